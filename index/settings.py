@@ -33,7 +33,11 @@ class Settings(BaseSettings):
     """Every knob of the product, each with a default that works on a laptop."""
 
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
     )
 
     # --- storage and ingestion
@@ -68,11 +72,6 @@ class Settings(BaseSettings):
         DEFAULT_THRESHOLD,
         validation_alias=_env("KB_THRESHOLD"),
         description="Refusal gate: passages farther than this cosine distance are never used; if none is closer the bot says the knowledge base has nothing, without calling the model.",
-    )
-    rerank_model: str = Field(
-        "",
-        validation_alias=_env("KB_RERANK_MODEL"),
-        description="Optional cross-encoder (local folder or model name) that reranks the fused shortlist; empty to disable.",
     )
     openai_base_url: str = Field(
         "",
@@ -178,3 +177,32 @@ def env_var_names() -> dict[str, str]:
         env = alias.choices[0] if isinstance(alias, AliasChoices) else name.upper()
         out[str(env)] = info.description or ""
     return out
+
+
+_GROUPS = {
+    "KB_DATA_DIR": "Storage and ingestion",
+    "KB_TOP_K": "Retrieval and answering",
+    "KB_PUBLIC_URL": "Links and the viewer",
+    "SLACK_BOT_TOKEN": "Slack and the server",
+}
+
+
+def env_example() -> str:
+    """The text of ``.env.example``: every setting, its help and its default."""
+    import textwrap
+
+    lines = [
+        "# Copy to .env and fill in what you use. Every setting has a default that works on a laptop;",
+        "# with nothing set, the bot runs locally and shows cited evidence instead of generated answers.",
+    ]
+    for env, info in zip(env_var_names(), Settings.model_fields.values(), strict=True):
+        if env in _GROUPS:
+            lines += ["", f"# ---- {_GROUPS[env]}"]
+        lines += [f"# {line}" for line in textwrap.wrap(info.description or "", 96)]
+        default = str(info.default).lower() if isinstance(info.default, bool) else info.default
+        lines.append(f"{env}={default}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(env_example(), end="")

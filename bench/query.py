@@ -1,0 +1,177 @@
+"""Query-path latency at 1k, 10k and 100k chunks, with FAISS alone and rank-bm25 as references.
+
+Chunk texts are real: the bundled evaluation corpus, chunked by the product's
+chunker; larger sizes are made of new chunks that recombine the corpus's real
+sentences. Vectors are the real embeddings at 1k and random unit vectors above
+(the cost of a flat inner-product scan does not depend on the values).
+
+Measured per query, over the out-of-domain questions (they exercise the whole
+refusal path: embed, both legs, fusion, gate, nothing kept):
+
+    embed | dense (FAISS via the backend) | bm25 | fusion+gate | whole refusal path
+    + references: bare FAISS search, rank-bm25 BM25Okapi.get_scores
+
+Run: python bench/query.py [--sizes 1000,10000,100000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from core.gate import gate
+from core.retrieve import LocalBackend, rrf
+from index.bm25 import BM25Index
+from index.chunk import chunk_document
+from index.derived import Snapshot
+from index.embed import Embedder
+from index.extract import extract
+from index.settings import DEFAULT_THRESHOLD
+from index.store import EVERYONE
+from index.vectors import VectorIndex
+
+EVALSET = Path(__file__).resolve().parents[1] / "core" / "evalset"
+
+
+def machine() -> str:
+    """CPU model and core count, for the record."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def corpus_chunks() -> list[str]:
+    """Embedded texts of the bundled corpus's chunks."""
+    texts = []
+    for path in sorted((EVALSET / "corpus").iterdir()):
+        doc = extract(path.read_bytes(), path.name)
+        texts += [c.text for c in chunk_document(doc).chunks]
+    return texts
+
+
+def synthetic_chunks(real: list[str], n: int, seed: int = 7) -> list[str]:
+    """``n`` chunk texts: the real ones, then recombinations of real sentences."""
+    rng = random.Random(seed)
+    sentences = [s for t in real for s in re.split(r"(?<=[.!?])\s+", t) if len(s) > 20]
+    out = list(real[:n])
+    while len(out) < n:
+        k = rng.randint(2, 5)
+        out.append(" ".join(rng.choice(sentences) for _ in range(k)))
+    return out
+
+
+def ood_questions() -> list[str]:
+    """The bundled out-of-domain questions."""
+    lines = (EVALSET / "ood.jsonl").read_text().splitlines()
+    return [json.loads(line)["question"] for line in lines if line.strip()]
+
+
+class _Indexes:
+    def __init__(self, snap: Snapshot) -> None:
+        self.snapshot = snap
+
+
+def build(texts: list[str], vectors: np.ndarray) -> Snapshot:
+    """A search snapshot over ``texts`` with ``vectors``."""
+    ids = np.arange(1, len(texts) + 1, dtype=np.int64)
+    vi = VectorIndex(vectors.shape[1])
+    vi.add(ids, vectors)
+    bm = BM25Index(ids.tolist(), texts)
+    return Snapshot(vi, bm, ids, np.array([EVERYONE] * len(texts), dtype=object), 0)
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile of ``values`` in ms."""
+    return float(np.percentile(np.array(values), q))
+
+
+def run_size(n: int, real: list[str], real_vecs: np.ndarray, embedder: Embedder, repeat: int) -> dict[str, dict[str, float]]:
+    texts = synthetic_chunks(real, n)
+    if n <= len(real):
+        vecs = real_vecs[:n]
+    else:
+        rng = np.random.default_rng(n)
+        extra = rng.standard_normal((n - len(real), real_vecs.shape[1])).astype(np.float32)
+        extra /= np.linalg.norm(extra, axis=1, keepdims=True)
+        vecs = np.vstack([real_vecs, extra])
+    snap = build(texts, vecs)
+    backend = LocalBackend(_Indexes(snap))  # type: ignore[arg-type]
+    from rank_bm25 import BM25Okapi
+
+    from index.tokens import tokenize
+
+    okapi = BM25Okapi([tokenize(t) for t in texts])
+    faiss_index = snap.vectors
+    times: dict[str, list[float]] = {k: [] for k in ("embed", "dense", "bm25", "fusion+gate", "refusal path", "ref: faiss alone", "ref: rank-bm25 get_scores")}
+    questions = ood_questions()
+    for _ in range(repeat):
+        for q in questions:
+            t0 = time.perf_counter()
+            v = embedder.encode_query(q)
+            t1 = time.perf_counter()
+            dense = snap.vectors.search(v, 25)
+            t2 = time.perf_counter()
+            sparse = snap.bm25.search(q, 25)
+            t3 = time.perf_counter()
+            fused = rrf([[c for c, _ in dense], [c for c, _ in sparse]])[:20]
+            dist = dict(dense)
+            missing = [c for c, _ in fused if c not in dist]
+            dist.update(snap.vectors.distances_for(v, missing))
+            from core.retrieve import Candidate
+
+            gate([Candidate(c, dist[c], s) for c, s in fused], threshold=DEFAULT_THRESHOLD, top_k=4)
+            t4 = time.perf_counter()
+            # the whole path exactly as the engine runs it
+            t5 = time.perf_counter()
+            cands = backend.search(embedder.encode_query(q), q, None, 20)
+            gate(cands, threshold=DEFAULT_THRESHOLD, top_k=4)
+            t6 = time.perf_counter()
+            faiss_index.search(v, 25)
+            t7 = time.perf_counter()
+            if n <= 10_000 or len(times["ref: rank-bm25 get_scores"]) < 10:
+                okapi.get_scores(tokenize(q))
+                t8 = time.perf_counter()
+                times["ref: rank-bm25 get_scores"].append((t8 - t7) * 1000)
+            for key, a, b in (("embed", t0, t1), ("dense", t1, t2), ("bm25", t2, t3), ("fusion+gate", t3, t4), ("refusal path", t5, t6), ("ref: faiss alone", t6, t7)):
+                times[key].append((b - a) * 1000)
+    return {k: {"p50": pct(v, 50), "p95": pct(v, 95), "n": len(v)} for k, v in times.items() if v}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    embedder = Embedder("bundled:all-MiniLM-L6-v2")
+    real = corpus_chunks()
+    real_vecs = embedder.encode(real)
+    print(f"real chunks from the bundled corpus: {len(real)}")
+    for n in [int(s) for s in args.sizes.split(",")]:
+        res = run_size(n, real, real_vecs, embedder, args.repeat)
+        print(f"\n== {n:,} chunks")
+        print(f"{'stage':<28}{'p50 ms':>10}{'p95 ms':>10}")
+        for k, v in res.items():
+            print(f"{k:<28}{v['p50']:>10.2f}{v['p95']:>10.2f}")
+        bm = res["bm25"]["p50"]
+        ref = res["ref: rank-bm25 get_scores"]["p50"]
+        print(f"bm25 speed-up over rank-bm25 get_scores: {ref / bm:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,599 @@
+"""Thin Slack handlers: they read the payload, call the engine or the knowledge base, and render.
+
+Registered on a bolt ``AsyncApp`` by :func:`register`:
+
+* questions: ``app_mention`` (answered in the thread), direct messages, and
+  follow-ups in a thread the bot already answered in (the thread's earlier
+  questions and answers, from the query log, become the history);
+* ``/kb-upload`` (a modal with a file input), its submission, files shared with
+  the bot in a DM, and the Retry button of a failed file;
+* ``/kb-reindex`` for admins;
+* feedback buttons under answers;
+* one global middleware that drops Slack's redeliveries, and one error handler.
+
+Synchronous knowledge-base calls run in threads (``asyncio.to_thread``) so the
+event loop keeps acknowledging Slack within its 3 seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_bolt.response import BoltResponse
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot import messages
+from bot.render import (
+    FEEDBACK_ACTION_ID,
+    RETRY_ACTION_ID,
+    UPLOAD_CALLBACK_ID,
+    UPLOAD_FILES_BLOCK,
+    UPLOAD_TITLE_BLOCK,
+    UPLOAD_VISIBILITY_BLOCK,
+    VISIBILITY_CHANNEL,
+    escape,
+    parse_feedback_value,
+    render_answer,
+    render_notice,
+    render_partial,
+    upload_modal,
+)
+from bot.uploads import Jobs, StatusMessage, Uploader, UploadRequest
+from core.answer import Asker, Engine
+from index.errors import KBError, ReindexInProgress
+from index.knowledge_base import KnowledgeBase, ReindexReport
+from index.settings import Settings
+from index.store import EVERYONE, Store
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AdminCheck", "Reindexer", "Services", "register", "strip_mention", "thread_history"]
+
+HISTORY_TURNS = 5
+STREAM_UPDATE_SECONDS = 1.0
+REINDEX_PROGRESS_SECONDS = 2.0
+ADMIN_CACHE_SECONDS = 300.0
+MAX_REPORTED_FAILURES = 10
+REPLY_KEY = "kb_reply"  # bolt context key: where a failing listener should report
+
+_MENTION_RE = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
+
+
+# ---------------------------------------------------------------- services
+
+
+class AdminCheck:
+    """Who may run ``/kb-reindex``: configured user ids, or Slack admins and owners.
+
+    ``users.info`` answers are cached for a few minutes, so a burst of commands
+    costs one API call.
+    """
+
+    def __init__(self, settings: Settings, *, ttl_seconds: float = ADMIN_CACHE_SECONDS) -> None:
+        self.settings = settings
+        self.ttl_seconds = ttl_seconds
+        self._cache: dict[str, tuple[bool, float]] = {}
+
+    async def is_admin(self, client: AsyncWebClient, user_id: str) -> bool:
+        """Whether ``user_id`` is a knowledge-base admin."""
+        if user_id in self.settings.admin_user_ids:
+            return True
+        if not self.settings.slack_admins_are_admins or not user_id:
+            return False
+        cached = self._cache.get(user_id)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        try:
+            resp = await client.users_info(user=user_id)
+        except SlackApiError as exc:
+            log.warning("users.info failed for %s; treating as not an admin: %s", user_id, exc)
+            return False
+        user = resp.get("user") or {}
+        admin = bool(user.get("is_admin") or user.get("is_owner")) and not user.get("deleted")
+        self._cache[user_id] = (admin, time.monotonic() + self.ttl_seconds)
+        return admin
+
+
+Report = Callable[[str], Awaitable[None]]
+
+
+class Reindexer:
+    """Runs one reindex at a time in a worker thread and reports its progress.
+
+    Args:
+        kb: the knowledge base to rebuild.
+        progress_seconds: least time between two progress reports.
+    """
+
+    def __init__(
+        self, kb: KnowledgeBase, *, progress_seconds: float = REINDEX_PROGRESS_SECONDS
+    ) -> None:
+        self.kb = kb
+        self.progress_seconds = progress_seconds
+        self._running = False
+
+    async def running(self) -> bool:
+        """Whether a reindex runs here or in another process sharing the data dir."""
+        return self._running or await asyncio.to_thread(self.kb.reindex_running)
+
+    async def run(self, report: Report) -> ReindexReport | None:
+        """Rebuild the index; ``report`` receives progress lines and the final report.
+
+        Returns:
+            The report, or ``None`` when another reindex was already running.
+        """
+        self._running = True
+        loop = asyncio.get_running_loop()
+        pending: list[asyncio.Future[None]] = []
+        last = 0.0
+
+        def progress(event: str, info: dict[str, Any]) -> None:
+            # Called in the worker thread: hand the report to the event loop, never wait for Slack.
+            nonlocal last
+            now = time.monotonic()
+            if event != "reindex" or now - last < self.progress_seconds:
+                return
+            last = now
+            text = messages.reindex_progress(int(info["index"]) + 1, int(info["total"]))
+            pending.append(
+                asyncio.wrap_future(asyncio.run_coroutine_threadsafe(report(text), loop))
+            )
+
+        try:
+            result = await asyncio.to_thread(self.kb.reindex, progress=progress)
+        except ReindexInProgress:
+            await report(messages.REINDEX_RUNNING)
+            return None
+        finally:
+            self._running = False
+            # The final report must not be overtaken by a late progress line.
+            await asyncio.gather(*pending, return_exceptions=True)
+        await report(render_reindex_report(result))
+        return result
+
+
+def render_reindex_report(report: ReindexReport) -> str:
+    """The final ``/kb-reindex`` message (failure reasons escaped)."""
+    lines = [
+        messages.reindex_done(
+            report.documents,
+            report.chunks,
+            len(report.failed),
+            report.stale_before,
+            report.stale_after,
+        )
+    ]
+    for doc in report.failed[:MAX_REPORTED_FAILURES]:
+        reason = doc.get("reindex_error") or doc.get("failure_reason") or ""
+        lines.append(messages.reindex_failure_line(escape(str(doc["name"])), escape(str(reason))))
+    if len(report.failed) > MAX_REPORTED_FAILURES:
+        lines.append(messages.reindex_more_failures(len(report.failed) - MAX_REPORTED_FAILURES))
+    return "\n".join(lines)
+
+
+@dataclass
+class Services:
+    """What the handlers need, opened once per process."""
+
+    settings: Settings
+    kb: KnowledgeBase
+    engine: Engine
+    jobs: Jobs
+    uploader: Uploader
+    admins: AdminCheck
+    reindexer: Reindexer
+    stream_update_seconds: float = STREAM_UPDATE_SECONDS
+
+    @classmethod
+    def open(cls, settings: Settings, kb: KnowledgeBase, engine: Engine) -> Services:
+        """Wire the services around an opened knowledge base and engine."""
+        jobs = Jobs()
+        return cls(
+            settings=settings,
+            kb=kb,
+            engine=engine,
+            jobs=jobs,
+            uploader=Uploader(kb, settings, jobs),
+            admins=AdminCheck(settings),
+            reindexer=Reindexer(kb),
+        )
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def strip_mention(text: str, bot_user_id: str | None) -> str:
+    """The question without the bot's mention (any mention when the bot's id is unknown)."""
+    if bot_user_id:
+        text = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", " ", text)
+    else:
+        text = _MENTION_RE.sub(" ", text, count=1)
+    return " ".join(text.split())
+
+
+def thread_history(
+    store: Store, channel: str, thread_ts: str, *, turns: int = HISTORY_TURNS
+) -> list[tuple[str, str]]:
+    """Earlier ``(question, answer)`` pairs the bot logged in a thread, oldest first."""
+    rows = store.db.query(
+        "SELECT question, answer FROM query_log WHERE channel = ? AND thread_ts = ? ORDER BY id DESC LIMIT ?",
+        [channel, thread_ts, turns],
+    )
+    return [(r["question"], r["answer"] or "") for r in reversed(list(rows))]
+
+
+def _answered_in(store: Store, channel: str, thread_ts: str) -> bool:
+    row = store.db.execute(
+        "SELECT 1 FROM query_log WHERE channel = ? AND thread_ts = ? LIMIT 1", [channel, thread_ts]
+    ).fetchone()
+    return row is not None
+
+
+def _delivery_keys(body: dict[str, Any]) -> list[str]:
+    """Keys identifying one delivery of an event (``event_id``; ``client_msg_id`` for messages)."""
+    if body.get("type") != "event_callback":
+        return []
+    keys = [f"event:{body['event_id']}"] if body.get("event_id") else []
+    event = body.get("event") or {}
+    if event.get("client_msg_id"):
+        # Per event type: app_mention and message.channels carry the same client_msg_id.
+        keys.append(f"msg:{event.get('type')}:{event['client_msg_id']}")
+    return keys
+
+
+class _Streamer:
+    """Shows the answer in the placeholder while the model writes it, at most once per interval."""
+
+    def __init__(self, client: AsyncWebClient, channel: str, ts: str, interval: float) -> None:
+        self.client = client
+        self.channel = channel
+        self.ts = ts
+        self.interval = interval
+        self._last = time.monotonic()
+
+    async def __call__(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        try:
+            await self.client.chat_update(
+                channel=self.channel, ts=self.ts, **render_partial(text).as_kwargs()
+            )
+        except SlackApiError as exc:
+            # A lost progress update must not lose the answer that follows it.
+            log.warning("progress update failed: %s", exc)
+
+
+@dataclass(frozen=True)
+class _Question:
+    channel: str
+    user: str | None
+    text: str
+    thread_ts: str
+    in_thread: bool
+    scopes: frozenset[str]
+    direct: bool
+
+
+# ---------------------------------------------------------------- registration
+
+
+def register(app: AsyncApp, services: Services) -> None:
+    """Attach the middleware, listeners and error handler to ``app``."""
+    _register_dedupe(app, services)
+    _register_questions(app, services)
+    _register_uploads(app, services)
+    _register_reindex(app, services)
+    _register_feedback(app, services)
+    _register_errors(app)
+
+
+def _register_dedupe(app: AsyncApp, services: Services) -> None:
+    store = services.kb.store
+
+    @app.middleware
+    async def drop_redeliveries(
+        body: dict[str, Any], next: Callable[[], Awaitable[None]]
+    ) -> BoltResponse | None:
+        for key in _delivery_keys(body):
+            if not await asyncio.to_thread(store.first_delivery, key):
+                log.info("dropping a redelivered Slack event (%s)", key)
+                # An empty 200: returning without next() would make bolt answer 404, and Slack retry again.
+                return BoltResponse(status=200, body="")
+        await next()
+        return None
+
+
+def _register_questions(app: AsyncApp, services: Services) -> None:
+    @app.event("app_mention")
+    async def on_mention(
+        event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+    ) -> None:
+        channel = str(event["channel"])
+        question = _Question(
+            channel=channel,
+            user=event.get("user"),
+            text=str(event.get("text", "")),
+            thread_ts=str(event.get("thread_ts") or event["ts"]),
+            in_thread=bool(event.get("thread_ts")),
+            scopes=frozenset({channel}),
+            direct=False,
+        )
+        await _answer(services, client, context, question)
+
+    @app.event("message")
+    async def on_message(
+        event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+    ) -> None:
+        subtype = event.get("subtype")
+        if event.get("bot_id") or subtype not in (None, "file_share"):
+            return
+        direct = event.get("channel_type") == "im"
+        if subtype == "file_share":
+            if direct:
+                await _ingest_shared_files(services, client, event)
+            return
+        channel = str(event["channel"])
+        thread_ts = event.get("thread_ts")
+        if not direct and not await _is_follow_up(services, context, event):
+            return
+        question = _Question(
+            channel=channel,
+            user=event.get("user"),
+            text=str(event.get("text", "")),
+            thread_ts=str(thread_ts or event["ts"]),
+            in_thread=bool(thread_ts),
+            scopes=frozenset() if direct else frozenset({channel}),
+            direct=direct,
+        )
+        await _answer(services, client, context, question)
+
+
+async def _is_follow_up(
+    services: Services, context: AsyncBoltContext, event: dict[str, Any]
+) -> bool:
+    """A channel message is a question only as a reply in a thread the bot answers in."""
+    thread_ts = event.get("thread_ts")
+    if not thread_ts:
+        return False
+    if context.bot_user_id and f"<@{context.bot_user_id}" in str(event.get("text", "")):
+        return False  # the app_mention event answers it
+    return await asyncio.to_thread(
+        _answered_in, services.kb.store, str(event["channel"]), str(thread_ts)
+    )
+
+
+async def _answer(
+    services: Services, client: AsyncWebClient, context: AsyncBoltContext, q: _Question
+) -> None:
+    text = strip_mention(q.text, context.bot_user_id)
+    if not text:
+        notice = render_notice(messages.EMPTY_QUESTION)
+        await client.chat_postMessage(
+            channel=q.channel, thread_ts=q.thread_ts, **notice.as_kwargs()
+        )
+        return
+    if q.direct and q.in_thread:
+        await _set_status(client, q.channel, q.thread_ts)
+    placeholder = render_notice(messages.PLACEHOLDER)
+    posted = await client.chat_postMessage(
+        channel=q.channel, thread_ts=q.thread_ts, **placeholder.as_kwargs()
+    )
+    ts = str(posted["ts"])
+    context[REPLY_KEY] = {"channel": q.channel, "ts": ts}
+    history = (
+        await asyncio.to_thread(thread_history, services.kb.store, q.channel, q.thread_ts)
+        if q.in_thread
+        else []
+    )
+    answer = await services.engine.ask(
+        text,
+        scopes=q.scopes,
+        history=history,
+        asker=Asker(user=q.user, channel=q.channel, thread_ts=q.thread_ts),
+        on_delta=_Streamer(client, q.channel, ts, services.stream_update_seconds),
+    )
+    await client.chat_update(channel=q.channel, ts=ts, **render_answer(answer).as_kwargs())
+
+
+async def _set_status(client: AsyncWebClient, channel: str, thread_ts: str) -> None:
+    # Only assistant threads accept a status; in a plain DM thread Slack refuses it, which is fine.
+    with contextlib.suppress(SlackApiError):
+        await client.assistant_threads_setStatus(
+            channel_id=channel, thread_ts=thread_ts, status=messages.STATUS_SEARCHING
+        )
+
+
+# ---------------------------------------------------------------- uploads
+
+
+def _register_uploads(app: AsyncApp, services: Services) -> None:
+    @app.command("/kb-upload")
+    async def on_upload_command(
+        ack: Callable[..., Awaitable[None]], body: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        await ack()
+        # trigger_id expires 3 s after the command: open the modal before anything else.
+        channel = str(body.get("channel_id", ""))
+        view = upload_modal(
+            json.dumps({"channel": channel}), channel_scope_allowed=_is_channel(channel)
+        )
+        await client.views_open(trigger_id=body["trigger_id"], view=view)
+
+    @app.view(UPLOAD_CALLBACK_ID)
+    async def on_upload_submit(
+        ack: Callable[..., Awaitable[None]],
+        body: dict[str, Any],
+        view: dict[str, Any],
+        client: AsyncWebClient,
+    ) -> None:
+        values = view.get("state", {}).get("values", {})
+        files = _input(values, UPLOAD_FILES_BLOCK).get("files") or []
+        if not files:
+            await ack(
+                response_action="errors", errors={UPLOAD_FILES_BLOCK: messages.UPLOAD_NO_FILE}
+            )
+            return
+        await ack()
+        user = str(body["user"]["id"])
+        channel = _metadata_channel(view.get("private_metadata", ""))
+        choice = (_input(values, UPLOAD_VISIBILITY_BLOCK).get("selected_option") or {}).get("value")
+        scope = channel if choice == VISIBILITY_CHANNEL and _is_channel(channel) else EVERYONE
+        title = (_input(values, UPLOAD_TITLE_BLOCK).get("value") or "").strip() or None
+        request = UploadRequest(channel=channel or user, user=user, scope=scope, title=title)
+        await services.uploader.ingest(client, list(files), request)
+
+    @app.action(RETRY_ACTION_ID)
+    async def on_retry(
+        ack: Callable[..., Awaitable[None]],
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+    ) -> None:
+        await ack()
+        container = body.get("container") or {}
+        status = StatusMessage(client, str(container["channel_id"]), str(container["message_ts"]))
+        await services.uploader.retry(status, int(action["value"]))
+
+
+async def _ingest_shared_files(
+    services: Services, client: AsyncWebClient, event: dict[str, Any]
+) -> None:
+    """Files sent to the bot in a DM: everyone may see them; statuses go in the DM thread."""
+    user = str(event.get("user", ""))
+    request = UploadRequest(
+        channel=str(event["channel"]),
+        user=user,
+        scope=EVERYONE,
+        thread_ts=str(event.get("thread_ts") or event["ts"]),
+    )
+    await services.uploader.ingest(client, list(event.get("files") or []), request)
+
+
+def _input(values: dict[str, Any], block_id: str) -> dict[str, Any]:
+    return dict(values.get(block_id, {}).get(block_id, {}))
+
+
+def _is_channel(channel: str) -> bool:
+    # A DM (D...) has no audience to scope a document to.
+    return bool(channel) and not channel.startswith("D")
+
+
+def _metadata_channel(raw: str) -> str:
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        return ""
+    return str(data.get("channel", "")) if isinstance(data, dict) else ""
+
+
+# ---------------------------------------------------------------- reindex
+
+
+def _register_reindex(app: AsyncApp, services: Services) -> None:
+    @app.command("/kb-reindex")
+    async def on_reindex(
+        ack: Callable[..., Awaitable[None]],
+        body: dict[str, Any],
+        client: AsyncWebClient,
+        respond: Callable[..., Awaitable[Any]],
+    ) -> None:
+        if not await services.admins.is_admin(client, str(body.get("user_id", ""))):
+            await ack(text=messages.REINDEX_NOT_ADMIN)
+            return
+        if await services.reindexer.running():
+            await ack(text=messages.REINDEX_RUNNING)
+            return
+        await ack(text=messages.REINDEX_STARTED)
+
+        async def report(text: str) -> None:
+            await respond(text=text, response_type="ephemeral", replace_original=True)
+
+        await services.reindexer.run(report)
+
+
+# ---------------------------------------------------------------- feedback
+
+
+def _register_feedback(app: AsyncApp, services: Services) -> None:
+    @app.action(FEEDBACK_ACTION_ID)
+    async def on_feedback(
+        ack: Callable[..., Awaitable[None]],
+        body: dict[str, Any],
+        action: dict[str, Any],
+        respond: Callable[..., Awaitable[Any]],
+    ) -> None:
+        await ack()
+        parsed = parse_feedback_value(str(action.get("value", "")))
+        if parsed is None:
+            log.warning("ignoring feedback with a malformed value %r", action.get("value"))
+            return
+        query_id, value = parsed
+        try:
+            await asyncio.to_thread(
+                services.kb.store.add_feedback, query_id, value, body["user"]["id"]
+            )
+        except KBError:
+            await respond(
+                text=messages.FEEDBACK_UNKNOWN, response_type="ephemeral", replace_original=False
+            )
+            return
+        thanks = (
+            messages.FEEDBACK_THANKS_POSITIVE if value > 0 else messages.FEEDBACK_THANKS_NEGATIVE
+        )
+        await respond(text=thanks, response_type="ephemeral", replace_original=False)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _register_errors(app: AsyncApp) -> None:
+    @app.error
+    async def on_error(
+        error: Exception,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
+        respond: Callable[..., Awaitable[Any]] | None,
+    ) -> None:
+        log.error("Slack listener failed: %s", error, exc_info=error)
+        try:
+            await _tell_user(body, context, client, respond)
+        except Exception:  # the person is unreachable; the log has the cause
+            log.exception("could not tell the user about the failure")
+
+
+async def _tell_user(
+    body: dict[str, Any],
+    context: AsyncBoltContext,
+    client: AsyncWebClient,
+    respond: Callable[..., Awaitable[Any]] | None,
+) -> None:
+    """Reply with a friendly message where the failed request came from (never a trace)."""
+    notice = render_notice(messages.ERROR_GENERIC)
+    reply = context.get(REPLY_KEY)
+    if reply:
+        await client.chat_update(channel=reply["channel"], ts=reply["ts"], **notice.as_kwargs())
+        return
+    event = body.get("event") or {}
+    if event.get("channel") and event.get("ts"):
+        thread_ts = event.get("thread_ts") or event["ts"]
+        await client.chat_postMessage(
+            channel=event["channel"], thread_ts=thread_ts, **notice.as_kwargs()
+        )
+        return
+    if respond is not None and context.response_url:
+        await respond(
+            text=messages.ERROR_GENERIC, response_type="ephemeral", replace_original=False
+        )

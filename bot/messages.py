@@ -1,0 +1,172 @@
+"""Every sentence the bot shows a person, in one place.
+
+Strings here are Slack ``mrkdwn`` written by the server, never by a model or a
+document, so they may contain formatting; anything interpolated into them that
+came from outside (file names, failure reasons) is escaped by the caller.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------- questions
+
+PLACEHOLDER = "Searching the knowledge base…"
+STATUS_SEARCHING = "is searching the knowledge base…"
+WRITING = "Writing the answer…"
+EMPTY_QUESTION = (
+    "Ask me anything the company's documents cover, for example "
+    "_“How do I request a new laptop?”_. I answer only from the knowledge base, "
+    "with a link to every passage I use."
+)
+REFUSAL = (
+    "The knowledge base has nothing on this, so I won't guess. "
+    "If a document should answer it, add it with `/kb-upload` and ask again."
+)
+EVIDENCE_HEADER = "*No answer generated — here is what the knowledge base says.*"
+EVIDENCE_REASON = (
+    "The language model is unavailable right now; these passages matched your question."
+)
+EVIDENCE_FALLBACK = "No answer generated — here is what the knowledge base says:"
+UNSUPPORTED_WARNING = ":warning: This answer cites no source; treat it with care."
+SOURCES_HEADER = "*Sources*"
+EMPTY_ANSWER = "_The model returned an empty answer._"
+TRUNCATED = "_(The answer was too long for one message and was shortened.)_"
+FEEDBACK_POSITIVE = "Helpful"
+FEEDBACK_NEGATIVE = "Not helpful"
+FEEDBACK_THANKS_POSITIVE = "Thanks! Glad it helped."
+FEEDBACK_THANKS_NEGATIVE = "Thanks for telling me. The answer is flagged for review."
+FEEDBACK_UNKNOWN = "Sorry, I could not record that feedback: the answer is no longer on record."
+
+# ---------------------------------------------------------------- errors
+
+ERROR_GENERIC = (
+    "Sorry, something went wrong on my side while handling that. "
+    "Please try again in a minute; if it keeps happening, tell the bot's administrator."
+)
+
+# ---------------------------------------------------------------- /kb-upload
+
+UPLOAD_MODAL_TITLE = "Add documents"
+UPLOAD_MODAL_SUBMIT = "Upload"
+UPLOAD_MODAL_CLOSE = "Cancel"
+UPLOAD_MODAL_INTRO = (
+    "Documents you add here are used to answer questions. "
+    "Supported: Markdown, plain text, HTML and PDF with a text layer."
+)
+UPLOAD_FILES_LABEL = "Files"
+UPLOAD_VISIBILITY_LABEL = "Who may get answers from them"
+UPLOAD_VISIBILITY_EVERYONE = "Everyone in the workspace"
+UPLOAD_VISIBILITY_CHANNEL = "Only this channel"
+UPLOAD_TITLE_LABEL = "Title (optional)"
+UPLOAD_TITLE_HINT = "Used when you upload one file; otherwise each file's own title is used."
+UPLOAD_NO_FILE = "Choose at least one file to upload."
+
+
+def upload_queued(name: str) -> str:
+    """Status of a file waiting for its turn (``name`` already escaped)."""
+    return f":hourglass_flowing_sand: *{name}*: queued."
+
+
+def upload_downloading(name: str) -> str:
+    """Status while the file is fetched from Slack."""
+    return f":arrow_down: *{name}*: downloading…"
+
+
+def upload_indexing(name: str) -> str:
+    """Status while the file is extracted, chunked and embedded."""
+    return f":gear: *{name}*: indexing…"
+
+
+def upload_indexed(name: str, chunks: int) -> str:
+    """Final status of a document that is now searchable."""
+    unit = "chunk" if chunks == 1 else "chunks"
+    return f":white_check_mark: *{name}*: indexed, {chunks} {unit}."
+
+
+def upload_duplicate(name: str, chunks: int) -> str:
+    """Final status when the same bytes are already in the knowledge base."""
+    unit = "chunk" if chunks == 1 else "chunks"
+    return f":white_check_mark: *{name}*: already in the knowledge base ({chunks} {unit})."
+
+
+def upload_failed(name: str, reason: str) -> str:
+    """Final status of a failed file (``reason`` already escaped)."""
+    return f":x: *{name}*: failed: {reason}"
+
+
+UPLOAD_RETRY = "Retry"
+UPLOAD_UNEXPECTED = "an unexpected error on the server (details are in its log)."
+UPLOAD_AGAIN = "Upload the file again with `/kb-upload` once this is fixed."
+
+# ---------------------------------------------------------------- downloads
+
+DOWNLOAD_LOGIN_PAGE = (
+    "Slack returned a login page instead of the file; check the bot token has files:read."
+)
+DOWNLOAD_NO_URL = "Slack did not give a download link for this file."
+
+
+def download_bad_host(host: str) -> str:
+    """Reason for refusing a download link that does not point at Slack."""
+    return (
+        f"Refused to download from {host or 'an unknown host'}: files are only fetched from Slack."
+    )
+
+
+def download_too_large(limit: int) -> str:
+    """Reason for a file over the configured size limit."""
+    return f"The file is too large: the limit is {limit // (1024 * 1024) or 1} MB (KB_MAX_UPLOAD_BYTES)."
+
+
+def download_status(status: int) -> str:
+    """Reason for a download answered with an HTTP error."""
+    return f"Slack answered HTTP {status} when the file was downloaded."
+
+
+def download_unreachable(detail: str) -> str:
+    """Reason for a download that failed on the network."""
+    return f"The file could not be downloaded from Slack ({detail})."
+
+
+DOWNLOAD_TOO_MANY_REDIRECTS = "Slack redirected the download too many times."
+
+# ---------------------------------------------------------------- /kb-reindex
+
+REINDEX_NOT_ADMIN = (
+    "Sorry, only knowledge-base admins can run `/kb-reindex`. "
+    "Ask an admin, or ask for your user id to be added to KB_ADMIN_USERS."
+)
+REINDEX_RUNNING = "A reindex is already running; I'll keep answering questions meanwhile. Try again when it has finished."
+REINDEX_STARTED = "Reindex started… Questions keep being answered while it runs."
+
+
+def reindex_progress(done: int, total: int) -> str:
+    """Progress of a running reindex."""
+    return f"Reindexing… {done} of {total} documents prepared."
+
+
+def reindex_done(
+    documents: int, chunks: int, failed: int, stale_before: int, stale_after: int
+) -> str:
+    """The final report of a reindex."""
+    return (
+        f":white_check_mark: Reindex finished: {documents} documents, {chunks} chunks; "
+        f"{failed} failed; stale documents before {stale_before}, after {stale_after}."
+    )
+
+
+def reindex_failure_line(name: str, reason: str) -> str:
+    """One failed document in the report (both already escaped)."""
+    return f"• *{name}*: {reason}"
+
+
+def reindex_more_failures(n: int) -> str:
+    """How many failures the report leaves out."""
+    return f"…and {n} more (see `kb docs`)."
+
+
+REINDEX_CRASHED = "The reindex stopped because of an unexpected error; the previous index is still in use. Details are in the server log."
+
+# ---------------------------------------------------------------- web pages
+
+PAGE_NOT_FOUND = "This document is no longer in the knowledge base."
+PAGE_ERROR = "Something went wrong on the server. Please try again later."

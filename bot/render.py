@@ -1,0 +1,427 @@
+"""Block Kit rendering of answers, evidence, refusals and statuses.
+
+The one rule that matters: everything a model or a document wrote goes through
+:func:`escape` before the server adds its own ``<url|label>`` links, so no
+answer can ping ``<!channel>``, mention ``<@U123>`` or forge a link. The server's
+links are made from URLs it built itself.
+
+Slack's limits are respected here rather than discovered at run time: at most
+50 blocks, at most 3000 characters per section (long answers are split at
+paragraph, line or word boundaries, never inside a link or an entity), and a
+plain ``text`` fallback of at most 3000 characters on every message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot import messages
+from core.answer import Answer, Outcome, SourceRef
+from core.citations import citation_spans
+
+__all__ = [
+    "FEEDBACK_ACTION_ID",
+    "MAX_BLOCKS",
+    "RETRY_ACTION_ID",
+    "SECTION_LIMIT",
+    "UPLOAD_CALLBACK_ID",
+    "Rendered",
+    "escape",
+    "link_citations",
+    "parse_feedback_value",
+    "render_answer",
+    "render_notice",
+    "render_partial",
+    "render_upload_status",
+    "split_mrkdwn",
+    "upload_modal",
+]
+
+MAX_BLOCKS = 50
+SECTION_LIMIT = 3000
+FALLBACK_LIMIT = 3000
+QUOTE_CHARS = 200
+EVIDENCE_QUOTE_CHARS = 600
+NAME_CHARS = 150
+
+FEEDBACK_ACTION_ID = "kb_feedback"
+RETRY_ACTION_ID = "kb_upload_retry"
+UPLOAD_CALLBACK_ID = "kb_upload"
+UPLOAD_FILES_BLOCK = "files"
+UPLOAD_VISIBILITY_BLOCK = "visibility"
+UPLOAD_TITLE_BLOCK = "title"
+UPLOAD_MAX_FILES = 10
+VISIBILITY_EVERYONE = "everyone"
+VISIBILITY_CHANNEL = "channel"
+
+Block = dict[str, Any]
+
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_BOLD_RE = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+_HEADING_RE = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
+_SPACES_RE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A message ready for ``chat.postMessage`` / ``chat.update``."""
+
+    text: str
+    blocks: list[Block] = field(default_factory=list)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the Web API call (links never unfurl)."""
+        return {
+            "text": self.text,
+            "blocks": self.blocks,
+            "unfurl_links": False,
+            "unfurl_media": False,
+        }
+
+
+# ---------------------------------------------------------------- escaping
+
+
+def escape(text: str) -> str:
+    """Escape ``&``, ``<`` and ``>`` so Slack shows ``text`` literally.
+
+    After this no mention (``<@U1>``, ``<!channel>``), link or date token can
+    be formed from ``text``.
+    """
+    return text.translate(_ESCAPES)
+
+
+def _safe_url(url: str) -> str:
+    # Our URLs never contain these, but a link must stay one token whatever happens.
+    return escape(url).replace("|", "%7C")
+
+
+def _mrkdwn(text: str) -> str:
+    """Turn the Markdown models write into Slack mrkdwn (bold and headings)."""
+    text = _HEADING_RE.sub(r"*\1*", text)
+    return _BOLD_RE.sub(r"*\1*", text)
+
+
+def _fit(raw: str, limit: int) -> str:
+    """Escape ``raw`` and cut it (with an ellipsis) so the result has at most ``limit`` characters."""
+    out = escape(raw)
+    if len(out) <= limit:
+        return out
+    cut = raw
+    while len(escape(cut)) > limit - 1:
+        cut = cut[: len(cut) - max(1, len(escape(cut)) - (limit - 1))]
+    return escape(cut.rstrip()) + "…"
+
+
+def _shorten(text: str, limit: int) -> str:
+    """Collapse whitespace and cut at a word boundary to at most ``limit`` characters."""
+    flat = _SPACES_RE.sub(" ", text).strip()
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.") + "…"
+
+
+# ---------------------------------------------------------------- citations
+
+
+def link_citations(text: str, sources: Sequence[SourceRef]) -> str:
+    """Escape an answer and turn each citation group into links to its passages.
+
+    Args:
+        text: the resolved answer, citing sources ``1..len(sources)``.
+        sources: the cited sources; ``sources[i].n`` is the number the text uses.
+
+    Returns:
+        mrkdwn where ``[1, 2]`` became ``<url1|[1]><url2|[2]>``; every other
+        character is escaped, so only the server's links are links.
+    """
+    by_number = {s.n: s for s in sources}
+    out: list[str] = []
+    pos = 0
+    for start, end, numbers in citation_spans(text, len(sources)):
+        links = [f"<{_safe_url(by_number[n].url)}|[{n}]>" for n in numbers if n in by_number]
+        out.append(escape(text[pos:start]))
+        out.append("".join(links) if links else escape(text[start:end]))
+        pos = end
+    out.append(escape(text[pos:]))
+    return "".join(out)
+
+
+# ---------------------------------------------------------------- splitting
+
+
+def split_mrkdwn(text: str, limit: int = SECTION_LIMIT) -> list[str]:
+    """Split mrkdwn into pieces of at most ``limit`` characters.
+
+    Cuts prefer a paragraph break, then a line break, then a space, and never
+    fall inside a ``<...>`` link or an ``&...;`` entity.
+    """
+    pieces: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        cut = _cut_point(rest, limit)
+        pieces.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest:
+        pieces.append(rest)
+    return pieces
+
+
+def _cut_point(text: str, limit: int) -> int:
+    window = text[:limit]
+    for sep in ("\n\n", "\n", " "):
+        at = window.rfind(sep)
+        if at > limit // 4:
+            cut = _outside_tokens(text, at + len(sep))
+            if cut > 0:
+                return cut
+    cut = _outside_tokens(text, limit)
+    return cut if cut > 0 else limit
+
+
+def _outside_tokens(text: str, cut: int) -> int:
+    """Move ``cut`` back so it is not inside a ``<...>`` link or an ``&...;`` entity."""
+    opening = text.rfind("<", 0, cut)
+    if opening != -1 and text.rfind(">", opening, cut) == -1:
+        cut = opening
+    amp = text.rfind("&", max(0, cut - 5), cut)
+    if amp != -1 and ";" not in text[amp:cut]:
+        cut = amp
+    return cut
+
+
+# ---------------------------------------------------------------- blocks
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+
+
+def _context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
+
+
+def _feedback(query_id: int) -> Block:
+    def button(label: str, value: str) -> dict[str, Any]:
+        return {"text": {"type": "plain_text", "text": label}, "value": value}
+
+    return {
+        "type": "context_actions",
+        "elements": [
+            {
+                "type": "feedback_buttons",
+                "action_id": FEEDBACK_ACTION_ID,
+                "positive_button": button(messages.FEEDBACK_POSITIVE, f"positive:{query_id}"),
+                "negative_button": button(messages.FEEDBACK_NEGATIVE, f"negative:{query_id}"),
+            }
+        ],
+    }
+
+
+def parse_feedback_value(value: str) -> tuple[int, int] | None:
+    """``(query id, +1 or -1)`` from a feedback button's value, or ``None`` if malformed."""
+    kind, _, qid = value.partition(":")
+    sign = {"positive": 1, "negative": -1}.get(kind)
+    if sign is None or not qid.isdigit():
+        return None
+    return int(qid), sign
+
+
+def _source_heading(s: SourceRef) -> str:
+    parts = [f"<{_safe_url(s.url)}|[{s.n}]>", f"*{escape(_shorten(s.document, NAME_CHARS))}*"]
+    if s.section:
+        parts.append("› " + escape(_shorten(s.section, NAME_CHARS)))
+    if s.page is not None:
+        parts.append(f"· p. {s.page}")
+    return " ".join(parts)
+
+
+def _source_line(s: SourceRef, quote_chars: int) -> str:
+    quote = _shorten(s.quote, quote_chars)
+    return f"{_source_heading(s)}\n> {escape(quote)}" if quote else _source_heading(s)
+
+
+def _pack(lines: Sequence[str], header: str) -> list[str]:
+    """Group lines into section texts of at most ``SECTION_LIMIT`` characters."""
+    sections: list[str] = []
+    current = header
+    for line in lines:
+        candidate = f"{current}\n{line}" if current else line
+        if len(candidate) > SECTION_LIMIT and current:
+            sections.append(current)
+            current = line
+        else:
+            current = candidate
+    if current:
+        sections.append(current)
+    return sections
+
+
+def _assemble(head: list[Block], body: list[str], tail: list[Block]) -> list[Block]:
+    """``head`` + sections of ``body`` + ``tail``, cutting ``body`` to stay within 50 blocks."""
+    room = MAX_BLOCKS - len(head) - len(tail)
+    sections = [_section(t) for t in body]
+    if len(sections) > room:
+        sections = [*sections[: room - 1], _context(messages.TRUNCATED)]
+    return [*head, *sections, *tail]
+
+
+# ---------------------------------------------------------------- answers
+
+
+def render_answer(answer: Answer) -> Rendered:
+    """Render any outcome of :meth:`core.answer.Engine.ask` as a Slack message."""
+    if answer.outcome == Outcome.REFUSED:
+        return _render_refusal(answer)
+    if answer.outcome == Outcome.MODEL_UNAVAILABLE:
+        return _render_evidence(answer)
+    return _render_answered(answer)
+
+
+def _tail(answer: Answer) -> list[Block]:
+    return [_feedback(answer.query_id)] if answer.query_id is not None else []
+
+
+def _render_answered(answer: Answer) -> Rendered:
+    head = [_context(messages.UNSUPPORTED_WARNING)] if answer.outcome == Outcome.UNSUPPORTED else []
+    body = split_mrkdwn(_mrkdwn(link_citations(answer.answer, answer.sources)))
+    source_lines = [_source_line(s, QUOTE_CHARS) for s in answer.sources]
+    sources = (
+        [_section(t) for t in _pack(source_lines, messages.SOURCES_HEADER)] if source_lines else []
+    )
+    blocks = _assemble(head, body or [messages.EMPTY_ANSWER], [*sources, *_tail(answer)])
+    text = _fit(_mrkdwn(answer.answer), FALLBACK_LIMIT)
+    if answer.outcome == Outcome.UNSUPPORTED:
+        text = _fit(f"{messages.UNSUPPORTED_WARNING}\n{_mrkdwn(answer.answer)}", FALLBACK_LIMIT)
+    return Rendered(text or messages.EMPTY_ANSWER, blocks)
+
+
+def _render_refusal(answer: Answer) -> Rendered:
+    return Rendered(messages.REFUSAL, [_section(messages.REFUSAL), *_tail(answer)])
+
+
+def _render_evidence(answer: Answer) -> Rendered:
+    passages = answer.kept or answer.sources
+    head = [_section(messages.EVIDENCE_HEADER), _context(messages.EVIDENCE_REASON)]
+    lines = [_source_line(s, EVIDENCE_QUOTE_CHARS) for s in passages]
+    blocks = _assemble(head, _pack(lines, ""), _tail(answer))
+    plain = "\n".join(
+        f"[{s.n}] {s.document}"
+        + (f" › {s.section}" if s.section else "")
+        + f": {_shorten(s.quote, QUOTE_CHARS)}"
+        for s in passages
+    )
+    return Rendered(_fit(f"{messages.EVIDENCE_FALLBACK}\n{plain}", FALLBACK_LIMIT), blocks)
+
+
+def render_partial(text: str) -> Rendered:
+    """The placeholder while the model is still writing (no links yet: citations are unresolved)."""
+    body = _fit(_mrkdwn(text), SECTION_LIMIT - 1) if text.strip() else escape(messages.PLACEHOLDER)
+    return Rendered(
+        _fit(text, FALLBACK_LIMIT) or messages.PLACEHOLDER,
+        [_section(body), _context(messages.WRITING)],
+    )
+
+
+def render_notice(text: str) -> Rendered:
+    """A one-section message of server-written mrkdwn (placeholder, help, errors)."""
+    return Rendered(text, [_section(text)])
+
+
+# ---------------------------------------------------------------- uploads
+
+
+def render_upload_status(text: str, *, retry_document_id: int | None = None) -> Rendered:
+    """A file's status line, with a Retry button when the document can be indexed again."""
+    blocks: list[Block] = [_section(text)]
+    if retry_document_id is not None:
+        blocks.append(
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "action_id": RETRY_ACTION_ID,
+                        "text": {"type": "plain_text", "text": messages.UPLOAD_RETRY},
+                        "value": str(retry_document_id),
+                    }
+                ],
+            }
+        )
+    return Rendered(text, blocks)
+
+
+def upload_modal(private_metadata: str, *, channel_scope_allowed: bool) -> dict[str, Any]:
+    """The ``/kb-upload`` modal: files, who may see them, an optional title.
+
+    Args:
+        private_metadata: carried back on submission (the channel to report to).
+        channel_scope_allowed: offer "only this channel" (not in a DM, which has no audience).
+    """
+
+    def plain(text: str) -> dict[str, Any]:
+        return {"type": "plain_text", "text": text}
+
+    blocks: list[Block] = [
+        _section(messages.UPLOAD_MODAL_INTRO),
+        {
+            "type": "input",
+            "block_id": UPLOAD_FILES_BLOCK,
+            "label": plain(messages.UPLOAD_FILES_LABEL),
+            "element": {
+                "type": "file_input",
+                "action_id": UPLOAD_FILES_BLOCK,
+                "filetypes": ["md", "markdown", "txt", "text", "html", "htm", "pdf"],
+                "max_files": UPLOAD_MAX_FILES,
+            },
+        },
+    ]
+    if channel_scope_allowed:
+        everyone = {
+            "text": plain(messages.UPLOAD_VISIBILITY_EVERYONE),
+            "value": VISIBILITY_EVERYONE,
+        }
+        channel = {"text": plain(messages.UPLOAD_VISIBILITY_CHANNEL), "value": VISIBILITY_CHANNEL}
+        blocks.append(
+            {
+                "type": "input",
+                "block_id": UPLOAD_VISIBILITY_BLOCK,
+                "label": plain(messages.UPLOAD_VISIBILITY_LABEL),
+                "element": {
+                    "type": "radio_buttons",
+                    "action_id": UPLOAD_VISIBILITY_BLOCK,
+                    "options": [everyone, channel],
+                    "initial_option": everyone,
+                },
+            }
+        )
+    blocks.append(
+        {
+            "type": "input",
+            "block_id": UPLOAD_TITLE_BLOCK,
+            "optional": True,
+            "label": plain(messages.UPLOAD_TITLE_LABEL),
+            "hint": plain(messages.UPLOAD_TITLE_HINT),
+            "element": {
+                "type": "plain_text_input",
+                "action_id": UPLOAD_TITLE_BLOCK,
+                "max_length": 200,
+            },
+        }
+    )
+    return {
+        "type": "modal",
+        "callback_id": UPLOAD_CALLBACK_ID,
+        "title": plain(messages.UPLOAD_MODAL_TITLE),
+        "submit": plain(messages.UPLOAD_MODAL_SUBMIT),
+        "close": plain(messages.UPLOAD_MODAL_CLOSE),
+        "private_metadata": private_metadata,
+        "blocks": blocks,
+    }

@@ -1,0 +1,312 @@
+"""Web routes: the document viewer behind citation links, the original files, health checks.
+
+``GET /d/{id}?t=<token>`` shows a document's canonical text (the page's script
+highlights the ``#char=a,b`` range); ``GET /d/{id}/file?t=<token>`` serves the
+original (PDFs inline, so ``#page=N`` works). A token that is tampered with,
+expired or issued for another document gets the same static 403 page whether
+or not the document exists, so links cannot be used to enumerate documents.
+
+Errors are rendered in one middleware: a ``KBError`` with a ``status``
+attribute becomes a page (or JSON outside ``/d/``) with that status; anything
+unexpected is logged and shown as a generic 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import html
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from bot import messages
+from core.answer import Engine
+from core.errors import BadLinkToken
+from index.errors import DocumentNotFound, KBError
+from index.knowledge_base import KnowledgeBase
+from index.settings import Settings
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ENGINE", "KB", "MIDDLEWARES", "SETTINGS", "SLACK_MODE", "setup"]
+
+SETTINGS = web.AppKey("settings", Settings)
+KB = web.AppKey("kb", KnowledgeBase)
+ENGINE = web.AppKey("engine", Engine)
+SLACK_MODE = web.AppKey("slack_mode", str)
+STARTED = web.AppKey("started", float)
+
+STATIC_DIR = Path(str(resources.files("bot") / "static"))
+STATIC_ASSETS = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
+
+# The viewer's script and style are files on this server: nothing inline may run.
+VIEWER_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+# An original shown as text must never run anything, even if it is HTML.
+TEXT_FILE_CSP = "default-src 'none'; sandbox; frame-ancestors 'none'"
+PRIVATE_HEADERS = {"Cache-Control": "private, no-store"}
+
+_FILE_TYPES = {
+    "pdf": "application/pdf",
+    "md": "text/plain; charset=utf-8",
+    "txt": "text/plain; charset=utf-8",
+    # Shown as source: an uploaded page must not run in this origin.
+    "html": "text/plain; charset=utf-8",
+}
+_STYLE_RE = re.compile(r"<style>(.*?)</style>", re.DOTALL)
+
+
+# ---------------------------------------------------------------- templates
+
+
+def _template(name: str) -> str:
+    return (STATIC_DIR / name).read_text(encoding="utf-8")
+
+
+def _forbidden_csp(page: str) -> str:
+    """A CSP allowing exactly the forbidden page's inline style, by hash."""
+    hashes = [
+        "'sha256-" + base64.b64encode(hashlib.sha256(m.group(1).encode()).digest()).decode() + "'"
+        for m in _STYLE_RE.finditer(page)
+    ]
+    styles = " ".join(hashes) or "'none'"
+    return f"default-src 'none'; style-src {styles}; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+
+VIEWER_TEMPLATE = _template("viewer.html")
+FORBIDDEN_PAGE = _template("forbidden.html")
+FORBIDDEN_CSP = _forbidden_csp(FORBIDDEN_PAGE)
+
+
+def _escape_text(text: str) -> str:
+    # A raw CR would be turned into LF by the HTML parser and shift every later offset.
+    return html.escape(text, quote=True).replace("\r", "&#13;")
+
+
+def fill_viewer(*, title: str, meta: str, file_url: str, text: str) -> str:
+    """The viewer page for one document; every value is escaped here."""
+    values = {
+        "title": html.escape(title, quote=True),
+        "meta": html.escape(meta, quote=True),
+        "file_url": html.escape(file_url, quote=True),
+        "text": _escape_text(text),
+    }
+    # One pass, so a value that happens to contain "{{text}}" is never substituted again.
+    return re.sub(
+        r"\{\{(title|meta|file_url|text)\}\}", lambda m: values[m.group(1)], VIEWER_TEMPLATE
+    )
+
+
+def _simple_page(status: int, message: str) -> web.Response:
+    body = (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="referrer" content="no-referrer"><title>Knowledge base</title></head>'
+        f"<body><main><h1>{html.escape(message)}</h1></main></body></html>"
+    )
+    return web.Response(
+        status=status,
+        text=body,
+        content_type="text/html",
+        headers={"Content-Security-Policy": "default-src 'none'", **PRIVATE_HEADERS},
+    )
+
+
+def forbidden() -> web.Response:
+    """The static 403 page: names no document and says nothing about whether one exists."""
+    return web.Response(
+        status=403,
+        text=FORBIDDEN_PAGE,
+        content_type="text/html",
+        headers={"Content-Security-Policy": FORBIDDEN_CSP, **PRIVATE_HEADERS},
+    )
+
+
+# ---------------------------------------------------------------- middleware
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render ``KBError``s with a ``status`` and hide everything unexpected behind a 500."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except BadLinkToken as exc:
+        # The reason (expired, tampered, other document) is for the log only.
+        log.info("refused a document link: %s", exc)
+        return forbidden()
+    except KBError as exc:
+        status = getattr(exc, "status", None)
+        if not isinstance(status, int) or status >= 500:
+            log.exception("request %s failed", request.path)
+            return _error_response(request, 500, messages.PAGE_ERROR)
+        return _error_response(request, status, str(exc))
+    except Exception:
+        log.exception("request %s failed", request.path)
+        return _error_response(request, 500, messages.PAGE_ERROR)
+
+
+def _error_response(request: web.Request, status: int, message: str) -> web.Response:
+    if request.path.startswith("/d/"):
+        return _simple_page(status, message)
+    return web.json_response({"error": message}, status=status)
+
+
+MIDDLEWARES = [error_middleware]
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    # On every response, errors included: links carry tokens and pages show untrusted text.
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "no-referrer")
+    if request.path.startswith("/d/"):
+        response.headers.setdefault("Cache-Control", "private, no-store")
+
+
+# ---------------------------------------------------------------- documents
+
+
+def _document_id(request: web.Request) -> int:
+    raw = request.match_info["id"]
+    if not raw.isdigit() or len(raw) > 18:
+        # Same answer as a bad token: a malformed id reveals nothing either.
+        raise BadLinkToken(f"Malformed document id {raw[:40]!r}.")
+    return int(raw)
+
+
+def _verify(request: web.Request) -> tuple[int, str]:
+    doc_id = _document_id(request)
+    token = request.query.get("t", "")
+    scope = request.app[ENGINE].signer.verify(token, doc_id)
+    log.debug("document %s opened with a link for scope %s", doc_id, scope)
+    return doc_id, token
+
+
+def _meta(doc: dict[str, Any]) -> str:
+    parts = [str(doc["name"])]
+    if doc.get("indexed_at"):
+        day = datetime.fromtimestamp(float(doc["indexed_at"]), tz=UTC).strftime("%Y-%m-%d")
+        parts.append(f"indexed {day}")
+    return " - ".join(parts)
+
+
+async def viewer(request: web.Request) -> web.Response:
+    """``GET /d/{id}?t=...``: the canonical text of a document, for the ``#char`` highlight."""
+    doc_id, token = _verify(request)
+    kb = request.app[KB]
+    try:
+        doc = await asyncio.to_thread(kb.store.document, doc_id)
+        text = await asyncio.to_thread(kb.canonical_text, doc_id)
+    except DocumentNotFound:
+        return _simple_page(404, messages.PAGE_NOT_FOUND)
+    page = fill_viewer(
+        title=str(doc["title"] or doc["name"]),
+        meta=_meta(doc),
+        file_url=f"/d/{doc_id}/file?t={quote(token, safe='')}",
+        text=text,
+    )
+    return web.Response(
+        text=page,
+        content_type="text/html",
+        headers={"Content-Security-Policy": VIEWER_CSP, **PRIVATE_HEADERS},
+    )
+
+
+async def original_file(request: web.Request) -> web.StreamResponse:
+    """``GET /d/{id}/file?t=...``: the original upload; a PDF inline so ``#page=N`` works."""
+    doc_id, _ = _verify(request)
+    kb = request.app[KB]
+    try:
+        doc = await asyncio.to_thread(kb.store.document, doc_id)
+    except DocumentNotFound:
+        return _simple_page(404, messages.PAGE_NOT_FOUND)
+    path = kb.store.original_path(str(doc["sha256"]))
+    if not path.exists():
+        return _simple_page(404, messages.PAGE_NOT_FOUND)
+    content_type = _FILE_TYPES.get(str(doc["kind"]), "application/octet-stream")
+    disposition = "attachment" if content_type == "application/octet-stream" else "inline"
+    headers = {
+        "Content-Type": content_type,
+        "Content-Disposition": f"{disposition}; filename*=UTF-8''{quote(str(doc['name']), safe='')}",
+        **PRIVATE_HEADERS,
+    }
+    if content_type != "application/pdf":
+        # Not on PDFs: browsers refuse to run their PDF viewer in a sandboxed document.
+        headers["Content-Security-Policy"] = TEXT_FILE_CSP
+    return web.FileResponse(path, headers=headers)
+
+
+async def static_asset(request: web.Request) -> web.StreamResponse:
+    """The viewer's own script and style (only those two files)."""
+    name = request.match_info["name"]
+    if name not in STATIC_ASSETS:
+        raise web.HTTPNotFound()
+    headers = {"Content-Type": STATIC_ASSETS[name], "Cache-Control": "public, max-age=3600"}
+    return web.FileResponse(STATIC_DIR / name, headers=headers)
+
+
+# ---------------------------------------------------------------- health
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process answers."""
+    return web.json_response(
+        {"status": "ok", "uptime_s": round(time.monotonic() - request.app[STARTED], 1)}
+    )
+
+
+def _readiness(kb: KnowledgeBase) -> dict[str, Any]:
+    index = kb.indexes.check()
+    return {
+        "checks": {
+            "knowledge_base": True,
+            "index_in_sync": bool(index["in_sync"]),
+            # KnowledgeBase loads the model when it opens (it needs its dimensions).
+            "model_loaded": "_model" in vars(kb.embedder),
+        },
+        "index": index,
+        "embedding_model": kb.embedder.name,
+        "documents": len(kb.store.documents()),
+        "chunks": kb.store.chunk_count(),
+        "reindex_running": kb.reindex_running(),
+    }
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: knowledge base open, indexes in sync with SQLite, embedding model loaded."""
+    try:
+        details = await asyncio.to_thread(_readiness, request.app[KB])
+    except Exception as exc:  # not ready is an answer, not a crash
+        log.warning("readiness check failed: %s", exc)
+        return web.json_response(
+            {"ready": False, "checks": {"knowledge_base": False}, "error": str(exc)}, status=503
+        )
+    details["ready"] = all(details["checks"].values())
+    details["slack"] = request.app[SLACK_MODE]
+    details["llm_configured"] = request.app[ENGINE].llm.configured
+    return web.json_response(details, status=200 if details["ready"] else 503)
+
+
+def setup(app: web.Application) -> None:
+    """Add the viewer, file, static and health routes to ``app``."""
+    app[STARTED] = time.monotonic()
+    app.on_response_prepare.append(_security_headers)
+    app.router.add_get("/d/{id}", viewer)
+    app.router.add_get("/d/{id}/file", original_file)
+    app.router.add_get("/static/{name}", static_asset)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)

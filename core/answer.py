@@ -1,0 +1,302 @@
+"""The answer engine: retrieve -> gate -> prompt -> model -> citations -> log.
+
+The invariants this module keeps:
+
+* nothing passes the gate -> the fixed refusal, no sources, **no model call**;
+* the model writes numbers, the server resolves them: only sources the answer
+  actually cites are returned, renumbered in order of first appearance;
+* the model is unavailable -> the kept passages are returned as evidence,
+  labelled ``grounded=False``, never an exception;
+* every question is logged with its outcome, kept chunks and timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from core.citations import resolve_citations
+from core.errors import LLMUnavailable
+from core.gate import gate
+from core.links import LinkSigner, passage_url
+from core.llm import LLM, OnDelta
+from core.prompt import Source, build_messages
+from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend
+from index.knowledge_base import KnowledgeBase
+from index.settings import Settings
+from index.store import ChunkRow
+
+log = logging.getLogger(__name__)
+
+REFUSAL_TEXT = "The knowledge base has nothing on this, so I won't guess."
+EVIDENCE_TEXT = "No answer was generated. Here is what the knowledge base says:"
+
+
+class Outcome(StrEnum):
+    """How a question ended."""
+
+    ANSWERED = "answered"  # the model answered and cited at least one source
+    REFUSED = "refused"  # nothing passed the gate; the model was not called
+    MODEL_UNAVAILABLE = "model_unavailable"  # evidence shown instead of an answer
+    UNSUPPORTED = "unsupported"  # the model answered but cited nothing valid
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """A passage shown to the user, with the link that opens it."""
+
+    n: int
+    chunk_id: int
+    document_id: int
+    document: str
+    section: str
+    page: int | None
+    start: int
+    end: int
+    url: str
+    quote: str
+    distance: float
+
+
+@dataclass
+class Answer:
+    """The engine's reply to one question (``kb ask --json`` prints this)."""
+
+    question: str
+    outcome: Outcome
+    answer: str
+    grounded: bool
+    model_called: bool
+    sources: list[SourceRef] = field(default_factory=list)
+    kept: list[SourceRef] = field(default_factory=list)
+    invalid_citations: list[str] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    query_id: int | None = None
+    model_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Asker:
+    """Who asked, and where (for the query log)."""
+
+    user: str | None = None
+    channel: str | None = None
+    thread_ts: str | None = None
+
+
+class Engine:
+    """Answers questions from one knowledge base.
+
+    Args:
+        kb: the knowledge base.
+        settings: gate, model and link settings.
+        signer: signs passage links.
+        llm: the model client (built from ``settings`` when omitted).
+        backend: the retrieval backend (FAISS + BM25 over ``kb`` when omitted).
+    """
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        settings: Settings,
+        *,
+        signer: LinkSigner,
+        llm: LLM | None = None,
+        backend: RetrievalBackend | None = None,
+    ) -> None:
+        self.kb = kb
+        self.settings = settings
+        self.signer = signer
+        self.llm = llm or LLM(
+            base_url=settings.openai_base_url,
+            api_key=settings.openai_api_key,
+            model=settings.llm_model,
+            timeout=settings.llm_timeout,
+            max_retries=settings.llm_max_retries,
+        )
+        self.backend = backend or LocalBackend(kb.indexes)
+
+    def retrieve(
+        self, query: str, *, scopes: frozenset[str] | None, k: int, mode: Mode = Mode.HYBRID
+    ) -> list[Candidate]:
+        """Fused candidates for ``query`` (no gate), best first."""
+        vector = self.kb.embedder.encode_query(query)
+        return self.backend.search(vector, query, scopes, k, mode)
+
+    async def ask(
+        self,
+        question: str,
+        *,
+        scopes: frozenset[str] | None = None,
+        history: Sequence[tuple[str, str]] = (),
+        asker: Asker = Asker(),
+        on_delta: OnDelta | None = None,
+    ) -> Answer:
+        """Answer ``question`` from the passages visible to ``scopes`` (``None``: all).
+
+        Args:
+            question: the user's question.
+            scopes: channel scopes the asker may see; documents for everyone are always visible.
+            history: earlier (question, answer) pairs of the same thread; the
+                last question is added to the retrieval query so follow-ups find context.
+            asker: who asked, for the log.
+            on_delta: receives the answer text while the model streams it.
+        """
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        query = _retrieval_query(question, history)
+        vector = await asyncio.to_thread(self.kb.embedder.encode_query, query)
+        timings["embed"] = _ms_since(t0)
+        t = time.perf_counter()
+        candidates = await asyncio.to_thread(
+            self.backend.search, vector, query, scopes, self.settings.top_k * 5, Mode.HYBRID
+        )
+        timings["retrieve"] = _ms_since(t)
+        t = time.perf_counter()
+        kept_candidates = gate(candidates, threshold=self.settings.threshold, top_k=self.settings.top_k)
+        rows = await asyncio.to_thread(self.kb.store.chunks_by_id, [c.chunk_id for c in kept_candidates])
+        kept = [self._source_ref(i, c, rows[c.chunk_id]) for i, c in enumerate(
+            [c for c in kept_candidates if c.chunk_id in rows], start=1)]
+        timings["gate"] = _ms_since(t)
+        if not kept:
+            answer = Answer(question, Outcome.REFUSED, REFUSAL_TEXT, grounded=False, model_called=False)
+        else:
+            answer = await self._generate(question, kept, history, on_delta, timings)
+        timings["total"] = _ms_since(t0)
+        answer.timings_ms = timings
+        answer.query_id = await asyncio.to_thread(self._log, answer, candidates, scopes, asker)
+        return answer
+
+    async def _generate(
+        self,
+        question: str,
+        kept: list[SourceRef],
+        history: Sequence[tuple[str, str]],
+        on_delta: OnDelta | None,
+        timings: dict[str, float],
+    ) -> Answer:
+        sources = [Source(n=s.n, document=s.document, locator=_locator(s), content=s.quote) for s in kept]
+        messages = build_messages(question, sources, history=history)
+        t = time.perf_counter()
+        try:
+            text = await self.llm.complete(messages, on_delta=on_delta)
+        except LLMUnavailable as exc:
+            timings["llm"] = _ms_since(t)
+            log.warning("model unavailable, showing evidence: %s", exc.reason)
+            return Answer(
+                question,
+                Outcome.MODEL_UNAVAILABLE,
+                EVIDENCE_TEXT,
+                grounded=False,
+                model_called=self.llm.configured,
+                sources=kept,
+                kept=kept,
+                model_error=exc.reason,
+            )
+        timings["llm"] = _ms_since(t)
+        resolved = resolve_citations(text, len(kept))
+        if resolved.invalid:
+            log.info("citations pointing at no source (not linked): %s", resolved.invalid)
+        cited = [_renumber(kept[orig - 1], new) for new, orig in enumerate(resolved.cited, start=1)]
+        outcome = Outcome.UNSUPPORTED if resolved.unsupported else Outcome.ANSWERED
+        return Answer(
+            question,
+            outcome,
+            resolved.text,
+            grounded=not resolved.unsupported,
+            model_called=True,
+            sources=cited,
+            kept=kept,
+            invalid_citations=list(resolved.invalid),
+        )
+
+    def _source_ref(self, n: int, cand: Candidate, row: ChunkRow) -> SourceRef:
+        is_pdf = row.kind == "pdf"
+        token = self.signer.token(row.document_id, row.scope)
+        url = passage_url(
+            self.settings.public_url,
+            row.document_id,
+            token,
+            start=row.start,
+            end=row.end,
+            page=row.page,
+            is_pdf=is_pdf,
+        )
+        return SourceRef(
+            n=n,
+            chunk_id=row.id,
+            document_id=row.document_id,
+            document=row.document,
+            section=row.section,
+            page=row.page,
+            start=row.start,
+            end=row.end,
+            url=url,
+            quote=row.content,
+            distance=round(cand.distance, 4),
+        )
+
+    def _log(
+        self,
+        answer: Answer,
+        candidates: Sequence[Candidate],
+        scopes: frozenset[str] | None,
+        asker: Asker,
+    ) -> int:
+        return self.kb.store.log_query(
+            question=answer.question,
+            scopes=sorted(scopes) if scopes is not None else ["*all*"],
+            outcome=answer.outcome.value,
+            model_called=int(answer.model_called),
+            kept=[[s.chunk_id, s.distance] for s in answer.kept],
+            cited=[s.chunk_id for s in answer.sources] if answer.grounded else [],
+            invalid_citations=answer.invalid_citations,
+            latency_ms=answer.timings_ms.get("total", 0.0),
+            timings=answer.timings_ms,
+            user=asker.user,
+            channel=asker.channel,
+            thread_ts=asker.thread_ts,
+            answer=answer.answer,
+        )
+
+
+def _retrieval_query(question: str, history: Sequence[tuple[str, str]]) -> str:
+    # A follow-up ("and on Windows?") means little alone; the thread's last
+    # question carries the topic.
+    if not history:
+        return question
+    return f"{history[-1][0]}\n{question}"
+
+
+def _locator(s: SourceRef) -> str:
+    parts = [s.section] if s.section else []
+    if s.page is not None:
+        parts.append(f"page {s.page}")
+    return ", ".join(parts) or "beginning"
+
+
+def _renumber(s: SourceRef, n: int) -> SourceRef:
+    return SourceRef(**{**asdict(s), "n": n})
+
+
+def _ms_since(t: float) -> float:
+    return round((time.perf_counter() - t) * 1000, 2)
+
+
+def build_engine(settings: Settings, *, kb: KnowledgeBase | None = None) -> Engine:
+    """The engine for ``settings``: knowledge base, link signer and model client."""
+    from core.links import load_or_create_secret
+
+    kb = kb or KnowledgeBase(settings)
+    secret = load_or_create_secret(settings.data_dir, settings.link_secret)
+    signer = LinkSigner(secret, ttl_seconds=settings.link_ttl_days * 86400)
+    return Engine(kb, settings, signer=signer)

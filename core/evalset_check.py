@@ -1,0 +1,324 @@
+"""Validate a retrieval evaluation set before ``kb eval`` trusts it.
+
+An evaluation set is a folder with ``corpus/`` (the documents), ``questions.jsonl``
+and ``ood.jsonl``. ``kb eval`` counts a retrieval as correct when a returned
+chunk's own ``content`` contains the whole needle, so the set is only as good
+as its needles: a needle that occurs twice can be "found" in the wrong place, one
+inside a heading line is never part of any chunk's content (the chunker puts
+headings in the contextual header instead), and a phrasing that quotes its
+needle turns the test into string matching. This module catches those mistakes.
+
+Run it as ``python -m core.evalset_check DIR``; without ``DIR`` it checks the
+evaluation set bundled with the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+BUNDLED_EVALSET = Path(__file__).resolve().parent / "evalset"
+"""The evaluation set shipped with the package (a corpus of public documentation)."""
+
+CORPUS_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
+"""Corpus files whose canonical text is the file itself with newlines normalised.
+
+Other formats (HTML, PDF) would need the project's extractor to know the text a
+needle is matched against; an evaluation set should ship such documents
+converted, so that its needles can be checked here without indexing anything.
+"""
+
+QUESTION_FIELDS = ("id", "needle", "doc_phrasing", "ticket_phrasing")
+OOD_FIELDS = ("id", "question")
+OOD_KINDS = frozenset({"adjacent", "near_miss", "far"})
+NEEDLE_MIN_CHARS = 10
+NEEDLE_MAX_CHARS = 120
+
+# ATX headings as CommonMark writes them: up to three spaces, 1-6 '#', then a
+# space or the end of the line. Checked on every line, fenced code included:
+# a chunker that does not track fences would take `# comment` in a code block
+# for a heading, and a needle there would then be in no chunk's content.
+_ATX_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
+# The underline of a setext heading (the line above it is the heading).
+_SETEXT_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+
+
+def canonical_text(raw: str) -> str:
+    """The text a needle is matched against: newlines normalised, BOM dropped.
+
+    Args:
+        raw: the decoded file content.
+
+    Returns:
+        ``raw`` with ``\\r\\n`` and lone ``\\r`` turned into ``\\n`` and a leading
+        byte-order mark removed, as the extractor does for markdown and text.
+    """
+    return raw.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def heading_lines(text: str) -> set[int]:
+    """Indices (0-based) of the lines of ``text`` that are, or may be taken for, headings.
+
+    Args:
+        text: canonical text.
+
+    Returns:
+        ATX heading lines (``# Title``) and setext heading lines (a text line
+        underlined with ``===`` or ``---``).
+    """
+    lines = text.split("\n")
+    found: set[int] = set()
+    for i, line in enumerate(lines):
+        if _ATX_HEADING.match(line):
+            found.add(i)
+        elif (
+            i > 0
+            and _SETEXT_UNDERLINE.match(line)
+            and lines[i - 1].strip()
+            and not _SETEXT_UNDERLINE.match(lines[i - 1])
+        ):
+            found.add(i - 1)
+    return found
+
+
+def load_corpus(corpus_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """Read every corpus document as canonical text.
+
+    Args:
+        corpus_dir: the folder of documents (searched recursively; hidden
+            files are ignored).
+
+    Returns:
+        ``(texts, problems)``: canonical text by path relative to
+        ``corpus_dir``, and the problems met while reading.
+    """
+    problems: list[str] = []
+    texts: dict[str, str] = {}
+    if not corpus_dir.is_dir():
+        return texts, [f"{corpus_dir}: corpus folder not found"]
+    for path in sorted(corpus_dir.rglob("*")):
+        rel = path.relative_to(corpus_dir)
+        if not path.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        if path.suffix.lower() not in CORPUS_SUFFIXES:
+            problems.append(
+                f"{rel}: needles cannot be checked in a {path.suffix or 'suffix-less'} file; "
+                f"ship corpus documents as {', '.join(sorted(CORPUS_SUFFIXES))}"
+            )
+            continue
+        try:
+            texts[rel.as_posix()] = canonical_text(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            problems.append(f"{rel}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+    if not texts and not problems:
+        problems.append(f"{corpus_dir}: the corpus folder has no documents")
+    return texts, problems
+
+
+def _read_jsonl(
+    path: Path, fields: Sequence[str], problems: list[str]
+) -> list[tuple[int, dict[str, Any]]]:
+    """Parse a JSONL file, keeping the records that have every required string field."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        problems.append(f"{path.name}: file not found")
+        return []
+    except UnicodeDecodeError as exc:
+        problems.append(f"{path.name}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return []
+    records: list[tuple[int, dict[str, Any]]] = []
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path.name}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"{where}: invalid JSON ({exc.msg})")
+            continue
+        if not isinstance(record, dict):
+            problems.append(f"{where}: expected a JSON object, got {type(record).__name__}")
+            continue
+        missing = [f for f in fields if not isinstance(record.get(f), str) or not record[f].strip()]
+        if missing:
+            problems.append(f"{where}: missing or empty field(s): {', '.join(missing)}")
+            continue
+        rid = record["id"]
+        if rid in seen:
+            problems.append(f"{where}: duplicate id {rid!r} (first on line {seen[rid]})")
+            continue
+        seen[rid] = lineno
+        records.append((lineno, record))
+    return records
+
+
+def _occurrences(needle: str, texts: dict[str, str]) -> list[tuple[str, int]]:
+    """Every (document, offset) where ``needle`` starts, overlapping matches included."""
+    found: list[tuple[str, int]] = []
+    for name, text in texts.items():
+        at = text.find(needle)
+        while at != -1:
+            found.append((name, at))
+            at = text.find(needle, at + 1)
+    return found
+
+
+def _check_question(
+    where: str,
+    record: dict[str, Any],
+    texts: dict[str, str],
+    headings: dict[str, set[int]],
+) -> list[str]:
+    """Problems of one question whose required fields are present."""
+    problems: list[str] = []
+    needle: str = record["needle"]
+    doc: str = record["doc_phrasing"]
+    ticket: str = record["ticket_phrasing"]
+    if needle != needle.strip():
+        # Chunk contents are trimmed, so surrounding whitespace could make a
+        # correct chunk fail the containment test.
+        problems.append(f"{where}: needle has leading or trailing whitespace")
+    if not NEEDLE_MIN_CHARS <= len(needle) <= NEEDLE_MAX_CHARS:
+        problems.append(
+            f"{where}: needle is {len(needle)} characters; keep it between "
+            f"{NEEDLE_MIN_CHARS} and {NEEDLE_MAX_CHARS}"
+        )
+    hits = _occurrences(needle, texts)
+    if not hits:
+        problems.append(f"{where}: needle not found in the corpus: {needle!r}")
+    elif len(hits) > 1:
+        places = ", ".join(f"{name}@{at}" for name, at in hits[:5])
+        problems.append(f"{where}: needle occurs {len(hits)} times (must be once): {places}")
+    else:
+        name, at = hits[0]
+        text = texts[name]
+        first = text.count("\n", 0, at)
+        last = first + needle.count("\n")
+        if any(i in headings[name] for i in range(first, last + 1)):
+            problems.append(f"{where}: needle is in a heading line of {name} (line {first + 1})")
+    if doc.strip().casefold() == ticket.strip().casefold():
+        problems.append(f"{where}: doc_phrasing and ticket_phrasing are the same")
+    folded = needle.casefold()
+    for field, phrasing in (("doc_phrasing", doc), ("ticket_phrasing", ticket)):
+        if folded in phrasing.casefold():
+            problems.append(f"{where}: {field} contains the needle verbatim")
+    return problems
+
+
+def check_evalset(
+    corpus_dir: Path,
+    questions: Path,
+    ood: Path,
+    min_questions: int = 30,
+    min_ood: int | None = None,
+) -> list[str]:
+    """Check an evaluation set; an empty list means it is fit for ``kb eval``.
+
+    Checks: both files are valid JSONL with the required non-empty string
+    fields and unique ids; every needle is 10-120 characters, occurs exactly
+    once in the whole corpus (after newline normalisation) and not within a
+    heading line; the two phrasings of a question differ and neither contains
+    its needle; OOD ``kind``, when given, is ``adjacent``, ``near_miss`` or
+    ``far``; and there are enough questions and OOD questions.
+
+    Args:
+        corpus_dir: folder of corpus documents (``.md``, ``.markdown``, ``.txt``).
+        questions: ``questions.jsonl`` with ``id``, ``needle``, ``doc_phrasing``,
+            ``ticket_phrasing``.
+        ood: ``ood.jsonl`` with ``id``, ``question`` and optionally ``kind``.
+        min_questions: the fewest questions accepted.
+        min_ood: the fewest OOD questions accepted; ``None`` means ``min_questions``.
+
+    Returns:
+        One human-readable sentence per problem, prefixed with the file and line.
+    """
+    min_ood = min_questions if min_ood is None else min_ood
+    texts, problems = load_corpus(corpus_dir)
+    headings = {name: heading_lines(text) for name, text in texts.items()}
+
+    records = _read_jsonl(questions, QUESTION_FIELDS, problems)
+    for lineno, record in records:
+        where = f"{questions.name}:{lineno} ({record['id']})"
+        problems.extend(_check_question(where, record, texts, headings))
+    if len(records) < min_questions:
+        problems.append(
+            f"{questions.name}: {len(records)} valid questions, at least {min_questions} needed"
+        )
+
+    ood_records = _read_jsonl(ood, OOD_FIELDS, problems)
+    seen_questions: dict[str, int] = {}
+    for lineno, record in ood_records:
+        where = f"{ood.name}:{lineno} ({record['id']})"
+        kind = record.get("kind")
+        if kind is not None and kind not in OOD_KINDS:
+            problems.append(f"{where}: kind {kind!r} is not one of {', '.join(sorted(OOD_KINDS))}")
+        key = record["question"].strip().casefold()
+        if key in seen_questions:
+            problems.append(f"{where}: same question as line {seen_questions[key]}")
+        seen_questions.setdefault(key, lineno)
+    if len(ood_records) < min_ood:
+        problems.append(
+            f"{ood.name}: {len(ood_records)} valid OOD questions, at least {min_ood} needed"
+        )
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point: print the problems, exit 1 if there are any.
+
+    Args:
+        argv: arguments without the program name; ``None`` reads ``sys.argv``.
+
+    Returns:
+        The process exit code: 0 when the set passes, 1 otherwise.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m core.evalset_check",
+        description="Check an evaluation set: DIR/corpus/, DIR/questions.jsonl, DIR/ood.jsonl.",
+    )
+    parser.add_argument(
+        "directory",
+        nargs="?",
+        type=Path,
+        default=BUNDLED_EVALSET,
+        help="the evaluation set folder (default: the bundled set)",
+    )
+    parser.add_argument("--min-questions", type=int, default=30, metavar="N")
+    parser.add_argument(
+        "--min-ood", type=int, default=None, metavar="N", help="default: --min-questions"
+    )
+    args = parser.parse_args(argv)
+    root: Path = args.directory
+    problems = check_evalset(
+        root / "corpus",
+        root / "questions.jsonl",
+        root / "ood.jsonl",
+        min_questions=args.min_questions,
+        min_ood=args.min_ood,
+    )
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} problem(s) in {root}", file=sys.stderr)
+        return 1
+    texts, _ = load_corpus(root / "corpus")
+    counts = [
+        sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        for path in (root / "questions.jsonl", root / "ood.jsonl")
+    ]
+    print(
+        f"OK: {len(texts)} documents, {sum(map(len, texts.values()))} characters, "
+        f"{counts[0]} questions, {counts[1]} out-of-domain questions"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The language model, reached through the ``openai`` package at any OpenAI-compatible endpoint.
+
+This module is the one boundary where the client's exceptions are translated:
+whatever goes wrong (no endpoint, refused connection, timeout, 5xx, a
+rejected key) becomes ``LLMUnavailable`` with a reason for the log, and the
+engine shows the evidence instead of an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+import openai
+
+from core.errors import LLMUnavailable
+
+log = logging.getLogger(__name__)
+
+OnDelta = Callable[[str], Awaitable[None]]
+"""Called with the whole text so far while a streamed answer arrives."""
+
+
+class LLM:
+    """Chat completions against one endpoint and model.
+
+    Args:
+        base_url: the endpoint (``OPENAI_BASE_URL``); empty means no model is configured.
+        api_key: its key; some local servers accept anything.
+        model: the model name (``KB_LLM_MODEL``).
+        timeout: seconds per request.
+        max_retries: retries on connection errors, 408/409/429 and 5xx.
+    """
+
+    def __init__(
+        self, *, base_url: str, api_key: str, model: str, timeout: float = 30.0, max_retries: int = 1
+    ) -> None:
+        self.base_url = base_url
+        self.model = model
+        self._client = (
+            openai.AsyncOpenAI(
+                base_url=base_url,
+                api_key=api_key or "not-needed",
+                timeout=timeout,
+                max_retries=max_retries,
+            )
+            if base_url
+            else None
+        )
+
+    @property
+    def configured(self) -> bool:
+        """Whether an endpoint is set at all."""
+        return self._client is not None
+
+    async def complete(
+        self, messages: Sequence[dict[str, str]], *, on_delta: OnDelta | None = None
+    ) -> str:
+        """The model's reply to ``messages``; streamed through ``on_delta`` when given.
+
+        Raises:
+            LLMUnavailable: no endpoint, or the endpoint failed.
+        """
+        if self._client is None:
+            raise LLMUnavailable("No language model is configured (OPENAI_BASE_URL is empty).")
+        try:
+            if on_delta is None:
+                return await self._complete_once(messages)
+            return await self._complete_streamed(messages, on_delta)
+        except openai.APITimeoutError as exc:
+            raise LLMUnavailable(f"The model at {self.base_url} timed out.") from exc
+        except openai.APIConnectionError as exc:
+            raise LLMUnavailable(f"The model at {self.base_url} could not be reached.") from exc
+        except openai.APIStatusError as exc:
+            raise LLMUnavailable(
+                f"The model at {self.base_url} answered HTTP {exc.status_code}."
+            ) from exc
+        except openai.OpenAIError as exc:
+            raise LLMUnavailable(f"The model call failed: {exc}.") from exc
+
+    async def _complete_once(self, messages: Sequence[dict[str, str]]) -> str:
+        assert self._client is not None
+        resp = await self._client.chat.completions.create(
+            model=self.model, messages=list(messages), temperature=0  # type: ignore[arg-type]
+        )
+        if not resp.choices:
+            raise LLMUnavailable("The model returned no choices.")
+        return resp.choices[0].message.content or ""
+
+    async def _complete_streamed(self, messages: Sequence[dict[str, str]], on_delta: OnDelta) -> str:
+        assert self._client is not None
+        stream = await self._client.chat.completions.create(
+            model=self.model,
+            messages=list(messages),  # type: ignore[arg-type]
+            temperature=0,
+            stream=True,
+        )
+        text = ""
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                text += chunk.choices[0].delta.content
+                await on_delta(text)
+        return text

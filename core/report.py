@@ -1,0 +1,313 @@
+"""Rendering ``kb eval`` and ``kb calibrate`` results: text tables, Markdown, a PNG.
+
+Nothing here measures anything; every number comes from ``EvalResult`` or
+``Calibration``, so the text, the Markdown and ``--json`` always agree.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from core.calibrate import Calibration
+from core.evaluation import (
+    RECALL_KS,
+    TEST_KS,
+    EvalResult,
+    MeanCI,
+    PairedTest,
+    Proportion,
+    StrategyResult,
+    SweepRow,
+)
+from core.retrieve import Mode
+
+
+def fmt_p(p: Proportion) -> str:
+    """``0.781 [0.66, 0.87]``: value and 95 % Wilson interval."""
+    low, high = p.interval
+    return f"{p.value:.3f} [{low:.2f}, {high:.2f}]"
+
+
+def fmt_count(p: Proportion) -> str:
+    """``3/30 (0.100)``."""
+    return f"{p.successes}/{p.n} ({p.value:.3f})"
+
+
+def fmt_mean(m: MeanCI) -> str:
+    """``0.512 [0.43, 0.60]``: mean and bootstrap interval."""
+    return f"{m.mean:.3f} [{m.low:.2f}, {m.high:.2f}]"
+
+
+def fmt_test(t: PairedTest) -> str:
+    """``+10/-3 p=0.092``."""
+    return f"+{t.wins}/-{t.losses} p={t.p:.3g}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bool) -> list[str]:
+    if markdown:
+        out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        return out + ["| " + " | ".join(r) + " |" for r in rows]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [line.format(*header).rstrip()] + [line.format(*r).rstrip() for r in rows]
+
+
+def _recall_rows(s: StrategyResult, modes: Sequence[str]) -> list[list[str]]:
+    rows = []
+    for mode in modes:
+        r = s.modes[mode]
+        rows.append([mode, *[fmt_p(r.recall(k)) for k in RECALL_KS], fmt_mean(r.mrr)])
+    return rows
+
+
+def _recall_header(first: str) -> list[str]:
+    return [first, *[f"R@{k}" for k in RECALL_KS], "MRR"]
+
+
+def _distance_summary(values: Sequence[float | None]) -> str:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return "-"
+    return f"min {vals[0]:.3f}  median {statistics.median(vals):.3f}  max {vals[-1]:.3f}  (n={len(vals)})"
+
+
+def _sweep_rows(rows: Sequence[SweepRow], marks: dict[float, str]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        mark = marks.get(round(r.threshold, 4), "")
+        out.append(
+            [
+                f"{r.threshold:.3f}{mark}",
+                fmt_count(r.bluffs),
+                fmt_count(r.refused),
+                fmt_count(r.answerable) if r.answerable else "-",
+                str(r.lost) if r.lost is not None else "-",
+            ]
+        )
+    return out
+
+
+SWEEP_HEADER = ["threshold", "bluffs (OOD kept)", "in-domain refused", "answerable", "lost"]
+
+
+def _tests_rows(tests: Sequence[PairedTest]) -> list[list[str]]:
+    by_pair: dict[tuple[str, str, str], dict[int, PairedTest]] = {}
+    for t in tests:
+        by_pair.setdefault((t.first, t.second, t.mode), {})[t.k] = t
+    return [
+        [f"{a} vs {b}", mode, *[fmt_test(ks[k]) if k in ks else "-" for k in TEST_KS]]
+        for (a, b, mode), ks in by_pair.items()
+    ]
+
+
+def render(result: EvalResult, *, markdown: bool = False, recommended: float | None = None) -> str:
+    """The whole evaluation as text tables (or Markdown when ``markdown``)."""
+    h = (lambda s: f"### {s}") if markdown else (lambda s: f"== {s}")
+    p = result.product
+    lines = [
+        h("Evaluation set"),
+        "",
+        f"corpus {result.corpus}: {p.documents} documents, {p.chunks} chunks "
+        f"(product chunker, budget {result.chunk_budget} characters)",
+        f"{len(result.questions)} questions x 2 phrasings = {result.n_queries} queries; "
+        f"{len(result.ood_questions)} out-of-domain questions",
+        f"embedding model {result.embedding_model}, window {p.window} word-pieces; "
+        f"indexing {p.index_seconds:.1f} s, one search (3 modes) {p.query_ms:.1f} ms",
+        "",
+    ]
+    if p.failed_documents:
+        lines += ["documents that failed to index: " + "; ".join(p.failed_documents), ""]
+    lines += [
+        h(f"Retrieval (n = {result.n_queries} queries)"),
+        "",
+        *_table(
+            _recall_header("mode"), _recall_rows(p, [m.value for m in Mode]), markdown=markdown
+        ),
+        "",
+        "Recall: 95 % Wilson intervals. MRR over the top 20: 95 % percentile bootstrap.",
+        "",
+        h("Paired sign tests between modes (exact, two-sided, discordant pairs)"),
+        "",
+        *_table(
+            ["pair", "chunker", *[f"R@{k}" for k in TEST_KS]],
+            _tests_rows(result.mode_tests),
+            markdown=markdown,
+        ),
+        "",
+        h("Destroyed answers and the encoder window"),
+        "",
+        f"destroyed (needle in the corpus, in no chunk): {fmt_count(p.destroyed_share())}"
+        + (f" {', '.join(p.destroyed)}" if p.destroyed else ""),
+        f"needles missing from the corpus text: {len(p.missing)}"
+        + (f" ({', '.join(p.missing)})" if p.missing else ""),
+        f"chunks split to fit the window: {p.window_splits}; "
+        f"chunks still over the window: {p.over_window}",
+        "",
+    ]
+    lines += _render_gate(result, markdown=markdown, recommended=recommended)
+    if result.strategies:
+        lines += _render_strategies(result, markdown=markdown)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _render_gate(result: EvalResult, *, markdown: bool, recommended: float | None) -> list[str]:
+    g = result.gate
+    h = (lambda s: f"### {s}") if markdown else (lambda s: f"== {s}")
+    marks = {round(g.threshold, 4): " (current)"}
+    if recommended is not None:
+        marks[round(recommended, 4)] = marks.get(round(recommended, 4), "") + " (recommended)"
+    cur = g.current
+    lines = [
+        h(f"Out-of-domain sweep (hybrid, gate keeps <= {g.top_k} of {g.candidates} candidates)"),
+        "",
+        f"at the current threshold {g.threshold:.3f}: bluffs {fmt_p(cur.bluffs)}, "
+        f"in-domain refused {fmt_p(cur.refused)}"
+        + (f", answerable {fmt_p(cur.answerable)}" if cur.answerable else ""),
+        "",
+        *_table(SWEEP_HEADER, _sweep_rows(g.sweep, marks), markdown=markdown),
+        "",
+        "Distances (cosine, 1 - ip):",
+        "",
+        f"- in-domain, closest chunk holding the needle: {_distance_summary(g.in_domain_correct)}",
+        f"- in-domain, best candidate: {_distance_summary(g.in_domain_best)}",
+        f"- out-of-domain, best candidate: {_distance_summary(g.ood_best)}",
+        "",
+    ]
+    bluffing = [
+        o for o in g.ood if o["best_distance"] is not None and o["best_distance"] <= g.threshold
+    ]
+    if bluffing:
+        lines += [f"Out-of-domain questions that pass the gate at {g.threshold:.3f}:", ""]
+        lines += [
+            f"- d={o['best_distance']:.3f} [{o['kind'] or '-'}] {o['question']!r} -> {o['closest']}"
+            for o in sorted(bluffing, key=lambda o: o["best_distance"])
+        ]
+        lines.append("")
+    return lines
+
+
+def _render_strategies(result: EvalResult, *, markdown: bool) -> list[str]:
+    h = (lambda s: f"### {s}") if markdown else (lambda s: f"== {s}")
+    names = sorted(result.strategies)
+    facts = [
+        [
+            n,
+            result.strategies[n].label,
+            str(result.strategies[n].chunks),
+            fmt_count(result.strategies[n].destroyed_share()),
+            str(result.strategies[n].over_window),
+            str(result.strategies[n].embedded_tokens),
+        ]
+        for n in names
+    ]
+    lines = [
+        h("Chunking strategies"),
+        "",
+        *_table(
+            ["strategy", "", "chunks", "destroyed", "over window", "embedded tokens"],
+            facts,
+            markdown=markdown,
+        ),
+        "",
+    ]
+    for mode in (Mode.HYBRID.value, Mode.DENSE.value):
+        rows = [
+            [n, *_recall_rows(result.strategies[n], [mode])[0][1:]]
+            for n in names
+            if mode in result.strategies[n].modes
+        ]
+        lines += [
+            h(f"Strategies, {mode}"),
+            "",
+            *_table(_recall_header("strategy"), rows, markdown=markdown),
+            "",
+        ]
+    lines += [
+        h("Paired sign tests between strategies (wins/losses of the first, exact two-sided p)"),
+        "",
+        *_table(
+            ["pair", "mode", *[f"R@{k}" for k in TEST_KS]],
+            _tests_rows(result.strategy_tests),
+            markdown=markdown,
+        ),
+        "",
+    ]
+    return lines
+
+
+def render_calibration(cal: Calibration) -> str:
+    """What the proposed threshold costs, beside the current one."""
+    lines = [
+        f"bluff budget: at most {cal.max_bluff_rate:.0%} of out-of-domain questions answered "
+        f"(source: {cal.source})",
+        "",
+    ]
+    if cal.proposed is None:
+        lines.append(
+            "No threshold in the sweep meets this budget; raise the budget or add documents."
+        )
+    else:
+        lines.append(f"proposed threshold: {cal.proposed.threshold:.3f}")
+    lines.append("")
+    rows = [("current", cal.current)] + ([("proposed", cal.proposed)] if cal.proposed else [])
+    lines += _table(
+        ["", "threshold", "bluffs", "in-domain refused", "answerable kept", "lost"],
+        [
+            [
+                name,
+                f"{r.threshold:.3f}",
+                fmt_p(r.bluffs),
+                fmt_p(r.refused),
+                fmt_p(r.answerable) if r.answerable else "-",
+                str(r.lost) if r.lost is not None else "-",
+            ]
+            for name, r in rows
+        ],
+        markdown=False,
+    )
+    lines += ["", "Counts with 95 % Wilson intervals."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: EvalResult, path: Path, *, recommended: float | None = None) -> None:
+    """Two panels: distance histograms, and bluffs / lost answers against the threshold."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on a server
+    import matplotlib.pyplot as plt
+
+    g = result.gate
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    inside = [d for d in g.in_domain_correct if d is not None]
+    outside = [d for d in g.ood_best if d is not None]
+    # Out-of-domain distances can reach 2 (opposite vectors): bin up to the largest seen.
+    top = max([1.2, *inside, *outside])
+    bins = [i / 40 for i in range(0, int(top * 40) + 2)]
+    left.hist(inside, bins=bins, alpha=0.6, label="in-domain: closest chunk with the needle")
+    left.hist(outside, bins=bins, alpha=0.6, label="out-of-domain: best candidate")
+    left.set_xlabel("cosine distance")
+    left.set_ylabel("queries")
+    left.set_title("Distances the threshold separates")
+    xs = [r.threshold for r in g.sweep]
+    right.plot(xs, [r.bluffs.successes for r in g.sweep], marker="o", label="bluffs (OOD answered)")
+    right.plot(xs, [r.lost or 0 for r in g.sweep], marker="s", label="lost answers")
+    right.plot(
+        xs, [r.refused.successes for r in g.sweep], linestyle="--", label="in-domain refused"
+    )
+    right.set_xlabel("threshold")
+    right.set_ylabel("questions")
+    right.set_title(
+        f"Cost of the threshold ({len(outside)} OOD, {len(g.in_domain_best)} in-domain)"
+    )
+    for ax in (left, right):
+        ax.axvline(g.threshold, color="black", linestyle=":", label=f"current {g.threshold:.3f}")
+        if recommended is not None and abs(recommended - g.threshold) > 1e-9:
+            ax.axvline(
+                recommended, color="red", linestyle="-.", label=f"recommended {recommended:.3f}"
+            )
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,80 @@
+"""The pure ingestion pipeline: bytes -> canonical text -> chunks -> vectors.
+
+Nothing here touches the database; ``index.knowledge_base`` records the
+result and moves the document through its states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from index.chunk import CHUNKER_VERSION, chunk_document
+from index.embed import Embedder
+from index.errors import EmptyDocument
+from index.extract import EXTRACTOR_VERSION, extract
+from index.models import Chunking, Extracted
+
+# Stamped on every document: bump when chunking, headers or extraction change
+# in a way that changes chunks, so older documents are reported stale.
+PIPELINE_VERSION = f"chunker-{CHUNKER_VERSION}"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything needed to commit one document's chunks."""
+
+    extracted: Extracted
+    chunking: Chunking
+    vectors: np.ndarray
+    token_counts: list[int]
+
+
+def prepare_document(
+    data: bytes,
+    filename: str,
+    *,
+    embedder: Embedder,
+    max_bytes: int,
+    budget: int,
+    title: str | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    chunker: Callable[[Extracted], Chunking] | None = None,
+) -> Prepared:
+    """Extract, chunk and embed one document.
+
+    Args:
+        chunker: replaces the product's chunker; ``kb eval --strategies`` uses it
+            to index a corpus with the study's other chunking strategies.
+
+    Raises:
+        ExtractionError: the bytes cannot become text, or hold no text to index.
+    """
+    extracted = extract(data, filename, max_bytes=max_bytes)
+    if title:
+        extracted = Extracted(
+            text=extracted.text, title=title, kind=extracted.kind, page_starts=extracted.page_starts
+        )
+    if chunker is not None:
+        chunking = chunker(extracted)
+    else:
+        chunking = chunk_document(
+            extracted,
+            budget=budget,
+            count_tokens=embedder.count_tokens,
+            max_tokens=embedder.max_tokens,
+        )
+    if not chunking.chunks:
+        raise EmptyDocument(
+            f"{filename} has no text to index (it may contain only headings or whitespace).",
+            filename=filename,
+        )
+    texts = [c.text for c in chunking.chunks]
+    vectors = embedder.encode(texts, on_batch=on_batch)
+    token_counts = [embedder.count_tokens(t) for t in texts]
+    return Prepared(extracted, chunking, vectors, token_counts)
+
+
+__all__ = ["EXTRACTOR_VERSION", "PIPELINE_VERSION", "Prepared", "prepare_document"]

@@ -1,0 +1,393 @@
+"""The knowledge base of one data dir: documents, their states, and the search snapshot.
+
+This is what the CLI and the bot drive. A document moves
+``pending -> indexing -> indexed | failed(reason)``; its chunks become visible
+in the same transaction that marks it indexed, and a new version of a document
+replaces the old one in that transaction too, so nobody ever sees half of one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from index.derived import DerivedIndexes, Snapshot
+from index.embed import Embedder
+from index.errors import ExtractionError, KBError, ReindexInProgress
+from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES
+from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
+from index.models import Chunking, DocState, Extracted
+from index.settings import Settings
+from index.store import EVERYONE, Stamp, Store
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, dict[str, Any]], None]
+"""Progress callback: ``(event, details)``; events are documented where emitted."""
+
+
+@dataclass(frozen=True)
+class Added:
+    """The result of adding bytes: the document row, and whether they were already there."""
+
+    document: dict[str, Any]
+    duplicate: bool
+
+
+@dataclass
+class IngestSummary:
+    """What ``ingest_paths`` did."""
+
+    indexed: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    unchanged: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def chunks(self) -> int:
+        """Chunks written by this run."""
+        return sum(d["chunk_count"] for d in self.indexed)
+
+
+@dataclass
+class ReindexReport:
+    """What a reindex did."""
+
+    documents: int = 0
+    chunks: int = 0
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    stale_before: int = 0
+    stale_after: int = 0
+
+
+class KnowledgeBase:
+    """Documents, chunks and search indexes of one data dir.
+
+    Args:
+        settings: the product settings (data dir, model, limits).
+        embedder: an already-loaded embedder to share (tests, the bot); one is
+            created from the settings otherwise.
+        chunker: replaces the product's chunker (the evaluation compares
+            chunking strategies through this same ingestion code).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: Embedder | None = None,
+        chunker: Callable[[Extracted], Chunking] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.chunker = chunker
+        self.store = Store(settings.data_dir)
+        self.embedder = embedder or Embedder(settings.embedding_model)
+        self.indexes = DerivedIndexes(
+            self.store, embedding_model=self.embedder.name, dimensions=self.embedder.dim
+        )
+        self.recovered = self.store.recover_interrupted()
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def stamp(self) -> Stamp:
+        """What documents indexed now are stamped with."""
+        return Stamp(
+            embedding_model=self.embedder.name,
+            dimensions=self.embedder.dim,
+            pipeline_version=PIPELINE_VERSION,
+            extractor_version=EXTRACTOR_VERSION,
+        )
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The current search snapshot."""
+        return self.indexes.snapshot
+
+    def canonical_text(self, doc_id: int) -> str:
+        """The text a document's ``#char`` offsets refer to."""
+        return self.store.canonical_text(doc_id)
+
+    def stale_documents(self) -> list[dict[str, Any]]:
+        """Indexed documents stamped with another model, pipeline or extractor version."""
+        return self.store.stale_documents(self.stamp)
+
+    def status(self) -> dict[str, Any]:
+        """Counts by state, stale documents and index consistency."""
+        docs = self.store.documents()
+        by_state = {s.value: 0 for s in DocState}
+        for d in docs:
+            by_state[d["state"]] += 1
+        return {
+            "data_dir": str(self.settings.data_dir),
+            "documents": len(docs),
+            "by_state": by_state,
+            "chunks": self.store.chunk_count(),
+            "stale": len(self.stale_documents()),
+            "embedding_model": self.embedder.name,
+            "dimensions": self.embedder.dim,
+            "pipeline_version": PIPELINE_VERSION,
+            "extractor_version": EXTRACTOR_VERSION,
+            "index": self.indexes.check(),
+        }
+
+    # ------------------------------------------------------------------ adding
+
+    def add_bytes(
+        self,
+        data: bytes,
+        filename: str,
+        *,
+        uploader: str = "",
+        scope: str = EVERYONE,
+        title: str | None = None,
+    ) -> Added:
+        """Store an original and create its ``pending`` document row.
+
+        The same bytes in the same scope give the same document (``duplicate``).
+        """
+        name = Path(filename).name or "document"
+        digest = self.store.save_original(data)
+        existing = self.store.document_by_sha(digest, scope)
+        if existing is not None:
+            return Added(existing, duplicate=True)
+        doc_id = self.store.insert_document(
+            name=name,
+            title=title or "",
+            sha256=digest,
+            size=len(data),
+            uploader=uploader,
+            scope=scope,
+            state=DocState.PENDING.value,
+        )
+        return Added(self.store.document(doc_id), duplicate=False)
+
+    def index_document(
+        self, doc_id: int, *, progress: Progress | None = None, refresh: bool = True
+    ) -> dict[str, Any]:
+        """Index a ``pending`` or ``failed`` document; it ends ``indexed`` or ``failed``.
+
+        Never raises for a bad document: the reason is recorded on the row.
+
+        Args:
+            doc_id: the document.
+            progress: receives ``("embedding", {"done": n, "total": m})``.
+            refresh: swap in a new search snapshot afterwards (a batch refreshes once at the end).
+        """
+        doc = self.store.document(doc_id)
+        self.store.update_document(
+            doc_id, state=DocState.INDEXING.value, worker_pid=os.getpid(), failure_reason=None
+        )
+        try:
+            prepared = self._prepare(doc, progress)
+            replaces = self.store.indexed_by_name(doc["name"], doc["scope"], exclude=doc_id)
+            self.store.commit_indexed(
+                doc_id,
+                prepared.chunking.chunks,
+                prepared.vectors,
+                prepared.token_counts,
+                canonical_text=prepared.extracted.text,
+                stamp=self.stamp,
+                window_splits=prepared.chunking.window_splits,
+                replaces=replaces,
+            )
+            self._record_text_facts(doc_id, prepared)
+        except ExtractionError as exc:
+            self._fail(doc_id, exc.reason)
+        except KBError as exc:
+            self._fail(doc_id, str(exc))
+        except Exception as exc:  # one broken document must never stop a batch
+            log.exception("unexpected failure indexing document %s", doc_id)
+            self._fail(doc_id, f"Unexpected error while indexing ({type(exc).__name__}: {exc}).")
+        if refresh:
+            self.indexes.refresh()
+        return self.store.document(doc_id)
+
+    def _prepare(self, doc: dict[str, Any], progress: Progress | None) -> Prepared:
+        data = self.store.read_original(doc["sha256"])
+        done = 0
+
+        def on_batch(n: int) -> None:
+            nonlocal done
+            done += n
+            if progress:
+                progress("embedding", {"document": doc["name"], "done": done})
+
+        return prepare_document(
+            data,
+            doc["name"],
+            embedder=self.embedder,
+            max_bytes=self.settings.max_upload_bytes,
+            budget=self.settings.chunk_budget,
+            title=doc["title"] or None,
+            on_batch=on_batch,
+            chunker=self.chunker,
+        )
+
+    def _record_text_facts(self, doc_id: int, prepared: Prepared) -> None:
+        ex = prepared.extracted
+        self.store.update_document(
+            doc_id,
+            title=self.store.document(doc_id)["title"] or ex.title,
+            kind=ex.kind,
+            text_length=len(ex.text),
+            page_starts=",".join(map(str, ex.page_starts)) if ex.page_starts else None,
+        )
+
+    def _fail(self, doc_id: int, reason: str) -> None:
+        log.info("document %s failed: %s", doc_id, reason)
+        self.store.update_document(
+            doc_id, state=DocState.FAILED.value, failure_reason=reason, worker_pid=None
+        )
+
+    def ingest_bytes(self, data: bytes, filename: str, **kwargs: Any) -> Added:
+        """Add and index one document (a duplicate is returned as it is)."""
+        added = self.add_bytes(data, filename, **kwargs)
+        if added.duplicate and added.document["state"] == DocState.INDEXED.value:
+            return added
+        return Added(self.index_document(int(added.document["id"])), duplicate=added.duplicate)
+
+    def ingest_paths(
+        self,
+        paths: Iterable[Path],
+        *,
+        uploader: str = "cli",
+        scope: str = EVERYONE,
+        progress: Progress | None = None,
+    ) -> IngestSummary:
+        """Ingest files and folders (recursively); one bad file never stops the rest.
+
+        ``progress`` receives ``("file", {"path", "index", "total"})`` before each file.
+        """
+        files = list(_expand(paths))
+        summary = IngestSummary()
+        for i, path in enumerate(files):
+            if progress:
+                progress("file", {"path": str(path), "index": i, "total": len(files)})
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                summary.skipped.append(f"{path}: {exc.strerror or exc}")
+                continue
+            added = self.add_bytes(data, path.name, uploader=uploader, scope=scope)
+            if added.duplicate and added.document["state"] == DocState.INDEXED.value:
+                summary.unchanged.append(added.document)
+                continue
+            row = self.index_document(int(added.document["id"]), progress=progress, refresh=False)
+            (summary.indexed if row["state"] == DocState.INDEXED.value else summary.failed).append(
+                row
+            )
+        self.indexes.refresh()
+        return summary
+
+    def retry(self, doc_id: int, *, progress: Progress | None = None) -> dict[str, Any]:
+        """Index a failed (or pending) document again from its stored original."""
+        doc = self.store.document(doc_id)
+        if doc["state"] == DocState.INDEXED.value:
+            return doc
+        return self.index_document(doc_id, progress=progress)
+
+    def remove(self, doc_id: int) -> dict[str, Any]:
+        """Delete a document and its chunks from SQLite and both indexes."""
+        doc = self.store.document(doc_id)
+        self.store.delete_document(doc_id)
+        self.indexes.refresh()
+        return doc
+
+    # ------------------------------------------------------------------ reindex
+
+    def reindex(self, *, progress: Progress | None = None) -> ReindexReport:
+        """Rebuild every document from its stored original with the running configuration.
+
+        New chunks and vectors are computed beside the live ones; each
+        document's swap is one transaction and the search snapshot is swapped
+        once at the end, so questions keep being answered throughout.
+
+        Raises:
+            ReindexInProgress: another reindex (in any process) is running.
+        """
+        with self._reindex_lock():
+            report = ReindexReport(stale_before=len(self.stale_documents()))
+            docs = [d for d in self.store.documents() if d["state"] != DocState.INDEXING.value]
+            prepared: list[tuple[dict[str, Any], Prepared | str]] = []
+            for i, doc in enumerate(docs):
+                if progress:
+                    progress("reindex", {"document": doc["name"], "index": i, "total": len(docs)})
+                try:
+                    prepared.append((doc, self._prepare(doc, None)))
+                except KBError as exc:
+                    prepared.append((doc, getattr(exc, "reason", str(exc))))
+            for doc, result in prepared:
+                if isinstance(result, str):
+                    # A document that was searchable stays searchable with its
+                    # old chunks; the failure is reported, not applied.
+                    if doc["state"] != DocState.INDEXED.value:
+                        self._fail(int(doc["id"]), result)
+                    report.failed.append(
+                        {**self.store.document(int(doc["id"])), "reindex_error": result}
+                    )
+                    continue
+                self.store.commit_indexed(
+                    int(doc["id"]),
+                    result.chunking.chunks,
+                    result.vectors,
+                    result.token_counts,
+                    canonical_text=result.extracted.text,
+                    stamp=self.stamp,
+                    window_splits=result.chunking.window_splits,
+                )
+                self._record_text_facts(int(doc["id"]), result)
+                report.documents += 1
+                report.chunks += len(result.chunking.chunks)
+            self.indexes.rebuild()
+            report.stale_after = len(self.stale_documents())
+            return report
+
+    @contextmanager
+    def _reindex_lock(self) -> Iterator[None]:
+        # A lock file rather than a threading lock: `kb reindex` in a shell and
+        # /kb-reindex in the running bot are different processes.
+        path = self.settings.data_dir / "reindex.lock"
+        with open(path, "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise ReindexInProgress(
+                    "A reindex is already running; wait for it to finish."
+                ) from exc
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def reindex_running(self) -> bool:
+        """Whether a reindex holds the lock right now."""
+        path = self.settings.data_dir / "reindex.lock"
+        with open(path, "a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
+
+
+def _expand(paths: Iterable[Path]) -> Iterator[Path]:
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            for child in sorted(p.rglob("*")):
+                if (
+                    child.is_file()
+                    and not child.name.startswith(".")
+                    and child.suffix.lower() in SUPPORTED_SUFFIXES
+                ):
+                    yield child
+        else:
+            yield p

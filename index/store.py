@@ -1,0 +1,615 @@
+"""SQLite, through sqlite-utils: the source of truth.
+
+Tables: ``documents``, ``chunks`` (with their vectors), ``jobs``, ``query_log``,
+``feedback``, ``slack_events`` (delivery de-duplication) and ``meta``. Originals
+are kept beside the database, content-addressed by sha256, so a reindex never
+needs anyone to upload again.
+
+The ``generation`` counter in ``meta`` goes up in the same transaction as any
+change to the set of searchable chunks; the derived FAISS and BM25 files record
+the generation they were built from, which is how a restart knows whether they
+can be trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+
+from index.atomic import write_atomic
+from index.errors import DocumentNotFound, KBError
+from index.models import Chunk, DocState
+
+EVERYONE = "*"  # the scope of a document every channel may see
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    sha256 TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT '',
+    size INTEGER NOT NULL,
+    uploader TEXT NOT NULL DEFAULT '',
+    scope TEXT NOT NULL DEFAULT '*',
+    state TEXT NOT NULL,
+    failure_reason TEXT,
+    chunk_count INTEGER NOT NULL DEFAULT 0,
+    window_splits INTEGER NOT NULL DEFAULT 0,
+    text_length INTEGER NOT NULL DEFAULT 0,
+    page_starts TEXT,
+    embedding_model TEXT,
+    dimensions INTEGER,
+    pipeline_version TEXT,
+    extractor_version TEXT,
+    replaces INTEGER,
+    worker_pid INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    indexed_at REAL
+);
+CREATE INDEX IF NOT EXISTS documents_sha256 ON documents(sha256, scope);
+CREATE INDEX IF NOT EXISTS documents_name ON documents(name, scope);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    document_id INTEGER NOT NULL REFERENCES documents(id),
+    ordinal INTEGER NOT NULL,
+    section TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    page INTEGER,
+    content TEXT NOT NULL,
+    text TEXT NOT NULL,
+    token_count INTEGER NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_document ON chunks(document_id);
+CREATE TABLE IF NOT EXISTS texts (
+    document_id INTEGER PRIMARY KEY REFERENCES documents(id),
+    text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    document_id INTEGER,
+    state TEXT NOT NULL,
+    detail TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS query_log (
+    id INTEGER PRIMARY KEY,
+    created_at REAL NOT NULL,
+    question TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    model_called INTEGER NOT NULL,
+    kept TEXT NOT NULL,
+    cited TEXT NOT NULL,
+    invalid_citations TEXT NOT NULL DEFAULT '[]',
+    latency_ms REAL NOT NULL,
+    timings TEXT NOT NULL,
+    user TEXT,
+    channel TEXT,
+    thread_ts TEXT,
+    answer TEXT
+);
+CREATE TABLE IF NOT EXISTS feedback (
+    id INTEGER PRIMARY KEY,
+    query_id INTEGER NOT NULL REFERENCES query_log(id),
+    user TEXT,
+    value INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS slack_events (
+    key TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """A stored chunk with the facts about its document that answers need."""
+
+    id: int
+    document_id: int
+    document: str
+    kind: str
+    scope: str
+    ordinal: int
+    section: str
+    start: int
+    end: int
+    page: int | None
+    content: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a document's vectors and chunks were made with."""
+
+    embedding_model: str
+    dimensions: int
+    pipeline_version: str
+    extractor_version: str
+
+
+class Store:
+    """The SQLite database and the originals folder of one data dir.
+
+    Each thread gets its own connection (the bot reaches the store from a
+    thread pool); SQLite's WAL mode lets readers proceed while one writes.
+
+    Args:
+        data_dir: the data directory; created if missing.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.data_dir / "kb.sqlite"
+        self.originals_dir = self.data_dir / "originals"
+        self._local = threading.local()
+        db = self.db
+        db.execute("PRAGMA journal_mode=WAL")
+        db.conn.executescript(_SCHEMA)
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """This thread's connection."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+            except sqlite3.Error as exc:
+                raise KBError(f"Cannot open the database {self.path}: {exc}.") from exc
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            db = sqlite_utils.Database(conn)
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite_utils.Database]:
+        """One atomic write: everything inside commits together or not at all."""
+        with self.db.atomic() as db:
+            yield db
+
+    # ----------------------------------------------------------------- originals
+
+    def save_original(self, data: bytes) -> str:
+        """Store ``data`` content-addressed and return its sha256."""
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.original_path(digest)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, lambda tmp: tmp.write_bytes(data))
+        return digest
+
+    def original_path(self, sha256: str) -> Path:
+        """Where the original with this sha256 is kept."""
+        return self.originals_dir / sha256[:2] / sha256
+
+    def read_original(self, sha256: str) -> bytes:
+        """The original bytes of a document."""
+        try:
+            return self.original_path(sha256).read_bytes()
+        except FileNotFoundError as exc:
+            raise KBError(
+                f"The stored original {sha256[:12]} is missing from {self.originals_dir}; "
+                "upload the document again."
+            ) from exc
+
+    # ----------------------------------------------------------------- documents
+
+    def insert_document(self, **fields: Any) -> int:
+        """Insert a document row and return its id."""
+        now = time.time()
+        row = {"created_at": now, "updated_at": now, **fields}
+        with self.transaction() as db:
+            return int(db["documents"].insert(row).last_pk)
+
+    def update_document(self, doc_id: int, **fields: Any) -> None:
+        """Change some columns of a document."""
+        with self.transaction() as db:
+            db["documents"].update(doc_id, {**fields, "updated_at": time.time()})
+
+    def document(self, doc_id: int) -> dict[str, Any]:
+        """One document row, or ``DocumentNotFound``."""
+        rows = list(self.db.query("SELECT * FROM documents WHERE id = ?", [doc_id]))
+        if not rows:
+            raise DocumentNotFound(str(doc_id))
+        return rows[0]
+
+    def find_document(self, ref: str) -> dict[str, Any]:
+        """A document by id, exact name, or sha256 prefix (at least 6 characters)."""
+        if ref.isdigit():
+            return self.document(int(ref))
+        rows = list(self.db.query("SELECT * FROM documents WHERE name = ? ORDER BY id DESC", [ref]))
+        if not rows and len(ref) >= 6:
+            rows = list(self.db.query("SELECT * FROM documents WHERE sha256 LIKE ?", [ref + "%"]))
+        if not rows:
+            raise DocumentNotFound(ref)
+        return rows[0]
+
+    def documents(self, state: DocState | None = None) -> list[dict[str, Any]]:
+        """All document rows, oldest first, optionally of one state."""
+        if state is None:
+            return list(self.db.query("SELECT * FROM documents ORDER BY id"))
+        return list(
+            self.db.query("SELECT * FROM documents WHERE state = ? ORDER BY id", [state.value])
+        )
+
+    def document_by_sha(self, sha256: str, scope: str) -> dict[str, Any] | None:
+        """The live document with these bytes in this scope, if any."""
+        rows = list(
+            self.db.query(
+                "SELECT * FROM documents WHERE sha256 = ? AND scope = ? ORDER BY id DESC",
+                [sha256, scope],
+            )
+        )
+        return rows[0] if rows else None
+
+    def indexed_by_name(self, name: str, scope: str, *, exclude: int) -> list[int]:
+        """Ids of other indexed documents with this name and scope (older versions)."""
+        rows = self.db.query(
+            "SELECT id FROM documents WHERE name = ? AND scope = ? AND id != ? AND state = ?",
+            [name, scope, exclude, DocState.INDEXED.value],
+        )
+        return [int(r["id"]) for r in rows]
+
+    def stale_documents(self, stamp: Stamp) -> list[dict[str, Any]]:
+        """Indexed documents stamped differently from ``stamp``."""
+        return list(
+            self.db.query(
+                """SELECT * FROM documents WHERE state = ? AND (
+                       embedding_model IS NOT ? OR dimensions IS NOT ?
+                       OR pipeline_version IS NOT ? OR extractor_version IS NOT ?)
+                   ORDER BY id""",
+                [
+                    DocState.INDEXED.value,
+                    stamp.embedding_model,
+                    stamp.dimensions,
+                    stamp.pipeline_version,
+                    stamp.extractor_version,
+                ],
+            )
+        )
+
+    # ----------------------------------------------------------------- chunks
+
+    def commit_indexed(
+        self,
+        doc_id: int,
+        chunks: Sequence[Chunk],
+        vectors: np.ndarray,
+        token_counts: Sequence[int],
+        *,
+        canonical_text: str,
+        stamp: Stamp,
+        window_splits: int,
+        replaces: Sequence[int] = (),
+    ) -> list[int]:
+        """Write a document's canonical text and chunks and mark it indexed, in one transaction.
+
+        The canonical text is kept because every chunk offset refers to it:
+        the viewer must show exactly the text the offsets were found in, even
+        after the extractor changes.
+
+        Older versions named in ``replaces`` are deleted in the same
+        transaction, so readers see either the old version or the new one.
+
+        Returns:
+            The new chunk ids, in chunk order.
+        """
+        with self.transaction() as db:
+            db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
+            db.execute(
+                "INSERT OR REPLACE INTO texts (document_id, text) VALUES (?, ?)",
+                [doc_id, canonical_text],
+            )
+            ids = [self._insert_chunk(db, doc_id, c, v, n) for c, v, n in zip(chunks, vectors, token_counts, strict=True)]
+            for old in replaces:
+                self._delete_document(db, old)
+            db["documents"].update(
+                doc_id,
+                {
+                    "state": DocState.INDEXED.value,
+                    "failure_reason": None,
+                    "chunk_count": len(ids),
+                    "window_splits": window_splits,
+                    "embedding_model": stamp.embedding_model,
+                    "dimensions": stamp.dimensions,
+                    "pipeline_version": stamp.pipeline_version,
+                    "extractor_version": stamp.extractor_version,
+                    "worker_pid": None,
+                    "indexed_at": time.time(),
+                    "updated_at": time.time(),
+                },
+            )
+            self._bump_generation(db)
+        return ids
+
+    @staticmethod
+    def _insert_chunk(
+        db: sqlite_utils.Database, doc_id: int, c: Chunk, vector: np.ndarray, tokens: int
+    ) -> int:
+        cur = db.execute(
+            """INSERT INTO chunks (document_id, ordinal, section, start, "end", page,
+                                   content, text, token_count, vector)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            [
+                doc_id,
+                c.ordinal,
+                c.section,
+                c.start,
+                c.end,
+                c.page,
+                c.content,
+                c.text,
+                int(tokens),
+                np.asarray(vector, dtype=np.float32).tobytes(),
+            ],
+        )
+        return int(cur.lastrowid or 0)
+
+    def delete_document(self, doc_id: int) -> None:
+        """Remove a document, its chunks and its stored original if unused."""
+        row = self.document(doc_id)
+        with self.transaction() as db:
+            self._delete_document(db, doc_id)
+        self._drop_original_if_unused(row["sha256"])
+
+    def _delete_document(self, db: sqlite_utils.Database, doc_id: int) -> None:
+        had_chunks = db.execute(
+            "SELECT COUNT(*) FROM chunks WHERE document_id = ?", [doc_id]
+        ).fetchone()[0]
+        db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
+        db.execute("DELETE FROM texts WHERE document_id = ?", [doc_id])
+        db.execute("DELETE FROM documents WHERE id = ?", [doc_id])
+        if had_chunks:
+            self._bump_generation(db)
+
+    def _drop_original_if_unused(self, sha256: str) -> None:
+        used = self.db.execute(
+            "SELECT COUNT(*) FROM documents WHERE sha256 = ?", [sha256]
+        ).fetchone()[0]
+        if not used:
+            self.original_path(sha256).unlink(missing_ok=True)
+
+    def canonical_text(self, doc_id: int) -> str:
+        """The text a document's chunk offsets refer to (empty until it is indexed)."""
+        self.document(doc_id)
+        row = self.db.execute("SELECT text FROM texts WHERE document_id = ?", [doc_id]).fetchone()
+        return row[0] if row else ""
+
+    def chunk_rows(self, doc_id: int) -> list[dict[str, Any]]:
+        """A document's chunks (without vectors), in order."""
+        return list(
+            self.db.query(
+                """SELECT id, ordinal, section, start, "end", page, content, text, token_count
+                   FROM chunks WHERE document_id = ? ORDER BY ordinal""",
+                [doc_id],
+            )
+        )
+
+    def chunks_by_id(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
+        """The given chunks with their documents' facts; missing ids are left out."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.db.query(
+            f"""SELECT c.id, c.document_id, d.title, d.name, d.kind, d.scope, c.ordinal,
+                       c.section, c.start, c."end", c.page, c.content, c.text
+                FROM chunks c JOIN documents d ON d.id = c.document_id
+                WHERE c.id IN ({marks}) AND d.state = 'indexed'""",
+            list(ids),
+        )
+        return {
+            int(r["id"]): ChunkRow(
+                id=int(r["id"]),
+                document_id=int(r["document_id"]),
+                document=r["title"] or r["name"],
+                kind=r["kind"],
+                scope=r["scope"],
+                ordinal=r["ordinal"],
+                section=r["section"],
+                start=r["start"],
+                end=r["end"],
+                page=r["page"],
+                content=r["content"],
+                text=r["text"],
+            )
+            for r in rows
+        }
+
+    def searchable_chunks(self, embedding_model: str, dimensions: int) -> Iterator[dict[str, Any]]:
+        """Every chunk that may be searched with vectors of this model: id, scope, text, vector.
+
+        Chunks of documents stamped with another model are left out, so a query
+        never mixes vectors from two models.
+        """
+        yield from self.db.query(
+            """SELECT c.id, d.scope, c.text, c.vector FROM chunks c
+               JOIN documents d ON d.id = c.document_id
+               WHERE d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = ?
+               ORDER BY c.id""",
+            [embedding_model, dimensions],
+        )
+
+    def chunk_count(self) -> int:
+        """Number of stored chunks of indexed documents."""
+        return int(
+            self.db.execute(
+                "SELECT COUNT(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE d.state = 'indexed'"
+            ).fetchone()[0]
+        )
+
+    # ----------------------------------------------------------------- generation
+
+    @property
+    def generation(self) -> int:
+        """Counter of changes to the searchable chunk set."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    @staticmethod
+    def _bump_generation(db: sqlite_utils.Database) -> None:
+        db.execute(
+            """INSERT INTO meta (key, value) VALUES ('generation', '1')
+               ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"""
+        )
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        """A value of the meta table."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a value of the meta table."""
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [key, value],
+            )
+
+    # ----------------------------------------------------------------- jobs
+
+    def start_job(
+        self, kind: str, document_id: int | None = None, detail: dict[str, Any] | None = None
+    ) -> int:
+        """Record the start of a job and return its id."""
+        with self.transaction() as db:
+            return int(
+                db["jobs"]
+                .insert(
+                    {
+                        "kind": kind,
+                        "document_id": document_id,
+                        "state": "running",
+                        "detail": json.dumps(detail or {}),
+                        "created_at": time.time(),
+                    }
+                )
+                .last_pk
+            )
+
+    def finish_job(self, job_id: int, state: str, detail: dict[str, Any] | None = None) -> None:
+        """Record how a job ended."""
+        with self.transaction() as db:
+            db["jobs"].update(
+                job_id,
+                {"state": state, "detail": json.dumps(detail or {}), "finished_at": time.time()},
+            )
+
+    def recover_interrupted(self) -> list[int]:
+        """Mark documents left ``indexing`` by a process that is gone as failed (retryable).
+
+        Returns:
+            The ids of the documents that were recovered.
+        """
+        rows = self.db.query(
+            "SELECT id, worker_pid FROM documents WHERE state = ?", [DocState.INDEXING.value]
+        )
+        dead = [int(r["id"]) for r in rows if not _pid_alive(r["worker_pid"])]
+        for doc_id in dead:
+            self.update_document(
+                doc_id,
+                state=DocState.FAILED.value,
+                failure_reason="Indexing was interrupted before it finished; retry it.",
+                worker_pid=None,
+            )
+        self.db.execute("UPDATE jobs SET state = 'interrupted' WHERE state = 'running'")
+        self.db.conn.commit()
+        return dead
+
+    # ----------------------------------------------------------------- query log
+
+    def log_query(self, **fields: Any) -> int:
+        """Record one question's outcome and return its id."""
+        row = {
+            "created_at": time.time(),
+            **{
+                k: json.dumps(v) if isinstance(v, (list, dict, tuple)) else v
+                for k, v in fields.items()
+            },
+        }
+        with self.transaction() as db:
+            return int(db["query_log"].insert(row, alter=True).last_pk)
+
+    def query(self, query_id: int) -> dict[str, Any]:
+        """One query-log row."""
+        rows = list(self.db.query("SELECT * FROM query_log WHERE id = ?", [query_id]))
+        if not rows:
+            raise KBError(f"No logged question has id {query_id}.")
+        return rows[0]
+
+    def add_feedback(self, query_id: int, value: int, user: str | None = None) -> int:
+        """Store a thumbs-up (+1) or thumbs-down (-1) for a logged answer."""
+        self.query(query_id)
+        with self.transaction() as db:
+            return int(
+                db["feedback"]
+                .insert(
+                    {"query_id": query_id, "user": user, "value": value, "created_at": time.time()}
+                )
+                .last_pk
+            )
+
+    def disliked_questions(self) -> list[dict[str, Any]]:
+        """Logged questions that got a thumbs-down, newest first."""
+        return list(
+            self.db.query(
+                """SELECT q.id, q.question, q.outcome, q.created_at FROM query_log q
+                   WHERE EXISTS (SELECT 1 FROM feedback f WHERE f.query_id = q.id AND f.value < 0)
+                   ORDER BY q.id DESC"""
+            )
+        )
+
+    # ----------------------------------------------------------------- events
+
+    def first_delivery(self, key: str, *, ttl_seconds: float = 3600.0) -> bool:
+        """True the first time ``key`` is seen within the TTL; False for a redelivery.
+
+        Kept in SQLite rather than in memory so that replicas sharing the
+        database never answer the same Slack event twice.
+        """
+        now = time.time()
+        with self.transaction() as db:
+            db.execute("DELETE FROM slack_events WHERE seen_at < ?", [now - ttl_seconds])
+            cur = db.execute(
+                "INSERT OR IGNORE INTO slack_events (key, seen_at) VALUES (?, ?)", [key, now]
+            )
+            return cur.rowcount == 1
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,252 @@
+"""Fixtures for the Slack bot tests: the real app over HTTP, a mock Slack, a local model.
+
+Enable in a test module with ``pytest_plugins = ["tests.conftest_bot"]``.
+
+Every test gets a fresh data dir holding a few small Markdown documents
+ingested through the real ``KnowledgeBase`` (with the session's embedding
+model), a :class:`MockSlackAPI`, an :class:`OpenAICompatServer`, and the bot's
+aiohttp application served on loopback by pytest-aiohttp's test client.
+Requests are signed the way Slack signs them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from bot.app import SERVICES, create_app
+from bot.listeners import Services
+from index.embed import Embedder
+from index.knowledge_base import KnowledgeBase
+from index.settings import Settings
+from tests.servers import (
+    CHANNEL_ID,
+    DEFAULT_SIGNING_SECRET,
+    MockSlackAPI,
+    OpenAICompatServer,
+    event_body,
+    slack_headers,
+)
+
+PUBLIC_URL = "http://kb.test"
+THRESHOLD = 0.6
+ADMIN_ID = "U0ADMIN001"
+
+HANDBOOK = b"""# Employee handbook
+
+## Expenses
+
+Submit expense claims within 30 days, with a photo of every receipt attached.
+
+Conference tickets need the manager's approval email.
+
+## VPN
+
+When internal sites do not load over the VPN, set the DNS server to 10.20.0.53 and reconnect.
+"""
+
+SECURITY = b"""# Security policy
+
+## API keys
+
+Production API keys are rotated every 90 days by the platform team. Request a new key in the #platform-keys channel.
+
+## Laptops
+
+Laptops must use full-disk encryption and lock after five minutes idle.
+"""
+
+# A document that tries to ping everyone and forge a link when quoted.
+ONCALL = b"""# On-call guide
+
+## Escalation
+
+If the pager fires twice in an hour, write <!channel> and <@U123> in #incidents and follow <https://evil.example|the runbook> & wait.
+"""
+
+# Visible only in CHANNEL_ID.
+FALCON = b"""# Project Falcon
+
+## Launch
+
+Project Falcon launches on 14 March at the Berlin office.
+"""
+
+IN_DOMAIN = "How long do I have to submit an expense claim?"
+OUT_OF_DOMAIN = "What is the capital of Australia?"
+PAGER = "What do I do when the pager fires twice?"
+FALCON_Q = "When does Project Falcon launch?"
+
+LINK_RE = re.compile(r"<(https?://[^|>]+)\|\[(\d+)\]>")
+
+
+def make_settings(**fields: Any) -> Settings:
+    """Settings from field names (the model only accepts its environment aliases)."""
+    aliases = {}
+    for name, value in fields.items():
+        alias = Settings.model_fields[name].validation_alias
+        key = alias.choices[0] if alias is not None else name  # type: ignore[union-attr]
+        aliases[str(key)] = value
+    return Settings(**aliases)
+
+
+def default_reply(messages: list[dict[str, Any]]) -> str:
+    """The model's answer: one cited sentence."""
+    return "Here is what the documents say [1]."
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[MockSlackAPI]:
+    """A running mock Slack Web API that knows one workspace admin."""
+    async with MockSlackAPI(admins=[ADMIN_ID]) as server:
+        yield server
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[OpenAICompatServer]:
+    """A running OpenAI-compatible server answering :func:`default_reply`."""
+    async with OpenAICompatServer(reply=default_reply) as server:
+        yield server
+
+
+@pytest.fixture
+def settings_for(
+    index_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer
+) -> Callable[..., Settings]:
+    """Build the bot's settings pointed at the local servers, with overrides."""
+
+    def build(**overrides: Any) -> Settings:
+        fields: dict[str, Any] = {
+            "data_dir": index_dir,
+            "slack_bot_token": slack.bot_token,
+            "slack_signing_secret": DEFAULT_SIGNING_SECRET,
+            "slack_api_url": slack.api_url,
+            "openai_base_url": llm.url,
+            "llm_max_retries": 0,
+            "llm_timeout": 5.0,
+            "threshold": THRESHOLD,
+            "public_url": PUBLIC_URL,
+            "admin_users": "",
+            "slack_admins_are_admins": False,
+        }
+        fields.update(overrides)
+        return make_settings(**fields)
+
+    return build
+
+
+@pytest.fixture
+def bot_settings(settings_for: Callable[..., Settings]) -> Settings:
+    """The default settings."""
+    return settings_for()
+
+
+def ingest_fixture_documents(kb: KnowledgeBase) -> dict[str, dict[str, Any]]:
+    """Add the fixture documents; returns their rows by file name."""
+    rows = {
+        name: kb.ingest_bytes(data, name, uploader="fixture").document
+        for name, data in (("handbook.md", HANDBOOK), ("security.md", SECURITY), ("oncall.md", ONCALL))
+    }
+    rows["falcon.md"] = kb.ingest_bytes(FALCON, "falcon.md", uploader="fixture", scope=CHANNEL_ID).document
+    assert all(r["state"] == "indexed" for r in rows.values()), rows
+    return rows
+
+
+@dataclass
+class Bot:
+    """The running app, its HTTP client and the servers around it."""
+
+    http: TestClient
+    app: web.Application
+    slack: MockSlackAPI
+    llm: OpenAICompatServer
+    settings: Settings
+
+    @property
+    def services(self) -> Services:
+        """What the listeners use (knowledge base, engine, jobs...)."""
+        return self.app[SERVICES]
+
+    @property
+    def kb(self) -> KnowledgeBase:
+        """The knowledge base."""
+        return self.services.kb
+
+    async def post(
+        self,
+        body: bytes,
+        *,
+        retry_num: int | None = None,
+        timestamp: int | None = None,
+        secret: str = DEFAULT_SIGNING_SECRET,
+    ) -> aiohttp.ClientResponse:
+        """POST a signed Slack request to ``/slack/events``."""
+        headers = slack_headers(secret, body, retry_num=retry_num, timestamp=timestamp)
+        return await self.http.post("/slack/events", data=body, headers=headers)
+
+    async def event(self, event: dict[str, Any], **kwargs: Any) -> aiohttp.ClientResponse:
+        """Deliver an Events API event."""
+        envelope = {k: kwargs.pop(k) for k in ("event_id",) if k in kwargs}
+        resp = await self.post(event_body(event, **envelope), **kwargs)
+        assert resp.status == 200, await resp.text()
+        return resp
+
+    async def answer(self, count: int = 1) -> dict[str, Any]:
+        """Wait for the ``count``-th ``chat.update`` that is not a progress update; return it."""
+        calls = await self.slack.wait_for("chat.update", count, timeout=15)
+        return calls[count - 1]
+
+    async def settle(self) -> None:
+        """Wait for background jobs (uploads) to finish."""
+        await self.services.jobs.drain()
+
+
+BotFactory = Callable[..., Awaitable[Bot]]
+
+
+@pytest.fixture
+def make_bot(
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    embedder: Embedder,
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> BotFactory:
+    """Start the bot with setting overrides (documents are ingested once per data dir)."""
+
+    async def start(*, documents: bool = True, **overrides: Any) -> Bot:
+        settings = settings_for(**overrides)
+        kb = KnowledgeBase(settings, embedder=embedder)
+        if documents and not kb.store.documents():
+            ingest_fixture_documents(kb)
+        app = create_app(settings, kb=kb)
+        http = await aiohttp_client(app)
+        return Bot(http, app, slack, llm, settings)
+
+    return start
+
+
+@pytest.fixture
+async def bot(make_bot: BotFactory) -> Bot:
+    """The bot with default settings and the fixture documents."""
+    return await make_bot()
+
+
+def everything_posted(slack: MockSlackAPI) -> str:
+    """Every message text and block the bot sent, as one JSON string."""
+    calls = slack.calls("chat.postMessage") + slack.calls("chat.update") + slack.calls("chat.postEphemeral")
+    return json.dumps(calls, ensure_ascii=False) + json.dumps(slack.responses(), ensure_ascii=False)
+
+
+def links(message: dict[str, Any]) -> list[tuple[str, int]]:
+    """The server's ``<url|[n]>`` links in a recorded message's blocks."""
+    return [(url, int(n)) for url, n in LINK_RE.findall(json.dumps(message.get("blocks", [])))]

@@ -1,0 +1,1514 @@
+"""Local servers that speak real protocols, so tests exercise real clients offline.
+
+* :class:`MockSlackAPI` answers the Slack Web API (``/api/<method>``), serves
+  private file downloads the way Slack does, and records ``response_url`` posts.
+* :class:`OpenAICompatServer` answers ``/v1/chat/completions`` (plain and
+  streamed) and ``/v1/models`` like an OpenAI-compatible endpoint.
+* :func:`sign_slack_request` and the payload builders produce signed requests in
+  Slack's documented shapes, to drive the real bolt app over HTTP.
+
+Both servers bind 127.0.0.1 on a random free port and are async context managers::
+
+    async with MockSlackAPI() as slack, OpenAICompatServer() as llm:
+        client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+        openai_client = AsyncOpenAI(base_url=llm.url, api_key="x")
+
+Nothing here reaches the internet: every URL a helper hands out points at one of
+these servers or at a local port that refuses connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import itertools
+import json
+import re
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, Self
+from urllib.parse import quote, urlencode
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+__all__ = [
+    "APP_ID",
+    "BOT_ID",
+    "BOT_USER_ID",
+    "CHANNEL_ID",
+    "DM_CHANNEL_ID",
+    "ENTERPRISE_ID",
+    "TEAM_ID",
+    "USER_ID",
+    "MockSlackAPI",
+    "OpenAICompatServer",
+    "app_mention_event",
+    "block_actions_body",
+    "button_action",
+    "closed_port_url",
+    "event_body",
+    "event_payload",
+    "feedback_action",
+    "file_input_state",
+    "file_share_event",
+    "message_im_event",
+    "sign_slack_request",
+    "slack_headers",
+    "slack_ts",
+    "slash_command_body",
+    "url_verification_body",
+    "view_submission_body",
+]
+
+# Identifiers shared by the mock API and the payload builders, so that an event
+# built with the defaults mentions the same bot the mock's auth.test reports.
+TEAM_ID = "T0TEAM0001"
+ENTERPRISE_ID = None
+APP_ID = "A0APP00001"
+BOT_USER_ID = "U0BOT00001"
+BOT_ID = "B0BOT00001"
+USER_ID = "U0USER0001"
+CHANNEL_ID = "C0CHAN0001"
+DM_CHANNEL_ID = "D0DM000001"
+DEFAULT_BOT_TOKEN = "xoxb-test-token"
+DEFAULT_SIGNING_SECRET = "test-signing-secret"
+# Port 1 (tcpmux) is never served on a test machine: a response_url left at its
+# default makes the bot fail fast and locally instead of calling hooks.slack.com.
+UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"
+
+JSONDict = dict[str, Any]
+
+_ids = itertools.count(1)
+
+
+def _next_id(prefix: str) -> str:
+    """A fresh Slack-looking id (``F0000000003``) unique within the test session."""
+    return f"{prefix}{next(_ids):010d}"
+
+
+class _TsClock:
+    """Message timestamps as Slack writes them: ``"<seconds>.<6 digits>"``, strictly increasing."""
+
+    def __init__(self) -> None:
+        self._micros = int(time.time()) * 1_000_000
+
+    def next(self) -> str:
+        # Step by 100 us so that two calls never collide, even in the same microsecond.
+        self._micros = max(self._micros + 100, int(time.time() * 1_000_000))
+        seconds, micros = divmod(self._micros, 1_000_000)
+        return f"{seconds}.{micros:06d}"
+
+
+_clock = _TsClock()
+
+
+def slack_ts() -> str:
+    """A new, strictly increasing Slack message timestamp (``"1767225600.000100"``)."""
+    return _clock.next()
+
+
+def closed_port_url(path: str = "/v1") -> str:
+    """A ``http://127.0.0.1:<port><path>`` URL on which nothing listens.
+
+    The port is free at the time of the call (the OS handed it out and it was
+    released), so connecting to it is refused immediately: the way to test
+    "the model endpoint is down" without waiting for a timeout.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}{path}"
+
+
+class _LocalServer:
+    """An aiohttp application on 127.0.0.1 and a random port, as an async context manager."""
+
+    def __init__(self) -> None:
+        self._server: TestServer | None = None
+        self._base_url = ""
+        self._closing = asyncio.Event()
+
+    def _build_app(self) -> web.Application:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        """Start listening; :attr:`base_url` is valid afterwards (and stays so after close)."""
+        if self._server is not None:
+            return
+        self._closing = asyncio.Event()
+        self._server = TestServer(self._build_app(), host="127.0.0.1", port=0)
+        await self._server.start_server()
+        self._base_url = f"http://127.0.0.1:{self._server.port}"
+
+    async def close(self) -> None:
+        """Stop listening. Connections to :attr:`base_url` are refused afterwards."""
+        # Wake handlers sleeping in a simulated delay so shutdown is immediate.
+        self._closing.set()
+        if self._server is not None:
+            await self._server.close()
+            self._server = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>`` without a trailing slash."""
+        if not self._base_url:
+            raise RuntimeError(f"{type(self).__name__} is not started")
+        return self._base_url
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but return at once when the server is closing."""
+        if seconds <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), timeout=seconds)
+
+
+async def _wait_until(
+    predicate: Callable[[], bool], cond: asyncio.Condition, timeout: float, what: Callable[[], str]
+) -> None:
+    """Wait until ``predicate()`` holds, re-checking whenever ``cond`` is notified."""
+
+    async def _wait() -> None:
+        async with cond:
+            await cond.wait_for(predicate)
+
+    try:
+        await asyncio.wait_for(_wait(), timeout=timeout)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout}s: {what()}") from None
+
+
+# --------------------------------------------------------------------------- Slack
+
+
+# Form fields the Slack SDKs JSON-encode when they send form data; decoded so
+# that a recorded call looks the same whichever encoding the client chose.
+_JSON_FIELDS = frozenset(
+    {
+        "attachments",
+        "blocks",
+        "chunks",
+        "loading_messages",
+        "metadata",
+        "prompts",
+        "unfurls",
+        "user_auth_blocks",
+        "view",
+    }
+)
+
+_FILETYPES = {
+    "md": "markdown",
+    "markdown": "markdown",
+    "txt": "text",
+    "text": "text",
+    "html": "html",
+    "htm": "html",
+    "pdf": "pdf",
+    "docx": "docx",
+    "csv": "csv",
+    "json": "json",
+    "png": "png",
+    "jpg": "jpg",
+    "jpeg": "jpg",
+}
+
+# What Slack answers for a private file URL fetched without a valid token: the
+# sign-in page, with status 200. A client that only checks the status ingests it.
+_LOGIN_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head><meta charset="utf-8"><title>Slack</title></head>
+<body>
+<h1>Sign in to your workspace</h1>
+<form action="/signin" method="post"><input name="email" type="email"></form>
+</body>
+</html>
+"""
+
+
+def _text_length(obj: Any) -> int:
+    """Length of a text object's ``text`` (0 when absent)."""
+    if isinstance(obj, Mapping):
+        return len(str(obj.get("text", "")))
+    return 0
+
+
+def _block_errors(blocks: Any, *, max_blocks: int) -> list[str]:
+    """Check the Block Kit limits Slack enforces; return its style of error strings."""
+    if not isinstance(blocks, list):
+        return ["blocks must be an array [json-pointer:/blocks]"]
+    errors: list[str] = []
+    if len(blocks) > max_blocks:
+        errors.append(f"must contain at most {max_blocks} items [json-pointer:/blocks]")
+    seen_ids: set[str] = set()
+    markdown_total = 0
+    for i, block in enumerate(blocks):
+        where = f"[json-pointer:/blocks/{i}"
+        if not isinstance(block, Mapping) or "type" not in block:
+            errors.append(f"missing required field: type {where}]")
+            continue
+        block_id = block.get("block_id")
+        if block_id is not None:
+            if len(str(block_id)) > 255:
+                errors.append(f"must be at most 255 characters {where}/block_id]")
+            if block_id in seen_ids:
+                errors.append(f"duplicate block_id {where}/block_id]")
+            seen_ids.add(str(block_id))
+        kind = block["type"]
+        if kind == "section":
+            text = block.get("text")
+            if text is not None and _text_length(text) == 0:
+                errors.append(f"must be more than 0 characters {where}/text/text]")
+            if _text_length(text) > 3000:
+                errors.append(f"must be less than 3001 characters {where}/text/text]")
+            fields = block.get("fields") or []
+            if len(fields) > 10:
+                errors.append(f"must contain at most 10 items {where}/fields]")
+            for j, fld in enumerate(fields):
+                if _text_length(fld) > 2000:
+                    errors.append(f"must be less than 2001 characters {where}/fields/{j}/text]")
+            if text is None and not fields:
+                errors.append(f"must provide text or fields {where}]")
+        elif kind == "header":
+            if _text_length(block.get("text")) > 150:
+                errors.append(f"must be less than 151 characters {where}/text/text]")
+        elif kind == "context":
+            if len(block.get("elements") or []) > 10:
+                errors.append(f"must contain at most 10 items {where}/elements]")
+        elif kind == "actions":
+            if len(block.get("elements") or []) > 25:
+                errors.append(f"must contain at most 25 items {where}/elements]")
+        elif kind == "context_actions":
+            if len(block.get("elements") or []) > 5:
+                errors.append(f"must contain at most 5 items {where}/elements]")
+        elif kind == "markdown":
+            markdown_total += len(str(block.get("text", "")))
+    if markdown_total > 12000:
+        errors.append("markdown blocks must total at most 12000 characters [json-pointer:/blocks]")
+    return errors
+
+
+def _view_errors(view: Any) -> list[str]:
+    """Check the modal limits that most often bite (title length, block count)."""
+    if not isinstance(view, Mapping):
+        return ["view must be an object [json-pointer:/view]"]
+    errors: list[str] = []
+    if view.get("type") not in {"modal", "home"}:
+        errors.append("must be one of modal, home [json-pointer:/view/type]")
+    for key in ("title", "submit", "close"):
+        if key in view and _text_length(view[key]) > 24:
+            errors.append(f"must be less than 25 characters [json-pointer:/view/{key}/text]")
+    if view.get("type") == "modal" and "title" not in view:
+        errors.append("missing required field: title [json-pointer:/view]")
+    if len(str(view.get("private_metadata", ""))) > 3000:
+        errors.append("must be less than 3001 characters [json-pointer:/view/private_metadata]")
+    if len(str(view.get("callback_id", ""))) > 255:
+        errors.append("must be less than 256 characters [json-pointer:/view/callback_id]")
+    errors.extend(
+        e.replace("/blocks", "/view/blocks")
+        for e in _block_errors(view.get("blocks", []), max_blocks=100)
+    )
+    return errors
+
+
+@dataclass
+class _Override:
+    """A scripted answer for some calls of one method."""
+
+    remaining: int | None  # None: every call
+    status: int = 200
+    body: JSONDict = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class MockSlackAPI(_LocalServer):
+    """A local Slack Web API: records every call and answers in Slack's shapes.
+
+    Args:
+        bot_token: the token clients must send (``Authorization: Bearer ...`` or a
+            ``token`` parameter); anything else gets ``invalid_auth`` /
+            ``not_authed``, and private file URLs return the sign-in page.
+        team_id, bot_user_id, bot_id, app_id: identities reported by ``auth.test``.
+        admins: user ids that ``users.info`` reports as workspace admins.
+        validate: enforce Block Kit and modal limits like Slack (``invalid_blocks``,
+            ``invalid_arguments``); switch off to record anything.
+
+    Start it with ``async with MockSlackAPI() as slack:`` (or :meth:`start` /
+    :meth:`close`); point a client at :attr:`api_url`. Read what was called with
+    :meth:`calls` and :meth:`wait_for`; ``response_url`` posts with :meth:`responses`.
+    """
+
+    def __init__(
+        self,
+        *,
+        bot_token: str = DEFAULT_BOT_TOKEN,
+        team_id: str = TEAM_ID,
+        bot_user_id: str = BOT_USER_ID,
+        bot_id: str = BOT_ID,
+        app_id: str = APP_ID,
+        admins: Iterable[str] = (),
+        validate: bool = True,
+    ) -> None:
+        super().__init__()
+        self.bot_token = bot_token
+        self.team_id = team_id
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.app_id = app_id
+        self.validate = validate
+        self.log: list[tuple[str, JSONDict]] = []
+        """Every accepted call, in order, as ``(method, params)``."""
+        self.rejected: list[tuple[str, JSONDict, str]] = []
+        """Calls answered with an error, as ``(method, params, error)`` (auth, limits, scripted)."""
+        self.downloads: list[tuple[str, bool]] = []
+        """File fetches as ``(file_id, authorised)``."""
+        self.messages: dict[tuple[str, str], JSONDict] = {}
+        """Messages the bot posted (and updated), by ``(channel, ts)``."""
+        self.views: dict[str, JSONDict] = {}
+        """Views opened or updated, by view id."""
+        self.reactions: set[tuple[str, str, str]] = set()
+        """``(channel, ts, name)`` of added reactions."""
+        self._response_posts: list[tuple[str, JSONDict]] = []
+        self._users: dict[str, JSONDict] = {}
+        self._replies: dict[tuple[str, str], list[JSONDict]] = {}
+        self._files: dict[str, tuple[JSONDict, bytes]] = {}
+        self._overrides: dict[str, list[_Override]] = {}
+        self._handlers: dict[str, Callable[[JSONDict], JSONDict]] = {}
+        self._cond = asyncio.Condition()
+        for user_id in admins:
+            self.set_user(user_id, is_admin=True)
+
+    # ------------------------------------------------------------- public API
+
+    @property
+    def url(self) -> str:
+        """Root URL of the server, ``http://127.0.0.1:<port>``."""
+        return self.base_url
+
+    @property
+    def api_url(self) -> str:
+        """The ``base_url`` for ``AsyncWebClient`` (ends with ``/api/``)."""
+        return f"{self.base_url}/api/"
+
+    def calls(self, method: str | None = None, *, include_rejected: bool = False) -> list[JSONDict]:
+        """Parameters of every call to ``method`` (all methods when ``None``), oldest first."""
+        out = [p for m, p in self.log if method is None or m == method]
+        if include_rejected:
+            out += [p for m, p, _ in self.rejected if method is None or m == method]
+        return out
+
+    def methods(self) -> list[str]:
+        """Names of the accepted calls in order, e.g. to check a status came before the answer."""
+        return [m for m, _ in self.log]
+
+    async def wait_for(self, method: str, count: int = 1, timeout: float = 5.0) -> list[JSONDict]:
+        """Wait until ``method`` has been called ``count`` times; return all its calls.
+
+        Raises ``AssertionError`` (a test failure, with what was called) on timeout.
+        """
+        await _wait_until(
+            lambda: len(self.calls(method)) >= count,
+            self._cond,
+            timeout,
+            lambda: (
+                f"expected {count} call(s) to {method}, got {len(self.calls(method))}; "
+                f"calls so far: {self.methods()}; rejected: {[(m, e) for m, _, e in self.rejected]}"
+            ),
+        )
+        return self.calls(method)
+
+    def response_url(self, response_id: str = "R1") -> str:
+        """A ``response_url`` on this server; what is posted to it shows in :meth:`responses`."""
+        return f"{self.base_url}/response/{quote(response_id, safe='')}"
+
+    def responses(self, response_id: str | None = None) -> list[JSONDict]:
+        """JSON bodies posted to :meth:`response_url` (all ids when ``None``)."""
+        return [
+            body for rid, body in self._response_posts if response_id is None or rid == response_id
+        ]
+
+    async def wait_for_responses(
+        self, count: int = 1, response_id: str | None = None, timeout: float = 5.0
+    ) -> list[JSONDict]:
+        """Wait until ``count`` bodies were posted to response URLs; return them."""
+        await _wait_until(
+            lambda: len(self.responses(response_id)) >= count,
+            self._cond,
+            timeout,
+            lambda: (
+                f"expected {count} response_url post(s), got {len(self.responses(response_id))}"
+            ),
+        )
+        return self.responses(response_id)
+
+    def set_user(
+        self,
+        user_id: str,
+        *,
+        is_admin: bool = False,
+        is_owner: bool = False,
+        name: str | None = None,
+        deleted: bool = False,
+        is_bot: bool = False,
+    ) -> JSONDict:
+        """Define what ``users.info`` says about ``user_id``; returns the user object.
+
+        Users not defined here exist as ordinary members (not admin, not owner).
+        """
+        user = self._user_object(user_id, name=name)
+        user.update(is_admin=is_admin, is_owner=is_owner, deleted=deleted, is_bot=is_bot)
+        self._users[user_id] = user
+        return user
+
+    def set_replies(self, channel: str, thread_ts: str, messages: list[JSONDict]) -> None:
+        """Define the thread ``conversations.replies`` returns (parent first, as Slack does).
+
+        Without this, the replies are the bot's own messages recorded in that thread.
+        """
+        self._replies[(channel, thread_ts)] = messages
+
+    def add_file(
+        self,
+        file_id: str,
+        name: str,
+        data: bytes,
+        mimetype: str,
+        *,
+        filetype: str | None = None,
+        user: str = USER_ID,
+    ) -> JSONDict:
+        """Store a file and return its Slack file object (as in ``files.info`` and events).
+
+        ``url_private`` / ``url_private_download`` point at this server and serve
+        ``data`` only with ``Authorization: Bearer <bot_token>``; otherwise they
+        answer 200 with Slack's HTML sign-in page.
+        """
+        suffix = PurePosixPath(name).suffix.lstrip(".").lower()
+        kind = filetype or _FILETYPES.get(suffix, suffix or "binary")
+        now = int(time.time())
+        slug = f"{self.team_id}-{file_id}"
+        quoted = quote(name, safe="")
+        obj: JSONDict = {
+            "id": file_id,
+            "created": now,
+            "timestamp": now,
+            "name": name,
+            "title": PurePosixPath(name).stem or name,
+            "mimetype": mimetype,
+            "filetype": kind,
+            "pretty_type": kind.upper() if len(kind) <= 4 else kind.capitalize(),
+            "user": user,
+            "user_team": self.team_id,
+            "editable": False,
+            "size": len(data),
+            "mode": "hosted",
+            "is_external": False,
+            "external_type": "",
+            "is_public": False,
+            "public_url_shared": False,
+            "display_as_bot": False,
+            "username": "",
+            "url_private": f"{self.base_url}/files-pri/{slug}/{quoted}",
+            "url_private_download": f"{self.base_url}/files-pri/{slug}/download/{quoted}",
+            "permalink": f"https://example.slack.com/files/{user}/{file_id}/{quoted}",
+            "permalink_public": f"https://slack-files.com/{slug}-0000000000",
+            "file_access": "visible",
+            "has_rich_preview": False,
+        }
+        self._files[file_id] = (obj, data)
+        return dict(obj)
+
+    def rate_limit(self, method: str, retry_after: int = 1, times: int = 1) -> None:
+        """Answer the next ``times`` calls to ``method`` with 429 and ``Retry-After``."""
+        self._overrides.setdefault(method, []).append(
+            _Override(
+                remaining=times,
+                status=429,
+                body={"ok": False, "error": "ratelimited"},
+                headers={"Retry-After": str(retry_after)},
+            )
+        )
+
+    def fail(self, method: str, error: str = "internal_error", times: int | None = None) -> None:
+        """Answer calls to ``method`` with ``{"ok": false, "error": error}`` (``times`` None: always)."""
+        self._overrides.setdefault(method, []).append(
+            _Override(remaining=times, body={"ok": False, "error": error})
+        )
+
+    def on(self, method: str, handler: Callable[[JSONDict], JSONDict]) -> None:
+        """Answer ``method`` with ``handler(params)`` instead of the built-in shape."""
+        self._handlers[method] = handler
+
+    def reset(self) -> None:
+        """Forget recorded calls and responses (stored files, users and threads stay)."""
+        self.log.clear()
+        self.rejected.clear()
+        self.downloads.clear()
+        self._response_posts.clear()
+
+    # ------------------------------------------------------------ the server
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/files-pri/{slug}/download/{name}", self._file)
+        app.router.add_get("/files-pri/{slug}/{name}", self._file)
+        app.router.add_post("/response/{rid}", self._response)
+        return app
+
+    async def _record(self, method: str, params: JSONDict, error: str | None) -> None:
+        if error is None:
+            self.log.append((method, params))
+        else:
+            self.rejected.append((method, params, error))
+        async with self._cond:
+            self._cond.notify_all()
+
+    @staticmethod
+    async def _params(request: web.Request) -> JSONDict:
+        """Query string + body (JSON, form or multipart), JSON fields decoded."""
+        params: JSONDict = dict(request.query)
+        if request.method == "POST" and request.can_read_body:
+            if request.content_type == "application/json":
+                body = await request.json()
+                if isinstance(body, dict):
+                    params.update(body)
+            else:
+                form = await request.post()
+                for key, value in form.items():
+                    params[key] = value.file.read() if isinstance(value, web.FileField) else value
+        for key in _JSON_FIELDS & params.keys():
+            value = params[key]
+            if isinstance(value, str) and value[:1] in "[{":
+                # Invalid JSON stays a raw string, so the assertion message shows it.
+                with contextlib.suppress(ValueError):
+                    params[key] = json.loads(value)
+        return params
+
+    def _token(self, request: web.Request, params: JSONDict) -> str | None:
+        # The token is a credential, not a parameter: keep it out of the recorded call.
+        body_token = params.pop("token", None)
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            return auth[len("Bearer ") :].strip()
+        return str(body_token) if body_token else None
+
+    @staticmethod
+    def _json(
+        body: JSONDict, status: int = 200, headers: Mapping[str, str] | None = None
+    ) -> web.Response:
+        return web.json_response(body, status=status, headers=headers)
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await self._params(request)
+        token = self._token(request, params)
+        if token is None:
+            await self._record(method, params, "not_authed")
+            return self._json({"ok": False, "error": "not_authed"})
+        if token != self.bot_token:
+            await self._record(method, params, "invalid_auth")
+            return self._json({"ok": False, "error": "invalid_auth"})
+
+        for override in self._overrides.get(method, []):
+            if override.remaining is None or override.remaining > 0:
+                if override.remaining is not None:
+                    override.remaining -= 1
+                await self._record(method, params, str(override.body.get("error", override.status)))
+                return self._json(override.body, status=override.status, headers=override.headers)
+
+        if method in self._handlers:
+            body = self._handlers[method](params)
+        else:
+            answer = getattr(self, "_m_" + method.replace(".", "_"), None)
+            body = answer(params) if answer else {"ok": True}
+        error = None if body.get("ok") else str(body.get("error", "error"))
+        await self._record(method, params, error)
+        headers = {"X-Slack-Req-Id": _next_id("req")}
+        if "warning" in body:
+            headers["X-Slack-Warning"] = str(body["warning"])
+        return self._json(body, headers=headers)
+
+    async def _file(self, request: web.Request) -> web.Response:
+        slug = request.match_info["slug"]
+        file_id = slug.split("-", 1)[-1]
+        stored = self._files.get(file_id)
+        authorised = request.headers.get("Authorization", "") == f"Bearer {self.bot_token}"
+        self.downloads.append((file_id, authorised))
+        if not authorised:
+            return web.Response(text=_LOGIN_PAGE, content_type="text/html", charset="utf-8")
+        if stored is None:
+            return web.Response(status=404, text="file not found")
+        obj, data = stored
+        headers = {}
+        if "/download/" in request.path:
+            headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{quote(obj['name'])}"
+        return web.Response(body=data, content_type=obj["mimetype"], headers=headers)
+
+    async def _response(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.Response(status=400, text="invalid_payload")
+        self._response_posts.append((request.match_info["rid"], body))
+        async with self._cond:
+            self._cond.notify_all()
+        return self._json({"ok": True})
+
+    # ------------------------------------------------------ method answers
+
+    def _user_object(self, user_id: str, *, name: str | None = None) -> JSONDict:
+        name = name or user_id.lower()
+        return {
+            "id": user_id,
+            "team_id": self.team_id,
+            "name": name,
+            "deleted": False,
+            "real_name": name.title(),
+            "tz": "Europe/Berlin",
+            "tz_label": "Central European Time",
+            "tz_offset": 3600,
+            "profile": {
+                "real_name": name.title(),
+                "display_name": name,
+                "email": f"{name}@example.com",
+                "team": self.team_id,
+            },
+            "is_admin": False,
+            "is_owner": False,
+            "is_primary_owner": False,
+            "is_restricted": False,
+            "is_ultra_restricted": False,
+            "is_bot": False,
+            "is_app_user": False,
+            "updated": int(time.time()),
+        }
+
+    def _message(self, params: JSONDict, ts: str) -> JSONDict:
+        msg: JSONDict = {
+            "type": "message",
+            "text": params.get("text", ""),
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "app_id": self.app_id,
+            "team": self.team_id,
+            "ts": ts,
+        }
+        for key in ("blocks", "attachments", "metadata", "thread_ts"):
+            if key in params:
+                msg[key] = params[key]
+        return msg
+
+    def _channel_for(self, channel: str) -> str:
+        # Posting to a user id lands in the app's DM with that user, as in Slack.
+        if channel[:1] in {"U", "W"}:
+            return "D" + channel[1:]
+        return channel
+
+    def _message_errors(self, params: JSONDict) -> JSONDict | None:
+        if not params.get("channel"):
+            return {"ok": False, "error": "channel_not_found"}
+        if not params.get("text") and not params.get("blocks") and not params.get("attachments"):
+            return {"ok": False, "error": "no_text"}
+        if len(str(params.get("text", ""))) > 40000:
+            return {"ok": False, "error": "msg_too_long"}
+        if self.validate and "blocks" in params:
+            errors = _block_errors(params["blocks"], max_blocks=50)
+            if errors:
+                return {
+                    "ok": False,
+                    "error": "invalid_blocks",
+                    "errors": errors,
+                    "response_metadata": {"messages": [f"[ERROR] {e}" for e in errors]},
+                }
+        return None
+
+    def _m_auth_test(self, params: JSONDict) -> JSONDict:
+        return {
+            "ok": True,
+            "url": "https://example.slack.com/",
+            "team": "Example",
+            "user": "kb",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _m_chat_postMessage(self, params: JSONDict) -> JSONDict:
+        error = self._message_errors(params)
+        if error:
+            return error
+        channel = self._channel_for(str(params["channel"]))
+        ts = slack_ts()
+        msg = self._message(params, ts)
+        self.messages[(channel, ts)] = msg
+        return {"ok": True, "channel": channel, "ts": ts, "message": msg}
+
+    def _m_chat_update(self, params: JSONDict) -> JSONDict:
+        channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
+        if (channel, ts) not in self.messages:
+            return {"ok": False, "error": "message_not_found"}
+        error = self._message_errors(params)
+        if error:
+            return error
+        msg = self.messages[(channel, ts)]
+        msg.update(
+            {k: params[k] for k in ("text", "blocks", "attachments", "metadata") if k in params}
+        )
+        msg["edited"] = {"user": self.bot_user_id, "ts": slack_ts()}
+        return {
+            "ok": True,
+            "channel": channel,
+            "ts": ts,
+            "text": msg.get("text", ""),
+            "message": msg,
+        }
+
+    def _m_chat_postEphemeral(self, params: JSONDict) -> JSONDict:
+        if not params.get("user"):
+            return {"ok": False, "error": "user_not_in_channel"}
+        error = self._message_errors(params)
+        return error or {"ok": True, "message_ts": slack_ts()}
+
+    def _m_chat_getPermalink(self, params: JSONDict) -> JSONDict:
+        channel, ts = str(params.get("channel", "")), str(params.get("message_ts", ""))
+        return {
+            "ok": True,
+            "channel": channel,
+            "permalink": f"https://example.slack.com/archives/{channel}/p{ts.replace('.', '')}",
+        }
+
+    def _m_conversations_open(self, params: JSONDict) -> JSONDict:
+        users = str(params.get("users", "")).split(",")
+        return {"ok": True, "channel": {"id": "D" + users[0][1:] if users[0] else DM_CHANNEL_ID}}
+
+    def _m_conversations_replies(self, params: JSONDict) -> JSONDict:
+        channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
+        if (channel, ts) in self._replies:
+            messages = self._replies[(channel, ts)]
+        else:
+            messages = [
+                m
+                for (c, _), m in sorted(self.messages.items(), key=lambda kv: kv[0][1])
+                if c == channel and (m["ts"] == ts or m.get("thread_ts") == ts)
+            ]
+        if not messages:
+            return {"ok": False, "error": "thread_not_found"}
+        return {
+            "ok": True,
+            "messages": messages,
+            "has_more": False,
+            "response_metadata": {"next_cursor": ""},
+        }
+
+    def _view_object(self, view: JSONDict, view_id: str, previous: JSONDict | None) -> JSONDict:
+        out: JSONDict = {
+            "id": view_id,
+            "team_id": self.team_id,
+            "type": "modal",
+            "blocks": [],
+            "private_metadata": "",
+            "callback_id": "",
+            "state": {"values": {}},
+            "hash": _next_id("hash."),
+            "clear_on_close": False,
+            "notify_on_close": False,
+            "close": None,
+            "submit": None,
+            "previous_view_id": None,
+            "root_view_id": (previous or {}).get("root_view_id", view_id),
+            "app_id": self.app_id,
+            "external_id": "",
+            "app_installed_team_id": self.team_id,
+            "bot_id": self.bot_id,
+        }
+        out.update(view)
+        out["id"] = view_id
+        return out
+
+    def _m_views_open(self, params: JSONDict) -> JSONDict:
+        if not params.get("trigger_id"):
+            return {"ok": False, "error": "invalid_trigger_id"}
+        view = params.get("view")
+        if self.validate:
+            errors = _view_errors(view)
+            if errors:
+                return {
+                    "ok": False,
+                    "error": "invalid_arguments",
+                    "response_metadata": {"messages": errors},
+                }
+        view_id = _next_id("V")
+        self.views[view_id] = self._view_object(dict(view or {}), view_id, None)
+        return {"ok": True, "view": self.views[view_id]}
+
+    def _m_views_update(self, params: JSONDict) -> JSONDict:
+        view_id = str(params.get("view_id", ""))
+        if not view_id and params.get("external_id"):
+            view_id = next(
+                (k for k, v in self.views.items() if v.get("external_id") == params["external_id"]),
+                "",
+            )
+        if view_id not in self.views:
+            return {"ok": False, "error": "not_found"}
+        view = params.get("view")
+        if self.validate:
+            errors = _view_errors(view)
+            if errors:
+                return {
+                    "ok": False,
+                    "error": "invalid_arguments",
+                    "response_metadata": {"messages": errors},
+                }
+        self.views[view_id] = self._view_object(dict(view or {}), view_id, self.views[view_id])
+        return {"ok": True, "view": self.views[view_id]}
+
+    def _m_views_push(self, params: JSONDict) -> JSONDict:
+        return self._m_views_open(params)
+
+    def _m_users_info(self, params: JSONDict) -> JSONDict:
+        user_id = str(params.get("user", ""))
+        if not user_id:
+            return {"ok": False, "error": "user_not_found"}
+        return {"ok": True, "user": self._users.get(user_id) or self._user_object(user_id)}
+
+    def _m_assistant_threads_setStatus(self, params: JSONDict) -> JSONDict:
+        if not params.get("channel_id") or not params.get("thread_ts"):
+            return {"ok": False, "error": "invalid_arguments"}
+        return {"ok": True}
+
+    def _m_reactions_add(self, params: JSONDict) -> JSONDict:
+        key = (
+            str(params.get("channel", "")),
+            str(params.get("timestamp", "")),
+            str(params.get("name", "")),
+        )
+        if not all(key):
+            return {"ok": False, "error": "invalid_arguments"}
+        if key in self.reactions:
+            return {"ok": False, "error": "already_reacted"}
+        self.reactions.add(key)
+        return {"ok": True}
+
+    def _m_files_info(self, params: JSONDict) -> JSONDict:
+        stored = self._files.get(str(params.get("file", "")))
+        if stored is None:
+            return {"ok": False, "error": "file_not_found"}
+        return {
+            "ok": True,
+            "file": dict(stored[0]),
+            "comments": [],
+            "response_metadata": {"next_cursor": ""},
+        }
+
+
+# --------------------------------------------------------------------------- OpenAI
+
+
+Reply = str | Callable[[list[JSONDict]], str]
+
+
+class OpenAICompatServer(_LocalServer):
+    """A local OpenAI-compatible endpoint: ``POST /v1/chat/completions``, ``GET /v1/models``.
+
+    Args:
+        reply: the assistant's answer, or a function of the request's ``messages``.
+        model: the model id ``/v1/models`` lists (requests may name any model).
+        api_key: when set, requests without ``Authorization: Bearer <api_key>`` get 401.
+
+    Use :attr:`url` as the client's ``base_url`` (it ends with ``/v1``). Every
+    request body lands in :attr:`requests`. Failure modes: :meth:`fail_with`,
+    :meth:`delay`, :meth:`drop_connections`; for "connection refused" use
+    :func:`closed_port_url` or close the server (its URL then refuses).
+    """
+
+    def __init__(
+        self, *, reply: Reply = "OK [1]", model: str = "test-model", api_key: str | None = None
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.api_key = api_key
+        self.requests: list[JSONDict] = []
+        """Parsed JSON bodies of the chat completion requests, oldest first."""
+        self.headers: list[dict[str, str]] = []
+        """Request headers, parallel to :attr:`requests`."""
+        self._reply: Reply = reply
+        self._fail: tuple[int, int | None] | None = None
+        self._delay = 0.0
+        self._drop: int | None = 0
+        self._cond = asyncio.Condition()
+
+    @property
+    def url(self) -> str:
+        """The ``base_url`` for ``openai.AsyncOpenAI`` (``http://127.0.0.1:<port>/v1``)."""
+        return f"{self.base_url}/v1"
+
+    def set_reply(self, reply: Reply) -> None:
+        """Answer with ``reply`` (text, or a function of the request's ``messages``)."""
+        self._reply = reply
+
+    def fail_with(self, status: int, times: int | None = None) -> None:
+        """Answer the next ``times`` requests (all when ``None``) with ``status`` and an OpenAI error body."""
+        self._fail = (status, times)
+
+    def delay(self, seconds: float) -> None:
+        """Wait ``seconds`` before answering (to provoke client timeouts); 0 to stop."""
+        self._delay = seconds
+
+    def drop_connections(self, times: int | None = None) -> None:
+        """Close the connection without answering, for the next ``times`` requests (all when ``None``)."""
+        self._drop = times
+
+    def reset(self) -> None:
+        """Back to normal answers; forget recorded requests."""
+        self._fail = None
+        self._delay = 0.0
+        self._drop = 0
+        self.requests.clear()
+        self.headers.clear()
+
+    async def wait_for_requests(self, count: int = 1, timeout: float = 5.0) -> list[JSONDict]:
+        """Wait until ``count`` completion requests arrived; return them all."""
+        await _wait_until(
+            lambda: len(self.requests) >= count,
+            self._cond,
+            timeout,
+            lambda: f"expected {count} completion request(s), got {len(self.requests)}",
+        )
+        return self.requests
+
+    def _build_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        return app
+
+    @staticmethod
+    def _error(status: int, message: str, kind: str, code: str | None = None) -> web.Response:
+        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        return web.json_response(body, status=status)
+
+    def _authorised(self, request: web.Request) -> bool:
+        return (
+            self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}"
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return self._error(
+                401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
+            )
+        model = {"id": self.model, "object": "model", "created": 1700000000, "owned_by": "local"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return self._error(
+                400, "We could not parse the JSON body of your request.", "invalid_request_error"
+            )
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        async with self._cond:
+            self._cond.notify_all()
+
+        if not self._authorised(request):
+            return self._error(
+                401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
+            )
+        if self._drop is None or self._drop > 0:
+            if self._drop is not None:
+                self._drop -= 1
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response(status=500)  # never delivered: the socket is gone
+        await self._sleep(self._delay)
+        if self._fail is not None:
+            status, times = self._fail
+            if times is not None:
+                self._fail = (status, times - 1) if times > 1 else None
+            kind = "server_error" if status >= 500 else "invalid_request_error"
+            return self._error(status, f"Simulated failure ({status}).", kind)
+        if not isinstance(body.get("messages"), list) or not body["messages"]:
+            return self._error(
+                400, "'messages' must be a non-empty array.", "invalid_request_error"
+            )
+
+        reply = self._reply(body["messages"]) if callable(self._reply) else self._reply
+        model = str(body.get("model") or self.model)
+        completion_id = "chatcmpl-" + _next_id("")
+        created = int(time.time())
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body["messages"])
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(reply.split()),
+            "total_tokens": prompt_tokens + len(reply.split()),
+        }
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(
+                request, completion_id, created, model, reply, usage if include_usage else None
+            )
+        return web.json_response(
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": reply, "refusal": None},
+                        "logprobs": None,
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": usage,
+                "system_fingerprint": None,
+            }
+        )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        completion_id: str,
+        created: int,
+        model: str,
+        reply: str,
+        usage: JSONDict | None,
+    ) -> web.StreamResponse:
+        """Send ``reply`` as server-sent events, a few words per chunk, then ``[DONE]``."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+
+        def chunk(delta: JSONDict, finish: str | None) -> JSONDict:
+            return {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": None,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
+
+        events: list[JSONDict] = [chunk({"role": "assistant", "content": ""}, None)]
+        events += [chunk({"content": piece}, None) for piece in re.findall(r"\s*\S+\s*|\s+", reply)]
+        events.append(chunk({}, "stop"))
+        if usage is not None:
+            events.append({**chunk({}, None), "choices": [], "usage": usage})
+        for event in events:
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+# --------------------------------------------------------------------------- signing
+
+
+def sign_slack_request(
+    secret: str, body: bytes | str, timestamp: int | None = None
+) -> dict[str, str]:
+    """Slack's request-signing headers for ``body``.
+
+    ``X-Slack-Signature`` is ``v0=`` + hex HMAC-SHA256 of ``v0:{timestamp}:{body}``
+    keyed with the signing secret; ``timestamp`` defaults to now.
+    """
+    raw = body.encode() if isinstance(body, str) else body
+    ts = int(time.time()) if timestamp is None else timestamp
+    digest = hmac.new(secret.encode(), b"v0:%d:" % ts + raw, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": str(ts), "X-Slack-Signature": f"v0={digest}"}
+
+
+def slack_headers(
+    secret: str,
+    body: bytes | str,
+    *,
+    json_body: bool | None = None,
+    timestamp: int | None = None,
+    retry_num: int | None = None,
+    retry_reason: str = "http_timeout",
+) -> dict[str, str]:
+    """Everything Slack sends with a request: signature, content type, retry headers.
+
+    ``json_body`` defaults to guessing from the body (events are JSON; commands and
+    interactivity are form-encoded). ``retry_num`` adds ``X-Slack-Retry-Num`` /
+    ``X-Slack-Retry-Reason`` as on Slack's redeliveries.
+    """
+    raw = body.encode() if isinstance(body, str) else body
+    is_json = raw.lstrip()[:1] == b"{" if json_body is None else json_body
+    headers = sign_slack_request(secret, raw, timestamp)
+    headers["Content-Type"] = "application/json" if is_json else "application/x-www-form-urlencoded"
+    headers["User-Agent"] = "Slackbot 1.0 (+https://api.slack.com/robots)"
+    if retry_num is not None:
+        headers["X-Slack-Retry-Num"] = str(retry_num)
+        headers["X-Slack-Retry-Reason"] = retry_reason
+    return headers
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+def _rich_text(text: str) -> list[JSONDict]:
+    """The ``rich_text`` block Slack attaches to a typed message, with mentions as elements."""
+    elements: list[JSONDict] = []
+    for part in re.split(r"(<@[UW][A-Z0-9]+>)", text):
+        if not part:
+            continue
+        mention = re.fullmatch(r"<@([UW][A-Z0-9]+)>", part)
+        elements.append(
+            {"type": "user", "user_id": mention.group(1)}
+            if mention
+            else {"type": "text", "text": part}
+        )
+    return [
+        {
+            "type": "rich_text",
+            "block_id": _next_id("b")[-5:],
+            "elements": [{"type": "rich_text_section", "elements": elements}],
+        }
+    ]
+
+
+def _client_msg_id() -> str:
+    n = next(_ids)
+    return f"{n:08x}-0000-4000-8000-{n:012x}"
+
+
+def event_payload(
+    event: JSONDict,
+    *,
+    event_id: str | None = None,
+    team_id: str = TEAM_ID,
+    api_app_id: str = APP_ID,
+    event_time: int | None = None,
+    bot_user_id: str = BOT_USER_ID,
+) -> JSONDict:
+    """The Events API ``event_callback`` envelope around ``event``."""
+    return {
+        "token": "verification-token-unused",
+        "team_id": team_id,
+        "context_team_id": team_id,
+        "context_enterprise_id": ENTERPRISE_ID,
+        "api_app_id": api_app_id,
+        "event": event,
+        "type": "event_callback",
+        "event_id": event_id or _next_id("Ev"),
+        "event_time": event_time or int(time.time()),
+        "authorizations": [
+            {
+                "enterprise_id": ENTERPRISE_ID,
+                "team_id": team_id,
+                "user_id": bot_user_id,
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+        "is_ext_shared_channel": False,
+        "event_context": "4-" + _next_id("ctx"),
+    }
+
+
+def event_body(event: JSONDict, **envelope: Any) -> bytes:
+    """The raw JSON body Slack posts for ``event`` (see :func:`event_payload` for options)."""
+    return json.dumps(event_payload(event, **envelope)).encode()
+
+
+def url_verification_body(challenge: str = "challenge-token") -> bytes:
+    """The body of Slack's one-time ``url_verification`` request."""
+    return json.dumps(
+        {"token": "verification-token-unused", "challenge": challenge, "type": "url_verification"}
+    ).encode()
+
+
+def app_mention_event(
+    text: str,
+    *,
+    user: str = USER_ID,
+    channel: str = CHANNEL_ID,
+    ts: str | None = None,
+    thread_ts: str | None = None,
+    bot_user_id: str = BOT_USER_ID,
+    mention: bool = True,
+    team: str = TEAM_ID,
+) -> JSONDict:
+    """An ``app_mention`` event; ``text`` gets ``<@bot>`` prepended unless ``mention=False``."""
+    ts = ts or slack_ts()
+    full = f"<@{bot_user_id}> {text}" if mention else text
+    event: JSONDict = {
+        "type": "app_mention",
+        "client_msg_id": _client_msg_id(),
+        "text": full,
+        "user": user,
+        "ts": ts,
+        "blocks": _rich_text(full),
+        "team": team,
+        "channel": channel,
+        "event_ts": ts,
+    }
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+def message_im_event(
+    text: str,
+    *,
+    user: str = USER_ID,
+    channel: str = DM_CHANNEL_ID,
+    ts: str | None = None,
+    thread_ts: str | None = None,
+    team: str = TEAM_ID,
+) -> JSONDict:
+    """A ``message`` event in a direct message with the bot (``message.im``)."""
+    ts = ts or slack_ts()
+    event: JSONDict = {
+        "type": "message",
+        "client_msg_id": _client_msg_id(),
+        "text": text,
+        "user": user,
+        "ts": ts,
+        "blocks": _rich_text(text),
+        "team": team,
+        "channel": channel,
+        "event_ts": ts,
+        "channel_type": "im",
+    }
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+def file_share_event(
+    files: list[JSONDict],
+    *,
+    text: str = "",
+    user: str = USER_ID,
+    channel: str = DM_CHANNEL_ID,
+    channel_type: str = "im",
+    ts: str | None = None,
+    thread_ts: str | None = None,
+) -> JSONDict:
+    """A ``message`` event with subtype ``file_share`` (files sent to the bot); pass :meth:`MockSlackAPI.add_file` objects."""
+    ts = ts or slack_ts()
+    event: JSONDict = {
+        "type": "message",
+        "subtype": "file_share",
+        "text": text,
+        "files": files,
+        "upload": False,
+        "user": user,
+        "display_as_bot": False,
+        "ts": ts,
+        "channel": channel,
+        "event_ts": ts,
+        "channel_type": channel_type,
+    }
+    if text:
+        event["blocks"] = _rich_text(text)
+        event["client_msg_id"] = _client_msg_id()
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+def _trigger_id() -> str:
+    n = next(_ids)
+    return f"{n}.{n * 7919}.{hashlib.md5(str(n).encode()).hexdigest()}"
+
+
+def slash_command_body(
+    command: str,
+    text: str = "",
+    user_id: str = USER_ID,
+    channel_id: str = CHANNEL_ID,
+    response_url: str | None = None,
+    trigger_id: str | None = None,
+    *,
+    team_id: str = TEAM_ID,
+    user_name: str = "alice",
+    channel_name: str = "general",
+    api_app_id: str = APP_ID,
+) -> bytes:
+    """The form-encoded body Slack posts for a slash command.
+
+    Pass ``response_url=slack.response_url(...)``; without one it points at a
+    local port that refuses connections (never at hooks.slack.com).
+    """
+    fields = {
+        "token": "verification-token-unused",
+        "team_id": team_id,
+        "team_domain": "example",
+        "channel_id": channel_id,
+        "channel_name": "directmessage" if channel_id.startswith("D") else channel_name,
+        "user_id": user_id,
+        "user_name": user_name,
+        "command": command,
+        "text": text,
+        "api_app_id": api_app_id,
+        "is_enterprise_install": "false",
+        "response_url": response_url or UNREACHABLE_RESPONSE_URL,
+        "trigger_id": trigger_id or _trigger_id(),
+    }
+    return urlencode(fields).encode()
+
+
+def _user_ref(user_id: str, team_id: str) -> JSONDict:
+    return {"id": user_id, "username": user_id.lower(), "name": user_id.lower(), "team_id": team_id}
+
+
+def file_input_state(block_id: str, action_id: str, files: list[JSONDict]) -> JSONDict:
+    """A view ``state`` whose ``file_input`` (``block_id``/``action_id``) holds ``files``."""
+    return {"values": {block_id: {action_id: {"type": "file_input", "files": files}}}}
+
+
+def view_submission_body(
+    view: JSONDict,
+    user_id: str = USER_ID,
+    *,
+    team_id: str = TEAM_ID,
+    api_app_id: str = APP_ID,
+    trigger_id: str | None = None,
+    response_urls: list[JSONDict] | None = None,
+) -> bytes:
+    """The ``payload=<JSON>`` body of a ``view_submission``.
+
+    ``view`` is typically the view the bot opened (from ``MockSlackAPI.views`` or
+    ``calls("views.open")``) with ``state`` set, e.g. by :func:`file_input_state`;
+    missing fields get Slack's defaults.
+    """
+    full: JSONDict = {
+        "id": _next_id("V"),
+        "team_id": team_id,
+        "type": "modal",
+        "blocks": [],
+        "private_metadata": "",
+        "callback_id": "",
+        "state": {"values": {}},
+        "hash": _next_id("hash."),
+        "title": {"type": "plain_text", "text": "Modal"},
+        "clear_on_close": False,
+        "notify_on_close": False,
+        "close": None,
+        "submit": None,
+        "previous_view_id": None,
+        "app_id": api_app_id,
+        "external_id": "",
+        "app_installed_team_id": team_id,
+        "bot_id": BOT_ID,
+    }
+    full.update(view)
+    full.setdefault("root_view_id", full["id"])
+    payload = {
+        "type": "view_submission",
+        "team": {"id": team_id, "domain": "example"},
+        "user": _user_ref(user_id, team_id),
+        "api_app_id": api_app_id,
+        "token": "verification-token-unused",
+        "trigger_id": trigger_id or _trigger_id(),
+        "view": full,
+        "response_urls": response_urls or [],
+        "is_enterprise_install": False,
+        "enterprise": None,
+    }
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def button_action(
+    action_id: str, value: str = "", *, block_id: str | None = None, text: str = "Button"
+) -> JSONDict:
+    """One ``button`` entry of a ``block_actions`` payload's ``actions``."""
+    return {
+        "action_id": action_id,
+        "block_id": block_id or _next_id("blk"),
+        "text": {"type": "plain_text", "text": text, "emoji": True},
+        "value": value,
+        "type": "button",
+        "action_ts": slack_ts(),
+    }
+
+
+def feedback_action(action_id: str, value: str, *, block_id: str | None = None) -> JSONDict:
+    """One ``feedback_buttons`` click (a ``context_actions`` thumbs up/down)."""
+    return {
+        "action_id": action_id,
+        "block_id": block_id or _next_id("blk"),
+        "text": {"type": "plain_text", "text": "\U0001f44d" if "pos" in value else "\U0001f44e"},
+        "value": value,
+        "type": "feedback_buttons",
+        "action_ts": slack_ts(),
+    }
+
+
+def block_actions_body(
+    actions: list[JSONDict],
+    user_id: str = USER_ID,
+    channel_id: str = CHANNEL_ID,
+    message_ts: str | None = None,
+    *,
+    message: JSONDict | None = None,
+    thread_ts: str | None = None,
+    response_url: str | None = None,
+    team_id: str = TEAM_ID,
+    api_app_id: str = APP_ID,
+    trigger_id: str | None = None,
+    view: JSONDict | None = None,
+) -> bytes:
+    """The ``payload=<JSON>`` body of a ``block_actions`` interaction.
+
+    For a click in a message give ``message_ts`` (and ideally the ``message``,
+    e.g. from ``MockSlackAPI.messages``); for a click in a modal give ``view``.
+    """
+    payload: JSONDict = {
+        "type": "block_actions",
+        "user": _user_ref(user_id, team_id),
+        "api_app_id": api_app_id,
+        "token": "verification-token-unused",
+        "trigger_id": trigger_id or _trigger_id(),
+        "team": {"id": team_id, "domain": "example"},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "state": {"values": {}},
+        "actions": actions,
+    }
+    if view is not None:
+        payload["container"] = {"type": "view", "view_id": view.get("id", "")}
+        payload["view"] = view
+    else:
+        ts = message_ts or (message or {}).get("ts") or slack_ts()
+        msg = dict(
+            message or {"type": "message", "user": BOT_USER_ID, "ts": ts, "text": "", "blocks": []}
+        )
+        if thread_ts:
+            msg.setdefault("thread_ts", thread_ts)
+        payload["container"] = {
+            "type": "message",
+            "message_ts": ts,
+            "channel_id": channel_id,
+            "is_ephemeral": False,
+        }
+        if thread_ts:
+            payload["container"]["thread_ts"] = thread_ts
+        payload["channel"] = {"id": channel_id, "name": "general"}
+        payload["message"] = msg
+        payload["response_url"] = response_url or UNREACHABLE_RESPONSE_URL
+    return urlencode({"payload": json.dumps(payload)}).encode()

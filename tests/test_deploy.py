@@ -1,0 +1,216 @@
+"""The deployment files say what the bot needs: manifests, container, service unit."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+EVENTS_URL_SUFFIX = "/slack/events"
+
+COMMANDS = {"/kb-upload", "/kb-reindex"}
+# The minimum from SLACK.md, plus assistant:write (the assistant pane) and
+# im:write (reporting results by DM); nothing that reads channel history.
+SCOPES = {
+    "app_mentions:read",
+    "assistant:write",
+    "chat:write",
+    "commands",
+    "files:read",
+    "im:history",
+    "im:write",
+    "users:read",
+}
+BOT_EVENTS = ["app_mention", "message.im"]
+
+# Keys the manifest schema 1.0.0 allows where this bot uses them (it rejects others).
+ALLOWED_KEYS: dict[str, set[str]] = {
+    "": {"_metadata", "display_information", "features", "oauth_config", "settings"},
+    "display_information": {"name", "description", "background_color", "long_description"},
+    "features": {"app_home", "bot_user", "slash_commands", "assistant_view", "shortcuts"},
+    "features.app_home": {
+        "home_tab_enabled",
+        "messages_tab_enabled",
+        "messages_tab_read_only_enabled",
+    },
+    "features.bot_user": {"display_name", "always_online"},
+    "features.assistant_view": {"assistant_description", "suggested_prompts"},
+    "oauth_config": {"scopes", "redirect_urls", "token_management_enabled", "pkce_enabled"},
+    "oauth_config.scopes": {"bot", "user"},
+    "settings": {
+        "event_subscriptions",
+        "interactivity",
+        "org_deploy_enabled",
+        "socket_mode_enabled",
+        "token_rotation_enabled",
+        "allowed_ip_address_ranges",
+        "incoming_webhooks",
+    },
+    "settings.event_subscriptions": {"request_url", "bot_events", "user_events"},
+    "settings.interactivity": {"is_enabled", "request_url", "message_menu_options_url"},
+}
+SLASH_COMMAND_KEYS = {"command", "url", "description", "usage_hint", "should_escape"}
+
+
+def load_manifest(variant: str) -> dict[str, Any]:
+    """Parse ``deploy/slack-manifest.<variant>.yaml``."""
+    data = yaml.safe_load((DEPLOY / f"slack-manifest.{variant}.yaml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def _at(data: dict[str, Any], dotted: str) -> Any:
+    node: Any = data
+    for part in filter(None, dotted.split(".")):
+        node = node[part]
+    return node
+
+
+def _without_transport(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest minus what legitimately differs between Socket Mode and HTTP."""
+    m = json.loads(json.dumps(manifest))
+    for cmd in m["features"]["slash_commands"]:
+        cmd.pop("url", None)
+    m["settings"]["event_subscriptions"].pop("request_url", None)
+    m["settings"]["interactivity"].pop("request_url", None)
+    m["settings"].pop("socket_mode_enabled")
+    return m
+
+
+@pytest.mark.parametrize("variant", ["socket", "http"])
+def test_manifest_declares_what_the_bot_needs(variant: str) -> None:
+    m = load_manifest(variant)
+    assert m["_metadata"]["major_version"] == 1
+    commands = m["features"]["slash_commands"]
+    assert {c["command"] for c in commands} == COMMANDS
+    assert all(c["description"] and c["should_escape"] is False for c in commands)
+    assert set(m["oauth_config"]["scopes"]["bot"]) == SCOPES
+    assert len(m["oauth_config"]["scopes"]["bot"]) == len(SCOPES)  # no duplicates
+    assert m["settings"]["event_subscriptions"]["bot_events"] == BOT_EVENTS
+    assert m["settings"]["interactivity"]["is_enabled"] is True
+    assert m["features"]["app_home"]["messages_tab_enabled"] is True
+    assert m["features"]["app_home"]["messages_tab_read_only_enabled"] is False
+    assert m["features"]["bot_user"]["display_name"]
+    assert m["settings"]["socket_mode_enabled"] is (variant == "socket")
+
+
+@pytest.mark.parametrize("variant", ["socket", "http"])
+def test_manifest_follows_schema_1_0_0(variant: str) -> None:
+    m = load_manifest(variant)
+    for path, allowed in ALLOWED_KEYS.items():
+        if path and path.split(".")[0] not in m:
+            continue
+        unknown = set(_at(m, path)) - allowed
+        assert not unknown, f"{path or 'top level'}: keys the schema rejects: {unknown}"
+    info = m["display_information"]
+    assert 1 <= len(info["name"]) <= 35 and 1 <= len(info["description"]) <= 140
+    assert re.fullmatch(r"#[0-9a-fA-F]{6}", info["background_color"])
+    assert len(m["features"]["bot_user"]["display_name"]) <= 80
+    for cmd in m["features"]["slash_commands"]:
+        assert set(cmd) <= SLASH_COMMAND_KEYS
+        assert re.fullmatch(r"/[a-z0-9_-]{1,31}", cmd["command"])
+    for prompt in m["features"]["assistant_view"]["suggested_prompts"]:
+        assert set(prompt) == {"title", "message"}
+
+
+def test_socket_manifest_has_no_public_endpoint() -> None:
+    m = load_manifest("socket")
+    assert all("url" not in c for c in m["features"]["slash_commands"])
+    assert "request_url" not in m["settings"]["event_subscriptions"]
+    assert "request_url" not in m["settings"]["interactivity"]
+
+
+def test_http_manifest_points_everything_at_slack_events() -> None:
+    m = load_manifest("http")
+    urls = [c["url"] for c in m["features"]["slash_commands"]]
+    urls += [
+        m["settings"]["event_subscriptions"]["request_url"],
+        m["settings"]["interactivity"]["request_url"],
+    ]
+    assert len(urls) == 4
+    for url in urls:
+        assert url.startswith("https://") and url.endswith(EVENTS_URL_SUFFIX), url
+    assert len(set(urls)) == 1
+
+
+def test_variants_differ_only_in_transport() -> None:
+    assert _without_transport(load_manifest("socket")) == _without_transport(load_manifest("http"))
+
+
+def test_manifest_commands_are_the_ones_the_bot_handles() -> None:
+    source = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "bot").glob("*.py"))
+    handled = set(re.findall(r"[\"'](/kb-[a-z-]+)[\"']", source))
+    assert handled >= COMMANDS, f"commands in the manifests but not in bot/: {COMMANDS - handled}"
+
+
+def _dockerfile() -> str:
+    # Join continuation lines so each instruction is one line.
+    return (DEPLOY / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+
+
+def test_dockerfile() -> None:
+    text = _dockerfile()
+    lines = [
+        ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+    assert lines[0] == "FROM python:3.11-slim"
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    torch_pin = next(d for d in pyproject["project"]["dependencies"] if d.startswith("torch=="))
+    assert any(
+        "download.pytorch.org/whl/cpu" in ln and torch_pin in ln
+        for ln in lines
+        if ln.startswith("RUN")
+    ), f"{torch_pin} must come from the CPU wheel index"
+    assert "USER kb" in lines
+    assert "VOLUME /data" in lines
+    env = " ".join(ln for ln in lines if ln.startswith("ENV "))
+    assert "KB_DATA_DIR=/data" in env and "HF_HUB_OFFLINE=1" in env
+    assert "EXPOSE 3000" in lines
+    assert lines[-1] == 'CMD ["kb", "serve"]'
+    # The health check is valid Python that asks /healthz.
+    check = next(ln for ln in lines if ln.startswith("HEALTHCHECK"))
+    argv = json.loads(check.split(" CMD ", 1)[1])
+    assert argv[:2] == ["python", "-c"] and "/healthz" in argv[2]
+    compile(argv[2], "HEALTHCHECK", "exec")
+
+
+def test_docker_context_never_includes_secrets_or_data() -> None:
+    ignored = (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    assert {".env", ".venv/", "kb-data/", ".git/"} <= set(ignored)
+
+
+def test_compose_file() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
+    (service,) = compose["services"].values()
+    assert service["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert service["env_file"] == "../.env"
+    assert any(str(v).endswith(":/data") for v in service["volumes"])
+    assert "3000:3000" in service["ports"]
+    assert service["restart"] == "unless-stopped"
+    named = {str(v).split(":")[0] for v in service["volumes"]}
+    assert named <= set(compose.get("volumes") or {})
+
+
+def test_systemd_unit() -> None:
+    settings: dict[str, list[str]] = {}
+    for line in (DEPLOY / "kb.service").read_text(encoding="utf-8").splitlines():
+        if "=" in line and not line.startswith(("#", ";")):
+            key, value = line.split("=", 1)
+            settings.setdefault(key.strip(), []).append(value.strip())
+    assert settings["User"] == ["kb"]
+    assert settings["WorkingDirectory"] and settings["EnvironmentFile"]
+    assert settings["ExecStart"][0].endswith("/bin/kb serve")
+    assert settings["Restart"] == ["on-failure"]
+    assert settings["NoNewPrivileges"] == ["true"] and settings["ProtectSystem"] == ["strict"]
+    # With ProtectSystem=strict the data directory must be writable explicitly.
+    data_dir = next(
+        v.split("=", 1)[1] for v in settings["Environment"] if v.startswith("KB_DATA_DIR=")
+    )
+    assert any(data_dir.startswith(p) for p in settings["ReadWritePaths"])

@@ -1,0 +1,309 @@
+"""Questions through the real bolt app: mentions, DMs, follow-ups, refusals, outages, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from bot import messages
+from bot.app import create_app
+from bot.listeners import strip_mention
+
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from tests.conftest_bot import (  # noqa: E402
+    FALCON_Q,
+    IN_DOMAIN,
+    OUT_OF_DOMAIN,
+    PAGER,
+    PUBLIC_URL,
+    Bot,
+    BotFactory,
+    everything_posted,
+    links,
+    make_settings,
+)
+from tests.servers import (  # noqa: E402
+    BOT_USER_ID,
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    app_mention_event,
+    block_actions_body,
+    closed_port_url,
+    event_body,
+    feedback_action,
+    message_im_event,
+    slack_headers,
+)
+
+pytest_plugins = ["tests.conftest_bot"]
+
+
+async def _open_link(bot: Bot, url: str) -> str:
+    """GET a citation link on the bot's server; the fragment stays in the browser."""
+    assert url.startswith(PUBLIC_URL + "/d/")
+    parts = urlsplit(url)
+    resp = await bot.http.get(f"{parts.path}?{parts.query}")
+    assert resp.status == 200
+    return await resp.text()
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    return json.dumps(message.get("blocks", []), ensure_ascii=False) + message.get("text", "")
+
+
+# ---------------------------------------------------------------- answers
+
+
+async def test_mention_gets_placeholder_then_answer_with_links_to_the_passage(bot: Bot) -> None:
+    event = app_mention_event(IN_DOMAIN)
+    started = time.perf_counter()
+    await bot.event(event)
+    assert time.perf_counter() - started < 3, "Slack needs its ack within 3 seconds"
+
+    answer = await bot.answer()
+    (placeholder,) = bot.slack.calls("chat.postMessage")
+    assert placeholder["thread_ts"] == event["ts"] and placeholder["channel"] == CHANNEL_ID
+    assert placeholder["text"] == messages.PLACEHOLDER
+    assert answer["ts"] in {ts for (_, ts) in bot.slack.messages}
+    assert answer["unfurl_links"] in (False, "false", "0", 0)
+
+    found = links(answer)
+    assert found and found[0][1] == 1
+    url = found[0][0]
+    assert "#char=" in url
+    page = await _open_link(bot, url)
+    assert "Submit expense claims within 30 days" in page
+    assert "Employee handbook" in json.dumps(answer["blocks"])
+
+    (request,) = bot.llm.requests
+    assert IN_DOMAIN in json.dumps(request["messages"])
+    assert "<@" not in json.dumps(request["messages"][-1]), "the bot mention is stripped"
+
+
+async def test_direct_message_is_answered_in_the_dm(bot: Bot) -> None:
+    event = message_im_event("How often are API keys rotated?")
+    await bot.event(event)
+    answer = await bot.answer()
+    assert answer["channel"] == DM_CHANNEL_ID
+    assert links(answer)
+    assert "Security policy" in json.dumps(answer["blocks"])
+
+
+async def test_dm_only_sees_documents_for_everyone(bot: Bot) -> None:
+    await bot.event(message_im_event(FALCON_Q))
+    answer = await bot.answer()
+    assert messages.REFUSAL in answer["text"]
+    assert bot.llm.requests == []
+
+
+async def test_channel_mention_sees_that_channels_documents(bot: Bot) -> None:
+    await bot.event(app_mention_event(FALCON_Q))
+    answer = await bot.answer()
+    assert "Project Falcon" in json.dumps(answer["blocks"])
+    assert len(bot.llm.requests) == 1
+
+
+async def test_follow_up_in_thread_sends_the_earlier_turn_as_history(bot: Bot) -> None:
+    first = app_mention_event(IN_DOMAIN)
+    await bot.event(first)
+    await bot.answer()
+
+    # A reply in the thread without a mention (message.channels, when subscribed).
+    follow = message_im_event("And what about conference tickets?", channel=CHANNEL_ID, thread_ts=first["ts"])
+    follow["channel_type"] = "channel"
+    await bot.event(follow)
+    await bot.answer(2)
+
+    second = bot.llm.requests[1]["messages"]
+    earlier = [m for m in second[:-1] if m["role"] == "user"]
+    assert any(IN_DOMAIN in m["content"] for m in earlier)
+    assert bot.slack.calls("chat.postMessage")[1]["thread_ts"] == first["ts"]
+
+
+async def test_dm_thread_follow_up_uses_history(bot: Bot) -> None:
+    first = message_im_event(IN_DOMAIN)
+    await bot.event(first)
+    await bot.answer()
+    await bot.event(message_im_event("And conference tickets?", thread_ts=first["ts"]))
+    await bot.answer(2)
+    assert any(IN_DOMAIN in m["content"] for m in bot.llm.requests[1]["messages"][:-1])
+    # In a DM thread the assistant status is set too (refused outside assistant threads; harmless).
+    assert bot.slack.calls("assistant.threads.setStatus")
+
+
+async def test_channel_messages_outside_the_bots_threads_are_ignored(bot: Bot) -> None:
+    stray = message_im_event("random chatter", channel=CHANNEL_ID, thread_ts="1700000000.000100")
+    stray["channel_type"] = "channel"
+    await bot.event(stray)
+    top = message_im_event("top level chatter", channel=CHANNEL_ID)
+    top["channel_type"] = "channel"
+    await bot.event(top)
+    await asyncio.sleep(0.3)
+    assert bot.slack.calls("chat.postMessage") == []
+
+
+async def test_empty_mention_gets_help_not_a_model_call(bot: Bot) -> None:
+    await bot.event(app_mention_event(""))
+    (help_msg,) = await bot.slack.wait_for("chat.postMessage")
+    assert "knowledge base" in help_msg["text"]
+    assert bot.llm.requests == []
+
+
+# ---------------------------------------------------------------- refusal and outages
+
+
+async def test_refusal_never_calls_the_model(bot: Bot) -> None:
+    await bot.event(app_mention_event(OUT_OF_DOMAIN))
+    answer = await bot.answer()
+    assert bot.llm.requests == []
+    assert "nothing on this" in answer["text"] and "/kb-upload" in answer["text"]
+    assert links(answer) == []
+
+
+@pytest.mark.parametrize("failure", ["closed_port", "http_500", "timeout"])
+async def test_model_unavailable_shows_marked_evidence_with_links(make_bot: BotFactory, failure: str) -> None:
+    overrides: dict[str, Any] = {}
+    if failure == "closed_port":
+        overrides["openai_base_url"] = closed_port_url()
+    if failure == "timeout":
+        overrides["llm_timeout"] = 0.5
+    bot = await make_bot(**overrides)
+    if failure == "http_500":
+        bot.llm.fail_with(500)
+    if failure == "timeout":
+        bot.llm.delay(5)
+
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    text = _text_of(answer)
+    assert "No answer generated" in text and "here is what the knowledge base says" in text
+    found = links(answer)
+    assert found
+    assert "Submit expense claims within 30 days" in await _open_link(bot, found[0][0])
+    assert "Traceback" not in everything_posted(bot.slack)
+
+
+async def test_redelivered_event_is_answered_once(bot: Bot) -> None:
+    event = app_mention_event(IN_DOMAIN)
+    body = event_body(event, event_id="Ev0DUPLICATE1")
+    first = await bot.post(body)
+    again = await bot.post(body, retry_num=1)
+    assert first.status == 200 and again.status == 200
+    await bot.answer()
+    await asyncio.sleep(0.3)
+    assert len(bot.slack.calls("chat.postMessage")) == 1
+    assert len(bot.llm.requests) == 1
+
+
+async def test_streamed_answer_updates_the_placeholder_at_most_once_per_interval(bot: Bot) -> None:
+    bot.llm.set_reply(lambda _: " ".join(["Claims are due within thirty days"] * 30) + " [1].")
+    await bot.event(app_mention_event(IN_DOMAIN))
+    await bot.answer()
+    await asyncio.sleep(0.2)
+    # The local model streams everything at once: well within one interval, so one update.
+    assert len(bot.slack.calls("chat.update")) == 1
+
+    bot.services.stream_update_seconds = 0.0
+    await bot.event(app_mention_event(IN_DOMAIN))
+    updates = await bot.slack.wait_for("chat.update", 3, timeout=15)
+    assert any(messages.WRITING in _text_of(u) for u in updates[1:])
+
+
+# ---------------------------------------------------------------- escaping
+
+
+async def test_mentions_and_links_from_documents_and_model_are_escaped(bot: Bot) -> None:
+    bot.llm.set_reply(lambda _: "Write <!here> and <@U999> then <https://evil.example|click> & go [1].")
+    await bot.event(app_mention_event(PAGER))
+    answer = await bot.answer()
+    posted = everything_posted(bot.slack)
+    for forbidden in ("<!channel>", "<!here>", "<@U123>", "<@U999>", "<https://evil.example"):
+        assert forbidden not in posted
+    blocks = json.dumps(answer["blocks"])
+    assert "&lt;!here&gt;" in blocks and "&lt;!channel&gt;" in blocks and "&lt;@U123&gt;" in blocks
+    assert "&lt;!here&gt;" in answer["text"]
+    assert all(url.startswith(PUBLIC_URL) for url, _ in links(answer))
+
+
+async def test_evidence_from_documents_is_escaped(make_bot: BotFactory) -> None:
+    bot = await make_bot(openai_base_url=closed_port_url())
+    await bot.event(app_mention_event(PAGER))
+    answer = await bot.answer()
+    posted = everything_posted(bot.slack)
+    assert "<!channel>" not in posted and "<@U123>" not in posted
+    assert "&lt;!channel&gt;" in json.dumps(answer["blocks"]) and "&lt;!channel&gt;" in answer["text"]
+
+
+# ---------------------------------------------------------------- feedback and errors
+
+
+async def test_feedback_click_is_stored_and_acknowledged(bot: Bot) -> None:
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    (feedback,) = [b for b in answer["blocks"] if b["type"] == "context_actions"]
+    value = feedback["elements"][0]["negative_button"]["value"]
+    body = block_actions_body(
+        [feedback_action("kb_feedback", value)],
+        message_ts=answer["ts"],
+        response_url=bot.slack.response_url("fb"),
+    )
+    resp = await bot.post(body)
+    assert resp.status == 200
+    (ack,) = await bot.slack.wait_for_responses(1, "fb")
+    assert ack["text"] == messages.FEEDBACK_THANKS_NEGATIVE
+    rows = list(bot.kb.store.db.query("SELECT query_id, value, user FROM feedback"))
+    query_id = int(value.split(":")[1])
+    assert rows == [{"query_id": query_id, "value": -1, "user": "U0USER0001"}]
+    assert bot.kb.store.query(query_id)["question"] == IN_DOMAIN
+
+
+async def test_listener_failure_gets_a_friendly_reply_not_a_trace(bot: Bot) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("secret internal detail")
+
+    bot.services.engine.ask = broken  # type: ignore[method-assign]
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    assert answer["text"] == messages.ERROR_GENERIC
+    assert "secret internal detail" not in everything_posted(bot.slack)
+
+
+# ---------------------------------------------------------------- signatures and configuration
+
+
+async def test_bad_signature_and_stale_timestamp_are_rejected(bot: Bot) -> None:
+    body = event_body(app_mention_event(IN_DOMAIN))
+    assert (await bot.post(body, secret="not-the-secret")).status == 401
+    assert (await bot.post(body, timestamp=int(time.time()) - 6 * 60)).status == 401
+    headers = slack_headers("x", body)
+    del headers["X-Slack-Signature"]
+    assert (await bot.http.post("/slack/events", data=body, headers=headers)).status == 401
+    await asyncio.sleep(0.2)
+    assert bot.slack.calls("chat.postMessage") == []
+
+
+async def test_without_slack_settings_the_viewer_and_health_still_run(
+    aiohttp_client: Any, index_dir: Any, embedder: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from index.knowledge_base import KnowledgeBase
+
+    settings = make_settings(data_dir=index_dir)
+    with caplog.at_level("WARNING"):
+        app = create_app(settings, kb=KnowledgeBase(settings, embedder=embedder))
+    assert "SLACK_BOT_TOKEN" in caplog.text and "SLACK_SIGNING_SECRET" in caplog.text
+    http = await aiohttp_client(app)
+    assert (await http.get("/healthz")).status == 200
+    resp = await http.post("/slack/events", data=b"{}")
+    assert resp.status == 503 and "SLACK_SIGNING_SECRET" in await resp.text()
+
+
+def test_strip_mention() -> None:
+    assert strip_mention(f"<@{BOT_USER_ID}>  what is  up? ", BOT_USER_ID) == "what is up?"
+    assert strip_mention(f"hey <@{BOT_USER_ID}|kb> ask <@U2>", BOT_USER_ID) == "hey ask <@U2>"
+    assert strip_mention("<@U1> question", None) == "question"
