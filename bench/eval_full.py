@@ -81,8 +81,9 @@ def generated(result: EvalResult, *, budget: float, recommended: float | None) -
         lines += [
             f"**Rule: the largest threshold whose out-of-domain bluff rate is at most "
             f"{budget:.0%} -> {recommended:.3f}.** There: bluffs {fmt_p(row.bluffs)}, "
-            f"in-domain refused {fmt_p(row.refused)}, answerable {fmt_p(row.answerable)}"
-            f" ({row.lost} answers lost to the threshold).",
+            f"in-domain refused {fmt_p(row.refused)}"
+            + (f", answerable {fmt_p(row.answerable)}" if row.answerable else "")
+            + f" ({row.lost} answers lost to the threshold).",
             "",
         ]
     else:

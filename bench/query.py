@@ -100,7 +100,9 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q))
 
 
-def run_size(n: int, real: list[str], real_vecs: np.ndarray, embedder: Embedder, repeat: int) -> dict[str, dict[str, float]]:
+def run_size(
+    n: int, real: list[str], real_vecs: np.ndarray, embedder: Embedder, repeat: int
+) -> dict[str, dict[str, float]]:
     texts = synthetic_chunks(real, n)
     if n <= len(real):
         vecs = real_vecs[:n]
@@ -117,7 +119,18 @@ def run_size(n: int, real: list[str], real_vecs: np.ndarray, embedder: Embedder,
 
     okapi = BM25Okapi([tokenize(t) for t in texts])
     faiss_index = snap.vectors
-    times: dict[str, list[float]] = {k: [] for k in ("embed", "dense", "bm25", "fusion+gate", "refusal path", "ref: faiss alone", "ref: rank-bm25 get_scores")}
+    times: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "embed",
+            "dense",
+            "bm25",
+            "fusion+gate",
+            "refusal path",
+            "ref: faiss alone",
+            "ref: rank-bm25 get_scores",
+        )
+    }
     questions = ood_questions()
     for _ in range(repeat):
         for q in questions:
@@ -147,13 +160,22 @@ def run_size(n: int, real: list[str], real_vecs: np.ndarray, embedder: Embedder,
                 okapi.get_scores(tokenize(q))
                 t8 = time.perf_counter()
                 times["ref: rank-bm25 get_scores"].append((t8 - t7) * 1000)
-            for key, a, b in (("embed", t0, t1), ("dense", t1, t2), ("bm25", t2, t3), ("fusion+gate", t3, t4), ("refusal path", t5, t6), ("ref: faiss alone", t6, t7)):
+            for key, a, b in (
+                ("embed", t0, t1),
+                ("dense", t1, t2),
+                ("bm25", t2, t3),
+                ("fusion+gate", t3, t4),
+                ("refusal path", t5, t6),
+                ("ref: faiss alone", t6, t7),
+            ):
                 times[key].append((b - a) * 1000)
     return {k: {"p50": pct(v, 50), "p95": pct(v, 95), "n": len(v)} for k, v in times.items() if v}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()

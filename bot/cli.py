@@ -67,7 +67,7 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
         settings = Settings(**overrides)
     except ValueError as exc:
         raise click.ClickException(f"Invalid configuration: {exc}") from exc
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     ctx.obj = {"settings": settings}
 
 
@@ -75,15 +75,33 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
 
 
 def _doc_summary(d: dict[str, Any]) -> dict[str, Any]:
-    keys = ("id", "name", "title", "kind", "state", "chunk_count", "scope", "size", "failure_reason",
-            "window_splits", "embedding_model", "pipeline_version", "extractor_version", "uploader",
-            "sha256", "created_at", "indexed_at")
+    keys = (
+        "id",
+        "name",
+        "title",
+        "kind",
+        "state",
+        "chunk_count",
+        "scope",
+        "size",
+        "failure_reason",
+        "window_splits",
+        "embedding_model",
+        "pipeline_version",
+        "extractor_version",
+        "uploader",
+        "sha256",
+        "created_at",
+        "indexed_at",
+    )
     return {k: d.get(k) for k in keys}
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--scope", default="*", show_default=True, help="'*' for everyone, or a Slack channel id.")
+@click.option(
+    "--scope", default="*", show_default=True, help="'*' for everyone, or a Slack channel id."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
 @_kb_errors
@@ -152,12 +170,16 @@ def docs(ctx: click.Context, as_json: bool) -> None:
     for r in rows:
         state = r["state"] + (" (stale)" if r["stale"] else "")
         extra = f"  {r['failure_reason']}" if r["failure_reason"] else ""
-        click.echo(f"{r['id']:>5}  {state:<16} {r['chunk_count']:>5} chunks  {r['scope']:<10} {r['name']}{extra}")
+        click.echo(
+            f"{r['id']:>5}  {state:<16} {r['chunk_count']:>5} chunks  {r['scope']:<10} {r['name']}{extra}"
+        )
 
 
 @main.command()
 @click.argument("doc")
-@click.option("--text", "text", is_flag=True, help="Print the canonical text (what #char offsets refer to).")
+@click.option(
+    "--text", "text", is_flag=True, help="Print the canonical text (what #char offsets refer to)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.pass_context
 @_kb_errors
@@ -197,7 +219,11 @@ def chunks(ctx: click.Context, doc: str, as_json: bool) -> None:
     for c in rows:
         page = f" p.{c['page']}" if c["page"] else ""
         click.echo(f"#{c['id']} [{c['start']}:{c['end']}]{page} {c['section'] or '-'}")
-        click.echo("    " + c["content"][:200].replace("\n", " ") + ("…" if len(c["content"]) > 200 else ""))
+        click.echo(
+            "    "
+            + c["content"][:200].replace("\n", " ")
+            + ("…" if len(c["content"]) > 200 else "")
+        )
 
 
 @main.command()
@@ -256,7 +282,14 @@ def reindex(ctx: click.Context, as_json: bool) -> None:
     data = {
         "documents": report.documents,
         "chunks": report.chunks,
-        "failed": [{"id": d["id"], "name": d["name"], "reason": d.get("reindex_error") or d["failure_reason"]} for d in report.failed],
+        "failed": [
+            {
+                "id": d["id"],
+                "name": d["name"],
+                "reason": d.get("reindex_error") or d["failure_reason"],
+            }
+            for d in report.failed
+        ],
         "stale_before": report.stale_before,
         "stale_after": report.stale_after,
     }
@@ -285,7 +318,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
         _echo_json(st)
         return
     click.echo(f"data dir        {st['data_dir']}")
-    click.echo(f"documents       {st['documents']}  " + ", ".join(f"{k} {v}" for k, v in st["by_state"].items()))
+    click.echo(
+        f"documents       {st['documents']}  "
+        + ", ".join(f"{k} {v}" for k, v in st["by_state"].items())
+    )
     click.echo(f"chunks          {st['chunks']}")
     click.echo(f"stale           {st['stale']}")
     click.echo(f"model           {st['embedding_model']} ({st['dimensions']} d)")
@@ -297,7 +333,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 @main.command()
 @click.argument("question")
-@click.option("--scope", "scopes", multiple=True, help="Channel ids whose documents may be used (repeatable); default: all documents.")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    help="Channel ids whose documents may be used (repeatable); default: all documents.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the full answer as JSON.")
 @click.pass_context
 @_kb_errors
@@ -318,7 +359,9 @@ def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: boo
         click.echo("")
         for s in answer.sources:
             where = " › ".join(p for p in (s.section, f"p. {s.page}" if s.page else "") if p)
-            click.echo(f"[{s.n}] {s.document}{' › ' + where if where else ''}  (d={s.distance:.3f})")
+            click.echo(
+                f"[{s.n}] {s.document}{' › ' + where if where else ''}  (d={s.distance:.3f})"
+            )
             click.echo(f"    {s.url}")
 
 

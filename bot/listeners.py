@@ -24,7 +24,8 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
@@ -134,8 +135,11 @@ class Reindexer:
         """
         self._running = True
         loop = asyncio.get_running_loop()
-        pending: list[asyncio.Future[None]] = []
+        pending: list[asyncio.Task[None]] = []
         last = 0.0
+
+        def send(text: str) -> None:
+            pending.append(loop.create_task(report(text)))
 
         def progress(event: str, info: dict[str, Any]) -> None:
             # Called in the worker thread: hand the report to the event loop, never wait for Slack.
@@ -145,9 +149,7 @@ class Reindexer:
                 return
             last = now
             text = messages.reindex_progress(int(info["index"]) + 1, int(info["total"]))
-            pending.append(
-                asyncio.wrap_future(asyncio.run_coroutine_threadsafe(report(text), loop))
-            )
+            loop.call_soon_threadsafe(send, text)
 
         try:
             result = await asyncio.to_thread(self.kb.reindex, progress=progress)
@@ -157,6 +159,7 @@ class Reindexer:
         finally:
             self._running = False
             # The final report must not be overtaken by a late progress line.
+            await asyncio.sleep(0)
             await asyncio.gather(*pending, return_exceptions=True)
         await report(render_reindex_report(result))
         return result
@@ -193,6 +196,11 @@ class Services:
     admins: AdminCheck
     reindexer: Reindexer
     stream_update_seconds: float = STREAM_UPDATE_SECONDS
+    # Redelivery checks sit on the ack path: their own threads, so they never
+    # queue behind embedding and retrieval work in the default pool.
+    ack_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-ack")
+    )
 
     @classmethod
     def open(cls, settings: Settings, kb: KnowledgeBase, engine: Engine) -> Services:

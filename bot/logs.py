@@ -1,19 +1,18 @@
-"""Structured logs: one key=value line per event (JSON with KB_LOG_FORMAT=json)."""
+"""Structured logs: one key=value line per event, or one JSON object (KB_LOG_FORMAT=json)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 import structlog
 
 
-def configure_logging(level: str = "INFO") -> None:
+def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
     """Route stdlib and structlog records through one structured renderer on stderr."""
     renderer = (
         structlog.processors.JSONRenderer()
-        if os.environ.get("KB_LOG_FORMAT") == "json"
+        if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
     formatter = structlog.stdlib.ProcessorFormatter(

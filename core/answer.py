@@ -162,13 +162,21 @@ class Engine:
         )
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()
-        kept_candidates = gate(candidates, threshold=self.settings.threshold, top_k=self.settings.top_k)
-        rows = await asyncio.to_thread(self.kb.store.chunks_by_id, [c.chunk_id for c in kept_candidates])
-        kept = [self._source_ref(i, c, rows[c.chunk_id]) for i, c in enumerate(
-            [c for c in kept_candidates if c.chunk_id in rows], start=1)]
+        kept_candidates = gate(
+            candidates, threshold=self.settings.threshold, top_k=self.settings.top_k
+        )
+        rows = await asyncio.to_thread(
+            self.kb.store.chunks_by_id, [c.chunk_id for c in kept_candidates]
+        )
+        kept = [
+            self._source_ref(i, c, rows[c.chunk_id])
+            for i, c in enumerate([c for c in kept_candidates if c.chunk_id in rows], start=1)
+        ]
         timings["gate"] = _ms_since(t)
         if not kept:
-            answer = Answer(question, Outcome.REFUSED, REFUSAL_TEXT, grounded=False, model_called=False)
+            answer = Answer(
+                question, Outcome.REFUSED, REFUSAL_TEXT, grounded=False, model_called=False
+            )
         else:
             answer = await self._generate(question, kept, history, on_delta, timings)
         timings["total"] = _ms_since(t0)
@@ -184,7 +192,9 @@ class Engine:
         on_delta: OnDelta | None,
         timings: dict[str, float],
     ) -> Answer:
-        sources = [Source(n=s.n, document=s.document, locator=_locator(s), content=s.quote) for s in kept]
+        sources = [
+            Source(n=s.n, document=s.document, locator=_locator(s), content=s.quote) for s in kept
+        ]
         messages = build_messages(question, sources, history=history)
         t = time.perf_counter()
         try:

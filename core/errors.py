@@ -1,9 +1,9 @@
 """Errors of the answer engine, below ``index.errors.KBError``::
 
-    KBError
-    └── AnswerError
-        ├── LLMUnavailable     the model endpoint is missing, refused, timed out or 5xx
-        └── BadLinkToken       a passage link's token is tampered, expired or for another doc
+KBError
+└── AnswerError
+    ├── LLMUnavailable     the model endpoint is missing, refused, timed out or 5xx
+    └── BadLinkToken       a passage link's token is tampered, expired or for another doc
 """
 
 from __future__ import annotations

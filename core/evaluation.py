@@ -809,7 +809,7 @@ def _mode_tests(product: StrategyResult) -> list[PairedTest]:
 def strategy_tests(results: dict[str, StrategyResult]) -> list[PairedTest]:
     """Sign tests between every two strategies (later letter first), per mode and cut-off."""
     names = sorted(results)
-    tests = []
+    tests: list[PairedTest] = []
     for mode in STRATEGY_MODES:
         for earlier, later in combinations(names, 2):
             a, b = results[later].modes[mode.value], results[earlier].modes[mode.value]

@@ -33,7 +33,13 @@ class LLM:
     """
 
     def __init__(
-        self, *, base_url: str, api_key: str, model: str, timeout: float = 30.0, max_retries: int = 1
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        model: str,
+        timeout: float = 30.0,
+        max_retries: int = 1,
     ) -> None:
         self.base_url = base_url
         self.model = model
@@ -81,13 +87,17 @@ class LLM:
     async def _complete_once(self, messages: Sequence[dict[str, str]]) -> str:
         assert self._client is not None
         resp = await self._client.chat.completions.create(
-            model=self.model, messages=list(messages), temperature=0  # type: ignore[arg-type]
+            model=self.model,
+            messages=list(messages),
+            temperature=0,  # type: ignore[arg-type]
         )
         if not resp.choices:
             raise LLMUnavailable("The model returned no choices.")
         return resp.choices[0].message.content or ""
 
-    async def _complete_streamed(self, messages: Sequence[dict[str, str]], on_delta: OnDelta) -> str:
+    async def _complete_streamed(
+        self, messages: Sequence[dict[str, str]], on_delta: OnDelta
+    ) -> str:
         assert self._client is not None
         stream = await self._client.chat.completions.create(
             model=self.model,

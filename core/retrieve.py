@@ -110,7 +110,9 @@ class LocalBackend:
         depth = max(k, self.depth)
         dense = snap.vectors.search(query_vector, depth, allowed) if mode != Mode.BM25 else []
         sparse = (
-            snap.bm25.search(query_text, depth, set(allowed.tolist()) if allowed is not None else None)
+            snap.bm25.search(
+                query_text, depth, set(allowed.tolist()) if allowed is not None else None
+            )
             if mode != Mode.DENSE
             else []
         )

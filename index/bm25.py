@@ -95,7 +95,8 @@ class BM25Index:
         self.k1 = k1
         self.b = b
         self._impacts = _impacts(doc_len, indptr, postings, tf, k1=k1, b=b)
-        # Sorted view of the ids, to turn an allowed-id list into positions.
+        self._lut_base, self._lut = _position_table(ids)
+        # Sorted view of the ids, for id sets too sparse for the table.
         self._order = np.argsort(ids, kind="stable")
         self._sorted_ids = ids[self._order]
 
@@ -128,8 +129,9 @@ class BM25Index:
         if allowed is None or callable(allowed):
             candidates = np.flatnonzero(scores)
         else:
-            positions = self._positions(allowed)
-            candidates = positions[scores[positions] > 0]
+            mask = np.zeros(len(self), dtype=bool)
+            mask[self._positions(allowed)] = True
+            candidates = np.flatnonzero(mask & (scores > 0))
         cand_scores = scores[candidates]
         if callable(allowed):
             top = self._walk(candidates, cand_scores, k, allowed)
@@ -151,14 +153,20 @@ class BM25Index:
         return scores
 
     def _positions(self, allowed: Collection[int] | np.ndarray) -> np.ndarray:
+        """Positions of the allowed ids that are in the index (unordered, maybe repeated)."""
         if isinstance(allowed, np.ndarray):
             wanted = allowed.astype(np.int64, copy=False).reshape(-1)
         else:
             wanted = np.fromiter(allowed, dtype=np.int64, count=len(allowed))
+        if self._lut is not None:
+            offset = wanted - self._lut_base
+            offset = offset[(offset >= 0) & (offset < self._lut.size)]
+            found = self._lut[offset]
+            return found[found >= 0]
         at = np.searchsorted(self._sorted_ids, wanted)
-        found = at < self._sorted_ids.size
-        found[found] = self._sorted_ids[at[found]] == wanted[found]
-        return np.unique(self._order[at[found]])
+        inside = at < self._sorted_ids.size
+        inside[inside] = self._sorted_ids[at[inside]] == wanted[inside]
+        return self._order[at[inside]]
 
     def _top(self, candidates: np.ndarray, cand_scores: np.ndarray, k: int) -> np.ndarray:
         """Indices into ``candidates`` of the best ``k``, ordered by (-score, chunk id)."""
@@ -303,6 +311,24 @@ def _invert(
     np.cumsum(np.bincount(terms_of, minlength=len(vocab)), out=indptr[1:])
     tf_dtype = np.uint16 if tf.size == 0 or tf.max() <= np.iinfo(np.uint16).max else np.uint32
     return list(vocab), doc_len, indptr, postings.astype(np.int32), tf.astype(tf_dtype)
+
+
+def _position_table(ids: np.ndarray) -> tuple[int, np.ndarray | None]:
+    """``(base, table)`` with ``table[id - base]`` = position of ``id``, or -1.
+
+    Chunk ids come from an SQLite autoincrement, so they are dense enough for a
+    direct table (4 bytes per id in the range); this makes a scope of 50k ids
+    cost well under a millisecond instead of ~15 ms of sorting and searching.
+    ``None`` when the ids are too sparse for the table to stay small.
+    """
+    if ids.size == 0:
+        return 0, None
+    base, span = int(ids.min()), int(ids.max() - ids.min()) + 1
+    if span > 8 * ids.size + 4096:
+        return base, None
+    table = np.full(span, -1, dtype=np.int32)
+    table[ids - base] = np.arange(ids.size, dtype=np.int32)
+    return base, table
 
 
 def _impacts(

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from index.models import Chunk, Chunking, Extracted
 
 # Stamped on documents: bump whenever the same document would chunk differently.
-CHUNKER_VERSION = "E-1"
+CHUNKER_VERSION = "E-2"
 
 HEADER_SEPARATOR = " > "
 # A heading line can be arbitrarily long (a whole file on one "# " line); its
@@ -162,7 +162,7 @@ def chunk_document(
     window = _Window(count_tokens, max_tokens) if count_tokens else None
     chunks: list[Chunk] = []
     window_splits = 0
-    for start, end, path in _sections(text, doc.title, headings):
+    for start, end, path in _split_at_pages(_sections(text, doc.title, headings), doc.page_starts):
         header = HEADER_SEPARATOR.join([doc.title, *path])
         if window:
             header = window.fit_header(header)
@@ -205,6 +205,20 @@ def _sections(
             if h.title and not (h.level == 1 and _normal(h.title) == same_as_title)
         ]
         yield heading.end, end, path
+
+
+def _split_at_pages(
+    sections: Iterator[tuple[int, int, list[str]]], page_starts: tuple[int, ...] | None
+) -> Iterator[tuple[int, int, list[str]]]:
+    """Cut sections at page starts, so that every chunk lies on one page.
+
+    A citation links to ``#page=N``; a chunk straddling two pages would send
+    the reader to a page holding only part of the quote.
+    """
+    for start, end, path in sections:
+        cuts = [p for p in page_starts or () if start < p < end]
+        for a, b in zip([start, *cuts], [*cuts, end], strict=True):
+            yield a, b, path
 
 
 def _normal(s: str) -> str:

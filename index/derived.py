@@ -155,11 +155,19 @@ class DerivedIndexes:
             log.warning("derived index unreadable, rebuilding: %s", exc)
             return None
         if v_gen != generation or b_gen != generation:
-            log.info("derived indexes at generation %s/%s, store at %s: rebuilding", v_gen, b_gen, generation)
+            log.info(
+                "derived indexes at generation %s/%s, store at %s: rebuilding",
+                v_gen,
+                b_gen,
+                generation,
+            )
             return None
         expected = self._searchable_ids()
         ids = np.sort(vectors.ids())
-        if not (np.array_equal(ids, expected) and np.array_equal(np.sort(np.asarray(bm25.chunk_ids)), expected)):
+        if not (
+            np.array_equal(ids, expected)
+            and np.array_equal(np.sort(np.asarray(bm25.chunk_ids)), expected)
+        ):
             log.warning("derived indexes disagree with SQLite: rebuilding")
             return None
         return Snapshot(vectors, bm25, expected, self._scopes_for(expected), generation)

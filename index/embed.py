@@ -81,7 +81,18 @@ class Embedder:
 
     def count_tokens(self, text: str) -> int:
         """Word-pieces the encoder sees for ``text``, special tokens included."""
-        return len(self._model.tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"])
+        return len(
+            self._model.tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"]
+        )
+
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        """``count_tokens`` of each text, in one batched tokenizer call."""
+        if not texts:
+            return []
+        ids = self._model.tokenizer(list(texts), add_special_tokens=True, truncation=False)[
+            "input_ids"
+        ]
+        return [len(x) for x in ids]
 
     def encode(
         self,

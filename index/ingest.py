@@ -73,7 +73,7 @@ def prepare_document(
         )
     texts = [c.text for c in chunking.chunks]
     vectors = embedder.encode(texts, on_batch=on_batch)
-    token_counts = [embedder.count_tokens(t) for t in texts]
+    token_counts = embedder.count_tokens_many(texts)
     return Prepared(extracted, chunking, vectors, token_counts)
 
 

@@ -157,6 +157,11 @@ class Settings(BaseSettings):
         validation_alias=_env("KB_LOG_LEVEL"),
         description="Log level: DEBUG, INFO, WARNING or ERROR.",
     )
+    log_format: str = Field(
+        "console",
+        validation_alias=_env("KB_LOG_FORMAT"),
+        description="Log format: 'console' (key=value lines) or 'json' (one JSON object per line, for log collectors).",
+    )
 
     @property
     def admin_user_ids(self) -> frozenset[str]:

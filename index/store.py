@@ -326,7 +326,10 @@ class Store:
                 "INSERT OR REPLACE INTO texts (document_id, text) VALUES (?, ?)",
                 [doc_id, canonical_text],
             )
-            ids = [self._insert_chunk(db, doc_id, c, v, n) for c, v, n in zip(chunks, vectors, token_counts, strict=True)]
+            ids = [
+                self._insert_chunk(db, doc_id, c, v, n)
+                for c, v, n in zip(chunks, vectors, token_counts, strict=True)
+            ]
             for old in replaces:
                 self._delete_document(db, old)
             db["documents"].update(

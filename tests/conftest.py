@@ -10,8 +10,21 @@ import pytest
 
 from index.embed import Embedder
 
-_KEEP = {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH",
-         "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM"}
+pytest_plugins = ["tests.fixtures_servers"]
+
+_KEEP = {
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "HF_HUB_OFFLINE",
+    "TOKENIZERS_PARALLELISM",
+}
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,11 @@ Requests are signed the way Slack signs them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import shutil
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,11 +157,28 @@ def ingest_fixture_documents(kb: KnowledgeBase) -> dict[str, dict[str, Any]]:
     """Add the fixture documents; returns their rows by file name."""
     rows = {
         name: kb.ingest_bytes(data, name, uploader="fixture").document
-        for name, data in (("handbook.md", HANDBOOK), ("security.md", SECURITY), ("oncall.md", ONCALL))
+        for name, data in (
+            ("handbook.md", HANDBOOK),
+            ("security.md", SECURITY),
+            ("oncall.md", ONCALL),
+        )
     }
-    rows["falcon.md"] = kb.ingest_bytes(FALCON, "falcon.md", uploader="fixture", scope=CHANNEL_ID).document
+    rows["falcon.md"] = kb.ingest_bytes(
+        FALCON, "falcon.md", uploader="fixture", scope=CHANNEL_ID
+    ).document
     assert all(r["state"] == "indexed" for r in rows.values()), rows
     return rows
+
+
+@pytest.fixture(scope="session")
+def fixture_data_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Path:
+    """A data dir with the fixture documents, built once; tests get a copy."""
+    data_dir = tmp_path_factory.mktemp("bot-fixture-kb")
+    kb = KnowledgeBase(make_settings(data_dir=data_dir), embedder=embedder)
+    ingest_fixture_documents(kb)
+    # Everything into the main database file, so a plain copy is complete.
+    kb.store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return data_dir
 
 
 @dataclass
@@ -205,9 +225,36 @@ class Bot:
         calls = await self.slack.wait_for("chat.update", count, timeout=15)
         return calls[count - 1]
 
-    async def settle(self) -> None:
-        """Wait for background jobs (uploads) to finish."""
-        await self.services.jobs.drain()
+    async def settle(self, finished: int = 1, timeout: float = 15.0) -> list[str]:
+        """Wait until ``finished`` file statuses reached a final state; return every status text.
+
+        The view submission is acknowledged before its listener posts the
+        statuses and starts the jobs, so waiting on the jobs alone could race.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            texts = self.statuses()
+            done = [t for t in texts if any(word in t for word in FINAL_WORDS)]
+            if len(done) >= finished and not self.services.jobs:
+                return texts
+            if time.monotonic() > deadline:
+                raise AssertionError(f"expected {finished} final file statuses, got {texts}")
+            await asyncio.sleep(0.02)
+
+    def statuses(self) -> list[str]:
+        """Texts of every message the bot posted or updated, in order."""
+        return [m for _, m in sorted(_message_events(self.slack))]
+
+
+FINAL_WORDS = (": indexed,", ": failed:", "already in the knowledge base")
+
+
+def _message_events(slack: MockSlackAPI) -> list[tuple[int, str]]:
+    out = []
+    for i, (method, params) in enumerate(slack.log):
+        if method in {"chat.postMessage", "chat.update"}:
+            out.append((i, str(params.get("text", ""))))
+    return out
 
 
 BotFactory = Callable[..., Awaitable[Bot]]
@@ -220,14 +267,15 @@ def make_bot(
     embedder: Embedder,
     slack: MockSlackAPI,
     llm: OpenAICompatServer,
+    fixture_data_dir: Path,
 ) -> BotFactory:
-    """Start the bot with setting overrides (documents are ingested once per data dir)."""
+    """Start the bot with setting overrides, on a copy of the fixture documents."""
 
     async def start(*, documents: bool = True, **overrides: Any) -> Bot:
         settings = settings_for(**overrides)
+        if documents and not (settings.data_dir / "kb.sqlite").exists():
+            shutil.copytree(fixture_data_dir, settings.data_dir, dirs_exist_ok=True)
         kb = KnowledgeBase(settings, embedder=embedder)
-        if documents and not kb.store.documents():
-            ingest_fixture_documents(kb)
         app = create_app(settings, kb=kb)
         http = await aiohttp_client(app)
         return Bot(http, app, slack, llm, settings)
@@ -243,7 +291,11 @@ async def bot(make_bot: BotFactory) -> Bot:
 
 def everything_posted(slack: MockSlackAPI) -> str:
     """Every message text and block the bot sent, as one JSON string."""
-    calls = slack.calls("chat.postMessage") + slack.calls("chat.update") + slack.calls("chat.postEphemeral")
+    calls = (
+        slack.calls("chat.postMessage")
+        + slack.calls("chat.update")
+        + slack.calls("chat.postEphemeral")
+    )
     return json.dumps(calls, ensure_ascii=False) + json.dumps(slack.responses(), ensure_ascii=False)
 
 

@@ -188,6 +188,20 @@ def test_scope_scores_are_the_unscoped_scores(many_vpn_chunks: BM25Index) -> Non
     assert scoped == [(5, everything[5]), (52, everything[52])]
 
 
+@pytest.mark.parametrize("spread", [1, 10**9], ids=["dense-ids", "sparse-ids"])
+def test_scope_lookup_for_dense_and_sparse_ids(spread: int) -> None:
+    # Dense ids use a direct id -> position table, sparse ones a sorted search.
+    ids = [5 + i * spread for i in range(len(SENTENCES))]
+    index = BM25Index(ids, SENTENCES)
+    everything = dict(index.search("vpn leave laptop", k=100))
+    scope = [ids[3], ids[5], ids[22], ids[1], -7, ids[-1] + 1, ids[3]]  # unknown and repeated ids
+    hits = index.search("vpn leave laptop", k=100, allowed=np.array(scope))
+    assert sorted(hits, key=lambda h: h[0]) == sorted(
+        (c, everything[c]) for c in {ids[3], ids[5], ids[22], ids[1]} if c in everything
+    )
+    assert len(hits) == 4
+
+
 def test_predicate_is_walked_past_the_first_window() -> None:
     texts = [f"vpn {'vpn ' * (200 - i)}" for i in range(200)]
     index = BM25Index(range(200), texts)

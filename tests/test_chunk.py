@@ -119,14 +119,17 @@ def check_invariants(doc: Extracted, result: Chunking, budget: int) -> None:
         path = paths[bisect_right([p[0] for p in paths], c.start) - 1][1]
         assert c.section == " > ".join(path)
         assert c.text == " > ".join([doc.title, *path]) + "\n" + c.content
-    # never cut inside a paragraph that fits the budget
+    # never cut inside a paragraph that fits the budget (pages are hard
+    # boundaries: a paragraph running over a page break is cut there)
+    page_cuts = set(doc.page_starts or ())
     for s, e in oracle_paragraphs(doc.text, oracle_headings(doc.text, doc.kind)):
-        if e - s <= budget:
+        if e - s <= budget and not any(s < p < e for p in page_cuts):
             assert any(c.start <= s and e <= c.end for c in chunks), (s, e)
-    # 8: page of the start
+    # 8: page of the start, and every chunk on one page
     for c in chunks:
         expected = bisect_right(doc.page_starts, c.start) if doc.page_starts else None
         assert c.page == expected
+        assert not any(c.start < p < c.end for p in page_cuts)
 
 
 # --- generated documents
@@ -407,3 +410,20 @@ def test_a_2mb_markdown_document_chunks_fast() -> None:
 def test_a_large_document_with_the_tokenizer_is_still_quick(embedder: Embedder) -> None:
     text = ("Payroll runs on the last business day. " * 30 + "\n\n") * 800  # ~1 MB
     assert _timed(md(text), embedder.count_tokens) < 10
+
+
+def test_pdf_chunks_never_straddle_a_page() -> None:
+    pages = [
+        "Short first page about apples.",
+        "Second page about pears, also short.",
+        "Third page: plums.",
+    ]
+    text = "\n\n".join(pages)
+    starts = tuple(text.index(p) for p in pages)
+    doc = Extracted(text=text, title="Fruit", kind="pdf", page_starts=starts)
+    chunks = chunk_document(doc).chunks
+    assert [c.content for c in chunks] == pages
+    assert [c.page for c in chunks] == [1, 2, 3]
+    ends = (*starts[1:], len(text))
+    for c in chunks:
+        assert starts[c.page - 1] <= c.start and c.end <= ends[c.page - 1]

@@ -35,7 +35,9 @@ def _indexed_count(db: Path) -> int:
         return 0
     try:
         with sqlite3.connect(db, timeout=5) as conn:
-            return conn.execute("SELECT COUNT(*) FROM documents WHERE state = 'indexed'").fetchone()[0]
+            return conn.execute(
+                "SELECT COUNT(*) FROM documents WHERE state = 'indexed'"
+            ).fetchone()[0]
     except sqlite3.Error:
         return 0
 
@@ -57,7 +59,9 @@ def test_sigkill_mid_ingest_loses_nothing_committed(tmp_path: Path, embedder: Em
     try:
         while _indexed_count(db) < 3 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
-        assert proc.poll() is None, "ingest finished before it could be killed; make the corpus larger"
+        assert proc.poll() is None, (
+            "ingest finished before it could be killed; make the corpus larger"
+        )
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
@@ -77,7 +81,9 @@ def test_sigkill_mid_ingest_loses_nothing_committed(tmp_path: Path, embedder: Em
     check = kb.indexes.check()
     assert check["in_sync"] is True
     assert check["faiss_vectors"] == check["searchable_chunks"] == kb.store.chunk_count()
-    assert np.array_equal(np.sort(kb.snapshot.vectors.ids()), np.sort(np.asarray(kb.snapshot.bm25.chunk_ids)))
+    assert np.array_equal(
+        np.sort(kb.snapshot.vectors.ids()), np.sort(np.asarray(kb.snapshot.bm25.chunk_ids))
+    )
 
     # ingesting the folder again completes the rest without duplicates
     summary = kb.ingest_paths([corpus])

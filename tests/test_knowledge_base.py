@@ -98,7 +98,9 @@ def test_failed_new_version_keeps_old_one(kb: KnowledgeBase) -> None:
 
 def test_remove_drops_chunks_from_both_indexes(kb: KnowledgeBase) -> None:
     doc = kb.ingest_bytes(HANDBOOK, "handbook.md").document
-    other = kb.ingest_bytes(b"# Other\n\nThe canteen serves lunch from noon.\n", "other.md").document
+    other = kb.ingest_bytes(
+        b"# Other\n\nThe canteen serves lunch from noon.\n", "other.md"
+    ).document
     ids = _doc_chunk_ids(kb, doc["id"])
     kb.remove(doc["id"])
     assert not (ids & set(kb.snapshot.vectors.ids().tolist()))
@@ -131,7 +133,9 @@ def test_over_size_limit_fails_with_limit_in_reason(index_dir: Path, embedder: E
 
 
 def test_pdf_chunks_carry_pages(kb: KnowledgeBase) -> None:
-    data = text_pdf(["The first page talks about apples. " * 10, "The second page talks about pears. " * 10])
+    data = text_pdf(
+        ["The first page talks about apples. " * 10, "The second page talks about pears. " * 10]
+    )
     doc = kb.ingest_bytes(data, "fruit.pdf").document
     assert doc["state"] == "indexed" and doc["kind"] == "pdf"
     rows = kb.store.chunk_rows(doc["id"])

@@ -115,7 +115,9 @@ async def test_follow_up_in_thread_sends_the_earlier_turn_as_history(bot: Bot) -
     await bot.answer()
 
     # A reply in the thread without a mention (message.channels, when subscribed).
-    follow = message_im_event("And what about conference tickets?", channel=CHANNEL_ID, thread_ts=first["ts"])
+    follow = message_im_event(
+        "And what about conference tickets?", channel=CHANNEL_ID, thread_ts=first["ts"]
+    )
     follow["channel_type"] = "channel"
     await bot.event(follow)
     await bot.answer(2)
@@ -167,7 +169,9 @@ async def test_refusal_never_calls_the_model(bot: Bot) -> None:
 
 
 @pytest.mark.parametrize("failure", ["closed_port", "http_500", "timeout"])
-async def test_model_unavailable_shows_marked_evidence_with_links(make_bot: BotFactory, failure: str) -> None:
+async def test_model_unavailable_shows_marked_evidence_with_links(
+    make_bot: BotFactory, failure: str
+) -> None:
     overrides: dict[str, Any] = {}
     if failure == "closed_port":
         overrides["openai_base_url"] = closed_port_url()
@@ -219,7 +223,9 @@ async def test_streamed_answer_updates_the_placeholder_at_most_once_per_interval
 
 
 async def test_mentions_and_links_from_documents_and_model_are_escaped(bot: Bot) -> None:
-    bot.llm.set_reply(lambda _: "Write <!here> and <@U999> then <https://evil.example|click> & go [1].")
+    bot.llm.set_reply(
+        lambda _: "Write <!here> and <@U999> then <https://evil.example|click> & go [1]."
+    )
     await bot.event(app_mention_event(PAGER))
     answer = await bot.answer()
     posted = everything_posted(bot.slack)
@@ -237,7 +243,9 @@ async def test_evidence_from_documents_is_escaped(make_bot: BotFactory) -> None:
     answer = await bot.answer()
     posted = everything_posted(bot.slack)
     assert "<!channel>" not in posted and "<@U123>" not in posted
-    assert "&lt;!channel&gt;" in json.dumps(answer["blocks"]) and "&lt;!channel&gt;" in answer["text"]
+    assert (
+        "&lt;!channel&gt;" in json.dumps(answer["blocks"]) and "&lt;!channel&gt;" in answer["text"]
+    )
 
 
 # ---------------------------------------------------------------- feedback and errors

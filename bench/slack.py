@@ -1,0 +1,204 @@
+"""Ack latency of the Slack HTTP endpoint under bursts of concurrent mentions.
+
+Slack gives an app 3 seconds to acknowledge an event and retries otherwise, so
+the endpoint must answer fast even while it is busy answering earlier
+questions. This runs the real server (``bot.app.create_app``) on loopback with
+a small knowledge base, points its Web API client at the local mock Slack and
+its model at a local OpenAI-compatible server, then sends rounds of
+``--concurrency`` signed ``app_mention`` events at once and measures:
+
+* ack latency: from sending the request to receiving the HTTP response;
+* answer latency: from sending the request to the ``chat.update`` with the
+  answer (retrieval, the model call and rendering included).
+
+Medians over the rounds are printed with the machine. Target: ack p99 < 300 ms.
+The run is bounded: ``--rounds`` x ``--concurrency`` requests, each round
+waiting at most ``--round-timeout`` seconds for its answers.
+
+Run: python bench/slack.py [--rounds 5] [--concurrency 20] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from bot import messages
+from bot.app import create_app
+from index.embed import Embedder
+from index.knowledge_base import KnowledgeBase
+from index.settings import Settings
+
+# The mock Slack and model servers live with the tests, which are not an installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.servers import (  # noqa: E402
+    DEFAULT_SIGNING_SECRET,
+    MockSlackAPI,
+    OpenAICompatServer,
+    app_mention_event,
+    event_body,
+    slack_headers,
+)
+
+TARGET_P99_MS = 300.0
+DOCUMENTS = {
+    "handbook.md": b"# Employee handbook\n\n## Expenses\n\nSubmit expense claims within 30 days, "
+    b"with a photo of every receipt attached.\n\n## VPN\n\nWhen internal sites do not load over the "
+    b"VPN, set the DNS server to 10.20.0.53 and reconnect.\n",
+    "security.md": b"# Security policy\n\n## API keys\n\nProduction API keys are rotated every 90 days "
+    b"by the platform team.\n\n## Laptops\n\nLaptops use full-disk encryption and lock after five "
+    b"minutes idle.\n",
+}
+QUESTIONS = [
+    "How long do I have to submit an expense claim?",
+    "What DNS server should I use on the VPN?",
+    "How often are API keys rotated?",
+    "What is the capital of Australia?",  # refused: exercises the no-model path
+]
+
+
+def machine() -> str:
+    """CPU model, core count and Python version."""
+    model = platform.processor() or "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model}, nproc {os.cpu_count()}, Python {platform.python_version()}"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
+    started = time.perf_counter()
+    async with session.post(
+        url, data=body, headers=slack_headers(DEFAULT_SIGNING_SECRET, body)
+    ) as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"the endpoint answered HTTP {resp.status}")
+    return (time.perf_counter() - started) * 1000
+
+
+async def _round(
+    session: aiohttp.ClientSession, url: str, slack: MockSlackAPI, concurrency: int, timeout: float
+) -> dict[str, float]:
+    before = len(slack.calls("chat.update"))
+    bodies = [
+        event_body(app_mention_event(QUESTIONS[i % len(QUESTIONS)])) for i in range(concurrency)
+    ]
+    started = time.perf_counter()
+    acks = await asyncio.gather(*(_post(session, url, b) for b in bodies))
+    updates = await slack.wait_for("chat.update", before + concurrency, timeout=timeout)
+    answered = (time.perf_counter() - started) * 1000
+    failed = sum(u.get("text") == messages.ERROR_GENERIC for u in updates[before:])
+    return {
+        "failed_answers": failed,
+        "ack_p50_ms": statistics.median(acks),
+        "ack_p99_ms": percentile(acks, 99),
+        "ack_max_ms": max(acks),
+        "all_answered_ms": answered,
+    }
+
+
+async def run(rounds: int, concurrency: int, round_timeout: float) -> dict[str, Any]:
+    """Start everything, run the rounds, return the per-round and median figures."""
+    with tempfile.TemporaryDirectory(prefix="kb-bench-slack-") as tmp:
+        async with (
+            MockSlackAPI() as slack,
+            OpenAICompatServer(reply="Claims are due within 30 days [1].") as llm,
+        ):
+            settings = Settings(
+                KB_DATA_DIR=Path(tmp),
+                SLACK_BOT_TOKEN=slack.bot_token,
+                SLACK_SIGNING_SECRET=DEFAULT_SIGNING_SECRET,
+                SLACK_API_URL=slack.api_url,
+                OPENAI_BASE_URL=llm.url,
+                KB_LLM_MAX_RETRIES=0,
+                KB_THRESHOLD=0.6,
+            )
+            kb = KnowledgeBase(settings, embedder=Embedder(settings.embedding_model))
+            for name, data in DOCUMENTS.items():
+                kb.ingest_bytes(data, name, uploader="bench")
+            runner = web.AppRunner(create_app(settings, kb=kb), access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = runner.addresses[0][1]
+            url = f"http://127.0.0.1:{port}/slack/events"
+            try:
+                async with aiohttp.ClientSession() as session:
+                    # Warm-up: the first request pays for auth.test and lazy imports.
+                    await _round(session, url, slack, 1, round_timeout)
+                    results = [
+                        await _round(session, url, slack, concurrency, round_timeout)
+                        for _ in range(rounds)
+                    ]
+            finally:
+                await runner.cleanup()
+    medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
+    return {
+        "machine": machine(),
+        "rounds": rounds,
+        "concurrency": concurrency,
+        "per_round": results,
+        "median": medians,
+        "target_ack_p99_ms": TARGET_P99_MS,
+        "meets_target": medians["ack_p99_ms"] < TARGET_P99_MS,
+    }
+
+
+def main() -> None:
+    """Parse arguments, run, print."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="Bursts to send (default 5).")
+    parser.add_argument(
+        "--concurrency", type=int, default=20, help="Mentions per burst (default 20)."
+    )
+    parser.add_argument(
+        "--round-timeout", type=float, default=120.0, help="Seconds to wait for a burst's answers."
+    )
+    parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
+    args = parser.parse_args()
+    report = asyncio.run(run(args.rounds, args.concurrency, args.round_timeout))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"machine: {report['machine']}")
+    print(f"{args.rounds} rounds of {args.concurrency} concurrent signed app_mention events")
+    for i, r in enumerate(report["per_round"], start=1):
+        print(
+            f"  round {i}: ack p50 {r['ack_p50_ms']:.1f} ms, p99 {r['ack_p99_ms']:.1f} ms, "
+            f"max {r['ack_max_ms']:.1f} ms; all answered after {r['all_answered_ms']:.0f} ms"
+            f" ({r['failed_answers']:.0f} failed)"
+        )
+    m = report["median"]
+    verdict = "meets" if report["meets_target"] else "MISSES"
+    print(
+        f"median: ack p50 {m['ack_p50_ms']:.1f} ms, p99 {m['ack_p99_ms']:.1f} ms "
+        f"({verdict} the {TARGET_P99_MS:.0f} ms target); all answered after {m['all_answered_ms']:.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

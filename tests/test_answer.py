@@ -1,0 +1,202 @@
+"""The answer engine against a local OpenAI-compatible server, through the real `openai` client."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from click.testing import CliRunner
+
+from bot.cli import main
+from core.answer import REFUSAL_TEXT, Engine, Outcome, build_engine
+from core.links import parse_char_fragment
+from index.embed import Embedder
+from index.knowledge_base import KnowledgeBase
+from index.settings import Settings
+from tests.docs_factory import text_pdf
+from tests.servers import OpenAICompatServer, closed_port_url
+
+SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
+IN_DOMAIN = "How do I get reimbursed for a conference ticket?"
+OUT_OF_DOMAIN = "What is the offside rule in football?"
+
+
+def _settings(data_dir: Path, base_url: str, **kw: object) -> Settings:
+    values: dict[str, object] = {
+        "data_dir": data_dir,
+        "openai_base_url": base_url,
+        "llm_max_retries": 0,
+        "llm_timeout": 2.0,
+        "public_url": "https://kb.example.com",
+        **kw,
+    }
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
+    kb = KnowledgeBase(Settings(data_dir=index_dir), embedder=embedder)
+    kb.ingest_paths([SAMPLE])
+    return kb
+
+
+def _engine(kb: KnowledgeBase, base_url: str, **kw: object) -> Engine:
+    return build_engine(_settings(kb.settings.data_dir, base_url, **kw), kb=kb)
+
+
+async def test_refusal_makes_zero_model_requests(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer
+) -> None:
+    engine = _engine(kb, openai_server.url)
+    answer = await engine.ask(OUT_OF_DOMAIN)
+    assert answer.outcome == Outcome.REFUSED
+    assert answer.answer == REFUSAL_TEXT
+    assert answer.sources == [] and answer.kept == []
+    assert answer.model_called is False
+    assert openai_server.requests == []
+    row = kb.store.query(answer.query_id or 0)
+    assert row["outcome"] == "refused" and row["model_called"] == 0
+
+
+async def test_answer_cites_and_links_resolve_to_the_quote(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer
+) -> None:
+    openai_server.set_reply("Attach your manager's approval email to the claim [1].")
+    answer = await _engine(kb, openai_server.url).ask(IN_DOMAIN)
+    assert answer.outcome == Outcome.ANSWERED and answer.grounded and answer.model_called
+    assert len(openai_server.requests) == 1
+    prompt = json.dumps(openai_server.requests[0]["messages"])
+    for kept in answer.kept:
+        assert kept.quote[:40].replace('"', '\\"') in prompt or kept.quote[:20] in prompt
+    assert [s.n for s in answer.sources] == [1]
+    src = answer.sources[0]
+    assert src.chunk_id == answer.kept[0].chunk_id
+    parts = urlsplit(src.url)
+    assert parts.path == f"/d/{src.document_id}" and parts.query.startswith("t=")
+    span = parse_char_fragment(parts.fragment)
+    assert span is not None
+    text = kb.canonical_text(src.document_id)
+    assert text[span[0] : span[1]] == src.quote
+    # the same through the CLI a person would use
+    shown = CliRunner().invoke(
+        main, ["--data-dir", str(kb.settings.data_dir), "show", str(src.document_id), "--text"]
+    )
+    assert shown.exit_code == 0 and shown.stdout[span[0] : span[1]] == src.quote
+
+
+async def test_only_cited_sources_are_returned_renumbered(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer
+) -> None:
+    openai_server.set_reply(
+        "Claims go in within 30 days [2]. Approval is needed [1][2]. See also [9]."
+    )
+    answer = await _engine(kb, openai_server.url).ask(IN_DOMAIN)
+    assert len(answer.kept) >= 2
+    assert [s.chunk_id for s in answer.sources] == [
+        answer.kept[1].chunk_id,
+        answer.kept[0].chunk_id,
+    ]
+    assert [s.n for s in answer.sources] == [1, 2]
+    assert answer.answer.startswith("Claims go in within 30 days [1]. Approval is needed [2][1].")
+    assert "[9]" in answer.answer and answer.invalid_citations == ["[9]"]
+
+
+async def test_answer_without_valid_citation_is_unsupported(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer
+) -> None:
+    openai_server.set_reply("You should ask finance, as in `claims[1]` or the 2020 policy [2020].")
+    answer = await _engine(kb, openai_server.url).ask(IN_DOMAIN)
+    assert answer.outcome == Outcome.UNSUPPORTED
+    assert answer.grounded is False and answer.sources == []
+    assert kb.store.query(answer.query_id or 0)["outcome"] == "unsupported"
+
+
+@pytest.mark.parametrize("failure", ["no_endpoint", "refused", "http_500", "http_503", "timeout"])
+async def test_model_down_returns_evidence_not_an_error(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer, failure: str
+) -> None:
+    url = {"no_endpoint": "", "refused": closed_port_url()}.get(failure, openai_server.url)
+    if failure.startswith("http_"):
+        openai_server.fail_with(int(failure[5:]))
+    if failure == "timeout":
+        openai_server.delay(5)
+    answer = await _engine(kb, url, llm_timeout=0.5).ask(IN_DOMAIN)
+    assert answer.outcome == Outcome.MODEL_UNAVAILABLE
+    assert answer.grounded is False
+    assert answer.sources and answer.sources == answer.kept
+    assert all("#char=" in s.url for s in answer.sources)
+    assert answer.model_error
+    assert answer.model_called is (failure != "no_endpoint")
+
+
+async def test_pdf_source_links_to_its_page(
+    index_dir: Path, embedder: Embedder, openai_server: OpenAICompatServer
+) -> None:
+    kb = KnowledgeBase(Settings(data_dir=index_dir), embedder=embedder)
+    pages = [
+        "Welcome to the facilities guide. The building has four floors and two lifts.",
+        "Parking: employees park in garage B. Visitor badges are issued at the front desk.",
+        "Bicycle storage is in the basement, next to the showers, and opens at 07:00.",
+    ]
+    doc = kb.ingest_bytes(text_pdf(pages), "facilities.pdf").document
+    assert doc["state"] == "indexed"
+    openai_server.set_reply("Bicycles go in the basement storage [1].")
+    answer = await _engine(kb, openai_server.url).ask("Where can I store my bicycle?")
+    src = answer.sources[0]
+    parts = urlsplit(src.url)
+    assert parts.path == f"/d/{doc['id']}/file" and parts.fragment == f"page={src.page}"
+    text = kb.canonical_text(doc["id"])
+    starts = [int(x) for x in kb.store.document(doc["id"])["page_starts"].split(",")] + [len(text)]
+    page_text = text[starts[src.page - 1] : starts[src.page]]
+    assert src.quote in page_text and "Bicycle" in src.quote
+
+
+async def test_channel_scoped_document_never_leaks(
+    index_dir: Path, embedder: Embedder, openai_server: OpenAICompatServer
+) -> None:
+    kb = KnowledgeBase(Settings(data_dir=index_dir), embedder=embedder)
+    kb.ingest_paths([SAMPLE])
+    secret = b"# Layoff plan\n\nThe conference ticket budget is frozen and reimbursement of conference tickets stops in March.\n"
+    doc = kb.ingest_bytes(secret, "plan.md", scope="C_EXEC").document
+    engine = _engine(kb, openai_server.url)
+    openai_server.set_reply("See [1].")
+    q = "Is reimbursement of conference tickets stopping?"
+    everywhere = await engine.ask(q, scopes=frozenset({"C_EXEC"}))
+    assert doc["id"] in {s.document_id for s in everywhere.kept}
+    for scopes in (frozenset({"C_OTHER"}), frozenset()):
+        other = await engine.ask(q, scopes=scopes)
+        assert doc["id"] not in {s.document_id for s in other.kept}
+        # filtered inside the search: the scope still gets its full top-k
+        candidates = engine.retrieve(q, scopes=scopes, k=4)
+        assert len(candidates) == 4
+        rows = kb.store.chunks_by_id([c.chunk_id for c in candidates])
+        assert doc["id"] not in {r.document_id for r in rows.values()}
+    prompts = json.dumps([r["messages"] for r in openai_server.requests[1:]])
+    assert "frozen" not in prompts
+
+
+def test_kb_ask_json_has_the_documented_fields(kb: KnowledgeBase) -> None:
+    result = CliRunner().invoke(
+        main, ["--data-dir", str(kb.settings.data_dir), "ask", IN_DOMAIN, "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for key in ("outcome", "answer", "grounded", "model_called", "sources", "kept", "timings_ms"):
+        assert key in data
+    assert data["outcome"] == "model_unavailable" and data["grounded"] is False
+    for key in (
+        "n",
+        "document_id",
+        "document",
+        "section",
+        "page",
+        "start",
+        "end",
+        "url",
+        "quote",
+        "distance",
+    ):
+        assert key in data["sources"][0]
+    assert set(data["timings_ms"]) >= {"embed", "retrieve", "gate", "total"}

@@ -1,0 +1,207 @@
+"""Block Kit rendering: escaping, citation links, limits, every outcome."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from bot import messages
+from bot.render import (
+    MAX_BLOCKS,
+    SECTION_LIMIT,
+    Rendered,
+    escape,
+    link_citations,
+    parse_feedback_value,
+    render_answer,
+    render_partial,
+    render_upload_status,
+    split_mrkdwn,
+    upload_modal,
+)
+from core.answer import Answer, Outcome, SourceRef
+
+URL = "https://kb.example/d/{n}?t=tok.en-{n}#char=0,10"
+HOSTILE = "<!channel> <!here> <@U123> <https://evil.example|click> & <#C1>"
+FORBIDDEN = ("<!channel>", "<!here>", "<@U123>", "<https://evil.example", "<#C1>")
+
+
+def _source(
+    n: int, quote: str = "Submit claims within 30 days.", document: str = "Handbook"
+) -> SourceRef:
+    return SourceRef(
+        n=n,
+        chunk_id=10 + n,
+        document_id=n,
+        document=document,
+        section="Expenses",
+        page=None,
+        start=0,
+        end=len(quote),
+        url=URL.format(n=n),
+        quote=quote,
+        distance=0.2,
+    )
+
+
+def _answer(
+    text: str,
+    sources: list[SourceRef],
+    outcome: Outcome = Outcome.ANSWERED,
+    kept: list[SourceRef] | None = None,
+) -> Answer:
+    return Answer(
+        question="q",
+        outcome=outcome,
+        answer=text,
+        grounded=outcome == Outcome.ANSWERED,
+        model_called=outcome != Outcome.REFUSED,
+        sources=sources,
+        kept=kept if kept is not None else sources,
+        query_id=42,
+    )
+
+
+def _all_text(r: Rendered) -> str:
+    return json.dumps(r.blocks, ensure_ascii=False) + r.text
+
+
+def _section_texts(r: Rendered) -> list[str]:
+    return [b["text"]["text"] for b in r.blocks if b["type"] == "section"]
+
+
+def _check_limits(r: Rendered) -> None:
+    assert len(r.blocks) <= MAX_BLOCKS
+    assert 0 < len(r.text) <= 3000
+    for text in _section_texts(r):
+        assert 0 < len(text) <= SECTION_LIMIT
+        # Every link is whole (each "<" closed before the next) and no "&" is cut from its entity.
+        assert not re.search(r"<[^>]*(<|$)", text)
+        assert not re.search(r"&(?!amp;|lt;|gt;)", text)
+
+
+def test_escape() -> None:
+    assert escape("a & b < c > d") == "a &amp; b &lt; c &gt; d"
+    assert escape("&amp;") == "&amp;amp;"
+
+
+def test_citations_become_links_only_for_cited_sources() -> None:
+    text = "Claims take 30 days [1]. Receipts too [1, 2]. The year [2020] stays. Not [3]."
+    out = link_citations(text, [_source(1), _source(2)])
+    assert out.count(f"<{URL.format(n=1)}|[1]>") == 2
+    assert f"<{URL.format(n=2)}|[2]>" in out
+    assert "[2020]" in out and "[3]" in out and "|[3]>" not in out
+
+
+def test_answer_lists_only_cited_sources_with_short_quotes() -> None:
+    long_quote = "word " * 200
+    cited = _source(1, quote=long_quote)
+    uncited = _source(2, quote="Never shown.", document="Other doc")
+    r = render_answer(_answer("Yes [1].", [cited], kept=[cited, uncited]))
+    sources = [t for t in _section_texts(r) if t.startswith(messages.SOURCES_HEADER)]
+    assert len(sources) == 1
+    assert "Handbook" in sources[0] and "Other doc" not in _all_text(r)
+    quote_line = next(line for line in sources[0].splitlines() if line.startswith("> "))
+    assert len(quote_line) <= 2 + 200 and quote_line.endswith("…")
+    _check_limits(r)
+
+
+def test_everything_from_model_and_documents_is_escaped() -> None:
+    source = _source(1, quote=f"Quote {HOSTILE}", document=f"Doc {HOSTILE}")
+    for answer in (
+        _answer(f"Model says {HOSTILE} [1].", [source]),
+        _answer(f"Model says {HOSTILE}.", [], Outcome.UNSUPPORTED, kept=[source]),
+        _answer(messages.EVIDENCE_FALLBACK, [source], Outcome.MODEL_UNAVAILABLE),
+    ):
+        r = render_answer(answer)
+        everything = _all_text(r)
+        for forbidden in FORBIDDEN:
+            assert forbidden not in everything, (answer.outcome, forbidden)
+        assert "&lt;!channel&gt;" in everything
+        _check_limits(r)
+
+
+def test_long_answer_is_split_within_block_kit_limits() -> None:
+    sources = [_source(i) for i in range(1, 5)]
+    paragraph = " ".join(f"Sentence {i} about claims & receipts [{i % 4 + 1}]." for i in range(40))
+    text = "\n\n".join([paragraph] * 12)
+    r = render_answer(_answer(text, sources))
+    _check_limits(r)
+    sections = _section_texts(r)
+    assert len([s for s in sections if not s.startswith(messages.SOURCES_HEADER)]) > 3
+    answer_text = "".join(s for s in sections if not s.startswith(messages.SOURCES_HEADER))
+    assert answer_text.count("|[1]>") == text.count("[1]"), "no citation lost at a split"
+
+
+def test_huge_answer_is_truncated_to_fifty_blocks() -> None:
+    text = ("A very long line without paragraph breaks & more " * 4000) + " [1]"
+    r = render_answer(_answer(text, [_source(1)]))
+    _check_limits(r)
+    assert len(r.blocks) == MAX_BLOCKS
+    assert messages.TRUNCATED in _all_text(r)
+    assert r.blocks[-1]["type"] == "context_actions"
+
+
+def test_split_never_cuts_links_or_entities() -> None:
+    link = "<https://kb.example/d/1?t=abc#char=0,5|[1]>"
+    text = ("x" * 2990) + link + ("&amp;" * 5) + ("y" * 50)
+    pieces = split_mrkdwn(text, 3000)
+    assert all(len(p) <= 3000 for p in pieces)
+    assert "".join(pieces) == text
+    assert any(p.startswith(link) for p in pieces)
+    tight = "&lt;" * 1000
+    assert all(not p.endswith("&") for p in split_mrkdwn(tight, 3001 - 2))
+
+
+def test_unsupported_answer_is_flagged() -> None:
+    r = render_answer(_answer("I think so.", [], Outcome.UNSUPPORTED))
+    assert r.blocks[0]["type"] == "context"
+    assert messages.UNSUPPORTED_WARNING in _all_text(r)
+    assert messages.UNSUPPORTED_WARNING in r.text
+
+
+def test_refusal_explains_how_to_add_documents() -> None:
+    r = render_answer(_answer("", [], Outcome.REFUSED))
+    assert "/kb-upload" in r.text and "nothing on this" in r.text
+    assert "|[" not in _all_text(r)
+
+
+def test_evidence_is_marked_as_no_answer_with_links() -> None:
+    kept = [_source(1), _source(2, quote="VPN DNS is 10.20.0.53.")]
+    r = render_answer(_answer(messages.EVIDENCE_FALLBACK, kept, Outcome.MODEL_UNAVAILABLE))
+    assert "No answer generated" in r.blocks[0]["text"]["text"]
+    assert r.text.startswith("No answer generated")
+    assert f"<{URL.format(n=2)}|[2]>" in _all_text(r) and "10.20.0.53" in _all_text(r)
+    _check_limits(r)
+
+
+def test_markdown_bold_and_headings_become_mrkdwn() -> None:
+    r = render_answer(_answer("## Steps\n**Submit** the claim [1].", [_source(1)]))
+    assert _section_texts(r)[0].startswith("*Steps*\n*Submit* the claim")
+
+
+def test_feedback_buttons_carry_the_query_id() -> None:
+    r = render_answer(_answer("Yes [1].", [_source(1)]))
+    (block,) = [b for b in r.blocks if b["type"] == "context_actions"]
+    element = block["elements"][0]
+    assert element["type"] == "feedback_buttons"
+    assert parse_feedback_value(element["positive_button"]["value"]) == (42, 1)
+    assert parse_feedback_value(element["negative_button"]["value"]) == (42, -1)
+    assert parse_feedback_value("positive:abc") is None and parse_feedback_value("meh:1") is None
+
+
+@pytest.mark.parametrize("text", ["", "Partial <!here> answer [1", "x" * 5000])
+def test_partial_answer_is_escaped_and_bounded(text: str) -> None:
+    r = render_partial(text)
+    _check_limits(r)
+    assert "<!here>" not in _all_text(r)
+
+
+def test_upload_status_and_modal() -> None:
+    r = render_upload_status("failed", retry_document_id=7)
+    assert r.blocks[1]["elements"][0]["value"] == "7"
+    modal = upload_modal('{"channel": "C1"}', channel_scope_allowed=True)
+    assert len(modal["title"]["text"]) <= 24
+    assert modal["private_metadata"] == '{"channel": "C1"}'

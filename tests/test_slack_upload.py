@@ -1,0 +1,252 @@
+"""`/kb-upload`, files shared in a DM, downloads from Slack and the Retry button."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from aiohttp import web
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot import messages
+from bot.render import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID
+from bot.uploads import UploadRequest, check_download_url
+
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from tests.conftest_bot import Bot, BotFactory  # noqa: E402
+from tests.servers import (  # noqa: E402
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    USER_ID,
+    MockSlackAPI,
+    block_actions_body,
+    button_action,
+    file_input_state,
+    file_share_event,
+    slash_command_body,
+    view_submission_body,
+)
+
+pytest_plugins = ["tests.conftest_bot"]
+
+GUIDE = b"""# Onboarding guide
+
+## First day
+
+Pick up your badge at the front desk before 09:30 and bring an ID.
+
+## Accounts
+
+Your manager requests the accounts you need; they arrive within two working days.
+"""
+
+
+class _LoginPageSlack(MockSlackAPI):
+    """A mock Slack that can also serve a file URL that only ever answers the sign-in page."""
+
+    def _build_app(self) -> web.Application:
+        app = super()._build_app()
+
+        async def login(request: web.Request) -> web.Response:
+            page = (
+                b"<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in</body></html>"
+            )
+            content_type = request.query.get("ct", "text/html")
+            return web.Response(body=page, content_type=content_type)
+
+        app.router.add_get("/files-login/{name}", login)
+        return app
+
+
+@pytest.fixture
+async def slack() -> Any:
+    """Override: the mock with the extra login-page route."""
+    async with _LoginPageSlack() as server:
+        yield server
+
+
+async def _open_modal(bot: Bot, channel: str = CHANNEL_ID) -> dict[str, Any]:
+    resp = await bot.post(slash_command_body("/kb-upload", "", USER_ID, channel))
+    assert resp.status == 200
+    (call,) = await bot.slack.wait_for("views.open")
+    return dict(call["view"])
+
+
+async def _submit(
+    bot: Bot, files: list[dict[str, Any]], *, visibility: str | None = None, title: str = ""
+) -> Any:
+    view = await _open_modal(bot)
+    state = file_input_state("files", "files", files)
+    state["values"]["title"] = {"title": {"type": "plain_text_input", "value": title}}
+    if visibility:
+        state["values"]["visibility"] = {
+            "visibility": {"type": "radio_buttons", "selected_option": {"value": visibility}}
+        }
+    return await bot.post(view_submission_body({**view, "state": state}))
+
+
+async def test_upload_command_opens_a_modal_with_a_file_input(bot: Bot) -> None:
+    view = await _open_modal(bot)
+    assert view["callback_id"] == UPLOAD_CALLBACK_ID
+    inputs = [b["element"] for b in view["blocks"] if b["type"] == "input"]
+    assert inputs[0]["type"] == "file_input" and inputs[0]["max_files"] == 10
+    assert any(e["type"] == "radio_buttons" for e in inputs)
+    assert json.loads(view["private_metadata"]) == {"channel": CHANNEL_ID}
+
+
+async def test_upload_from_a_dm_offers_no_channel_visibility(bot: Bot) -> None:
+    view = await _open_modal(bot, DM_CHANNEL_ID)
+    assert not any(b.get("block_id") == "visibility" for b in view["blocks"])
+
+
+async def test_submitted_file_is_downloaded_with_the_token_and_indexed(bot: Bot) -> None:
+    f = bot.slack.add_file("F0GUIDE001", "onboarding.md", GUIDE, "text/markdown")
+    resp = await _submit(bot, [f], visibility="channel", title="Onboarding")
+    assert resp.status == 200 and await resp.text() == ""
+    await bot.settle()
+
+    assert bot.slack.downloads == [("F0GUIDE001", True)]
+    doc = bot.kb.store.find_document("onboarding.md")
+    assert doc["state"] == "indexed" and doc["chunk_count"] > 0
+    assert (
+        doc["scope"] == CHANNEL_ID and doc["title"] == "Onboarding" and doc["uploader"] == USER_ID
+    )
+    statuses = bot.statuses()
+    assert "queued" in statuses[0]
+    assert any("indexing" in s for s in statuses)
+    assert statuses[-1].endswith(f"indexed, {doc['chunk_count']} chunks.")
+    assert all(c["channel"] == CHANNEL_ID for c in bot.slack.calls("chat.postMessage"))
+
+
+async def test_submission_without_files_is_rejected_in_the_modal(bot: Bot) -> None:
+    resp = await _submit(bot, [])
+    body = await resp.json()
+    assert body == {"response_action": "errors", "errors": {"files": messages.UPLOAD_NO_FILE}}
+    assert bot.slack.calls("chat.postMessage") == []
+
+
+@pytest.mark.parametrize("content_type", ["text/html", "application/octet-stream"])
+async def test_login_page_instead_of_the_file_is_a_failed_download(
+    bot: Bot, content_type: str
+) -> None:
+    f = bot.slack.add_file("F0LOGIN001", "policy.md", b"unused", "text/markdown")
+    f["url_private_download"] = f"{bot.slack.url}/files-login/policy.md?ct={content_type}"
+    before = len(bot.kb.store.documents())
+    await _submit(bot, [f])
+    await bot.settle()
+    final = bot.statuses()[-1]
+    assert "failed" in final and "login page" in final and "files:read" in final
+    assert len(bot.kb.store.documents()) == before
+
+
+async def test_file_fetched_without_a_valid_token_is_never_ingested(make_bot: BotFactory) -> None:
+    # The Web API calls use a good client; the token used for downloads is not accepted.
+    bot = await make_bot(slack_bot_token="xoxb-revoked")
+    f = bot.slack.add_file("F0NOAUTH01", "notes.md", GUIDE, "text/markdown")
+    await bot.services.uploader.ingest(_client(bot), [f], _request())
+    await bot.settle()
+    assert bot.slack.downloads == [("F0NOAUTH01", False)]
+    assert "login page" in bot.statuses()[-1]
+    assert not any(d["name"] == "notes.md" for d in bot.kb.store.documents())
+
+
+async def test_corrupt_file_fails_with_reason_and_retry_reports_again(bot: Bot) -> None:
+    f = bot.slack.add_file("F0CORRUPT1", "scan.pdf", os.urandom(4096), "application/pdf")
+    await _submit(bot, [f])
+    await bot.settle()
+    doc = bot.kb.store.find_document("scan.pdf")
+    assert doc["state"] == "failed"
+    (final,) = [c for c in bot.slack.calls("chat.update") if "failed" in c["text"]]
+    assert doc["failure_reason"] and doc["failure_reason"][:20] in final["text"]
+    (button,) = [e for b in final["blocks"] if b["type"] == "actions" for e in b["elements"]]
+    assert button["action_id"] == RETRY_ACTION_ID and button["value"] == str(doc["id"])
+
+    updates_before = len(bot.slack.calls("chat.update"))
+    body = block_actions_body(
+        [button_action(RETRY_ACTION_ID, button["value"])],
+        channel_id=final["channel"],
+        message_ts=final["ts"],
+    )
+    assert (await bot.post(body)).status == 200
+    updates = await bot.slack.wait_for("chat.update", updates_before + 2)
+    retried = updates[updates_before:]
+    assert {u["ts"] for u in retried} == {final["ts"]}, "the same status message is updated"
+    assert "indexing" in retried[0]["text"] and "failed" in retried[-1]["text"]
+    assert bot.kb.store.document(int(doc["id"]))["updated_at"] > doc["updated_at"]
+
+
+async def test_download_from_a_foreign_host_is_refused(bot: Bot) -> None:
+    f = bot.slack.add_file("F0EVIL0001", "evil.md", GUIDE, "text/markdown")
+    f["url_private_download"] = "https://files.evil.example/evil.md"
+    await _submit(bot, [f])
+    await bot.settle()
+    final = bot.statuses()[-1]
+    assert "failed" in final and "Refused to download from files.evil.example" in final
+    assert bot.slack.downloads == []
+
+
+async def test_oversized_file_fails_while_streaming(make_bot: BotFactory) -> None:
+    bot = await make_bot(max_upload_bytes=2000)
+    f = bot.slack.add_file("F0BIG00001", "big.md", b"# Big\n\n" + b"word " * 2000, "text/markdown")
+    del f["size"]  # no declared size: the limit is enforced while reading
+    await _submit(bot, [f])
+    await bot.settle()
+    assert "too large" in bot.statuses()[-1]
+    declared = bot.slack.add_file("F0BIG00002", "big2.md", b"x" * 5000, "text/markdown")
+    await bot.services.uploader.ingest(_client(bot), [declared], _request())
+    await bot.settle(2)
+    assert "too large" in bot.statuses()[-1]
+    assert [d for d, _ in bot.slack.downloads] == ["F0BIG00001"], (
+        "a declared size over the limit is not fetched"
+    )
+
+
+async def test_file_shared_in_a_dm_is_ingested_for_everyone(bot: Bot) -> None:
+    f = bot.slack.add_file("F0DMFILE01", "faq.md", GUIDE, "text/markdown")
+    event = file_share_event([f])
+    await bot.event(event)
+    await bot.settle()
+    doc = bot.kb.store.find_document("faq.md")
+    assert doc["state"] == "indexed" and doc["scope"] == "*"
+    (status,) = bot.slack.calls("chat.postMessage")
+    assert status["channel"] == DM_CHANNEL_ID and status["thread_ts"] == event["ts"]
+    assert bot.statuses()[-1].endswith(f"indexed, {doc['chunk_count']} chunks.")
+
+
+async def test_same_file_twice_is_reported_as_already_there(bot: Bot) -> None:
+    f = bot.slack.add_file("F0TWICE001", "twice.md", GUIDE, "text/markdown")
+    await bot.event(file_share_event([f]))
+    await bot.settle()
+    await bot.event(file_share_event([f]))
+    await bot.settle(2)
+    assert "already in the knowledge base" in bot.statuses()[-1]
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://files.slack.com/files-pri/T1-F1/download/a.pdf", True),
+        ("https://example.slack.com/files-pri/T1-F1/a.pdf", True),
+        ("http://files.slack.com/files-pri/T1-F1/a.pdf", False),
+        ("https://files.slack.com.evil.example/a.pdf", False),
+        ("https://evil.example/?next=files.slack.com", False),
+        ("https://slack.com.evil.example/a", False),
+        ("http://127.0.0.1:8080/files-pri/x", True),
+        ("http://127.0.0.1:9999/files-pri/x", False),
+        ("https://127.0.0.1:8080/files-pri/x", False),
+        ("file:///etc/passwd", False),
+    ],
+)
+def test_download_hosts(url: str, allowed: bool) -> None:
+    assert (check_download_url(url, "http://127.0.0.1:8080/api/") is None) is allowed
+
+
+def _client(bot: Bot) -> AsyncWebClient:
+    return AsyncWebClient(token=bot.slack.bot_token, base_url=bot.slack.api_url)
+
+
+def _request() -> UploadRequest:
+    return UploadRequest(channel=CHANNEL_ID, user=USER_ID, scope="*")
