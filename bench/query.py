@@ -22,7 +22,6 @@ import os
 import platform
 import random
 import re
-import statistics
 import time
 from pathlib import Path
 

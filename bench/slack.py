@@ -128,14 +128,16 @@ async def run(rounds: int, concurrency: int, round_timeout: float) -> dict[str, 
             MockSlackAPI() as slack,
             OpenAICompatServer(reply="Claims are due within 30 days [1].") as llm,
         ):
-            settings = Settings(
-                KB_DATA_DIR=Path(tmp),
-                SLACK_BOT_TOKEN=slack.bot_token,
-                SLACK_SIGNING_SECRET=DEFAULT_SIGNING_SECRET,
-                SLACK_API_URL=slack.api_url,
-                OPENAI_BASE_URL=llm.url,
-                KB_LLM_MAX_RETRIES=0,
-                KB_THRESHOLD=0.6,
+            settings = Settings.model_validate(
+                {
+                    "KB_DATA_DIR": Path(tmp),
+                    "SLACK_BOT_TOKEN": slack.bot_token,
+                    "SLACK_SIGNING_SECRET": DEFAULT_SIGNING_SECRET,
+                    "SLACK_API_URL": slack.api_url,
+                    "OPENAI_BASE_URL": llm.url,
+                    "KB_LLM_MAX_RETRIES": 0,
+                    "KB_THRESHOLD": 0.6,
+                }
             )
             kb = KnowledgeBase(settings, embedder=Embedder(settings.embedding_model))
             for name, data in DOCUMENTS.items():

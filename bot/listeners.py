@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,7 +105,7 @@ class AdminCheck:
         return admin
 
 
-Report = Callable[[str], Awaitable[None]]
+Report = Callable[[str], Coroutine[Any, Any, None]]
 
 
 class Reindexer:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from core.errors import LLMUnavailable
 
@@ -88,8 +90,8 @@ class LLM:
         assert self._client is not None
         resp = await self._client.chat.completions.create(
             model=self.model,
-            messages=list(messages),
-            temperature=0,  # type: ignore[arg-type]
+            messages=_params(messages),
+            temperature=0,
         )
         if not resp.choices:
             raise LLMUnavailable("The model returned no choices.")
@@ -101,7 +103,7 @@ class LLM:
         assert self._client is not None
         stream = await self._client.chat.completions.create(
             model=self.model,
-            messages=list(messages),  # type: ignore[arg-type]
+            messages=_params(messages),
             temperature=0,
             stream=True,
         )
@@ -111,3 +113,7 @@ class LLM:
                 text += chunk.choices[0].delta.content
                 await on_delta(text)
         return text
+
+
+def _params(messages: Sequence[dict[str, str]]) -> list[ChatCompletionMessageParam]:
+    return [cast(ChatCompletionMessageParam, m) for m in messages]

@@ -109,13 +109,7 @@ class LocalBackend:
             return []
         depth = max(k, self.depth)
         dense = snap.vectors.search(query_vector, depth, allowed) if mode != Mode.BM25 else []
-        sparse = (
-            snap.bm25.search(
-                query_text, depth, set(allowed.tolist()) if allowed is not None else None
-            )
-            if mode != Mode.DENSE
-            else []
-        )
+        sparse = snap.bm25.search(query_text, depth, allowed) if mode != Mode.DENSE else []
         dense_ids = [cid for cid, _ in dense]
         sparse_ids = [cid for cid, _ in sparse]
         fused = rrf([lst for lst in (dense_ids, sparse_ids) if lst])[:k]

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +55,7 @@ class Embedder:
         self._device = device
 
     @cached_property
-    def _model(self):  # type: ignore[no-untyped-def]
+    def _model(self) -> Any:
         # No hub access at run time: a model that is not on disk fails fast
         # with an actionable message instead of hanging on the network.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -225,12 +225,12 @@ class Store:
         now = time.time()
         row = {"created_at": now, "updated_at": now, **fields}
         with self.transaction() as db:
-            return int(db["documents"].insert(row).last_pk)
+            return _pk(db.table("documents").insert(row).last_pk)
 
     def update_document(self, doc_id: int, **fields: Any) -> None:
         """Change some columns of a document."""
         with self.transaction() as db:
-            db["documents"].update(doc_id, {**fields, "updated_at": time.time()})
+            db.table("documents").update(doc_id, {**fields, "updated_at": time.time()})
 
     def document(self, doc_id: int) -> dict[str, Any]:
         """One document row, or ``DocumentNotFound``."""
@@ -332,7 +332,7 @@ class Store:
             ]
             for old in replaces:
                 self._delete_document(db, old)
-            db["documents"].update(
+            db.table("documents").update(
                 doc_id,
                 {
                     "state": DocState.INDEXED.value,
@@ -503,8 +503,8 @@ class Store:
     ) -> int:
         """Record the start of a job and return its id."""
         with self.transaction() as db:
-            return int(
-                db["jobs"]
+            return _pk(
+                db.table("jobs")
                 .insert(
                     {
                         "kind": kind,
@@ -520,7 +520,7 @@ class Store:
     def finish_job(self, job_id: int, state: str, detail: dict[str, Any] | None = None) -> None:
         """Record how a job ended."""
         with self.transaction() as db:
-            db["jobs"].update(
+            db.table("jobs").update(
                 job_id,
                 {"state": state, "detail": json.dumps(detail or {}), "finished_at": time.time()},
             )
@@ -558,7 +558,7 @@ class Store:
             },
         }
         with self.transaction() as db:
-            return int(db["query_log"].insert(row, alter=True).last_pk)
+            return _pk(db.table("query_log").insert(row, alter=True).last_pk)
 
     def query(self, query_id: int) -> dict[str, Any]:
         """One query-log row."""
@@ -571,8 +571,8 @@ class Store:
         """Store a thumbs-up (+1) or thumbs-down (-1) for a logged answer."""
         self.query(query_id)
         with self.transaction() as db:
-            return int(
-                db["feedback"]
+            return _pk(
+                db.table("feedback")
                 .insert(
                     {"query_id": query_id, "user": user, "value": value, "created_at": time.time()}
                 )
@@ -604,6 +604,11 @@ class Store:
                 "INSERT OR IGNORE INTO slack_events (key, seen_at) VALUES (?, ?)", [key, now]
             )
             return cur.rowcount == 1
+
+
+def _pk(value: Any) -> int:
+    """The integer primary key sqlite-utils reports for an insert."""
+    return int(value)
 
 
 def _pid_alive(pid: int | None) -> bool:

@@ -315,3 +315,55 @@ def test_strip_mention() -> None:
     assert strip_mention(f"<@{BOT_USER_ID}>  what is  up? ", BOT_USER_ID) == "what is up?"
     assert strip_mention(f"hey <@{BOT_USER_ID}|kb> ask <@U2>", BOT_USER_ID) == "hey ask <@U2>"
     assert strip_mention("<@U1> question", None) == "question"
+
+
+# Slack's published example (docs: "Verifying requests from Slack").
+VECTOR_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+VECTOR_TIMESTAMP = 1531420618
+VECTOR_BODY = (
+    "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V"
+    "&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text="
+    "&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN"
+    "&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c"
+)
+VECTOR_SIGNATURE = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
+
+
+async def test_the_app_accepts_slacks_published_signature_example(
+    make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slack_sdk.signature import Clock
+
+    bot = await make_bot(slack_signing_secret=VECTOR_SECRET)
+    monkeypatch.setattr(Clock, "now", lambda self: VECTOR_TIMESTAMP + 30.0)
+    headers = {
+        "X-Slack-Request-Timestamp": str(VECTOR_TIMESTAMP),
+        "X-Slack-Signature": VECTOR_SIGNATURE,
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    resp = await bot.http.post("/slack/events", data=VECTOR_BODY.encode(), headers=headers)
+    # Verified, then unhandled: the bot has no /webhook-collect command.
+    assert resp.status == 404
+    headers["X-Slack-Signature"] = VECTOR_SIGNATURE[:-1] + "0"
+    resp = await bot.http.post("/slack/events", data=VECTOR_BODY.encode(), headers=headers)
+    assert resp.status == 401
+
+
+async def test_socket_mode_without_signing_secret_accepts_no_http_events(make_bot: BotFactory) -> None:
+    bot = await make_bot(slack_app_token="xapp-test", slack_signing_secret="")
+    body = event_body(app_mention_event(IN_DOMAIN))
+    resp = await bot.http.post("/slack/events", data=body, headers=slack_headers("", body))
+    assert resp.status == 503
+    ready = await (await bot.http.get("/readyz")).json()
+    assert ready["slack"] == "socket"
+
+
+async def test_oauth_credentials_in_the_environment_disable_slack_instead_of_switching_mode(
+    make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("SLACK_CLIENT_ID", "111.222")
+    monkeypatch.setenv("SLACK_CLIENT_SECRET", "shh")
+    with caplog.at_level("ERROR"):
+        bot = await make_bot()
+    assert "SLACK_CLIENT_ID" in caplog.text
+    assert (await (await bot.http.get("/readyz")).json())["slack"] == "disabled"
