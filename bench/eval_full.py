@@ -59,21 +59,23 @@ def machine() -> str:
                 break
     except OSError:
         pass
+    load = os.getloadavg()[0]
     return (
         f"{model}, {os.cpu_count()} cores (nproc), Python {platform.python_version()}, "
-        f"torch {torch.__version__} with {torch.get_num_threads()} threads, CPU only"
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads, CPU only "
+        f"(1-minute load average {load:.1f} when the run started: timings are indicative)"
     )
 
 
-def generated(result: EvalResult, *, budget: float, recommended: float | None) -> str:
+def generated(result: EvalResult, *, host: str, budget: float, recommended: float | None) -> str:
     """The generated section: run facts, the rule's answer, then every table."""
     g = result.gate
     lines = [
         BEGIN,
         "",
-        f"Measured {time.strftime('%Y-%m-%d')} on {machine()}; the whole run "
-        f"(seven indexings, {result.n_queries} queries and {len(result.ood_questions)} "
-        f"out-of-domain questions each) took {result.seconds:.0f} s.",
+        f"Measured {time.strftime('%Y-%m-%d')} on {host}; the whole run "
+        f"({max(1, len(result.strategies))} indexings of the corpus, {result.n_queries} queries "
+        f"each, and {len(result.ood_questions)} out-of-domain questions) took {result.seconds:.0f} s.",
         "",
     ]
     if recommended is not None:
@@ -119,6 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings = Settings()
+    host = machine()
     result = evaluate(
         BUNDLED_CORPUS,
         load_questions(BUNDLED_QUESTIONS),
@@ -128,10 +131,11 @@ def main() -> None:
         strategies=tuple(STRATEGIES),
         progress=True,
     )
+    result.corpus = str(BUNDLED_CORPUS.relative_to(ROOT))
     chosen = propose_threshold(result.gate.sweep, args.max_bluff_rate)
     recommended = chosen.threshold if chosen else None
     plot(result, PLOT, recommended=recommended)
-    write_doc(generated(result, budget=args.max_bluff_rate, recommended=recommended))
+    write_doc(generated(result, host=host, budget=args.max_bluff_rate, recommended=recommended))
     if args.json_out:
         data = {**result.to_dict(), "recommended_threshold": recommended}
         args.json_out.write_text(json.dumps(data, indent=1), encoding="utf-8")

@@ -183,4 +183,4 @@ def run_server(settings: Settings) -> None:
         f", events at {EVENTS_PATH}" if mode == "http" else "",
         settings.public_url.rstrip("/"),
     )
-    web.run_app(app, port=settings.port, print=None)
+    web.run_app(app, port=settings.port, print=None, access_log_class=routes.AccessLogger)

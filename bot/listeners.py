@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +34,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import messages
+from bot.reindex import AdminCheck, Reindexer
 from bot.render import (
     FEEDBACK_ACTION_ID,
     RETRY_ACTION_ID,
@@ -42,7 +43,6 @@ from bot.render import (
     UPLOAD_TITLE_BLOCK,
     UPLOAD_VISIBILITY_BLOCK,
     VISIBILITY_CHANNEL,
-    escape,
     parse_feedback_value,
     render_answer,
     render_notice,
@@ -51,137 +51,23 @@ from bot.render import (
 )
 from bot.uploads import Jobs, StatusMessage, Uploader, UploadRequest
 from core.answer import Asker, Engine
-from index.errors import KBError, ReindexInProgress
-from index.knowledge_base import KnowledgeBase, ReindexReport
+from index.errors import KBError
+from index.knowledge_base import KnowledgeBase
 from index.settings import Settings
 from index.store import EVERYONE, Store
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AdminCheck", "Reindexer", "Services", "register", "strip_mention", "thread_history"]
+__all__ = ["Services", "register", "strip_mention"]
 
 HISTORY_TURNS = 5
 STREAM_UPDATE_SECONDS = 1.0
-REINDEX_PROGRESS_SECONDS = 2.0
-ADMIN_CACHE_SECONDS = 300.0
-MAX_REPORTED_FAILURES = 10
 REPLY_KEY = "kb_reply"  # bolt context key: where a failing listener should report
 
 _MENTION_RE = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
 
 
 # ---------------------------------------------------------------- services
-
-
-class AdminCheck:
-    """Who may run ``/kb-reindex``: configured user ids, or Slack admins and owners.
-
-    ``users.info`` answers are cached for a few minutes, so a burst of commands
-    costs one API call.
-    """
-
-    def __init__(self, settings: Settings, *, ttl_seconds: float = ADMIN_CACHE_SECONDS) -> None:
-        self.settings = settings
-        self.ttl_seconds = ttl_seconds
-        self._cache: dict[str, tuple[bool, float]] = {}
-
-    async def is_admin(self, client: AsyncWebClient, user_id: str) -> bool:
-        """Whether ``user_id`` is a knowledge-base admin."""
-        if user_id in self.settings.admin_user_ids:
-            return True
-        if not self.settings.slack_admins_are_admins or not user_id:
-            return False
-        cached = self._cache.get(user_id)
-        if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
-        try:
-            resp = await client.users_info(user=user_id)
-        except SlackApiError as exc:
-            log.warning("users.info failed for %s; treating as not an admin: %s", user_id, exc)
-            return False
-        user = resp.get("user") or {}
-        admin = bool(user.get("is_admin") or user.get("is_owner")) and not user.get("deleted")
-        self._cache[user_id] = (admin, time.monotonic() + self.ttl_seconds)
-        return admin
-
-
-Report = Callable[[str], Coroutine[Any, Any, None]]
-
-
-class Reindexer:
-    """Runs one reindex at a time in a worker thread and reports its progress.
-
-    Args:
-        kb: the knowledge base to rebuild.
-        progress_seconds: least time between two progress reports.
-    """
-
-    def __init__(
-        self, kb: KnowledgeBase, *, progress_seconds: float = REINDEX_PROGRESS_SECONDS
-    ) -> None:
-        self.kb = kb
-        self.progress_seconds = progress_seconds
-        self._running = False
-
-    async def running(self) -> bool:
-        """Whether a reindex runs here or in another process sharing the data dir."""
-        return self._running or await asyncio.to_thread(self.kb.reindex_running)
-
-    async def run(self, report: Report) -> ReindexReport | None:
-        """Rebuild the index; ``report`` receives progress lines and the final report.
-
-        Returns:
-            The report, or ``None`` when another reindex was already running.
-        """
-        self._running = True
-        loop = asyncio.get_running_loop()
-        pending: list[asyncio.Task[None]] = []
-        last = 0.0
-
-        def send(text: str) -> None:
-            pending.append(loop.create_task(report(text)))
-
-        def progress(event: str, info: dict[str, Any]) -> None:
-            # Called in the worker thread: hand the report to the event loop, never wait for Slack.
-            nonlocal last
-            now = time.monotonic()
-            if event != "reindex" or now - last < self.progress_seconds:
-                return
-            last = now
-            text = messages.reindex_progress(int(info["index"]) + 1, int(info["total"]))
-            loop.call_soon_threadsafe(send, text)
-
-        try:
-            result = await asyncio.to_thread(self.kb.reindex, progress=progress)
-        except ReindexInProgress:
-            await report(messages.REINDEX_RUNNING)
-            return None
-        finally:
-            self._running = False
-            # The final report must not be overtaken by a late progress line.
-            await asyncio.sleep(0)
-            await asyncio.gather(*pending, return_exceptions=True)
-        await report(render_reindex_report(result))
-        return result
-
-
-def render_reindex_report(report: ReindexReport) -> str:
-    """The final ``/kb-reindex`` message (failure reasons escaped)."""
-    lines = [
-        messages.reindex_done(
-            report.documents,
-            report.chunks,
-            len(report.failed),
-            report.stale_before,
-            report.stale_after,
-        )
-    ]
-    for doc in report.failed[:MAX_REPORTED_FAILURES]:
-        reason = doc.get("reindex_error") or doc.get("failure_reason") or ""
-        lines.append(messages.reindex_failure_line(escape(str(doc["name"])), escape(str(reason))))
-    if len(report.failed) > MAX_REPORTED_FAILURES:
-        lines.append(messages.reindex_more_failures(len(report.failed) - MAX_REPORTED_FAILURES))
-    return "\n".join(lines)
 
 
 @dataclass
@@ -227,24 +113,6 @@ def strip_mention(text: str, bot_user_id: str | None) -> str:
     else:
         text = _MENTION_RE.sub(" ", text, count=1)
     return " ".join(text.split())
-
-
-def thread_history(
-    store: Store, channel: str, thread_ts: str, *, turns: int = HISTORY_TURNS
-) -> list[tuple[str, str]]:
-    """Earlier ``(question, answer)`` pairs the bot logged in a thread, oldest first."""
-    rows = store.db.query(
-        "SELECT question, answer FROM query_log WHERE channel = ? AND thread_ts = ? ORDER BY id DESC LIMIT ?",
-        [channel, thread_ts, turns],
-    )
-    return [(r["question"], r["answer"] or "") for r in reversed(list(rows))]
-
-
-def _answered_in(store: Store, channel: str, thread_ts: str) -> bool:
-    row = store.db.execute(
-        "SELECT 1 FROM query_log WHERE channel = ? AND thread_ts = ? LIMIT 1", [channel, thread_ts]
-    ).fetchone()
-    return row is not None
 
 
 def _delivery_keys(body: dict[str, Any]) -> list[str]:
@@ -307,6 +175,11 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_errors(app)
 
 
+def _first_delivery(store: Store, keys: list[str]) -> bool:
+    # Every key is recorded, even after a duplicate, so either one catches the next redelivery.
+    return all([store.first_delivery(key) for key in keys])
+
+
 def _register_dedupe(app: AsyncApp, services: Services) -> None:
     store = services.kb.store
 
@@ -314,10 +187,13 @@ def _register_dedupe(app: AsyncApp, services: Services) -> None:
     async def drop_redeliveries(
         body: dict[str, Any], next: Callable[[], Awaitable[None]]
     ) -> BoltResponse | None:
-        for key in _delivery_keys(body):
-            if not await asyncio.to_thread(store.first_delivery, key):
-                log.info("dropping a redelivered Slack event (%s)", key)
-                # An empty 200: returning without next() would make bolt answer 404, and Slack retry again.
+        keys = _delivery_keys(body)
+        if keys:
+            loop = asyncio.get_running_loop()
+            first = await loop.run_in_executor(services.ack_executor, _first_delivery, store, keys)
+            if not first:
+                log.info("dropping a redelivered Slack event (%s)", ", ".join(keys))
+                # An empty 200: returning without next() makes bolt answer 404, and Slack retries again.
                 return BoltResponse(status=200, body="")
         await next()
         return None
@@ -378,7 +254,7 @@ async def _is_follow_up(
     if context.bot_user_id and f"<@{context.bot_user_id}" in str(event.get("text", "")):
         return False  # the app_mention event answers it
     return await asyncio.to_thread(
-        _answered_in, services.kb.store, str(event["channel"]), str(thread_ts)
+        services.kb.store.answered_in_thread, str(event["channel"]), str(thread_ts)
     )
 
 
@@ -401,7 +277,7 @@ async def _answer(
     ts = str(posted["ts"])
     context[REPLY_KEY] = {"channel": q.channel, "ts": ts}
     history = (
-        await asyncio.to_thread(thread_history, services.kb.store, q.channel, q.thread_ts)
+        await asyncio.to_thread(services.kb.store.thread_turns, q.channel, q.thread_ts, HISTORY_TURNS)
         if q.in_thread
         else []
     )
@@ -520,7 +396,7 @@ def _register_reindex(app: AsyncApp, services: Services) -> None:
         if not await services.admins.is_admin(client, str(body.get("user_id", ""))):
             await ack(text=messages.REINDEX_NOT_ADMIN)
             return
-        if await services.reindexer.running():
+        if not await services.reindexer.claim():
             await ack(text=messages.REINDEX_RUNNING)
             return
         await ack(text=messages.REINDEX_STARTED)

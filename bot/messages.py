@@ -148,8 +148,9 @@ def reindex_done(
     documents: int, chunks: int, failed: int, stale_before: int, stale_after: int
 ) -> str:
     """The final report of a reindex."""
+    mark = ":warning:" if failed else ":white_check_mark:"
     return (
-        f":white_check_mark: Reindex finished: {documents} documents, {chunks} chunks; "
+        f"{mark} Reindex finished: {documents} documents, {chunks} chunks; "
         f"{failed} failed; stale documents before {stale_before}, after {stale_after}."
     )
 
@@ -163,8 +164,6 @@ def reindex_more_failures(n: int) -> str:
     """How many failures the report leaves out."""
     return f"…and {n} more (see `kb docs`)."
 
-
-REINDEX_CRASHED = "The reindex stopped because of an unexpected error; the previous index is still in use. Details are in the server log."
 
 # ---------------------------------------------------------------- web pages
 

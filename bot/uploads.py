@@ -352,41 +352,52 @@ class Uploader:
         try:
             async with self._turn:
                 await status.show(render_upload_status(messages.upload_downloading(name)))
-                file = await self._complete(client, file)
-                data = await download(
-                    self._http(),
-                    file,
-                    token=self.settings.slack_bot_token,
-                    max_bytes=self.settings.max_upload_bytes,
-                    api_url=self.settings.slack_api_url,
-                )
-                added = await asyncio.to_thread(
-                    self.kb.add_bytes,
-                    data,
-                    file.name,
-                    uploader=request.user,
-                    scope=request.scope,
-                    title=title,
-                )
-                row = added.document
-                if not (added.duplicate and row["state"] == DocState.INDEXED.value):
-                    await status.show(render_upload_status(messages.upload_indexing(name)))
-                    row = await asyncio.to_thread(self.kb.index_document, int(row["id"]))
-                    await status.show(_final_status(row))
-                    return
-            await status.show(
-                render_upload_status(messages.upload_duplicate(name, int(row["chunk_count"])))
-            )
+                data = await self._download(client, file)
+                final = await self._store_and_index(status, data, file.name, request, title)
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
             text = messages.upload_failed(name, escape(exc.reason)) + "\n" + messages.UPLOAD_AGAIN
-            await status.show(render_upload_status(text))
+            final = render_upload_status(text)
         except Exception:
             # The request that started this job is long answered: report here, not to bolt.
             log.exception("ingesting Slack file %s failed", file.id)
-            text = messages.upload_failed(name, messages.UPLOAD_UNEXPECTED)
-            with contextlib.suppress(Exception):
-                await status.show(render_upload_status(text))
+            final = render_upload_status(messages.upload_failed(name, messages.UPLOAD_UNEXPECTED))
+        with contextlib.suppress(SlackApiError):
+            await status.show(final)
+
+    async def _download(self, client: AsyncWebClient, file: SlackFile) -> bytes:
+        file = await self._complete(client, file)
+        return await download(
+            self._http(),
+            file,
+            token=self.settings.slack_bot_token,
+            max_bytes=self.settings.max_upload_bytes,
+            api_url=self.settings.slack_api_url,
+        )
+
+    async def _store_and_index(
+        self,
+        status: StatusMessage,
+        data: bytes,
+        filename: str,
+        request: UploadRequest,
+        title: str | None,
+    ) -> Rendered:
+        added = await asyncio.to_thread(
+            self.kb.add_bytes,
+            data,
+            filename,
+            uploader=request.user,
+            scope=request.scope,
+            title=title,
+        )
+        row = added.document
+        if added.duplicate and row["state"] == DocState.INDEXED.value:
+            name = escape(row["name"])
+            return render_upload_status(messages.upload_duplicate(name, int(row["chunk_count"])))
+        await status.show(render_upload_status(messages.upload_indexing(escape(row["name"]))))
+        row = await asyncio.to_thread(self.kb.index_document, int(row["id"]))
+        return _final_status(row)
 
     async def _complete(self, client: AsyncWebClient, file: SlackFile) -> SlackFile:
         """Ask ``files.info`` for the download link when an event left it out."""

@@ -28,6 +28,9 @@ from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
 
 from bot import messages
 from core.answer import Engine
@@ -38,7 +41,7 @@ from index.settings import Settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ENGINE", "KB", "MIDDLEWARES", "SETTINGS", "SLACK_MODE", "setup"]
+__all__ = ["ENGINE", "KB", "MIDDLEWARES", "SETTINGS", "SLACK_MODE", "AccessLogger", "setup"]
 
 SETTINGS = web.AppKey("settings", Settings)
 KB = web.AppKey("kb", KnowledgeBase)
@@ -177,6 +180,29 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
         response.headers.setdefault("Cache-Control", "private, no-store")
 
 
+# ---------------------------------------------------------------- access log
+
+
+class AccessLogger(AbstractAccessLogger):
+    """One line per request, without the query string: citation links carry access tokens."""
+
+    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
+        """Log method, path, status, size and duration."""
+        self.logger.info(
+            "%s %s %s %s bytes %.1f ms",
+            request.method,
+            request.path,
+            response.status,
+            response.body_length,
+            time * 1000,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        """Only when INFO is logged at all."""
+        return self.logger.isEnabledFor(logging.INFO)
+
+
 # ---------------------------------------------------------------- documents
 
 
@@ -216,7 +242,8 @@ async def viewer(request: web.Request) -> web.Response:
     page = fill_viewer(
         title=str(doc["title"] or doc["name"]),
         meta=_meta(doc),
-        file_url=f"/d/{doc_id}/file?t={quote(token, safe='')}",
+        # Relative (from /d/<id>), like the page's assets, so a path prefix keeps working.
+        file_url=f"{doc_id}/file?t={quote(token, safe='')}",
         text=text,
     )
     return web.Response(

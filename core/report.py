@@ -109,11 +109,11 @@ def render(result: EvalResult, *, markdown: bool = False, recommended: float | N
     lines = [
         h("Evaluation set"),
         "",
-        f"corpus {result.corpus}: {p.documents} documents, {p.chunks} chunks "
+        f"- corpus {result.corpus}: {p.documents} documents, {p.chunks} chunks "
         f"(product chunker, budget {result.chunk_budget} characters)",
-        f"{len(result.questions)} questions x 2 phrasings = {result.n_queries} queries; "
+        f"- {len(result.questions)} questions x 2 phrasings = {result.n_queries} queries; "
         f"{len(result.ood_questions)} out-of-domain questions",
-        f"embedding model {result.embedding_model}, window {p.window} word-pieces; "
+        f"- embedding model {result.embedding_model}, window {p.window} word-pieces; "
         f"indexing {p.index_seconds:.1f} s, one search (3 modes) {p.query_ms:.1f} ms",
         "",
     ]
@@ -174,6 +174,12 @@ def _render_gate(result: EvalResult, *, markdown: bool, recommended: float | Non
         f"- in-domain, best candidate: {_distance_summary(g.in_domain_best)}",
         f"- out-of-domain, best candidate: {_distance_summary(g.ood_best)}",
         "",
+        *_table(
+            ["threshold", *_breakdown_header(result)],
+            [_breakdown_row(result, t) for t in sorted(marks)],
+            markdown=markdown,
+        ),
+        "",
     ]
     bluffing = [
         o for o in g.ood if o["best_distance"] is not None and o["best_distance"] <= g.threshold
@@ -186,6 +192,31 @@ def _render_gate(result: EvalResult, *, markdown: bool, recommended: float | Non
         ]
         lines.append("")
     return lines
+
+
+def _breakdown_header(result: EvalResult) -> list[str]:
+    kinds = sorted({o["kind"] or "-" for o in result.gate.ood})
+    return [f"bluffs {k}" for k in kinds] + ["refused doc phrasing", "refused ticket phrasing"]
+
+
+def _breakdown_row(result: EvalResult, threshold: float) -> list[str]:
+    # Nothing passes the gate exactly when the best candidate is over the
+    # threshold, so the best distances give both breakdowns.
+    g = result.gate
+    kinds = sorted({o["kind"] or "-" for o in g.ood})
+    cells = [f"{threshold:.3f}"]
+    for kind in kinds:
+        group = [o for o in g.ood if (o["kind"] or "-") == kind]
+        passed = sum(
+            1 for o in group if o["best_distance"] is not None and o["best_distance"] <= threshold
+        )
+        cells.append(f"{passed}/{len(group)}")
+    phrasings = [q["phrasing"] for q in result.queries()]
+    for phrasing in ("doc", "ticket"):
+        best = [d for d, ph in zip(g.in_domain_best, phrasings, strict=True) if ph == phrasing]
+        refused = sum(1 for d in best if d is None or d > threshold)
+        cells.append(f"{refused}/{len(best)}")
+    return cells
 
 
 def _render_strategies(result: EvalResult, *, markdown: bool) -> list[str]:

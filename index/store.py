@@ -190,8 +190,24 @@ class Store:
     @contextmanager
     def transaction(self) -> Iterator[sqlite_utils.Database]:
         """One atomic write: everything inside commits together or not at all."""
-        with self.db.atomic() as db:
+        db = self.db
+        if db.conn.in_transaction:
+            with db.atomic():  # nested: a savepoint
+                yield db
+            return
+        # BEGIN IMMEDIATE takes the write lock up front, waiting up to the busy
+        # timeout. A deferred BEGIN that reads first (sqlite-utils' insert reads
+        # the table's columns) and writes later fails at once with "database is
+        # locked" when another connection committed in between: in WAL mode
+        # SQLite does not wait on that upgrade.
+        db.execute("BEGIN IMMEDIATE")
+        try:
             yield db
+        except BaseException:
+            db.conn.rollback()
+            raise
+        else:
+            db.conn.commit()
 
     # ----------------------------------------------------------------- originals
 
@@ -566,6 +582,22 @@ class Store:
         if not rows:
             raise KBError(f"No logged question has id {query_id}.")
         return rows[0]
+
+    def thread_turns(self, channel: str, thread_ts: str, limit: int) -> list[tuple[str, str]]:
+        """The last ``limit`` logged ``(question, answer)`` pairs of a Slack thread, oldest first."""
+        rows = self.db.query(
+            "SELECT question, answer FROM query_log WHERE channel = ? AND thread_ts = ? "
+            "ORDER BY id DESC LIMIT ?",
+            [channel, thread_ts, limit],
+        )
+        return [(r["question"], r["answer"] or "") for r in reversed(list(rows))]
+
+    def answered_in_thread(self, channel: str, thread_ts: str) -> bool:
+        """Whether a question of this Slack thread was logged (the bot is answering in it)."""
+        row = self.db.execute(
+            "SELECT 1 FROM query_log WHERE channel = ? AND thread_ts = ? LIMIT 1", [channel, thread_ts]
+        ).fetchone()
+        return row is not None
 
     def add_feedback(self, query_id: int, value: int, user: str | None = None) -> int:
         """Store a thumbs-up (+1) or thumbs-down (-1) for a logged answer."""

@@ -93,7 +93,7 @@ LINK_RE = re.compile(r"<(https?://[^|>]+)\|\[(\d+)\]>")
 
 
 def make_settings(**fields: Any) -> Settings:
-    """Settings from field names (the model only accepts its environment aliases)."""
+    """Settings from field names, passed under their environment names (what every version accepts)."""
     aliases = {}
     for name, value in fields.items():
         alias = Settings.model_fields[name].validation_alias

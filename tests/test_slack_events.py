@@ -349,7 +349,9 @@ async def test_the_app_accepts_slacks_published_signature_example(
     assert resp.status == 401
 
 
-async def test_socket_mode_without_signing_secret_accepts_no_http_events(make_bot: BotFactory) -> None:
+async def test_socket_mode_without_signing_secret_accepts_no_http_events(
+    make_bot: BotFactory,
+) -> None:
     bot = await make_bot(slack_app_token="xapp-test", slack_signing_secret="")
     body = event_body(app_mention_event(IN_DOMAIN))
     resp = await bot.http.post("/slack/events", data=body, headers=slack_headers("", body))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bot import messages
-from bot.listeners import render_reindex_report
+from bot.reindex import render_reindex_report
 from index.knowledge_base import ReindexReport
 
 pytest.register_assert_rewrite("tests.conftest_bot")

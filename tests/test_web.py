@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ async def test_valid_link_shows_the_escaped_canonical_text(bot: Bot) -> None:
     assert "write &lt;!channel&gt; and &lt;@U123&gt; in #incidents" in page
     assert "<!channel>" not in page.split("-->", 1)[1]
     assert "<title>On-call guide</title>" in page
-    assert f'href="/d/{doc["id"]}/file?t={token}"' in page
+    assert f'href="{doc["id"]}/file?t={token}"' in page, "relative to /d/<id>"
     text = bot.kb.canonical_text(doc["id"])
     assert re.search(r'<pre id="doc" class="document">\n', page)
     assert page.count("&amp;") >= text.count("&")
@@ -184,3 +185,17 @@ async def test_errors_are_rendered_by_status_and_unexpected_ones_hidden() -> Non
         assert "secret" not in await resp.text()
         resp = await http.get("/d/link")
         assert resp.status == 403 and "document 7" not in await resp.text()
+
+
+def test_access_log_never_contains_link_tokens(caplog: pytest.LogCaptureFixture) -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    from bot.web import AccessLogger
+
+    request = make_mocked_request("GET", "/d/7?t=secret-token-value")
+    with caplog.at_level("INFO", logger="kb.access"):
+        AccessLogger(logging.getLogger("kb.access"), "").log(
+            request, web.Response(status=200), 0.002
+        )
+    assert "GET /d/7 200" in caplog.text
+    assert "secret-token-value" not in caplog.text
