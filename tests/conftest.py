@@ -10,7 +10,7 @@ import pytest
 
 from index.embed import Embedder
 
-pytest_plugins = ["tests.fixtures_servers"]
+pytest_plugins = ["tests.fixtures_servers", "tests.conftest_bot"]
 
 _KEEP = {
     "PATH",

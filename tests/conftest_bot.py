@@ -1,6 +1,6 @@
 """Fixtures for the Slack bot tests: the real app over HTTP, a mock Slack, a local model.
 
-Enable in a test module with ``pytest_plugins = ["tests.conftest_bot"]``.
+Registered for every test module by ``tests/conftest.py``.
 
 Every test gets a fresh data dir holding a few small Markdown documents
 ingested through the real ``KnowledgeBase`` (with the session's embedding

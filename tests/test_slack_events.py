@@ -41,7 +41,6 @@ from tests.servers import (  # noqa: E402
     slack_headers,
 )
 
-pytest_plugins = ["tests.conftest_bot"]
 
 
 async def _open_link(bot: Bot, url: str) -> str:

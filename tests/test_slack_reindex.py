@@ -18,7 +18,6 @@ pytest.register_assert_rewrite("tests.conftest_bot")
 from tests.conftest_bot import ADMIN_ID, IN_DOMAIN, Bot, BotFactory  # noqa: E402
 from tests.servers import CHANNEL_ID, USER_ID, app_mention_event, slash_command_body  # noqa: E402
 
-pytest_plugins = ["tests.conftest_bot"]
 
 
 async def _reindex(bot: Bot, user: str, response_id: str = "r1") -> str:

@@ -30,7 +30,6 @@ from tests.servers import (  # noqa: E402
     view_submission_body,
 )
 
-pytest_plugins = ["tests.conftest_bot"]
 
 GUIDE = b"""# Onboarding guide
 
