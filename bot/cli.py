@@ -362,6 +362,8 @@ def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: boo
             click.echo(
                 f"[{s.n}] {s.document}{' › ' + where if where else ''}  (d={s.distance:.3f})"
             )
+            quote = " ".join(s.quote.split())
+            click.echo(f"    {quote[:240]}{'…' if len(quote) > 240 else ''}")
             click.echo(f"    {s.url}")
 
 

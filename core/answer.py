@@ -201,7 +201,9 @@ class Engine:
             text = await self.llm.complete(messages, on_delta=on_delta)
         except LLMUnavailable as exc:
             timings["llm"] = _ms_since(t)
-            log.warning("model unavailable, showing evidence: %s", exc.reason)
+            # Not configured is a choice (evidence-only mode); a failing endpoint is a problem.
+            level = logging.WARNING if self.llm.configured else logging.INFO
+            log.log(level, "model unavailable, showing evidence: %s", exc.reason)
             return Answer(
                 question,
                 Outcome.MODEL_UNAVAILABLE,

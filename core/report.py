@@ -289,9 +289,11 @@ def render_calibration(cal: Calibration) -> str:
             [
                 name,
                 f"{r.threshold:.3f}",
-                fmt_p(r.bluffs),
-                fmt_p(r.refused),
-                fmt_p(r.answerable) if r.answerable else "-",
+                f"{r.bluffs.successes}/{r.bluffs.n} {fmt_p(r.bluffs)}",
+                f"{r.refused.successes}/{r.refused.n} {fmt_p(r.refused)}",
+                f"{r.answerable.successes}/{r.answerable.n} {fmt_p(r.answerable)}"
+                if r.answerable
+                else "-",
                 str(r.lost) if r.lost is not None else "-",
             ]
             for name, r in rows

@@ -61,6 +61,10 @@ class Embedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        # The weight-loading progress bar is noise in CLI output and logs.
+        hf_logging.disable_progress_bar()
 
         try:
             return SentenceTransformer(self._load_from, device=self._device)
