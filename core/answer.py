@@ -33,6 +33,10 @@ from index.store import ChunkRow
 
 log = logging.getLogger(__name__)
 
+# How many fused candidates are fetched per passage kept: the gate walks them in
+# fused order, so a chunk that BM25 ranks first but is too far can be skipped
+# without starving the answer.
+CANDIDATES_PER_KEPT = 5
 REFUSAL_TEXT = "The knowledge base has nothing on this, so I won't guess."
 EVIDENCE_TEXT = "No answer was generated. Here is what the knowledge base says:"
 
@@ -158,7 +162,12 @@ class Engine:
         timings["embed"] = _ms_since(t0)
         t = time.perf_counter()
         candidates = await asyncio.to_thread(
-            self.backend.search, vector, query, scopes, self.settings.top_k * 5, Mode.HYBRID
+            self.backend.search,
+            vector,
+            query,
+            scopes,
+            self.settings.top_k * CANDIDATES_PER_KEPT,
+            Mode.HYBRID,
         )
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()

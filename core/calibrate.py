@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.answer import CANDIDATES_PER_KEPT
 from core.evaluation import (
-    CANDIDATES_PER_KEPT,
     EvalResult,
     EvalSetError,
     SweepRow,

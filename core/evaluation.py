@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from core.answer import CANDIDATES_PER_KEPT
 from core.evalset_check import BUNDLED_EVALSET
 from core.gate import gate
 from core.retrieve import Candidate, LocalBackend, Mode
@@ -71,8 +72,6 @@ TEST_KS = (4, 20)
 MODES = (Mode.DENSE, Mode.BM25, Mode.HYBRID)
 STRATEGY_MODES = (Mode.HYBRID, Mode.DENSE)
 """Modes measured for every chunking strategy (BM25 is reported for the product only)."""
-CANDIDATES_PER_KEPT = 5
-"""``Engine.ask`` searches ``top_k * 5`` fused candidates before the gate keeps ``top_k``."""
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 PHRASINGS = ("doc", "ticket")
