@@ -10,7 +10,7 @@ chunked by the product's chunker), alternately, several rounds, in one run:
 Prints chunks/s medians, the ratio pipeline/bare (target >= 0.9), and the
 process's peak resident memory.
 
-Run: python bench/ingest.py [--rounds 3]
+Run: python -m bench.ingest [--rounds 3]
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.query import EVALSET, machine
+from bench.machine import describe as machine
+from bench.query import EVALSET
 from index.chunk import chunk_document
 from index.embed import DEFAULT_BATCH_SIZE, Embedder
 from index.extract import extract

@@ -11,15 +11,13 @@ refusal path: embed, both legs, fusion, gate, nothing kept):
     embed | dense (FAISS via the backend) | bm25 | fusion+gate | whole refusal path
     + references: bare FAISS search, rank-bm25 BM25Okapi.get_scores
 
-Run: python bench/query.py [--sizes 1000,10000,100000] [--repeat 3]
+Run: python -m bench.query [--sizes 1000,10000,100000] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import re
 import time
@@ -27,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.machine import describe as machine
 from core.gate import gate
 from core.retrieve import LocalBackend, rrf
 from index.bm25 import BM25Index
@@ -39,19 +38,6 @@ from index.store import EVERYONE
 from index.vectors import VectorIndex
 
 EVALSET = Path(__file__).resolve().parents[1] / "core" / "evalset"
-
-
-def machine() -> str:
-    """CPU model and core count, for the record."""
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def corpus_chunks() -> list[str]:

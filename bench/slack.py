@@ -17,7 +17,7 @@ are printed with the machine. Target: ack p99 < 300 ms.
 The run is bounded: ``--rounds`` x ``--concurrency`` requests, each round
 waiting at most ``--round-timeout`` seconds for its answers.
 
-Run: python bench/slack.py [--rounds 5] [--concurrency 20] [--json]
+Run: python -m bench.slack [--rounds 5] [--concurrency 20] [--json]
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -38,6 +36,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bench.machine import describe as machine
 from bot import messages
 from bot.app import create_app
 from index.embed import Embedder
@@ -70,18 +69,6 @@ QUESTIONS = [
     "How often are API keys rotated?",
     "What is the capital of Australia?",  # refused: exercises the no-model path
 ]
-
-
-def machine() -> str:
-    """CPU model, core count and Python version."""
-    model = platform.processor() or "unknown CPU"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{model}, nproc {os.cpu_count()}, Python {platform.python_version()}"
 
 
 def percentile(values: list[float], q: float) -> float:

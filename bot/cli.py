@@ -121,6 +121,9 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
             bar.set_postfix_str(Path(info["path"]).name[:40])
             if info["index"]:
                 bar.update(1)
+        elif event == "embedding" and bar is not None:
+            # Large files take a while: show that embedding is moving.
+            bar.set_postfix_str(f"{info['document'][:30]}: {info['done']} chunks embedded")
 
     summary = kb.ingest_paths(list(paths), scope=scope, progress=progress)
     if bar is not None:
@@ -390,7 +393,7 @@ def serve(ctx: click.Context, port: int | None) -> None:
 def _evalset(
     corpus: Path | None, questions: Path | None, ood: Path | None
 ) -> tuple[Path, Path, Path]:
-    from core.evaluation import BUNDLED_CORPUS, BUNDLED_OOD, BUNDLED_QUESTIONS
+    from core.eval_inputs import BUNDLED_CORPUS, BUNDLED_OOD, BUNDLED_QUESTIONS
 
     return corpus or BUNDLED_CORPUS, questions or BUNDLED_QUESTIONS, ood or BUNDLED_OOD
 
@@ -404,7 +407,8 @@ def _run_evaluation(
     threshold: float | None = None,
     progress: bool = True,
 ):  # type: ignore[no-untyped-def]
-    from core.evaluation import evaluate, load_ood, load_questions
+    from core.eval_inputs import load_ood, load_questions
+    from core.evaluation import evaluate
     from index.embed import Embedder
 
     corpus, questions_path, ood_path = paths

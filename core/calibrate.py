@@ -30,13 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from core.answer import CANDIDATES_PER_KEPT
-from core.evaluation import (
-    EvalResult,
-    EvalSetError,
-    SweepRow,
-    read_jsonl,
-    sweep,
-)
+from core.eval_inputs import EvalSetError, read_jsonl
+from core.eval_results import EvalResult, SweepRow, sweep
 from core.retrieve import Candidate, LocalBackend, Mode
 from index.atomic import write_atomic
 from index.knowledge_base import KnowledgeBase

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from core.calibrate import Calibration
-from core.evaluation import (
+from core.eval_results import (
     RECALL_KS,
     TEST_KS,
     EvalResult,

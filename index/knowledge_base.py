@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,17 +187,7 @@ class KnowledgeBase:
         try:
             prepared = self._prepare(doc, progress)
             replaces = self.store.indexed_by_name(doc["name"], doc["scope"], exclude=doc_id)
-            self.store.commit_indexed(
-                doc_id,
-                prepared.chunking.chunks,
-                prepared.vectors,
-                prepared.token_counts,
-                canonical_text=prepared.extracted.text,
-                stamp=self.stamp,
-                window_splits=prepared.chunking.window_splits,
-                replaces=replaces,
-            )
-            self._record_text_facts(doc_id, prepared)
+            self._commit(doc, prepared, replaces=replaces)
         except ExtractionError as exc:
             self._fail(doc_id, exc.reason)
         except KBError as exc:
@@ -230,14 +220,26 @@ class KnowledgeBase:
             chunker=self.chunker,
         )
 
-    def _record_text_facts(self, doc_id: int, prepared: Prepared) -> None:
+    def _commit(
+        self, doc: dict[str, Any], prepared: Prepared, *, replaces: Sequence[int] = ()
+    ) -> None:
+        """Make a prepared document searchable: chunks, text and facts in one transaction."""
         ex = prepared.extracted
-        self.store.update_document(
-            doc_id,
-            title=self.store.document(doc_id)["title"] or ex.title,
-            kind=ex.kind,
-            text_length=len(ex.text),
-            page_starts=",".join(map(str, ex.page_starts)) if ex.page_starts else None,
+        self.store.commit_indexed(
+            int(doc["id"]),
+            prepared.chunking.chunks,
+            prepared.vectors,
+            prepared.token_counts,
+            canonical_text=ex.text,
+            stamp=self.stamp,
+            window_splits=prepared.chunking.window_splits,
+            replaces=replaces,
+            facts={
+                "title": doc["title"] or ex.title,
+                "kind": ex.kind,
+                "text_length": len(ex.text),
+                "page_starts": ",".join(map(str, ex.page_starts)) if ex.page_starts else None,
+            },
         )
 
     def _fail(self, doc_id: int, reason: str) -> None:
@@ -333,16 +335,7 @@ class KnowledgeBase:
                         {**self.store.document(int(doc["id"])), "reindex_error": result}
                     )
                     continue
-                self.store.commit_indexed(
-                    int(doc["id"]),
-                    result.chunking.chunks,
-                    result.vectors,
-                    result.token_counts,
-                    canonical_text=result.extracted.text,
-                    stamp=self.stamp,
-                    window_splits=result.chunking.window_splits,
-                )
-                self._record_text_facts(int(doc["id"]), result)
+                self._commit(doc, result)
                 report.documents += 1
                 report.chunks += len(result.chunking.chunks)
             self.indexes.rebuild()

@@ -1,9 +1,10 @@
 """SQLite, through sqlite-utils: the source of truth.
 
 Tables: ``documents``, ``chunks`` (with their vectors), ``jobs``, ``query_log``,
-``feedback``, ``slack_events`` (delivery de-duplication) and ``meta``. Originals
-are kept beside the database, content-addressed by sha256, so a reindex never
-needs anyone to upload again.
+``feedback``, ``slack_events`` (delivery de-duplication) and ``meta``. The
+methods over the last three of those are in ``index.querylog``. Originals are
+kept beside the database, content-addressed by sha256, so a reindex never needs
+anyone to upload again.
 
 The ``generation`` counter in ``meta`` goes up in the same transaction as any
 change to the set of searchable chunks; the derived FAISS and BM25 files record
@@ -31,6 +32,7 @@ import sqlite_utils
 from index.atomic import write_atomic
 from index.errors import DocumentNotFound, KBError
 from index.models import Chunk, DocState
+from index.querylog import QueryLogMixin
 
 EVERYONE = "*"  # the scope of a document every channel may see
 
@@ -152,11 +154,13 @@ class Stamp:
     extractor_version: str
 
 
-class Store:
+class Store(QueryLogMixin):
     """The SQLite database and the originals folder of one data dir.
 
     Each thread gets its own connection (the bot reaches the store from a
     thread pool); SQLite's WAL mode lets readers proceed while one writes.
+    The query log, feedback and Slack delivery methods come from
+    ``QueryLogMixin`` (``index.querylog``).
 
     Args:
         data_dir: the data directory; created if missing.
@@ -323,8 +327,13 @@ class Store:
         stamp: Stamp,
         window_splits: int,
         replaces: Sequence[int] = (),
+        facts: dict[str, Any] | None = None,
     ) -> list[int]:
         """Write a document's canonical text and chunks and mark it indexed, in one transaction.
+
+        ``facts`` are further document columns learnt while indexing (title,
+        kind, page map): written in the same transaction, because a link's
+        form (``#char`` or ``#page``) depends on them.
 
         The canonical text is kept because every chunk offset refers to it:
         the viewer must show exactly the text the offsets were found in, even
@@ -362,6 +371,7 @@ class Store:
                     "worker_pid": None,
                     "indexed_at": time.time(),
                     "updated_at": time.time(),
+                    **(facts or {}),
                 },
             )
             self._bump_generation(db)
@@ -561,81 +571,6 @@ class Store:
         self.db.execute("UPDATE jobs SET state = 'interrupted' WHERE state = 'running'")
         self.db.conn.commit()
         return dead
-
-    # ----------------------------------------------------------------- query log
-
-    def log_query(self, **fields: Any) -> int:
-        """Record one question's outcome and return its id."""
-        row = {
-            "created_at": time.time(),
-            **{
-                k: json.dumps(v) if isinstance(v, (list, dict, tuple)) else v
-                for k, v in fields.items()
-            },
-        }
-        with self.transaction() as db:
-            return _pk(db.table("query_log").insert(row, alter=True).last_pk)
-
-    def query(self, query_id: int) -> dict[str, Any]:
-        """One query-log row."""
-        rows = list(self.db.query("SELECT * FROM query_log WHERE id = ?", [query_id]))
-        if not rows:
-            raise KBError(f"No logged question has id {query_id}.")
-        return rows[0]
-
-    def thread_turns(self, channel: str, thread_ts: str, limit: int) -> list[tuple[str, str]]:
-        """The last ``limit`` logged ``(question, answer)`` pairs of a Slack thread, oldest first."""
-        rows = self.db.query(
-            "SELECT question, answer FROM query_log WHERE channel = ? AND thread_ts = ? "
-            "ORDER BY id DESC LIMIT ?",
-            [channel, thread_ts, limit],
-        )
-        return [(r["question"], r["answer"] or "") for r in reversed(list(rows))]
-
-    def answered_in_thread(self, channel: str, thread_ts: str) -> bool:
-        """Whether a question of this Slack thread was logged (the bot is answering in it)."""
-        row = self.db.execute(
-            "SELECT 1 FROM query_log WHERE channel = ? AND thread_ts = ? LIMIT 1", [channel, thread_ts]
-        ).fetchone()
-        return row is not None
-
-    def add_feedback(self, query_id: int, value: int, user: str | None = None) -> int:
-        """Store a thumbs-up (+1) or thumbs-down (-1) for a logged answer."""
-        self.query(query_id)
-        with self.transaction() as db:
-            return _pk(
-                db.table("feedback")
-                .insert(
-                    {"query_id": query_id, "user": user, "value": value, "created_at": time.time()}
-                )
-                .last_pk
-            )
-
-    def disliked_questions(self) -> list[dict[str, Any]]:
-        """Logged questions that got a thumbs-down, newest first."""
-        return list(
-            self.db.query(
-                """SELECT q.id, q.question, q.outcome, q.created_at FROM query_log q
-                   WHERE EXISTS (SELECT 1 FROM feedback f WHERE f.query_id = q.id AND f.value < 0)
-                   ORDER BY q.id DESC"""
-            )
-        )
-
-    # ----------------------------------------------------------------- events
-
-    def first_delivery(self, key: str, *, ttl_seconds: float = 3600.0) -> bool:
-        """True the first time ``key`` is seen within the TTL; False for a redelivery.
-
-        Kept in SQLite rather than in memory so that replicas sharing the
-        database never answer the same Slack event twice.
-        """
-        now = time.time()
-        with self.transaction() as db:
-            db.execute("DELETE FROM slack_events WHERE seen_at < ?", [now - ttl_seconds])
-            cur = db.execute(
-                "INSERT OR IGNORE INTO slack_events (key, seen_at) VALUES (?, ?)", [key, now]
-            )
-            return cur.rowcount == 1
 
 
 def _pk(value: Any) -> int:

@@ -16,7 +16,8 @@ from core.calibrate import (
     propose_threshold,
     write_env,
 )
-from core.evaluation import EvalSetError, Proportion, SweepRow, sweep
+from core.eval_inputs import EvalSetError
+from core.eval_results import Proportion, SweepRow, sweep
 from core.retrieve import Candidate
 from index.store import Store
 

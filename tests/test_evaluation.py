@@ -14,14 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
-from core.evaluation import (
-    RECALL_KS,
-    OODQuestion,
-    Question,
-    evaluate,
-    export_disliked,
-    load_questions,
-)
+from core.eval_inputs import OODQuestion, Question, load_questions
+from core.eval_results import RECALL_KS
+from core.evaluation import evaluate, export_disliked
 from index.chunk import chunk_document
 from index.embed import Embedder
 from index.models import Extracted

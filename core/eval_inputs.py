@@ -1,0 +1,143 @@
+"""The evaluation set ``kb eval`` reads: in-domain questions, out-of-domain questions.
+
+``questions.jsonl`` holds one question per line (``id``, ``needle``: the
+verbatim passage that answers it, ``doc_phrasing``, ``ticket_phrasing``);
+``ood.jsonl`` the questions the knowledge base should refuse (``id``,
+``question``, optional ``kind``). This module reads them and refuses a
+missing, malformed or unlabelled line with ``EvalSetError``;
+``core.evalset_check`` checks that a set's needles are fit to measure with.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.evalset_check import BUNDLED_EVALSET
+from index.errors import KBError
+
+__all__ = [
+    "BUNDLED_CORPUS",
+    "BUNDLED_OOD",
+    "BUNDLED_QUESTIONS",
+    "PHRASINGS",
+    "EvalSetError",
+    "OODQuestion",
+    "Question",
+    "load_ood",
+    "load_questions",
+    "read_jsonl",
+]
+
+PHRASINGS = ("doc", "ticket")
+
+BUNDLED_CORPUS = BUNDLED_EVALSET / "corpus"
+BUNDLED_QUESTIONS = BUNDLED_EVALSET / "questions.jsonl"
+BUNDLED_OOD = BUNDLED_EVALSET / "ood.jsonl"
+
+
+class EvalSetError(KBError):
+    """An evaluation file is missing, malformed or unlabelled."""
+
+
+@dataclass(frozen=True)
+class Question:
+    """An in-domain question and the verbatim passage that answers it."""
+
+    id: str
+    needle: str
+    doc_phrasing: str
+    ticket_phrasing: str
+
+    def phrasings(self) -> tuple[str, str]:
+        """The two ways the question is asked, in ``PHRASINGS`` order."""
+        return self.doc_phrasing, self.ticket_phrasing
+
+
+@dataclass(frozen=True)
+class OODQuestion:
+    """A question the knowledge base should refuse."""
+
+    id: str
+    question: str
+    kind: str = ""
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The objects of a JSON-lines file with their line numbers; blank lines skipped.
+
+    Raises:
+        EvalSetError: the file cannot be read or a line is not a JSON object.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise EvalSetError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EvalSetError(f"{path}:{no}: not valid JSON ({exc.msg}).") from exc
+        if not isinstance(obj, dict):
+            raise EvalSetError(f"{path}:{no}: expected a JSON object.")
+        rows.append((no, obj))
+    return rows
+
+
+def _fields(path: Path, no: int, obj: dict[str, Any], names: Sequence[str]) -> list[str]:
+    values = []
+    for name in names:
+        value = obj.get(name)
+        if not isinstance(value, str) or not value.strip():
+            hint = " (label exported candidates before using them)" if obj.get("label") else ""
+            raise EvalSetError(f"{path}:{no}: field {name!r} must be a non-empty string{hint}.")
+        values.append(value if name == "needle" else value.strip())
+    return values
+
+
+def _unique(path: Path, ids: list[str]) -> None:
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            raise EvalSetError(f"{path}: id {i!r} appears twice.")
+        seen.add(i)
+
+
+def load_questions(path: Path) -> list[Question]:
+    """Read ``questions.jsonl``.
+
+    Raises:
+        EvalSetError: a required field is missing or empty, or an id repeats.
+    """
+    out = []
+    for no, obj in read_jsonl(path):
+        qid, needle, doc, ticket = _fields(
+            path, no, obj, ("id", "needle", "doc_phrasing", "ticket_phrasing")
+        )
+        out.append(Question(qid, needle, doc, ticket))
+    _unique(path, [q.id for q in out])
+    if not out:
+        raise EvalSetError(f"{path} holds no questions.")
+    return out
+
+
+def load_ood(path: Path) -> list[OODQuestion]:
+    """Read ``ood.jsonl``.
+
+    Raises:
+        EvalSetError: a required field is missing or empty, or an id repeats.
+    """
+    out = []
+    for no, obj in read_jsonl(path):
+        qid, question = _fields(path, no, obj, ("id", "question"))
+        out.append(OODQuestion(qid, question, str(obj.get("kind") or "")))
+    _unique(path, [q.id for q in out])
+    if not out:
+        raise EvalSetError(f"{path} holds no out-of-domain questions.")
+    return out

@@ -1,0 +1,431 @@
+"""What ``kb eval`` measures, as result types, and the pure computations behind them.
+
+Recall and MRR of one retrieval mode (``ModeResult``), everything measured on
+one indexing of the corpus (``StrategyResult``), exact sign tests between two
+modes or strategies (``PairedTest``), the refusal gate's cost over a sweep of
+thresholds (``SweepRow``, ``sweep``, ``GateAnalysis``) and the whole run
+(``EvalResult``). Nothing here indexes or searches: given ranks and candidates
+it only counts, which is what ``kb calibrate`` and the report reuse. Every
+type's ``to_dict`` is the form ``--json`` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from core.eval_inputs import PHRASINGS, OODQuestion, Question
+from core.gate import gate
+from core.retrieve import Candidate, Mode
+from core.stats import hits_at_k, paired_counts, sign_test, wilson_interval
+
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "BOOTSTRAP_SEED",
+    "DEPTH",
+    "MODES",
+    "NO_THRESHOLD",
+    "RECALL_KS",
+    "STRATEGY_MODES",
+    "TEST_KS",
+    "EvalResult",
+    "GateAnalysis",
+    "MeanCI",
+    "ModeResult",
+    "PairedTest",
+    "Proportion",
+    "StrategyResult",
+    "SweepRow",
+    "bootstrap_mean",
+    "default_thresholds",
+    "paired_test",
+    "strategy_tests",
+    "sweep",
+]
+
+RECALL_KS = (1, 4, 8, 20)
+"""The cut-offs recall is reported at."""
+DEPTH = max(RECALL_KS)
+"""How many chunks each query retrieves for recall and MRR."""
+TEST_KS = (4, 20)
+"""The cut-offs of the paired sign tests."""
+MODES = (Mode.DENSE, Mode.BM25, Mode.HYBRID)
+STRATEGY_MODES = (Mode.HYBRID, Mode.DENSE)
+"""Modes measured for every chunking strategy (BM25 is reported for the product only)."""
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+
+@dataclass(frozen=True)
+class Proportion:
+    """``successes / n`` with its 95 % Wilson interval."""
+
+    successes: int
+    n: int
+
+    @property
+    def value(self) -> float:
+        """The point estimate (0 when ``n == 0``)."""
+        return self.successes / self.n if self.n else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95 % Wilson score interval."""
+        return wilson_interval(self.successes, self.n)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        low, high = self.interval
+        return {"k": self.successes, "n": self.n, "value": self.value, "ci95": [low, high]}
+
+
+@dataclass(frozen=True)
+class MeanCI:
+    """A mean with a 95 % percentile-bootstrap interval."""
+
+    mean: float
+    low: float
+    high: float
+    method: str = f"percentile bootstrap, {BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"value": self.mean, "ci95": [self.low, self.high], "method": self.method}
+
+
+def bootstrap_mean(values: Sequence[float]) -> MeanCI:
+    """Mean of ``values`` with a 95 % percentile bootstrap interval (deterministic)."""
+    if not values:
+        return MeanCI(0.0, 0.0, 1.0)
+    arr = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    means = arr[rng.integers(0, arr.size, size=(BOOTSTRAP_RESAMPLES, arr.size))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return MeanCI(float(arr.mean()), float(low), float(high))
+
+
+@dataclass
+class ModeResult:
+    """Recall and MRR of one retrieval mode.
+
+    Attributes:
+        mode: ``dense``, ``bm25`` or ``hybrid``.
+        ranks: per query, the 1-based rank of the first correct chunk within
+            the top ``DEPTH``, or ``None``.
+    """
+
+    mode: str
+    ranks: list[int | None]
+
+    @property
+    def n(self) -> int:
+        """Number of queries."""
+        return len(self.ranks)
+
+    def hits(self, k: int) -> list[bool]:
+        """Per-query success at ``k``."""
+        return hits_at_k(self.ranks, k)
+
+    def recall(self, k: int) -> Proportion:
+        """Recall@k with its Wilson interval."""
+        return Proportion(sum(self.hits(k)), self.n)
+
+    @property
+    def mrr(self) -> MeanCI:
+        """Mean reciprocal rank over the top ``DEPTH`` (0 for a miss)."""
+        return bootstrap_mean([1.0 / r if r else 0.0 for r in self.ranks])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "n": self.n,
+            "recall": {str(k): self.recall(k).to_dict() for k in RECALL_KS},
+            "mrr": self.mrr.to_dict(),
+            "ranks": self.ranks,
+        }
+
+
+@dataclass
+class StrategyResult:
+    """Everything measured on one indexing of the corpus.
+
+    Attributes:
+        name: strategy letter (``E`` is the product's chunker).
+        label: short description.
+        documents: documents indexed.
+        failed_documents: ``name: reason`` of documents that failed to index.
+        chunks: chunks indexed.
+        questions: number of questions (needles).
+        destroyed: ids of questions whose needle is in the corpus but in no chunk.
+        missing: ids of questions whose needle is in no document's canonical text.
+        window: the encoder window in word-pieces.
+        window_splits: chunks the chunker split to fit the window (sum over documents).
+        over_window: chunks whose embedded text is longer than the window.
+        embedded_tokens: word-pieces embedded over the whole index.
+        index_seconds: time to ingest the corpus.
+        query_ms: mean time of one search (all modes together), embedding excluded.
+        modes: recall and MRR per retrieval mode.
+    """
+
+    name: str
+    label: str
+    documents: int
+    failed_documents: list[str]
+    chunks: int
+    questions: int
+    destroyed: list[str]
+    missing: list[str]
+    window: int
+    window_splits: int
+    over_window: int
+    embedded_tokens: int
+    index_seconds: float
+    query_ms: float
+    modes: dict[str, ModeResult]
+
+    def destroyed_share(self) -> Proportion:
+        """Destroyed needles over all questions."""
+        return Proportion(len(self.destroyed), self.questions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "name": self.name,
+            "label": self.label,
+            "documents": self.documents,
+            "failed_documents": self.failed_documents,
+            "chunks": self.chunks,
+            "questions": self.questions,
+            "destroyed": {**self.destroyed_share().to_dict(), "ids": self.destroyed},
+            "missing_from_corpus": self.missing,
+            "window": self.window,
+            "window_splits": self.window_splits,
+            "over_window": self.over_window,
+            "embedded_tokens": self.embedded_tokens,
+            "index_seconds": round(self.index_seconds, 2),
+            "query_ms": round(self.query_ms, 2),
+            "modes": {m: r.to_dict() for m, r in self.modes.items()},
+        }
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """An exact two-sided sign test: ``first`` against ``second`` on the same queries."""
+
+    first: str
+    second: str
+    mode: str
+    k: int
+    wins: int
+    losses: int
+    p: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def paired_test(
+    first: str, second: str, a: ModeResult, b: ModeResult, *, k: int, mode: str
+) -> PairedTest:
+    """Sign test of ``a`` against ``b`` at ``k`` over their discordant queries."""
+    wins, losses = paired_counts(a.hits(k), b.hits(k))
+    return PairedTest(first, second, mode, k, wins, losses, sign_test(wins, losses))
+
+
+def strategy_tests(results: dict[str, StrategyResult]) -> list[PairedTest]:
+    """Sign tests between every two strategies (later letter first), per mode and cut-off."""
+    names = sorted(results)
+    tests: list[PairedTest] = []
+    for mode in STRATEGY_MODES:
+        for earlier, later in combinations(names, 2):
+            a, b = results[later].modes[mode.value], results[earlier].modes[mode.value]
+            tests.extend(paired_test(later, earlier, a, b, k=k, mode=mode.value) for k in TEST_KS)
+    return tests
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """What one threshold costs.
+
+    Attributes:
+        threshold: the cosine-distance cut.
+        bluffs: out-of-domain questions with at least one chunk passing the gate.
+        refused: in-domain queries with no chunk passing.
+        answerable: in-domain queries whose needle is among the kept chunks
+            (``None`` when the questions have no needles, as in a labelled log).
+        lost: queries answerable without a threshold and not at this one.
+    """
+
+    threshold: float
+    bluffs: Proportion
+    refused: Proportion
+    answerable: Proportion | None = None
+    lost: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "threshold": self.threshold,
+            "bluffs": self.bluffs.to_dict(),
+            "refused": self.refused.to_dict(),
+            "answerable": self.answerable.to_dict() if self.answerable else None,
+            "lost": self.lost,
+        }
+
+
+NO_THRESHOLD = 2.0
+"""The largest cosine distance: a gate at 2.0 keeps every candidate."""
+
+
+def default_thresholds(current: float) -> list[float]:
+    """0.30 to 0.90 in steps of 0.025, plus the configured threshold."""
+    grid = {round(0.30 + 0.025 * i, 4) for i in range(25)}
+    return sorted(grid | {round(current, 4)})
+
+
+def sweep(
+    in_domain: Sequence[Sequence[Candidate]],
+    ood: Sequence[Sequence[Candidate]],
+    thresholds: Sequence[float],
+    *,
+    top_k: int,
+    correct: Sequence[set[int]] | None = None,
+) -> list[SweepRow]:
+    """Gate every query's candidates at every threshold and count the outcomes.
+
+    Args:
+        in_domain: per in-domain query, its fused candidates (best first).
+        ood: per out-of-domain question, its fused candidates.
+        thresholds: the thresholds to try.
+        top_k: the gate's ``top_k``.
+        correct: per in-domain query, the chunk ids containing its needle;
+            without it ``answerable`` and ``lost`` are not computed.
+
+    Returns:
+        One row per threshold, in increasing order.
+    """
+
+    def kept(cands: Sequence[Candidate], t: float) -> list[Candidate]:
+        return gate(cands, threshold=t, top_k=top_k)
+
+    def answers(i: int, t: float) -> bool:
+        assert correct is not None
+        return any(c.chunk_id in correct[i] for c in kept(in_domain[i], t))
+
+    ungated = [answers(i, NO_THRESHOLD) for i in range(len(in_domain))] if correct else []
+    rows = []
+    for t in sorted(set(thresholds)):
+        bluffs = sum(1 for cands in ood if kept(cands, t))
+        refused = sum(1 for cands in in_domain if not kept(cands, t))
+        row = SweepRow(t, Proportion(bluffs, len(ood)), Proportion(refused, len(in_domain)))
+        if correct is not None:
+            ok = [answers(i, t) for i in range(len(in_domain))]
+            lost = sum(1 for before, now in zip(ungated, ok, strict=True) if before and not now)
+            row = SweepRow(
+                row.threshold, row.bluffs, row.refused, Proportion(sum(ok), len(ok)), lost
+            )
+        rows.append(row)
+    return rows
+
+
+@dataclass
+class GateAnalysis:
+    """The refusal gate on the product's index: the sweep and the distances behind it.
+
+    Attributes:
+        threshold: the threshold being evaluated (the configured one unless overridden).
+        top_k: the gate's ``top_k``.
+        candidates: fused candidates the gate looks at (``top_k * 5``, as ``Engine.ask``).
+        sweep: one row per threshold.
+        in_domain_correct: per in-domain query, the smallest cosine distance
+            to any chunk containing its needle (``None`` if destroyed).
+        in_domain_best: per in-domain query, the smallest distance among its candidates.
+        ood_best: per out-of-domain question, the smallest distance among its candidates.
+        ood: per out-of-domain question: id, question, kind, best distance and
+            the document / section of its closest candidate.
+    """
+
+    threshold: float
+    top_k: int
+    candidates: int
+    sweep: list[SweepRow]
+    in_domain_correct: list[float | None]
+    in_domain_best: list[float | None]
+    ood_best: list[float | None]
+    ood: list[dict[str, Any]]
+
+    @property
+    def current(self) -> SweepRow:
+        """The sweep row of the evaluated threshold."""
+        return next(r for r in self.sweep if abs(r.threshold - round(self.threshold, 4)) < 1e-9)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "threshold": self.threshold,
+            "top_k": self.top_k,
+            "candidates": self.candidates,
+            "current": self.current.to_dict(),
+            "sweep": [r.to_dict() for r in self.sweep],
+            "distances": {
+                "in_domain_correct": self.in_domain_correct,
+                "in_domain_best": self.in_domain_best,
+                "ood_best": self.ood_best,
+            },
+            "ood": self.ood,
+        }
+
+
+@dataclass
+class EvalResult:
+    """Everything ``kb eval`` measured (``to_dict`` is what ``--json`` prints)."""
+
+    corpus: str
+    questions: list[Question]
+    ood_questions: list[OODQuestion]
+    embedding_model: str
+    chunk_budget: int
+    product: StrategyResult
+    mode_tests: list[PairedTest]
+    gate: GateAnalysis
+    strategies: dict[str, StrategyResult] = field(default_factory=dict)
+    strategy_tests: list[PairedTest] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def n_queries(self) -> int:
+        """In-domain queries asked: two phrasings per question."""
+        return len(self.questions) * len(PHRASINGS)
+
+    def queries(self) -> list[dict[str, str]]:
+        """The in-domain queries in evaluation order (question id, phrasing, text)."""
+        return [
+            {"question_id": q.id, "phrasing": p, "text": text}
+            for q in self.questions
+            for p, text in zip(PHRASINGS, q.phrasings(), strict=True)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form of every number."""
+        return {
+            "corpus": self.corpus,
+            "embedding_model": self.embedding_model,
+            "chunk_budget": self.chunk_budget,
+            "questions": len(self.questions),
+            "queries": self.n_queries,
+            "ood_questions": len(self.ood_questions),
+            "recall_ks": list(RECALL_KS),
+            "depth": DEPTH,
+            "product": self.product.to_dict(),
+            "mode_tests": [t.to_dict() for t in self.mode_tests],
+            "gate": self.gate.to_dict(),
+            "strategies": {n: s.to_dict() for n, s in self.strategies.items()},
+            "strategy_tests": [t.to_dict() for t in self.strategy_tests],
+            "query_order": self.queries(),
+            "seconds": round(self.seconds, 2),
+        }

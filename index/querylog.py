@@ -1,0 +1,117 @@
+"""The query log, answer feedback and Slack delivery de-duplication.
+
+``Store`` mixes in ``QueryLogMixin``, so these are called on the store
+(``store.log_query(...)``, ``store.add_feedback(...)``) and use its per-thread
+connection (``db``) and its ``transaction()``. Their tables (``query_log``,
+``feedback``, ``slack_events``) are created with the rest of the schema in
+``index.store``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import sqlite_utils
+
+from index.errors import KBError
+
+__all__ = ["QueryLogMixin"]
+
+
+class QueryLogMixin:
+    """What is recorded about questions: outcomes and answers, thumbs, Slack deliveries seen.
+
+    Mixed into ``Store``, which provides ``db`` (this thread's connection) and
+    ``transaction()``.
+    """
+
+    if TYPE_CHECKING:
+
+        @property
+        def db(self) -> sqlite_utils.Database: ...
+
+        def transaction(self) -> AbstractContextManager[sqlite_utils.Database]: ...
+
+    # ----------------------------------------------------------------- query log
+
+    def log_query(self, **fields: Any) -> int:
+        """Record one question's outcome and return its id."""
+        row = {
+            "created_at": time.time(),
+            **{
+                k: json.dumps(v) if isinstance(v, (list, dict, tuple)) else v
+                for k, v in fields.items()
+            },
+        }
+        with self.transaction() as db:
+            return _pk(db.table("query_log").insert(row, alter=True).last_pk)
+
+    def query(self, query_id: int) -> dict[str, Any]:
+        """One query-log row."""
+        rows = list(self.db.query("SELECT * FROM query_log WHERE id = ?", [query_id]))
+        if not rows:
+            raise KBError(f"No logged question has id {query_id}.")
+        return rows[0]
+
+    def thread_turns(self, channel: str, thread_ts: str, limit: int) -> list[tuple[str, str]]:
+        """The last ``limit`` logged ``(question, answer)`` pairs of a Slack thread, oldest first."""
+        rows = self.db.query(
+            "SELECT question, answer FROM query_log WHERE channel = ? AND thread_ts = ? "
+            "ORDER BY id DESC LIMIT ?",
+            [channel, thread_ts, limit],
+        )
+        return [(r["question"], r["answer"] or "") for r in reversed(list(rows))]
+
+    def answered_in_thread(self, channel: str, thread_ts: str) -> bool:
+        """Whether a question of this Slack thread was logged (the bot is answering in it)."""
+        row = self.db.execute(
+            "SELECT 1 FROM query_log WHERE channel = ? AND thread_ts = ? LIMIT 1",
+            [channel, thread_ts],
+        ).fetchone()
+        return row is not None
+
+    def add_feedback(self, query_id: int, value: int, user: str | None = None) -> int:
+        """Store a thumbs-up (+1) or thumbs-down (-1) for a logged answer."""
+        self.query(query_id)
+        with self.transaction() as db:
+            return _pk(
+                db.table("feedback")
+                .insert(
+                    {"query_id": query_id, "user": user, "value": value, "created_at": time.time()}
+                )
+                .last_pk
+            )
+
+    def disliked_questions(self) -> list[dict[str, Any]]:
+        """Logged questions that got a thumbs-down, newest first."""
+        return list(
+            self.db.query(
+                """SELECT q.id, q.question, q.outcome, q.created_at FROM query_log q
+                   WHERE EXISTS (SELECT 1 FROM feedback f WHERE f.query_id = q.id AND f.value < 0)
+                   ORDER BY q.id DESC"""
+            )
+        )
+
+    # ----------------------------------------------------------------- events
+
+    def first_delivery(self, key: str, *, ttl_seconds: float = 3600.0) -> bool:
+        """True the first time ``key`` is seen within the TTL; False for a redelivery.
+
+        Kept in SQLite rather than in memory so that replicas sharing the
+        database never answer the same Slack event twice.
+        """
+        now = time.time()
+        with self.transaction() as db:
+            db.execute("DELETE FROM slack_events WHERE seen_at < ?", [now - ttl_seconds])
+            cur = db.execute(
+                "INSERT OR IGNORE INTO slack_events (key, seen_at) VALUES (?, ?)", [key, now]
+            )
+            return cur.rowcount == 1
+
+
+def _pk(value: Any) -> int:
+    """The integer primary key sqlite-utils reports for an insert."""
+    return int(value)
