@@ -151,6 +151,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
         )
         await services.jobs.cancel_all()
     await services.uploader.close()
+    await services.engine.aclose()
     services.ack_executor.shutdown(wait=False)
 
 

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from tqdm import tqdm
@@ -20,6 +20,10 @@ from tqdm import tqdm
 from bot.logs import configure_logging
 from index.errors import KBError
 from index.settings import Settings
+
+if TYPE_CHECKING:  # heavy imports (torch, FAISS) load only for the commands that need them
+    from core.eval_results import EvalResult
+    from index.knowledge_base import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,10 +40,11 @@ def _kb_errors(fn: F) -> F:
 
 
 def _settings(ctx: click.Context) -> Settings:
-    return ctx.obj["settings"]  # type: ignore[no-any-return]
+    settings: Settings = ctx.obj["settings"]
+    return settings
 
 
-def _kb(ctx: click.Context):  # type: ignore[no-untyped-def]
+def _kb(ctx: click.Context) -> KnowledgeBase:
     from index.knowledge_base import KnowledgeBase
 
     if "kb" not in ctx.obj:
@@ -282,17 +287,14 @@ def reindex(ctx: click.Context, as_json: bool) -> None:
     report = kb.reindex(progress=progress)
     if bar is not None:
         bar.close()
+    failed = [
+        {"id": d["id"], "name": d["name"], "reason": d.get("reindex_error") or d["failure_reason"]}
+        for d in report.failed
+    ]
     data = {
         "documents": report.documents,
         "chunks": report.chunks,
-        "failed": [
-            {
-                "id": d["id"],
-                "name": d["name"],
-                "reason": d.get("reindex_error") or d["failure_reason"],
-            }
-            for d in report.failed
-        ],
+        "failed": failed,
         "stale_before": report.stale_before,
         "stale_after": report.stale_after,
     }
@@ -303,7 +305,7 @@ def reindex(ctx: click.Context, as_json: bool) -> None:
         f"Reindexed {report.documents} documents ({report.chunks} chunks); {len(report.failed)} failed; "
         f"stale before {report.stale_before}, after {report.stale_after}."
     )
-    for f in data["failed"]:
+    for f in failed:
         click.echo(f"failed   {f['name']}: {f['reason']}")
 
 
@@ -353,7 +355,14 @@ def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: boo
     from core.answer import build_engine
 
     engine = build_engine(_settings(ctx), kb=_kb(ctx))
-    answer = asyncio.run(engine.ask(question, scopes=frozenset(scopes) if scopes else None))
+
+    async def run() -> Any:
+        try:
+            return await engine.ask(question, scopes=frozenset(scopes) if scopes else None)
+        finally:
+            await engine.aclose()
+
+    answer = asyncio.run(run())
     if as_json:
         _echo_json(answer.to_dict())
         return
@@ -406,7 +415,7 @@ def _run_evaluation(
     thresholds: list[float] | None = None,
     threshold: float | None = None,
     progress: bool = True,
-):  # type: ignore[no-untyped-def]
+) -> EvalResult:
     from core.eval_inputs import load_ood, load_questions
     from core.evaluation import evaluate
     from index.embed import Embedder

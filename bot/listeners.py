@@ -277,7 +277,9 @@ async def _answer(
     ts = str(posted["ts"])
     context[REPLY_KEY] = {"channel": q.channel, "ts": ts}
     history = (
-        await asyncio.to_thread(services.kb.store.thread_turns, q.channel, q.thread_ts, HISTORY_TURNS)
+        await asyncio.to_thread(
+            services.kb.store.thread_turns, q.channel, q.thread_ts, HISTORY_TURNS
+        )
         if q.in_thread
         else []
     )

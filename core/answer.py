@@ -129,6 +129,10 @@ class Engine:
         )
         self.backend = backend or LocalBackend(kb.indexes)
 
+    async def aclose(self) -> None:
+        """Release the model client's connections."""
+        await self.llm.aclose()
+
     def retrieve(
         self, query: str, *, scopes: frozenset[str] | None, k: int, mode: Mode = Mode.HYBRID
     ) -> list[Candidate]:

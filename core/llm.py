@@ -61,6 +61,11 @@ class LLM:
         """Whether an endpoint is set at all."""
         return self._client is not None
 
+    async def aclose(self) -> None:
+        """Close the HTTP connections of the client."""
+        if self._client is not None:
+            await self._client.close()
+
     async def complete(
         self, messages: Sequence[dict[str, str]], *, on_delta: OnDelta | None = None
     ) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -45,8 +46,20 @@ def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
     return kb
 
 
+_OPEN: list[Engine] = []
+
+
 def _engine(kb: KnowledgeBase, base_url: str, **kw: object) -> Engine:
-    return build_engine(_settings(kb.settings.data_dir, base_url, **kw), kb=kb)
+    engine = build_engine(_settings(kb.settings.data_dir, base_url, **kw), kb=kb)
+    _OPEN.append(engine)
+    return engine
+
+
+@pytest.fixture(autouse=True)
+async def _close_engines() -> AsyncIterator[None]:
+    yield
+    while _OPEN:
+        await _OPEN.pop().aclose()
 
 
 async def test_refusal_makes_zero_model_requests(

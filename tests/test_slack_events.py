@@ -42,7 +42,6 @@ from tests.servers import (  # noqa: E402
 )
 
 
-
 async def _open_link(bot: Bot, url: str) -> str:
     """GET a citation link on the bot's server; the fragment stays in the browser."""
     assert url.startswith(PUBLIC_URL + "/d/")

@@ -19,7 +19,6 @@ from tests.conftest_bot import ADMIN_ID, IN_DOMAIN, Bot, BotFactory  # noqa: E40
 from tests.servers import CHANNEL_ID, USER_ID, app_mention_event, slash_command_body  # noqa: E402
 
 
-
 async def _reindex(bot: Bot, user: str, response_id: str = "r1") -> str:
     body = slash_command_body(
         "/kb-reindex", "", user, CHANNEL_ID, bot.slack.response_url(response_id)

@@ -30,7 +30,6 @@ from tests.servers import (  # noqa: E402
     view_submission_body,
 )
 
-
 GUIDE = b"""# Onboarding guide
 
 ## First day

@@ -21,7 +21,9 @@ def _local(bot: Bot, url: str) -> str:
     return str(bot.http.make_url(parts.path)) + f"?{parts.query}#{parts.fragment}"
 
 
-async def test_cited_passage_is_highlighted_and_scrolled_into_view(bot: Bot, tmp_path: Path) -> None:
+async def test_cited_passage_is_highlighted_and_scrolled_into_view(
+    bot: Bot, tmp_path: Path
+) -> None:
     require_chromium()
     await bot.event(app_mention_event(f"<@{bot.slack.bot_user_id}> {IN_DOMAIN}"))
     answer = await bot.answer()

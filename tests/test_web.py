@@ -21,7 +21,6 @@ pytest.register_assert_rewrite("tests.conftest_bot")
 
 from tests.conftest_bot import Bot  # noqa: E402
 
-
 FORBIDDEN = Path(__file__).resolve().parent.parent / "bot" / "static" / "forbidden.html"
 
 
