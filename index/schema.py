@@ -1,0 +1,92 @@
+"""The SQLite schema. ``CREATE ... IF NOT EXISTS`` so that opening an existing data dir is safe."""
+
+from __future__ import annotations
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    sha256 TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT '',
+    size INTEGER NOT NULL,
+    uploader TEXT NOT NULL DEFAULT '',
+    scope TEXT NOT NULL DEFAULT '*',
+    state TEXT NOT NULL,
+    failure_reason TEXT,
+    chunk_count INTEGER NOT NULL DEFAULT 0,
+    window_splits INTEGER NOT NULL DEFAULT 0,
+    text_length INTEGER NOT NULL DEFAULT 0,
+    page_starts TEXT,
+    embedding_model TEXT,
+    dimensions INTEGER,
+    pipeline_version TEXT,
+    extractor_version TEXT,
+    replaces INTEGER,
+    worker_pid INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    indexed_at REAL
+);
+CREATE INDEX IF NOT EXISTS documents_sha256 ON documents(sha256, scope);
+CREATE INDEX IF NOT EXISTS documents_name ON documents(name, scope);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    document_id INTEGER NOT NULL REFERENCES documents(id),
+    ordinal INTEGER NOT NULL,
+    section TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    page INTEGER,
+    content TEXT NOT NULL,
+    text TEXT NOT NULL,
+    token_count INTEGER NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_document ON chunks(document_id);
+CREATE TABLE IF NOT EXISTS texts (
+    document_id INTEGER PRIMARY KEY REFERENCES documents(id),
+    text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    document_id INTEGER,
+    state TEXT NOT NULL,
+    detail TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS query_log (
+    id INTEGER PRIMARY KEY,
+    created_at REAL NOT NULL,
+    question TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    model_called INTEGER NOT NULL,
+    kept TEXT NOT NULL,
+    cited TEXT NOT NULL,
+    invalid_citations TEXT NOT NULL DEFAULT '[]',
+    latency_ms REAL NOT NULL,
+    timings TEXT NOT NULL,
+    user TEXT,
+    channel TEXT,
+    thread_ts TEXT,
+    answer TEXT
+);
+CREATE TABLE IF NOT EXISTS feedback (
+    id INTEGER PRIMARY KEY,
+    query_id INTEGER NOT NULL REFERENCES query_log(id),
+    user TEXT,
+    value INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS slack_events (
+    key TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
