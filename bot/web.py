@@ -214,12 +214,27 @@ def _document_id(request: web.Request) -> int:
     return int(raw)
 
 
-def _verify(request: web.Request) -> tuple[int, str]:
+def _verify(request: web.Request) -> tuple[int, str, str]:
     doc_id = _document_id(request)
     token = request.query.get("t", "")
     scope = request.app[ENGINE].signer.verify(token, doc_id)
     log.debug("document %s opened with a link for scope %s", doc_id, scope)
-    return doc_id, token
+    return doc_id, token, scope
+
+
+async def _linked_document(request: web.Request) -> tuple[dict[str, Any], str]:
+    """The document a valid link names, and the link's token.
+
+    Raises:
+        BadLinkToken: the token is invalid, or was signed for another scope
+            than the document now has (a link never widens who sees what).
+        DocumentNotFound: the document is gone.
+    """
+    doc_id, token, scope = _verify(request)
+    doc = await asyncio.to_thread(request.app[KB].store.document, doc_id)
+    if str(doc["scope"]) != scope:
+        raise BadLinkToken(f"Link for scope {scope!r}, document {doc_id} is in another scope.")
+    return doc, token
 
 
 def _meta(doc: dict[str, Any]) -> str:
@@ -232,10 +247,10 @@ def _meta(doc: dict[str, Any]) -> str:
 
 async def viewer(request: web.Request) -> web.Response:
     """``GET /d/{id}?t=...``: the canonical text of a document, for the ``#char`` highlight."""
-    doc_id, token = _verify(request)
     kb = request.app[KB]
     try:
-        doc = await asyncio.to_thread(kb.store.document, doc_id)
+        doc, token = await _linked_document(request)
+        doc_id = int(doc["id"])
         text = await asyncio.to_thread(kb.canonical_text, doc_id)
     except DocumentNotFound:
         return _simple_page(404, messages.PAGE_NOT_FOUND)
@@ -255,10 +270,9 @@ async def viewer(request: web.Request) -> web.Response:
 
 async def original_file(request: web.Request) -> web.StreamResponse:
     """``GET /d/{id}/file?t=...``: the original upload; a PDF inline so ``#page=N`` works."""
-    doc_id, _ = _verify(request)
     kb = request.app[KB]
     try:
-        doc = await asyncio.to_thread(kb.store.document, doc_id)
+        doc, _ = await _linked_document(request)
     except DocumentNotFound:
         return _simple_page(404, messages.PAGE_NOT_FOUND)
     path = kb.store.original_path(str(doc["sha256"]))

@@ -108,6 +108,58 @@ class BM25Index:
         """The indexed chunk ids, in build order (read-only int64 array)."""
         return self._ids
 
+    def updated(
+        self,
+        remove_ids: Sequence[int] | np.ndarray,
+        add_ids: Sequence[int] | np.ndarray,
+        add_texts: Sequence[str],
+    ) -> BM25Index:
+        """A new index with some chunks removed and others added; this one is left unchanged.
+
+        Only ``add_texts`` are tokenised: the surviving postings are kept as they
+        are and merged with the new ones, then IDF and impacts are recomputed
+        for the new chunk count and average length. Scores equal those of an
+        index built from scratch over the same chunks.
+
+        Args:
+            remove_ids: ids to drop; ids not in the index are ignored.
+            add_ids: ids of the new chunks, none of them left in the index.
+            add_texts: their texts, aligned with ``add_ids``.
+
+        Returns:
+            The new index, its chunk ids in ascending order (as a build from the
+            store, which reads chunks by id, has them).
+
+        Raises:
+            ValueError: ``add_ids`` and ``add_texts`` differ in length, or an id
+                would be in the index twice.
+        """
+        if len(add_ids) != len(add_texts):
+            raise ValueError(f"{len(add_ids)} chunk ids but {len(add_texts)} texts.")
+        keep = ~np.isin(self._ids, np.asarray(remove_ids, dtype=np.int64))
+        new_ids = np.array(add_ids, dtype=np.int64).reshape(-1)
+        ids = np.concatenate([self._ids[keep], new_ids])
+        vocab, new_len, new_indptr, new_postings, new_tf = _invert(
+            [tokenize(t) for t in add_texts], dict(self._vocab)
+        )
+        # Renumber every chunk by its rank in id order: survivors keep their
+        # relative order, so their (term, position) keys stay sorted.
+        order = np.argsort(ids, kind="stable")
+        rank = np.empty(ids.size, dtype=np.int64)
+        rank[order] = np.arange(ids.size)
+        n_kept = int(keep.sum())
+        old_pos = np.full(len(self), -1, dtype=np.int64)
+        old_pos[keep] = rank[:n_kept]
+        old_terms = np.repeat(np.arange(len(self._terms), dtype=np.int64), np.diff(self._indptr))
+        old_new_pos = old_pos[self._postings]
+        alive = old_new_pos >= 0
+        new_terms = np.repeat(np.arange(len(vocab), dtype=np.int64), np.diff(new_indptr))
+        terms = np.concatenate([old_terms[alive], new_terms])
+        positions = np.concatenate([old_new_pos[alive], rank[n_kept + new_postings]])
+        tf = np.concatenate([self._tf[alive].astype(np.uint32), new_tf.astype(np.uint32)])
+        doc_len = np.concatenate([self._doc_len[keep], new_len])[order]
+        return _from_pairs(ids[order], vocab, doc_len, terms, positions, tf, k1=self.k1, b=self.b)
+
     def search(self, query: str, k: int, allowed: Allowed = None) -> list[tuple[int, float]]:
         """The ``k`` best chunks for ``query``, best first; ties go to the lower chunk id.
 
@@ -290,14 +342,20 @@ class BM25Index:
 
 
 def _invert(
-    docs: list[list[str]],
+    docs: list[list[str]], vocab: dict[str, int] | None = None
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Build ``(vocab, doc_len, indptr, postings, tf)`` from tokenised documents.
 
     Postings of term ``t`` are ``postings[indptr[t]:indptr[t + 1]]`` (document
     positions, ascending) with the matching term frequencies in ``tf``.
+
+    Args:
+        docs: the tokenised documents.
+        vocab: term ids to start from (extended in place with new terms), so
+            the postings of an update share an existing index's term ids.
     """
-    vocab: dict[str, int] = {}
+    if vocab is None:
+        vocab = {}
     term_ids = np.fromiter(
         (vocab.setdefault(t, len(vocab)) for doc in docs for t in doc), dtype=np.int64
     )
@@ -311,6 +369,48 @@ def _invert(
     np.cumsum(np.bincount(terms_of, minlength=len(vocab)), out=indptr[1:])
     tf_dtype = np.uint16 if tf.size == 0 or tf.max() <= np.iinfo(np.uint16).max else np.uint32
     return list(vocab), doc_len, indptr, postings.astype(np.int32), tf.astype(tf_dtype)
+
+
+def _from_pairs(
+    ids: np.ndarray,
+    vocab: list[str],
+    doc_len: np.ndarray,
+    terms: np.ndarray,
+    positions: np.ndarray,
+    tf: np.ndarray,
+    *,
+    k1: float,
+    b: float,
+) -> BM25Index:
+    """An index from unordered ``(term, position, tf)`` postings.
+
+    Terms left without postings are dropped, so the vocabulary (and the saved
+    file) matches a fresh build's and does not grow with every removal.
+    """
+    df = np.bincount(terms, minlength=len(vocab))
+    used = df > 0
+    term_ids = np.cumsum(used) - 1
+    n_docs = max(ids.size, 1)
+    keys = term_ids[terms] * n_docs + positions
+    # Stable sort: the survivors' keys are already sorted and the new ones
+    # sorted among themselves, so this merges two runs in linear time.
+    perm = np.argsort(keys, kind="stable")
+    indptr = np.zeros(int(used.sum()) + 1, dtype=np.int64)
+    np.cumsum(df[used], out=indptr[1:])
+    tf_sorted = tf[perm]
+    small = tf_sorted.size == 0 or tf_sorted.max() <= np.iinfo(np.uint16).max
+    index = BM25Index.__new__(BM25Index)
+    index._setup(
+        ids,
+        [t for t, u in zip(vocab, used.tolist(), strict=True) if u],
+        doc_len.astype(np.int32, copy=False),
+        indptr,
+        positions[perm].astype(np.int32),
+        tf_sorted.astype(np.uint16 if small else np.uint32),
+        k1=k1,
+        b=b,
+    )
+    return index
 
 
 def _position_table(ids: np.ndarray) -> tuple[int, np.ndarray | None]:

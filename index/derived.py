@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +22,10 @@ from index.store import EVERYONE, Store
 from index.vectors import VectorIndex
 
 log = logging.getLogger(__name__)
+
+# A refresh changing more than this share of the chunks rebuilds from scratch:
+# merging then costs about as much as building, and a rebuild is simpler.
+MAX_UPDATE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,9 @@ class Snapshot:
         chunk_ids: sorted chunk ids in both indexes.
         scopes: scope of each chunk, aligned with ``chunk_ids``.
         generation: the store generation this snapshot reflects.
+        versions: version of each chunk (``Store.searchable_chunk_versions``),
+            aligned with ``chunk_ids``; ``None`` when unknown, and then the
+            next refresh rebuilds instead of updating.
     """
 
     vectors: VectorIndex
@@ -39,6 +48,7 @@ class Snapshot:
     chunk_ids: np.ndarray
     scopes: np.ndarray
     generation: int
+    versions: np.ndarray | None = None
 
     def allowed_ids(self, scopes: frozenset[str] | None) -> np.ndarray | None:
         """Chunk ids visible to ``scopes``; ``None`` when every chunk is visible."""
@@ -100,12 +110,19 @@ class DerivedIndexes:
             return snap
 
     def refresh(self) -> Snapshot:
-        """Bring the snapshot up to the store's generation (no-op when current)."""
+        """Bring the snapshot up to the store's generation (no-op when current).
+
+        The current snapshot is updated with only the chunks that came and went
+        (see ``_update_locked``); without one, or after a large change, both
+        indexes are rebuilt.
+        """
         with self._lock:
             current = self._snapshot
             if current is not None and current.generation == self.store.generation:
                 return current
-            snap = self._rebuild_locked()
+            snap = None if current is None else self._update_locked(current)
+            if snap is None:
+                snap = self._rebuild_locked()
             self._snapshot = snap
             return snap
 
@@ -136,13 +153,10 @@ class DerivedIndexes:
     # ------------------------------------------------------------------ internals
 
     def _searchable_ids(self) -> np.ndarray:
-        rows = self.store.db.execute(
-            """SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id
-               WHERE d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = ?
-               ORDER BY c.id""",
-            [self.embedding_model, self.dimensions],
-        ).fetchall()
-        return np.array([r[0] for r in rows], dtype=np.int64)
+        return self._searchable_versions()[0]
+
+    def _searchable_versions(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.store.searchable_chunk_versions(self.embedding_model, self.dimensions)
 
     def _load_if_current(self) -> Snapshot | None:
         if not (self.vectors_path.exists() and self.bm25_path.exists()):
@@ -162,7 +176,7 @@ class DerivedIndexes:
                 generation,
             )
             return None
-        expected = self._searchable_ids()
+        expected, versions = self._searchable_versions()
         ids = np.sort(vectors.ids())
         if not (
             np.array_equal(ids, expected)
@@ -170,7 +184,7 @@ class DerivedIndexes:
         ):
             log.warning("derived indexes disagree with SQLite: rebuilding")
             return None
-        return Snapshot(vectors, bm25, expected, self._scopes_for(expected), generation)
+        return Snapshot(vectors, bm25, expected, self._scopes_for(expected), generation, versions)
 
     def _scopes_for(self, ids: np.ndarray) -> np.ndarray:
         rows = dict(
@@ -184,21 +198,134 @@ class DerivedIndexes:
         # Read the generation first: if a write lands while we read rows, the
         # snapshot is labelled older than it is and the next refresh redoes it.
         generation = self.store.generation
+        rows = _Rows.read(
+            self.store.searchable_chunks(self.embedding_model, self.dimensions), self.dimensions
+        )
+        vectors = VectorIndex(self.dimensions)
+        if rows.ids.size:
+            vectors.add(rows.ids, rows.vectors)
+        bm25 = BM25Index(rows.ids, rows.texts)
+        snap = Snapshot(vectors, bm25, rows.ids, rows.scopes, generation, rows.versions)
+        self._persist(snap)
+        log.info("derived indexes rebuilt: %d chunks at generation %d", len(snap), generation)
+        return snap
+
+    def _update_locked(self, current: Snapshot) -> Snapshot | None:
+        """``current`` with the chunks removed and added since it was built.
+
+        Reads only the ids of the searchable chunks and the rows of the new
+        ones, and builds the new indexes beside the current ones, which stay
+        untouched for the queries still using them.
+
+        Returns:
+            The new snapshot (persisted), or ``None`` when a rebuild is due: the
+            current snapshot's chunk versions are unknown, the change is large,
+            or the store changed while it was being read.
+        """
+        if current.versions is None:
+            return None
+        generation = self.store.generation
+        ids, versions = self._searchable_versions()
+        removed, added = _diff(current.chunk_ids, current.versions, ids, versions)
+        if removed.size + added.size > MAX_UPDATE_SHARE * len(current):
+            return None
+        if removed.size == added.size == 0:
+            snap = replace(current, generation=generation)
+            self._persist(snap)
+            return snap
+        wanted = self.store.searchable_chunks(self.embedding_model, self.dimensions, added.tolist())
+        rows = _Rows.read(wanted, self.dimensions)
+        # The rows are read after the ids: a write in between shows as a
+        # missing row or another version, and then the rows cannot be trusted.
+        if not (
+            np.array_equal(rows.ids, added)
+            and np.array_equal(rows.versions, versions[np.isin(ids, added)])
+        ):
+            log.info("store changed during an incremental refresh: rebuilding")
+            return None
+        snap = _apply(current, current.versions, removed, rows, generation)
+        self._persist(snap)
+        log.info(
+            "derived indexes updated: -%d +%d chunks, %d at generation %d",
+            removed.size,
+            added.size,
+            len(snap),
+            generation,
+        )
+        return snap
+
+    def _persist(self, snap: Snapshot) -> None:
+        snap.vectors.save(self.vectors_path, snap.generation)
+        snap.bm25.save(self.bm25_path, snap.generation)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Searchable chunk rows as aligned arrays (ids ascending when read so)."""
+
+    ids: np.ndarray
+    scopes: np.ndarray
+    texts: list[str]
+    vectors: np.ndarray
+    versions: np.ndarray
+
+    @classmethod
+    def read(cls, rows: Iterable[dict[str, Any]], dim: int) -> _Rows:
         ids: list[int] = []
         scopes: list[str] = []
         texts: list[str] = []
         vecs: list[np.ndarray] = []
-        for row in self.store.searchable_chunks(self.embedding_model, self.dimensions):
+        versions: list[float] = []
+        for row in rows:
             ids.append(int(row["id"]))
             scopes.append(row["scope"])
             texts.append(row["text"])
             vecs.append(np.frombuffer(row["vector"], dtype=np.float32))
-        id_arr = np.array(ids, dtype=np.int64)
-        vectors = VectorIndex(self.dimensions)
-        if ids:
-            vectors.add(id_arr, np.vstack(vecs))
-        bm25 = BM25Index(ids, texts)
-        vectors.save(self.vectors_path, generation)
-        bm25.save(self.bm25_path, generation)
-        log.info("derived indexes rebuilt: %d chunks at generation %d", len(ids), generation)
-        return Snapshot(vectors, bm25, id_arr, np.array(scopes, dtype=object), generation)
+            versions.append(float(row["version"]))
+        return cls(
+            ids=np.array(ids, dtype=np.int64),
+            scopes=np.array(scopes, dtype=object),
+            texts=texts,
+            vectors=np.vstack(vecs) if vecs else np.zeros((0, dim), dtype=np.float32),
+            versions=np.array(versions, dtype=np.float64),
+        )
+
+
+def _apply(
+    current: Snapshot, versions: np.ndarray, removed: np.ndarray, rows: _Rows, generation: int
+) -> Snapshot:
+    """``current`` (whose chunk versions are ``versions``) without ``removed`` and with ``rows``.
+
+    A new snapshot: ``current`` is left unchanged.
+    """
+    keep = ~np.isin(current.chunk_ids, removed)
+    order = np.argsort(np.concatenate([current.chunk_ids[keep], rows.ids]), kind="stable")
+
+    def merged(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+        return np.concatenate([old[keep], new])[order]
+
+    return Snapshot(
+        vectors=current.vectors.updated(removed, rows.ids, rows.vectors),
+        bm25=current.bm25.updated(removed, rows.ids, rows.texts),
+        chunk_ids=merged(current.chunk_ids, rows.ids),
+        scopes=merged(current.scopes, rows.scopes),
+        generation=generation,
+        versions=merged(versions, rows.versions),
+    )
+
+
+def _diff(
+    old_ids: np.ndarray, old_versions: np.ndarray, ids: np.ndarray, versions: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(removed, added)`` chunk ids between two sorted (id, version) sets.
+
+    A chunk whose version changed is in both: its old content goes, the new comes.
+    """
+    same = np.zeros(ids.size, dtype=bool)
+    at = np.searchsorted(old_ids, ids)
+    if old_ids.size:
+        at = np.minimum(at, old_ids.size - 1)
+        same = (old_ids[at] == ids) & (old_versions[at] == versions)
+    matched = np.zeros(old_ids.size, dtype=bool)
+    matched[at[same]] = True
+    return old_ids[~matched], ids[~same]

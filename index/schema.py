@@ -4,7 +4,9 @@ from __future__ import annotations
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
-    id INTEGER PRIMARY KEY,
+    -- AUTOINCREMENT: an id is never reused, so an old link or a cached
+    -- search result can never point at a different, newer document.
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL,
     title TEXT NOT NULL DEFAULT '',
     sha256 TEXT NOT NULL,
@@ -31,7 +33,7 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE INDEX IF NOT EXISTS documents_sha256 ON documents(sha256, scope);
 CREATE INDEX IF NOT EXISTS documents_name ON documents(name, scope);
 CREATE TABLE IF NOT EXISTS chunks (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     document_id INTEGER NOT NULL REFERENCES documents(id),
     ordinal INTEGER NOT NULL,
     section TEXT NOT NULL,

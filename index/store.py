@@ -36,6 +36,10 @@ from index.querylog import QueryLogMixin
 from index.schema import SCHEMA
 
 EVERYONE = "*"  # the scope of a document every channel may see
+# Which chunks are searchable by the running model (parameters: model, dimensions).
+_SEARCHABLE = "d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = ?"
+_CHUNK_VERSION = "COALESCE(d.indexed_at, -1.0)"
+_ID_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -382,19 +386,58 @@ class Store(QueryLogMixin):
             for r in rows
         }
 
-    def searchable_chunks(self, embedding_model: str, dimensions: int) -> Iterator[dict[str, Any]]:
-        """Every chunk that may be searched with vectors of this model: id, scope, text, vector.
+    def searchable_chunks(
+        self, embedding_model: str, dimensions: int, ids: Sequence[int] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Chunks that may be searched with vectors of this model: id, scope, text, vector, version.
 
         Chunks of documents stamped with another model are left out, so a query
-        never mixes vectors from two models.
+        never mixes vectors from two models. ``version`` is as in
+        ``searchable_chunk_versions``.
+
+        Args:
+            embedding_model: the running model's stamp.
+            dimensions: its vector size.
+            ids: if given, only these chunks (those not searchable are left out).
         """
-        yield from self.db.query(
-            """SELECT c.id, d.scope, c.text, c.vector FROM chunks c
-               JOIN documents d ON d.id = c.document_id
-               WHERE d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = ?
-               ORDER BY c.id""",
+        query = f"""SELECT c.id, d.scope, c.text, c.vector, {_CHUNK_VERSION} AS version
+                    FROM chunks c JOIN documents d ON d.id = c.document_id
+                    WHERE {_SEARCHABLE}"""
+        if ids is None:
+            yield from self.db.query(query + " ORDER BY c.id", [embedding_model, dimensions])
+            return
+        wanted = sorted(ids)
+        # Batched: SQLite caps the number of parameters of one statement.
+        for at in range(0, len(wanted), _ID_BATCH):
+            batch = wanted[at : at + _ID_BATCH]
+            yield from self.db.query(
+                f"{query} AND c.id IN ({','.join('?' * len(batch))}) ORDER BY c.id",
+                [embedding_model, dimensions, *batch],
+            )
+
+    def searchable_chunk_versions(
+        self, embedding_model: str, dimensions: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Ids and versions of the searchable chunks (as ``searchable_chunks``), by id.
+
+        Chunk ids alone cannot tell a chunk from its replacement: SQLite hands
+        out a deleted row's id again when it was the highest. A chunk is only
+        ever written with its document's ``indexed_at``, so the pair
+        (id, ``indexed_at``) names one chunk's content.
+
+        Returns:
+            ``(ids, versions)``: int64 chunk ids, ascending, and the float64
+            ``indexed_at`` of each chunk's document (-1 where it is missing).
+        """
+        rows = self.db.execute(
+            f"""SELECT c.id, {_CHUNK_VERSION} FROM chunks c
+                JOIN documents d ON d.id = c.document_id
+                WHERE {_SEARCHABLE} ORDER BY c.id""",
             [embedding_model, dimensions],
-        )
+        ).fetchall()
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        versions = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+        return ids, versions
 
     def chunk_count(self) -> int:
         """Number of stored chunks of indexed documents."""

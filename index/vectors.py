@@ -121,6 +121,40 @@ class VectorIndex:
         removed = _call("remove vectors", self._index.remove_ids, faiss.IDSelectorBatch(id_arr))
         return int(removed)
 
+    def updated(
+        self,
+        remove_ids: np.ndarray | Iterable[int],
+        add_ids: np.ndarray | Iterable[int],
+        add_vectors: np.ndarray,
+    ) -> VectorIndex:
+        """A copy of this index with some vectors removed and others added.
+
+        This index is left unchanged, so searches in other threads may go on
+        using it while the copy is changed and until it is swapped in.
+
+        Args:
+            remove_ids: chunk ids to drop; ids not in the index are ignored.
+            add_ids: chunk ids to add, none of them left in the index.
+            add_vectors: their ``(len(add_ids), dim)`` unit vectors.
+
+        Returns:
+            The new index.
+
+        Raises:
+            IndexOutOfSync: as ``add``.
+            ValueError: as ``add``.
+            VectorIndexError: FAISS failed to copy or change the index.
+        """
+        # clone_index hands back the concrete type, owning its copy of the vectors.
+        cloned = _call("copy the index", faiss.clone_index, self._index)
+        if not isinstance(cloned, faiss.IndexIDMap2):
+            raise VectorIndexError(f"FAISS copied the index as {type(cloned).__name__}.")
+        copy = VectorIndex.__new__(VectorIndex)
+        copy._index = cloned
+        copy.remove(remove_ids)
+        copy.add(add_ids, add_vectors)
+        return copy
+
     def search(
         self, vector: np.ndarray, k: int, allowed_ids: np.ndarray | None = None
     ) -> list[tuple[int, float]]:

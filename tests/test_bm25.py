@@ -280,3 +280,38 @@ def test_inconsistent_file_is_out_of_sync(index_dir: Path) -> None:
         np.savez(f, **arrays)
     with pytest.raises(IndexOutOfSync, match="inconsistent"):
         BM25Index.load(path)
+
+
+def test_updated_scores_like_a_fresh_build() -> None:
+    ids = [100 + i for i in range(len(SENTENCES))]
+    base = BM25Index(ids, SENTENCES)
+    removed = [100, 105, 110, 111, 999]  # 999 is not in the index
+    added = {50: "zeppelin over the VPN", 200: "annual leave leave", 201: "zeppelin the"}
+    updated = base.updated(removed, list(added), list(added.values()))
+    final = {i: t for i, t in zip(ids, SENTENCES, strict=True) if i not in removed} | added
+    fresh = BM25Index(sorted(final), [final[i] for i in sorted(final)])
+    assert np.array_equal(updated.chunk_ids, fresh.chunk_ids)  # ascending, like a build
+    for query in [*QUERIES, "zeppelin", "doctor's note"]:
+        got, want = updated.search(query, 100), fresh.search(query, 100)
+        assert [c for c, _ in got] == [c for c, _ in want], query
+        assert np.allclose([s for _, s in got], [s for _, s in want]), query
+    assert updated.search("zeppelin", 5, allowed=[201]) == fresh.search(
+        "zeppelin", 5, allowed=[201]
+    )
+    # Terms only the removed chunks had leave the vocabulary, as in a fresh build.
+    assert sorted(updated._terms) == sorted(fresh._terms)
+    # The original is unchanged.
+    assert len(base) == len(SENTENCES) and not base.search("zeppelin", 5)
+
+
+def test_updated_round_trips_and_rejects_bad_input(tmp_path: Path) -> None:
+    base = BM25Index([1, 2, 3], SENTENCES[:3])
+    updated = base.updated([2], [7], ["zeppelin leave"])
+    updated.save(tmp_path / "bm25.npz", 4)
+    loaded, generation = BM25Index.load(tmp_path / "bm25.npz")
+    assert generation == 4 and loaded.search("leave", 5) == updated.search("leave", 5)
+    assert len(base.updated([1, 2, 3], [], [])) == 0
+    with pytest.raises(ValueError):
+        base.updated([], [1], ["already there"])
+    with pytest.raises(ValueError):
+        base.updated([], [8, 9], ["one text"])

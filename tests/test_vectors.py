@@ -312,3 +312,21 @@ def test_write_atomic_translates_os_errors(index_dir: Path) -> None:
     assert list(index_dir.iterdir()) == []
     with pytest.raises(AtomicWriteError, match="previous version"):
         write_atomic(index_dir / "missing-dir" / "f.bin", lambda tmp: tmp.write_bytes(b"x"))
+
+
+def test_updated_returns_a_new_index_and_leaves_this_one(index: VectorIndex, corpus) -> None:
+    ids, vecs = corpus
+    removed = ids[:40]
+    new_ids = np.arange(5) + 1
+    new_vecs = unit_vectors(5, seed=9)
+    updated = index.updated(np.append(removed, 123_456_789), new_ids, new_vecs)
+    assert index.ntotal == 500 and np.array_equal(index.ids(), ids)
+    fresh = VectorIndex(DIM)
+    fresh.add(np.concatenate([ids[40:], new_ids]), np.vstack([vecs[40:], new_vecs]))
+    assert np.array_equal(np.sort(updated.ids()), np.sort(fresh.ids()))
+    for query in [new_vecs[0], vecs[0], vecs[100]]:
+        assert updated.search(query, 10) == fresh.search(query, 10)
+    assert index.search(vecs[0], 1)[0][0] == ids[0]  # the original still has it
+    with pytest.raises(IndexOutOfSync):
+        index.updated([], ids[:1], vecs[:1])
+    assert index.ntotal == 500

@@ -73,6 +73,8 @@ async def test_viewer_assets_are_served_and_nothing_else(bot: Bot) -> None:
 async def test_bad_links_all_get_the_same_forbidden_page(bot: Bot) -> None:
     doc = _doc(bot, "handbook.md")
     other = _doc(bot, "security.md")
+    falcon = _doc(bot, "falcon.md")
+    assert falcon["scope"] != "*"
     token = _token(bot, doc["id"])
     tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
     secret = load_or_create_secret(bot.settings.data_dir, bot.settings.link_secret)
@@ -84,6 +86,13 @@ async def test_bad_links_all_get_the_same_forbidden_page(bot: Bot) -> None:
         "other document": await _forbidden_body(bot, f"/d/{other['id']}?t={token}"),
         "no token": await _forbidden_body(bot, f"/d/{doc['id']}"),
         "missing document": await _forbidden_body(bot, f"/d/999999?t={tampered}"),
+        # a genuine signature, but for a wider scope than the document has
+        "wrong scope": await _forbidden_body(
+            bot, f"/d/{falcon['id']}?t={bot.services.engine.signer.token(falcon['id'], '*')}"
+        ),
+        "file, wrong scope": await _forbidden_body(
+            bot, f"/d/{falcon['id']}/file?t={bot.services.engine.signer.token(falcon['id'], '*')}"
+        ),
         "not an id": await _forbidden_body(bot, f"/d/abc?t={token}"),
         "file, tampered": await _forbidden_body(bot, f"/d/{doc['id']}/file?t={tampered}"),
     }

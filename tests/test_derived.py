@@ -1,0 +1,164 @@
+"""Incremental refresh of the derived indexes: equal to a rebuild, old snapshot untouched."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.derived import DerivedIndexes, Snapshot
+from index.models import Chunk, DocState
+from index.store import Stamp, Store
+
+DIM = 16
+STAMP = Stamp("test/model", DIM, "pipeline-1", "extractor-1")
+WORDS = [
+    "leave",
+    "vpn",
+    "badge",
+    "laptop",
+    "expense",
+    "receipt",
+    "coffee",
+    "room",
+    "python",
+    "report",
+    "token",
+    "proxy",
+]
+QUERIES = ["vpn token", "leave leave", "expense receipt coffee", "zeppelin", "python report"]
+
+_seed = itertools.count()
+
+
+def _add_doc(store: Store, name: str, n_chunks: int, *, scope: str = "*", extra: str = "") -> int:
+    rng = np.random.default_rng(next(_seed))
+    texts = [" ".join(rng.choice(WORDS, size=8)) + extra for _ in range(n_chunks)]
+    vecs = rng.standard_normal((n_chunks, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    doc_id = store.insert_document(
+        name=name, sha256=name, size=1, scope=scope, state=DocState.PENDING.value
+    )
+    chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
+    store.commit_indexed(
+        doc_id,
+        chunks,
+        vecs,
+        [8] * n_chunks,
+        canonical_text="",
+        stamp=STAMP,
+        window_splits=0,
+    )
+    return doc_id
+
+
+@pytest.fixture
+def store(index_dir: Path) -> Store:
+    s = Store(index_dir)
+    for n in range(6):
+        _add_doc(s, f"doc{n}", 5, scope="C1" if n % 2 else "*")
+    return s
+
+
+@pytest.fixture
+def indexes(store: Store) -> DerivedIndexes:
+    derived = DerivedIndexes(store, embedding_model=STAMP.embedding_model, dimensions=DIM)
+    derived.rebuild()
+    return derived
+
+
+def _assert_same(snap: Snapshot, fresh: Snapshot) -> None:
+    assert snap.generation == fresh.generation
+    assert np.array_equal(snap.chunk_ids, fresh.chunk_ids)
+    assert list(snap.scopes) == list(fresh.scopes)
+    assert np.array_equal(np.asarray(snap.bm25.chunk_ids), fresh.chunk_ids)
+    assert np.array_equal(np.sort(snap.vectors.ids()), fresh.chunk_ids)
+    for q in QUERIES:
+        assert snap.bm25.search(q, 100) == fresh.bm25.search(q, 100)
+    query = np.ones(DIM, dtype=np.float32) / np.sqrt(DIM)
+    assert snap.vectors.search(query, 10) == fresh.vectors.search(query, 10)
+    allowed = fresh.allowed_ids(frozenset({"C1"}))
+    assert np.array_equal(np.asarray(snap.allowed_ids(frozenset({"C1"}))), np.asarray(allowed))
+
+
+def _refresh_then_rebuild(indexes: DerivedIndexes) -> tuple[Snapshot, Snapshot]:
+    """The incremental refresh (a rebuild inside it fails the test), then a rebuild."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DerivedIndexes, "_rebuild_locked", lambda _: pytest.fail("rebuilt"))
+        updated = indexes.refresh()
+    assert indexes.check()["in_sync"] is True
+    return updated, indexes.rebuild()
+
+
+def test_refresh_after_ingest_equals_rebuild(store: Store, indexes: DerivedIndexes) -> None:
+    old = indexes.snapshot
+    old_hits = old.bm25.search("vpn token", 100)
+    _add_doc(store, "new", 4, scope="C1", extra=" zeppelin")
+    updated, fresh = _refresh_then_rebuild(indexes)
+    assert len(updated) == len(old) + 4
+    assert updated.bm25.search("zeppelin", 10)  # a term new to the index
+    _assert_same(updated, fresh)
+    # The old snapshot is untouched and still answers.
+    assert len(old) == old.vectors.ntotal == len(old.bm25) == 30
+    assert old.bm25.search("vpn token", 100) == old_hits
+    assert not old.bm25.search("zeppelin", 10)
+
+
+def test_refresh_after_removal_equals_rebuild(store: Store, indexes: DerivedIndexes) -> None:
+    store.delete_document(2)
+    updated, fresh = _refresh_then_rebuild(indexes)
+    assert len(updated) == 25
+    _assert_same(updated, fresh)
+
+
+def test_refresh_after_new_version_equals_rebuild(store: Store, indexes: DerivedIndexes) -> None:
+    new = _add_doc(store, "doc3-v2", 6, extra=" zeppelin")
+    store.delete_document(3)
+    updated, fresh = _refresh_then_rebuild(indexes)
+    assert new in {int(r["id"]) for r in store.documents()}
+    _assert_same(updated, fresh)
+
+
+def test_deleted_ids_are_never_reused(store: Store, indexes: DerivedIndexes) -> None:
+    # AUTOINCREMENT: the ids of deleted last rows are not handed out again, so
+    # an old link or snapshot entry never names a newer document's chunk.
+    last = max(int(d["id"]) for d in store.documents())
+    before = set(indexes.snapshot.chunk_ids.tolist())
+    store.delete_document(last)
+    new_doc = _add_doc(store, "after-delete", 5, extra=" zeppelin")
+    assert new_doc > last
+    now = set(store.searchable_chunk_versions(STAMP.embedding_model, DIM)[0].tolist())
+    assert min(now - before) > max(before)
+    updated, fresh = _refresh_then_rebuild(indexes)
+    assert updated.bm25.search("zeppelin", 10)
+    _assert_same(updated, fresh)
+
+
+def test_refresh_without_change_only_moves_the_generation(
+    store: Store, indexes: DerivedIndexes
+) -> None:
+    old = indexes.snapshot
+    store.set_meta("generation", str(store.generation + 1))
+    snap = indexes.refresh()
+    assert snap.generation == store.generation and snap.bm25 is old.bm25
+    reopened = DerivedIndexes(store, embedding_model=STAMP.embedding_model, dimensions=DIM)
+    assert reopened.open().generation == store.generation  # persisted: no rebuild needed
+    assert reopened.check()["in_sync"] is True
+
+
+def test_large_change_falls_back_to_a_rebuild(
+    store: Store, indexes: DerivedIndexes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _add_doc(store, "big", 40)
+    calls: list[int] = []
+    real = DerivedIndexes._rebuild_locked
+
+    def counting(self: DerivedIndexes) -> Snapshot:
+        calls.append(1)
+        return real(self)
+
+    monkeypatch.setattr(DerivedIndexes, "_rebuild_locked", counting)
+    snap = indexes.refresh()
+    assert calls == [1] and len(snap) == 70
