@@ -12,8 +12,10 @@ and the log says which settings are missing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -32,7 +34,14 @@ from index.settings import Settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BOLT", "SERVICES", "create_app", "missing_slack_settings", "run_server"]
+__all__ = [
+    "BOLT",
+    "SERVICES",
+    "create_app",
+    "enable_socket_mode",
+    "missing_slack_settings",
+    "run_server",
+]
 
 BOLT = web.AppKey("bolt", AsyncApp)
 SERVICES = web.AppKey("services", Services)
@@ -162,20 +171,43 @@ def _socket_mode(
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
         handler = AsyncSocketModeHandler(bolt, app_token)
-        await handler.connect_async()
-        log.info("connected to Slack in Socket Mode")
+        app[routes.SOCKET_CONNECTED] = handler.client.is_connected
+        # In the background: the SDK retries a refused connection (a wrong
+        # SLACK_APP_TOKEN) every 10 s forever, and the viewer and health checks
+        # must come up meanwhile; /readyz reports whether Slack is connected.
+        task = asyncio.create_task(_connect(handler))
         yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         await handler.close_async()
 
     return ctx
 
 
+async def _connect(handler: Any) -> None:
+    await handler.connect_async()
+    log.info("connected to Slack in Socket Mode")
+
+
+def enable_socket_mode(app: web.Application) -> bool:
+    """Connect to Slack in Socket Mode while ``app`` runs, when ``SLACK_APP_TOKEN`` is set.
+
+    Call before the app starts. Returns whether Socket Mode was enabled (Slack
+    is configured and an app-level token is set).
+    """
+    bolt = app.get(BOLT)
+    app_token = app[routes.SETTINGS].slack_app_token
+    if bolt is None or not app_token:
+        return False
+    app.cleanup_ctx.append(_socket_mode(bolt, app_token))
+    return True
+
+
 def run_server(settings: Settings) -> None:
     """Serve until interrupted: Slack (Socket Mode or HTTP events), the viewer and health checks."""
     app = create_app(settings)
-    bolt = app.get(BOLT)
-    if bolt is not None and settings.slack_app_token:
-        app.cleanup_ctx.append(_socket_mode(bolt, settings.slack_app_token))
+    enable_socket_mode(app)
     mode = app[routes.SLACK_MODE]
     log.info(
         "serving on port %d (Slack: %s%s; viewer at %s/d/...)",

@@ -41,13 +41,24 @@ from index.settings import Settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ENGINE", "KB", "MIDDLEWARES", "SETTINGS", "SLACK_MODE", "AccessLogger", "setup"]
+__all__ = [
+    "ENGINE",
+    "KB",
+    "MIDDLEWARES",
+    "SETTINGS",
+    "SLACK_MODE",
+    "SOCKET_CONNECTED",
+    "AccessLogger",
+    "setup",
+]
 
 SETTINGS = web.AppKey("settings", Settings)
 KB = web.AppKey("kb", KnowledgeBase)
 ENGINE = web.AppKey("engine", Engine)
 SLACK_MODE = web.AppKey("slack_mode", str)
 STARTED = web.AppKey("started", float)
+# Socket Mode only: whether the websocket to Slack is up right now.
+SOCKET_CONNECTED: web.AppKey[Callable[[], Awaitable[bool]]] = web.AppKey("socket_connected")
 
 STATIC_DIR = Path(str(resources.files("bot") / "static"))
 STATIC_ASSETS = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
@@ -338,6 +349,10 @@ async def readyz(request: web.Request) -> web.Response:
         )
     details["ready"] = all(details["checks"].values())
     details["slack"] = request.app[SLACK_MODE]
+    is_connected = request.app.get(SOCKET_CONNECTED)
+    if is_connected is not None:
+        details["slack_connected"] = await is_connected()
+        details["ready"] = bool(details["ready"] and details["slack_connected"])
     details["llm_configured"] = request.app[ENGINE].llm.configured
     return web.json_response(details, status=200 if details["ready"] else 503)
 

@@ -1,7 +1,8 @@
 """Local servers that speak real protocols, so tests exercise real clients offline.
 
 * :class:`MockSlackAPI` answers the Slack Web API (``/api/<method>``), serves
-  private file downloads the way Slack does, and records ``response_url`` posts.
+  private file downloads the way Slack does, records ``response_url`` posts, and
+  is a Socket Mode server: ``apps.connections.open`` hands out its websocket.
 * :class:`OpenAICompatServer` answers ``/v1/chat/completions`` (plain and
   streamed) and ``/v1/models`` like an OpenAI-compatible endpoint.
 * :func:`sign_slack_request` and the payload builders produce signed requests in
@@ -28,13 +29,14 @@ import json
 import re
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Self
 from urllib.parse import quote, urlencode
 
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.test_utils import TestServer
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "BOT_ID",
     "BOT_USER_ID",
     "CHANNEL_ID",
+    "DEFAULT_APP_TOKEN",
     "DEFAULT_BOT_TOKEN",
     "DEFAULT_SIGNING_SECRET",
     "DM_CHANNEL_ID",
@@ -65,6 +68,8 @@ __all__ = [
     "slack_headers",
     "slack_ts",
     "slash_command_body",
+    "slash_command_payload",
+    "socket_envelope",
     "url_verification_body",
     "view_submission_body",
 ]
@@ -80,6 +85,7 @@ USER_ID = "U0USER0001"
 CHANNEL_ID = "C0CHAN0001"
 DM_CHANNEL_ID = "D0DM000001"
 DEFAULT_BOT_TOKEN = "xoxb-test-token"
+DEFAULT_APP_TOKEN = "xapp-1-test"
 DEFAULT_SIGNING_SECRET = "test-signing-secret"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
@@ -196,6 +202,9 @@ async def _wait_until(
 
 # --------------------------------------------------------------------------- Slack
 
+
+# Methods that take the app-level token (``xapp-...``) instead of the bot token.
+_APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 
 # Form fields the Slack SDKs JSON-encode when they send form data; decoded so
 # that a recorded call looks the same whichever encoding the client chose.
@@ -344,6 +353,8 @@ class MockSlackAPI(_LocalServer):
         bot_token: the token clients must send (``Authorization: Bearer ...`` or a
             ``token`` parameter); anything else gets ``invalid_auth`` /
             ``not_authed``, and private file URLs return the sign-in page.
+        app_token: the app-level token ``apps.connections.open`` requires (the
+            bot token gets ``not_allowed_token_type``, as from Slack).
         team_id, bot_user_id, bot_id, app_id: identities reported by ``auth.test``.
         admins: user ids that ``users.info`` reports as workspace admins.
         validate: enforce Block Kit and modal limits like Slack (``invalid_blocks``,
@@ -352,12 +363,18 @@ class MockSlackAPI(_LocalServer):
     Start it with ``async with MockSlackAPI() as slack:`` (or :meth:`start` /
     :meth:`close`); point a client at :attr:`api_url`. Read what was called with
     :meth:`calls` and :meth:`wait_for`; ``response_url`` posts with :meth:`responses`.
+
+    Socket Mode: ``apps.connections.open`` returns ``ws://.../socket``; a client
+    connecting there gets Slack's ``hello``. Push envelopes (:func:`socket_envelope`)
+    with :meth:`socket_send` and read the client's acknowledgements with
+    :meth:`wait_for_socket_ack` / :attr:`socket_acks`.
     """
 
     def __init__(
         self,
         *,
         bot_token: str = DEFAULT_BOT_TOKEN,
+        app_token: str = DEFAULT_APP_TOKEN,
         team_id: str = TEAM_ID,
         bot_user_id: str = BOT_USER_ID,
         bot_id: str = BOT_ID,
@@ -367,6 +384,7 @@ class MockSlackAPI(_LocalServer):
     ) -> None:
         super().__init__()
         self.bot_token = bot_token
+        self.app_token = app_token
         self.team_id = team_id
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
@@ -384,6 +402,11 @@ class MockSlackAPI(_LocalServer):
         """Views opened or updated, by view id."""
         self.reactions: set[tuple[str, str, str]] = set()
         """``(channel, ts, name)`` of added reactions."""
+        self.socket_connections = 0
+        """How many Socket Mode websockets were opened (reconnections count again)."""
+        self.socket_acks: list[JSONDict] = []
+        """Messages the Socket Mode client sent back (``{"envelope_id": ..., "payload"?: ...}``)."""
+        self._sockets: list[web.WebSocketResponse] = []
         self._response_posts: list[tuple[str, JSONDict]] = []
         self._users: dict[str, JSONDict] = {}
         self._replies: dict[tuple[str, str], list[JSONDict]] = {}
@@ -456,6 +479,46 @@ class MockSlackAPI(_LocalServer):
             ),
         )
         return self.responses(response_id)
+
+    @property
+    def open_sockets(self) -> int:
+        """How many Socket Mode websockets are connected now."""
+        return len([ws for ws in self._sockets if not ws.closed])
+
+    async def wait_for_socket(self, timeout: float = 5.0) -> web.WebSocketResponse:
+        """Wait until a Socket Mode client is connected; return the newest open websocket."""
+        await _wait_until(
+            lambda: self._open_socket() is not None,
+            self._cond,
+            timeout,
+            lambda: (
+                f"no open Socket Mode connection ({self.socket_connections} opened so far); "
+                f"apps.connections.open calls: {len(self.calls('apps.connections.open'))}, "
+                f"rejected: {[(m, e) for m, _, e in self.rejected]}"
+            ),
+        )
+        socket = self._open_socket()
+        assert socket is not None
+        return socket
+
+    async def socket_send(self, envelope: JSONDict, timeout: float = 5.0) -> None:
+        """Deliver ``envelope`` (see :func:`socket_envelope`) to the connected Socket Mode client."""
+        socket = await self.wait_for_socket(timeout)
+        await socket.send_json(envelope)
+
+    async def wait_for_socket_ack(self, envelope_id: str, timeout: float = 5.0) -> JSONDict:
+        """Wait until the client acknowledged ``envelope_id``; return its acknowledgement."""
+        await _wait_until(
+            lambda: self._ack_for(envelope_id) is not None,
+            self._cond,
+            timeout,
+            lambda: (
+                f"no acknowledgement for envelope {envelope_id}; acks so far: {self.socket_acks}"
+            ),
+        )
+        ack = self._ack_for(envelope_id)
+        assert ack is not None
+        return ack
 
     def set_user(
         self,
@@ -561,6 +624,7 @@ class MockSlackAPI(_LocalServer):
         self.rejected.clear()
         self.downloads.clear()
         self._response_posts.clear()
+        self.socket_acks.clear()
 
     # ------------------------------------------------------------ the server
 
@@ -570,6 +634,8 @@ class MockSlackAPI(_LocalServer):
         app.router.add_get("/files-pri/{slug}/download/{name}", self._file)
         app.router.add_get("/files-pri/{slug}/{name}", self._file)
         app.router.add_post("/response/{rid}", self._response)
+        app.router.add_get("/socket", self._socket)
+        app.on_shutdown.append(self._close_sockets)
         return app
 
     async def _record(self, method: str, params: JSONDict, error: str | None) -> None:
@@ -622,9 +688,16 @@ class MockSlackAPI(_LocalServer):
         if token is None:
             await self._record(method, params, "not_authed")
             return self._json({"ok": False, "error": "not_authed"})
-        if token != self.bot_token:
-            await self._record(method, params, "invalid_auth")
-            return self._json({"ok": False, "error": "invalid_auth"})
+        expected = self.app_token if method in _APP_TOKEN_METHODS else self.bot_token
+        if token != expected:
+            # Slack tells a valid token of the wrong kind from an unknown one.
+            auth_error = (
+                "not_allowed_token_type"
+                if method in _APP_TOKEN_METHODS and token == self.bot_token
+                else "invalid_auth"
+            )
+            await self._record(method, params, auth_error)
+            return self._json({"ok": False, "error": auth_error})
 
         for override in self._overrides.get(method, []):
             if override.remaining is None or override.remaining > 0:
@@ -670,6 +743,56 @@ class MockSlackAPI(_LocalServer):
         async with self._cond:
             self._cond.notify_all()
         return self._json({"ok": True})
+
+    def _open_socket(self) -> web.WebSocketResponse | None:
+        open_sockets = [ws for ws in self._sockets if not ws.closed]
+        return open_sockets[-1] if open_sockets else None
+
+    def _ack_for(self, envelope_id: str) -> JSONDict | None:
+        return next((a for a in self.socket_acks if a.get("envelope_id") == envelope_id), None)
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        # autoping answers the SDK's keep-alive pings, as Slack's server does.
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self.socket_connections += 1
+        self._sockets.append(ws)
+        await ws.send_json(
+            {
+                "type": "hello",
+                "num_connections": self.open_sockets,
+                "debug_info": {
+                    "host": "applink-mock",
+                    "build_number": 1,
+                    "approximate_connection_time": 18060,
+                },
+                "connection_info": {"app_id": self.app_id},
+            }
+        )
+        async with self._cond:
+            self._cond.notify_all()
+        try:
+            async for message in ws:
+                if message.type != WSMsgType.TEXT:
+                    continue
+                try:
+                    data = json.loads(message.data)
+                except ValueError:
+                    continue
+                if isinstance(data, dict) and "envelope_id" in data:
+                    self.socket_acks.append(data)
+                    async with self._cond:
+                        self._cond.notify_all()
+        finally:
+            self._sockets.remove(ws)
+            async with self._cond:
+                self._cond.notify_all()
+        return ws
+
+    async def _close_sockets(self, app: web.Application) -> None:
+        # Without this, shutdown waits for clients that never hang up on their own.
+        for ws in list(self._sockets):
+            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
 
     # ------------------------------------------------------ method answers
 
@@ -882,6 +1005,9 @@ class MockSlackAPI(_LocalServer):
 
     def _m_views_push(self, params: JSONDict) -> JSONDict:
         return self._m_views_open(params)
+
+    def _m_apps_connections_open(self, params: JSONDict) -> JSONDict:
+        return {"ok": True, "url": self.base_url.replace("http://", "ws://", 1) + "/socket"}
 
     def _m_users_info(self, params: JSONDict) -> JSONDict:
         user_id = str(params.get("user", ""))
@@ -1339,7 +1465,7 @@ def _trigger_id() -> str:
     return f"{n}.{n * 7919}.{hashlib.md5(str(n).encode()).hexdigest()}"
 
 
-def slash_command_body(
+def slash_command_payload(
     command: str,
     text: str = "",
     user_id: str = USER_ID,
@@ -1351,13 +1477,13 @@ def slash_command_body(
     user_name: str = "alice",
     channel_name: str = "general",
     api_app_id: str = APP_ID,
-) -> bytes:
-    """The form-encoded body Slack posts for a slash command.
+) -> dict[str, str]:
+    """The fields of a slash command: the form Slack posts, or a Socket Mode envelope's payload.
 
     Pass ``response_url=slack.response_url(...)``; without one it points at a
     local port that refuses connections (never at hooks.slack.com).
     """
-    fields = {
+    return {
         "token": "verification-token-unused",
         "team_id": team_id,
         "team_domain": "example",
@@ -1372,7 +1498,62 @@ def slash_command_body(
         "response_url": response_url or UNREACHABLE_RESPONSE_URL,
         "trigger_id": trigger_id or _trigger_id(),
     }
-    return urlencode(fields).encode()
+
+
+def slash_command_body(
+    command: str,
+    text: str = "",
+    user_id: str = USER_ID,
+    channel_id: str = CHANNEL_ID,
+    response_url: str | None = None,
+    trigger_id: str | None = None,
+    *,
+    team_id: str = TEAM_ID,
+    user_name: str = "alice",
+    channel_name: str = "general",
+    api_app_id: str = APP_ID,
+) -> bytes:
+    """The form-encoded body Slack posts for a slash command (see :func:`slash_command_payload`)."""
+    payload = slash_command_payload(
+        command,
+        text,
+        user_id,
+        channel_id,
+        response_url,
+        trigger_id,
+        team_id=team_id,
+        user_name=user_name,
+        channel_name=channel_name,
+        api_app_id=api_app_id,
+    )
+    return urlencode(payload).encode()
+
+
+def socket_envelope(
+    kind: str,
+    payload: JSONDict,
+    *,
+    envelope_id: str | None = None,
+    retry_attempt: int = 0,
+    retry_reason: str = "",
+) -> JSONDict:
+    """A Socket Mode envelope as Slack sends it over the websocket.
+
+    ``kind`` is ``events_api`` (``payload``: an :func:`event_payload`),
+    ``slash_commands`` (:func:`slash_command_payload`) or ``interactive``. Only
+    events carry retry fields; commands and interactivity accept a response
+    payload in the acknowledgement.
+    """
+    envelope: JSONDict = {
+        "envelope_id": envelope_id or str(uuid.uuid4()),
+        "type": kind,
+        "payload": payload,
+        "accepts_response_payload": kind != "events_api",
+    }
+    if kind == "events_api":
+        envelope["retry_attempt"] = retry_attempt
+        envelope["retry_reason"] = retry_reason
+    return envelope
 
 
 def _user_ref(user_id: str, team_id: str) -> JSONDict:
