@@ -267,8 +267,8 @@ class KnowledgeBase:
 
         ``progress`` receives ``("file", {"path", "index", "total"})`` before each file.
         """
-        files = list(_expand(paths))
         summary = IngestSummary()
+        files = list(_expand(paths, summary.skipped))
         for i, path in enumerate(files):
             if progress:
                 progress("file", {"path": str(path), "index": i, "total": len(files)})
@@ -371,16 +371,24 @@ class KnowledgeBase:
             return False
 
 
-def _expand(paths: Iterable[Path]) -> Iterator[Path]:
+def _expand(paths: Iterable[Path], skipped: list[str]) -> Iterator[Path]:
+    """Files to ingest: named files as they are, folders recursively.
+
+    Inside folders, hidden files are passed over and files of other types are
+    listed in ``skipped`` (a folder often holds spreadsheets or images beside
+    the documents; saying so beats failing them or ignoring them silently).
+    """
     for p in paths:
         p = Path(p)
-        if p.is_dir():
-            for child in sorted(p.rglob("*")):
-                if (
-                    child.is_file()
-                    and not child.name.startswith(".")
-                    and child.suffix.lower() in SUPPORTED_SUFFIXES
-                ):
-                    yield child
-        else:
+        if not p.is_dir():
             yield p
+            continue
+        for child in sorted(p.rglob("*")):
+            if not child.is_file() or any(
+                part.startswith(".") for part in child.relative_to(p).parts
+            ):
+                continue
+            if child.suffix.lower() in SUPPORTED_SUFFIXES:
+                yield child
+            else:
+                skipped.append(f"{child}: not a supported type ({', '.join(SUPPORTED_SUFFIXES)})")

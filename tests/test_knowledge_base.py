@@ -208,3 +208,18 @@ def test_persisted_indexes_are_reused_when_current(index_dir: Path, embedder: Em
     reopened = KnowledgeBase(settings, embedder=embedder)
     assert reopened.indexes.check()["in_sync"] is True
     assert reopened.indexes.vectors_path.stat().st_mtime_ns == mtime
+
+
+def test_folder_ingest_reports_other_file_types_as_skipped(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    folder = tmp_path / "share"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "handbook.md").write_bytes(HANDBOOK)
+    (folder / "sub" / "budget.xlsx").write_bytes(b"PK\x03\x04 not really")
+    (folder / ".hidden.md").write_text("# secret\n\nnot for the knowledge base\n")
+    summary = kb.ingest_paths([folder])
+    assert [d["name"] for d in summary.indexed] == ["handbook.md"]
+    assert len(summary.skipped) == 1 and "budget.xlsx" in summary.skipped[0]
+    assert "not a supported type" in summary.skipped[0]
+    assert [d["name"] for d in kb.store.documents()] == ["handbook.md"]
