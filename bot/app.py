@@ -214,6 +214,6 @@ def run_server(settings: Settings) -> None:
         settings.port,
         mode,
         f", events at {EVENTS_PATH}" if mode == "http" else "",
-        settings.public_url.rstrip("/"),
+        settings.link_base_url,
     )
     web.run_app(app, port=settings.port, print=None, access_log_class=routes.AccessLogger)

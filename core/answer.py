@@ -248,7 +248,7 @@ class Engine:
         is_pdf = row.kind == "pdf"
         token = self.signer.token(row.document_id, row.scope)
         url = passage_url(
-            self.settings.public_url,
+            self.settings.link_base_url,
             row.document_id,
             token,
             start=row.start,

@@ -103,9 +103,9 @@ class Settings(BaseSettings):
 
     # --- links and the viewer
     public_url: str = Field(
-        "http://localhost:3000",
+        "",
         validation_alias=_env("KB_PUBLIC_URL"),
-        description="Base URL people open citation links at (this server's address as they see it).",
+        description="Base URL people open citation links at (this server's address as they see it). Empty: http://localhost:KB_PORT.",
     )
     link_secret: str = Field(
         "",
@@ -169,6 +169,11 @@ class Settings(BaseSettings):
     def admin_user_ids(self) -> frozenset[str]:
         """The configured admin user ids."""
         return frozenset(u.strip() for u in self.admin_users.split(",") if u.strip())
+
+    @property
+    def link_base_url(self) -> str:
+        """Where citation links point: ``KB_PUBLIC_URL``, or this machine's port."""
+        return (self.public_url or f"http://localhost:{self.port}").rstrip("/")
 
     @property
     def db_path(self) -> Path:

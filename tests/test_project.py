@@ -78,3 +78,11 @@ def test_code_is_ruff_clean_and_formatted() -> None:
 def test_product_code_is_mypy_clean() -> None:
     result = _run(sys.executable, "-m", "mypy", "index", "core", "bot")
     assert result.returncode == 0, result.stdout
+
+
+def test_links_follow_the_port_unless_a_public_url_is_set() -> None:
+    assert Settings(port=3111).link_base_url == "http://localhost:3111"
+    assert (
+        Settings(port=3111, public_url="https://kb.example.com/").link_base_url
+        == "https://kb.example.com"
+    )
