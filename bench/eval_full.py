@@ -1,6 +1,6 @@
 """The full retrieval evaluation on the bundled set, written into docs/evaluation.md.
 
-Runs ``kb eval --strategies`` on ``core/evalset`` (the six chunking strategies,
+Runs ``kb eval --strategies`` on ``evaluation/evalset`` (the six chunking strategies,
 the three retrieval modes, the out-of-domain sweep), then:
 
 * replaces the generated part of ``docs/evaluation.md`` (between the
@@ -25,20 +25,20 @@ import time
 from pathlib import Path
 
 from bench.machine import describe as machine
-from core.calibrate import propose_threshold
-from core.eval_inputs import (
+from evaluation.calibrate import propose_threshold
+from evaluation.inputs import (
     BUNDLED_CORPUS,
     BUNDLED_OOD,
     BUNDLED_QUESTIONS,
     load_ood,
     load_questions,
 )
-from core.eval_results import EvalResult
-from core.evaluation import evaluate
-from core.report import fmt_p, plot, render
+from evaluation.report import fmt_p, plot, render
+from evaluation.results import EvalResult
+from evaluation.run import evaluate
+from evaluation.strategies import STRATEGIES
 from index.embed import Embedder
 from index.settings import Settings
-from index.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "evaluation.md"

@@ -37,8 +37,8 @@ import aiohttp
 from aiohttp import web
 
 from bench.machine import describe as machine
-from bot import messages
 from bot.app import create_app
+from bot.slack import messages
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.settings import Settings

@@ -26,8 +26,8 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import web as routes
-from bot.listeners import Services, register
+from bot.server import routes
+from bot.slack.listeners import Services, register
 from core.answer import Engine, build_engine
 from index.knowledge_base import KnowledgeBase
 from index.settings import Settings

@@ -27,7 +27,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from bot.app import SERVICES, create_app
-from bot.listeners import Services
+from bot.slack.listeners import Services
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.settings import Settings

@@ -9,16 +9,16 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
-from core.calibrate import (
+from core.retrieve import Candidate
+from evaluation.calibrate import (
     calibration_grid,
     from_rows,
     load_labelled_log,
     propose_threshold,
     write_env,
 )
-from core.eval_inputs import EvalSetError
-from core.eval_results import Proportion, SweepRow, sweep
-from core.retrieve import Candidate
+from evaluation.inputs import EvalSetError
+from evaluation.results import Proportion, SweepRow, sweep
 from index.store import Store
 
 EVALMINI = Path(__file__).parent / "data" / "evalmini"

@@ -145,7 +145,7 @@ def test_variants_differ_only_in_transport() -> None:
 
 
 def test_manifest_commands_are_the_ones_the_bot_handles() -> None:
-    source = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "bot").glob("*.py"))
+    source = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "bot").rglob("*.py"))
     handled = set(re.findall(r"[\"'](/kb-[a-z-]+)[\"']", source))
     assert handled >= COMMANDS, f"commands in the manifests but not in bot/: {COMMANDS - handled}"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.evalset_check import (
+from evaluation.set_check import (
     BUNDLED_EVALSET,
     canonical_text,
     check_evalset,
@@ -344,7 +344,7 @@ def test_main_reports_ok_and_problems(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_module_runs_as_a_script() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "core.evalset_check"],
+        [sys.executable, "-m", "evaluation.set_check"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -14,15 +14,15 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
-from core.eval_inputs import OODQuestion, Question, load_questions
-from core.eval_results import RECALL_KS
-from core.evaluation import evaluate, export_disliked
+from evaluation.inputs import OODQuestion, Question, load_questions
+from evaluation.results import RECALL_KS
+from evaluation.run import evaluate, export_disliked
+from evaluation.strategies import OVERLAP_CHARS, blind, make_chunker, with_overlap, without_header
 from index.chunk import chunk_document
 from index.embed import Embedder
 from index.models import Extracted
 from index.settings import Settings
 from index.store import Store
-from index.strategies import OVERLAP_CHARS, blind, make_chunker, with_overlap, without_header
 
 EVALMINI = Path(__file__).parent / "data" / "evalmini"
 

@@ -31,8 +31,9 @@ def _imports(package: str) -> set[tuple[str, str]]:
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [
-        ("index", {"core", "bot", "slack_bolt", "slack_sdk", "aiohttp", "openai"}),
-        ("core", {"bot", "slack_bolt", "slack_sdk", "aiohttp"}),
+        ("index", {"core", "bot", "evaluation", "slack_bolt", "slack_sdk", "aiohttp", "openai"}),
+        ("core", {"bot", "evaluation", "slack_bolt", "slack_sdk", "aiohttp", "tqdm", "matplotlib"}),
+        ("evaluation", {"bot", "slack_bolt", "slack_sdk", "aiohttp"}),
     ],
 )
 def test_imports_flow_bot_core_index(package: str, forbidden: set[str]) -> None:
@@ -76,7 +77,7 @@ def test_code_is_ruff_clean_and_formatted() -> None:
 
 
 def test_product_code_is_mypy_clean() -> None:
-    result = _run(sys.executable, "-m", "mypy", "index", "core", "bot")
+    result = _run(sys.executable, "-m", "mypy", "index", "core", "evaluation", "bot")
     assert result.returncode == 0, result.stdout
 
 

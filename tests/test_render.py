@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from bot import messages
-from bot.render import (
+from bot.slack import messages
+from bot.slack.render import (
     MAX_BLOCKS,
     SECTION_LIMIT,
     Rendered,

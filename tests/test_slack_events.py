@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from bot import messages
 from bot.app import create_app
-from bot.listeners import strip_mention
+from bot.slack import messages
+from bot.slack.listeners import strip_mention
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from bot import messages
-from bot.reindex import render_reindex_report
+from bot.slack import messages
+from bot.slack.reindex import render_reindex_report
 from index.knowledge_base import ReindexReport
 
 pytest.register_assert_rewrite("tests.conftest_bot")

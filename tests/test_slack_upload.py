@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import messages
-from bot.render import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID
-from bot.uploads import UploadRequest, check_download_url
+from bot.slack import messages
+from bot.slack.render import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID
+from bot.slack.uploads import UploadRequest, check_download_url
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 

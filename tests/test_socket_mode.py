@@ -22,8 +22,8 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import messages
 from bot.app import BOLT, create_app, enable_socket_mode
+from bot.slack import messages
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.settings import Settings

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.stats import (
+from evaluation.stats import (
     hits_at_k,
     mrr,
     paired_counts,

@@ -31,7 +31,7 @@ from tests.browser import (
 
 pytestmark = pytest.mark.browser
 
-STATIC = Path(__file__).resolve().parent.parent / "bot" / "static"
+STATIC = Path(__file__).resolve().parent.parent / "bot" / "server" / "static"
 PLACEHOLDERS = {"title", "meta", "file_url", "text"}
 
 TITLE = "Handbook <script>document.body.dataset.pwned = 'title'</script> & co"

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.web import MIDDLEWARES
+from bot.server.routes import MIDDLEWARES
 from core.errors import BadLinkToken
 from core.links import LinkSigner, load_or_create_secret
 from index.errors import KBError
@@ -21,7 +21,7 @@ pytest.register_assert_rewrite("tests.conftest_bot")
 
 from tests.conftest_bot import Bot  # noqa: E402
 
-FORBIDDEN = Path(__file__).resolve().parent.parent / "bot" / "static" / "forbidden.html"
+FORBIDDEN = Path(__file__).resolve().parent.parent / "bot" / "server" / "static" / "forbidden.html"
 
 
 def _doc(bot: Bot, name: str) -> dict[str, Any]:
@@ -197,7 +197,7 @@ async def test_errors_are_rendered_by_status_and_unexpected_ones_hidden() -> Non
 def test_access_log_never_contains_link_tokens(caplog: pytest.LogCaptureFixture) -> None:
     from aiohttp.test_utils import make_mocked_request
 
-    from bot.web import AccessLogger
+    from bot.server.routes import AccessLogger
 
     request = make_mocked_request("GET", "/d/7?t=secret-token-value")
     with caplog.at_level("INFO", logger="kb.access"):

@@ -27,8 +27,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import messages
-from bot.render import Rendered, escape, render_upload_status
+from bot.slack import messages
+from bot.slack.render import Rendered, escape, render_upload_status
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot import messages
+from bot.slack import messages
 from core.answer import Answer, Outcome, SourceRef
 from core.citations import citation_spans
 

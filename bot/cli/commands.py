@@ -22,7 +22,7 @@ from index.errors import KBError
 from index.settings import Settings
 
 if TYPE_CHECKING:  # heavy imports (torch, FAISS) load only for the commands that need them
-    from core.eval_results import EvalResult
+    from evaluation.results import EvalResult
     from index.knowledge_base import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -402,7 +402,7 @@ def serve(ctx: click.Context, port: int | None) -> None:
 def _evalset(
     corpus: Path | None, questions: Path | None, ood: Path | None
 ) -> tuple[Path, Path, Path]:
-    from core.eval_inputs import BUNDLED_CORPUS, BUNDLED_OOD, BUNDLED_QUESTIONS
+    from evaluation.inputs import BUNDLED_CORPUS, BUNDLED_OOD, BUNDLED_QUESTIONS
 
     return corpus or BUNDLED_CORPUS, questions or BUNDLED_QUESTIONS, ood or BUNDLED_OOD
 
@@ -416,8 +416,8 @@ def _run_evaluation(
     threshold: float | None = None,
     progress: bool = True,
 ) -> EvalResult:
-    from core.eval_inputs import load_ood, load_questions
-    from core.evaluation import evaluate
+    from evaluation.inputs import load_ood, load_questions
+    from evaluation.run import evaluate
     from index.embed import Embedder
 
     corpus, questions_path, ood_path = paths
@@ -518,9 +518,9 @@ def eval_(
 
     Example: kb eval --strategies --report eval.md --plot eval.png
     """
-    from core.calibrate import propose_threshold
-    from core.evaluation import export_disliked as export
-    from core.report import plot, render
+    from evaluation.calibrate import propose_threshold
+    from evaluation.report import plot, render
+    from evaluation.run import export_disliked as export
     from index.store import Store
 
     settings = _settings(ctx)
@@ -615,8 +615,8 @@ def calibrate(
 
     Example: kb calibrate --max-bluff-rate 0.1 --write-env .env
     """
-    from core import calibrate as cal
-    from core.report import render_calibration
+    from evaluation import calibrate as cal
+    from evaluation.report import render_calibration
 
     settings = _settings(ctx)
     grid = cal.calibration_grid(step)

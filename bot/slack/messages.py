@@ -163,9 +163,3 @@ def reindex_failure_line(name: str, reason: str) -> str:
 def reindex_more_failures(n: int) -> str:
     """How many failures the report leaves out."""
     return f"…and {n} more (see `kb docs`)."
-
-
-# ---------------------------------------------------------------- web pages
-
-PAGE_NOT_FOUND = "This document is no longer in the knowledge base."
-PAGE_ERROR = "Something went wrong on the server. Please try again later."

@@ -8,7 +8,7 @@ inside a heading line is never part of any chunk's content (the chunker puts
 headings in the contextual header instead), and a phrasing that quotes its
 needle turns the test into string matching. This module catches those mistakes.
 
-Run it as ``python -m core.evalset_check DIR``; without ``DIR`` it checks the
+Run it as ``python -m evaluation.set_check DIR``; without ``DIR`` it checks the
 evaluation set bundled with the package.
 """
 
@@ -280,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         The process exit code: 0 when the set passes, 1 otherwise.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m core.evalset_check",
+        prog="python -m evaluation.set_check",
         description="Check an evaluation set: DIR/corpus/, DIR/questions.jsonl, DIR/ood.jsonl.",
     )
     parser.add_argument(

@@ -18,8 +18,8 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import messages
-from bot.render import escape
+from bot.slack import messages
+from bot.slack.render import escape
 from index.errors import ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
 from index.settings import Settings

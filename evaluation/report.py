@@ -10,8 +10,9 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.calibrate import Calibration
-from core.eval_results import (
+from core.retrieve import Mode
+from evaluation.calibrate import Calibration
+from evaluation.results import (
     RECALL_KS,
     TEST_KS,
     EvalResult,
@@ -21,7 +22,6 @@ from core.eval_results import (
     StrategyResult,
     SweepRow,
 )
-from core.retrieve import Mode
 
 
 def fmt_p(p: Proportion) -> str:

@@ -29,14 +29,14 @@ embed the query, search), then measures:
   needle is among the kept chunks; *lost* are queries answerable without a
   threshold that the threshold makes unanswerable. Plus the distance
   distributions the threshold separates.
-* Optionally the study's six **chunking strategies** (``index.strategies``)
+* Optionally the study's six **chunking strategies** (``evaluation.strategies``)
   side by side, each indexed through the same ingestion via the ``chunker``
   hook, with exact two-sided sign tests on the discordant pairs between every
   two strategies at R@4 and R@20.
 
-The question files are read by ``core.eval_inputs``; the result types and the
+The question files are read by ``evaluation.inputs``; the result types and the
 counting behind them (intervals, sign tests, the threshold sweep) live in
-``core.eval_results``.
+``evaluation.results``.
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ import numpy as np
 from tqdm import tqdm
 
 from core.answer import CANDIDATES_PER_KEPT
-from core.eval_inputs import PHRASINGS, EvalSetError, OODQuestion, Question
-from core.eval_results import (
+from core.retrieve import Candidate, LocalBackend, Mode
+from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
+from evaluation.results import (
     DEPTH,
     MODES,
     STRATEGY_MODES,
@@ -70,13 +71,12 @@ from core.eval_results import (
     strategy_tests,
     sweep,
 )
-from core.retrieve import Candidate, LocalBackend, Mode
+from evaluation.strategies import PRODUCT, STRATEGIES, Chunker, make_chunker
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.settings import Settings
 from index.store import Store
-from index.strategies import PRODUCT, STRATEGIES, Chunker, make_chunker
 
 __all__ = ["evaluate", "export_disliked", "indexed_corpus"]
 

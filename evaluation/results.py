@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from core.eval_inputs import PHRASINGS, OODQuestion, Question
 from core.gate import gate
 from core.retrieve import Candidate, Mode
-from core.stats import hits_at_k, paired_counts, sign_test, wilson_interval
+from evaluation.inputs import PHRASINGS, OODQuestion, Question
+from evaluation.stats import hits_at_k, paired_counts, sign_test, wilson_interval
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",

@@ -33,9 +33,9 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import messages
-from bot.reindex import AdminCheck, Reindexer
-from bot.render import (
+from bot.slack import messages
+from bot.slack.reindex import AdminCheck, Reindexer
+from bot.slack.render import (
     FEEDBACK_ACTION_ID,
     RETRY_ACTION_ID,
     UPLOAD_CALLBACK_ID,
@@ -49,7 +49,7 @@ from bot.render import (
     render_partial,
     upload_modal,
 )
-from bot.uploads import Jobs, StatusMessage, Uploader, UploadRequest
+from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
 from core.answer import Asker, Engine
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase

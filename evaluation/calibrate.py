@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from core.answer import CANDIDATES_PER_KEPT
-from core.eval_inputs import EvalSetError, read_jsonl
-from core.eval_results import EvalResult, SweepRow, sweep
 from core.retrieve import Candidate, LocalBackend, Mode
+from evaluation.inputs import EvalSetError, read_jsonl
+from evaluation.results import EvalResult, SweepRow, sweep
 from index.atomic import write_atomic
 from index.knowledge_base import KnowledgeBase
 from index.store import Store

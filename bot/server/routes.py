@@ -32,7 +32,6 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from bot import messages
 from core.answer import Engine
 from core.errors import BadLinkToken
 from index.errors import DocumentNotFound, KBError
@@ -60,7 +59,7 @@ STARTED = web.AppKey("started", float)
 # Socket Mode only: whether the websocket to Slack is up right now.
 SOCKET_CONNECTED: web.AppKey[Callable[[], Awaitable[bool]]] = web.AppKey("socket_connected")
 
-STATIC_DIR = Path(str(resources.files("bot") / "static"))
+STATIC_DIR = Path(str(resources.files("bot.server") / "static"))
 STATIC_ASSETS = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
 
 # The viewer's script and style are files on this server: nothing inline may run.
@@ -71,6 +70,8 @@ VIEWER_CSP = (
 # An original shown as text must never run anything, even if it is HTML.
 TEXT_FILE_CSP = "default-src 'none'; sandbox; frame-ancestors 'none'"
 PRIVATE_HEADERS = {"Cache-Control": "private, no-store"}
+PAGE_NOT_FOUND = "This document is no longer in the knowledge base."
+PAGE_ERROR = "Something went wrong on the server. Please try again later."
 
 _FILE_TYPES = {
     "pdf": "application/pdf",
@@ -167,11 +168,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         status = getattr(exc, "status", None)
         if not isinstance(status, int) or status >= 500:
             log.exception("request %s failed", request.path)
-            return _error_response(request, 500, messages.PAGE_ERROR)
+            return _error_response(request, 500, PAGE_ERROR)
         return _error_response(request, status, str(exc))
     except Exception:
         log.exception("request %s failed", request.path)
-        return _error_response(request, 500, messages.PAGE_ERROR)
+        return _error_response(request, 500, PAGE_ERROR)
 
 
 def _error_response(request: web.Request, status: int, message: str) -> web.Response:
@@ -264,7 +265,7 @@ async def viewer(request: web.Request) -> web.Response:
         doc_id = int(doc["id"])
         text = await asyncio.to_thread(kb.canonical_text, doc_id)
     except DocumentNotFound:
-        return _simple_page(404, messages.PAGE_NOT_FOUND)
+        return _simple_page(404, PAGE_NOT_FOUND)
     page = fill_viewer(
         title=str(doc["title"] or doc["name"]),
         meta=_meta(doc),
@@ -285,10 +286,10 @@ async def original_file(request: web.Request) -> web.StreamResponse:
     try:
         doc, _ = await _linked_document(request)
     except DocumentNotFound:
-        return _simple_page(404, messages.PAGE_NOT_FOUND)
+        return _simple_page(404, PAGE_NOT_FOUND)
     path = kb.store.original_path(str(doc["sha256"]))
     if not path.exists():
-        return _simple_page(404, messages.PAGE_NOT_FOUND)
+        return _simple_page(404, PAGE_NOT_FOUND)
     content_type = _FILE_TYPES.get(str(doc["kind"]), "application/octet-stream")
     disposition = "attachment" if content_type == "application/octet-stream" else "inline"
     headers = {

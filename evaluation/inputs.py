@@ -5,7 +5,7 @@ verbatim passage that answers it, ``doc_phrasing``, ``ticket_phrasing``);
 ``ood.jsonl`` the questions the knowledge base should refuse (``id``,
 ``question``, optional ``kind``). This module reads them and refuses a
 missing, malformed or unlabelled line with ``EvalSetError``;
-``core.evalset_check`` checks that a set's needles are fit to measure with.
+``evaluation.set_check`` checks that a set's needles are fit to measure with.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.evalset_check import BUNDLED_EVALSET
+from evaluation.set_check import BUNDLED_EVALSET
 from index.errors import KBError
 
 __all__ = [

@@ -1,0 +1,5 @@
+"""The ``kb`` command."""
+
+from bot.cli.commands import main
+
+__all__ = ["main"]

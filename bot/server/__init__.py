@@ -1,0 +1,1 @@
+"""The surface-neutral web server: document viewer, original files, health checks."""

@@ -1,0 +1,1 @@
+"""The Slack surface: bolt listeners, Block Kit rendering, uploads and /kb-reindex."""
