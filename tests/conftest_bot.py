@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
+from aiohttp import web, web_protocol
 from aiohttp.test_utils import TestClient
 
 from bot.app import SERVICES, create_app
@@ -90,6 +90,10 @@ PAGER = "What do I do when the pager fires twice?"
 FALCON_Q = "When does Project Falcon launch?"
 
 LINK_RE = re.compile(r"<(https?://[^|>]+)\|\[(\d+)\]>")
+
+# aiohttp serves each connection in a task that lives as long as the client
+# keeps the connection alive: the server's own, not work a request started.
+_CONNECTION_LOOP = web_protocol.RequestHandler.start.__code__
 
 
 def make_settings(**fields: Any) -> Settings:
@@ -190,6 +194,9 @@ class Bot:
     slack: MockSlackAPI
     llm: OpenAICompatServer
     settings: Settings
+    # Tasks already running once the bot had started (server start-up, Socket
+    # Mode): long-lived, so :meth:`idle` must not wait for them.
+    startup_tasks: frozenset[asyncio.Task[Any]] = frozenset()
 
     @property
     def services(self) -> Services:
@@ -241,12 +248,52 @@ class Bot:
                 raise AssertionError(f"expected {finished} final file statuses, got {texts}")
             await asyncio.sleep(0.02)
 
+    async def idle(self, timeout: float = 15.0) -> None:
+        """Wait until all the work the requests so far started has finished.
+
+        Bolt acknowledges Slack first and runs the listener afterwards in a task
+        nobody awaits (``process_before_response`` is off), and uploads continue
+        in ``services.jobs``: a check that the bot posted nothing is only
+        meaningful once all of that is over, however slow the machine.
+        Fails the test when the work is still running after ``timeout`` seconds.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                while (busy := self._started_tasks()) or self.services.jobs:
+                    if busy:
+                        # asyncio.wait never cancels what it waits for, even on timeout.
+                        await asyncio.wait(busy)
+                    # Shielded: a timeout must not cancel the jobs drain() gathers.
+                    await asyncio.shield(self.services.jobs.drain())
+        except TimeoutError:
+            names = sorted(_describe(t) for t in self._started_tasks())
+            raise AssertionError(
+                f"the bot was still busy after {timeout} s: tasks {names}, "
+                f"{len(self.services.jobs)} background jobs"
+            ) from None
+
+    def _started_tasks(self) -> set[asyncio.Task[Any]]:
+        """Unfinished tasks started since the bot came up, except the caller and connections."""
+        current = asyncio.current_task()
+        return {
+            task
+            for task in asyncio.all_tasks()
+            if task is not current
+            and task not in self.startup_tasks
+            and getattr(task.get_coro(), "cr_code", None) is not _CONNECTION_LOOP
+        }
+
     def statuses(self) -> list[str]:
         """Texts of every message the bot posted or updated, in order."""
         return [m for _, m in sorted(_message_events(self.slack))]
 
 
 FINAL_WORDS = (": indexed,", ": failed:", "already in the knowledge base")
+
+
+def _describe(task: asyncio.Task[Any]) -> str:
+    coro = task.get_coro()
+    return f"{task.get_name()} ({getattr(coro, '__qualname__', coro)})"
 
 
 def _message_events(slack: MockSlackAPI) -> list[tuple[int, str]]:
@@ -278,7 +325,7 @@ def make_bot(
         kb = KnowledgeBase(settings, embedder=embedder)
         app = create_app(settings, kb=kb)
         http = await aiohttp_client(app)
-        return Bot(http, app, slack, llm, settings)
+        return Bot(http, app, slack, llm, settings, frozenset(asyncio.all_tasks()))
 
     return start
 

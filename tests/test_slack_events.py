@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any
@@ -144,7 +143,7 @@ async def test_channel_messages_outside_the_bots_threads_are_ignored(bot: Bot) -
     top = message_im_event("top level chatter", channel=CHANNEL_ID)
     top["channel_type"] = "channel"
     await bot.event(top)
-    await asyncio.sleep(0.3)
+    await bot.idle()
     assert bot.slack.calls("chat.postMessage") == []
 
 
@@ -198,7 +197,7 @@ async def test_redelivered_event_is_answered_once(bot: Bot) -> None:
     again = await bot.post(body, retry_num=1)
     assert first.status == 200 and again.status == 200
     await bot.answer()
-    await asyncio.sleep(0.3)
+    await bot.idle()
     assert len(bot.slack.calls("chat.postMessage")) == 1
     assert len(bot.llm.requests) == 1
 
@@ -207,7 +206,7 @@ async def test_streamed_answer_updates_the_placeholder_at_most_once_per_interval
     bot.llm.set_reply(lambda _: " ".join(["Claims are due within thirty days"] * 30) + " [1].")
     await bot.event(app_mention_event(IN_DOMAIN))
     await bot.answer()
-    await asyncio.sleep(0.2)
+    await bot.idle()
     # The local model streams everything at once: well within one interval, so one update.
     assert len(bot.slack.calls("chat.update")) == 1
 
@@ -290,7 +289,7 @@ async def test_bad_signature_and_stale_timestamp_are_rejected(bot: Bot) -> None:
     headers = slack_headers("x", body)
     del headers["X-Slack-Signature"]
     assert (await bot.http.post("/slack/events", data=body, headers=headers)).status == 401
-    await asyncio.sleep(0.2)
+    await bot.idle()
     assert bot.slack.calls("chat.postMessage") == []
 
 

@@ -45,7 +45,7 @@ async def test_non_admin_gets_an_ephemeral_refusal_and_nothing_runs(make_bot: Bo
     bot = await make_bot(admin_users=ADMIN_ID)
     before = _indexed_at(bot)
     assert await _reindex(bot, USER_ID) == messages.REINDEX_NOT_ADMIN
-    await asyncio.sleep(0.3)
+    await bot.idle()
     assert bot.slack.responses() == []
     assert _indexed_at(bot) == before
     assert bot.slack.calls("users.info") == [], "Slack admins are not consulted when disabled"
@@ -88,7 +88,7 @@ async def test_second_reindex_while_one_runs_is_refused(make_bot: BotFactory) ->
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert await _reindex(bot, ADMIN_ID) == messages.REINDEX_RUNNING
         fcntl.flock(lock, fcntl.LOCK_UN)
-    await asyncio.sleep(0.2)
+    await bot.idle()
     assert bot.slack.responses() == []
 
 
