@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from bench.machine import describe as machine
+from bot.settings import Settings
 from evaluation.calibrate import propose_threshold
 from evaluation.inputs import (
     BUNDLED_CORPUS,
@@ -38,7 +39,6 @@ from evaluation.results import EvalResult
 from evaluation.run import evaluate
 from evaluation.strategies import STRATEGIES
 from index.embed import Embedder
-from index.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "evaluation.md"
@@ -107,7 +107,8 @@ def main() -> None:
         load_questions(BUNDLED_QUESTIONS),
         load_ood(BUNDLED_OOD),
         embedder=Embedder(settings.embedding_model),
-        settings=settings,
+        index=settings.index_config(),
+        engine=settings.engine_config(),
         strategies=tuple(STRATEGIES),
         progress=True,
     )

@@ -25,10 +25,10 @@ from pathlib import Path
 from bench.machine import describe as machine
 from bench.query import EVALSET
 from index.chunk import chunk_document
+from index.config import IndexConfig
 from index.embed import DEFAULT_BATCH_SIZE, Embedder
 from index.extract import extract
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 
 
 def corpus_texts(corpus: Path) -> list[str]:
@@ -66,7 +66,7 @@ def main() -> None:
         )
         bare.append(len(texts) / (time.perf_counter() - t))
         with tempfile.TemporaryDirectory() as tmp:
-            kb = KnowledgeBase(Settings(data_dir=Path(tmp)), embedder=embedder)
+            kb = KnowledgeBase(IndexConfig(data_dir=Path(tmp)), embedder=embedder)
             t = time.perf_counter()
             summary = kb.ingest_paths([corpus])
             elapsed = time.perf_counter() - t

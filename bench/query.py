@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import describe as machine
+from core.config import DEFAULT_THRESHOLD
 from core.gate import gate
 from core.retrieve import LocalBackend, rrf
 from index.bm25 import BM25Index
@@ -33,7 +34,6 @@ from index.chunk import chunk_document
 from index.derived import Snapshot
 from index.embed import Embedder
 from index.extract import extract
-from index.settings import DEFAULT_THRESHOLD
 from index.store import EVERYONE
 from index.vectors import VectorIndex
 

@@ -38,10 +38,10 @@ from aiohttp import web
 
 from bench.machine import describe as machine
 from bot.app import create_app
+from bot.settings import Settings
 from bot.slack import messages
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 
 # The mock Slack and model servers live with the tests, which are not an installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -128,7 +128,7 @@ async def run(rounds: int, concurrency: int, round_timeout: float) -> dict[str, 
                     "KB_THRESHOLD": 0.6,
                 }
             )
-            kb = KnowledgeBase(settings, embedder=Embedder(settings.embedding_model))
+            kb = KnowledgeBase(settings.index_config(), embedder=Embedder(settings.embedding_model))
             for name, data in DOCUMENTS.items():
                 kb.ingest_bytes(data, name, uploader="bench")
             runner = web.AppRunner(create_app(settings, kb=kb), access_log=None)

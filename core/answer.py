@@ -21,22 +21,18 @@ from enum import StrEnum
 from typing import Any
 
 from core.citations import resolve_citations
+from core.config import EngineConfig
 from core.errors import LLMUnavailable
-from core.gate import gate
+from core.gate import CANDIDATES_PER_KEPT, gate
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.prompt import Source, build_messages
 from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 from index.store import ChunkRow
 
 log = logging.getLogger(__name__)
 
-# How many fused candidates are fetched per passage kept: the gate walks them in
-# fused order, so a chunk that BM25 ranks first but is too far can be skipped
-# without starving the answer.
-CANDIDATES_PER_KEPT = 5
 REFUSAL_TEXT = "The knowledge base has nothing on this, so I won't guess."
 EVIDENCE_TEXT = "No answer was generated. Here is what the knowledge base says:"
 
@@ -102,31 +98,25 @@ class Engine:
 
     Args:
         kb: the knowledge base.
-        settings: gate, model and link settings.
+        config: the gate, the model endpoint and the links.
         signer: signs passage links.
-        llm: the model client (built from ``settings`` when omitted).
+        llm: the model client (built from ``config.llm`` when omitted).
         backend: the retrieval backend (FAISS + BM25 over ``kb`` when omitted).
     """
 
     def __init__(
         self,
         kb: KnowledgeBase,
-        settings: Settings,
+        config: EngineConfig,
         *,
         signer: LinkSigner,
         llm: LLM | None = None,
         backend: RetrievalBackend | None = None,
     ) -> None:
         self.kb = kb
-        self.settings = settings
+        self.config = config
         self.signer = signer
-        self.llm = llm or LLM(
-            base_url=settings.openai_base_url,
-            api_key=settings.openai_api_key,
-            model=settings.llm_model,
-            timeout=settings.llm_timeout,
-            max_retries=settings.llm_max_retries,
-        )
+        self.llm = llm or LLM(config.llm)
         self.backend = backend or LocalBackend(kb.indexes)
 
     async def aclose(self) -> None:
@@ -170,14 +160,12 @@ class Engine:
             vector,
             query,
             scopes,
-            self.settings.top_k * CANDIDATES_PER_KEPT,
+            self.config.top_k * CANDIDATES_PER_KEPT,
             Mode.HYBRID,
         )
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()
-        kept_candidates = gate(
-            candidates, threshold=self.settings.threshold, top_k=self.settings.top_k
-        )
+        kept_candidates = gate(candidates, threshold=self.config.threshold, top_k=self.config.top_k)
         rows = await asyncio.to_thread(
             self.kb.store.chunks_by_id, [c.chunk_id for c in kept_candidates]
         )
@@ -248,7 +236,7 @@ class Engine:
         is_pdf = row.kind == "pdf"
         token = self.signer.token(row.document_id, row.scope)
         url = passage_url(
-            self.settings.link_base_url,
+            self.config.link_base_url,
             row.document_id,
             token,
             start=row.start,
@@ -317,11 +305,10 @@ def _ms_since(t: float) -> float:
     return round((time.perf_counter() - t) * 1000, 2)
 
 
-def build_engine(settings: Settings, *, kb: KnowledgeBase | None = None) -> Engine:
-    """The engine for ``settings``: knowledge base, link signer and model client."""
+def build_engine(config: EngineConfig, kb: KnowledgeBase) -> Engine:
+    """The engine over ``kb``: link signer (its secret kept in the data dir) and model client."""
     from core.links import load_or_create_secret
 
-    kb = kb or KnowledgeBase(settings)
-    secret = load_or_create_secret(settings.data_dir, settings.link_secret)
-    signer = LinkSigner(secret, ttl_seconds=settings.link_ttl_days * 86400)
-    return Engine(kb, settings, signer=signer)
+    secret = load_or_create_secret(kb.config.data_dir, config.link_secret)
+    signer = LinkSigner(secret, ttl_seconds=config.link_ttl_days * 86400)
+    return Engine(kb, config, signer=signer)

@@ -12,6 +12,11 @@ from collections.abc import Sequence
 
 from core.retrieve import Candidate
 
+# How many fused candidates are fetched per passage kept: the gate walks them in
+# fused order, so a chunk that BM25 ranks first but is too far can be skipped
+# without starving the answer.
+CANDIDATES_PER_KEPT = 5
+
 
 def gate(candidates: Sequence[Candidate], *, threshold: float, top_k: int) -> list[Candidate]:
     """Keep at most ``top_k`` candidates, in fused order, whose distance is at most ``threshold``."""

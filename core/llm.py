@@ -15,6 +15,7 @@ from typing import cast
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
+from core.config import LLMConfig
 from core.errors import LLMUnavailable
 
 log = logging.getLogger(__name__)
@@ -27,32 +28,22 @@ class LLM:
     """Chat completions against one endpoint and model.
 
     Args:
-        base_url: the endpoint (``OPENAI_BASE_URL``); empty means no model is configured.
-        api_key: its key; some local servers accept anything.
-        model: the model name (``KB_LLM_MODEL``).
-        timeout: seconds per request.
-        max_retries: retries on connection errors, 408/409/429 and 5xx.
+        config: the endpoint (empty ``base_url``: no model is configured), its
+            key (some local servers accept anything), the model name, seconds
+            per request, and retries on connection errors, 408/409/429 and 5xx.
     """
 
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        api_key: str,
-        model: str,
-        timeout: float = 30.0,
-        max_retries: int = 1,
-    ) -> None:
-        self.base_url = base_url
-        self.model = model
+    def __init__(self, config: LLMConfig) -> None:
+        self.base_url = config.base_url
+        self.model = config.model
         self._client = (
             openai.AsyncOpenAI(
-                base_url=base_url,
-                api_key=api_key or "not-needed",
-                timeout=timeout,
-                max_retries=max_retries,
+                base_url=config.base_url,
+                api_key=config.api_key or "not-needed",
+                timeout=config.timeout,
+                max_retries=config.max_retries,
             )
-            if base_url
+            if config.base_url
             else None
         )
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.answer import CANDIDATES_PER_KEPT
+from core.gate import CANDIDATES_PER_KEPT
 from core.retrieve import Candidate, LocalBackend, Mode
 from evaluation.inputs import EvalSetError, read_jsonl
 from evaluation.results import EvalResult, SweepRow, sweep
@@ -38,7 +38,6 @@ from index.knowledge_base import KnowledgeBase
 from index.store import Store
 
 THRESHOLD_ENV = "KB_THRESHOLD"
-DEFAULT_MAX_BLUFF_RATE = 0.10
 
 
 def calibration_grid(step: float = 0.025, low: float = 0.20, high: float = 1.00) -> list[float]:

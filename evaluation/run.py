@@ -46,14 +46,15 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from core.answer import CANDIDATES_PER_KEPT
+from core.config import EngineConfig
+from core.gate import CANDIDATES_PER_KEPT
 from core.retrieve import Candidate, LocalBackend, Mode
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
 from evaluation.results import (
@@ -72,10 +73,10 @@ from evaluation.results import (
     sweep,
 )
 from evaluation.strategies import PRODUCT, STRATEGIES, Chunker, make_chunker
+from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
-from index.settings import Settings
 from index.store import Store
 
 __all__ = ["evaluate", "export_disliked", "indexed_corpus"]
@@ -117,7 +118,7 @@ def _bar(progress: bool) -> dict[str, Any]:
 @contextmanager
 def indexed_corpus(
     corpus_dir: Path,
-    settings: Settings,
+    config: IndexConfig,
     embedder: Embedder,
     *,
     chunker: Chunker | None = None,
@@ -128,7 +129,7 @@ def indexed_corpus(
 
     Args:
         corpus_dir: folder of documents.
-        settings: product settings (its data dir is replaced by a temporary one).
+        config: the product's ingestion settings (its data dir is replaced by a temporary one).
         embedder: the loaded embedder, shared by every indexing.
         chunker: another chunking strategy; ``None`` for the product's.
         label: shown on the progress bar.
@@ -138,9 +139,7 @@ def indexed_corpus(
         The knowledge base, deleted on exit.
     """
     with tempfile.TemporaryDirectory(prefix="kb-eval-", ignore_cleanup_errors=True) as tmp:
-        kb = KnowledgeBase(
-            settings.model_copy(update={"data_dir": Path(tmp)}), embedder=embedder, chunker=chunker
-        )
+        kb = KnowledgeBase(replace(config, data_dir=Path(tmp)), embedder=embedder, chunker=chunker)
         files = sum(1 for p in Path(corpus_dir).rglob("*") if p.is_file())
         with tqdm(
             total=files, desc=f"indexing {label}".strip(), unit="file", **_bar(progress)
@@ -338,7 +337,8 @@ def evaluate(
     ood: Sequence[OODQuestion],
     *,
     embedder: Embedder,
-    settings: Settings,
+    index: IndexConfig,
+    engine: EngineConfig,
     strategies: Sequence[str] = (),
     thresholds: Sequence[float] | None = None,
     threshold: float | None = None,
@@ -352,11 +352,12 @@ def evaluate(
         questions: in-domain questions with needles.
         ood: questions the knowledge base should refuse.
         embedder: the loaded embedding model (shared by every strategy).
-        settings: product settings (chunk budget, ``top_k``, threshold).
+        index: the product's ingestion settings (chunk budget, embedding model).
+        engine: the product's gate (``top_k``, threshold).
         strategies: letters of the study's strategies to compare too (``A``-``F``);
             empty for the product's chunker only.
         thresholds: the sweep (default ``default_thresholds``).
-        threshold: the threshold to evaluate (default ``settings.threshold``).
+        threshold: the threshold to evaluate (default ``engine.threshold``).
         progress: show progress bars on stderr.
         on_stage: told the name of each stage as it starts (for logs).
 
@@ -364,7 +365,7 @@ def evaluate(
         Every number, as an ``EvalResult``.
     """
     started = time.perf_counter()
-    current = settings.threshold if threshold is None else threshold
+    current = engine.threshold if threshold is None else threshold
     grid = list(thresholds) if thresholds is not None else default_thresholds(current)
     names = [s.upper() for s in strategies]
     unknown = [s for s in names if s not in STRATEGIES]
@@ -376,7 +377,7 @@ def evaluate(
     if on_stage:
         on_stage(PRODUCT)
     t = time.perf_counter()
-    with indexed_corpus(corpus_dir, settings, embedder, label=PRODUCT, progress=progress) as kb:
+    with indexed_corpus(corpus_dir, index, embedder, label=PRODUCT, progress=progress) as kb:
         seconds = time.perf_counter() - t
         product, correct = _measure(
             PRODUCT, kb, questions, queries, index_seconds=seconds, modes=MODES, progress=progress
@@ -387,19 +388,19 @@ def evaluate(
             ood,
             correct,
             threshold=current,
-            top_k=settings.top_k,
+            top_k=engine.top_k,
             thresholds=grid,
             progress=progress,
         )
     compared = _compare_strategies(
-        corpus_dir, names, product, questions, queries, embedder, settings, progress, on_stage
+        corpus_dir, names, product, questions, queries, embedder, index, progress, on_stage
     )
     return EvalResult(
         corpus=str(corpus_dir),
         questions=list(questions),
         ood_questions=list(ood),
         embedding_model=embedder.name,
-        chunk_budget=settings.chunk_budget,
+        chunk_budget=index.chunk_budget,
         product=product,
         mode_tests=_mode_tests(product),
         gate=gate_result,
@@ -416,7 +417,7 @@ def _compare_strategies(
     questions: Sequence[Question],
     queries: _Queries,
     embedder: Embedder,
-    settings: Settings,
+    index: IndexConfig,
     progress: bool,
     on_stage: Callable[[str], None] | None,
 ) -> dict[str, StrategyResult]:
@@ -429,13 +430,13 @@ def _compare_strategies(
             on_stage(name)
         chunker = make_chunker(
             name,
-            budget=settings.chunk_budget,
+            budget=index.chunk_budget,
             count_tokens=embedder.count_tokens,
             max_tokens=embedder.max_tokens,
         )
         t = time.perf_counter()
         with indexed_corpus(
-            corpus_dir, settings, embedder, chunker=chunker, label=name, progress=progress
+            corpus_dir, index, embedder, chunker=chunker, label=name, progress=progress
         ) as kb:
             seconds = time.perf_counter() - t
             out[name], _ = _measure(

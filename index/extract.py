@@ -23,9 +23,9 @@ from bs4.element import PageElement, PreformattedString, Tag
 from pypdf import PdfReader
 
 from index.chunk import markdown_structure
+from index.config import DEFAULT_MAX_UPLOAD_BYTES
 from index.errors import CorruptDocument, EmptyDocument, TooLarge, UnsupportedType
 from index.models import Extracted
-from index.settings import DEFAULT_MAX_UPLOAD_BYTES
 
 # Stamped on documents: bump whenever the same bytes would extract differently.
 EXTRACTOR_VERSION = "1"

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from index.config import IndexConfig
 from index.derived import DerivedIndexes, Snapshot
 from index.embed import Embedder
 from index.errors import ExtractionError, KBError, ReindexInProgress
 from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES
 from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
 from index.models import Chunking, DocState, Extracted
-from index.settings import Settings
 from index.store import EVERYONE, Stamp, Store
 
 log = logging.getLogger(__name__)
@@ -70,24 +70,24 @@ class KnowledgeBase:
     """Documents, chunks and search indexes of one data dir.
 
     Args:
-        settings: the product settings (data dir, model, limits).
+        config: data dir, embedding model, limits.
         embedder: an already-loaded embedder to share (tests, the bot); one is
-            created from the settings otherwise.
+            loaded from ``config.embedding_model`` otherwise.
         chunker: replaces the product's chunker (the evaluation compares
             chunking strategies through this same ingestion code).
     """
 
     def __init__(
         self,
-        settings: Settings,
+        config: IndexConfig,
         *,
         embedder: Embedder | None = None,
         chunker: Callable[[Extracted], Chunking] | None = None,
     ) -> None:
-        self.settings = settings
+        self.config = config
         self.chunker = chunker
-        self.store = Store(settings.data_dir)
-        self.embedder = embedder or Embedder(settings.embedding_model)
+        self.store = Store(config.data_dir)
+        self.embedder = embedder or Embedder(config.embedding_model)
         self.indexes = DerivedIndexes(
             self.store, embedding_model=self.embedder.name, dimensions=self.embedder.dim
         )
@@ -110,6 +110,18 @@ class KnowledgeBase:
         """The current search snapshot."""
         return self.indexes.snapshot
 
+    def documents(self) -> list[dict[str, Any]]:
+        """Every document row, oldest first."""
+        return self.store.documents()
+
+    def find(self, ref: str) -> dict[str, Any]:
+        """A document by id, exact name or sha256 prefix; ``DocumentNotFound`` otherwise."""
+        return self.store.find_document(ref)
+
+    def chunks(self, doc_id: int) -> list[dict[str, Any]]:
+        """A document's chunks (without vectors), in order."""
+        return self.store.chunk_rows(doc_id)
+
     def canonical_text(self, doc_id: int) -> str:
         """The text a document's ``#char`` offsets refer to."""
         return self.store.canonical_text(doc_id)
@@ -125,7 +137,7 @@ class KnowledgeBase:
         for d in docs:
             by_state[d["state"]] += 1
         return {
-            "data_dir": str(self.settings.data_dir),
+            "data_dir": str(self.config.data_dir),
             "documents": len(docs),
             "by_state": by_state,
             "chunks": self.store.chunk_count(),
@@ -213,8 +225,8 @@ class KnowledgeBase:
             data,
             doc["name"],
             embedder=self.embedder,
-            max_bytes=self.settings.max_upload_bytes,
-            budget=self.settings.chunk_budget,
+            max_bytes=self.config.max_upload_bytes,
+            budget=self.config.chunk_budget,
             title=doc["title"] or None,
             on_batch=on_batch,
             chunker=self.chunker,
@@ -346,7 +358,7 @@ class KnowledgeBase:
     def _reindex_lock(self) -> Iterator[None]:
         # A lock file rather than a threading lock: `kb reindex` in a shell and
         # /kb-reindex in the running bot are different processes.
-        path = self.settings.data_dir / "reindex.lock"
+        path = self.config.data_dir / "reindex.lock"
         with open(path, "w") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -361,7 +373,7 @@ class KnowledgeBase:
 
     def reindex_running(self) -> bool:
         """Whether a reindex holds the lock right now."""
-        path = self.settings.data_dir / "reindex.lock"
+        path = self.config.data_dir / "reindex.lock"
         with open(path, "a") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -27,10 +27,11 @@ from aiohttp import web, web_protocol
 from aiohttp.test_utils import TestClient
 
 from bot.app import SERVICES, create_app
+from bot.settings import Settings
 from bot.slack.listeners import Services
+from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 from tests.servers import (
     CHANNEL_ID,
     DEFAULT_SIGNING_SECRET,
@@ -178,7 +179,7 @@ def ingest_fixture_documents(kb: KnowledgeBase) -> dict[str, dict[str, Any]]:
 def fixture_data_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Path:
     """A data dir with the fixture documents, built once; tests get a copy."""
     data_dir = tmp_path_factory.mktemp("bot-fixture-kb")
-    kb = KnowledgeBase(make_settings(data_dir=data_dir), embedder=embedder)
+    kb = KnowledgeBase(IndexConfig(data_dir=data_dir), embedder=embedder)
     ingest_fixture_documents(kb)
     # Everything into the main database file, so a plain copy is complete.
     kb.store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -322,7 +323,7 @@ def make_bot(
         settings = settings_for(**overrides)
         if documents and not (settings.data_dir / "kb.sqlite").exists():
             shutil.copytree(fixture_data_dir, settings.data_dir, dirs_exist_ok=True)
-        kb = KnowledgeBase(settings, embedder=embedder)
+        kb = KnowledgeBase(settings.index_config(), embedder=embedder)
         app = create_app(settings, kb=kb)
         http = await aiohttp_client(app)
         return Bot(http, app, slack, llm, settings, frozenset(asyncio.all_tasks()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -12,10 +13,11 @@ from click.testing import CliRunner
 
 from bot.cli import main
 from core.answer import REFUSAL_TEXT, Engine, Outcome, build_engine
+from core.config import EngineConfig, LLMConfig
 from core.links import parse_char_fragment
+from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 from tests.docs_factory import text_pdf
 from tests.servers import OpenAICompatServer, closed_port_url
 
@@ -26,24 +28,21 @@ CLEARLY_IN_DOMAIN = "Can I deploy to production on a Friday?"
 OUT_OF_DOMAIN = "What is the offside rule in football?"
 
 
-def _settings(data_dir: Path, base_url: str, **kw: object) -> Settings:
+def _config(base_url: str, *, llm_timeout: float = 2.0, **kw: object) -> EngineConfig:
     values: dict[str, object] = {
-        "data_dir": data_dir,
-        "openai_base_url": base_url,
-        "llm_max_retries": 0,
-        "llm_timeout": 2.0,
-        "public_url": "https://kb.example.com",
+        "llm": LLMConfig(base_url=base_url, max_retries=0, timeout=llm_timeout),
+        "link_base_url": "https://kb.example.com",
         # The sample handbook is four short documents: its in-domain questions
         # sit near 0.47-0.5; 0.55 keeps two passages so renumbering is visible.
         "threshold": 0.55,
         **kw,
     }
-    return Settings(**values)  # type: ignore[arg-type]
+    return EngineConfig(**values)  # type: ignore[arg-type]
 
 
 @pytest.fixture
 def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    kb = KnowledgeBase(Settings(data_dir=index_dir), embedder=embedder)
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
     kb.ingest_paths([SAMPLE])
     return kb
 
@@ -51,8 +50,8 @@ def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
 _OPEN: list[Engine] = []
 
 
-def _engine(kb: KnowledgeBase, base_url: str, **kw: object) -> Engine:
-    engine = build_engine(_settings(kb.settings.data_dir, base_url, **kw), kb=kb)
+def _engine(kb: KnowledgeBase, base_url: str, **kw: Any) -> Engine:
+    engine = build_engine(_config(base_url, **kw), kb)
     _OPEN.append(engine)
     return engine
 
@@ -99,7 +98,7 @@ async def test_answer_cites_and_links_resolve_to_the_quote(
     assert text[span[0] : span[1]] == src.quote
     # the same through the CLI a person would use
     shown = CliRunner().invoke(
-        main, ["--data-dir", str(kb.settings.data_dir), "show", str(src.document_id), "--text"]
+        main, ["--data-dir", str(kb.config.data_dir), "show", str(src.document_id), "--text"]
     )
     assert shown.exit_code == 0 and shown.stdout[span[0] : span[1]] == src.quote
 
@@ -152,7 +151,7 @@ async def test_model_down_returns_evidence_not_an_error(
 async def test_pdf_source_links_to_its_page(
     index_dir: Path, embedder: Embedder, openai_server: OpenAICompatServer
 ) -> None:
-    kb = KnowledgeBase(Settings(data_dir=index_dir), embedder=embedder)
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
     pages = [
         "Welcome to the facilities guide. The building has four floors and two lifts.",
         "Parking: employees park in garage B. Visitor badges are issued at the front desk.",
@@ -174,7 +173,7 @@ async def test_pdf_source_links_to_its_page(
 async def test_channel_scoped_document_never_leaks(
     index_dir: Path, embedder: Embedder, openai_server: OpenAICompatServer
 ) -> None:
-    kb = KnowledgeBase(Settings(data_dir=index_dir), embedder=embedder)
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
     kb.ingest_paths([SAMPLE])
     secret = b"# Layoff plan\n\nThe conference ticket budget is frozen and reimbursement of conference tickets stops in March.\n"
     doc = kb.ingest_bytes(secret, "plan.md", scope="C_EXEC").document
@@ -197,7 +196,7 @@ async def test_channel_scoped_document_never_leaks(
 
 def test_kb_ask_json_has_the_documented_fields(kb: KnowledgeBase) -> None:
     result = CliRunner().invoke(
-        main, ["--data-dir", str(kb.settings.data_dir), "ask", CLEARLY_IN_DOMAIN, "--json"]
+        main, ["--data-dir", str(kb.config.data_dir), "ask", CLEARLY_IN_DOMAIN, "--json"]
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

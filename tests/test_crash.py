@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 
 N_DOCS = 40
 
@@ -68,7 +68,7 @@ def test_sigkill_mid_ingest_loses_nothing_committed(tmp_path: Path, embedder: Em
     committed = _indexed_count(db)
     assert 3 <= committed < N_DOCS
 
-    kb = KnowledgeBase(Settings(data_dir=data_dir), embedder=embedder)
+    kb = KnowledgeBase(IndexConfig(data_dir=data_dir), embedder=embedder)
     docs = kb.store.documents()
     assert not [d for d in docs if d["state"] == "indexing"], "a half-indexed document is visible"
     for d in docs:

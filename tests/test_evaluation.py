@@ -14,14 +14,15 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
+from core.config import EngineConfig
 from evaluation.inputs import OODQuestion, Question, load_questions
 from evaluation.results import RECALL_KS
 from evaluation.run import evaluate, export_disliked
 from evaluation.strategies import OVERLAP_CHARS, blind, make_chunker, with_overlap, without_header
 from index.chunk import chunk_document
+from index.config import IndexConfig
 from index.embed import Embedder
 from index.models import Extracted
-from index.settings import Settings
 from index.store import Store
 
 EVALMINI = Path(__file__).parent / "data" / "evalmini"
@@ -221,7 +222,8 @@ def test_blind_destroys_a_straddling_needle_and_overlap_saves_it(
         questions,
         ood,
         embedder=embedder,
-        settings=Settings(data_dir=tmp_path / "unused"),
+        index=IndexConfig(data_dir=tmp_path / "unused"),
+        engine=EngineConfig(),
         strategies=("A", "B", "E"),
     )
     assert result.strategies["A"].destroyed == ["vault"]
@@ -288,9 +290,7 @@ def test_export_disliked_from_the_cli(tmp_path: Path) -> None:
     store = Store(data_dir)
     store.add_feedback(_log(store, "Is there parking at the office?"), -1)
     out = tmp_path / "todo.jsonl"
-    result = CliRunner().invoke(
-        main, ["--data-dir", str(data_dir), "eval", "--export-disliked", str(out)]
-    )
+    result = CliRunner().invoke(main, ["--data-dir", str(data_dir), "export-disliked", str(out)])
     assert result.exit_code == 0, result.output
     assert "1 thumbs-down" in result.output
     assert (

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from index.config import IndexConfig
 from index.embed import Embedder
 from index.errors import ReindexInProgress
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 from tests.docs_factory import bad_inputs, text_pdf
 
 HANDBOOK = b"""# Handbook
@@ -31,7 +31,7 @@ Set the DNS server to 10.20.0.53 when internal sites do not load over the VPN.
 
 @pytest.fixture
 def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase(Settings(data_dir=index_dir), embedder=embedder)
+    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
 
 
 def _search_ids(kb: KnowledgeBase, query: str) -> set[int]:
@@ -126,7 +126,7 @@ def test_bad_input_fails_with_reason_and_loses_nothing(kb: KnowledgeBase, case: 
 
 
 def test_over_size_limit_fails_with_limit_in_reason(index_dir: Path, embedder: Embedder) -> None:
-    kb = KnowledgeBase(Settings(data_dir=index_dir, max_upload_bytes=1000), embedder=embedder)
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir, max_upload_bytes=1000), embedder=embedder)
     row = kb.ingest_bytes(b"word " * 400, "big.txt").document
     assert row["state"] == "failed"
     assert "MB" in row["failure_reason"] or "limit" in row["failure_reason"].lower()
@@ -148,7 +148,7 @@ def test_pdf_chunks_carry_pages(kb: KnowledgeBase) -> None:
 
 
 def test_retry_after_failure_and_interrupted_recovery(index_dir: Path, embedder: Embedder) -> None:
-    settings = Settings(data_dir=index_dir)
+    settings = IndexConfig(data_dir=index_dir)
     kb = KnowledgeBase(settings, embedder=embedder)
     added = kb.add_bytes(HANDBOOK, "handbook.md")
     # a process that died mid-indexing left the row 'indexing' with a dead pid
@@ -188,7 +188,7 @@ def test_second_reindex_is_refused_while_one_runs(kb: KnowledgeBase) -> None:
 
 
 def test_derived_indexes_rebuilt_when_they_disagree(index_dir: Path, embedder: Embedder) -> None:
-    settings = Settings(data_dir=index_dir)
+    settings = IndexConfig(data_dir=index_dir)
     kb = KnowledgeBase(settings, embedder=embedder)
     kb.ingest_bytes(HANDBOOK, "handbook.md")
     expected = sorted(kb.snapshot.vectors.ids().tolist())
@@ -201,7 +201,7 @@ def test_derived_indexes_rebuilt_when_they_disagree(index_dir: Path, embedder: E
 
 
 def test_persisted_indexes_are_reused_when_current(index_dir: Path, embedder: Embedder) -> None:
-    settings = Settings(data_dir=index_dir)
+    settings = IndexConfig(data_dir=index_dir)
     kb = KnowledgeBase(settings, embedder=embedder)
     kb.ingest_bytes(HANDBOOK, "handbook.md")
     mtime = kb.indexes.vectors_path.stat().st_mtime_ns

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
-from index.settings import Settings, env_example, env_var_names
+from bot.settings import Settings, env_example, env_var_names
 
 ROOT = Path(__file__).resolve().parents[1]
 

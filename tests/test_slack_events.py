@@ -300,7 +300,7 @@ async def test_without_slack_settings_the_viewer_and_health_still_run(
 
     settings = make_settings(data_dir=index_dir)
     with caplog.at_level("WARNING"):
-        app = create_app(settings, kb=KnowledgeBase(settings, embedder=embedder))
+        app = create_app(settings, kb=KnowledgeBase(settings.index_config(), embedder=embedder))
     assert "SLACK_BOT_TOKEN" in caplog.text and "SLACK_SIGNING_SECRET" in caplog.text
     http = await aiohttp_client(app)
     assert (await http.get("/healthz")).status == 200

@@ -22,11 +22,12 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.app import BOLT, create_app, enable_socket_mode
+from bot.app import create_app
+from bot.settings import Settings
 from bot.slack import messages
+from bot.slack.app import BOLT, enable_socket_mode
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -76,7 +77,7 @@ async def socket_bot(
     # tests check that the websocket, not /slack/events, delivered everything.
     settings = settings_for(slack_app_token=slack.app_token, admin_users=ADMIN_ID)
     shutil.copytree(fixture_data_dir, settings.data_dir, dirs_exist_ok=True)
-    app = create_app(settings, kb=KnowledgeBase(settings, embedder=embedder))
+    app = create_app(settings, kb=KnowledgeBase(settings.index_config(), embedder=embedder))
     assert enable_socket_mode(app)
 
     dispatched: list[str] = []
@@ -141,7 +142,7 @@ async def test_a_wrong_app_token_leaves_the_web_server_up_and_not_ready(
         monkeypatch.delenv(name, raising=False)
     settings = settings_for(slack_app_token="xapp-1-wrong")
     shutil.copytree(fixture_data_dir, settings.data_dir, dirs_exist_ok=True)
-    app = create_app(settings, kb=KnowledgeBase(settings, embedder=embedder))
+    app = create_app(settings, kb=KnowledgeBase(settings.index_config(), embedder=embedder))
     assert enable_socket_mode(app)
     http = await asyncio.wait_for(aiohttp_client(app), timeout=10)
     deadline = time.monotonic() + 5

@@ -1,5 +1,12 @@
-"""The ``kb`` command."""
+"""The ``kb`` command: the same engine the bot drives, from a shell.
 
-from bot.cli.commands import main
+``base`` holds the group and what commands share; each other module adds its
+commands to the group when imported: ``documents`` (ingest, docs, show,
+chunks, retry, rm, reindex, status), ``answering`` (ask, serve) and
+``evaluation`` (eval, calibrate, export-disliked).
+"""
 
-__all__ = ["main"]
+from bot.cli import answering, documents, evaluation
+from bot.cli.base import main
+
+__all__ = ["answering", "documents", "evaluation", "main"]

@@ -36,7 +36,6 @@ from core.answer import Engine
 from core.errors import BadLinkToken
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +43,12 @@ __all__ = [
     "ENGINE",
     "KB",
     "MIDDLEWARES",
-    "SETTINGS",
     "SLACK_MODE",
     "SOCKET_CONNECTED",
     "AccessLogger",
     "setup",
 ]
 
-SETTINGS = web.AppKey("settings", Settings)
 KB = web.AppKey("kb", KnowledgeBase)
 ENGINE = web.AppKey("engine", Engine)
 SLACK_MODE = web.AppKey("slack_mode", str)

@@ -34,6 +34,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
+from bot.slack.config import SlackConfig
 from bot.slack.reindex import AdminCheck, Reindexer
 from bot.slack.render import (
     FEEDBACK_ACTION_ID,
@@ -53,7 +54,6 @@ from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
 from core.answer import Asker, Engine
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
-from index.settings import Settings
 from index.store import EVERYONE, Store
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ _MENTION_RE = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
 class Services:
     """What the handlers need, opened once per process."""
 
-    settings: Settings
+    config: SlackConfig
     kb: KnowledgeBase
     engine: Engine
     jobs: Jobs
@@ -89,16 +89,16 @@ class Services:
     )
 
     @classmethod
-    def open(cls, settings: Settings, kb: KnowledgeBase, engine: Engine) -> Services:
+    def open(cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine) -> Services:
         """Wire the services around an opened knowledge base and engine."""
         jobs = Jobs()
         return cls(
-            settings=settings,
+            config=config,
             kb=kb,
             engine=engine,
             jobs=jobs,
-            uploader=Uploader(kb, settings, jobs),
-            admins=AdminCheck(settings),
+            uploader=Uploader(kb, config, jobs),
+            admins=AdminCheck(config),
             reindexer=Reindexer(kb),
         )
 

@@ -19,10 +19,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
+from bot.slack.config import SlackConfig
 from bot.slack.render import escape
 from index.errors import ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
-from index.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +40,16 @@ class AdminCheck:
     costs one API call.
     """
 
-    def __init__(self, settings: Settings, *, ttl_seconds: float = ADMIN_CACHE_SECONDS) -> None:
-        self.settings = settings
+    def __init__(self, config: SlackConfig, *, ttl_seconds: float = ADMIN_CACHE_SECONDS) -> None:
+        self.config = config
         self.ttl_seconds = ttl_seconds
         self._cache: dict[str, tuple[bool, float]] = {}
 
     async def is_admin(self, client: AsyncWebClient, user_id: str) -> bool:
         """Whether ``user_id`` is a knowledge-base admin."""
-        if user_id in self.settings.admin_user_ids:
+        if user_id in self.config.admin_user_ids:
             return True
-        if not self.settings.slack_admins_are_admins or not user_id:
+        if not self.config.workspace_admins_are_admins or not user_id:
             return False
         cached = self._cache.get(user_id)
         if cached is not None and cached[1] > time.monotonic():

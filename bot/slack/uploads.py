@@ -28,11 +28,11 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
+from bot.slack.config import SlackConfig
 from bot.slack.render import Rendered, escape, render_upload_status
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
-from index.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -289,13 +289,13 @@ class Uploader:
 
     Args:
         kb: the knowledge base.
-        settings: bot token, Web API URL and upload limit.
+        config: the bot token (downloads are authenticated) and the Web API URL.
         jobs: where background work is held.
     """
 
-    def __init__(self, kb: KnowledgeBase, settings: Settings, jobs: Jobs) -> None:
+    def __init__(self, kb: KnowledgeBase, config: SlackConfig, jobs: Jobs) -> None:
         self.kb = kb
-        self.settings = settings
+        self.config = config
         self.jobs = jobs
         self._session: aiohttp.ClientSession | None = None
         self._turn = asyncio.Semaphore(1)
@@ -370,9 +370,9 @@ class Uploader:
         return await download(
             self._http(),
             file,
-            token=self.settings.slack_bot_token,
-            max_bytes=self.settings.max_upload_bytes,
-            api_url=self.settings.slack_api_url,
+            token=self.config.bot_token,
+            max_bytes=self.kb.config.max_upload_bytes,
+            api_url=self.config.api_url,
         )
 
     async def _store_and_index(

@@ -1,0 +1,72 @@
+"""``kb`` commands that answer: ask a question from a shell, serve the bot."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import click
+
+from bot.cli.base import emit, json_option, main, open_kb, settings_of
+
+if TYPE_CHECKING:  # the engine (and the model client) load only when a question is asked
+    from core.answer import Answer
+
+QUOTE_CHARS = 240
+
+
+@main.command()
+@click.argument("question")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    help="Channel ids whose documents may be used (repeatable); default: all documents.",
+)
+@json_option("Print the full answer as JSON.")
+@click.pass_context
+def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: bool) -> None:
+    """Ask a question; prints the answer with its cited passages.
+
+    Example: kb ask "How do I rotate the API key?" --json
+    """
+    from core.answer import build_engine
+
+    engine = build_engine(settings_of(ctx).engine_config(), open_kb(ctx))
+
+    async def run() -> Answer:
+        try:
+            return await engine.ask(question, scopes=frozenset(scopes) if scopes else None)
+        finally:
+            await engine.aclose()
+
+    answer = asyncio.run(run())
+    emit(answer.to_dict(), as_json, lambda: _print_answer(answer))
+
+
+def _print_answer(answer: Answer) -> None:
+    click.echo(answer.answer)
+    if answer.sources:
+        click.echo("")
+    for s in answer.sources:
+        where = " › ".join(p for p in (s.section, f"p. {s.page}" if s.page else "") if p)
+        click.echo(f"[{s.n}] {s.document}{' › ' + where if where else ''}  (d={s.distance:.3f})")
+        quote = " ".join(s.quote.split())
+        click.echo(f"    {quote[:QUOTE_CHARS]}{'…' if len(quote) > QUOTE_CHARS else ''}")
+        click.echo(f"    {s.url}")
+
+
+@main.command()
+@click.option("--port", type=int, default=None, help="Port (overrides KB_PORT).")
+@click.pass_context
+def serve(ctx: click.Context, port: int | None) -> None:
+    """Run the bot: Slack (Socket Mode or HTTP events), the document viewer and /healthz.
+
+    Example: kb serve --port 3000
+    """
+    from bot.app import run_server
+
+    settings = settings_of(ctx)
+    if port is not None:
+        settings = settings.model_copy(update={"port": port})
+    run_server(settings)

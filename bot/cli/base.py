@@ -1,0 +1,84 @@
+"""What every ``kb`` command shares: the group, the settings, the opened knowledge base, output.
+
+The group turns a ``KBError`` into a one-line message (never a traceback) in
+one place, and ``json_option`` / ``emit`` give every listing the same
+``--json`` switch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from bot.logs import configure_logging
+from bot.settings import Settings
+from index.errors import KBError
+
+if TYPE_CHECKING:  # heavy imports (torch, FAISS) load only for the commands that need them
+    from index.knowledge_base import KnowledgeBase
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class KBGroup(click.Group):
+    """A click group whose commands report ``KBError`` as a plain error message."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a knowledge-base error becomes ``Error: <sentence>``, exit 1."""
+        try:
+            return super().invoke(ctx)
+        except KBError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    """The settings the group read from the environment and the command line."""
+    settings: Settings = ctx.obj["settings"]
+    return settings
+
+
+def open_kb(ctx: click.Context) -> KnowledgeBase:
+    """The knowledge base of the configured data dir, opened once per command."""
+    from index.knowledge_base import KnowledgeBase
+
+    if "kb" not in ctx.obj:
+        ctx.obj["kb"] = KnowledgeBase(settings_of(ctx).index_config())
+    kb: KnowledgeBase = ctx.obj["kb"]
+    return kb
+
+
+def json_option(help_text: str = "Print as JSON.") -> Callable[[F], F]:
+    """The ``--json`` switch, passed to the command as ``as_json``."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+def emit(data: Any, as_json: bool, text: Callable[[], None]) -> None:
+    """Print ``data`` as JSON, or call ``text`` to print it for a person."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    else:
+        text()
+
+
+@click.group(cls=KBGroup)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Data directory (overrides KB_DATA_DIR).",
+)
+@click.version_option(package_name="slack-kb")
+@click.pass_context
+def main(ctx: click.Context, data_dir: Path | None) -> None:
+    """Slack knowledge-base bot: answers only from your documents, with citations."""
+    overrides: dict[str, Any] = {"data_dir": data_dir} if data_dir else {}
+    try:
+        settings = Settings(**overrides)
+    except ValueError as exc:
+        raise click.ClickException(f"Invalid configuration: {exc}") from exc
+    configure_logging(settings.log_level, settings.log_format)
+    ctx.obj = {"settings": settings}

@@ -1,0 +1,269 @@
+"""``kb`` commands over the documents: ingest, list, show, retry, remove, reindex, status."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from tqdm import tqdm
+
+from bot.cli.base import emit, json_option, main, open_kb
+from index.models import DocState
+from index.store import EVERYONE
+
+# What a listing shows of a document row (the canonical text and worker pid stay out).
+SUMMARY_FIELDS = (
+    "id",
+    "name",
+    "title",
+    "kind",
+    "state",
+    "chunk_count",
+    "scope",
+    "size",
+    "failure_reason",
+    "window_splits",
+    "embedding_model",
+    "pipeline_version",
+    "extractor_version",
+    "uploader",
+    "sha256",
+    "created_at",
+    "indexed_at",
+)
+QUOTE_CHARS = 200
+
+
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a document row that listings show."""
+    return {k: doc.get(k) for k in SUMMARY_FIELDS}
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--scope",
+    default=EVERYONE,
+    show_default=True,
+    help=f"'{EVERYONE}' for everyone, or a Slack channel id.",
+)
+@json_option("Print the summary as JSON.")
+@click.pass_context
+def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: bool) -> None:
+    """Add files and folders to the knowledge base.
+
+    Example: kb ingest handbook/ faq.md
+    """
+    kb = open_kb(ctx)
+    bar: tqdm | None = None
+
+    def progress(event: str, info: dict[str, Any]) -> None:
+        nonlocal bar
+        if event == "file":
+            if bar is None:
+                bar = tqdm(total=info["total"], unit="file", file=sys.stderr, disable=as_json)
+            bar.set_postfix_str(Path(info["path"]).name[:40])
+            if info["index"]:
+                bar.update(1)
+        elif event == "embedding" and bar is not None:
+            # Large files take a while: show that embedding is moving.
+            bar.set_postfix_str(f"{info['document'][:30]}: {info['done']} chunks embedded")
+
+    result = kb.ingest_paths(list(paths), scope=scope, progress=progress)
+    if bar is not None:
+        bar.update(1)
+        bar.close()
+
+    def text() -> None:
+        for d in result.failed:
+            click.echo(f"failed   {d['name']}: {d['failure_reason']}")
+        for s in result.skipped:
+            click.echo(f"skipped  {s}")
+        click.echo(
+            f"{len(result.indexed)} indexed ({result.chunks} chunks), "
+            f"{len(result.unchanged)} unchanged, {len(result.failed)} failed, "
+            f"{len(result.skipped)} skipped."
+        )
+
+    data = {
+        "indexed": [summary(d) for d in result.indexed],
+        "failed": [summary(d) for d in result.failed],
+        "unchanged": [summary(d) for d in result.unchanged],
+        "skipped": result.skipped,
+        "chunks": result.chunks,
+    }
+    emit(data, as_json, text)
+    if result.failed and not as_json:
+        ctx.exit(1)
+
+
+@main.command()
+@json_option()
+@click.pass_context
+def docs(ctx: click.Context, as_json: bool) -> None:
+    """List documents with their state and chunk count.
+
+    Example: kb docs --json
+    """
+    kb = open_kb(ctx)
+    stale = {d["id"] for d in kb.stale_documents()}
+    rows = [{**summary(d), "stale": d["id"] in stale} for d in kb.documents()]
+
+    def text() -> None:
+        if not rows:
+            click.echo("No documents yet. Add some with: kb ingest PATH")
+        for r in rows:
+            state = r["state"] + (" (stale)" if r["stale"] else "")
+            extra = f"  {r['failure_reason']}" if r["failure_reason"] else ""
+            click.echo(
+                f"{r['id']:>5}  {state:<16} {r['chunk_count']:>5} chunks  {r['scope']:<10} "
+                f"{r['name']}{extra}"
+            )
+
+    emit(rows, as_json, text)
+
+
+@main.command()
+@click.argument("doc")
+@click.option(
+    "--text", "text", is_flag=True, help="Print the canonical text (what #char offsets refer to)."
+)
+@json_option()
+@click.pass_context
+def show(ctx: click.Context, doc: str, text: bool, as_json: bool) -> None:
+    """Show one document (by id, name or sha256 prefix).
+
+    Example: kb show 3 --text
+    """
+    kb = open_kb(ctx)
+    row = kb.find(doc)
+    if text:
+        click.echo(kb.canonical_text(int(row["id"])), nl=False)
+        return
+    fields = summary(row)
+
+    def lines() -> None:
+        for k, v in fields.items():
+            click.echo(f"{k:>18}: {v}")
+
+    emit(fields, as_json, lines)
+
+
+@main.command()
+@click.argument("doc")
+@json_option()
+@click.pass_context
+def chunks(ctx: click.Context, doc: str, as_json: bool) -> None:
+    """List a document's chunks: id, start, end, section, page, content.
+
+    Example: kb chunks 3
+    """
+    kb = open_kb(ctx)
+    rows = kb.chunks(int(kb.find(doc)["id"]))
+
+    def text() -> None:
+        for c in rows:
+            page = f" p.{c['page']}" if c["page"] else ""
+            click.echo(f"#{c['id']} [{c['start']}:{c['end']}]{page} {c['section'] or '-'}")
+            content = c["content"]
+            more = "…" if len(content) > QUOTE_CHARS else ""
+            click.echo("    " + content[:QUOTE_CHARS].replace("\n", " ") + more)
+
+    emit(rows, as_json, text)
+
+
+@main.command()
+@click.argument("doc")
+@click.pass_context
+def retry(ctx: click.Context, doc: str) -> None:
+    """Index a failed document again from its stored original.
+
+    Example: kb retry report.pdf
+    """
+    kb = open_kb(ctx)
+    row = kb.retry(int(kb.find(doc)["id"]))
+    if row["state"] != DocState.INDEXED:
+        raise click.ClickException(f"{row['name']}: failed: {row['failure_reason']}")
+    click.echo(f"{row['name']}: indexed, {row['chunk_count']} chunks.")
+
+
+@main.command()
+@click.argument("doc")
+@click.pass_context
+def rm(ctx: click.Context, doc: str) -> None:
+    """Remove a document and its chunks from the knowledge base.
+
+    Example: kb rm old-handbook.md
+    """
+    kb = open_kb(ctx)
+    row = kb.remove(int(kb.find(doc)["id"]))
+    click.echo(f"Removed {row['name']} ({row['chunk_count']} chunks).")
+
+
+@main.command()
+@json_option("Print the report as JSON.")
+@click.pass_context
+def reindex(ctx: click.Context, as_json: bool) -> None:
+    """Rebuild every document from its stored original with the running configuration.
+
+    Example: kb reindex
+    """
+    kb = open_kb(ctx)
+    bar: tqdm | None = None
+
+    def progress(event: str, info: dict[str, Any]) -> None:
+        nonlocal bar
+        if event == "reindex":
+            if bar is None:
+                bar = tqdm(total=info["total"], unit="doc", file=sys.stderr, disable=as_json)
+            bar.update(1)
+
+    report = kb.reindex(progress=progress)
+    if bar is not None:
+        bar.close()
+    failed = [
+        {"id": d["id"], "name": d["name"], "reason": d.get("reindex_error") or d["failure_reason"]}
+        for d in report.failed
+    ]
+
+    def text() -> None:
+        click.echo(
+            f"Reindexed {report.documents} documents ({report.chunks} chunks); "
+            f"{len(report.failed)} failed; "
+            f"stale before {report.stale_before}, after {report.stale_after}."
+        )
+        for f in failed:
+            click.echo(f"failed   {f['name']}: {f['reason']}")
+
+    data = {
+        "documents": report.documents,
+        "chunks": report.chunks,
+        "failed": failed,
+        "stale_before": report.stale_before,
+        "stale_after": report.stale_after,
+    }
+    emit(data, as_json, text)
+
+
+@main.command()
+@json_option()
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Counts by state, stale documents and whether the indexes agree with the database.
+
+    Example: kb status --json
+    """
+    st = open_kb(ctx).status()
+
+    def text() -> None:
+        by_state = ", ".join(f"{k} {v}" for k, v in st["by_state"].items())
+        click.echo(f"data dir        {st['data_dir']}")
+        click.echo(f"documents       {st['documents']}  {by_state}")
+        click.echo(f"chunks          {st['chunks']}")
+        click.echo(f"stale           {st['stale']}")
+        click.echo(f"model           {st['embedding_model']} ({st['dimensions']} d)")
+        click.echo(f"indexes in sync {st['index']['in_sync']}")
+
+    emit(st, as_json, text)

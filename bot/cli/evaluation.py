@@ -1,0 +1,282 @@
+"""``kb`` commands that measure: eval, calibrate, and exporting disliked questions to label."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from bot.cli.base import emit, json_option, main, open_kb, settings_of
+from bot.settings import Settings
+from evaluation import DEFAULT_MAX_BLUFF_RATE
+from evaluation.strategies import STRATEGIES
+
+if TYPE_CHECKING:  # evaluation pulls in the engine and the model: only when a command runs
+    from evaluation.results import EvalResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def evalset_options(fn: F) -> F:
+    """``--corpus``, ``--questions``, ``--ood``: an evaluation set (default: the bundled one)."""
+    for option in reversed(
+        [
+            click.option(
+                "--corpus",
+                type=click.Path(exists=True, file_okay=False, path_type=Path),
+                default=None,
+                help="Folder of documents to index (default: the bundled evaluation set).",
+            ),
+            click.option(
+                "--questions",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                default=None,
+                help="questions.jsonl: id, needle, doc_phrasing, ticket_phrasing.",
+            ),
+            click.option(
+                "--ood",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                default=None,
+                help="ood.jsonl: id, question (questions the knowledge base should refuse).",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+budget_option = click.option(
+    "--max-bluff-rate",
+    type=click.FloatRange(0.0, 1.0),
+    default=DEFAULT_MAX_BLUFF_RATE,
+    show_default=True,
+    help="Bluff budget: the share of out-of-domain questions allowed to get an answer.",
+)
+progress_option = click.option("--no-progress", is_flag=True, help="No progress bars on stderr.")
+
+
+def _evalset(
+    corpus: Path | None, questions: Path | None, ood: Path | None
+) -> tuple[Path, Path, Path]:
+    from evaluation.inputs import BUNDLED_CORPUS, BUNDLED_OOD, BUNDLED_QUESTIONS
+
+    return corpus or BUNDLED_CORPUS, questions or BUNDLED_QUESTIONS, ood or BUNDLED_OOD
+
+
+def _run_evaluation(
+    settings: Settings,
+    paths: tuple[Path, Path, Path],
+    *,
+    strategies: tuple[str, ...] = (),
+    thresholds: list[float] | None = None,
+    threshold: float | None = None,
+    progress: bool = True,
+) -> EvalResult:
+    from evaluation.inputs import load_ood, load_questions
+    from evaluation.run import evaluate
+    from index.embed import Embedder
+
+    corpus, questions_path, ood_path = paths
+    index = settings.index_config()
+    return evaluate(
+        corpus,
+        load_questions(questions_path),
+        load_ood(ood_path),
+        embedder=Embedder(index.embedding_model),
+        index=index,
+        engine=settings.engine_config(),
+        strategies=strategies,
+        thresholds=thresholds,
+        threshold=threshold,
+        progress=progress,
+    )
+
+
+@main.command("eval")
+@evalset_options
+@click.option(
+    "--strategies",
+    is_flag=True,
+    help=f"Also compare the chunking strategies {', '.join(STRATEGIES)}.",
+)
+@click.option(
+    "--threshold", type=float, default=None, help="Threshold to evaluate (default: KB_THRESHOLD)."
+)
+@budget_option
+@json_option("Print every number as JSON.")
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the tables as Markdown to this file.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write distance histograms and the threshold sweep as a PNG.",
+)
+@progress_option
+@click.pass_context
+def eval_(
+    ctx: click.Context,
+    corpus: Path | None,
+    questions: Path | None,
+    ood: Path | None,
+    strategies: bool,
+    threshold: float | None,
+    max_bluff_rate: float,
+    as_json: bool,
+    report_path: Path | None,
+    plot_path: Path | None,
+    no_progress: bool,
+) -> None:
+    """Measure retrieval (Recall@k, MRR, destroyed answers) and what the threshold costs.
+
+    Indexes the corpus in a temporary data dir with the product's own code; no
+    language model is called. Without --corpus/--questions/--ood it uses the
+    bundled evaluation set.
+
+    Example: kb eval --strategies --report eval.md --plot eval.png
+    """
+    from evaluation.calibrate import propose_threshold
+    from evaluation.report import plot, render
+
+    result = _run_evaluation(
+        settings_of(ctx),
+        _evalset(corpus, questions, ood),
+        strategies=tuple(STRATEGIES) if strategies else (),
+        threshold=threshold,
+        progress=not no_progress,
+    )
+    chosen = propose_threshold(result.gate.sweep, max_bluff_rate)
+    recommended = chosen.threshold if chosen else None
+    if report_path is not None:
+        report_path.write_text(
+            render(result, markdown=True, recommended=recommended), encoding="utf-8"
+        )
+    if plot_path is not None:
+        plot(result, plot_path, recommended=recommended)
+
+    def text() -> None:
+        click.echo(render(result, recommended=recommended), nl=False)
+        if recommended is not None:
+            click.echo(
+                f"\nLargest threshold with bluff rate <= {max_bluff_rate:.0%}: {recommended:.3f} "
+                f"(configured: {result.gate.threshold:.3f}). See `kb calibrate`."
+            )
+
+    data = {
+        **result.to_dict(),
+        "recommended": {
+            "rule": "largest threshold whose out-of-domain bluff rate <= max_bluff_rate",
+            "max_bluff_rate": max_bluff_rate,
+            "threshold": recommended,
+        },
+    }
+    emit(data, as_json, text)
+
+
+@main.command("export-disliked")
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_context
+def export_disliked(ctx: click.Context, out: Path) -> None:
+    """Write the questions people gave a thumbs-down, as candidate questions to label.
+
+    Writes JSON lines in the shape of questions.jsonl with the needle left
+    empty: fill in the passage that should have answered each one and a second
+    phrasing (or move it to ood.jsonl), then use it with `kb eval --questions`.
+
+    Example: kb export-disliked disliked.jsonl
+    """
+    from evaluation.run import export_disliked as export
+    from index.store import Store
+
+    # The query log only: no need to load the embedding model for this.
+    count = export(Store(settings_of(ctx).data_dir), out)
+    click.echo(f"Wrote {count} thumbs-down questions to {out}; label them before use.")
+
+
+@main.command()
+@evalset_options
+@click.option(
+    "--from-log",
+    "from_log",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Labelled logged questions instead of an evaluation set (JSON lines: question or query_id, and in_domain true/false); searched against this knowledge base.",
+)
+@budget_option
+@click.option(
+    "--step",
+    type=click.FloatRange(0.001, 0.5),
+    default=0.025,
+    show_default=True,
+    help="Spacing of the thresholds tried (0.20 to 1.00).",
+)
+@click.option(
+    "--write-env",
+    "env_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write KB_THRESHOLD=<proposed> into this .env file, keeping its other lines.",
+)
+@json_option("Print the calibration as JSON.")
+@progress_option
+@click.pass_context
+def calibrate(
+    ctx: click.Context,
+    corpus: Path | None,
+    questions: Path | None,
+    ood: Path | None,
+    from_log: Path | None,
+    max_bluff_rate: float,
+    step: float,
+    env_path: Path | None,
+    as_json: bool,
+    no_progress: bool,
+) -> None:
+    """Propose the refusal threshold for a bluff budget, and show what it costs.
+
+    Picks the largest threshold whose out-of-domain bluff rate is within
+    --max-bluff-rate, on the bundled evaluation set, your own set, or your
+    logged questions labelled in/out of domain (--from-log).
+
+    Example: kb calibrate --max-bluff-rate 0.1 --write-env .env
+    """
+    from evaluation import calibrate as cal
+    from evaluation.report import render_calibration
+
+    settings = settings_of(ctx)
+    grid = cal.calibration_grid(step)
+    if from_log is not None:
+        if corpus or questions or ood:
+            raise click.UsageError("Use either --from-log or --corpus/--questions/--ood, not both.")
+        kb = open_kb(ctx)
+        inside, outside = cal.load_labelled_log(from_log, kb.store)
+        result = cal.from_log(
+            kb,
+            inside,
+            outside,
+            top_k=settings.top_k,
+            current_threshold=settings.threshold,
+            max_bluff_rate=max_bluff_rate,
+            thresholds=grid,
+        )
+    else:
+        evaluation = _run_evaluation(
+            settings, _evalset(corpus, questions, ood), thresholds=grid, progress=not no_progress
+        )
+        result = cal.from_evaluation(evaluation, max_bluff_rate=max_bluff_rate)
+    emit(result.to_dict(), as_json, lambda: click.echo(render_calibration(result), nl=False))
+    if result.proposed is None:
+        ctx.exit(1)
+    if env_path is not None:
+        cal.write_env(env_path, result.proposed.threshold)
+        if not as_json:
+            value = cal.format_threshold(result.proposed.threshold)
+            click.echo(f"Wrote {cal.THRESHOLD_ENV}={value} to {env_path}.")

@@ -1,0 +1,136 @@
+"""The Slack surface on the web server: the bolt app, HTTP events, Socket Mode.
+
+``attach(app, config, services)`` builds the bolt ``AsyncApp`` with every
+listener registered and adds ``POST /slack/events`` to the aiohttp app; in
+Socket Mode (``SLACK_APP_TOKEN`` set) ``enable_socket_mode`` connects while
+the app runs. Without Slack credentials nothing is registered and the log
+says which settings are missing; the rest of the server runs all the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.server import routes
+from bot.slack.config import SlackConfig
+from bot.slack.listeners import Services, register
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BOLT", "EVENTS_PATH", "SLACK_CONFIG", "attach", "build_bolt", "enable_socket_mode"]
+
+BOLT = web.AppKey("bolt", AsyncApp)
+SLACK_CONFIG = web.AppKey("slack_config", SlackConfig)
+EVENTS_PATH = "/slack/events"
+
+
+def attach(
+    app: web.Application,
+    config: SlackConfig,
+    services: Services,
+    client: AsyncWebClient | None = None,
+) -> str:
+    """Serve Slack on ``app``; returns the Slack mode: ``socket``, ``http`` or ``disabled``."""
+    app[SLACK_CONFIG] = config
+    bolt = build_bolt(config, services, client)
+    app.router.add_post(EVENTS_PATH, _slack_events)
+    if bolt is None:
+        return "disabled"
+    app[BOLT] = bolt
+    return "socket" if config.app_token else "http"
+
+
+def build_bolt(
+    config: SlackConfig, services: Services, client: AsyncWebClient | None = None
+) -> AsyncApp | None:
+    """The bolt app with every listener registered, or ``None`` when Slack is not configured."""
+    if config.missing:
+        log.warning("Slack is disabled until these settings are set: %s", ", ".join(config.missing))
+        return None
+    client = client or AsyncWebClient(
+        token=config.bot_token,
+        base_url=config.api_url,
+        # The async client retries only connection errors unless told otherwise.
+        retry_handlers=[
+            AsyncConnectionErrorRetryHandler(),
+            AsyncRateLimitErrorRetryHandler(max_retry_count=2),
+        ],
+    )
+    # Only the client is passed (it carries the bot token); passing both makes bolt warn.
+    bolt = AsyncApp(client=client, signing_secret=config.signing_secret, name="kb")
+    if bolt.oauth_flow is not None:
+        log.error(
+            "Slack is disabled: SLACK_CLIENT_ID and SLACK_CLIENT_SECRET are set, which switches "
+            "bolt to multi-workspace OAuth. This bot uses one workspace's SLACK_BOT_TOKEN: unset them."
+        )
+        return None
+    register(bolt, services)
+    return bolt
+
+
+async def _slack_events(request: web.Request) -> web.Response:
+    """Slack's Events API, commands and interactivity over HTTP, verified and dispatched by bolt."""
+    bolt = request.app.get(BOLT)
+    if bolt is None or not request.app[SLACK_CONFIG].signing_secret:
+        # Without a signing secret nothing proves a request came from Slack: accept none.
+        return web.json_response(
+            {
+                "error": "Slack HTTP events are not configured: set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET."
+            },
+            status=503,
+        )
+    response = await bolt.async_dispatch(await to_bolt_request(request))
+    return await to_aiohttp_response(response)
+
+
+def _socket_mode(
+    bolt: AsyncApp, app_token: str
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+        handler = AsyncSocketModeHandler(bolt, app_token)
+        app[routes.SOCKET_CONNECTED] = handler.client.is_connected
+        # In the background: the SDK retries a refused connection (a wrong
+        # SLACK_APP_TOKEN) every 10 s forever, and the viewer and health checks
+        # must come up meanwhile; /readyz reports whether Slack is connected.
+        task = asyncio.create_task(_connect(handler))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await handler.close_async()
+
+    return ctx
+
+
+async def _connect(handler: Any) -> None:
+    await handler.connect_async()
+    log.info("connected to Slack in Socket Mode")
+
+
+def enable_socket_mode(app: web.Application) -> bool:
+    """Connect to Slack in Socket Mode while ``app`` runs, when ``SLACK_APP_TOKEN`` is set.
+
+    Call before the app starts. Returns whether Socket Mode was enabled (Slack
+    is configured and an app-level token is set).
+    """
+    bolt = app.get(BOLT)
+    app_token = app[SLACK_CONFIG].app_token
+    if bolt is None or not app_token:
+        return False
+    app.cleanup_ctx.append(_socket_mode(bolt, app_token))
+    return True

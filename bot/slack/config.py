@@ -1,0 +1,41 @@
+"""What the Slack surface needs to know: its tokens, its API address, who its admins are.
+
+Built at the entry point from the product's one settings object
+(``bot.settings.Settings.slack_config``); tests build it directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+
+
+@dataclass(frozen=True)
+class SlackConfig:
+    """Tokens and admin policy of one Slack workspace's app.
+
+    Attributes:
+        bot_token: ``xoxb-...``; also authenticates file downloads.
+        signing_secret: verifies HTTP requests came from Slack.
+        app_token: ``xapp-...``; when set the bot connects in Socket Mode.
+        api_url: Slack Web API base URL (a test server in tests).
+        admin_user_ids: users allowed to run ``/kb-reindex``.
+        workspace_admins_are_admins: Slack workspace admins and owners may too.
+    """
+
+    # Secrets never in a repr: a repr ends up in tracebacks and logs.
+    bot_token: str = field(default="", repr=False)
+    signing_secret: str = field(default="", repr=False)
+    app_token: str = field(default="", repr=False)
+    api_url: str = DEFAULT_SLACK_API_URL
+    admin_user_ids: frozenset[str] = frozenset()
+    workspace_admins_are_admins: bool = True
+
+    @property
+    def missing(self) -> list[str]:
+        """Environment variables that must be set before the bot can talk to Slack."""
+        missing = [] if self.bot_token else ["SLACK_BOT_TOKEN"]
+        if not self.app_token and not self.signing_secret:
+            missing.append("SLACK_SIGNING_SECRET (or SLACK_APP_TOKEN for Socket Mode)")
+        return missing

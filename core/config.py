@@ -1,0 +1,51 @@
+"""What the answer engine needs to know: the gate, the model endpoint, the links.
+
+Built at the entry point from the product's one settings object
+(``bot.settings.Settings.engine_config``); tests and tools build it directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_TOP_K = 4
+# Set from the bundled evaluation set (docs/evaluation.md): the largest
+# threshold whose bluff rate on its out-of-domain questions is at most 10 %.
+# A threshold does not transfer between corpora: operators recalibrate with
+# `kb calibrate` on their own documents.
+DEFAULT_THRESHOLD = 0.475
+DEFAULT_LINK_BASE_URL = "http://localhost:3000"
+DEFAULT_LINK_TTL_DAYS = 90
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """An OpenAI-compatible endpoint; an empty ``base_url`` means no model (evidence only)."""
+
+    base_url: str = ""
+    # Never in a repr: a repr ends up in tracebacks and logs.
+    api_key: str = field(default="", repr=False)
+    model: str = "gpt-4o-mini"
+    timeout: float = 30.0
+    max_retries: int = 1
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The refusal gate, the model, and the citation links.
+
+    Attributes:
+        top_k: most passages kept for one answer.
+        threshold: cosine distance above which a passage is never used.
+        link_base_url: where citation links point (no trailing slash).
+        link_secret: signs citation links; empty: a secret kept in the data dir.
+        link_ttl_days: how long a citation link stays valid.
+        llm: the model endpoint.
+    """
+
+    top_k: int = DEFAULT_TOP_K
+    threshold: float = DEFAULT_THRESHOLD
+    link_base_url: str = DEFAULT_LINK_BASE_URL
+    link_secret: str = field(default="", repr=False)
+    link_ttl_days: int = DEFAULT_LINK_TTL_DAYS
+    llm: LLMConfig = field(default_factory=LLMConfig)

@@ -1,0 +1,32 @@
+"""What the storage and ingestion layer needs to know, and nothing else.
+
+Built at the entry point from the product's one settings object
+(``bot.settings.Settings.index_config``); tests and tools build it directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_DATA_DIR = Path("kb-data")
+DEFAULT_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
+DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+DEFAULT_CHUNK_BUDGET = 512
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """Where the knowledge base lives and how documents become searchable chunks.
+
+    Attributes:
+        data_dir: folder of the SQLite database, the derived index files and the originals.
+        embedding_model: ``bundled:all-MiniLM-L6-v2``, a local folder or a model name.
+        max_upload_bytes: largest document accepted.
+        chunk_budget: chunk size budget in characters.
+    """
+
+    data_dir: Path = DEFAULT_DATA_DIR
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    chunk_budget: int = DEFAULT_CHUNK_BUDGET
