@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from bisect import bisect_right
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +16,10 @@ from hypothesis import strategies as st
 
 from index.chunk import CHUNKER_VERSION, chunk_document, heading_title
 from index.embed import Embedder
+from index.extract import EXTRACTOR_VERSION
+from index.ingest import PIPELINE_VERSION
 from index.models import Chunking, Extracted
+from index.store import Stamp, Store
 
 # --- an independent reading of the rules, line by line, used as the oracle
 
@@ -342,8 +348,26 @@ def test_a_bad_budget_is_refused() -> None:
         chunk_document(md("x"), budget=0)
 
 
-def test_version_is_a_stamp() -> None:
-    assert isinstance(CHUNKER_VERSION, str) and CHUNKER_VERSION
+def test_version_is_stamped_on_documents_and_a_bump_makes_them_stale(
+    fixture_data_dir: Path, tmp_path: Path
+) -> None:
+    # Documents the product's ingestion indexed (tests/conftest_bot.py), on a
+    # copy: the session's fixture stays untouched.
+    store = Store(shutil.copytree(fixture_data_dir, tmp_path / "kb"))
+    docs = store.documents()
+    assert docs and all(CHUNKER_VERSION in d["pipeline_version"] for d in docs)
+    first = docs[0]
+    current = Stamp(
+        embedding_model=first["embedding_model"],
+        dimensions=first["dimensions"],
+        pipeline_version=PIPELINE_VERSION,
+        extractor_version=EXTRACTOR_VERSION,
+    )
+    assert store.stale_documents(current) == []
+    # What the stamp becomes once CHUNKER_VERSION is bumped: every document is then stale.
+    bumped = PIPELINE_VERSION.replace(CHUNKER_VERSION, CHUNKER_VERSION + "-next")
+    stale = store.stale_documents(replace(current, pipeline_version=bumped))
+    assert [d["id"] for d in stale] == [d["id"] for d in docs]
 
 
 # --- the encoder window, with the real tokenizer
