@@ -26,7 +26,7 @@ from core.errors import LLMUnavailable
 from core.gate import CANDIDATES_PER_KEPT, gate
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
-from core.prompt import Source, build_messages
+from core.prompt import HISTORY_TURNS, Source, build_messages
 from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend
 from index.knowledge_base import KnowledgeBase
 from index.store import ChunkRow
@@ -90,7 +90,7 @@ class Asker:
 
     user: str | None = None
     channel: str | None = None
-    thread_ts: str | None = None
+    thread_id: str | None = None
 
 
 class Engine:
@@ -118,6 +118,10 @@ class Engine:
         self.signer = signer
         self.llm = llm or LLM(config.llm)
         self.backend = backend or LocalBackend(kb.indexes)
+
+    def thread_history(self, channel: str, thread_id: str) -> list[tuple[str, str]]:
+        """The earlier ``(question, answer)`` turns of a thread that the prompt uses."""
+        return self.kb.store.thread_turns(channel, thread_id, HISTORY_TURNS)
 
     async def aclose(self) -> None:
         """Release the model client's connections."""
@@ -277,7 +281,7 @@ class Engine:
             timings=answer.timings_ms,
             user=asker.user,
             channel=asker.channel,
-            thread_ts=asker.thread_ts,
+            thread_id=asker.thread_id,
             answer=answer.answer,
         )
 

@@ -55,6 +55,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from index.chunk import markdown_structure
+
 __all__ = ["Resolved", "citation_spans", "resolve_citations"]
 
 # Nine digits keep int() cheap and far below Python's int-parsing limit; a
@@ -66,8 +68,6 @@ _GROUP_RE = re.compile(_GROUP)
 _RUN_RE = re.compile(rf"{_GROUP}(?:[ \t]*{_GROUP})*")
 _ITEM_RE = re.compile(r"(-?[0-9]+)(?:[ \t]*[-\u2013][ \t]*([0-9]+))?")
 _BACKTICKS_RE = re.compile(r"`+")
-_FENCE_OPEN_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
-_FENCE_CLOSE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*$")
 _BLANK_LINE_RE = re.compile(r"\n[ \t]*\n")
 _ASCII_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 # Punctuation that may close a sentence or a wrapper right after a glued citation.
@@ -295,7 +295,8 @@ def _inside(ranges: list[tuple[int, int]], pos: int) -> bool:
 
 def _code_ranges(text: str) -> list[tuple[int, int]]:
     """Spans of fenced code blocks and inline code spans (CommonMark, simplified)."""
-    fenced = _fenced_ranges(text)
+    # The same fence rules the chunker uses: a fence is code wherever it appears.
+    fenced = markdown_structure(text)[1]
     ranges = list(fenced)
     pos = 0
     for a, b in [*fenced, (len(text), len(text))]:
@@ -303,29 +304,6 @@ def _code_ranges(text: str) -> list[tuple[int, int]]:
             ranges.extend(_inline_code(text, para_start, para_end))
         pos = b
     return sorted(ranges)
-
-
-def _fenced_ranges(text: str) -> list[tuple[int, int]]:
-    """Fenced blocks; an unclosed fence runs to the end of the text, as in CommonMark."""
-    ranges: list[tuple[int, int]] = []
-    fence: tuple[str, int, int] | None = None  # (char, length, start offset)
-    offset = 0
-    for line in text.split("\n"):
-        line_end = offset + len(line)
-        if fence is None:
-            m = _FENCE_OPEN_RE.match(line)
-            # A backtick fence's info string cannot contain a backtick.
-            if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
-                fence = (m.group(1)[0], len(m.group(1)), offset)
-        else:
-            m = _FENCE_CLOSE_RE.match(line)
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= fence[1]:
-                ranges.append((fence[2], line_end))
-                fence = None
-        offset = line_end + 1
-    if fence is not None:
-        ranges.append((fence[2], len(text)))
-    return ranges
 
 
 def _paragraphs(text: str, start: int, end: int) -> list[tuple[int, int]]:

@@ -14,16 +14,22 @@ from bot.settings import Settings, env_example, env_var_names
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _imports(package: str) -> set[tuple[str, str]]:
+def _imports(part: str) -> set[tuple[str, str]]:
+    """(file, imported module) for every absolute import in a package or module of the product."""
+    root = ROOT / part
     found = set()
-    for path in (ROOT / package).rglob("*.py"):
+    for path in [root] if root.is_file() else root.rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                found |= {(str(path.relative_to(ROOT)), a.name.split(".")[0]) for a in node.names}
+                found |= {(str(path.relative_to(ROOT)), a.name) for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add((str(path.relative_to(ROOT)), node.module.split(".")[0]))
+                found.add((str(path.relative_to(ROOT)), node.module))
     return found
+
+
+def _within(module: str, forbidden: set[str]) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in forbidden)
 
 
 @pytest.mark.parametrize(
@@ -32,11 +38,24 @@ def _imports(package: str) -> set[tuple[str, str]]:
         ("index", {"core", "bot", "evaluation", "slack_bolt", "slack_sdk", "aiohttp", "openai"}),
         ("core", {"bot", "evaluation", "slack_bolt", "slack_sdk", "aiohttp", "tqdm", "matplotlib"}),
         ("evaluation", {"bot", "slack_bolt", "slack_sdk", "aiohttp"}),
+        # Surface-neutral parts of bot/: a second chat surface reuses them as they are.
+        ("bot/conversation.py", {"bot.slack", "bot.server", "bot.cli", "slack_bolt", "slack_sdk"}),
+        ("bot/server", {"bot.slack", "bot.cli", "slack_bolt", "slack_sdk", "evaluation"}),
     ],
 )
 def test_imports_flow_bot_core_index(package: str, forbidden: set[str]) -> None:
-    bad = sorted((f, m) for f, m in _imports(package) if m in forbidden)
+    bad = sorted((f, m) for f, m in _imports(package) if _within(m, forbidden))
     assert bad == []
+
+
+def test_only_the_cli_and_bench_import_evaluation() -> None:
+    users = {
+        f
+        for part in ("bot", "core", "index")
+        for f, m in _imports(part)
+        if _within(m, {"evaluation"})
+    }
+    assert users and all(f.startswith("bot/cli/") for f in users), users
 
 
 def test_env_example_is_generated_from_settings() -> None:

@@ -210,7 +210,7 @@ async def test_streamed_answer_updates_the_placeholder_at_most_once_per_interval
     # The local model streams everything at once: well within one interval, so one update.
     assert len(bot.slack.calls("chat.update")) == 1
 
-    bot.services.stream_update_seconds = 0.0
+    bot.services.conversation.stream_update_seconds = 0.0
     await bot.event(app_mention_event(IN_DOMAIN))
     updates = await bot.slack.wait_for("chat.update", 3, timeout=15)
     assert any(messages.WRITING in _text_of(u) for u in updates[1:])

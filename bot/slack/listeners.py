@@ -1,10 +1,10 @@
-"""Thin Slack handlers: they read the payload, call the engine or the knowledge base, and render.
+"""Thin Slack handlers: they read the payload and hand it to the conversation or the knowledge base.
 
 Registered on a bolt ``AsyncApp`` by :func:`register`:
 
 * questions: ``app_mention`` (answered in the thread), direct messages, and
-  follow-ups in a thread the bot already answered in (the thread's earlier
-  questions and answers, from the query log, become the history);
+  follow-ups in a thread the bot already answered in, each turned into a
+  ``bot.conversation.Turn`` and answered through a ``SlackReply``;
 * ``/kb-upload`` (a modal with a file input), its submission, files shared with
   the bot in a DM, and the Retry button of a failed file;
 * ``/kb-reindex`` for admins;
@@ -18,11 +18,9 @@ event loop keeps acknowledging Slack within its 3 seconds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,9 +28,9 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.conversation import Conversation, Turn
 from bot.slack import messages
 from bot.slack.config import SlackConfig
 from bot.slack.reindex import AdminCheck, Reindexer
@@ -45,11 +43,10 @@ from bot.slack.render import (
     UPLOAD_VISIBILITY_BLOCK,
     VISIBILITY_CHANNEL,
     parse_feedback_value,
-    render_answer,
     render_notice,
-    render_partial,
     upload_modal,
 )
+from bot.slack.reply import REPLY_KEY, SlackReply
 from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
 from core.answer import Asker, Engine
 from index.errors import KBError
@@ -60,9 +57,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Services", "register", "strip_mention"]
 
-HISTORY_TURNS = 5
-STREAM_UPDATE_SECONDS = 1.0
-REPLY_KEY = "kb_reply"  # bolt context key: where a failing listener should report
 
 _MENTION_RE = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
 
@@ -81,7 +75,7 @@ class Services:
     uploader: Uploader
     admins: AdminCheck
     reindexer: Reindexer
-    stream_update_seconds: float = STREAM_UPDATE_SECONDS
+    conversation: Conversation
     # Redelivery checks sit on the ack path: their own threads, so they never
     # queue behind embedding and retrieval work in the default pool.
     ack_executor: ThreadPoolExecutor = field(
@@ -100,6 +94,7 @@ class Services:
             uploader=Uploader(kb, config, jobs),
             admins=AdminCheck(config),
             reindexer=Reindexer(kb),
+            conversation=Conversation(engine),
         )
 
 
@@ -125,41 +120,6 @@ def _delivery_keys(body: dict[str, Any]) -> list[str]:
         # Per event type: app_mention and message.channels carry the same client_msg_id.
         keys.append(f"msg:{event.get('type')}:{event['client_msg_id']}")
     return keys
-
-
-class _Streamer:
-    """Shows the answer in the placeholder while the model writes it, at most once per interval."""
-
-    def __init__(self, client: AsyncWebClient, channel: str, ts: str, interval: float) -> None:
-        self.client = client
-        self.channel = channel
-        self.ts = ts
-        self.interval = interval
-        self._last = time.monotonic()
-
-    async def __call__(self, text: str) -> None:
-        now = time.monotonic()
-        if now - self._last < self.interval:
-            return
-        self._last = now
-        try:
-            await self.client.chat_update(
-                channel=self.channel, ts=self.ts, **render_partial(text).as_kwargs()
-            )
-        except SlackApiError as exc:
-            # A lost progress update must not lose the answer that follows it.
-            log.warning("progress update failed: %s", exc)
-
-
-@dataclass(frozen=True)
-class _Question:
-    channel: str
-    user: str | None
-    text: str
-    thread_ts: str
-    in_thread: bool
-    scopes: frozenset[str]
-    direct: bool
 
 
 # ---------------------------------------------------------------- registration
@@ -204,17 +164,8 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
     async def on_mention(
         event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
     ) -> None:
-        channel = str(event["channel"])
-        question = _Question(
-            channel=channel,
-            user=event.get("user"),
-            text=str(event.get("text", "")),
-            thread_ts=str(event.get("thread_ts") or event["ts"]),
-            in_thread=bool(event.get("thread_ts")),
-            scopes=frozenset({channel}),
-            direct=False,
-        )
-        await _answer(services, client, context, question)
+        scopes = frozenset({str(event["channel"])})
+        await _answer(services, client, context, event, scopes=scopes, direct=False)
 
     @app.event("message")
     async def on_message(
@@ -228,20 +179,10 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
             if direct:
                 await _ingest_shared_files(services, client, event)
             return
-        channel = str(event["channel"])
-        thread_ts = event.get("thread_ts")
         if not direct and not await _is_follow_up(services, context, event):
             return
-        question = _Question(
-            channel=channel,
-            user=event.get("user"),
-            text=str(event.get("text", "")),
-            thread_ts=str(thread_ts or event["ts"]),
-            in_thread=bool(thread_ts),
-            scopes=frozenset() if direct else frozenset({channel}),
-            direct=direct,
-        )
-        await _answer(services, client, context, question)
+        scopes = frozenset() if direct else frozenset({str(event["channel"])})
+        await _answer(services, client, context, event, scopes=scopes, direct=direct)
 
 
 async def _is_follow_up(
@@ -259,46 +200,27 @@ async def _is_follow_up(
 
 
 async def _answer(
-    services: Services, client: AsyncWebClient, context: AsyncBoltContext, q: _Question
+    services: Services,
+    client: AsyncWebClient,
+    context: AsyncBoltContext,
+    event: dict[str, Any],
+    *,
+    scopes: frozenset[str],
+    direct: bool,
 ) -> None:
-    text = strip_mention(q.text, context.bot_user_id)
-    if not text:
-        notice = render_notice(messages.EMPTY_QUESTION)
-        await client.chat_postMessage(
-            channel=q.channel, thread_ts=q.thread_ts, **notice.as_kwargs()
-        )
-        return
-    if q.direct and q.in_thread:
-        await _set_status(client, q.channel, q.thread_ts)
-    placeholder = render_notice(messages.PLACEHOLDER)
-    posted = await client.chat_postMessage(
-        channel=q.channel, thread_ts=q.thread_ts, **placeholder.as_kwargs()
+    channel = str(event["channel"])
+    thread_ts = str(event.get("thread_ts") or event["ts"])
+    in_thread = bool(event.get("thread_ts"))
+    turn = Turn(
+        question=strip_mention(str(event.get("text", "")), context.bot_user_id),
+        scopes=scopes,
+        asker=Asker(user=event.get("user"), channel=channel, thread_id=thread_ts),
+        follow_up=in_thread,
     )
-    ts = str(posted["ts"])
-    context[REPLY_KEY] = {"channel": q.channel, "ts": ts}
-    history = (
-        await asyncio.to_thread(
-            services.kb.store.thread_turns, q.channel, q.thread_ts, HISTORY_TURNS
-        )
-        if q.in_thread
-        else []
+    reply = SlackReply(
+        client, context, channel=channel, thread_ts=thread_ts, show_status=direct and in_thread
     )
-    answer = await services.engine.ask(
-        text,
-        scopes=q.scopes,
-        history=history,
-        asker=Asker(user=q.user, channel=q.channel, thread_ts=q.thread_ts),
-        on_delta=_Streamer(client, q.channel, ts, services.stream_update_seconds),
-    )
-    await client.chat_update(channel=q.channel, ts=ts, **render_answer(answer).as_kwargs())
-
-
-async def _set_status(client: AsyncWebClient, channel: str, thread_ts: str) -> None:
-    # Only assistant threads accept a status; in a plain DM thread Slack refuses it, which is fine.
-    with contextlib.suppress(SlackApiError):
-        await client.assistant_threads_setStatus(
-            channel_id=channel, thread_ts=thread_ts, status=messages.STATUS_SEARCHING
-        )
+    await services.conversation.answer(turn, reply)
 
 
 # ---------------------------------------------------------------- uploads

@@ -7,6 +7,8 @@ came from outside (file names, failure reasons) is escaped by the caller.
 
 from __future__ import annotations
 
+from core.answer import REFUSAL_TEXT
+
 # ---------------------------------------------------------------- questions
 
 PLACEHOLDER = "Searching the knowledge base…"
@@ -17,10 +19,7 @@ EMPTY_QUESTION = (
     "_“How do I request a new laptop?”_. I answer only from the knowledge base, "
     "with a link to every passage I use."
 )
-REFUSAL = (
-    "The knowledge base has nothing on this, so I won't guess. "
-    "If a document should answer it, add it with `/kb-upload` and ask again."
-)
+REFUSAL = f"{REFUSAL_TEXT} If a document should answer it, add it with `/kb-upload` and ask again."
 EVIDENCE_HEADER = "*No answer generated — here is what the knowledge base says.*"
 EVIDENCE_REASON = (
     "The language model is unavailable right now; these passages matched your question."

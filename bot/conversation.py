@@ -1,0 +1,120 @@
+"""One turn of a conversation, the same on every chat surface.
+
+A surface (Slack today) turns its payload into a :class:`Turn` and hands a
+:class:`Reply` that knows how to show things there; :class:`Conversation`
+does the rest in the same order everywhere: help for an empty question, a
+progress indicator, the thread's earlier turns as history, the engine's
+answer streamed at a bounded rate, and the final answer in place of the
+progress. A second surface (Microsoft Teams, a web chat) is one new package
+that implements ``Reply`` and builds ``Turn``; nothing here changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from core.answer import Answer, Asker, Engine
+
+log = logging.getLogger(__name__)
+
+__all__ = ["STREAM_UPDATE_SECONDS", "Conversation", "Reply", "Turn"]
+
+# Chat platforms rate-limit message edits (Slack: about one per second per message).
+STREAM_UPDATE_SECONDS = 1.0
+
+
+class Reply(Protocol):
+    """How one surface shows a turn's progress and result to the person who asked."""
+
+    async def help(self) -> None:
+        """The question was empty: say what the bot is for and how to ask."""
+
+    async def progress(self) -> None:
+        """Show that the question is being worked on (kept until ``final``)."""
+
+    async def partial(self, text: str) -> None:
+        """Show the answer as written so far (citations not yet resolved)."""
+
+    async def final(self, answer: Answer) -> None:
+        """Replace the progress indicator with the engine's answer."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A question as every surface sees it.
+
+    Attributes:
+        question: the text, with any mention of the bot already removed.
+        scopes: document scopes the place it was asked may see (``None``: all).
+        asker: who asked, where, and in which thread.
+        follow_up: asked inside an earlier thread; its earlier turns become history.
+    """
+
+    question: str
+    scopes: frozenset[str] | None
+    asker: Asker
+    follow_up: bool = False
+
+
+class Conversation:
+    """Answers turns with one engine.
+
+    Args:
+        engine: the answer engine.
+        stream_update_seconds: least time between two partial answers shown.
+    """
+
+    def __init__(
+        self, engine: Engine, *, stream_update_seconds: float = STREAM_UPDATE_SECONDS
+    ) -> None:
+        self.engine = engine
+        self.stream_update_seconds = stream_update_seconds
+
+    async def answer(self, turn: Turn, reply: Reply) -> Answer | None:
+        """Answer ``turn`` through ``reply``; ``None`` when there was no question to answer."""
+        if not turn.question:
+            await reply.help()
+            return None
+        await reply.progress()
+        history = await self._history(turn)
+        answer = await self.engine.ask(
+            turn.question,
+            scopes=turn.scopes,
+            history=history,
+            asker=turn.asker,
+            on_delta=_throttled(reply.partial, self.stream_update_seconds),
+        )
+        await reply.final(answer)
+        return answer
+
+    async def _history(self, turn: Turn) -> list[tuple[str, str]]:
+        asker = turn.asker
+        if not (turn.follow_up and asker.channel and asker.thread_id):
+            return []
+        return await asyncio.to_thread(self.engine.thread_history, asker.channel, asker.thread_id)
+
+
+def _throttled(
+    show: Callable[[str], Awaitable[None]], interval: float
+) -> Callable[[str], Awaitable[None]]:
+    """``show``, called at most once per ``interval`` seconds; calls in between are dropped.
+
+    Each call carries the whole text so far, so a dropped one loses nothing
+    the next one (or the final answer) does not show.
+    """
+    last = time.monotonic()
+
+    async def maybe_show(text: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < interval:
+            return
+        last = now
+        await show(text)
+
+    return maybe_show
