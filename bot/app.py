@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 __all__ = ["SERVICES", "create_app", "run_server"]
 
 SERVICES = web.AppKey("services", Services)
+SLACK_MODE = web.AppKey("slack_mode", str)
 # On shutdown, uploads being indexed get this long to finish before they are cancelled.
 SHUTDOWN_GRACE_SECONDS = 30.0
 
@@ -61,7 +62,7 @@ def create_app(
     app[routes.ENGINE] = engine
     app[SERVICES] = services
     routes.setup(app)
-    app[routes.SLACK_MODE] = slack.attach(app, slack_config, services, slack_client)
+    app[SLACK_MODE] = slack.attach(app, slack_config, services, slack_client)
     app.cleanup_ctx.append(_services_ctx)
     return app
 
@@ -89,7 +90,7 @@ def run_server(settings: Settings) -> None:
     """Serve until interrupted: Slack (Socket Mode or HTTP events), the viewer and health checks."""
     app = create_app(settings)
     slack.enable_socket_mode(app)
-    mode = app[routes.SLACK_MODE]
+    mode = app[SLACK_MODE]
     log.info(
         "serving on port %d (Slack: %s%s; viewer at %s/d/...)",
         settings.port,

@@ -150,6 +150,21 @@ class DerivedIndexes:
             ),
         }
 
+    def sync_state(self) -> dict[str, object]:
+        """What the last sync recorded, against the store's generation: cheap enough for a probe.
+
+        Unlike :meth:`check`, reads no chunk ids: the snapshot is in sync when
+        it reflects the store's current generation.
+        """
+        snap = self._snapshot
+        generation = self.store.generation
+        return {
+            "generation": generation,
+            "snapshot_generation": None if snap is None else snap.generation,
+            "chunks": 0 if snap is None else len(snap),
+            "in_sync": snap is not None and snap.generation == generation,
+        }
+
     # ------------------------------------------------------------------ internals
 
     def _searchable_ids(self) -> np.ndarray:

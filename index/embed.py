@@ -75,6 +75,11 @@ class Embedder:
             ) from exc
 
     @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory (it loads on first use)."""
+        return "_model" in self.__dict__
+
+    @property
     def dim(self) -> int:
         """Number of dimensions of the vectors."""
         return int(self._model.get_embedding_dimension())

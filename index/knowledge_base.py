@@ -110,6 +110,10 @@ class KnowledgeBase:
         """The current search snapshot."""
         return self.indexes.snapshot
 
+    def document_count(self) -> int:
+        """How many documents there are, in any state."""
+        return int(self.store.db["documents"].count)
+
     def documents(self) -> list[dict[str, Any]]:
         """Every document row, oldest first."""
         return self.store.documents()

@@ -127,7 +127,7 @@ async def test_startup_opens_one_connection_with_the_app_token(socket_bot: Socke
     await socket_bot.slack.wait_for_socket()
     assert socket_bot.slack.socket_connections == 1
     ready = await (await socket_bot.http.get("/readyz")).json()
-    assert ready["slack"] == "socket" and ready["slack_connected"] is True
+    assert ready["slack"] == "socket" and ready["checks"]["slack_connected"] is True
 
 
 async def test_a_wrong_app_token_leaves_the_web_server_up_and_not_ready(
@@ -152,7 +152,7 @@ async def test_a_wrong_app_token_leaves_the_web_server_up_and_not_ready(
     assert (await http.get("/healthz")).status == 200
     resp = await http.get("/readyz")
     body = await resp.json()
-    assert resp.status == 503 and body["slack_connected"] is False
+    assert resp.status == 503 and body["checks"]["slack_connected"] is False
     assert slack.socket_connections == 0
     await http.close()
 

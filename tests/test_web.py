@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.server.routes import MIDDLEWARES
+from bot.server.routes import MIDDLEWARES, add_readiness_check
 from core.errors import BadLinkToken
 from core.links import LinkSigner, load_or_create_secret
 from index.errors import KBError
@@ -158,6 +158,30 @@ async def test_not_ready_while_the_index_lags_the_database(bot: Bot) -> None:
     )
     bot.kb.indexes.refresh()
     assert (await bot.http.get("/readyz")).status == 200
+
+
+async def test_parts_register_their_own_readiness_checks(bot: Bot) -> None:
+    async def down() -> bool:
+        return False
+
+    async def broken() -> bool:
+        raise RuntimeError("probe exploded")
+
+    add_readiness_check(bot.app, "queue_reachable", down)
+    resp = await bot.http.get("/readyz")
+    body = await resp.json()
+    assert resp.status == 503 and body["checks"]["queue_reachable"] is False
+    assert body["checks"]["index_in_sync"] is True
+    # A check that raises means "not ready", never a 500.
+    add_readiness_check(bot.app, "queue_reachable", broken)
+    resp = await bot.http.get("/readyz")
+    assert resp.status == 503 and (await resp.json())["checks"]["queue_reachable"] is False
+
+
+async def test_readiness_counts_what_the_last_sync_recorded(bot: Bot) -> None:
+    body = await (await bot.http.get("/readyz")).json()
+    assert body["chunks"] == len(bot.kb.snapshot) > 0
+    assert body["index"]["snapshot_generation"] == body["index"]["generation"]
 
 
 class _Conflict(KBError):

@@ -43,18 +43,18 @@ __all__ = [
     "ENGINE",
     "KB",
     "MIDDLEWARES",
-    "SLACK_MODE",
-    "SOCKET_CONNECTED",
     "AccessLogger",
+    "add_readiness_check",
+    "add_readiness_info",
     "setup",
 ]
 
 KB = web.AppKey("kb", KnowledgeBase)
 ENGINE = web.AppKey("engine", Engine)
-SLACK_MODE = web.AppKey("slack_mode", str)
 STARTED = web.AppKey("started", float)
-# Socket Mode only: whether the websocket to Slack is up right now.
-SOCKET_CONNECTED: web.AppKey[Callable[[], Awaitable[bool]]] = web.AppKey("socket_connected")
+ReadinessCheck = Callable[[], Awaitable[bool]]
+READINESS_CHECKS: web.AppKey[dict[str, ReadinessCheck]] = web.AppKey("readiness_checks")
+READINESS_INFO: web.AppKey[dict[str, object]] = web.AppKey("readiness_info")
 
 STATIC_DIR = Path(str(resources.files("bot.server") / "static"))
 STATIC_ASSETS = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
@@ -320,24 +320,36 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def _readiness(kb: KnowledgeBase) -> dict[str, Any]:
-    index = kb.indexes.check()
+    # Cheap on purpose (probes come every few seconds): the state the last
+    # sync recorded and counters, never a scan of the chunks (`kb status` does that).
+    index = kb.indexes.sync_state()
     return {
         "checks": {
             "knowledge_base": True,
             "index_in_sync": bool(index["in_sync"]),
-            # KnowledgeBase loads the model when it opens (it needs its dimensions).
-            "model_loaded": "_model" in vars(kb.embedder),
+            "model_loaded": kb.embedder.loaded,
         },
         "index": index,
         "embedding_model": kb.embedder.name,
-        "documents": len(kb.store.documents()),
-        "chunks": kb.store.chunk_count(),
+        "documents": kb.document_count(),
+        "chunks": index["chunks"],
         "reindex_running": kb.reindex_running(),
     }
 
 
+def add_readiness_check(app: web.Application, name: str, check: ReadinessCheck) -> None:
+    """Make ``/readyz`` answer 503 while ``check()`` is false (a part of the bot registers its own)."""
+    app[READINESS_CHECKS][name] = check
+
+
+def add_readiness_info(app: web.Application, name: str, value: object) -> None:
+    """Report ``value`` under ``name`` in ``/readyz`` (facts for operators, not checks)."""
+    app[READINESS_INFO][name] = value
+
+
 async def readyz(request: web.Request) -> web.Response:
-    """Readiness: knowledge base open, indexes in sync with SQLite, embedding model loaded."""
+    """Readiness: knowledge base open, index in sync with SQLite, model loaded, and every
+    check the other parts registered (Slack's Socket Mode connection, for one)."""
     try:
         details = await asyncio.to_thread(_readiness, request.app[KB])
     except Exception as exc:  # not ready is an answer, not a crash
@@ -345,19 +357,28 @@ async def readyz(request: web.Request) -> web.Response:
         return web.json_response(
             {"ready": False, "checks": {"knowledge_base": False}, "error": str(exc)}, status=503
         )
+    for name, check in request.app[READINESS_CHECKS].items():
+        details["checks"][name] = await _passes(name, check)
     details["ready"] = all(details["checks"].values())
-    details["slack"] = request.app[SLACK_MODE]
-    is_connected = request.app.get(SOCKET_CONNECTED)
-    if is_connected is not None:
-        details["slack_connected"] = await is_connected()
-        details["ready"] = bool(details["ready"] and details["slack_connected"])
+    info: dict[str, object] = request.app[READINESS_INFO]
+    details.update(info)
     details["llm_configured"] = request.app[ENGINE].llm.configured
     return web.json_response(details, status=200 if details["ready"] else 503)
+
+
+async def _passes(name: str, check: ReadinessCheck) -> bool:
+    try:
+        return bool(await check())
+    except Exception as exc:  # a failing check means not ready, never a 500
+        log.warning("readiness check %s failed: %s", name, exc)
+        return False
 
 
 def setup(app: web.Application) -> None:
     """Add the viewer, file, static and health routes to ``app``."""
     app[STARTED] = time.monotonic()
+    app[READINESS_CHECKS] = {}
+    app[READINESS_INFO] = {}
     app.on_response_prepare.append(_security_headers)
     app.router.add_get("/d/{id}", viewer)
     app.router.add_get("/d/{id}/file", original_file)

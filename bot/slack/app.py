@@ -47,10 +47,11 @@ def attach(
     app[SLACK_CONFIG] = config
     bolt = build_bolt(config, services, client)
     app.router.add_post(EVENTS_PATH, _slack_events)
-    if bolt is None:
-        return "disabled"
-    app[BOLT] = bolt
-    return "socket" if config.app_token else "http"
+    mode = "disabled" if bolt is None else "socket" if config.app_token else "http"
+    if bolt is not None:
+        app[BOLT] = bolt
+    routes.add_readiness_info(app, "slack", mode)
+    return mode
 
 
 def build_bolt(
@@ -103,7 +104,7 @@ def _socket_mode(
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
         handler = AsyncSocketModeHandler(bolt, app_token)
-        app[routes.SOCKET_CONNECTED] = handler.client.is_connected
+        routes.add_readiness_check(app, "slack_connected", handler.client.is_connected)
         # In the background: the SDK retries a refused connection (a wrong
         # SLACK_APP_TOKEN) every 10 s forever, and the viewer and health checks
         # must come up meanwhile; /readyz reports whether Slack is connected.
