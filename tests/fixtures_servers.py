@@ -10,14 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.servers import MockSlackAPI, OpenAICompatServer
-
-
-@pytest.fixture
-async def mock_slack() -> AsyncIterator[MockSlackAPI]:
-    """A running :class:`MockSlackAPI`; point clients at ``mock_slack.api_url``."""
-    async with MockSlackAPI() as slack:
-        yield slack
+from tests.servers import OpenAICompatServer
 
 
 @pytest.fixture

@@ -399,9 +399,7 @@ class MockSlackAPI(_LocalServer):
         self.messages: dict[tuple[str, str], JSONDict] = {}
         """Messages the bot posted (and updated), by ``(channel, ts)``."""
         self.views: dict[str, JSONDict] = {}
-        """Views opened or updated, by view id."""
-        self.reactions: set[tuple[str, str, str]] = set()
-        """``(channel, ts, name)`` of added reactions."""
+        """Views opened, by view id."""
         self.socket_connections = 0
         """How many Socket Mode websockets were opened (reconnections count again)."""
         self.socket_acks: list[JSONDict] = []
@@ -409,7 +407,6 @@ class MockSlackAPI(_LocalServer):
         self._sockets: list[web.WebSocketResponse] = []
         self._response_posts: list[tuple[str, JSONDict]] = []
         self._users: dict[str, JSONDict] = {}
-        self._replies: dict[tuple[str, str], list[JSONDict]] = {}
         self._files: dict[str, tuple[JSONDict, bytes]] = {}
         self._overrides: dict[str, list[_Override]] = {}
         self._handlers: dict[str, Callable[[JSONDict], JSONDict]] = {}
@@ -538,13 +535,6 @@ class MockSlackAPI(_LocalServer):
         user.update(is_admin=is_admin, is_owner=is_owner, deleted=deleted, is_bot=is_bot)
         self._users[user_id] = user
         return user
-
-    def set_replies(self, channel: str, thread_ts: str, messages: list[JSONDict]) -> None:
-        """Define the thread ``conversations.replies`` returns (parent first, as Slack does).
-
-        Without this, the replies are the bot's own messages recorded in that thread.
-        """
-        self._replies[(channel, thread_ts)] = messages
 
     def add_file(
         self,
@@ -910,38 +900,7 @@ class MockSlackAPI(_LocalServer):
         error = self._message_errors(params)
         return error or {"ok": True, "message_ts": slack_ts()}
 
-    def _m_chat_getPermalink(self, params: JSONDict) -> JSONDict:
-        channel, ts = str(params.get("channel", "")), str(params.get("message_ts", ""))
-        return {
-            "ok": True,
-            "channel": channel,
-            "permalink": f"https://example.slack.com/archives/{channel}/p{ts.replace('.', '')}",
-        }
-
-    def _m_conversations_open(self, params: JSONDict) -> JSONDict:
-        users = str(params.get("users", "")).split(",")
-        return {"ok": True, "channel": {"id": "D" + users[0][1:] if users[0] else DM_CHANNEL_ID}}
-
-    def _m_conversations_replies(self, params: JSONDict) -> JSONDict:
-        channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
-        if (channel, ts) in self._replies:
-            messages = self._replies[(channel, ts)]
-        else:
-            messages = [
-                m
-                for (c, _), m in sorted(self.messages.items(), key=lambda kv: kv[0][1])
-                if c == channel and (m["ts"] == ts or m.get("thread_ts") == ts)
-            ]
-        if not messages:
-            return {"ok": False, "error": "thread_not_found"}
-        return {
-            "ok": True,
-            "messages": messages,
-            "has_more": False,
-            "response_metadata": {"next_cursor": ""},
-        }
-
-    def _view_object(self, view: JSONDict, view_id: str, previous: JSONDict | None) -> JSONDict:
+    def _view_object(self, view: JSONDict, view_id: str) -> JSONDict:
         out: JSONDict = {
             "id": view_id,
             "team_id": self.team_id,
@@ -956,7 +915,7 @@ class MockSlackAPI(_LocalServer):
             "close": None,
             "submit": None,
             "previous_view_id": None,
-            "root_view_id": (previous or {}).get("root_view_id", view_id),
+            "root_view_id": view_id,
             "app_id": self.app_id,
             "external_id": "",
             "app_installed_team_id": self.team_id,
@@ -979,32 +938,8 @@ class MockSlackAPI(_LocalServer):
                     "response_metadata": {"messages": errors},
                 }
         view_id = _next_id("V")
-        self.views[view_id] = self._view_object(dict(view or {}), view_id, None)
+        self.views[view_id] = self._view_object(dict(view or {}), view_id)
         return {"ok": True, "view": self.views[view_id]}
-
-    def _m_views_update(self, params: JSONDict) -> JSONDict:
-        view_id = str(params.get("view_id", ""))
-        if not view_id and params.get("external_id"):
-            view_id = next(
-                (k for k, v in self.views.items() if v.get("external_id") == params["external_id"]),
-                "",
-            )
-        if view_id not in self.views:
-            return {"ok": False, "error": "not_found"}
-        view = params.get("view")
-        if self.validate:
-            errors = _view_errors(view)
-            if errors:
-                return {
-                    "ok": False,
-                    "error": "invalid_arguments",
-                    "response_metadata": {"messages": errors},
-                }
-        self.views[view_id] = self._view_object(dict(view or {}), view_id, self.views[view_id])
-        return {"ok": True, "view": self.views[view_id]}
-
-    def _m_views_push(self, params: JSONDict) -> JSONDict:
-        return self._m_views_open(params)
 
     def _m_apps_connections_open(self, params: JSONDict) -> JSONDict:
         return {"ok": True, "url": self.base_url.replace("http://", "ws://", 1) + "/socket"}
@@ -1018,19 +953,6 @@ class MockSlackAPI(_LocalServer):
     def _m_assistant_threads_setStatus(self, params: JSONDict) -> JSONDict:
         if not params.get("channel_id") or not params.get("thread_ts"):
             return {"ok": False, "error": "invalid_arguments"}
-        return {"ok": True}
-
-    def _m_reactions_add(self, params: JSONDict) -> JSONDict:
-        key = (
-            str(params.get("channel", "")),
-            str(params.get("timestamp", "")),
-            str(params.get("name", "")),
-        )
-        if not all(key):
-            return {"ok": False, "error": "invalid_arguments"}
-        if key in self.reactions:
-            return {"ok": False, "error": "already_reacted"}
-        self.reactions.add(key)
         return {"ok": True}
 
     def _m_files_info(self, params: JSONDict) -> JSONDict:

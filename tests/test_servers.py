@@ -92,7 +92,7 @@ async def test_form_encoded_json_fields_are_decoded() -> None:
         assert call["text"] == "[1] stays text"
 
 
-async def test_update_and_thread_replies() -> None:
+async def test_update_edits_the_posted_message() -> None:
     async with MockSlackAPI() as slack:
         client = _client(slack)
         posted = await client.chat_postMessage(channel=CHANNEL_ID, text="Thinking...")
@@ -102,14 +102,6 @@ async def test_update_and_thread_replies() -> None:
         with pytest.raises(SlackApiError) as err:
             await client.chat_update(channel="C0OTHER", ts=posted["ts"], text="x")
         assert err.value.response["error"] == "message_not_found"
-
-        replies = await client.conversations_replies(channel=CHANNEL_ID, ts=posted["ts"])
-        assert [m["text"] for m in replies["messages"]] == ["Done"]
-
-        parent = {"type": "message", "user": USER_ID, "text": "question", "ts": "1.000001"}
-        slack.set_replies(CHANNEL_ID, "1.000001", [parent])
-        replies = await client.conversations_replies(channel=CHANNEL_ID, ts="1.000001")
-        assert replies["messages"] == [parent]
 
 
 async def test_block_kit_limits_are_enforced_like_slack() -> None:
@@ -143,11 +135,7 @@ async def test_other_methods_answer_in_slack_shapes() -> None:
         view = {"type": "modal", "title": {"type": "plain_text", "text": "Upload"}, "blocks": []}
         opened = await client.views_open(trigger_id="1.2.abc", view=view)
         view_id = opened["view"]["id"]
-        assert opened["view"]["state"] == {"values": {}}
-        updated = await client.views_update(
-            view_id=view_id, view={**view, "private_metadata": "C1"}
-        )
-        assert updated["view"]["id"] == view_id and slack.views[view_id]["private_metadata"] == "C1"
+        assert opened["view"]["state"] == {"values": {}} and view_id in slack.views
         with pytest.raises(SlackApiError):  # modal titles are limited to 24 characters
             await client.views_open(
                 trigger_id="1.2.abc",
@@ -157,7 +145,6 @@ async def test_other_methods_answer_in_slack_shapes() -> None:
         await client.assistant_threads_setStatus(
             channel_id="D1", thread_ts="1.1", status="is thinking..."
         )
-        await client.reactions_add(channel=CHANNEL_ID, timestamp="1.1", name="eyes")
         unknown = await client.api_call("bookmarks.list", params={"channel_id": CHANNEL_ID})
         assert unknown["ok"] is True
 
