@@ -308,6 +308,15 @@ def _message_events(slack: MockSlackAPI) -> list[tuple[int, str]]:
 BotFactory = Callable[..., Awaitable[Bot]]
 
 
+def create_bot_app(
+    settings: Settings, embedder: Embedder, fixture_data_dir: Path, *, documents: bool = True
+) -> web.Application:
+    """The bot's app for ``settings``, on a copy of the fixture documents unless told otherwise."""
+    if documents and not (settings.data_dir / "kb.sqlite").exists():
+        shutil.copytree(fixture_data_dir, settings.data_dir, dirs_exist_ok=True)
+    return create_app(settings, kb=KnowledgeBase(settings.index_config(), embedder=embedder))
+
+
 @pytest.fixture
 def make_bot(
     aiohttp_client: Callable[..., Awaitable[TestClient]],
@@ -321,10 +330,7 @@ def make_bot(
 
     async def start(*, documents: bool = True, **overrides: Any) -> Bot:
         settings = settings_for(**overrides)
-        if documents and not (settings.data_dir / "kb.sqlite").exists():
-            shutil.copytree(fixture_data_dir, settings.data_dir, dirs_exist_ok=True)
-        kb = KnowledgeBase(settings.index_config(), embedder=embedder)
-        app = create_app(settings, kb=kb)
+        app = create_bot_app(settings, embedder, fixture_data_dir, documents=documents)
         http = await aiohttp_client(app)
         return Bot(http, app, slack, llm, settings, frozenset(asyncio.all_tasks()))
 

@@ -9,7 +9,6 @@ envelopes the test pushes, while answers go out through the Web API.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,12 +21,10 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.app import create_app
 from bot.settings import Settings
 from bot.slack import messages
 from bot.slack.app import BOLT, enable_socket_mode
 from index.embed import Embedder
-from index.knowledge_base import KnowledgeBase
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -36,6 +33,7 @@ from tests.conftest_bot import (  # noqa: E402
     IN_DOMAIN,
     PUBLIC_URL,
     Bot,
+    create_bot_app,
     links,
 )
 from tests.servers import (  # noqa: E402
@@ -76,8 +74,7 @@ async def socket_bot(
     # The signing secret stays set, so HTTP events would be accepted too: the
     # tests check that the websocket, not /slack/events, delivered everything.
     settings = settings_for(slack_app_token=slack.app_token, admin_users=ADMIN_ID)
-    shutil.copytree(fixture_data_dir, settings.data_dir, dirs_exist_ok=True)
-    app = create_app(settings, kb=KnowledgeBase(settings.index_config(), embedder=embedder))
+    app = create_bot_app(settings, embedder, fixture_data_dir)
     assert enable_socket_mode(app)
 
     dispatched: list[str] = []
@@ -141,8 +138,7 @@ async def test_a_wrong_app_token_leaves_the_web_server_up_and_not_ready(
     for name in _PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     settings = settings_for(slack_app_token="xapp-1-wrong")
-    shutil.copytree(fixture_data_dir, settings.data_dir, dirs_exist_ok=True)
-    app = create_app(settings, kb=KnowledgeBase(settings.index_config(), embedder=embedder))
+    app = create_bot_app(settings, embedder, fixture_data_dir)
     assert enable_socket_mode(app)
     http = await asyncio.wait_for(aiohttp_client(app), timeout=10)
     deadline = time.monotonic() + 5
