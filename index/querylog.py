@@ -1,9 +1,9 @@
-"""The query log, answer feedback and Slack delivery de-duplication.
+"""The query log, answer feedback and event delivery de-duplication.
 
 ``Store`` mixes in ``QueryLogMixin``, so these are called on the store
 (``store.log_query(...)``, ``store.add_feedback(...)``) and use its per-thread
 connection (``db``) and its ``transaction()``. Their tables (``query_log``,
-``feedback``, ``slack_events``) are created with the rest of the schema in
+``feedback``, ``deliveries``) are created with the rest of the schema in
 ``index.store``.
 """
 
@@ -22,7 +22,7 @@ __all__ = ["QueryLogMixin"]
 
 
 class QueryLogMixin:
-    """What is recorded about questions: outcomes and answers, thumbs, Slack deliveries seen.
+    """What is recorded about questions: outcomes and answers, thumbs, event deliveries seen.
 
     Mixed into ``Store``, which provides ``db`` (this thread's connection) and
     ``transaction()``.
@@ -47,7 +47,7 @@ class QueryLogMixin:
             },
         }
         with self.transaction() as db:
-            return _pk(db.table("query_log").insert(row, alter=True).last_pk)
+            return _pk(db.table("query_log").insert(row).last_pk)
 
     def query(self, query_id: int) -> dict[str, Any]:
         """One query-log row."""
@@ -56,20 +56,20 @@ class QueryLogMixin:
             raise KBError(f"No logged question has id {query_id}.")
         return rows[0]
 
-    def thread_turns(self, channel: str, thread_ts: str, limit: int) -> list[tuple[str, str]]:
-        """The last ``limit`` logged ``(question, answer)`` pairs of a Slack thread, oldest first."""
+    def thread_turns(self, channel: str, thread_id: str, limit: int) -> list[tuple[str, str]]:
+        """The last ``limit`` logged ``(question, answer)`` pairs of a thread, oldest first."""
         rows = self.db.query(
-            "SELECT question, answer FROM query_log WHERE channel = ? AND thread_ts = ? "
+            "SELECT question, answer FROM query_log WHERE channel = ? AND thread_id = ? "
             "ORDER BY id DESC LIMIT ?",
-            [channel, thread_ts, limit],
+            [channel, thread_id, limit],
         )
         return [(r["question"], r["answer"] or "") for r in reversed(list(rows))]
 
-    def answered_in_thread(self, channel: str, thread_ts: str) -> bool:
-        """Whether a question of this Slack thread was logged (the bot is answering in it)."""
+    def answered_in_thread(self, channel: str, thread_id: str) -> bool:
+        """Whether a question of this thread was logged (the bot is answering in it)."""
         row = self.db.execute(
-            "SELECT 1 FROM query_log WHERE channel = ? AND thread_ts = ? LIMIT 1",
-            [channel, thread_ts],
+            "SELECT 1 FROM query_log WHERE channel = ? AND thread_id = ? LIMIT 1",
+            [channel, thread_id],
         ).fetchone()
         return row is not None
 
@@ -101,13 +101,13 @@ class QueryLogMixin:
         """True the first time ``key`` is seen within the TTL; False for a redelivery.
 
         Kept in SQLite rather than in memory so that replicas sharing the
-        database never answer the same Slack event twice.
+        database never answer the same event twice.
         """
         now = time.time()
         with self.transaction() as db:
-            db.execute("DELETE FROM slack_events WHERE seen_at < ?", [now - ttl_seconds])
+            db.execute("DELETE FROM deliveries WHERE seen_at < ?", [now - ttl_seconds])
             cur = db.execute(
-                "INSERT OR IGNORE INTO slack_events (key, seen_at) VALUES (?, ?)", [key, now]
+                "INSERT OR IGNORE INTO deliveries (key, seen_at) VALUES (?, ?)", [key, now]
             )
             return cur.rowcount == 1
 

@@ -73,7 +73,7 @@ CREATE TABLE IF NOT EXISTS query_log (
     timings TEXT NOT NULL,
     user TEXT,
     channel TEXT,
-    thread_ts TEXT,
+    thread_id TEXT,
     answer TEXT
 );
 CREATE TABLE IF NOT EXISTS feedback (
@@ -83,7 +83,7 @@ CREATE TABLE IF NOT EXISTS feedback (
     value INTEGER NOT NULL,
     created_at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS slack_events (
+CREATE TABLE IF NOT EXISTS deliveries (
     key TEXT PRIMARY KEY,
     seen_at REAL NOT NULL
 );

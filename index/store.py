@@ -1,7 +1,7 @@
 """SQLite, through sqlite-utils: the source of truth.
 
 Tables: ``documents``, ``chunks`` (with their vectors), ``jobs``, ``query_log``,
-``feedback``, ``slack_events`` (delivery de-duplication) and ``meta``. The
+``feedback``, ``deliveries`` (event de-duplication) and ``meta``. The
 methods over the last three of those are in ``index.querylog``. Originals are
 kept beside the database, content-addressed by sha256, so a reindex never needs
 anyone to upload again.
@@ -75,7 +75,7 @@ class Store(QueryLogMixin):
 
     Each thread gets its own connection (the bot reaches the store from a
     thread pool); SQLite's WAL mode lets readers proceed while one writes.
-    The query log, feedback and Slack delivery methods come from
+    The query log, feedback and delivery methods come from
     ``QueryLogMixin`` (``index.querylog``).
 
     Args:
