@@ -149,18 +149,21 @@ async def dump_dom(
     ``budget_ms`` is virtual time: timers fire as fast as the page lets them, so a
     3000 ms budget usually costs well under a second.
     """
-    exe = require_chromium()
     with tempfile.TemporaryDirectory(prefix="kb-chromium-", ignore_cleanup_errors=True) as profile:
-        args = [
-            exe,
-            *_BASE_FLAGS,
-            f"--user-data-dir={profile}",
-            _window_flag(window),
-            f"--virtual-time-budget={budget_ms}",
-            "--dump-dom",
-            url,
-        ]
+        args = _one_shot_args(profile, window, budget_ms, "--dump-dom", url)
         return (await _run(args, timeout)).decode("utf-8", errors="replace")
+
+
+def _one_shot_args(profile: str, window: tuple[int, int], budget_ms: int, *extra: str) -> list[str]:
+    """A headless Chromium command that renders one page in a fresh profile and exits."""
+    return [
+        require_chromium(),
+        *_BASE_FLAGS,
+        f"--user-data-dir={profile}",
+        _window_flag(window),
+        f"--virtual-time-budget={budget_ms}",
+        *extra,
+    ]
 
 
 async def screenshot(
@@ -172,19 +175,9 @@ async def screenshot(
     timeout: float = 20.0,
 ) -> Path:
     """Save a PNG of ``url`` as rendered in a ``window``-sized viewport; return the path."""
-    exe = require_chromium()
     out = Path(path).resolve()
     with tempfile.TemporaryDirectory(prefix="kb-chromium-", ignore_cleanup_errors=True) as profile:
-        args = [
-            exe,
-            *_BASE_FLAGS,
-            f"--user-data-dir={profile}",
-            _window_flag(window),
-            f"--virtual-time-budget={budget_ms}",
-            f"--screenshot={out}",
-            url,
-        ]
-        await _run(args, timeout)
+        await _run(_one_shot_args(profile, window, budget_ms, f"--screenshot={out}", url), timeout)
     if not out.is_file():
         raise RuntimeError(f"chromium wrote no screenshot to {out}")
     return out

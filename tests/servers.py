@@ -1422,33 +1422,9 @@ def slash_command_payload(
     }
 
 
-def slash_command_body(
-    command: str,
-    text: str = "",
-    user_id: str = USER_ID,
-    channel_id: str = CHANNEL_ID,
-    response_url: str | None = None,
-    trigger_id: str | None = None,
-    *,
-    team_id: str = TEAM_ID,
-    user_name: str = "alice",
-    channel_name: str = "general",
-    api_app_id: str = APP_ID,
-) -> bytes:
-    """The form-encoded body Slack posts for a slash command (see :func:`slash_command_payload`)."""
-    payload = slash_command_payload(
-        command,
-        text,
-        user_id,
-        channel_id,
-        response_url,
-        trigger_id,
-        team_id=team_id,
-        user_name=user_name,
-        channel_name=channel_name,
-        api_app_id=api_app_id,
-    )
-    return urlencode(payload).encode()
+def slash_command_body(*args: Any, **fields: Any) -> bytes:
+    """The form-encoded body Slack posts for a slash command (arguments of :func:`slash_command_payload`)."""
+    return urlencode(slash_command_payload(*args, **fields)).encode()
 
 
 def socket_envelope(
