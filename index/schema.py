@@ -1,8 +1,27 @@
-"""The SQLite schema. ``CREATE ... IF NOT EXISTS`` so that opening an existing data dir is safe."""
+"""The SQLite schema, as the numbered migrations that build it (sqlite-utils' ``Migrations``).
+
+A data dir records the migrations applied to it in ``_sqlite_migrations``;
+opening one applies the rest, in order (``index.store.Store``). Migration 1 is
+the schema exactly as releases before these migrations created it, with
+``CREATE ... IF NOT EXISTS``: on a data dir made by those releases it changes
+nothing and is recorded, so that data dir is upgraded from step 1. A migration
+that has shipped is never edited; a change to the schema is a new one at the end.
+
+The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
+``query_log``, ``feedback``, ``deliveries`` and ``meta``.
+"""
 
 from __future__ import annotations
 
-SCHEMA = """
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+__all__ = ["MIGRATIONS"]
+
+MIGRATIONS = Migrations("kb")
+
+# Frozen: the schema before migrations were recorded.
+_SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS documents (
     -- AUTOINCREMENT: an id is never reused, so an old link or a cached
     -- search result can never point at a different, newer document.
@@ -73,7 +92,7 @@ CREATE TABLE IF NOT EXISTS query_log (
     timings TEXT NOT NULL,
     user TEXT,
     channel TEXT,
-    thread_id TEXT,
+    thread_ts TEXT,
     answer TEXT
 );
 CREATE TABLE IF NOT EXISTS feedback (
@@ -83,7 +102,7 @@ CREATE TABLE IF NOT EXISTS feedback (
     value INTEGER NOT NULL,
     created_at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS deliveries (
+CREATE TABLE IF NOT EXISTS slack_events (
     key TEXT PRIMARY KEY,
     seen_at REAL NOT NULL
 );
@@ -92,3 +111,27 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 );
 """
+
+
+@MIGRATIONS(name="0001_initial")
+def _initial(db: Database) -> None:
+    # One statement at a time: executescript() would commit the transaction
+    # the migration and its record run in. No statement holds a ";".
+    for statement in filter(str.strip, _SCHEMA_1.split(";")):
+        db.execute(statement)
+
+
+@MIGRATIONS(name="0002_drop_jobs")
+def _drop_jobs(db: Database) -> None:
+    # Written by job bookkeeping that nothing ever read.
+    db.execute("DROP TABLE IF EXISTS jobs")
+
+
+@MIGRATIONS(name="0003_deliveries")
+def _rename_deliveries(db: Database) -> None:
+    db.execute("ALTER TABLE slack_events RENAME TO deliveries")
+
+
+@MIGRATIONS(name="0004_query_log_thread_id")
+def _rename_thread_id(db: Database) -> None:
+    db.execute("ALTER TABLE query_log RENAME COLUMN thread_ts TO thread_id")

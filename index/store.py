@@ -1,8 +1,9 @@
 """SQLite, through sqlite-utils: the source of truth.
 
-Tables: ``documents``, ``chunks`` (with their vectors), ``jobs``, ``query_log``,
-``feedback``, ``deliveries`` (event de-duplication) and ``meta``. The
-methods over the last three of those are in ``index.querylog``. Originals are
+Tables: ``documents``, ``chunks`` (with their vectors), ``texts``, ``query_log``,
+``feedback``, ``deliveries`` (event de-duplication) and ``meta``; the schema
+and its migrations are in ``index.schema``. The methods over the query log,
+feedback and deliveries are in ``index.querylog``. Originals are
 kept beside the database, content-addressed by sha256, so a reindex never needs
 anyone to upload again.
 
@@ -15,7 +16,6 @@ can be trusted.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sqlite3
 import threading
@@ -33,7 +33,7 @@ from index.atomic import write_atomic
 from index.errors import DocumentNotFound, KBError
 from index.models import Chunk, DocState
 from index.querylog import QueryLogMixin
-from index.schema import SCHEMA
+from index.schema import MIGRATIONS
 
 EVERYONE = "*"  # the scope of a document every channel may see
 # Which chunks are searchable by the running model (parameters: model, dimensions).
@@ -90,7 +90,17 @@ class Store(QueryLogMixin):
         self._local = threading.local()
         db = self.db
         db.execute("PRAGMA journal_mode=WAL")
-        db.conn.executescript(SCHEMA)
+        self._migrate(db)
+
+    def _migrate(self, db: sqlite_utils.Database) -> None:
+        """Apply the schema migrations this data dir has not had yet (``index.schema``)."""
+        # Read first: opening an up-to-date data dir must not wait for a writer.
+        if not MIGRATIONS.pending(db):
+            return
+        # One write transaction: a second process opening the same data dir
+        # waits for it, then finds every migration applied.
+        with self.transaction() as tx:
+            MIGRATIONS.apply(tx)
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -477,34 +487,7 @@ class Store(QueryLogMixin):
                 [key, value],
             )
 
-    # ----------------------------------------------------------------- jobs
-
-    def start_job(
-        self, kind: str, document_id: int | None = None, detail: dict[str, Any] | None = None
-    ) -> int:
-        """Record the start of a job and return its id."""
-        with self.transaction() as db:
-            return _pk(
-                db.table("jobs")
-                .insert(
-                    {
-                        "kind": kind,
-                        "document_id": document_id,
-                        "state": "running",
-                        "detail": json.dumps(detail or {}),
-                        "created_at": time.time(),
-                    }
-                )
-                .last_pk
-            )
-
-    def finish_job(self, job_id: int, state: str, detail: dict[str, Any] | None = None) -> None:
-        """Record how a job ended."""
-        with self.transaction() as db:
-            db.table("jobs").update(
-                job_id,
-                {"state": state, "detail": json.dumps(detail or {}), "finished_at": time.time()},
-            )
+    # ----------------------------------------------------------------- recovery
 
     def recover_interrupted(self) -> list[int]:
         """Mark documents left ``indexing`` by a process that is gone as failed (retryable).
@@ -523,8 +506,6 @@ class Store(QueryLogMixin):
                 failure_reason="Indexing was interrupted before it finished; retry it.",
                 worker_pid=None,
             )
-        self.db.execute("UPDATE jobs SET state = 'interrupted' WHERE state = 'running'")
-        self.db.conn.commit()
         return dead
 
 

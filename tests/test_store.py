@@ -1,10 +1,242 @@
-"""The SQLite store: the query log's threads and event de-duplication."""
+"""The SQLite store: schema migrations, the query log's threads, event de-duplication."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import numpy as np
+
+from index.schema import MIGRATIONS
 from index.store import Store
+
+# The schema as releases before migrations created it (a data dir made by them).
+OLD_SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    -- AUTOINCREMENT: an id is never reused, so an old link or a cached
+    -- search result can never point at a different, newer document.
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    sha256 TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT '',
+    size INTEGER NOT NULL,
+    uploader TEXT NOT NULL DEFAULT '',
+    scope TEXT NOT NULL DEFAULT '*',
+    state TEXT NOT NULL,
+    failure_reason TEXT,
+    chunk_count INTEGER NOT NULL DEFAULT 0,
+    window_splits INTEGER NOT NULL DEFAULT 0,
+    text_length INTEGER NOT NULL DEFAULT 0,
+    page_starts TEXT,
+    embedding_model TEXT,
+    dimensions INTEGER,
+    pipeline_version TEXT,
+    extractor_version TEXT,
+    replaces INTEGER,
+    worker_pid INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    indexed_at REAL
+);
+CREATE INDEX IF NOT EXISTS documents_sha256 ON documents(sha256, scope);
+CREATE INDEX IF NOT EXISTS documents_name ON documents(name, scope);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    document_id INTEGER NOT NULL REFERENCES documents(id),
+    ordinal INTEGER NOT NULL,
+    section TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    page INTEGER,
+    content TEXT NOT NULL,
+    text TEXT NOT NULL,
+    token_count INTEGER NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_document ON chunks(document_id);
+CREATE TABLE IF NOT EXISTS texts (
+    document_id INTEGER PRIMARY KEY REFERENCES documents(id),
+    text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    document_id INTEGER,
+    state TEXT NOT NULL,
+    detail TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS query_log (
+    id INTEGER PRIMARY KEY,
+    created_at REAL NOT NULL,
+    question TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    model_called INTEGER NOT NULL,
+    kept TEXT NOT NULL,
+    cited TEXT NOT NULL,
+    invalid_citations TEXT NOT NULL DEFAULT '[]',
+    latency_ms REAL NOT NULL,
+    timings TEXT NOT NULL,
+    user TEXT,
+    channel TEXT,
+    thread_ts TEXT,
+    answer TEXT
+);
+CREATE TABLE IF NOT EXISTS feedback (
+    id INTEGER PRIMARY KEY,
+    query_id INTEGER NOT NULL REFERENCES query_log(id),
+    user TEXT,
+    value INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS slack_events (
+    key TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+OLD_ROWS = """
+INSERT INTO documents (id, name, title, sha256, kind, size, uploader, scope, state, chunk_count,
+                       embedding_model, dimensions, created_at, updated_at, indexed_at)
+VALUES (7, 'handbook.md', 'Handbook', 'ab12', 'md', 42, 'U1', '*', 'indexed', 2, 'm', 1,
+        1.0, 2.0, 3.0);
+INSERT INTO texts (document_id, text) VALUES (7, 'The office opens at eight. Bring a badge.');
+INSERT INTO chunks (id, document_id, ordinal, section, start, "end", content, text, token_count,
+                    vector)
+VALUES (11, 7, 0, '', 0, 26, 'The office opens at eight.', 'Handbook. The office', 6, x'0000803f'),
+       (12, 7, 1, '', 27, 41, 'Bring a badge.', 'Handbook. Bring a badge.', 4, x'00000040');
+INSERT INTO jobs (kind, state, created_at) VALUES ('ingest', 'running', 1.0);
+INSERT INTO query_log (id, created_at, question, scopes, outcome, model_called, kept, cited,
+                       latency_ms, timings, user, channel, thread_ts, answer)
+VALUES (5, 4.0, 'When does the office open?', '["C1"]', 'answered', 1, '[[11, 0.2]]', '[11]',
+        12.5, '{}', 'U2', 'C1', '1700000000.000100', 'At eight [1].');
+INSERT INTO feedback (query_id, user, value, created_at) VALUES (5, 'U2', 1, 5.0);
+INSERT INTO slack_events (key, seen_at) VALUES ('Ev01', 6.0);
+INSERT INTO meta (key, value) VALUES ('generation', '3');
+"""
+MIGRATION_NAMES = ["0001_initial", "0002_drop_jobs", "0003_deliveries", "0004_query_log_thread_id"]
+
+
+def _old_data_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path / "kb.sqlite") as conn:
+        conn.executescript(OLD_SCHEMA + OLD_ROWS)
+    conn.close()
+    return path
+
+
+def _tables(store: Store) -> set[str]:
+    return {t for t in store.db.table_names() if not t.startswith(("sqlite_", "_sqlite"))}
+
+
+def _layout(store: Store) -> dict[str, list[tuple[object, ...]]]:
+    """Every table's columns (name, type, not null, default, primary key) and indexes."""
+    out: dict[str, list[tuple[object, ...]]] = {}
+    for table in sorted(_tables(store)):
+        columns = store.db.execute(f"PRAGMA table_info({table})").fetchall()
+        indexes = store.db.execute(f"PRAGMA index_list({table})").fetchall()
+        out[table] = [tuple(c[1:]) for c in columns] + [(i[1], i[2]) for i in indexes]
+    return out
+
+
+def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Path) -> None:
+    store = Store(_old_data_dir(tmp_path / "old"))
+    assert [m.name for m in MIGRATIONS.applied(store.db)] == MIGRATION_NAMES
+    assert _tables(store) == {
+        "documents",
+        "chunks",
+        "texts",
+        "query_log",
+        "feedback",
+        "deliveries",
+        "meta",
+    }
+    doc = store.document(7)
+    assert (doc["name"], doc["title"], doc["state"], doc["chunk_count"]) == (
+        "handbook.md",
+        "Handbook",
+        "indexed",
+        2,
+    )
+    assert store.canonical_text(7) == "The office opens at eight. Bring a badge."
+    assert [(c["id"], c["content"]) for c in store.chunk_rows(7)] == [
+        (11, "The office opens at eight."),
+        (12, "Bring a badge."),
+    ]
+    vectors = {
+        r["id"]: np.frombuffer(r["vector"], np.float32).tolist()
+        for r in store.searchable_chunks("m", 1)
+    }
+    assert vectors == {11: [1.0], 12: [2.0]} and store.generation == 3
+    assert store.query(5)["question"] == "When does the office open?"
+    assert store.thread_turns("C1", "1700000000.000100", 5) == [
+        ("When does the office open?", "At eight [1].")
+    ]
+    assert store.db.execute("SELECT query_id, value FROM feedback").fetchall() == [(5, 1)]
+    assert store.db.execute("SELECT key, seen_at FROM deliveries").fetchall() == [("Ev01", 6.0)]
+
+
+def test_an_upgraded_data_dir_has_the_schema_of_a_new_one(tmp_path: Path) -> None:
+    upgraded = Store(_old_data_dir(tmp_path / "old"))
+    fresh = Store(tmp_path / "new")
+    assert _layout(upgraded) == _layout(fresh)
+    assert [m.name for m in MIGRATIONS.applied(fresh.db)] == MIGRATION_NAMES
+
+
+def test_reopening_applies_nothing_again(tmp_path: Path) -> None:
+    data_dir = _old_data_dir(tmp_path / "old")
+    Store(data_dir)
+    again = Store(data_dir)
+    assert [m.name for m in MIGRATIONS.applied(again.db)] == MIGRATION_NAMES
+    assert again.document(7)["name"] == "handbook.md"
+
+
+_OPENER = """
+import sys, time
+from pathlib import Path
+from index.store import Store
+
+go = Path(sys.argv[2])
+Path(sys.argv[3]).touch()
+while not go.exists():
+    time.sleep(0.005)
+Store(Path(sys.argv[1]))
+"""
+
+
+def test_processes_opening_one_data_dir_at_once_migrate_it_once(tmp_path: Path) -> None:
+    data_dir = _old_data_dir(tmp_path / "old")
+    go = tmp_path / "go"
+    root = Path(__file__).resolve().parents[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER, str(data_dir), str(go), str(tmp_path / f"ready{i}")],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("ready*"))) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)  # every process imported and at the starting line
+    go.touch()
+    errors = [p.communicate(timeout=60)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, errors
+    store = Store(data_dir)
+    assert [m.name for m in MIGRATIONS.applied(store.db)] == MIGRATION_NAMES
+    assert store.query(5)["question"] == "When does the office open?"
 
 
 def _log(store: Store, question: str, *, channel: str, thread_id: str) -> int:
