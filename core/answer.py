@@ -29,7 +29,7 @@ from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Source, build_messages
 from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend
 from index.knowledge_base import KnowledgeBase
-from index.store import ChunkRow
+from index.records import ChunkRow, QueryRecord
 
 log = logging.getLogger(__name__)
 
@@ -269,12 +269,12 @@ class Engine:
         scopes: frozenset[str] | None,
         asker: Asker,
     ) -> int:
-        return self.kb.store.log_query(
+        record = QueryRecord(
             question=answer.question,
             scopes=sorted(scopes) if scopes is not None else ["*all*"],
             outcome=answer.outcome.value,
-            model_called=int(answer.model_called),
-            kept=[[s.chunk_id, s.distance] for s in answer.kept],
+            model_called=answer.model_called,
+            kept=[(s.chunk_id, s.distance) for s in answer.kept],
             cited=[s.chunk_id for s in answer.sources] if answer.grounded else [],
             invalid_citations=answer.invalid_citations,
             latency_ms=answer.timings_ms.get("total", 0.0),
@@ -284,6 +284,7 @@ class Engine:
             thread_id=asker.thread_id,
             answer=answer.answer,
         )
+        return self.kb.store.log_query(record)
 
 
 def _retrieval_query(question: str, history: Sequence[tuple[str, str]]) -> str:

@@ -178,13 +178,13 @@ def _read_index(store: Store) -> _Index:
     failed: list[str] = []
     documents = window_splits = 0
     for doc in store.documents():
-        if doc["state"] != DocState.INDEXED.value:
-            failed.append(f"{doc['name']}: {doc['failure_reason']}")
+        if doc.state != DocState.INDEXED:
+            failed.append(f"{doc.name}: {doc.failure_reason}")
             continue
         documents += 1
-        window_splits += int(doc["window_splits"] or 0)
-        canonical.append(store.canonical_text(int(doc["id"])))
-        for row in store.chunk_rows(int(doc["id"])):
+        window_splits += doc.window_splits
+        canonical.append(store.canonical_text(doc.id))
+        for row in store.chunk_rows(doc.id):
             ids.append(int(row["id"]))
             contents.append(row["content"])
             tokens.append(int(row["token_count"]))

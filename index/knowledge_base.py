@@ -24,7 +24,8 @@ from index.errors import ExtractionError, KBError, ReindexInProgress
 from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES
 from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
 from index.models import Chunking, DocState, Extracted
-from index.store import EVERYONE, Stamp, Store
+from index.records import DocumentFacts, DocumentRow, Stamp
+from index.store import EVERYONE, Store
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,9 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 @dataclass(frozen=True)
 class Added:
-    """The result of adding bytes: the document row, and whether they were already there."""
+    """The result of adding bytes: the document, and whether they were already there."""
 
-    document: dict[str, Any]
+    document: DocumentRow
     duplicate: bool
 
 
@@ -44,15 +45,23 @@ class Added:
 class IngestSummary:
     """What ``ingest_paths`` did."""
 
-    indexed: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[dict[str, Any]] = field(default_factory=list)
-    unchanged: list[dict[str, Any]] = field(default_factory=list)
+    indexed: list[DocumentRow] = field(default_factory=list)
+    failed: list[DocumentRow] = field(default_factory=list)
+    unchanged: list[DocumentRow] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
     @property
     def chunks(self) -> int:
         """Chunks written by this run."""
-        return sum(d["chunk_count"] for d in self.indexed)
+        return sum(d.chunk_count for d in self.indexed)
+
+
+@dataclass(frozen=True)
+class FailedDocument:
+    """A document a reindex could not rebuild, and why (its row keeps its last state)."""
+
+    document: DocumentRow
+    reason: str
 
 
 @dataclass
@@ -61,7 +70,7 @@ class ReindexReport:
 
     documents: int = 0
     chunks: int = 0
-    failed: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[FailedDocument] = field(default_factory=list)
     stale_before: int = 0
     stale_after: int = 0
 
@@ -114,11 +123,11 @@ class KnowledgeBase:
         """How many documents there are, in any state."""
         return int(self.store.db["documents"].count)
 
-    def documents(self) -> list[dict[str, Any]]:
-        """Every document row, oldest first."""
+    def documents(self) -> list[DocumentRow]:
+        """Every document, oldest first."""
         return self.store.documents()
 
-    def find(self, ref: str) -> dict[str, Any]:
+    def find(self, ref: str) -> DocumentRow:
         """A document by id, exact name or sha256 prefix; ``DocumentNotFound`` otherwise."""
         return self.store.find_document(ref)
 
@@ -130,7 +139,7 @@ class KnowledgeBase:
         """The text a document's ``#char`` offsets refer to."""
         return self.store.canonical_text(doc_id)
 
-    def stale_documents(self) -> list[dict[str, Any]]:
+    def stale_documents(self) -> list[DocumentRow]:
         """Indexed documents stamped with another model, pipeline or extractor version."""
         return self.store.stale_documents(self.stamp)
 
@@ -139,7 +148,7 @@ class KnowledgeBase:
         docs = self.store.documents()
         by_state = {s.value: 0 for s in DocState}
         for d in docs:
-            by_state[d["state"]] += 1
+            by_state[d.state.value] += 1
         return {
             "data_dir": str(self.config.data_dir),
             "documents": len(docs),
@@ -180,13 +189,12 @@ class KnowledgeBase:
             size=len(data),
             uploader=uploader,
             scope=scope,
-            state=DocState.PENDING.value,
         )
         return Added(self.store.document(doc_id), duplicate=False)
 
     def index_document(
         self, doc_id: int, *, progress: Progress | None = None, refresh: bool = True
-    ) -> dict[str, Any]:
+    ) -> DocumentRow:
         """Index a ``pending`` or ``failed`` document; it ends ``indexed`` or ``failed``.
 
         Never raises for a bad document: the reason is recorded on the row.
@@ -202,7 +210,7 @@ class KnowledgeBase:
         )
         try:
             prepared = self._prepare(doc, progress)
-            replaces = self.store.indexed_by_name(doc["name"], doc["scope"], exclude=doc_id)
+            replaces = self.store.indexed_by_name(doc.name, doc.scope, exclude=doc_id)
             self._commit(doc, prepared, replaces=replaces)
         except ExtractionError as exc:
             self._fail(doc_id, exc.reason)
@@ -215,34 +223,34 @@ class KnowledgeBase:
             self.indexes.refresh()
         return self.store.document(doc_id)
 
-    def _prepare(self, doc: dict[str, Any], progress: Progress | None) -> Prepared:
-        data = self.store.read_original(doc["sha256"])
+    def _prepare(self, doc: DocumentRow, progress: Progress | None) -> Prepared:
+        data = self.store.read_original(doc.sha256)
         done = 0
 
         def on_batch(n: int) -> None:
             nonlocal done
             done += n
             if progress:
-                progress("embedding", {"document": doc["name"], "done": done})
+                progress("embedding", {"document": doc.name, "done": done})
 
         return prepare_document(
             data,
-            doc["name"],
+            doc.name,
             embedder=self.embedder,
             max_bytes=self.config.max_upload_bytes,
             budget=self.config.chunk_budget,
-            title=doc["title"] or None,
+            title=doc.title or None,
             on_batch=on_batch,
             chunker=self.chunker,
         )
 
     def _commit(
-        self, doc: dict[str, Any], prepared: Prepared, *, replaces: Sequence[int] = ()
+        self, doc: DocumentRow, prepared: Prepared, *, replaces: Sequence[int] = ()
     ) -> None:
         """Make a prepared document searchable: chunks, text and facts in one transaction."""
         ex = prepared.extracted
         self.store.commit_indexed(
-            int(doc["id"]),
+            doc.id,
             prepared.chunking.chunks,
             prepared.vectors,
             prepared.token_counts,
@@ -250,12 +258,12 @@ class KnowledgeBase:
             stamp=self.stamp,
             window_splits=prepared.chunking.window_splits,
             replaces=replaces,
-            facts={
-                "title": doc["title"] or ex.title,
-                "kind": ex.kind,
-                "text_length": len(ex.text),
-                "page_starts": ",".join(map(str, ex.page_starts)) if ex.page_starts else None,
-            },
+            facts=DocumentFacts(
+                title=doc.title or ex.title,
+                kind=ex.kind,
+                text_length=len(ex.text),
+                page_starts=",".join(map(str, ex.page_starts)) if ex.page_starts else None,
+            ),
         )
 
     def _fail(self, doc_id: int, reason: str) -> None:
@@ -267,9 +275,9 @@ class KnowledgeBase:
     def ingest_bytes(self, data: bytes, filename: str, **kwargs: Any) -> Added:
         """Add and index one document (a duplicate is returned as it is)."""
         added = self.add_bytes(data, filename, **kwargs)
-        if added.duplicate and added.document["state"] == DocState.INDEXED.value:
+        if added.duplicate and added.document.state == DocState.INDEXED:
             return added
-        return Added(self.index_document(int(added.document["id"])), duplicate=added.duplicate)
+        return Added(self.index_document(added.document.id), duplicate=added.duplicate)
 
     def ingest_paths(
         self,
@@ -294,24 +302,22 @@ class KnowledgeBase:
                 summary.skipped.append(f"{path}: {exc.strerror or exc}")
                 continue
             added = self.add_bytes(data, path.name, uploader=uploader, scope=scope)
-            if added.duplicate and added.document["state"] == DocState.INDEXED.value:
+            if added.duplicate and added.document.state == DocState.INDEXED:
                 summary.unchanged.append(added.document)
                 continue
-            row = self.index_document(int(added.document["id"]), progress=progress, refresh=False)
-            (summary.indexed if row["state"] == DocState.INDEXED.value else summary.failed).append(
-                row
-            )
+            row = self.index_document(added.document.id, progress=progress, refresh=False)
+            (summary.indexed if row.state == DocState.INDEXED else summary.failed).append(row)
         self.indexes.refresh()
         return summary
 
-    def retry(self, doc_id: int, *, progress: Progress | None = None) -> dict[str, Any]:
+    def retry(self, doc_id: int, *, progress: Progress | None = None) -> DocumentRow:
         """Index a failed (or pending) document again from its stored original."""
         doc = self.store.document(doc_id)
-        if doc["state"] == DocState.INDEXED.value:
+        if doc.state == DocState.INDEXED:
             return doc
         return self.index_document(doc_id, progress=progress)
 
-    def remove(self, doc_id: int) -> dict[str, Any]:
+    def remove(self, doc_id: int) -> DocumentRow:
         """Delete a document and its chunks from SQLite and both indexes."""
         doc = self.store.document(doc_id)
         self.store.delete_document(doc_id)
@@ -332,11 +338,11 @@ class KnowledgeBase:
         """
         with self._reindex_lock():
             report = ReindexReport(stale_before=len(self.stale_documents()))
-            docs = [d for d in self.store.documents() if d["state"] != DocState.INDEXING.value]
-            prepared: list[tuple[dict[str, Any], Prepared | str]] = []
+            docs = [d for d in self.store.documents() if d.state != DocState.INDEXING]
+            prepared: list[tuple[DocumentRow, Prepared | str]] = []
             for i, doc in enumerate(docs):
                 if progress:
-                    progress("reindex", {"document": doc["name"], "index": i, "total": len(docs)})
+                    progress("reindex", {"document": doc.name, "index": i, "total": len(docs)})
                 try:
                     prepared.append((doc, self._prepare(doc, None)))
                 except KBError as exc:
@@ -345,11 +351,9 @@ class KnowledgeBase:
                 if isinstance(result, str):
                     # A document that was searchable stays searchable with its
                     # old chunks; the failure is reported, not applied.
-                    if doc["state"] != DocState.INDEXED.value:
-                        self._fail(int(doc["id"]), result)
-                    report.failed.append(
-                        {**self.store.document(int(doc["id"])), "reindex_error": result}
-                    )
+                    if doc.state != DocState.INDEXED:
+                        self._fail(doc.id, result)
+                    report.failed.append(FailedDocument(self.store.document(doc.id), result))
                     continue
                 self._commit(doc, result)
                 report.documents += 1

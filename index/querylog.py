@@ -4,12 +4,11 @@
 (``store.log_query(...)``, ``store.add_feedback(...)``) and use its per-thread
 connection (``db``) and its ``transaction()``. Their tables (``query_log``,
 ``feedback``, ``deliveries``) are created with the rest of the schema in
-``index.store``.
+``index.schema``.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from index.errors import KBError
+from index.records import QUERY_COLUMNS, QueryRecord
 
 __all__ = ["QueryLogMixin"]
 
@@ -37,24 +37,23 @@ class QueryLogMixin:
 
     # ----------------------------------------------------------------- query log
 
-    def log_query(self, **fields: Any) -> int:
+    def log_query(self, record: QueryRecord) -> int:
         """Record one question's outcome and return its id."""
-        row = {
-            "created_at": time.time(),
-            **{
-                k: json.dumps(v) if isinstance(v, (list, dict, tuple)) else v
-                for k, v in fields.items()
-            },
-        }
+        row = {"created_at": time.time(), **record.to_row()}
+        marks = ", ".join("?" * len(row))
         with self.transaction() as db:
-            return _pk(db.table("query_log").insert(row).last_pk)
+            cur = db.execute(
+                f"INSERT INTO query_log ({', '.join(row)}) VALUES ({marks})", list(row.values())
+            )
+            return int(cur.lastrowid or 0)
 
-    def query(self, query_id: int) -> dict[str, Any]:
-        """One query-log row."""
-        rows = list(self.db.query("SELECT * FROM query_log WHERE id = ?", [query_id]))
+    def query(self, query_id: int) -> QueryRecord:
+        """The question logged under ``query_id``."""
+        columns = ", ".join(QUERY_COLUMNS)
+        rows = list(self.db.query(f"SELECT {columns} FROM query_log WHERE id = ?", [query_id]))
         if not rows:
             raise KBError(f"No logged question has id {query_id}.")
-        return rows[0]
+        return QueryRecord.from_row(rows[0])
 
     def thread_turns(self, channel: str, thread_id: str, limit: int) -> list[tuple[str, str]]:
         """The last ``limit`` logged ``(question, answer)`` pairs of a thread, oldest first."""

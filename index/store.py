@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from index.atomic import write_atomic
 from index.errors import DocumentNotFound, KBError
 from index.models import Chunk, DocState
 from index.querylog import QueryLogMixin
+from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.schema import MIGRATIONS
 
 EVERYONE = "*"  # the scope of a document every channel may see
@@ -40,34 +41,11 @@ EVERYONE = "*"  # the scope of a document every channel may see
 _SEARCHABLE = "d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = ?"
 _CHUNK_VERSION = "COALESCE(d.indexed_at, -1.0)"
 _ID_BATCH = 500
+_SELECT_DOCUMENTS = f"SELECT {', '.join(DOCUMENT_COLUMNS)} FROM documents"
+# What update_document may change: id and created_at are fixed, the store sets updated_at.
+_UPDATABLE = frozenset(DOCUMENT_COLUMNS) - {"id", "created_at", "updated_at"}
 
-
-@dataclass(frozen=True)
-class ChunkRow:
-    """A stored chunk with the facts about its document that answers need."""
-
-    id: int
-    document_id: int
-    document: str
-    kind: str
-    scope: str
-    ordinal: int
-    section: str
-    start: int
-    end: int
-    page: int | None
-    content: str
-    text: str
-
-
-@dataclass(frozen=True)
-class Stamp:
-    """What a document's vectors and chunks were made with."""
-
-    embedding_model: str
-    dimensions: int
-    pipeline_version: str
-    extractor_version: str
+__all__ = ["EVERYONE", "Store"]
 
 
 class Store(QueryLogMixin):
@@ -166,52 +144,70 @@ class Store(QueryLogMixin):
 
     # ----------------------------------------------------------------- documents
 
-    def insert_document(self, **fields: Any) -> int:
-        """Insert a document row and return its id."""
+    def insert_document(
+        self,
+        *,
+        name: str,
+        sha256: str,
+        size: int,
+        scope: str = EVERYONE,
+        uploader: str = "",
+        title: str = "",
+    ) -> int:
+        """Insert a ``pending`` document and return its id."""
         now = time.time()
-        row = {"created_at": now, "updated_at": now, **fields}
         with self.transaction() as db:
-            return _pk(db.table("documents").insert(row).last_pk)
+            cur = db.execute(
+                """INSERT INTO documents (name, title, sha256, size, uploader, scope, state,
+                                          created_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                [name, title, sha256, size, uploader, scope, DocState.PENDING.value, now, now],
+            )
+            return int(cur.lastrowid or 0)
 
-    def update_document(self, doc_id: int, **fields: Any) -> None:
-        """Change some columns of a document."""
+    def update_document(self, doc_id: int, **changes: object) -> None:
+        """Change some columns of a document (``updated_at`` follows).
+
+        Raises:
+            TypeError: a name is not a column ``update_document`` may change.
+        """
+        unknown = sorted(set(changes) - _UPDATABLE)
+        if unknown:
+            raise TypeError(f"update_document() got columns documents cannot change: {unknown}")
         with self.transaction() as db:
-            db.table("documents").update(doc_id, {**fields, "updated_at": time.time()})
+            db.table("documents").update(doc_id, {**changes, "updated_at": time.time()})
 
-    def document(self, doc_id: int) -> dict[str, Any]:
-        """One document row, or ``DocumentNotFound``."""
-        rows = list(self.db.query("SELECT * FROM documents WHERE id = ?", [doc_id]))
+    def _documents(self, where: str = "", params: Sequence[object] = ()) -> list[DocumentRow]:
+        rows = self.db.query(f"{_SELECT_DOCUMENTS} {where}", list(params))
+        return [DocumentRow.from_row(r) for r in rows]
+
+    def document(self, doc_id: int) -> DocumentRow:
+        """One document, or ``DocumentNotFound``."""
+        rows = self._documents("WHERE id = ?", [doc_id])
         if not rows:
             raise DocumentNotFound(str(doc_id))
         return rows[0]
 
-    def find_document(self, ref: str) -> dict[str, Any]:
+    def find_document(self, ref: str) -> DocumentRow:
         """A document by id, exact name, or sha256 prefix (at least 6 characters)."""
         if ref.isdigit():
             return self.document(int(ref))
-        rows = list(self.db.query("SELECT * FROM documents WHERE name = ? ORDER BY id DESC", [ref]))
+        rows = self._documents("WHERE name = ? ORDER BY id DESC", [ref])
         if not rows and len(ref) >= 6:
-            rows = list(self.db.query("SELECT * FROM documents WHERE sha256 LIKE ?", [ref + "%"]))
+            rows = self._documents("WHERE sha256 LIKE ?", [ref + "%"])
         if not rows:
             raise DocumentNotFound(ref)
         return rows[0]
 
-    def documents(self, state: DocState | None = None) -> list[dict[str, Any]]:
-        """All document rows, oldest first, optionally of one state."""
+    def documents(self, state: DocState | None = None) -> list[DocumentRow]:
+        """All documents, oldest first, optionally of one state."""
         if state is None:
-            return list(self.db.query("SELECT * FROM documents ORDER BY id"))
-        return list(
-            self.db.query("SELECT * FROM documents WHERE state = ? ORDER BY id", [state.value])
-        )
+            return self._documents("ORDER BY id")
+        return self._documents("WHERE state = ? ORDER BY id", [state.value])
 
-    def document_by_sha(self, sha256: str, scope: str) -> dict[str, Any] | None:
+    def document_by_sha(self, sha256: str, scope: str) -> DocumentRow | None:
         """The live document with these bytes in this scope, if any."""
-        rows = list(
-            self.db.query(
-                "SELECT * FROM documents WHERE sha256 = ? AND scope = ? ORDER BY id DESC",
-                [sha256, scope],
-            )
-        )
+        rows = self._documents("WHERE sha256 = ? AND scope = ? ORDER BY id DESC", [sha256, scope])
         return rows[0] if rows else None
 
     def indexed_by_name(self, name: str, scope: str, *, exclude: int) -> list[int]:
@@ -222,22 +218,20 @@ class Store(QueryLogMixin):
         )
         return [int(r["id"]) for r in rows]
 
-    def stale_documents(self, stamp: Stamp) -> list[dict[str, Any]]:
+    def stale_documents(self, stamp: Stamp) -> list[DocumentRow]:
         """Indexed documents stamped differently from ``stamp``."""
-        return list(
-            self.db.query(
-                """SELECT * FROM documents WHERE state = ? AND (
-                       embedding_model IS NOT ? OR dimensions IS NOT ?
-                       OR pipeline_version IS NOT ? OR extractor_version IS NOT ?)
-                   ORDER BY id""",
-                [
-                    DocState.INDEXED.value,
-                    stamp.embedding_model,
-                    stamp.dimensions,
-                    stamp.pipeline_version,
-                    stamp.extractor_version,
-                ],
-            )
+        return self._documents(
+            """WHERE state = ? AND (
+                   embedding_model IS NOT ? OR dimensions IS NOT ?
+                   OR pipeline_version IS NOT ? OR extractor_version IS NOT ?)
+               ORDER BY id""",
+            [
+                DocState.INDEXED.value,
+                stamp.embedding_model,
+                stamp.dimensions,
+                stamp.pipeline_version,
+                stamp.extractor_version,
+            ],
         )
 
     # ----------------------------------------------------------------- chunks
@@ -253,7 +247,7 @@ class Store(QueryLogMixin):
         stamp: Stamp,
         window_splits: int,
         replaces: Sequence[int] = (),
-        facts: dict[str, Any] | None = None,
+        facts: DocumentFacts | None = None,
     ) -> list[int]:
         """Write a document's canonical text and chunks and mark it indexed, in one transaction.
 
@@ -297,7 +291,7 @@ class Store(QueryLogMixin):
                     "worker_pid": None,
                     "indexed_at": time.time(),
                     "updated_at": time.time(),
-                    **(facts or {}),
+                    **(asdict(facts) if facts else {}),
                 },
             )
             self._bump_generation(db)
@@ -331,7 +325,7 @@ class Store(QueryLogMixin):
         row = self.document(doc_id)
         with self.transaction() as db:
             self._delete_document(db, doc_id)
-        self._drop_original_if_unused(row["sha256"])
+        self._drop_original_if_unused(row.sha256)
 
     def _delete_document(self, db: sqlite_utils.Database, doc_id: int) -> None:
         had_chunks = db.execute(
@@ -507,11 +501,6 @@ class Store(QueryLogMixin):
                 worker_pid=None,
             )
         return dead
-
-
-def _pk(value: Any) -> int:
-    """The integer primary key sqlite-utils reports for an insert."""
-    return int(value)
 
 
 def _pid_alive(pid: int | None) -> bool:

@@ -32,6 +32,7 @@ from bot.slack.listeners import Services
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
+from index.records import DocumentRow
 from tests.servers import (
     CHANNEL_ID,
     DEFAULT_SIGNING_SECRET,
@@ -158,7 +159,7 @@ def bot_settings(settings_for: Callable[..., Settings]) -> Settings:
     return settings_for()
 
 
-def ingest_fixture_documents(kb: KnowledgeBase) -> dict[str, dict[str, Any]]:
+def ingest_fixture_documents(kb: KnowledgeBase) -> dict[str, DocumentRow]:
     """Add the fixture documents; returns their rows by file name."""
     rows = {
         name: kb.ingest_bytes(data, name, uploader="fixture").document
@@ -171,7 +172,7 @@ def ingest_fixture_documents(kb: KnowledgeBase) -> dict[str, dict[str, Any]]:
     rows["falcon.md"] = kb.ingest_bytes(
         FALCON, "falcon.md", uploader="fixture", scope=CHANNEL_ID
     ).document
-    assert all(r["state"] == "indexed" for r in rows.values()), rows
+    assert all(r.state == "indexed" for r in rows.values()), rows
     return rows
 
 

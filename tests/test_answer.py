@@ -74,7 +74,7 @@ async def test_refusal_makes_zero_model_requests(
     assert answer.model_called is False
     assert openai_server.requests == []
     row = kb.store.query(answer.query_id or 0)
-    assert row["outcome"] == "refused" and row["model_called"] == 0
+    assert row.outcome == "refused" and row.model_called == 0
 
 
 async def test_answer_cites_and_links_resolve_to_the_quote(
@@ -127,7 +127,7 @@ async def test_answer_without_valid_citation_is_unsupported(
     answer = await _engine(kb, openai_server.url).ask(IN_DOMAIN)
     assert answer.outcome == Outcome.UNSUPPORTED
     assert answer.grounded is False and answer.sources == []
-    assert kb.store.query(answer.query_id or 0)["outcome"] == "unsupported"
+    assert kb.store.query(answer.query_id or 0).outcome == "unsupported"
 
 
 @pytest.mark.parametrize("failure", ["no_endpoint", "refused", "http_500", "http_503", "timeout"])
@@ -158,14 +158,14 @@ async def test_pdf_source_links_to_its_page(
         "Bicycle storage is in the basement, next to the showers, and opens at 07:00.",
     ]
     doc = kb.ingest_bytes(text_pdf(pages), "facilities.pdf").document
-    assert doc["state"] == "indexed"
+    assert doc.state == "indexed"
     openai_server.set_reply("Bicycles go in the basement storage [1].")
     answer = await _engine(kb, openai_server.url).ask("Where can I store my bicycle?")
     src = answer.sources[0]
     parts = urlsplit(src.url)
-    assert parts.path == f"/d/{doc['id']}/file" and parts.fragment == f"page={src.page}"
-    text = kb.canonical_text(doc["id"])
-    starts = [int(x) for x in kb.store.document(doc["id"])["page_starts"].split(",")] + [len(text)]
+    assert parts.path == f"/d/{doc.id}/file" and parts.fragment == f"page={src.page}"
+    text = kb.canonical_text(doc.id)
+    starts = [int(x) for x in kb.store.document(doc.id).page_starts.split(",")] + [len(text)]
     page_text = text[starts[src.page - 1] : starts[src.page]]
     assert src.quote in page_text and "Bicycle" in src.quote
 
@@ -181,15 +181,15 @@ async def test_channel_scoped_document_never_leaks(
     openai_server.set_reply("See [1].")
     q = "Is reimbursement of conference tickets stopping?"
     everywhere = await engine.ask(q, scopes=frozenset({"C_EXEC"}))
-    assert doc["id"] in {s.document_id for s in everywhere.kept}
+    assert doc.id in {s.document_id for s in everywhere.kept}
     for scopes in (frozenset({"C_OTHER"}), frozenset()):
         other = await engine.ask(q, scopes=scopes)
-        assert doc["id"] not in {s.document_id for s in other.kept}
+        assert doc.id not in {s.document_id for s in other.kept}
         # filtered inside the search: the scope still gets its full top-k
         candidates = engine.retrieve(q, scopes=scopes, k=4)
         assert len(candidates) == 4
         rows = kb.store.chunks_by_id([c.chunk_id for c in candidates])
-        assert doc["id"] not in {r.document_id for r in rows.values()}
+        assert doc.id not in {r.document_id for r in rows.values()}
     prompts = json.dumps([r["messages"] for r in openai_server.requests[1:]])
     assert "frozen" not in prompts
 

@@ -19,6 +19,7 @@ from evaluation.calibrate import (
 )
 from evaluation.inputs import EvalSetError
 from evaluation.results import Proportion, SweepRow, sweep
+from index.records import QueryRecord
 from index.store import Store
 
 EVALMINI = Path(__file__).parent / "data" / "evalmini"
@@ -126,15 +127,17 @@ def test_calibrate_cli_writes_env(tmp_path: Path) -> None:
 def test_labelled_log(tmp_path: Path) -> None:
     store = Store(tmp_path / "kb-data")
     qid = store.log_query(
-        question="Who won the 1998 World Cup?",
-        scopes=["*all*"],
-        outcome="answered",
-        model_called=1,
-        kept=[],
-        cited=[],
-        invalid_citations=[],
-        latency_ms=1.0,
-        timings={},
+        QueryRecord(
+            question="Who won the 1998 World Cup?",
+            scopes=["*all*"],
+            outcome="answered",
+            model_called=True,
+            kept=[],
+            cited=[],
+            invalid_citations=[],
+            latency_ms=1.0,
+            timings={},
+        )
     )
     path = tmp_path / "labelled.jsonl"
     rows = [

@@ -19,7 +19,8 @@ from index.embed import Embedder
 from index.extract import EXTRACTOR_VERSION
 from index.ingest import PIPELINE_VERSION
 from index.models import Chunking, Extracted
-from index.store import Stamp, Store
+from index.records import Stamp
+from index.store import Store
 
 # --- an independent reading of the rules, line by line, used as the oracle
 
@@ -355,11 +356,11 @@ def test_version_is_stamped_on_documents_and_a_bump_makes_them_stale(
     # copy: the session's fixture stays untouched.
     store = Store(shutil.copytree(fixture_data_dir, tmp_path / "kb"))
     docs = store.documents()
-    assert docs and all(CHUNKER_VERSION in d["pipeline_version"] for d in docs)
+    assert docs and all(CHUNKER_VERSION in d.pipeline_version for d in docs)
     first = docs[0]
     current = Stamp(
-        embedding_model=first["embedding_model"],
-        dimensions=first["dimensions"],
+        embedding_model=first.embedding_model,
+        dimensions=first.dimensions,
         pipeline_version=PIPELINE_VERSION,
         extractor_version=EXTRACTOR_VERSION,
     )
@@ -367,7 +368,7 @@ def test_version_is_stamped_on_documents_and_a_bump_makes_them_stale(
     # What the stamp becomes once CHUNKER_VERSION is bumped: every document is then stale.
     bumped = PIPELINE_VERSION.replace(CHUNKER_VERSION, CHUNKER_VERSION + "-next")
     stale = store.stale_documents(replace(current, pipeline_version=bumped))
-    assert [d["id"] for d in stale] == [d["id"] for d in docs]
+    assert [d.id for d in stale] == [d.id for d in docs]
 
 
 # --- the encoder window, with the real tokenizer

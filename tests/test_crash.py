@@ -70,14 +70,14 @@ def test_sigkill_mid_ingest_loses_nothing_committed(tmp_path: Path, embedder: Em
 
     kb = KnowledgeBase(IndexConfig(data_dir=data_dir), embedder=embedder)
     docs = kb.store.documents()
-    assert not [d for d in docs if d["state"] == "indexing"], "a half-indexed document is visible"
+    assert not [d for d in docs if d.state == "indexing"], "a half-indexed document is visible"
     for d in docs:
-        rows = kb.store.chunk_rows(d["id"])
-        if d["state"] == "indexed":
-            assert d["chunk_count"] == len(rows) > 0
+        rows = kb.store.chunk_rows(d.id)
+        if d.state == "indexed":
+            assert d.chunk_count == len(rows) > 0
         else:
-            assert rows == [], f"{d['name']} is {d['state']} but has chunks"
-    assert len([d for d in docs if d["state"] == "indexed"]) == committed
+            assert rows == [], f"{d.name} is {d.state} but has chunks"
+    assert len([d for d in docs if d.state == "indexed"]) == committed
     check = kb.indexes.check()
     assert check["in_sync"] is True
     assert check["faiss_vectors"] == check["searchable_chunks"] == kb.store.chunk_count()
@@ -88,6 +88,6 @@ def test_sigkill_mid_ingest_loses_nothing_committed(tmp_path: Path, embedder: Em
     # ingesting the folder again completes the rest without duplicates
     summary = kb.ingest_paths([corpus])
     assert len(summary.unchanged) == committed
-    states = [d["state"] for d in kb.store.documents()]
+    states = [d.state for d in kb.store.documents()]
     assert states.count("indexed") == N_DOCS
     assert kb.indexes.check()["in_sync"] is True

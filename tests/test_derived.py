@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from index.derived import DerivedIndexes, Snapshot
-from index.models import Chunk, DocState
-from index.store import Stamp, Store
+from index.models import Chunk
+from index.records import Stamp
+from index.store import Store
 
 DIM = 16
 STAMP = Stamp("test/model", DIM, "pipeline-1", "extractor-1")
@@ -38,9 +39,7 @@ def _add_doc(store: Store, name: str, n_chunks: int, *, scope: str = "*", extra:
     texts = [" ".join(rng.choice(WORDS, size=8)) + extra for _ in range(n_chunks)]
     vecs = rng.standard_normal((n_chunks, DIM)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    doc_id = store.insert_document(
-        name=name, sha256=name, size=1, scope=scope, state=DocState.PENDING.value
-    )
+    doc_id = store.insert_document(name=name, sha256=name, size=1, scope=scope)
     chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
     store.commit_indexed(
         doc_id,
@@ -117,14 +116,14 @@ def test_refresh_after_new_version_equals_rebuild(store: Store, indexes: Derived
     new = _add_doc(store, "doc3-v2", 6, extra=" zeppelin")
     store.delete_document(3)
     updated, fresh = _refresh_then_rebuild(indexes)
-    assert new in {int(r["id"]) for r in store.documents()}
+    assert new in {r.id for r in store.documents()}
     _assert_same(updated, fresh)
 
 
 def test_deleted_ids_are_never_reused(store: Store, indexes: DerivedIndexes) -> None:
     # AUTOINCREMENT: the ids of deleted last rows are not handed out again, so
     # an old link or snapshot entry never names a newer document's chunk.
-    last = max(int(d["id"]) for d in store.documents())
+    last = max(d.id for d in store.documents())
     before = set(indexes.snapshot.chunk_ids.tolist())
     store.delete_document(last)
     new_doc = _add_doc(store, "after-delete", 5, extra=" zeppelin")

@@ -23,6 +23,7 @@ from index.chunk import chunk_document
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.models import Extracted
+from index.records import QueryRecord
 from index.store import Store
 
 EVALMINI = Path(__file__).parent / "data" / "evalmini"
@@ -247,15 +248,17 @@ def test_blind_destroys_a_straddling_needle_and_overlap_saves_it(
 
 def _log(store: Store, question: str) -> int:
     return store.log_query(
-        question=question,
-        scopes=["*all*"],
-        outcome="answered",
-        model_called=1,
-        kept=[],
-        cited=[],
-        invalid_citations=[],
-        latency_ms=1.0,
-        timings={},
+        QueryRecord(
+            question=question,
+            scopes=["*all*"],
+            outcome="answered",
+            model_called=True,
+            kept=[],
+            cited=[],
+            invalid_citations=[],
+            latency_ms=1.0,
+            timings={},
+        )
     )
 
 

@@ -49,17 +49,17 @@ def _doc_chunk_ids(kb: KnowledgeBase, doc_id: int) -> set[int]:
 def test_ingest_indexes_with_exact_offsets_and_server_chunk_count(kb: KnowledgeBase) -> None:
     added = kb.ingest_bytes(HANDBOOK, "handbook.md", uploader="U1")
     doc = added.document
-    assert doc["state"] == "indexed"
-    rows = kb.store.chunk_rows(doc["id"])
-    assert doc["chunk_count"] == len(rows) > 0
-    text = kb.canonical_text(doc["id"])
+    assert doc.state == "indexed"
+    rows = kb.store.chunk_rows(doc.id)
+    assert doc.chunk_count == len(rows) > 0
+    text = kb.canonical_text(doc.id)
     for r in rows:
         assert text[r["start"] : r["end"]] == r["content"]
     # text before the first heading is not lost
     assert any("office opens at 08:00" in r["content"] for r in rows)
-    assert doc["embedding_model"] == "sentence-transformers/all-MiniLM-L6-v2"
-    assert doc["dimensions"] == 384
-    assert doc["pipeline_version"] and doc["extractor_version"]
+    assert doc.embedding_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert doc.dimensions == 384
+    assert doc.pipeline_version and doc.extractor_version
     assert kb.indexes.check()["in_sync"] is True
 
 
@@ -67,33 +67,33 @@ def test_same_bytes_twice_is_one_document(kb: KnowledgeBase) -> None:
     first = kb.ingest_bytes(HANDBOOK, "handbook.md")
     second = kb.ingest_bytes(HANDBOOK, "copy-of-handbook.md")
     assert second.duplicate is True
-    assert second.document["id"] == first.document["id"]
+    assert second.document.id == first.document.id
     assert len(kb.store.documents()) == 1
 
 
 def test_new_version_replaces_old_only_once_indexed(kb: KnowledgeBase) -> None:
     old = kb.ingest_bytes(HANDBOOK, "handbook.md").document
-    old_chunks = _doc_chunk_ids(kb, old["id"])
+    old_chunks = _doc_chunk_ids(kb, old.id)
     new_bytes = HANDBOOK.replace(b"30 days", b"45 days")
     added = kb.add_bytes(new_bytes, "handbook.md")
     # pending new version: the old one is still there and searchable
-    assert kb.store.document(old["id"])["state"] == "indexed"
+    assert kb.store.document(old.id).state == "indexed"
     assert old_chunks <= set(kb.snapshot.vectors.ids().tolist())
-    new = kb.index_document(added.document["id"])
-    assert new["state"] == "indexed"
-    assert [d["id"] for d in kb.store.documents()] == [new["id"]]
+    new = kb.index_document(added.document.id)
+    assert new.state == "indexed"
+    assert [d.id for d in kb.store.documents()] == [new.id]
     live = set(kb.snapshot.vectors.ids().tolist())
     assert not (old_chunks & live)
     assert not (old_chunks & set(np.asarray(kb.snapshot.bm25.chunk_ids).tolist()))
-    assert "45 days" in kb.canonical_text(new["id"])
+    assert "45 days" in kb.canonical_text(new.id)
 
 
 def test_failed_new_version_keeps_old_one(kb: KnowledgeBase) -> None:
     old = kb.ingest_bytes(HANDBOOK, "handbook.md").document
     broken = kb.ingest_bytes(b"\x00\x01\x02" * 100, "handbook.md").document
-    assert broken["state"] == "failed"
-    assert kb.store.document(old["id"])["state"] == "indexed"
-    assert _doc_chunk_ids(kb, old["id"]) <= set(kb.snapshot.vectors.ids().tolist())
+    assert broken.state == "failed"
+    assert kb.store.document(old.id).state == "indexed"
+    assert _doc_chunk_ids(kb, old.id) <= set(kb.snapshot.vectors.ids().tolist())
 
 
 def test_remove_drops_chunks_from_both_indexes(kb: KnowledgeBase) -> None:
@@ -101,26 +101,26 @@ def test_remove_drops_chunks_from_both_indexes(kb: KnowledgeBase) -> None:
     other = kb.ingest_bytes(
         b"# Other\n\nThe canteen serves lunch from noon.\n", "other.md"
     ).document
-    ids = _doc_chunk_ids(kb, doc["id"])
-    kb.remove(doc["id"])
+    ids = _doc_chunk_ids(kb, doc.id)
+    kb.remove(doc.id)
     assert not (ids & set(kb.snapshot.vectors.ids().tolist()))
     assert not (ids & set(np.asarray(kb.snapshot.bm25.chunk_ids).tolist()))
     assert not (ids & _search_ids(kb, "expense claims receipt"))
-    assert kb.store.document(other["id"])["state"] == "indexed"
-    assert not kb.store.original_path(doc["sha256"]).exists()
+    assert kb.store.document(other.id).state == "indexed"
+    assert not kb.store.original_path(doc.sha256).exists()
 
 
 @pytest.mark.parametrize("case", sorted(bad_inputs()))
 def test_bad_input_fails_with_reason_and_loses_nothing(kb: KnowledgeBase, case: str) -> None:
     good = kb.ingest_bytes(HANDBOOK, "handbook.md").document
-    good_ids = _doc_chunk_ids(kb, good["id"])
+    good_ids = _doc_chunk_ids(kb, good.id)
     filename, data = bad_inputs()[case]
     row = kb.ingest_bytes(data, filename).document
-    assert row["state"] == "failed"
-    reason = row["failure_reason"]
+    assert row.state == "failed"
+    reason = row.failure_reason
     assert reason and len(reason) > 20 and "Traceback" not in reason
-    assert row["chunk_count"] == 0
-    assert kb.store.chunk_rows(row["id"]) == []
+    assert row.chunk_count == 0
+    assert kb.store.chunk_rows(row.id) == []
     assert good_ids & _search_ids(kb, "expense claims within 30 days")
     assert kb.indexes.check()["in_sync"] is True
 
@@ -128,8 +128,8 @@ def test_bad_input_fails_with_reason_and_loses_nothing(kb: KnowledgeBase, case: 
 def test_over_size_limit_fails_with_limit_in_reason(index_dir: Path, embedder: Embedder) -> None:
     kb = KnowledgeBase(IndexConfig(data_dir=index_dir, max_upload_bytes=1000), embedder=embedder)
     row = kb.ingest_bytes(b"word " * 400, "big.txt").document
-    assert row["state"] == "failed"
-    assert "MB" in row["failure_reason"] or "limit" in row["failure_reason"].lower()
+    assert row.state == "failed"
+    assert "MB" in row.failure_reason or "limit" in row.failure_reason.lower()
 
 
 def test_pdf_chunks_carry_pages(kb: KnowledgeBase) -> None:
@@ -137,11 +137,11 @@ def test_pdf_chunks_carry_pages(kb: KnowledgeBase) -> None:
         ["The first page talks about apples. " * 10, "The second page talks about pears. " * 10]
     )
     doc = kb.ingest_bytes(data, "fruit.pdf").document
-    assert doc["state"] == "indexed" and doc["kind"] == "pdf"
-    rows = kb.store.chunk_rows(doc["id"])
+    assert doc.state == "indexed" and doc.kind == "pdf"
+    rows = kb.store.chunk_rows(doc.id)
     pages = {r["page"] for r in rows}
     assert pages == {1, 2}
-    text = kb.canonical_text(doc["id"])
+    text = kb.canonical_text(doc.id)
     for r in rows:
         assert text[r["start"] : r["end"]] == r["content"]
         assert ("pears" in r["content"]) == (r["page"] == 2)
@@ -152,30 +152,30 @@ def test_retry_after_failure_and_interrupted_recovery(index_dir: Path, embedder:
     kb = KnowledgeBase(settings, embedder=embedder)
     added = kb.add_bytes(HANDBOOK, "handbook.md")
     # a process that died mid-indexing left the row 'indexing' with a dead pid
-    kb.store.update_document(added.document["id"], state="indexing", worker_pid=2**22 + 12345)
+    kb.store.update_document(added.document.id, state="indexing", worker_pid=2**22 + 12345)
     reopened = KnowledgeBase(settings, embedder=embedder)
-    row = reopened.store.document(added.document["id"])
-    assert row["state"] == "failed" and "interrupted" in row["failure_reason"]
-    assert reopened.retry(row["id"])["state"] == "indexed"
+    row = reopened.store.document(added.document.id)
+    assert row.state == "failed" and "interrupted" in row.failure_reason
+    assert reopened.retry(row.id).state == "indexed"
 
 
 def test_stale_documents_are_listed_and_reindex_clears_them(kb: KnowledgeBase) -> None:
     doc = kb.ingest_bytes(HANDBOOK, "handbook.md").document
-    kb.store.update_document(doc["id"], pipeline_version="chunker-old")
-    assert [d["id"] for d in kb.stale_documents()] == [doc["id"]]
+    kb.store.update_document(doc.id, pipeline_version="chunker-old")
+    assert [d.id for d in kb.stale_documents()] == [doc.id]
     report = kb.reindex()
     assert report.stale_before == 1 and report.stale_after == 0
-    assert report.documents == 1 and report.chunks == kb.store.document(doc["id"])["chunk_count"]
+    assert report.documents == 1 and report.chunks == kb.store.document(doc.id).chunk_count
     assert kb.indexes.check()["in_sync"] is True
 
 
 def test_other_model_vectors_are_never_searched(kb: KnowledgeBase) -> None:
     doc = kb.ingest_bytes(HANDBOOK, "handbook.md").document
-    kb.store.update_document(doc["id"], embedding_model="some/other-model")
+    kb.store.update_document(doc.id, embedding_model="some/other-model")
     kb.store.set_meta("generation", str(kb.store.generation + 1))
     snap = kb.indexes.refresh()
     assert len(snap) == 0
-    assert [d["id"] for d in kb.stale_documents()] == [doc["id"]]
+    assert [d.id for d in kb.stale_documents()] == [doc.id]
 
 
 def test_second_reindex_is_refused_while_one_runs(kb: KnowledgeBase) -> None:
@@ -219,7 +219,7 @@ def test_folder_ingest_reports_other_file_types_as_skipped(
     (folder / "sub" / "budget.xlsx").write_bytes(b"PK\x03\x04 not really")
     (folder / ".hidden.md").write_text("# secret\n\nnot for the knowledge base\n")
     summary = kb.ingest_paths([folder])
-    assert [d["name"] for d in summary.indexed] == ["handbook.md"]
+    assert [d.name for d in summary.indexed] == ["handbook.md"]
     assert len(summary.skipped) == 1 and "budget.xlsx" in summary.skipped[0]
     assert "not a supported type" in summary.skipped[0]
-    assert [d["name"] for d in kb.store.documents()] == ["handbook.md"]
+    assert [d.name for d in kb.store.documents()] == ["handbook.md"]

@@ -30,6 +30,7 @@ from tests.conftest_bot import (  # noqa: E402
 from tests.servers import (  # noqa: E402
     BOT_USER_ID,
     CHANNEL_ID,
+    DEFAULT_SIGNING_SECRET,
     DM_CHANNEL_ID,
     app_mention_event,
     block_actions_body,
@@ -265,7 +266,7 @@ async def test_feedback_click_is_stored_and_acknowledged(bot: Bot) -> None:
     rows = list(bot.kb.store.db.query("SELECT query_id, value, user FROM feedback"))
     query_id = int(value.split(":")[1])
     assert rows == [{"query_id": query_id, "value": -1, "user": "U0USER0001"}]
-    assert bot.kb.store.query(query_id)["question"] == IN_DOMAIN
+    assert bot.kb.store.query(query_id).question == IN_DOMAIN
 
 
 async def test_listener_failure_gets_a_friendly_reply_not_a_trace(bot: Bot) -> None:
@@ -346,13 +347,16 @@ async def test_the_app_accepts_slacks_published_signature_example(
     assert resp.status == 401
 
 
-async def test_socket_mode_without_signing_secret_accepts_no_http_events(
-    make_bot: BotFactory,
-) -> None:
-    bot = await make_bot(slack_app_token="xapp-test", slack_signing_secret="")
+@pytest.mark.parametrize("secret", ["", DEFAULT_SIGNING_SECRET])
+async def test_socket_mode_accepts_no_http_events(make_bot: BotFactory, secret: str) -> None:
+    # With the signing secret set too (as a manifest's comments may suggest),
+    # a correctly signed HTTP event must still find no door.
+    bot = await make_bot(slack_app_token="xapp-test", slack_signing_secret=secret)
     body = event_body(app_mention_event(IN_DOMAIN))
-    resp = await bot.http.post("/slack/events", data=body, headers=slack_headers("", body))
-    assert resp.status == 503
+    resp = await bot.http.post("/slack/events", data=body, headers=slack_headers(secret, body))
+    assert resp.status == 404
+    await bot.idle()
+    assert bot.slack.calls("chat.postMessage") == []
     ready = await (await bot.http.get("/readyz")).json()
     assert ready["slack"] == "socket"
 

@@ -11,7 +11,9 @@ import pytest
 
 from bot.slack import messages
 from bot.slack.reindex import render_reindex_report
-from index.knowledge_base import ReindexReport
+from index.knowledge_base import FailedDocument, ReindexReport
+from index.models import DocState
+from index.records import DocumentRow
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -38,7 +40,7 @@ async def _final_report(bot: Bot, response_id: str = "r1") -> list[dict[str, Any
 
 
 def _indexed_at(bot: Bot) -> dict[int, float]:
-    return {int(d["id"]): d["indexed_at"] for d in bot.kb.store.documents()}
+    return {d.id: d.indexed_at for d in bot.kb.store.documents()}
 
 
 async def test_non_admin_gets_an_ephemeral_refusal_and_nothing_runs(make_bot: BotFactory) -> None:
@@ -60,7 +62,7 @@ async def test_configured_admin_gets_progress_and_the_final_report(make_bot: Bot
     assert any("Reindexing…" in p["text"] for p in posts[:-1])
     final = posts[-1]
     docs = bot.kb.store.documents()
-    chunks = sum(d["chunk_count"] for d in docs)
+    chunks = sum(d.chunk_count for d in docs)
     assert final["text"].startswith(
         f":white_check_mark: Reindex finished: {len(docs)} documents, {chunks} chunks; 0 failed"
     )
@@ -114,10 +116,37 @@ async def test_questions_are_answered_while_a_reindex_runs(make_bot: BotFactory)
     await _final_report(bot)
 
 
+def _failed(doc_id: int, name: str, reason: str) -> FailedDocument:
+    row = DocumentRow(
+        id=doc_id,
+        name=name,
+        title="",
+        sha256="0" * 64,
+        kind="pdf",
+        size=1,
+        uploader="",
+        scope="*",
+        state=DocState.INDEXED,
+        failure_reason=None,
+        chunk_count=1,
+        window_splits=0,
+        text_length=1,
+        page_starts="0",
+        embedding_model=None,
+        dimensions=None,
+        pipeline_version=None,
+        extractor_version=None,
+        replaces=None,
+        worker_pid=None,
+        created_at=0.0,
+        updated_at=0.0,
+        indexed_at=0.0,
+    )
+    return FailedDocument(row, reason)
+
+
 def test_report_lists_failures_escaped_and_bounded() -> None:
-    failed = [
-        {"name": f"<!channel> doc {i}.pdf", "reindex_error": "bad <@U1> bytes"} for i in range(12)
-    ]
+    failed = [_failed(i, f"<!channel> doc {i}.pdf", "bad <@U1> bytes") for i in range(12)]
     text = render_reindex_report(
         ReindexReport(documents=3, chunks=9, failed=failed, stale_before=2, stale_after=0)
     )

@@ -108,14 +108,12 @@ async def test_submitted_file_is_downloaded_with_the_token_and_indexed(bot: Bot)
 
     assert bot.slack.downloads == [("F0GUIDE001", True)]
     doc = bot.kb.store.find_document("onboarding.md")
-    assert doc["state"] == "indexed" and doc["chunk_count"] > 0
-    assert (
-        doc["scope"] == CHANNEL_ID and doc["title"] == "Onboarding" and doc["uploader"] == USER_ID
-    )
+    assert doc.state == "indexed" and doc.chunk_count > 0
+    assert doc.scope == CHANNEL_ID and doc.title == "Onboarding" and doc.uploader == USER_ID
     statuses = bot.statuses()
     assert "queued" in statuses[0]
     assert any("indexing" in s for s in statuses)
-    assert statuses[-1].endswith(f"indexed, {doc['chunk_count']} chunks.")
+    assert statuses[-1].endswith(f"indexed, {doc.chunk_count} chunks.")
     assert all(c["channel"] == CHANNEL_ID for c in bot.slack.calls("chat.postMessage"))
 
 
@@ -148,7 +146,7 @@ async def test_file_fetched_without_a_valid_token_is_never_ingested(make_bot: Bo
     await bot.settle()
     assert bot.slack.downloads == [("F0NOAUTH01", False)]
     assert "login page" in bot.statuses()[-1]
-    assert not any(d["name"] == "notes.md" for d in bot.kb.store.documents())
+    assert not any(d.name == "notes.md" for d in bot.kb.store.documents())
 
 
 async def test_corrupt_file_fails_with_reason_and_retry_reports_again(bot: Bot) -> None:
@@ -156,11 +154,11 @@ async def test_corrupt_file_fails_with_reason_and_retry_reports_again(bot: Bot) 
     await _submit(bot, [f])
     await bot.settle()
     doc = bot.kb.store.find_document("scan.pdf")
-    assert doc["state"] == "failed"
+    assert doc.state == "failed"
     (final,) = [c for c in bot.slack.calls("chat.update") if "failed" in c["text"]]
-    assert doc["failure_reason"] and doc["failure_reason"][:20] in final["text"]
+    assert doc.failure_reason and doc.failure_reason[:20] in final["text"]
     (button,) = [e for b in final["blocks"] if b["type"] == "actions" for e in b["elements"]]
-    assert button["action_id"] == RETRY_ACTION_ID and button["value"] == str(doc["id"])
+    assert button["action_id"] == RETRY_ACTION_ID and button["value"] == str(doc.id)
 
     updates_before = len(bot.slack.calls("chat.update"))
     body = block_actions_body(
@@ -173,7 +171,7 @@ async def test_corrupt_file_fails_with_reason_and_retry_reports_again(bot: Bot) 
     retried = updates[updates_before:]
     assert {u["ts"] for u in retried} == {final["ts"]}, "the same status message is updated"
     assert "indexing" in retried[0]["text"] and "failed" in retried[-1]["text"]
-    assert bot.kb.store.document(int(doc["id"]))["updated_at"] > doc["updated_at"]
+    assert bot.kb.store.document(doc.id).updated_at > doc.updated_at
 
 
 async def test_download_from_a_foreign_host_is_refused(bot: Bot) -> None:
@@ -208,10 +206,10 @@ async def test_file_shared_in_a_dm_is_ingested_for_everyone(bot: Bot) -> None:
     await bot.event(event)
     await bot.settle()
     doc = bot.kb.store.find_document("faq.md")
-    assert doc["state"] == "indexed" and doc["scope"] == "*"
+    assert doc.state == "indexed" and doc.scope == "*"
     (status,) = bot.slack.calls("chat.postMessage")
     assert status["channel"] == DM_CHANNEL_ID and status["thread_ts"] == event["ts"]
-    assert bot.statuses()[-1].endswith(f"indexed, {doc['chunk_count']} chunks.")
+    assert bot.statuses()[-1].endswith(f"indexed, {doc.chunk_count} chunks.")
 
 
 async def test_same_file_twice_is_reported_as_already_there(bot: Bot) -> None:

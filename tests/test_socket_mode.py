@@ -198,7 +198,7 @@ async def test_mention_is_acked_over_the_socket_and_answered_once_in_its_thread(
 
 async def test_reindex_from_a_non_admin_is_refused_in_the_ack(socket_bot: SocketBot) -> None:
     slack = socket_bot.slack
-    before = {d["id"]: d["indexed_at"] for d in socket_bot.kb.store.documents()}
+    before = {d.id: d.indexed_at for d in socket_bot.kb.store.documents()}
     command = slash_command_payload(
         "/kb-reindex", "", USER_ID, CHANNEL_ID, slack.response_url("r1")
     )
@@ -214,7 +214,7 @@ async def test_reindex_from_a_non_admin_is_refused_in_the_ack(socket_bot: Socket
     }
     assert not socket_bot.services.reindexer.running
     assert slack.responses() == []
-    assert {d["id"]: d["indexed_at"] for d in socket_bot.kb.store.documents()} == before
+    assert {d.id: d.indexed_at for d in socket_bot.kb.store.documents()} == before
     assert socket_bot.dispatched == ["socket_mode"]
 
 

@@ -1,4 +1,4 @@
-"""The SQLite store: schema migrations, the query log's threads, event de-duplication."""
+"""The SQLite store: schema migrations, typed records, the query log, event de-duplication."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from index.records import DOCUMENT_COLUMNS, QUERY_COLUMNS, QueryRecord
 from index.schema import MIGRATIONS
 from index.store import Store
 
@@ -162,7 +165,7 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         "meta",
     }
     doc = store.document(7)
-    assert (doc["name"], doc["title"], doc["state"], doc["chunk_count"]) == (
+    assert (doc.name, doc.title, doc.state, doc.chunk_count) == (
         "handbook.md",
         "Handbook",
         "indexed",
@@ -178,7 +181,7 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         for r in store.searchable_chunks("m", 1)
     }
     assert vectors == {11: [1.0], 12: [2.0]} and store.generation == 3
-    assert store.query(5)["question"] == "When does the office open?"
+    assert store.query(5).question == "When does the office open?"
     assert store.thread_turns("C1", "1700000000.000100", 5) == [
         ("When does the office open?", "At eight [1].")
     ]
@@ -198,7 +201,7 @@ def test_reopening_applies_nothing_again(tmp_path: Path) -> None:
     Store(data_dir)
     again = Store(data_dir)
     assert [m.name for m in MIGRATIONS.applied(again.db)] == MIGRATION_NAMES
-    assert again.document(7)["name"] == "handbook.md"
+    assert again.document(7).name == "handbook.md"
 
 
 _OPENER = """
@@ -236,24 +239,28 @@ def test_processes_opening_one_data_dir_at_once_migrate_it_once(tmp_path: Path) 
     assert [p.returncode for p in procs] == [0] * 4, errors
     store = Store(data_dir)
     assert [m.name for m in MIGRATIONS.applied(store.db)] == MIGRATION_NAMES
-    assert store.query(5)["question"] == "When does the office open?"
+    assert store.query(5).question == "When does the office open?"
+
+
+def _record(question: str, **where: str) -> QueryRecord:
+    return QueryRecord(
+        question=question,
+        scopes=("C1",),
+        outcome="answered",
+        model_called=True,
+        kept=((11, 0.25), (12, 0.5)),
+        cited=(11,),
+        invalid_citations=("[9]",),
+        latency_ms=1.5,
+        timings={"embed": 0.5, "total": 1.5},
+        user="U1",
+        answer=f"answer to {question}",
+        **where,
+    )
 
 
 def _log(store: Store, question: str, *, channel: str, thread_id: str) -> int:
-    return store.log_query(
-        question=question,
-        scopes=["C1"],
-        outcome="answered",
-        model_called=1,
-        kept=[],
-        cited=[],
-        invalid_citations=[],
-        latency_ms=1.0,
-        timings={},
-        channel=channel,
-        thread_id=thread_id,
-        answer=f"answer to {question}",
-    )
+    return store.log_query(_record(question, channel=channel, thread_id=thread_id))
 
 
 def test_thread_turns_are_the_logged_questions_of_that_thread(index_dir: Path) -> None:
@@ -270,11 +277,34 @@ def test_thread_turns_are_the_logged_questions_of_that_thread(index_dir: Path) -
     assert not store.answered_in_thread("C2", "t1")
 
 
-def test_query_log_has_no_columns_beyond_the_schema(index_dir: Path) -> None:
+def test_a_logged_question_reads_back_as_it_was_recorded(index_dir: Path) -> None:
     store = Store(index_dir)
-    _log(store, "first", channel="C1", thread_id="t1")
-    columns = {c.name for c in store.db["query_log"].columns}
-    assert "thread_id" in columns and "thread_ts" not in columns
+    record = _record("first", channel="C1", thread_id="t1")
+    assert store.query(store.log_query(record)) == record
+
+
+def test_records_have_exactly_the_columns_of_their_tables(index_dir: Path) -> None:
+    store = Store(index_dir)
+    assert [c.name for c in store.db["documents"].columns] == list(DOCUMENT_COLUMNS)
+    logged = [c.name for c in store.db["query_log"].columns]
+    assert logged == ["id", "created_at", *QUERY_COLUMNS]
+
+
+def test_a_misspelt_field_is_a_type_error_not_a_new_column(index_dir: Path) -> None:
+    store = Store(index_dir)
+    doc_id = store.insert_document(name="a.md", sha256="ab12", size=1)
+    before = _layout(store)
+    with pytest.raises(TypeError):
+        store.update_document(doc_id, titel="A")
+    with pytest.raises(TypeError):
+        store.insert_document(name="b.md", sha256="cd34", size=1, titel="B")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        replace(_record("first"), thread_ts="t1")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        QueryRecord(question="q", thread_ts="t1")  # type: ignore[call-arg]
+    assert _layout(store) == before
+    assert store.document(doc_id).title == ""
+    assert [d.name for d in store.documents()] == ["a.md"]
 
 
 def test_a_delivery_is_first_once(index_dir: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
@@ -15,6 +14,7 @@ from bot.server.routes import MIDDLEWARES, add_readiness_check
 from core.errors import BadLinkToken
 from core.links import LinkSigner, load_or_create_secret
 from index.errors import KBError
+from index.records import DocumentRow
 from tests.docs_factory import text_pdf
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -24,7 +24,7 @@ from tests.conftest_bot import Bot  # noqa: E402
 FORBIDDEN = Path(__file__).resolve().parent.parent / "bot" / "server" / "static" / "forbidden.html"
 
 
-def _doc(bot: Bot, name: str) -> dict[str, Any]:
+def _doc(bot: Bot, name: str) -> DocumentRow:
     return bot.kb.store.find_document(name)
 
 
@@ -41,15 +41,15 @@ async def _forbidden_body(bot: Bot, path: str) -> str:
 
 async def test_valid_link_shows_the_escaped_canonical_text(bot: Bot) -> None:
     doc = _doc(bot, "oncall.md")
-    token = _token(bot, doc["id"])
-    resp = await bot.http.get(f"/d/{doc['id']}", params={"t": token})
+    token = _token(bot, doc.id)
+    resp = await bot.http.get(f"/d/{doc.id}", params={"t": token})
     assert resp.status == 200
     page = await resp.text()
     assert "write &lt;!channel&gt; and &lt;@U123&gt; in #incidents" in page
     assert "<!channel>" not in page.split("-->", 1)[1]
     assert "<title>On-call guide</title>" in page
-    assert f'href="{doc["id"]}/file?t={token}"' in page, "relative to /d/<id>"
-    text = bot.kb.canonical_text(doc["id"])
+    assert f'href="{doc.id}/file?t={token}"' in page, "relative to /d/<id>"
+    text = bot.kb.canonical_text(doc.id)
     assert re.search(r'<pre id="doc" class="document">\n', page)
     assert page.count("&amp;") >= text.count("&")
 
@@ -74,27 +74,27 @@ async def test_bad_links_all_get_the_same_forbidden_page(bot: Bot) -> None:
     doc = _doc(bot, "handbook.md")
     other = _doc(bot, "security.md")
     falcon = _doc(bot, "falcon.md")
-    assert falcon["scope"] != "*"
-    token = _token(bot, doc["id"])
+    assert falcon.scope != "*"
+    token = _token(bot, doc.id)
     tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
     secret = load_or_create_secret(bot.settings.data_dir, bot.settings.link_secret)
-    expired = LinkSigner(secret, ttl_seconds=60, clock=lambda: 1_000_000.0).token(doc["id"], "*")
+    expired = LinkSigner(secret, ttl_seconds=60, clock=lambda: 1_000_000.0).token(doc.id, "*")
 
     bodies = {
-        "tampered": await _forbidden_body(bot, f"/d/{doc['id']}?t={tampered}"),
-        "expired": await _forbidden_body(bot, f"/d/{doc['id']}?t={expired}"),
-        "other document": await _forbidden_body(bot, f"/d/{other['id']}?t={token}"),
-        "no token": await _forbidden_body(bot, f"/d/{doc['id']}"),
+        "tampered": await _forbidden_body(bot, f"/d/{doc.id}?t={tampered}"),
+        "expired": await _forbidden_body(bot, f"/d/{doc.id}?t={expired}"),
+        "other document": await _forbidden_body(bot, f"/d/{other.id}?t={token}"),
+        "no token": await _forbidden_body(bot, f"/d/{doc.id}"),
         "missing document": await _forbidden_body(bot, f"/d/999999?t={tampered}"),
         # a genuine signature, but for a wider scope than the document has
         "wrong scope": await _forbidden_body(
-            bot, f"/d/{falcon['id']}?t={bot.services.engine.signer.token(falcon['id'], '*')}"
+            bot, f"/d/{falcon.id}?t={bot.services.engine.signer.token(falcon.id, '*')}"
         ),
         "file, wrong scope": await _forbidden_body(
-            bot, f"/d/{falcon['id']}/file?t={bot.services.engine.signer.token(falcon['id'], '*')}"
+            bot, f"/d/{falcon.id}/file?t={bot.services.engine.signer.token(falcon.id, '*')}"
         ),
         "not an id": await _forbidden_body(bot, f"/d/abc?t={token}"),
-        "file, tampered": await _forbidden_body(bot, f"/d/{doc['id']}/file?t={tampered}"),
+        "file, tampered": await _forbidden_body(bot, f"/d/{doc.id}/file?t={tampered}"),
     }
     assert len(set(bodies.values())) == 1, "nothing distinguishes one refusal from another"
     # The static page itself: it names no document.
@@ -109,16 +109,16 @@ async def test_forbidden_page_csp_allows_only_its_own_style(bot: Bot) -> None:
 
 async def test_link_to_a_removed_document_is_not_found(bot: Bot) -> None:
     doc = _doc(bot, "security.md")
-    token = _token(bot, doc["id"])
-    bot.kb.remove(doc["id"])
-    resp = await bot.http.get(f"/d/{doc['id']}", params={"t": token})
+    token = _token(bot, doc.id)
+    bot.kb.remove(doc.id)
+    resp = await bot.http.get(f"/d/{doc.id}", params={"t": token})
     assert resp.status == 404
 
 
 async def test_original_pdf_is_served_inline_for_page_fragments(bot: Bot) -> None:
     pdf = text_pdf(["First page about parking.", "Second page about bicycles."])
     doc = bot.kb.ingest_bytes(pdf, "parking.pdf").document
-    resp = await bot.http.get(f"/d/{doc['id']}/file", params={"t": _token(bot, doc["id"])})
+    resp = await bot.http.get(f"/d/{doc.id}/file", params={"t": _token(bot, doc.id)})
     assert resp.status == 200
     assert resp.headers["Content-Type"] == "application/pdf"
     assert resp.headers["Content-Disposition"].startswith("inline;")
@@ -130,7 +130,7 @@ async def test_original_text_file_is_plain_text_in_a_sandbox(bot: Bot) -> None:
     doc = bot.kb.ingest_bytes(
         b"<html><body><script>alert(1)</script><p>Hi there.</p></body></html>", "page.html"
     ).document
-    resp = await bot.http.get(f"/d/{doc['id']}/file", params={"t": _token(bot, doc["id"])})
+    resp = await bot.http.get(f"/d/{doc.id}/file", params={"t": _token(bot, doc.id)})
     assert resp.status == 200
     assert resp.headers["Content-Type"].startswith("text/plain")
     assert "sandbox" in resp.headers["Content-Security-Policy"]
@@ -150,7 +150,7 @@ async def test_health_and_readiness(bot: Bot) -> None:
 
 async def test_not_ready_while_the_index_lags_the_database(bot: Bot) -> None:
     added = bot.kb.add_bytes(b"# Late\n\nA document committed without a refresh.\n", "late.md")
-    bot.kb.index_document(int(added.document["id"]), refresh=False)
+    bot.kb.index_document(added.document.id, refresh=False)
     resp = await bot.http.get("/readyz")
     body = await resp.json()
     assert (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import click
 
 from bot.cli.base import ProgressBar, emit, json_option, main, open_kb
 from index.models import DocState
+from index.records import DocumentRow
 from index.store import EVERYONE
 
 # What a listing shows of a document row (the canonical text and worker pid stay out).
@@ -34,9 +36,10 @@ SUMMARY_FIELDS = (
 QUOTE_CHARS = 200
 
 
-def summary(doc: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a document row that listings show."""
-    return {k: doc.get(k) for k in SUMMARY_FIELDS}
+def summary(doc: DocumentRow) -> dict[str, Any]:
+    """The fields of a document that listings show, in listing order."""
+    values = asdict(doc)
+    return {k: values[k] for k in SUMMARY_FIELDS}
 
 
 @main.command()
@@ -71,7 +74,7 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
 
     def text() -> None:
         for d in result.failed:
-            click.echo(f"failed   {d['name']}: {d['failure_reason']}")
+            click.echo(f"failed   {d.name}: {d.failure_reason}")
         for s in result.skipped:
             click.echo(f"skipped  {s}")
         click.echo(
@@ -101,8 +104,8 @@ def docs(ctx: click.Context, as_json: bool) -> None:
     Example: kb docs --json
     """
     kb = open_kb(ctx)
-    stale = {d["id"] for d in kb.stale_documents()}
-    rows = [{**summary(d), "stale": d["id"] in stale} for d in kb.documents()]
+    stale = {d.id for d in kb.stale_documents()}
+    rows = [{**summary(d), "stale": d.id in stale} for d in kb.documents()]
 
     def text() -> None:
         if not rows:
@@ -133,7 +136,7 @@ def show(ctx: click.Context, doc: str, text: bool, as_json: bool) -> None:
     kb = open_kb(ctx)
     row = kb.find(doc)
     if text:
-        click.echo(kb.canonical_text(int(row["id"])), nl=False)
+        click.echo(kb.canonical_text(row.id), nl=False)
         return
     fields = summary(row)
 
@@ -154,7 +157,7 @@ def chunks(ctx: click.Context, doc: str, as_json: bool) -> None:
     Example: kb chunks 3
     """
     kb = open_kb(ctx)
-    rows = kb.chunks(int(kb.find(doc)["id"]))
+    rows = kb.chunks(kb.find(doc).id)
 
     def text() -> None:
         for c in rows:
@@ -176,10 +179,10 @@ def retry(ctx: click.Context, doc: str) -> None:
     Example: kb retry report.pdf
     """
     kb = open_kb(ctx)
-    row = kb.retry(int(kb.find(doc)["id"]))
-    if row["state"] != DocState.INDEXED:
-        raise click.ClickException(f"{row['name']}: failed: {row['failure_reason']}")
-    click.echo(f"{row['name']}: indexed, {row['chunk_count']} chunks.")
+    row = kb.retry(kb.find(doc).id)
+    if row.state != DocState.INDEXED:
+        raise click.ClickException(f"{row.name}: failed: {row.failure_reason}")
+    click.echo(f"{row.name}: indexed, {row.chunk_count} chunks.")
 
 
 @main.command()
@@ -191,8 +194,8 @@ def rm(ctx: click.Context, doc: str) -> None:
     Example: kb rm old-handbook.md
     """
     kb = open_kb(ctx)
-    row = kb.remove(int(kb.find(doc)["id"]))
-    click.echo(f"Removed {row['name']} ({row['chunk_count']} chunks).")
+    row = kb.remove(kb.find(doc).id)
+    click.echo(f"Removed {row.name} ({row.chunk_count} chunks).")
 
 
 @main.command()
@@ -213,8 +216,12 @@ def reindex(ctx: click.Context, as_json: bool) -> None:
     report = kb.reindex(progress=progress)
     bar.close()
     failed = [
-        {"id": d["id"], "name": d["name"], "reason": d.get("reindex_error") or d["failure_reason"]}
-        for d in report.failed
+        {
+            "id": failure.document.id,
+            "name": failure.document.name,
+            "reason": failure.reason or failure.document.failure_reason,
+        }
+        for failure in report.failed
     ]
 
     def text() -> None:

@@ -36,6 +36,7 @@ from core.answer import Engine
 from core.errors import BadLinkToken
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import KnowledgeBase
+from index.records import DocumentRow
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ def _verify(request: web.Request) -> tuple[int, str, str]:
     return doc_id, token, scope
 
 
-async def _linked_document(request: web.Request) -> tuple[dict[str, Any], str]:
+async def _linked_document(request: web.Request) -> tuple[DocumentRow, str]:
     """The document a valid link names, and the link's token.
 
     Raises:
@@ -241,15 +242,15 @@ async def _linked_document(request: web.Request) -> tuple[dict[str, Any], str]:
     """
     doc_id, token, scope = _verify(request)
     doc = await asyncio.to_thread(request.app[KB].store.document, doc_id)
-    if str(doc["scope"]) != scope:
+    if doc.scope != scope:
         raise BadLinkToken(f"Link for scope {scope!r}, document {doc_id} is in another scope.")
     return doc, token
 
 
-def _meta(doc: dict[str, Any]) -> str:
-    parts = [str(doc["name"])]
-    if doc.get("indexed_at"):
-        day = datetime.fromtimestamp(float(doc["indexed_at"]), tz=UTC).strftime("%Y-%m-%d")
+def _meta(doc: DocumentRow) -> str:
+    parts = [doc.name]
+    if doc.indexed_at:
+        day = datetime.fromtimestamp(doc.indexed_at, tz=UTC).strftime("%Y-%m-%d")
         parts.append(f"indexed {day}")
     return " - ".join(parts)
 
@@ -259,12 +260,12 @@ async def viewer(request: web.Request) -> web.Response:
     kb = request.app[KB]
     try:
         doc, token = await _linked_document(request)
-        doc_id = int(doc["id"])
+        doc_id = doc.id
         text = await asyncio.to_thread(kb.canonical_text, doc_id)
     except DocumentNotFound:
         return _simple_page(404, PAGE_NOT_FOUND)
     page = fill_viewer(
-        title=str(doc["title"] or doc["name"]),
+        title=doc.title or doc.name,
         meta=_meta(doc),
         # Relative (from /d/<id>), like the page's assets, so a path prefix keeps working.
         file_url=f"{doc_id}/file?t={quote(token, safe='')}",
@@ -284,14 +285,14 @@ async def original_file(request: web.Request) -> web.StreamResponse:
         doc, _ = await _linked_document(request)
     except DocumentNotFound:
         return _simple_page(404, PAGE_NOT_FOUND)
-    path = kb.store.original_path(str(doc["sha256"]))
+    path = kb.store.original_path(doc.sha256)
     if not path.exists():
         return _simple_page(404, PAGE_NOT_FOUND)
-    content_type = _FILE_TYPES.get(str(doc["kind"]), "application/octet-stream")
+    content_type = _FILE_TYPES.get(doc.kind, "application/octet-stream")
     disposition = "attachment" if content_type == "application/octet-stream" else "inline"
     headers = {
         "Content-Type": content_type,
-        "Content-Disposition": f"{disposition}; filename*=UTF-8''{quote(str(doc['name']), safe='')}",
+        "Content-Disposition": f"{disposition}; filename*=UTF-8''{quote(doc.name, safe='')}",
         **PRIVATE_HEADERS,
     }
     if content_type != "application/pdf":

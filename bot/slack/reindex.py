@@ -153,9 +153,9 @@ def render_reindex_report(report: ReindexReport) -> str:
             report.stale_after,
         )
     ]
-    for doc in report.failed[:MAX_REPORTED_FAILURES]:
-        reason = doc.get("reindex_error") or doc.get("failure_reason") or ""
-        lines.append(messages.reindex_failure_line(escape(str(doc["name"])), escape(str(reason))))
+    for failure in report.failed[:MAX_REPORTED_FAILURES]:
+        reason = failure.reason or failure.document.failure_reason or ""
+        lines.append(messages.reindex_failure_line(escape(failure.document.name), escape(reason)))
     if len(report.failed) > MAX_REPORTED_FAILURES:
         lines.append(messages.reindex_more_failures(len(report.failed) - MAX_REPORTED_FAILURES))
     return "\n".join(lines)

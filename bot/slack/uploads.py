@@ -33,6 +33,7 @@ from bot.slack.render import Rendered, escape, render_upload_status
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
+from index.records import DocumentRow
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +334,7 @@ class Uploader:
     async def retry(self, status: StatusMessage, document_id: int) -> None:
         """Index a failed document again from its stored original and report on ``status``."""
         row = await asyncio.to_thread(self.kb.store.document, document_id)
-        name = escape(row["name"])
+        name = escape(row.name)
         async with self._turn:
             await status.show(render_upload_status(messages.upload_indexing(name)))
             row = await asyncio.to_thread(self.kb.retry, document_id)
@@ -392,11 +393,11 @@ class Uploader:
             title=title,
         )
         row = added.document
-        if added.duplicate and row["state"] == DocState.INDEXED.value:
-            name = escape(row["name"])
-            return render_upload_status(messages.upload_duplicate(name, int(row["chunk_count"])))
-        await status.show(render_upload_status(messages.upload_indexing(escape(row["name"]))))
-        row = await asyncio.to_thread(self.kb.index_document, int(row["id"]))
+        if added.duplicate and row.state == DocState.INDEXED:
+            name = escape(row.name)
+            return render_upload_status(messages.upload_duplicate(name, row.chunk_count))
+        await status.show(render_upload_status(messages.upload_indexing(escape(row.name))))
+        row = await asyncio.to_thread(self.kb.index_document, row.id)
         return _final_status(row)
 
     async def _complete(self, client: AsyncWebClient, file: SlackFile) -> SlackFile:
@@ -415,11 +416,9 @@ class Uploader:
         return self._session
 
 
-def _final_status(row: dict[str, Any]) -> Rendered:
-    name = escape(row["name"])
-    if row["state"] == DocState.INDEXED.value:
-        return render_upload_status(messages.upload_indexed(name, int(row["chunk_count"])))
-    reason = escape(row.get("failure_reason") or "unknown reason")
-    return render_upload_status(
-        messages.upload_failed(name, reason), retry_document_id=int(row["id"])
-    )
+def _final_status(row: DocumentRow) -> Rendered:
+    name = escape(row.name)
+    if row.state == DocState.INDEXED:
+        return render_upload_status(messages.upload_indexed(name, row.chunk_count))
+    reason = escape(row.failure_reason or "unknown reason")
+    return render_upload_status(messages.upload_failed(name, reason), retry_document_id=row.id)

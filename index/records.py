@@ -1,0 +1,187 @@
+"""Typed records of what the store reads and writes.
+
+``DocumentRow`` has exactly the columns of ``documents`` and ``QueryRecord``
+those of ``query_log`` (less its id and time), so a misspelt field is a
+``TypeError`` where it is written, never a new column in someone's database.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from index.models import DocState
+
+__all__ = [
+    "DOCUMENT_COLUMNS",
+    "QUERY_COLUMNS",
+    "ChunkRow",
+    "DocumentFacts",
+    "DocumentRow",
+    "QueryRecord",
+    "Stamp",
+]
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    """One row of ``documents``.
+
+    Attributes:
+        name: the file name it was uploaded as.
+        title: a human title (empty until indexing finds one, unless given).
+        sha256: the stored original's digest (``Store.original_path``).
+        kind: detected type (``md``, ``txt``, ``html``, ``pdf``); empty until indexed.
+        scope: who may see it: ``index.store.EVERYONE`` or a channel id.
+        failure_reason: why it is ``failed``, for a person.
+        window_splits: chunks split further to fit the encoder's window.
+        text_length: length of the canonical text, in code points.
+        page_starts: for paged documents, the comma-separated offsets where pages start.
+        embedding_model, dimensions, pipeline_version, extractor_version: the
+            ``Stamp`` it was indexed with.
+        replaces: an older version this one replaced.
+        worker_pid: the process indexing it, while ``indexing``.
+        created_at, updated_at, indexed_at: Unix times.
+    """
+
+    id: int
+    name: str
+    title: str
+    sha256: str
+    kind: str
+    size: int
+    uploader: str
+    scope: str
+    state: DocState
+    failure_reason: str | None
+    chunk_count: int
+    window_splits: int
+    text_length: int
+    page_starts: str | None
+    embedding_model: str | None
+    dimensions: int | None
+    pipeline_version: str | None
+    extractor_version: str | None
+    replaces: int | None
+    worker_pid: int | None
+    created_at: float
+    updated_at: float
+    indexed_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> DocumentRow:
+        """The record of a row selected with ``DOCUMENT_COLUMNS``."""
+        return cls(**{**row, "state": DocState(row["state"])})
+
+
+DOCUMENT_COLUMNS = tuple(f.name for f in fields(DocumentRow))
+
+
+@dataclass(frozen=True)
+class DocumentFacts:
+    """Document columns learnt while indexing, written with its chunks."""
+
+    title: str
+    kind: str
+    text_length: int
+    page_starts: str | None
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    """One question's outcome, as the query log keeps it.
+
+    Attributes:
+        scopes: the scopes the asker may see, or ``["*all*"]`` when nothing
+            was restricted.
+        outcome: how it ended (``core.answer.Outcome``).
+        kept: ``(chunk id, distance)`` of each passage that passed the gate.
+        cited: chunk ids of the sources the answer cites.
+        invalid_citations: citations that named no source.
+        timings: milliseconds per stage.
+        thread_id: the conversation thread the question was asked in.
+    """
+
+    question: str
+    scopes: Sequence[str]
+    outcome: str
+    model_called: bool
+    kept: Sequence[tuple[int, float]]
+    cited: Sequence[int]
+    invalid_citations: Sequence[str]
+    latency_ms: float
+    timings: Mapping[str, float]
+    user: str | None = None
+    channel: str | None = None
+    thread_id: str | None = None
+    answer: str | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        """The columns' values (lists and mappings as JSON)."""
+        return {
+            "question": self.question,
+            "scopes": json.dumps(list(self.scopes)),
+            "outcome": self.outcome,
+            "model_called": int(self.model_called),
+            "kept": json.dumps([list(k) for k in self.kept]),
+            "cited": json.dumps(list(self.cited)),
+            "invalid_citations": json.dumps(list(self.invalid_citations)),
+            "latency_ms": self.latency_ms,
+            "timings": json.dumps(dict(self.timings)),
+            "user": self.user,
+            "channel": self.channel,
+            "thread_id": self.thread_id,
+            "answer": self.answer,
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> QueryRecord:
+        """The record of a row selected with ``QUERY_COLUMNS``."""
+        return cls(
+            question=row["question"],
+            scopes=tuple(json.loads(row["scopes"])),
+            outcome=row["outcome"],
+            model_called=bool(row["model_called"]),
+            kept=tuple((int(c), float(d)) for c, d in json.loads(row["kept"])),
+            cited=tuple(json.loads(row["cited"])),
+            invalid_citations=tuple(json.loads(row["invalid_citations"])),
+            latency_ms=row["latency_ms"],
+            timings=json.loads(row["timings"]),
+            user=row["user"],
+            channel=row["channel"],
+            thread_id=row["thread_id"],
+            answer=row["answer"],
+        )
+
+
+QUERY_COLUMNS = tuple(f.name for f in fields(QueryRecord))
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """A stored chunk with the facts about its document that answers need."""
+
+    id: int
+    document_id: int
+    document: str
+    kind: str
+    scope: str
+    ordinal: int
+    section: str
+    start: int
+    end: int
+    page: int | None
+    content: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a document's vectors and chunks were made with."""
+
+    embedding_model: str
+    dimensions: int
+    pipeline_version: str
+    extractor_version: str
