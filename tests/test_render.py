@@ -205,3 +205,46 @@ def test_upload_status_and_modal() -> None:
     modal = upload_modal('{"channel": "C1"}', channel_scope_allowed=True)
     assert len(modal["title"]["text"]) <= 24
     assert modal["private_metadata"] == '{"channel": "C1"}'
+
+
+def _links(rendered: Rendered) -> list[str]:
+    """Every ``<...>`` token Slack would turn into a link or mention, in blocks and fallback."""
+    return re.findall(r"<([^<>]+)>", json.dumps([rendered.text, rendered.blocks]))
+
+
+def _bare_urls_outside_code(text: str) -> list[str]:
+    # Code spans are inert; <...> tokens are the server's links, checked separately.
+    without_code = re.sub(r"`[^`]*`|<[^<>]*>", "", text)
+    return re.findall(r"https?://\S+|www\.\S+|\b[\w.+-]+@[\w-]+\.\w+", without_code)
+
+
+@pytest.mark.parametrize(
+    "answer_text",
+    [
+        "Reset it at https://evil.example/reset [1].",
+        "Reset it [here](http://phish.example/login) [1].",
+        "Mail it to payroll@evil.example or see www.evil.example [1].",
+    ],
+)
+def test_urls_the_model_wrote_are_inert_text(answer_text: str) -> None:
+    rendered = render_answer(_answer(answer_text, [_source(1)]))
+    # The only links are the server's citation links.
+    assert all(link.startswith("https://kb.example/d/") for link in _links(rendered))
+    for block_text in [rendered.text, *(json.dumps(b) for b in rendered.blocks)]:
+        assert _bare_urls_outside_code(block_text) == []
+
+
+def test_a_url_quoted_verbatim_from_a_cited_passage_stays_as_written() -> None:
+    passage = "The VPN portal is https://vpn.corp.example/start for everyone."
+    rendered = render_answer(
+        _answer("Use https://vpn.corp.example/start [1].", [_source(1, quote=passage)])
+    )
+    section = rendered.blocks[0]["text"]["text"]
+    assert "Use https://vpn.corp.example/start" in section
+    assert "`https://vpn.corp.example/start`" not in section
+
+
+def test_streamed_partial_answers_make_urls_inert_too() -> None:
+    rendered = render_partial("Go to https://evil.example now")
+    assert _bare_urls_outside_code(rendered.blocks[0]["text"]["text"]) == []
+    assert _bare_urls_outside_code(rendered.text) == []

@@ -30,6 +30,7 @@ __all__ = [
     "UPLOAD_CALLBACK_ID",
     "Rendered",
     "escape",
+    "inert_links",
     "link_citations",
     "parse_feedback_value",
     "render_answer",
@@ -63,6 +64,15 @@ _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 _BOLD_RE = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 _HEADING_RE = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
 _SPACES_RE = re.compile(r"\s+")
+# What Slack turns into a link by itself: URLs with a scheme, www. hosts,
+# e-mail addresses and bare domain names.
+_LINKABLE_RE = re.compile(
+    r"\b(?:[a-z][a-z0-9+.-]*://|www\.|mailto:)[^\s<>`|]+"
+    r"|\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+    r"|\b(?:[a-z0-9-]+\.)+[a-z]{2,}\b(?:/[^\s<>`|]*)?",
+    re.IGNORECASE,
+)
+_TRAILING_PUNCTUATION = ".,;:!?)]}'\"*_~"
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,25 @@ def escape(text: str) -> str:
 def _safe_url(url: str) -> str:
     # Our URLs never contain these, but a link must stay one token whatever happens.
     return escape(url).replace("|", "%7C")
+
+
+def inert_links(text: str, verbatim: str = "") -> str:
+    """``text`` with every link-like token Slack would make clickable set in code, so it is not.
+
+    An answer's only links are the server's citation links; a URL the model
+    wrote (from a poisoned document, a prompt injection or a guess) is shown
+    as text. A token that occurs verbatim in ``verbatim`` (the cited passages)
+    is left as it is: the passage itself vouches for it.
+    """
+
+    def inert(m: re.Match[str]) -> str:
+        token = m.group(0).rstrip(_TRAILING_PUNCTUATION)
+        rest = m.group(0)[len(token) :]
+        if not token or token in verbatim:
+            return m.group(0)
+        return "`" + token.replace("`", "'") + "`" + rest
+
+    return _LINKABLE_RE.sub(inert, text)
 
 
 def _mrkdwn(text: str) -> str:
@@ -140,18 +169,24 @@ def link_citations(text: str, sources: Sequence[SourceRef]) -> str:
 
     Returns:
         mrkdwn where ``[1, 2]`` became ``<url1|[1]><url2|[2]>``; every other
-        character is escaped, so only the server's links are links.
+        character is escaped and other link-like text set in code (see
+        :func:`inert_links`), so only the server's links are links.
     """
     by_number = {s.n: s for s in sources}
+    cited = _cited_text(sources)
     out: list[str] = []
     pos = 0
     for start, end, numbers in citation_spans(text, len(sources)):
         links = [f"<{_safe_url(by_number[n].url)}|[{n}]>" for n in numbers if n in by_number]
-        out.append(escape(text[pos:start]))
+        out.append(escape(inert_links(text[pos:start], cited)))
         out.append("".join(links) if links else escape(text[start:end]))
         pos = end
-    out.append(escape(text[pos:]))
+    out.append(escape(inert_links(text[pos:], cited)))
     return "".join(out)
+
+
+def _cited_text(sources: Sequence[SourceRef]) -> str:
+    return "\n".join(s.quote for s in sources)
 
 
 # ---------------------------------------------------------------- splitting
@@ -297,9 +332,10 @@ def _render_answered(answer: Answer) -> Rendered:
         [_section(t) for t in _pack(source_lines, messages.SOURCES_HEADER)] if source_lines else []
     )
     blocks = _assemble(head, body or [messages.EMPTY_ANSWER], [*sources, *_tail(answer)])
-    text = _fit(_mrkdwn(answer.answer), FALLBACK_LIMIT)
+    plain = _mrkdwn(inert_links(answer.answer, _cited_text(answer.sources)))
+    text = _fit(plain, FALLBACK_LIMIT)
     if answer.outcome == Outcome.UNSUPPORTED:
-        text = _fit(f"{messages.UNSUPPORTED_WARNING}\n{_mrkdwn(answer.answer)}", FALLBACK_LIMIT)
+        text = _fit(f"{messages.UNSUPPORTED_WARNING}\n{plain}", FALLBACK_LIMIT)
     return Rendered(text or messages.EMPTY_ANSWER, blocks)
 
 
@@ -323,6 +359,7 @@ def _render_evidence(answer: Answer) -> Rendered:
 
 def render_partial(text: str) -> Rendered:
     """The placeholder while the model is still writing (no links yet: citations are unresolved)."""
+    text = inert_links(text)
     body = _fit(_mrkdwn(text), SECTION_LIMIT - 1) if text.strip() else escape(messages.PLACEHOLDER)
     return Rendered(
         _fit(text, FALLBACK_LIMIT) or messages.PLACEHOLDER,
