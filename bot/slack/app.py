@@ -2,8 +2,8 @@
 
 ``attach(app, config, services)`` builds the bolt ``AsyncApp`` with every
 listener registered and adds ``POST /slack/events`` to the aiohttp app; in
-Socket Mode (``SLACK_APP_TOKEN`` set) ``enable_socket_mode`` connects while
-the app runs. Without Slack credentials nothing is registered and the log
+Socket Mode (``SLACK_APP_TOKEN`` set) there is no such route and
+``enable_socket_mode`` connects while the app runs. Without Slack credentials nothing is registered and the log
 says which settings are missing; the rest of the server runs all the same.
 """
 
@@ -46,10 +46,13 @@ def attach(
     """Serve Slack on ``app``; returns the Slack mode: ``socket``, ``http`` or ``disabled``."""
     app[SLACK_CONFIG] = config
     bolt = build_bolt(config, services, client)
-    app.router.add_post(EVENTS_PATH, _slack_events)
     mode = "disabled" if bolt is None else "socket" if config.app_token else "http"
     if bolt is not None:
         app[BOLT] = bolt
+    # In Socket Mode every event arrives over the websocket: an HTTP door left
+    # open would accept whatever carries a valid signature, so there is none.
+    if mode != "socket":
+        app.router.add_post(EVENTS_PATH, _slack_events)
     routes.add_readiness_info(app, "slack", mode)
     return mode
 
