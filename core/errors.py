@@ -2,8 +2,11 @@
 
 KBError
 └── AnswerError
-    ├── LLMUnavailable     the model endpoint is missing, refused, timed out or 5xx
-    └── BadLinkToken       a passage link's token is tampered, expired or for another doc
+    ├── LLMUnavailable          the model endpoint is missing, refused, timed out or 5xx
+    ├── BadLinkToken            a passage link's token is tampered, expired or for another doc
+    └── LinkSecretUnavailable   the link-signing secret file cannot be read, written, or is empty
+
+``index.errors`` lists every error of the product.
 """
 
 from __future__ import annotations
@@ -27,3 +30,7 @@ class BadLinkToken(AnswerError):
     """A document link token is invalid, expired or does not name this document."""
 
     status = 403
+
+
+class LinkSecretUnavailable(AnswerError):
+    """The link-signing secret file cannot be read or created, or is empty."""

@@ -28,8 +28,7 @@ from urllib.parse import urlencode
 
 from itsdangerous import BadData, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
-from core.errors import BadLinkToken
-from index.errors import KBError
+from core.errors import BadLinkToken, LinkSecretUnavailable
 
 __all__ = [
     "SECRET_FILENAME",
@@ -226,7 +225,7 @@ def load_or_create_secret(data_dir: Path, configured: str) -> str:
         The secret.
 
     Raises:
-        KBError: the secret file cannot be read or written, or is empty.
+        LinkSecretUnavailable: the secret file cannot be read or written, or is empty.
     """
     if configured.strip():
         return configured
@@ -236,12 +235,12 @@ def load_or_create_secret(data_dir: Path, configured: str) -> str:
             _create_secret_file(path)
         secret = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
-        raise KBError(
+        raise LinkSecretUnavailable(
             f"Cannot read or create the link secret {path}: {exc.strerror or exc}. "
             "Fix the data directory's permissions or set KB_LINK_SECRET."
         ) from exc
     if not secret:
-        raise KBError(
+        raise LinkSecretUnavailable(
             f"The link secret file {path} is empty. Delete it to have a new one "
             "created (existing links stop working) or set KB_LINK_SECRET."
         )

@@ -1,17 +1,29 @@
-"""Errors of the storage and ingestion layer.
+"""Errors of the storage and ingestion layer, and the tree of every error the product raises.
 
-Every error the product raises on purpose derives from ``KBError``::
+Every error the product raises on purpose derives from ``KBError``; this is
+all of them (a test keeps the list complete)::
 
     KBError
-    ├── ExtractionError      a document's bytes could not become text
-    │   ├── EmptyDocument
-    │   ├── UnsupportedType
-    │   ├── TooLarge
-    │   └── CorruptDocument
-    ├── DocumentNotFound     no document matches a reference
-    ├── IndexOutOfSync       derived indexes disagree with SQLite
-    ├── ReindexInProgress    a second reindex was asked for while one runs
-    └── (core.errors)        AnswerError, LLMUnavailable, BadLinkToken ...
+    ├── ExtractionError              a document's bytes could not become text
+    │   ├── EmptyDocument            no text in it
+    │   ├── UnsupportedType          not a type the knowledge base reads
+    │   ├── TooLarge                 over the upload limit
+    │   └── CorruptDocument          damaged, encrypted, or not the type it claims
+    ├── DocumentNotFound             no document matches a reference
+    ├── QueryNotFound                no logged question has that id
+    ├── OriginalMissing              a document's stored original is gone from the data dir
+    ├── DatabaseUnavailable          the SQLite database cannot be opened
+    ├── IndexOutOfSync               derived indexes disagree with SQLite
+    ├── ReindexInProgress            a second reindex was asked for while one runs
+    ├── AtomicWriteError             (index.atomic) a file could not be replaced
+    ├── VectorIndexError             (index.vectors) FAISS failed; rebuild the index
+    ├── EmbeddingModelUnavailable    (index.embed) the embedding model cannot be loaded
+    ├── AnswerError                  (core.errors) the answer engine's errors
+    │   ├── LLMUnavailable           the model endpoint is missing, refused, timed out or 5xx
+    │   ├── BadLinkToken             a passage link's token is tampered, expired or for another doc
+    │   └── LinkSecretUnavailable    the link-signing secret file cannot be read, written, or is empty
+    ├── EvalSetError                 (evaluation.inputs) an evaluation file is missing or malformed
+    └── DownloadFailed               (bot.slack.uploads) a Slack file could not be downloaded
 
 Foreign exceptions (sqlite3, FAISS, pypdf) are translated where they occur,
 with ``raise ... from exc``, so callers only ever catch ``KBError``.
@@ -63,3 +75,19 @@ class IndexOutOfSync(KBError):
 
 class ReindexInProgress(KBError):
     """A reindex was requested while another one is still running."""
+
+
+class QueryNotFound(KBError):
+    """No logged question has the given id."""
+
+    def __init__(self, query_id: int) -> None:
+        super().__init__(f"No logged question has id {query_id}.")
+        self.query_id = query_id
+
+
+class OriginalMissing(KBError):
+    """A document's stored original is no longer in the data dir."""
+
+
+class DatabaseUnavailable(KBError):
+    """The SQLite database of the data dir cannot be opened."""

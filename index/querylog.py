@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from index.errors import KBError
+from index.errors import QueryNotFound
 from index.records import QUERY_COLUMNS, QueryRecord
 
 __all__ = ["QueryLogMixin"]
@@ -48,11 +48,11 @@ class QueryLogMixin:
             return int(cur.lastrowid or 0)
 
     def query(self, query_id: int) -> QueryRecord:
-        """The question logged under ``query_id``."""
+        """The question logged under ``query_id``; ``QueryNotFound`` if there is none."""
         columns = ", ".join(QUERY_COLUMNS)
         rows = list(self.db.query(f"SELECT {columns} FROM query_log WHERE id = ?", [query_id]))
         if not rows:
-            raise KBError(f"No logged question has id {query_id}.")
+            raise QueryNotFound(query_id)
         return QueryRecord.from_row(rows[0])
 
     def thread_turns(self, channel: str, thread_id: str, limit: int) -> list[tuple[str, str]]:

@@ -30,7 +30,7 @@ import numpy as np
 import sqlite_utils
 
 from index.atomic import write_atomic
-from index.errors import DocumentNotFound, KBError
+from index.errors import DatabaseUnavailable, DocumentNotFound, OriginalMissing
 from index.models import Chunk, DocState
 from index.querylog import QueryLogMixin
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
@@ -82,13 +82,13 @@ class Store(QueryLogMixin):
 
     @property
     def db(self) -> sqlite_utils.Database:
-        """This thread's connection."""
+        """This thread's connection; ``DatabaseUnavailable`` if it cannot be opened."""
         db = getattr(self._local, "db", None)
         if db is None:
             try:
                 conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
             except sqlite3.Error as exc:
-                raise KBError(f"Cannot open the database {self.path}: {exc}.") from exc
+                raise DatabaseUnavailable(f"Cannot open the database {self.path}: {exc}.") from exc
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA synchronous=NORMAL")
             db = sqlite_utils.Database(conn)
@@ -133,11 +133,11 @@ class Store(QueryLogMixin):
         return self.originals_dir / sha256[:2] / sha256
 
     def read_original(self, sha256: str) -> bytes:
-        """The original bytes of a document."""
+        """The original bytes of a document; ``OriginalMissing`` if they are gone."""
         try:
             return self.original_path(sha256).read_bytes()
         except FileNotFoundError as exc:
-            raise KBError(
+            raise OriginalMissing(
                 f"The stored original {sha256[:12]} is missing from {self.originals_dir}; "
                 "upload the document again."
             ) from exc
