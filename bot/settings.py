@@ -163,6 +163,11 @@ class Settings(BaseSettings):
         "KB_SLACK_ADMINS_ARE_ADMINS",
         "Also let Slack workspace admins and owners run /kb-reindex (checked with users.info).",
     )
+    allow_external: bool = _setting(
+        False,
+        "KB_ALLOW_EXTERNAL",
+        "Answer people of other organisations (Slack Connect) and use the documents for everyone in channels shared with them. Off: they get no answers, and a shared channel sees only the documents added to it.",
+    )
     log_level: str = _setting(
         "INFO",
         "KB_LOG_LEVEL",
@@ -219,6 +224,7 @@ class Settings(BaseSettings):
             api_url=self.slack_api_url,
             admin_user_ids=self.admin_user_ids,
             workspace_admins_are_admins=self.slack_admins_are_admins,
+            allow_external=self.allow_external,
         )
 
 

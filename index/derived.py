@@ -28,6 +28,15 @@ log = logging.getLogger(__name__)
 MAX_UPDATE_SHARE = 0.5
 
 
+class OnlyScopes(frozenset[str]):
+    """Scopes that do **not** bring the documents for everyone with them.
+
+    A plain set of scopes always sees the everyone-scoped documents too. This
+    one is for a place where even those must stay out: a channel shared with
+    other organisations sees only what was added to that channel.
+    """
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One consistent view of the searchable chunks.
@@ -51,10 +60,15 @@ class Snapshot:
     versions: np.ndarray | None = None
 
     def allowed_ids(self, scopes: frozenset[str] | None) -> np.ndarray | None:
-        """Chunk ids visible to ``scopes``; ``None`` when every chunk is visible."""
+        """Chunk ids visible to ``scopes``; ``None`` when every chunk is visible.
+
+        The everyone-scoped documents are visible too, unless ``scopes`` is an
+        :class:`OnlyScopes`.
+        """
         if scopes is None:
             return None
-        mask = np.isin(self.scopes, list(scopes | {EVERYONE}))
+        visible = scopes if isinstance(scopes, OnlyScopes) else scopes | {EVERYONE}
+        mask = np.isin(self.scopes, list(visible))
         if mask.all():
             return None
         return self.chunk_ids[mask]

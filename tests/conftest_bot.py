@@ -224,7 +224,7 @@ class Bot:
 
     async def event(self, event: dict[str, Any], **kwargs: Any) -> aiohttp.ClientResponse:
         """Deliver an Events API event."""
-        envelope = {k: kwargs.pop(k) for k in ("event_id",) if k in kwargs}
+        envelope = {k: kwargs.pop(k) for k in ("event_id", "is_ext_shared_channel") if k in kwargs}
         resp = await self.post(event_body(event, **envelope), **kwargs)
         assert resp.status == 200, await resp.text()
         return resp

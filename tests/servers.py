@@ -1253,8 +1253,12 @@ def event_payload(
     api_app_id: str = APP_ID,
     event_time: int | None = None,
     bot_user_id: str = BOT_USER_ID,
+    is_ext_shared_channel: bool = False,
 ) -> JSONDict:
-    """The Events API ``event_callback`` envelope around ``event``."""
+    """The Events API ``event_callback`` envelope around ``event``.
+
+    ``is_ext_shared_channel``: the channel is shared with another organisation (Slack Connect).
+    """
     return {
         "token": "verification-token-unused",
         "team_id": team_id,
@@ -1274,7 +1278,7 @@ def event_payload(
                 "is_enterprise_install": False,
             }
         ],
-        "is_ext_shared_channel": False,
+        "is_ext_shared_channel": is_ext_shared_channel,
         "event_context": "4-" + _next_id("ctx"),
     }
 

@@ -22,6 +22,8 @@ class SlackConfig:
         api_url: Slack Web API base URL (a test server in tests).
         admin_user_ids: users allowed to run ``/kb-reindex``.
         workspace_admins_are_admins: Slack workspace admins and owners may too.
+        allow_external: answer people of other organisations (Slack Connect), and
+            use the documents for everyone in channels shared with them.
     """
 
     # Secrets never in a repr: a repr ends up in tracebacks and logs.
@@ -31,6 +33,7 @@ class SlackConfig:
     api_url: str = DEFAULT_SLACK_API_URL
     admin_user_ids: frozenset[str] = frozenset()
     workspace_admins_are_admins: bool = True
+    allow_external: bool = False
 
     @property
     def missing(self) -> list[str]:

@@ -32,6 +32,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.conversation import Conversation, Turn
 from bot.slack import messages
+from bot.slack.audience import Audience, Place
 from bot.slack.config import SlackConfig
 from bot.slack.reindex import AdminCheck, Reindexer
 from bot.slack.render import (
@@ -49,6 +50,7 @@ from bot.slack.render import (
 from bot.slack.reply import REPLY_KEY, SlackReply
 from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
 from core.answer import Asker, Engine
+from index.derived import OnlyScopes
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.store import EVERYONE, Store
@@ -76,6 +78,7 @@ class Services:
     admins: AdminCheck
     reindexer: Reindexer
     conversation: Conversation
+    audience: Audience
     # Redelivery checks sit on the ack path: their own threads, so they never
     # queue behind embedding and retrieval work in the default pool.
     ack_executor: ThreadPoolExecutor = field(
@@ -95,6 +98,7 @@ class Services:
             admins=AdminCheck(config),
             reindexer=Reindexer(kb),
             conversation=Conversation(engine),
+            audience=Audience(config),
         )
 
 
@@ -162,27 +166,33 @@ def _register_dedupe(app: AsyncApp, services: Services) -> None:
 def _register_questions(app: AsyncApp, services: Services) -> None:
     @app.event("app_mention")
     async def on_mention(
-        event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+        body: dict[str, Any],
+        event: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
     ) -> None:
         scopes = frozenset({str(event["channel"])})
-        await _answer(services, client, context, event, scopes=scopes, direct=False)
+        await _answer(services, client, context, body, event, scopes=scopes, direct=False)
 
     @app.event("message")
     async def on_message(
-        event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+        body: dict[str, Any],
+        event: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
     ) -> None:
         subtype = event.get("subtype")
         if event.get("bot_id") or subtype not in (None, "file_share"):
             return
         direct = event.get("channel_type") == "im"
         if subtype == "file_share":
-            if direct:
+            if direct and await _place(services, client, body, event):
                 await _ingest_shared_files(services, client, event)
             return
         if not direct and not await _is_follow_up(services, context, event):
             return
         scopes = frozenset() if direct else frozenset({str(event["channel"])})
-        await _answer(services, client, context, event, scopes=scopes, direct=direct)
+        await _answer(services, client, context, body, event, scopes=scopes, direct=direct)
 
 
 async def _is_follow_up(
@@ -199,15 +209,39 @@ async def _is_follow_up(
     )
 
 
+async def _place(
+    services: Services, client: AsyncWebClient, body: dict[str, Any], event: dict[str, Any]
+) -> Place | None:
+    """Where ``event`` happened, or ``None`` (after telling the person) when it is not served."""
+    place = await services.audience.place(client, body, event)
+    if services.audience.serves(place):
+        return place
+    log.info("not serving %s: a person of another organisation", event.get("user"))
+    notice = render_notice(messages.EXTERNAL_ASKER)
+    thread_ts = str(event.get("thread_ts") or event["ts"])
+    await client.chat_postMessage(
+        channel=str(event["channel"]), thread_ts=thread_ts, **notice.as_kwargs()
+    )
+    return None
+
+
 async def _answer(
     services: Services,
     client: AsyncWebClient,
     context: AsyncBoltContext,
+    body: dict[str, Any],
     event: dict[str, Any],
     *,
     scopes: frozenset[str],
     direct: bool,
 ) -> None:
+    place = await _place(services, client, body, event)
+    if place is None:
+        return
+    note = None
+    if services.audience.channel_only(place):
+        # Everyone in the channel reads the answer, people of other organisations included.
+        scopes, note = OnlyScopes(scopes), messages.SHARED_CHANNEL_NOTE
     channel = str(event["channel"])
     thread_ts = str(event.get("thread_ts") or event["ts"])
     in_thread = bool(event.get("thread_ts"))
@@ -218,7 +252,12 @@ async def _answer(
         follow_up=in_thread,
     )
     reply = SlackReply(
-        client, context, channel=channel, thread_ts=thread_ts, show_status=direct and in_thread
+        client,
+        context,
+        channel=channel,
+        thread_ts=thread_ts,
+        show_status=direct and in_thread,
+        note=note,
     )
     await services.conversation.answer(turn, reply)
 

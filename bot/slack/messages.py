@@ -20,6 +20,13 @@ EMPTY_QUESTION = (
     "with a link to every passage I use."
 )
 REFUSAL = f"{REFUSAL_TEXT} If a document should answer it, add it with `/kb-upload` and ask again."
+EXTERNAL_ASKER = (
+    "Sorry, I answer only members of this workspace: the knowledge base holds internal documents."
+)
+SHARED_CHANNEL_NOTE = (
+    "This channel is shared with another organisation, so I searched only the "
+    "documents added to this channel."
+)
 EVIDENCE_HEADER = "*No answer generated — here is what the knowledge base says.*"
 EVIDENCE_REASON = (
     "The language model is unavailable right now; these passages matched your question."

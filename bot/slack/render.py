@@ -311,21 +311,27 @@ def _assemble(head: list[Block], body: list[str], tail: list[Block]) -> list[Blo
 # ---------------------------------------------------------------- answers
 
 
-def render_answer(answer: Answer) -> Rendered:
-    """Render any outcome of :meth:`core.answer.Engine.ask` as a Slack message."""
+def render_answer(answer: Answer, *, note: str | None = None) -> Rendered:
+    """Render any outcome of :meth:`core.answer.Engine.ask` as a Slack message.
+
+    ``note`` is server-written mrkdwn shown above the answer (for example why
+    fewer documents were searched).
+    """
+    head = [_context(note)] if note else []
     if answer.outcome == Outcome.REFUSED:
-        return _render_refusal(answer)
+        return _render_refusal(answer, head)
     if answer.outcome == Outcome.MODEL_UNAVAILABLE:
-        return _render_evidence(answer)
-    return _render_answered(answer)
+        return _render_evidence(answer, head)
+    return _render_answered(answer, head)
 
 
 def _tail(answer: Answer) -> list[Block]:
     return [_feedback(answer.query_id)] if answer.query_id is not None else []
 
 
-def _render_answered(answer: Answer) -> Rendered:
-    head = [_context(messages.UNSUPPORTED_WARNING)] if answer.outcome == Outcome.UNSUPPORTED else []
+def _render_answered(answer: Answer, head: list[Block]) -> Rendered:
+    if answer.outcome == Outcome.UNSUPPORTED:
+        head = [*head, _context(messages.UNSUPPORTED_WARNING)]
     body = split_mrkdwn(_mrkdwn(link_citations(answer.answer, answer.sources)))
     source_lines = [_source_line(s, QUOTE_CHARS) for s in answer.sources]
     sources = (
@@ -339,13 +345,13 @@ def _render_answered(answer: Answer) -> Rendered:
     return Rendered(text or messages.EMPTY_ANSWER, blocks)
 
 
-def _render_refusal(answer: Answer) -> Rendered:
-    return Rendered(messages.REFUSAL, [_section(messages.REFUSAL), *_tail(answer)])
+def _render_refusal(answer: Answer, head: list[Block]) -> Rendered:
+    return Rendered(messages.REFUSAL, [*head, _section(messages.REFUSAL), *_tail(answer)])
 
 
-def _render_evidence(answer: Answer) -> Rendered:
+def _render_evidence(answer: Answer, head: list[Block]) -> Rendered:
     passages = answer.kept or answer.sources
-    head = [_section(messages.EVIDENCE_HEADER), _context(messages.EVIDENCE_REASON)]
+    head = [*head, _section(messages.EVIDENCE_HEADER), _context(messages.EVIDENCE_REASON)]
     lines = [_source_line(s, EVIDENCE_QUOTE_CHARS) for s in passages]
     blocks = _assemble(head, _pack(lines, ""), _tail(answer))
     plain = "\n".join(

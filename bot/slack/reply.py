@@ -35,6 +35,7 @@ class SlackReply:
         channel: where the question was asked.
         thread_ts: the thread the reply goes in.
         show_status: set the assistant status first (only assistant threads accept one).
+        note: server-written mrkdwn shown above the answer.
     """
 
     def __init__(
@@ -45,12 +46,14 @@ class SlackReply:
         channel: str,
         thread_ts: str,
         show_status: bool = False,
+        note: str | None = None,
     ) -> None:
         self.client = client
         self.context = context
         self.channel = channel
         self.thread_ts = thread_ts
         self.show_status = show_status
+        self.note = note
         self.ts: str | None = None
 
     async def help(self) -> None:
@@ -90,7 +93,9 @@ class SlackReply:
     async def final(self, answer: Answer) -> None:
         """Replace the placeholder with the rendered answer."""
         await self.client.chat_update(
-            channel=self.channel, ts=self._placeholder(), **render_answer(answer).as_kwargs()
+            channel=self.channel,
+            ts=self._placeholder(),
+            **render_answer(answer, note=self.note).as_kwargs(),
         )
 
     def _placeholder(self) -> str:

@@ -1,0 +1,101 @@
+"""Who is asking, and who else will read the answer: this workspace, or other organisations.
+
+Slack Connect puts people of other organisations in the same channels (and
+DMs) as the workspace's own members. By default (``KB_ALLOW_EXTERNAL=false``)
+they get no answers from the knowledge base, and in a channel shared with
+another organisation the bot uses only the documents added to that channel,
+because everyone in it reads the answer. The checks use what Slack says in the
+event itself (the envelope's ``team_id`` and ``is_ext_shared_channel``, the
+event's ``user_team``/``team``) and, when the event does not say which team
+the person belongs to, ``users.info`` (cached for a few minutes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.config import SlackConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Audience", "Place"]
+
+TEAM_CACHE_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Place:
+    """What the bot knows about where a question was asked.
+
+    Attributes:
+        external_asker: the person belongs to another organisation.
+        shared_channel: people of other organisations are in the channel.
+    """
+
+    external_asker: bool
+    shared_channel: bool
+
+
+class Audience:
+    """Tells members of this workspace from people of other organisations.
+
+    Args:
+        config: whether external people may be answered at all.
+        ttl_seconds: how long a person's team from ``users.info`` is remembered.
+    """
+
+    def __init__(self, config: SlackConfig, *, ttl_seconds: float = TEAM_CACHE_SECONDS) -> None:
+        self.allow_external = config.allow_external
+        self.ttl_seconds = ttl_seconds
+        self._teams: dict[str, tuple[str | None, float]] = {}
+
+    async def place(
+        self, client: AsyncWebClient, body: dict[str, Any], event: dict[str, Any]
+    ) -> Place:
+        """Where ``event`` (delivered in ``body``) was asked."""
+        home = _home_team(body)
+        team = event.get("user_team") or event.get("team")
+        if not team and event.get("user"):
+            team = await self._team_of(client, str(event["user"]))
+        return Place(
+            external_asker=bool(home and team and team != home),
+            shared_channel=bool(body.get("is_ext_shared_channel")),
+        )
+
+    def serves(self, place: Place) -> bool:
+        """Whether a question asked at ``place`` gets an answer from the knowledge base."""
+        return self.allow_external or not place.external_asker
+
+    def channel_only(self, place: Place) -> bool:
+        """Whether only the channel's own documents may be used for an answer posted there."""
+        return not self.allow_external and place.shared_channel
+
+    async def _team_of(self, client: AsyncWebClient, user_id: str) -> str | None:
+        cached = self._teams.get(user_id)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        try:
+            resp = await client.users_info(user=user_id)
+        except SlackApiError as exc:
+            log.warning("users.info failed for %s; team unknown: %s", user_id, exc)
+            return None
+        user = resp.get("user") or {}
+        team = user.get("team_id") or (user.get("profile") or {}).get("team")
+        self._teams[user_id] = (team, time.monotonic() + self.ttl_seconds)
+        return str(team) if team else None
+
+
+def _home_team(body: dict[str, Any]) -> str | None:
+    """The workspace the app is installed in: the one every event is delivered for."""
+    if body.get("team_id"):
+        return str(body["team_id"])
+    for auth in body.get("authorizations") or []:
+        if auth.get("team_id"):
+            return str(auth["team_id"])
+    return None

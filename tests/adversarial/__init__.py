@@ -1,0 +1,1 @@
+"""Attacks an outsider can make, each driven the way they would drive it."""
