@@ -30,6 +30,7 @@ from core.prompt import HISTORY_TURNS, Source, build_messages
 from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend
 from index.knowledge_base import KnowledgeBase
 from index.records import ChunkRow, QueryRecord
+from index.store import ALL_SCOPES
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +272,7 @@ class Engine:
     ) -> int:
         record = QueryRecord(
             question=answer.question,
-            scopes=sorted(scopes) if scopes is not None else ["*all*"],
+            scopes=sorted(scopes) if scopes is not None else [ALL_SCOPES],
             outcome=answer.outcome.value,
             model_called=answer.model_called,
             kept=[(s.chunk_id, s.distance) for s in answer.kept],

@@ -100,7 +100,7 @@ class KnowledgeBase:
         self.indexes = DerivedIndexes(
             self.store, embedding_model=self.embedder.name, dimensions=self.embedder.dim
         )
-        self.recovered = self.store.recover_interrupted()
+        self.store.recover_interrupted()
 
     # ------------------------------------------------------------------ facts
 

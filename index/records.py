@@ -94,8 +94,8 @@ class QueryRecord:
     """One question's outcome, as the query log keeps it.
 
     Attributes:
-        scopes: the scopes the asker may see, or ``["*all*"]`` when nothing
-            was restricted.
+        scopes: the scopes the asker may see, or ``[index.store.ALL_SCOPES]``
+            when nothing was restricted.
         outcome: how it ended (``core.answer.Outcome``).
         kept: ``(chunk id, distance)`` of each passage that passed the gate.
         cited: chunk ids of the sources the answer cites.

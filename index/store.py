@@ -37,6 +37,10 @@ from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow
 from index.schema import MIGRATIONS
 
 EVERYONE = "*"  # the scope of a document every channel may see
+# Logged as a question's scopes when nothing restricted what it could see. Not
+# EVERYONE: asked with the scopes {EVERYONE}, a question sees only the documents
+# for everyone, like a direct message (logged as no scopes at all).
+ALL_SCOPES = "*all*"
 # Which chunks are searchable by the running model (parameters: model, dimensions).
 _SEARCHABLE = "d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = ?"
 _CHUNK_VERSION = "COALESCE(d.indexed_at, -1.0)"
@@ -45,7 +49,7 @@ _SELECT_DOCUMENTS = f"SELECT {', '.join(DOCUMENT_COLUMNS)} FROM documents"
 # What update_document may change: id and created_at are fixed, the store sets updated_at.
 _UPDATABLE = frozenset(DOCUMENT_COLUMNS) - {"id", "created_at", "updated_at"}
 
-__all__ = ["EVERYONE", "Store"]
+__all__ = ["ALL_SCOPES", "EVERYONE", "Store"]
 
 
 class Store(QueryLogMixin):
@@ -466,11 +470,6 @@ class Store(QueryLogMixin):
             """INSERT INTO meta (key, value) VALUES ('generation', '1')
                ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"""
         )
-
-    def get_meta(self, key: str, default: str | None = None) -> str | None:
-        """A value of the meta table."""
-        row = self.db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
-        return row[0] if row else default
 
     def set_meta(self, key: str, value: str) -> None:
         """Set a value of the meta table."""

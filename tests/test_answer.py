@@ -18,6 +18,7 @@ from core.links import parse_char_fragment
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
+from index.store import ALL_SCOPES, EVERYONE
 from tests.docs_factory import text_pdf
 from tests.servers import OpenAICompatServer, closed_port_url
 
@@ -75,6 +76,18 @@ async def test_refusal_makes_zero_model_requests(
     assert openai_server.requests == []
     row = kb.store.query(answer.query_id or 0)
     assert row.outcome == "refused" and row.model_called == 0
+
+
+async def test_the_log_tells_an_unrestricted_question_from_one_for_everyone(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer
+) -> None:
+    engine = _engine(kb, openai_server.url)
+    logged: dict[frozenset[str] | None, tuple[str, ...]] = {}
+    for scopes in (None, frozenset(), frozenset({"C2", "C1"})):
+        answer = await engine.ask(OUT_OF_DOMAIN, scopes=scopes)
+        logged[scopes] = tuple(kb.store.query(answer.query_id or 0).scopes)
+    assert logged == {None: (ALL_SCOPES,), frozenset(): (), frozenset({"C1", "C2"}): ("C1", "C2")}
+    assert ALL_SCOPES != EVERYONE
 
 
 async def test_answer_cites_and_links_resolve_to_the_quote(

@@ -20,7 +20,7 @@ from evaluation.calibrate import (
 from evaluation.inputs import EvalSetError
 from evaluation.results import Proportion, SweepRow, sweep
 from index.records import QueryRecord
-from index.store import Store
+from index.store import ALL_SCOPES, Store
 
 EVALMINI = Path(__file__).parent / "data" / "evalmini"
 
@@ -129,7 +129,7 @@ def test_labelled_log(tmp_path: Path) -> None:
     qid = store.log_query(
         QueryRecord(
             question="Who won the 1998 World Cup?",
-            scopes=["*all*"],
+            scopes=[ALL_SCOPES],
             outcome="answered",
             model_called=True,
             kept=[],

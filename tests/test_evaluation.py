@@ -24,7 +24,7 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.models import Extracted
 from index.records import QueryRecord
-from index.store import Store
+from index.store import ALL_SCOPES, Store
 
 EVALMINI = Path(__file__).parent / "data" / "evalmini"
 
@@ -250,7 +250,7 @@ def _log(store: Store, question: str) -> int:
     return store.log_query(
         QueryRecord(
             question=question,
-            scopes=["*all*"],
+            scopes=[ALL_SCOPES],
             outcome="answered",
             model_called=True,
             kept=[],
