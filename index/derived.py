@@ -18,6 +18,7 @@ import numpy as np
 
 from index.bm25 import BM25Index
 from index.errors import KBError
+from index.private import private_dir
 from index.store import EVERYONE, Store
 from index.vectors import VectorIndex
 
@@ -91,8 +92,7 @@ class DerivedIndexes:
         self.store = store
         self.embedding_model = embedding_model
         self.dimensions = dimensions
-        self.dir = store.data_dir / "index"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = private_dir(store.data_dir / "index")
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
 

@@ -24,6 +24,7 @@ from index.errors import ExtractionError, KBError, ReindexInProgress
 from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES
 from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
 from index.models import Chunking, DocState, Extracted
+from index.private import private_file
 from index.records import DocumentFacts, DocumentRow, Stamp
 from index.store import EVERYONE, Store
 
@@ -366,7 +367,7 @@ class KnowledgeBase:
     def _reindex_lock(self) -> Iterator[None]:
         # A lock file rather than a threading lock: `kb reindex` in a shell and
         # /kb-reindex in the running bot are different processes.
-        path = self.config.data_dir / "reindex.lock"
+        path = private_file(self.config.data_dir / "reindex.lock")
         with open(path, "w") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -381,7 +382,7 @@ class KnowledgeBase:
 
     def reindex_running(self) -> bool:
         """Whether a reindex holds the lock right now."""
-        path = self.config.data_dir / "reindex.lock"
+        path = private_file(self.config.data_dir / "reindex.lock")
         with open(path, "a") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -32,6 +32,7 @@ import sqlite_utils
 from index.atomic import write_atomic
 from index.errors import DatabaseUnavailable, DocumentNotFound, OriginalMissing
 from index.models import Chunk, DocState
+from index.private import private_dir, private_file, tighten
 from index.querylog import QueryLogMixin
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.schema import MIGRATIONS
@@ -65,11 +66,15 @@ class Store(QueryLogMixin):
     """
 
     def __init__(self, data_dir: Path) -> None:
-        self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        Path(data_dir).parent.mkdir(parents=True, exist_ok=True)
+        self.data_dir = private_dir(Path(data_dir))
         self.path = self.data_dir / "kb.sqlite"
         self.originals_dir = self.data_dir / "originals"
         self._local = threading.local()
+        # SQLite gives its -wal and -shm files the database file's permissions.
+        private_file(self.path)
+        for suffix in ("-wal", "-shm"):
+            tighten(self.path.with_name(self.path.name + suffix))
         db = self.db
         db.execute("PRAGMA journal_mode=WAL")
         self._migrate(db)
@@ -128,7 +133,8 @@ class Store(QueryLogMixin):
         digest = hashlib.sha256(data).hexdigest()
         path = self.original_path(digest)
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.originals_dir)
+            private_dir(path.parent)
             write_atomic(path, lambda tmp: tmp.write_bytes(data))
         return digest
 
