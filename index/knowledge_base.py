@@ -24,6 +24,7 @@ from index.errors import ExtractionError, KBError, ReindexInProgress
 from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES
 from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
 from index.models import Chunking, DocState, Extracted
+from index.names import display_name
 from index.private import private_file
 from index.records import DocumentFacts, DocumentRow, Stamp
 from index.store import EVERYONE, Store
@@ -178,14 +179,14 @@ class KnowledgeBase:
 
         The same bytes in the same scope give the same document (``duplicate``).
         """
-        name = Path(filename).name or "document"
+        name = display_name(Path(filename).name) or "document"
         digest = self.store.save_original(data)
         existing = self.store.document_by_sha(digest, scope)
         if existing is not None:
             return Added(existing, duplicate=True)
         doc_id = self.store.insert_document(
             name=name,
-            title=title or "",
+            title=display_name(title or ""),
             sha256=digest,
             size=len(data),
             uploader=uploader,
@@ -260,7 +261,7 @@ class KnowledgeBase:
             window_splits=prepared.chunking.window_splits,
             replaces=replaces,
             facts=DocumentFacts(
-                title=doc.title or ex.title,
+                title=doc.title or display_name(ex.title),
                 kind=ex.kind,
                 text_length=len(ex.text),
                 page_starts=",".join(map(str, ex.page_starts)) if ex.page_starts else None,

@@ -21,6 +21,7 @@ from typing import Any
 from bot.slack import messages
 from core.answer import Answer, Outcome, SourceRef
 from core.citations import citation_spans
+from index.names import display_name
 
 __all__ = [
     "FEEDBACK_ACTION_ID",
@@ -46,7 +47,6 @@ SECTION_LIMIT = 3000
 FALLBACK_LIMIT = 3000
 QUOTE_CHARS = 200
 EVIDENCE_QUOTE_CHARS = 600
-NAME_CHARS = 150
 
 FEEDBACK_ACTION_ID = "kb_feedback"
 RETRY_ACTION_ID = "kb_upload_retry"
@@ -270,9 +270,9 @@ def parse_feedback_value(value: str) -> tuple[int, int] | None:
 
 
 def _source_heading(s: SourceRef) -> str:
-    parts = [f"<{_safe_url(s.url)}|[{s.n}]>", f"*{escape(_shorten(s.document, NAME_CHARS))}*"]
+    parts = [f"<{_safe_url(s.url)}|[{s.n}]>", f"*{escape(display_name(s.document))}*"]
     if s.section:
-        parts.append("› " + escape(_shorten(s.section, NAME_CHARS)))
+        parts.append("› " + escape(display_name(s.section)))
     if s.page is not None:
         parts.append(f"· p. {s.page}")
     return " ".join(parts)

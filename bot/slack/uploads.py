@@ -33,6 +33,7 @@ from bot.slack.render import Rendered, escape, render_upload_status
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
+from index.names import display_name
 from index.records import DocumentRow
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,8 @@ class SlackFile:
         size = obj.get("size")
         return cls(
             id=str(obj.get("id", "")),
-            name=str(obj.get("name") or obj.get("title") or obj.get("id") or "document"),
+            name=display_name(str(obj.get("name") or obj.get("title") or obj.get("id") or ""))
+            or "document",
             mimetype=str(obj.get("mimetype", "")),
             filetype=str(obj.get("filetype", "")),
             url=str(obj.get("url_private_download") or obj.get("url_private") or ""),
