@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.slack.config import DEFAULT_SLACK_API_URL, SlackConfig
 from core.config import (
+    DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_LLM_DEADLINE,
     DEFAULT_LINK_TTL_DAYS,
     DEFAULT_THRESHOLD,
     DEFAULT_TOP_K,
@@ -102,12 +104,22 @@ class Settings(BaseSettings):
     llm_timeout: float = _setting(
         30.0,
         "KB_LLM_TIMEOUT",
-        "Seconds to wait for the model before showing the evidence instead.",
+        "Seconds one request to the model may wait on the network (connect, or between two reads).",
     )
     llm_max_retries: int = _setting(
         1,
         "KB_LLM_MAX_RETRIES",
         "Retries on connection errors and 5xx before giving up on the model.",
+    )
+    llm_first_token_timeout: float = _setting(
+        DEFAULT_FIRST_TOKEN_TIMEOUT,
+        "KB_LLM_FIRST_TOKEN_TIMEOUT",
+        "Seconds the model may take to start answering before the evidence is shown instead.",
+    )
+    llm_deadline: float = _setting(
+        DEFAULT_LLM_DEADLINE,
+        "KB_LLM_DEADLINE",
+        "Seconds the whole answer may take, however the model streams it; past that the evidence is shown instead.",
     )
 
     # --- links and the viewer
@@ -212,6 +224,8 @@ class Settings(BaseSettings):
                 model=self.llm_model,
                 timeout=self.llm_timeout,
                 max_retries=self.llm_max_retries,
+                first_token_timeout=self.llm_first_token_timeout,
+                deadline=self.llm_deadline,
             ),
         )
 

@@ -16,6 +16,8 @@ DEFAULT_TOP_K = 4
 DEFAULT_THRESHOLD = 0.475
 DEFAULT_LINK_BASE_URL = "http://localhost:3000"
 DEFAULT_LINK_TTL_DAYS = 90
+DEFAULT_FIRST_TOKEN_TIMEOUT = 20.0
+DEFAULT_LLM_DEADLINE = 60.0
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,10 @@ class LLMConfig:
     model: str = "gpt-4o-mini"
     timeout: float = 30.0
     max_retries: int = 1
+    # A model that trickles one token every few seconds never trips the
+    # per-request timeout: these bound what the asker actually waits.
+    first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT
+    deadline: float = DEFAULT_LLM_DEADLINE
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,13 @@ engine shows the evidence instead of an answer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import cast
 
 import openai
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
 from core.config import LLMConfig
 from core.errors import LLMUnavailable
@@ -34,6 +35,7 @@ class LLM:
     """
 
     def __init__(self, config: LLMConfig) -> None:
+        self.config = config
         self.base_url = config.base_url
         self.model = config.model
         self._client = (
@@ -62,15 +64,24 @@ class LLM:
     ) -> str:
         """The model's reply to ``messages``; streamed through ``on_delta`` when given.
 
+        The whole answer must arrive within ``deadline`` seconds and, when
+        streamed, its first words within ``first_token_timeout``.
+
         Raises:
-            LLMUnavailable: no endpoint, or the endpoint failed.
+            LLMUnavailable: no endpoint; or the endpoint failed, was too slow,
+                or sent something that is not a well-formed answer.
         """
         if self._client is None:
             raise LLMUnavailable("No language model is configured (OPENAI_BASE_URL is empty).")
         try:
-            if on_delta is None:
-                return await self._complete_once(messages)
-            return await self._complete_streamed(messages, on_delta)
+            async with asyncio.timeout(self.config.deadline):
+                if on_delta is None:
+                    return await self._complete_once(messages)
+                return await self._complete_streamed(messages, on_delta)
+        except LLMUnavailable:
+            raise
+        except TimeoutError as exc:
+            raise LLMUnavailable(self._too_slow()) from exc
         except openai.APITimeoutError as exc:
             raise LLMUnavailable(f"The model at {self.base_url} timed out.") from exc
         except openai.APIConnectionError as exc:
@@ -79,8 +90,17 @@ class LLM:
             raise LLMUnavailable(
                 f"The model at {self.base_url} answered HTTP {exc.status_code}."
             ) from exc
-        except openai.OpenAIError as exc:
-            raise LLMUnavailable(f"The model call failed: {exc}.") from exc
+        except Exception as exc:  # a 200 that is not an answer: HTML, broken JSON, wrong types
+            raise LLMUnavailable(
+                f"The model at {self.base_url} sent a reply that is not a well-formed answer "
+                f"({type(exc).__name__})."
+            ) from exc
+
+    def _too_slow(self) -> str:
+        return (
+            f"The model at {self.base_url} did not answer within {self.config.deadline:g} s "
+            f"(or started later than {self.config.first_token_timeout:g} s)."
+        )
 
     async def _complete_once(self, messages: Sequence[dict[str, str]]) -> str:
         assert self._client is not None
@@ -90,25 +110,47 @@ class LLM:
             temperature=0,
         )
         if not resp.choices:
-            raise LLMUnavailable("The model returned no choices.")
-        return resp.choices[0].message.content or ""
+            raise LLMUnavailable(f"The model at {self.base_url} returned no choices.")
+        return _answer_text(resp.choices[0].message.content)
 
     async def _complete_streamed(
         self, messages: Sequence[dict[str, str]], on_delta: OnDelta
     ) -> str:
         assert self._client is not None
-        stream = await self._client.chat.completions.create(
-            model=self.model,
-            messages=_params(messages),
-            temperature=0,
-            stream=True,
-        )
         text = ""
-        async for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content:
-                text += chunk.choices[0].delta.content
+        async with asyncio.timeout(self.config.first_token_timeout) as first_token:
+            stream = await self._client.chat.completions.create(
+                model=self.model,
+                messages=_params(messages),
+                temperature=0,
+                stream=True,
+            )
+            async for chunk in stream:
+                piece = _delta_text(chunk)
+                if not piece:
+                    continue
+                first_token.reschedule(None)  # from here on only the deadline applies
+                text += piece
                 await on_delta(text)
-        return text
+        return _answer_text(text)
+
+
+def _delta_text(chunk: ChatCompletionChunk) -> str:
+    """The text a stream chunk adds; an error for a chunk that is not a text delta."""
+    if not chunk.choices:
+        return ""
+    content = chunk.choices[0].delta.content
+    if content is not None and not isinstance(content, str):
+        raise TypeError(f"stream chunk content is {type(content).__name__}, not text")
+    return content or ""
+
+
+def _answer_text(content: object) -> str:
+    """The answer's text; ``LLMUnavailable`` when the reply holds no text at all."""
+    if not isinstance(content, str) or not content.strip():
+        kind = "an empty answer" if isinstance(content, str | None) else type(content).__name__
+        raise LLMUnavailable(f"The model's reply held no answer text ({kind}).")
+    return content
 
 
 def _params(messages: Sequence[dict[str, str]]) -> list[ChatCompletionMessageParam]:

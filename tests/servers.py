@@ -46,6 +46,7 @@ __all__ = [
     "CHANNEL_ID",
     "DEFAULT_APP_TOKEN",
     "DEFAULT_BOT_TOKEN",
+    "DEFAULT_OPENAI_API_KEY",
     "DEFAULT_SIGNING_SECRET",
     "DM_CHANNEL_ID",
     "ENTERPRISE_ID",
@@ -84,9 +85,12 @@ BOT_ID = "B0BOT00001"
 USER_ID = "U0USER0001"
 CHANNEL_ID = "C0CHAN0001"
 DM_CHANNEL_ID = "D0DM000001"
-DEFAULT_BOT_TOKEN = "xoxb-test-token"
-DEFAULT_APP_TOKEN = "xapp-1-test"
-DEFAULT_SIGNING_SECRET = "test-signing-secret"
+# Canaries: distinctive values that must never show up in a log or a data file
+# (tests/canaries.py looks for them at the end of the test session).
+DEFAULT_BOT_TOKEN = "xoxb-canary-bot-0c1d3a7e5f"
+DEFAULT_APP_TOKEN = "xapp-1-canary-app-9b2e4d6f81"
+DEFAULT_SIGNING_SECRET = "canary-signing-secret-5e8a1f03"
+DEFAULT_OPENAI_API_KEY = "sk-canary-openai-3d7c9e21"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
 UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"
@@ -983,7 +987,8 @@ class OpenAICompatServer(_LocalServer):
 
     Use :attr:`url` as the client's ``base_url`` (it ends with ``/v1``). Every
     request body lands in :attr:`requests`. Failure modes: :meth:`fail_with`,
-    :meth:`delay`, :meth:`drop_connections`; for "connection refused" use
+    :meth:`delay`, :meth:`drop_connections`, :meth:`answer_raw` (a malformed
+    reply); for "connection refused" use
     :func:`closed_port_url` or close the server (its URL then refuses).
     """
 
@@ -1001,6 +1006,8 @@ class OpenAICompatServer(_LocalServer):
         self._fail: tuple[int, int | None] | None = None
         self._delay = 0.0
         self._drop: int | None = 0
+        self._raw: tuple[bytes, str] | None = None
+        self._trickle = 0.0
         self._cond = asyncio.Condition()
 
     @property
@@ -1024,9 +1031,22 @@ class OpenAICompatServer(_LocalServer):
         """Close the connection without answering, for the next ``times`` requests (all when ``None``)."""
         self._drop = times
 
+    def trickle(self, seconds: float) -> None:
+        """Stream each piece of the answer ``seconds`` after the previous one; 0 to stop."""
+        self._trickle = seconds
+
+    def answer_raw(self, body: bytes, content_type: str) -> None:
+        """Answer every completion request with status 200 and exactly ``body``, until :meth:`reset`.
+
+        For replies no client expects: an HTML page from a proxy, a broken stream chunk.
+        """
+        self._raw = (body, content_type)
+
     def reset(self) -> None:
         """Back to normal answers; forget recorded requests."""
         self._fail = None
+        self._raw = None
+        self._trickle = 0.0
         self._delay = 0.0
         self._drop = 0
         self.requests.clear()
@@ -1095,6 +1115,9 @@ class OpenAICompatServer(_LocalServer):
                 self._fail = (status, times - 1) if times > 1 else None
             kind = "server_error" if status >= 500 else "invalid_request_error"
             return self._error(status, f"Simulated failure ({status}).", kind)
+        if self._raw is not None:
+            raw, content_type = self._raw
+            return web.Response(body=raw, headers={"Content-Type": content_type})
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             return self._error(
                 400, "'messages' must be a non-empty array.", "invalid_request_error"
@@ -1167,6 +1190,8 @@ class OpenAICompatServer(_LocalServer):
         if usage is not None:
             events.append({**chunk({}, None), "choices": [], "usage": usage})
         for event in events:
+            if self._trickle and event["choices"] and event["choices"][0]["delta"].get("content"):
+                await self._sleep(self._trickle)
             await response.write(f"data: {json.dumps(event)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -230,3 +231,118 @@ def test_kb_ask_json_has_the_documented_fields(kb: KnowledgeBase) -> None:
     ):
         assert key in data["sources"][0]
     assert set(data["timings_ms"]) >= {"embed", "retrieve", "gate", "total"}
+
+
+# ---------------------------------------------------------------- malformed and slow models
+
+_COMPLETION = {
+    "id": "chatcmpl-x",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant"}, "finish_reason": "stop"}],
+}
+
+
+def _completion_with(content: object) -> bytes:
+    body = json.loads(json.dumps(_COMPLETION))
+    body["choices"][0]["message"]["content"] = content
+    return json.dumps(body).encode()
+
+
+MALFORMED = {
+    "html_page": (b"<!DOCTYPE html><html><body>Sign in</body></html>", "text/html"),
+    "not_json": (b"{this is not json", "application/json"),
+    "numeric_content": (_completion_with(42), "application/json"),
+    "null_content": (_completion_with(None), "application/json"),
+    "empty_content": (_completion_with("   "), "application/json"),
+    "broken_stream_chunk": (b"data: {not json\n\ndata: [DONE]\n\n", "text/event-stream"),
+    "numeric_stream_chunk": (
+        b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":7},"finish_reason":null}]}\n\n'
+        b"data: [DONE]\n\n",
+        "text/event-stream",
+    ),
+}
+
+
+async def _deltas(text: str) -> None:
+    return None
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("reply", sorted(MALFORMED))
+async def test_a_malformed_model_reply_shows_the_evidence(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer, reply: str, streamed: bool
+) -> None:
+    openai_server.answer_raw(*MALFORMED[reply])
+    engine = _engine(kb, openai_server.url)
+    answer = await engine.ask(IN_DOMAIN, on_delta=_deltas if streamed else None)
+    assert answer.outcome == Outcome.MODEL_UNAVAILABLE, answer.answer
+    assert answer.grounded is False and answer.model_called is True
+    assert answer.sources and answer.sources == answer.kept
+    reason = answer.model_error or ""
+    assert "well-formed" in reason or "no answer text" in reason, reason
+    assert kb.store.query(answer.query_id or 0).outcome == "model_unavailable"
+
+
+async def test_a_trickling_model_is_cut_off_at_the_deadline(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer
+) -> None:
+    import time
+
+    # One word every 0.4 s never trips the per-read timeout (2 s), only the deadline.
+    openai_server.set_reply("Ask finance for a conference ticket refund, see the policy [1].")
+    openai_server.trickle(0.4)
+    config = _config(openai_server.url)
+    engine = build_engine(
+        EngineConfig(
+            **{**config.__dict__, "llm": LLMConfig(**{**config.llm.__dict__, "deadline": 1.0})}
+        ),
+        kb,
+    )
+    _OPEN.append(engine)
+    shown: list[str] = []
+
+    async def show(text: str) -> None:
+        shown.append(text)
+
+    started = time.monotonic()
+    answer = await engine.ask(IN_DOMAIN, on_delta=show)
+    elapsed = time.monotonic() - started
+    assert answer.outcome == Outcome.MODEL_UNAVAILABLE and answer.sources
+    assert shown, "the words that came in time were shown while waiting"
+    assert elapsed < 2.5, elapsed
+
+
+async def test_a_model_that_never_starts_is_cut_off_at_the_first_token_timeout(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer
+) -> None:
+    import time
+
+    openai_server.delay(5)
+    config = _config(openai_server.url, llm_timeout=10.0)
+    llm = LLMConfig(**{**config.llm.__dict__, "first_token_timeout": 0.5})
+    engine = build_engine(EngineConfig(**{**config.__dict__, "llm": llm}), kb)
+    _OPEN.append(engine)
+    started = time.monotonic()
+    answer = await engine.ask(IN_DOMAIN, on_delta=_deltas)
+    assert answer.outcome == Outcome.MODEL_UNAVAILABLE
+    assert time.monotonic() - started < 2.0
+
+
+async def test_kb_ask_json_with_a_broken_model_prints_the_evidence(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    openai_server.answer_raw(*MALFORMED["html_page"])
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.url)
+    monkeypatch.setenv("KB_LLM_MAX_RETRIES", "0")
+    monkeypatch.setenv("KB_LLM_TIMEOUT", "5")
+    args = ["--data-dir", str(kb.config.data_dir), "ask", CLEARLY_IN_DOMAIN, "--json"]
+    # In a thread: the model server answers from this test's event loop.
+    result = await asyncio.to_thread(CliRunner().invoke, main, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["outcome"] == "model_unavailable" and data["sources"]
+    assert "well-formed" in data["model_error"]
+    assert len(openai_server.requests) == 1
