@@ -19,8 +19,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from bot.slack.config import DEFAULT_SLACK_API_URL, SlackConfig
 from core.config import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
-    DEFAULT_LLM_DEADLINE,
     DEFAULT_LINK_TTL_DAYS,
+    DEFAULT_LLM_DEADLINE,
     DEFAULT_THRESHOLD,
     DEFAULT_TOP_K,
     EngineConfig,

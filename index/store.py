@@ -72,7 +72,12 @@ class Store(QueryLogMixin):
         self.originals_dir = self.data_dir / "originals"
         self._local = threading.local()
         # SQLite gives its -wal and -shm files the database file's permissions.
-        private_file(self.path)
+        try:
+            private_file(self.path)
+        except OSError as exc:
+            raise DatabaseUnavailable(
+                f"Cannot open the database {self.path}: {exc.strerror or exc}."
+            ) from exc
         for suffix in ("-wal", "-shm"):
             tighten(self.path.with_name(self.path.name + suffix))
         db = self.db
