@@ -1,14 +1,23 @@
-"""Shared fixtures: a clean environment, the bundled embedding model (loaded once)."""
+"""Shared fixtures: a clean environment, the bundled embedding model (loaded once), and the
+canary check: no secret a test configures may show up in a log record or a file (tests/canaries.py).
+"""
 
 from __future__ import annotations
 
+import io
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
-from index.embed import Embedder
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from bot.logs import NOISY_LOGGERS, LogHandler, configure_logging  # noqa: E402
+from index.embed import Embedder  # noqa: E402
+from tests.canaries import LeakRecorder, report, scan_files  # noqa: E402
 
 pytest_plugins = ["tests.fixtures_servers", "tests.conftest_bot"]
 
@@ -35,6 +44,54 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
             monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(tmp_path)
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def canary_check(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LeakRecorder]:
+    """Fail the run if a canary secret reached a log record or a file under the session's
+    temporary directories (every data dir the product wrote is there)."""
+    recorder = LeakRecorder()
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(recorder)
+    yield recorder
+    root.removeHandler(recorder)
+    root.setLevel(level)
+    leaks = recorder.leaks + scan_files(tmp_path_factory.getbasetemp())
+    if leaks:
+        pytest.fail(report(leaks), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def record_every_log(canary_check: LeakRecorder, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every record of every test reaches the canary check, at DEBUG; the logging a test (or a
+    ``kb`` command under test) configured is undone afterwards."""
+    root = logging.getLogger()
+    if canary_check not in root.handlers:
+        root.addHandler(canary_check)
+    root.setLevel(logging.DEBUG)
+    canary_check.during = request.node.nodeid
+    quiet = {name: logging.getLogger(name).level for name in NOISY_LOGGERS}
+    structlog_config = structlog.get_config()
+    yield
+    for handler in [h for h in root.handlers if isinstance(h, LogHandler)]:
+        root.removeHandler(handler)
+    for name, level in quiet.items():
+        logging.getLogger(name).setLevel(level)
+    structlog.configure(**structlog_config)
+
+
+@pytest.fixture
+def product_logs() -> Callable[..., io.StringIO]:
+    """Configure the product's logging (``bot.logs``, as ``kb`` does) at DEBUG into a buffer:
+    ``buf = product_logs("json")``, then read ``buf.getvalue()``."""
+
+    def start(fmt: str = "console", secrets: Iterable[str] = ()) -> io.StringIO:
+        buf = io.StringIO()
+        configure_logging("DEBUG", fmt, secrets, stream=buf)
+        return buf
+
+    return start
 
 
 @pytest.fixture(scope="session")

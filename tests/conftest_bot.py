@@ -35,6 +35,7 @@ from index.knowledge_base import KnowledgeBase
 from index.records import DocumentRow
 from tests.servers import (
     CHANNEL_ID,
+    DEFAULT_OPENAI_API_KEY,
     DEFAULT_SIGNING_SECRET,
     MockSlackAPI,
     OpenAICompatServer,
@@ -43,6 +44,8 @@ from tests.servers import (
 )
 
 PUBLIC_URL = "http://kb.test"
+# A canary like the servers' tokens (tests/canaries.py): it must never reach a log or a file.
+LINK_SECRET = "canary-link-secret-a6f4b2c8"
 THRESHOLD = 0.6
 ADMIN_ID = "U0ADMIN001"
 
@@ -123,7 +126,7 @@ async def slack() -> AsyncIterator[MockSlackAPI]:
 @pytest.fixture
 async def llm() -> AsyncIterator[OpenAICompatServer]:
     """A running OpenAI-compatible server answering :func:`default_reply`."""
-    async with OpenAICompatServer(reply=default_reply) as server:
+    async with OpenAICompatServer(reply=default_reply, api_key=DEFAULT_OPENAI_API_KEY) as server:
         yield server
 
 
@@ -138,6 +141,8 @@ def settings_for(
             "data_dir": index_dir,
             "slack_bot_token": slack.bot_token,
             "slack_signing_secret": DEFAULT_SIGNING_SECRET,
+            "openai_api_key": DEFAULT_OPENAI_API_KEY,
+            "link_secret": LINK_SECRET,
             "slack_api_url": slack.api_url,
             "openai_base_url": llm.url,
             "llm_max_retries": 0,

@@ -85,8 +85,8 @@ BOT_ID = "B0BOT00001"
 USER_ID = "U0USER0001"
 CHANNEL_ID = "C0CHAN0001"
 DM_CHANNEL_ID = "D0DM000001"
-# Canaries: distinctive values that must never show up in a log or a data file
-# (tests/canaries.py looks for them at the end of the test session).
+# Every secret default here is a canary, a distinctive value holding "canary": the
+# test session fails if one shows up in a log record or a data file (tests/canaries.py).
 DEFAULT_BOT_TOKEN = "xoxb-canary-bot-0c1d3a7e5f"
 DEFAULT_APP_TOKEN = "xapp-1-canary-app-9b2e4d6f81"
 DEFAULT_SIGNING_SECRET = "canary-signing-secret-5e8a1f03"

@@ -77,7 +77,7 @@ async def test_bad_links_all_get_the_same_forbidden_page(bot: Bot) -> None:
     assert falcon.scope != "*"
     token = _token(bot, doc.id)
     tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
-    secret = load_or_create_secret(bot.settings.data_dir, bot.settings.link_secret)
+    secret = load_or_create_secret(bot.settings.data_dir, bot.settings.engine_config().link_secret)
     expired = LinkSigner(secret, ttl_seconds=60, clock=lambda: 1_000_000.0).token(doc.id, "*")
 
     bodies = {

@@ -119,5 +119,5 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
         settings = Settings(**overrides)
     except ValueError as exc:
         raise click.ClickException(f"Invalid configuration: {exc}") from exc
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, settings.secret_values())
     ctx.obj = {"settings": settings}
