@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import cast
+from urllib.parse import urlsplit, urlunsplit
 
 import openai
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
@@ -36,7 +37,8 @@ class LLM:
 
     def __init__(self, config: LLMConfig) -> None:
         self.config = config
-        self.base_url = config.base_url
+        # For messages and logs: an endpoint URL may carry credentials (user:password@).
+        self.base_url = _without_credentials(config.base_url)
         self.model = config.model
         self._client = (
             openai.AsyncOpenAI(
@@ -151,6 +153,14 @@ def _answer_text(content: object) -> str:
         kind = "an empty answer" if isinstance(content, str | None) else type(content).__name__
         raise LLMUnavailable(f"The model's reply held no answer text ({kind}).")
     return content
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` with any ``user:password@`` part removed."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def _params(messages: Sequence[dict[str, str]]) -> list[ChatCompletionMessageParam]:

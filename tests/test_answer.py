@@ -346,3 +346,14 @@ async def test_kb_ask_json_with_a_broken_model_prints_the_evidence(
     assert data["outcome"] == "model_unavailable" and data["sources"]
     assert "well-formed" in data["model_error"]
     assert len(openai_server.requests) == 1
+
+
+async def test_credentials_in_the_model_url_never_reach_an_error_message(
+    kb: KnowledgeBase,
+) -> None:
+    url = closed_port_url().replace("http://", "http://kbuser:canary-url-password@")
+    answer = await _engine(kb, url).ask(IN_DOMAIN)
+    assert answer.outcome == Outcome.MODEL_UNAVAILABLE
+    reason = answer.model_error or ""
+    assert "could not be reached" in reason
+    assert "canary-url-password" not in reason and "kbuser" not in reason
