@@ -34,6 +34,7 @@ from index.config import (
     DEFAULT_CHUNK_BUDGET,
     DEFAULT_DATA_DIR,
     DEFAULT_EMBEDDING_MODEL,
+    DEFAULT_KEEP_VERSIONS,
     DEFAULT_MAX_UPLOAD_BYTES,
     IndexConfig,
 )
@@ -77,6 +78,11 @@ class Settings(BaseSettings):
         DEFAULT_CHUNK_BUDGET,
         "KB_CHUNK_BUDGET",
         "Chunk size budget in characters; paragraphs are never cut unless one is over it.",
+    )
+    keep_versions: int = _setting(
+        DEFAULT_KEEP_VERSIONS,
+        "KB_KEEP_VERSIONS",
+        "Versions kept of each document (same name and visibility): the current one and the earlier ones `kb restore` can bring back. Older ones are deleted.",
     )
 
     # --- retrieval and answering
@@ -172,12 +178,22 @@ class Settings(BaseSettings):
     admin_users: str = _setting(
         "",
         "KB_ADMIN_USERS",
-        "Comma-separated Slack user ids allowed to run /kb-reindex.",
+        "Comma-separated Slack user ids of the knowledge-base admins: they run /kb-reindex, approve documents for everyone, and may always publish.",
     )
     slack_admins_are_admins: bool = _setting(
         True,
         "KB_SLACK_ADMINS_ARE_ADMINS",
-        "Also let Slack workspace admins and owners run /kb-reindex (checked with users.info).",
+        "Also make Slack workspace admins and owners knowledge-base admins (checked with users.info).",
+    )
+    publishers: str = _setting(
+        "",
+        "KB_PUBLISHERS",
+        "Comma-separated Slack user ids and user-group ids (S...) who may add and replace documents for everyone; admins always may. Anyone else's document for everyone waits for an admin's approval.",
+    )
+    approvals_channel: str = _setting(
+        "",
+        "KB_APPROVALS_CHANNEL",
+        "Channel id where approval requests are posted (invite the bot to it). Empty, or when the bot cannot post there: each KB_ADMIN_USERS id gets them by direct message.",
     )
     allow_external: bool = _setting(
         False,
@@ -198,7 +214,12 @@ class Settings(BaseSettings):
     @property
     def admin_user_ids(self) -> frozenset[str]:
         """The configured admin user ids."""
-        return frozenset(u.strip() for u in self.admin_users.split(",") if u.strip())
+        return _ids(self.admin_users)
+
+    @property
+    def publisher_ids(self) -> frozenset[str]:
+        """The configured publisher user and user-group ids."""
+        return _ids(self.publishers)
 
     @property
     def link_base_url(self) -> str:
@@ -212,6 +233,7 @@ class Settings(BaseSettings):
             embedding_model=self.embedding_model,
             max_upload_bytes=self.max_upload_bytes,
             chunk_budget=self.chunk_budget,
+            keep_versions=self.keep_versions,
         )
 
     def engine_config(self) -> EngineConfig:
@@ -243,12 +265,18 @@ class Settings(BaseSettings):
             admin_user_ids=self.admin_user_ids,
             workspace_admins_are_admins=self.slack_admins_are_admins,
             allow_external=self.allow_external,
+            publisher_ids=self.publisher_ids,
+            approvals_channel=self.approvals_channel.strip(),
         )
 
     def secret_values(self) -> list[str]:
         """What the log must never show: every secret that is set (for ``bot.logs``)."""
         values = [v.get_secret_value() for v in dict(self).values() if isinstance(v, SecretStr)]
         return [value for value in values if value]
+
+
+def _ids(text: str) -> frozenset[str]:
+    return frozenset(u.strip() for u in text.split(",") if u.strip())
 
 
 def env_var_names() -> dict[str, str]:

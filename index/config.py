@@ -13,6 +13,7 @@ DEFAULT_DATA_DIR = Path("kb-data")
 DEFAULT_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 DEFAULT_CHUNK_BUDGET = 512
+DEFAULT_KEEP_VERSIONS = 5
 
 
 @dataclass(frozen=True)
@@ -24,9 +25,12 @@ class IndexConfig:
         embedding_model: ``bundled:all-MiniLM-L6-v2``, a local folder or a model name.
         max_upload_bytes: largest document accepted.
         chunk_budget: chunk size budget in characters.
+        keep_versions: versions kept of each document name and scope: the
+            current one and the earlier ones ``KnowledgeBase.restore`` can bring back.
     """
 
     data_dir: Path = DEFAULT_DATA_DIR
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     chunk_budget: int = DEFAULT_CHUNK_BUDGET
+    keep_versions: int = DEFAULT_KEEP_VERSIONS

@@ -10,6 +10,8 @@ all of them (a test keeps the list complete)::
     │   ├── TooLarge                 over the upload limit
     │   └── CorruptDocument          damaged, encrypted, or not the type it claims
     ├── DocumentNotFound             no document matches a reference
+    ├── NotAwaitingApproval          an approval or rejection of a document already decided
+    ├── NotRestorable                a restore of a document that has no earlier version to bring back
     ├── QueryNotFound                no logged question has that id
     ├── OriginalMissing              a document's stored original is gone from the data dir
     ├── DatabaseUnavailable          the SQLite database cannot be opened
@@ -67,6 +69,14 @@ class DocumentNotFound(KBError):
     def __init__(self, ref: str) -> None:
         super().__init__(f"No document matches {ref!r}. List documents with `kb docs`.")
         self.ref = ref
+
+
+class NotAwaitingApproval(KBError):
+    """A document was approved or rejected that is not (or no longer) awaiting approval."""
+
+
+class NotRestorable(KBError):
+    """A document asked to be restored is not a replaced version and replaced none."""
 
 
 class IndexOutOfSync(KBError):

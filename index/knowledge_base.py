@@ -4,6 +4,13 @@ This is what the CLI and the bot drive. A document moves
 ``pending -> indexing -> indexed | failed(reason)``; its chunks become visible
 in the same transaction that marks it indexed, and a new version of a document
 replaces the old one in that transaction too, so nobody ever sees half of one.
+
+Who added a document decides how it gets there (``Publish``, kept on its row):
+a document that needs approval ends ``awaiting_approval`` instead of
+``indexed`` and is searchable only once an admin approves it; a replaced
+version is kept as ``replaced`` (up to ``IndexConfig.keep_versions`` per name
+and scope) and can be restored. Every change is written to the audit log in
+the transaction that makes it.
 """
 
 from __future__ import annotations
@@ -20,13 +27,20 @@ from typing import Any
 from index.config import IndexConfig
 from index.derived import DerivedIndexes, Snapshot
 from index.embed import Embedder
-from index.errors import ExtractionError, KBError, ReindexInProgress
+from index.errors import (
+    DocumentNotFound,
+    ExtractionError,
+    KBError,
+    NotAwaitingApproval,
+    NotRestorable,
+    ReindexInProgress,
+)
 from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES
 from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
-from index.models import Chunking, DocState, Extracted
+from index.models import AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
 from index.private import private_file
-from index.records import DocumentFacts, DocumentRow, Stamp
+from index.records import AuditEntry, DocumentFacts, DocumentRow, Stamp
 from index.store import EVERYONE, Store
 
 log = logging.getLogger(__name__)
@@ -41,6 +55,30 @@ class Added:
 
     document: DocumentRow
     duplicate: bool
+
+
+@dataclass(frozen=True)
+class Published:
+    """A document made searchable by an approval or a restore, and the versions it replaced."""
+
+    document: DocumentRow
+    replaced: list[DocumentRow]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a document stands among the documents of its name and scope.
+
+    Attributes:
+        replaced: the versions it replaced, newest first.
+        beside: the other searchable documents of its name and scope: left
+            alone (someone else's), or, while it awaits approval, those an
+            approval would replace.
+    """
+
+    document: DocumentRow
+    replaced: list[DocumentRow]
+    beside: list[DocumentRow]
 
 
 @dataclass
@@ -174,10 +212,16 @@ class KnowledgeBase:
         uploader: str = "",
         scope: str = EVERYONE,
         title: str | None = None,
+        publish: Publish = Publish.DIRECT,
     ) -> Added:
         """Store an original and create its ``pending`` document row.
 
-        The same bytes in the same scope give the same document (``duplicate``).
+        The same bytes in the same scope give the same document (``duplicate``),
+        which keeps the publishing rule it was added with.
+
+        Args:
+            publish: how it may become searchable; the operator's default is
+                that of a publisher.
         """
         name = display_name(Path(filename).name) or "document"
         digest = self.store.save_original(data)
@@ -191,13 +235,15 @@ class KnowledgeBase:
             size=len(data),
             uploader=uploader,
             scope=scope,
+            publish=publish,
         )
         return Added(self.store.document(doc_id), duplicate=False)
 
     def index_document(
         self, doc_id: int, *, progress: Progress | None = None, refresh: bool = True
     ) -> DocumentRow:
-        """Index a ``pending`` or ``failed`` document; it ends ``indexed`` or ``failed``.
+        """Index a ``pending`` or ``failed`` document; it ends ``indexed``, ``failed``
+        or, when it needs approval, ``awaiting_approval``.
 
         Never raises for a bad document: the reason is recorded on the row.
 
@@ -212,8 +258,7 @@ class KnowledgeBase:
         )
         try:
             prepared = self._prepare(doc, progress)
-            replaces = self.store.indexed_by_name(doc.name, doc.scope, exclude=doc_id)
-            self._commit(doc, prepared, replaces=replaces)
+            self._place(doc, prepared)
         except ExtractionError as exc:
             self._fail(doc_id, exc.reason)
         except KBError as exc:
@@ -246,10 +291,34 @@ class KnowledgeBase:
             chunker=self.chunker,
         )
 
+    def _place(self, doc: DocumentRow, prepared: Prepared) -> None:
+        """Commit a prepared document where its publishing rule puts it, audited, in one transaction."""
+        if doc.publish == Publish.APPROVAL:
+            with self.store.transaction():
+                self._commit(doc, prepared, state=DocState.AWAITING_APPROVAL)
+                self.store.audit(_entry(AuditAction.SUBMIT, doc, doc.uploader, new=doc))
+            return
+        only_own = doc.uploader if doc.publish == Publish.OWN else None
+        with self.store.transaction():
+            older = self.store.indexed_by_name(
+                doc.name, doc.scope, exclude=doc.id, uploader=only_own
+            )
+            self._commit(doc, prepared)
+            replaced = self.store.supersede(older, by=doc.id)
+            for entry in _publishing_entries(doc, replaced):
+                self.store.audit(entry)
+            pruned = self._prune(doc)
+        self.store.drop_originals_if_unused(pruned)
+
+    def _prune(self, doc: DocumentRow) -> list[str]:
+        """Drop the oldest replaced versions of ``doc``'s name and scope beyond the limit."""
+        keep = max(self.config.keep_versions - 1, 0)
+        return self.store.prune_versions(doc.name, doc.scope, keep=keep)
+
     def _commit(
-        self, doc: DocumentRow, prepared: Prepared, *, replaces: Sequence[int] = ()
+        self, doc: DocumentRow, prepared: Prepared, *, state: DocState = DocState.INDEXED
     ) -> None:
-        """Make a prepared document searchable: chunks, text and facts in one transaction."""
+        """Write a prepared document's chunks, text and facts and mark it ``state``."""
         ex = prepared.extracted
         self.store.commit_indexed(
             doc.id,
@@ -259,7 +328,7 @@ class KnowledgeBase:
             canonical_text=ex.text,
             stamp=self.stamp,
             window_splits=prepared.chunking.window_splits,
-            replaces=replaces,
+            state=state,
             facts=DocumentFacts(
                 title=doc.title or display_name(ex.title),
                 kind=ex.kind,
@@ -313,34 +382,159 @@ class KnowledgeBase:
         return summary
 
     def retry(self, doc_id: int, *, progress: Progress | None = None) -> DocumentRow:
-        """Index a failed (or pending) document again from its stored original."""
+        """Index a failed (or pending) document again from its stored original.
+
+        A document in any other state is returned as it is: a retry never
+        brings back a replaced version nor publishes one awaiting approval.
+        """
         doc = self.store.document(doc_id)
-        if doc.state == DocState.INDEXED:
+        if doc.state not in (DocState.FAILED, DocState.PENDING):
             return doc
         return self.index_document(doc_id, progress=progress)
 
-    def remove(self, doc_id: int) -> DocumentRow:
+    def remove(self, doc_id: int, *, actor: str = "cli") -> DocumentRow:
         """Delete a document and its chunks from SQLite and both indexes."""
         doc = self.store.document(doc_id)
-        self.store.delete_document(doc_id)
+        with self.store.transaction():
+            self.store.delete_rows(doc_id)
+            self.store.audit(_entry(AuditAction.REMOVE, doc, actor, old=doc))
+        self.store.drop_originals_if_unused([doc.sha256])
         self.indexes.refresh()
         return doc
 
+    # ------------------------------------------------------------------ versions
+
+    def placement(self, doc_id: int) -> Placement:
+        """What ``doc_id`` replaced, and which searchable documents share its name and scope."""
+        doc = self.store.document(doc_id)
+        beside = self.store.indexed_by_name(doc.name, doc.scope, exclude=doc.id)
+        return Placement(
+            document=doc,
+            replaced=self.store.versions_replaced_by(doc.id),
+            beside=[self.store.document(i) for i in beside],
+        )
+
+    def approve(self, doc_id: int, *, actor: str) -> Published:
+        """Make a document awaiting approval searchable, replacing the versions of its name and scope.
+
+        Raises:
+            NotAwaitingApproval: it was decided already, or removed.
+        """
+        with self.store.transaction():
+            doc = self._awaiting(doc_id)
+            older = self.store.indexed_by_name(doc.name, doc.scope, exclude=doc.id)
+            self.store.make_searchable(doc.id)
+            replaced = self.store.supersede(older, by=doc.id)
+            self.store.audit(_entry(AuditAction.APPROVE, doc, actor, new=doc, replaced=replaced))
+            pruned = self._prune(doc)
+        self.store.drop_originals_if_unused(pruned)
+        self.indexes.refresh()
+        return Published(self.store.document(doc.id), replaced)
+
+    def reject(self, doc_id: int, *, actor: str) -> DocumentRow:
+        """Delete a document awaiting approval; it never was searchable.
+
+        Raises:
+            NotAwaitingApproval: it was decided already, or removed.
+        """
+        with self.store.transaction():
+            doc = self._awaiting(doc_id)
+            self.store.delete_rows(doc.id)
+            self.store.audit(_entry(AuditAction.REJECT, doc, actor, new=doc))
+        self.store.drop_originals_if_unused([doc.sha256])
+        return doc
+
+    def _awaiting(self, doc_id: int) -> DocumentRow:
+        try:
+            doc = self.store.document(doc_id)
+        except DocumentNotFound as exc:
+            raise NotAwaitingApproval(
+                f"Document {doc_id} is no longer awaiting approval: it was rejected or removed."
+            ) from exc
+        if doc.state != DocState.AWAITING_APPROVAL:
+            raise NotAwaitingApproval(
+                f"{doc.name} (#{doc.id}) is no longer awaiting approval: it is {doc.state}."
+            )
+        return doc
+
+    def restore(self, doc_id: int, *, actor: str = "cli") -> Published:
+        """Bring a replaced version back; the version now searchable in its place becomes replaced.
+
+        ``doc_id`` is the replaced version, or a searchable document, whose
+        newest replaced version is then restored. The version is indexed again
+        from its stored original with the running configuration.
+
+        Raises:
+            NotRestorable: there is no replaced version to bring back.
+            ExtractionError, OriginalMissing: the version cannot be indexed again.
+        """
+        doc = self._restorable(self.store.document(doc_id))
+        prepared = self._prepare(doc, None)
+        with self.store.transaction():
+            doc = self.store.document(doc.id)
+            if doc.state != DocState.REPLACED:
+                raise NotRestorable(
+                    f"{doc.name} (#{doc.id}) was changed meanwhile: it is {doc.state}."
+                )
+            current = self._current_version(doc)
+            self._commit(doc, prepared)
+            replaced = self.store.supersede([current.id] if current else [], by=doc.id)
+            self.store.audit(_entry(AuditAction.RESTORE, doc, actor, new=doc, replaced=replaced))
+            pruned = self._prune(doc)
+        self.store.drop_originals_if_unused(pruned)
+        self.indexes.refresh()
+        return Published(self.store.document(doc.id), replaced)
+
+    def _restorable(self, doc: DocumentRow) -> DocumentRow:
+        if doc.state == DocState.REPLACED:
+            return doc
+        if doc.state == DocState.INDEXED:
+            earlier = self.store.versions_replaced_by(doc.id)
+            if earlier:
+                return earlier[0]
+            raise NotRestorable(f"{doc.name} (#{doc.id}) replaced no earlier version.")
+        raise NotRestorable(
+            f"{doc.name} (#{doc.id}) is {doc.state}: only a replaced version, "
+            "or a document that replaced one, can be restored."
+        )
+
+    def _current_version(self, doc: DocumentRow) -> DocumentRow | None:
+        """The searchable document that (through later versions) took ``doc``'s place, if any."""
+        seen: set[int] = set()
+        ref = doc.replaced_by
+        while ref is not None and ref not in seen:
+            seen.add(ref)
+            try:
+                row = self.store.document(ref)
+            except DocumentNotFound:
+                return None  # removed since: nothing to retire
+            if row.state == DocState.INDEXED:
+                return row
+            ref = row.replaced_by
+        return None
+
+    def audit_entries(self, limit: int | None = None) -> list[AuditEntry]:
+        """The newest ``limit`` changes to the knowledge base (all when ``None``), newest first."""
+        return self.store.audit_entries(limit)
+
     # ------------------------------------------------------------------ reindex
 
-    def reindex(self, *, progress: Progress | None = None) -> ReindexReport:
+    def reindex(self, *, progress: Progress | None = None, actor: str = "cli") -> ReindexReport:
         """Rebuild every document from its stored original with the running configuration.
 
         New chunks and vectors are computed beside the live ones; each
         document's swap is one transaction and the search snapshot is swapped
-        once at the end, so questions keep being answered throughout.
+        once at the end, so questions keep being answered throughout. A
+        document keeps its state (one awaiting approval stays out of searches);
+        replaced versions have no chunks to rebuild and are left alone.
 
         Raises:
             ReindexInProgress: another reindex (in any process) is running.
         """
         with self._reindex_lock():
             report = ReindexReport(stale_before=len(self.stale_documents()))
-            docs = [d for d in self.store.documents() if d.state != DocState.INDEXING]
+            skipped = (DocState.INDEXING, DocState.REPLACED)
+            docs = [d for d in self.store.documents() if d.state not in skipped]
             prepared: list[tuple[DocumentRow, Prepared | str]] = []
             for i, doc in enumerate(docs):
                 if progress:
@@ -353,16 +547,33 @@ class KnowledgeBase:
                 if isinstance(result, str):
                     # A document that was searchable stays searchable with its
                     # old chunks; the failure is reported, not applied.
-                    if doc.state != DocState.INDEXED:
+                    if doc.state not in _HAS_CHUNKS:
                         self._fail(doc.id, result)
                     report.failed.append(FailedDocument(self.store.document(doc.id), result))
                     continue
-                self._commit(doc, result)
-                report.documents += 1
-                report.chunks += len(result.chunking.chunks)
+                if self._recommit(doc.id, result):
+                    report.documents += 1
+                    report.chunks += len(result.chunking.chunks)
             self.indexes.rebuild()
             report.stale_after = len(self.stale_documents())
+            self.store.audit(_reindex_entry(report, actor))
             return report
+
+    def _recommit(self, doc_id: int, prepared: Prepared) -> bool:
+        """Swap in a document's rebuilt chunks, in the state it has now; ``False`` if it is gone."""
+        with self.store.transaction():
+            try:
+                # Read again: an approval, a rejection or a new version may have come meanwhile.
+                doc = self.store.document(doc_id)
+            except DocumentNotFound:
+                return False
+            if doc.state in _HAS_CHUNKS:
+                self._commit(doc, prepared, state=doc.state)
+                return True
+        if doc.state in (DocState.FAILED, DocState.PENDING):
+            self._place(doc, prepared)  # its own transaction: it may delete pruned originals
+            return True
+        return False
 
     @contextmanager
     def _reindex_lock(self) -> Iterator[None]:
@@ -414,3 +625,48 @@ def _expand(paths: Iterable[Path], skipped: list[str]) -> Iterator[Path]:
                 yield child
             else:
                 skipped.append(f"{child}: not a supported type ({', '.join(SUPPORTED_SUFFIXES)})")
+
+
+# States whose chunks a reindex rebuilds in place.
+_HAS_CHUNKS = (DocState.INDEXED, DocState.AWAITING_APPROVAL)
+
+
+def _entry(
+    action: AuditAction,
+    doc: DocumentRow,
+    actor: str,
+    *,
+    new: DocumentRow | None = None,
+    old: DocumentRow | None = None,
+    replaced: Sequence[DocumentRow] = (),
+) -> AuditEntry:
+    """An audit entry about ``doc``; ``replaced`` fills the old content and the detail."""
+    old = old or (replaced[0] if replaced else None)
+    detail = ", ".join(f"replaced #{r.id}" for r in replaced)
+    return AuditEntry(
+        actor=actor or "unknown",
+        action=action,
+        document_id=doc.id,
+        name=doc.name,
+        scope=doc.scope,
+        old_sha256=old.sha256 if old else None,
+        new_sha256=new.sha256 if new else None,
+        detail=detail,
+    )
+
+
+def _publishing_entries(doc: DocumentRow, replaced: Sequence[DocumentRow]) -> list[AuditEntry]:
+    """A document made searchable on upload: one ``add``, or one ``replace`` per older version."""
+    if not replaced:
+        return [_entry(AuditAction.ADD, doc, doc.uploader, new=doc)]
+    return [_entry(AuditAction.REPLACE, doc, doc.uploader, new=doc, replaced=[r]) for r in replaced]
+
+
+def _reindex_entry(report: ReindexReport, actor: str) -> AuditEntry:
+    return AuditEntry(
+        actor=actor,
+        action=AuditAction.REINDEX,
+        detail=(
+            f"{report.documents} documents, {report.chunks} chunks, {len(report.failed)} failed"
+        ),
+    )

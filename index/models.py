@@ -13,6 +13,29 @@ class DocState(StrEnum):
     INDEXING = "indexing"  # a worker is extracting / chunking / embedding it
     INDEXED = "indexed"  # its chunks are committed and searchable
     FAILED = "failed"  # extraction or indexing failed; `failure_reason` says why; retryable
+    AWAITING_APPROVAL = "awaiting_approval"  # indexed, not searchable until an admin approves it
+    REPLACED = "replaced"  # an earlier version, kept (original and text) so it can be restored
+
+
+class Publish(StrEnum):
+    """How a document may become searchable: decided by who added it where, kept on its row."""
+
+    DIRECT = "direct"  # searchable once indexed; replaces older versions of its name and scope
+    OWN = "own"  # searchable once indexed; replaces only its uploader's own older versions
+    APPROVAL = "approval"  # waits for an admin's approval, then publishes like DIRECT
+
+
+class AuditAction(StrEnum):
+    """What an audit entry records."""
+
+    ADD = "add"
+    REPLACE = "replace"
+    REMOVE = "remove"
+    SUBMIT = "submit"  # sent for approval
+    APPROVE = "approve"
+    REJECT = "reject"
+    REINDEX = "reindex"
+    RESTORE = "restore"
 
 
 @dataclass(frozen=True)

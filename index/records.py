@@ -1,8 +1,9 @@
 """Typed records of what the store reads and writes.
 
-``DocumentRow`` has exactly the columns of ``documents`` and ``QueryRecord``
-those of ``query_log`` (less its id and time), so a misspelt field is a
-``TypeError`` where it is written, never a new column in someone's database.
+``DocumentRow`` has exactly the columns of ``documents``, ``QueryRecord``
+those of ``query_log`` (less its id and time) and ``AuditEntry`` those of
+``audit``, so a misspelt field is a ``TypeError`` where it is written, never a
+new column in someone's database.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from index.models import DocState
+from index.models import AuditAction, DocState, Publish
 
 __all__ = [
+    "AUDIT_COLUMNS",
     "DOCUMENT_COLUMNS",
     "QUERY_COLUMNS",
+    "AuditEntry",
     "ChunkRow",
     "DocumentFacts",
     "DocumentRow",
@@ -41,9 +44,11 @@ class DocumentRow:
         page_starts: for paged documents, the comma-separated offsets where pages start.
         embedding_model, dimensions, pipeline_version, extractor_version: the
             ``Stamp`` it was indexed with.
-        replaces: an older version this one replaced.
+        replaces: unused (kept for data dirs that have it); see ``replaced_by``.
         worker_pid: the process indexing it, while ``indexing``.
         created_at, updated_at, indexed_at: Unix times.
+        publish: how it may become searchable (who added it where).
+        replaced_by: for a ``replaced`` version, the document that replaced it.
     """
 
     id: int
@@ -69,11 +74,13 @@ class DocumentRow:
     created_at: float
     updated_at: float
     indexed_at: float | None
+    publish: Publish = Publish.DIRECT
+    replaced_by: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DocumentRow:
         """The record of a row selected with ``DOCUMENT_COLUMNS``."""
-        return cls(**{**row, "state": DocState(row["state"])})
+        return cls(**{**row, "state": DocState(row["state"]), "publish": Publish(row["publish"])})
 
 
 DOCUMENT_COLUMNS = tuple(f.name for f in fields(DocumentRow))
@@ -185,3 +192,41 @@ class Stamp:
     dimensions: int
     pipeline_version: str
     extractor_version: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditEntry:
+    """One change to the knowledge base: who did what to which document, and when.
+
+    Attributes:
+        id: its position in the log (0 until written).
+        at: Unix time (set when written).
+        actor: the Slack user id, or ``cli`` for the operator's ``kb`` commands.
+        document_id, name, scope: the document changed (none for a reindex).
+        old_sha256: the content it replaced or removed, if any.
+        new_sha256: the content it added, if any.
+        detail: anything else worth knowing, for a person.
+    """
+
+    id: int = 0
+    at: float = 0.0
+    actor: str
+    action: AuditAction
+    document_id: int | None = None
+    name: str = ""
+    scope: str = ""
+    old_sha256: str | None = None
+    new_sha256: str | None = None
+    detail: str = ""
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> AuditEntry:
+        """The record of a row selected with ``AUDIT_COLUMNS``."""
+        return cls(**{**row, "action": AuditAction(row["action"])})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its fields as plain JSON values."""
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"action": str(self.action)}
+
+
+AUDIT_COLUMNS = tuple(f.name for f in fields(AuditEntry))

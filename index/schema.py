@@ -8,7 +8,7 @@ nothing and is recorded, so that data dir is upgraded from step 1. A migration
 that has shipped is never edited; a change to the schema is a new one at the end.
 
 The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
-``query_log``, ``feedback``, ``deliveries`` and ``meta``.
+``query_log``, ``feedback``, ``deliveries``, ``meta`` and ``audit``.
 """
 
 from __future__ import annotations
@@ -135,3 +135,33 @@ def _rename_deliveries(db: Database) -> None:
 @MIGRATIONS(name="0004_query_log_thread_id")
 def _rename_thread_id(db: Database) -> None:
     db.execute("ALTER TABLE query_log RENAME COLUMN thread_ts TO thread_id")
+
+
+@MIGRATIONS(name="0005_publishing")
+def _publishing(db: Database) -> None:
+    # Documents from before publishing rules were added by whoever could add
+    # them then: they keep replacing their older versions as they did.
+    db.execute("ALTER TABLE documents ADD COLUMN publish TEXT NOT NULL DEFAULT 'direct'")
+    db.execute("ALTER TABLE documents ADD COLUMN replaced_by INTEGER")
+    # No foreign key to documents: an entry outlives the document it is about.
+    db.execute(
+        """CREATE TABLE audit (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            document_id INTEGER,
+            name TEXT NOT NULL DEFAULT '',
+            scope TEXT NOT NULL DEFAULT '',
+            old_sha256 TEXT,
+            new_sha256 TEXT,
+            detail TEXT NOT NULL DEFAULT ''
+        )"""
+    )
+    db.execute("CREATE INDEX audit_document ON audit(document_id)")
+    # Append-only: no code path may rewrite or drop what happened.
+    for event in ("UPDATE", "DELETE"):
+        db.execute(
+            f"""CREATE TRIGGER audit_no_{event.lower()} BEFORE {event} ON audit
+                BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"""
+        )

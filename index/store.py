@@ -1,11 +1,12 @@
 """SQLite, through sqlite-utils: the source of truth.
 
 Tables: ``documents``, ``chunks`` (with their vectors), ``texts``, ``query_log``,
-``feedback``, ``deliveries`` (event de-duplication) and ``meta``; the schema
-and its migrations are in ``index.schema``. The methods over the query log,
-feedback and deliveries are in ``index.querylog``. Originals are
-kept beside the database, content-addressed by sha256, so a reindex never needs
-anyone to upload again.
+``feedback``, ``deliveries`` (event de-duplication), ``meta`` and ``audit``; the
+schema and its migrations are in ``index.schema``. The methods over the query
+log, feedback and deliveries are in ``index.querylog``, those over the audit log
+in ``index.audit``. Originals are kept beside the database, content-addressed by
+sha256, so a reindex never needs anyone to upload again; an original stays as
+long as any document row (a ``replaced`` version included) names it.
 
 The ``generation`` counter in ``meta`` goes up in the same transaction as any
 change to the set of searchable chunks; the derived FAISS and BM25 files record
@@ -30,8 +31,9 @@ import numpy as np
 import sqlite_utils
 
 from index.atomic import write_atomic
+from index.audit import AuditMixin
 from index.errors import DatabaseUnavailable, DocumentNotFound, OriginalMissing
-from index.models import Chunk, DocState
+from index.models import Chunk, DocState, Publish
 from index.private import private_dir, private_file, tighten
 from index.querylog import QueryLogMixin
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
@@ -53,13 +55,14 @@ _UPDATABLE = frozenset(DOCUMENT_COLUMNS) - {"id", "created_at", "updated_at"}
 __all__ = ["ALL_SCOPES", "EVERYONE", "Store"]
 
 
-class Store(QueryLogMixin):
+class Store(QueryLogMixin, AuditMixin):
     """The SQLite database and the originals folder of one data dir.
 
     Each thread gets its own connection (the bot reaches the store from a
     thread pool); SQLite's WAL mode lets readers proceed while one writes.
     The query log, feedback and delivery methods come from
-    ``QueryLogMixin`` (``index.querylog``).
+    ``QueryLogMixin`` (``index.querylog``), the audit log's from ``AuditMixin``
+    (``index.audit``).
 
     Args:
         data_dir: the data directory; created if missing.
@@ -168,15 +171,27 @@ class Store(QueryLogMixin):
         scope: str = EVERYONE,
         uploader: str = "",
         title: str = "",
+        publish: Publish = Publish.DIRECT,
     ) -> int:
         """Insert a ``pending`` document and return its id."""
         now = time.time()
         with self.transaction() as db:
             cur = db.execute(
                 """INSERT INTO documents (name, title, sha256, size, uploader, scope, state,
-                                          created_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                [name, title, sha256, size, uploader, scope, DocState.PENDING.value, now, now],
+                                          publish, created_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                [
+                    name,
+                    title,
+                    sha256,
+                    size,
+                    uploader,
+                    scope,
+                    DocState.PENDING.value,
+                    publish.value,
+                    now,
+                    now,
+                ],
             )
             return int(cur.lastrowid or 0)
 
@@ -204,12 +219,16 @@ class Store(QueryLogMixin):
         return rows[0]
 
     def find_document(self, ref: str) -> DocumentRow:
-        """A document by id, exact name, or sha256 prefix (at least 6 characters)."""
+        """A document by id, exact name, or sha256 prefix (at least 6 characters).
+
+        Of several with that name or prefix, the newest that is not a replaced version.
+        """
         if ref.isdigit():
             return self.document(int(ref))
-        rows = self._documents("WHERE name = ? ORDER BY id DESC", [ref])
+        newest_live = "ORDER BY state = 'replaced', id DESC"
+        rows = self._documents(f"WHERE name = ? {newest_live}", [ref])
         if not rows and len(ref) >= 6:
-            rows = self._documents("WHERE sha256 LIKE ?", [ref + "%"])
+            rows = self._documents(f"WHERE sha256 LIKE ? {newest_live}", [ref + "%"])
         if not rows:
             raise DocumentNotFound(ref)
         return rows[0]
@@ -221,17 +240,39 @@ class Store(QueryLogMixin):
         return self._documents("WHERE state = ? ORDER BY id", [state.value])
 
     def document_by_sha(self, sha256: str, scope: str) -> DocumentRow | None:
-        """The live document with these bytes in this scope, if any."""
-        rows = self._documents("WHERE sha256 = ? AND scope = ? ORDER BY id DESC", [sha256, scope])
+        """The live document with these bytes in this scope, if any.
+
+        A replaced version is not live: the same bytes uploaded again are a new
+        version, and go through the publishing rules like any other.
+        """
+        rows = self._documents(
+            "WHERE sha256 = ? AND scope = ? AND state != ? ORDER BY id DESC",
+            [sha256, scope, DocState.REPLACED.value],
+        )
         return rows[0] if rows else None
 
-    def indexed_by_name(self, name: str, scope: str, *, exclude: int) -> list[int]:
-        """Ids of other indexed documents with this name and scope (older versions)."""
-        rows = self.db.query(
-            "SELECT id FROM documents WHERE name = ? AND scope = ? AND id != ? AND state = ?",
-            [name, scope, exclude, DocState.INDEXED.value],
-        )
+    def indexed_by_name(
+        self, name: str, scope: str, *, exclude: int, uploader: str | None = None
+    ) -> list[int]:
+        """Ids of other indexed documents with this name and scope (older versions).
+
+        Args:
+            uploader: only those this person added.
+        """
+        where = "name = ? AND scope = ? AND id != ? AND state = ?"
+        params: list[object] = [name, scope, exclude, DocState.INDEXED.value]
+        if uploader is not None:
+            where += " AND uploader = ?"
+            params.append(uploader)
+        rows = self.db.query(f"SELECT id FROM documents WHERE {where} ORDER BY id", params)
         return [int(r["id"]) for r in rows]
+
+    def versions_replaced_by(self, doc_id: int) -> list[DocumentRow]:
+        """The versions ``doc_id`` replaced, newest first."""
+        return self._documents(
+            "WHERE replaced_by = ? AND state = ? ORDER BY id DESC",
+            [doc_id, DocState.REPLACED.value],
+        )
 
     def stale_documents(self, stamp: Stamp) -> list[DocumentRow]:
         """Indexed documents stamped differently from ``stamp``."""
@@ -261,10 +302,13 @@ class Store(QueryLogMixin):
         canonical_text: str,
         stamp: Stamp,
         window_splits: int,
-        replaces: Sequence[int] = (),
         facts: DocumentFacts | None = None,
+        state: DocState = DocState.INDEXED,
     ) -> list[int]:
-        """Write a document's canonical text and chunks and mark it indexed, in one transaction.
+        """Write a document's canonical text and chunks and mark it ``state``, in one transaction.
+
+        ``state`` is ``indexed`` (searchable) or ``awaiting_approval`` (kept
+        out of every search until ``publish``).
 
         ``facts`` are further document columns learnt while indexing (title,
         kind, page map): written in the same transaction, because a link's
@@ -274,8 +318,8 @@ class Store(QueryLogMixin):
         the viewer must show exactly the text the offsets were found in, even
         after the extractor changes.
 
-        Older versions named in ``replaces`` are deleted in the same
-        transaction, so readers see either the old version or the new one.
+        Older versions it replaces are retired with ``supersede`` in the same
+        transaction (the caller's), so readers see either the old version or the new one.
 
         Returns:
             The new chunk ids, in chunk order.
@@ -290,13 +334,12 @@ class Store(QueryLogMixin):
                 self._insert_chunk(db, doc_id, c, v, n)
                 for c, v, n in zip(chunks, vectors, token_counts, strict=True)
             ]
-            for old in replaces:
-                self._delete_document(db, old)
             db.table("documents").update(
                 doc_id,
                 {
-                    "state": DocState.INDEXED.value,
+                    "state": state.value,
                     "failure_reason": None,
+                    "replaced_by": None,
                     "chunk_count": len(ids),
                     "window_splits": window_splits,
                     "embedding_model": stamp.embedding_model,
@@ -309,7 +352,8 @@ class Store(QueryLogMixin):
                     **(asdict(facts) if facts else {}),
                 },
             )
-            self._bump_generation(db)
+            if state == DocState.INDEXED:
+                self._bump_generation(db)
         return ids
 
     @staticmethod
@@ -335,29 +379,87 @@ class Store(QueryLogMixin):
         )
         return int(cur.lastrowid or 0)
 
+    def make_searchable(self, doc_id: int) -> None:
+        """Make an ``awaiting_approval`` document's chunks searchable (in the caller's transaction)."""
+        with self.transaction() as db:
+            db.table("documents").update(
+                doc_id, {"state": DocState.INDEXED.value, "updated_at": time.time()}
+            )
+            self._bump_generation(db)
+
+    def supersede(self, old_ids: Sequence[int], *, by: int) -> list[DocumentRow]:
+        """Retire older versions: ``replaced`` by ``by``, out of every search, restorable.
+
+        Their chunks (and vectors) go; their row, canonical text and original
+        stay, so an old citation link still opens the text it quoted and
+        ``KnowledgeBase.restore`` can index the version again.
+
+        Returns:
+            The versions as they were before.
+        """
+        before = [self.document(i) for i in old_ids]
+        with self.transaction() as db:
+            for old in before:
+                db.execute("DELETE FROM chunks WHERE document_id = ?", [old.id])
+                db.table("documents").update(
+                    old.id,
+                    {
+                        "state": DocState.REPLACED.value,
+                        "replaced_by": by,
+                        "updated_at": time.time(),
+                    },
+                )
+            if before:
+                self._bump_generation(db)
+        return before
+
+    def prune_versions(self, name: str, scope: str, *, keep: int) -> list[str]:
+        """Delete the oldest replaced versions of ``name`` in ``scope`` beyond ``keep``.
+
+        Returns:
+            The sha256 of each deleted version, for ``drop_originals_if_unused``
+            once the caller's transaction has committed.
+        """
+        rows = self._documents(
+            "WHERE name = ? AND scope = ? AND state = ? ORDER BY id DESC LIMIT -1 OFFSET ?",
+            [name, scope, DocState.REPLACED.value, max(keep, 0)],
+        )
+        for row in rows:
+            self.delete_rows(row.id)
+        return [row.sha256 for row in rows]
+
     def delete_document(self, doc_id: int) -> None:
         """Remove a document, its chunks and its stored original if unused."""
         row = self.document(doc_id)
+        self.delete_rows(doc_id)
+        self.drop_originals_if_unused([row.sha256])
+
+    def delete_rows(self, doc_id: int) -> None:
+        """Delete a document's row, chunks and text; its original stays (see ``delete_document``)."""
         with self.transaction() as db:
-            self._delete_document(db, doc_id)
-        self._drop_original_if_unused(row.sha256)
+            searchable = db.execute(
+                """SELECT COUNT(*) FROM chunks c JOIN documents d ON d.id = c.document_id
+                   WHERE c.document_id = ? AND d.state = ?""",
+                [doc_id, DocState.INDEXED.value],
+            ).fetchone()[0]
+            db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
+            db.execute("DELETE FROM texts WHERE document_id = ?", [doc_id])
+            db.execute("DELETE FROM documents WHERE id = ?", [doc_id])
+            if searchable:
+                self._bump_generation(db)
 
-    def _delete_document(self, db: sqlite_utils.Database, doc_id: int) -> None:
-        had_chunks = db.execute(
-            "SELECT COUNT(*) FROM chunks WHERE document_id = ?", [doc_id]
-        ).fetchone()[0]
-        db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
-        db.execute("DELETE FROM texts WHERE document_id = ?", [doc_id])
-        db.execute("DELETE FROM documents WHERE id = ?", [doc_id])
-        if had_chunks:
-            self._bump_generation(db)
+    def drop_originals_if_unused(self, sha256s: Sequence[str]) -> None:
+        """Delete the stored originals no document names any more.
 
-    def _drop_original_if_unused(self, sha256: str) -> None:
-        used = self.db.execute(
-            "SELECT COUNT(*) FROM documents WHERE sha256 = ?", [sha256]
-        ).fetchone()[0]
-        if not used:
-            self.original_path(sha256).unlink(missing_ok=True)
+        Call it after the transaction that deleted their rows has committed:
+        a file is not part of a transaction, and a rollback cannot bring it back.
+        """
+        for sha256 in sha256s:
+            used = self.db.execute(
+                "SELECT COUNT(*) FROM documents WHERE sha256 = ?", [sha256]
+            ).fetchone()[0]
+            if not used:
+                self.original_path(sha256).unlink(missing_ok=True)
 
     def canonical_text(self, doc_id: int) -> str:
         """The text a document's chunk offsets refer to (empty until it is indexed)."""

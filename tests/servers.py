@@ -411,6 +411,7 @@ class MockSlackAPI(_LocalServer):
         self._sockets: list[web.WebSocketResponse] = []
         self._response_posts: list[tuple[str, JSONDict]] = []
         self._users: dict[str, JSONDict] = {}
+        self._usergroups: dict[str, list[str]] = {}
         self._files: dict[str, tuple[JSONDict, bytes]] = {}
         self._overrides: dict[str, list[_Override]] = {}
         self._handlers: dict[str, Callable[[JSONDict], JSONDict]] = {}
@@ -539,6 +540,13 @@ class MockSlackAPI(_LocalServer):
         user.update(is_admin=is_admin, is_owner=is_owner, deleted=deleted, is_bot=is_bot)
         self._users[user_id] = user
         return user
+
+    def set_usergroup(self, group_id: str, users: Iterable[str]) -> None:
+        """Define the members ``usergroups.users.list`` reports for ``group_id`` (``S...``).
+
+        Groups not defined here do not exist (``no_such_subteam``).
+        """
+        self._usergroups[group_id] = list(users)
 
     def add_file(
         self,
@@ -953,6 +961,12 @@ class MockSlackAPI(_LocalServer):
         if not user_id:
             return {"ok": False, "error": "user_not_found"}
         return {"ok": True, "user": self._users.get(user_id) or self._user_object(user_id)}
+
+    def _m_usergroups_users_list(self, params: JSONDict) -> JSONDict:
+        members = self._usergroups.get(str(params.get("usergroup", "")))
+        if members is None:
+            return {"ok": False, "error": "no_such_subteam"}
+        return {"ok": True, "users": list(members)}
 
     def _m_assistant_threads_setStatus(self, params: JSONDict) -> JSONDict:
         if not params.get("channel_id") or not params.get("thread_ts"):

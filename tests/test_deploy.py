@@ -16,8 +16,9 @@ DEPLOY = ROOT / "deploy"
 EVENTS_URL_SUFFIX = "/slack/events"
 
 COMMANDS = {"/kb-upload", "/kb-reindex"}
-# The minimum from SLACK.md, plus assistant:write (the assistant pane) and
-# im:write (reporting results by DM); nothing that reads channel history.
+# The minimum from SLACK.md, plus assistant:write (the assistant pane),
+# im:write (reporting results by DM) and usergroups:read (publisher groups);
+# nothing that reads channel history.
 SCOPES = {
     "app_mentions:read",
     "assistant:write",
@@ -26,6 +27,7 @@ SCOPES = {
     "files:read",
     "im:history",
     "im:write",
+    "usergroups:read",
     "users:read",
 }
 BOT_EVENTS = ["app_mention", "message.im"]

@@ -81,7 +81,10 @@ def test_new_version_replaces_old_only_once_indexed(kb: KnowledgeBase) -> None:
     assert old_chunks <= set(kb.snapshot.vectors.ids().tolist())
     new = kb.index_document(added.document.id)
     assert new.state == "indexed"
-    assert [d.id for d in kb.store.documents()] == [new.id]
+    # The old version is kept, out of every search, so it can be restored.
+    versions = [(d.id, d.state, d.replaced_by) for d in kb.store.documents()]
+    assert versions == [(old.id, "replaced", new.id), (new.id, "indexed", None)]
+    assert kb.store.original_path(old.sha256).exists()
     live = set(kb.snapshot.vectors.ids().tolist())
     assert not (old_chunks & live)
     assert not (old_chunks & set(np.asarray(kb.snapshot.bm25.chunk_ids).tolist()))

@@ -13,6 +13,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack import messages
 from bot.slack.render import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID
 from bot.slack.uploads import UploadRequest, check_download_url
+from index.models import Publish
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -200,7 +201,10 @@ async def test_oversized_file_fails_while_streaming(make_bot: BotFactory) -> Non
     )
 
 
-async def test_file_shared_in_a_dm_is_ingested_for_everyone(bot: Bot) -> None:
+async def test_file_shared_in_a_dm_by_a_publisher_is_ingested_for_everyone(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(publishers=USER_ID)
     f = bot.slack.add_file("F0DMFILE01", "faq.md", GUIDE, "text/markdown")
     event = file_share_event([f])
     await bot.event(event)
@@ -245,4 +249,4 @@ def _client(bot: Bot) -> AsyncWebClient:
 
 
 def _request() -> UploadRequest:
-    return UploadRequest(channel=CHANNEL_ID, user=USER_ID, scope="*")
+    return UploadRequest(channel=CHANNEL_ID, user=USER_ID, scope="*", publish=Publish.DIRECT)

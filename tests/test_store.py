@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.records import DOCUMENT_COLUMNS, QUERY_COLUMNS, QueryRecord
+from index.models import AuditAction
+from index.records import AUDIT_COLUMNS, DOCUMENT_COLUMNS, QUERY_COLUMNS, AuditEntry, QueryRecord
 from index.schema import MIGRATIONS
 from index.store import Store
 
@@ -127,7 +128,13 @@ INSERT INTO feedback (query_id, user, value, created_at) VALUES (5, 'U2', 1, 5.0
 INSERT INTO slack_events (key, seen_at) VALUES ('Ev01', 6.0);
 INSERT INTO meta (key, value) VALUES ('generation', '3');
 """
-MIGRATION_NAMES = ["0001_initial", "0002_drop_jobs", "0003_deliveries", "0004_query_log_thread_id"]
+MIGRATION_NAMES = [
+    "0001_initial",
+    "0002_drop_jobs",
+    "0003_deliveries",
+    "0004_query_log_thread_id",
+    "0005_publishing",
+]
 
 
 def _old_data_dir(path: Path) -> Path:
@@ -163,6 +170,7 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         "feedback",
         "deliveries",
         "meta",
+        "audit",
     }
     doc = store.document(7)
     assert (doc.name, doc.title, doc.state, doc.chunk_count) == (
@@ -171,6 +179,8 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         "indexed",
         2,
     )
+    # Added before publishing rules: it replaces its older versions as it always did.
+    assert (doc.publish, doc.replaced_by) == ("direct", None)
     assert store.canonical_text(7) == "The office opens at eight. Bring a badge."
     assert [(c["id"], c["content"]) for c in store.chunk_rows(7)] == [
         (11, "The office opens at eight."),
@@ -288,6 +298,22 @@ def test_records_have_exactly_the_columns_of_their_tables(index_dir: Path) -> No
     assert [c.name for c in store.db["documents"].columns] == list(DOCUMENT_COLUMNS)
     logged = [c.name for c in store.db["query_log"].columns]
     assert logged == ["id", "created_at", *QUERY_COLUMNS]
+    assert [c.name for c in store.db["audit"].columns] == list(AUDIT_COLUMNS)
+
+
+def test_the_audit_log_reads_back_newest_first_and_is_append_only(index_dir: Path) -> None:
+    store = Store(index_dir)
+    first = AuditEntry(actor="U1", action=AuditAction.ADD, document_id=3, name="a.md", scope="*")
+    second = AuditEntry(actor="cli", action=AuditAction.REINDEX, detail="1 documents")
+    store.audit(first)
+    store.audit(second)
+    newest, oldest = store.audit_entries()
+    assert (newest.action, newest.actor, newest.document_id) == ("reindex", "cli", None)
+    assert oldest.to_dict() | {"id": 0, "at": 0.0} == first.to_dict()
+    assert oldest.at > 0 and store.audit_entries(1) == [newest]
+    for statement in ("UPDATE audit SET actor = 'someone else'", "DELETE FROM audit"):
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            store.db.execute(statement)
 
 
 def test_a_misspelt_field_is_a_type_error_not_a_new_column(index_dir: Path) -> None:

@@ -2,11 +2,12 @@
 
 ``base`` holds the group and what commands share; each other module adds its
 commands to the group when imported: ``documents`` (ingest, docs, show,
-chunks, retry, rm, reindex, status), ``answering`` (ask, serve) and
-``evaluation`` (eval, calibrate, export-disliked).
+chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
+reject), ``answering`` (ask, serve) and ``evaluation`` (eval, calibrate,
+export-disliked).
 """
 
-from bot.cli import answering, documents, evaluation
+from bot.cli import answering, documents, evaluation, publishing
 from bot.cli.base import main
 
-__all__ = ["answering", "documents", "evaluation", "main"]
+__all__ = ["answering", "documents", "evaluation", "main", "publishing"]

@@ -1,4 +1,8 @@
-"""``kb`` commands over the documents: ingest, list, show, retry, remove, reindex, status."""
+"""``kb`` commands over the documents: ingest, list, show, retry, remove, reindex, status.
+
+They act as the operator: what they change is audited as ``cli``, and ``kb
+ingest`` publishes like an admin (documents for everyone need no approval).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ SUMMARY_FIELDS = (
     "pipeline_version",
     "extractor_version",
     "uploader",
+    "publish",
+    "replaced_by",
     "sha256",
     "created_at",
     "indexed_at",
@@ -180,8 +186,11 @@ def retry(ctx: click.Context, doc: str) -> None:
     """
     kb = open_kb(ctx)
     row = kb.retry(kb.find(doc).id)
-    if row.state != DocState.INDEXED:
+    if row.state == DocState.FAILED:
         raise click.ClickException(f"{row.name}: failed: {row.failure_reason}")
+    if row.state != DocState.INDEXED:
+        click.echo(f"{row.name}: {row.state}.")
+        return
     click.echo(f"{row.name}: indexed, {row.chunk_count} chunks.")
 
 

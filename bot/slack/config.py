@@ -1,4 +1,4 @@
-"""What the Slack surface needs to know: its tokens, its API address, who its admins are.
+"""What the Slack surface needs to know: its tokens, its API address, who its admins and publishers are.
 
 Built at the entry point from the product's one settings object
 (``bot.settings.Settings.slack_config``); tests build it directly.
@@ -20,10 +20,15 @@ class SlackConfig:
         signing_secret: verifies HTTP requests came from Slack.
         app_token: ``xapp-...``; when set the bot connects in Socket Mode.
         api_url: Slack Web API base URL (a test server in tests).
-        admin_user_ids: users allowed to run ``/kb-reindex``.
-        workspace_admins_are_admins: Slack workspace admins and owners may too.
+        admin_user_ids: the knowledge-base admins: they run ``/kb-reindex``,
+            approve documents for everyone and may always publish.
+        workspace_admins_are_admins: Slack workspace admins and owners are admins too.
         allow_external: answer people of other organisations (Slack Connect), and
             use the documents for everyone in channels shared with them.
+        publisher_ids: user ids and user-group ids (``S...``) who may add and
+            replace documents for everyone without an approval.
+        approvals_channel: where approval requests go; empty: to each admin
+            of ``admin_user_ids`` by direct message.
     """
 
     # Secrets never in a repr: a repr ends up in tracebacks and logs.
@@ -34,6 +39,8 @@ class SlackConfig:
     admin_user_ids: frozenset[str] = frozenset()
     workspace_admins_are_admins: bool = True
     allow_external: bool = False
+    publisher_ids: frozenset[str] = frozenset()
+    approvals_channel: str = ""
 
     @property
     def missing(self) -> list[str]:

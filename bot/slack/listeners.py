@@ -6,7 +6,9 @@ Registered on a bolt ``AsyncApp`` by :func:`register`:
   follow-ups in a thread the bot already answered in, each turned into a
   ``bot.conversation.Turn`` and answered through a ``SlackReply``;
 * ``/kb-upload`` (a modal with a file input), its submission, files shared with
-  the bot in a DM, and the Retry button of a failed file;
+  the bot in a DM, and the Retry button of a failed file; who sent them decides
+  how they may become searchable (``bot.slack.roles``);
+* the Approve and Reject buttons of approval requests (``bot.slack.approvals``);
 * ``/kb-reindex`` for admins;
 * feedback buttons under answers;
 * one global middleware that drops Slack's redeliveries, and one error handler.
@@ -32,11 +34,14 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.conversation import Conversation, Turn
 from bot.slack import messages
+from bot.slack.approvals import Approvals
 from bot.slack.audience import Audience, Place
 from bot.slack.config import SlackConfig
-from bot.slack.reindex import AdminCheck, Reindexer
+from bot.slack.reindex import Reindexer
 from bot.slack.render import (
+    APPROVE_ACTION_ID,
     FEEDBACK_ACTION_ID,
+    REJECT_ACTION_ID,
     RETRY_ACTION_ID,
     UPLOAD_CALLBACK_ID,
     UPLOAD_FILES_BLOCK,
@@ -48,6 +53,7 @@ from bot.slack.render import (
     upload_modal,
 )
 from bot.slack.reply import REPLY_KEY, SlackReply
+from bot.slack.roles import Roles
 from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
 from core.answer import Asker, Engine
 from index.derived import OnlyScopes
@@ -75,7 +81,8 @@ class Services:
     engine: Engine
     jobs: Jobs
     uploader: Uploader
-    admins: AdminCheck
+    roles: Roles
+    approvals: Approvals
     reindexer: Reindexer
     conversation: Conversation
     audience: Audience
@@ -89,13 +96,16 @@ class Services:
     def open(cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine) -> Services:
         """Wire the services around an opened knowledge base and engine."""
         jobs = Jobs()
+        roles = Roles(config)
+        approvals = Approvals(kb, config, roles, engine)
         return cls(
             config=config,
             kb=kb,
             engine=engine,
             jobs=jobs,
-            uploader=Uploader(kb, config, jobs),
-            admins=AdminCheck(config),
+            uploader=Uploader(kb, config, jobs, approvals),
+            roles=roles,
+            approvals=approvals,
             reindexer=Reindexer(kb),
             conversation=Conversation(engine),
             audience=Audience(config),
@@ -134,6 +144,7 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_dedupe(app, services)
     _register_questions(app, services)
     _register_uploads(app, services)
+    _register_approvals(app, services)
     _register_reindex(app, services)
     _register_feedback(app, services)
     _register_errors(app)
@@ -298,7 +309,10 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
         choice = (_input(values, UPLOAD_VISIBILITY_BLOCK).get("selected_option") or {}).get("value")
         scope = channel if choice == VISIBILITY_CHANNEL and _is_channel(channel) else EVERYONE
         title = (_input(values, UPLOAD_TITLE_BLOCK).get("value") or "").strip() or None
-        request = UploadRequest(channel=channel or user, user=user, scope=scope, title=title)
+        publish = await services.roles.publish_mode(client, user, scope)
+        request = UploadRequest(
+            channel=channel or user, user=user, scope=scope, publish=publish, title=title
+        )
         await services.uploader.ingest(client, list(files), request)
 
     @app.action(RETRY_ACTION_ID)
@@ -317,12 +331,14 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
 async def _ingest_shared_files(
     services: Services, client: AsyncWebClient, event: dict[str, Any]
 ) -> None:
-    """Files sent to the bot in a DM: everyone may see them; statuses go in the DM thread."""
+    """Files sent to the bot in a DM: for everyone (after an approval, unless a publisher
+    sent them); statuses go in the DM thread."""
     user = str(event.get("user", ""))
     request = UploadRequest(
         channel=str(event["channel"]),
         user=user,
         scope=EVERYONE,
+        publish=await services.roles.publish_mode(client, user, EVERYONE),
         thread_ts=str(event.get("thread_ts") or event["ts"]),
     )
     await services.uploader.ingest(client, list(event.get("files") or []), request)
@@ -345,6 +361,41 @@ def _metadata_channel(raw: str) -> str:
     return str(data.get("channel", "")) if isinstance(data, dict) else ""
 
 
+# ---------------------------------------------------------------- approvals
+
+
+def _register_approvals(app: AsyncApp, services: Services) -> None:
+    async def decide(
+        ack: Callable[..., Awaitable[None]],
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+        *,
+        approve: bool,
+    ) -> None:
+        await ack()
+        value = str(action.get("value", ""))
+        await services.approvals.decide(client, body, value, approve=approve)
+
+    @app.action(APPROVE_ACTION_ID)
+    async def on_approve(
+        ack: Callable[..., Awaitable[None]],
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+    ) -> None:
+        await decide(ack, body, action, client, approve=True)
+
+    @app.action(REJECT_ACTION_ID)
+    async def on_reject(
+        ack: Callable[..., Awaitable[None]],
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+    ) -> None:
+        await decide(ack, body, action, client, approve=False)
+
+
 # ---------------------------------------------------------------- reindex
 
 
@@ -356,7 +407,8 @@ def _register_reindex(app: AsyncApp, services: Services) -> None:
         client: AsyncWebClient,
         respond: Callable[..., Awaitable[Any]],
     ) -> None:
-        if not await services.admins.is_admin(client, str(body.get("user_id", ""))):
+        user = str(body.get("user_id", ""))
+        if not await services.roles.is_admin(client, user):
             await ack(text=messages.REINDEX_NOT_ADMIN)
             return
         if not await services.reindexer.claim():
@@ -367,7 +419,7 @@ def _register_reindex(app: AsyncApp, services: Services) -> None:
         async def report(text: str) -> None:
             await respond(text=text, response_type="ephemeral", replace_original=True)
 
-        await services.reindexer.run(report)
+        await services.reindexer.run(report, actor=user)
 
 
 # ---------------------------------------------------------------- feedback

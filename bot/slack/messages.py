@@ -99,6 +99,57 @@ def upload_failed(name: str, reason: str) -> str:
     return f":x: *{name}*: failed: {reason}"
 
 
+def upload_state(name: str, state: str) -> str:
+    """Status of a document a retry leaves as it is (replaced meanwhile, say)."""
+    return f":information_source: *{name}*: {state.replace('_', ' ')}; nothing to retry."
+
+
+UPLOAD_REPLACED = "It replaces the earlier version of this document, which an admin can restore."
+UPLOAD_BESIDE = (
+    "It is a separate document: the document of the same name someone else added stays "
+    "as it is (only they, a publisher or an admin can replace it)."
+)
+
+
+def upload_awaiting(name: str, chunks: int) -> str:
+    """Final status of a document for everyone from someone who is not a publisher."""
+    unit = "chunk" if chunks == 1 else "chunks"
+    return (
+        f":hourglass_flowing_sand: *{name}*: indexed, {chunks} {unit}, and sent to the "
+        "knowledge-base admins for approval: documents for everyone are added by publishers, "
+        "or approved by an admin. It is not used for answers until then."
+    )
+
+
+UPLOAD_AWAITING_REPLACES = "If it is approved, it replaces the current version of this document."
+UPLOAD_AWAITING_NOBODY = (
+    "No admin could be told about it (no approvals channel or admin is configured, "
+    "or Slack refused the message): ask an admin to approve it with `kb approve`."
+)
+
+
+def upload_awaiting_duplicate(name: str) -> str:
+    """Final status when the same bytes already wait for approval."""
+    return f":hourglass_flowing_sand: *{name}*: already in the knowledge base, waiting for an admin's approval."
+
+
+def upload_approved(name: str, chunks: int, admin: str) -> str:
+    """What the uploader is told once an admin approved (``admin`` a mention)."""
+    unit = "chunk" if chunks == 1 else "chunks"
+    return (
+        f":white_check_mark: *{name}*: approved by {admin}; its {chunks} {unit} "
+        "are now used for answers."
+    )
+
+
+def upload_rejected(name: str, admin: str) -> str:
+    """What the uploader is told once an admin rejected (``admin`` a mention)."""
+    return (
+        f":no_entry_sign: *{name}*: not approved by {admin}, so it was removed from the "
+        "knowledge base. Ask them if you think it should be there."
+    )
+
+
 UPLOAD_RETRY = "Retry"
 UPLOAD_UNEXPECTED = "an unexpected error on the server (details are in its log)."
 UPLOAD_AGAIN = "Upload the file again with `/kb-upload` once this is fixed."
@@ -169,3 +220,72 @@ def reindex_failure_line(name: str, reason: str) -> str:
 def reindex_more_failures(n: int) -> str:
     """How many failures the report leaves out."""
     return f"…and {n} more (see `kb docs`)."
+
+
+# ---------------------------------------------------------------- approvals
+
+APPROVE = "Approve"
+REJECT = "Reject"
+REJECT_CONFIRM_TITLE = "Reject this document?"
+REJECT_CONFIRM_YES = "Reject it"
+REJECT_CONFIRM_NO = "Cancel"
+APPROVAL_OPEN = "Open the whole document"
+APPROVAL_NOT_ADMIN = (
+    "Sorry, only knowledge-base admins can approve or reject documents. Nothing was changed."
+)
+APPROVAL_RECENT_HEADER = "*Recent changes to the knowledge base*"
+
+
+def reject_confirm_text(name: str) -> str:
+    """The confirmation dialog of the Reject button (plain text: ``name`` not escaped)."""
+    return f"{name} is deleted from the knowledge base and the person who added it is told."
+
+
+def approval_request(uploader: str, name: str, scope: str, chunks: int) -> str:
+    """The head of an approval request (``uploader`` a mention, the rest escaped)."""
+    unit = "chunk" if chunks == 1 else "chunks"
+    return (
+        f":inbox_tray: *Approval needed*: {uploader} wants to add *{name}* for {scope} "
+        f"({chunks} {unit}). Until an admin approves it, no answer uses it."
+    )
+
+
+def approval_replaces(names: list[str]) -> str:
+    """Which searchable documents an approval would replace (each already escaped)."""
+    return "Approving it replaces: " + ", ".join(names) + " (kept as an earlier version)."
+
+
+def approval_approved(admin: str, name: str, uploader: str, replaced: int) -> str:
+    """An approval request once approved (mentions and name already escaped)."""
+    tail = f"; it replaces {replaced} earlier version(s)" if replaced else ""
+    return f":white_check_mark: {admin} approved *{name}* from {uploader}{tail}. It is now used for answers."
+
+
+def approval_rejected(admin: str, name: str, uploader: str) -> str:
+    """An approval request once rejected."""
+    return f":no_entry_sign: {admin} rejected *{name}* from {uploader}; it was removed."
+
+
+def approval_decided_already(detail: str) -> str:
+    """To an admin clicking a request someone already decided (``detail`` already escaped)."""
+    return f"Nothing to do: {detail}"
+
+
+# ---------------------------------------------------------------- the audit log
+
+AUDIT_ACTIONS = {
+    "add": "added",
+    "replace": "replaced with a new version",
+    "remove": "removed",
+    "submit": "sent for approval",
+    "approve": "approved",
+    "reject": "rejected",
+    "reindex": "reindexed every document",
+    "restore": "restored an earlier version of",
+}
+EVERYONE_LABEL = "everyone"
+
+
+def audit_line(when: str, actor: str, action: str, document: str) -> str:
+    """One change in a list of recent changes (every part already escaped)."""
+    return f"• {when} · {actor} {action}{' ' + document if document else ''}"

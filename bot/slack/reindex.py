@@ -1,10 +1,10 @@
-"""Who may rebuild the index, and the rebuild itself as the bot runs it.
+"""The rebuild as the bot runs it for ``/kb-reindex``.
 
-``/kb-reindex`` is for admins only: user ids configured in ``KB_ADMIN_USERS``,
-or (when ``KB_SLACK_ADMINS_ARE_ADMINS``) Slack workspace admins and owners as
-``users.info`` reports them. The reindex runs in a worker thread, so questions
-keep being answered, and one at a time: the file lock of
-``KnowledgeBase.reindex`` also covers ``kb reindex`` run from a shell.
+Only admins may run it (``bot.slack.roles``). The reindex runs in a worker
+thread, so questions keep being answered, and one at a time: the file lock of
+``KnowledgeBase.reindex`` also covers ``kb reindex`` run from a shell. The
+final report ends with the latest changes to the knowledge base, the reindex
+among them, from the audit log.
 """
 
 from __future__ import annotations
@@ -12,57 +12,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
-
 from bot.slack import messages
-from bot.slack.config import SlackConfig
-from bot.slack.render import escape
+from bot.slack.render import audit_lines, escape
 from index.errors import ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
+from index.records import AuditEntry
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AdminCheck", "Reindexer", "render_reindex_report"]
+__all__ = ["Reindexer", "render_reindex_report"]
 
 REINDEX_PROGRESS_SECONDS = 2.0
-ADMIN_CACHE_SECONDS = 300.0
 MAX_REPORTED_FAILURES = 10
-
-
-class AdminCheck:
-    """Who may run ``/kb-reindex``: configured user ids, or Slack admins and owners.
-
-    ``users.info`` answers are cached for a few minutes, so a burst of commands
-    costs one API call.
-    """
-
-    def __init__(self, config: SlackConfig, *, ttl_seconds: float = ADMIN_CACHE_SECONDS) -> None:
-        self.config = config
-        self.ttl_seconds = ttl_seconds
-        self._cache: dict[str, tuple[bool, float]] = {}
-
-    async def is_admin(self, client: AsyncWebClient, user_id: str) -> bool:
-        """Whether ``user_id`` is a knowledge-base admin."""
-        if user_id in self.config.admin_user_ids:
-            return True
-        if not self.config.workspace_admins_are_admins or not user_id:
-            return False
-        cached = self._cache.get(user_id)
-        if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
-        try:
-            resp = await client.users_info(user=user_id)
-        except SlackApiError as exc:
-            log.warning("users.info failed for %s; treating as not an admin: %s", user_id, exc)
-            return False
-        user = resp.get("user") or {}
-        admin = bool(user.get("is_admin") or user.get("is_owner")) and not user.get("deleted")
-        self._cache[user_id] = (admin, time.monotonic() + self.ttl_seconds)
-        return admin
+RECENT_CHANGES = 10
 
 
 Report = Callable[[str], Coroutine[Any, Any, None]]
@@ -102,8 +67,10 @@ class Reindexer:
             return False
         return True
 
-    async def run(self, report: Report) -> ReindexReport | None:
+    async def run(self, report: Report, *, actor: str) -> ReindexReport | None:
         """Rebuild the index (after :meth:`claim`); ``report`` gets progress and the final report.
+
+        ``actor`` (who asked) is recorded in the audit log.
 
         The claim is released when the reindex ends, however it ends.
 
@@ -129,7 +96,7 @@ class Reindexer:
             loop.call_soon_threadsafe(send, text)
 
         try:
-            result = await asyncio.to_thread(self.kb.reindex, progress=progress)
+            result = await asyncio.to_thread(self.kb.reindex, progress=progress, actor=actor)
         except ReindexInProgress:
             await report(messages.REINDEX_RUNNING)
             return None
@@ -138,12 +105,13 @@ class Reindexer:
             # The final report must not be overtaken by a late progress line.
             await asyncio.sleep(0)
             await asyncio.gather(*pending, return_exceptions=True)
-        await report(render_reindex_report(result))
+        recent = await asyncio.to_thread(self.kb.audit_entries, RECENT_CHANGES)
+        await report(render_reindex_report(result, recent=recent))
         return result
 
 
-def render_reindex_report(report: ReindexReport) -> str:
-    """The final ``/kb-reindex`` message (failure reasons escaped)."""
+def render_reindex_report(report: ReindexReport, *, recent: Sequence[AuditEntry] = ()) -> str:
+    """The final ``/kb-reindex`` message (failure reasons escaped), then the ``recent`` changes."""
     lines = [
         messages.reindex_done(
             report.documents,
@@ -158,4 +126,6 @@ def render_reindex_report(report: ReindexReport) -> str:
         lines.append(messages.reindex_failure_line(escape(failure.document.name), escape(reason)))
     if len(report.failed) > MAX_REPORTED_FAILURES:
         lines.append(messages.reindex_more_failures(len(report.failed) - MAX_REPORTED_FAILURES))
+    if recent:
+        lines += ["", messages.APPROVAL_RECENT_HEADER, *audit_lines(recent)]
     return "\n".join(lines)

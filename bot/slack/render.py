@@ -16,25 +16,34 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from bot.slack import messages
 from core.answer import Answer, Outcome, SourceRef
 from core.citations import citation_spans
 from index.names import display_name
+from index.records import AuditEntry, DocumentRow
+from index.store import EVERYONE
 
 __all__ = [
+    "APPROVE_ACTION_ID",
     "FEEDBACK_ACTION_ID",
     "MAX_BLOCKS",
+    "REJECT_ACTION_ID",
     "RETRY_ACTION_ID",
     "SECTION_LIMIT",
     "UPLOAD_CALLBACK_ID",
     "Rendered",
+    "audit_lines",
     "escape",
     "inert_links",
+    "is_user_id",
     "link_citations",
+    "mention",
     "parse_feedback_value",
     "render_answer",
+    "render_approval_request",
     "render_notice",
     "render_partial",
     "render_upload_status",
@@ -50,6 +59,10 @@ EVIDENCE_QUOTE_CHARS = 600
 
 FEEDBACK_ACTION_ID = "kb_feedback"
 RETRY_ACTION_ID = "kb_upload_retry"
+APPROVE_ACTION_ID = "kb_approve"
+REJECT_ACTION_ID = "kb_reject"
+PREVIEW_CHARS = 600
+MAX_LISTED_VERSIONS = 3
 UPLOAD_CALLBACK_ID = "kb_upload"
 UPLOAD_FILES_BLOCK = "files"
 UPLOAD_VISIBILITY_BLOCK = "visibility"
@@ -73,6 +86,8 @@ _LINKABLE_RE = re.compile(
     re.IGNORECASE,
 )
 _TRAILING_PUNCTUATION = ".,;:!?)]}'\"*_~"
+_USER_ID_RE = re.compile(r"[UW][A-Z0-9]{2,}")
+_CHANNEL_ID_RE = re.compile(r"[CG][A-Z0-9]{2,}")
 
 
 @dataclass(frozen=True)
@@ -468,3 +483,108 @@ def upload_modal(private_metadata: str, *, channel_scope_allowed: bool) -> dict[
         "private_metadata": private_metadata,
         "blocks": blocks,
     }
+
+
+# ---------------------------------------------------------------- approvals and the audit log
+
+
+def is_user_id(text: str) -> bool:
+    """Whether ``text`` is a Slack user id (not ``cli`` or another operator's name)."""
+    return _USER_ID_RE.fullmatch(text) is not None
+
+
+def mention(user_id: str) -> str:
+    """``<@U123>`` for a Slack user id; anything else (``cli``) as inert code."""
+    return f"<@{user_id}>" if is_user_id(user_id) else _code(user_id)
+
+
+def _code(text: str) -> str:
+    return "`" + escape(text.replace("`", "'")) + "`"
+
+
+def scope_label(scope: str) -> str:
+    """Who may see a document: "everyone" or the channel (a channel link notifies nobody)."""
+    if scope == EVERYONE:
+        return messages.EVERYONE_LABEL
+    return f"<#{scope}>" if _CHANNEL_ID_RE.fullmatch(scope) else _code(scope)
+
+
+def _document_label(doc_id: int | None, name: str, scope: str) -> str:
+    if doc_id is None:
+        return ""
+    return f"*{escape(display_name(name))}* #{doc_id} ({scope_label(scope)})"
+
+
+def audit_lines(entries: Sequence[AuditEntry]) -> list[str]:
+    """One line per change, newest first; actors as code, so a list of changes pings nobody."""
+    lines = []
+    for e in entries:
+        when = datetime.fromtimestamp(e.at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        action = messages.AUDIT_ACTIONS.get(str(e.action), str(e.action))
+        document = _document_label(e.document_id, e.name, e.scope)
+        lines.append(messages.audit_line(when, _code(e.actor), action, document))
+    return lines
+
+
+def _button(action_id: str, label: str, value: str, style: str) -> dict[str, Any]:
+    return {
+        "type": "button",
+        "action_id": action_id,
+        "text": {"type": "plain_text", "text": label},
+        "value": value,
+        "style": style,
+    }
+
+
+def _approval_buttons(doc: DocumentRow, value: str) -> Block:
+    def plain(text: str) -> dict[str, Any]:
+        return {"type": "plain_text", "text": text}
+
+    reject = _button(REJECT_ACTION_ID, messages.REJECT, value, "danger")
+    reject["confirm"] = {
+        "title": plain(messages.REJECT_CONFIRM_TITLE),
+        "text": plain(messages.reject_confirm_text(display_name(doc.name))),
+        "confirm": plain(messages.REJECT_CONFIRM_YES),
+        "deny": plain(messages.REJECT_CONFIRM_NO),
+        "style": "danger",
+    }
+    approve = _button(APPROVE_ACTION_ID, messages.APPROVE, value, "primary")
+    return {"type": "actions", "block_id": "kb_approval", "elements": [approve, reject]}
+
+
+def render_approval_request(
+    doc: DocumentRow,
+    *,
+    beside: Sequence[DocumentRow],
+    preview: str,
+    url: str,
+    value: str,
+    recent: Sequence[AuditEntry],
+) -> Rendered:
+    """The message asking the admins to approve or reject ``doc``.
+
+    Args:
+        beside: the searchable documents an approval would replace.
+        preview: the start of its canonical text (escaped here: the uploader wrote it).
+        url: a link to the whole document in the viewer.
+        value: what the buttons carry back (``bot.slack.approvals.Ticket``).
+        recent: the latest audit entries, for context.
+    """
+    name = escape(display_name(doc.name))
+    head = messages.approval_request(
+        mention(doc.uploader), name, scope_label(doc.scope), doc.chunk_count
+    )
+    blocks = [_section(head)]
+    if beside:
+        listed = [
+            f"*{escape(display_name(d.name))}* #{d.id} from {_code(d.uploader)}"
+            for d in beside[:MAX_LISTED_VERSIONS]
+        ]
+        blocks.append(_section(messages.approval_replaces(listed)))
+    quote = escape(inert_links(_shorten(preview, PREVIEW_CHARS)))
+    link = f"<{_safe_url(url)}|{messages.APPROVAL_OPEN}>"
+    blocks.append(_section(f"> {quote}\n{link}" if quote else link))
+    blocks.append(_approval_buttons(doc, value))
+    if recent:
+        blocks += [_section(t) for t in _pack(audit_lines(recent), messages.APPROVAL_RECENT_HEADER)]
+    return Rendered(head, blocks)

@@ -28,11 +28,12 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
+from bot.slack.approvals import Approvals
 from bot.slack.config import SlackConfig
 from bot.slack.render import Rendered, escape, render_upload_status
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
-from index.models import DocState
+from index.models import DocState, Publish
 from index.names import display_name
 from index.records import DocumentRow
 
@@ -275,11 +276,12 @@ async def post_status(
 
 @dataclass(frozen=True)
 class UploadRequest:
-    """Who added which files where."""
+    """Who added which files where, and how they may become searchable (``Roles.publish_mode``)."""
 
     channel: str
     user: str
     scope: str
+    publish: Publish
     title: str | None = None
     thread_ts: str | None = None
 
@@ -294,12 +296,16 @@ class Uploader:
         kb: the knowledge base.
         config: the bot token (downloads are authenticated) and the Web API URL.
         jobs: where background work is held.
+        approvals: asks the admins about documents that need their approval.
     """
 
-    def __init__(self, kb: KnowledgeBase, config: SlackConfig, jobs: Jobs) -> None:
+    def __init__(
+        self, kb: KnowledgeBase, config: SlackConfig, jobs: Jobs, approvals: Approvals
+    ) -> None:
         self.kb = kb
         self.config = config
         self.jobs = jobs
+        self.approvals = approvals
         self._session: aiohttp.ClientSession | None = None
         self._turn = asyncio.Semaphore(1)
 
@@ -336,11 +342,15 @@ class Uploader:
     async def retry(self, status: StatusMessage, document_id: int) -> None:
         """Index a failed document again from its stored original and report on ``status``."""
         row = await asyncio.to_thread(self.kb.store.document, document_id)
+        if row.state not in (DocState.FAILED, DocState.PENDING):
+            # Decided meanwhile (a retry never publishes nor brings back a version).
+            await status.show(_settled_status(row))
+            return
         name = escape(row.name)
         async with self._turn:
             await status.show(render_upload_status(messages.upload_indexing(name)))
             row = await asyncio.to_thread(self.kb.retry, document_id)
-        await status.show(_final_status(row))
+        await status.show(await self._final_status(status, row))
 
     async def _ingest_one(
         self,
@@ -393,14 +403,34 @@ class Uploader:
             uploader=request.user,
             scope=request.scope,
             title=title,
+            publish=request.publish,
         )
         row = added.document
-        if added.duplicate and row.state == DocState.INDEXED:
-            name = escape(row.name)
-            return render_upload_status(messages.upload_duplicate(name, row.chunk_count))
+        if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
+            return _settled_status(row, duplicate=True)
         await status.show(render_upload_status(messages.upload_indexing(escape(row.name))))
         row = await asyncio.to_thread(self.kb.index_document, row.id)
-        return _final_status(row)
+        return await self._final_status(status, row)
+
+    async def _final_status(self, status: StatusMessage, row: DocumentRow) -> Rendered:
+        """What became of a document just indexed; asks for an approval when it needs one."""
+        name = escape(row.name)
+        if row.state == DocState.FAILED:
+            reason = escape(row.failure_reason or "unknown reason")
+            return render_upload_status(
+                messages.upload_failed(name, reason), retry_document_id=row.id
+            )
+        placement = await asyncio.to_thread(self.kb.placement, row.id)
+        if row.state == DocState.AWAITING_APPROVAL:
+            delivered = await self.approvals.request(
+                status.client, placement, status_channel=status.channel, status_ts=status.ts
+            )
+            notes = [messages.UPLOAD_AWAITING_REPLACES] if placement.beside else []
+            notes += [] if delivered else [messages.UPLOAD_AWAITING_NOBODY]
+            return _with_notes(messages.upload_awaiting(name, row.chunk_count), notes)
+        notes = [messages.UPLOAD_REPLACED] if placement.replaced else []
+        notes += [messages.UPLOAD_BESIDE] if placement.beside else []
+        return _with_notes(messages.upload_indexed(name, row.chunk_count), notes)
 
     async def _complete(self, client: AsyncWebClient, file: SlackFile) -> SlackFile:
         """Ask ``files.info`` for the download link when an event left it out."""
@@ -418,9 +448,16 @@ class Uploader:
         return self._session
 
 
-def _final_status(row: DocumentRow) -> Rendered:
+def _with_notes(text: str, notes: list[str]) -> Rendered:
+    return render_upload_status(" ".join([text, *notes]))
+
+
+def _settled_status(row: DocumentRow, *, duplicate: bool = False) -> Rendered:
+    """The status of a document that this upload or retry leaves as it is."""
     name = escape(row.name)
+    if row.state == DocState.AWAITING_APPROVAL:
+        return render_upload_status(messages.upload_awaiting_duplicate(name))
     if row.state == DocState.INDEXED:
-        return render_upload_status(messages.upload_indexed(name, row.chunk_count))
-    reason = escape(row.failure_reason or "unknown reason")
-    return render_upload_status(messages.upload_failed(name, reason), retry_document_id=row.id)
+        text = messages.upload_duplicate if duplicate else messages.upload_indexed
+        return render_upload_status(text(name, row.chunk_count))
+    return render_upload_status(messages.upload_state(name, row.state))

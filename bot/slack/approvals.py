@@ -1,0 +1,229 @@
+"""Approval requests: documents for everyone from people who are not publishers.
+
+Such a document is indexed but ``awaiting_approval``: no answer uses it. The
+admins get one message with Approve and Reject buttons, in
+``KB_APPROVALS_CHANNEL`` or, when that is unset (or the bot may not post
+there), by direct message to each ``KB_ADMIN_USERS`` id. It shows who wants to add what, the start of the text
+with a link to all of it, what approving would replace, and the latest
+changes to the knowledge base. A click by an admin approves the document
+(searchable, replacing the current version of its name) or rejects it
+(deleted); a click by anyone else changes nothing. The uploader is told the
+outcome by direct message, and their upload status is updated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack import messages
+from bot.slack.config import SlackConfig
+from bot.slack.render import (
+    Rendered,
+    escape,
+    is_user_id,
+    mention,
+    render_approval_request,
+    render_notice,
+    render_upload_status,
+)
+from bot.slack.roles import Roles
+from core.answer import Engine
+from core.links import passage_url
+from index.errors import NotAwaitingApproval
+from index.knowledge_base import KnowledgeBase, Placement
+from index.names import display_name
+from index.records import DocumentRow
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Approvals", "Ticket"]
+
+RECENT_CHANGES = 5
+# Enough of the text for the preview; the link opens the rest.
+PREVIEW_READ_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """What an approval request's buttons carry: the document, and where its uploader's status is."""
+
+    document_id: int
+    status_channel: str = ""
+    status_ts: str = ""
+
+    def encode(self) -> str:
+        """The buttons' ``value``."""
+        data = {"d": self.document_id, "c": self.status_channel, "t": self.status_ts}
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, value: str) -> Ticket | None:
+        """The ticket in a button's ``value``, or ``None`` when it is not one."""
+        try:
+            data = json.loads(value)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or type(data.get("d")) is not int:
+            return None
+        return cls(data["d"], str(data.get("c") or ""), str(data.get("t") or ""))
+
+
+@dataclass(frozen=True)
+class _Decision:
+    document: DocumentRow
+    approved: bool
+    admin: str
+    replaced: int = 0
+
+
+class Approvals:
+    """Sends approval requests and carries out the admins' decisions.
+
+    Args:
+        kb: the knowledge base.
+        config: where requests go (``approvals_channel`` or the admins' DMs).
+        roles: who is an admin.
+        engine: signs the link to the whole document.
+    """
+
+    def __init__(
+        self, kb: KnowledgeBase, config: SlackConfig, roles: Roles, engine: Engine
+    ) -> None:
+        self.kb = kb
+        self.config = config
+        self.roles = roles
+        self.engine = engine
+
+    # ------------------------------------------------------------ requests
+
+    async def request(
+        self, client: AsyncWebClient, placement: Placement, *, status_channel: str, status_ts: str
+    ) -> bool:
+        """Ask the admins to decide on ``placement.document``; ``True`` when one got the request.
+
+        ``status_channel`` and ``status_ts`` name the uploader's status message,
+        updated once an admin decided.
+        """
+        doc = placement.document
+        if not self.config.approvals_channel and not self.config.admin_user_ids:
+            log.warning("document %s awaits approval, but no admin is configured to ask", doc.id)
+            return False
+        rendered = await self._render(placement, Ticket(doc.id, status_channel, status_ts))
+        channel = self.config.approvals_channel
+        if channel and await _post(client, channel, rendered, doc.id):
+            return True
+        sent = [
+            await _post(client, admin, rendered, doc.id)
+            for admin in sorted(self.config.admin_user_ids)
+        ]
+        return any(sent)
+
+    async def _render(self, placement: Placement, ticket: Ticket) -> Rendered:
+        doc = placement.document
+        text = await asyncio.to_thread(self.kb.canonical_text, doc.id)
+        recent = await asyncio.to_thread(self.kb.audit_entries, RECENT_CHANGES)
+        return render_approval_request(
+            doc,
+            beside=placement.beside,
+            preview=text[:PREVIEW_READ_CHARS],
+            url=self._url(doc),
+            value=ticket.encode(),
+            recent=recent,
+        )
+
+    def _url(self, doc: DocumentRow) -> str:
+        token = self.engine.signer.token(doc.id, doc.scope)
+        base = self.engine.config.link_base_url
+        return passage_url(base, doc.id, token, start=0, end=0, page=1, is_pdf=doc.kind == "pdf")
+
+    # ------------------------------------------------------------ decisions
+
+    async def decide(
+        self, client: AsyncWebClient, body: dict[str, Any], value: str, *, approve: bool
+    ) -> None:
+        """Carry out an Approve or Reject click, if an admin made it."""
+        user = str((body.get("user") or {}).get("id", ""))
+        container = body.get("container") or {}
+        channel, ts = str(container.get("channel_id", "")), str(container.get("message_ts", ""))
+        ticket = Ticket.decode(value)
+        if ticket is None:
+            log.warning("ignoring an approval click with a malformed value %r", value)
+            return
+        if not await self.roles.is_admin(client, user):
+            log.info(
+                "%s (not an admin) clicked on the request for document %s", user, ticket.document_id
+            )
+            await _tell_clicker(client, channel, user, messages.APPROVAL_NOT_ADMIN)
+            return
+        try:
+            decision = await asyncio.to_thread(self._decide, ticket.document_id, user, approve)
+        except NotAwaitingApproval as exc:
+            text = messages.approval_decided_already(escape(str(exc)))
+            await _tell_clicker(client, channel, user, text)
+            return
+        with contextlib.suppress(SlackApiError):
+            await client.chat_update(channel=channel, ts=ts, **_decided(decision).as_kwargs())
+        await _tell_uploader(client, ticket, decision)
+
+    def _decide(self, doc_id: int, admin: str, approve: bool) -> _Decision:
+        if not approve:
+            return _Decision(self.kb.reject(doc_id, actor=admin), approved=False, admin=admin)
+        published = self.kb.approve(doc_id, actor=admin)
+        return _Decision(published.document, True, admin, replaced=len(published.replaced))
+
+
+def _decided(decision: _Decision) -> Rendered:
+    """The approval request once decided: who decided what, and no buttons any more."""
+    doc = decision.document
+    name = escape(display_name(doc.name))
+    admin, uploader = mention(decision.admin), mention(doc.uploader)
+    if decision.approved:
+        return render_notice(messages.approval_approved(admin, name, uploader, decision.replaced))
+    return render_notice(messages.approval_rejected(admin, name, uploader))
+
+
+async def _post(client: AsyncWebClient, channel: str, rendered: Rendered, doc_id: int) -> bool:
+    try:
+        await client.chat_postMessage(channel=channel, **rendered.as_kwargs())
+    except SlackApiError as exc:
+        log.warning("approval request for document %s not sent to %s: %s", doc_id, channel, exc)
+        return False
+    return True
+
+
+async def _tell_clicker(client: AsyncWebClient, channel: str, user: str, text: str) -> None:
+    with contextlib.suppress(SlackApiError):
+        await client.chat_postEphemeral(channel=channel, user=user, text=text)
+
+
+async def _tell_uploader(client: AsyncWebClient, ticket: Ticket, decision: _Decision) -> None:
+    """Update the uploader's status message and tell them by DM (best effort: logged, never raised)."""
+    doc = decision.document
+    name, admin = escape(display_name(doc.name)), mention(decision.admin)
+    if decision.approved:
+        text = messages.upload_approved(name, doc.chunk_count, admin)
+        if decision.replaced:
+            text += " " + messages.UPLOAD_REPLACED
+    else:
+        text = messages.upload_rejected(name, admin)
+    rendered = render_upload_status(text)
+    if ticket.status_channel and ticket.status_ts:
+        try:
+            await client.chat_update(
+                channel=ticket.status_channel, ts=ticket.status_ts, **rendered.as_kwargs()
+            )
+        except SlackApiError as exc:
+            log.info("upload status of document %s not updated: %s", doc.id, exc)
+    if is_user_id(doc.uploader):
+        try:
+            await client.chat_postMessage(channel=doc.uploader, **rendered.as_kwargs())
+        except SlackApiError as exc:
+            log.warning("could not tell %s about document %s: %s", doc.uploader, doc.id, exc)

@@ -1,0 +1,58 @@
+"""The audit log: every change to the knowledge base, who made it and when.
+
+``Store`` mixes in ``AuditMixin``: an entry is written with ``store.audit(...)``
+inside the transaction that makes the change, so the log and the documents
+never disagree. The ``audit`` table (``index.schema``) refuses updates and
+deletes.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
+import sqlite_utils
+
+from index.records import AUDIT_COLUMNS, AuditEntry
+
+__all__ = ["AuditMixin"]
+
+_WRITTEN = [c for c in AUDIT_COLUMNS if c != "id"]
+
+
+class AuditMixin:
+    """Writing and reading the audit log.
+
+    Mixed into ``Store``, which provides ``db`` (this thread's connection) and
+    ``transaction()``.
+    """
+
+    if TYPE_CHECKING:
+
+        @property
+        def db(self) -> sqlite_utils.Database: ...
+
+        def transaction(self) -> AbstractContextManager[sqlite_utils.Database]: ...
+
+    def audit(self, entry: AuditEntry) -> int:
+        """Record ``entry`` (its time is now) and return its id.
+
+        Call it inside the transaction that makes the change it records.
+        """
+        row = entry.to_dict() | {"at": time.time()}
+        marks = ", ".join("?" * len(_WRITTEN))
+        with self.transaction() as db:
+            cur = db.execute(
+                f"INSERT INTO audit ({', '.join(_WRITTEN)}) VALUES ({marks})",
+                [row[c] for c in _WRITTEN],
+            )
+            return int(cur.lastrowid or 0)
+
+    def audit_entries(self, limit: int | None = None) -> list[AuditEntry]:
+        """The newest ``limit`` entries (all when ``None``), newest first."""
+        rows = self.db.query(
+            f"SELECT {', '.join(AUDIT_COLUMNS)} FROM audit ORDER BY id DESC LIMIT ?",
+            [-1 if limit is None else limit],
+        )
+        return [AuditEntry.from_row(r) for r in rows]
