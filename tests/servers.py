@@ -1,8 +1,9 @@
 """Local servers that speak real protocols, so tests exercise real clients offline.
 
 * :class:`MockSlackAPI` answers the Slack Web API (``/api/<method>``), serves
-  private file downloads the way Slack does, records ``response_url`` posts, and
-  is a Socket Mode server: ``apps.connections.open`` hands out its websocket.
+  private file downloads the way Slack does, records ``response_url`` posts, is
+  a Socket Mode server (``apps.connections.open`` hands out its websocket), and
+  plays Sign in with Slack (``/openid/connect/authorize`` and ``openid.connect.*``).
 * :class:`OpenAICompatServer` answers ``/v1/chat/completions`` (plain and
   streamed) and ``/v1/models`` like an OpenAI-compatible endpoint.
 * :func:`sign_slack_request` and the payload builders produce signed requests in
@@ -21,9 +22,11 @@ these servers or at a local port that refuses connections.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import hmac
+import html
 import itertools
 import json
 import re
@@ -34,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Self
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.test_utils import TestServer
@@ -44,8 +47,10 @@ __all__ = [
     "BOT_ID",
     "BOT_USER_ID",
     "CHANNEL_ID",
+    "CLIENT_ID",
     "DEFAULT_APP_TOKEN",
     "DEFAULT_BOT_TOKEN",
+    "DEFAULT_CLIENT_SECRET",
     "DEFAULT_OPENAI_API_KEY",
     "DEFAULT_SIGNING_SECRET",
     "DM_CHANNEL_ID",
@@ -91,6 +96,9 @@ DEFAULT_BOT_TOKEN = "xoxb-canary-bot-0c1d3a7e5f"
 DEFAULT_APP_TOKEN = "xapp-1-canary-app-9b2e4d6f81"
 DEFAULT_SIGNING_SECRET = "canary-signing-secret-5e8a1f03"
 DEFAULT_OPENAI_API_KEY = "sk-canary-openai-3d7c9e21"
+# The Slack app's OAuth credentials, for Sign in with Slack.
+CLIENT_ID = "1111111111.2222222222"
+DEFAULT_CLIENT_SECRET = "canary-client-secret-7d1e9b44"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
 UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"
@@ -209,6 +217,21 @@ async def _wait_until(
 
 # Methods that take the app-level token (``xapp-...``) instead of the bot token.
 _APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
+# Sign in with Slack: the code exchange authenticates the app by its client id and
+# secret, and userInfo takes the access token that exchange returned.
+_CLIENT_METHODS = frozenset({"openid.connect.token"})
+_USER_TOKEN_METHODS = frozenset({"openid.connect.userInfo"})
+_TEAM_CLAIM = "https://slack.com/team_id"
+_USER_CLAIM = "https://slack.com/user_id"
+# What the browser sees after clicking "Allow" on Slack's consent page: a new
+# navigation to the app's redirect URI (so the page's #fragment is not carried
+# along, as it would be through a 302).
+_CONSENT_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head><meta charset="utf-8"><meta http-equiv="refresh" content="0; url={url}"><title>Slack</title></head>
+<body><p>Signing you in... <a href="{url}">Continue</a></p></body>
+</html>
+"""
 
 # Form fields the Slack SDKs JSON-encode when they send form data; decoded so
 # that a recorded call looks the same whichever encoding the client chose.
@@ -350,6 +373,28 @@ class _Override:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Grant:
+    """Who approved a sign-in, for which nonce and redirect URI."""
+
+    user_id: str
+    team_id: str
+    nonce: str
+    redirect_uri: str
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _jwt_hs256(claims: JSONDict, key: str) -> str:
+    """A compact JWT signed with HMAC-SHA256 (Slack signs RS256; nothing here checks either)."""
+    header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = _b64url(json.dumps(claims).encode())
+    mac = hmac.new(key.encode(), f"{header}.{body}".encode(), hashlib.sha256).digest()
+    return f"{header}.{body}.{_b64url(mac)}"
+
+
 class MockSlackAPI(_LocalServer):
     """A local Slack Web API: records every call and answers in Slack's shapes.
 
@@ -363,6 +408,8 @@ class MockSlackAPI(_LocalServer):
         admins: user ids that ``users.info`` reports as workspace admins.
         validate: enforce Block Kit and modal limits like Slack (``invalid_blocks``,
             ``invalid_arguments``); switch off to record anything.
+        client_id, client_secret: the app's OAuth credentials ``openid.connect.token``
+            requires (HTTP Basic or form fields).
 
     Start it with ``async with MockSlackAPI() as slack:`` (or :meth:`start` /
     :meth:`close`); point a client at :attr:`api_url`. Read what was called with
@@ -372,6 +419,15 @@ class MockSlackAPI(_LocalServer):
     connecting there gets Slack's ``hello``. Push envelopes (:func:`socket_envelope`)
     with :meth:`socket_send` and read the client's acknowledgements with
     :meth:`wait_for_socket_ack` / :attr:`socket_acks`.
+
+    Sign in with Slack: ``GET /openid/connect/authorize`` (on :attr:`url`) approves
+    at once for :attr:`signin_user` (see :meth:`sign_in_as`; :meth:`approve` does
+    the same without a browser) and sends the browser back to the redirect URI
+    with a one-time ``code``; ``openid.connect.token`` exchanges it for an access
+    token and an id_token (a JWT signed HS256 with the client secret; tamper with
+    its claims through :attr:`id_token_overrides`); ``openid.connect.userInfo``
+    answers for that access token. ``conversations.members`` pages through the
+    members set with :meth:`set_members`.
     """
 
     def __init__(
@@ -385,8 +441,24 @@ class MockSlackAPI(_LocalServer):
         app_id: str = APP_ID,
         admins: Iterable[str] = (),
         validate: bool = True,
+        client_id: str = CLIENT_ID,
+        client_secret: str = DEFAULT_CLIENT_SECRET,
     ) -> None:
         super().__init__()
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.signin_user: str | None = USER_ID
+        """Who clicks "Allow" on the authorize page; ``None``: the person cancels."""
+        self.signin_team: str = team_id
+        """The team the person signs in to."""
+        self.authorizations: list[dict[str, str]] = []
+        """Query parameters of every request to the authorize page."""
+        self.id_token_overrides: JSONDict = {}
+        """Claims to replace in the id_tokens issued from now on."""
+        self._codes: dict[str, _Grant] = {}
+        self._user_tokens: dict[str, _Grant] = {}
+        self._caller_token = ""
+        self._members: dict[str, list[str]] = {}
         self.bot_token = bot_token
         self.app_token = app_token
         self.team_id = team_id
@@ -599,6 +671,42 @@ class MockSlackAPI(_LocalServer):
         self._files[file_id] = (obj, data)
         return dict(obj)
 
+    def sign_in_as(self, user_id: str | None, *, team_id: str | None = None) -> None:
+        """Who signs in on the authorize page next (``None``: cancel), and to which team."""
+        self.signin_user = user_id
+        self.signin_team = team_id or self.team_id
+
+    def approve(self, authorize_url: str) -> str:
+        """What the authorize page does: the redirect URI with a ``code`` (or ``error``) and ``state``.
+
+        Raises ``ValueError`` (Slack's error code) for a request Slack would refuse.
+        """
+        query = dict(parse_qsl(urlsplit(authorize_url).query))
+        self.authorizations.append(query)
+        if query.get("client_id") != self.client_id:
+            raise ValueError("invalid_client_id")
+        if query.get("response_type") != "code":
+            raise ValueError("unsupported_response_type")
+        if "openid" not in query.get("scope", "").split():
+            raise ValueError("invalid_scope")
+        redirect_uri = query.get("redirect_uri", "")
+        if not redirect_uri:
+            raise ValueError("bad_redirect_uri")
+        back: dict[str, str] = {"state": query.get("state", "")}
+        if self.signin_user is None:
+            back["error"] = "access_denied"
+        else:
+            code = _next_id("code.")
+            self._codes[code] = _Grant(
+                self.signin_user, self.signin_team, query.get("nonce", ""), redirect_uri
+            )
+            back["code"] = code
+        return f"{redirect_uri}?{urlencode(back)}"
+
+    def set_members(self, channel: str, user_ids: Iterable[str]) -> None:
+        """Define who ``conversations.members`` lists for ``channel`` (unknown channels: ``channel_not_found``)."""
+        self._members[channel] = list(user_ids)
+
     def rate_limit(self, method: str, retry_after: int = 1, times: int = 1) -> None:
         """Answer the next ``times`` calls to ``method`` with 429 and ``Retry-After``."""
         self._overrides.setdefault(method, []).append(
@@ -637,6 +745,7 @@ class MockSlackAPI(_LocalServer):
         app.router.add_get("/files-pri/{slug}/{name}", self._file)
         app.router.add_post("/response/{rid}", self._response)
         app.router.add_get("/socket", self._socket)
+        app.router.add_get("/openid/connect/authorize", self._authorize)
         app.on_shutdown.append(self._close_sockets)
         return app
 
@@ -683,21 +792,40 @@ class MockSlackAPI(_LocalServer):
     ) -> web.Response:
         return web.json_response(body, status=status, headers=headers)
 
+    def _auth_error(self, method: str, request: web.Request, params: JSONDict) -> str | None:
+        """Slack's error for a call without the credentials ``method`` needs, else ``None``."""
+        if method in _CLIENT_METHODS:
+            return self._client_error(request, params)
+        token = self._token(request, params)
+        if token is None:
+            return "not_authed"
+        if method in _USER_TOKEN_METHODS:
+            self._caller_token = token
+            return None if token in self._user_tokens else "invalid_auth"
+        expected = self.app_token if method in _APP_TOKEN_METHODS else self.bot_token
+        if token == expected:
+            return None
+        # Slack tells a valid token of the wrong kind from an unknown one.
+        if method in _APP_TOKEN_METHODS and token == self.bot_token:
+            return "not_allowed_token_type"
+        return "invalid_auth"
+
+    def _client_error(self, request: web.Request, params: JSONDict) -> str | None:
+        """Check the app's client id and secret: HTTP Basic, or form fields (kept out of the log)."""
+        client_id, secret = params.pop("client_id", None), params.pop("client_secret", None)
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Basic "):
+            with contextlib.suppress(ValueError):
+                client_id, _, secret = base64.b64decode(auth[6:]).decode().partition(":")
+        if client_id != self.client_id:
+            return "invalid_client_id"
+        return None if secret == self.client_secret else "bad_client_secret"
+
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await self._params(request)
-        token = self._token(request, params)
-        if token is None:
-            await self._record(method, params, "not_authed")
-            return self._json({"ok": False, "error": "not_authed"})
-        expected = self.app_token if method in _APP_TOKEN_METHODS else self.bot_token
-        if token != expected:
-            # Slack tells a valid token of the wrong kind from an unknown one.
-            auth_error = (
-                "not_allowed_token_type"
-                if method in _APP_TOKEN_METHODS and token == self.bot_token
-                else "invalid_auth"
-            )
+        auth_error = self._auth_error(method, request, params)
+        if auth_error is not None:
             await self._record(method, params, auth_error)
             return self._json({"ok": False, "error": auth_error})
 
@@ -972,6 +1100,79 @@ class MockSlackAPI(_LocalServer):
         if not params.get("channel_id") or not params.get("thread_ts"):
             return {"ok": False, "error": "invalid_arguments"}
         return {"ok": True}
+
+    async def _authorize(self, request: web.Request) -> web.Response:
+        try:
+            location = self.approve(str(request.url))
+        except ValueError as exc:
+            return web.Response(status=400, text=f"Slack refused the sign-in: {exc}")
+        return web.Response(
+            text=_CONSENT_PAGE.format(url=html.escape(location, quote=True)),
+            content_type="text/html",
+        )
+
+    def _m_openid_connect_token(self, params: JSONDict) -> JSONDict:
+        # A code works once, as in Slack.
+        grant = self._codes.pop(str(params.get("code", "")), None)
+        if grant is None:
+            return {"ok": False, "error": "invalid_code"}
+        if params.get("redirect_uri") != grant.redirect_uri:
+            return {"ok": False, "error": "bad_redirect_uri"}
+        token = _next_id("xoxp-signin-")
+        self._user_tokens[token] = grant
+        return {
+            "ok": True,
+            "access_token": token,
+            "token_type": "Bearer",
+            "id_token": self._id_token(grant),
+        }
+
+    def _id_token(self, grant: _Grant) -> str:
+        now = int(time.time())
+        claims: JSONDict = {
+            "iss": "https://slack.com",
+            "sub": grant.user_id,
+            "aud": self.client_id,
+            "exp": now + 3600,
+            "iat": now,
+            "auth_time": now,
+            "nonce": grant.nonce,
+            _USER_CLAIM: grant.user_id,
+            _TEAM_CLAIM: grant.team_id,
+            "name": grant.user_id.lower(),
+            "locale": "en-US",
+        }
+        claims.update(self.id_token_overrides)
+        return _jwt_hs256(claims, self.client_secret)
+
+    def _m_openid_connect_userInfo(self, params: JSONDict) -> JSONDict:
+        grant = self._user_tokens[self._caller_token]
+        return {
+            "ok": True,
+            "sub": grant.user_id,
+            _USER_CLAIM: grant.user_id,
+            _TEAM_CLAIM: grant.team_id,
+            "name": grant.user_id.lower(),
+            "given_name": grant.user_id.title(),
+            "locale": "en-US",
+            "https://slack.com/team_name": "Example",
+            "https://slack.com/team_domain": "example",
+        }
+
+    def _m_conversations_members(self, params: JSONDict) -> JSONDict:
+        members = self._members.get(str(params.get("channel", "")))
+        if members is None:
+            return {"ok": False, "error": "channel_not_found"}
+        cursor = str(params.get("cursor") or "")
+        start = int(base64.b64decode(cursor).decode().split(":")[1]) if cursor else 0
+        end = start + min(int(params.get("limit") or 100), 1000)
+        more = end < len(members)
+        next_cursor = base64.b64encode(f"offset:{end}".encode()).decode() if more else ""
+        return {
+            "ok": True,
+            "members": members[start:end],
+            "response_metadata": {"next_cursor": next_cursor},
+        }
 
     def _m_files_info(self, params: JSONDict) -> JSONDict:
         stored = self._files.get(str(params.get("file", "")))
@@ -1514,8 +1715,11 @@ def view_submission_body(
     api_app_id: str = APP_ID,
     trigger_id: str | None = None,
     response_urls: list[JSONDict] | None = None,
+    user_team_id: str | None = None,
 ) -> bytes:
     """The ``payload=<JSON>`` body of a ``view_submission``.
+
+    ``user_team_id``: the submitter's own team, when it is not the app's (Slack Connect).
 
     ``view`` is typically the view the bot opened (from ``MockSlackAPI.views`` or
     ``calls("views.open")``) with ``state`` set, e.g. by :func:`file_input_state`;
@@ -1546,7 +1750,7 @@ def view_submission_body(
     payload = {
         "type": "view_submission",
         "team": {"id": team_id, "domain": "example"},
-        "user": _user_ref(user_id, team_id),
+        "user": _user_ref(user_id, user_team_id or team_id),
         "api_app_id": api_app_id,
         "token": "verification-token-unused",
         "trigger_id": trigger_id or _trigger_id(),

@@ -68,6 +68,13 @@ class Audience:
             shared_channel=bool(body.get("is_ext_shared_channel")),
         )
 
+    def serves_submitter(self, body: dict[str, Any]) -> bool:
+        """Whether the person who submitted an interactive payload (a modal) is served."""
+        team = (body.get("team") or {}).get("id")
+        user_team = (body.get("user") or {}).get("team_id")
+        external = bool(team and user_team and user_team != team)
+        return self.allow_external or not external
+
     def serves(self, place: Place) -> bool:
         """Whether a question asked at ``place`` gets an answer from the knowledge base."""
         return self.allow_external or not place.external_asker

@@ -303,6 +303,11 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
                 response_action="errors", errors={UPLOAD_FILES_BLOCK: messages.UPLOAD_NO_FILE}
             )
             return
+        if not services.audience.serves_submitter(body):
+            await ack(
+                response_action="errors", errors={UPLOAD_FILES_BLOCK: messages.EXTERNAL_ASKER}
+            )
+            return
         await ack()
         user = str(body["user"]["id"])
         channel = _metadata_channel(view.get("private_metadata", ""))

@@ -16,10 +16,14 @@ pytest.register_assert_rewrite("tests.conftest_bot")
 from bot.slack import messages  # noqa: E402
 from tests.conftest_bot import FALCON_Q, IN_DOMAIN, Bot, BotFactory  # noqa: E402
 from tests.servers import (  # noqa: E402
+    CHANNEL_ID,
     DM_CHANNEL_ID,
     app_mention_event,
+    file_input_state,
     file_share_event,
     message_im_event,
+    slash_command_body,
+    view_submission_body,
 )
 
 OTHER_TEAM = "T0OTHERORG"
@@ -83,3 +87,22 @@ async def test_allowing_external_people_answers_them(make_bot: BotFactory) -> No
     answer = await bot.answer()
     assert messages.EXTERNAL_ASKER not in _all_text(bot)
     assert "30 days" in json.dumps(answer["blocks"])
+
+
+async def test_an_external_person_cannot_upload_through_the_modal(bot: Bot) -> None:
+    resp = await bot.post(slash_command_body("/kb-upload", "", EXTERNAL_USER, CHANNEL_ID))
+    assert resp.status == 200
+    (call,) = await bot.slack.wait_for("views.open")
+    file = bot.slack.add_file("F0EXT0002", "policy.md", b"# Policy\n\nPay me.\n", "text/plain")
+    state = file_input_state("files", "files", [file])
+    before = len(bot.kb.documents())
+    resp = await bot.post(
+        view_submission_body(
+            {**call["view"], "state": state}, EXTERNAL_USER, user_team_id=OTHER_TEAM
+        )
+    )
+    body = await resp.json()
+    assert body["response_action"] == "errors"
+    assert messages.EXTERNAL_ASKER in json.dumps(body["errors"])
+    await bot.idle()
+    assert len(bot.kb.documents()) == before and bot.slack.downloads == []
