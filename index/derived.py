@@ -95,6 +95,8 @@ class DerivedIndexes:
         self.dir = private_dir(store.data_dir / "index")
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
+        # Why the snapshot in memory is not on disk, or None when it is.
+        self.degraded: str | None = None
 
     @property
     def vectors_path(self) -> Path:
@@ -162,6 +164,7 @@ class DerivedIndexes:
                 and np.array_equal(np.sort(snap.vectors.ids()), expected)
                 and np.array_equal(np.sort(np.asarray(snap.bm25.chunk_ids)), expected)
             ),
+            "degraded": self.degraded,
         }
 
     def sync_state(self) -> dict[str, object]:
@@ -177,6 +180,7 @@ class DerivedIndexes:
             "snapshot_generation": None if snap is None else snap.generation,
             "chunks": 0 if snap is None else len(snap),
             "in_sync": snap is not None and snap.generation == generation,
+            "degraded": self.degraded,
         }
 
     # ------------------------------------------------------------------ internals
@@ -284,8 +288,28 @@ class DerivedIndexes:
         return snap
 
     def _persist(self, snap: Snapshot) -> None:
-        snap.vectors.save(self.vectors_path, snap.generation)
-        snap.bm25.save(self.bm25_path, snap.generation)
+        """Save ``snap`` to disk; when that fails, keep serving it from memory, degraded.
+
+        The files are only a cache of SQLite: a full disk must not make a
+        consistent snapshot unusable. The next successful save ends the
+        degraded state; until then a restart rebuilds from SQLite.
+        """
+        try:
+            snap.vectors.save(self.vectors_path, snap.generation)
+            snap.bm25.save(self.bm25_path, snap.generation)
+        except KBError as exc:
+            if self.degraded is None:
+                log.warning(
+                    "search index files could not be saved; answering from memory until they "
+                    "can be (free disk space in %s): %s",
+                    self.dir,
+                    exc,
+                )
+            self.degraded = f"The search index files could not be saved: {exc}"
+            return
+        if self.degraded is not None:
+            log.info("search index files saved again; no longer degraded")
+        self.degraded = None
 
 
 @dataclass(frozen=True)

@@ -270,5 +270,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"stale           {st['stale']}")
         click.echo(f"model           {st['embedding_model']} ({st['dimensions']} d)")
         click.echo(f"indexes in sync {st['index']['in_sync']}")
+        if st["index"]["degraded"]:
+            click.echo(f"DEGRADED        {st['index']['degraded']}")
 
     emit(st, as_json, text)
