@@ -7,26 +7,23 @@ another organisation the bot uses only the documents added to that channel,
 because everyone in it reads the answer. The checks use what Slack says in the
 event itself (the envelope's ``team_id`` and ``is_ext_shared_channel``, the
 event's ``user_team``/``team``) and, when the event does not say which team
-the person belongs to, ``users.info`` (cached for a few minutes).
+the person belongs to, ``users.info`` (through ``bot.slack.directory``).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.config import SlackConfig
+from bot.slack.directory import Directory
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Audience", "Place"]
-
-TEAM_CACHE_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -47,13 +44,12 @@ class Audience:
 
     Args:
         config: whether external people may be answered at all.
-        ttl_seconds: how long a person's team from ``users.info`` is remembered.
+        directory: Slack's answers about people, cached.
     """
 
-    def __init__(self, config: SlackConfig, *, ttl_seconds: float = TEAM_CACHE_SECONDS) -> None:
+    def __init__(self, config: SlackConfig, directory: Directory) -> None:
         self.allow_external = config.allow_external
-        self.ttl_seconds = ttl_seconds
-        self._teams: dict[str, tuple[str | None, float]] = {}
+        self.directory = directory
 
     async def place(
         self, client: AsyncWebClient, body: dict[str, Any], event: dict[str, Any]
@@ -84,17 +80,8 @@ class Audience:
         return not self.allow_external and place.shared_channel
 
     async def _team_of(self, client: AsyncWebClient, user_id: str) -> str | None:
-        cached = self._teams.get(user_id)
-        if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
-        try:
-            resp = await client.users_info(user=user_id)
-        except SlackApiError as exc:
-            log.warning("users.info failed for %s; team unknown: %s", user_id, exc)
-            return None
-        user = resp.get("user") or {}
+        user = await self.directory.user(client, user_id) or {}
         team = user.get("team_id") or (user.get("profile") or {}).get("team")
-        self._teams[user_id] = (team, time.monotonic() + self.ttl_seconds)
         return str(team) if team else None
 
 

@@ -37,6 +37,7 @@ from bot.slack import messages
 from bot.slack.approvals import Approvals
 from bot.slack.audience import Audience, Place
 from bot.slack.config import SlackConfig
+from bot.slack.directory import Directory
 from bot.slack.reindex import Reindexer
 from bot.slack.render import (
     APPROVE_ACTION_ID,
@@ -96,7 +97,8 @@ class Services:
     def open(cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine) -> Services:
         """Wire the services around an opened knowledge base and engine."""
         jobs = Jobs()
-        roles = Roles(config)
+        directory = Directory()
+        roles = Roles(config, directory)
         approvals = Approvals(kb, config, roles, engine)
         return cls(
             config=config,
@@ -108,7 +110,7 @@ class Services:
             approvals=approvals,
             reindexer=Reindexer(kb),
             conversation=Conversation(engine),
-            audience=Audience(config),
+            audience=Audience(config, directory),
         )
 
 
