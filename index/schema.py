@@ -16,12 +16,12 @@ from __future__ import annotations
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-__all__ = ["MIGRATIONS"]
+__all__ = ["MIGRATIONS", "SCHEMA_BEFORE_MIGRATIONS"]
 
 MIGRATIONS = Migrations("kb")
 
 # Frozen: the schema before migrations were recorded.
-_SCHEMA_1 = """
+SCHEMA_BEFORE_MIGRATIONS = """
 CREATE TABLE IF NOT EXISTS documents (
     -- AUTOINCREMENT: an id is never reused, so an old link or a cached
     -- search result can never point at a different, newer document.
@@ -117,7 +117,7 @@ CREATE TABLE IF NOT EXISTS meta (
 def _initial(db: Database) -> None:
     # One statement at a time: executescript() would commit the transaction
     # the migration and its record run in. No statement holds a ";".
-    for statement in filter(str.strip, _SCHEMA_1.split(";")):
+    for statement in filter(str.strip, SCHEMA_BEFORE_MIGRATIONS.split(";")):
         db.execute(statement)
 
 

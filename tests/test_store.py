@@ -15,100 +15,11 @@ import pytest
 
 from index.models import AuditAction
 from index.records import AUDIT_COLUMNS, DOCUMENT_COLUMNS, QUERY_COLUMNS, AuditEntry, QueryRecord
-from index.schema import MIGRATIONS
+from index.schema import MIGRATIONS, SCHEMA_BEFORE_MIGRATIONS
 from index.store import Store
 
-# The schema as releases before migrations created it (a data dir made by them).
-OLD_SCHEMA = """
-CREATE TABLE IF NOT EXISTS documents (
-    -- AUTOINCREMENT: an id is never reused, so an old link or a cached
-    -- search result can never point at a different, newer document.
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL,
-    title TEXT NOT NULL DEFAULT '',
-    sha256 TEXT NOT NULL,
-    kind TEXT NOT NULL DEFAULT '',
-    size INTEGER NOT NULL,
-    uploader TEXT NOT NULL DEFAULT '',
-    scope TEXT NOT NULL DEFAULT '*',
-    state TEXT NOT NULL,
-    failure_reason TEXT,
-    chunk_count INTEGER NOT NULL DEFAULT 0,
-    window_splits INTEGER NOT NULL DEFAULT 0,
-    text_length INTEGER NOT NULL DEFAULT 0,
-    page_starts TEXT,
-    embedding_model TEXT,
-    dimensions INTEGER,
-    pipeline_version TEXT,
-    extractor_version TEXT,
-    replaces INTEGER,
-    worker_pid INTEGER,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    indexed_at REAL
-);
-CREATE INDEX IF NOT EXISTS documents_sha256 ON documents(sha256, scope);
-CREATE INDEX IF NOT EXISTS documents_name ON documents(name, scope);
-CREATE TABLE IF NOT EXISTS chunks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    document_id INTEGER NOT NULL REFERENCES documents(id),
-    ordinal INTEGER NOT NULL,
-    section TEXT NOT NULL,
-    start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL,
-    page INTEGER,
-    content TEXT NOT NULL,
-    text TEXT NOT NULL,
-    token_count INTEGER NOT NULL,
-    vector BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS chunks_document ON chunks(document_id);
-CREATE TABLE IF NOT EXISTS texts (
-    document_id INTEGER PRIMARY KEY REFERENCES documents(id),
-    text TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,
-    document_id INTEGER,
-    state TEXT NOT NULL,
-    detail TEXT,
-    created_at REAL NOT NULL,
-    finished_at REAL
-);
-CREATE TABLE IF NOT EXISTS query_log (
-    id INTEGER PRIMARY KEY,
-    created_at REAL NOT NULL,
-    question TEXT NOT NULL,
-    scopes TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    model_called INTEGER NOT NULL,
-    kept TEXT NOT NULL,
-    cited TEXT NOT NULL,
-    invalid_citations TEXT NOT NULL DEFAULT '[]',
-    latency_ms REAL NOT NULL,
-    timings TEXT NOT NULL,
-    user TEXT,
-    channel TEXT,
-    thread_ts TEXT,
-    answer TEXT
-);
-CREATE TABLE IF NOT EXISTS feedback (
-    id INTEGER PRIMARY KEY,
-    query_id INTEGER NOT NULL REFERENCES query_log(id),
-    user TEXT,
-    value INTEGER NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS slack_events (
-    key TEXT PRIMARY KEY,
-    seen_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
+# Frozen in index.schema as migration 1: what a data dir made before migrations holds.
+OLD_SCHEMA = SCHEMA_BEFORE_MIGRATIONS
 OLD_ROWS = """
 INSERT INTO documents (id, name, title, sha256, kind, size, uploader, scope, state, chunk_count,
                        embedding_model, dimensions, created_at, updated_at, indexed_at)
