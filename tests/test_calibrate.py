@@ -19,8 +19,8 @@ from evaluation.calibrate import (
 )
 from evaluation.inputs import EvalSetError
 from evaluation.results import Proportion, SweepRow, sweep
-from index.records import QueryRecord
-from index.store import ALL_SCOPES, Store
+from index.store import Store
+from tests.query_factory import log_question
 
 EVALMINI = Path(__file__).parent / "data" / "evalmini"
 
@@ -126,19 +126,7 @@ def test_calibrate_cli_writes_env(tmp_path: Path) -> None:
 
 def test_labelled_log(tmp_path: Path) -> None:
     store = Store(tmp_path / "kb-data")
-    qid = store.log_query(
-        QueryRecord(
-            question="Who won the 1998 World Cup?",
-            scopes=[ALL_SCOPES],
-            outcome="answered",
-            model_called=True,
-            kept=[],
-            cited=[],
-            invalid_citations=[],
-            latency_ms=1.0,
-            timings={},
-        )
-    )
+    qid = log_question(store, "Who won the 1998 World Cup?")
     path = tmp_path / "labelled.jsonl"
     rows = [
         {"question": "How long does a VPN session stay open?", "in_domain": True},

@@ -23,8 +23,8 @@ from index.chunk import chunk_document
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.models import Extracted
-from index.records import QueryRecord
-from index.store import ALL_SCOPES, Store
+from index.store import Store
+from tests.query_factory import log_question
 
 EVALMINI = Path(__file__).parent / "data" / "evalmini"
 
@@ -246,27 +246,11 @@ def test_blind_destroys_a_straddling_needle_and_overlap_saves_it(
 # ---------------------------------------------------------------------- feedback loop
 
 
-def _log(store: Store, question: str) -> int:
-    return store.log_query(
-        QueryRecord(
-            question=question,
-            scopes=[ALL_SCOPES],
-            outcome="answered",
-            model_called=True,
-            kept=[],
-            cited=[],
-            invalid_citations=[],
-            latency_ms=1.0,
-            timings={},
-        )
-    )
-
-
 def test_export_disliked_questions(tmp_path: Path) -> None:
     store = Store(tmp_path / "kb-data")
-    liked = _log(store, "How do I rotate the key?")
-    disliked = _log(store, "Why is the VPN slow?")
-    both = _log(store, "Where is the expense form?")
+    liked = log_question(store, "How do I rotate the key?")
+    disliked = log_question(store, "Why is the VPN slow?")
+    both = log_question(store, "Where is the expense form?")
     store.add_feedback(liked, 1)
     store.add_feedback(disliked, -1)
     store.add_feedback(both, 1)
@@ -291,7 +275,7 @@ def test_export_disliked_questions(tmp_path: Path) -> None:
 def test_export_disliked_from_the_cli(tmp_path: Path) -> None:
     data_dir = tmp_path / "kb-data"
     store = Store(data_dir)
-    store.add_feedback(_log(store, "Is there parking at the office?"), -1)
+    store.add_feedback(log_question(store, "Is there parking at the office?"), -1)
     out = tmp_path / "todo.jsonl"
     result = CliRunner().invoke(main, ["--data-dir", str(data_dir), "export-disliked", str(out)])
     assert result.exit_code == 0, result.output

@@ -1,0 +1,30 @@
+"""Questions in the query log, as the engine would have logged them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from index.records import QueryRecord
+from index.store import ALL_SCOPES, Store
+
+
+def answered(question: str, **changes: Any) -> QueryRecord:
+    """A question the model answered (nothing kept or cited), with ``changes`` applied."""
+    record = QueryRecord(
+        question=question,
+        scopes=[ALL_SCOPES],
+        outcome="answered",
+        model_called=True,
+        kept=[],
+        cited=[],
+        invalid_citations=[],
+        latency_ms=1.0,
+        timings={},
+    )
+    return replace(record, **changes)
+
+
+def log_question(store: Store, question: str, **changes: Any) -> int:
+    """Log ``question`` as answered; returns its query id."""
+    return store.log_query(answered(question, **changes))
