@@ -9,31 +9,21 @@ deletes.
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
-
-import sqlite_utils
 
 from index.records import AUDIT_COLUMNS, AuditEntry
+from index.store_mixin import StoreMixin
 
 __all__ = ["AuditMixin"]
 
 _WRITTEN = [c for c in AUDIT_COLUMNS if c != "id"]
 
 
-class AuditMixin:
+class AuditMixin(StoreMixin):
     """Writing and reading the audit log.
 
     Mixed into ``Store``, which provides ``db`` (this thread's connection) and
     ``transaction()``.
     """
-
-    if TYPE_CHECKING:
-
-        @property
-        def db(self) -> sqlite_utils.Database: ...
-
-        def transaction(self) -> AbstractContextManager[sqlite_utils.Database]: ...
 
     def audit(self, entry: AuditEntry) -> int:
         """Record ``entry`` (its time is now) and return its id.

@@ -10,30 +10,21 @@ connection (``db``) and its ``transaction()``. Their tables (``query_log``,
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
-
-import sqlite_utils
+from typing import Any
 
 from index.errors import QueryNotFound
 from index.records import QUERY_COLUMNS, QueryRecord
+from index.store_mixin import StoreMixin
 
 __all__ = ["QueryLogMixin"]
 
 
-class QueryLogMixin:
+class QueryLogMixin(StoreMixin):
     """What is recorded about questions: outcomes and answers, thumbs, event deliveries seen.
 
     Mixed into ``Store``, which provides ``db`` (this thread's connection) and
     ``transaction()``.
     """
-
-    if TYPE_CHECKING:
-
-        @property
-        def db(self) -> sqlite_utils.Database: ...
-
-        def transaction(self) -> AbstractContextManager[sqlite_utils.Database]: ...
 
     # ----------------------------------------------------------------- query log
 
