@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -19,6 +20,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 log = logging.getLogger(__name__)
 
 __all__ = ["Directory"]
+
+T = TypeVar("T")
 
 USER_CACHE_SECONDS = 300.0
 GROUP_CACHE_SECONDS = 60.0
@@ -45,32 +48,34 @@ class Directory:
 
     async def user(self, client: AsyncWebClient, user_id: str) -> dict[str, Any] | None:
         """The ``users.info`` user object, or ``None`` when Slack could not say."""
-        cached = _fresh(self._users.get(user_id))
-        if cached is not None:
-            return cached
-        try:
+
+        async def ask() -> dict[str, Any]:
             resp = await client.users_info(user=user_id)
-        except SlackApiError as exc:
-            log.warning("users.info failed for %s: %s", user_id, exc)
-            return None
-        user = dict(resp.get("user") or {})
-        self._users[user_id] = (user, time.monotonic() + self.user_ttl_seconds)
-        return user
+            return dict(resp.get("user") or {})
+
+        return await _remembered(self._users, user_id, self.user_ttl_seconds, ask)
 
     async def group_members(self, client: AsyncWebClient, group: str) -> frozenset[str] | None:
         """The user ids in a user group, or ``None`` when Slack could not say."""
-        cached = _fresh(self._groups.get(group))
-        if cached is not None:
-            return cached
-        try:
+
+        async def ask() -> frozenset[str]:
             resp = await client.usergroups_users_list(usergroup=group)
-        except SlackApiError as exc:
-            log.warning("usergroups.users.list failed for %s: %s", group, exc)
-            return None
-        members = frozenset(str(u) for u in resp.get("users") or [])
-        self._groups[group] = (members, time.monotonic() + self.group_ttl_seconds)
-        return members
+            return frozenset(str(u) for u in resp.get("users") or [])
+
+        return await _remembered(self._groups, group, self.group_ttl_seconds, ask)
 
 
-def _fresh(entry: tuple[Any, float] | None) -> Any:
-    return entry[0] if entry is not None and entry[1] > time.monotonic() else None
+async def _remembered(
+    cache: dict[str, tuple[T, float]], key: str, ttl: float, ask: Callable[[], Awaitable[T]]
+) -> T | None:
+    """``cache[key]`` while fresh, else ``ask()`` remembered for ``ttl`` s; ``None`` if Slack failed."""
+    entry = cache.get(key)
+    if entry is not None and entry[1] > time.monotonic():
+        return entry[0]
+    try:
+        value = await ask()
+    except SlackApiError as exc:
+        log.warning("Slack could not tell about %s: %s", key, exc)
+        return None
+    cache[key] = (value, time.monotonic() + ttl)
+    return value
