@@ -5,7 +5,9 @@ embedding model loads once), serves the document viewer and the health checks
 (``bot.server``) and attaches Slack (``bot.slack``): HTTP events at
 ``/slack/events``, or Socket Mode when ``SLACK_APP_TOKEN`` is set (no public
 URL needed). Without Slack credentials the viewer and health checks still run
-and the log says which settings are missing. ``run_server(settings)`` runs it.
+and the log says which settings are missing. With ``KB_VIEWER_AUTH=slack`` the
+viewer opens documents only for people signed in with Slack
+(``bot.slack.signin``). ``run_server(settings)`` runs it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.server import routes
 from bot.settings import Settings
 from bot.slack import app as slack
+from bot.slack import signin
 from bot.slack.listeners import Services
 from core.answer import Engine, build_engine
 from index.knowledge_base import KnowledgeBase
@@ -62,6 +65,9 @@ def create_app(
     app[routes.ENGINE] = engine
     app[SERVICES] = services
     routes.setup(app)
+    if settings.viewer_auth == "slack":
+        signin.attach(app, settings.signin_config(), slack_config, engine.signer, slack_client)
+    routes.add_readiness_info(app, "viewer_auth", settings.viewer_auth)
     app[SLACK_MODE] = slack.attach(app, slack_config, services, slack_client)
     app.cleanup_ctx.append(_services_ctx)
     return app

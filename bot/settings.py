@@ -15,12 +15,12 @@ layer's configuration is built, and by ``secret_values()`` for the log's redacti
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Self
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from bot.slack.config import DEFAULT_SLACK_API_URL, SlackConfig
+from bot.slack.config import DEFAULT_SLACK_API_URL, SignInConfig, SlackConfig
 from core.config import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_LINK_TTL_DAYS,
@@ -148,6 +148,16 @@ class Settings(BaseSettings):
         "KB_LINK_TTL_DAYS",
         "Days a citation link stays valid.",
     )
+    viewer_auth: Literal["link", "slack"] = _setting(
+        "link",
+        "KB_VIEWER_AUTH",
+        "Who may open citation links: 'link' (anyone holding a valid link) or 'slack' (people signed in with Slack; a channel's documents only for its members). 'slack' needs SLACK_CLIENT_ID and SLACK_CLIENT_SECRET.",
+    )
+    viewer_session_hours: float = _setting(
+        8.0,
+        "KB_VIEWER_SESSION_HOURS",
+        "Hours a Slack sign-in to the viewer lasts before the browser signs in again (KB_VIEWER_AUTH=slack).",
+    )
 
     # --- Slack and the server
     slack_bot_token: SecretStr = _setting(
@@ -164,6 +174,16 @@ class Settings(BaseSettings):
         SecretStr(""),
         "SLACK_APP_TOKEN",
         "App-level token (xapp-...) with connections:write; when set the bot uses Socket Mode and needs no public URL.",
+    )
+    slack_client_id: str = _setting(
+        "",
+        "SLACK_CLIENT_ID",
+        "Client id of the Slack app, for Sign in with Slack in the viewer only (KB_VIEWER_AUTH=slack).",
+    )
+    slack_client_secret: SecretStr = _setting(
+        SecretStr(""),
+        "SLACK_CLIENT_SECRET",
+        "Client secret of the Slack app, for Sign in with Slack in the viewer only (KB_VIEWER_AUTH=slack).",
     )
     slack_api_url: str = _setting(
         DEFAULT_SLACK_API_URL,
@@ -210,6 +230,25 @@ class Settings(BaseSettings):
         "KB_LOG_FORMAT",
         "Log format: 'console' (key=value lines) or 'json' (one JSON object per line, for log collectors).",
     )
+
+    @model_validator(mode="after")
+    def _sign_in_is_complete(self) -> Self:
+        # Half-configured sign-in must stop the server, never fall back to open links.
+        if self.viewer_auth == "slack":
+            missing = [
+                env
+                for env, value in (
+                    ("SLACK_CLIENT_ID", self.slack_client_id),
+                    ("SLACK_CLIENT_SECRET", self.slack_client_secret.get_secret_value()),
+                    ("SLACK_BOT_TOKEN", self.slack_config().bot_token),
+                )
+                if not value.strip()
+            ]
+            if missing:
+                raise ValueError(f"KB_VIEWER_AUTH=slack needs {', '.join(missing)}")
+        if self.viewer_session_hours <= 0:
+            raise ValueError("KB_VIEWER_SESSION_HOURS must be positive")
+        return self
 
     @property
     def admin_user_ids(self) -> frozenset[str]:
@@ -267,6 +306,15 @@ class Settings(BaseSettings):
             allow_external=self.allow_external,
             publisher_ids=self.publisher_ids,
             approvals_channel=self.approvals_channel.strip(),
+        )
+
+    def signin_config(self) -> SignInConfig:
+        """What Sign in with Slack needs (used when ``KB_VIEWER_AUTH=slack``)."""
+        return SignInConfig(
+            client_id=self.slack_client_id,
+            client_secret=self.slack_client_secret.get_secret_value(),
+            public_url=self.link_base_url,
+            session_hours=self.viewer_session_hours,
         )
 
     def secret_values(self) -> list[str]:

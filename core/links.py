@@ -77,12 +77,23 @@ class LinkSigner:
         if ttl_seconds <= 0:
             raise ValueError(f"ttl_seconds must be positive, got {ttl_seconds}")
         self._ttl = ttl_seconds
+        self._secret = secret
+        self._clock = clock
+        self._serializer = self.derived(_SALT)
+
+    def derived(self, purpose: str) -> URLSafeTimedSerializer:
+        """A timed serializer for other short signed values (a browser session, a sign-in).
+
+        Its key is derived from the link secret and ``purpose`` (the salt), so a
+        value signed for one purpose never verifies as another, nor as a link.
+        Check its age with ``loads(..., max_age=...)``.
+        """
         # SHA-256 rather than itsdangerous' SHA-1 default: nothing to keep compatible with.
-        self._serializer = URLSafeTimedSerializer(
-            secret,
-            salt=_SALT,
+        return URLSafeTimedSerializer(
+            self._secret,
+            salt=purpose,
             signer=_ClockSigner,
-            signer_kwargs={"digest_method": hashlib.sha256, "clock": clock},
+            signer_kwargs={"digest_method": hashlib.sha256, "clock": self._clock},
         )
 
     def token(self, document_id: int, scope: str) -> str:

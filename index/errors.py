@@ -25,7 +25,8 @@ all of them (a test keeps the list complete)::
     │   ├── BadLinkToken             a passage link's token is tampered, expired or for another doc
     │   └── LinkSecretUnavailable    the link-signing secret file cannot be read, written, or is empty
     ├── EvalSetError                 (evaluation.inputs) an evaluation file is missing or malformed
-    └── DownloadFailed               (bot.slack.uploads) a Slack file could not be downloaded
+    ├── DownloadFailed               (bot.slack.uploads) a Slack file could not be downloaded
+    └── AccessCheckUnavailable       (bot.server.readers) who may read a document cannot be checked now
 
 Foreign exceptions (sqlite3, FAISS, pypdf) are translated where they occur,
 with ``raise ... from exc``, so callers only ever catch ``KBError``.

@@ -11,20 +11,26 @@ from typing import Any
 import pytest
 import yaml
 
+from bot.slack.signin import CALLBACK_PATH
+from bot.slack.signin import SCOPES as SIGN_IN_SCOPES
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 EVENTS_URL_SUFFIX = "/slack/events"
 
 COMMANDS = {"/kb-upload", "/kb-reindex"}
-# The minimum from SLACK.md, plus assistant:write (the assistant pane),
-# im:write (reporting results by DM) and usergroups:read (publisher groups);
+# The minimum from SLACK.md, plus assistant:write (the assistant pane), im:write
+# (reporting results by DM), channels:read / groups:read (channel membership,
+# for the viewer's sign-in) and usergroups:read (members of publisher groups);
 # nothing that reads channel history.
 SCOPES = {
     "app_mentions:read",
     "assistant:write",
+    "channels:read",
     "chat:write",
     "commands",
     "files:read",
+    "groups:read",
     "im:history",
     "im:write",
     "usergroups:read",
@@ -120,6 +126,14 @@ def test_manifest_follows_schema_1_0_0(variant: str) -> None:
         assert re.fullmatch(r"/[a-z0-9_-]{1,31}", cmd["command"])
     for prompt in m["features"]["assistant_view"]["suggested_prompts"]:
         assert set(prompt) == {"title", "message"}
+
+
+@pytest.mark.parametrize("variant", ["socket", "http"])
+def test_manifest_lets_readers_sign_in_with_slack(variant: str) -> None:
+    oauth = load_manifest(variant)["oauth_config"]
+    assert oauth["scopes"]["user"] == SIGN_IN_SCOPES.split()
+    (redirect,) = oauth["redirect_urls"]
+    assert redirect.startswith("https://") and redirect.endswith(CALLBACK_PATH)
 
 
 def test_socket_manifest_has_no_public_endpoint() -> None:

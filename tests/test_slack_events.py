@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -11,6 +12,7 @@ import pytest
 
 from bot.app import create_app
 from bot.slack import messages
+from bot.slack.app import BOLT
 from bot.slack.listeners import strip_mention
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -30,6 +32,8 @@ from tests.conftest_bot import (  # noqa: E402
 from tests.servers import (  # noqa: E402
     BOT_USER_ID,
     CHANNEL_ID,
+    CLIENT_ID,
+    DEFAULT_CLIENT_SECRET,
     DEFAULT_SIGNING_SECRET,
     DM_CHANNEL_ID,
     app_mention_event,
@@ -361,12 +365,17 @@ async def test_socket_mode_accepts_no_http_events(make_bot: BotFactory, secret: 
     assert ready["slack"] == "socket"
 
 
-async def test_oauth_credentials_in_the_environment_disable_slack_instead_of_switching_mode(
-    make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+async def test_oauth_credentials_in_the_environment_serve_sign_in_and_never_reach_bolt(
+    make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SLACK_CLIENT_ID", "111.222")
-    monkeypatch.setenv("SLACK_CLIENT_SECRET", "shh")
-    with caplog.at_level("ERROR"):
-        bot = await make_bot()
-    assert "SLACK_CLIENT_ID" in caplog.text
-    assert (await (await bot.http.get("/readyz")).json())["slack"] == "disabled"
+    # Set in the environment for the viewer's sign-in, where bolt would find them too
+    # and become a multi-workspace OAuth app that ignores SLACK_BOT_TOKEN.
+    monkeypatch.setenv("SLACK_CLIENT_ID", CLIENT_ID)
+    monkeypatch.setenv("SLACK_CLIENT_SECRET", DEFAULT_CLIENT_SECRET)
+    bot = await make_bot(viewer_auth="slack")
+    assert bot.app[BOLT].oauth_flow is None
+    assert os.environ["SLACK_CLIENT_ID"] == CLIENT_ID, "the environment is left as it was"
+    ready = await (await bot.http.get("/readyz")).json()
+    assert ready["slack"] == "http" and ready["viewer_auth"] == "slack"
+    await bot.event(app_mention_event(IN_DOMAIN))
+    assert links(await bot.answer()), "answered with the bot token, as a one-workspace app"

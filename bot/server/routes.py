@@ -6,8 +6,13 @@ original (PDFs inline, so ``#page=N`` works). A token that is tampered with,
 expired or issued for another document gets the same static 403 page whether
 or not the document exists, so links cannot be used to enumerate documents.
 
+When sign-in is required (a ``bot.server.readers.ReaderGate`` is registered), a
+link alone opens nothing: a browser without a session is sent to sign in first,
+whatever the link, and a signed-in person who may not read the link's scope gets
+that same 403 page.
+
 Errors are rendered in one middleware: a ``KBError`` with a ``status``
-attribute becomes a page (or JSON outside ``/d/``) with that status; anything
+attribute becomes a page (JSON outside ``/d/`` and ``/auth/``) with that status; anything
 unexpected is logged and shown as a generic 500.
 """
 
@@ -32,6 +37,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
+from bot.server.readers import READER_GATE, AccessCheckUnavailable, Reader
 from core.answer import Engine
 from core.errors import BadLinkToken
 from index.errors import DocumentNotFound, KBError
@@ -48,6 +54,7 @@ __all__ = [
     "add_readiness_check",
     "add_readiness_info",
     "setup",
+    "simple_page",
 ]
 
 KB = web.AppKey("kb", KnowledgeBase)
@@ -58,7 +65,11 @@ READINESS_CHECKS: web.AppKey[dict[str, ReadinessCheck]] = web.AppKey("readiness_
 READINESS_INFO: web.AppKey[dict[str, object]] = web.AppKey("readiness_info")
 
 STATIC_DIR = Path(str(resources.files("bot.server") / "static"))
-STATIC_ASSETS = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
+STATIC_ASSETS = {
+    "viewer.css": "text/css",
+    "viewer.js": "text/javascript",
+    "signin.js": "text/javascript",
+}
 
 # The viewer's script and style are files on this server: nothing inline may run.
 VIEWER_CSP = (
@@ -122,7 +133,8 @@ def fill_viewer(*, title: str, meta: str, file_url: str, text: str) -> str:
     )
 
 
-def _simple_page(status: int, message: str) -> web.Response:
+def simple_page(status: int, message: str) -> web.Response:
+    """A minimal page that says one thing (not found, signed out, ...); ``message`` is escaped."""
     body = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="referrer" content="no-referrer"><title>Knowledge base</title></head>'
@@ -151,6 +163,10 @@ def forbidden() -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+class _NotAReader(Exception):
+    """The signed-in person may not read the scope a valid link names."""
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Render ``KBError``s with a ``status`` and hide everything unexpected behind a 500."""
@@ -158,10 +174,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except web.HTTPException:
         raise
-    except BadLinkToken as exc:
-        # The reason (expired, tampered, other document) is for the log only.
+    except (BadLinkToken, _NotAReader) as exc:
+        # The reason (expired, tampered, other document, not a member) is for the log only.
         log.info("refused a document link: %s", exc)
         return forbidden()
+    except AccessCheckUnavailable as exc:
+        # Not a failure of this server: the person may try again shortly.
+        log.warning("request %s: %s", request.path, exc.__cause__ or exc)
+        return _error_response(request, 503, str(exc))
     except KBError as exc:
         status = getattr(exc, "status", None)
         if not isinstance(status, int) or status >= 500:
@@ -174,8 +194,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def _error_response(request: web.Request, status: int, message: str) -> web.Response:
-    if request.path.startswith("/d/"):
-        return _simple_page(status, message)
+    # Pages where a browser is what asks; JSON for health checks and tools.
+    if request.path.startswith(("/d/", "/auth/")):
+        return simple_page(status, message)
     return web.json_response({"error": message}, status=status)
 
 
@@ -186,7 +207,7 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
     # On every response, errors included: links carry tokens and pages show untrusted text.
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "no-referrer")
-    if request.path.startswith("/d/"):
+    if request.path.startswith(("/d/", "/auth/")):
         response.headers.setdefault("Cache-Control", "private, no-store")
 
 
@@ -239,12 +260,29 @@ async def _linked_document(request: web.Request) -> tuple[DocumentRow, str]:
         BadLinkToken: the token is invalid, or was signed for another scope
             than the document now has (a link never widens who sees what).
         DocumentNotFound: the document is gone.
+        HTTPFound: sign-in is required and the browser has no session.
+        _NotAReader: the signed-in person may not read the link's scope.
     """
+    # The session first: without one, nothing about the link is looked at.
+    reader = _signed_in_reader(request)
     doc_id, token, scope = _verify(request)
+    if reader is not None and not await request.app[READER_GATE].may_read(reader, scope):
+        raise _NotAReader(f"{reader.user_id} may not read scope {scope!r} (document {doc_id}).")
     doc = await asyncio.to_thread(request.app[KB].store.document, doc_id)
     if doc.scope != scope:
         raise BadLinkToken(f"Link for scope {scope!r}, document {doc_id} is in another scope.")
     return doc, token
+
+
+def _signed_in_reader(request: web.Request) -> Reader | None:
+    """The signed-in reader when sign-in is required; ``None`` when links alone suffice."""
+    gate = request.app.get(READER_GATE)
+    if gate is None:
+        return None
+    reader = gate.sessions.reader(request)
+    if reader is None:
+        raise web.HTTPFound(gate.login_url(request.path_qs))
+    return reader
 
 
 def _meta(doc: DocumentRow) -> str:
@@ -263,7 +301,7 @@ async def viewer(request: web.Request) -> web.Response:
         doc_id = doc.id
         text = await asyncio.to_thread(kb.canonical_text, doc_id)
     except DocumentNotFound:
-        return _simple_page(404, PAGE_NOT_FOUND)
+        return simple_page(404, PAGE_NOT_FOUND)
     page = fill_viewer(
         title=doc.title or doc.name,
         meta=_meta(doc),
@@ -284,10 +322,10 @@ async def original_file(request: web.Request) -> web.StreamResponse:
     try:
         doc, _ = await _linked_document(request)
     except DocumentNotFound:
-        return _simple_page(404, PAGE_NOT_FOUND)
+        return simple_page(404, PAGE_NOT_FOUND)
     path = kb.store.original_path(doc.sha256)
     if not path.exists():
-        return _simple_page(404, PAGE_NOT_FOUND)
+        return simple_page(404, PAGE_NOT_FOUND)
     content_type = _FILE_TYPES.get(doc.kind, "application/octet-stream")
     disposition = "attachment" if content_type == "application/octet-stream" else "inline"
     headers = {

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -30,11 +31,22 @@ from bot.slack.listeners import Services, register
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BOLT", "EVENTS_PATH", "SLACK_CONFIG", "attach", "build_bolt", "enable_socket_mode"]
+__all__ = [
+    "BOLT",
+    "EVENTS_PATH",
+    "SLACK_CONFIG",
+    "attach",
+    "build_bolt",
+    "enable_socket_mode",
+    "web_client",
+]
 
 BOLT = web.AppKey("bolt", AsyncApp)
 SLACK_CONFIG = web.AppKey("slack_config", SlackConfig)
 EVENTS_PATH = "/slack/events"
+# Bolt's AsyncApp reads these from the environment and, when both are set,
+# becomes a multi-workspace OAuth app; here they serve the viewer's sign-in only.
+_BOLT_OAUTH_ENV = ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET")
 
 
 def attach(
@@ -64,7 +76,22 @@ def build_bolt(
     if config.missing:
         log.warning("Slack is disabled until these settings are set: %s", ", ".join(config.missing))
         return None
-    client = client or AsyncWebClient(
+    client = client or web_client(config)
+    with _oauth_env_hidden():
+        # Only the client is passed (it carries the bot token); passing both makes bolt warn.
+        bolt = AsyncApp(client=client, signing_secret=config.signing_secret, name="kb")
+    if bolt.oauth_flow is not None:
+        # A bolt release that found the credentials some other way: never serve in that mode.
+        raise RuntimeError(
+            "bolt switched to OAuth installation mode; this bot serves one workspace"
+        )
+    register(bolt, services)
+    return bolt
+
+
+def web_client(config: SlackConfig, **kwargs: Any) -> AsyncWebClient:
+    """A Web API client for the bot token at ``SLACK_API_URL``, retrying what is worth retrying."""
+    return AsyncWebClient(
         token=config.bot_token,
         base_url=config.api_url,
         # The async client retries only connection errors unless told otherwise.
@@ -72,17 +99,24 @@ def build_bolt(
             AsyncConnectionErrorRetryHandler(),
             AsyncRateLimitErrorRetryHandler(max_retry_count=2),
         ],
+        **kwargs,
     )
-    # Only the client is passed (it carries the bot token); passing both makes bolt warn.
-    bolt = AsyncApp(client=client, signing_secret=config.signing_secret, name="kb")
-    if bolt.oauth_flow is not None:
-        log.error(
-            "Slack is disabled: SLACK_CLIENT_ID and SLACK_CLIENT_SECRET are set, which switches "
-            "bolt to multi-workspace OAuth. This bot uses one workspace's SLACK_BOT_TOKEN: unset them."
-        )
-        return None
-    register(bolt, services)
-    return bolt
+
+
+@contextlib.contextmanager
+def _oauth_env_hidden() -> Iterator[None]:
+    """Keep the app's OAuth credentials out of bolt's sight while it is built.
+
+    Bolt offers no setting that stops it reading them (an explicit
+    ``oauth_settings`` turns OAuth mode on, never off), and it reads them only in
+    ``AsyncApp.__init__``. Construction is synchronous, so no other code of this
+    process runs meanwhile on the event loop.
+    """
+    saved = {name: os.environ.pop(name) for name in _BOLT_OAUTH_ENV if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 async def _slack_events(request: web.Request) -> web.Response:

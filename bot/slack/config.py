@@ -49,3 +49,29 @@ class SlackConfig:
         if not self.app_token and not self.signing_secret:
             missing.append("SLACK_SIGNING_SECRET (or SLACK_APP_TOKEN for Socket Mode)")
         return missing
+
+
+@dataclass(frozen=True)
+class SignInConfig:
+    """Sign in with Slack for the document viewer (``KB_VIEWER_AUTH=slack``).
+
+    The app's OAuth credentials serve this sign-in only, never the bolt app:
+    with them bolt would switch to multi-workspace OAuth installation mode.
+
+    Attributes:
+        client_id: the Slack app's client id.
+        client_secret: its client secret.
+        public_url: where people's browsers reach this server (no trailing slash);
+            Slack sends them back to ``<public_url>/auth/slack/callback``.
+        session_hours: how long a sign-in lasts in a browser.
+    """
+
+    client_id: str
+    client_secret: str = field(repr=False)
+    public_url: str = "http://localhost:3000"
+    session_hours: float = 8.0
+
+    @property
+    def session_seconds(self) -> int:
+        """The session's lifetime in whole seconds (at least one)."""
+        return max(1, round(self.session_hours * 3600))
