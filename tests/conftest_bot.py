@@ -332,11 +332,21 @@ def make_bot(
     llm: OpenAICompatServer,
     fixture_data_dir: Path,
 ) -> BotFactory:
-    """Start the bot with setting overrides, on a copy of the fixture documents."""
+    """Start the bot with setting overrides, on a copy of the fixture documents.
 
-    async def start(*, documents: bool = True, **overrides: Any) -> Bot:
+    ``prepare`` gets the app before it starts.
+    """
+
+    async def start(
+        *,
+        documents: bool = True,
+        prepare: Callable[[web.Application], None] | None = None,
+        **overrides: Any,
+    ) -> Bot:
         settings = settings_for(**overrides)
         app = create_bot_app(settings, embedder, fixture_data_dir, documents=documents)
+        if prepare is not None:
+            prepare(app)  # before the app starts: e.g. Socket Mode, which connects on start
         http = await aiohttp_client(app)
         return Bot(http, app, slack, llm, settings, frozenset(asyncio.all_tasks()))
 

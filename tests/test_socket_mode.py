@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp import web
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.settings import Settings
 from bot.slack import messages
 from bot.slack.app import BOLT, enable_socket_mode
-from index.embed import Embedder
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -33,14 +30,13 @@ from tests.conftest_bot import (  # noqa: E402
     IN_DOMAIN,
     PUBLIC_URL,
     Bot,
-    create_bot_app,
+    BotFactory,
     links,
 )
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
     USER_ID,
     MockSlackAPI,
-    OpenAICompatServer,
     app_mention_event,
     event_payload,
     slash_command_payload,
@@ -60,41 +56,39 @@ class SocketBot(Bot):
 
 @pytest.fixture
 async def socket_bot(
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-    settings_for: Callable[..., Settings],
-    embedder: Embedder,
-    slack: MockSlackAPI,
-    llm: OpenAICompatServer,
-    fixture_data_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    make_bot: BotFactory, slack: MockSlackAPI, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[SocketBot]:
     """The bot on the fixture documents, started in Socket Mode against the mock Slack."""
     for name in _PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    dispatched: list[str] = []
+
+    def prepare(app: web.Application) -> None:
+        assert enable_socket_mode(app)
+        bolt = app[BOLT]
+        dispatch = bolt.async_dispatch
+
+        async def recording_dispatch(req: AsyncBoltRequest) -> BoltResponse:
+            dispatched.append(req.mode)
+            return await dispatch(req)
+
+        bolt.async_dispatch = recording_dispatch  # type: ignore[method-assign]
+
     # The signing secret stays set, so HTTP events would be accepted too: the
     # tests check that the websocket, not /slack/events, delivered everything.
-    settings = settings_for(slack_app_token=slack.app_token, admin_users=ADMIN_ID)
-    app = create_bot_app(settings, embedder, fixture_data_dir)
-    assert enable_socket_mode(app)
-
-    dispatched: list[str] = []
-    bolt = app[BOLT]
-    dispatch = bolt.async_dispatch
-
-    async def recording_dispatch(req: AsyncBoltRequest) -> BoltResponse:
-        dispatched.append(req.mode)
-        return await dispatch(req)
-
-    bolt.async_dispatch = recording_dispatch  # type: ignore[method-assign]
-
     # Starting the app starts the Socket Mode connection in the background.
-    http = await aiohttp_client(app)
+    bot = await make_bot(slack_app_token=slack.app_token, admin_users=ADMIN_ID, prepare=prepare)
     await slack.wait_for_socket()
-    bot = SocketBot(http, app, slack, llm, settings, dispatched=dispatched)
-    yield bot
+    yield SocketBot(
+        bot.http, bot.app, bot.slack, bot.llm, bot.settings, bot.startup_tasks, dispatched
+    )
     # Shut the bot down while the mock Slack still runs, so the client hangs up
     # cleanly instead of trying to reconnect to a server that went away.
-    await http.close()
+    await bot.http.close()
+
+
+def _socket_mode_on(app: web.Application) -> None:
+    assert enable_socket_mode(app)
 
 
 async def _wait_until_disconnected(slack: MockSlackAPI, timeout: float = 5.0) -> None:
@@ -128,19 +122,15 @@ async def test_startup_opens_one_connection_with_the_app_token(socket_bot: Socke
 
 
 async def test_a_wrong_app_token_leaves_the_web_server_up_and_not_ready(
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-    settings_for: Callable[..., Settings],
-    embedder: Embedder,
-    slack: MockSlackAPI,
-    fixture_data_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    make_bot: BotFactory, slack: MockSlackAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in _PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    settings = settings_for(slack_app_token="xapp-1-wrong")
-    app = create_bot_app(settings, embedder, fixture_data_dir)
-    assert enable_socket_mode(app)
-    http = await asyncio.wait_for(aiohttp_client(app), timeout=10)
+    bot = await asyncio.wait_for(
+        make_bot(slack_app_token="xapp-1-wrong", prepare=lambda app: _socket_mode_on(app)),
+        timeout=10,
+    )
+    http = bot.http
     deadline = time.monotonic() + 5
     while not slack.calls("apps.connections.open", include_rejected=True):
         assert time.monotonic() < deadline, "the bot never tried to open a Socket Mode connection"
