@@ -1535,6 +1535,34 @@ def url_verification_body(challenge: str = "challenge-token") -> bytes:
     ).encode()
 
 
+def _user_message(
+    kind: str,
+    text: str,
+    *,
+    user: str,
+    channel: str,
+    ts: str | None,
+    thread_ts: str | None,
+    team: str,
+) -> JSONDict:
+    """The fields a person's message carries, whatever event type delivers it."""
+    ts = ts or slack_ts()
+    event: JSONDict = {
+        "type": kind,
+        "client_msg_id": _client_msg_id(),
+        "text": text,
+        "user": user,
+        "ts": ts,
+        "blocks": _rich_text(text),
+        "team": team,
+        "channel": channel,
+        "event_ts": ts,
+    }
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    return event
+
+
 def app_mention_event(
     text: str,
     *,
@@ -1547,22 +1575,10 @@ def app_mention_event(
     team: str = TEAM_ID,
 ) -> JSONDict:
     """An ``app_mention`` event; ``text`` gets ``<@bot>`` prepended unless ``mention=False``."""
-    ts = ts or slack_ts()
     full = f"<@{bot_user_id}> {text}" if mention else text
-    event: JSONDict = {
-        "type": "app_mention",
-        "client_msg_id": _client_msg_id(),
-        "text": full,
-        "user": user,
-        "ts": ts,
-        "blocks": _rich_text(full),
-        "team": team,
-        "channel": channel,
-        "event_ts": ts,
-    }
-    if thread_ts:
-        event["thread_ts"] = thread_ts
-    return event
+    return _user_message(
+        "app_mention", full, user=user, channel=channel, ts=ts, thread_ts=thread_ts, team=team
+    )
 
 
 def message_im_event(
@@ -1575,22 +1591,10 @@ def message_im_event(
     team: str = TEAM_ID,
 ) -> JSONDict:
     """A ``message`` event in a direct message with the bot (``message.im``)."""
-    ts = ts or slack_ts()
-    event: JSONDict = {
-        "type": "message",
-        "client_msg_id": _client_msg_id(),
-        "text": text,
-        "user": user,
-        "ts": ts,
-        "blocks": _rich_text(text),
-        "team": team,
-        "channel": channel,
-        "event_ts": ts,
-        "channel_type": "im",
-    }
-    if thread_ts:
-        event["thread_ts"] = thread_ts
-    return event
+    event = _user_message(
+        "message", text, user=user, channel=channel, ts=ts, thread_ts=thread_ts, team=team
+    )
+    return {**event, "channel_type": "im"}
 
 
 def file_share_event(
