@@ -30,6 +30,7 @@ from core.config import (
     EngineConfig,
     LLMConfig,
 )
+from core.links import SECRET_FILENAME
 from index.config import (
     DEFAULT_CHUNK_BUDGET,
     DEFAULT_DATA_DIR,
@@ -318,9 +319,19 @@ class Settings(BaseSettings):
         )
 
     def secret_values(self) -> list[str]:
-        """What the log must never show: every secret that is set (for ``bot.logs``)."""
+        """What the log must never show: every secret that is set (for ``bot.logs``).
+
+        Includes the link secret the data dir keeps when ``KB_LINK_SECRET`` is
+        empty (one made during this run is covered from the next start).
+        """
         values = [v.get_secret_value() for v in dict(self).values() if isinstance(v, SecretStr)]
-        return [value for value in values if value]
+        return [value for value in [*values, self._kept_link_secret()] if value]
+
+    def _kept_link_secret(self) -> str:
+        try:
+            return (self.data_dir / SECRET_FILENAME).read_text(encoding="utf-8").strip()
+        except OSError:
+            return ""
 
 
 def _ids(text: str) -> frozenset[str]:

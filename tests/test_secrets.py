@@ -141,3 +141,12 @@ def test_every_secret_the_tests_configure_is_a_canary() -> None:
     assert {"DEFAULT_BOT_TOKEN", "DEFAULT_APP_TOKEN", "DEFAULT_SIGNING_SECRET"} <= set(CANARIES)
     assert {"DEFAULT_OPENAI_API_KEY", "LINK_SECRET"} <= set(CANARIES)
     assert all(len(value) >= 20 for value in CANARIES.values())
+
+
+def test_the_link_secret_the_data_dir_keeps_is_redacted_too(tmp_path: Path) -> None:
+    from core.links import SECRET_FILENAME, load_or_create_secret
+
+    data_dir = tmp_path / "kb"
+    kept = load_or_create_secret(data_dir, "")
+    assert (data_dir / SECRET_FILENAME).exists()
+    assert kept in Settings(data_dir=data_dir).secret_values()
