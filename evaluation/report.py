@@ -92,6 +92,12 @@ def _sweep_rows(rows: Sequence[SweepRow], marks: dict[float, str]) -> list[list[
 SWEEP_HEADER = ["threshold", "bluffs (OOD kept)", "in-domain refused", "answerable", "lost"]
 
 
+def _tests_table(varied: str, tests: Sequence[PairedTest], *, markdown: bool) -> list[str]:
+    """Paired sign tests, one row per pair: ``varied`` names the column the pairs share."""
+    header = ["pair", varied, *[f"R@{k}" for k in TEST_KS]]
+    return _table(header, _tests_rows(tests), markdown=markdown)
+
+
 def _tests_rows(tests: Sequence[PairedTest]) -> list[list[str]]:
     by_pair: dict[tuple[str, str, str], dict[int, PairedTest]] = {}
     for t in tests:
@@ -130,11 +136,7 @@ def render(result: EvalResult, *, markdown: bool = False, recommended: float | N
         "",
         h("Paired sign tests between modes (exact, two-sided, discordant pairs)"),
         "",
-        *_table(
-            ["pair", "chunker", *[f"R@{k}" for k in TEST_KS]],
-            _tests_rows(result.mode_tests),
-            markdown=markdown,
-        ),
+        *_tests_table("chunker", result.mode_tests, markdown=markdown),
         "",
         h("Destroyed answers and the encoder window"),
         "",
@@ -258,11 +260,7 @@ def _render_strategies(result: EvalResult, *, markdown: bool) -> list[str]:
     lines += [
         h("Paired sign tests between strategies (wins/losses of the first, exact two-sided p)"),
         "",
-        *_table(
-            ["pair", "mode", *[f"R@{k}" for k in TEST_KS]],
-            _tests_rows(result.strategy_tests),
-            markdown=markdown,
-        ),
+        *_tests_table("mode", result.strategy_tests, markdown=markdown),
         "",
     ]
     return lines
