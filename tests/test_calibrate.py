@@ -20,9 +20,8 @@ from evaluation.calibrate import (
 from evaluation.inputs import EvalSetError
 from evaluation.results import Proportion, SweepRow, sweep
 from index.store import Store
+from tests.evalmini import EVALMINI, EVALSET_OPTIONS
 from tests.query_factory import log_question
-
-EVALMINI = Path(__file__).parent / "data" / "evalmini"
 
 
 def _row(threshold: float, bluffs: int, n: int = 30) -> SweepRow:
@@ -98,12 +97,7 @@ def test_calibrate_cli_writes_env(tmp_path: Path) -> None:
         main,
         [
             "calibrate",
-            "--corpus",
-            str(EVALMINI / "corpus"),
-            "--questions",
-            str(EVALMINI / "questions.jsonl"),
-            "--ood",
-            str(EVALMINI / "ood.jsonl"),
+            *EVALSET_OPTIONS,
             "--max-bluff-rate",
             "0",
             "--write-env",

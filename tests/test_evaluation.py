@@ -24,10 +24,8 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.models import Extracted
 from index.store import Store
+from tests.evalmini import EVALMINI, EVALSET_OPTIONS
 from tests.query_factory import log_question
-
-EVALMINI = Path(__file__).parent / "data" / "evalmini"
-
 
 # ---------------------------------------------------------------------- the CLI on evalmini
 
@@ -42,12 +40,7 @@ def mini(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "--data-dir",
             str(out / "kb-data"),
             "eval",
-            "--corpus",
-            str(EVALMINI / "corpus"),
-            "--questions",
-            str(EVALMINI / "questions.jsonl"),
-            "--ood",
-            str(EVALMINI / "ood.jsonl"),
+            *EVALSET_OPTIONS,
             "--json",
             "--report",
             str(out / "eval.md"),
