@@ -1539,11 +1539,11 @@ def _user_message(
     kind: str,
     text: str,
     *,
-    user: str,
     channel: str,
-    ts: str | None,
-    thread_ts: str | None,
-    team: str,
+    user: str = USER_ID,
+    ts: str | None = None,
+    thread_ts: str | None = None,
+    team: str = TEAM_ID,
 ) -> JSONDict:
     """The fields a person's message carries, whatever event type delivers it."""
     ts = ts or slack_ts()
@@ -1566,35 +1566,25 @@ def _user_message(
 def app_mention_event(
     text: str,
     *,
-    user: str = USER_ID,
     channel: str = CHANNEL_ID,
-    ts: str | None = None,
-    thread_ts: str | None = None,
     bot_user_id: str = BOT_USER_ID,
     mention: bool = True,
-    team: str = TEAM_ID,
+    **fields: Any,
 ) -> JSONDict:
-    """An ``app_mention`` event; ``text`` gets ``<@bot>`` prepended unless ``mention=False``."""
+    """An ``app_mention`` event; ``text`` gets ``<@bot>`` prepended unless ``mention=False``.
+
+    ``fields``: ``user``, ``ts``, ``thread_ts``, ``team`` (the person's own team).
+    """
     full = f"<@{bot_user_id}> {text}" if mention else text
-    return _user_message(
-        "app_mention", full, user=user, channel=channel, ts=ts, thread_ts=thread_ts, team=team
-    )
+    return _user_message("app_mention", full, channel=channel, **fields)
 
 
-def message_im_event(
-    text: str,
-    *,
-    user: str = USER_ID,
-    channel: str = DM_CHANNEL_ID,
-    ts: str | None = None,
-    thread_ts: str | None = None,
-    team: str = TEAM_ID,
-) -> JSONDict:
-    """A ``message`` event in a direct message with the bot (``message.im``)."""
-    event = _user_message(
-        "message", text, user=user, channel=channel, ts=ts, thread_ts=thread_ts, team=team
-    )
-    return {**event, "channel_type": "im"}
+def message_im_event(text: str, *, channel: str = DM_CHANNEL_ID, **fields: Any) -> JSONDict:
+    """A ``message`` event in a direct message with the bot (``message.im``).
+
+    ``fields``: ``user``, ``ts``, ``thread_ts``, ``team`` (the person's own team).
+    """
+    return {**_user_message("message", text, channel=channel, **fields), "channel_type": "im"}
 
 
 def file_share_event(
