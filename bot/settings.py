@@ -20,7 +20,13 @@ from typing import Any, Literal, Self
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from bot.slack.config import DEFAULT_SLACK_API_URL, SignInConfig, SlackConfig
+from bot.slack.config import (
+    DEFAULT_DOWNLOAD_TIMEOUT,
+    DEFAULT_MAX_UPLOADS_PER_USER,
+    DEFAULT_SLACK_API_URL,
+    SignInConfig,
+    SlackConfig,
+)
 from core.config import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_LINK_TTL_DAYS,
@@ -216,6 +222,16 @@ class Settings(BaseSettings):
         "KB_APPROVALS_CHANNEL",
         "Channel id where approval requests are posted (invite the bot to it). Empty, or when the bot cannot post there: each KB_ADMIN_USERS id gets them by direct message.",
     )
+    download_timeout: float = _setting(
+        DEFAULT_DOWNLOAD_TIMEOUT,
+        "KB_DOWNLOAD_TIMEOUT",
+        "Seconds one file's download from Slack may take in all (asking Slack for it included); a slower one fails with this reason.",
+    )
+    max_uploads_per_user: int = _setting(
+        DEFAULT_MAX_UPLOADS_PER_USER,
+        "KB_MAX_UPLOADS_PER_USER",
+        "Files of one person downloaded or indexed at a time; their further files wait for these, so one person's batch never holds up everyone else's uploads.",
+    )
     allow_external: bool = _setting(
         False,
         "KB_ALLOW_EXTERNAL",
@@ -249,6 +265,8 @@ class Settings(BaseSettings):
                 raise ValueError(f"KB_VIEWER_AUTH=slack needs {', '.join(missing)}")
         if self.viewer_session_hours <= 0:
             raise ValueError("KB_VIEWER_SESSION_HOURS must be positive")
+        if self.download_timeout <= 0 or self.max_uploads_per_user < 1:
+            raise ValueError("KB_DOWNLOAD_TIMEOUT and KB_MAX_UPLOADS_PER_USER must be positive")
         return self
 
     @property
@@ -307,6 +325,8 @@ class Settings(BaseSettings):
             allow_external=self.allow_external,
             publisher_ids=self.publisher_ids,
             approvals_channel=self.approvals_channel.strip(),
+            download_timeout=self.download_timeout,
+            max_uploads_per_user=self.max_uploads_per_user,
         )
 
     def signin_config(self) -> SignInConfig:

@@ -371,6 +371,8 @@ class _Override:
     status: int = 200
     body: JSONDict = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds before answering
+    passthrough: bool = False  # after the delay, answer as usual
 
 
 @dataclass(frozen=True)
@@ -486,6 +488,7 @@ class MockSlackAPI(_LocalServer):
         self._usergroups: dict[str, list[str]] = {}
         self._files: dict[str, tuple[JSONDict, bytes]] = {}
         self._overrides: dict[str, list[_Override]] = {}
+        self._trickles: dict[str, tuple[float, int]] = {}
         self._handlers: dict[str, Callable[[JSONDict], JSONDict]] = {}
         self._cond = asyncio.Condition()
         for user_id in admins:
@@ -718,11 +721,32 @@ class MockSlackAPI(_LocalServer):
             )
         )
 
-    def fail(self, method: str, error: str = "internal_error", times: int | None = None) -> None:
-        """Answer calls to ``method`` with ``{"ok": false, "error": error}`` (``times`` None: always)."""
+    def fail(
+        self,
+        method: str,
+        error: str = "internal_error",
+        times: int | None = None,
+        *,
+        status: int = 200,
+    ) -> None:
+        """Answer calls to ``method`` with ``{"ok": false, "error": error}`` (``times`` None: always).
+
+        ``status`` 500 or 503 is how Slack reports its own failures (the HTTP status of
+        every other error is 200).
+        """
         self._overrides.setdefault(method, []).append(
-            _Override(remaining=times, body={"ok": False, "error": error})
+            _Override(remaining=times, status=status, body={"ok": False, "error": error})
         )
+
+    def stall(self, method: str, seconds: float, times: int | None = 1) -> None:
+        """Hold the next ``times`` calls to ``method`` for ``seconds``, then answer them as usual."""
+        self._overrides.setdefault(method, []).append(
+            _Override(remaining=times, delay=seconds, passthrough=True)
+        )
+
+    def trickle(self, file_id: str, seconds: float, piece: int = 64) -> None:
+        """Serve the file ``file_id`` ``piece`` bytes at a time, ``seconds`` apart (a slow link)."""
+        self._trickles[file_id] = (seconds, piece)
 
     def on(self, method: str, handler: Callable[[JSONDict], JSONDict]) -> None:
         """Answer ``method`` with ``handler(params)`` instead of the built-in shape."""
@@ -833,6 +857,9 @@ class MockSlackAPI(_LocalServer):
             if override.remaining is None or override.remaining > 0:
                 if override.remaining is not None:
                     override.remaining -= 1
+                await self._sleep(override.delay)
+                if override.passthrough:
+                    break
                 await self._record(method, params, str(override.body.get("error", override.status)))
                 return self._json(override.body, status=override.status, headers=override.headers)
 
@@ -862,7 +889,23 @@ class MockSlackAPI(_LocalServer):
         headers = {}
         if "/download/" in request.path:
             headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{quote(obj['name'])}"
+        if file_id in self._trickles:
+            return await self._trickle_file(request, data, obj["mimetype"], headers)
         return web.Response(body=data, content_type=obj["mimetype"], headers=headers)
+
+    async def _trickle_file(
+        self, request: web.Request, data: bytes, content_type: str, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        seconds, piece = self._trickles[request.match_info["slug"].split("-", 1)[-1]]
+        resp = web.StreamResponse(headers={**headers, "Content-Type": content_type})
+        await resp.prepare(request)
+        for start in range(0, len(data), piece):
+            if self._closing.is_set():
+                break
+            await resp.write(data[start : start + piece])
+            await self._sleep(seconds)
+        await resp.write_eof()
+        return resp
 
     async def _response(self, request: web.Request) -> web.Response:
         try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+DEFAULT_DOWNLOAD_TIMEOUT = 120.0
+DEFAULT_MAX_UPLOADS_PER_USER = 3
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class SlackConfig:
             replace documents for everyone without an approval.
         approvals_channel: where approval requests go; empty: to each admin
             of ``admin_user_ids`` by direct message.
+        download_timeout: seconds one file's download from Slack may take in all.
+        max_uploads_per_user: files of one person downloaded or indexed at a
+            time; their further files wait.
     """
 
     # Secrets never in a repr: a repr ends up in tracebacks and logs.
@@ -41,6 +46,8 @@ class SlackConfig:
     allow_external: bool = False
     publisher_ids: frozenset[str] = frozenset()
     approvals_channel: str = ""
+    download_timeout: float = DEFAULT_DOWNLOAD_TIMEOUT
+    max_uploads_per_user: int = DEFAULT_MAX_UPLOADS_PER_USER
 
     @property
     def missing(self) -> list[str]:

@@ -11,7 +11,9 @@ Registered on a bolt ``AsyncApp`` by :func:`register`:
 * the Approve and Reject buttons of approval requests (``bot.slack.approvals``);
 * ``/kb-reindex`` for admins;
 * feedback buttons under answers;
-* one global middleware that drops Slack's redeliveries, and one error handler.
+* one global middleware that drops Slack's redeliveries to this process at
+  once, while the shared database's record of them is written after the
+  acknowledgement (``bot.slack.deliveries``), and one error handler.
 
 Synchronous knowledge-base calls run in threads (``asyncio.to_thread``) so the
 event loop keeps acknowledging Slack within its 3 seconds.
@@ -37,6 +39,7 @@ from bot.slack import messages
 from bot.slack.approvals import Approvals
 from bot.slack.audience import Audience, Place
 from bot.slack.config import SlackConfig
+from bot.slack.deliveries import DELIVERY_KEYS, Deliveries, delivery_keys
 from bot.slack.directory import Directory
 from bot.slack.reindex import Reindexer
 from bot.slack.render import (
@@ -60,7 +63,7 @@ from core.answer import Asker, Engine
 from index.derived import OnlyScopes
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
-from index.store import EVERYONE, Store
+from index.store import EVERYONE
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +90,15 @@ class Services:
     reindexer: Reindexer
     conversation: Conversation
     audience: Audience
-    # Redelivery checks sit on the ack path: their own threads, so they never
-    # queue behind embedding and retrieval work in the default pool.
+    # Delivery records decide whether an event is answered at all: their own
+    # threads, so they never queue behind embedding and retrieval work.
     ack_executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-ack")
     )
+    deliveries: Deliveries = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deliveries = Deliveries(self.kb.store, self.ack_executor)
 
     @classmethod
     def open(cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine) -> Services:
@@ -126,18 +133,6 @@ def strip_mention(text: str, bot_user_id: str | None) -> str:
     return " ".join(text.split())
 
 
-def _delivery_keys(body: dict[str, Any]) -> list[str]:
-    """Keys identifying one delivery of an event (``event_id``; ``client_msg_id`` for messages)."""
-    if body.get("type") != "event_callback":
-        return []
-    keys = [f"event:{body['event_id']}"] if body.get("event_id") else []
-    event = body.get("event") or {}
-    if event.get("client_msg_id"):
-        # Per event type: app_mention and message.channels carry the same client_msg_id.
-        keys.append(f"msg:{event.get('type')}:{event['client_msg_id']}")
-    return keys
-
-
 # ---------------------------------------------------------------- registration
 
 
@@ -152,28 +147,29 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_errors(app)
 
 
-def _first_delivery(store: Store, keys: list[str]) -> bool:
-    # Every key is recorded, even after a duplicate, so either one catches the next redelivery.
-    return all([store.first_delivery(key) for key in keys])
-
-
 def _register_dedupe(app: AsyncApp, services: Services) -> None:
-    store = services.kb.store
-
     @app.middleware
     async def drop_redeliveries(
-        body: dict[str, Any], next: Callable[[], Awaitable[None]]
+        body: dict[str, Any], context: AsyncBoltContext, next: Callable[[], Awaitable[None]]
     ) -> BoltResponse | None:
-        keys = _delivery_keys(body)
-        if keys:
-            loop = asyncio.get_running_loop()
-            first = await loop.run_in_executor(services.ack_executor, _first_delivery, store, keys)
-            if not first:
-                log.info("dropping a redelivered Slack event (%s)", ", ".join(keys))
-                # An empty 200: returning without next() makes bolt answer 404, and Slack retries again.
-                return BoltResponse(status=200, body="")
+        # Runs before bolt acknowledges: memory only, never the database.
+        keys = delivery_keys(body)
+        if keys and not services.deliveries.first_here(keys):
+            log.info("dropping a redelivered Slack event (%s)", ", ".join(keys))
+            # An empty 200: returning without next() makes bolt answer 404, and Slack retries again.
+            return BoltResponse(status=200, body="")
+        context[DELIVERY_KEYS] = keys
         await next()
         return None
+
+
+async def _claimed(services: Services, context: AsyncBoltContext) -> bool:
+    """Whether this process answers the event (after the ack: another replica may have it)."""
+    keys = list(context.get(DELIVERY_KEYS) or [])
+    if await services.deliveries.claim(keys):
+        return True
+    log.info("another process handles Slack event %s", ", ".join(keys))
+    return False
 
 
 def _register_questions(app: AsyncApp, services: Services) -> None:
@@ -184,6 +180,8 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
         context: AsyncBoltContext,
         client: AsyncWebClient,
     ) -> None:
+        if not await _claimed(services, context):
+            return
         scopes = frozenset({str(event["channel"])})
         await _answer(services, client, context, body, event, scopes=scopes, direct=False)
 
@@ -199,10 +197,13 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
             return
         direct = event.get("channel_type") == "im"
         if subtype == "file_share":
-            if direct and await _place(services, client, body, event):
+            claimed = direct and await _claimed(services, context)
+            if claimed and await _place(services, client, body, event):
                 await _ingest_shared_files(services, client, event)
             return
         if not direct and not await _is_follow_up(services, context, event):
+            return
+        if not await _claimed(services, context):
             return
         scopes = frozenset() if direct else frozenset({str(event["channel"])})
         await _answer(services, client, context, body, event, scopes=scopes, direct=direct)
@@ -331,8 +332,17 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
     ) -> None:
         await ack()
         container = body.get("container") or {}
-        status = StatusMessage(client, str(container["channel_id"]), str(container["message_ts"]))
-        await services.uploader.retry(status, int(action["value"]))
+        status = StatusMessage(
+            client,
+            str(container["channel_id"]),
+            str(container["message_ts"]),
+            thread_ts=container.get("thread_ts"),
+        )
+        value = str(action.get("value", ""))
+        if not (value.isascii() and value.isdigit()):
+            log.warning("ignoring a Retry with a malformed value %r", value[:40])
+            return
+        await services.uploader.retry(status, int(value))
 
 
 async def _ingest_shared_files(

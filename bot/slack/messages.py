@@ -67,9 +67,26 @@ UPLOAD_TITLE_HINT = "Used when you upload one file; otherwise each file's own ti
 UPLOAD_NO_FILE = "Choose at least one file to upload."
 
 
+UNNAMED_FILE = "your file"  # a file Slack has not named yet (shared from another organisation)
+
+
 def upload_queued(name: str) -> str:
     """Status of a file waiting for its turn (``name`` already escaped)."""
     return f":hourglass_flowing_sand: *{name}*: queued."
+
+
+def upload_waiting_for_yours(name: str, per_user: int) -> str:
+    """Status of a file waiting until fewer of the same person's files are in progress."""
+    files = "file" if per_user == 1 else "files"
+    return (
+        f":hourglass_flowing_sand: *{name}*: waiting for your other uploads to finish "
+        f"(at most {per_user} {files} per person at a time, KB_MAX_UPLOADS_PER_USER)."
+    )
+
+
+def upload_waiting(name: str) -> str:
+    """Status of a downloaded file waiting while other documents are indexed."""
+    return f":hourglass_flowing_sand: *{name}*: downloaded, waiting for its turn to be indexed…"
 
 
 def upload_downloading(name: str) -> str:
@@ -185,6 +202,28 @@ def download_unreachable(detail: str) -> str:
 
 
 DOWNLOAD_TOO_MANY_REDIRECTS = "Slack redirected the download too many times."
+
+
+def download_timed_out(seconds: float) -> str:
+    """Reason for a download that did not finish within the deadline."""
+    return (
+        f"The download from Slack did not finish within {seconds:g} s (KB_DOWNLOAD_TIMEOUT); "
+        "Slack or the network is slow right now."
+    )
+
+
+def file_info_timed_out(seconds: float) -> str:
+    """Reason for a file whose details Slack did not send within the deadline."""
+    return (
+        f"Slack did not send the file's details within {seconds:g} s (KB_DOWNLOAD_TIMEOUT); "
+        "it may be having trouble right now."
+    )
+
+
+def file_info_failed(detail: str) -> str:
+    """Reason for a file whose details Slack refused to send (``detail``: Slack's error code)."""
+    return f"Slack did not give a download link for this file (files.info: {detail})."
+
 
 # ---------------------------------------------------------------- /kb-reindex
 

@@ -3,6 +3,11 @@
 Implements ``bot.conversation.Reply``. In a DM thread the assistant status
 ("is searching the knowledge base…") is set first; the placeholder message is
 then edited as the model writes and finally replaced by the rendered answer.
+
+Slack failing to show progress never costs the answer: a placeholder that
+could not be posted or edited (deleted, rate-limited past the retries, Slack
+down for a moment) is skipped, and the answer is posted as a new message in
+the thread instead.
 """
 
 from __future__ import annotations
@@ -10,19 +15,29 @@ from __future__ import annotations
 import contextlib
 import logging
 
+import aiohttp
 from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.render import render_answer, render_notice, render_partial
+from bot.slack.render import Rendered, render_answer, render_notice, render_partial
 from core.answer import Answer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["REPLY_KEY", "SlackReply"]
+__all__ = ["REPLY_KEY", "SLACK_FAILURES", "SlackReply", "slack_failure"]
 
 REPLY_KEY = "kb_reply"  # bolt context key: where a failing listener should report
+# What a Web API call raises once its retries are spent: Slack's refusal, or no answer at all.
+SLACK_FAILURES = (SlackApiError, aiohttp.ClientError, TimeoutError)
+
+
+def slack_failure(exc: BaseException) -> str:
+    """A short description of a failed Web API call for the log (Slack's error code when it gave one)."""
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error") or exc.response.status_code)
+    return type(exc).__name__
 
 
 class SlackReply:
@@ -73,32 +88,51 @@ class SlackReply:
                     thread_ts=self.thread_ts,
                     status=messages.STATUS_SEARCHING,
                 )
-        placeholder = render_notice(messages.PLACEHOLDER)
-        posted = await self.client.chat_postMessage(
-            channel=self.channel, thread_ts=self.thread_ts, **placeholder.as_kwargs()
-        )
-        self.ts = str(posted["ts"])
-        self.context[REPLY_KEY] = {"channel": self.channel, "ts": self.ts}
+        try:
+            await self._post(render_notice(messages.PLACEHOLDER))
+        except SLACK_FAILURES as exc:
+            # The answer is worth computing all the same: final() posts it.
+            log.warning(
+                "could not post the placeholder in %s: %s", self.channel, slack_failure(exc)
+            )
 
     async def partial(self, text: str) -> None:
         """Edit the placeholder to show the answer so far."""
+        if self.ts is None:
+            return
         try:
             await self.client.chat_update(
-                channel=self.channel, ts=self._placeholder(), **render_partial(text).as_kwargs()
+                channel=self.channel, ts=self.ts, **render_partial(text).as_kwargs()
             )
-        except SlackApiError as exc:
+        except SLACK_FAILURES as exc:
             # A lost progress update must not lose the answer that follows it.
-            log.warning("progress update failed: %s", exc)
+            log.warning("progress update failed: %s", slack_failure(exc))
 
     async def final(self, answer: Answer) -> None:
-        """Replace the placeholder with the rendered answer."""
-        await self.client.chat_update(
-            channel=self.channel,
-            ts=self._placeholder(),
-            **render_answer(answer, note=self.note).as_kwargs(),
-        )
+        """Replace the placeholder with the rendered answer, or post the answer when that fails."""
+        rendered = render_answer(answer, note=self.note)
+        placeholder = self.ts
+        if placeholder is not None:
+            try:
+                await self.client.chat_update(
+                    channel=self.channel, ts=placeholder, **rendered.as_kwargs()
+                )
+                return
+            except SLACK_FAILURES as exc:
+                log.warning(
+                    "could not replace the placeholder with the answer (%s); posting it instead",
+                    slack_failure(exc),
+                )
+        await self._post(rendered)
+        if placeholder is not None:
+            # Best effort: a "Searching…" left above the answer would look unfinished.
+            with contextlib.suppress(*SLACK_FAILURES):
+                await self.client.chat_delete(channel=self.channel, ts=placeholder)
 
-    def _placeholder(self) -> str:
-        if self.ts is None:
-            raise RuntimeError("SlackReply.progress() must run before the answer is shown")
-        return self.ts
+    async def _post(self, rendered: Rendered) -> None:
+        """Post in the thread; the error handler then reports failures on this message."""
+        posted = await self.client.chat_postMessage(
+            channel=self.channel, thread_ts=self.thread_ts, **rendered.as_kwargs()
+        )
+        self.ts = str(posted["ts"])
+        self.context[REPLY_KEY] = {"channel": self.channel, "ts": self.ts}

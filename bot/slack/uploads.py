@@ -3,7 +3,15 @@
 A file's status message moves ``queued -> downloading -> indexing -> indexed, N
 chunks`` (N is the count the server wrote) or ``failed: reason``; a document
 that failed after it was stored gets a Retry button that indexes it again from
-the stored original.
+the stored original. A status update Slack refuses is skipped, never the work
+it reports on; the final status is posted as a new message when the old one
+cannot be edited.
+
+Downloads run outside the single indexing slot, each within a total deadline
+(``KB_DOWNLOAD_TIMEOUT``), and one person has at most
+``KB_MAX_UPLOADS_PER_USER`` files downloading or indexing at a time (their
+further files wait for their own earlier ones): a slow link or a batch of
+files from one person never holds up everyone else's uploads.
 
 Downloads are only made from Slack's own file hosts (``https`` and
 ``*.slack.com``) or from the host of the configured Web API URL (a test
@@ -17,22 +25,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections import Counter
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.approvals import Approvals
 from bot.slack.config import SlackConfig
 from bot.slack.render import Rendered, escape, render_upload_status
+from bot.slack.reply import SLACK_FAILURES, slack_failure
 from index.errors import KBError
-from index.knowledge_base import KnowledgeBase
+from index.knowledge_base import Added, KnowledgeBase
 from index.models import DocState, Publish
 from index.names import display_name
 from index.records import DocumentRow
@@ -45,11 +54,13 @@ __all__ = [
     "SlackFile",
     "StatusMessage",
     "Uploader",
+    "UserSlots",
     "check_download_url",
     "download",
 ]
 
-DEFAULT_DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=300, sock_connect=10, sock_read=60)
+# The total deadline is KB_DOWNLOAD_TIMEOUT, applied around each file's download.
+DOWNLOAD_SOCKET_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60)
 MAX_REDIRECTS = 3
 _CHUNK = 64 * 1024
 _HTML_SUFFIXES = (".html", ".htm")
@@ -77,17 +88,25 @@ class SlackFile:
 
     @classmethod
     def from_payload(cls, obj: dict[str, Any]) -> SlackFile:
-        """Read a file object from an event, a view submission or ``files.info``."""
+        """Read a file object from an event, a view submission or ``files.info``.
+
+        ``name`` is empty when Slack left it out (a file from another
+        organisation: only its id, until ``files.info`` answers).
+        """
         size = obj.get("size")
         return cls(
             id=str(obj.get("id", "")),
-            name=display_name(str(obj.get("name") or obj.get("title") or obj.get("id") or ""))
-            or "document",
+            name=display_name(str(obj.get("name") or obj.get("title") or "")),
             mimetype=str(obj.get("mimetype", "")),
             filetype=str(obj.get("filetype", "")),
             url=str(obj.get("url_private_download") or obj.get("url_private") or ""),
             size=int(size) if isinstance(size, int) else None,
         )
+
+    @property
+    def label(self) -> str:
+        """How the file is named to people (escaped): its name, never its id."""
+        return escape(self.name) if self.name else messages.UNNAMED_FILE
 
     @property
     def expects_html(self) -> bool:
@@ -239,15 +258,46 @@ class Jobs:
 
 @dataclass
 class StatusMessage:
-    """A message the bot keeps editing to show one file's progress."""
+    """A message the bot keeps editing to show one file's progress.
+
+    ``ts`` is ``None`` while no message could be posted; ``thread_ts`` is where
+    a replacement goes when the message cannot be edited any more.
+    """
 
     client: AsyncWebClient
     channel: str
-    ts: str
+    ts: str | None
+    thread_ts: str | None = None
 
-    async def show(self, rendered: Rendered) -> None:
-        """Replace the message's content."""
-        await self.client.chat_update(channel=self.channel, ts=self.ts, **rendered.as_kwargs())
+    async def show(self, rendered: Rendered) -> bool:
+        """Replace the message's content; whether Slack took it (a progress step may be lost)."""
+        if self.ts is None:
+            return False
+        try:
+            await self.client.chat_update(channel=self.channel, ts=self.ts, **rendered.as_kwargs())
+        except SLACK_FAILURES as exc:
+            log.warning("status update in %s failed: %s", self.channel, slack_failure(exc))
+            return False
+        return True
+
+    async def settle(self, rendered: Rendered) -> None:
+        """Show a final status: edit the message, or post a new one (deleted, unreachable)."""
+        if await self.show(rendered):
+            return
+        try:
+            resp = await self.client.chat_postMessage(
+                channel=self.channel, thread_ts=self.thread_ts, **rendered.as_kwargs()
+            )
+        except SLACK_FAILURES as exc:
+            # The knowledge base holds the outcome: `kb docs` shows it, `kb retry` redoes a failure.
+            log.error(
+                "could not report an upload's outcome in %s (%s): %s",
+                self.channel,
+                slack_failure(exc),
+                rendered.text,
+            )
+            return
+        self.ts = str(resp["ts"])
 
 
 async def post_status(
@@ -258,17 +308,51 @@ async def post_status(
     thread_ts: str | None = None,
     fallback_user: str | None = None,
 ) -> StatusMessage:
-    """Post a status message in ``channel``, or DM ``fallback_user`` if the bot may not post there."""
-    try:
-        resp = await client.chat_postMessage(
-            channel=channel, thread_ts=thread_ts, **rendered.as_kwargs()
-        )
-    except SlackApiError:
-        if not fallback_user:
-            raise
-        log.info("cannot post in %s, reporting to %s by DM instead", channel, fallback_user)
-        resp = await client.chat_postMessage(channel=fallback_user, **rendered.as_kwargs())
-    return StatusMessage(client, str(resp["channel"]), str(resp["ts"]))
+    """Post a status message in ``channel``, or DM ``fallback_user`` if the bot may not post there.
+
+    When Slack takes neither, the status has no message yet: the work goes on
+    and its outcome is posted when it is known.
+    """
+    places = [(channel, thread_ts)] + ([(fallback_user, None)] if fallback_user else [])
+    for where, thread in places:
+        try:
+            resp = await client.chat_postMessage(
+                channel=where, thread_ts=thread, **rendered.as_kwargs()
+            )
+        except SLACK_FAILURES as exc:
+            log.info("cannot post a status in %s: %s", where, slack_failure(exc))
+            continue
+        return StatusMessage(client, str(resp["channel"]), str(resp["ts"]), thread)
+    return StatusMessage(client, places[-1][0], None, places[-1][1])
+
+
+class UserSlots:
+    """At most ``per_user`` uploads of one person at a time; the others wait their turn.
+
+    Only people with uploads in flight are remembered.
+    """
+
+    def __init__(self, per_user: int) -> None:
+        self.per_user = max(1, per_user)
+        self._gates: dict[str, asyncio.Semaphore] = {}
+        self._queued: Counter[str] = Counter()  # holding a slot or waiting for one
+
+    def full(self, user: str) -> bool:
+        """Whether a new upload of ``user`` would have to wait."""
+        return self._queued[user] >= self.per_user
+
+    @contextlib.asynccontextmanager
+    async def hold(self, user: str) -> AsyncIterator[None]:
+        """Hold one of ``user``'s slots, waiting for one if they are all taken."""
+        gate = self._gates.setdefault(user, asyncio.Semaphore(self.per_user))
+        self._queued[user] += 1
+        try:
+            async with gate:
+                yield
+        finally:
+            self._queued[user] -= 1
+            if not self._queued[user]:
+                del self._queued[user], self._gates[user]
 
 
 # ---------------------------------------------------------------- ingestion
@@ -291,10 +375,13 @@ class Uploader:
 
     Indexing runs one document at a time (``asyncio.to_thread``): embedding is
     CPU-bound, and a queue keeps questions responsive while uploads proceed.
+    Downloads are network-bound and run beside it, at most
+    ``config.max_uploads_per_user`` per person, each within
+    ``config.download_timeout`` seconds.
 
     Args:
         kb: the knowledge base.
-        config: the bot token (downloads are authenticated) and the Web API URL.
+        config: the bot token (downloads are authenticated), the Web API URL and the upload limits.
         jobs: where background work is held.
         approvals: asks the admins about documents that need their approval.
     """
@@ -308,11 +395,12 @@ class Uploader:
         self.approvals = approvals
         self._session: aiohttp.ClientSession | None = None
         self._turn = asyncio.Semaphore(1)
+        self._slots = UserSlots(config.max_uploads_per_user)
 
     async def start(self) -> None:
         """Open the HTTP session used for downloads."""
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=DEFAULT_DOWNLOAD_TIMEOUT)
+            self._session = aiohttp.ClientSession(timeout=DOWNLOAD_SOCKET_TIMEOUT)
 
     async def close(self) -> None:
         """Close the HTTP session."""
@@ -327,10 +415,9 @@ class Uploader:
         tasks = []
         title = request.title if len(files) == 1 else None
         for obj in files:
-            name = escape(SlackFile.from_payload(obj).name)
             status = await post_status(
                 client,
-                render_upload_status(messages.upload_queued(name)),
+                render_upload_status(messages.upload_queued(SlackFile.from_payload(obj).label)),
                 channel=request.channel,
                 thread_ts=request.thread_ts,
                 fallback_user=request.user,
@@ -344,13 +431,13 @@ class Uploader:
         row = await asyncio.to_thread(self.kb.store.document, document_id)
         if row.state not in (DocState.FAILED, DocState.PENDING):
             # Decided meanwhile (a retry never publishes nor brings back a version).
-            await status.show(_settled_status(row))
+            await status.settle(_settled_status(row))
             return
         name = escape(row.name)
         async with self._turn:
             await status.show(render_upload_status(messages.upload_indexing(name)))
             row = await asyncio.to_thread(self.kb.retry, document_id)
-        await status.show(await self._final_status(status, row))
+        await status.settle(await self._final_status(status, row))
 
     async def _ingest_one(
         self,
@@ -361,50 +448,73 @@ class Uploader:
         title: str | None,
     ) -> None:
         file = SlackFile.from_payload(obj)
-        name = escape(file.name)
+        document_id: int | None = None
         try:
-            async with self._turn:
-                await status.show(render_upload_status(messages.upload_downloading(name)))
-                data = await self._download(client, file)
-                final = await self._store_and_index(status, data, file.name, request, title)
+            async with self._user_slot(request.user, status, file):
+                file, data = await self._fetch(client, status, file)
+                if self._turn.locked():
+                    await status.show(render_upload_status(messages.upload_waiting(file.label)))
+                async with self._turn:
+                    added = await self._add(data, file, request, title)
+                    document_id = added.document.id
+                    final = await self._index(status, added)
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
-            text = messages.upload_failed(name, escape(exc.reason)) + "\n" + messages.UPLOAD_AGAIN
-            final = render_upload_status(text)
-        except Exception:
+            text = messages.upload_failed(file.label, escape(exc.reason))
+            final = render_upload_status(text + "\n" + messages.UPLOAD_AGAIN)
+        except Exception as exc:
             # The request that started this job is long answered: report here, not to bolt.
             log.exception("ingesting Slack file %s failed", file.id)
-            final = render_upload_status(messages.upload_failed(name, messages.UPLOAD_UNEXPECTED))
-        with contextlib.suppress(SlackApiError):
-            await status.show(final)
+            final = _unexpected_status(file.label, exc, document_id)
+        await status.settle(final)
 
-    async def _download(self, client: AsyncWebClient, file: SlackFile) -> bytes:
-        file = await self._complete(client, file)
-        return await download(
-            self._http(),
-            file,
-            token=self.config.bot_token,
-            max_bytes=self.kb.config.max_upload_bytes,
-            api_url=self.config.api_url,
-        )
+    @contextlib.asynccontextmanager
+    async def _user_slot(
+        self, user: str, status: StatusMessage, file: SlackFile
+    ) -> AsyncIterator[None]:
+        if self._slots.full(user):
+            text = messages.upload_waiting_for_yours(file.label, self._slots.per_user)
+            await status.show(render_upload_status(text))
+        async with self._slots.hold(user):
+            yield
 
-    async def _store_and_index(
-        self,
-        status: StatusMessage,
-        data: bytes,
-        filename: str,
-        request: UploadRequest,
-        title: str | None,
-    ) -> Rendered:
-        added = await asyncio.to_thread(
+    async def _fetch(
+        self, client: AsyncWebClient, status: StatusMessage, file: SlackFile
+    ) -> tuple[SlackFile, bytes]:
+        """The file's details and bytes, within the download deadline."""
+        seconds = self.config.download_timeout
+        await status.show(render_upload_status(messages.upload_downloading(file.label)))
+        asked = False
+        try:
+            async with asyncio.timeout(seconds):
+                file = await self._complete(client, file)
+                asked = True
+                data = await download(
+                    self._http(),
+                    file,
+                    token=self.config.bot_token,
+                    max_bytes=self.kb.config.max_upload_bytes,
+                    api_url=self.config.api_url,
+                )
+        except TimeoutError as exc:
+            late = messages.download_timed_out if asked else messages.file_info_timed_out
+            raise DownloadFailed(late(seconds)) from exc
+        return file, data
+
+    async def _add(
+        self, data: bytes, file: SlackFile, request: UploadRequest, title: str | None
+    ) -> Added:
+        return await asyncio.to_thread(
             self.kb.add_bytes,
             data,
-            filename,
+            file.name,
             uploader=request.user,
             scope=request.scope,
             title=title,
             publish=request.publish,
         )
+
+    async def _index(self, status: StatusMessage, added: Added) -> Rendered:
         row = added.document
         if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
             return _settled_status(row, duplicate=True)
@@ -423,7 +533,7 @@ class Uploader:
         placement = await asyncio.to_thread(self.kb.placement, row.id)
         if row.state == DocState.AWAITING_APPROVAL:
             delivered = await self.approvals.request(
-                status.client, placement, status_channel=status.channel, status_ts=status.ts
+                status.client, placement, status_channel=status.channel, status_ts=status.ts or ""
             )
             notes = [messages.UPLOAD_AWAITING_REPLACES] if placement.beside else []
             notes += [] if delivered else [messages.UPLOAD_AWAITING_NOBODY]
@@ -433,19 +543,28 @@ class Uploader:
         return _with_notes(messages.upload_indexed(name, row.chunk_count), notes)
 
     async def _complete(self, client: AsyncWebClient, file: SlackFile) -> SlackFile:
-        """Ask ``files.info`` for the download link when an event left it out."""
+        """Ask ``files.info`` for the download link (and name) when an event left it out."""
         if file.url or not file.id:
             return file
         try:
             resp = await client.files_info(file=file.id)
-        except SlackApiError as exc:
-            raise DownloadFailed(messages.DOWNLOAD_NO_URL) from exc
+        except SLACK_FAILURES as exc:
+            raise DownloadFailed(messages.file_info_failed(slack_failure(exc))) from exc
         return SlackFile.from_payload(dict(resp["file"]))
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             raise RuntimeError("Uploader.start() was not awaited before downloading")
         return self._session
+
+
+def _unexpected_status(label: str, exc: Exception, document_id: int | None) -> Rendered:
+    """A failure nobody planned for: its reason when it has one for people, and a Retry once stored."""
+    reason = escape(str(exc)) if isinstance(exc, KBError) else messages.UPLOAD_UNEXPECTED
+    text = messages.upload_failed(label, reason)
+    if document_id is None:
+        return render_upload_status(text + "\n" + messages.UPLOAD_AGAIN)
+    return render_upload_status(text, retry_document_id=document_id)
 
 
 def _with_notes(text: str, notes: list[str]) -> Rendered:

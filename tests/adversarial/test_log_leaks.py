@@ -105,9 +105,12 @@ class Failure:
 
 
 FAILURES = {
-    "chat.update refused": Failure(_answer_cannot_be_shown, traceback=True, links=True),
-    "chat.postMessage refused": Failure(_nothing_can_be_posted, traceback=True),
-    "event without a channel": Failure(_event_without_a_channel, traceback=True),
+    # The answer is posted as a new message instead: nothing fails, nothing to trace.
+    "chat.update refused": Failure(_answer_cannot_be_shown, links=True),
+    # The answer is computed and its post refused too: links in the refused call.
+    "chat.postMessage refused": Failure(_nothing_can_be_posted, traceback=True, links=True),
+    # Dropped before any listener runs (tests/adversarial/test_malformed_input.py).
+    "event without a channel": Failure(_event_without_a_channel),
     "model sends HTML": Failure(_model_sends_an_html_page, links=True),
     "model sends a broken chunk": Failure(_model_sends_a_broken_chunk, links=True),
     "very long file name": Failure(_file_with_a_very_long_name),

@@ -1,0 +1,321 @@
+"""Slack misbehaving: failed and hanging Web API calls, slow downloads, busy uploaders, a locked database.
+
+Every fault is made by the mock Slack server or a second real process; the bot
+runs as in production and is driven by signed requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bot.slack import messages
+from bot.slack.render import RETRY_ACTION_ID
+
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
+from tests.servers import (  # noqa: E402
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    USER_ID,
+    JSONDict,
+    app_mention_event,
+    block_actions_body,
+    button_action,
+    event_body,
+    file_share_event,
+)
+
+OTHER_USER = "U0OTHER001"
+ANSWER = "Here is what the documents say"
+
+
+def _doc(title: str, n: int = 1) -> bytes:
+    body = "\n\n".join(f"Paragraph {i} of the {title} guide." for i in range(n))
+    return f"# {title}\n\n{body}\n".encode()
+
+
+@pytest.fixture
+async def uploads(make_bot: BotFactory) -> Bot:
+    """The bot, for people whose files are used at once (publishers: no approval step)."""
+    return await make_bot(publishers=f"{USER_ID},{OTHER_USER}")
+
+
+def _texts(calls: list[JSONDict]) -> list[str]:
+    return [json.dumps(c.get("blocks", []), ensure_ascii=False) + str(c.get("text")) for c in calls]
+
+
+# ---------------------------------------------------------------- answers
+
+
+async def test_a_server_error_on_the_placeholder_is_retried_and_the_question_answered(
+    bot: Bot,
+) -> None:
+    bot.slack.fail("chat.postMessage", "internal_error", times=1, status=500)
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    assert ANSWER in answer["text"]
+    assert [m for m, _, _ in bot.slack.rejected] == ["chat.postMessage"]
+    ((_, placeholder_ts),) = bot.slack.messages  # one message: the placeholder, retried once
+    assert answer["ts"] == placeholder_ts
+
+
+async def test_an_answer_that_cannot_replace_the_placeholder_is_posted_in_the_thread(
+    bot: Bot,
+) -> None:
+    bot.slack.fail("chat.update", "message_not_found")  # the placeholder was deleted
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    posted = await bot.slack.wait_for("chat.postMessage", 2, timeout=15)
+    await bot.idle()
+    placeholder, answer = posted
+    assert placeholder["text"] == messages.PLACEHOLDER
+    assert ANSWER in answer["text"] and answer["thread_ts"] == event["ts"]
+    assert answer["channel"] == CHANNEL_ID
+    assert messages.ERROR_GENERIC not in " ".join(_texts(bot.slack.calls()))
+
+
+async def test_a_rate_limited_update_is_retried_after_slacks_delay(bot: Bot) -> None:
+    bot.slack.rate_limit("chat.update", retry_after=0, times=1)
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    assert ANSWER in answer["text"]
+    assert len(bot.slack.calls("chat.postMessage")) == 1, "no second message was needed"
+
+
+# ---------------------------------------------------------------- uploads
+
+
+async def test_failing_status_updates_never_abort_an_upload(uploads: Bot) -> None:
+    bot = uploads
+    bot.slack.fail("chat.update", "message_not_found")  # the status message was deleted
+    f = bot.slack.add_file("F0NOSTAT01", "runbook.md", _doc("Runbook"), "text/markdown")
+    await bot.event(file_share_event([f]))
+    await bot.settle()
+    doc = bot.kb.store.find_document("runbook.md")
+    assert doc.state == "indexed" and doc.chunk_count > 0
+    final = bot.slack.calls("chat.postMessage")[-1]
+    assert final["text"].endswith(f"indexed, {doc.chunk_count} chunk.") or final["text"].endswith(
+        f"indexed, {doc.chunk_count} chunks."
+    )
+    assert final["channel"] == DM_CHANNEL_ID and final["thread_ts"]
+
+
+async def test_a_failed_update_at_indexing_still_ends_indexed(uploads: Bot) -> None:
+    bot = uploads
+
+    def update(params: JSONDict) -> JSONDict:
+        if "indexing" in str(params.get("text")):
+            return {"ok": False, "error": "ratelimited"}
+        return bot.slack._m_chat_update(params)
+
+    bot.slack.on("chat.update", update)
+    f = bot.slack.add_file("F0IDXFAIL1", "travel.md", _doc("Travel"), "text/markdown")
+    await bot.event(file_share_event([f]))
+    await bot.settle()
+    doc = bot.kb.store.find_document("travel.md")
+    assert doc.state == "indexed"
+    assert "indexed, " in bot.statuses()[-1]
+
+
+async def test_a_failure_after_the_file_was_stored_ends_failed_with_retry(
+    uploads: Bot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bot = uploads
+    real = bot.kb.index_document
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("worker crashed")
+
+    monkeypatch.setattr(bot.kb, "index_document", broken)
+    f = bot.slack.add_file("F0CRASH001", "payroll.md", _doc("Payroll"), "text/markdown")
+    await bot.event(file_share_event([f]))
+    await bot.settle()
+    doc = bot.kb.store.find_document("payroll.md")
+    (final,) = [c for c in bot.slack.calls("chat.update") if "failed" in c["text"]]
+    (button,) = [e for b in final["blocks"] if b["type"] == "actions" for e in b["elements"]]
+    assert button["action_id"] == RETRY_ACTION_ID and button["value"] == str(doc.id)
+
+    monkeypatch.setattr(bot.kb, "index_document", real)
+    body = block_actions_body(
+        [button_action(RETRY_ACTION_ID, button["value"])],
+        channel_id=final["channel"],
+        message_ts=final["ts"],
+    )
+    assert (await bot.post(body)).status == 200
+    await bot.idle()
+    assert bot.kb.store.document(doc.id).state == "indexed"
+    assert "indexed, " in bot.statuses()[-1]
+
+
+async def test_a_hanging_files_info_fails_within_the_deadline_naming_the_file(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(download_timeout=1)
+    f = bot.slack.add_file("F0HANG0001", "benefits.md", _doc("Benefits"), "text/markdown")
+    # Shared from another organisation: the event carries no download link.
+    del f["url_private"], f["url_private_download"]
+    bot.slack.stall("files.info", 30)
+    started = time.monotonic()
+    await bot.event(file_share_event([f]))
+    await bot.settle()
+    assert time.monotonic() - started < 10
+    final = bot.statuses()[-1]
+    assert "benefits.md" in final and "failed" in final and "1 s" in final
+    assert "F0HANG0001" not in " ".join(bot.statuses())
+
+
+async def test_a_file_slack_names_only_by_id_is_never_shown_by_its_id(uploads: Bot) -> None:
+    bot = uploads
+    f = bot.slack.add_file("F0BYID0001", "perks.md", _doc("Perks"), "text/markdown")
+    await bot.event(file_share_event([{"id": f["id"], "file_access": "check_file_info"}]))
+    await bot.settle()
+    assert bot.kb.store.find_document("perks.md").state == "indexed"
+    statuses = bot.statuses()
+    assert "F0BYID0001" not in " ".join(statuses)
+    assert messages.UNNAMED_FILE in statuses[0] and "perks.md" in statuses[-1]
+
+
+async def test_a_slow_download_does_not_hold_up_anyone_elses_upload(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(download_timeout=4, publishers=f"{USER_ID},{OTHER_USER}")
+    slow = bot.slack.add_file("F0SLOW0001", "slow.md", _doc("Slow", 40), "text/markdown")
+    bot.slack.trickle("F0SLOW0001", seconds=0.5)  # ~20 s for the whole file
+    fast = bot.slack.add_file("F0FAST0001", "fast.md", _doc("Fast"), "text/markdown")
+    await bot.event(file_share_event([slow]))
+    await _wait(lambda: any(d == "F0SLOW0001" for d, _ in bot.slack.downloads))
+    await bot.event(file_share_event([fast], user=OTHER_USER))
+
+    await _wait(lambda: _final_for(bot, "fast.md") is not None, timeout=3)
+    assert _final_for(bot, "slow.md") is None, "the fast file did not wait for the slow one"
+    assert "indexed" in str(_final_for(bot, "fast.md"))
+
+    await bot.settle(2)
+    slow_final = str(_final_for(bot, "slow.md"))
+    assert "failed" in slow_final and "4 s" in slow_final
+    assert not any(d.name == "slow.md" for d in bot.kb.store.documents())
+
+
+async def test_one_person_has_at_most_the_cap_of_uploads_at_a_time(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(max_uploads_per_user=2, publishers=f"{USER_ID},{OTHER_USER}")
+    mine = [
+        bot.slack.add_file(f"F0MINE000{i}", f"mine{i}.md", _doc(f"Mine {i}", 6), "text/markdown")
+        for i in range(3)
+    ]
+    for f in mine:
+        bot.slack.trickle(f["id"], seconds=0.2)
+    theirs = bot.slack.add_file("F0THEIRS01", "theirs.md", _doc("Theirs"), "text/markdown")
+    await bot.event(file_share_event(mine))
+    await _wait(lambda: len(bot.slack.downloads) >= 2)
+    await bot.event(file_share_event([theirs], user=OTHER_USER))
+    await _wait(lambda: _final_for(bot, "theirs.md") is not None, timeout=5)
+
+    assert [d for d, _ in bot.slack.downloads][:2] == ["F0MINE0000", "F0MINE0001"]
+    assert "F0MINE0002" not in [d for d, _ in bot.slack.downloads][:3]
+    waiting = [t for t in bot.statuses() if "mine2.md" in t]
+    assert any(messages.upload_waiting_for_yours("mine2.md", 2) in t for t in waiting)
+
+    await bot.settle(4, timeout=30)
+    for i in range(3):
+        assert bot.kb.store.find_document(f"mine{i}.md").state == "indexed"
+
+
+def _final_for(bot: Bot, name: str) -> str | None:
+    done = [
+        t
+        for t in bot.statuses()
+        if f"*{name}*" in t and any(w in t for w in (": indexed,", ": failed:"))
+    ]
+    return done[-1] if done else None
+
+
+async def _wait(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout} s")
+        await asyncio.sleep(0.02)
+
+
+# ---------------------------------------------------------------- acknowledgement
+
+_HOLD_LOCK = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+"""
+
+
+@pytest.fixture
+def write_lock(bot: Bot) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the database's write lock for 4 s."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(bot.kb.store.path), "4"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_acknowledgement_never_waits_on_a_database_lock(
+    bot: Bot, write_lock: subprocess.Popen[str]
+) -> None:
+    body = event_body(app_mention_event(IN_DOMAIN), event_id="Ev0LOCKED001")
+    started = time.monotonic()
+    resp = await bot.post(body)
+    acked = time.monotonic() - started
+    assert resp.status == 200
+    assert acked < 2.0, f"the ack took {acked:.2f} s while another process held the write lock"
+    assert write_lock.poll() is None, "the lock was still held when Slack got its ack"
+    again = await bot.post(body, retry_num=1)  # Slack's redelivery meanwhile
+    assert again.status == 200
+    answer = await bot.answer()
+    await bot.idle()
+    assert ANSWER in answer["text"]
+    assert len(bot.slack.calls("chat.postMessage")) == 1
+
+
+async def test_replicas_sharing_the_database_answer_an_event_once(
+    make_bot: BotFactory, bot: Bot
+) -> None:
+    replica = await make_bot()
+    assert replica.kb.store.path == bot.kb.store.path
+    body = event_body(app_mention_event(IN_DOMAIN), event_id="Ev0TWOREPL01")
+    first, second = await asyncio.gather(bot.post(body), replica.post(body, retry_num=1))
+    assert first.status == second.status == 200
+    await bot.answer()
+    await replica.idle()  # also waits for the first bot's work, which started meanwhile
+    assert len(bot.slack.calls("chat.postMessage")) == 1
+    assert len(bot.llm.requests) == 1
+
+
+async def test_the_delivery_record_failing_never_loses_the_question(
+    bot: Bot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unavailable(key: str, **kwargs: Any) -> bool:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(bot.kb.store, "first_delivery", unavailable)
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    assert ANSWER in answer["text"]
