@@ -42,6 +42,8 @@ from index.config import (
     DEFAULT_DATA_DIR,
     DEFAULT_EMBEDDING_MODEL,
     DEFAULT_KEEP_VERSIONS,
+    DEFAULT_MAX_CHUNKS,
+    DEFAULT_MAX_PAGES,
     DEFAULT_MAX_UPLOAD_BYTES,
     IndexConfig,
 )
@@ -80,6 +82,16 @@ class Settings(BaseSettings):
         DEFAULT_MAX_UPLOAD_BYTES,
         "KB_MAX_UPLOAD_BYTES",
         "Largest document accepted, in bytes (default 20 MB).",
+    )
+    max_pages: int = _setting(
+        DEFAULT_MAX_PAGES,
+        "KB_MAX_PAGES",
+        "Most pages one PDF may have; a longer one fails, naming this setting, before any text is extracted.",
+    )
+    max_chunks: int = _setting(
+        DEFAULT_MAX_CHUNKS,
+        "KB_MAX_CHUNKS",
+        "Most chunks (passages) one document may make; a longer one fails, naming this setting, before any is embedded. Bounds what one upload costs: 5,000 full chunks take about 2.5 minutes to embed on 2 cores.",
     )
     chunk_budget: int = _setting(
         DEFAULT_CHUNK_BUDGET,
@@ -265,6 +277,8 @@ class Settings(BaseSettings):
                 raise ValueError(f"KB_VIEWER_AUTH=slack needs {', '.join(missing)}")
         if self.viewer_session_hours <= 0:
             raise ValueError("KB_VIEWER_SESSION_HOURS must be positive")
+        if self.max_pages < 1 or self.max_chunks < 1:
+            raise ValueError("KB_MAX_PAGES and KB_MAX_CHUNKS must be positive")
         if self.download_timeout <= 0 or self.max_uploads_per_user < 1:
             raise ValueError("KB_DOWNLOAD_TIMEOUT and KB_MAX_UPLOADS_PER_USER must be positive")
         return self
@@ -292,6 +306,8 @@ class Settings(BaseSettings):
             max_upload_bytes=self.max_upload_bytes,
             chunk_budget=self.chunk_budget,
             keep_versions=self.keep_versions,
+            max_pages=self.max_pages,
+            max_chunks=self.max_chunks,
         )
 
     def engine_config(self) -> EngineConfig:

@@ -136,6 +136,7 @@ def chunk_document(
     budget: int = 512,
     count_tokens: Callable[[str], int] | None = None,
     max_tokens: int = 256,
+    max_chunks: int | None = None,
 ) -> Chunking:
     """Cut a document into chunks (strategy E: paragraphs, header, no overlap).
 
@@ -146,6 +147,8 @@ def chunk_document(
             included). When given, chunks whose ``text`` would exceed
             ``max_tokens`` are split further.
         max_tokens: the encoder window in word-pieces.
+        max_chunks: when given, stop after ``max_chunks + 1`` chunks: enough
+            for the caller to refuse the document without paying for the rest.
 
     Returns:
         The chunks in document order; ``notes`` explains zero chunks, window
@@ -162,28 +165,48 @@ def chunk_document(
     window = _Window(count_tokens, max_tokens) if count_tokens else None
     chunks: list[Chunk] = []
     window_splits = 0
-    for start, end, path in _split_at_pages(_sections(text, doc.title, headings), doc.page_starts):
+    pieces = _pieces(doc, headings, splitter, window, budget)
+    for (s, e), header, path, split in pieces:
+        window_splits += int(split)
+        content = text[s:e]
+        chunks.append(
+            Chunk(
+                ordinal=len(chunks),
+                start=s,
+                end=e,
+                content=content,
+                text=f"{header}\n{content}",
+                section=HEADER_SEPARATOR.join(path),
+                page=_page_of(doc.page_starts, s),
+            )
+        )
+        if max_chunks is not None and len(chunks) > max_chunks:
+            break
+    notes = _notes(chunks, window_splits, splitter.hard_cuts, window, budget)
+    return Chunking(chunks=chunks, window_splits=window_splits, notes=notes)
+
+
+def _pieces(
+    doc: Extracted,
+    headings: list[Heading],
+    splitter: _Splitter,
+    window: _Window | None,
+    budget: int,
+) -> Iterator[tuple[Span, str, list[str], bool]]:
+    """Yield each chunk's span, header and heading path, lazily, in document order.
+
+    The last element is whether the span is the first piece of a window split.
+    """
+    for start, end, path in _split_at_pages(
+        _sections(doc.text, doc.title, headings), doc.page_starts
+    ):
         header = HEADER_SEPARATOR.join([doc.title, *path])
         if window:
             header = window.fit_header(header)
         for span in splitter.spans(start, end, budget):
             pieces = window.fit(splitter, span, header) if window else [span]
-            window_splits += int(len(pieces) > 1)
-            for s, e in pieces:
-                content = text[s:e]
-                chunks.append(
-                    Chunk(
-                        ordinal=len(chunks),
-                        start=s,
-                        end=e,
-                        content=content,
-                        text=f"{header}\n{content}",
-                        section=HEADER_SEPARATOR.join(path),
-                        page=_page_of(doc.page_starts, s),
-                    )
-                )
-    notes = _notes(chunks, window_splits, splitter.hard_cuts, window, budget)
-    return Chunking(chunks=chunks, window_splits=window_splits, notes=notes)
+            for i, piece in enumerate(pieces):
+                yield piece, header, path, i == 0 and len(pieces) > 1
 
 
 def _sections(

@@ -14,6 +14,10 @@ DEFAULT_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 DEFAULT_CHUNK_BUDGET = 512
 DEFAULT_KEEP_VERSIONS = 5
+# A 2,000-page manual passes; one document cannot tie up the indexing slot for
+# more than a few minutes (5,000 full chunks take about 2.5 minutes to embed on 2 cores).
+DEFAULT_MAX_PAGES = 2000
+DEFAULT_MAX_CHUNKS = 5000
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class IndexConfig:
         chunk_budget: chunk size budget in characters.
         keep_versions: versions kept of each document name and scope: the
             current one and the earlier ones ``KnowledgeBase.restore`` can bring back.
+        max_pages: most pages one PDF may have, checked before any text is extracted.
+        max_chunks: most chunks one document may yield, checked before any is embedded.
     """
 
     data_dir: Path = DEFAULT_DATA_DIR
@@ -34,3 +40,5 @@ class IndexConfig:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     chunk_budget: int = DEFAULT_CHUNK_BUDGET
     keep_versions: int = DEFAULT_KEEP_VERSIONS
+    max_pages: int = DEFAULT_MAX_PAGES
+    max_chunks: int = DEFAULT_MAX_CHUNKS

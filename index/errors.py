@@ -8,6 +8,7 @@ all of them (a test keeps the list complete)::
     │   ├── EmptyDocument            no text in it
     │   ├── UnsupportedType          not a type the knowledge base reads
     │   ├── TooLarge                 over the upload limit
+    │   ├── OverLimit                more pages or chunks than one document may have
     │   └── CorruptDocument          damaged, encrypted, or not the type it claims
     ├── DocumentNotFound             no document matches a reference
     ├── NotAwaitingApproval          an approval or rejection of a document already decided
@@ -58,6 +59,10 @@ class UnsupportedType(ExtractionError):
 
 class TooLarge(ExtractionError):
     """The file is larger than the configured upload limit."""
+
+
+class OverLimit(ExtractionError):
+    """The document has more pages or yields more chunks than the configured limits."""
 
 
 class CorruptDocument(ExtractionError):

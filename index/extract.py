@@ -20,11 +20,12 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 from bs4 import BeautifulSoup
 from bs4.element import PageElement, PreformattedString, Tag
-from pypdf import PdfReader
+from pypdf import PdfReader, apply_configuration
+from pypdf.errors import LimitReachedError
 
 from index.chunk import markdown_structure
-from index.config import DEFAULT_MAX_UPLOAD_BYTES
-from index.errors import CorruptDocument, EmptyDocument, TooLarge, UnsupportedType
+from index.config import DEFAULT_MAX_PAGES, DEFAULT_MAX_UPLOAD_BYTES
+from index.errors import CorruptDocument, EmptyDocument, OverLimit, TooLarge, UnsupportedType
 from index.models import Extracted
 
 # Stamped on documents: bump whenever the same bytes would extract differently.
@@ -70,7 +71,13 @@ _MAX_NON_ASCII_SHARE = 0.3
 _PDF_EOF_WINDOW = 4096
 
 
-def extract(data: bytes, filename: str, *, max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> Extracted:
+def extract(
+    data: bytes,
+    filename: str,
+    *,
+    max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+    max_pages: int = DEFAULT_MAX_PAGES,
+) -> Extracted:
     """Turn a document's bytes into its canonical text.
 
     Args:
@@ -78,12 +85,14 @@ def extract(data: bytes, filename: str, *, max_bytes: int = DEFAULT_MAX_UPLOAD_B
         filename: the name it was uploaded under (used for messages, the
             Markdown/text distinction and the fallback title).
         max_bytes: the upload limit.
+        max_pages: most pages a PDF may have; counted before any text is extracted.
 
     Returns:
         The canonical text, title, detected kind and, for PDFs, the page map.
 
     Raises:
         TooLarge: ``data`` is over ``max_bytes`` (checked first).
+        OverLimit: a PDF of more than ``max_pages`` pages.
         EmptyDocument: no bytes, only whitespace, or no text layer.
         UnsupportedType: an image, archive or other binary file.
         CorruptDocument: damaged, truncated, password-protected or mislabelled.
@@ -103,7 +112,7 @@ def extract(data: bytes, filename: str, *, max_bytes: int = DEFAULT_MAX_UPLOAD_B
         )
     suffix = _suffix(name)
     if _is_pdf(data):
-        return _pdf(data, name, filename)
+        return _pdf(data, name, filename, max_pages)
     _reject_known_binary(data, name, filename)
     if suffix == ".pdf":
         raise _not_a_pdf(data, name, filename)
@@ -455,14 +464,14 @@ def _join_lines(lines: list[str]) -> str:
 # --- PDF
 
 
-def _pdf(data: bytes, name: str, filename: str) -> Extracted:
+def _pdf(data: bytes, name: str, filename: str, max_pages: int) -> Extracted:
     if data.rfind(b"%%EOF", max(0, len(data) - _PDF_EOF_WINDOW)) < 0:
         raise CorruptDocument(
             f"{name} is truncated (its end-of-file marker is missing); the download or "
             "upload was probably cut short. Upload the complete file again.",
             filename=filename,
         )
-    pages, title = _pdf_pages(data, name, filename)
+    pages, title = _pdf_pages(data, name, filename, max_pages)
     starts: list[int] = []
     offset = 0
     for page in pages:
@@ -479,17 +488,16 @@ def _pdf(data: bytes, name: str, filename: str) -> Extracted:
     return Extracted(text=text, title=title or _stem(name), kind="pdf", page_starts=tuple(starts))
 
 
-def _pdf_pages(data: bytes, name: str, filename: str) -> tuple[list[str], str]:
+def _pdf_pages(data: bytes, name: str, filename: str, max_pages: int) -> tuple[list[str], str]:
     """Return each page's normalised text and the metadata title (or "")."""
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             _decrypt(reader, name, filename)
-        if not reader.pages:
-            raise CorruptDocument(f"{name} is a PDF with no pages.", filename=filename)
+        _check_page_count(reader, name, filename, max_pages)
         pages = [_pdf_page_text(page.extract_text()) for page in reader.pages]
         title = _pdf_metadata_title(reader)
-    except CorruptDocument:
+    except (CorruptDocument, OverLimit):
         raise
     except Exception as exc:  # pypdf raises many types (PdfReadError, ValueError, KeyError...)
         raise CorruptDocument(
@@ -498,6 +506,33 @@ def _pdf_pages(data: bytes, name: str, filename: str) -> tuple[list[str], str]:
             filename=filename,
         ) from exc
     return pages, title
+
+
+def _check_page_count(reader: PdfReader, name: str, filename: str, max_pages: int) -> None:
+    """Count the pages, walking no more of the page tree than ``max_pages`` needs.
+
+    A few bytes of page tree can list one page thousands of times, each then
+    extracted, chunked and embedded again; pypdf's own bound is millions.
+    A real tree has fewer inner nodes than pages, hence twice the limit.
+    """
+    try:
+        with apply_configuration(page_tree_maximum_entries=2 * max_pages + 1):
+            count = len(reader.pages)
+    except LimitReachedError as exc:
+        raise _too_many_pages(name, filename, max_pages, None) from exc
+    if count > max_pages:
+        raise _too_many_pages(name, filename, max_pages, count)
+    if not count:
+        raise CorruptDocument(f"{name} is a PDF with no pages.", filename=filename)
+
+
+def _too_many_pages(name: str, filename: str, max_pages: int, count: int | None) -> OverLimit:
+    pages = f"{count:,} pages" if count is not None else "more pages than that"
+    return OverLimit(
+        f"{name} is over the limit of {max_pages:,} pages per document (it has {pages}). "
+        "Split it into smaller files, or ask an admin to raise KB_MAX_PAGES.",
+        filename=filename,
+    )
 
 
 def _decrypt(reader: PdfReader, name: str, filename: str) -> None:

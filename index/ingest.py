@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from index.chunk import CHUNKER_VERSION, chunk_document
+from index.config import DEFAULT_MAX_CHUNKS, DEFAULT_MAX_PAGES
 from index.embed import Embedder
-from index.errors import EmptyDocument
+from index.errors import EmptyDocument, OverLimit
 from index.extract import EXTRACTOR_VERSION, extract
 from index.models import Chunking, Extracted
 
@@ -39,6 +40,8 @@ def prepare_document(
     embedder: Embedder,
     max_bytes: int,
     budget: int,
+    max_pages: int = DEFAULT_MAX_PAGES,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
     title: str | None = None,
     on_batch: Callable[[int], None] | None = None,
     chunker: Callable[[Extracted], Chunking] | None = None,
@@ -46,13 +49,16 @@ def prepare_document(
     """Extract, chunk and embed one document.
 
     Args:
+        max_pages: most pages of a PDF, counted before any text is extracted.
+        max_chunks: most chunks, counted before any is embedded.
         chunker: replaces the product's chunker; ``kb eval --strategies`` uses it
             to index a corpus with the study's other chunking strategies.
 
     Raises:
-        ExtractionError: the bytes cannot become text, or hold no text to index.
+        ExtractionError: the bytes cannot become text, hold no text to index, or
+            are over a limit (``OverLimit``).
     """
-    extracted = extract(data, filename, max_bytes=max_bytes)
+    extracted = extract(data, filename, max_bytes=max_bytes, max_pages=max_pages)
     if title:
         extracted = Extracted(
             text=extracted.text, title=title, kind=extracted.kind, page_starts=extracted.page_starts
@@ -65,6 +71,14 @@ def prepare_document(
             budget=budget,
             count_tokens=embedder.count_tokens,
             max_tokens=embedder.max_tokens,
+            max_chunks=max_chunks,
+        )
+    if len(chunking.chunks) > max_chunks:
+        raise OverLimit(
+            f"{filename} is too long to index: it makes more than {max_chunks:,} passages, "
+            "the limit per document. Split it into smaller files, or ask an admin to raise "
+            "KB_MAX_CHUNKS.",
+            filename=filename,
         )
     if not chunking.chunks:
         raise EmptyDocument(

@@ -286,6 +286,8 @@ class KnowledgeBase:
             embedder=self.embedder,
             max_bytes=self.config.max_upload_bytes,
             budget=self.config.chunk_budget,
+            max_pages=self.config.max_pages,
+            max_chunks=self.config.max_chunks,
             title=doc.title or None,
             on_batch=on_batch,
             chunker=self.chunker,
