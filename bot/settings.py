@@ -41,10 +41,12 @@ from index.config import (
     DEFAULT_CHUNK_BUDGET,
     DEFAULT_DATA_DIR,
     DEFAULT_EMBEDDING_MODEL,
+    DEFAULT_FAILED_RETENTION_DAYS,
     DEFAULT_KEEP_VERSIONS,
     DEFAULT_MAX_CHUNKS,
     DEFAULT_MAX_PAGES,
     DEFAULT_MAX_UPLOAD_BYTES,
+    DEFAULT_MIN_FREE_BYTES,
     IndexConfig,
 )
 
@@ -102,6 +104,16 @@ class Settings(BaseSettings):
         DEFAULT_KEEP_VERSIONS,
         "KB_KEEP_VERSIONS",
         "Versions kept of each document (same name and visibility): the current one and the earlier ones `kb restore` can bring back. Older ones are deleted.",
+    )
+    min_free_bytes: int = _setting(
+        DEFAULT_MIN_FREE_BYTES,
+        "KB_MIN_FREE_BYTES",
+        "Free space, in bytes, the data dir's disk must keep (default 200 MB): a new document that would leave less is refused, with this reason, before anything is stored. 0 turns the check off.",
+    )
+    failed_retention_days: float = _setting(
+        DEFAULT_FAILED_RETENTION_DAYS,
+        "KB_FAILED_RETENTION_DAYS",
+        "Days a failed document (its row and stored original) is kept so it can be retried; then it is deleted, at start-up or after an upload.",
     )
 
     # --- retrieval and answering
@@ -306,6 +318,8 @@ class Settings(BaseSettings):
             max_upload_bytes=self.max_upload_bytes,
             chunk_budget=self.chunk_budget,
             keep_versions=self.keep_versions,
+            min_free_bytes=self.min_free_bytes,
+            failed_retention_days=self.failed_retention_days,
             max_pages=self.max_pages,
             max_chunks=self.max_chunks,
         )

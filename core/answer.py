@@ -28,6 +28,7 @@ from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Source, build_messages
 from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend
+from index.errors import StorageError
 from index.knowledge_base import KnowledgeBase
 from index.records import ChunkRow, QueryRecord
 from index.store import ALL_SCOPES
@@ -269,7 +270,8 @@ class Engine:
         candidates: Sequence[Candidate],
         scopes: frozenset[str] | None,
         asker: Asker,
-    ) -> int:
+    ) -> int | None:
+        """Log the question; ``None`` when the disk refuses (the answer matters more than its log)."""
         record = QueryRecord(
             question=answer.question,
             scopes=sorted(scopes) if scopes is not None else [ALL_SCOPES],
@@ -285,7 +287,11 @@ class Engine:
             thread_id=asker.thread_id,
             answer=answer.answer,
         )
-        return self.kb.store.log_query(record)
+        try:
+            return self.kb.store.log_query(record)
+        except StorageError as exc:
+            log.warning("question answered but not logged: %s", exc)
+            return None
 
 
 def _retrieval_query(question: str, history: Sequence[tuple[str, str]]) -> str:

@@ -18,6 +18,10 @@ DEFAULT_KEEP_VERSIONS = 5
 # more than a few minutes (5,000 full chunks take about 2.5 minutes to embed on 2 cores).
 DEFAULT_MAX_PAGES = 2000
 DEFAULT_MAX_CHUNKS = 5000
+# Room kept free on the data dir's disk: SQLite, the index files and the
+# stored originals of the documents already there must still be writable.
+DEFAULT_MIN_FREE_BYTES = 200 * 1024 * 1024
+DEFAULT_FAILED_RETENTION_DAYS = 7.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,10 @@ class IndexConfig:
             current one and the earlier ones ``KnowledgeBase.restore`` can bring back.
         max_pages: most pages one PDF may have, checked before any text is extracted.
         max_chunks: most chunks one document may yield, checked before any is embedded.
+        min_free_bytes: free space the data dir's disk must keep; new documents
+            that would leave less are refused before anything is stored.
+        failed_retention_days: days a failed document (its row and stored
+            original) is kept for a retry before it is deleted.
     """
 
     data_dir: Path = DEFAULT_DATA_DIR
@@ -42,3 +50,5 @@ class IndexConfig:
     keep_versions: int = DEFAULT_KEEP_VERSIONS
     max_pages: int = DEFAULT_MAX_PAGES
     max_chunks: int = DEFAULT_MAX_CHUNKS
+    min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
+    failed_retention_days: float = DEFAULT_FAILED_RETENTION_DAYS

@@ -16,6 +16,9 @@ all of them (a test keeps the list complete)::
     ├── QueryNotFound                no logged question has that id
     ├── OriginalMissing              a document's stored original is gone from the data dir
     ├── DatabaseUnavailable          the SQLite database cannot be opened
+    ├── StorageError                 the data dir could not be written (an I/O error); nothing changed
+    │   └── DiskFull                 the data dir's disk is full; nothing changed
+    │       └── DiskSpaceLow         free space is under the floor: new documents are refused
     ├── IndexOutOfSync               derived indexes disagree with SQLite
     ├── ReindexInProgress            a second reindex was asked for while one runs
     ├── AtomicWriteError             (index.atomic) a file could not be replaced
@@ -107,3 +110,19 @@ class OriginalMissing(KBError):
 
 class DatabaseUnavailable(KBError):
     """The SQLite database of the data dir cannot be opened."""
+
+
+class StorageError(KBError):
+    """The data dir could not be written; the change was rolled back.
+
+    Raised for SQLite's I/O errors and the operating system's refusals to
+    write, translated where they happen (``index.store``).
+    """
+
+
+class DiskFull(StorageError):
+    """The disk holding the data dir is full; the change was rolled back."""
+
+
+class DiskSpaceLow(DiskFull):
+    """Free space in the data dir is under the configured floor: new documents are refused."""

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from dataclasses import replace as with_changes
 from pathlib import Path
 from typing import Any
 
 from index.config import IndexConfig
 from index.derived import DerivedIndexes, Snapshot
+from index.disk import check_free_space, size_text
 from index.embed import Embedder
 from index.errors import (
     DocumentNotFound,
@@ -34,6 +36,8 @@ from index.errors import (
     NotAwaitingApproval,
     NotRestorable,
     ReindexInProgress,
+    StorageError,
+    TooLarge,
 )
 from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES
 from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
@@ -89,6 +93,8 @@ class IngestSummary:
     failed: list[DocumentRow] = field(default_factory=list)
     unchanged: list[DocumentRow] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    # Files not stored at all ("path: reason"): too large, or no room on the disk.
+    refused: list[str] = field(default_factory=list)
 
     @property
     def chunks(self) -> int:
@@ -140,7 +146,51 @@ class KnowledgeBase:
         self.indexes = DerivedIndexes(
             self.store, embedding_model=self.embedder.name, dimensions=self.embedder.dim
         )
-        self.store.recover_interrupted()
+        self._recover()
+        self._purge_failed()
+
+    def _recover(self) -> None:
+        """Fail the documents whose indexing was interrupted; on a full disk, say so and go on."""
+        try:
+            recovered = self.store.recover_interrupted()
+        except StorageError as exc:
+            log.warning("interrupted documents cannot be marked failed yet: %s", exc)
+            return
+        if recovered:
+            log.info("documents whose indexing was interrupted, now failed: %s", recovered)
+
+    def _purge_failed(self) -> None:
+        try:
+            self.purge_failed()
+        except StorageError as exc:
+            log.warning("expired failed documents cannot be deleted yet: %s", exc)
+
+    def purge_failed(self) -> list[DocumentRow]:
+        """Delete the documents failed for longer than ``failed_retention_days``, with their originals.
+
+        Younger ones stay so that a Retry still works. Cheap when there is
+        nothing to delete (one read); each deletion is audited.
+
+        Returns:
+            The documents deleted.
+        """
+        cutoff = time.time() - self.config.failed_retention_days * 86400
+        if not self.store.failed_before(cutoff):
+            return []
+        with self.store.transaction():
+            # Again inside the write lock: one may have been retried meanwhile.
+            expired = self.store.failed_before(cutoff)
+            for doc in expired:
+                self.store.delete_rows(doc.id)
+                self.store.audit(_expiry_entry(doc, self.config.failed_retention_days))
+        self.store.drop_originals_if_unused([d.sha256 for d in expired])
+        log.info(
+            "deleted %d documents failed for more than %s days: %s",
+            len(expired),
+            self.config.failed_retention_days,
+            [d.id for d in expired],
+        )
+        return expired
 
     # ------------------------------------------------------------------ facts
 
@@ -200,6 +250,7 @@ class KnowledgeBase:
             "pipeline_version": PIPELINE_VERSION,
             "extractor_version": EXTRACTOR_VERSION,
             "index": self.indexes.check(),
+            "read_only": self.store.read_only,
         }
 
     # ------------------------------------------------------------------ adding
@@ -224,20 +275,39 @@ class KnowledgeBase:
                 that of a publisher.
         """
         name = display_name(Path(filename).name) or "document"
+        self._refuse_before_storing(data, name)
         digest = self.store.save_original(data)
-        existing = self.store.document_by_sha(digest, scope)
-        if existing is not None:
-            return Added(existing, duplicate=True)
-        doc_id = self.store.insert_document(
-            name=name,
-            title=display_name(title or ""),
-            sha256=digest,
-            size=len(data),
-            uploader=uploader,
-            scope=scope,
-            publish=publish,
-        )
-        return Added(self.store.document(doc_id), duplicate=False)
+        try:
+            row, existed = self.store.add_document(
+                name=name,
+                title=display_name(title or ""),
+                sha256=digest,
+                size=len(data),
+                uploader=uploader,
+                scope=scope,
+                publish=publish,
+            )
+        except StorageError:
+            self.store.drop_originals_if_unused([digest])  # no row names it: give the room back
+            raise
+        return Added(row, duplicate=existed)
+
+    def _refuse_before_storing(self, data: bytes, name: str) -> None:
+        """Refuse bytes that must not take disk space: over the size limit, or under the floor.
+
+        Raises:
+            TooLarge: over ``IndexConfig.max_upload_bytes``.
+            DiskSpaceLow: storing them would leave less than ``IndexConfig.min_free_bytes``.
+        """
+        limit = self.config.max_upload_bytes
+        if len(data) > limit:
+            raise TooLarge(
+                f"{name} is {size_text(len(data))}, over the {size_text(limit)} upload limit. "
+                "Split it into smaller files, or ask an admin to raise KB_MAX_UPLOAD_BYTES.",
+                filename=name,
+            )
+        if not self.store.has_original(data):
+            check_free_space(self.config.data_dir, self.config.min_free_bytes, len(data))
 
     def index_document(
         self, doc_id: int, *, progress: Progress | None = None, refresh: bool = True
@@ -252,23 +322,32 @@ class KnowledgeBase:
             progress: receives ``("embedding", {"done": n, "total": m})``.
             refresh: swap in a new search snapshot afterwards (a batch refreshes once at the end).
         """
+        # Earlier documents of this process whose failure the disk could not take.
+        self._recover()
         doc = self.store.document(doc_id)
-        self.store.update_document(
-            doc_id, state=DocState.INDEXING.value, worker_pid=os.getpid(), failure_reason=None
-        )
-        try:
-            prepared = self._prepare(doc, progress)
-            self._place(doc, prepared)
-        except ExtractionError as exc:
-            self._fail(doc_id, exc.reason)
-        except KBError as exc:
-            self._fail(doc_id, str(exc))
-        except Exception as exc:  # one broken document must never stop a batch
-            log.exception("unexpected failure indexing document %s", doc_id)
-            self._fail(doc_id, f"Unexpected error while indexing ({type(exc).__name__}: {exc}).")
+        failure: str | None = None
+        with self.store.worker.working(doc_id) as holder:
+            try:
+                self.store.mark_indexing(doc_id, holder)
+                self._place(doc, self._prepare(doc, progress))
+            except ExtractionError as exc:
+                failure = self._fail(doc_id, exc.reason)
+            except KBError as exc:
+                failure = self._fail(doc_id, str(exc))
+            except Exception as exc:  # one broken document must never stop a batch
+                log.exception("unexpected failure indexing document %s", doc_id)
+                failure = self._fail(
+                    doc_id, f"Unexpected error while indexing ({type(exc).__name__}: {exc})."
+                )
+        self._purge_failed()
         if refresh:
             self.indexes.refresh()
-        return self.store.document(doc_id)
+        row = self.store.document(doc_id)
+        if failure is not None and row.state != DocState.FAILED:
+            # The failure could not be written (a full disk): say what happened,
+            # and let the next recovery record it once the disk allows.
+            return with_changes(row, state=DocState.FAILED, failure_reason=failure)
+        return row
 
     def _prepare(self, doc: DocumentRow, progress: Progress | None) -> Prepared:
         data = self.store.read_original(doc.sha256)
@@ -339,11 +418,20 @@ class KnowledgeBase:
             ),
         )
 
-    def _fail(self, doc_id: int, reason: str) -> None:
+    def _fail(self, doc_id: int, reason: str) -> str:
+        """Record that ``doc_id`` failed (if the disk lets us) and return the reason."""
         log.info("document %s failed: %s", doc_id, reason)
-        self.store.update_document(
-            doc_id, state=DocState.FAILED.value, failure_reason=reason, worker_pid=None
-        )
+        try:
+            self.store.update_document(
+                doc_id,
+                state=DocState.FAILED.value,
+                failure_reason=reason,
+                worker=None,
+                worker_pid=None,
+            )
+        except StorageError as exc:
+            log.warning("document %s failed and that could not be recorded: %s", doc_id, exc)
+        return reason
 
     def ingest_bytes(self, data: bytes, filename: str, **kwargs: Any) -> Added:
         """Add and index one document (a duplicate is returned as it is)."""
@@ -374,7 +462,11 @@ class KnowledgeBase:
             except OSError as exc:
                 summary.skipped.append(f"{path}: {exc.strerror or exc}")
                 continue
-            added = self.add_bytes(data, path.name, uploader=uploader, scope=scope)
+            try:
+                added = self.add_bytes(data, path.name, uploader=uploader, scope=scope)
+            except KBError as exc:
+                summary.refused.append(f"{path}: {getattr(exc, 'reason', str(exc))}")
+                continue
             if added.duplicate and added.document.state == DocState.INDEXED:
                 summary.unchanged.append(added.document)
                 continue
@@ -479,13 +571,24 @@ class KnowledgeBase:
                     f"{doc.name} (#{doc.id}) was changed meanwhile: it is {doc.state}."
                 )
             current = self._current_version(doc)
-            self._commit(doc, prepared)
+            self._refuse_second_live_copy(doc, current)
+            # Retire the current version first: it may hold the same bytes, and
+            # only one live document may (``index.schema``).
             replaced = self.store.supersede([current.id] if current else [], by=doc.id)
+            self._commit(doc, prepared)
             self.store.audit(_entry(AuditAction.RESTORE, doc, actor, new=doc, replaced=replaced))
             pruned = self._prune(doc)
         self.store.drop_originals_if_unused(pruned)
         self.indexes.refresh()
         return Published(self.store.document(doc.id), replaced)
+
+    def _refuse_second_live_copy(self, doc: DocumentRow, current: DocumentRow | None) -> None:
+        same = self.store.document_by_sha(doc.sha256, doc.scope)
+        if same is not None and (current is None or same.id != current.id):
+            raise NotRestorable(
+                f"{doc.name} (#{doc.id}) cannot be restored: the same content is already in the "
+                f"knowledge base as {same.name} (#{same.id}, {same.state})."
+            )
 
     def _restorable(self, doc: DocumentRow) -> DocumentRow:
         if doc.state == DocState.REPLACED:
@@ -654,6 +757,18 @@ def _entry(
         old_sha256=old.sha256 if old else None,
         new_sha256=new.sha256 if new else None,
         detail=detail,
+    )
+
+
+def _expiry_entry(doc: DocumentRow, days: float) -> AuditEntry:
+    return AuditEntry(
+        actor="kb",
+        action=AuditAction.REMOVE,
+        document_id=doc.id,
+        name=doc.name,
+        scope=doc.scope,
+        old_sha256=doc.sha256,
+        detail=f"failed for more than {days:g} days: {doc.failure_reason or ''}"[:500],
     )
 
 

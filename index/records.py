@@ -45,10 +45,12 @@ class DocumentRow:
         embedding_model, dimensions, pipeline_version, extractor_version: the
             ``Stamp`` it was indexed with.
         replaces: unused (kept for data dirs that have it); see ``replaced_by``.
-        worker_pid: the process indexing it, while ``indexing``.
+        worker_pid: the process indexing it, while ``indexing`` (for people: a pid
+            is reused, see ``worker``).
         created_at, updated_at, indexed_at: Unix times.
         publish: how it may become searchable (who added it where).
         replaced_by: for a ``replaced`` version, the document that replaced it.
+        worker: while ``indexing``, the lock id of the process indexing it (``index.workers``).
     """
 
     id: int
@@ -76,6 +78,7 @@ class DocumentRow:
     indexed_at: float | None
     publish: Publish = Publish.DIRECT
     replaced_by: int | None = None
+    worker: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DocumentRow:

@@ -8,10 +8,13 @@ nothing and is recorded, so that data dir is upgraded from step 1. A migration
 that has shipped is never edited; a change to the schema is a new one at the end.
 
 The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
-``query_log``, ``feedback``, ``deliveries``, ``meta`` and ``audit``.
+``query_log``, ``feedback``, ``deliveries``, ``meta`` and ``audit``. At most one
+live document (any state but ``replaced``) has given bytes in a given scope.
 """
 
 from __future__ import annotations
+
+import time
 
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
@@ -165,3 +168,59 @@ def _publishing(db: Database) -> None:
             f"""CREATE TRIGGER audit_no_{event.lower()} BEFORE {event} ON audit
                 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"""
         )
+
+
+@MIGRATIONS(name="0006_worker_locks")
+def _worker_locks(db: Database) -> None:
+    # Who is indexing a document, as the id of a lock its process holds
+    # (index.workers): a pid says nothing once a container restarts.
+    db.execute("ALTER TABLE documents ADD COLUMN worker TEXT")
+
+
+@MIGRATIONS(name="0007_one_live_document_per_content")
+def _one_live_document_per_content(db: Database) -> None:
+    # Processes adding the same bytes at the same instant could each insert a
+    # row. The duplicates become replaced versions of the row kept (the
+    # searchable one, else the oldest): their links keep opening, nothing is
+    # lost, and only one of them is ever searched.
+    groups = db.execute(
+        f"""SELECT sha256, scope FROM documents WHERE {_LIVE}
+            GROUP BY sha256, scope HAVING COUNT(*) > 1"""
+    ).fetchall()
+    for sha256, scope in groups:
+        _retire_duplicates(db, sha256, scope)
+    db.execute(
+        f"CREATE UNIQUE INDEX documents_live_content ON documents(sha256, scope) WHERE {_LIVE}"
+    )
+
+
+# The rows the unique index covers: every document but a replaced version (the
+# same bytes uploaded again after a replace are a new version of their own).
+_LIVE = "state != 'replaced'"
+
+
+def _retire_duplicates(db: Database, sha256: str, scope: str) -> None:
+    rows = db.execute(
+        f"""SELECT id, name FROM documents WHERE sha256 = ? AND scope = ? AND {_LIVE}
+            ORDER BY state != 'indexed', state != 'awaiting_approval', id""",
+        [sha256, scope],
+    ).fetchall()
+    kept = rows[0][0]
+    now = time.time()
+    for doc_id, name in rows[1:]:
+        db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
+        db.execute(
+            """UPDATE documents SET state = 'replaced', replaced_by = ?, updated_at = ?,
+                   failure_reason = NULL WHERE id = ?""",
+            [kept, now, doc_id],
+        )
+        db.execute(
+            """INSERT INTO audit (at, actor, action, document_id, name, scope, old_sha256,
+                                  new_sha256, detail)
+               VALUES (?, 'kb', 'replace', ?, ?, ?, ?, ?, ?)""",
+            [now, kept, name, scope, sha256, sha256, f"replaced #{doc_id}: the same content"],
+        )
+    db.execute(
+        """INSERT INTO meta (key, value) VALUES ('generation', '1')
+           ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"""
+    )

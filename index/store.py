@@ -17,6 +17,7 @@ can be trusted.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sqlite3
 import threading
@@ -30,14 +31,18 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from index.atomic import write_atomic
+from index.atomic import AtomicWriteError, write_atomic
 from index.audit import AuditMixin
+from index.disk import is_storage_failure, storage_error
 from index.errors import DatabaseUnavailable, DocumentNotFound, OriginalMissing
 from index.models import Chunk, DocState, Publish
 from index.private import private_dir, private_file, tighten
 from index.querylog import QueryLogMixin
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.schema import MIGRATIONS
+from index.workers import WorkerLock
+
+log = logging.getLogger(__name__)
 
 EVERYONE = "*"  # the scope of a document every channel may see
 # Logged as a question's scopes when nothing restricted what it could see. Not
@@ -48,11 +53,14 @@ ALL_SCOPES = "*all*"
 _SEARCHABLE = "d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = ?"
 _CHUNK_VERSION = "COALESCE(d.indexed_at, -1.0)"
 _ID_BATCH = 500
+INTERRUPTED = "Indexing was interrupted before it finished; retry it."
+# How often a read-only connection (a full disk) tries to become writable again.
+_REOPEN_SECONDS = 1.0
 _SELECT_DOCUMENTS = f"SELECT {', '.join(DOCUMENT_COLUMNS)} FROM documents"
 # What update_document may change: id and created_at are fixed, the store sets updated_at.
 _UPDATABLE = frozenset(DOCUMENT_COLUMNS) - {"id", "created_at", "updated_at"}
 
-__all__ = ["ALL_SCOPES", "EVERYONE", "Store"]
+__all__ = ["ALL_SCOPES", "EVERYONE", "INTERRUPTED", "Store"]
 
 
 class Store(QueryLogMixin, AuditMixin):
@@ -74,6 +82,9 @@ class Store(QueryLogMixin, AuditMixin):
         self.path = self.data_dir / "kb.sqlite"
         self.originals_dir = self.data_dir / "originals"
         self._local = threading.local()
+        # Why this process reads the database without being able to write it, or None.
+        self.read_only: str | None = None
+        self.worker = WorkerLock(self.data_dir)
         # SQLite gives its -wal and -shm files the database file's permissions.
         try:
             private_file(self.path)
@@ -84,7 +95,8 @@ class Store(QueryLogMixin, AuditMixin):
         for suffix in ("-wal", "-shm"):
             tighten(self.path.with_name(self.path.name + suffix))
         db = self.db
-        db.execute("PRAGMA journal_mode=WAL")
+        if self.read_only is None:
+            db.execute("PRAGMA journal_mode=WAL")
         self._migrate(db)
 
     def _migrate(self, db: sqlite_utils.Database) -> None:
@@ -99,40 +111,117 @@ class Store(QueryLogMixin, AuditMixin):
 
     @property
     def db(self) -> sqlite_utils.Database:
-        """This thread's connection; ``DatabaseUnavailable`` if it cannot be opened."""
-        db = getattr(self._local, "db", None)
-        if db is None:
-            try:
-                conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
-            except sqlite3.Error as exc:
+        """This thread's connection; ``DatabaseUnavailable`` if it cannot be opened.
+
+        On a full disk SQLite cannot create the shared-memory file a WAL
+        database needs, even to read: the connection is then read-only (see
+        ``_open_read_only``) and a writable one is tried again every
+        ``_REOPEN_SECONDS``.
+        """
+        db: sqlite_utils.Database | None = getattr(self._local, "db", None)
+        fallback_at: float | None = getattr(self._local, "fallback_at", None)
+        if db is not None and (
+            fallback_at is None or time.monotonic() - fallback_at < _REOPEN_SECONDS
+        ):
+            return db
+        return self._connect(db)
+
+    def _connect(self, current: sqlite_utils.Database | None) -> sqlite_utils.Database:
+        try:
+            db = self._open_writable()
+        except sqlite3.Error as exc:
+            if not is_storage_failure(exc):
                 raise DatabaseUnavailable(f"Cannot open the database {self.path}: {exc}.") from exc
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            db = sqlite_utils.Database(conn)
-            self._local.db = db
+            if current is not None:
+                self._local.fallback_at = time.monotonic()
+                return current
+            db = self._open_read_only(exc)
+            self._local.fallback_at = time.monotonic()
+        else:
+            if current is not None:
+                current.conn.close()
+            if self.read_only is not None:
+                log.info("the database %s is writable again", self.path)
+            self.read_only = None
+            self._local.fallback_at = None
+        self._local.db = db
         return db
+
+    def _open_writable(self) -> sqlite_utils.Database:
+        conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA foreign_keys=ON")
+            # The first statement that reads the file: SQLite opens (and sizes)
+            # its shared-memory file here, which fails on a full disk.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return sqlite_utils.Database(conn)
+
+    def _open_read_only(self, cause: sqlite3.Error) -> sqlite_utils.Database:
+        """A read-only connection that needs no shared memory, for a disk too full to open one.
+
+        Only when the write-ahead log is empty (every commit is in the database
+        file): ``immutable`` reads the file alone and would not see commits
+        still in the log.
+        """
+        error = storage_error(cause, self.data_dir, "the database's shared-memory file")
+        wal = self.path.with_name(self.path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise error from cause
+        uri = f"{self.path.resolve().as_uri()}?mode=ro&immutable=1"
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.Error as exc:
+            raise error from exc
+        if self.read_only is None:
+            log.warning(
+                "opened the database %s read-only: %s Answers keep working; "
+                "nothing can be added or changed until space is freed",
+                self.path,
+                error,
+            )
+        self.read_only = str(error)
+        return sqlite_utils.Database(conn)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite_utils.Database]:
-        """One atomic write: everything inside commits together or not at all."""
+        """One atomic write: everything inside commits together or not at all.
+
+        Raises:
+            StorageError: the disk refused the write (``DiskFull`` when it is
+                full); nothing was committed.
+        """
         db = self.db
         if db.conn.in_transaction:
             with db.atomic():  # nested: a savepoint
                 yield db
             return
-        # BEGIN IMMEDIATE takes the write lock up front, waiting up to the busy
-        # timeout. A deferred BEGIN that reads first (sqlite-utils' insert reads
-        # the table's columns) and writes later fails at once with "database is
-        # locked" when another connection committed in between: in WAL mode
-        # SQLite does not wait on that upgrade.
-        db.execute("BEGIN IMMEDIATE")
+        if getattr(self._local, "fallback_at", None) is not None:
+            db = self._connect(db)  # the disk may have room again
         try:
-            yield db
-        except BaseException:
-            db.conn.rollback()
-            raise
-        else:
-            db.conn.commit()
+            # BEGIN IMMEDIATE takes the write lock up front, waiting up to the busy
+            # timeout. A deferred BEGIN that reads first (sqlite-utils' insert reads
+            # the table's columns) and writes later fails at once with "database is
+            # locked" when another connection committed in between: in WAL mode
+            # SQLite does not wait on that upgrade.
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.conn.rollback()
+                raise
+            else:
+                db.conn.commit()
+        except sqlite3.Error as exc:
+            if not is_storage_failure(exc):
+                raise
+            if db.conn.in_transaction:
+                db.conn.rollback()
+            raise storage_error(exc, self.data_dir, "a change to the database") from exc
 
     # ----------------------------------------------------------------- originals
 
@@ -140,11 +229,22 @@ class Store(QueryLogMixin, AuditMixin):
         """Store ``data`` content-addressed and return its sha256."""
         digest = hashlib.sha256(data).hexdigest()
         path = self.original_path(digest)
-        if not path.exists():
+        if path.exists():
+            return digest
+        try:
             private_dir(self.originals_dir)
             private_dir(path.parent)
             write_atomic(path, lambda tmp: tmp.write_bytes(data))
+        except OSError as exc:
+            raise storage_error(exc, self.data_dir, "the document's original") from exc
+        except AtomicWriteError as exc:
+            cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+            raise storage_error(cause, self.data_dir, "the document's original") from exc
         return digest
+
+    def has_original(self, data: bytes) -> bool:
+        """Whether these bytes are stored already (storing them again takes no space)."""
+        return self.original_path(hashlib.sha256(data).hexdigest()).exists()
 
     def original_path(self, sha256: str) -> Path:
         """Where the original with this sha256 is kept."""
@@ -194,6 +294,49 @@ class Store(QueryLogMixin, AuditMixin):
                 ],
             )
             return int(cur.lastrowid or 0)
+
+    def add_document(
+        self,
+        *,
+        name: str,
+        sha256: str,
+        size: int,
+        scope: str = EVERYONE,
+        uploader: str = "",
+        title: str = "",
+        publish: Publish = Publish.DIRECT,
+    ) -> tuple[DocumentRow, bool]:
+        """The live document with these bytes in this scope, or a new ``pending`` one.
+
+        Looked up and inserted in one write transaction, so processes adding
+        the same bytes at the same instant all get the same row; the unique
+        index on live ``(sha256, scope)`` (``index.schema``) backs this up.
+
+        Returns:
+            ``(document, existed)``.
+        """
+        try:
+            with self.transaction():
+                existing = self.document_by_sha(sha256, scope)
+                if existing is not None:
+                    return existing, True
+                doc_id = self.insert_document(
+                    name=name,
+                    title=title,
+                    sha256=sha256,
+                    size=size,
+                    uploader=uploader,
+                    scope=scope,
+                    publish=publish,
+                )
+        except sqlite3.IntegrityError:
+            # Another connection inserted it first (a database written by code
+            # that looked up outside the transaction).
+            existing = self.document_by_sha(sha256, scope)
+            if existing is None:
+                raise
+            return existing, True
+        return self.document(doc_id), False
 
     def update_document(self, doc_id: int, **changes: object) -> None:
         """Change some columns of a document (``updated_at`` follows).
@@ -250,6 +393,12 @@ class Store(QueryLogMixin, AuditMixin):
             [sha256, scope, DocState.REPLACED.value],
         )
         return rows[0] if rows else None
+
+    def failed_before(self, cutoff: float) -> list[DocumentRow]:
+        """Documents ``failed`` since before ``cutoff`` (a Unix time), oldest first."""
+        return self._documents(
+            "WHERE state = ? AND updated_at < ? ORDER BY id", [DocState.FAILED.value, cutoff]
+        )
 
     def indexed_by_name(
         self, name: str, scope: str, *, exclude: int, uploader: str | None = None
@@ -347,6 +496,7 @@ class Store(QueryLogMixin, AuditMixin):
                     "pipeline_version": stamp.pipeline_version,
                     "extractor_version": stamp.extractor_version,
                     "worker_pid": None,
+                    "worker": None,
                     "indexed_at": time.time(),
                     "updated_at": time.time(),
                     **(asdict(facts) if facts else {}),
@@ -595,33 +745,39 @@ class Store(QueryLogMixin, AuditMixin):
 
     # ----------------------------------------------------------------- recovery
 
+    def mark_indexing(self, doc_id: int, holder: str) -> None:
+        """Mark a document ``indexing`` by the process holding the lock ``holder`` (``WorkerLock``)."""
+        self.update_document(
+            doc_id,
+            state=DocState.INDEXING.value,
+            worker=holder,
+            worker_pid=os.getpid(),
+            failure_reason=None,
+        )
+
     def recover_interrupted(self) -> list[int]:
-        """Mark documents left ``indexing`` by a process that is gone as failed (retryable).
+        """Mark documents whose indexing was interrupted as failed (retryable).
+
+        Interrupted: the process that marked them ``indexing`` no longer holds
+        its lock (``index.workers``), or is this one and has stopped working
+        on them. Lock files of processes that are gone are deleted.
 
         Returns:
             The ids of the documents that were recovered.
         """
-        rows = self.db.query(
-            "SELECT id, worker_pid FROM documents WHERE state = ?", [DocState.INDEXING.value]
+        rows = list(
+            self.db.query(
+                "SELECT id, worker FROM documents WHERE state = ?", [DocState.INDEXING.value]
+            )
         )
-        dead = [int(r["id"]) for r in rows if not _pid_alive(r["worker_pid"])]
+        dead = [int(r["id"]) for r in rows if self.worker.interrupted(int(r["id"]), r["worker"])]
         for doc_id in dead:
             self.update_document(
                 doc_id,
                 state=DocState.FAILED.value,
-                failure_reason="Indexing was interrupted before it finished; retry it.",
+                failure_reason=INTERRUPTED,
+                worker=None,
                 worker_pid=None,
             )
+        self.worker.sweep(r["worker"] for r in rows if r["worker"] and int(r["id"]) not in dead)
         return dead
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

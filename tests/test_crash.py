@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -91,3 +95,94 @@ def test_sigkill_mid_ingest_loses_nothing_committed(tmp_path: Path, embedder: Em
     states = [d.state for d in kb.store.documents()]
     assert states.count("indexed") == N_DOCS
     assert kb.indexes.check()["in_sync"] is True
+
+
+def _unshare_reason() -> str | None:
+    if shutil.which("unshare") is None:
+        return "no unshare command"
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0 or probe.stdout.strip() != "1":
+        return f"cannot start a process in a new pid namespace here: {probe.stderr.strip()}"
+    return None
+
+
+# What opening a knowledge base does about interrupted work, without loading the model.
+OPEN_AND_RECOVER = (
+    "import json, sys; from pathlib import Path; from index.store import Store; "
+    "print(json.dumps(Store(Path(sys.argv[1])).recover_interrupted()))"
+)
+
+
+def _as_pid_1(args: list[str], data_dir: Path, **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``python ARGS`` as pid 1 of a fresh pid namespace, as a container starts the bot."""
+    env = {**os.environ, "KB_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen(
+        ["unshare", "--pid", "--fork", sys.executable, *args],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        start_new_session=True,
+        **kwargs,
+    )
+
+
+def _states(db: Path) -> dict[str, str]:
+    try:
+        with sqlite3.connect(db, timeout=5) as conn:
+            return dict(conn.execute("SELECT name, state FROM documents").fetchall())
+    except sqlite3.Error:
+        return {}
+
+
+def test_indexing_killed_in_a_container_is_recovered_by_the_next_pid_1(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    reason = _unshare_reason()
+    if reason:
+        pytest.skip(reason)
+    data_dir = tmp_path / "data"
+    big = tmp_path / "big.md"
+    big.write_text(
+        "# Big\n\n"
+        + "\n\n".join(f"Paragraph {i}: service {i} restarts at {i % 24}:00." for i in range(800))
+    )
+    proc = _as_pid_1(["-m", "bot.cli", "ingest", str(big)], data_dir, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    try:
+        while _states(data_dir / "kb.sqlite").get("big.md") != "indexing":
+            assert proc.poll() is None, "ingest ended before it was caught indexing"
+            assert time.monotonic() < deadline, "ingest never started indexing"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert _states(data_dir / "kb.sqlite") == {"big.md": "indexing"}
+
+    # The next process is pid 1 as well: the dead one's pid is "alive" again.
+    opened = _as_pid_1(["-c", OPEN_AND_RECOVER, str(data_dir)], data_dir, stdout=subprocess.PIPE)
+    out, _ = opened.communicate(timeout=60)
+    assert opened.returncode == 0
+    kb = KnowledgeBase(IndexConfig(data_dir=data_dir), embedder=embedder)
+    [doc] = kb.documents()
+    assert json.loads(out) == [doc.id]
+    assert doc.state == "failed"
+    assert doc.failure_reason == "Indexing was interrupted before it finished; retry it."
+    assert [p.name for p in (data_dir / "locks").iterdir()] == []  # the dead one's is swept
+    assert kb.retry(doc.id).state == "indexed"
+
+
+def test_a_live_process_keeps_its_documents_indexing(index_dir: Path, embedder: Embedder) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    doc = kb.add_bytes(b"# Handbook\n\nClaims are due in 30 days.\n", "handbook.md").document
+    with kb.store.worker.working(doc.id) as holder:
+        kb.store.mark_indexing(doc.id, holder)
+        # Another process (here: another opening) sees a live holder and leaves it alone.
+        other = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+        assert other.store.document(doc.id).state == "indexing"
+        assert other.store.recover_interrupted() == []
+    # Its holder stopped working on it without finishing: the next recovery fails it.
+    assert kb.store.recover_interrupted() == [doc.id]
+    assert kb.store.document(doc.id).state == "failed"

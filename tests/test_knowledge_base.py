@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from index.config import IndexConfig
 from index.embed import Embedder
-from index.errors import ReindexInProgress
+from index.errors import ReindexInProgress, TooLarge
 from index.knowledge_base import KnowledgeBase
 from tests.docs_factory import bad_inputs, text_pdf
 
@@ -128,11 +129,14 @@ def test_bad_input_fails_with_reason_and_loses_nothing(kb: KnowledgeBase, case: 
     assert kb.indexes.check()["in_sync"] is True
 
 
-def test_over_size_limit_fails_with_limit_in_reason(index_dir: Path, embedder: Embedder) -> None:
+def test_over_size_limit_is_refused_before_anything_is_stored(
+    index_dir: Path, embedder: Embedder
+) -> None:
     kb = KnowledgeBase(IndexConfig(data_dir=index_dir, max_upload_bytes=1000), embedder=embedder)
-    row = kb.ingest_bytes(b"word " * 400, "big.txt").document
-    assert row.state == "failed"
-    assert "MB" in row.failure_reason or "limit" in row.failure_reason.lower()
+    with pytest.raises(TooLarge, match="big.txt is 2000 bytes, over the 1000 bytes upload limit"):
+        kb.ingest_bytes(b"word " * 400, "big.txt")
+    assert kb.documents() == []
+    assert not kb.store.originals_dir.exists() or not any(kb.store.originals_dir.rglob("*"))
 
 
 def test_pdf_chunks_carry_pages(kb: KnowledgeBase) -> None:
@@ -154,8 +158,8 @@ def test_retry_after_failure_and_interrupted_recovery(index_dir: Path, embedder:
     settings = IndexConfig(data_dir=index_dir)
     kb = KnowledgeBase(settings, embedder=embedder)
     added = kb.add_bytes(HANDBOOK, "handbook.md")
-    # a process that died mid-indexing left the row 'indexing' with a dead pid
-    kb.store.update_document(added.document.id, state="indexing", worker_pid=2**22 + 12345)
+    # a process that died mid-indexing left the row 'indexing' under a lock nobody holds
+    kb.store.mark_indexing(added.document.id, "deadbeefdeadbeef")
     reopened = KnowledgeBase(settings, embedder=embedder)
     row = reopened.store.document(added.document.id)
     assert row.state == "failed" and "interrupted" in row.failure_reason
@@ -226,3 +230,32 @@ def test_folder_ingest_reports_other_file_types_as_skipped(
     assert len(summary.skipped) == 1 and "budget.xlsx" in summary.skipped[0]
     assert "not a supported type" in summary.skipped[0]
     assert [d.name for d in kb.store.documents()] == ["handbook.md"]
+
+
+def test_failed_documents_are_deleted_after_the_retention_and_kept_before(
+    index_dir: Path, embedder: Embedder
+) -> None:
+    config = IndexConfig(data_dir=index_dir, failed_retention_days=7)
+    kb = KnowledgeBase(config, embedder=embedder)
+    old = kb.ingest_bytes(b"\x00\x01 not a document", "old.bin").document
+    young = kb.ingest_bytes(b"\x00\x02 not a document", "young.bin").document
+    assert old.state == young.state == "failed"
+    eight_days_ago = time.time() - 8 * 86400
+    with kb.store.transaction() as db:
+        db.execute("UPDATE documents SET updated_at = ? WHERE id = ?", [eight_days_ago, old.id])
+
+    # At start-up: the expired one goes with its original, audited; the young one stays.
+    reopened = KnowledgeBase(config, embedder=embedder)
+    assert [d.id for d in reopened.documents()] == [young.id]
+    assert not reopened.store.original_path(old.sha256).exists()
+    assert reopened.store.original_path(young.sha256).exists()
+    [entry] = [e for e in reopened.audit_entries() if e.document_id == old.id]
+    assert entry.action == "remove" and entry.actor == "kb"
+    assert entry.detail.startswith("failed for more than 7 days")
+
+    # After an ingest, too.
+    with reopened.store.transaction() as db:
+        db.execute("UPDATE documents SET updated_at = ? WHERE id = ?", [eight_days_ago, young.id])
+    reopened.ingest_bytes(HANDBOOK, "handbook.md")
+    assert [d.name for d in reopened.documents()] == ["handbook.md"]
+    assert reopened.purge_failed() == []

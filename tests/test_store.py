@@ -45,6 +45,8 @@ MIGRATION_NAMES = [
     "0003_deliveries",
     "0004_query_log_thread_id",
     "0005_publishing",
+    "0006_worker_locks",
+    "0007_one_live_document_per_content",
 ]
 
 
@@ -249,3 +251,83 @@ def test_a_delivery_is_first_once(index_dir: Path) -> None:
     assert store.first_delivery("event-1")
     assert not store.first_delivery("event-1")
     assert store.first_delivery("event-2")
+
+
+_ADDER = """
+import sys, time
+from pathlib import Path
+from index.config import IndexConfig
+from index.knowledge_base import KnowledgeBase
+
+
+class Unloaded:  # adding bytes embeds nothing: no model is loaded
+    name = "sentence-transformers/all-MiniLM-L6-v2"
+    dim = 384
+
+
+kb = KnowledgeBase(IndexConfig(data_dir=Path(sys.argv[1])), embedder=Unloaded())
+go = Path(sys.argv[2])
+Path(sys.argv[3]).touch()
+while not go.exists():
+    time.sleep(0.001)
+added = kb.add_bytes(b"# Handbook\\n\\nClaims are due in 30 days.\\n", "handbook.md")
+print(added.document.id, added.duplicate)
+"""
+
+
+def test_six_processes_adding_the_same_bytes_at_once_get_one_document(tmp_path: Path) -> None:
+    data_dir = tmp_path / "kb"
+    Store(data_dir)  # migrated before the race: the race is the add's
+    go = tmp_path / "go"
+    root = Path(__file__).resolve().parents[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _ADDER, str(data_dir), str(go), str(tmp_path / f"ready{i}")],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("ready*"))) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [err for _, err in outputs]
+    told = sorted(tuple(out.split()) for out, _ in outputs)
+    store = Store(data_dir)
+    [doc] = store.documents()
+    assert told == [(str(doc.id), "False")] + [(str(doc.id), "True")] * 5
+
+
+def test_one_live_document_per_content_and_scope_is_enforced_by_the_schema(
+    index_dir: Path,
+) -> None:
+    store = Store(index_dir)
+    first = store.insert_document(name="a.md", sha256="ab", size=1)
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        store.insert_document(name="b.md", sha256="ab", size=1)
+    store.insert_document(name="a.md", sha256="ab", size=1, scope="C1")  # another scope
+    store.update_document(first, state="replaced")
+    store.insert_document(name="a.md", sha256="ab", size=1)  # a new version of replaced bytes
+
+
+def test_duplicates_made_before_the_constraint_become_replaced_versions(tmp_path: Path) -> None:
+    data_dir = _old_data_dir(tmp_path / "old")
+    with sqlite3.connect(data_dir / "kb.sqlite") as conn:
+        conn.execute(
+            """INSERT INTO documents (id, name, sha256, size, scope, state, created_at, updated_at)
+               VALUES (8, 'handbook.md', 'ab12', 42, '*', 'failed', 4.0, 4.0),
+                      (9, 'copy.md', 'ab12', 42, '*', 'pending', 5.0, 5.0)"""
+        )
+    conn.close()
+    store = Store(data_dir)
+    states = {d.id: (d.state, d.replaced_by) for d in store.documents()}
+    assert states == {7: ("indexed", None), 8: ("replaced", 7), 9: ("replaced", 7)}
+    assert len(store.chunk_rows(7)) == 2
+    assert store.generation == 4
+    details = [e.detail for e in store.audit_entries(None)]
+    assert sorted(details) == ["replaced #8: the same content", "replaced #9: the same content"]

@@ -61,6 +61,8 @@ def summary(doc: DocumentRow) -> dict[str, Any]:
 def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: bool) -> None:
     """Add files and folders to the knowledge base.
 
+    Exits 1 when a file failed or was refused (too large, or no room on the disk).
+
     Example: kb ingest handbook/ faq.md
     """
     kb = open_kb(ctx)
@@ -81,23 +83,27 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
     def text() -> None:
         for d in result.failed:
             click.echo(f"failed   {d.name}: {d.failure_reason}")
+        for r in result.refused:
+            click.echo(f"refused  {r}")
         for s in result.skipped:
             click.echo(f"skipped  {s}")
+        refused = f"{len(result.refused)} refused, " if result.refused else ""
         click.echo(
             f"{len(result.indexed)} indexed ({result.chunks} chunks), "
             f"{len(result.unchanged)} unchanged, {len(result.failed)} failed, "
-            f"{len(result.skipped)} skipped."
+            f"{refused}{len(result.skipped)} skipped."
         )
 
     data = {
         "indexed": [summary(d) for d in result.indexed],
         "failed": [summary(d) for d in result.failed],
         "unchanged": [summary(d) for d in result.unchanged],
+        "refused": result.refused,
         "skipped": result.skipped,
         "chunks": result.chunks,
     }
     emit(data, as_json, text)
-    if result.failed and not as_json:
+    if (result.failed or result.refused) and not as_json:
         ctx.exit(1)
 
 
@@ -272,5 +278,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"indexes in sync {st['index']['in_sync']}")
         if st["index"]["degraded"]:
             click.echo(f"DEGRADED        {st['index']['degraded']}")
+        if st["read_only"]:
+            click.echo(f"READ-ONLY       {st['read_only']}")
 
     emit(st, as_json, text)
