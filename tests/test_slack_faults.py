@@ -104,9 +104,7 @@ async def test_failing_status_updates_never_abort_an_upload(uploads: Bot) -> Non
     doc = bot.kb.store.find_document("runbook.md")
     assert doc.state == "indexed" and doc.chunk_count > 0
     final = bot.slack.calls("chat.postMessage")[-1]
-    assert final["text"].endswith(f"indexed, {doc.chunk_count} chunk.") or final["text"].endswith(
-        f"indexed, {doc.chunk_count} chunks."
-    )
+    assert final["text"] == messages.upload_indexed("runbook.md", doc.chunk_count)
     assert final["channel"] == DM_CHANNEL_ID and final["thread_ts"]
 
 
@@ -188,21 +186,21 @@ async def test_a_file_slack_names_only_by_id_is_never_shown_by_its_id(uploads: B
 async def test_a_slow_download_does_not_hold_up_anyone_elses_upload(
     make_bot: BotFactory,
 ) -> None:
-    bot = await make_bot(download_timeout=4, publishers=f"{USER_ID},{OTHER_USER}")
+    bot = await make_bot(download_timeout=8, publishers=f"{USER_ID},{OTHER_USER}")
     slow = bot.slack.add_file("F0SLOW0001", "slow.md", _doc("Slow", 40), "text/markdown")
-    bot.slack.trickle("F0SLOW0001", seconds=0.5)  # ~20 s for the whole file
+    bot.slack.trickle("F0SLOW0001", seconds=0.5)  # about 10 s for the whole file
     fast = bot.slack.add_file("F0FAST0001", "fast.md", _doc("Fast"), "text/markdown")
     await bot.event(file_share_event([slow]))
     await _wait(lambda: any(d == "F0SLOW0001" for d, _ in bot.slack.downloads))
     await bot.event(file_share_event([fast], user=OTHER_USER))
 
-    await _wait(lambda: _final_for(bot, "fast.md") is not None, timeout=3)
+    await _wait(lambda: _final_for(bot, "fast.md") is not None, timeout=6)
     assert _final_for(bot, "slow.md") is None, "the fast file did not wait for the slow one"
     assert "indexed" in str(_final_for(bot, "fast.md"))
 
     await bot.settle(2)
     slow_final = str(_final_for(bot, "slow.md"))
-    assert "failed" in slow_final and "4 s" in slow_final
+    assert "failed" in slow_final and "8 s" in slow_final
     assert not any(d.name == "slow.md" for d in bot.kb.store.documents())
 
 
@@ -211,11 +209,11 @@ async def test_one_person_has_at_most_the_cap_of_uploads_at_a_time(
 ) -> None:
     bot = await make_bot(max_uploads_per_user=2, publishers=f"{USER_ID},{OTHER_USER}")
     mine = [
-        bot.slack.add_file(f"F0MINE000{i}", f"mine{i}.md", _doc(f"Mine {i}", 6), "text/markdown")
+        bot.slack.add_file(f"F0MINE000{i}", f"mine{i}.md", _doc(f"Mine {i}", 12), "text/markdown")
         for i in range(3)
     ]
     for f in mine:
-        bot.slack.trickle(f["id"], seconds=0.2)
+        bot.slack.trickle(f["id"], seconds=0.3)  # about 2.5 s each
     theirs = bot.slack.add_file("F0THEIRS01", "theirs.md", _doc("Theirs"), "text/markdown")
     await bot.event(file_share_event(mine))
     await _wait(lambda: len(bot.slack.downloads) >= 2)
