@@ -237,9 +237,13 @@ class AccessLogger(AbstractAccessLogger):
 # ---------------------------------------------------------------- documents
 
 
+_DOCUMENT_ID = re.compile(r"[0-9]{1,18}")
+
+
 def _document_id(request: web.Request) -> int:
     raw = request.match_info["id"]
-    if not raw.isdigit() or len(raw) > 18:
+    # ASCII digits only: str.isdigit() and int() also take "١٢" and "²", the latter a ValueError.
+    if not _DOCUMENT_ID.fullmatch(raw):
         # Same answer as a bad token: a malformed id reveals nothing either.
         raise BadLinkToken(f"Malformed document id {raw[:40]!r}.")
     return int(raw)

@@ -28,6 +28,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.server import routes
+from bot.slack import inbound
 from bot.slack.config import SlackConfig
 from bot.slack.listeners import Services, register
 
@@ -145,6 +146,11 @@ async def _slack_events(request: web.Request) -> web.Response:
             },
             status=503,
         )
+    refusal = inbound.check(
+        request.headers, await request.read(), request.app[SLACK_CONFIG].signing_secret
+    )
+    if refusal is not None:
+        return web.json_response({"error": refusal.reason}, status=refusal.status)
     response = await bolt.async_dispatch(await to_bolt_request(request))
     return await to_aiohttp_response(response)
 

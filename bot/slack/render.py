@@ -150,14 +150,20 @@ def _mrkdwn(text: str) -> str:
 
 
 def _fit(raw: str, limit: int) -> str:
-    """Escape ``raw`` and cut it (with an ellipsis) so the result has at most ``limit`` characters."""
+    """Escape ``raw`` and cut it (with an ellipsis) so the result has at most ``limit`` characters.
+
+    Returns "" when no visible text would remain, so the caller can say something instead.
+    """
     out = escape(raw)
     if len(out) <= limit:
         return out
     cut = raw
-    while len(escape(cut)) > limit - 1:
-        cut = cut[: len(cut) - max(1, len(escape(cut)) - (limit - 1))]
-    return escape(cut.rstrip()) + "…"
+    while cut and len(escape(cut)) > limit - 1:
+        # A character escapes to up to five ("<" is "&lt;"): shrink in proportion, not by
+        # the excess, which would cut a text of "<" to nothing.
+        cut = cut[: min(len(cut) - 1, len(cut) * (limit - 1) // len(escape(cut)))]
+    cut = cut.rstrip()
+    return escape(cut) + "…" if cut else ""
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -381,7 +387,9 @@ def _render_evidence(answer: Answer, head: list[Block]) -> Rendered:
 def render_partial(text: str) -> Rendered:
     """The placeholder while the model is still writing (no links yet: citations are unresolved)."""
     text = inert_links(text)
-    body = _fit(_mrkdwn(text), SECTION_LIMIT - 1) if text.strip() else escape(messages.PLACEHOLDER)
+    body = (_fit(_mrkdwn(text), SECTION_LIMIT - 1) if text.strip() else "") or escape(
+        messages.PLACEHOLDER
+    )
     return Rendered(
         _fit(text, FALLBACK_LIMIT) or messages.PLACEHOLDER,
         [_section(body), _context(messages.WRITING)],

@@ -1,0 +1,184 @@
+"""Slack's HTTP requests, checked before bolt parses them.
+
+Bolt reads the timestamp header with ``int()`` and the body with ``json.loads``
+inside its middleware, so a request with ``X-Slack-Request-Timestamp: abc``
+reached the listeners' error handler before anything was verified: a 500, a
+traceback, and an error notice posted to whatever channel the unsigned body
+named. Bolt's listeners then trust the shape of a verified body: a ``channel``
+that is a list failed in SQLite, a ``files`` that is a string in the uploader.
+
+Here, in order, with one log line and no traceback for each refusal:
+
+* the signature: ``X-Slack-Request-Timestamp`` is ASCII digits within five
+  minutes of now, ``X-Slack-Signature`` is ``v0=`` and 64 hex digits and matches
+  the body: otherwise **401**;
+* the body: UTF-8; JSON that is an object, or a form that is a slash command,
+  Slack's SSL check or a ``payload`` holding a JSON object: otherwise **400**;
+* the fields the listeners read have the types Slack documents: an event that
+  does not is acknowledged with **200** and dropped (Slack would only deliver it
+  again), an interaction that does not gets **400**.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from slack_sdk.signature import Clock
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Refusal", "check"]
+
+# Slack's own bound on a request's age (its replay protection).
+MAX_AGE_SECONDS = 300
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
+# Fields of an event the listeners read as text; Slack always sends them as strings.
+_EVENT_TEXT_FIELDS = (
+    "type",
+    "subtype",
+    "channel",
+    "channel_type",
+    "user",
+    "text",
+    "ts",
+    "thread_ts",
+    "team",
+    "user_team",
+    "client_msg_id",
+    "bot_id",
+)
+_FILE_TEXT_FIELDS = ("id", "name", "title", "mimetype", "filetype", "url_private_download")
+# Events the bot answers in a channel: they must name one.
+_CHANNEL_EVENTS = frozenset({"app_mention", "message"})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """How to answer a request that goes no further, and why (for the log)."""
+
+    status: int
+    reason: str
+
+
+def check(headers: Mapping[str, str], body: bytes, signing_secret: str) -> Refusal | None:
+    """``None`` when bolt may have the request; else how to answer it.
+
+    Logs every refusal as one line at INFO: an outsider can send these at will.
+    """
+    refusal = _unsigned(headers, body, signing_secret) or _malformed(
+        headers.get("Content-Type", ""), body
+    )
+    if refusal is not None:
+        log.info("refused a Slack request (%d): %s", refusal.status, refusal.reason)
+    return refusal
+
+
+def _unsigned(headers: Mapping[str, str], body: bytes, secret: str) -> Refusal | None:
+    timestamp = headers.get("X-Slack-Request-Timestamp", "")
+    signature = headers.get("X-Slack-Signature", "")
+    if not _TIMESTAMP.fullmatch(timestamp):
+        return Refusal(401, "missing or malformed X-Slack-Request-Timestamp")
+    # The SDK's clock, which bolt's own check after this one reads too.
+    if abs(Clock().now() - int(timestamp)) > MAX_AGE_SECONDS:
+        return Refusal(401, "X-Slack-Request-Timestamp more than five minutes from now")
+    if not _SIGNATURE.fullmatch(signature):
+        return Refusal(401, "missing or malformed X-Slack-Signature")
+    # Over the raw bytes: the SDK's verifier decodes the body first and fails on non-UTF-8.
+    expected = hmac.new(secret.encode(), b"v0:%s:%s" % (timestamp.encode(), body), hashlib.sha256)
+    if not hmac.compare_digest(f"v0={expected.hexdigest()}", signature):
+        return Refusal(401, "X-Slack-Signature does not match the body")
+    return None
+
+
+def _malformed(content_type: str, body: bytes) -> Refusal | None:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return Refusal(400, "the body is not UTF-8")
+    if content_type.split(";", 1)[0].strip().lower() == "application/json":
+        return _json_object(text, "the JSON body", _payload_problem)
+    form = parse_qs(text, keep_blank_values=True)
+    if "payload" in form:
+        return _json_object(form["payload"][0], "the form's payload", _payload_problem)
+    if "command" in form or "ssl_check" in form:
+        return None
+    return Refusal(400, "a form that is neither a command, an SSL check nor a payload")
+
+
+def _json_object(text: str, what: str, problem: Any) -> Refusal | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return Refusal(400, f"{what} is not JSON")
+    if not isinstance(value, dict):
+        return Refusal(400, f"{what} is not a JSON object")
+    result: Refusal | None = problem(value)
+    return result
+
+
+def _payload_problem(payload: dict[str, Any]) -> Refusal | None:
+    if payload.get("type") == "event_callback":
+        problem = _event_problem(payload.get("event"))
+        return Refusal(200, f"ignored an event: {problem}") if problem else None
+    problem = _interaction_problem(payload)
+    return Refusal(400, f"an interaction payload: {problem}") if problem else None
+
+
+def _event_problem(event: object) -> str | None:
+    if not isinstance(event, dict):
+        return "'event' is not an object"
+    bad = [k for k in _EVENT_TEXT_FIELDS if k in event and not isinstance(event[k], str)]
+    if bad:
+        return f"{', '.join(bad)} not text"
+    if event.get("type") in _CHANNEL_EVENTS and not event.get("channel"):
+        return "no channel"
+    if "files" in event and not _are_files(event["files"]):
+        return "'files' is not a list of file objects"
+    return None
+
+
+def _are_files(files: object) -> bool:
+    return isinstance(files, list) and all(
+        isinstance(f, dict) and all(isinstance(f.get(k, ""), str) for k in _FILE_TEXT_FIELDS)
+        for f in files
+    )
+
+
+def _interaction_problem(payload: dict[str, Any]) -> str | None:
+    user = payload.get("user")
+    if "user" in payload and not (isinstance(user, dict) and isinstance(user.get("id"), str)):
+        return "'user' is not a user object"
+    actions = payload.get("actions")
+    if "actions" in payload and not (
+        isinstance(actions, list)
+        and all(
+            isinstance(a, dict)
+            and isinstance(a.get("action_id", ""), str)
+            and isinstance(a.get("value", ""), str)
+            for a in actions
+        )
+    ):
+        return "'actions' is not a list of actions"
+    view = payload.get("view")
+    if "view" in payload and view is not None and not _is_view(view):
+        return "'view' is not a view with a state"
+    container = payload.get("container")
+    if "container" in payload and not isinstance(container, dict):
+        return "'container' is not an object"
+    return None
+
+
+def _is_view(view: object) -> bool:
+    if not isinstance(view, dict):
+        return False
+    state = view.get("state", {"values": {}})
+    return isinstance(state, dict) and isinstance(state.get("values", {}), dict)
