@@ -201,6 +201,22 @@ async def test_oversized_file_fails_while_streaming(make_bot: BotFactory) -> Non
     )
 
 
+async def test_an_upload_under_the_free_space_floor_fails_with_that_reason(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(min_free_bytes=1 << 60)  # more than any disk has
+    before = bot.kb.documents()
+    originals = sorted(bot.kb.store.originals_dir.rglob("*"))
+    f = bot.slack.add_file("F0GUIDE001", "onboarding.md", GUIDE, "text/markdown")
+    await _submit(bot, [f])
+    await bot.settle()
+    final = bot.statuses()[-1]
+    assert "failed" in final and "The server's disk is nearly full" in final
+    assert "KB_MIN_FREE_BYTES" in final and "unexpected" not in final
+    assert bot.kb.documents() == before
+    assert sorted(bot.kb.store.originals_dir.rglob("*")) == originals
+
+
 async def test_file_shared_in_a_dm_by_a_publisher_is_ingested_for_everyone(
     make_bot: BotFactory,
 ) -> None:
