@@ -5,7 +5,10 @@ embedding model loads once), serves the document viewer and the health checks
 (``bot.server``) and attaches Slack (``bot.slack``): HTTP events at
 ``/slack/events``, or Socket Mode when ``SLACK_APP_TOKEN`` is set (no public
 URL needed). Without Slack credentials the viewer and health checks still run
-and the log says which settings are missing. With ``KB_VIEWER_AUTH=slack`` the
+and the log says which settings are missing. A background task follows the
+database, so what other processes commit (``kb ingest``, ``kb rm``,
+``kb reindex``, another replica) is searchable within ``KB_SYNC_SECONDS`` plus
+one refresh. With ``KB_VIEWER_AUTH=slack`` the
 viewer opens documents only for people signed in with Slack
 (``bot.slack.signin``). ``run_server(settings)`` runs it.
 """
@@ -13,6 +16,7 @@ viewer opens documents only for people signed in with Slack
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
@@ -33,6 +37,10 @@ __all__ = ["SERVICES", "create_app", "run_server"]
 
 SERVICES = web.AppKey("services", Services)
 SLACK_MODE = web.AppKey("slack_mode", str)
+SYNC_SECONDS = web.AppKey("sync_seconds", float)
+# Readiness tolerates the snapshot trailing the database this many sync rounds
+# (at least routes.DEFAULT_MAX_BEHIND_SECONDS): a slow refresh is not an outage.
+BEHIND_ROUNDS = 10
 # On shutdown, uploads being indexed get this long to finish before they are cancelled.
 SHUTDOWN_GRACE_SECONDS = 30.0
 
@@ -68,6 +76,10 @@ def create_app(
     if settings.viewer_auth == "slack":
         signin.attach(app, settings.signin_config(), slack_config, engine.signer, slack_client)
     routes.add_readiness_info(app, "viewer_auth", settings.viewer_auth)
+    app[SYNC_SECONDS] = settings.sync_seconds
+    routes.set_max_behind(
+        app, max(routes.DEFAULT_MAX_BEHIND_SECONDS, BEHIND_ROUNDS * settings.sync_seconds)
+    )
     app[SLACK_MODE] = slack.attach(app, slack_config, services, slack_client)
     app.cleanup_ctx.append(_services_ctx)
     return app
@@ -78,7 +90,13 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.start()
     # Load (or rebuild) the search snapshot now rather than on the first question.
     await asyncio.to_thread(services.kb.indexes.open)
+    follower = asyncio.create_task(
+        follow_store(services.kb, app[SYNC_SECONDS]), name="follow-store"
+    )
     yield
+    follower.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await follower
     try:
         await asyncio.wait_for(services.jobs.drain(), SHUTDOWN_GRACE_SECONDS)
     except TimeoutError:
@@ -90,6 +108,32 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.close()
     await services.engine.aclose()
     services.ack_executor.shutdown(wait=False)
+
+
+async def follow_store(kb: KnowledgeBase, every: float) -> None:
+    """Keep the search snapshot at the database's generation, whichever process changed it.
+
+    A round costs one ``SELECT`` of the generation counter when nothing moved,
+    and an incremental refresh when something did. A failing round leaves the
+    last snapshot answering; ``/readyz`` turns 503 once it trails too long.
+    """
+    failing = False
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await asyncio.to_thread(kb.indexes.refresh)
+        except Exception:  # the next round may succeed: keep following
+            if not failing:
+                log.warning(
+                    "cannot bring the search index up to the database; answering from the "
+                    "last snapshot, /readyz turns 503 if this lasts",
+                    exc_info=True,
+                )
+            failing = True
+        else:
+            if failing:
+                log.info("search index caught up with the database again")
+            failing = False
 
 
 def run_server(settings: Settings) -> None:

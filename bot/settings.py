@@ -226,6 +226,11 @@ class Settings(BaseSettings):
         "KB_PORT",
         "Port of the web server (Slack events, document viewer, /healthz).",
     )
+    sync_seconds: float = _setting(
+        1.0,
+        "KB_SYNC_SECONDS",
+        "Seconds between two checks of the running server for changes other processes committed (kb ingest, kb rm, kb reindex, another replica); such a change is searchable within about this long.",
+    )
     admin_users: str = _setting(
         "",
         "KB_ADMIN_USERS",
@@ -289,10 +294,12 @@ class Settings(BaseSettings):
                 raise ValueError(f"KB_VIEWER_AUTH=slack needs {', '.join(missing)}")
         if self.viewer_session_hours <= 0:
             raise ValueError("KB_VIEWER_SESSION_HOURS must be positive")
-        if self.max_pages < 1 or self.max_chunks < 1:
-            raise ValueError("KB_MAX_PAGES and KB_MAX_CHUNKS must be positive")
         if self.download_timeout <= 0 or self.max_uploads_per_user < 1:
             raise ValueError("KB_DOWNLOAD_TIMEOUT and KB_MAX_UPLOADS_PER_USER must be positive")
+        if self.max_pages < 1 or self.max_chunks < 1:
+            raise ValueError("KB_MAX_PAGES and KB_MAX_CHUNKS must be positive")
+        if self.sync_seconds <= 0:
+            raise ValueError("KB_SYNC_SECONDS must be positive")
         return self
 
     @property

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+
 from core.citations import resolve_citations
 from core.config import EngineConfig
 from core.errors import LLMUnavailable
@@ -161,25 +163,19 @@ class Engine:
         vector = await asyncio.to_thread(self.kb.embedder.encode_query, query)
         timings["embed"] = _ms_since(t0)
         t = time.perf_counter()
-        candidates = await asyncio.to_thread(
-            self.backend.search,
-            vector,
-            query,
-            scopes,
-            self.config.top_k * CANDIDATES_PER_KEPT,
-            Mode.HYBRID,
-        )
+        seen = self.kb.indexes.snapshot_generation
+        candidates = await self._search(vector, query, scopes)
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()
-        kept_candidates = gate(candidates, threshold=self.config.threshold, top_k=self.config.top_k)
-        rows = await asyncio.to_thread(
-            self.kb.store.chunks_by_id, [c.chunk_id for c in kept_candidates]
-        )
-        kept = [
-            self._source_ref(i, c, rows[c.chunk_id])
-            for i, c in enumerate([c for c in kept_candidates if c.chunk_id in rows], start=1)
-        ]
+        kept, missing = await self._keep(candidates)
         timings["gate"] = _ms_since(t)
+        if missing and await self._caught_up(seen):
+            # The snapshot named chunks another process had just replaced or
+            # removed (a reindex, a removal): ask the store as it is now.
+            t = time.perf_counter()
+            candidates = await self._search(vector, query, scopes)
+            kept, _ = await self._keep(candidates)
+            timings["refresh"] = _ms_since(t)
         if not kept:
             answer = Answer(
                 question, Outcome.REFUSED, REFUSAL_TEXT, grounded=False, model_called=False
@@ -190,6 +186,30 @@ class Engine:
         answer.timings_ms = timings
         answer.query_id = await asyncio.to_thread(self._log, answer, candidates, scopes, asker)
         return answer
+
+    async def _search(
+        self, vector: np.ndarray, query: str, scopes: frozenset[str] | None
+    ) -> list[Candidate]:
+        k = self.config.top_k * CANDIDATES_PER_KEPT
+        return await asyncio.to_thread(self.backend.search, vector, query, scopes, k, Mode.HYBRID)
+
+    async def _keep(self, candidates: list[Candidate]) -> tuple[list[SourceRef], int]:
+        """The passages that pass the gate, and how many of them SQLite no longer has."""
+        passed = gate(candidates, threshold=self.config.threshold, top_k=self.config.top_k)
+        rows = await asyncio.to_thread(self.kb.store.chunks_by_id, [c.chunk_id for c in passed])
+        found = [c for c in passed if c.chunk_id in rows]
+        kept = [self._source_ref(i, c, rows[c.chunk_id]) for i, c in enumerate(found, start=1)]
+        return kept, len(passed) - len(found)
+
+    async def _caught_up(self, seen: int | None) -> bool:
+        """Bring the snapshot up to the store; whether it moved past generation ``seen``."""
+        snap = await asyncio.to_thread(self.kb.indexes.refresh)
+        if snap.generation == seen:
+            return False
+        log.info(
+            "search snapshot behind the store (%s -> %s): searching again", seen, snap.generation
+        )
+        return True
 
     async def _generate(
         self,

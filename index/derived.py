@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -97,6 +98,11 @@ class DerivedIndexes:
         self._snapshot: Snapshot | None = None
         # Why the snapshot in memory is not on disk, or None when it is.
         self.degraded: str | None = None
+        # When (time.monotonic) the snapshot was last known to reflect the store:
+        # how long it may have been behind, for readiness.
+        self._current_at: float | None = None
+        # Why the last refresh failed, or None when it succeeded.
+        self.refresh_error: str | None = None
 
     @property
     def vectors_path(self) -> Path:
@@ -116,13 +122,20 @@ class DerivedIndexes:
             snap = self.open()
         return snap
 
+    @property
+    def snapshot_generation(self) -> int | None:
+        """The generation of the snapshot in memory (``None`` before one is loaded); no SQL."""
+        snap = self._snapshot
+        return None if snap is None else snap.generation
+
     def open(self) -> Snapshot:
         """Load the persisted indexes, or rebuild them if they disagree with SQLite."""
         with self._lock:
+            started = time.monotonic()
             snap = self._load_if_current()
             if snap is None:
                 snap = self._rebuild_locked()
-            self._snapshot = snap
+            self._swap(snap, started)
             return snap
 
     def refresh(self) -> Snapshot:
@@ -130,23 +143,31 @@ class DerivedIndexes:
 
         The current snapshot is updated with only the chunks that came and went
         (see ``_update_locked``); without one, or after a large change, both
-        indexes are rebuilt.
+        indexes are rebuilt. Another process's changes arrive this way too: the
+        generation counter is in SQLite, so one ``SELECT`` tells whether anything moved.
         """
         with self._lock:
-            current = self._snapshot
-            if current is not None and current.generation == self.store.generation:
-                return current
-            snap = None if current is None else self._update_locked(current)
-            if snap is None:
-                snap = self._rebuild_locked()
-            self._snapshot = snap
+            started = time.monotonic()
+            try:
+                current = self._snapshot
+                if current is not None and current.generation == self.store.generation:
+                    self._current_at = started
+                    return current
+                snap = None if current is None else self._update_locked(current)
+                if snap is None:
+                    snap = self._rebuild_locked()
+            except Exception as exc:
+                self.refresh_error = str(exc) or type(exc).__name__
+                raise
+            self._swap(snap, started)
             return snap
 
     def rebuild(self) -> Snapshot:
         """Rebuild both indexes from SQLite, persist them and swap them in."""
         with self._lock:
+            started = time.monotonic()
             snap = self._rebuild_locked()
-            self._snapshot = snap
+            self._swap(snap, started)
             return snap
 
     def check(self) -> dict[str, object]:
@@ -171,17 +192,33 @@ class DerivedIndexes:
         """What the last sync recorded, against the store's generation: cheap enough for a probe.
 
         Unlike :meth:`check`, reads no chunk ids: the snapshot is in sync when
-        it reflects the store's current generation.
+        it reflects the store's current generation. ``lag`` counts the store's
+        changes the snapshot does not have yet; ``behind_s`` is how long it may
+        have been behind (0 when in sync, else the time since it was last known
+        current); ``refresh_error`` says why the last refresh failed.
         """
-        snap = self._snapshot
+        snap, current_at = self._snapshot, self._current_at
         generation = self.store.generation
+        in_sync = snap is not None and snap.generation == generation
+        behind: float | None = None
+        if snap is not None and current_at is not None:
+            behind = 0.0 if in_sync else round(time.monotonic() - current_at, 3)
         return {
             "generation": generation,
             "snapshot_generation": None if snap is None else snap.generation,
+            "lag": None if snap is None else generation - snap.generation,
+            "behind_s": behind,
             "chunks": 0 if snap is None else len(snap),
-            "in_sync": snap is not None and snap.generation == generation,
+            "in_sync": in_sync,
             "degraded": self.degraded,
+            "refresh_error": self.refresh_error,
         }
+
+    def _swap(self, snap: Snapshot, started: float) -> None:
+        # The snapshot reflects the store as read after `started`.
+        self._snapshot = snap
+        self._current_at = started
+        self.refresh_error = None
 
     # ------------------------------------------------------------------ internals
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.server.routes import MIDDLEWARES, add_readiness_check
+from bot.server.routes import MIDDLEWARES, add_readiness_check, set_max_behind
 from core.errors import BadLinkToken
 from core.links import LinkSigner, load_or_create_secret
 from index.errors import KBError
@@ -19,7 +20,7 @@ from tests.docs_factory import text_pdf
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
-from tests.conftest_bot import Bot  # noqa: E402
+from tests.conftest_bot import Bot, BotFactory  # noqa: E402
 
 FORBIDDEN = Path(__file__).resolve().parent.parent / "bot" / "server" / "static" / "forbidden.html"
 
@@ -143,19 +144,24 @@ async def test_health_and_readiness(bot: Bot) -> None:
     ready = await bot.http.get("/readyz")
     body = await ready.json()
     assert ready.status == 200 and body["ready"] is True
-    assert body["checks"] == {"knowledge_base": True, "index_in_sync": True, "model_loaded": True}
+    assert body["checks"] == {"knowledge_base": True, "index_current": True, "model_loaded": True}
     assert body["slack"] == "http" and body["llm_configured"] is True
     assert body["documents"] == 4
 
 
-async def test_not_ready_while_the_index_lags_the_database(bot: Bot) -> None:
-    added = bot.kb.add_bytes(b"# Late\n\nA document committed without a refresh.\n", "late.md")
-    bot.kb.index_document(added.document.id, refresh=False)
+async def test_a_snapshot_trailing_the_database_too_long_is_not_ready(make_bot: BotFactory) -> None:
+    # Nothing follows the database during the test.
+    bot = await make_bot(sync_seconds=3600, prepare=lambda app: set_max_behind(app, 1.0))
+    bot.kb.indexes.refresh()
+    bot.kb.store.delete_rows(bot.kb.find("oncall.md").id)  # committed, no refresh
+    # One change behind is still a consistent snapshot: ready.
+    body = await (await bot.http.get("/readyz")).json()
+    assert body["ready"] is True and body["index"]["lag"] == 1
+    await asyncio.sleep(1.1)
     resp = await bot.http.get("/readyz")
     body = await resp.json()
-    assert (
-        resp.status == 503 and body["ready"] is False and body["checks"]["index_in_sync"] is False
-    )
+    assert resp.status == 503 and body["checks"]["index_current"] is False
+    assert body["index"]["behind_s"] > 1.0
     bot.kb.indexes.refresh()
     assert (await bot.http.get("/readyz")).status == 200
 
@@ -171,7 +177,7 @@ async def test_parts_register_their_own_readiness_checks(bot: Bot) -> None:
     resp = await bot.http.get("/readyz")
     body = await resp.json()
     assert resp.status == 503 and body["checks"]["queue_reachable"] is False
-    assert body["checks"]["index_in_sync"] is True
+    assert body["checks"]["index_current"] is True
     # A check that raises means "not ready", never a 500.
     add_readiness_check(bot.app, "queue_reachable", broken)
     resp = await bot.http.get("/readyz")

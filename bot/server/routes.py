@@ -53,6 +53,7 @@ __all__ = [
     "AccessLogger",
     "add_readiness_check",
     "add_readiness_info",
+    "set_max_behind",
     "setup",
     "simple_page",
 ]
@@ -63,6 +64,10 @@ STARTED = web.AppKey("started", float)
 ReadinessCheck = Callable[[], Awaitable[bool]]
 READINESS_CHECKS: web.AppKey[dict[str, ReadinessCheck]] = web.AppKey("readiness_checks")
 READINESS_INFO: web.AppKey[dict[str, object]] = web.AppKey("readiness_info")
+MAX_BEHIND = web.AppKey("max_behind_s", float)
+# A snapshot trailing the database is still consistent and answers; past this
+# long behind, whatever keeps it current is stuck or failing: not ready.
+DEFAULT_MAX_BEHIND_SECONDS = 30.0
 
 STATIC_DIR = Path(str(resources.files("bot.server") / "static"))
 STATIC_ASSETS = {
@@ -362,17 +367,20 @@ async def healthz(request: web.Request) -> web.Response:
     )
 
 
-def _readiness(kb: KnowledgeBase) -> dict[str, Any]:
+def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
     # Cheap on purpose (probes come every few seconds): the state the last
     # sync recorded and counters, never a scan of the chunks (`kb status` does that).
     index = kb.indexes.sync_state()
+    behind = index["behind_s"]
     return {
         "checks": {
             "knowledge_base": True,
-            "index_in_sync": bool(index["in_sync"]),
+            # A snapshot one change behind answers consistently; only one that
+            # is missing or has trailed the database too long is a problem.
+            "index_current": isinstance(behind, float) and behind <= max_behind,
             "model_loaded": kb.embedder.loaded,
         },
-        "index": index,
+        "index": {**index, "max_behind_s": max_behind},
         "embedding_model": kb.embedder.name,
         "documents": kb.document_count(),
         "chunks": index["chunks"],
@@ -385,16 +393,22 @@ def add_readiness_check(app: web.Application, name: str, check: ReadinessCheck) 
     app[READINESS_CHECKS][name] = check
 
 
+def set_max_behind(app: web.Application, seconds: float) -> None:
+    """How long the search snapshot may trail the database before ``/readyz`` answers 503."""
+    app[MAX_BEHIND] = seconds
+
+
 def add_readiness_info(app: web.Application, name: str, value: object) -> None:
     """Report ``value`` under ``name`` in ``/readyz`` (facts for operators, not checks)."""
     app[READINESS_INFO][name] = value
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Readiness: knowledge base open, index in sync with SQLite, model loaded, and every
-    check the other parts registered (Slack's Socket Mode connection, for one)."""
+    """Readiness: knowledge base open, a search snapshot no longer than the bound behind
+    SQLite, model loaded, and every check the other parts registered (Slack's Socket
+    Mode connection, for one)."""
     try:
-        details = await asyncio.to_thread(_readiness, request.app[KB])
+        details = await asyncio.to_thread(_readiness, request.app[KB], request.app[MAX_BEHIND])
     except Exception as exc:  # not ready is an answer, not a crash
         log.warning("readiness check failed: %s", exc)
         return web.json_response(
@@ -422,6 +436,7 @@ def setup(app: web.Application) -> None:
     app[STARTED] = time.monotonic()
     app[READINESS_CHECKS] = {}
     app[READINESS_INFO] = {}
+    app[MAX_BEHIND] = DEFAULT_MAX_BEHIND_SECONDS
     app.on_response_prepare.append(_security_headers)
     app.router.add_get("/d/{id}", viewer)
     app.router.add_get("/d/{id}/file", original_file)
