@@ -127,13 +127,18 @@ class LLM:
                 temperature=0,
                 stream=True,
             )
-            async for chunk in stream:
-                piece = _delta_text(chunk)
-                if not piece:
-                    continue
-                first_token.reschedule(None)  # from here on only the deadline applies
-                text += piece
-                await on_delta(text)
+            try:
+                async for chunk in stream:
+                    piece = _delta_text(chunk)
+                    if not piece:
+                        continue
+                    first_token.reschedule(None)  # from here on only the deadline applies
+                    text += piece
+                    await on_delta(text)
+            finally:
+                # Closed here, even when a deadline cuts the stream short: left to the
+                # garbage collector, its connection is closed late and logged as an error.
+                await stream.close()
         return _answer_text(text)
 
 

@@ -175,6 +175,25 @@ async def test_corrupt_file_fails_with_reason_and_retry_reports_again(bot: Bot) 
     assert bot.kb.store.document(doc.id).updated_at > doc.updated_at
 
 
+async def test_retry_of_a_document_removed_meanwhile_says_so(bot: Bot) -> None:
+    f = bot.slack.add_file("F0GONE0001", "gone.pdf", os.urandom(4096), "application/pdf")
+    await _submit(bot, [f])
+    await bot.settle()
+    doc = bot.kb.store.find_document("gone.pdf")
+    (final,) = [c for c in bot.slack.calls("chat.update") if "failed" in c["text"]]
+    bot.kb.remove(doc.id)
+    updates_before = len(bot.slack.calls("chat.update"))
+    body = block_actions_body(
+        [button_action(RETRY_ACTION_ID, str(doc.id))],
+        channel_id=final["channel"],
+        message_ts=final["ts"],
+    )
+    assert (await bot.post(body)).status == 200
+    updates = await bot.slack.wait_for("chat.update", updates_before + 1)
+    assert messages.RETRY_GONE in updates[-1]["text"]
+    await bot.idle()
+
+
 async def test_download_from_a_foreign_host_is_refused(bot: Bot) -> None:
     f = bot.slack.add_file("F0EVIL0001", "evil.md", GUIDE, "text/markdown")
     f["url_private_download"] = "https://files.evil.example/evil.md"

@@ -385,6 +385,9 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
         "documents": kb.document_count(),
         "chunks": index["chunks"],
         "reindex_running": kb.reindex_running(),
+        # Answering still works; uploads and removals will not until there is room.
+        "store_read_only": kb.store.read_only,
+        "index_files_degraded": index["degraded"],
     }
 
 

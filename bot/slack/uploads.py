@@ -40,7 +40,7 @@ from bot.slack.approvals import Approvals
 from bot.slack.config import SlackConfig
 from bot.slack.render import Rendered, escape, render_upload_status
 from bot.slack.reply import SLACK_FAILURES, slack_failure
-from index.errors import KBError
+from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import Added, KnowledgeBase
 from index.models import DocState, Publish
 from index.names import display_name
@@ -428,7 +428,12 @@ class Uploader:
 
     async def retry(self, status: StatusMessage, document_id: int) -> None:
         """Index a failed document again from its stored original and report on ``status``."""
-        row = await asyncio.to_thread(self.kb.store.document, document_id)
+        try:
+            row = await asyncio.to_thread(self.kb.store.document, document_id)
+        except DocumentNotFound:
+            # Removed meanwhile (by an admin, or failed documents expiring).
+            await status.settle(render_upload_status(messages.RETRY_GONE))
+            return
         if row.state not in (DocState.FAILED, DocState.PENDING):
             # Decided meanwhile (a retry never publishes nor brings back a version).
             await status.settle(_settled_status(row))
@@ -462,6 +467,10 @@ class Uploader:
             log.info("download of %s failed: %s", file.id, exc.reason)
             text = messages.upload_failed(file.label, escape(exc.reason))
             final = render_upload_status(text + "\n" + messages.UPLOAD_AGAIN)
+        except KBError as exc:
+            # Refused on purpose (a full disk, the free-space floor...): the reason is the message.
+            log.warning("ingesting Slack file %s failed: %s", file.id, exc)
+            final = _unexpected_status(file.label, exc, document_id)
         except Exception as exc:
             # The request that started this job is long answered: report here, not to bolt.
             log.exception("ingesting Slack file %s failed", file.id)
