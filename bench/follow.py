@@ -36,6 +36,7 @@ from bench.query import corpus_chunks, synthetic_chunks
 from index.config import IndexConfig
 from index.knowledge_base import KnowledgeBase
 from index.models import Chunk
+from index.store import NewDocument
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample" / "vpn.md"
 DOC_CHUNKS = 100
@@ -53,7 +54,9 @@ def seed(data_dir: Path, n_chunks: int) -> None:
         batch = texts[at : at + DOC_CHUNKS]
         vecs = rng.standard_normal((len(batch), stamp.dimensions)).astype(np.float32)
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        doc_id = kb.store.insert_document(name=f"seed-{at}.md", sha256=f"seed-{at}", size=1)
+        doc_id = kb.store.insert_document(
+            NewDocument(name=f"seed-{at}.md", sha256=f"seed-{at}", size=1)
+        )
         chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(batch)]
         kb.store.commit_indexed(
             doc_id, chunks, vecs, [0] * len(batch), canonical_text="", stamp=stamp, window_splits=0

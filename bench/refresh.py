@@ -25,7 +25,7 @@ from bench.query import corpus_chunks, synthetic_chunks
 from index.derived import DerivedIndexes
 from index.models import Chunk
 from index.records import Stamp
-from index.store import Store
+from index.store import NewDocument, Store
 
 DIM = 384
 STAMP = Stamp("bench/model", DIM, "bench", "bench")
@@ -36,7 +36,9 @@ def add_document(store: Store, texts: list[str], rng: np.random.Generator) -> in
     """Store one indexed document with these chunk texts and random unit vectors."""
     vecs = rng.standard_normal((len(texts), DIM)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    doc_id = store.insert_document(name=f"doc-{rng.integers(1 << 62)}", sha256="-", size=1)
+    doc_id = store.insert_document(
+        NewDocument(name=f"doc-{rng.integers(1 << 62)}", sha256="-", size=1)
+    )
     chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
     store.commit_indexed(
         doc_id, chunks, vecs, [0] * len(texts), canonical_text="", stamp=STAMP, window_splits=0

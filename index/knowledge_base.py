@@ -45,7 +45,7 @@ from index.models import AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
 from index.private import private_file
 from index.records import AuditEntry, DocumentFacts, DocumentRow, Stamp
-from index.store import EVERYONE, Store
+from index.store import EVERYONE, NewDocument, Store
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ class KnowledgeBase:
         self._refuse_before_storing(data, name)
         digest = self.store.save_original(data)
         try:
-            row, existed = self.store.add_document(
+            new = NewDocument(
                 name=name,
                 title=display_name(title or ""),
                 sha256=digest,
@@ -287,6 +287,7 @@ class KnowledgeBase:
                 scope=scope,
                 publish=publish,
             )
+            row, existed = self.store.add_document(new)
         except StorageError:
             self.store.drop_originals_if_unused([digest])  # no row names it: give the room back
             raise

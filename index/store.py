@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,21 @@ _SEARCHABLE = "d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = 
 _CHUNK_VERSION = "COALESCE(d.indexed_at, -1.0)"
 _ID_BATCH = 500
 INTERRUPTED = "Indexing was interrupted before it finished; retry it."
+
+
+@dataclass(frozen=True)
+class NewDocument:
+    """A document about to be added: what is known of it before it is indexed."""
+
+    name: str
+    sha256: str
+    size: int
+    scope: str = EVERYONE
+    uploader: str = ""
+    title: str = ""
+    publish: Publish = Publish.DIRECT
+
+
 # How often a read-only connection (a full disk) tries to become writable again.
 _REOPEN_SECONDS = 1.0
 _SELECT_DOCUMENTS = f"SELECT {', '.join(DOCUMENT_COLUMNS)} FROM documents"
@@ -262,17 +277,7 @@ class Store(QueryLogMixin, AuditMixin):
 
     # ----------------------------------------------------------------- documents
 
-    def insert_document(
-        self,
-        *,
-        name: str,
-        sha256: str,
-        size: int,
-        scope: str = EVERYONE,
-        uploader: str = "",
-        title: str = "",
-        publish: Publish = Publish.DIRECT,
-    ) -> int:
+    def insert_document(self, new: NewDocument) -> int:
         """Insert a ``pending`` document and return its id."""
         now = time.time()
         with self.transaction() as db:
@@ -281,31 +286,21 @@ class Store(QueryLogMixin, AuditMixin):
                                           publish, created_at, updated_at)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [
-                    name,
-                    title,
-                    sha256,
-                    size,
-                    uploader,
-                    scope,
+                    new.name,
+                    new.title,
+                    new.sha256,
+                    new.size,
+                    new.uploader,
+                    new.scope,
                     DocState.PENDING.value,
-                    publish.value,
+                    new.publish.value,
                     now,
                     now,
                 ],
             )
             return int(cur.lastrowid or 0)
 
-    def add_document(
-        self,
-        *,
-        name: str,
-        sha256: str,
-        size: int,
-        scope: str = EVERYONE,
-        uploader: str = "",
-        title: str = "",
-        publish: Publish = Publish.DIRECT,
-    ) -> tuple[DocumentRow, bool]:
+    def add_document(self, new: NewDocument) -> tuple[DocumentRow, bool]:
         """The live document with these bytes in this scope, or a new ``pending`` one.
 
         Looked up and inserted in one write transaction, so processes adding
@@ -317,22 +312,14 @@ class Store(QueryLogMixin, AuditMixin):
         """
         try:
             with self.transaction():
-                existing = self.document_by_sha(sha256, scope)
+                existing = self.document_by_sha(new.sha256, new.scope)
                 if existing is not None:
                     return existing, True
-                doc_id = self.insert_document(
-                    name=name,
-                    title=title,
-                    sha256=sha256,
-                    size=size,
-                    uploader=uploader,
-                    scope=scope,
-                    publish=publish,
-                )
+                doc_id = self.insert_document(new)
         except sqlite3.IntegrityError:
             # Another connection inserted it first (a database written by code
             # that looked up outside the transaction).
-            existing = self.document_by_sha(sha256, scope)
+            existing = self.document_by_sha(new.sha256, new.scope)
             if existing is None:
                 raise
             return existing, True

@@ -11,7 +11,7 @@ import pytest
 from index.derived import DerivedIndexes, Snapshot
 from index.models import Chunk
 from index.records import Stamp
-from index.store import Store
+from index.store import NewDocument, Store
 
 DIM = 16
 STAMP = Stamp("test/model", DIM, "pipeline-1", "extractor-1")
@@ -39,7 +39,7 @@ def _add_doc(store: Store, name: str, n_chunks: int, *, scope: str = "*", extra:
     texts = [" ".join(rng.choice(WORDS, size=8)) + extra for _ in range(n_chunks)]
     vecs = rng.standard_normal((n_chunks, DIM)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    doc_id = store.insert_document(name=name, sha256=name, size=1, scope=scope)
+    doc_id = store.insert_document(NewDocument(name=name, sha256=name, size=1, scope=scope))
     chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
     store.commit_indexed(
         doc_id,

@@ -16,7 +16,7 @@ import pytest
 from index.models import AuditAction
 from index.records import AUDIT_COLUMNS, DOCUMENT_COLUMNS, QUERY_COLUMNS, AuditEntry, QueryRecord
 from index.schema import MIGRATIONS, SCHEMA_BEFORE_MIGRATIONS
-from index.store import Store
+from index.store import NewDocument, Store
 
 # Frozen in index.schema as migration 1: what a data dir made before migrations holds.
 OLD_SCHEMA = SCHEMA_BEFORE_MIGRATIONS
@@ -231,12 +231,12 @@ def test_the_audit_log_reads_back_newest_first_and_is_append_only(index_dir: Pat
 
 def test_a_misspelt_field_is_a_type_error_not_a_new_column(index_dir: Path) -> None:
     store = Store(index_dir)
-    doc_id = store.insert_document(name="a.md", sha256="ab12", size=1)
+    doc_id = store.insert_document(NewDocument(name="a.md", sha256="ab12", size=1))
     before = _layout(store)
     with pytest.raises(TypeError):
         store.update_document(doc_id, titel="A")
     with pytest.raises(TypeError):
-        store.insert_document(name="b.md", sha256="cd34", size=1, titel="B")  # type: ignore[call-arg]
+        store.insert_document(NewDocument(name="b.md", sha256="cd34", size=1, titel="B"))  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         replace(_record("first"), thread_ts="t1")  # type: ignore[call-arg]
     with pytest.raises(TypeError):
@@ -310,12 +310,14 @@ def test_one_live_document_per_content_and_scope_is_enforced_by_the_schema(
     index_dir: Path,
 ) -> None:
     store = Store(index_dir)
-    first = store.insert_document(name="a.md", sha256="ab", size=1)
+    first = store.insert_document(NewDocument(name="a.md", sha256="ab", size=1))
     with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
-        store.insert_document(name="b.md", sha256="ab", size=1)
-    store.insert_document(name="a.md", sha256="ab", size=1, scope="C1")  # another scope
+        store.insert_document(NewDocument(name="b.md", sha256="ab", size=1))
+    # Another scope:
+    store.insert_document(NewDocument(name="a.md", sha256="ab", size=1, scope="C1"))
     store.update_document(first, state="replaced")
-    store.insert_document(name="a.md", sha256="ab", size=1)  # a new version of replaced bytes
+    # A new version of replaced bytes:
+    store.insert_document(NewDocument(name="a.md", sha256="ab", size=1))
 
 
 def test_duplicates_made_before_the_constraint_become_replaced_versions(tmp_path: Path) -> None:
