@@ -31,14 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from bench.machine import describe as machine
-from bench.slack import DOCUMENTS, QUESTIONS, percentile
-from bot.app import create_app
-from bot.settings import Settings
-from index.embed import Embedder
-from index.knowledge_base import KnowledgeBase
+from bench.slack import QUESTIONS, bench_settings, loaded_kb, percentile, serve
 
 # The mock Slack and model servers live with the tests, which are not an installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -104,14 +99,6 @@ def _start_writer(db: Path, hold: float, gap: float) -> subprocess.Popen[str]:
     return proc
 
 
-async def _serve(settings: Settings, kb: KnowledgeBase) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(create_app(settings, kb=kb), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
-
-
 async def run(
     events: int, rate: float, hold: float, gap: float, writer: bool, answer_timeout: float
 ) -> dict[str, Any]:
@@ -121,21 +108,9 @@ async def run(
             MockSlackAPI() as slack,
             OpenAICompatServer(reply="Claims are due within 30 days [1].") as llm,
         ):
-            settings = Settings.model_validate(
-                {
-                    "KB_DATA_DIR": Path(tmp),
-                    "SLACK_BOT_TOKEN": slack.bot_token,
-                    "SLACK_SIGNING_SECRET": DEFAULT_SIGNING_SECRET,
-                    "SLACK_API_URL": slack.api_url,
-                    "OPENAI_BASE_URL": llm.url,
-                    "KB_LLM_MAX_RETRIES": 0,
-                    "KB_THRESHOLD": 0.6,
-                }
-            )
-            kb = KnowledgeBase(settings.index_config(), embedder=Embedder(settings.embedding_model))
-            for name, data in DOCUMENTS.items():
-                kb.ingest_bytes(data, name, uploader="bench")
-            runner, url = await _serve(settings, kb)
+            settings = bench_settings(Path(tmp), slack, llm)
+            kb = loaded_kb(settings)
+            runner, url = await serve(settings, kb)
             proc = None
             try:
                 async with aiohttp.ClientSession() as session:

@@ -110,6 +110,39 @@ async def _round(
     }
 
 
+def bench_settings(data_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer) -> Settings:
+    """The bot's settings against the local Slack and model servers."""
+    return Settings.model_validate(
+        {
+            "KB_DATA_DIR": data_dir,
+            "SLACK_BOT_TOKEN": slack.bot_token,
+            "SLACK_SIGNING_SECRET": DEFAULT_SIGNING_SECRET,
+            "SLACK_API_URL": slack.api_url,
+            "OPENAI_BASE_URL": llm.url,
+            "OPENAI_API_KEY": llm.api_key or "",
+            "KB_LLM_MAX_RETRIES": 0,
+            "KB_THRESHOLD": 0.6,
+        }
+    )
+
+
+def loaded_kb(settings: Settings) -> KnowledgeBase:
+    """The knowledge base of ``settings`` with the benchmark's documents in it."""
+    kb = KnowledgeBase(settings.index_config(), embedder=Embedder(settings.embedding_model))
+    for name, data in DOCUMENTS.items():
+        kb.ingest_bytes(data, name, uploader="bench")
+    return kb
+
+
+async def serve(settings: Settings, kb: KnowledgeBase) -> tuple[web.AppRunner, str]:
+    """The bot's web server on a free loopback port, and its Slack events URL."""
+    runner = web.AppRunner(create_app(settings, kb=kb), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+
+
 async def run(rounds: int, concurrency: int, round_timeout: float) -> dict[str, Any]:
     """Start everything, run the rounds, return the per-round and median figures."""
     with tempfile.TemporaryDirectory(prefix="kb-bench-slack-") as tmp:
@@ -117,26 +150,8 @@ async def run(rounds: int, concurrency: int, round_timeout: float) -> dict[str, 
             MockSlackAPI() as slack,
             OpenAICompatServer(reply="Claims are due within 30 days [1].") as llm,
         ):
-            settings = Settings.model_validate(
-                {
-                    "KB_DATA_DIR": Path(tmp),
-                    "SLACK_BOT_TOKEN": slack.bot_token,
-                    "SLACK_SIGNING_SECRET": DEFAULT_SIGNING_SECRET,
-                    "SLACK_API_URL": slack.api_url,
-                    "OPENAI_BASE_URL": llm.url,
-                    "KB_LLM_MAX_RETRIES": 0,
-                    "KB_THRESHOLD": 0.6,
-                }
-            )
-            kb = KnowledgeBase(settings.index_config(), embedder=Embedder(settings.embedding_model))
-            for name, data in DOCUMENTS.items():
-                kb.ingest_bytes(data, name, uploader="bench")
-            runner = web.AppRunner(create_app(settings, kb=kb), access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = runner.addresses[0][1]
-            url = f"http://127.0.0.1:{port}/slack/events"
+            settings = bench_settings(Path(tmp), slack, llm)
+            runner, url = await serve(settings, loaded_kb(settings))
             try:
                 async with aiohttp.ClientSession() as session:
                     # The first request pays for auth.test and lazy imports; the first
