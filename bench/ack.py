@@ -33,17 +33,15 @@ from typing import Any
 import aiohttp
 
 from bench.machine import describe as machine
-from bench.slack import QUESTIONS, bench_settings, loaded_kb, percentile, serve
+from bench.slack import QUESTIONS, bench_settings, loaded_kb, percentile, post, serve
 
 # The mock Slack and model servers live with the tests, which are not an installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.servers import (  # noqa: E402
-    DEFAULT_SIGNING_SECRET,
     MockSlackAPI,
     OpenAICompatServer,
     app_mention_event,
     event_body,
-    slack_headers,
 )
 
 SLACK_LIMIT_MS = 3000.0
@@ -64,17 +62,6 @@ while True:
 """
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
-    started = time.perf_counter()
-    async with session.post(
-        url, data=body, headers=slack_headers(DEFAULT_SIGNING_SECRET, body)
-    ) as resp:
-        await resp.read()
-        if resp.status != 200:
-            raise RuntimeError(f"the endpoint answered HTTP {resp.status}")
-    return (time.perf_counter() - started) * 1000
-
-
 async def _send_at_rate(
     session: aiohttp.ClientSession, url: str, events: int, rate: float
 ) -> list[float]:
@@ -82,7 +69,7 @@ async def _send_at_rate(
     tasks = []
     for i in range(events):
         body = event_body(app_mention_event(QUESTIONS[i % len(QUESTIONS)]))
-        tasks.append(asyncio.create_task(_post(session, url, body)))
+        tasks.append(asyncio.create_task(post(session, url, body)))
         await asyncio.sleep(1 / rate)
     return list(await asyncio.gather(*tasks))
 
@@ -115,7 +102,7 @@ async def run(
             try:
                 async with aiohttp.ClientSession() as session:
                     # Warm up (auth.test, thread pools) before the lock is taken.
-                    await _post(session, url, event_body(app_mention_event(QUESTIONS[0])))
+                    await post(session, url, event_body(app_mention_event(QUESTIONS[0])))
                     await slack.wait_for("chat.update", 1, timeout=answer_timeout)
                     proc = _start_writer(kb.store.path, hold, gap) if writer else None
                     started = time.perf_counter()

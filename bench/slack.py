@@ -78,7 +78,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
+async def post(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
+    """POST a signed Slack body; return how long the acknowledgement took, in ms."""
     started = time.perf_counter()
     async with session.post(
         url, data=body, headers=slack_headers(DEFAULT_SIGNING_SECRET, body)
@@ -97,7 +98,7 @@ async def _round(
         event_body(app_mention_event(QUESTIONS[i % len(QUESTIONS)])) for i in range(concurrency)
     ]
     started = time.perf_counter()
-    acks = await asyncio.gather(*(_post(session, url, b) for b in bodies))
+    acks = await asyncio.gather(*(post(session, url, b) for b in bodies))
     updates = await slack.wait_for("chat.update", before + concurrency, timeout=timeout)
     answered = (time.perf_counter() - started) * 1000
     failed = sum(u.get("text") == messages.ERROR_GENERIC for u in updates[before:])
