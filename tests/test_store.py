@@ -140,26 +140,33 @@ Store(Path(sys.argv[1]))
 """
 
 
-def test_processes_opening_one_data_dir_at_once_migrate_it_once(tmp_path: Path) -> None:
-    data_dir = _old_data_dir(tmp_path / "old")
+def _race(script: str, data_dir: Path, tmp_path: Path, count: int) -> list[tuple[int, str, str]]:
+    """Run ``count`` processes of ``script`` released at the same instant: (exit code, out, err)."""
     go = tmp_path / "go"
     root = Path(__file__).resolve().parents[1]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _OPENER, str(data_dir), str(go), str(tmp_path / f"ready{i}")],
+            [sys.executable, "-c", script, str(data_dir), str(go), str(tmp_path / f"ready{i}")],
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(root)},
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for i in range(4)
+        for i in range(count)
     ]
     deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("ready*"))) < 4 and time.monotonic() < deadline:
+    while len(list(tmp_path.glob("ready*"))) < count and time.monotonic() < deadline:
         time.sleep(0.01)  # every process imported and at the starting line
     go.touch()
-    errors = [p.communicate(timeout=60)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0] * 4, errors
+    done = [(p, *p.communicate(timeout=60)) for p in procs]
+    return [(p.returncode, out, err) for p, out, err in done]
+
+
+def test_processes_opening_one_data_dir_at_once_migrate_it_once(tmp_path: Path) -> None:
+    data_dir = _old_data_dir(tmp_path / "old")
+    outputs = _race(_OPENER, data_dir, tmp_path, 4)
+    assert all(code == 0 for code, _, _ in outputs), [err for _, _, err in outputs]
     store = Store(data_dir)
     assert [m.name for m in MIGRATIONS.applied(store.db)] == MIGRATION_NAMES
     assert store.query(5).question == "When does the office open?"
@@ -279,25 +286,9 @@ for i in range(20):  # twenty races in a row
 def test_six_processes_adding_the_same_bytes_at_once_get_one_document(tmp_path: Path) -> None:
     data_dir = tmp_path / "kb"
     Store(data_dir)  # migrated before the race: the race is the add's
-    go = tmp_path / "go"
-    root = Path(__file__).resolve().parents[1]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _ADDER, str(data_dir), str(go), str(tmp_path / f"ready{i}")],
-            cwd=root,
-            env={**os.environ, "PYTHONPATH": str(root)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(6)
-    ]
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("ready*"))) < 6 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    go.touch()
-    outputs = [p.communicate(timeout=60) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 6, [err for _, err in outputs]
+    results = _race(_ADDER, data_dir, tmp_path, 6)
+    assert all(code == 0 for code, _, _ in results), [err for _, _, err in results]
+    outputs = [(out, err) for _, out, err in results]
     store = Store(data_dir)
     docs = store.documents()
     assert len(docs) == 20
