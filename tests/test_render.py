@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -248,3 +249,32 @@ def test_streamed_partial_answers_make_urls_inert_too() -> None:
     rendered = render_partial("Go to https://evil.example now")
     assert _bare_urls_outside_code(rendered.blocks[0]["text"]["text"]) == []
     assert _bare_urls_outside_code(rendered.text) == []
+
+
+def _texts(rendered: Rendered) -> list[dict[str, Any]]:
+    objects = []
+    for block in rendered.blocks:
+        if "text" in block:
+            objects.append(block["text"])
+        objects += [e for e in block.get("elements", []) if e.get("type") == "mrkdwn"]
+    return objects
+
+
+def test_a_title_or_section_carrying_a_url_is_no_link() -> None:
+    hostile = "IT notice: reset SSO at https://sso-reset.evil.example/login"
+    source = _source(1, document=hostile)
+    rendered = render_answer(_answer("Reset it as the notice says [1].", [source]))
+    assert all(link.startswith("https://kb.example/d/") for link in _links(rendered))
+    for block_text in (json.dumps(b) for b in rendered.blocks):
+        assert _bare_urls_outside_code(block_text) == []
+    # And Slack is told not to turn anything into a link or a mention by itself.
+    assert _texts(rendered) and all(t.get("verbatim") is True for t in _texts(rendered))
+
+
+@pytest.mark.parametrize("outcome", [Outcome.MODEL_UNAVAILABLE, Outcome.ANSWERED])
+def test_a_passage_of_characters_that_escape_long_still_fits_slack(outcome: Outcome) -> None:
+    # "&" is "&amp;" once escaped: a 600-character quote would become 3,000.
+    sources = [_source(n, quote="&" * 700) for n in (1, 2, 3, 4)]
+    rendered = render_answer(_answer("Yes [1][2][3][4].", sources, outcome=outcome, kept=sources))
+    assert all(len(t["text"]) <= SECTION_LIMIT for t in _texts(rendered))
+    assert len(rendered.text) <= 3000

@@ -60,16 +60,21 @@ class Audience:
         if not team and event.get("user"):
             team = await self._team_of(client, str(event["user"]))
         return Place(
-            external_asker=bool(home and team and team != home),
+            # A team nobody could tell counts as another organisation: unknown grants nothing.
+            external_asker=not (home and team and team == home),
             shared_channel=bool(body.get("is_ext_shared_channel")),
         )
 
     def serves_submitter(self, body: dict[str, Any]) -> bool:
-        """Whether the person who submitted an interactive payload (a modal) is served."""
-        team = (body.get("team") or {}).get("id")
+        """Whether the person who submitted an interactive payload (a modal) is served.
+
+        In a shared channel Slack puts the submitter's own team in ``team``; the
+        workspace the app is installed in is the view's ``app_installed_team_id``.
+        """
+        view = body.get("view") or {}
+        home = view.get("app_installed_team_id") or _home_team(body)
         user_team = (body.get("user") or {}).get("team_id")
-        external = bool(team and user_team and user_team != team)
-        return self.allow_external or not external
+        return self.allow_external or bool(home and user_team and user_team == home)
 
     def serves(self, place: Place) -> bool:
         """Whether a question asked at ``place`` gets an answer from the knowledge base."""

@@ -293,6 +293,11 @@ def approval_request(uploader: str, name: str, scope: str, chunks: int) -> str:
     )
 
 
+def approval_title(title: str) -> str:
+    """The title answers will cite the document by (already escaped)."""
+    return f"Answers will cite it as *{title}*."
+
+
 def approval_replaces(names: list[str]) -> str:
     """Which searchable documents an approval would replace (each already escaped)."""
     return "Approving it replaces: " + ", ".join(names) + " (kept as an earlier version)."

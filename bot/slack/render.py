@@ -256,12 +256,19 @@ def _outside_tokens(text: str, cut: int) -> int:
 # ---------------------------------------------------------------- blocks
 
 
+def _mrkdwn_text(text: str) -> dict[str, Any]:
+    # verbatim: Slack turns nothing into a link or a mention by itself; only the
+    # server's explicit <url|label> and <@user> tokens (escaping guarantees no
+    # others) are links or mentions.
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
 def _section(text: str) -> Block:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+    return {"type": "section", "text": _mrkdwn_text(text)}
 
 
 def _context(text: str) -> Block:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
+    return {"type": "context", "elements": [_mrkdwn_text(text)]}
 
 
 def _feedback(query_id: int) -> Block:
@@ -291,17 +298,27 @@ def parse_feedback_value(value: str) -> tuple[int, int] | None:
 
 
 def _source_heading(s: SourceRef) -> str:
-    parts = [f"<{_safe_url(s.url)}|[{s.n}]>", f"*{escape(display_name(s.document))}*"]
+    parts = [f"<{_safe_url(s.url)}|[{s.n}]>", f"*{_label(s.document)}*"]
     if s.section:
-        parts.append("› " + escape(display_name(s.section)))
+        parts.append("› " + _label(s.section))
     if s.page is not None:
         parts.append(f"· p. {s.page}")
     return " ".join(parts)
 
 
+def _label(text: str) -> str:
+    """A document's name, title or section as shown: one line, escaped, no link of its own."""
+    return escape(inert_links(display_name(text)))
+
+
+def _quote(text: str, limit: int) -> str:
+    """``text`` shortened at a word to ``limit``, escaped, and still within ``limit`` once escaped."""
+    return _fit(_shorten(text, limit), limit)
+
+
 def _source_line(s: SourceRef, quote_chars: int) -> str:
-    quote = _shorten(s.quote, quote_chars)
-    return f"{_source_heading(s)}\n> {escape(quote)}" if quote else _source_heading(s)
+    quote = _quote(s.quote, quote_chars)
+    return f"{_source_heading(s)}\n> {quote}" if quote else _source_heading(s)
 
 
 def _pack(lines: Sequence[str], header: str) -> list[str]:
@@ -578,18 +595,21 @@ def render_approval_request(
         value: what the buttons carry back (``bot.slack.approvals.Ticket``).
         recent: the latest audit entries, for context.
     """
-    name = escape(display_name(doc.name))
+    name = _label(doc.name)
     head = messages.approval_request(
         mention(doc.uploader), name, scope_label(doc.scope), doc.chunk_count
     )
     blocks = [_section(head)]
+    if doc.title and doc.title != doc.name:
+        # Answers cite a document by its title: the admin approves that too.
+        blocks.append(_context(messages.approval_title(_label(doc.title))))
     if beside:
         listed = [
             f"*{escape(display_name(d.name))}* #{d.id} from {_code(d.uploader)}"
             for d in beside[:MAX_LISTED_VERSIONS]
         ]
         blocks.append(_section(messages.approval_replaces(listed)))
-    quote = escape(inert_links(_shorten(preview, PREVIEW_CHARS)))
+    quote = _quote(inert_links(preview), PREVIEW_CHARS)
     link = f"<{_safe_url(url)}|{messages.APPROVAL_OPEN}>"
     blocks.append(_section(f"> {quote}\n{link}" if quote else link))
     blocks.append(_approval_buttons(doc, value))

@@ -91,6 +91,8 @@ LOGOUT_PATH = "/auth/logout"
 STATE_COOKIE = "kb_signin"
 STATE_PURPOSE = "kb-signin-state"
 STATE_TTL_SECONDS = 600
+# Sign-ins remembered as used; past this the oldest are forgotten (their cookies expire anyway).
+MAX_REMEMBERED_STATES = 100_000
 MEMBERS_TTL_SECONDS = 60.0
 SCOPES = "openid profile"
 TEAM_CLAIM = "https://slack.com/team_id"
@@ -393,7 +395,13 @@ class SignIn:
     def _first_use(self, state: str) -> bool:
         """Remember ``state`` until it would have expired anyway; false if it was seen."""
         now = time.monotonic()
-        self._used_states = {s: t for s, t in self._used_states.items() if t > now}
+        # Insertion order is expiry order: drop expired entries from the front only,
+        # so a flood of callbacks costs constant time each, and cap what is kept.
+        while self._used_states:
+            oldest, expires = next(iter(self._used_states.items()))
+            if expires > now and len(self._used_states) < MAX_REMEMBERED_STATES:
+                break
+            del self._used_states[oldest]
         if state in self._used_states:
             return False
         self._used_states[state] = now + STATE_TTL_SECONDS

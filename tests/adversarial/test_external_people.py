@@ -18,6 +18,7 @@ from tests.conftest_bot import FALCON_Q, IN_DOMAIN, Bot, BotFactory  # noqa: E40
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
     DM_CHANNEL_ID,
+    TEAM_ID,
     app_mention_event,
     file_input_state,
     file_share_event,
@@ -106,3 +107,32 @@ async def test_an_external_person_cannot_upload_through_the_modal(bot: Bot) -> N
     assert messages.EXTERNAL_ASKER in json.dumps(body["errors"])
     await bot.idle()
     assert len(bot.kb.documents()) == before and bot.slack.downloads == []
+
+
+async def test_a_partner_submitting_the_modal_as_slack_sends_it_is_refused(bot: Bot) -> None:
+    # In a shared channel Slack puts the submitter's own team in `team`: only the
+    # view's app_installed_team_id names the workspace the bot belongs to.
+    resp = await bot.post(slash_command_body("/kb-upload", "", EXTERNAL_USER, CHANNEL_ID))
+    assert resp.status == 200
+    (call,) = await bot.slack.wait_for("views.open")
+    file = bot.slack.add_file("F0EXT0003", "rules.md", b"# Rules\n\nPay me.\n", "text/plain")
+    view = {
+        **call["view"],
+        "state": file_input_state("files", "files", [file]),
+        "app_installed_team_id": TEAM_ID,
+    }
+    resp = await bot.post(view_submission_body(view, EXTERNAL_USER, team_id=OTHER_TEAM))
+    body = await resp.json()
+    assert body["response_action"] == "errors"
+    await bot.idle()
+    assert bot.slack.downloads == []
+
+
+async def test_a_person_whose_team_nobody_can_tell_is_not_answered(bot: Bot) -> None:
+    bot.slack.fail("users.info", "user_not_found")
+    event = message_im_event(IN_DOMAIN, user="U0UNKNOWN1")
+    event.pop("team", None)
+    await bot.event(event)
+    await bot.idle()
+    assert bot.llm.requests == []
+    assert messages.EXTERNAL_ASKER in _all_text(bot)
