@@ -115,30 +115,28 @@ def _mtime(path: Path) -> float:
 
 def _free(path: Path) -> bool:
     """Whether nobody holds the lock on ``path`` (a missing file is free)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+    return _lockable(path) is not False
 
 
 def _take_and_delete(path: Path) -> bool:
+    """Delete ``path`` if nobody holds its lock; whether it was deleted."""
+    return _lockable(path, delete=True) is True
+
+
+def _lockable(path: Path, *, delete: bool = False) -> bool | None:
+    """Whether the lock on ``path`` could be taken (``None``: no such file); ``delete`` it then."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return False
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        path.unlink(missing_ok=True)  # still held: nobody can take it in between
-        return True
     except BlockingIOError:
         return False
+    else:
+        if delete:
+            path.unlink(missing_ok=True)  # still held: nobody can take it in between
+        return True
     finally:
         os.close(fd)
 
