@@ -332,6 +332,9 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
     ) -> None:
         await ack()
         container = body.get("container") or {}
+        if not (container.get("channel_id") and container.get("message_ts")):
+            log.warning("ignoring a Retry that names no status message")
+            return
         status = StatusMessage(
             client,
             str(container["channel_id"]),

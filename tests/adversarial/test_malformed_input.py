@@ -190,6 +190,22 @@ ATTACKS: dict[str, Attack] = {
         ),
         BAD,
     ),
+    "retry without the message it came from": Attack(
+        _signed(
+            _form(
+                {
+                    **json.loads(
+                        dict(
+                            _parse_form(block_actions_body([button_action(RETRY_ACTION_ID, "12")]))
+                        )["payload"]
+                    ),
+                    "container": {},
+                }
+            ),
+            json_body=False,
+        ),
+        IGNORED,
+    ),
     # --- viewer links
     "document id in Arabic-Indic digits": Attack(_get("/d/\u0661\u0662?t=abc"), LINK),
     "document id a superscript": Attack(_get("/d/\u00b2?t=abc"), LINK),
