@@ -1,6 +1,6 @@
 """The full retrieval evaluation on the bundled set, written into docs/evaluation.md.
 
-Runs ``kb eval --strategies`` on ``evaluation/evalset`` (the six chunking strategies,
+Runs ``kb eval --strategies`` on ``evaluation/sets/pip-black`` (the six chunking strategies,
 the three retrieval modes, the out-of-domain sweep), then:
 
 * replaces the generated part of ``docs/evaluation.md`` (between the

@@ -37,7 +37,7 @@ from index.extract import extract
 from index.store import EVERYONE
 from index.vectors import VectorIndex
 
-EVALSET = Path(__file__).resolve().parents[1] / "evaluation" / "evalset"
+EVALSET = Path(__file__).resolve().parents[1] / "evaluation" / "sets" / "pip-black"
 
 
 def corpus_chunks() -> list[str]:

@@ -6,6 +6,8 @@ verbatim passage that answers it, ``doc_phrasing``, ``ticket_phrasing``);
 ``question``, optional ``kind``). This module reads them and refuses a
 missing, malformed or unlabelled line with ``EvalSetError``;
 ``evaluation.set_check`` checks that a set's needles are fit to measure with.
+The sets bundled with the package live in ``evaluation/sets/NAME/``;
+``bundled_set`` finds one by name.
 """
 
 from __future__ import annotations
@@ -16,17 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluation.set_check import BUNDLED_EVALSET
+from evaluation.set_check import BUNDLED_EVALSET, DEFAULT_SET, bundled_sets
 from index.errors import KBError
 
 __all__ = [
     "BUNDLED_CORPUS",
     "BUNDLED_OOD",
     "BUNDLED_QUESTIONS",
+    "DEFAULT_SET",
     "PHRASINGS",
     "EvalSetError",
+    "EvalSetPaths",
     "OODQuestion",
     "Question",
+    "bundled_set",
+    "bundled_set_names",
     "load_ood",
     "load_questions",
     "read_jsonl",
@@ -41,6 +47,39 @@ BUNDLED_OOD = BUNDLED_EVALSET / "ood.jsonl"
 
 class EvalSetError(KBError):
     """An evaluation file is missing, malformed or unlabelled."""
+
+
+@dataclass(frozen=True)
+class EvalSetPaths:
+    """Where one evaluation set's documents and questions are."""
+
+    corpus: Path
+    questions: Path
+    ood: Path
+
+    @classmethod
+    def of(cls, root: Path) -> EvalSetPaths:
+        """The files of a set folder laid out as ``corpus/``, ``questions.jsonl``, ``ood.jsonl``."""
+        return cls(root / "corpus", root / "questions.jsonl", root / "ood.jsonl")
+
+
+def bundled_set_names() -> list[str]:
+    """The names of the evaluation sets shipped with the package, sorted."""
+    return list(bundled_sets())
+
+
+def bundled_set(name: str = DEFAULT_SET) -> EvalSetPaths:
+    """The files of the bundled evaluation set called ``name``.
+
+    Raises:
+        EvalSetError: no bundled set has that name (the message lists the names).
+    """
+    sets = bundled_sets()
+    if name not in sets:
+        raise EvalSetError(
+            f"No bundled evaluation set called {name!r}; choose one of: {', '.join(sets)}."
+        )
+    return EvalSetPaths.of(sets[name])
 
 
 @dataclass(frozen=True)

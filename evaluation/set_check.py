@@ -8,8 +8,8 @@ inside a heading line is never part of any chunk's content (the chunker puts
 headings in the contextual header instead), and a phrasing that quotes its
 needle turns the test into string matching. This module catches those mistakes.
 
-Run it as ``python -m evaluation.set_check DIR``; without ``DIR`` it checks the
-evaluation set bundled with the package.
+Run it as ``python -m evaluation.set_check DIR`` (or ``--set NAME``); without
+either it checks the default evaluation set bundled with the package.
 """
 
 from __future__ import annotations
@@ -22,8 +22,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-BUNDLED_EVALSET = Path(__file__).resolve().parent / "evalset"
-"""The evaluation set shipped with the package (a corpus of public documentation)."""
+SETS_DIR = Path(__file__).resolve().parent / "sets"
+"""The evaluation sets shipped with the package, one folder each (public documentation)."""
+
+DEFAULT_SET = "pip-black"
+"""The bundled set ``kb eval`` uses when it is given none."""
+
+BUNDLED_EVALSET = SETS_DIR / DEFAULT_SET
+"""The default bundled evaluation set."""
+
+BUNDLED_MIN_PER_KIND = 10
+"""A bundled set has at least this many far, adjacent and near-miss OOD questions."""
 
 CORPUS_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
 """Corpus files whose canonical text is the file itself with newlines normalised.
@@ -46,6 +55,15 @@ NEEDLE_MAX_CHARS = 120
 _ATX_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 # The underline of a setext heading (the line above it is the heading).
 _SETEXT_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+
+
+def bundled_sets() -> dict[str, Path]:
+    """The bundled evaluation sets by name: every folder of ``SETS_DIR`` holding a corpus."""
+    return {
+        path.name: path
+        for path in sorted(SETS_DIR.iterdir())
+        if path.is_dir() and (path / "corpus").is_dir()
+    }
 
 
 def canonical_text(raw: str) -> str:
@@ -218,6 +236,7 @@ def check_evalset(
     ood: Path,
     min_questions: int = 30,
     min_ood: int | None = None,
+    min_per_kind: int = 0,
 ) -> list[str]:
     """Check an evaluation set; an empty list means it is fit for ``kb eval``.
 
@@ -226,7 +245,9 @@ def check_evalset(
     once in the whole corpus (after newline normalisation) and not within a
     heading line; the two phrasings of a question differ and neither contains
     its needle; OOD ``kind``, when given, is ``adjacent``, ``near_miss`` or
-    ``far``; and there are enough questions and OOD questions.
+    ``far``; and there are enough questions and OOD questions, and, when
+    ``min_per_kind`` is set, every OOD question has a kind and each kind
+    has at least that many.
 
     Args:
         corpus_dir: folder of corpus documents (``.md``, ``.markdown``, ``.txt``).
@@ -235,6 +256,7 @@ def check_evalset(
         ood: ``ood.jsonl`` with ``id``, ``question`` and optionally ``kind``.
         min_questions: the fewest questions accepted.
         min_ood: the fewest OOD questions accepted; ``None`` means ``min_questions``.
+        min_per_kind: the fewest OOD questions of each kind accepted (0: kinds optional).
 
     Returns:
         One human-readable sentence per problem, prefixed with the file and line.
@@ -267,6 +289,24 @@ def check_evalset(
         problems.append(
             f"{ood.name}: {len(ood_records)} valid OOD questions, at least {min_ood} needed"
         )
+    if min_per_kind:
+        problems.extend(_kind_problems(ood.name, ood_records, min_per_kind))
+    return problems
+
+
+def _kind_problems(
+    name: str, records: list[tuple[int, dict[str, Any]]], min_per_kind: int
+) -> list[str]:
+    """OOD questions without a kind, and kinds with fewer than ``min_per_kind`` questions."""
+    problems = [
+        f"{name}:{lineno} ({record['id']}): no kind ({', '.join(sorted(OOD_KINDS))})"
+        for lineno, record in records
+        if not record.get("kind")
+    ]
+    for kind in sorted(OOD_KINDS):
+        count = sum(1 for _, record in records if record.get("kind") == kind)
+        if count < min_per_kind:
+            problems.append(f"{name}: {count} {kind} questions, at least {min_per_kind} needed")
     return problems
 
 
@@ -283,25 +323,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m evaluation.set_check",
         description="Check an evaluation set: DIR/corpus/, DIR/questions.jsonl, DIR/ood.jsonl.",
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "directory",
         nargs="?",
         type=Path,
-        default=BUNDLED_EVALSET,
-        help="the evaluation set folder (default: the bundled set)",
+        default=None,
+        help="the evaluation set folder (default: every bundled set)",
     )
+    where.add_argument("--set", dest="name", metavar="NAME", help="a bundled set, by name")
     parser.add_argument("--min-questions", type=int, default=30, metavar="N")
     parser.add_argument(
         "--min-ood", type=int, default=None, metavar="N", help="default: --min-questions"
     )
+    parser.add_argument(
+        "--min-per-kind",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"OOD questions of each kind (default: {BUNDLED_MIN_PER_KIND} for a bundled set, "
+        "else 0: kinds optional)",
+    )
     args = parser.parse_args(argv)
-    root: Path = args.directory
+    sets = bundled_sets()
+    if args.name is not None and args.name not in sets:
+        parser.error(f"no bundled set {args.name!r}; bundled: {', '.join(sets)}")
+    roots = (
+        [args.directory] if args.directory else [sets[args.name]] if args.name else [*sets.values()]
+    )
+    status = 0
+    for root in roots:
+        per_kind = args.min_per_kind
+        if per_kind is None:
+            per_kind = BUNDLED_MIN_PER_KIND if root.resolve().parent == SETS_DIR else 0
+        status |= _check_one(root, args.min_questions, args.min_ood, per_kind)
+    return status
+
+
+def _check_one(root: Path, min_questions: int, min_ood: int | None, min_per_kind: int) -> int:
+    """Check one set folder and print its problems or its size; the exit code."""
     problems = check_evalset(
         root / "corpus",
         root / "questions.jsonl",
         root / "ood.jsonl",
-        min_questions=args.min_questions,
-        min_ood=args.min_ood,
+        min_questions=min_questions,
+        min_ood=min_ood,
+        min_per_kind=min_per_kind,
     )
     for problem in problems:
         print(problem)
@@ -315,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     print(
         f"OK: {len(texts)} documents, {sum(map(len, texts.values()))} characters, "
-        f"{counts[0]} questions, {counts[1]} out-of-domain questions"
+        f"{counts[0]} questions, {counts[1]} out-of-domain questions ({root.name})"
     )
     return 0
 

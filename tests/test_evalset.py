@@ -11,8 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.inputs import EvalSetError, bundled_set, bundled_set_names
 from evaluation.set_check import (
     BUNDLED_EVALSET,
+    BUNDLED_MIN_PER_KIND,
+    DEFAULT_SET,
+    bundled_sets,
     canonical_text,
     check_evalset,
     heading_lines,
@@ -32,14 +36,51 @@ def _jsonl(path: Path) -> list[dict[str, str]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-# --- the bundled set ---------------------------------------------------------
+# --- the bundled sets --------------------------------------------------------
+
+SETS = sorted(bundled_sets())
 
 
-def test_bundled_evalset_passes() -> None:
-    assert _check(BUNDLED_EVALSET) == []
+def test_the_default_set_is_bundled() -> None:
+    assert DEFAULT_SET == "pip-black" and bundled_sets()[DEFAULT_SET] == BUNDLED_EVALSET
+    assert bundled_set().corpus == BUNDLED_EVALSET / "corpus"
+    assert bundled_set_names() == SETS and len(SETS) >= 1
 
 
-def test_bundled_evalset_has_the_documented_shape() -> None:
+def test_an_unknown_set_names_the_bundled_ones() -> None:
+    with pytest.raises(EvalSetError, match="choose one of: .*pip-black"):
+        bundled_set("no-such-set")
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_bundled_set_passes(name: str) -> None:
+    assert _check(bundled_sets()[name], min_per_kind=BUNDLED_MIN_PER_KIND) == []
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_bundled_set_documents_its_sources(name: str) -> None:
+    root = bundled_sets()[name]
+    sources = (root / "SOURCES.md").read_text(encoding="utf-8")
+    assert (root / "LICENSE-corpus.md").read_text(encoding="utf-8").strip()
+    for path in (root / "corpus").rglob("*"):
+        if path.is_file():
+            rel = path.relative_to(root / "corpus").as_posix()
+            assert f"`{rel}`" in sources, f"{rel} has no origin in {name}/SOURCES.md"
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_near_misses_reuse_corpus_words(name: str) -> None:
+    # A near miss is only a near miss if the corpus has its words but not its answer.
+    root = bundled_sets()[name]
+    corpus = "\n".join(load_corpus(root / "corpus")[0].values()).lower()
+    near = [o for o in _jsonl(root / "ood.jsonl") if o["kind"] == "near_miss"]
+    assert near
+    for o in near:
+        words = [w.strip("?,.'").lower() for w in o["question"].split() if len(w) > 4]
+        assert any(w in corpus for w in words), o["id"]
+
+
+def test_pip_black_has_the_documented_shape() -> None:
     texts, problems = load_corpus(BUNDLED_EVALSET / "corpus")
     assert problems == []
     assert 8 <= len(texts) <= 15
@@ -58,23 +99,8 @@ def test_bundled_evalset_has_the_documented_shape() -> None:
     ood = _jsonl(BUNDLED_EVALSET / "ood.jsonl")
     assert len(ood) == 30
     assert Counter(o["kind"] for o in ood) == {"adjacent": 10, "near_miss": 10, "far": 10}
-
-
-def test_bundled_evalset_documents_its_sources() -> None:
-    sources = (BUNDLED_EVALSET / "SOURCES.md").read_text(encoding="utf-8")
     licences = (BUNDLED_EVALSET / "LICENSE-corpus.md").read_text(encoding="utf-8")
-    for path in (BUNDLED_EVALSET / "corpus").iterdir():
-        assert f"`{path.name}`" in sources, f"{path.name} has no origin in SOURCES.md"
     assert licences.count("Permission is hereby granted") == 2
-
-
-def test_near_misses_reuse_corpus_words() -> None:
-    # A near miss is only a near miss if the corpus has its words but not its answer.
-    corpus = "\n".join(load_corpus(BUNDLED_EVALSET / "corpus")[0].values()).lower()
-    near = [o for o in _jsonl(BUNDLED_EVALSET / "ood.jsonl") if o["kind"] == "near_miss"]
-    for o in near:
-        words = [w.strip("?,.'").lower() for w in o["question"].split() if len(w) > 4]
-        assert any(w in corpus for w in words), o["id"]
 
 
 # --- the CI mini set ---------------------------------------------------------
@@ -289,6 +315,26 @@ def test_ood_problems_are_reported(tmp_path: Path) -> None:
     assert len(problems) == 4
 
 
+def test_ood_kinds_are_counted_when_asked(tmp_path: Path) -> None:
+    root = _make_set(
+        tmp_path,
+        [_question("q1", "Each widget may hold at most 500 gadgets.")],
+        ood=[
+            {"id": "o1", "question": "How do I cook paella?", "kind": "far"},
+            {"id": "o2", "question": "How do I renew a passport?", "kind": "far"},
+            {"id": "o3", "question": "How do gadgets get painted?", "kind": "near_miss"},
+            {"id": "o4", "question": "What is a widget factory?"},
+        ],
+    )
+    assert _problems(root) == []
+    problems = _check(root, min_questions=1, min_per_kind=2)
+    assert problems == [
+        "ood.jsonl:4 (o4): no kind (adjacent, far, near_miss)",
+        "ood.jsonl: 0 adjacent questions, at least 2 needed",
+        "ood.jsonl: 1 near_miss questions, at least 2 needed",
+    ]
+
+
 def test_minimum_sizes(tmp_path: Path) -> None:
     root = _make_set(tmp_path, [_question("q1", "Each widget may hold at most 500 gadgets.")])
     assert _check(root, min_questions=1) == []
@@ -330,6 +376,11 @@ def test_main_reports_ok_and_problems(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main([str(BUNDLED_EVALSET)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("OK: 15 documents")
+    assert main(["--set", DEFAULT_SET]) == 0
+    assert capsys.readouterr().out.endswith("(pip-black)\n")
+    with pytest.raises(SystemExit):
+        main(["--set", "no-such-set"])
+    assert "bundled: pip-black" in capsys.readouterr().err
 
     assert main([str(EVALMINI)]) == 1
     assert "at least 30 needed" in capsys.readouterr().out
@@ -352,4 +403,5 @@ def test_module_runs_as_a_script() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith("OK:")
+    # Without arguments it checks every bundled set.
+    assert result.stdout.count("OK:") == len(SETS)

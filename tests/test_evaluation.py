@@ -144,6 +144,30 @@ def test_unknown_files_are_reported_not_raised(tmp_path: Path) -> None:
     assert "needle" in result.output
 
 
+@pytest.mark.parametrize("command", ["eval", "calibrate"])
+def test_a_bundled_set_is_chosen_by_name(command: str) -> None:
+    both = CliRunner().invoke(main, [command, "--set", "pip-black", *EVALSET_OPTIONS])
+    assert both.exit_code == 2
+    assert "either --set or --corpus/--questions/--ood" in both.output
+    unknown = CliRunner().invoke(main, [command, "--set", "no-such-set"])
+    assert unknown.exit_code == 2
+    assert "'no-such-set'" in unknown.output and "pip-black" in unknown.output
+
+
+def test_set_names_the_bundled_files() -> None:
+    from bot.cli.evaluation import _evalset
+    from evaluation.inputs import bundled_set
+
+    bundled = bundled_set("pip-black")
+    assert _evalset("pip-black", None, None, None) == (
+        bundled.corpus,
+        bundled.questions,
+        bundled.ood,
+    )
+    own = EVALMINI / "questions.jsonl"
+    assert _evalset(None, None, own, None) == (bundled.corpus, own, bundled.ood)
+
+
 # ---------------------------------------------------------------------- strategies
 
 

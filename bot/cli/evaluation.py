@@ -11,6 +11,7 @@ import click
 from bot.cli.base import emit, json_option, main, open_kb, output_file_option, settings_of
 from bot.settings import Settings
 from evaluation import DEFAULT_MAX_BLUFF_RATE
+from evaluation.set_check import DEFAULT_SET
 from evaluation.strategies import STRATEGIES
 
 if TYPE_CHECKING:  # evaluation pulls in the engine and the model: only when a command runs
@@ -20,9 +21,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def evalset_options(fn: F) -> F:
-    """``--corpus``, ``--questions``, ``--ood``: an evaluation set (default: the bundled one)."""
+    """``--set`` or ``--corpus``, ``--questions``, ``--ood``: an evaluation set."""
     for option in reversed(
         [
+            click.option(
+                "--set",
+                "set_name",
+                metavar="NAME",
+                default=None,
+                help=f"A bundled evaluation set by name (default: {DEFAULT_SET}); "
+                "not with --corpus/--questions/--ood.",
+            ),
             click.option(
                 "--corpus",
                 type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -58,11 +67,18 @@ progress_option = click.option("--no-progress", is_flag=True, help="No progress 
 
 
 def _evalset(
-    corpus: Path | None, questions: Path | None, ood: Path | None
+    set_name: str | None, corpus: Path | None, questions: Path | None, ood: Path | None
 ) -> tuple[Path, Path, Path]:
-    from evaluation.inputs import BUNDLED_CORPUS, BUNDLED_OOD, BUNDLED_QUESTIONS
+    """The set's files: a bundled set by name, or files given one by one over the default set."""
+    from evaluation.inputs import EvalSetError, bundled_set
 
-    return corpus or BUNDLED_CORPUS, questions or BUNDLED_QUESTIONS, ood or BUNDLED_OOD
+    if set_name is not None and (corpus or questions or ood):
+        raise click.UsageError("Use either --set or --corpus/--questions/--ood, not both.")
+    try:
+        bundled = bundled_set(set_name or DEFAULT_SET)
+    except EvalSetError as exc:
+        raise click.BadParameter(str(exc), param_hint="--set") from exc
+    return corpus or bundled.corpus, questions or bundled.questions, ood or bundled.ood
 
 
 def _run_evaluation(
@@ -114,6 +130,7 @@ def _run_evaluation(
 @click.pass_context
 def eval_(
     ctx: click.Context,
+    set_name: str | None,
     corpus: Path | None,
     questions: Path | None,
     ood: Path | None,
@@ -128,17 +145,17 @@ def eval_(
     """Measure retrieval (Recall@k, MRR, destroyed answers) and what the threshold costs.
 
     Indexes the corpus in a temporary data dir with the product's own code; no
-    language model is called. Without --corpus/--questions/--ood it uses the
-    bundled evaluation set.
+    language model is called. --set NAME picks a bundled evaluation set (default:
+    pip-black); --corpus/--questions/--ood name your own files instead.
 
-    Example: kb eval --strategies --report eval.md --plot eval.png
+    Example: kb eval --set prometheus --report eval.md --plot eval.png
     """
     from evaluation.calibrate import propose_threshold
     from evaluation.report import plot, render
 
     result = _run_evaluation(
         settings_of(ctx),
-        _evalset(corpus, questions, ood),
+        _evalset(set_name, corpus, questions, ood),
         strategies=tuple(STRATEGIES) if strategies else (),
         threshold=threshold,
         progress=not no_progress,
@@ -218,6 +235,7 @@ def export_disliked(ctx: click.Context, out: Path) -> None:
 @click.pass_context
 def calibrate(
     ctx: click.Context,
+    set_name: str | None,
     corpus: Path | None,
     questions: Path | None,
     ood: Path | None,
@@ -242,8 +260,10 @@ def calibrate(
     settings = settings_of(ctx)
     grid = cal.calibration_grid(step)
     if from_log is not None:
-        if corpus or questions or ood:
-            raise click.UsageError("Use either --from-log or --corpus/--questions/--ood, not both.")
+        if set_name or corpus or questions or ood:
+            raise click.UsageError(
+                "Use either --from-log or --set/--corpus/--questions/--ood, not both."
+            )
         kb = open_kb(ctx)
         inside, outside = cal.load_labelled_log(from_log, kb.store)
         result = cal.from_log(
@@ -257,7 +277,10 @@ def calibrate(
         )
     else:
         evaluation = _run_evaluation(
-            settings, _evalset(corpus, questions, ood), thresholds=grid, progress=not no_progress
+            settings,
+            _evalset(set_name, corpus, questions, ood),
+            thresholds=grid,
+            progress=not no_progress,
         )
         result = cal.from_evaluation(evaluation, max_bluff_rate=max_bluff_rate)
     emit(result.to_dict(), as_json, lambda: click.echo(render_calibration(result), nl=False))
