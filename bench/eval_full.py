@@ -38,7 +38,7 @@ from evaluation.report import fmt_p, plot, render
 from evaluation.results import EvalResult
 from evaluation.run import evaluate
 from evaluation.strategies import STRATEGIES
-from index.embed import Embedder
+from index.embed import load_embedder
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "evaluation.md"
@@ -106,7 +106,7 @@ def main() -> None:
         BUNDLED_CORPUS,
         load_questions(BUNDLED_QUESTIONS),
         load_ood(BUNDLED_OOD),
-        embedder=Embedder(settings.embedding_model),
+        embedder=load_embedder(settings.index_config()),
         index=settings.index_config(),
         engine=settings.engine_config(),
         strategies=tuple(STRATEGIES),

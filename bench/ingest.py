@@ -26,7 +26,7 @@ from bench.machine import describe as machine
 from bench.query import EVALSET
 from index.chunk import chunk_document
 from index.config import IndexConfig
-from index.embed import DEFAULT_BATCH_SIZE, Embedder
+from index.embed import DEFAULT_BATCH_SIZE, LocalEmbedder
 from index.extract import extract
 from index.knowledge_base import KnowledgeBase
 
@@ -52,7 +52,7 @@ def main() -> None:
     args = ap.parse_args()
     corpus = EVALSET / "corpus"
     print(f"machine: {machine()}")
-    embedder = Embedder("bundled:all-MiniLM-L6-v2")
+    embedder = LocalEmbedder("bundled:all-MiniLM-L6-v2")
     model = embedder._model
     texts = corpus_texts(corpus)
     model.encode(texts[:64], batch_size=DEFAULT_BATCH_SIZE)  # warm-up

@@ -32,7 +32,7 @@ from core.retrieve import LocalBackend, rrf
 from index.bm25 import BM25Index
 from index.chunk import chunk_document
 from index.derived import Snapshot
-from index.embed import Embedder
+from index.embed import Embedder, LocalEmbedder
 from index.extract import extract
 from index.store import EVERYONE
 from index.vectors import VectorIndex
@@ -165,7 +165,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     print(f"machine: {machine()}")
-    embedder = Embedder("bundled:all-MiniLM-L6-v2")
+    embedder = LocalEmbedder("bundled:all-MiniLM-L6-v2")
     real = corpus_chunks()
     real_vecs = embedder.encode(real)
     print(f"real chunks from the bundled corpus: {len(real)}")

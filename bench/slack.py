@@ -40,7 +40,7 @@ from bench.machine import describe as machine
 from bot.app import create_app
 from bot.settings import Settings
 from bot.slack import messages
-from index.embed import Embedder
+from index.embed import load_embedder
 from index.knowledge_base import KnowledgeBase
 
 # The mock Slack and model servers live with the tests, which are not an installed package.
@@ -129,7 +129,7 @@ def bench_settings(data_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer)
 
 def loaded_kb(settings: Settings) -> KnowledgeBase:
     """The knowledge base of ``settings`` with the benchmark's documents in it."""
-    kb = KnowledgeBase(settings.index_config(), embedder=Embedder(settings.embedding_model))
+    kb = KnowledgeBase(settings.index_config(), embedder=load_embedder(settings.index_config()))
     for name, data in DOCUMENTS.items():
         kb.ingest_bytes(data, name, uploader="bench")
     return kb

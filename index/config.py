@@ -6,7 +6,7 @@ Built at the entry point from the product's one settings object
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_DATA_DIR = Path("kb-data")
@@ -22,6 +22,37 @@ DEFAULT_MAX_CHUNKS = 5000
 # stored originals of the documents already there must still be writable.
 DEFAULT_MIN_FREE_BYTES = 200 * 1024 * 1024
 DEFAULT_FAILED_RETENTION_DAYS = 7.0
+# An embeddings endpoint: texts per request (OpenAI accepts up to 2,048), seconds
+# one batch may take with its retries, retries on 429/5xx/connection errors.
+DEFAULT_EMBEDDING_BATCH_SIZE = 64
+DEFAULT_EMBEDDING_TIMEOUT = 60.0
+DEFAULT_EMBEDDING_MAX_RETRIES = 4
+# The window assumed for a remote model: 512 tokens is the smallest of the
+# common embedding models (BERT-sized ones); OpenAI's accept 8,191.
+DEFAULT_EMBEDDING_MAX_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class EmbeddingEndpoint:
+    """An OpenAI-compatible embeddings endpoint (used when the model is ``openai:<name>``).
+
+    Attributes:
+        base_url: the endpoint (``.../v1``); empty: the OpenAI API.
+        api_key: sent as a bearer token; never in a repr.
+        batch_size: texts per request.
+        timeout: seconds one batch may take in all, retries and back-off included.
+        max_retries: retries of one batch on 408/409/429, 5xx and connection errors.
+        max_tokens: the model's window; texts are counted one token per UTF-8 byte.
+        dimensions: asked of the endpoint when set (models that can shorten vectors); 0: its own.
+    """
+
+    base_url: str = ""
+    api_key: str = field(default="", repr=False)
+    batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE
+    timeout: float = DEFAULT_EMBEDDING_TIMEOUT
+    max_retries: int = DEFAULT_EMBEDDING_MAX_RETRIES
+    max_tokens: int = DEFAULT_EMBEDDING_MAX_TOKENS
+    dimensions: int = 0
 
 
 @dataclass(frozen=True)
@@ -30,7 +61,9 @@ class IndexConfig:
 
     Attributes:
         data_dir: folder of the SQLite database, the derived index files and the originals.
-        embedding_model: ``bundled:all-MiniLM-L6-v2``, a local folder or a model name.
+        embedding_model: ``bundled:all-MiniLM-L6-v2``, a local folder, a model
+            name, or ``openai:<model>`` for ``embedding_endpoint``.
+        embedding_endpoint: the endpoint of an ``openai:`` model.
         max_upload_bytes: largest document accepted.
         chunk_budget: chunk size budget in characters.
         keep_versions: versions kept of each document name and scope: the
@@ -52,3 +85,4 @@ class IndexConfig:
     max_chunks: int = DEFAULT_MAX_CHUNKS
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
     failed_retention_days: float = DEFAULT_FAILED_RETENTION_DAYS
+    embedding_endpoint: EmbeddingEndpoint = field(default_factory=EmbeddingEndpoint)

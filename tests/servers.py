@@ -5,7 +5,8 @@
   a Socket Mode server (``apps.connections.open`` hands out its websocket), and
   plays Sign in with Slack (``/openid/connect/authorize`` and ``openid.connect.*``).
 * :class:`OpenAICompatServer` answers ``/v1/chat/completions`` (plain and
-  streamed) and ``/v1/models`` like an OpenAI-compatible endpoint.
+  streamed), ``/v1/embeddings`` (deterministic hashed bag-of-words vectors) and
+  ``/v1/models`` like an OpenAI-compatible endpoint.
 * :func:`sign_slack_request` and the payload builders produce signed requests in
   Slack's documented shapes, to drive the real bolt app over HTTP.
 
@@ -96,6 +97,7 @@ DEFAULT_BOT_TOKEN = "xoxb-canary-bot-0c1d3a7e5f"
 DEFAULT_APP_TOKEN = "xapp-1-canary-app-9b2e4d6f81"
 DEFAULT_SIGNING_SECRET = "canary-signing-secret-5e8a1f03"
 DEFAULT_OPENAI_API_KEY = "sk-canary-openai-3d7c9e21"
+DEFAULT_EMBEDDING_API_KEY = "sk-canary-embeddings-6a2f90c4"
 # The Slack app's OAuth credentials, for Sign in with Slack.
 CLIENT_ID = "1111111111.2222222222"
 DEFAULT_CLIENT_SECRET = "canary-client-secret-7d1e9b44"
@@ -1235,8 +1237,25 @@ class MockSlackAPI(_LocalServer):
 Reply = str | Callable[[list[JSONDict]], str]
 
 
+def hashed_bag_of_words(text: str, dim: int) -> list[float]:
+    """A unit vector of ``text``'s lower-cased words, each hashed to one signed coordinate.
+
+    Texts sharing words are close, texts sharing none are orthogonal (up to
+    collisions): enough for retrieval through an embeddings endpoint to mean something.
+    """
+    vec = [0.0] * dim
+    for word in re.findall(r"\w+", text.lower()):
+        digest = hashlib.sha256(word.encode()).digest()
+        vec[int.from_bytes(digest[:4], "big") % dim] += 1.0 if digest[4] % 2 else -1.0
+    norm = sum(x * x for x in vec) ** 0.5
+    if norm == 0:
+        vec[0], norm = 1.0, 1.0
+    return [x / norm for x in vec]
+
+
 class OpenAICompatServer(_LocalServer):
-    """A local OpenAI-compatible endpoint: ``POST /v1/chat/completions``, ``GET /v1/models``.
+    """A local OpenAI-compatible endpoint: ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
+    ``GET /v1/models``.
 
     Args:
         reply: the assistant's answer, or a function of the request's ``messages``.
@@ -1247,7 +1266,10 @@ class OpenAICompatServer(_LocalServer):
     request body lands in :attr:`requests`. Failure modes: :meth:`fail_with`,
     :meth:`delay`, :meth:`drop_connections`, :meth:`answer_raw` (a malformed
     reply); for "connection refused" use
-    :func:`closed_port_url` or close the server (its URL then refuses).
+    :func:`closed_port_url` or close the server (its URL then refuses). The
+    failure modes apply to embedding requests too, whose bodies land in
+    :attr:`embedding_requests`; their vectors are :func:`hashed_bag_of_words`
+    of :attr:`embedding_dim` dimensions (change it to provoke a wrong size).
     """
 
     def __init__(
@@ -1267,6 +1289,11 @@ class OpenAICompatServer(_LocalServer):
         self._raw: tuple[bytes, str] | None = None
         self._trickle = 0.0
         self._cond = asyncio.Condition()
+        self.embedding_requests: list[JSONDict] = []
+        """Parsed JSON bodies of the embedding requests, oldest first."""
+        self.embedding_dim = 64
+        self.retry_after: float | None = None
+        """When set, a failure answer carries this ``Retry-After`` (seconds)."""
 
     @property
     def url(self) -> str:
@@ -1309,6 +1336,9 @@ class OpenAICompatServer(_LocalServer):
         self._drop = 0
         self.requests.clear()
         self.headers.clear()
+        self.embedding_requests.clear()
+        self.embedding_dim = 64
+        self.retry_after = None
 
     async def wait_for_requests(self, count: int = 1, timeout: float = 5.0) -> list[JSONDict]:
         """Wait until ``count`` completion requests arrived; return them all."""
@@ -1323,6 +1353,7 @@ class OpenAICompatServer(_LocalServer):
     def _build_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
         return app
 
@@ -1412,6 +1443,61 @@ class OpenAICompatServer(_LocalServer):
                 ],
                 "usage": usage,
                 "system_fingerprint": None,
+            }
+        )
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return self._error(
+                400, "We could not parse the JSON body of your request.", "invalid_request_error"
+            )
+        self.embedding_requests.append(body)
+        if not self._authorised(request):
+            return self._error(
+                401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
+            )
+        if self._drop is None or self._drop > 0:
+            if self._drop is not None:
+                self._drop -= 1
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response(status=500)  # never delivered: the socket is gone
+        await self._sleep(self._delay)
+        if self._fail is not None:
+            status, times = self._fail
+            if times is not None:
+                self._fail = (status, times - 1) if times > 1 else None
+            kind = "server_error" if status >= 500 else "invalid_request_error"
+            failed = self._error(status, f"Simulated failure ({status}).", kind)
+            if self.retry_after is not None:
+                failed.headers["Retry-After"] = str(self.retry_after)
+            return failed
+        if self._raw is not None:
+            raw, content_type = self._raw
+            return web.Response(body=raw, headers={"Content-Type": content_type})
+        texts = body.get("input")
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            return self._error(
+                400,
+                "'input' must be a string or a non-empty array of strings.",
+                "invalid_request_error",
+            )
+        dim = int(body.get("dimensions") or self.embedding_dim)
+        data = [
+            {"object": "embedding", "index": i, "embedding": hashed_bag_of_words(t, dim)}
+            for i, t in enumerate(texts)
+        ]
+        tokens = sum(len(t.split()) for t in texts)
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": str(body.get("model") or self.model),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             }
         )
 

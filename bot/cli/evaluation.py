@@ -92,7 +92,7 @@ def _run_evaluation(
 ) -> EvalResult:
     from evaluation.inputs import load_ood, load_questions
     from evaluation.run import evaluate
-    from index.embed import Embedder
+    from index.embed import load_embedder
 
     corpus, questions_path, ood_path = paths
     index = settings.index_config()
@@ -100,7 +100,7 @@ def _run_evaluation(
         corpus,
         load_questions(questions_path),
         load_ood(ood_path),
-        embedder=Embedder(index.embedding_model),
+        embedder=load_embedder(index),
         index=index,
         engine=settings.engine_config(),
         strategies=strategies,
