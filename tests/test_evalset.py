@@ -103,6 +103,22 @@ def test_pip_black_has_the_documented_shape() -> None:
     assert licences.count("Permission is hereby granted") == 2
 
 
+def test_prometheus_has_the_documented_shape() -> None:
+    root = bundled_sets()["prometheus"]
+    texts, problems = load_corpus(root / "corpus")
+    assert problems == []
+    assert sum(map(len, texts.values())) >= 300_000
+    questions = _jsonl(root / "questions.jsonl")
+    assert len(questions) >= 50
+    assert all("\n" not in q["needle"] for q in questions)
+    asked = {name for name, text in texts.items() for q in questions if q["needle"] in text}
+    assert len(asked) >= 30
+    ood = _jsonl(root / "ood.jsonl")
+    assert len(ood) >= 30
+    licences = (root / "LICENSE-corpus.md").read_text(encoding="utf-8")
+    assert "Apache License" in licences and "Version 2.0, January 2004" in licences
+
+
 # --- the CI mini set ---------------------------------------------------------
 
 
