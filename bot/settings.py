@@ -29,8 +29,11 @@ from bot.slack.config import (
 )
 from core.config import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_KEEP_MARGIN,
     DEFAULT_LINK_TTL_DAYS,
     DEFAULT_LLM_DEADLINE,
+    DEFAULT_MAX_KEPT,
+    DEFAULT_RELATED_THRESHOLD,
     DEFAULT_THRESHOLD,
     DEFAULT_TOP_K,
     EngineConfig,
@@ -160,12 +163,27 @@ class Settings(BaseSettings):
     top_k: int = _setting(
         DEFAULT_TOP_K,
         "KB_TOP_K",
-        "Most passages kept for one answer.",
+        "Passages kept for one answer when they pass the gate (more when several are as close: KB_MAX_KEPT).",
+    )
+    max_kept: int = _setting(
+        DEFAULT_MAX_KEPT,
+        "KB_MAX_KEPT",
+        "Most passages kept for one answer: past KB_TOP_K, passing passages within KB_KEEP_MARGIN of the best one are kept too, up to this many. Set it to KB_TOP_K to keep exactly KB_TOP_K.",
+    )
+    keep_margin: float = _setting(
+        DEFAULT_KEEP_MARGIN,
+        "KB_KEEP_MARGIN",
+        "Cosine distance within which a passage past KB_TOP_K must be of the best one to be kept too.",
     )
     threshold: float = _setting(
         DEFAULT_THRESHOLD,
         "KB_THRESHOLD",
-        "Refusal gate: passages farther than this cosine distance are never used; if none is closer the bot says the knowledge base has nothing, without calling the model.",
+        "Refusal gate: passages farther than this cosine distance are never used for an answer; if none is closer the model is not called (see KB_RELATED_THRESHOLD).",
+    )
+    related_threshold: float = _setting(
+        DEFAULT_RELATED_THRESHOLD,
+        "KB_RELATED_THRESHOLD",
+        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 3 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. At or below KB_THRESHOLD: off. `kb calibrate` proposes it.",
     )
     openai_base_url: str = _setting(
         "",
@@ -338,6 +356,10 @@ class Settings(BaseSettings):
             raise ValueError("KB_DOWNLOAD_TIMEOUT and KB_MAX_UPLOADS_PER_USER must be positive")
         if self.max_pages < 1 or self.max_chunks < 1:
             raise ValueError("KB_MAX_PAGES and KB_MAX_CHUNKS must be positive")
+        if self.max_kept < self.top_k or self.top_k < 1 or self.keep_margin < 0:
+            raise ValueError(
+                "KB_TOP_K must be positive, KB_MAX_KEPT at least KB_TOP_K, KB_KEEP_MARGIN >= 0"
+            )
         if self.sync_seconds <= 0:
             raise ValueError("KB_SYNC_SECONDS must be positive")
         if min(self.embedding_batch_size, self.embedding_max_tokens) < 1 or (
@@ -398,6 +420,9 @@ class Settings(BaseSettings):
         return EngineConfig(
             top_k=self.top_k,
             threshold=self.threshold,
+            related_threshold=self.related_threshold,
+            max_kept=self.max_kept,
+            keep_margin=self.keep_margin,
             link_base_url=self.link_base_url,
             link_secret=self.link_secret.get_secret_value(),
             link_ttl_days=self.link_ttl_days,

@@ -2,7 +2,9 @@
 
 The invariants this module keeps:
 
-* nothing passes the gate -> the fixed refusal, no sources, **no model call**;
+* nothing passes the gate -> **no model call**: the closest passages within
+  the looser related threshold, labelled as possibly related (``related``),
+  or, when none is that close, the fixed refusal with no sources;
 * the model writes numbers, the server resolves them: only sources the answer
   actually cites are returned, renumbered in order of first appearance;
 * the model is unavailable -> the kept passages are returned as evidence,
@@ -25,7 +27,7 @@ import numpy as np
 from core.citations import resolve_citations
 from core.config import EngineConfig
 from core.errors import LLMUnavailable
-from core.gate import CANDIDATES_PER_KEPT, gate
+from core.gate import CANDIDATES_PER_KEPT, gate, related
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Source, build_messages
@@ -39,13 +41,18 @@ log = logging.getLogger(__name__)
 
 REFUSAL_TEXT = "The knowledge base has nothing on this, so I won't guess."
 EVIDENCE_TEXT = "No answer was generated. Here is what the knowledge base says:"
+RELATED_TEXT = (
+    "The knowledge base has no clear answer to this. These passages might be related; "
+    "they are not an answer:"
+)
 
 
 class Outcome(StrEnum):
     """How a question ended."""
 
     ANSWERED = "answered"  # the model answered and cited at least one source
-    REFUSED = "refused"  # nothing passed the gate; the model was not called
+    REFUSED = "refused"  # nothing passed either threshold; the model was not called
+    RELATED = "related"  # nothing passed the gate; possibly related passages shown, no model
     MODEL_UNAVAILABLE = "model_unavailable"  # evidence shown instead of an answer
     UNSUPPORTED = "unsupported"  # the model answered but cited nothing valid
 
@@ -177,9 +184,7 @@ class Engine:
             kept, _ = await self._keep(candidates)
             timings["refresh"] = _ms_since(t)
         if not kept:
-            answer = Answer(
-                question, Outcome.REFUSED, REFUSAL_TEXT, grounded=False, model_called=False
-            )
+            answer = await self._not_answered(question, candidates)
         else:
             answer = await self._generate(question, kept, history, on_delta, timings)
         timings["total"] = _ms_since(t0)
@@ -195,11 +200,37 @@ class Engine:
 
     async def _keep(self, candidates: list[Candidate]) -> tuple[list[SourceRef], int]:
         """The passages that pass the gate, and how many of them SQLite no longer has."""
-        passed = gate(candidates, threshold=self.config.threshold, top_k=self.config.top_k)
+        cfg = self.config
+        passed = gate(
+            candidates,
+            threshold=cfg.threshold,
+            top_k=cfg.top_k,
+            max_kept=cfg.max_kept,
+            margin=cfg.keep_margin,
+        )
+        return await self._source_refs(passed)
+
+    async def _source_refs(self, passed: list[Candidate]) -> tuple[list[SourceRef], int]:
+        """Linked passages for ``passed`` (in order), and how many SQLite no longer has."""
         rows = await asyncio.to_thread(self.kb.store.chunks_by_id, [c.chunk_id for c in passed])
         found = [c for c in passed if c.chunk_id in rows]
         kept = [self._source_ref(i, c, rows[c.chunk_id]) for i, c in enumerate(found, start=1)]
         return kept, len(passed) - len(found)
+
+    async def _not_answered(self, question: str, candidates: list[Candidate]) -> Answer:
+        """Nothing passed the gate: possibly related passages, or the plain refusal."""
+        near = related(candidates, related_threshold=self.config.related_threshold)
+        shown, _ = await self._source_refs(near)
+        if shown:
+            return Answer(
+                question,
+                Outcome.RELATED,
+                RELATED_TEXT,
+                grounded=False,
+                model_called=False,
+                sources=shown,
+            )
+        return Answer(question, Outcome.REFUSED, REFUSAL_TEXT, grounded=False, model_called=False)
 
     async def _caught_up(self, seen: int | None) -> bool:
         """Bring the snapshot up to the store; whether it moved past generation ``seen``."""
@@ -297,7 +328,8 @@ class Engine:
             scopes=sorted(scopes) if scopes is not None else [ALL_SCOPES],
             outcome=answer.outcome.value,
             model_called=answer.model_called,
-            kept=[(s.chunk_id, s.distance) for s in answer.kept],
+            # Related passages were shown without passing the gate; the outcome says so.
+            kept=[(s.chunk_id, s.distance) for s in answer.kept or answer.sources],
             cited=[s.chunk_id for s in answer.sources] if answer.grounded else [],
             invalid_citations=answer.invalid_citations,
             latency_ms=answer.timings_ms.get("total", 0.0),

@@ -14,6 +14,16 @@ DEFAULT_TOP_K = 4
 # A threshold does not transfer between corpora: operators recalibrate with
 # `kb calibrate` on their own documents.
 DEFAULT_THRESHOLD = 0.475
+# Between the threshold and this looser one the engine shows the closest
+# passages as possibly related, without calling the model. Set from the
+# evaluation sets (docs/evaluation.md): the smallest value refusing at most 5 %
+# of in-domain questions outright. At or below DEFAULT_THRESHOLD it is off.
+DEFAULT_RELATED_THRESHOLD = 0.575
+# When several passing passages are about as close as the best, the right one
+# is often ranked just past top_k: keep up to DEFAULT_MAX_KEPT of those within
+# DEFAULT_KEEP_MARGIN of the best distance.
+DEFAULT_MAX_KEPT = 8
+DEFAULT_KEEP_MARGIN = 0.05
 DEFAULT_LINK_BASE_URL = "http://localhost:3000"
 DEFAULT_LINK_TTL_DAYS = 90
 DEFAULT_FIRST_TOKEN_TIMEOUT = 20.0
@@ -42,7 +52,13 @@ class EngineConfig:
 
     Attributes:
         top_k: most passages kept for one answer.
-        threshold: cosine distance above which a passage is never used.
+        threshold: cosine distance above which a passage is never used for an answer.
+        related_threshold: below it (and above ``threshold``) the closest passages
+            are shown as possibly related, without the model; at or below
+            ``threshold``: never.
+        max_kept: most passages kept for one answer when more than ``top_k`` are close.
+        keep_margin: a passage after the first ``top_k`` is kept only within this
+            distance of the best one.
         link_base_url: where citation links point (no trailing slash).
         link_secret: signs citation links; empty: a secret kept in the data dir.
         link_ttl_days: how long a citation link stays valid.
@@ -51,6 +67,9 @@ class EngineConfig:
 
     top_k: int = DEFAULT_TOP_K
     threshold: float = DEFAULT_THRESHOLD
+    related_threshold: float = DEFAULT_RELATED_THRESHOLD
+    max_kept: int = DEFAULT_MAX_KEPT
+    keep_margin: float = DEFAULT_KEEP_MARGIN
     link_base_url: str = DEFAULT_LINK_BASE_URL
     link_secret: str = field(default="", repr=False)
     link_ttl_days: int = DEFAULT_LINK_TTL_DAYS

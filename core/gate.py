@@ -3,7 +3,14 @@
 A retriever always returns something; only a distance threshold, measured
 against questions the knowledge base should refuse (``kb eval``), decides
 whether any of it is close enough to answer from. When nothing passes, the
-engine answers "not in the knowledge base" without calling the model.
+engine does not call the model: the candidates within a second, looser
+threshold are shown as possibly related passages (``related``), and when none
+is within that either, the answer is "not in the knowledge base".
+
+The decision is the best candidate's cosine distance, nothing learned: other
+cheap signals (the margin to the query's typical distance to the corpus, the
+agreement of the dense and BM25 legs, combinations) separated in-domain from
+out-of-domain questions no better on the evaluation sets (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -16,8 +23,41 @@ from core.retrieve import Candidate
 # fused order, so a chunk that BM25 ranks first but is too far can be skipped
 # without starving the answer.
 CANDIDATES_PER_KEPT = 5
+# A pointer, not a reading list: more than three unrelated-looking passages
+# bury the one that might help.
+MAX_RELATED = 3
 
 
-def gate(candidates: Sequence[Candidate], *, threshold: float, top_k: int) -> list[Candidate]:
-    """Keep at most ``top_k`` candidates, in fused order, whose distance is at most ``threshold``."""
-    return [c for c in candidates if c.distance <= threshold][:top_k]
+def gate(
+    candidates: Sequence[Candidate],
+    *,
+    threshold: float,
+    top_k: int,
+    max_kept: int = 0,
+    margin: float = 0.0,
+) -> list[Candidate]:
+    """The candidates an answer is written from, in fused order; empty: refuse.
+
+    The first ``top_k`` whose distance is at most ``threshold``, then, up to
+    ``max_kept`` in all, the further passing ones within ``margin`` of the best:
+    when several passages are about equally close, the right one is often
+    ranked just past ``top_k``.
+    """
+    passed = [c for c in candidates if c.distance <= threshold]
+    head = passed[:top_k]
+    room = max_kept - len(head)
+    if not head or room <= 0:
+        return head
+    near = min(c.distance for c in passed) + margin
+    return head + [c for c in passed[top_k:] if c.distance <= near][:room]
+
+
+def related(
+    candidates: Sequence[Candidate], *, related_threshold: float, limit: int = MAX_RELATED
+) -> list[Candidate]:
+    """Up to ``limit`` candidates within ``related_threshold``, in fused order.
+
+    Meant for a question nothing passed the gate for: these are shown as
+    possibly related, never given to the model.
+    """
+    return [c for c in candidates if c.distance <= related_threshold][:limit]

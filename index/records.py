@@ -107,7 +107,8 @@ class QueryRecord:
         scopes: the scopes the asker may see, or ``[index.store.ALL_SCOPES]``
             when nothing was restricted.
         outcome: how it ended (``core.answer.Outcome``).
-        kept: ``(chunk id, distance)`` of each passage that passed the gate.
+        kept: ``(chunk id, distance)`` of each passage that passed the gate
+            (for ``related``, of each possibly related passage shown).
         cited: chunk ids of the sources the answer cites.
         invalid_citations: citations that named no source.
         timings: milliseconds per stage.

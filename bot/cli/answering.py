@@ -45,6 +45,7 @@ def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: boo
 
 
 def _print_answer(answer: Answer) -> None:
+    # The engine's text for a related outcome already says these are not an answer.
     click.echo(answer.answer)
     if answer.sources:
         click.echo("")

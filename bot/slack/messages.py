@@ -32,6 +32,12 @@ EVIDENCE_REASON = (
     "The language model is unavailable right now; these passages matched your question."
 )
 EVIDENCE_FALLBACK = "No answer generated — here is what the knowledge base says:"
+RELATED_HEADER = "*Not an answer — possibly related passages.*"
+RELATED_REASON = (
+    "Nothing in the knowledge base is close enough to answer this, so no answer was written. "
+    "These passages came nearest; open them to check, or ask again in other words."
+)
+RELATED_FALLBACK = "Not an answer — possibly related passages:"
 UNSUPPORTED_WARNING = ":warning: This answer cites no source; treat it with care."
 SOURCES_HEADER = "*Sources*"
 EMPTY_ANSWER = "_The model returned an empty answer._"

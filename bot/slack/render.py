@@ -360,6 +360,8 @@ def render_answer(answer: Answer, *, note: str | None = None) -> Rendered:
         return _render_refusal(answer, head)
     if answer.outcome == Outcome.MODEL_UNAVAILABLE:
         return _render_evidence(answer, head)
+    if answer.outcome == Outcome.RELATED:
+        return _render_related(answer, head)
     return _render_answered(answer, head)
 
 
@@ -388,17 +390,33 @@ def _render_refusal(answer: Answer, head: list[Block]) -> Rendered:
 
 
 def _render_evidence(answer: Answer, head: list[Block]) -> Rendered:
-    passages = answer.kept or answer.sources
-    head = [*head, _section(messages.EVIDENCE_HEADER), _context(messages.EVIDENCE_REASON)]
+    labels = (messages.EVIDENCE_HEADER, messages.EVIDENCE_REASON, messages.EVIDENCE_FALLBACK)
+    return _render_passages(answer.kept or answer.sources, labels, head, _tail(answer))
+
+
+def _render_related(answer: Answer, head: list[Block]) -> Rendered:
+    # Shown the way evidence is, under its own label: these passages are not an answer.
+    labels = (messages.RELATED_HEADER, messages.RELATED_REASON, messages.RELATED_FALLBACK)
+    return _render_passages(answer.sources, labels, head, _tail(answer))
+
+
+def _render_passages(
+    passages: Sequence[SourceRef],
+    labels: tuple[str, str, str],
+    head: list[Block],
+    tail: list[Block],
+) -> Rendered:
+    header, reason, fallback = labels
+    head = [*head, _section(header), _context(reason)]
     lines = [_source_line(s, EVIDENCE_QUOTE_CHARS) for s in passages]
-    blocks = _assemble(head, _pack(lines, ""), _tail(answer))
+    blocks = _assemble(head, _pack(lines, ""), tail)
     plain = "\n".join(
         f"[{s.n}] {s.document}"
         + (f" › {s.section}" if s.section else "")
         + f": {_shorten(s.quote, QUOTE_CHARS)}"
         for s in passages
     )
-    return Rendered(_fit(f"{messages.EVIDENCE_FALLBACK}\n{plain}", FALLBACK_LIMIT), blocks)
+    return Rendered(_fit(f"{fallback}\n{plain}", FALLBACK_LIMIT), blocks)
 
 
 def render_partial(text: str) -> Rendered:
