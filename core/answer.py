@@ -31,6 +31,7 @@ from core.gate import CANDIDATES_PER_KEPT, gate, related
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Source, build_messages
+from core.rerank import Reranker, RerankerUnavailable, rerank
 from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend
 from index.errors import StorageError
 from index.knowledge_base import KnowledgeBase
@@ -113,6 +114,8 @@ class Engine:
         signer: signs passage links.
         llm: the model client (built from ``config.llm`` when omitted).
         backend: the retrieval backend (FAISS + BM25 over ``kb`` when omitted).
+        reranker: orders the passages that passed the gate (built from
+            ``config.reranker`` when omitted; none when that is empty).
     """
 
     def __init__(
@@ -123,12 +126,14 @@ class Engine:
         signer: LinkSigner,
         llm: LLM | None = None,
         backend: RetrievalBackend | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         self.kb = kb
         self.config = config
         self.signer = signer
         self.llm = llm or LLM(config.llm)
         self.backend = backend or LocalBackend(kb.indexes)
+        self.reranker = reranker or (Reranker(config.reranker) if config.reranker else None)
 
     def thread_history(self, channel: str, thread_id: str) -> list[tuple[str, str]]:
         """The earlier ``(question, answer)`` turns of a thread that the prompt uses."""
@@ -174,14 +179,14 @@ class Engine:
         candidates = await self._search(vector, query, scopes)
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()
-        kept, missing = await self._keep(candidates)
+        kept, missing = await self._keep(query, candidates, timings)
         timings["gate"] = _ms_since(t)
         if missing and await self._caught_up(seen):
             # The snapshot named chunks another process had just replaced or
             # removed (a reindex, a removal): ask the store as it is now.
             t = time.perf_counter()
             candidates = await self._search(vector, query, scopes)
-            kept, _ = await self._keep(candidates)
+            kept, _ = await self._keep(query, candidates, timings)
             timings["refresh"] = _ms_since(t)
         if not kept:
             answer = await self._not_answered(question, candidates)
@@ -198,8 +203,14 @@ class Engine:
         k = self.config.top_k * CANDIDATES_PER_KEPT
         return await asyncio.to_thread(self.backend.search, vector, query, scopes, k, Mode.HYBRID)
 
-    async def _keep(self, candidates: list[Candidate]) -> tuple[list[SourceRef], int]:
-        """The passages that pass the gate, and how many of them SQLite no longer has."""
+    async def _keep(
+        self, query: str, candidates: list[Candidate], timings: dict[str, float]
+    ) -> tuple[list[SourceRef], int]:
+        """The passages that pass the gate, and how many of them SQLite no longer has.
+
+        The gate decides whether and how many; a reranker then chooses which of
+        the passing candidates those are.
+        """
         cfg = self.config
         passed = gate(
             candidates,
@@ -208,7 +219,42 @@ class Engine:
             max_kept=cfg.max_kept,
             margin=cfg.keep_margin,
         )
+        if self.reranker is not None and passed:
+            passed = await self._reranked(query, candidates, passed, timings)
         return await self._source_refs(passed)
+
+    async def _reranked(
+        self,
+        query: str,
+        candidates: list[Candidate],
+        passed: list[Candidate],
+        timings: dict[str, float],
+    ) -> list[Candidate]:
+        """As many passing candidates as ``passed``, chosen by the reranker; ``passed`` if it fails."""
+        assert self.reranker is not None
+        reranker = self.reranker
+        t = time.perf_counter()
+
+        def choose() -> list[Candidate]:
+            ids = [c.chunk_id for c in candidates if c.distance <= self.config.threshold]
+            rows = self.kb.store.chunks_by_id(ids)
+            return rerank(
+                reranker,
+                query,
+                candidates,
+                rows,
+                threshold=self.config.threshold,
+                keep=len(passed),
+            )
+
+        try:
+            return await asyncio.to_thread(choose)
+        except RerankerUnavailable as exc:
+            # An answer in fused order beats no answer; the log says why.
+            log.warning("reranker unavailable, passages kept in fused order: %s", exc)
+            return passed
+        finally:
+            timings["rerank"] = _ms_since(t)
 
     async def _source_refs(self, passed: list[Candidate]) -> tuple[list[SourceRef], int]:
         """Linked passages for ``passed`` (in order), and how many SQLite no longer has."""

@@ -59,6 +59,8 @@ class EngineConfig:
         max_kept: most passages kept for one answer when more than ``top_k`` are close.
         keep_margin: a passage after the first ``top_k`` is kept only within this
             distance of the best one.
+        reranker: a CrossEncoder name or local folder that orders the passages
+            that passed the gate; empty: fused order.
         link_base_url: where citation links point (no trailing slash).
         link_secret: signs citation links; empty: a secret kept in the data dir.
         link_ttl_days: how long a citation link stays valid.
@@ -70,6 +72,7 @@ class EngineConfig:
     related_threshold: float = DEFAULT_RELATED_THRESHOLD
     max_kept: int = DEFAULT_MAX_KEPT
     keep_margin: float = DEFAULT_KEEP_MARGIN
+    reranker: str = ""
     link_base_url: str = DEFAULT_LINK_BASE_URL
     link_secret: str = field(default="", repr=False)
     link_ttl_days: int = DEFAULT_LINK_TTL_DAYS

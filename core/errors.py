@@ -4,6 +4,7 @@ KBError
 └── AnswerError
     ├── LLMUnavailable          the model endpoint is missing, refused, timed out or 5xx
     ├── BadLinkToken            a passage link's token is tampered, expired or for another doc
+    ├── RerankerUnavailable     (core.rerank) the cross-encoder reranker cannot be loaded or run
     └── LinkSecretUnavailable   the link-signing secret file cannot be read, written, or is empty
 
 ``index.errors`` lists every error of the product.

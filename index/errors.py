@@ -27,6 +27,7 @@ all of them (a test keeps the list complete)::
     ├── AnswerError                  (core.errors) the answer engine's errors
     │   ├── LLMUnavailable           the model endpoint is missing, refused, timed out or 5xx
     │   ├── BadLinkToken             a passage link's token is tampered, expired or for another doc
+    │   ├── RerankerUnavailable      (core.rerank) the cross-encoder reranker cannot be loaded or run
     │   └── LinkSecretUnavailable    the link-signing secret file cannot be read, written, or is empty
     ├── EvalSetError                 (evaluation.inputs) an evaluation file is missing or malformed
     ├── DownloadFailed               (bot.slack.uploads) a Slack file could not be downloaded
