@@ -144,6 +144,60 @@ def test_unknown_files_are_reported_not_raised(tmp_path: Path) -> None:
     assert "needle" in result.output
 
 
+def test_eval_pairs_a_run_with_a_saved_baseline(mini: dict[str, Any], tmp_path: Path) -> None:
+    saved = tmp_path / "before.json"
+    saved.write_text(json.dumps(mini["data"]), encoding="utf-8")
+    result = CliRunner().invoke(
+        main,
+        [
+            "--data-dir",
+            str(tmp_path / "kb-data"),
+            "eval",
+            *EVALSET_OPTIONS,
+            "--baseline",
+            str(saved),
+            "--json",
+            "--report",
+            str(tmp_path / "eval.md"),
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    comparison = json.loads(result.stdout)["comparison"]
+    assert comparison["queries"] == mini["data"]["queries"]
+    assert {r["mode"] for r in comparison["retrieval"]} == {"dense", "bm25", "hybrid"}
+    # The same build on the same set ranks every needle the same way.
+    assert all(r["only_a"] == r["only_b"] == 0 for r in comparison["retrieval"])
+    refused = next(g for g in comparison["gate"]["rows"] if g["name"] == "refused")
+    assert refused["paired"] and refused["p"] == 1.0
+    report = (tmp_path / "eval.md").read_text(encoding="utf-8")
+    assert "| mode | metric | baseline | this run | this run vs baseline | p |" in report
+
+
+def test_a_baseline_of_other_questions_fails_before_indexing(
+    mini: dict[str, Any], tmp_path: Path
+) -> None:
+    data = json.loads(json.dumps(mini["data"]))
+    data["query_order"][0]["question_id"] = "some-other-question"
+    saved = tmp_path / "other.json"
+    saved.write_text(json.dumps(data), encoding="utf-8")
+    result = CliRunner().invoke(
+        main,
+        [
+            "--data-dir",
+            str(tmp_path / "kb-data"),
+            "eval",
+            *EVALSET_OPTIONS,
+            "--baseline",
+            str(saved),
+        ],
+    )
+    assert result.exit_code == 1
+    assert "not run on the same in-domain queries" in result.output
+    assert "some-other-question" in result.output
+    assert not (tmp_path / "kb-data").exists()
+
+
 @pytest.mark.parametrize("command", ["eval", "calibrate"])
 def test_a_bundled_set_is_chosen_by_name(command: str) -> None:
     both = CliRunner().invoke(main, [command, "--set", "pip-black", *EVALSET_OPTIONS])

@@ -1,0 +1,461 @@
+"""Two evaluation results of the same set, paired query by query (``kb eval --baseline``).
+
+A result is what ``kb eval --json`` prints, or the ``EvalResult`` behind it: a
+saved run of an earlier build, of another embedding model or reranker, or of
+this build. Both answered the same queries, so every difference is tested on
+the queries where they disagree (the exact sign test), not by overlapping
+intervals.
+
+Retrieval: per mode, Recall@1/4/8/20 with Wilson intervals and MRR with its
+bootstrap interval, for both results; the sign test counts the queries only
+one of them found within k (for MRR: the queries where one ranks the needle
+higher).
+
+The gate, at each result's own threshold: every proportion of the run's
+``gate.current`` row that both results report (bluffs, in-domain refused,
+answerable, and whatever a later build adds). Where both results carry the
+per-query outcome, the proportion is paired and tested. A result may carry
+them as ``gate.per_query = {"in_domain": {name: [bool, ...]}, "ood": {name:
+[bool, ...]}}`` (in ``query_order`` and ``gate.ood`` order); without it,
+``refused`` and ``bluffs`` are derived from the best candidate distances
+(nothing within the threshold: refused; something within: a bluff), and used
+only if they reproduce the run's own counts, which they do for a gate that
+keeps the candidates within a cosine-distance threshold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evaluation.inputs import PHRASINGS, OODQuestion, Question
+from evaluation.results import RECALL_KS, EvalResult, MeanCI, Proportion, bootstrap_mean
+from evaluation.stats import paired_counts, sign_test
+from index.errors import KBError
+
+__all__ = [
+    "ComparisonError",
+    "Comparison",
+    "GateRow",
+    "MetricRow",
+    "Side",
+    "check_same_queries",
+    "compare",
+    "load_result",
+    "render_comparison",
+]
+
+MODES = ("dense", "bm25", "hybrid")
+IN_DOMAIN = "in_domain"
+OOD = "ood"
+
+
+class ComparisonError(KBError):
+    """Two results that cannot be compared query by query."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One result as the comparison reads it.
+
+    Attributes:
+        label: what to call it in the table (``baseline``, a model name).
+        corpus: the corpus it indexed.
+        embedding_model: the model it embedded with.
+        query_ids: ``question_id/phrasing`` of every in-domain query, in order.
+        ood_ids: the out-of-domain question ids, in order.
+        ranks: per mode, the rank of the needle per query (``None``: not in the top 20).
+        threshold: the gate's threshold in that run.
+        gate_counts: the proportions of the run's own row at that threshold.
+        outcomes: per group (``in_domain``: in ``query_ids`` order, ``ood``: in
+            ``ood_ids`` order) and proportion name, the per-query outcome, where known.
+    """
+
+    label: str
+    corpus: str
+    embedding_model: str
+    query_ids: tuple[str, ...]
+    ood_ids: tuple[str, ...]
+    ranks: dict[str, list[int | None]]
+    threshold: float | None = None
+    gate_counts: dict[str, Proportion] = field(default_factory=dict)
+    outcomes: dict[str, dict[str, list[bool]]] = field(default_factory=dict)
+
+    def outcome(self, name: str) -> tuple[str, list[bool]] | None:
+        """The group and per-query outcome of the proportion ``name``, if known."""
+        for group, by_name in self.outcomes.items():
+            if name in by_name:
+                return group, by_name[name]
+        return None
+
+    @classmethod
+    def of(cls, result: EvalResult | Mapping[str, Any], label: str) -> Side:
+        """Read an ``EvalResult`` or its ``--json`` form.
+
+        Raises:
+            ComparisonError: the data is not a ``kb eval --json`` result.
+        """
+        data = result.to_dict() if isinstance(result, EvalResult) else result
+        try:
+            return _side(data, label)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ComparisonError(
+                f"{label}: not a `kb eval --json` result (missing or malformed {exc})."
+            ) from exc
+
+
+def _side(data: Mapping[str, Any], label: str) -> Side:
+    ids = tuple(f"{q['question_id']}/{q['phrasing']}" for q in data["query_order"])
+    modes = data["product"]["modes"]
+    ranks = {m: list(modes[m]["ranks"]) for m in MODES if m in modes}
+    gate = data.get("gate") or {}
+    ood_ids = tuple(str(o["id"]) for o in gate.get("ood", []))
+    if not gate:
+        return Side(label, str(data["corpus"]), str(data["embedding_model"]), ids, ood_ids, ranks)
+    threshold = float(gate["threshold"])
+    counts = {
+        name: Proportion(int(v["k"]), int(v["n"]))
+        for name, v in gate["current"].items()
+        if isinstance(v, Mapping) and "k" in v and "n" in v
+    }
+    outcomes = _outcomes(gate, threshold, counts)
+    return Side(
+        label,
+        str(data["corpus"]),
+        str(data["embedding_model"]),
+        ids,
+        ood_ids,
+        ranks,
+        threshold,
+        counts,
+        outcomes,
+    )
+
+
+def _outcomes(
+    gate: Mapping[str, Any], threshold: float, counts: Mapping[str, Proportion]
+) -> dict[str, dict[str, list[bool]]]:
+    """Per-query gate outcomes: as the run recorded them, else derived from distances."""
+    recorded = gate.get("per_query") or {}
+    out = {
+        group: {name: [bool(x) for x in values] for name, values in recorded.get(group, {}).items()}
+        for group in (IN_DOMAIN, OOD)
+    }
+    distances = gate.get("distances") or {}
+    sources = {
+        "refused": (IN_DOMAIN, distances.get("in_domain_best")),
+        "bluffs": (OOD, distances.get("ood_best")),
+    }
+    for name, (group, best) in sources.items():
+        if name in out[group] or best is None or name not in counts:
+            continue
+        passes = [d is not None and d <= threshold for d in best]
+        derived = [not p for p in passes] if name == "refused" else passes
+        # Only a derivation that reproduces the run's own count is the gate's decision.
+        if sum(derived) == counts[name].successes and len(derived) == counts[name].n:
+            out[group][name] = derived
+    return out
+
+
+def load_result(path: Path, label: str) -> Side:
+    """A saved ``kb eval --json`` output.
+
+    Raises:
+        ComparisonError: the file cannot be read or is not such an output.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ComparisonError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ComparisonError(f"{path} is not JSON: save it with `kb eval --json`.") from exc
+    if not isinstance(data, dict):
+        raise ComparisonError(f"{path} is not a `kb eval --json` result.")
+    return Side.of(data, label)
+
+
+def check_same_queries(
+    side: Side, questions: Sequence[Question], ood: Sequence[OODQuestion]
+) -> None:
+    """Fail early, before any indexing, when ``side`` was measured on other questions.
+
+    Raises:
+        ComparisonError: the question or out-of-domain ids differ.
+    """
+    ids = tuple(f"{q.id}/{p}" for q in questions for p in PHRASINGS)
+    this = Side("this set", side.corpus, side.embedding_model, ids, tuple(o.id for o in ood), {})
+    _alignment(side.query_ids, this.query_ids, "in-domain queries", side, this)
+    if side.ood_ids:
+        _alignment(side.ood_ids, this.ood_ids, "out-of-domain questions", side, this)
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One retrieval metric of one mode, both results, and the paired test.
+
+    ``only_a`` / ``only_b``: queries where only the first (second) result has the
+    hit (for MRR: ranks the needle higher); ``p`` is the exact sign test on them.
+    """
+
+    mode: str
+    metric: str
+    a: Proportion | MeanCI
+    b: Proportion | MeanCI
+    only_a: int
+    only_b: int
+    p: float
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """One gate proportion at each result's threshold; tested when paired."""
+
+    name: str
+    a: Proportion
+    b: Proportion
+    only_a: int | None = None
+    only_b: int | None = None
+    p: float | None = None
+
+    @property
+    def paired(self) -> bool:
+        """Whether both results gave the per-query outcome."""
+        return self.p is not None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Result ``b`` against result ``a`` on the same queries."""
+
+    a: Side
+    b: Side
+    retrieval: list[MetricRow]
+    gate: list[GateRow]
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+
+        def value(v: Proportion | MeanCI) -> dict[str, Any]:
+            return v.to_dict()
+
+        return {
+            "a": {"label": self.a.label, "corpus": self.a.corpus, "model": self.a.embedding_model},
+            "b": {"label": self.b.label, "corpus": self.b.corpus, "model": self.b.embedding_model},
+            "queries": len(self.a.query_ids),
+            "retrieval": [
+                {
+                    "mode": r.mode,
+                    "metric": r.metric,
+                    "a": value(r.a),
+                    "b": value(r.b),
+                    "only_a": r.only_a,
+                    "only_b": r.only_b,
+                    "p": r.p,
+                }
+                for r in self.retrieval
+            ],
+            "gate": {
+                "threshold": {"a": self.a.threshold, "b": self.b.threshold},
+                "rows": [
+                    {
+                        "name": g.name,
+                        "a": g.a.to_dict(),
+                        "b": g.b.to_dict(),
+                        "paired": g.paired,
+                        "only_a": g.only_a,
+                        "only_b": g.only_b,
+                        "p": g.p,
+                    }
+                    for g in self.gate
+                ],
+            },
+            "notes": self.notes,
+        }
+
+
+def compare(
+    a: EvalResult | Mapping[str, Any] | Side,
+    b: EvalResult | Mapping[str, Any] | Side,
+    labels: tuple[str, str] = ("a", "b"),
+) -> Comparison:
+    """Pair two results of the same evaluation set and test every difference.
+
+    Args:
+        a: the reference (a baseline, model A), as an ``EvalResult``, its
+            ``--json`` form or a ``Side``.
+        b: the result compared with it.
+        labels: names for ``a`` and ``b`` when they are not ``Side``s yet.
+
+    Returns:
+        Per mode and metric the two values and the sign test; the gate's
+        proportions at each result's threshold; notes on what differs.
+
+    Raises:
+        ComparisonError: the two results did not answer the same queries.
+    """
+    sa = a if isinstance(a, Side) else Side.of(a, labels[0])
+    sb = b if isinstance(b, Side) else Side.of(b, labels[1])
+    order = _alignment(sa.query_ids, sb.query_ids, "in-domain queries", sa, sb)
+    ood_order = _alignment(sa.ood_ids, sb.ood_ids, "out-of-domain questions", sa, sb)
+    retrieval = [
+        row
+        for mode in MODES
+        if mode in sa.ranks and mode in sb.ranks
+        for row in _mode_rows(mode, sa.ranks[mode], [sb.ranks[mode][i] for i in order])
+    ]
+    return Comparison(sa, sb, retrieval, _gate_rows(sa, sb, order, ood_order), _notes(sa, sb))
+
+
+def _alignment(
+    ids_a: Sequence[str], ids_b: Sequence[str], what: str, sa: Side, sb: Side
+) -> list[int]:
+    """For each of ``a``'s ids, its position in ``b``."""
+    if sorted(ids_a) != sorted(ids_b):
+        missing = sorted(set(ids_a) ^ set(ids_b))[:3]
+        raise ComparisonError(
+            f"{sa.label} and {sb.label} were not run on the same {what} "
+            f"({len(ids_a)} and {len(ids_b)}; e.g. {', '.join(missing) or 'repeated ids'}); "
+            "compare results of the same evaluation set."
+        )
+    where = {qid: i for i, qid in enumerate(ids_b)}
+    return [where[qid] for qid in ids_a]
+
+
+def _mode_rows(mode: str, ra: list[int | None], rb: list[int | None]) -> list[MetricRow]:
+    rows = []
+    for k in RECALL_KS:
+        ha = [r is not None and r <= k for r in ra]
+        hb = [r is not None and r <= k for r in rb]
+        only_a, only_b = paired_counts(ha, hb)
+        rows.append(
+            MetricRow(
+                mode,
+                f"R@{k}",
+                Proportion(sum(ha), len(ha)),
+                Proportion(sum(hb), len(hb)),
+                only_a,
+                only_b,
+                sign_test(only_a, only_b),
+            )
+        )
+    rr_a = [1.0 / r if r else 0.0 for r in ra]
+    rr_b = [1.0 / r if r else 0.0 for r in rb]
+    only_a = sum(1 for x, y in zip(rr_a, rr_b, strict=True) if x > y)
+    only_b = sum(1 for x, y in zip(rr_a, rr_b, strict=True) if y > x)
+    rows.append(
+        MetricRow(
+            mode,
+            "MRR",
+            bootstrap_mean(rr_a),
+            bootstrap_mean(rr_b),
+            only_a,
+            only_b,
+            sign_test(only_a, only_b),
+        )
+    )
+    return rows
+
+
+def _gate_rows(sa: Side, sb: Side, order: list[int], ood_order: list[int]) -> list[GateRow]:
+    rows = []
+    for name in [n for n in sa.gate_counts if n in sb.gate_counts]:
+        row = GateRow(name, sa.gate_counts[name], sb.gate_counts[name])
+        oa, ob = sa.outcome(name), sb.outcome(name)
+        if oa is not None and ob is not None and oa[0] == ob[0]:
+            positions = order if oa[0] == IN_DOMAIN else ood_order
+            only_a, only_b = paired_counts(oa[1], [ob[1][i] for i in positions])
+            row = GateRow(name, row.a, row.b, only_a, only_b, sign_test(only_a, only_b))
+        rows.append(row)
+    return rows
+
+
+def _notes(sa: Side, sb: Side) -> list[str]:
+    notes = []
+    if sa.corpus != sb.corpus:
+        notes.append(f"corpus: {sa.label} indexed {sa.corpus}, {sb.label} indexed {sb.corpus}")
+    if sa.embedding_model != sb.embedding_model:
+        notes.append(f"embedding model: {sa.embedding_model} vs {sb.embedding_model}")
+    if sa.threshold != sb.threshold:
+        notes.append(
+            f"gate thresholds differ ({sa.threshold} vs {sb.threshold}): "
+            "each side's gate row is at its own threshold"
+        )
+    shared = [n for n in sa.gate_counts if n in sb.gate_counts]
+    unpaired = [n for n in shared if sa.outcome(n) is None or sb.outcome(n) is None]
+    if unpaired:
+        notes.append(f"not paired (no per-query outcome on both sides): {', '.join(unpaired)}")
+    return notes
+
+
+def _fmt_value(v: Proportion | MeanCI) -> str:
+    if isinstance(v, Proportion):
+        low, high = v.interval
+        return f"{v.value:.3f} [{low:.2f}, {high:.2f}]"
+    return f"{v.mean:.3f} [{v.low:.2f}, {v.high:.2f}]"
+
+
+def _fmt_count(v: Proportion) -> str:
+    low, high = v.interval
+    return f"{v.successes}/{v.n} [{low:.2f}, {high:.2f}]"
+
+
+def _fmt_p(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else "<0.001"
+
+
+def render_comparison(comparison: Comparison, *, markdown: bool = False) -> str:
+    """The comparison as text tables (or Markdown): retrieval per mode, then the gate.
+
+    ``+b/-a`` counts the queries only ``b`` (only ``a``) got right; ``p`` is the
+    exact two-sided sign test on those.
+    """
+    a, b = comparison.a.label, comparison.b.label
+    head = [
+        f"{b} against {a}: {len(comparison.a.query_ids)} in-domain queries, "
+        f"{len(comparison.a.ood_ids)} out-of-domain questions (paired by id)",
+        "",
+    ]
+    retrieval = [
+        [
+            r.mode,
+            r.metric,
+            _fmt_value(r.a),
+            _fmt_value(r.b),
+            f"+{r.only_b}/-{r.only_a}",
+            _fmt_p(r.p),
+        ]
+        for r in comparison.retrieval
+    ]
+    gate = [
+        [
+            g.name,
+            _fmt_count(g.a),
+            _fmt_count(g.b),
+            f"+{g.only_b}/-{g.only_a}" if g.paired else "unpaired",
+            _fmt_p(g.p) if g.p is not None else "",
+        ]
+        for g in comparison.gate
+    ]
+    lines = head + _table(["mode", "metric", a, b, f"{b} vs {a}", "p"], retrieval, markdown)
+    if gate:
+        ta, tb = comparison.a.threshold, comparison.b.threshold
+        lines += ["", f"Gate at each side's threshold ({a}: {ta}, {b}: {tb})", ""]
+        lines += _table(["outcome", a, b, f"{b} vs {a}", "p"], gate, markdown)
+    lines += [f"note: {n}" for n in comparison.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return out + ["| " + " | ".join(r) + " |" for r in rows]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
