@@ -48,7 +48,9 @@ __all__ = [
     "render_comparison",
 ]
 
-MODES = ("dense", "bm25", "hybrid")
+# "final": the order passages reach the asker in (hybrid, reranked by KB_RERANKER),
+# in results that carry it.
+MODES = ("dense", "bm25", "hybrid", "final")
 IN_DOMAIN = "in_domain"
 OOD = "ood"
 

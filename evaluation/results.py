@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,10 +23,14 @@ from core.retrieve import Candidate, Mode
 from evaluation.inputs import PHRASINGS, OODQuestion, Question
 from evaluation.stats import hits_at_k, paired_counts, sign_test, wilson_interval
 
+if TYPE_CHECKING:  # evaluation.kept builds on these types
+    from evaluation.kept import KeptResult
+
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "BOOTSTRAP_SEED",
     "DEPTH",
+    "FINAL_MODE",
     "MODES",
     "NO_THRESHOLD",
     "RECALL_KS",
@@ -56,6 +60,8 @@ TEST_KS = (4, 20)
 MODES = (Mode.DENSE, Mode.BM25, Mode.HYBRID)
 STRATEGY_MODES = (Mode.HYBRID, Mode.DENSE)
 """Modes measured for every chunking strategy (BM25 is reported for the product only)."""
+FINAL_MODE = "final"
+"""In ``--json``: the order passages reach the asker in (hybrid, or reranked by ``KB_RERANKER``)."""
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 
@@ -396,6 +402,7 @@ class EvalResult:
     strategies: dict[str, StrategyResult] = field(default_factory=dict)
     strategy_tests: list[PairedTest] = field(default_factory=list)
     seconds: float = 0.0
+    kept: KeptResult | None = None
 
     @property
     def n_queries(self) -> int:
@@ -411,7 +418,21 @@ class EvalResult:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form of every number."""
+        """JSON-ready form of every number.
+
+        The kept passages' proportions join the gate's current row, with their
+        per-query outcomes, so that two runs compare query by query; the
+        ``final`` mode is the order passages reach the asker in (hybrid,
+        reranked with a reranker).
+        """
+        gate = self.gate.to_dict()
+        product = self.product.to_dict()
+        if self.kept is not None:
+            gate["current"].update(self.kept.current())
+            per_query = gate.setdefault("per_query", {}).setdefault("in_domain", {})
+            per_query.update(self.kept.per_query())
+            final = self.kept.reranked or self.product.modes[Mode.HYBRID.value]
+            product["modes"][FINAL_MODE] = ModeResult(FINAL_MODE, final.ranks).to_dict()
         return {
             "corpus": self.corpus,
             "embedding_model": self.embedding_model,
@@ -421,9 +442,10 @@ class EvalResult:
             "ood_questions": len(self.ood_questions),
             "recall_ks": list(RECALL_KS),
             "depth": DEPTH,
-            "product": self.product.to_dict(),
+            "product": product,
             "mode_tests": [t.to_dict() for t in self.mode_tests],
-            "gate": self.gate.to_dict(),
+            "gate": gate,
+            "kept": self.kept.to_dict() if self.kept is not None else None,
             "strategies": {n: s.to_dict() for n, s in self.strategies.items()},
             "strategy_tests": [t.to_dict() for t in self.strategy_tests],
             "query_order": self.queries(),

@@ -57,6 +57,7 @@ from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT
 from core.retrieve import Candidate, LocalBackend, Mode
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
+from evaluation.kept import KeptResult, measure_kept
 from evaluation.results import (
     DEPTH,
     MODES,
@@ -392,6 +393,7 @@ def evaluate(
             thresholds=grid,
             progress=progress,
         )
+        kept = _measure_kept(kb, queries, correct, engine, current, on_stage)
     compared = _compare_strategies(
         corpus_dir, names, product, questions, queries, embedder, index, progress, on_stage
     )
@@ -407,6 +409,31 @@ def evaluate(
         strategies=compared,
         strategy_tests=strategy_tests(compared) if len(compared) > 1 else [],
         seconds=time.perf_counter() - started,
+        kept=kept,
+    )
+
+
+def _measure_kept(
+    kb: KnowledgeBase,
+    queries: _Queries,
+    correct: Sequence[set[int]],
+    engine: EngineConfig,
+    threshold: float,
+    on_stage: Callable[[str], None] | None,
+) -> KeptResult:
+    """The kept passages as ``Engine.ask`` chooses them, with the configured reranker."""
+    from core.rerank import Reranker  # loads a model only when one is configured
+
+    if on_stage and engine.reranker:
+        on_stage(f"reranker {engine.reranker}")
+    return measure_kept(
+        kb,
+        queries.texts,
+        queries.vectors,
+        [correct[qi] for qi in queries.question_index],
+        engine,
+        threshold=threshold,
+        reranker=Reranker(engine.reranker) if engine.reranker else None,
     )
 
 

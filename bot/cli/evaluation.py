@@ -17,6 +17,7 @@ from evaluation.strategies import STRATEGIES
 if TYPE_CHECKING:  # evaluation pulls in the engine and the model: only when a command runs
     from evaluation.compare import Side
     from evaluation.results import EvalResult
+    from evaluation.variants import Variant
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,20 +91,23 @@ def _run_evaluation(
     thresholds: list[float] | None = None,
     threshold: float | None = None,
     progress: bool = True,
+    variant: Variant | None = None,
 ) -> EvalResult:
     from evaluation.inputs import load_ood, load_questions
     from evaluation.run import evaluate
     from index.embed import load_embedder
 
     corpus, questions_path, ood_path = paths
-    index = settings.index_config()
+    index, engine = settings.index_config(), settings.engine_config()
+    if variant is not None:
+        index, engine = variant.index_config(index), variant.engine_config(engine)
     return evaluate(
         corpus,
         load_questions(questions_path),
         load_ood(ood_path),
         embedder=load_embedder(index),
         index=index,
-        engine=settings.engine_config(),
+        engine=engine,
         strategies=strategies,
         thresholds=thresholds,
         threshold=threshold,
@@ -135,6 +139,15 @@ def _run_evaluation(
     help="An earlier `kb eval --json` output on the same set: also print both side by side, "
     "with paired sign tests.",
 )
+@click.option(
+    "--compare",
+    "compare_specs",
+    multiple=True,
+    metavar="emb=MODEL,rerank=MODEL",
+    help="Give twice: run the set with both model configurations and print the paired table. "
+    "emb= is a KB_EMBEDDING_MODEL value, rerank= a KB_RERANKER value (or none); what a "
+    "configuration leaves out is the configured setting.",
+)
 @progress_option
 @click.pass_context
 def eval_(
@@ -150,6 +163,7 @@ def eval_(
     report_path: Path | None,
     plot_path: Path | None,
     baseline_path: Path | None,
+    compare_specs: tuple[str, ...],
     no_progress: bool,
 ) -> None:
     """Measure retrieval (Recall@k, MRR, destroyed answers) and what the threshold costs.
@@ -162,14 +176,26 @@ def eval_(
     of the same set, query by query (exact sign tests on the queries where they
     differ).
 
+    --compare A --compare B runs the set with two configurations of the
+    embedding model and reranker and pairs them the same way.
+
     Example: kb eval --set prometheus --report eval.md --plot eval.png
+    Example: kb eval --compare emb=bundled:all-MiniLM-L6-v2 --compare rerank=./ms-marco-MiniLM
     Example: kb eval --json > before.json; (change something); kb eval --baseline before.json
     """
     from evaluation.calibrate import propose_threshold
     from evaluation.compare import compare, render_comparison
+    from evaluation.kept import render_kept
     from evaluation.report import plot, render
 
     paths = _evalset(set_name, corpus, questions, ood)
+    if compare_specs:
+        if strategies or baseline_path or plot_path:
+            raise click.UsageError(
+                "--compare runs alone: not with --strategies, --baseline, --plot."
+            )
+        _compare_variants(ctx, compare_specs, paths, threshold, as_json, report_path, no_progress)
+        return
     baseline = _baseline(baseline_path, paths)
     result = _run_evaluation(
         settings_of(ctx),
@@ -196,6 +222,7 @@ def eval_(
                 f"\nLargest threshold with bluff rate <= {max_bluff_rate:.0%}: {recommended:.3f} "
                 f"(configured: {result.gate.threshold:.3f}). See `kb calibrate`."
             )
+        click.echo("\n" + render_kept(result.kept), nl=False)
         if comparison is not None:
             click.echo("\n" + render_comparison(comparison), nl=False)
 
@@ -210,6 +237,56 @@ def eval_(
     if comparison is not None:
         data["comparison"] = comparison.to_dict()
     emit(data, as_json, text)
+
+
+def _compare_variants(
+    ctx: click.Context,
+    specs: tuple[str, ...],
+    paths: tuple[Path, Path, Path],
+    threshold: float | None,
+    as_json: bool,
+    report_path: Path | None,
+    no_progress: bool,
+) -> None:
+    """``kb eval --compare A --compare B``: both configurations on the same set, paired."""
+    from evaluation.compare import compare, render_comparison
+    from evaluation.inputs import EvalSetError
+    from evaluation.kept import render_kept
+    from evaluation.variants import parse_variant
+
+    if len(specs) != 2:
+        raise click.UsageError("Give --compare exactly twice: --compare A --compare B.")
+    settings = settings_of(ctx)
+    try:
+        variants = [
+            parse_variant(s, embedding_model=settings.embedding_model, reranker=settings.reranker)
+            for s in specs
+        ]
+    except EvalSetError as exc:
+        raise click.BadParameter(str(exc), param_hint="--compare") from exc
+    results = [
+        _run_evaluation(
+            settings, paths, threshold=threshold, progress=not no_progress, variant=variant
+        )
+        for variant in variants
+    ]
+    comparison = compare(results[0], results[1], ("A", "B"))
+    legend = "".join(f"{n} = {v.label}\n" for n, v in zip("AB", variants, strict=True))
+
+    def text(markdown: bool = False) -> str:
+        kept = "".join(f"{n}: " + render_kept(r.kept) for n, r in zip("AB", results, strict=True))
+        return legend + "\n" + render_comparison(comparison, markdown=markdown) + "\n" + kept
+
+    if report_path is not None:
+        report_path.write_text(text(markdown=True), encoding="utf-8")
+    data = {
+        "variants": {n: v.label for n, v in zip("AB", variants, strict=True)},
+        "comparison": comparison.to_dict(),
+        "kept": {
+            n: r.kept.to_dict() if r.kept else None for n, r in zip("AB", results, strict=True)
+        },
+    }
+    emit(data, as_json, lambda: click.echo(text(), nl=False))
 
 
 def _baseline(path: Path | None, paths: tuple[Path, Path, Path]) -> Side | None:

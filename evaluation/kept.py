@@ -1,0 +1,174 @@
+"""The passages an answer is written from, as ``Engine.ask`` keeps them, reranker included.
+
+Retrieval recall says whether the needle is among the fused candidates; what
+the asker gets is the few passages the gate keeps and, with ``KB_RERANKER``,
+the ones the reranker chooses among those that passed. Per in-domain query,
+at the evaluated threshold:
+
+* **kept_answerable**: the needle is in one of the kept passages;
+* **kept_first**: it is in the first one (the answer's source [1]).
+
+Both go into ``kb eval --json`` as rows of the gate's current threshold with
+their per-query outcomes (``gate.per_query.in_domain``), so a comparison of two
+runs (``evaluation.compare``) pairs them query by query. With a reranker, the
+needle's rank when it reorders the whole top ``DEPTH`` of hybrid candidates
+(no threshold) is reported as the ``reranked`` retrieval mode, with its time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from core.config import EngineConfig
+from core.gate import CANDIDATES_PER_KEPT, gate
+from core.rerank import Reranker, rerank
+from core.retrieve import Candidate, LocalBackend, Mode
+from evaluation.results import DEPTH, ModeResult, Proportion
+from index.knowledge_base import KnowledgeBase
+
+KEPT_ANSWERABLE = "kept_answerable"
+KEPT_FIRST = "kept_first"
+
+
+@dataclass
+class KeptResult:
+    """What the asker would be shown, per in-domain query.
+
+    Attributes:
+        reranker: the reranker's name, or ``None`` (fused order).
+        threshold: the gate's threshold.
+        answerable: per query, the needle is among the kept passages.
+        first: per query, the needle is in the first kept passage.
+        reranked: ranks of the needle in the reranked top ``DEPTH`` (with a reranker).
+        rerank_ms: per query, the time the reranker took for the kept passages.
+    """
+
+    reranker: str | None
+    threshold: float
+    answerable: list[bool]
+    first: list[bool]
+    reranked: ModeResult | None = None
+    rerank_ms: list[float] | None = None
+
+    def current(self) -> dict[str, dict[str, Any]]:
+        """The proportions, as rows of the gate at its threshold."""
+        return {
+            KEPT_ANSWERABLE: Proportion(sum(self.answerable), len(self.answerable)).to_dict(),
+            KEPT_FIRST: Proportion(sum(self.first), len(self.first)).to_dict(),
+        }
+
+    def per_query(self) -> dict[str, list[bool]]:
+        """The per-query outcomes behind :meth:`current`."""
+        return {KEPT_ANSWERABLE: self.answerable, KEPT_FIRST: self.first}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        times = self.rerank_ms or []
+        return {
+            "reranker": self.reranker,
+            "threshold": self.threshold,
+            **self.current(),
+            "reranked": self.reranked.to_dict() if self.reranked else None,
+            "rerank_ms": {
+                "median": float(np.median(times)) if times else None,
+                "p90": float(np.percentile(times, 90)) if times else None,
+            },
+        }
+
+
+def measure_kept(
+    kb: KnowledgeBase,
+    texts: Sequence[str],
+    vectors: np.ndarray,
+    correct: Sequence[set[int]],
+    engine: EngineConfig,
+    *,
+    threshold: float,
+    reranker: Reranker | None,
+) -> KeptResult:
+    """Keep passages for every query as ``Engine.ask`` does and check for the needle.
+
+    Args:
+        kb: the indexed corpus.
+        texts: the in-domain queries.
+        vectors: their embeddings.
+        correct: per query, the chunk ids holding its needle.
+        engine: the gate's settings (``top_k``, ``max_kept``, ``keep_margin``).
+        threshold: the threshold evaluated.
+        reranker: the reranker, or ``None``.
+    """
+    backend = LocalBackend(kb.indexes)
+    answerable: list[bool] = []
+    first: list[bool] = []
+    reranked: list[int | None] = []
+    times: list[float] = []
+    for text, vector, ids in zip(texts, vectors, correct, strict=True):
+        cands = backend.search(vector, text, None, engine.top_k * CANDIDATES_PER_KEPT, Mode.HYBRID)
+        kept = gate(
+            cands,
+            threshold=threshold,
+            top_k=engine.top_k,
+            max_kept=engine.max_kept,
+            margin=engine.keep_margin,
+        )
+        if reranker is not None and kept:
+            started = time.perf_counter()
+            kept = _reranked(kb, reranker, text, cands, threshold, len(kept))
+            times.append(1000 * (time.perf_counter() - started))
+        answerable.append(any(c.chunk_id in ids for c in kept))
+        first.append(bool(kept) and kept[0].chunk_id in ids)
+        if reranker is not None:
+            deep = backend.search(vector, text, None, DEPTH, Mode.HYBRID)
+            order = _reranked(kb, reranker, text, deep, float("inf"), len(deep))
+            reranked.append(next((i for i, c in enumerate(order, 1) if c.chunk_id in ids), None))
+    return KeptResult(
+        reranker=reranker.name if reranker else None,
+        threshold=threshold,
+        answerable=answerable,
+        first=first,
+        reranked=ModeResult("reranked", reranked) if reranker is not None else None,
+        rerank_ms=times if reranker is not None else None,
+    )
+
+
+def _reranked(
+    kb: KnowledgeBase,
+    reranker: Reranker,
+    text: str,
+    cands: Sequence[Candidate],
+    threshold: float,
+    keep: int,
+) -> list[Candidate]:
+    rows = kb.store.chunks_by_id([c.chunk_id for c in cands if c.distance <= threshold])
+    return rerank(reranker, text, cands, rows, threshold=threshold, keep=keep)
+
+
+def render_kept(kept: KeptResult | None) -> str:
+    """One paragraph: what the asker is shown at the threshold, with and by which reranker."""
+    if kept is None:
+        return ""
+
+    def share(values: list[bool]) -> str:
+        p = Proportion(sum(values), len(values))
+        low, high = p.interval
+        return f"{p.successes}/{p.n} = {p.value:.3f} [{low:.2f}, {high:.2f}]"
+
+    lines = [
+        f"Kept passages at threshold {kept.threshold:.3f}, "
+        f"{'reranked by ' + kept.reranker if kept.reranker else 'in fused order (no reranker)'}:",
+        f"  needle among the kept passages: {share(kept.answerable)}",
+        f"  needle in the first kept passage: {share(kept.first)}",
+    ]
+    if kept.reranked is not None and kept.rerank_ms:
+        r = kept.reranked
+        lines.append(
+            f"  reranked top {DEPTH}: R@1 {r.recall(1).value:.3f}, R@4 {r.recall(4).value:.3f}, "
+            f"MRR {r.mrr.mean:.3f}; reranking the kept passages took "
+            f"{np.median(kept.rerank_ms):.0f} ms (median), {np.percentile(kept.rerank_ms, 90):.0f} ms (p90)"
+        )
+    return "\n".join(lines) + "\n"
