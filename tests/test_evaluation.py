@@ -165,7 +165,9 @@ def test_eval_pairs_a_run_with_a_saved_baseline(mini: dict[str, Any], tmp_path: 
     assert result.exit_code == 0, result.output
     comparison = json.loads(result.stdout)["comparison"]
     assert comparison["queries"] == mini["data"]["queries"]
-    assert {r["mode"] for r in comparison["retrieval"]} == {"dense", "bm25", "hybrid"}
+    # "final": the order passages reach the asker in (hybrid here: no reranker).
+    modes = {r["mode"] for r in comparison["retrieval"]}
+    assert modes == {"dense", "bm25", "hybrid", "final"}
     # The same build on the same set ranks every needle the same way.
     assert all(r["only_a"] == r["only_b"] == 0 for r in comparison["retrieval"])
     refused = next(g for g in comparison["gate"]["rows"] if g["name"] == "refused")
