@@ -18,7 +18,7 @@ DEFAULT_THRESHOLD = 0.475
 # passages as possibly related, without calling the model. Set from the
 # evaluation sets (docs/evaluation.md): the smallest value refusing at most 5 %
 # of in-domain questions outright. At or below DEFAULT_THRESHOLD it is off.
-DEFAULT_RELATED_THRESHOLD = 0.575
+DEFAULT_RELATED_THRESHOLD = 0.6
 # When several passing passages are about as close as the best, the right one
 # is often ranked just past top_k: keep up to DEFAULT_MAX_KEPT of those within
 # DEFAULT_KEEP_MARGIN of the best distance.

@@ -8,6 +8,13 @@ accept, and this module picks the **largest threshold whose out-of-domain bluff
 rate is within that budget**: the largest, because every step down only refuses
 more in-domain questions. It then shows what that choice costs.
 
+It proposes the **related threshold** beside it, at the proposed answer
+threshold (``evaluation.outcomes.propose_related``): the smallest one that
+refuses at most 5 % of in-domain questions outright, unless that would show
+something (an answer or passages) to more than half of the out-of-domain
+questions; then the largest one within that cap. Between the two thresholds the
+bot shows possibly related passages without calling the model.
+
 Two sources of questions:
 
 * an evaluation set (corpus + ``questions.jsonl`` + ``ood.jsonl``), indexed in a
@@ -25,19 +32,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.gate import CANDIDATES_PER_KEPT
 from core.retrieve import Candidate, LocalBackend, Mode
 from evaluation.inputs import EvalSetError, read_jsonl
+from evaluation.outcomes import (
+    DEFAULT_MAX_HARD_REFUSED,
+    DEFAULT_MAX_OOD_SHOWN,
+    RelatedRow,
+    Replay,
+    propose_related,
+    related_sweep,
+)
 from evaluation.results import EvalResult, SweepRow, sweep
 from index.atomic import write_atomic
 from index.knowledge_base import KnowledgeBase
 from index.store import Store
 
 THRESHOLD_ENV = "KB_THRESHOLD"
+RELATED_ENV = "KB_RELATED_THRESHOLD"
 
 
 def calibration_grid(step: float = 0.025, low: float = 0.20, high: float = 1.00) -> list[float]:
@@ -76,6 +92,9 @@ class Calibration:
         proposed: the chosen sweep row (``None``: no threshold meets the budget).
         current: the sweep row of the current threshold.
         sweep: every row tried.
+        related: the proposed related threshold's row, at the proposed threshold
+            (``None``: no threshold proposed, or no candidates to replay).
+        related_sweep: the related thresholds tried at the proposed threshold.
     """
 
     source: str
@@ -84,6 +103,13 @@ class Calibration:
     proposed: SweepRow | None
     current: SweepRow
     sweep: list[SweepRow]
+    related: RelatedRow | None = None
+    related_sweep: list[RelatedRow] = field(default_factory=list)
+
+    @property
+    def proposed_related(self) -> float | None:
+        """The proposed related threshold."""
+        return self.related.related_threshold if self.related else None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -92,9 +118,17 @@ class Calibration:
             "max_bluff_rate": self.max_bluff_rate,
             "current_threshold": self.current_threshold,
             "proposed_threshold": self.proposed.threshold if self.proposed else None,
+            "proposed_related_threshold": self.proposed_related,
+            "related_rule": (
+                f"smallest related threshold with in-domain hard refusals <= "
+                f"{DEFAULT_MAX_HARD_REFUSED:.0%}, showing out-of-domain questions "
+                f"anything <= {DEFAULT_MAX_OOD_SHOWN:.0%}"
+            ),
             "proposed": self.proposed.to_dict() if self.proposed else None,
+            "proposed_related": self.related.to_dict() if self.related else None,
             "current": self.current.to_dict(),
             "sweep": [r.to_dict() for r in self.sweep],
+            "related_sweep": [r.to_dict() for r in self.related_sweep],
         }
 
 
@@ -103,17 +137,32 @@ def _row_at(rows: Sequence[SweepRow], threshold: float) -> SweepRow:
 
 
 def from_rows(
-    rows: Sequence[SweepRow], *, source: str, max_bluff_rate: float, current_threshold: float
+    rows: Sequence[SweepRow],
+    *,
+    source: str,
+    max_bluff_rate: float,
+    current_threshold: float,
+    replay: Replay | None = None,
 ) -> Calibration:
-    """Build a ``Calibration`` from a sweep that includes the current threshold."""
+    """Build a ``Calibration`` from a sweep that includes the current threshold.
+
+    With ``replay`` (the candidates behind the sweep) the related threshold is
+    proposed too, at the proposed threshold, over the sweep's thresholds.
+    """
     ordered = sorted(rows, key=lambda r: r.threshold)
+    proposed = propose_threshold(ordered, max_bluff_rate)
+    related: list[RelatedRow] = []
+    if proposed is not None and replay is not None:
+        related = related_sweep(replay, proposed.threshold, [r.threshold for r in ordered])
     return Calibration(
         source=source,
         max_bluff_rate=max_bluff_rate,
         current_threshold=current_threshold,
-        proposed=propose_threshold(ordered, max_bluff_rate),
+        proposed=proposed,
         current=_row_at(ordered, current_threshold),
         sweep=ordered,
+        related=propose_related(related) if related else None,
+        related_sweep=related,
     )
 
 
@@ -124,6 +173,7 @@ def from_evaluation(result: EvalResult, *, max_bluff_rate: float) -> Calibration
         source="evalset",
         max_bluff_rate=max_bluff_rate,
         current_threshold=result.gate.threshold,
+        replay=result.gate.replay,
     )
 
 
@@ -192,20 +242,23 @@ def from_log(
         vector = kb.embedder.encode_query(question)
         return backend.search(vector, question, None, top_k * CANDIDATES_PER_KEPT, Mode.HYBRID)
 
+    inside = [candidates(q) for q in in_domain]
+    outside = [candidates(q) for q in out_of_domain]
     rows = sweep(
-        [candidates(q) for q in in_domain],
-        [candidates(q) for q in out_of_domain],
-        sorted(set(thresholds) | {round(current_threshold, 4)}),
-        top_k=top_k,
+        inside, outside, sorted(set(thresholds) | {round(current_threshold, 4)}), top_k=top_k
     )
+    # No needles: refusals and related outcomes are counted, not what they showed.
+    replay = Replay(inside, outside, None, {}, top_k=top_k, max_kept=top_k, margin=0.0)
     return from_rows(
-        rows, source="log", max_bluff_rate=max_bluff_rate, current_threshold=current_threshold
+        rows,
+        source="log",
+        max_bluff_rate=max_bluff_rate,
+        current_threshold=current_threshold,
+        replay=replay,
     )
 
 
 # ---------------------------------------------------------------------- .env
-
-_THRESHOLD_LINE = re.compile(rf"^\s*(?:export\s+)?{THRESHOLD_ENV}\s*=")
 
 
 def format_threshold(value: float) -> str:
@@ -213,23 +266,33 @@ def format_threshold(value: float) -> str:
     return f"{round(value, 4):g}"
 
 
-def write_env(path: Path, threshold: float) -> None:
-    """Set ``KB_THRESHOLD`` in a ``.env`` file, keeping every other line as it was.
+def write_env(path: Path, threshold: float, related_threshold: float | None = None) -> None:
+    """Set ``KB_THRESHOLD`` (and ``KB_RELATED_THRESHOLD``) in a ``.env`` file, keeping every other line.
 
-    An existing ``KB_THRESHOLD=`` line is replaced in place (a duplicate
-    later one is dropped, so the file says one thing); otherwise the line is
-    appended. The file is created if missing and replaced atomically.
+    An existing line of each is replaced in place (a duplicate later one is
+    dropped, so the file says one thing); otherwise the line is appended. The
+    file is created if missing and replaced atomically.
     """
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     except OSError as exc:
         raise EvalSetError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
-    setting = f"{THRESHOLD_ENV}={format_threshold(threshold)}"
+    values = {THRESHOLD_ENV: threshold}
+    if related_threshold is not None:
+        values[RELATED_ENV] = related_threshold
+    for name, value in values.items():
+        lines = _set_line(lines, name, f"{name}={format_threshold(value)}")
+    text = "\n".join(lines) + "\n"
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _set_line(lines: list[str], name: str, setting: str) -> list[str]:
+    pattern = re.compile(rf"^\s*(?:export\s+)?{name}\s*=")
     out: list[str] = []
     done = False
     for line in lines:
-        if _THRESHOLD_LINE.match(line):
+        if pattern.match(line):
             if not done:
                 out.append(setting)
                 done = True
@@ -237,5 +300,4 @@ def write_env(path: Path, threshold: float) -> None:
         out.append(line)
     if not done:
         out.append(setting)
-    text = "\n".join(out) + "\n"
-    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return out

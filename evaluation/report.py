@@ -12,6 +12,7 @@ from pathlib import Path
 
 from core.retrieve import Mode
 from evaluation.calibrate import Calibration
+from evaluation.outcomes import DEFAULT_MAX_HARD_REFUSED, DEFAULT_MAX_OOD_SHOWN
 from evaluation.results import (
     RECALL_KS,
     TEST_KS,
@@ -193,7 +194,91 @@ def _render_gate(result: EvalResult, *, markdown: bool, recommended: float | Non
             for o in sorted(bluffing, key=lambda o: o["best_distance"])
         ]
         lines.append("")
-    return lines
+    return lines + _render_outcomes(result, markdown=markdown)
+
+
+def _share(values: Sequence[bool]) -> str:
+    p = Proportion(sum(values), len(values))
+    return f"{p.successes}/{p.n} {fmt_p(p)}"
+
+
+def _render_outcomes(result: EvalResult, *, markdown: bool) -> list[str]:
+    """What the asker gets at the two thresholds, by phrasing, and the related sweep."""
+    o = result.gate.outcomes
+    if o is None:
+        return []
+    h = (lambda s: f"### {s}") if markdown else (lambda s: f"== {s}")
+    phrasing = [q["phrasing"] for q in result.queries()]
+    groups = [("all", [True] * len(phrasing))] + [
+        (name, [p == name for p in phrasing]) for name in sorted(set(phrasing))
+    ]
+
+    def row(label: str, mask: list[bool]) -> list[str]:
+        def pick(values: list[bool]) -> list[bool]:
+            return [v for v, m in zip(values, mask, strict=True) if m]
+
+        return [
+            label,
+            _share(pick(o.answered)),
+            _share(pick(o.related)),
+            _share(pick(o.hard_refused)),
+            _share(pick(o.shown)),
+            _share(pick(o.rescued)),
+        ]
+
+    header = ["in-domain", "answered", "related", "hard refused", "needle shown", "rescued"]
+    mean = statistics.fmean
+    kept = (
+        f"answered queries: needle kept {_share(o.kept_needle)} "
+        f"(a fixed top {result.gate.top_k}: {_share(o.fixed_needle)}); passages given to the "
+        f"model {mean(o.kept_passages or [0]):.2f} on average (fixed: "
+        f"{mean(o.fixed_passages or [0]):.2f}), {mean(o.kept_chars or [0]):.0f} characters "
+        f"(fixed: {mean(o.fixed_chars or [0]):.0f})"
+    )
+    sweep_rows = [
+        [
+            f"{r.related_threshold:.3f}",
+            fmt_count(r.related),
+            fmt_count(r.hard_refused),
+            fmt_count(r.rescued) if r.rescued else "-",
+            fmt_count(r.shown) if r.shown else "-",
+            fmt_count(r.ood_related),
+            fmt_count(r.ood_shown),
+        ]
+        for r in result.gate.related_sweep
+    ]
+    return [
+        h(
+            f"What the asker gets (answer threshold {o.threshold:.3f}, "
+            f"related threshold {o.related_threshold:.3f})"
+        ),
+        "",
+        *_table(header, [row(label, mask) for label, mask in groups], markdown=markdown),
+        "",
+        f"out-of-domain: bluffs (answered) {_share(o.bluffs)}, "
+        f"related passages shown {_share(o.ood_related)}",
+        kept,
+        "",
+        "Needle shown: among the kept passages of an answer or the related passages. "
+        "Rescued: related outcomes that showed the needle.",
+        "",
+        h(f"Related threshold sweep (answer threshold {o.threshold:.3f})"),
+        "",
+        *_table(
+            [
+                "related threshold",
+                "in-domain related",
+                "hard refused",
+                "rescued",
+                "needle shown",
+                "OOD related",
+                "OOD shown anything",
+            ],
+            sweep_rows,
+            markdown=markdown,
+        ),
+        "",
+    ]
 
 
 def _breakdown_header(result: EvalResult) -> list[str]:
@@ -279,6 +364,16 @@ def render_calibration(cal: Calibration) -> str:
         )
     else:
         lines.append(f"proposed threshold: {cal.proposed.threshold:.3f}")
+    if cal.related is not None:
+        r = cal.related
+        lines.append(
+            f"proposed related threshold: {r.related_threshold:.3f} (smallest with in-domain "
+            f"hard refusals <= {DEFAULT_MAX_HARD_REFUSED:.0%}, out-of-domain questions shown "
+            f"anything <= {DEFAULT_MAX_OOD_SHOWN:.0%}): related "
+            f"{fmt_count(r.related)}, hard refused {fmt_count(r.hard_refused)}"
+            + (f", rescued {fmt_count(r.rescued)}" if r.rescued else "")
+            + f", out-of-domain shown passages {fmt_count(r.ood_related)}"
+        )
     lines.append("")
     rows = [("current", cal.current)] + ([("proposed", cal.proposed)] if cal.proposed else [])
     lines += _table(

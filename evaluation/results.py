@@ -23,8 +23,9 @@ from core.retrieve import Candidate, Mode
 from evaluation.inputs import PHRASINGS, OODQuestion, Question
 from evaluation.stats import hits_at_k, paired_counts, sign_test, wilson_interval
 
-if TYPE_CHECKING:  # evaluation.kept builds on these types
+if TYPE_CHECKING:  # evaluation.kept and evaluation.outcomes build on these types
     from evaluation.kept import KeptResult
+    from evaluation.outcomes import Outcomes, RelatedRow, Replay
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -301,6 +302,8 @@ def sweep(
     *,
     top_k: int,
     correct: Sequence[set[int]] | None = None,
+    max_kept: int = 0,
+    margin: float = 0.0,
 ) -> list[SweepRow]:
     """Gate every query's candidates at every threshold and count the outcomes.
 
@@ -311,13 +314,15 @@ def sweep(
         top_k: the gate's ``top_k``.
         correct: per in-domain query, the chunk ids containing its needle;
             without it ``answerable`` and ``lost`` are not computed.
+        max_kept: the gate's ``max_kept`` (more passages when as close as the best).
+        margin: the gate's ``margin`` for those.
 
     Returns:
         One row per threshold, in increasing order.
     """
 
     def kept(cands: Sequence[Candidate], t: float) -> list[Candidate]:
-        return gate(cands, threshold=t, top_k=top_k)
+        return gate(cands, threshold=t, top_k=top_k, max_kept=max_kept, margin=margin)
 
     def answers(i: int, t: float) -> bool:
         assert correct is not None
@@ -354,6 +359,11 @@ class GateAnalysis:
         ood_best: per out-of-domain question, the smallest distance among its candidates.
         ood: per out-of-domain question: id, question, kind, best distance and
             the document / section of its closest candidate.
+        outcomes: at the evaluated thresholds, answered / related / refused and
+            whether the needle was shown, per query.
+        related_sweep: the related threshold's sweep at the evaluated threshold.
+        replay: the candidates behind both, to replay the gate at other
+            thresholds (``kb calibrate``); not printed.
     """
 
     threshold: float
@@ -364,6 +374,9 @@ class GateAnalysis:
     in_domain_best: list[float | None]
     ood_best: list[float | None]
     ood: list[dict[str, Any]]
+    outcomes: Outcomes | None = None
+    related_sweep: list[RelatedRow] = field(default_factory=list)
+    replay: Replay | None = field(default=None, repr=False, compare=False)
 
     @property
     def current(self) -> SweepRow:
@@ -371,12 +384,24 @@ class GateAnalysis:
         return next(r for r in self.sweep if abs(r.threshold - round(self.threshold, 4)) < 1e-9)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form; the outcomes' proportions join the current row, their
+        per-query values ``per_query`` (so two runs pair them query by query)."""
+        current = self.current.to_dict()
+        extra: dict[str, Any] = {}
+        if self.outcomes is not None:
+            current |= self.outcomes.current()
+            extra = {
+                "related_threshold": self.outcomes.related_threshold,
+                "outcomes": self.outcomes.to_dict(),
+                "per_query": self.outcomes.per_query(),
+                "related_sweep": [r.to_dict() for r in self.related_sweep],
+            }
         return {
             "threshold": self.threshold,
+            **extra,
             "top_k": self.top_k,
             "candidates": self.candidates,
-            "current": self.current.to_dict(),
+            "current": current,
             "sweep": [r.to_dict() for r in self.sweep],
             "distances": {
                 "in_domain_correct": self.in_domain_correct,

@@ -58,6 +58,7 @@ from core.gate import CANDIDATES_PER_KEPT
 from core.retrieve import Candidate, LocalBackend, Mode
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
 from evaluation.kept import KeptResult, measure_kept
+from evaluation.outcomes import Replay, related_sweep
 from evaluation.results import (
     DEPTH,
     MODES,
@@ -270,11 +271,13 @@ def _analyse_gate(
     correct: Sequence[set[int]],
     *,
     threshold: float,
-    top_k: int,
+    related_threshold: float,
+    engine: EngineConfig,
     thresholds: Sequence[float],
     progress: bool,
 ) -> GateAnalysis:
     """Hybrid candidates as ``Engine.ask`` fetches them, gated at every threshold."""
+    top_k = engine.top_k
     backend = LocalBackend(kb.indexes)
     depth = top_k * CANDIDATES_PER_KEPT
     texts = queries.texts + queries.ood_texts
@@ -293,7 +296,10 @@ def _analyse_gate(
         sorted(set(thresholds) | {round(threshold, 4)}),
         top_k=top_k,
         correct=per_query_correct,
+        max_kept=engine.max_kept,
+        margin=engine.keep_margin,
     )
+    replay = _replay(kb, cands[:n_in], cands[n_in:], per_query_correct, engine)
     rows_by_id = kb.store.chunks_by_id([c[0].chunk_id for c in cands[n_in:] if c])
     ood_rows = []
     for o, cs in zip(ood, cands[n_in:], strict=True):
@@ -318,6 +324,29 @@ def _analyse_gate(
         in_domain_best=[_best(c) for c in cands[:n_in]],
         ood_best=[_best(c) for c in cands[n_in:]],
         ood=ood_rows,
+        outcomes=replay.outcomes(threshold, related_threshold),
+        related_sweep=related_sweep(replay, threshold, thresholds),
+        replay=replay,
+    )
+
+
+def _replay(
+    kb: KnowledgeBase,
+    in_domain: list[list[Candidate]],
+    ood: list[list[Candidate]],
+    correct: list[set[int]],
+    engine: EngineConfig,
+) -> Replay:
+    ids = {c.chunk_id for cands in (*in_domain, *ood) for c in cands}
+    sizes = {cid: len(row.content) for cid, row in kb.store.chunks_by_id(sorted(ids)).items()}
+    return Replay(
+        in_domain,
+        ood,
+        correct,
+        sizes,
+        top_k=engine.top_k,
+        max_kept=engine.max_kept,
+        margin=engine.keep_margin,
     )
 
 
@@ -343,6 +372,7 @@ def evaluate(
     strategies: Sequence[str] = (),
     thresholds: Sequence[float] | None = None,
     threshold: float | None = None,
+    related_threshold: float | None = None,
     progress: bool = False,
     on_stage: Callable[[str], None] | None = None,
 ) -> EvalResult:
@@ -359,6 +389,8 @@ def evaluate(
             empty for the product's chunker only.
         thresholds: the sweep (default ``default_thresholds``).
         threshold: the threshold to evaluate (default ``engine.threshold``).
+        related_threshold: the related threshold to evaluate (default
+            ``engine.related_threshold``).
         progress: show progress bars on stderr.
         on_stage: told the name of each stage as it starts (for logs).
 
@@ -389,7 +421,10 @@ def evaluate(
             ood,
             correct,
             threshold=current,
-            top_k=engine.top_k,
+            related_threshold=(
+                engine.related_threshold if related_threshold is None else related_threshold
+            ),
+            engine=engine,
             thresholds=grid,
             progress=progress,
         )

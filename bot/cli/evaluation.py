@@ -341,7 +341,7 @@ def export_disliked(ctx: click.Context, out: Path) -> None:
 @output_file_option(
     "--write-env",
     "env_path",
-    "Write KB_THRESHOLD=<proposed> into this .env file, keeping its other lines.",
+    "Write KB_THRESHOLD and KB_RELATED_THRESHOLD (the proposed ones) into this .env file, keeping its other lines.",
 )
 @json_option("Print the calibration as JSON.")
 @progress_option
@@ -359,11 +359,13 @@ def calibrate(
     as_json: bool,
     no_progress: bool,
 ) -> None:
-    """Propose the refusal threshold for a bluff budget, and show what it costs.
+    """Propose the refusal threshold for a bluff budget, and the related threshold beside it.
 
     Picks the largest threshold whose out-of-domain bluff rate is within
     --max-bluff-rate, on the bundled evaluation set, your own set, or your
-    logged questions labelled in/out of domain (--from-log).
+    logged questions labelled in/out of domain (--from-log); then the smallest
+    related threshold that refuses at most 5 % of in-domain questions outright,
+    as long as at most half of the out-of-domain questions are shown anything.
 
     Example: kb calibrate --max-bluff-rate 0.1 --write-env .env
     """
@@ -400,7 +402,10 @@ def calibrate(
     if result.proposed is None:
         ctx.exit(1)
     if env_path is not None:
-        cal.write_env(env_path, result.proposed.threshold)
+        cal.write_env(env_path, result.proposed.threshold, result.proposed_related)
         if not as_json:
             value = cal.format_threshold(result.proposed.threshold)
             click.echo(f"Wrote {cal.THRESHOLD_ENV}={value} to {env_path}.")
+            if result.proposed_related is not None:
+                related = cal.format_threshold(result.proposed_related)
+                click.echo(f"Wrote {cal.RELATED_ENV}={related} to {env_path}.")
