@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.inputs import PHRASINGS, OODQuestion, Question
+from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
 from evaluation.results import RECALL_KS, EvalResult, MeanCI, Proportion, bootstrap_mean
 from evaluation.stats import paired_counts, sign_test
-from index.errors import KBError
 
 __all__ = [
     "ComparisonError",
@@ -55,7 +54,7 @@ IN_DOMAIN = "in_domain"
 OOD = "ood"
 
 
-class ComparisonError(KBError):
+class ComparisonError(EvalSetError):
     """Two results that cannot be compared query by query."""
 
 

@@ -30,6 +30,7 @@ all of them (a test keeps the list complete)::
     │   ├── RerankerUnavailable      (core.rerank) the cross-encoder reranker cannot be loaded or run
     │   └── LinkSecretUnavailable    the link-signing secret file cannot be read, written, or is empty
     ├── EvalSetError                 (evaluation.inputs) an evaluation file is missing or malformed
+    │   └── ComparisonError          (evaluation.compare) two results that cannot be paired query by query
     ├── DownloadFailed               (bot.slack.uploads) a Slack file could not be downloaded
     └── AccessCheckUnavailable       (bot.server.readers) who may read a document cannot be checked now
 
