@@ -28,7 +28,7 @@ import numpy as np
 from bench.machine import describe as machine
 from core.config import DEFAULT_THRESHOLD
 from core.gate import gate
-from core.retrieve import LocalBackend, rrf
+from core.retrieve import FUSION, LocalBackend, fuse
 from index.bm25 import BM25Index
 from index.chunk import chunk_document
 from index.derived import Snapshot
@@ -126,7 +126,7 @@ def run_size(
             t2 = time.perf_counter()
             sparse = snap.bm25.search(q, 25)
             t3 = time.perf_counter()
-            fused = rrf([[c for c, _ in dense], [c for c, _ in sparse]])[:20]
+            fused = fuse(dense, sparse, FUSION)[:20]
             dist = dict(dense)
             missing = [c for c, _ in fused if c not in dist]
             dist.update(snap.vectors.distances_for(v, missing))

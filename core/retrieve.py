@@ -1,4 +1,11 @@
-"""Hybrid retrieval: dense (FAISS) + sparse (BM25), fused by reciprocal rank fusion.
+"""Hybrid retrieval: dense (FAISS) + sparse (BM25), fused on normalised scores.
+
+Each leg's scores are min-max normalised over its own list and summed with
+weights dense 1.0, BM25 0.5. Measured against reciprocal rank fusion (RRF,
+equal or weighted legs, several k) on both bundled evaluation sets with
+``bench/levers.py``: RRF throws away how far ahead a leg's first chunk is,
+which is what decides most questions here (docs/evaluation.md, "What was
+tried"). RRF stays available as ``Fusion(method="rrf")``.
 
 Every search goes through ``RetrievalBackend.search`` so that the local
 FAISS + BM25 pair and a distributed engine (the planned Qdrant backend) are two
@@ -10,19 +17,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
 from index.derived import DerivedIndexes
 
 # Cormack, Clarke & Buettcher (2009), "Reciprocal rank fusion outperforms
-# Condorcet and individual rank learning methods": k = 60; ranks only, so
-# cosine distances and BM25 scores never need a common scale.
+# Condorcet and individual rank learning methods": k = 60.
 RRF_K = 60
 # How deep each leg looks before fusion. Wider than top_k so that a chunk
 # ranked modestly by both legs can still win the fusion.
 DEFAULT_DEPTH = 25
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How the dense and BM25 lists become one (``bench/levers.py`` measures the choices).
+
+    Attributes:
+        method: ``rrf`` sums ``weight / (k + rank)``; ``score`` sums each leg's
+            scores min-max normalised over its own list (0 when absent).
+        k: the RRF constant.
+        dense: the dense leg's weight.
+        sparse: the BM25 leg's weight.
+    """
+
+    method: Literal["rrf", "score"] = "rrf"
+    k: int = RRF_K
+    dense: float = 1.0
+    sparse: float = 1.0
+
+
+# The product's fusion. BM25 weighs half: its list is noisier (any shared
+# word scores), but a clear BM25 winner (an identifier, a rare term) still
+# moves up past dense near-ties.
+FUSION = Fusion(method="score", sparse=0.5)
 
 
 class Mode(StrEnum):
@@ -41,7 +71,7 @@ class Candidate:
         chunk_id: the chunk.
         distance: dense cosine distance ``1 - ip`` in [0, 2], also for chunks
             only BM25 found, so the gate can judge every candidate alike.
-        score: fused RRF score (higher is better).
+        score: fused score (higher is better; its scale depends on ``Fusion``).
         dense_rank: 1-based rank in the dense list, if it was there.
         sparse_rank: 1-based rank in the BM25 list, if it was there.
     """
@@ -68,16 +98,50 @@ class RetrievalBackend(Protocol):
         ...
 
 
-def rrf(lists: Sequence[Sequence[int]], k: int = RRF_K) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion: ``score = sum 1 / (k + rank)`` over the lists, best first.
+def rrf(
+    lists: Sequence[Sequence[int]], k: int = RRF_K, weights: Sequence[float] | None = None
+) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion: ``score = sum weight / (k + rank)`` over the lists, best first.
 
     Ties keep the order in which ids were first seen, so results are stable.
     """
     scores: dict[int, float] = {}
-    for ranked in lists:
+    for i, ranked in enumerate(lists):
+        weight = 1.0 if weights is None else weights[i]
         for rank, item in enumerate(ranked, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+def score_fusion(
+    lists: Sequence[Sequence[tuple[int, float]]], weights: Sequence[float]
+) -> list[tuple[int, float]]:
+    """Weighted sum of each list's scores (higher is better), min-max normalised per list.
+
+    A list's best item scores 1 and its last 0 (a list of equal scores: all 1);
+    an item absent from a list gets 0 from it. Ties keep first-seen order.
+    """
+    scores: dict[int, float] = {}
+    for ranked, weight in zip(lists, weights, strict=True):
+        if not ranked:
+            continue
+        values = [v for _, v in ranked]
+        low, span = min(values), max(values) - min(values)
+        for item, value in ranked:
+            norm = (value - low) / span if span > 0 else 1.0
+            scores[item] = scores.get(item, 0.0) + weight * norm
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+def fuse(
+    dense: Sequence[tuple[int, float]], sparse: Sequence[tuple[int, float]], fusion: Fusion
+) -> list[tuple[int, float]]:
+    """One list from the dense ``(id, distance)`` and BM25 ``(id, score)`` lists, best first."""
+    if fusion.method == "score":
+        similarity = [(cid, -d) for cid, d in dense]  # any decreasing map: it is normalised
+        return score_fusion([similarity, sparse], [fusion.dense, fusion.sparse])
+    pairs = [(lst, w) for lst, w in ((dense, fusion.dense), (sparse, fusion.sparse)) if lst]
+    return rrf([[cid for cid, _ in lst] for lst, _ in pairs], fusion.k, [w for _, w in pairs])
 
 
 class LocalBackend:
@@ -86,11 +150,15 @@ class LocalBackend:
     Args:
         indexes: the derived indexes of a knowledge base.
         depth: how many candidates each leg contributes before fusion.
+        fusion: how the two legs are fused.
     """
 
-    def __init__(self, indexes: DerivedIndexes, *, depth: int = DEFAULT_DEPTH) -> None:
+    def __init__(
+        self, indexes: DerivedIndexes, *, depth: int = DEFAULT_DEPTH, fusion: Fusion = FUSION
+    ) -> None:
         self.indexes = indexes
         self.depth = depth
+        self.fusion = fusion
 
     def search(
         self,
@@ -112,7 +180,7 @@ class LocalBackend:
         sparse = snap.bm25.search(query_text, depth, allowed) if mode != Mode.DENSE else []
         dense_ids = [cid for cid, _ in dense]
         sparse_ids = [cid for cid, _ in sparse]
-        fused = rrf([lst for lst in (dense_ids, sparse_ids) if lst])[:k]
+        fused = fuse(dense, sparse, self.fusion)[:k]
         distances = dict(dense)
         missing = [cid for cid, _ in fused if cid not in distances]
         if missing:

@@ -31,7 +31,7 @@ import numpy as np
 
 from index.atomic import write_atomic
 from index.errors import IndexOutOfSync
-from index.tokens import TOKENIZER_VERSION, tokenize
+from index.tokens import ANALYZER, Analyzer
 
 DEFAULT_K1 = 1.2
 DEFAULT_B = 0.75
@@ -47,10 +47,12 @@ class BM25Index:
 
     Args:
         chunk_ids: the id of each chunk (unique).
-        texts: the text of each chunk, aligned with ``chunk_ids``; tokenised
-            with ``index.tokens.tokenize``.
+        texts: the text of each chunk, aligned with ``chunk_ids``; turned into
+            terms by ``analyzer``.
         k1: term-frequency saturation.
         b: length normalisation.
+        analyzer: how texts and queries become terms (the product's by default;
+            ``bench/levers.py`` measures others).
 
     Raises:
         ValueError: ``chunk_ids`` and ``texts`` differ in length, or ids repeat.
@@ -63,12 +65,13 @@ class BM25Index:
         *,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        analyzer: Analyzer = ANALYZER,
     ) -> None:
         if len(chunk_ids) != len(texts):
             raise ValueError(f"{len(chunk_ids)} chunk ids but {len(texts)} texts.")
         ids = np.array(chunk_ids, dtype=np.int64).reshape(-1)  # a copy: it is made read-only
-        vocab, doc_len, indptr, postings, tf = _invert([tokenize(t) for t in texts])
-        self._setup(ids, vocab, doc_len, indptr, postings, tf, k1=k1, b=b)
+        vocab, doc_len, indptr, postings, tf = _invert([analyzer.document_terms(t) for t in texts])
+        self._setup(ids, vocab, doc_len, indptr, postings, tf, k1=k1, b=b, analyzer=analyzer)
 
     def _setup(
         self,
@@ -81,6 +84,7 @@ class BM25Index:
         *,
         k1: float,
         b: float,
+        analyzer: Analyzer,
     ) -> None:
         if np.unique(ids).size != ids.size:
             raise ValueError("chunk ids must be unique.")
@@ -94,6 +98,7 @@ class BM25Index:
         self._tf = tf
         self.k1 = k1
         self.b = b
+        self.analyzer = analyzer
         self._impacts = _impacts(doc_len, indptr, postings, tf, k1=k1, b=b)
         self._lut_base, self._lut = _position_table(ids)
         # Sorted view of the ids, for id sets too sparse for the table.
@@ -140,7 +145,7 @@ class BM25Index:
         new_ids = np.array(add_ids, dtype=np.int64).reshape(-1)
         ids = np.concatenate([self._ids[keep], new_ids])
         vocab, new_len, new_indptr, new_postings, new_tf = _invert(
-            [tokenize(t) for t in add_texts], dict(self._vocab)
+            [self.analyzer.document_terms(t) for t in add_texts], dict(self._vocab)
         )
         # Renumber every chunk by its rank in id order: survivors keep their
         # relative order, so their (term, position) keys stay sorted.
@@ -158,13 +163,15 @@ class BM25Index:
         positions = np.concatenate([old_new_pos[alive], rank[n_kept + new_postings]])
         tf = np.concatenate([self._tf[alive].astype(np.uint32), new_tf.astype(np.uint32)])
         doc_len = np.concatenate([self._doc_len[keep], new_len])[order]
-        return _from_pairs(ids[order], vocab, doc_len, terms, positions, tf, k1=self.k1, b=self.b)
+        return _from_pairs(
+            ids[order], vocab, doc_len, terms, positions, tf, k1=self.k1, b=self.b, an=self.analyzer
+        )
 
     def search(self, query: str, k: int, allowed: Allowed = None) -> list[tuple[int, float]]:
         """The ``k`` best chunks for ``query``, best first; ties go to the lower chunk id.
 
         Args:
-            query: the question, tokenised like the chunks.
+            query: the question, analysed like the chunks (``Analyzer.query_terms``).
             k: how many results at most.
             allowed: if given, only these chunks (ids, or a predicate on the id)
                 are ranked, so a narrow scope still gets its full ``k``.
@@ -173,9 +180,15 @@ class BM25Index:
             ``(chunk_id, score)`` pairs, only chunks with a score above zero
             (i.e. sharing at least one term with the query).
         """
+        return self.search_terms(self.analyzer.query_terms(query), k, allowed)
+
+    def search_terms(
+        self, terms: Sequence[str], k: int, allowed: Allowed = None
+    ) -> list[tuple[int, float]]:
+        """As ``search``, for terms already analysed (a repeated term counts each time)."""
         if k <= 0 or not len(self):
             return []
-        scores = self._accumulate(tokenize(query))
+        scores = self._accumulate(terms)
         if scores is None:
             return []
         if allowed is None or callable(allowed):
@@ -191,7 +204,7 @@ class BM25Index:
             top = candidates[self._top(candidates, cand_scores, k)]
         return [(int(self._ids[p]), float(scores[p])) for p in top]
 
-    def _accumulate(self, terms: list[str]) -> np.ndarray | None:
+    def _accumulate(self, terms: Sequence[str]) -> np.ndarray | None:
         # rank-bm25 adds a term's contribution once per occurrence in the
         # query, so a repeated term is weighted by its count.
         weights = Counter(self._vocab[t] for t in terms if t in self._vocab)
@@ -276,7 +289,7 @@ class BM25Index:
         """
         meta = {
             "format": FORMAT_VERSION,
-            "tokenizer": TOKENIZER_VERSION,
+            "tokenizer": self.analyzer.signature,
             "generation": int(generation),
             "k1": self.k1,
             "b": self.b,
@@ -298,19 +311,20 @@ class BM25Index:
         write_atomic(Path(path), write)
 
     @classmethod
-    def load(cls, path: Path) -> tuple[BM25Index, int]:
+    def load(cls, path: Path, analyzer: Analyzer = ANALYZER) -> tuple[BM25Index, int]:
         """Read an index written by ``save``.
 
         Args:
             path: the file.
+            analyzer: the analysis the index must have been built with.
 
         Returns:
             The index and the generation it was saved with.
 
         Raises:
             IndexOutOfSync: the file is missing, unreadable, written with another
-                format or tokenizer version, or internally inconsistent; rebuild
-                it from the store.
+                format or another analysis (``TOKENIZER_VERSION``, stemming, stop
+                words), or internally inconsistent; rebuild it from the store.
         """
         try:
             meta, raw, arrays = _read_npz(Path(path))
@@ -320,10 +334,10 @@ class BM25Index:
             raise IndexOutOfSync(
                 f"The BM25 index {path} cannot be read ({exc}); rebuild it."
             ) from exc
-        if version != FORMAT_VERSION or meta.get("tokenizer") != TOKENIZER_VERSION:
+        if version != FORMAT_VERSION or meta.get("tokenizer") != analyzer.signature:
             raise IndexOutOfSync(
                 f"The BM25 index {path} was written by another version (format {version!r}, "
-                f"tokenizer {meta.get('tokenizer')!r}); rebuild it."
+                f"tokenizer {str(meta.get('tokenizer'))[:40]!r}); rebuild it."
             )
         vocab = raw.split("\n") if raw else []
         _check_shapes(path, vocab, arrays)
@@ -337,6 +351,7 @@ class BM25Index:
             arrays["tf"],
             k1=k1,
             b=b,
+            analyzer=analyzer,
         )
         return index, generation
 
@@ -381,6 +396,7 @@ def _from_pairs(
     *,
     k1: float,
     b: float,
+    an: Analyzer,
 ) -> BM25Index:
     """An index from unordered ``(term, position, tf)`` postings.
 
@@ -409,6 +425,7 @@ def _from_pairs(
         tf_sorted.astype(np.uint16 if small else np.uint32),
         k1=k1,
         b=b,
+        analyzer=an,
     )
     return index
 

@@ -33,16 +33,31 @@ Rules, in order:
   alternations (hashes like ``a3f9c2``) are left alone.
 * Underscores at either end are dropped (markdown ``_emphasis_``), and so are
   tokens made only of underscores (``____`` blanks in forms).
+
+``tokenize`` is the splitter alone. BM25 indexes the terms of an ``Analyzer``
+(``ANALYZER`` for the product), which then drops stop words and stems plain
+English words with Snowball's Porter2 stemmer, so ``installing`` finds
+``installs``::
+
+    >>> ANALYZER.query_terms("How do I stop pip from caching wheels?")
+    ['stop', 'pip', 'cach', 'wheel']
+
+Identifiers are never stemmed and never stop words: ``store_true`` stays
+``store_true`` (its parts are words, and are stemmed like words).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass, field
 
-# Bump on any change to the rules: saved BM25 indexes record it and are
-# rebuilt when it differs, since their vocabulary would no longer match queries.
-TOKENIZER_VERSION = 1
+import Stemmer
+
+# Bump on any change to the rules (here or in ``ANALYZER``): saved BM25 indexes
+# record it and are rebuilt when it differs, since their vocabulary would no
+# longer match queries.
+TOKENIZER_VERSION = 2
 
 # Scripts written without spaces between words (Han, Hiragana, Katakana and
 # their compatibility / extension blocks). Hangul is spaced, so it is not here.
@@ -131,3 +146,81 @@ def _cjk_terms(run: str) -> list[str]:
     terms = list(run)
     terms.extend(run[i : i + 2] for i in range(len(run) - 1))
     return terms
+
+
+# Lucene's English stop words (``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET``).
+LUCENE_STOP_WORDS = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is",
+    "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there",
+    "these", "they", "this", "to", "was", "will", "with",
+))  # fmt: skip
+# Plus the words a question is built from rather than about: "how do I ...",
+# "what does my ... mean". They are in most chunks and in every ticket.
+STOP_WORDS = LUCENE_STOP_WORDS | frozenset((
+    "how", "what", "which", "who", "whom", "whose", "why", "when", "where", "do", "does",
+    "did", "doing", "done", "i", "me", "my", "mine", "we", "us", "our", "you", "your", "he",
+    "him", "his", "she", "her", "its", "am", "were", "been", "being", "have", "has", "had",
+    "having", "can", "could", "would", "should", "shall", "may", "might", "must", "so",
+    "from", "about", "any", "some", "here", "than", "too", "very", "just", "also",
+    # what the tokeniser leaves of "it's", "i'm", "don't", "doesn't", "isn't"
+    "s", "m", "t", "don", "doesn", "isn",
+))  # fmt: skip
+
+_STEMMER = Stemmer.Stemmer("english")
+
+
+def _stemmable(term: str) -> bool:
+    # Plain ASCII words only: identifiers, numbers and other scripts are
+    # matched as written, and Porter2 is an English stemmer.
+    return term.isascii() and term.isalpha()
+
+
+@dataclass(frozen=True)
+class Analyzer:
+    """How text becomes BM25 terms: ``tokenize``, then stop words and stemming.
+
+    Attributes:
+        stem: stem plain English words (Snowball Porter2); identifiers never.
+        stop_words: plain words dropped from queries (before stemming).
+        stop_documents: drop them from documents too (changes chunk lengths).
+        header_weight: how many times a chunk's first line (its contextual
+            header, ``Title > Section``) is counted; 1 is the text as it is.
+    """
+
+    stem: bool = True
+    stop_words: frozenset[str] = field(default=STOP_WORDS)
+    stop_documents: bool = False
+    header_weight: int = 1
+
+    @property
+    def signature(self) -> str:
+        """What a saved index records, so a different analysis is never mixed in."""
+        words = ",".join(sorted(self.stop_words))
+        return (
+            f"{TOKENIZER_VERSION}:stem={int(self.stem)}:stopdocs={int(self.stop_documents)}"
+            f":header={self.header_weight}:stop={words}"
+        )
+
+    def query_terms(self, text: str) -> list[str]:
+        """The terms of a question."""
+        return self._terms(tokenize(text), drop=self.stop_words)
+
+    def document_terms(self, text: str) -> list[str]:
+        """The terms of a chunk's text (header line first, then content)."""
+        drop = self.stop_words if self.stop_documents else frozenset()
+        terms = self._terms(tokenize(text), drop=drop)
+        if self.header_weight > 1:
+            header = self._terms(tokenize(text.split("\n", 1)[0]), drop=drop)
+            terms.extend(header * (self.header_weight - 1))
+        return terms
+
+    def _terms(self, tokens: list[str], *, drop: frozenset[str]) -> list[str]:
+        kept = [t for t in tokens if t not in drop] if drop else tokens
+        if not self.stem:
+            return kept
+        return [_STEMMER.stemWord(t) if _stemmable(t) else t for t in kept]
+
+
+# The product's analysis; ``PLAIN`` is the tokeniser alone (version 1's terms).
+ANALYZER = Analyzer()
+PLAIN = Analyzer(stem=False, stop_words=frozenset())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -12,7 +13,7 @@ from rank_bm25 import BM25Okapi
 
 from index.bm25 import Allowed, BM25Index
 from index.errors import IndexOutOfSync
-from index.tokens import TOKENIZER_VERSION, tokenize
+from index.tokens import ANALYZER, PLAIN, tokenize
 
 SENTENCES = [
     "Employee Handbook > Leave: Annual leave is 25 days per calendar year, plus public holidays.",
@@ -84,10 +85,30 @@ def _generated_corpus(n: int, seed: int = 7) -> list[str]:
 def test_scores_equal_rank_bm25_with_lucene_idf(texts: list[str]) -> None:
     ids = [1000 + 3 * i for i in range(len(texts))]
     index = BM25Index(ids, texts)
-    reference = LuceneIdfOkapi([tokenize(t) for t in texts])
+    reference = LuceneIdfOkapi([ANALYZER.document_terms(t) for t in texts])
+    for query in QUERIES:
+        expected = reference.get_scores(ANALYZER.query_terms(query))
+        assert np.allclose(_all_scores(index, query), expected, rtol=1e-5, atol=1e-6), query
+
+
+def test_plain_analysis_scores_the_tokeniser_terms() -> None:
+    index = BM25Index(range(len(SENTENCES)), SENTENCES, analyzer=PLAIN)
+    reference = LuceneIdfOkapi([tokenize(t) for t in SENTENCES])
     for query in QUERIES:
         expected = reference.get_scores(tokenize(query))
         assert np.allclose(_all_scores(index, query), expected, rtol=1e-5, atol=1e-6), query
+
+
+def test_another_form_of_a_word_finds_the_chunk() -> None:
+    texts = ["Reception replaces lost badges.", "The VPN client refuses old versions."]
+    assert BM25Index([1, 2], texts).search("who replaced my badge", k=5)[0][0] == 1
+    assert BM25Index([1, 2], texts, analyzer=PLAIN).search("replaced badge", k=5) == []
+
+
+def test_a_question_of_stop_words_alone_finds_nothing() -> None:
+    index = BM25Index([1, 2], ["How do I do it?", "What is it?"])
+    assert index.search("how do I", k=5) == []
+    assert BM25Index([1, 2], ["How do I do it?", "x"], analyzer=PLAIN).search("how", k=5)
 
 
 def test_two_document_corpus_scores_the_matching_document() -> None:
@@ -122,9 +143,9 @@ def test_only_chunks_sharing_a_term_are_returned_best_first() -> None:
     assert hits[0][0] == 3
     scores = [score for _, score in hits]
     assert scores == sorted(scores, reverse=True)
-    words = {"reset", "vpn", "password"}
+    words = set(ANALYZER.query_terms("reset VPN password"))
     for chunk_id, _ in hits:
-        assert words & set(tokenize(SENTENCES[chunk_id]))
+        assert words & set(ANALYZER.document_terms(SENTENCES[chunk_id]))
     assert index.search("zebra giraffe", k=10) == []
 
 
@@ -260,14 +281,31 @@ def test_missing_or_damaged_file_is_out_of_sync(index_dir: Path) -> None:
         BM25Index.load(path)
 
 
-def test_file_of_another_tokenizer_version_is_out_of_sync(
-    index_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def write_version_1_file(path: Path) -> None:
+    """A BM25 file as the tokeniser alone wrote it, before stemming (``"tokenizer": 1``)."""
+    BM25Index([1], ["vpn"], analyzer=PLAIN).save(path, generation=1)
+    with np.load(path) as data:
+        arrays = dict(data)
+    meta = json.loads(arrays["meta"].tobytes().decode())
+    arrays["meta"] = np.frombuffer(json.dumps({**meta, "tokenizer": 1}).encode(), dtype=np.uint8)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def test_file_of_another_tokenizer_version_is_out_of_sync(index_dir: Path) -> None:
     path = index_dir / "bm25.npz"
-    BM25Index([1], ["vpn"]).save(path, generation=1)
-    monkeypatch.setattr("index.bm25.TOKENIZER_VERSION", TOKENIZER_VERSION + 1)
+    write_version_1_file(path)
     with pytest.raises(IndexOutOfSync, match="another version"):
         BM25Index.load(path)
+
+
+def test_file_of_another_analysis_is_out_of_sync(index_dir: Path) -> None:
+    path = index_dir / "bm25.npz"
+    BM25Index([1], ["vpn"], analyzer=PLAIN).save(path, generation=1)
+    with pytest.raises(IndexOutOfSync, match="another version"):
+        BM25Index.load(path)
+    index, _ = BM25Index.load(path, analyzer=PLAIN)
+    assert index.analyzer == PLAIN and index.search("vpn", k=1)[0][0] == 1
 
 
 def test_inconsistent_file_is_out_of_sync(index_dir: Path) -> None:
@@ -315,3 +353,11 @@ def test_updated_round_trips_and_rejects_bad_input(tmp_path: Path) -> None:
         base.updated([], [1], ["already there"])
     with pytest.raises(ValueError):
         base.updated([], [8, 9], ["one text"])
+
+
+def test_an_update_keeps_the_analysis_of_its_index() -> None:
+    plain = BM25Index([1], ["badges"], analyzer=PLAIN).updated([], [2], ["badge"])
+    assert plain.analyzer == PLAIN
+    assert [c for c, _ in plain.search("badges", k=5)] == [1]
+    stemmed = BM25Index([1], ["badges"]).updated([], [2], ["badge"])
+    assert {c for c, _ in stemmed.search("badges", k=5)} == {1, 2}

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from index.bm25 import BM25Index
 from index.derived import DerivedIndexes, Snapshot
 from index.models import Chunk
 from index.records import Stamp
 from index.store import NewDocument, Store
+from index.tokens import ANALYZER, PLAIN
 
 DIM = 16
 STAMP = Stamp("test/model", DIM, "pipeline-1", "extractor-1")
@@ -161,3 +164,26 @@ def test_large_change_falls_back_to_a_rebuild(
     monkeypatch.setattr(DerivedIndexes, "_rebuild_locked", counting)
     snap = indexes.refresh()
     assert calls == [1] and len(snap) == 70
+
+
+def test_a_saved_bm25_index_of_the_old_tokenizer_is_rebuilt(
+    store: Store, indexes: DerivedIndexes
+) -> None:
+    snap = indexes.snapshot
+    texts = [r["text"] for r in store.searchable_chunks(STAMP.embedding_model, DIM)]
+    # The file version 1 of the tokeniser wrote: same chunks and generation, no stemming.
+    BM25Index(snap.chunk_ids, texts, analyzer=PLAIN).save(indexes.bm25_path, snap.generation)
+    with np.load(indexes.bm25_path) as data:
+        arrays = dict(data)
+    meta = json.loads(arrays["meta"].tobytes().decode())
+    arrays["meta"] = np.frombuffer(json.dumps({**meta, "tokenizer": 1}).encode(), dtype=np.uint8)
+    with open(indexes.bm25_path, "wb") as f:
+        np.savez(f, **arrays)
+
+    reopened = DerivedIndexes(store, embedding_model=STAMP.embedding_model, dimensions=DIM)
+    opened = reopened.open()
+    assert opened.bm25.analyzer == ANALYZER
+    assert opened.bm25.search("reports", 100) == snap.bm25.search("report", 100) != []
+    # Rebuilt on disk too: the next process loads it as it is.
+    loaded, generation = BM25Index.load(indexes.bm25_path)
+    assert generation == store.generation and loaded.analyzer == ANALYZER

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from index.tokens import tokenize
+from index.tokens import ANALYZER, PLAIN, TOKENIZER_VERSION, Analyzer, tokenize
 
 CASES = [
     # plain prose: lower-cased words, punctuation dropped
@@ -101,3 +101,78 @@ def test_whole_identifier_is_more_specific_than_its_parts() -> None:
 
 def test_repeated_terms_are_kept_as_frequencies() -> None:
     assert tokenize("vpn VPN Vpn").count("vpn") == 3
+
+
+# ---------------------------------------------------------------- the analysis BM25 indexes
+
+
+@pytest.mark.parametrize(
+    ("words", "stem"),
+    [
+        (["install", "installs", "installing", "installed"], "instal"),
+        (["badge", "badges"], "badg"),
+        (["dependency", "dependencies"], "depend"),
+        (["cache", "caching", "cached"], "cach"),
+    ],
+)
+def test_forms_of_a_word_are_one_term(words: list[str], stem: str) -> None:
+    assert [ANALYZER.document_terms(w) for w in words] == [[stem]] * len(words)
+    assert [ANALYZER.query_terms(w.upper()) for w in words] == [[stem]] * len(words)
+
+
+def test_identifiers_are_kept_whole_and_never_stemmed() -> None:
+    assert ANALYZER.document_terms("--dry-run installs store_true ERR_42 v2.3 python3") == [
+        "--dry-run",
+        "dri",
+        "run",
+        "instal",
+        "store_true",
+        "store",
+        "true",
+        "err_42",
+        "err",
+        "42",
+        "v2.3",
+        "v2",
+        "v",
+        "2",
+        "3",
+        "python3",
+        "python",
+        "3",
+    ]
+
+
+def test_words_of_other_scripts_are_not_stemmed() -> None:
+    assert ANALYZER.document_terms("Müller cafés 東京") == ["müller", "cafés", "東", "京", "東京"]
+
+
+def test_stop_words_leave_queries_but_stay_in_documents() -> None:
+    text = "How do I stop pip from caching the wheels?"
+    assert ANALYZER.query_terms(text) == ["stop", "pip", "cach", "wheel"]
+    assert ANALYZER.document_terms(text) == [
+        "how", "do", "i", "stop", "pip", "from", "cach", "the", "wheel",
+    ]  # fmt: skip
+    assert Analyzer(stop_documents=True).document_terms(text) == ANALYZER.query_terms(text)
+    # An identifier's parts are words: a stop word among them goes, the identifier stays.
+    assert ANALYZER.query_terms("the --no-deps flag") == ["--no-deps", "dep", "flag"]
+
+
+def test_the_tokeniser_alone_is_the_plain_analysis() -> None:
+    text = "How do I stop pip from caching the wheels? store_true"
+    assert PLAIN.query_terms(text) == PLAIN.document_terms(text) == tokenize(text)
+
+
+def test_the_header_line_counts_as_often_as_its_weight() -> None:
+    text = "Guide > Badges\nReception replaces them."
+    assert Analyzer(header_weight=3).document_terms(text).count("badg") == 3
+    assert ANALYZER.document_terms(text).count("badg") == 1
+
+
+def test_each_analysis_has_its_own_signature() -> None:
+    signatures = {
+        a.signature
+        for a in (ANALYZER, PLAIN, Analyzer(stop_documents=True), Analyzer(header_weight=2))
+    }
+    assert len(signatures) == 4
+    assert str(TOKENIZER_VERSION) in ANALYZER.signature
