@@ -50,6 +50,8 @@ __all__ = [
 # "final": the order passages reach the asker in (hybrid, reranked by KB_RERANKER),
 # in results that carry it.
 MODES = ("dense", "bm25", "hybrid", "final")
+PHRASING_MODE = "hybrid"
+"""The mode broken down by phrasing (doc / ticket) as well."""
 IN_DOMAIN = "in_domain"
 OOD = "ood"
 
@@ -236,29 +238,28 @@ class Comparison:
     retrieval: list[MetricRow]
     gate: list[GateRow]
     notes: list[str]
+    by_phrasing: list[MetricRow] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
 
-        def value(v: Proportion | MeanCI) -> dict[str, Any]:
-            return v.to_dict()
+        def row(r: MetricRow) -> dict[str, Any]:
+            return {
+                "mode": r.mode,
+                "metric": r.metric,
+                "a": r.a.to_dict(),
+                "b": r.b.to_dict(),
+                "only_a": r.only_a,
+                "only_b": r.only_b,
+                "p": r.p,
+            }
 
         return {
             "a": {"label": self.a.label, "corpus": self.a.corpus, "model": self.a.embedding_model},
             "b": {"label": self.b.label, "corpus": self.b.corpus, "model": self.b.embedding_model},
             "queries": len(self.a.query_ids),
-            "retrieval": [
-                {
-                    "mode": r.mode,
-                    "metric": r.metric,
-                    "a": value(r.a),
-                    "b": value(r.b),
-                    "only_a": r.only_a,
-                    "only_b": r.only_b,
-                    "p": r.p,
-                }
-                for r in self.retrieval
-            ],
+            "retrieval": [row(r) for r in self.retrieval],
+            "by_phrasing": [row(r) for r in self.by_phrasing],
             "gate": {
                 "threshold": {"a": self.a.threshold, "b": self.b.threshold},
                 "rows": [
@@ -308,7 +309,22 @@ def compare(
         if mode in sa.ranks and mode in sb.ranks
         for row in _mode_rows(mode, sa.ranks[mode], [sb.ranks[mode][i] for i in order])
     ]
-    return Comparison(sa, sb, retrieval, _gate_rows(sa, sb, order, ood_order), _notes(sa, sb))
+    gate = _gate_rows(sa, sb, order, ood_order)
+    return Comparison(sa, sb, retrieval, gate, _notes(sa, sb), _phrasing_rows(sa, sb, order))
+
+
+def _phrasing_rows(sa: Side, sb: Side, order: list[int]) -> list[MetricRow]:
+    """Hybrid retrieval per phrasing: the ticket-phrased queries are where it differs."""
+    if PHRASING_MODE not in sa.ranks or PHRASING_MODE not in sb.ranks:
+        return []
+    ra, rb = sa.ranks[PHRASING_MODE], [sb.ranks[PHRASING_MODE][i] for i in order]
+    rows = []
+    for phrasing in PHRASINGS:
+        idx = [i for i, qid in enumerate(sa.query_ids) if qid.endswith(f"/{phrasing}")]
+        if idx:
+            label = f"{PHRASING_MODE}, {phrasing}"
+            rows += _mode_rows(label, [ra[i] for i in idx], [rb[i] for i in idx])
+    return rows
 
 
 def _alignment(
@@ -420,17 +436,8 @@ def render_comparison(comparison: Comparison, *, markdown: bool = False) -> str:
         f"{len(comparison.a.ood_ids)} out-of-domain questions (paired by id)",
         "",
     ]
-    retrieval = [
-        [
-            r.mode,
-            r.metric,
-            _fmt_value(r.a),
-            _fmt_value(r.b),
-            f"+{r.only_b}/-{r.only_a}",
-            _fmt_p(r.p),
-        ]
-        for r in comparison.retrieval
-    ]
+    retrieval = [_metric_cells(r) for r in comparison.retrieval]
+    by_phrasing = [_metric_cells(r) for r in comparison.by_phrasing]
     gate = [
         [
             g.name,
@@ -441,13 +448,28 @@ def render_comparison(comparison: Comparison, *, markdown: bool = False) -> str:
         ]
         for g in comparison.gate
     ]
-    lines = head + _table(["mode", "metric", a, b, f"{b} vs {a}", "p"], retrieval, markdown)
+    header = ["mode", "metric", a, b, f"{b} vs {a}", "p"]
+    lines = head + _table(header, retrieval, markdown)
+    if by_phrasing:
+        lines += ["", f"{PHRASING_MODE.capitalize()} by phrasing", ""]
+        lines += _table(header, by_phrasing, markdown)
     if gate:
         ta, tb = comparison.a.threshold, comparison.b.threshold
         lines += ["", f"Gate at each side's threshold ({a}: {ta}, {b}: {tb})", ""]
         lines += _table(["outcome", a, b, f"{b} vs {a}", "p"], gate, markdown)
     lines += [f"note: {n}" for n in comparison.notes]
     return "\n".join(lines) + "\n"
+
+
+def _metric_cells(r: MetricRow) -> list[str]:
+    return [
+        r.mode,
+        r.metric,
+        _fmt_value(r.a),
+        _fmt_value(r.b),
+        f"+{r.only_b}/-{r.only_a}",
+        _fmt_p(r.p),
+    ]
 
 
 def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:

@@ -214,3 +214,21 @@ def test_saved_results_are_read_and_checked(tmp_path: Path) -> None:
         load_result(bad, "baseline")
     with pytest.raises(ComparisonError, match="Cannot read"):
         load_result(tmp_path / "missing.json", "baseline")
+
+
+def test_hybrid_is_also_compared_per_phrasing() -> None:
+    # Even positions are doc phrasings, odd ones ticket phrasings.
+    a = _result([1, None, 2, 9, 1, None])
+    b = _result([1, 3, 2, 2, 5, 1])
+    c = compare(a, b)
+    rows = {(r.mode, r.metric): r for r in c.by_phrasing}
+    assert set(rows) == {
+        (f"hybrid, {p}", m) for p in ("doc", "ticket") for m in ("R@1", "R@4", "R@8", "R@20", "MRR")
+    }
+    doc, ticket = rows[("hybrid, doc", "R@4")], rows[("hybrid, ticket", "R@4")]
+    # doc: a hits 0, 2, 4 within 4; b hits 0, 2 (query 4 at rank 5).
+    assert (doc.a.successes, doc.b.successes, doc.only_a, doc.only_b) == (3, 2, 1, 0)
+    # ticket: a hits none within 4; b hits all three.
+    assert (ticket.a.n, ticket.a.successes, ticket.only_b) == (3, 0, 3)
+    assert c.to_dict()["by_phrasing"][0]["mode"] == "hybrid, doc"
+    assert "Hybrid by phrasing" in render_comparison(c)
