@@ -176,7 +176,12 @@ class Outcomes:
             "hard_refused": self.hard_refused,
         }
         if self.needles:
-            in_domain |= {"shown": self.shown, "rescued": self.rescued}
+            in_domain |= {
+                "shown": self.shown,
+                "rescued": self.rescued,
+                # What a fixed top_k would have kept: the adaptive number's baseline.
+                "kept_fixed_top_k": self.fixed_needle,
+            }
         return {
             "in_domain": in_domain,
             "ood": {"bluffs": self.bluffs, "ood_related": self.ood_related},

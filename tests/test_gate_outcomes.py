@@ -54,6 +54,7 @@ def test_outcomes_replay_the_engines_decision() -> None:
     current = o.current()
     assert current["shown"] == {"k": 2, "n": 4, "value": 0.5, "ci95": current["shown"]["ci95"]}
     assert set(o.per_query()["ood"]) == {"bluffs", "ood_related"}
+    assert o.per_query()["in_domain"]["kept_fixed_top_k"] == o.fixed_needle
 
 
 def test_related_sweep_and_the_proposal_rule() -> None:
