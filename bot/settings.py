@@ -116,7 +116,7 @@ class Settings(BaseSettings):
     embedding_max_tokens: int = _setting(
         DEFAULT_EMBEDDING_MAX_TOKENS,
         "KB_EMBEDDING_MAX_TOKENS",
-        "Window of the endpoint's model in tokens; a text is counted as one token per UTF-8 byte (never fewer than the model sees), and passages over it are split. OpenAI's models take 8191.",
+        "Window of the endpoint's model in tokens (OpenAI's models take 8191); a text is counted as one token per UTF-8 byte (never fewer than the model sees), and passages over it are split. Passages are a few hundred tokens long (KB_CHUNK_BUDGET), so lower it only for a model that needs it: counted by bytes, a 256- or 512-token window splits most passages and costs recall.",
     )
     embedding_dimensions: int = _setting(
         0,

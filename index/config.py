@@ -27,9 +27,12 @@ DEFAULT_FAILED_RETENTION_DAYS = 7.0
 DEFAULT_EMBEDDING_BATCH_SIZE = 64
 DEFAULT_EMBEDDING_TIMEOUT = 60.0
 DEFAULT_EMBEDDING_MAX_RETRIES = 4
-# The window assumed for a remote model: 512 tokens is the smallest of the
-# common embedding models (BERT-sized ones); OpenAI's accept 8,191.
-DEFAULT_EMBEDDING_MAX_TOKENS = 512
+# The window assumed for a remote model: OpenAI's embedding models take 8,191
+# tokens. Texts are counted by UTF-8 bytes, an upper bound that is far above the
+# real count for English, so a window set to a BERT-sized model's (256-512)
+# splits most passages needlessly and costs recall (docs/evaluation.md); the
+# chunk budget keeps passages a few hundred tokens long anyway.
+DEFAULT_EMBEDDING_MAX_TOKENS = 8191
 
 
 @dataclass(frozen=True)
