@@ -29,6 +29,7 @@ from bot.slack import app as slack
 from bot.slack import signin
 from bot.slack.listeners import Services
 from core.answer import Engine, build_engine
+from core.rerank import RerankerUnavailable
 from index.knowledge_base import KnowledgeBase
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.start()
     # Load (or rebuild) the search snapshot now rather than on the first question.
     await asyncio.to_thread(services.kb.indexes.open)
+    await asyncio.to_thread(load_reranker, services.engine)
     follower = asyncio.create_task(
         follow_store(services.kb, app[SYNC_SECONDS]), name="follow-store"
     )
@@ -108,6 +110,21 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.close()
     await services.engine.aclose()
     services.ack_executor.shutdown(wait=False)
+
+
+def load_reranker(engine: Engine) -> bool:
+    """Load a configured reranker at start, not on the first answer; whether one is ready.
+
+    One that cannot load is logged, and answers keep the fused order.
+    """
+    if engine.reranker is None:
+        return False
+    try:
+        engine.reranker.load()
+    except RerankerUnavailable as exc:
+        log.warning("reranker not loaded; answers keep the fused order: %s", exc)
+        return False
+    return True
 
 
 async def follow_store(kb: KnowledgeBase, every: float) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.app import load_reranker
 from core.answer import Engine, Outcome, build_engine
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT
@@ -141,3 +142,13 @@ def test_nothing_to_keep_asks_nothing(tiny_cross_encoder: Path) -> None:
     far = [Candidate(chunk_id=1, distance=0.9, score=0.1)]
     assert rerank(reranker, QUESTION, far, {}, threshold=0.5, keep=4) == []
     assert not reranker.loaded
+
+
+def test_a_server_loads_the_reranker_at_start(
+    kb: KnowledgeBase, tiny_cross_encoder: Path, tmp_path: Path
+) -> None:
+    assert load_reranker(_engine(kb)) is False
+    ready = _engine(kb, reranker=str(tiny_cross_encoder))
+    assert load_reranker(ready) is True and ready.reranker is not None and ready.reranker.loaded
+    # One that cannot load does not stop the server: answers keep the fused order.
+    assert load_reranker(_engine(kb, reranker=str(tmp_path / "missing"))) is False
