@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def generated(
     lines = [
         begin(name),
         "",
-        f"Measured {time.strftime('%Y-%m-%d')} on {host}; the whole run "
+        f"Measured {time.strftime('%Y-%m-%d')}{revision()} on {host}; the whole run "
         f"({max(1, len(result.strategies))} indexings of the corpus, {result.n_queries} queries "
         f"each, and {len(result.ood_questions)} out-of-domain questions) took {result.seconds:.0f} s.",
         "",
@@ -92,6 +93,22 @@ def generated(
         end(name),
     ]
     return "\n".join(lines)
+
+
+def revision() -> str:
+    """`` at commit <short hash>`` of the checkout measured, or nothing outside git."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f" at commit {out.stdout.strip()}"
 
 
 def replace_block(text: str, name: str, section: str) -> str:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from bench.eval_full import LEGACY_BEGIN, LEGACY_END, begin, end, plot_path, replace_block
+import re
+
+from bench.eval_full import (
+    LEGACY_BEGIN,
+    LEGACY_END,
+    begin,
+    end,
+    plot_path,
+    replace_block,
+    revision,
+)
 
 
 def _block(name: str, body: str) -> str:
@@ -37,3 +47,7 @@ def test_another_set_gets_its_own_block_at_the_end() -> None:
 def test_plots_are_named_per_set() -> None:
     assert plot_path("pip-black").name == "evaluation.png"
     assert plot_path("prometheus").name == "evaluation-prometheus.png"
+
+
+def test_the_measured_commit_is_named() -> None:
+    assert re.fullmatch(r" at commit [0-9a-f]{7,40}", revision())
