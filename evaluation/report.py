@@ -229,9 +229,9 @@ def _render_outcomes(result: EvalResult, *, markdown: bool) -> list[str]:
     header = ["in-domain", "answered", "related", "hard refused", "needle shown", "rescued"]
     mean = statistics.fmean
     kept = (
-        f"answered queries: needle kept {_share(o.kept_needle)} "
-        f"(a fixed top {result.gate.top_k}: {_share(o.fixed_needle)}); passages given to the "
-        f"model {mean(o.kept_passages or [0]):.2f} on average (fixed: "
+        f"kept passages: needle kept {_share(o.kept_needle)} "
+        f"(a fixed top {result.gate.top_k}: {_share(o.fixed_needle)}); per answer, passages "
+        f"given to the model {mean(o.kept_passages or [0]):.2f} on average (fixed: "
         f"{mean(o.fixed_passages or [0]):.2f}), {mean(o.kept_chars or [0]):.0f} characters "
         f"(fixed: {mean(o.fixed_chars or [0]):.0f})"
     )
