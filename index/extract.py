@@ -364,7 +364,8 @@ class _HtmlWriter:
             elif not isinstance(node, PreformattedString):  # comments, doctype, CDATA
                 self._add_text(str(node))
         self._boundary()
-        return "\n\n".join(self._blocks)
+        # A nested list item can be the page's first block; its indent means nothing there.
+        return "\n\n".join(self._blocks).lstrip()
 
     def _open(self, tag: Tag) -> bool:
         """Handle an opening tag; return whether to walk into its children."""

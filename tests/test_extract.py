@@ -9,7 +9,7 @@ import time
 import pytest
 from fpdf import FPDF
 from fpdf.enums import EncryptionMethod
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 from pypdf import PdfReader, PdfWriter
@@ -310,6 +310,7 @@ _TAGS = ["<p>", "</p>", "<div>", "</div>", "<h2>", "</h2>", "<li>", "<ul>", "</u
 
 @settings(max_examples=200, deadline=None)
 @given(parts=st.lists(st.sampled_from(_TAGS), max_size=40))
+@example(parts=["<ul>", "<ul>", "<li>", "<!--"])  # a nested item first: no leading indent
 def test_any_tag_soup_extracts_or_fails_cleanly(parts: list[str]) -> None:
     try:
         doc = extract(("<html><body>" + "".join(parts)).encode(), "soup.html")
