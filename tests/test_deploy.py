@@ -21,22 +21,30 @@ EVENTS_URL_SUFFIX = "/slack/events"
 COMMANDS = {"/kb-upload", "/kb-reindex"}
 # The minimum from SLACK.md, plus assistant:write (the assistant pane), im:write
 # (reporting results by DM), channels:read / groups:read (channel membership,
-# for the viewer's sign-in) and usergroups:read (members of publisher groups);
-# nothing that reads channel history.
+# for the viewer's sign-in), usergroups:read (members of publisher groups), and
+# channels:history / groups:history: replies in the threads the bot answered in.
 SCOPES = {
     "app_mentions:read",
     "assistant:write",
+    "channels:history",
     "channels:read",
     "chat:write",
     "commands",
     "files:read",
+    "groups:history",
     "groups:read",
     "im:history",
     "im:write",
     "usergroups:read",
     "users:read",
 }
-BOT_EVENTS = ["app_mention", "message.im"]
+BOT_EVENTS = ["app_mention", "message.channels", "message.groups", "message.im"]
+# Each history scope comes with the message event it receives.
+EVENT_SCOPES = {
+    "message.channels": "channels:history",
+    "message.groups": "groups:history",
+    "message.im": "im:history",
+}
 
 # Keys the manifest schema 1.0.0 allows where this bot uses them (it rejects others).
 ALLOWED_KEYS: dict[str, set[str]] = {
@@ -107,6 +115,18 @@ def test_manifest_declares_what_the_bot_needs(variant: str) -> None:
     assert m["features"]["app_home"]["messages_tab_read_only_enabled"] is False
     assert m["features"]["bot_user"]["display_name"]
     assert m["settings"]["socket_mode_enabled"] is (variant == "socket")
+
+
+@pytest.mark.parametrize("variant", ["socket", "http"])
+def test_manifest_explains_every_bot_scope(variant: str) -> None:
+    text = (DEPLOY / f"slack-manifest.{variant}.yaml").read_text(encoding="utf-8")
+    bot_scopes = load_manifest(variant)["oauth_config"]["scopes"]["bot"]
+    for scope in bot_scopes:
+        (line,) = [ln for ln in text.splitlines() if re.match(rf"\s*- {re.escape(scope)}\b", ln)]
+        assert re.search(r" # \S", line), f"{scope}: say why the bot needs it"
+    events = load_manifest(variant)["settings"]["event_subscriptions"]["bot_events"]
+    for event, scope in EVENT_SCOPES.items():
+        assert event in events and scope in bot_scopes
 
 
 @pytest.mark.parametrize("variant", ["socket", "http"])
