@@ -44,7 +44,7 @@ from evaluation.inputs import DEFAULT_SET, bundled_set, load_ood, load_questions
 from evaluation.results import bootstrap_mean
 from evaluation.run import indexed_corpus
 from evaluation.stats import hits_at_k, mrr, paired_counts, sign_test, wilson_interval
-from index.bm25 import BM25Index
+from index.bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
 from index.derived import Snapshot
 from index.embed import load_embedder
 from index.tokens import (
@@ -67,6 +67,7 @@ class Variant:
     # Pseudo-relevance feedback: (chunks, terms, weight) taken from the first pass.
     feedback: tuple[int, int, int] | None = None
     depth: int = DEFAULT_DEPTH
+    bm25: tuple[float, float] = (DEFAULT_K1, DEFAULT_B)  # (k1, b)
     # Another normalisation for score fusion, measured here only: "zscore" or "max".
     normalise: str = ""
     note: str = ""
@@ -102,6 +103,9 @@ def variants() -> list[Variant]:
         Variant("stem+stop zscore 1:0.5", ANALYZER, score, normalise="zscore"),
         Variant("stem+stop zscore 1:1", ANALYZER, Fusion(method="score"), normalise="zscore"),
         Variant("stem+stop max 1:0.5", ANALYZER, score, normalise="max"),
+        Variant("stem+stop score 1:0.5 bm25 k1=0.9 b=0.4", ANALYZER, score, bm25=(0.9, 0.4)),
+        Variant("stem+stop score 1:0.5 bm25 k1=1.2 b=0.5", ANALYZER, score, bm25=(1.2, 0.5)),
+        Variant("stem+stop score 1:0.5 bm25 k1=1.5 b=0.75", ANALYZER, score, bm25=(1.5, 0.75)),
         Variant("stem+stop score 1:0.5 depth 50", ANALYZER, score, depth=50),
         Variant("stem+stop score 1:0.5 depth 100", ANALYZER, score, depth=100),
         Variant("stem+stop rrf 1:0.5 prf 3x5", ANALYZER, weighted, feedback=(3, 5, 1)),
@@ -217,16 +221,19 @@ def run(set_name: str) -> tuple[list[Row], dict[str, object]]:
         contents = {cid: r[2] for r in db_rows if (cid := int(r[0])) in texts}
         correct = [{c for c, body in contents.items() if q.needle in body} for q in questions]
         ids = sorted(texts)
-        built: dict[Analyzer, BM25Index] = {}
+        built: dict[tuple[Analyzer, tuple[float, float]], BM25Index] = {}
         dense_row = Row(Variant("dense only"))
         dense_backend = LocalBackend(_Fixed(snap))  # type: ignore[arg-type]
         for vec, qi in zip(vectors, qindex, strict=True):
             found = dense_backend.search(vec, "", None, DEPTH, Mode.DENSE)
             dense_row.ranks.append(_rank([c.chunk_id for c in found], correct[qi]))
         for v in variants():
-            if v.analyzer not in built:
-                built[v.analyzer] = BM25Index(ids, [texts[i] for i in ids], analyzer=v.analyzer)
-            vsnap = replace(snap, bm25=built[v.analyzer])
+            key = (v.analyzer, v.bm25)
+            if key not in built:
+                k1, b = v.bm25
+                chunk_texts = [texts[i] for i in ids]
+                built[key] = BM25Index(ids, chunk_texts, k1=k1, b=b, analyzer=v.analyzer)
+            vsnap = replace(snap, bm25=built[key])
             if v.feedback:
                 search = _feedback_search(vsnap, texts, v)
             elif v.normalise:
