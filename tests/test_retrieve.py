@@ -45,6 +45,19 @@ def test_fusing_turns_distances_into_scores() -> None:
         assert [i for i, _ in fuse([], sparse, fusion)] == [3, 4]
 
 
+def test_the_product_lifts_a_clear_bm25_winner_among_dense_near_ties() -> None:
+    dense = [(1, 0.30), (2, 0.31), (3, 0.32), (4, 0.60)]
+    sparse = [(3, 12.0), (1, 1.0), (2, 0.9)]  # an identifier only chunk 3 holds
+    assert fuse(dense, sparse, FUSION)[0][0] == 3
+    assert fuse(dense, sparse, Fusion())[0][0] == 1  # ranks alone: RRF keeps the dense first
+
+
+def test_the_product_keeps_a_clear_dense_winner_over_bm25() -> None:
+    dense = [(1, 0.10), (2, 0.50), (3, 0.52)]
+    sparse = [(2, 10.0), (1, 1.0)]  # half weight: BM25 alone cannot overturn a wide gap
+    assert [i for i, _ in fuse(dense, sparse, FUSION)][:2] == [1, 2]
+
+
 # ---------------------------------------------------------------- the local backend
 
 TEXTS = [
