@@ -1146,6 +1146,27 @@ class MockSlackAPI(_LocalServer):
             return {"ok": False, "error": "invalid_arguments"}
         return {"ok": True}
 
+    def _m_assistant_threads_setSuggestedPrompts(self, params: JSONDict) -> JSONDict:
+        prompts = params.get("prompts")
+        if not params.get("channel_id") or not isinstance(prompts, list) or not prompts:
+            return {"ok": False, "error": "invalid_arguments"}
+        # Slack shows at most four, each a title and the message it sends.
+        if len(prompts) > 4 or not all(_is_prompt(p) for p in prompts):
+            return {"ok": False, "error": "invalid_arguments"}
+        return {"ok": True}
+
+    def _m_conversations_history(self, params: JSONDict) -> JSONDict:
+        """The channel's top-level messages the bot posted, newest first."""
+        channel = self._channel_for(str(params.get("channel", "")))
+        found = [
+            m
+            for (c, ts), m in self.messages.items()
+            if c == channel and m.get("thread_ts") in (None, ts)
+        ]
+        found.sort(key=lambda m: str(m["ts"]), reverse=True)
+        limit = int(params.get("limit") or 100)
+        return {"ok": True, "messages": found[:limit], "has_more": len(found) > limit}
+
     async def _authorize(self, request: web.Request) -> web.Response:
         try:
             location = self.approve(str(request.url))
@@ -1235,6 +1256,14 @@ class MockSlackAPI(_LocalServer):
 
 
 Reply = str | Callable[[list[JSONDict]], str]
+
+
+def _is_prompt(prompt: Any) -> bool:
+    return (
+        isinstance(prompt, dict)
+        and set(prompt) == {"title", "message"}
+        and all(isinstance(v, str) and v for v in prompt.values())
+    )
 
 
 def hashed_bag_of_words(text: str, dim: int) -> list[float]:

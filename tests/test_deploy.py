@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -16,10 +17,12 @@ from bot.slack.signin import SCOPES as SIGN_IN_SCOPES
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
+# Slack's manifest JSON schema (slackapi/manifest-schema, MIT; see SOURCE.md there).
+MANIFEST_SCHEMA = Path(__file__).parent / "data" / "slack_manifest_schema"
 EVENTS_URL_SUFFIX = "/slack/events"
 
 COMMANDS = {"/kb-upload", "/kb-reindex"}
-# The minimum from SLACK.md, plus assistant:write (the assistant pane), im:write
+# The minimum from SLACK.md, plus assistant:write (suggested prompts), im:write
 # (reporting results by DM), channels:read / groups:read (channel membership,
 # for the viewer's sign-in), usergroups:read (members of publisher groups), and
 # channels:history / groups:history: replies in the threads the bot answered in.
@@ -38,7 +41,14 @@ SCOPES = {
     "usergroups:read",
     "users:read",
 }
-BOT_EVENTS = ["app_mention", "message.channels", "message.groups", "message.im"]
+BOT_EVENTS = [
+    "app_mention",
+    "app_context_changed",
+    "app_home_opened",
+    "message.channels",
+    "message.groups",
+    "message.im",
+]
 # Each history scope comes with the message event it receives.
 EVENT_SCOPES = {
     "message.channels": "channels:history",
@@ -50,14 +60,14 @@ EVENT_SCOPES = {
 ALLOWED_KEYS: dict[str, set[str]] = {
     "": {"_metadata", "display_information", "features", "oauth_config", "settings"},
     "display_information": {"name", "description", "background_color", "long_description"},
-    "features": {"app_home", "bot_user", "slash_commands", "assistant_view", "shortcuts"},
+    "features": {"app_home", "bot_user", "slash_commands", "agent_view", "shortcuts"},
     "features.app_home": {
         "home_tab_enabled",
         "messages_tab_enabled",
         "messages_tab_read_only_enabled",
     },
     "features.bot_user": {"display_name", "always_online"},
-    "features.assistant_view": {"assistant_description", "suggested_prompts"},
+    "features.agent_view": {"agent_description", "suggested_prompts"},
     "oauth_config": {"scopes", "redirect_urls", "token_management_enabled", "pkce_enabled"},
     "oauth_config.scopes": {"bot", "user"},
     "settings": {
@@ -144,8 +154,44 @@ def test_manifest_follows_schema_1_0_0(variant: str) -> None:
     for cmd in m["features"]["slash_commands"]:
         assert set(cmd) <= SLASH_COMMAND_KEYS
         assert re.fullmatch(r"/[a-z0-9_-]{1,31}", cmd["command"])
-    for prompt in m["features"]["assistant_view"]["suggested_prompts"]:
+    agent = m["features"]["agent_view"]
+    assert 1 <= len(agent["agent_description"]) <= 300
+    assert 1 <= len(agent["suggested_prompts"]) <= 4
+    for prompt in agent["suggested_prompts"]:
         assert set(prompt) == {"title", "message"}
+
+
+@pytest.mark.parametrize("variant", ["socket", "http"])
+def test_manifest_is_valid_for_slacks_schema(variant: str) -> None:
+    schema = json.loads((MANIFEST_SCHEMA / "manifest.schema.1.0.0.json").read_text("utf-8"))
+    validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
+    errors = [f"{e.json_path}: {e.message}" for e in validator.iter_errors(load_manifest(variant))]
+    assert errors == []
+    # The schema has teeth: what Slack refuses, it refuses too.
+    bad = load_manifest(variant)
+    bad["features"]["agent_view"]["agent_description"] = "x" * 301
+    bad["features"]["agent_view"]["suggested_prompts"] *= 2
+    assert len(list(validator.iter_errors(bad))) == 2
+
+
+@pytest.mark.parametrize("variant", ["socket", "http"])
+def test_manifest_uses_agent_messaging(variant: str) -> None:
+    m = load_manifest(variant)
+    # New Slack apps may not use assistant_view; agent view's events come with it.
+    assert "assistant_view" not in m["features"]
+    events = m["settings"]["event_subscriptions"]["bot_events"]
+    assert {"app_home_opened", "app_context_changed", "message.im"} <= set(events)
+    assert m["features"]["app_home"]["messages_tab_enabled"] is True
+
+
+def test_every_subscribed_event_has_a_listener() -> None:
+    # An event nobody listens to is answered 404, and Slack keeps delivering it again.
+    source = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "bot").rglob("*.py"))
+    handled = set(re.findall(r"@app\.event\(\"([a-z_]+)\"\)", source))
+    for variant in ("socket", "http"):
+        events = load_manifest(variant)["settings"]["event_subscriptions"]["bot_events"]
+        types = {e.split(".")[0] for e in events}
+        assert types <= handled, f"{variant}: no listener for {types - handled}"
 
 
 @pytest.mark.parametrize("variant", ["socket", "http"])

@@ -11,6 +11,8 @@ Registered on a bolt ``AsyncApp`` by :func:`register`:
 * the Approve and Reject buttons of approval requests (``bot.slack.approvals``);
 * ``/kb-reindex`` for admins;
 * feedback buttons under answers;
+* agent messaging: the Messages tab opened, the channel a person views, and
+  the older assistant pane's threads (``bot.slack.agent``);
 * one global middleware that drops Slack's redeliveries to this process at
   once, while the shared database's record of them is written after the
   acknowledgement (``bot.slack.deliveries``), and one error handler.
@@ -36,6 +38,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.conversation import Conversation, Turn
 from bot.slack import messages
+from bot.slack.agent import Agent
 from bot.slack.approvals import Approvals
 from bot.slack.audience import Audience, Place
 from bot.slack.config import SlackConfig
@@ -90,6 +93,7 @@ class Services:
     reindexer: Reindexer
     conversation: Conversation
     audience: Audience
+    agent: Agent
     # Delivery records decide whether an event is answered at all: their own
     # threads, so they never queue behind embedding and retrieval work.
     ack_executor: ThreadPoolExecutor = field(
@@ -118,6 +122,7 @@ class Services:
             reindexer=Reindexer(kb),
             conversation=Conversation(engine),
             audience=Audience(config, directory),
+            agent=Agent(kb, directory),
         )
 
 
@@ -140,6 +145,7 @@ def register(app: AsyncApp, services: Services) -> None:
     """Attach the middleware, listeners and error handler to ``app``."""
     _register_dedupe(app, services)
     _register_questions(app, services)
+    _register_agent(app, services)
     _register_uploads(app, services)
     _register_approvals(app, services)
     _register_reindex(app, services)
@@ -205,7 +211,11 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
             return
         if not await _claimed(services, context):
             return
-        scopes = frozenset() if direct else frozenset({str(event["channel"])})
+        if direct:
+            # The DM's own documents are everyone's, plus those of a channel the asker views.
+            scopes = await services.agent.dm_scopes(client, event)
+        else:
+            scopes = frozenset({str(event["channel"])})
         await _answer(services, client, context, body, event, scopes=scopes, direct=direct)
 
 
@@ -472,6 +482,37 @@ def _register_feedback(app: AsyncApp, services: Services) -> None:
             messages.FEEDBACK_THANKS_POSITIVE if value > 0 else messages.FEEDBACK_THANKS_NEGATIVE
         )
         await respond(text=thanks, response_type="ephemeral", replace_original=False)
+
+
+# ---------------------------------------------------------------- agent messaging
+
+
+def _register_agent(app: AsyncApp, services: Services) -> None:
+    @app.event("app_home_opened")
+    async def on_home_opened(
+        event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+    ) -> None:
+        if event.get("tab") != "messages" or not await _claimed(services, context):
+            return  # the Home tab is disabled in the manifests
+        await services.agent.messages_tab_opened(client, event)
+
+    @app.event("app_context_changed")
+    async def on_context_changed(event: dict[str, Any]) -> None:
+        services.agent.context_changed(event)
+
+    # Apps still on the assistant view (features.assistant_view).
+    @app.event("assistant_thread_started")
+    async def on_assistant_thread(
+        event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+    ) -> None:
+        if await _claimed(services, context):
+            await services.agent.assistant_thread_started(
+                client, event.get("assistant_thread") or {}
+            )
+
+    @app.event("assistant_thread_context_changed")
+    async def on_assistant_context(event: dict[str, Any]) -> None:
+        services.agent.assistant_context_changed(event.get("assistant_thread") or {})
 
 
 # ---------------------------------------------------------------- errors

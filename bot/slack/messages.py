@@ -16,7 +16,7 @@ STATUS_SEARCHING = "is searching the knowledge base…"
 WRITING = "Writing the answer…"
 EMPTY_QUESTION = (
     "Ask me anything the company's documents cover, for example "
-    "_“How do I request a new laptop?”_. I answer only from the knowledge base, "
+    "_“How do I submit an expense claim?”_. I answer only from the knowledge base, "
     "with a link to every passage I use."
 )
 REFUSAL = f"{REFUSAL_TEXT} If a document should answer it, add it with `/kb-upload` and ask again."
@@ -47,6 +47,31 @@ FEEDBACK_NEGATIVE = "Not helpful"
 FEEDBACK_THANKS_POSITIVE = "Thanks! Glad it helped."
 FEEDBACK_THANKS_NEGATIVE = "Thanks for telling me. The answer is flagged for review."
 FEEDBACK_UNKNOWN = "Sorry, I could not record that feedback: the answer is no longer on record."
+
+# ---------------------------------------------------------------- the Messages tab
+
+AGENT_GREETING = (
+    "Hi! Ask me anything the company's documents cover: I answer only from the knowledge base "
+    "and link every passage I use. While you are looking at a channel, I also use the "
+    "documents added to it, if you are a member. Try a suggestion below, or add documents "
+    "with `/kb-upload`."
+)
+AGENT_GREETING_EMPTY = (
+    "Hi! I answer questions from the company's documents, but none have been added yet. "
+    "Add some with `/kb-upload`, or send me a file here, then ask away."
+)
+PROMPTS_TITLE = "Ask about what the knowledge base holds"
+
+
+def suggested_question(title: str, section: str) -> str:
+    """A suggested prompt about a document (plain text: Slack sends it as the person's message)."""
+    if not section:
+        return f"What does “{title}” cover?"
+    # "Deploy windows" reads as "deploy windows"; "API keys" keeps its capitals.
+    if len(section) > 1 and section[1].islower():
+        section = section[0].lower() + section[1:]
+    return f"What does “{title}” say about {section}?"
+
 
 # ---------------------------------------------------------------- errors
 

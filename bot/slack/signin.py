@@ -38,7 +38,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import aiohttp
@@ -46,7 +46,6 @@ from aiohttp import web
 from itsdangerous import BadData, URLSafeTimedSerializer
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.server import routes
 from bot.server.readers import (
@@ -61,10 +60,12 @@ from bot.server.readers import (
 )
 from bot.slack.app import web_client
 from bot.slack.config import SignInConfig, SlackConfig
+from bot.slack.directory import channel_member_ids
 from core.links import LinkSigner
 from index.store import EVERYONE
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 # The SDK logs whole responses at DEBUG, and the token exchange's carries the
 # reader's access token: these clients log at INFO at most, whatever the root says.
 _api_log = logging.getLogger(f"{__name__}.api")
@@ -124,8 +125,8 @@ def authorize_url(api_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}/openid/connect/authorize"
 
 
-async def _ask(call: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:
-    """Await one Web API call; Slack out of reach becomes :class:`AccessCheckUnavailable`."""
+async def _ask(call: Awaitable[T]) -> T:
+    """Await Web API calls; Slack out of reach becomes :class:`AccessCheckUnavailable`."""
     try:
         return await call
     except (aiohttp.ClientError, TimeoutError) as exc:
@@ -196,19 +197,10 @@ class ChannelMembers:
         return members
 
     async def _fetch(self, channel: str) -> frozenset[str]:
-        members: set[str] = set()
-        cursor: str | None = None
-        while True:
-            try:
-                page = await _ask(
-                    self._client.conversations_members(channel=channel, cursor=cursor, limit=1000)
-                )
-            except SlackApiError as exc:
-                return self._unknown_channel(channel, exc)
-            members.update(str(m) for m in page.get("members") or [])
-            cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
-            if cursor is None:
-                return frozenset(members)
+        try:
+            return await _ask(channel_member_ids(self._client, channel))
+        except SlackApiError as exc:
+            return self._unknown_channel(channel, exc)
 
     @staticmethod
     def _unknown_channel(channel: str, exc: SlackApiError) -> frozenset[str]:
