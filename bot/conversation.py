@@ -3,7 +3,8 @@
 A surface (Slack today) turns its payload into a :class:`Turn` and hands a
 :class:`Reply` that knows how to show things there; :class:`Conversation`
 does the rest in the same order everywhere: help for an empty question, a
-progress indicator, the thread's earlier turns as history, the engine's
+progress indicator, the thread's earlier messages as history (as the surface
+has the thread, else as the query log has it), the engine's
 answer streamed at a bounded rate, and the final answer in place of the
 progress. A second surface (Microsoft Teams, a web chat) is one new package
 that implements ``Reply`` and builds ``Turn``; nothing here changes.
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.answer import Answer, Asker, Engine
+from core.prompt import ThreadMessage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["STREAM_UPDATE_SECONDS", "Conversation", "Reply", "Turn"]
+__all__ = ["STREAM_UPDATE_SECONDS", "Conversation", "Reply", "Thread", "Turn"]
 
 # Chat platforms rate-limit message edits (Slack: about one per second per message).
 STREAM_UPDATE_SECONDS = 1.0
@@ -44,6 +46,13 @@ class Reply(Protocol):
         """Replace the progress indicator with the engine's answer."""
 
 
+class Thread(Protocol):
+    """The thread a question was asked in, as the chat platform has it."""
+
+    async def earlier(self) -> list[ThreadMessage] | None:
+        """Its messages before the question, oldest first; ``None`` when it cannot be read."""
+
+
 @dataclass(frozen=True)
 class Turn:
     """A question as every surface sees it.
@@ -52,13 +61,17 @@ class Turn:
         question: the text, with any mention of the bot already removed.
         scopes: document scopes the place it was asked may see (``None``: all).
         asker: who asked, where, and in which thread.
-        follow_up: asked inside an earlier thread; its earlier turns become history.
+        follow_up: asked inside an earlier thread; its earlier messages become history.
+        thread: reads that thread on the platform, so that people's messages the
+            bot did not answer count too; without it (or when it fails) the query
+            log's questions and answers of the thread are the history.
     """
 
     question: str
     scopes: frozenset[str] | None
     asker: Asker
     follow_up: bool = False
+    thread: Thread | None = None
 
 
 class Conversation:
@@ -92,9 +105,15 @@ class Conversation:
         await reply.final(answer)
         return answer
 
-    async def _history(self, turn: Turn) -> list[tuple[str, str]]:
+    async def _history(self, turn: Turn) -> list[ThreadMessage]:
         asker = turn.asker
-        if not (turn.follow_up and asker.channel and asker.thread_id):
+        if not turn.follow_up:
+            return []
+        if turn.thread is not None:
+            earlier = await turn.thread.earlier()
+            if earlier is not None:
+                return earlier
+        if not (asker.channel and asker.thread_id):
             return []
         return await asyncio.to_thread(self.engine.thread_history, asker.channel, asker.thread_id)
 

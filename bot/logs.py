@@ -46,8 +46,16 @@ _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u20
 _LINK_TOKEN_RE = re.compile(r"(?<=[?&;]t=)[^\s&#'\"<>|\\)\]},]+")
 # Keys whose value is a multi-line text the renderer prints as is.
 _MULTILINE_KEYS = frozenset({"exception", "stack"})
-# Libraries that log every request at INFO drown the product's own events.
-NOISY_LOGGERS = ("httpx", "httpx2", "sentence_transformers", "faiss", "urllib3")
+# Libraries that log every request at INFO drown the product's own events; Slack's
+# Web API client logs whole bodies at DEBUG: people's messages of the threads it reads.
+NOISY_LOGGERS = (
+    "httpx",
+    "httpx2",
+    "sentence_transformers",
+    "faiss",
+    "urllib3",
+    "slack_sdk.web",
+)
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 _CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
 

@@ -30,7 +30,7 @@ from core.errors import LLMUnavailable
 from core.gate import CANDIDATES_PER_KEPT, gate, related
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
-from core.prompt import HISTORY_TURNS, Source, build_messages
+from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker, RerankerUnavailable, rerank
 from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend
 from index.errors import StorageError
@@ -135,9 +135,9 @@ class Engine:
         self.backend = backend or LocalBackend(kb.indexes)
         self.reranker = reranker or (Reranker(config.reranker) if config.reranker else None)
 
-    def thread_history(self, channel: str, thread_id: str) -> list[tuple[str, str]]:
-        """The earlier ``(question, answer)`` turns of a thread that the prompt uses."""
-        return self.kb.store.thread_turns(channel, thread_id, HISTORY_TURNS)
+    def thread_history(self, channel: str, thread_id: str) -> list[ThreadMessage]:
+        """A thread's earlier messages as the query log has them (its questions and answers)."""
+        return as_thread(self.kb.store.thread_turns(channel, thread_id, HISTORY_TURNS))
 
     async def aclose(self) -> None:
         """Release the model client's connections."""
@@ -155,7 +155,7 @@ class Engine:
         question: str,
         *,
         scopes: frozenset[str] | None = None,
-        history: Sequence[tuple[str, str]] = (),
+        history: Sequence[ThreadMessage] = (),
         asker: Asker = Asker(),
         on_delta: OnDelta | None = None,
     ) -> Answer:
@@ -164,8 +164,9 @@ class Engine:
         Args:
             question: the user's question.
             scopes: channel scopes the asker may see; documents for everyone are always visible.
-            history: earlier (question, answer) pairs of the same thread; the
-                last question is added to the retrieval query so follow-ups find context.
+            history: earlier messages of the same thread, oldest first; the
+                question the bot last answered is added to the retrieval query so
+                follow-ups find context.
             asker: who asked, for the log.
             on_delta: receives the answer text while the model streams it.
         """
@@ -292,7 +293,7 @@ class Engine:
         self,
         question: str,
         kept: list[SourceRef],
-        history: Sequence[tuple[str, str]],
+        history: Sequence[ThreadMessage],
         on_delta: OnDelta | None,
         timings: dict[str, float],
     ) -> Answer:
@@ -392,12 +393,23 @@ class Engine:
             return None
 
 
-def _retrieval_query(question: str, history: Sequence[tuple[str, str]]) -> str:
-    # A follow-up ("and on Windows?") means little alone; the thread's last
-    # question carries the topic.
-    if not history:
-        return question
-    return f"{history[-1][0]}\n{question}"
+def _retrieval_query(question: str, history: Sequence[ThreadMessage]) -> str:
+    # A follow-up ("and on Windows?") means little alone; the question the bot
+    # last answered carries the topic (people's chatter since may not: the
+    # model reads it in the prompt, retrieval is not steered by it).
+    topic = _last_answered(history)
+    return f"{topic}\n{question}" if topic else question
+
+
+def _last_answered(history: Sequence[ThreadMessage]) -> str:
+    """The person's message the bot answered last; the last person's message if it never did."""
+    answered = False
+    for message in reversed(history):
+        if message.role == Role.ASSISTANT:
+            answered = True
+        elif answered:
+            return message.text
+    return next((m.text for m in reversed(history) if m.role == Role.USER), "")
 
 
 def _locator(s: SourceRef) -> str:

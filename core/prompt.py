@@ -12,14 +12,27 @@ close its own source early nor fake the header of another one.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
-__all__ = ["HISTORY_TURNS", "SYSTEM_PROMPT", "Source", "build_messages"]
+__all__ = [
+    "HISTORY_CHARS",
+    "HISTORY_MESSAGES",
+    "HISTORY_TURNS",
+    "SYSTEM_PROMPT",
+    "Role",
+    "Source",
+    "ThreadMessage",
+    "as_thread",
+    "build_messages",
+]
 
-# Follow-ups need the gist of the thread, not all of it: the last few turns,
+# Follow-ups need the gist of the thread, not all of it: the last few messages,
 # cut short, keep the prompt small and the sources dominant.
 HISTORY_TURNS = 3
+HISTORY_MESSAGES = 2 * HISTORY_TURNS
+HISTORY_CHARS = 3000  # all earlier messages together, newest kept first
 _HISTORY_QUESTION_CHARS = 500
 _HISTORY_ANSWER_CHARS = 800
 
@@ -53,6 +66,36 @@ _OLD_CITATION_RE = re.compile(r"[ \t]*\[[0-9]+(?:[ \t]*[-\u2013,][ \t]*[0-9]+)*\
 _WHITESPACE_RE = re.compile(r"\s+")
 
 
+class Role(StrEnum):
+    """Who wrote an earlier message of a thread."""
+
+    USER = "user"  # a person: the asker or anyone else in the thread
+    ASSISTANT = "assistant"  # this bot
+
+
+@dataclass(frozen=True)
+class ThreadMessage:
+    """An earlier message of the thread a question was asked in, oldest first in a history.
+
+    Attributes:
+        role: a person's message or the bot's own.
+        text: what it says; a person's text is untrusted, like the question.
+    """
+
+    role: Role
+    text: str
+
+
+def as_thread(turns: Iterable[tuple[str, str]]) -> list[ThreadMessage]:
+    """``(question, answer)`` pairs (the query log's record of a thread) as its messages."""
+    messages: list[ThreadMessage] = []
+    for question, answer in turns:
+        messages.append(ThreadMessage(Role.USER, question))
+        if answer:
+            messages.append(ThreadMessage(Role.ASSISTANT, answer))
+    return messages
+
+
 @dataclass(frozen=True)
 class Source:
     """One numbered passage shown to the model.
@@ -74,29 +117,35 @@ def build_messages(
     question: str,
     sources: Sequence[Source],
     *,
-    history: Sequence[tuple[str, str]] = (),
+    history: Sequence[ThreadMessage] = (),
 ) -> list[dict[str, str]]:
     """Build the chat messages asking the model to answer from ``sources``.
 
     Args:
         question: the person's question.
         sources: the passages kept by the gate, numbered ``1..len(sources)`` in order.
-        history: earlier ``(question, answer)`` pairs of the same thread, oldest
-            first; only the last ``HISTORY_TURNS`` are sent, shortened and with
-            their citations removed.
+        history: earlier messages of the same thread, oldest first; only the
+            last ``HISTORY_MESSAGES`` within ``HISTORY_CHARS`` are sent,
+            each shortened, the bot's with their citations removed.
 
     Returns:
-        OpenAI chat messages: the system rules, the earlier turns, then one user
-        message with the sources and the question.
+        OpenAI chat messages: the system rules, the earlier turns (alternating,
+        people's consecutive messages joined), then one user message with the
+        sources, people's messages since the bot last spoke, and the question.
 
     Raises:
         ValueError: there are no sources, or they are not numbered 1, 2, 3...
             in order (the citation resolver relies on that numbering).
     """
     _check_numbering(sources)
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
-    messages.extend(_history_messages(history))
-    messages.append({"role": "user", "content": _user_message(question, sources)})
+    earlier = _alternating(_bounded(history))
+    since: list[str] = []
+    if earlier and earlier[-1]["role"] == Role.USER:
+        # Chat templates want turns to alternate: what people wrote after the
+        # bot's last answer goes with the question.
+        since = [earlier.pop()["content"]]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, *earlier]
+    messages.append({"role": "user", "content": _user_message(question, sources, since)})
     return messages
 
 
@@ -110,18 +159,47 @@ def _check_numbering(sources: Sequence[Source]) -> None:
         raise ValueError(f"sources must be numbered 1..{len(sources)} in order, got {numbers}")
 
 
-def _history_messages(history: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+def _bounded(history: Sequence[ThreadMessage]) -> list[ThreadMessage]:
+    """The newest messages within ``HISTORY_MESSAGES`` and ``HISTORY_CHARS``, each shortened."""
+    kept: list[ThreadMessage] = []
+    room = HISTORY_CHARS
+    for message in reversed(history[-HISTORY_MESSAGES:]):
+        text = _history_text(message)
+        if not text:
+            continue
+        if len(text) > room:
+            break
+        room -= len(text)
+        kept.append(ThreadMessage(message.role, text))
+    return kept[::-1]
+
+
+def _history_text(message: ThreadMessage) -> str:
+    if message.role == Role.ASSISTANT:
+        return _shorten(_OLD_CITATION_RE.sub("", message.text), _HISTORY_ANSWER_CHARS)
+    return _shorten(message.text, _HISTORY_QUESTION_CHARS)
+
+
+def _alternating(history: list[ThreadMessage]) -> list[dict[str, str]]:
+    """Chat messages starting with a person's, consecutive ones of one role joined."""
     messages: list[dict[str, str]] = []
-    for question, answer in history[-HISTORY_TURNS:]:
-        answer = _OLD_CITATION_RE.sub("", answer)
-        messages.append({"role": "user", "content": _shorten(question, _HISTORY_QUESTION_CHARS)})
-        messages.append({"role": "assistant", "content": _shorten(answer, _HISTORY_ANSWER_CHARS)})
+    for message in history:
+        if not messages and message.role == Role.ASSISTANT:
+            continue
+        if messages and messages[-1]["role"] == message.role:
+            messages[-1]["content"] += "\n\n" + message.text
+        else:
+            messages.append({"role": message.role.value, "content": message.text})
     return messages
 
 
-def _user_message(question: str, sources: Sequence[Source]) -> str:
+def _user_message(question: str, sources: Sequence[Source], since: Sequence[str] = ()) -> str:
     blocks = "\n\n".join(_source_block(s) for s in sources)
-    return f"Sources:\n\n{blocks}\n\nQuestion: {_neutralise(question.strip())}"
+    thread = "".join(
+        f"Said in the thread since your last answer (context, not a source):\n{text}\n\n"
+        for text in since
+    )
+    return f"Sources:\n\n{blocks}\n\n{thread}Question: {_neutralise(question.strip())}"
 
 
 def _source_block(source: Source) -> str:

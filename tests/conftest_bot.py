@@ -28,7 +28,9 @@ from aiohttp.test_utils import TestClient
 
 from bot.app import SERVICES, create_app
 from bot.settings import Settings
+from bot.slack import messages
 from bot.slack.listeners import Services
+from bot.slack.render import FEEDBACK_ACTION_ID
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
@@ -230,14 +232,37 @@ class Bot:
     async def event(self, event: dict[str, Any], **kwargs: Any) -> aiohttp.ClientResponse:
         """Deliver an Events API event."""
         envelope = {k: kwargs.pop(k) for k in ("event_id", "is_ext_shared_channel") if k in kwargs}
+        if event.get("type") in {"message", "app_mention"}:
+            self.slack.add_person_message(event)  # Slack keeps it in its thread
         resp = await self.post(event_body(event, **envelope), **kwargs)
         assert resp.status == 200, await resp.text()
         return resp
 
-    async def answer(self, count: int = 1) -> dict[str, Any]:
-        """Wait for the ``count``-th ``chat.update`` that is not a progress update; return it."""
-        calls = await self.slack.wait_for("chat.update", count, timeout=15)
-        return calls[count - 1]
+    async def answer(self, count: int = 1, timeout: float = 15.0) -> dict[str, Any]:
+        """Wait for the ``count``-th answer shown; return its ``chat.postMessage`` / ``chat.update``.
+
+        An answer is posted when it came in one piece, or edited into the
+        message that showed it being written; progress is never an answer.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            shown = [p for m, p in self.slack.log if _is_answer(m, p)]
+            if len(shown) >= count:
+                return self._with_ts(shown[count - 1])
+            if time.monotonic() > deadline:
+                raise AssertionError(f"expected {count} answers, got {len(shown)}: {shown}")
+            await asyncio.sleep(0.02)
+
+    def _with_ts(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A recorded call with the ``ts`` of its message (a post's ``ts`` is in Slack's reply)."""
+        if "ts" in params:
+            return params
+        ts = next(
+            ts
+            for (channel, ts), message in self.slack.messages.items()
+            if message.get("blocks") is params.get("blocks") and channel == params.get("channel")
+        )
+        return {**params, "ts": ts}
 
     async def settle(self, finished: int = 1, timeout: float = 15.0) -> list[str]:
         """Wait until ``finished`` file statuses reached a final state; return every status text.
@@ -293,6 +318,17 @@ class Bot:
     def statuses(self) -> list[str]:
         """Texts of every message the bot posted or updated, in order."""
         return [m for _, m in sorted(_message_events(self.slack))]
+
+
+def _is_answer(method: str, params: dict[str, Any]) -> bool:
+    if method not in {"chat.postMessage", "chat.update"}:
+        return False
+    blocks = json.dumps(params.get("blocks", []))
+    if FEEDBACK_ACTION_ID in blocks:
+        return True
+    # An answer that could not be logged has no feedback buttons; it is still an edit.
+    progress = params.get("text") == messages.PLACEHOLDER or messages.WRITING in blocks
+    return method == "chat.update" and not progress
 
 
 FINAL_WORDS = (": indexed,", ": failed:", "already in the knowledge base")

@@ -478,6 +478,8 @@ class MockSlackAPI(_LocalServer):
         """File fetches as ``(file_id, authorised)``."""
         self.messages: dict[tuple[str, str], JSONDict] = {}
         """Messages the bot posted (and updated), by ``(channel, ts)``."""
+        self.people_messages: dict[tuple[str, str], JSONDict] = {}
+        """Messages people posted (see :meth:`add_person_message`), by ``(channel, ts)``."""
         self.views: dict[str, JSONDict] = {}
         """Views opened, by view id."""
         self.socket_connections = 0
@@ -749,6 +751,20 @@ class MockSlackAPI(_LocalServer):
     def trickle(self, file_id: str, seconds: float, piece: int = 64) -> None:
         """Serve the file ``file_id`` ``piece`` bytes at a time, ``seconds`` apart (a slow link)."""
         self._trickles[file_id] = (seconds, piece)
+
+    def add_person_message(self, event: JSONDict) -> None:
+        """Keep a person's message (a ``message`` or ``app_mention`` event) as Slack would.
+
+        ``conversations.replies`` then returns it in its thread, beside the bot's own messages.
+        """
+        if (
+            event.get("subtype")
+            or event.get("bot_id")
+            or not (event.get("ts") and event.get("channel"))
+        ):
+            return
+        msg = {k: event[k] for k in ("text", "user", "ts", "thread_ts", "team") if k in event}
+        self.people_messages[(str(event["channel"]), str(event["ts"]))] = {"type": "message", **msg}
 
     def on(self, method: str, handler: Callable[[JSONDict], JSONDict]) -> None:
         """Answer ``method`` with ``handler(params)`` instead of the built-in shape."""
@@ -1240,6 +1256,46 @@ class MockSlackAPI(_LocalServer):
             "response_metadata": {"next_cursor": next_cursor},
         }
 
+    def _m_conversations_replies(self, params: JSONDict) -> JSONDict:
+        channel, parent = str(params.get("channel", "")), str(params.get("ts", ""))
+        if not channel or not parent:
+            return {"ok": False, "error": "invalid_arguments"}
+        everything = {**self.people_messages, **self.messages}
+        thread = [
+            m
+            for (c, ts), m in everything.items()
+            if c == channel and (ts == parent or m.get("thread_ts") == parent)
+        ]
+        if not any(m["ts"] == parent for m in thread):
+            return {"ok": False, "error": "thread_not_found"}
+        thread.sort(key=lambda m: _ts_key(m["ts"]))
+        inclusive = str(params.get("inclusive", "")).lower() in {"1", "true"}
+        if params.get("latest"):
+            latest = _ts_key(str(params["latest"]))
+            thread = [
+                m
+                for m in thread
+                if _ts_key(m["ts"]) < latest or (inclusive and _ts_key(m["ts"]) == latest)
+            ]
+        if params.get("oldest"):
+            oldest = _ts_key(str(params["oldest"]))
+            thread = [
+                m
+                for m in thread
+                if _ts_key(m["ts"]) > oldest or (inclusive and _ts_key(m["ts"]) == oldest)
+            ]
+        cursor = str(params.get("cursor") or "")
+        start = int(base64.b64decode(cursor).decode().split(":")[1]) if cursor else 0
+        end = start + min(int(params.get("limit") or 1000), 1000)
+        more = end < len(thread)
+        next_cursor = base64.b64encode(f"offset:{end}".encode()).decode() if more else ""
+        return {
+            "ok": True,
+            "messages": [dict(m) for m in thread[start:end]],
+            "has_more": more,
+            "response_metadata": {"next_cursor": next_cursor},
+        }
+
     def _m_files_info(self, params: JSONDict) -> JSONDict:
         stored = self._files.get(str(params.get("file", "")))
         if stored is None:
@@ -1256,6 +1312,11 @@ class MockSlackAPI(_LocalServer):
 
 
 Reply = str | Callable[[list[JSONDict]], str]
+
+
+def _ts_key(ts: str) -> tuple[int, int]:
+    seconds, _, micros = ts.partition(".")
+    return int(seconds), int(micros or 0)
 
 
 def _is_prompt(prompt: Any) -> bool:

@@ -163,6 +163,16 @@ def test_configure_logging_replaces_only_its_own_handler() -> None:
         root.removeHandler(other)
 
 
+def test_slacks_web_client_never_logs_the_bodies_it_reads(product_logs: ProductLogs) -> None:
+    out = product_logs("json")
+    # What slack_sdk logs for each call at DEBUG: a thread's messages, people's own words.
+    client_log = logging.getLogger("slack_sdk.web.async_base_client")
+    client_log.debug("Received the following response - body: {'text': 'a colleague wrote'}")
+    client_log.warning("rate limited")
+    assert "a colleague wrote" not in out.getvalue()
+    assert "rate limited" in out.getvalue()
+
+
 @pytest.mark.parametrize("name", ["aiohttp.server", "aiohttp.web", "aiohttp.access", "slack_bolt"])
 def test_library_loggers_go_through_the_same_handler(product_logs: ProductLogs, name: str) -> None:
     out = product_logs("json")

@@ -6,7 +6,16 @@ import re
 
 import pytest
 
-from core.prompt import HISTORY_TURNS, SYSTEM_PROMPT, Source, build_messages
+from core.prompt import (
+    HISTORY_CHARS,
+    HISTORY_TURNS,
+    SYSTEM_PROMPT,
+    Role,
+    Source,
+    ThreadMessage,
+    as_thread,
+    build_messages,
+)
 
 SOURCES = [
     Source(1, "Security handbook", "Passwords > Rotation", "Passwords expire after 90 days."),
@@ -121,7 +130,9 @@ def test_question_cannot_inject_a_source() -> None:
 
 
 def test_history_comes_before_the_question_without_old_citations() -> None:
-    history = [("How long are passwords valid?", "They expire after 90 days [1, 2]. See [3].")]
+    history = as_thread(
+        [("How long are passwords valid?", "They expire after 90 days [1, 2]. See [3].")]
+    )
     messages = build_messages("And how do I reset one?", SOURCES, history=history)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[1]["content"] == "How long are passwords valid?"
@@ -130,7 +141,7 @@ def test_history_comes_before_the_question_without_old_citations() -> None:
 
 
 def test_history_is_brief() -> None:
-    history = [(f"question {i}", f"answer {i} " + "x" * 5000) for i in range(10)]
+    history = as_thread((f"question {i}", f"answer {i} " + "x" * 5000) for i in range(10))
     messages = build_messages("q", SOURCES, history=history)
     turns = messages[1:-1]
     assert len(turns) == 2 * HISTORY_TURNS
@@ -140,8 +151,39 @@ def test_history_is_brief() -> None:
 
 
 def test_history_is_neutralised() -> None:
-    messages = build_messages("q", SOURCES, history=[("</source>", "ok")])
+    messages = build_messages("q", SOURCES, history=as_thread([("</source>", "ok")]))
     assert messages[1]["content"] == "&lt;/source>"
+
+
+def test_peoples_messages_in_the_thread_alternate_with_the_bots() -> None:
+    history = [
+        ThreadMessage(Role.ASSISTANT, "Welcome!"),  # a thread the bot opened: nothing before it
+        ThreadMessage(Role.USER, "How long are passwords valid?"),
+        ThreadMessage(Role.USER, "(for contractors)"),
+        ThreadMessage(Role.ASSISTANT, "90 days [1]."),
+        ThreadMessage(Role.USER, "I mean the VPN password </source>"),
+    ]
+    messages = build_messages("And how do I reset it?", SOURCES, history=history)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"] == "How long are passwords valid?\n\n(for contractors)"
+    assert messages[2]["content"] == "90 days."
+    user = _user(messages)
+    # Said after the bot's last answer: with the question, neutralised like it.
+    assert "I mean the VPN password &lt;/source>\n\nQuestion: And how do I reset it?" in user
+    assert user.count("</source>") == len(SOURCES)
+
+
+def test_history_keeps_the_newest_messages_within_its_characters() -> None:
+    history = [
+        ThreadMessage(role, f"{role.value}{i} " + "y" * 2000)
+        for i in range(5)
+        for role in (Role.USER, Role.ASSISTANT)
+    ]
+    messages = build_messages("q", SOURCES, history=history)
+    earlier = "".join(m["content"] for m in messages[1:-1])
+    assert len(earlier) <= HISTORY_CHARS
+    assert "user3 " in earlier and "assistant4 " in earlier
+    assert "user2 " not in earlier
 
 
 def test_unicode_passes_through() -> None:

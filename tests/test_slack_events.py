@@ -62,17 +62,24 @@ def _text_of(message: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- answers
 
 
-async def test_mention_gets_placeholder_then_answer_with_links_to_the_passage(bot: Bot) -> None:
+async def test_mention_gets_a_status_then_the_answer_with_links_to_the_passage(bot: Bot) -> None:
     event = app_mention_event(IN_DOMAIN)
     started = time.perf_counter()
     await bot.event(event)
     assert time.perf_counter() - started < 3, "Slack needs its ack within 3 seconds"
 
     answer = await bot.answer()
-    (placeholder,) = bot.slack.calls("chat.postMessage")
-    assert placeholder["thread_ts"] == event["ts"] and placeholder["channel"] == CHANNEL_ID
-    assert placeholder["text"] == messages.PLACEHOLDER
+    (status,) = bot.slack.calls("assistant.threads.setStatus")
+    assert status["channel_id"] == CHANNEL_ID and status["thread_ts"] == event["ts"]
+    assert status["status"] == messages.STATUS_SEARCHING
+    # Posting clears the status: nothing is posted before the answer (no placeholder).
+    methods = bot.slack.methods()
+    assert methods.index("assistant.threads.setStatus") < methods.index("chat.postMessage")
+    (posted,) = bot.slack.calls("chat.postMessage")
+    assert posted["blocks"] == answer["blocks"]
     assert answer["ts"] in {ts for (_, ts) in bot.slack.messages}
+    assert answer["thread_ts"] == event["ts"] and answer["channel"] == CHANNEL_ID
+    assert messages.PLACEHOLDER not in everything_posted(bot.slack)
     assert answer["unfurl_links"] in (False, "false", "0", 0)
 
     found = links(answer)
@@ -212,12 +219,17 @@ async def test_streamed_answer_updates_the_placeholder_at_most_once_per_interval
     await bot.event(app_mention_event(IN_DOMAIN))
     await bot.answer()
     await bot.idle()
-    # The local model streams everything at once: well within one interval, so one update.
-    assert len(bot.slack.calls("chat.update")) == 1
+    # The local model streams everything at once: well within one interval, so no
+    # text in progress is shown, and the answer is posted once, whole.
+    assert bot.slack.calls("chat.update") == []
+    assert len(bot.slack.calls("chat.postMessage")) == 1
 
     bot.services.conversation.stream_update_seconds = 0.0
     await bot.event(app_mention_event(IN_DOMAIN))
     updates = await bot.slack.wait_for("chat.update", 3, timeout=15)
+    # The first text is posted (ending the status), then edited as it grows.
+    first = bot.slack.calls("chat.postMessage")[1]
+    assert messages.WRITING in _text_of(first) and first["text"].startswith("Claims")
     assert any(messages.WRITING in _text_of(u) for u in updates[1:])
 
 
@@ -279,8 +291,8 @@ async def test_listener_failure_gets_a_friendly_reply_not_a_trace(bot: Bot) -> N
 
     bot.services.engine.ask = broken  # type: ignore[method-assign]
     await bot.event(app_mention_event(IN_DOMAIN))
-    answer = await bot.answer()
-    assert answer["text"] == messages.ERROR_GENERIC
+    (notice,) = await bot.slack.wait_for("chat.postMessage", timeout=15)
+    assert notice["text"] == messages.ERROR_GENERIC
     assert "secret internal detail" not in everything_posted(bot.slack)
 
 

@@ -72,6 +72,8 @@ async def test_a_server_error_on_the_placeholder_is_retried_and_the_question_ans
 async def test_an_answer_that_cannot_replace_the_placeholder_is_posted_in_the_thread(
     bot: Bot,
 ) -> None:
+    # Where Slack refuses the thread's status, a placeholder shows the progress instead.
+    bot.slack.fail("assistant.threads.setStatus", "not_allowed_token_type")
     bot.slack.fail("chat.update", "message_not_found")  # the placeholder was deleted
     event = app_mention_event(IN_DOMAIN)
     await bot.event(event)

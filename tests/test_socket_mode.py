@@ -158,11 +158,13 @@ async def test_mention_is_acked_over_the_socket_and_answered_once_in_its_thread(
     assert ack == {"envelope_id": first["envelope_id"]}, "events are acked without a payload"
 
     answer = await socket_bot.answer()
-    (placeholder,) = slack.calls("chat.postMessage")
-    assert placeholder["channel"] == CHANNEL_ID and placeholder["thread_ts"] == event["ts"]
-    assert placeholder["text"] == messages.PLACEHOLDER
+    (status,) = slack.calls("assistant.threads.setStatus")
+    assert status["channel_id"] == CHANNEL_ID and status["thread_ts"] == event["ts"]
+    assert status["status"] == messages.STATUS_SEARCHING
+    (posted,) = slack.calls("chat.postMessage")
+    assert posted["channel"] == CHANNEL_ID and posted["thread_ts"] == event["ts"]
     assert answer["channel"] == CHANNEL_ID
-    # The update replaced the placeholder, which sits in the mention's thread.
+    # The answer is the one message, in the mention's thread.
     assert slack.messages[(CHANNEL_ID, answer["ts"])]["thread_ts"] == event["ts"]
     found = links(answer)
     assert found and found[0][1] == 1

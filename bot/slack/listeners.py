@@ -61,6 +61,7 @@ from bot.slack.render import (
 )
 from bot.slack.reply import REPLY_KEY, SlackReply
 from bot.slack.roles import Roles
+from bot.slack.thread import SlackThread
 from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
 from core.answer import Asker, Engine
 from index.derived import OnlyScopes
@@ -198,9 +199,9 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
         context: AsyncBoltContext,
         client: AsyncWebClient,
     ) -> None:
-        subtype = event.get("subtype")
-        if event.get("bot_id") or subtype not in (None, "file_share"):
+        if not _from_a_person(event, context):
             return
+        subtype = event.get("subtype")
         direct = event.get("channel_type") == "im"
         if subtype == "file_share":
             claimed = direct and await _claimed(services, context)
@@ -219,6 +220,19 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
         await _answer(services, client, context, body, event, scopes=scopes, direct=direct)
 
 
+# A person writing: a plain message, files with one, or a thread reply also sent to the
+# channel. Every other subtype (edits, deletions, joins, other apps) is not a question.
+_PERSON_SUBTYPES = (None, "file_share", "thread_broadcast")
+
+
+def _from_a_person(event: dict[str, Any], context: AsyncBoltContext) -> bool:
+    """Whether a message event is a person's own new message (never this bot's or another app's)."""
+    if event.get("subtype") not in _PERSON_SUBTYPES or event.get("bot_id"):
+        return False
+    user = event.get("user")
+    return bool(user) and user != context.bot_user_id
+
+
 async def _is_follow_up(
     services: Services, context: AsyncBoltContext, event: dict[str, Any]
 ) -> bool:
@@ -226,11 +240,24 @@ async def _is_follow_up(
     thread_ts = event.get("thread_ts")
     if not thread_ts:
         return False
-    if context.bot_user_id and f"<@{context.bot_user_id}" in str(event.get("text", "")):
-        return False  # the app_mention event answers it
+    if _mentions_the_bot(event, context):
+        # Slack sends this message as app_mention too, and that event answers it:
+        # it arrives whether or not the bot answered in the thread, and even for
+        # an app installed without the channel message events.
+        return False
+    if _MENTION_RE.search(str(event.get("text", ""))):
+        return False  # addressed to someone else: people talking, the bot stays out
     return await asyncio.to_thread(
         services.kb.store.answered_in_thread, str(event["channel"]), str(thread_ts)
     )
+
+
+def _mentions_the_bot(event: dict[str, Any], context: AsyncBoltContext) -> bool:
+    text = str(event.get("text", ""))
+    if context.bot_user_id:
+        return f"<@{context.bot_user_id}>" in text or f"<@{context.bot_user_id}|" in text
+    # Without the bot's id, any mention may be it: a missed follow-up beats a double answer.
+    return _MENTION_RE.search(text) is not None
 
 
 async def _place(
@@ -269,20 +296,22 @@ async def _answer(
     channel = str(event["channel"])
     thread_ts = str(event.get("thread_ts") or event["ts"])
     in_thread = bool(event.get("thread_ts"))
+    thread = SlackThread(
+        client,
+        channel=channel,
+        thread_ts=thread_ts,
+        before=str(event["ts"]),
+        bot_user_id=context.bot_user_id,
+        bot_id=context.bot_id,
+    )
     turn = Turn(
         question=strip_mention(str(event.get("text", "")), context.bot_user_id),
         scopes=scopes,
         asker=Asker(user=event.get("user"), channel=channel, thread_id=thread_ts),
         follow_up=in_thread,
+        thread=thread if in_thread else None,
     )
-    reply = SlackReply(
-        client,
-        context,
-        channel=channel,
-        thread_ts=thread_ts,
-        show_status=direct and in_thread,
-        note=note,
-    )
+    reply = SlackReply(client, context, channel=channel, thread_ts=thread_ts, note=note)
     await services.conversation.answer(turn, reply)
 
 

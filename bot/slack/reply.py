@@ -1,8 +1,13 @@
-"""A conversation turn shown in a Slack thread: a placeholder edited into the answer.
+"""A conversation turn shown in a Slack thread: a status, then the answer as it is written.
 
-Implements ``bot.conversation.Reply``. In a DM thread the assistant status
-("is searching the knowledge base…") is set first; the placeholder message is
-then edited as the model writes and finally replaced by the rendered answer.
+Implements ``bot.conversation.Reply``. The thread's status ("is searching the
+knowledge base…", ``assistant.threads.setStatus``, which ``chat:write`` allows
+in channel threads and DMs alike) is set first and nothing is posted until the
+answer has text: Slack clears the status as soon as the bot posts in the
+thread. The first text the model writes is posted, edited as it grows, and
+finally replaced by the rendered answer (or the answer is posted at once when
+it came in one piece). Where Slack refuses the status, a placeholder message
+shows the progress instead.
 
 Slack failing to show progress never costs the answer: a placeholder that
 could not be posted or edited (deleted, rate-limited past the retries, Slack
@@ -12,6 +17,7 @@ the thread instead.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 
@@ -28,6 +34,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["REPLY_KEY", "SLACK_FAILURES", "SlackReply", "slack_failure"]
 
+STATUS_TIMEOUT_SECONDS = 3.0
 REPLY_KEY = "kb_reply"  # bolt context key: where a failing listener should report
 # What a Web API call raises once its retries are spent: Slack's refusal, or no answer at all.
 SLACK_FAILURES = (SlackApiError, aiohttp.ClientError, TimeoutError)
@@ -49,7 +56,6 @@ class SlackReply:
             the error handler can replace it if anything fails afterwards.
         channel: where the question was asked.
         thread_ts: the thread the reply goes in.
-        show_status: set the assistant status first (only assistant threads accept one).
         note: server-written mrkdwn shown above the answer.
     """
 
@@ -60,14 +66,12 @@ class SlackReply:
         *,
         channel: str,
         thread_ts: str,
-        show_status: bool = False,
         note: str | None = None,
     ) -> None:
         self.client = client
         self.context = context
         self.channel = channel
         self.thread_ts = thread_ts
-        self.show_status = show_status
         self.note = note
         self.ts: str | None = None
 
@@ -79,15 +83,22 @@ class SlackReply:
         )
 
     async def progress(self) -> None:
-        """Set the status (DM threads) and post the placeholder the answer will replace."""
-        if self.show_status:
-            # In a plain DM thread Slack refuses a status, which is fine.
-            with contextlib.suppress(SlackApiError):
+        """Set the thread's status; post a placeholder only where Slack refuses the status."""
+        try:
+            # A slow status must not hold the answer back: the placeholder then does its job.
+            async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
                 await self.client.assistant_threads_setStatus(
                     channel_id=self.channel,
                     thread_ts=self.thread_ts,
                     status=messages.STATUS_SEARCHING,
                 )
+            return
+        except SLACK_FAILURES as exc:
+            log.info(
+                "no thread status in %s (%s): posting a placeholder",
+                self.channel,
+                slack_failure(exc),
+            )
         try:
             await self._post(render_notice(messages.PLACEHOLDER))
         except SLACK_FAILURES as exc:
@@ -97,19 +108,21 @@ class SlackReply:
             )
 
     async def partial(self, text: str) -> None:
-        """Edit the placeholder to show the answer so far."""
-        if self.ts is None:
-            return
+        """Show the answer so far: posted the first time (ending the status), then edited."""
+        rendered = render_partial(text)
         try:
-            await self.client.chat_update(
-                channel=self.channel, ts=self.ts, **render_partial(text).as_kwargs()
-            )
+            if self.ts is None:
+                await self._post(rendered)
+            else:
+                await self.client.chat_update(
+                    channel=self.channel, ts=self.ts, **rendered.as_kwargs()
+                )
         except SLACK_FAILURES as exc:
             # A lost progress update must not lose the answer that follows it.
             log.warning("progress update failed: %s", slack_failure(exc))
 
     async def final(self, answer: Answer) -> None:
-        """Replace the placeholder with the rendered answer, or post the answer when that fails."""
+        """Replace the answer so far (or the placeholder) with the rendered answer, or post it."""
         rendered = render_answer(answer, note=self.note)
         placeholder = self.ts
         if placeholder is not None:
