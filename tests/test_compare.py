@@ -175,7 +175,12 @@ def test_results_of_different_sets_are_refused() -> None:
 def test_notes_name_what_differs() -> None:
     a = _result([1, 2], threshold=0.5)
     b = _result([1, 2], threshold=0.45, model="openai:text-embedding-3-small")
+    a["corpus"], b["corpus"] = "/srv/kb/evaluation/sets/prometheus/corpus", "sets/prometheus/corpus"
     notes = compare(a, b).notes
+    assert not any(n.startswith("corpus") for n in notes)
+    b["corpus"] = "evaluation/sets/pip-black/corpus"
+    notes = compare(a, b).notes
+    assert any(n.startswith("corpus: a indexed /srv/kb/") for n in notes)
     assert any("embedding model" in n and "openai:" in n for n in notes)
     assert any("thresholds differ (0.5 vs 0.45)" in n for n in notes)
 
