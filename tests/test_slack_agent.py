@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
-from bot.slack.agent import Viewing, viewed_channel
+from bot.slack.agent import Viewing, suggested_prompts, viewed_channel
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -109,6 +109,16 @@ async def test_a_suggested_prompt_clicked_is_answered(bot: Bot) -> None:
     answer = await bot.answer()
     assert "Security policy" in _blocks_text(answer)
     assert messages.REFUSAL not in answer["text"]
+
+
+async def test_prompts_leave_out_documents_that_are_not_searched(bot: Bot) -> None:
+    assert {p["title"] for p in suggested_prompts(bot.kb)} == EVERYONES_TITLES
+    handbook = bot.kb.find("handbook.md")
+    # Indexed with another model: stale, not searched until a reindex.
+    bot.kb.store.update_document(handbook.id, embedding_model="another-model")
+    assert {p["title"] for p in suggested_prompts(bot.kb)} == EVERYONES_TITLES - {
+        "Employee handbook"
+    }
 
 
 async def test_messages_tab_greets_only_once(bot: Bot) -> None:

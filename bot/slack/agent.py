@@ -141,7 +141,11 @@ def suggested_prompts(kb: KnowledgeBase, limit: int = MAX_PROMPTS) -> list[dict[
     Each names the document's title and its first section, words the document
     itself holds, so that the knowledge base has an answer to it.
     """
-    documents = [d for d in kb.store.documents(DocState.INDEXED) if d.scope == EVERYONE]
+    # Stale documents (indexed with another model) are not searched until a reindex.
+    stale = {d.id for d in kb.stale_documents()}
+    documents = [
+        d for d in kb.store.documents(DocState.INDEXED) if d.scope == EVERYONE and d.id not in stale
+    ]
     documents.sort(key=lambda d: (d.indexed_at or 0.0, d.id), reverse=True)
     prompts = []
     for doc in documents[:limit]:
