@@ -111,6 +111,20 @@ async def test_a_suggested_prompt_clicked_is_answered(bot: Bot) -> None:
     assert messages.REFUSAL not in answer["text"]
 
 
+@pytest.mark.parametrize("member", [True, False])
+async def test_prompts_add_the_viewed_channels_documents_for_its_members(
+    bot: Bot, member: bool
+) -> None:
+    bot.slack.set_members(CHANNEL_ID, [USER_ID] if member else [OTHER_MEMBER])
+    await bot.event(home_opened_event(app_context=channel_context(CHANNEL_ID)))
+    (offer,) = await bot.slack.wait_for("assistant.threads.setSuggestedPrompts")
+    titles = [p["title"] for p in offer["prompts"]]
+    if member:
+        assert titles[0] == "Project Falcon" and set(titles[1:]) == EVERYONES_TITLES
+    else:
+        assert set(titles) == EVERYONES_TITLES
+
+
 async def test_prompts_leave_out_documents_that_are_not_searched(bot: Bot) -> None:
     assert {p["title"] for p in suggested_prompts(bot.kb)} == EVERYONES_TITLES
     handbook = bot.kb.find("handbook.md")
@@ -255,7 +269,9 @@ async def test_assistant_view_thread_is_greeted_and_its_context_used(bot: Bot) -
     (greeting,) = bot.slack.calls("chat.postMessage")
     assert greeting["thread_ts"] == thread_ts and greeting["channel"] == DM_CHANNEL_ID
     assert offer["thread_ts"] == thread_ts
-    assert {p["title"] for p in offer["prompts"]} == EVERYONES_TITLES
+    # The member views the channel: its document comes first.
+    assert [p["title"] for p in offer["prompts"]][0] == "Project Falcon"
+    assert {p["title"] for p in offer["prompts"]} == EVERYONES_TITLES | {"Project Falcon"}
 
     await bot.event(message_im_event(FALCON_Q, thread_ts=thread_ts))
     answer = await bot.answer()

@@ -5,11 +5,12 @@ apps may use) is the app's Messages tab, where each message can start its own
 thread. There:
 
 * ``app_home_opened`` on the ``messages`` tab sets suggested prompts drawn from
-  the documents everyone may read (never from a channel's own documents), and
-  the first time a person opens the tab (their DM with the bot is still empty)
-  the bot greets them; with an empty knowledge base the greeting says how to
-  add documents. ``assistant.threads.setSuggestedPrompts`` is called without a
-  thread: with one, Slack silently ignores an agent app's call.
+  the documents the person may read (those for everyone, and those of the
+  channel they are viewing when they are a member of it), and the first time a
+  person opens the tab (their DM with the bot is still empty) the bot greets
+  them; with an empty knowledge base the greeting says how to add documents.
+  ``assistant.threads.setSuggestedPrompts`` is called without a thread: with
+  one, Slack silently ignores an agent app's call.
 * ``app_context_changed`` says which channel the person is looking at; it is
   remembered for a few minutes (:class:`Viewing`). A question asked in the DM
   meanwhile may also use that channel's documents, but only when the asker is
@@ -135,18 +136,24 @@ class Viewing:
 # ---------------------------------------------------------------- suggested prompts
 
 
-def suggested_prompts(kb: KnowledgeBase, limit: int = MAX_PROMPTS) -> list[dict[str, str]]:
-    """Questions about the newest documents everyone may read, one per document.
+def suggested_prompts(
+    kb: KnowledgeBase, scopes: frozenset[str] = frozenset(), limit: int = MAX_PROMPTS
+) -> list[dict[str, str]]:
+    """Questions about the newest documents the asker may read, one per document.
 
-    Each names the document's title and its first section, words the document
-    itself holds, so that the knowledge base has an answer to it.
+    Documents for everyone, and those of ``scopes`` (the channel the asker views
+    and is a member of) first. Each names the document's title and its first
+    section, words the document itself holds, so that the knowledge base has an
+    answer to it.
     """
     # Stale documents (indexed with another model) are not searched until a reindex.
     stale = {d.id for d in kb.stale_documents()}
     documents = [
-        d for d in kb.store.documents(DocState.INDEXED) if d.scope == EVERYONE and d.id not in stale
+        d
+        for d in kb.store.documents(DocState.INDEXED)
+        if (d.scope == EVERYONE or d.scope in scopes) and d.id not in stale
     ]
-    documents.sort(key=lambda d: (d.indexed_at or 0.0, d.id), reverse=True)
+    documents.sort(key=lambda d: (d.scope != EVERYONE, d.indexed_at or 0.0, d.id), reverse=True)
     prompts = []
     for doc in documents[:limit]:
         title = display_name(doc.title or doc.name, PROMPT_TITLE_CHARS)
@@ -189,7 +196,8 @@ class Agent:
             self.viewing.see(user, viewed_channel(event["app_context"]))
         if not channel:
             return
-        prompts = await asyncio.to_thread(suggested_prompts, self.kb)
+        scopes = await self.dm_scopes(client, {"user": user})
+        prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes)
         if await self._first_visit(client, channel):
             await self._greet(client, channel, None, has_documents=bool(prompts))
         if prompts:
@@ -203,7 +211,8 @@ class Agent:
         channel, thread_ts = str(thread.get("channel_id", "")), str(thread.get("thread_ts", ""))
         if not (channel and thread_ts):
             return
-        prompts = await asyncio.to_thread(suggested_prompts, self.kb)
+        scopes = await self.dm_scopes(client, {"user": thread.get("user_id", "")})
+        prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes)
         await self._greet(client, channel, thread_ts, has_documents=bool(prompts))
         if prompts:
             await self._offer(client, channel, thread_ts, prompts)
