@@ -33,7 +33,15 @@ from typing import Any
 import aiohttp
 
 from bench.machine import describe as machine
-from bench.slack import QUESTIONS, bench_settings, loaded_kb, percentile, post, serve
+from bench.slack import (
+    QUESTIONS,
+    bench_settings,
+    loaded_kb,
+    percentile,
+    post,
+    serve,
+    wait_for_answers,
+)
 
 # The mock Slack and model servers live with the tests, which are not an installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -103,11 +111,11 @@ async def run(
                 async with aiohttp.ClientSession() as session:
                     # Warm up (auth.test, thread pools) before the lock is taken.
                     await post(session, url, event_body(app_mention_event(QUESTIONS[0])))
-                    await slack.wait_for("chat.update", 1, timeout=answer_timeout)
+                    await wait_for_answers(slack, 1, answer_timeout)
                     proc = _start_writer(kb.store.path, hold, gap) if writer else None
                     started = time.perf_counter()
                     acks = await _send_at_rate(session, url, events, rate)
-                    await slack.wait_for("chat.update", events + 1, timeout=answer_timeout)
+                    await wait_for_answers(slack, events + 1, answer_timeout)
                     answered = (time.perf_counter() - started) * 1000
                     placeholders = len(slack.calls("chat.postMessage")) - 1
             finally:

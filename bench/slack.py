@@ -8,8 +8,9 @@ its model at a local OpenAI-compatible server, then sends rounds of
 ``--concurrency`` signed ``app_mention`` events at once and measures:
 
 * ack latency: from sending the request to receiving the HTTP response;
-* answer latency: from sending the request to the ``chat.update`` with the
-  answer (retrieval, the model call and rendering included).
+* answer latency: from sending the request to the message with the answer
+  (posted, or edited into the message that showed it being written;
+  retrieval, the model call and rendering included).
 
 A first burst warms the process up (thread pools, per-thread database
 connections) and is reported on its own; medians over the following rounds
@@ -40,6 +41,7 @@ from bench.machine import describe as machine
 from bot.app import create_app
 from bot.settings import Settings
 from bot.slack import messages
+from bot.slack.render import FEEDBACK_ACTION_ID
 from index.embed import load_embedder
 from index.knowledge_base import KnowledgeBase
 
@@ -71,6 +73,29 @@ QUESTIONS = [
 ]
 
 
+def answers(slack: MockSlackAPI) -> list[dict[str, Any]]:
+    """The answers (and error notices) the bot showed so far, as their calls; progress is not one."""
+    return [
+        params
+        for method, params in slack.log
+        if method in {"chat.postMessage", "chat.update"}
+        and (
+            FEEDBACK_ACTION_ID in json.dumps(params.get("blocks", []))
+            or params.get("text") == messages.ERROR_GENERIC
+        )
+    ]
+
+
+async def wait_for_answers(slack: MockSlackAPI, count: int, timeout: float) -> list[dict[str, Any]]:
+    """Wait until ``count`` answers were shown; all of them, oldest first."""
+    deadline = time.monotonic() + timeout
+    while len(shown := answers(slack)) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(shown)} of {count} answers after {timeout} s")
+        await asyncio.sleep(0.01)
+    return shown
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (``q`` in 0..100)."""
     ordered = sorted(values)
@@ -93,13 +118,13 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
 async def _round(
     session: aiohttp.ClientSession, url: str, slack: MockSlackAPI, concurrency: int, timeout: float
 ) -> dict[str, float]:
-    before = len(slack.calls("chat.update"))
+    before = len(answers(slack))
     bodies = [
         event_body(app_mention_event(QUESTIONS[i % len(QUESTIONS)])) for i in range(concurrency)
     ]
     started = time.perf_counter()
     acks = await asyncio.gather(*(post(session, url, b) for b in bodies))
-    updates = await slack.wait_for("chat.update", before + concurrency, timeout=timeout)
+    updates = await wait_for_answers(slack, before + concurrency, timeout)
     answered = (time.perf_counter() - started) * 1000
     failed = sum(u.get("text") == messages.ERROR_GENERIC for u in updates[before:])
     return {

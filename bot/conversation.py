@@ -37,7 +37,7 @@ class Reply(Protocol):
         """The question was empty: say what the bot is for and how to ask."""
 
     async def progress(self) -> None:
-        """Show that the question is being worked on (kept until ``final``)."""
+        """Show that the question is being worked on (kept until the first text or ``final``)."""
 
     async def partial(self, text: str) -> None:
         """Show the answer as written so far (citations not yet resolved)."""

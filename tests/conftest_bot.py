@@ -253,6 +253,10 @@ class Bot:
                 raise AssertionError(f"expected {count} answers, got {len(shown)}: {shown}")
             await asyncio.sleep(0.02)
 
+    def answers_shown(self) -> int:
+        """How many answers the bot has shown so far (see :meth:`answer`)."""
+        return sum(_is_answer(m, p) for m, p in self.slack.log)
+
     def _with_ts(self, params: dict[str, Any]) -> dict[str, Any]:
         """A recorded call with the ``ts`` of its message (a post's ``ts`` is in Slack's reply)."""
         if "ts" in params:

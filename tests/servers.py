@@ -763,7 +763,9 @@ class MockSlackAPI(_LocalServer):
             or not (event.get("ts") and event.get("channel"))
         ):
             return
-        msg = {k: event[k] for k in ("text", "user", "ts", "thread_ts", "team") if k in event}
+        msg: JSONDict = {
+            k: event[k] for k in ("text", "user", "ts", "thread_ts", "team") if k in event
+        }
         self.people_messages[(str(event["channel"]), str(event["ts"]))] = {"type": "message", **msg}
 
     def on(self, method: str, handler: Callable[[JSONDict], JSONDict]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
+from bot.slack.reply import STATUS_TIMEOUT_SECONDS
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -249,3 +250,13 @@ async def test_a_refused_status_falls_back_to_a_placeholder(bot: Bot) -> None:
     assert placeholder["text"] == messages.PLACEHOLDER
     assert answer["ts"] in {ts for (_, ts) in bot.slack.messages}
     assert "Here is what the documents say" in answer["text"]
+
+
+async def test_a_slow_status_never_holds_the_answer_back(bot: Bot) -> None:
+    # Longer than the reply waits for it (STATUS_TIMEOUT_SECONDS), not much longer.
+    bot.slack.stall("assistant.threads.setStatus", STATUS_TIMEOUT_SECONDS + 1)
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    assert "Here is what the documents say" in answer["text"]
+    placeholder = bot.slack.calls("chat.postMessage")[0]
+    assert placeholder["text"] == messages.PLACEHOLDER

@@ -128,7 +128,7 @@ async def _click(
 
 async def _ask(bot: Bot, question: str) -> tuple[set[int], str]:
     """Ask in the channel; returns the documents the answer links to and what the model was shown."""
-    answers = len(bot.slack.calls("chat.update"))
+    answers = bot.answers_shown()
     await bot.event(app_mention_event(question))
     answer = await bot.answer(answers + 1)
     await bot.idle()
