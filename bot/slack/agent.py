@@ -196,7 +196,7 @@ class Agent:
             self.viewing.see(user, viewed_channel(event["app_context"]))
         if not channel:
             return
-        scopes = await self.dm_scopes(client, {"user": user})
+        scopes = await self._scopes_of(client, user, self.viewing.channel(user))
         prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes)
         if await self._first_visit(client, channel):
             await self._greet(client, channel, None, has_documents=bool(prompts))
@@ -211,7 +211,8 @@ class Agent:
         channel, thread_ts = str(thread.get("channel_id", "")), str(thread.get("thread_ts", ""))
         if not (channel and thread_ts):
             return
-        scopes = await self.dm_scopes(client, {"user": thread.get("user_id", "")})
+        user = str(thread.get("user_id", ""))
+        scopes = await self._scopes_of(client, user, self.viewing.channel(user))
         prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes)
         await self._greet(client, channel, thread_ts, has_documents=bool(prompts))
         if prompts:
@@ -242,12 +243,18 @@ class Agent:
             channel = viewed_channel(event["app_context"])
         else:
             channel = self.viewing.channel(user)
+        return await self._scopes_of(client, user, channel)
+
+    async def _scopes_of(
+        self, client: AsyncWebClient, user: str, channel: str | None
+    ) -> frozenset[str]:
+        """``{channel}`` when ``user`` is one of its members, else none."""
         if not (user and channel):
             return frozenset()
         if not await self._is_member(client, user, channel):
-            log.info("DM question of %s: not a member of viewed channel %s", user, channel)
+            log.info("%s views %s without being a member: not its documents", user, channel)
             return frozenset()
-        log.info("DM question of %s also uses the documents of %s", user, channel)
+        log.info("%s views %s, a member: its documents are used too", user, channel)
         return frozenset({channel})
 
     async def _is_member(self, client: AsyncWebClient, user: str, channel: str) -> bool:
