@@ -104,6 +104,9 @@ DEFAULT_CLIENT_SECRET = "canary-client-secret-7d1e9b44"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
 UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"
+# How long a test waits for a call it expects: a ceiling, not an expectation, generous so
+# that a loaded 2-core machine does not turn a slow call into a failure.
+WAIT_SECONDS = 15.0
 
 JSONDict = dict[str, Any]
 
@@ -521,7 +524,9 @@ class MockSlackAPI(_LocalServer):
         """Names of the accepted calls in order, e.g. to check a status came before the answer."""
         return [m for m, _ in self.log]
 
-    async def wait_for(self, method: str, count: int = 1, timeout: float = 5.0) -> list[JSONDict]:
+    async def wait_for(
+        self, method: str, count: int = 1, timeout: float = WAIT_SECONDS
+    ) -> list[JSONDict]:
         """Wait until ``method`` has been called ``count`` times; return all its calls.
 
         Raises ``AssertionError`` (a test failure, with what was called) on timeout.
@@ -548,7 +553,7 @@ class MockSlackAPI(_LocalServer):
         ]
 
     async def wait_for_responses(
-        self, count: int = 1, response_id: str | None = None, timeout: float = 5.0
+        self, count: int = 1, response_id: str | None = None, timeout: float = WAIT_SECONDS
     ) -> list[JSONDict]:
         """Wait until ``count`` bodies were posted to response URLs; return them."""
         await _wait_until(
@@ -566,7 +571,7 @@ class MockSlackAPI(_LocalServer):
         """How many Socket Mode websockets are connected now."""
         return len([ws for ws in self._sockets if not ws.closed])
 
-    async def wait_for_socket(self, timeout: float = 5.0) -> web.WebSocketResponse:
+    async def wait_for_socket(self, timeout: float = WAIT_SECONDS) -> web.WebSocketResponse:
         """Wait until a Socket Mode client is connected; return the newest open websocket."""
         await _wait_until(
             lambda: self._open_socket() is not None,
@@ -582,12 +587,14 @@ class MockSlackAPI(_LocalServer):
         assert socket is not None
         return socket
 
-    async def socket_send(self, envelope: JSONDict, timeout: float = 5.0) -> None:
+    async def socket_send(self, envelope: JSONDict, timeout: float = WAIT_SECONDS) -> None:
         """Deliver ``envelope`` (see :func:`socket_envelope`) to the connected Socket Mode client."""
         socket = await self.wait_for_socket(timeout)
         await socket.send_json(envelope)
 
-    async def wait_for_socket_ack(self, envelope_id: str, timeout: float = 5.0) -> JSONDict:
+    async def wait_for_socket_ack(
+        self, envelope_id: str, timeout: float = WAIT_SECONDS
+    ) -> JSONDict:
         """Wait until the client acknowledged ``envelope_id``; return its acknowledgement."""
         await _wait_until(
             lambda: self._ack_for(envelope_id) is not None,
@@ -1432,7 +1439,9 @@ class OpenAICompatServer(_LocalServer):
         self.embedding_dim = 64
         self.retry_after = None
 
-    async def wait_for_requests(self, count: int = 1, timeout: float = 5.0) -> list[JSONDict]:
+    async def wait_for_requests(
+        self, count: int = 1, timeout: float = WAIT_SECONDS
+    ) -> list[JSONDict]:
         """Wait until ``count`` completion requests arrived; return them all."""
         await _wait_until(
             lambda: len(self.requests) >= count,
