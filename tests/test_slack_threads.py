@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.reply import STATUS_TIMEOUT_SECONDS
+from bot.slack.thread import SlackThread
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -181,6 +184,25 @@ async def test_an_unreadable_thread_falls_back_to_the_logged_questions(bot: Bot)
     await bot.answer(2)
     earlier = history_of(bot.llm.requests[1])
     assert earlier and IN_DOMAIN in earlier[0]["content"]
+
+
+async def test_a_thread_that_is_slow_to_read_falls_back_in_bounded_time(bot: Bot) -> None:
+    thread = await answered_thread(bot)
+    # Slack holding the read (or a Retry-After of a minute) must not hold the answer.
+    bot.slack.stall("conversations.replies", seconds=30, times=None)
+    client = AsyncWebClient(token=bot.slack.bot_token, base_url=bot.slack.api_url)
+    reader = SlackThread(
+        client,
+        channel=CHANNEL_ID,
+        thread_ts=thread,
+        before="9999999999.000000",
+        bot_user_id=None,
+        bot_id=None,
+        read_seconds=0.5,
+    )
+    started = time.monotonic()
+    assert await reader.earlier() is None
+    assert time.monotonic() - started < 5
 
 
 async def test_a_dm_thread_reads_the_dm(bot: Bot) -> None:

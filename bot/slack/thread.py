@@ -14,6 +14,7 @@ and the history then comes from the query log.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
 import re
@@ -27,11 +28,14 @@ from core.prompt import HISTORY_MESSAGES, Role, ThreadMessage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_PAGES", "PAGE_SIZE", "SlackThread"]
+__all__ = ["MAX_PAGES", "PAGE_SIZE", "READ_SECONDS", "SlackThread"]
 
 PAGE_SIZE = 100  # replies per conversations.replies call
 MAX_PAGES = 3  # a longer thread keeps its newest messages of the first pages only
 MESSAGE_CHARS = 2000  # a message longer than this is cut before it is kept
+# Reading the thread may wait out Slack's Retry-After (a rate-limited app waits a minute):
+# the answer does not, it falls back to the logged questions.
+READ_SECONDS = 5.0
 # Messages that are someone speaking in the thread; every other subtype is an event about it.
 _SPOKEN = {None, "thread_broadcast", "file_share"}
 _LINK_RE = re.compile(r"<(https?://[^|>]*)\|([^>]*)>")
@@ -47,6 +51,7 @@ class SlackThread:
         before: the question's own message; it and anything after it are left out.
         bot_user_id: this bot's user id (its messages are its turns).
         bot_id: this bot's bot id (its messages may carry only that).
+        read_seconds: how long reading the thread may take before the logged questions are used.
     """
 
     def __init__(
@@ -58,8 +63,10 @@ class SlackThread:
         before: str,
         bot_user_id: str | None,
         bot_id: str | None,
+        read_seconds: float = READ_SECONDS,
     ) -> None:
         self.client = client
+        self.read_seconds = read_seconds
         self.channel = channel
         self.thread_ts = thread_ts
         self.before = before
@@ -69,7 +76,8 @@ class SlackThread:
     async def earlier(self) -> list[ThreadMessage] | None:
         """The thread's messages before the question, oldest first; ``None`` if Slack refuses."""
         try:
-            raw = await self._replies()
+            async with asyncio.timeout(self.read_seconds):
+                raw = await self._replies()
         except SLACK_FAILURES as exc:
             # Typically an app installed before it had the history scopes.
             log.warning(
