@@ -56,6 +56,16 @@ class Embedder(Protocol):
         """Number of dimensions of the vectors."""
         ...
 
+    def expect_dimensions(self, dimensions: int) -> None:
+        """The size documents of this model were stamped with, known before any vector is made.
+
+        A remote model then needs no call to tell its size, so a knowledge base
+        opens (status, the bot's start) while the endpoint is down, and a reply of
+        another size is refused as a changed model. A local model reads its size
+        from its files and ignores this.
+        """
+        ...
+
     @property
     def max_tokens(self) -> int:
         """The encoder window, in the unit ``count_tokens`` counts."""
@@ -147,6 +157,9 @@ class LocalEmbedder:
     def dim(self) -> int:
         """Number of dimensions of the vectors."""
         return int(self._model.get_embedding_dimension())
+
+    def expect_dimensions(self, dimensions: int) -> None:
+        """See ``Embedder.expect_dimensions``: the model's files say its size."""
 
     @property
     def max_tokens(self) -> int:

@@ -89,11 +89,16 @@ class RemoteEmbedder:
 
     @property
     def dim(self) -> int:
-        """The vectors' size, learned from the endpoint's first reply."""
-        if not self._confirmed:
+        """The vectors' size: configured, stamped on its documents, or learned from a first reply."""
+        if self._dim is None:
             self._embed_batch([DIMENSION_PROBE])
         assert self._dim is not None  # set by the first checked reply
         return self._dim
+
+    def expect_dimensions(self, dimensions: int) -> None:
+        """See ``Embedder.expect_dimensions``; a configured size (``KB_EMBEDDING_DIMENSIONS``) wins."""
+        if self._dim is None:
+            self._dim = dimensions
 
     @property
     def max_tokens(self) -> int:

@@ -143,6 +143,9 @@ class KnowledgeBase:
         self.chunker = chunker
         self.store = Store(config.data_dir)
         self.embedder = embedder or load_embedder(config)
+        stamped = self.store.stamped_dimensions(self.embedder.name)
+        if stamped is not None:
+            self.embedder.expect_dimensions(stamped)
         self.indexes = DerivedIndexes(
             self.store, embedding_model=self.embedder.name, dimensions=self.embedder.dim
         )

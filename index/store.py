@@ -410,6 +410,19 @@ class Store(QueryLogMixin, AuditMixin):
             [doc_id, DocState.REPLACED.value],
         )
 
+    def stamped_dimensions(self, embedding_model: str) -> int | None:
+        """The vector size most indexed documents of ``embedding_model`` carry, if any."""
+        row = next(
+            self.db.query(
+                """SELECT dimensions, COUNT(*) AS n FROM documents
+                   WHERE state = ? AND embedding_model = ? AND dimensions IS NOT NULL
+                   GROUP BY dimensions ORDER BY n DESC LIMIT 1""",
+                [DocState.INDEXED.value, embedding_model],
+            ),
+            None,
+        )
+        return int(row["dimensions"]) if row else None
+
     def stale_documents(self, stamp: Stamp) -> list[DocumentRow]:
         """Indexed documents stamped differently from ``stamp``."""
         return self._documents(

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
+from sqlite_utils import Database
 
 from bot.cli import main
 from bot.settings import Settings
@@ -292,3 +293,45 @@ async def test_documents_of_another_model_stay_stale_until_reindexed(
     back = KnowledgeBase(IndexConfig(data_dir=data_dir), embedder=embedder)
     assert back.status()["stale"] == 3 and len(back.snapshot) == 0
     assert back.snapshot.vectors.search(embedder.encode_query("bicycle storage"), 5, None) == []
+
+
+async def test_a_knowledge_base_opens_while_its_endpoint_is_down(
+    tmp_path: Path, openai_server: OpenAICompatServer
+) -> None:
+    data_dir = tmp_path / "kb"
+    config = IndexConfig(
+        data_dir=data_dir, embedding_model=MODEL, embedding_endpoint=_endpoint(openai_server)
+    )
+    kb = await asyncio.to_thread(KnowledgeBase, config)
+    await asyncio.to_thread(kb.ingest_paths, [_write_docs(tmp_path / "docs")])
+    kb.store.db.conn.close()
+
+    # The endpoint goes away: the size stamped on the documents is enough to open and report.
+    down = replace(config, embedding_endpoint=EmbeddingEndpoint(base_url=closed_port_url()))
+    reopened = await asyncio.to_thread(KnowledgeBase, down)
+    status = reopened.status()
+    assert status["dimensions"] == 64 and status["stale"] == 0 and len(reopened.snapshot) == 3
+    # Only a question needs the endpoint, and it says which.
+    with pytest.raises(EmbeddingModelUnavailable, match="127.0.0.1"):
+        await asyncio.to_thread(reopened.embedder.encode_query, "bicycle storage")
+    reopened.store.db.conn.close()
+
+
+async def test_the_endpoint_returning_another_size_than_the_documents_is_a_changed_model(
+    tmp_path: Path, openai_server: OpenAICompatServer
+) -> None:
+    config = IndexConfig(
+        data_dir=tmp_path / "kb", embedding_model=MODEL, embedding_endpoint=_endpoint(openai_server)
+    )
+    kb = await asyncio.to_thread(KnowledgeBase, config)
+    await asyncio.to_thread(kb.ingest_paths, [_write_docs(tmp_path / "docs")])
+    kb.store.db.conn.close()
+    # The documents say 32 dimensions; the endpoint now sends 64.
+    db = Database(tmp_path / "kb" / "kb.sqlite")
+    db.execute("UPDATE documents SET dimensions = 32")
+    db.conn.commit()
+    db.conn.close()
+    reopened = await asyncio.to_thread(KnowledgeBase, config)
+    with pytest.raises(EmbeddingModelUnavailable, match="kb reindex"):
+        await asyncio.to_thread(reopened.embedder.encode_query, "bicycle storage")
+    reopened.store.db.conn.close()

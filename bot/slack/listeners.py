@@ -65,6 +65,7 @@ from bot.slack.thread import SlackThread
 from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
 from core.answer import Asker, Engine
 from index.derived import OnlyScopes
+from index.embed import EmbeddingModelUnavailable
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.store import EVERYONE
@@ -558,9 +559,16 @@ def _register_errors(app: AsyncApp) -> None:
     ) -> None:
         log.error("Slack listener failed: %s", error, exc_info=error)
         try:
-            await _tell_user(body, context, client, respond)
+            await _tell_user(body, context, client, respond, _failure_text(error))
         except Exception:  # the person is unreachable; the log has the cause
             log.exception("could not tell the user about the failure")
+
+
+def _failure_text(error: Exception) -> str:
+    """What the person is told: the cause when it is one they can wait out, never a trace."""
+    if isinstance(error, EmbeddingModelUnavailable):
+        return messages.ERROR_SEARCH_UNAVAILABLE
+    return messages.ERROR_GENERIC
 
 
 async def _tell_user(
@@ -568,9 +576,10 @@ async def _tell_user(
     context: AsyncBoltContext,
     client: AsyncWebClient,
     respond: Callable[..., Awaitable[Any]] | None,
+    text: str = messages.ERROR_GENERIC,
 ) -> None:
     """Reply with a friendly message where the failed request came from (never a trace)."""
-    notice = render_notice(messages.ERROR_GENERIC)
+    notice = render_notice(text)
     reply = context.get(REPLY_KEY)
     if reply:
         await client.chat_update(channel=reply["channel"], ts=reply["ts"], **notice.as_kwargs())
@@ -583,6 +592,4 @@ async def _tell_user(
         )
         return
     if respond is not None and context.response_url:
-        await respond(
-            text=messages.ERROR_GENERIC, response_type="ephemeral", replace_original=False
-        )
+        await respond(text=text, response_type="ephemeral", replace_original=False)

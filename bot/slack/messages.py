@@ -79,6 +79,11 @@ ERROR_GENERIC = (
     "Sorry, something went wrong on my side while handling that. "
     "Please try again in a minute; if it keeps happening, tell the bot's administrator."
 )
+ERROR_SEARCH_UNAVAILABLE = (
+    "I can't search the knowledge base right now: the service that reads questions for "
+    "the search is not answering. Please try again in a few minutes; if it keeps "
+    "happening, tell the bot's administrator."
+)
 
 # ---------------------------------------------------------------- /kb-upload
 
