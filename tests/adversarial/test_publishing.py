@@ -82,10 +82,10 @@ def _finals(bot: Bot, upto: int) -> int:
 
 async def _upload_in_channel(bot: Bot, user: str, name: str, data: bytes, visibility: str) -> str:
     """``user`` runs /kb-upload in the channel and submits one file; returns its final status."""
+    opened = len(bot.slack.calls("views.open"))
     assert (await bot.post(slash_command_body("/kb-upload", "", user, CHANNEL_ID))).status == 200
-    view = dict(
-        (await bot.slack.wait_for("views.open", len(bot.slack.calls("views.open"))))[-1]["view"]
-    )
+    # The modal opens after the acknowledgement: wait for this command's own views.open.
+    view = dict((await bot.slack.wait_for("views.open", opened + 1))[-1]["view"])
     f = bot.slack.add_file(f"F0PUB{next(_file_ids):05d}", name, data, "text/markdown")
     state = file_input_state("files", "files", [f])
     state["values"]["visibility"] = {
