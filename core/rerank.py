@@ -12,14 +12,13 @@ folder, loaded like the embedding model: from disk only (``HF_HUB_OFFLINE``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from core.errors import AnswerError
 from core.retrieve import Candidate
+from index.embed import load_offline, resolve_model
 from index.records import ChunkRow
 
 RERANK_BATCH_SIZE = 32
@@ -39,22 +38,13 @@ class Reranker:
 
     def __init__(self, spec: str, *, device: str = "cpu") -> None:
         self.spec = spec
-        path = Path(spec).expanduser()
-        self.name = f"local:{path.resolve().name}" if path.is_dir() else spec
-        self._load_from = str(path.resolve()) if path.is_dir() else spec
+        self.name, self._load_from = resolve_model(spec)
         self._device = device
 
     @cached_property
     def _model(self) -> Any:
-        # As for the embedding model: a model not on disk fails fast, no network.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from sentence_transformers import CrossEncoder
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
         try:
-            return CrossEncoder(self._load_from, device=self._device)
+            return load_offline("CrossEncoder", self._load_from, device=self._device)
         except Exception as exc:  # the library raises many types (OSError, HF errors)
             raise RerankerUnavailable(
                 f"Could not load the reranker {self.spec!r} ({exc}). Set KB_RERANKER to a local "

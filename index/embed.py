@@ -103,6 +103,23 @@ def load_embedder(config: IndexConfig) -> Embedder:
     return LocalEmbedder(config.embedding_model)
 
 
+def load_offline(model_class: str, load_from: str, *, device: str) -> Any:
+    """A sentence-transformers model (``SentenceTransformer``, ``CrossEncoder``) read from disk only.
+
+    Raises whatever the library raises (many types) when it is not there.
+    """
+    # No hub access at run time: a model that is not on disk fails fast
+    # with an actionable message instead of hanging on the network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import sentence_transformers
+    from transformers.utils import logging as hf_logging
+
+    # The weight-loading progress bar is noise in CLI output and logs.
+    hf_logging.disable_progress_bar()
+    return getattr(sentence_transformers, model_class)(load_from, device=device)
+
+
 def resolve_model(spec: str) -> tuple[str, str]:
     """Return ``(stamp name, load path or name)`` for a ``KB_EMBEDDING_MODEL`` value."""
     if spec.startswith(BUNDLED_PREFIX) or spec == BUNDLED_MODEL_NAME:
@@ -130,18 +147,8 @@ class LocalEmbedder:
 
     @cached_property
     def _model(self) -> Any:
-        # No hub access at run time: a model that is not on disk fails fast
-        # with an actionable message instead of hanging on the network.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
-
-        # The weight-loading progress bar is noise in CLI output and logs.
-        hf_logging.disable_progress_bar()
-
         try:
-            return SentenceTransformer(self._load_from, device=self._device)
+            return load_offline("SentenceTransformer", self._load_from, device=self._device)
         except Exception as exc:  # the library raises many types (OSError, HF errors)
             raise EmbeddingModelUnavailable(
                 f"Could not load the embedding model {self.spec!r} ({exc}). Set "
