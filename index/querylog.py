@@ -87,19 +87,26 @@ class QueryLogMixin(StoreMixin):
 
     # ----------------------------------------------------------------- events
 
-    def first_delivery(self, key: str, *, ttl_seconds: float = 3600.0) -> bool:
-        """True the first time ``key`` is seen within the TTL; False for a redelivery.
+    def first_delivery(self, *keys: str, ttl_seconds: float = 3600.0) -> bool:
+        """True the first time any of ``keys`` is seen within the TTL; False for a redelivery.
 
+        A delivery has several keys (Slack's event id, the message it is about);
+        all are recorded in one transaction, every one even after a duplicate, so
+        either catches the next redelivery. One transaction matters: recorded one
+        by one, two replicas could each take one key first and both drop the event.
         Kept in SQLite rather than in memory so that replicas sharing the
         database never answer the same event twice.
         """
         now = time.time()
         with self.transaction() as db:
             db.execute("DELETE FROM deliveries WHERE seen_at < ?", [now - ttl_seconds])
-            cur = db.execute(
-                "INSERT OR IGNORE INTO deliveries (key, seen_at) VALUES (?, ?)", [key, now]
-            )
-            return cur.rowcount == 1
+            new = 0
+            for key in keys:
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO deliveries (key, seen_at) VALUES (?, ?)", [key, now]
+                )
+                new += cur.rowcount
+            return new == len(keys)
 
 
 def _pk(value: Any) -> int:

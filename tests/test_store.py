@@ -6,6 +6,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -258,6 +259,32 @@ def test_a_delivery_is_first_once(index_dir: Path) -> None:
     assert store.first_delivery("event-1")
     assert not store.first_delivery("event-1")
     assert store.first_delivery("event-2")
+    # Several keys of one delivery: any one seen before makes it a redelivery.
+    assert store.first_delivery("event-3", "message-3")
+    assert not store.first_delivery("event-4", "message-3")
+    assert not store.first_delivery("event-4")  # recorded by the redelivery all the same
+
+
+def test_two_replicas_claiming_a_delivery_at_once_give_it_to_exactly_one(index_dir: Path) -> None:
+    # Each replica names the keys in its own order, the worst case for key-by-key claims:
+    # each could take one key first and both drop the event.
+    replicas = [Store(index_dir), Store(index_dir)]
+    rounds = 60
+    barrier = threading.Barrier(2)
+    won: list[list[bool]] = [[], []]
+
+    def claim(i: int) -> None:
+        for n in range(rounds):
+            keys = [f"event-{n}", f"message-{n}"]
+            barrier.wait()
+            won[i].append(replicas[i].first_delivery(*(keys if i == 0 else keys[::-1])))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [a + b for a, b in zip(won[0], won[1], strict=True)] == [1] * rounds
 
 
 _ADDER = """

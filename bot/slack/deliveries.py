@@ -92,5 +92,4 @@ class Deliveries:
 
 
 def _first_delivery(store: Store, keys: list[str]) -> bool:
-    # Every key is recorded, even after a duplicate, so either one catches the next redelivery.
-    return all([store.first_delivery(key) for key in keys])
+    return store.first_delivery(*keys)
