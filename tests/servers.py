@@ -1476,18 +1476,8 @@ class OpenAICompatServer(_LocalServer):
         model = {"id": self.model, "object": "model", "created": 1700000000, "owned_by": "local"}
         return web.json_response({"object": "list", "data": [model]})
 
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body = await request.json()
-        except ValueError:
-            return self._error(
-                400, "We could not parse the JSON body of your request.", "invalid_request_error"
-            )
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
-        async with self._cond:
-            self._cond.notify_all()
-
+    async def _injected_reply(self, request: web.Request) -> web.StreamResponse | None:
+        """The reply a configured fault makes instead of the real one (a wrong key too), or None."""
         if not self._authorised(request):
             return self._error(
                 401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
@@ -1504,10 +1494,30 @@ class OpenAICompatServer(_LocalServer):
             if times is not None:
                 self._fail = (status, times - 1) if times > 1 else None
             kind = "server_error" if status >= 500 else "invalid_request_error"
-            return self._error(status, f"Simulated failure ({status}).", kind)
+            failed = self._error(status, f"Simulated failure ({status}).", kind)
+            if self.retry_after is not None:
+                failed.headers["Retry-After"] = str(self.retry_after)
+            return failed
         if self._raw is not None:
             raw, content_type = self._raw
             return web.Response(body=raw, headers={"Content-Type": content_type})
+        return None
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return self._error(
+                400, "We could not parse the JSON body of your request.", "invalid_request_error"
+            )
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        async with self._cond:
+            self._cond.notify_all()
+
+        injected = await self._injected_reply(request)
+        if injected is not None:
+            return injected
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             return self._error(
                 400, "'messages' must be a non-empty array.", "invalid_request_error"
@@ -1555,29 +1565,9 @@ class OpenAICompatServer(_LocalServer):
                 400, "We could not parse the JSON body of your request.", "invalid_request_error"
             )
         self.embedding_requests.append(body)
-        if not self._authorised(request):
-            return self._error(
-                401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
-            )
-        if self._drop is None or self._drop > 0:
-            if self._drop is not None:
-                self._drop -= 1
-            assert request.transport is not None
-            request.transport.close()
-            return web.Response(status=500)  # never delivered: the socket is gone
-        await self._sleep(self._delay)
-        if self._fail is not None:
-            status, times = self._fail
-            if times is not None:
-                self._fail = (status, times - 1) if times > 1 else None
-            kind = "server_error" if status >= 500 else "invalid_request_error"
-            failed = self._error(status, f"Simulated failure ({status}).", kind)
-            if self.retry_after is not None:
-                failed.headers["Retry-After"] = str(self.retry_after)
-            return failed
-        if self._raw is not None:
-            raw, content_type = self._raw
-            return web.Response(body=raw, headers={"Content-Type": content_type})
+        injected = await self._injected_reply(request)
+        if injected is not None:
+            return injected
         texts = body.get("input")
         if isinstance(texts, str):
             texts = [texts]
