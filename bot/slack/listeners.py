@@ -191,7 +191,7 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
         if not await _claimed(services, context):
             return
         scopes = frozenset({str(event["channel"])})
-        await _answer(services, client, context, body, event, scopes=scopes, direct=False)
+        await _answer(services, client, context, body, event, scopes=scopes)
 
     @app.event("message")
     async def on_message(
@@ -218,7 +218,7 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
             scopes = await services.agent.dm_scopes(client, event)
         else:
             scopes = frozenset({str(event["channel"])})
-        await _answer(services, client, context, body, event, scopes=scopes, direct=direct)
+        await _answer(services, client, context, body, event, scopes=scopes)
 
 
 # A person writing: a plain message, files with one, or a thread reply also sent to the
@@ -285,7 +285,6 @@ async def _answer(
     event: dict[str, Any],
     *,
     scopes: frozenset[str],
-    direct: bool,
 ) -> None:
     place = await _place(services, client, body, event)
     if place is None:
