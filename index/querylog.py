@@ -10,10 +10,11 @@ connection (``db``) and its ``transaction()``. Their tables (``query_log``,
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from index.errors import QueryNotFound
-from index.records import QUERY_COLUMNS, QueryRecord
+from index.records import QUERY_COLUMNS, DislikedAnswer, LoggedQuestion, QueryRecord
 from index.store_mixin import StoreMixin
 
 __all__ = ["QueryLogMixin"]
@@ -45,6 +46,24 @@ class QueryLogMixin(StoreMixin):
         if not rows:
             raise QueryNotFound(query_id)
         return QueryRecord.from_row(rows[0])
+
+    def questions_by_outcome(
+        self, outcomes: Sequence[str], *, since: float, limit: int
+    ) -> list[LoggedQuestion]:
+        """Questions that ended in one of ``outcomes`` asked at or after ``since``, newest first.
+
+        At most ``limit`` of them: the newest.
+        """
+        if not outcomes or limit <= 0:
+            return []
+        marks = ",".join("?" * len(outcomes))
+        rows = self.db.query(
+            f"""SELECT id, question, outcome, kept, scopes, created_at FROM query_log
+                WHERE outcome IN ({marks}) AND created_at >= ?
+                ORDER BY created_at DESC, id DESC LIMIT ?""",
+            [*outcomes, since, limit],
+        )
+        return [LoggedQuestion.from_row(r) for r in rows]
 
     def thread_turns(self, channel: str, thread_id: str, limit: int) -> list[tuple[str, str]]:
         """The last ``limit`` logged ``(question, answer)`` pairs of a thread, oldest first."""
@@ -85,6 +104,31 @@ class QueryLogMixin(StoreMixin):
             )
         )
 
+    def disliked_answers(
+        self, *, since: float = 0.0, limit: int = 50, offset: int = 0
+    ) -> list[DislikedAnswer]:
+        """Answers given a thumbs-down at or after ``since``, the latest thumbs-down first.
+
+        ``offset`` and ``limit`` page through them; ``disliked_count`` says how many there are.
+        """
+        rows = self.db.query(
+            f"""SELECT q.id, q.question, q.answer, q.outcome, q.user, q.channel, q.thread_id,
+                       q.created_at, {_DISLIKES}
+                FROM query_log q JOIN feedback f ON f.query_id = q.id
+                WHERE f.value < 0 AND f.created_at >= ?
+                GROUP BY q.id ORDER BY disliked_at DESC, q.id DESC LIMIT ? OFFSET ?""",
+            [since, limit, offset],
+        )
+        return [DislikedAnswer(**r) for r in rows]
+
+    def disliked_count(self, *, since: float = 0.0) -> int:
+        """How many answers ``disliked_answers`` has for ``since``."""
+        row = self.db.execute(
+            """SELECT COUNT(DISTINCT query_id) FROM feedback WHERE value < 0 AND created_at >= ?""",
+            [since],
+        ).fetchone()
+        return int(row[0])
+
     # ----------------------------------------------------------------- events
 
     def first_delivery(self, *keys: str, ttl_seconds: float = 3600.0) -> bool:
@@ -107,6 +151,11 @@ class QueryLogMixin(StoreMixin):
                 )
                 new += cur.rowcount
             return new == len(keys)
+
+
+# One person's repeated thumbs-down counts once; a thumbs-down without a user counts each time.
+_DISLIKES = """COUNT(DISTINCT COALESCE(f.user, 'row:' || f.id)) AS dislikes,
+               MAX(f.created_at) AS disliked_at"""
 
 
 def _pk(value: Any) -> int:

@@ -21,8 +21,10 @@ __all__ = [
     "QUERY_COLUMNS",
     "AuditEntry",
     "ChunkRow",
+    "DislikedAnswer",
     "DocumentFacts",
     "DocumentRow",
+    "LoggedQuestion",
     "QueryRecord",
     "Stamp",
 ]
@@ -168,6 +170,62 @@ class QueryRecord:
 
 
 QUERY_COLUMNS = tuple(f.name for f in fields(QueryRecord))
+
+
+@dataclass(frozen=True)
+class LoggedQuestion:
+    """A logged question as the knowledge gaps read it.
+
+    Attributes:
+        id: its row of the query log.
+        scopes: as in ``QueryRecord``.
+        kept: as in ``QueryRecord``: ``(chunk id, distance)`` pairs.
+        created_at: when it was asked (Unix time).
+    """
+
+    id: int
+    question: str
+    outcome: str
+    kept: tuple[tuple[int, float], ...]
+    scopes: tuple[str, ...]
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> LoggedQuestion:
+        """The record of a row of ``query_log``."""
+        return cls(
+            id=int(row["id"]),
+            question=row["question"],
+            outcome=row["outcome"],
+            kept=tuple((int(c), float(d)) for c, d in json.loads(row["kept"])),
+            scopes=tuple(json.loads(row["scopes"])),
+            created_at=float(row["created_at"]),
+        )
+
+
+@dataclass(frozen=True)
+class DislikedAnswer:
+    """A logged answer that got a thumbs-down, for an admin to review.
+
+    Attributes:
+        id: its row of the query log.
+        answer: the text the asker was shown (``None`` if it was not logged).
+        user, channel, thread_id: who asked, and where.
+        created_at: when it was asked (Unix time).
+        dislikes: how many people gave it a thumbs-down.
+        disliked_at: the latest thumbs-down (Unix time).
+    """
+
+    id: int
+    question: str
+    answer: str | None
+    outcome: str
+    user: str | None
+    channel: str | None
+    thread_id: str | None
+    created_at: float
+    dislikes: int
+    disliked_at: float
 
 
 @dataclass(frozen=True)

@@ -734,6 +734,11 @@ class Store(QueryLogMixin, AuditMixin):
                ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"""
         )
 
+    def get_meta(self, key: str) -> str | None:
+        """A value of the meta table, or ``None`` when it was never set."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        return str(row[0]) if row else None
+
     def set_meta(self, key: str, value: str) -> None:
         """Set a value of the meta table."""
         with self.transaction() as db:

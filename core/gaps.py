@@ -1,0 +1,267 @@
+"""Knowledge gaps: what people asked that the knowledge base could not answer, grouped.
+
+An admin deciding which document to write next needs the questions the bot
+refused or could only answer with possibly related passages, counted by what
+was meant rather than by exact wording. ``knowledge_gaps`` reads those questions
+from the query log, embeds them with the knowledge base's own model, and groups
+wordings whose vectors are close (``SIMILARITY``), largest groups first.
+
+Work is bounded: at most ``MAX_QUESTIONS`` questions, the newest of the window,
+are read, and each distinct wording is embedded once per process (``_VectorCache``),
+so reopening App Home costs a query and a few dot products. When the embedder
+cannot run (a remote endpoint that is down) questions are grouped by their
+normalised wording alone, with a warning.
+
+The list is for admins: a gap's closest passage may come from a channel's own
+documents, so ``Gap.scope`` says whose it is and the view decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.answer import Outcome
+from index.embed import Embedder
+from index.errors import KBError
+from index.knowledge_base import KnowledgeBase
+from index.records import ChunkRow, LoggedQuestion
+
+__all__ = ["GAP_OUTCOMES", "MAX_QUESTIONS", "SIMILARITY", "Gap", "knowledge_gaps", "normalise"]
+
+log = logging.getLogger(__name__)
+
+GAP_OUTCOMES: tuple[str, ...] = (Outcome.REFUSED.value, Outcome.RELATED.value)
+"""The outcomes that are gaps: nothing passed the gate. An answer, even one citing
+nothing (``unsupported``), or evidence shown while the model was down, is not."""
+
+MAX_QUESTIONS = 2000
+"""The most questions read from the window: the newest."""
+
+SIMILARITY = 0.7
+"""Cosine similarity to a group's centroid from which a wording joins the group.
+
+Measured with the bundled all-MiniLM-L6-v2 on the bundled evaluation sets
+(every pair of different questions, and each question's documentation wording
+against its support-ticket wording): at 0.7, 4 of 7,269 (pip-black) and 9 of
+10,954 (prometheus) different-question pairs are as close, against 12 and 22 at
+0.65 and 66 and 236 at 0.5; near questions on one topic ("reset my VPN
+password", "change my VPN settings": 0.73) fall on either side of 0.65. Ticket
+wordings are deliberately far from the documentation's (median 0.47), so few
+pairs of those group at any usable threshold (5 of 68 and 8 of 84 at 0.7);
+plain rewordings are far closer (0.84 to 0.96 in the tests). Merging two
+different gaps hides one, two lines for one gap only cost a line: the
+threshold leans to keeping questions apart.
+"""
+
+MAX_EXAMPLES = 3
+_CACHE_SIZE = 20_000
+_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Questions meaning the same thing that the knowledge base did not answer.
+
+    Attributes:
+        question: the most recent wording.
+        examples: up to ``MAX_EXAMPLES`` other distinct wordings, most recent first.
+        count: how many times it was asked (every wording).
+        outcomes: ``(outcome, times)`` for each gap outcome that happened, in
+            ``GAP_OUTCOMES`` order (``("refused", 3), ("related", 1)``).
+        closest: the closest passage shown or kept when it was asked (from the
+            query log, of the most recent asking that kept one); ``None`` when no
+            asking kept one or that passage is no longer indexed.
+        distance: its cosine distance to that question (``None`` with no passage).
+        last_asked: when it was last asked (Unix time).
+        scope: ``closest``'s document scope (``index.store.EVERYONE`` or a
+            channel id): not every admin may read every channel's documents.
+    """
+
+    question: str
+    examples: tuple[str, ...]
+    count: int
+    outcomes: tuple[tuple[str, int], ...]
+    closest: ChunkRow | None
+    distance: float | None
+    last_asked: float
+    scope: str | None = None
+
+
+def knowledge_gaps(kb: KnowledgeBase, *, since: float, limit: int = 50) -> list[Gap]:
+    """The questions refused or answered only with related passages since ``since``, grouped.
+
+    Reads at most ``MAX_QUESTIONS`` of them (the newest), groups wordings by the
+    similarity of their embeddings, and returns at most ``limit`` gaps: the
+    most asked first, then the most recently asked.
+    """
+    questions = kb.store.questions_by_outcome(GAP_OUTCOMES, since=since, limit=MAX_QUESTIONS)
+    if not questions or limit <= 0:
+        return []
+    wordings = _wordings(questions)
+    groups = _group(wordings, _vectors(kb.embedder, wordings))
+    gaps = sorted(groups, key=lambda g: (-len(g.asked), -g.asked[0].created_at))[:limit]
+    closest = _closest_passages(kb, gaps)
+    return [_gap(g, closest) for g in gaps]
+
+
+def normalise(question: str) -> str:
+    """The wording with case, punctuation and spacing differences removed."""
+    return " ".join(_WORD.findall(question.casefold()))
+
+
+_WORD = re.compile(r"\w+")
+
+
+# ---------------------------------------------------------------------- grouping
+
+
+@dataclass
+class _Wording:
+    """One normalised wording and its askings, newest first."""
+
+    key: str
+    asked: list[LoggedQuestion]
+
+
+@dataclass
+class _Group:
+    """Wordings meaning the same thing; ``asked`` newest first once built."""
+
+    wordings: list[_Wording]
+    total: np.ndarray
+    asked: list[LoggedQuestion] = field(default_factory=list)
+
+
+def _wordings(questions: Sequence[LoggedQuestion]) -> list[_Wording]:
+    """Questions by normalised wording, in order of their newest asking (questions come newest first)."""
+    by_key: dict[str, _Wording] = {}
+    for q in questions:
+        key = normalise(q.question) or q.question.strip()
+        by_key.setdefault(key, _Wording(key, [])).asked.append(q)
+    return list(by_key.values())
+
+
+def _group(wordings: Sequence[_Wording], vectors: np.ndarray | None) -> list[_Group]:
+    """Greedy grouping, newest wording first: each joins the group whose centroid is most
+    similar if at least ``SIMILARITY``, else starts one. Without vectors each wording is a group.
+    """
+    groups: list[_Group] = []
+    centroids = np.zeros((len(wordings), 0 if vectors is None else vectors.shape[1]), np.float32)
+    for i, wording in enumerate(wordings):
+        if vectors is None:
+            groups.append(_Group([wording], np.zeros(0, np.float32)))
+            continue
+        v = vectors[i]
+        if groups:
+            sims = centroids[: len(groups)] @ v
+            best = int(np.argmax(sims))
+            if sims[best] >= SIMILARITY:
+                group = groups[best]
+                group.wordings.append(wording)
+                group.total = group.total + v
+                centroids[best] = group.total / max(float(np.linalg.norm(group.total)), 1e-12)
+                continue
+        groups.append(_Group([wording], v.copy()))
+        centroids[len(groups) - 1] = v
+    for group in groups:
+        group.asked = sorted(
+            (q for w in group.wordings for q in w.asked), key=lambda q: (-q.created_at, -q.id)
+        )
+    return groups
+
+
+# ---------------------------------------------------------------------- vectors
+
+
+class _VectorCache:
+    """Vectors of wordings already embedded, by model and wording (least recently used dropped)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+
+    def get(self, model: str, key: str) -> np.ndarray | None:
+        with self._lock:
+            vector = self._vectors.get((model, key))
+            if vector is not None:
+                self._vectors.move_to_end((model, key))
+            return vector
+
+    def put(self, model: str, key: str, vector: np.ndarray) -> None:
+        with self._lock:
+            self._vectors[(model, key)] = vector
+            self._vectors.move_to_end((model, key))
+            while len(self._vectors) > self._size:
+                self._vectors.popitem(last=False)
+
+
+_CACHE = _VectorCache(_CACHE_SIZE)
+
+
+def _vectors(embedder: Embedder, wordings: Sequence[_Wording]) -> np.ndarray | None:
+    """Unit vectors of the wordings (one row each), or ``None`` when the embedder fails."""
+    # A model's name plus its size: a changed model never reuses an old vector.
+    model = f"{embedder.name}/{embedder.dim}"
+    cached = [_CACHE.get(model, w.key) for w in wordings]
+    missing = [i for i, v in enumerate(cached) if v is None]
+    if missing:
+        try:
+            fresh = embedder.encode(
+                [wordings[i].asked[0].question for i in missing], batch_size=_BATCH
+            )
+        except KBError as exc:
+            log.warning("knowledge gaps grouped by wording only: %s", exc)
+            return None
+        for i, vector in zip(missing, fresh, strict=True):
+            vector = np.asarray(vector, dtype=np.float32)
+            _CACHE.put(model, wordings[i].key, vector)
+            cached[i] = vector
+    return np.stack([v for v in cached if v is not None]).astype(np.float32, copy=False)
+
+
+# ---------------------------------------------------------------------- passages
+
+
+def _closest_kept(group: _Group) -> tuple[int, float] | None:
+    """The closest ``(chunk id, distance)`` of the most recent asking that kept any."""
+    for q in group.asked:
+        if q.kept:
+            return min(q.kept, key=lambda k: k[1])
+    return None
+
+
+def _closest_passages(kb: KnowledgeBase, groups: Sequence[_Group]) -> dict[int, ChunkRow]:
+    ids = [k[0] for k in map(_closest_kept, groups) if k is not None]
+    return kb.store.chunks_by_id(sorted(set(ids)))
+
+
+def _gap(group: _Group, chunks: dict[int, ChunkRow]) -> Gap:
+    latest = group.asked[0]
+    seen = {normalise(latest.question) or latest.question.strip()}
+    examples: list[str] = []
+    for q in group.asked[1:]:
+        key = normalise(q.question) or q.question.strip()
+        if key not in seen and len(examples) < MAX_EXAMPLES:
+            seen.add(key)
+            examples.append(q.question)
+    counts = {o: sum(1 for q in group.asked if q.outcome == o) for o in GAP_OUTCOMES}
+    kept = _closest_kept(group)
+    chunk = chunks.get(kept[0]) if kept else None
+    return Gap(
+        question=latest.question,
+        examples=tuple(examples),
+        count=len(group.asked),
+        outcomes=tuple((o, n) for o, n in counts.items() if n),
+        closest=chunk,
+        distance=kept[1] if kept and chunk else None,
+        last_asked=latest.created_at,
+        scope=chunk.scope if chunk else None,
+    )
