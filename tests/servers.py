@@ -485,6 +485,8 @@ class MockSlackAPI(_LocalServer):
         """Messages people posted (see :meth:`add_person_message`), by ``(channel, ts)``."""
         self.views: dict[str, JSONDict] = {}
         """Views opened, by view id."""
+        self.home_views: dict[str, JSONDict] = {}
+        """The Home tab last published for each user (``views.publish``), by user id."""
         self.socket_connections = 0
         """How many Socket Mode websockets were opened (reconnections count again)."""
         self.socket_acks: list[JSONDict] = []
@@ -1150,6 +1152,28 @@ class MockSlackAPI(_LocalServer):
         view_id = _next_id("V")
         self.views[view_id] = self._view_object(dict(view or {}), view_id)
         return {"ok": True, "view": self.views[view_id]}
+
+    def _m_views_publish(self, params: JSONDict) -> JSONDict:
+        """A Home tab for one user: the same Block Kit checks as a modal (100 blocks)."""
+        user = str(params.get("user_id", ""))
+        if not user:
+            return {"ok": False, "error": "invalid_arguments"}
+        view = params.get("view")
+        if isinstance(view, str):  # form-encoded calls send the view as JSON text
+            view = json.loads(view)
+        if not isinstance(view, Mapping) or view.get("type") != "home":
+            return {"ok": False, "error": "invalid_arguments"}
+        if self.validate:
+            errors = _view_errors(view)
+            if errors:
+                return {
+                    "ok": False,
+                    "error": "invalid_arguments",
+                    "response_metadata": {"messages": errors},
+                }
+        view_id = self.home_views.get(user, {}).get("id") or _next_id("V")
+        self.home_views[user] = {**self._view_object(dict(view), view_id), "type": "home"}
+        return {"ok": True, "view": self.home_views[user]}
 
     def _m_apps_connections_open(self, params: JSONDict) -> JSONDict:
         return {"ok": True, "url": self.base_url.replace("http://", "ws://", 1) + "/socket"}

@@ -13,6 +13,7 @@ Registered on a bolt ``AsyncApp`` by :func:`register`:
 * feedback buttons under answers;
 * agent messaging: the Messages tab opened, the channel a person views, and
   the older assistant pane's threads (``bot.slack.agent``);
+* the Home tab opened, and its buttons (``bot.slack.home``);
 * one global middleware that drops Slack's redeliveries to this process at
   once, while the shared database's record of them is written after the
   acknowledgement (``bot.slack.deliveries``), and one error handler.
@@ -44,6 +45,7 @@ from bot.slack.audience import Audience, Place
 from bot.slack.config import SlackConfig
 from bot.slack.deliveries import DELIVERY_KEYS, Deliveries, delivery_keys
 from bot.slack.directory import Directory
+from bot.slack.home import Home, register_home
 from bot.slack.reindex import Reindexer
 from bot.slack.render import (
     APPROVE_ACTION_ID,
@@ -102,9 +104,11 @@ class Services:
         default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-ack")
     )
     deliveries: Deliveries = field(init=False)
+    home: Home = field(init=False)
 
     def __post_init__(self) -> None:
         self.deliveries = Deliveries(self.kb.store, self.ack_executor)
+        self.home = Home(self.kb, self.engine, self.roles, self.uploader, self.reindexer)
 
     @classmethod
     def open(cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine) -> Services:
@@ -148,6 +152,7 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_dedupe(app, services)
     _register_questions(app, services)
     _register_agent(app, services)
+    register_home(app, services)
     _register_uploads(app, services)
     _register_approvals(app, services)
     _register_reindex(app, services)
@@ -521,8 +526,12 @@ def _register_agent(app: AsyncApp, services: Services) -> None:
     async def on_home_opened(
         event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
     ) -> None:
-        if event.get("tab") != "messages" or not await _claimed(services, context):
-            return  # the Home tab is disabled in the manifests
+        tab = event.get("tab")
+        if tab not in ("messages", "home") or not await _claimed(services, context):
+            return
+        if tab == "home":
+            await services.home.publish(client, str(event.get("user", "")))
+            return
         await services.agent.messages_tab_opened(client, event)
 
     @app.event("app_context_changed")

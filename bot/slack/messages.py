@@ -373,3 +373,185 @@ EVERYONE_LABEL = "everyone"
 def audit_line(when: str, actor: str, action: str, document: str) -> str:
     """One change in a list of recent changes (every part already escaped)."""
     return f"• {when} · {actor} {action}{' ' + document if document else ''}"
+
+
+# ---------------------------------------------------------------- the Home tab
+
+HOME_TITLE = "Company knowledge base"
+HOME_ASK = (
+    "*Ask a question*\n"
+    "• Mention me in a channel: I answer in a thread, from the documents for everyone and "
+    "those added to that channel.\n"
+    "• Message me in the *Messages* tab: each message gets its own answer thread.\n"
+    "• Reply in a thread I answered to ask a follow-up; I read the whole thread.\n"
+    "I answer only from the knowledge base, with a link to every passage I use, "
+    "and say so when it has nothing on a question."
+)
+HOME_UPLOAD = (
+    "*Add documents*\n"
+    "• `/kb-upload` in a channel: for everyone, or only for that channel.\n"
+    "• Send a file to me in the *Messages* tab: for everyone.\n"
+    "Markdown, text, HTML and PDF. Documents for everyone from someone who is not a "
+    "publisher wait for an admin's approval."
+)
+HOME_REFRESH = "Refresh"
+HOME_UPLOADS_HEADER = "Your uploads"
+HOME_NO_UPLOADS = "You have not added any documents yet."
+HOME_PREVIOUS = "Previous"
+HOME_NEXT = "Next"
+HOME_ADMIN_HEADER = "For admins"
+HOME_FAILED_HEADER = "Failed uploads"
+HOME_NO_FAILED = "No failed uploads."
+HOME_RETRY = "Retry"
+HOME_STALE_HEADER = "Stale documents"
+HOME_NO_STALE = "None: every document is indexed with the current model and pipeline."
+HOME_REINDEX = "Reindex"
+HOME_REINDEX_RUNNING_NOW = ":hourglass_flowing_sand: A reindex is running."
+HOME_GAPS_HEADER = "Knowledge gaps (last 30 days)"
+HOME_GAPS_INTRO = (
+    "Questions the knowledge base could not answer (refused, or only possibly related "
+    "passages shown), similar wordings grouped, largest groups first."
+)
+HOME_NO_GAPS = "No unanswered questions in the last 30 days."
+HOME_DISLIKED_HEADER = "Answers marked not helpful"
+HOME_NO_DISLIKED = "No answer has been marked not helpful."
+HOME_CALIBRATION_HEADER = "Calibration"
+HOME_NO_CALIBRATION = "No calibration recorded: run `kb calibrate` on the server."
+HOME_NOT_ADMIN = "Sorry, only knowledge-base admins can do that. Nothing was changed."
+HOME_SHORTENED = "_(Not everything fits on the Home tab; `kb docs` and `kb status` list it all.)_"
+HOME_STATES = {
+    "pending": "waiting to be indexed",
+    "indexing": "indexing…",
+    "indexed": "indexed",
+    "failed": "failed",
+    "awaiting_approval": "waiting for an admin's approval",
+    "replaced": "replaced by a newer version",
+}
+
+
+def home_counts(documents: int, chunks: int, channel_documents: int) -> str:
+    """How much the knowledge base holds (searchable documents only)."""
+    unit = "document" if documents == 1 else "documents"
+    tail = f", {channel_documents} of them for one channel only" if channel_documents else ""
+    return f":books: The knowledge base holds *{documents}* searchable {unit} ({chunks} passages){tail}."
+
+
+def home_upload_line(name: str, state: str, when: str, scope: str, reason: str) -> str:
+    """One of the person's uploads (``name``, ``scope`` and ``reason`` already escaped)."""
+    line = f"• *{name}* ({scope}) · {state} · {when}"
+    return f"{line}\n    {reason}" if reason else line
+
+
+def home_page(page: int, pages: int, total: int) -> str:
+    """Where a paged list is."""
+    return f"Page {page} of {pages} · {total} in all"
+
+
+def home_failed_line(name: str, uploader: str, when: str, reason: str) -> str:
+    """A failed upload, for admins (every part already escaped)."""
+    return f":x: *{name}* from {uploader} · {when}\n{reason}"
+
+
+def home_stale_summary(count: int) -> str:
+    """How many documents are stale, and what a reindex does about it."""
+    unit = "document is" if count == 1 else "documents are"
+    return (
+        f"*{count}* {unit} indexed with another model or pipeline version and not searched "
+        "until a reindex. *Reindex* rebuilds every document, as `/kb-reindex` does; "
+        "questions keep being answered meanwhile."
+    )
+
+
+def home_stale_line(name: str, model: str, when: str) -> str:
+    """A stale document (``name`` and ``model`` already escaped)."""
+    return f"• *{name}* · indexed with {model} · {when}"
+
+
+def home_gap(question: str, count: int, outcomes: str, when: str) -> str:
+    """A group of unanswered questions (``question`` already escaped)."""
+    times = "once" if count == 1 else f"{count} times"
+    return f"*“{question}”*\nAsked {times} ({outcomes}), last {when}"
+
+
+def home_gap_outcome(outcome: str, n: int) -> str:
+    """How often a group of questions ended one way."""
+    return f"{HOME_GAP_OUTCOMES.get(outcome, outcome)} {n}"
+
+
+HOME_GAP_OUTCOMES = {"refused": "refused", "related": "possibly related shown"}
+
+
+def home_gap_examples(examples: list[str]) -> str:
+    """Other wordings of the same question (each already escaped)."""
+    return "Also asked as: " + "; ".join(f"“{e}”" for e in examples)
+
+
+def home_gap_closest(passage: str, distance: str) -> str:
+    """The passage that came closest (a link or a label, already escaped)."""
+    return f"Closest passage: {passage} (distance {distance})"
+
+
+def home_gap_channel_passage(channel: str) -> str:
+    """A closest passage from a channel's documents: where it is, never what it says."""
+    return f"a passage in {channel}"
+
+
+HOME_GAP_NO_PASSAGE = "No passage came close."
+
+
+def home_disliked_line(question: str, outcome: str, dislikes: int, when: str, where: str) -> str:
+    """An answer marked not helpful (every part already escaped); ``when``: the latest mark."""
+    people = "1 person" if dislikes == 1 else f"{dislikes} people"
+    return f"• *“{question}”* · {outcome} · not helpful to {people}, last {when} · {where}"
+
+
+HOME_IN_A_DM = "asked in a direct message"
+HOME_THREAD = "open the thread"
+
+
+def home_thresholds(threshold: float, related: float | None) -> str:
+    """The thresholds in force (settings)."""
+    loose = f"{related:.3f}" if related is not None else "off"
+    return (
+        f"Threshold in force: *{threshold:.3f}* (`KB_THRESHOLD`); related passages: *{loose}* "
+        "(`KB_RELATED_THRESHOLD`)."
+    )
+
+
+def home_calibrated(when: str, source: str, budget: float, proposed: str, related: str) -> str:
+    """The last `kb calibrate` (``source`` already escaped)."""
+    return (
+        f"Last `kb calibrate`: {when}, on {source}, bluff budget {budget:.0%}. "
+        f"It proposed threshold *{proposed}*, related *{related}*."
+    )
+
+
+def home_rates(threshold: float, bluffs: str, refused: str) -> str:
+    """The measured rates at the threshold in force."""
+    return (
+        f"At {threshold:.3f}: bluffs (off-topic questions answered) {bluffs}; "
+        f"in-domain questions refused {refused}."
+    )
+
+
+def home_rate(n: int, of: int, low: float, high: float) -> str:
+    """One rate with its 95 % interval."""
+    share = n / of if of else 0.0
+    return f"{n}/{of} = {share:.1%} [{low:.1%}, {high:.1%}]"
+
+
+def home_no_rates(threshold: float) -> str:
+    """The record did not measure the threshold in force."""
+    return f"The last calibration measured no threshold near {threshold:.3f}: run `kb calibrate` again."
+
+
+def home_retrying(name: str) -> str:
+    """An admin's Retry from the Home tab, while it runs (``name`` already escaped)."""
+    return f":hourglass_flowing_sand: Retrying *{name}*… The result comes as a message too."
+
+
+def home_retried(name: str, state: str, reason: str) -> str:
+    """What a retry from the Home tab came to (every part already escaped)."""
+    mark = ":white_check_mark:" if state == "indexed" else ":warning:"
+    tail = f": {reason}" if reason else ""
+    return f"{mark} *{name}*: {HOME_STATES.get(state, state)}{tail}."

@@ -1,0 +1,364 @@
+"""The Home tab: how to use the bot and one's own uploads for everyone; more for admins.
+
+``app_home_opened`` on the ``home`` tab publishes the view (``views.publish``)
+for the person who opened it (``bot.slack.home_view`` builds it):
+
+* everyone: how to ask and add documents, how many searchable documents and
+  passages the knowledge base holds, and their own uploads with their states
+  (and why one failed), newest first;
+* admins (``bot.slack.roles``), in addition: failed uploads with a Retry
+  button each (the same retry as the button under an upload's status: its
+  result comes as a message too), stale documents with a Reindex button (the
+  same reindex as ``/kb-reindex``; its progress shows on the tab, its report
+  also comes as a message), the knowledge gaps of the last 30 days
+  (``core.gaps``), answers marked not helpful, and the calibration in force
+  (the thresholds, and the rates ``kb calibrate`` last measured at them).
+
+The view is a snapshot: it is published again on every open, every button and
+every step of a retry or reindex started from it. Every button checks again
+who clicked it: an admin's button in a payload from anyone else changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack import messages
+from bot.slack.home_view import (
+    ADMIN_SECTIONS,
+    FIRST_PAGES,
+    HOME_PAGE_ACTION_RE,
+    HOME_REFRESH_ACTION_ID,
+    HOME_REINDEX_ACTION_ID,
+    HOME_RETRY_ACTION_ID,
+    PAGE_SIZES,
+    AdminHome,
+    Calibration,
+    Disliked,
+    MemberHome,
+    Pages,
+    Section,
+    home_view,
+    page_number,
+    parse_page_value,
+)
+from bot.slack.reindex import Reindexer
+from bot.slack.render import escape
+from bot.slack.reply import SLACK_FAILURES, slack_failure
+from bot.slack.roles import Roles
+from bot.slack.uploads import StatusMessage, Uploader
+from core.answer import Engine
+from core.calibration import last_calibration
+from core.gaps import Gap, knowledge_gaps
+from core.links import passage_url
+from index.errors import DocumentNotFound
+from index.knowledge_base import KnowledgeBase
+from index.models import DocState
+from index.records import DislikedAnswer, DocumentRow
+from index.store import EVERYONE
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from bot.slack.listeners import Services
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GAP_DAYS", "Home", "register_home"]
+
+GAP_DAYS = 30
+MAX_GAPS = 50
+_THREAD_CHANNEL = re.compile(r"[CG][A-Z0-9]{2,30}")
+_TS = re.compile(r"\d{1,12}\.\d{1,8}")
+
+
+class Home:
+    """Builds and publishes each person's Home tab, and runs the admins' buttons.
+
+    Args:
+        kb: the knowledge base shown.
+        engine: its thresholds in force, and the signer of passage links.
+        roles: who is an admin.
+        uploader: retries failed uploads (one indexing at a time, with the uploads).
+        reindexer: the reindex ``/kb-reindex`` runs.
+    """
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        engine: Engine,
+        roles: Roles,
+        uploader: Uploader,
+        reindexer: Reindexer,
+    ) -> None:
+        self.kb = kb
+        self.engine = engine
+        self.roles = roles
+        self.uploader = uploader
+        self.reindexer = reindexer
+        self._workspace_url: str | None = None
+
+    # ------------------------------------------------------------ publishing
+
+    async def publish(
+        self,
+        client: AsyncWebClient,
+        user: str,
+        *,
+        pages: Pages = FIRST_PAGES,
+        notice: str | None = None,
+    ) -> bool:
+        """Publish ``user``'s Home tab; whether Slack took it."""
+        admin = await self.roles.is_admin(client, user)
+        member = await asyncio.to_thread(member_home, self.kb, user)
+        admin_home = await self._admin_home(client, pages) if admin else None
+        view = home_view(member, admin_home, pages=pages, notice=notice)
+        try:
+            await client.views_publish(user_id=user, view=view)
+        except SLACK_FAILURES as exc:
+            log.warning("could not publish the Home tab of %s: %s", user, slack_failure(exc))
+            return False
+        return True
+
+    async def _admin_home(self, client: AsyncWebClient, pages: Pages) -> AdminHome:
+        workspace = await self._workspace(client)
+        running = self.reindexer.running or await asyncio.to_thread(self.kb.reindex_running)
+        admin = await asyncio.to_thread(self._admin_parts, workspace, pages)
+        return AdminHome(reindex_running=running, **admin)
+
+    def _admin_parts(self, workspace: str | None, pages: Pages) -> dict[str, Any]:
+        documents = self.kb.store.documents(DocState.FAILED)
+        disliked, disliked_total = disliked_page(self.kb, workspace, pages)
+        gaps = knowledge_gaps(self.kb, since=time.time() - GAP_DAYS * 86400, limit=MAX_GAPS)
+        config = self.engine.config
+        return {
+            "failed": sorted(documents, key=lambda d: (d.updated_at, d.id), reverse=True),
+            "stale": self.kb.stale_documents(),
+            "gaps": gaps,
+            "gap_links": self._gap_links(gaps),
+            "disliked": disliked,
+            "disliked_total": disliked_total,
+            "calibration": Calibration(
+                config.threshold, config.related_threshold, last_calibration(self.kb.store)
+            ),
+        }
+
+    def _gap_links(self, gaps: Sequence[Gap]) -> dict[int, str]:
+        """Viewer links to the closest passages of documents for everyone."""
+        links = {}
+        for gap in gaps:
+            row = gap.closest
+            if row is None or row.scope != EVERYONE:
+                continue
+            links[row.id] = passage_url(
+                self.engine.config.link_base_url,
+                row.document_id,
+                self.engine.signer.token(row.document_id, row.scope),
+                start=row.start,
+                end=row.end,
+                page=row.page,
+                is_pdf=row.kind == "pdf",
+            )
+        return links
+
+    async def _workspace(self, client: AsyncWebClient) -> str | None:
+        """The workspace's web address (``auth.test``), for links to threads; asked once."""
+        if self._workspace_url is None:
+            try:
+                resp = await client.auth_test()
+            except SLACK_FAILURES as exc:
+                log.warning("auth.test failed: %s", slack_failure(exc))
+                return None
+            self._workspace_url = workspace_url(resp.get("url"))
+        return self._workspace_url or None
+
+    # ------------------------------------------------------------ buttons
+
+    async def turn_page(self, client: AsyncWebClient, user: str, value: Any, metadata: Any) -> None:
+        """Previous / Next of a list: the same view with that list on another page."""
+        parsed = parse_page_value(value)
+        if parsed is None:
+            log.warning("ignoring a Home page button with a malformed value %r", str(value)[:40])
+            return
+        section, page = parsed
+        pages = Pages.from_metadata(metadata)
+        if section in ADMIN_SECTIONS and not await self.roles.is_admin(client, user):
+            log.warning("%s is not an admin: not paging %s", user, section)
+            await self.publish(client, user, pages=pages)
+            return
+        await self.publish(client, user, pages=pages.at(section, page))
+
+    async def retry(self, client: AsyncWebClient, user: str, value: Any, metadata: Any) -> None:
+        """An admin's Retry: index the failed document again, then show what became of it."""
+        pages = Pages.from_metadata(metadata)
+        if not await self._admin_or_refuse(client, user, pages):
+            return
+        raw = str(value)
+        if not (raw.isascii() and raw.isdigit() and len(raw) < 19):
+            log.warning("ignoring a Home Retry with a malformed value %r", raw[:40])
+            return
+        doc = await self._document(int(raw))
+        if doc is None or doc.state not in (DocState.FAILED, DocState.PENDING):
+            notice = messages.RETRY_GONE if doc is None else _outcome(doc)
+            await self.publish(client, user, pages=pages, notice=notice)
+            return
+        await self.publish(client, user, pages=pages, notice=messages.home_retrying(_name(doc)))
+        # No message to edit on the Home tab: the status goes to the admin's DM.
+        await self.uploader.retry(StatusMessage(client, user, None), doc.id)
+        after = await self._document(doc.id)
+        notice = messages.RETRY_GONE if after is None else _outcome(after)
+        await self.publish(client, user, pages=pages, notice=notice)
+
+    async def reindex(self, client: AsyncWebClient, user: str, metadata: Any) -> None:
+        """An admin's Reindex: the ``/kb-reindex`` rebuild, its progress shown on the tab."""
+        pages = Pages.from_metadata(metadata)
+        if not await self._admin_or_refuse(client, user, pages):
+            return
+        if not await self.reindexer.claim():
+            await self.publish(client, user, pages=pages, notice=messages.REINDEX_RUNNING)
+            return
+        await self.publish(client, user, pages=pages, notice=messages.REINDEX_STARTED)
+        reports: list[str] = []
+
+        async def report(text: str) -> None:
+            reports.append(text)
+            await self.publish(client, user, pages=pages, notice=text)
+
+        result = await self.reindexer.run(report, actor=user)
+        if result is not None and reports:
+            await _tell(client, user, reports[-1])
+
+    async def _admin_or_refuse(self, client: AsyncWebClient, user: str, pages: Pages) -> bool:
+        if await self.roles.is_admin(client, user):
+            return True
+        log.warning("refused an admin's Home button clicked by %s, who is not an admin", user)
+        await _tell(client, user, messages.HOME_NOT_ADMIN)
+        await self.publish(client, user, pages=pages)
+        return False
+
+    async def _document(self, doc_id: int) -> DocumentRow | None:
+        try:
+            return await asyncio.to_thread(self.kb.store.document, doc_id)
+        except DocumentNotFound:
+            return None
+
+
+# ---------------------------------------------------------------- data
+
+
+def member_home(kb: KnowledgeBase, user: str) -> MemberHome:
+    """Counts of the searchable documents, and ``user``'s own uploads, newest first."""
+    documents = kb.store.documents()
+    stale = {d.id for d in kb.stale_documents()}
+    searchable = [d for d in documents if d.state == DocState.INDEXED and d.id not in stale]
+    uploads = [d for d in reversed(documents) if user and d.uploader == user]
+    return MemberHome(
+        documents=len(searchable),
+        chunks=sum(d.chunk_count for d in searchable),
+        channel_documents=sum(d.scope != EVERYONE for d in searchable),
+        uploads=uploads,
+    )
+
+
+def disliked_page(
+    kb: KnowledgeBase, workspace: str | None, pages: Pages
+) -> tuple[list[Disliked], int]:
+    """The page of answers marked not helpful (latest mark first), and how many there are."""
+    total = kb.store.disliked_count()
+    size = PAGE_SIZES[Section.DISLIKED]
+    offset = page_number(Section.DISLIKED, total, pages) * size
+    rows = kb.store.disliked_answers(limit=size, offset=offset)
+    return [_disliked(row, workspace) for row in rows], total
+
+
+def _disliked(row: DislikedAnswer, workspace: str | None) -> Disliked:
+    channel, thread = row.channel or "", row.thread_id or ""
+    return Disliked(
+        question=row.question,
+        answer=row.answer or "",
+        outcome=row.outcome,
+        at=row.disliked_at,
+        dislikes=row.dislikes,
+        thread_url=thread_url(workspace, channel, thread),
+        direct=channel.startswith("D"),
+    )
+
+
+def workspace_url(raw: Any) -> str:
+    """``https://team.slack.com/`` from ``auth.test``, or "" when it is not one of Slack's."""
+    if not isinstance(raw, str):
+        return ""
+    parts = urlsplit(raw)
+    host = (parts.hostname or "").lower()
+    if parts.scheme != "https" or not host.endswith(".slack.com") or parts.port:
+        return ""
+    return f"https://{host}/"
+
+
+def thread_url(workspace: str | None, channel: str, thread_ts: str) -> str | None:
+    """The permalink of a channel thread (never of a DM: only its two people can open it)."""
+    if not (workspace and _THREAD_CHANNEL.fullmatch(channel) and _TS.fullmatch(thread_ts)):
+        return None
+    return f"{workspace}archives/{channel}/p{thread_ts.replace('.', '')}"
+
+
+def _name(doc: DocumentRow) -> str:
+    return escape(doc.name)
+
+
+def _outcome(doc: DocumentRow) -> str:
+    reason = escape(doc.failure_reason or "") if doc.state == DocState.FAILED else ""
+    return messages.home_retried(_name(doc), doc.state.value, reason)
+
+
+async def _tell(client: AsyncWebClient, user: str, text: str) -> None:
+    """A message in the person's DM with the bot."""
+    try:
+        await client.chat_postMessage(channel=user, text=text, unfurl_links=False)
+    except SLACK_FAILURES as exc:
+        log.warning("could not message %s: %s", user, slack_failure(exc))
+
+
+# ---------------------------------------------------------------- listeners
+
+
+def register_home(app: AsyncApp, services: Services) -> None:
+    """The Home tab's buttons (its ``app_home_opened`` comes through the agent's listener)."""
+    home = services.home
+
+    def clicked(handler: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        async def listener(
+            ack: Callable[..., Awaitable[None]],
+            body: dict[str, Any],
+            action: dict[str, Any],
+            client: AsyncWebClient,
+        ) -> None:
+            await ack()
+            user = str((body.get("user") or {}).get("id", ""))
+            view = body.get("view") or {}
+            if not user or view.get("type") != "home":
+                log.warning("ignoring a Home button outside the Home tab")
+                return
+            await handler(client, user, action.get("value"), view.get("private_metadata"))
+
+        return listener
+
+    async def refresh(client: AsyncWebClient, user: str, value: Any, metadata: Any) -> None:
+        await home.publish(client, user, pages=Pages.from_metadata(metadata))
+
+    async def reindex(client: AsyncWebClient, user: str, value: Any, metadata: Any) -> None:
+        await home.reindex(client, user, metadata)
+
+    app.action(HOME_PAGE_ACTION_RE)(clicked(home.turn_page))
+    app.action(HOME_REFRESH_ACTION_ID)(clicked(refresh))
+    app.action(HOME_RETRY_ACTION_ID)(clicked(home.retry))
+    app.action(HOME_REINDEX_ACTION_ID)(clicked(reindex))

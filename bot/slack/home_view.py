@@ -1,0 +1,533 @@
+"""The Home tab as Block Kit: what everyone sees, and the admins' sections below it.
+
+Everything shown here that a person or a document wrote (file names, titles,
+failure reasons, questions, passages) goes through :func:`clip`: escaped, on
+one line, links set in code, cut to a bound; the only links are those the
+server built. Slack allows 100 blocks in a Home view and 3000 characters in a
+section: lists are paged (:class:`Pages`, carried in the view's
+``private_metadata`` and the buttons' values, both read as hostile input), and
+:func:`home_view` never returns more than 100 blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from bot.slack import messages
+from bot.slack.render import escape, inert_links, mention, scope_label, split_mrkdwn
+from index.names import display_name
+from index.records import DocumentRow
+
+if TYPE_CHECKING:
+    from core.calibration import CalibrationRecord, RateRow
+    from core.gaps import Gap
+
+__all__ = [
+    "ADMIN_SECTIONS",
+    "FIRST_PAGES",
+    "HOME_CALLBACK_ID",
+    "HOME_PAGE_ACTION_RE",
+    "HOME_REFRESH_ACTION_ID",
+    "HOME_REINDEX_ACTION_ID",
+    "HOME_RETRY_ACTION_ID",
+    "MAX_HOME_BLOCKS",
+    "PAGE_SIZES",
+    "AdminHome",
+    "Calibration",
+    "Disliked",
+    "MemberHome",
+    "Pages",
+    "Section",
+    "clip",
+    "home_view",
+    "page_count",
+    "page_number",
+    "page_of",
+    "parse_page_value",
+]
+
+MAX_HOME_BLOCKS = 100
+SECTION_LIMIT = 3000
+HOME_CALLBACK_ID = "kb_home"
+HOME_REFRESH_ACTION_ID = "kb_home_refresh"
+HOME_RETRY_ACTION_ID = "kb_home_retry"
+HOME_REINDEX_ACTION_ID = "kb_home_reindex"
+HOME_PREVIOUS_ACTION_ID = "kb_home_page_previous"
+HOME_NEXT_ACTION_ID = "kb_home_page_next"
+HOME_PAGE_ACTION_RE = re.compile(r"^kb_home_page_(?:previous|next)$")
+# Far beyond any real list; bounds what a forged value can ask for.
+MAX_PAGE = 100_000
+NOTICE_BLOCKS = 3
+
+NAME_CHARS = 80
+REASON_CHARS = 300
+QUESTION_CHARS = 300
+EXAMPLE_CHARS = 150
+ANSWER_CHARS = 200
+SECTION_CHARS = 100
+
+T = TypeVar("T")
+Block = dict[str, Any]
+
+
+class Section(StrEnum):
+    """The paged lists of the Home tab."""
+
+    UPLOADS = "uploads"
+    FAILED = "failed"
+    STALE = "stale"
+    GAPS = "gaps"
+    DISLIKED = "disliked"
+
+
+# Items per page: chosen so that every list at its fullest fits in 100 blocks together.
+PAGE_SIZES = {
+    Section.UPLOADS: 10,
+    Section.FAILED: 5,
+    Section.STALE: 10,
+    Section.GAPS: 5,
+    Section.DISLIKED: 10,
+}
+ADMIN_SECTIONS = frozenset(Section) - {Section.UPLOADS}
+
+
+# ---------------------------------------------------------------- pages
+
+
+@dataclass(frozen=True)
+class Pages:
+    """The page shown of each list (0-based); a list not named is on its first page."""
+
+    numbers: Mapping[Section, int] = field(default_factory=dict)
+
+    def of(self, section: Section) -> int:
+        """The page of ``section``."""
+        return self.numbers.get(section, 0)
+
+    def at(self, section: Section, page: int) -> Pages:
+        """These pages with ``section`` on ``page``."""
+        return Pages({**self.numbers, section: page})
+
+    def to_metadata(self) -> str:
+        """What the view carries back in ``private_metadata``."""
+        return json.dumps({str(s): p for s, p in sorted(self.numbers.items()) if p})
+
+    @classmethod
+    def from_metadata(cls, raw: Any) -> Pages:
+        """The pages a view's ``private_metadata`` names; anything malformed is ignored."""
+        try:
+            data = json.loads(raw) if isinstance(raw, str) and raw else {}
+        except ValueError:
+            return cls()
+        if not isinstance(data, dict):
+            return cls()
+        numbers = {}
+        for key, value in data.items():
+            section = _section(key)
+            if section is not None and type(value) is int and 0 <= value <= MAX_PAGE:
+                numbers[section] = value
+        return cls(numbers)
+
+
+FIRST_PAGES = Pages()
+
+
+def _section(raw: Any) -> Section | None:
+    try:
+        return Section(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+
+
+def parse_page_value(value: Any) -> tuple[Section, int] | None:
+    """``(section, page)`` from a Previous/Next button's value, or ``None`` when malformed."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    name, _, number = value.partition(":")
+    section = _section(name)
+    if section is None or not (number.isascii() and number.isdigit()):
+        return None
+    page = int(number)
+    return (section, page) if page <= MAX_PAGE else None
+
+
+def page_count(section: Section, total: int) -> int:
+    """How many pages ``total`` items of ``section`` take (at least one)."""
+    return max(1, math.ceil(total / PAGE_SIZES[section]))
+
+
+def page_number(section: Section, total: int, pages: Pages) -> int:
+    """``section``'s page, brought back to its last page when the list got shorter."""
+    return min(pages.of(section), page_count(section, total) - 1)
+
+
+def page_of(items: Sequence[T], section: Section, pages: Pages) -> tuple[Sequence[T], int, int]:
+    """The items on ``section``'s page, that page (clamped to the last) and the page count."""
+    size = PAGE_SIZES[section]
+    page = page_number(section, len(items), pages)
+    return items[page * size : (page + 1) * size], page, page_count(section, len(items))
+
+
+# ---------------------------------------------------------------- what is shown
+
+
+@dataclass(frozen=True)
+class MemberHome:
+    """What everyone sees: the counts and their own uploads (newest first)."""
+
+    documents: int
+    chunks: int
+    channel_documents: int
+    uploads: Sequence[DocumentRow]
+
+
+@dataclass(frozen=True)
+class Disliked:
+    """An answer marked not helpful, and where it was asked.
+
+    ``at``: the latest thumbs-down; ``dislikes``: from how many people;
+    ``thread_url``: the Slack thread, for a channel thread; ``direct``: asked in a DM.
+    """
+
+    question: str
+    answer: str
+    outcome: str
+    at: float
+    dislikes: int
+    thread_url: str | None
+    direct: bool
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The thresholds in force and the last ``kb calibrate`` record, if any."""
+
+    threshold: float
+    related_threshold: float
+    record: CalibrationRecord | None
+
+
+@dataclass(frozen=True)
+class AdminHome:
+    """The admins' sections.
+
+    ``gap_links``: by chunk id, the viewer link of a gap's closest passage (only
+    for documents for everyone; a channel's passage is named by its channel).
+    ``disliked``: the page of them :func:`page_number` names, of ``disliked_total``.
+    """
+
+    failed: Sequence[DocumentRow]
+    stale: Sequence[DocumentRow]
+    reindex_running: bool
+    gaps: Sequence[Gap]
+    gap_links: Mapping[int, str]
+    disliked: Sequence[Disliked]
+    disliked_total: int
+    calibration: Calibration
+
+
+# ---------------------------------------------------------------- text
+
+
+def clip(raw: str, limit: int) -> str:
+    """``raw`` as shown: one line, escaped, links inert, at most ``limit`` characters."""
+    flat = display_name(raw, limit)
+    out = escape(inert_links(flat))
+    while len(out) > limit and flat:
+        # An escaped character takes up to five: shrink in proportion to the excess.
+        flat = flat[: len(flat) * limit // len(out) - 1].rstrip()
+        out = escape(inert_links(flat)) + "…"
+    return out
+
+
+def _when(at: float | None) -> str:
+    if not at:
+        return "—"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _plain(text: str) -> dict[str, Any]:
+    return {"type": "plain_text", "text": text, "emoji": True}
+
+
+def _mrkdwn(text: str) -> dict[str, Any]:
+    # verbatim: Slack links nothing by itself; only the server's <url|label> tokens are links.
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
+def _section_block(text: str, accessory: Block | None = None) -> Block:
+    block: Block = {"type": "section", "text": _mrkdwn(text)}
+    if accessory is not None:
+        block["accessory"] = accessory
+    return block
+
+
+def _context(text: str) -> Block:
+    return {"type": "context", "elements": [_mrkdwn(text)]}
+
+
+def _header(text: str) -> Block:
+    return {"type": "header", "text": _plain(text)}
+
+
+def _divider() -> Block:
+    return {"type": "divider"}
+
+
+def _button(action_id: str, label: str, value: str, style: str | None = None) -> Block:
+    button: Block = {
+        "type": "button",
+        "action_id": action_id,
+        "text": _plain(label),
+        "value": value,
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+def _packed(lines: Sequence[str]) -> list[Block]:
+    """Lines grouped into sections of at most 3000 characters."""
+    sections: list[str] = []
+    for line in lines:
+        if sections and len(sections[-1]) + 1 + len(line) <= SECTION_LIMIT:
+            sections[-1] += "\n" + line
+        else:
+            sections.append(line[:SECTION_LIMIT])
+    return [_section_block(t) for t in sections]
+
+
+def _pager(section: Section, page: int, count: int, total: int) -> list[Block]:
+    """Where a list is, and Previous / Next while there is somewhere to go."""
+    if count <= 1:
+        return []
+    buttons = []
+    if page > 0:
+        buttons.append(
+            _button(HOME_PREVIOUS_ACTION_ID, messages.HOME_PREVIOUS, f"{section}:{page - 1}")
+        )
+    if page < count - 1:
+        buttons.append(_button(HOME_NEXT_ACTION_ID, messages.HOME_NEXT, f"{section}:{page + 1}"))
+    return [
+        _context(messages.home_page(page + 1, count, total)),
+        {"type": "actions", "block_id": f"kb_home_pages_{section}", "elements": buttons},
+    ]
+
+
+def _paged(section: Section, items: Sequence[T], pages: Pages) -> tuple[Sequence[T], list[Block]]:
+    shown, page, count = page_of(items, section, pages)
+    return shown, _pager(section, page, count, len(items))
+
+
+# ---------------------------------------------------------------- the view
+
+
+def home_view(
+    member: MemberHome,
+    admin: AdminHome | None,
+    *,
+    pages: Pages = FIRST_PAGES,
+    notice: str | None = None,
+) -> dict[str, Any]:
+    """The Home tab for ``views.publish``; the admins' sections only when ``admin`` is given.
+
+    ``notice`` is server-written mrkdwn shown first (the outcome of a button).
+    """
+    blocks = [*_notice(notice), *_member_blocks(member, pages)]
+    if admin is not None:
+        blocks += _admin_blocks(admin, pages)
+    if len(blocks) > MAX_HOME_BLOCKS:
+        blocks = [*blocks[: MAX_HOME_BLOCKS - 1], _context(messages.HOME_SHORTENED)]
+    return {
+        "type": "home",
+        "callback_id": HOME_CALLBACK_ID,
+        "private_metadata": pages.to_metadata(),
+        "blocks": blocks,
+    }
+
+
+def _notice(notice: str | None) -> list[Block]:
+    if not notice:
+        return []
+    pieces = split_mrkdwn(notice)
+    return [_section_block(p) for p in pieces[:NOTICE_BLOCKS]]
+
+
+def _member_blocks(member: MemberHome, pages: Pages) -> list[Block]:
+    refresh = _button(HOME_REFRESH_ACTION_ID, messages.HOME_REFRESH, "refresh")
+    head = [
+        _header(messages.HOME_TITLE),
+        _context(messages.home_counts(member.documents, member.chunks, member.channel_documents)),
+        _section_block(messages.HOME_ASK),
+        _section_block(messages.HOME_UPLOAD, accessory=refresh),
+        _divider(),
+        _header(messages.HOME_UPLOADS_HEADER),
+    ]
+    if not member.uploads:
+        return [*head, _context(messages.HOME_NO_UPLOADS)]
+    shown, pager = _paged(Section.UPLOADS, member.uploads, pages)
+    return [*head, *_packed([_upload_line(d) for d in shown]), *pager]
+
+
+def _upload_line(doc: DocumentRow) -> str:
+    state = messages.HOME_STATES.get(doc.state.value, doc.state.value)
+    reason = clip(doc.failure_reason or "", REASON_CHARS) if doc.state == "failed" else ""
+    return messages.home_upload_line(
+        clip(doc.name, NAME_CHARS), state, _when(doc.created_at), scope_label(doc.scope), reason
+    )
+
+
+def _admin_blocks(admin: AdminHome, pages: Pages) -> list[Block]:
+    return [
+        _divider(),
+        _header(messages.HOME_ADMIN_HEADER),
+        *_failed_blocks(admin.failed, pages),
+        *_stale_blocks(admin.stale, admin.reindex_running, pages),
+        *_gap_blocks(admin.gaps, admin.gap_links, pages),
+        *_disliked_blocks(admin.disliked, admin.disliked_total, pages),
+        *_calibration_blocks(admin.calibration),
+    ]
+
+
+def _failed_blocks(failed: Sequence[DocumentRow], pages: Pages) -> list[Block]:
+    head = [_header(messages.HOME_FAILED_HEADER)]
+    if not failed:
+        return [*head, _context(messages.HOME_NO_FAILED)]
+    shown, pager = _paged(Section.FAILED, failed, pages)
+    rows = []
+    for doc in shown:
+        text = messages.home_failed_line(
+            clip(doc.name, NAME_CHARS),
+            mention(doc.uploader),
+            _when(doc.updated_at),
+            clip(doc.failure_reason or "", REASON_CHARS),
+        )
+        retry = _button(HOME_RETRY_ACTION_ID, messages.HOME_RETRY, str(doc.id), "primary")
+        rows.append(_section_block(text, accessory=retry))
+    return [*head, *rows, *pager]
+
+
+def _stale_blocks(stale: Sequence[DocumentRow], running: bool, pages: Pages) -> list[Block]:
+    head = [_header(messages.HOME_STALE_HEADER)]
+    status = [_context(messages.HOME_REINDEX_RUNNING_NOW)] if running else []
+    if not stale:
+        return [*head, _context(messages.HOME_NO_STALE), *status]
+    shown, pager = _paged(Section.STALE, stale, pages)
+    lines = [
+        messages.home_stale_line(
+            clip(d.name, NAME_CHARS),
+            "`" + clip(d.embedding_model or "?", NAME_CHARS).replace("`", "'") + "`",
+            _when(d.indexed_at),
+        )
+        for d in shown
+    ]
+    if running:
+        action = status
+    else:
+        button = _button(HOME_REINDEX_ACTION_ID, messages.HOME_REINDEX, "reindex", "primary")
+        action = [{"type": "actions", "block_id": "kb_home_reindex", "elements": [button]}]
+    summary = _section_block(messages.home_stale_summary(len(stale)))
+    return [*head, summary, *_packed(lines), *pager, *action]
+
+
+def _gap_blocks(gaps: Sequence[Gap], links: Mapping[int, str], pages: Pages) -> list[Block]:
+    head = [_header(messages.HOME_GAPS_HEADER), _context(messages.HOME_GAPS_INTRO)]
+    if not gaps:
+        return [*head, _context(messages.HOME_NO_GAPS)]
+    shown, pager = _paged(Section.GAPS, gaps, pages)
+    return [*head, *[_section_block(_gap_text(g, links)) for g in shown], *pager]
+
+
+def _gap_text(gap: Gap, links: Mapping[int, str]) -> str:
+    outcomes = ", ".join(messages.home_gap_outcome(o, n) for o, n in gap.outcomes)
+    lines = [
+        messages.home_gap(
+            clip(gap.question, QUESTION_CHARS), gap.count, outcomes, _when(gap.last_asked)
+        )
+    ]
+    if gap.examples:
+        lines.append(messages.home_gap_examples([clip(e, EXAMPLE_CHARS) for e in gap.examples]))
+    lines.append(_closest(gap, links))
+    return "\n".join(lines)
+
+
+def _closest(gap: Gap, links: Mapping[int, str]) -> str:
+    row = gap.closest
+    if row is None or gap.distance is None:
+        return messages.HOME_GAP_NO_PASSAGE
+    distance = f"{gap.distance:.3f}"
+    url = links.get(row.id)
+    if url is None:
+        # A channel's passage: where it is, never what it says or is called.
+        where = messages.home_gap_channel_passage(scope_label(row.scope))
+        return messages.home_gap_closest(where, distance)
+    label = clip(row.document, NAME_CHARS)
+    section = row.section.split(" > ")[-1].strip() if row.section else ""
+    if section:
+        label += " › " + clip(section, SECTION_CHARS)
+    link = f"<{_safe_url(url)}|{label.replace('|', '¦')}>"
+    return messages.home_gap_closest(link, distance)
+
+
+def _safe_url(url: str) -> str:
+    return escape(url).replace("|", "%7C")
+
+
+def _disliked_blocks(disliked: Sequence[Disliked], total: int, pages: Pages) -> list[Block]:
+    head = [_header(messages.HOME_DISLIKED_HEADER)]
+    if not disliked:
+        return [*head, _context(messages.HOME_NO_DISLIKED)]
+    page = page_number(Section.DISLIKED, total, pages)
+    pager = _pager(Section.DISLIKED, page, page_count(Section.DISLIKED, total), total)
+    return [*head, *_packed([_disliked_line(d) for d in disliked]), *pager]
+
+
+def _disliked_line(d: Disliked) -> str:
+    if d.thread_url:
+        where = f"<{_safe_url(d.thread_url)}|{messages.HOME_THREAD}>"
+    else:
+        where = messages.HOME_IN_A_DM if d.direct else "—"
+    line = messages.home_disliked_line(
+        clip(d.question, QUESTION_CHARS), clip(d.outcome, 40), d.dislikes, _when(d.at), where
+    )
+    answer = clip(d.answer, ANSWER_CHARS)
+    return f"{line}\n> {answer}" if answer else line
+
+
+def _calibration_blocks(calibration: Calibration) -> list[Block]:
+    threshold = calibration.threshold
+    related = calibration.related_threshold
+    lines = [messages.home_thresholds(threshold, related if related > threshold else None)]
+    record = calibration.record
+    if record is None:
+        lines.append(messages.HOME_NO_CALIBRATION)
+    else:
+        lines.append(
+            messages.home_calibrated(
+                _when(record.at),
+                "`" + clip(record.source, NAME_CHARS).replace("`", "'") + "`",
+                record.max_bluff_rate,
+                _threshold(record.proposed_threshold),
+                _threshold(record.proposed_related),
+            )
+        )
+        row = record.rates_at(threshold)
+        lines.append(_rates(threshold, row) if row else messages.home_no_rates(threshold))
+    return [_header(messages.HOME_CALIBRATION_HEADER), _section_block("\n".join(lines))]
+
+
+def _threshold(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "none"
+
+
+def _rates(threshold: float, row: RateRow) -> str:
+    bluffs = messages.home_rate(row.bluffs, row.ood, *row.bluff_interval)
+    refused = messages.home_rate(row.refused, row.in_domain, *row.refused_interval)
+    return messages.home_rates(threshold, bluffs, refused)
