@@ -26,6 +26,7 @@ from bot.slack.config import (
     DEFAULT_SLACK_API_URL,
     SignInConfig,
     SlackConfig,
+    is_channel_id,
 )
 from core.config import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
@@ -314,6 +315,11 @@ class Settings(BaseSettings):
         "KB_APPROVALS_CHANNEL",
         "Channel id where approval requests are posted (invite the bot to it). Empty, or when the bot cannot post there: each KB_ADMIN_USERS id gets them by direct message.",
     )
+    escalation_channel: str = _setting(
+        "",
+        "KB_ESCALATION_CHANNEL",
+        "Channel id (C... or G...) where the 'Ask a person' button under answers and refusals hands questions to people (invite the bot to it). Empty: no such button.",
+    )
     download_timeout: float = _setting(
         DEFAULT_DOWNLOAD_TIMEOUT,
         "KB_DOWNLOAD_TIMEOUT",
@@ -367,6 +373,8 @@ class Settings(BaseSettings):
             )
         if self.sync_seconds <= 0:
             raise ValueError("KB_SYNC_SECONDS must be positive")
+        if self.escalation_channel.strip() and not is_channel_id(self.escalation_channel.strip()):
+            raise ValueError("KB_ESCALATION_CHANNEL must be a channel id (C... or G...) or empty")
         if min(self.embedding_batch_size, self.embedding_max_tokens) < 1 or (
             self.embedding_timeout <= 0 or self.embedding_max_retries < 0
         ):
@@ -455,6 +463,7 @@ class Settings(BaseSettings):
             allow_external=self.allow_external,
             publisher_ids=self.publisher_ids,
             approvals_channel=self.approvals_channel.strip(),
+            escalation_channel=self.escalation_channel.strip(),
             download_timeout=self.download_timeout,
             max_uploads_per_user=self.max_uploads_per_user,
         )

@@ -8,8 +8,9 @@ nothing and is recorded, so that data dir is upgraded from step 1. A migration
 that has shipped is never edited; a change to the schema is a new one at the end.
 
 The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
-``query_log``, ``feedback``, ``deliveries``, ``meta`` and ``audit``. At most one
-live document (any state but ``replaced``) has given bytes in a given scope.
+``query_log``, ``feedback``, ``deliveries``, ``meta``, ``audit`` and
+``escalations``. At most one live document (any state but ``replaced``) has
+given bytes in a given scope.
 """
 
 from __future__ import annotations
@@ -191,6 +192,21 @@ def _one_live_document_per_content(db: Database) -> None:
         _retire_duplicates(db, sha256, scope)
     db.execute(
         f"CREATE UNIQUE INDEX documents_live_content ON documents(sha256, scope) WHERE {_LIVE}"
+    )
+
+
+@MIGRATIONS(name="0008_escalations")
+def _escalations(db: Database) -> None:
+    # One hand-off to a person per logged question (index.escalations); no
+    # foreign key: the record outlives a query log that is ever trimmed.
+    db.execute(
+        """CREATE TABLE escalations (
+            query_id INTEGER PRIMARY KEY,
+            user TEXT NOT NULL,
+            at REAL NOT NULL,
+            channel TEXT,
+            ts TEXT
+        )"""
     )
 
 

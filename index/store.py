@@ -35,6 +35,7 @@ from index.atomic import AtomicWriteError, write_atomic
 from index.audit import AuditMixin
 from index.disk import is_storage_failure, storage_error
 from index.errors import DatabaseUnavailable, DocumentNotFound, OriginalMissing
+from index.escalations import EscalationMixin
 from index.models import Chunk, DocState, Publish
 from index.private import private_dir, private_file, tighten
 from index.querylog import QueryLogMixin
@@ -78,14 +79,14 @@ _UPDATABLE = frozenset(DOCUMENT_COLUMNS) - {"id", "created_at", "updated_at"}
 __all__ = ["ALL_SCOPES", "EVERYONE", "INTERRUPTED", "Store"]
 
 
-class Store(QueryLogMixin, AuditMixin):
+class Store(QueryLogMixin, AuditMixin, EscalationMixin):
     """The SQLite database and the originals folder of one data dir.
 
     Each thread gets its own connection (the bot reaches the store from a
     thread pool); SQLite's WAL mode lets readers proceed while one writes.
     The query log, feedback and delivery methods come from
     ``QueryLogMixin`` (``index.querylog``), the audit log's from ``AuditMixin``
-    (``index.audit``).
+    (``index.audit``), hand-offs to people from ``EscalationMixin`` (``index.escalations``).
 
     Args:
         data_dir: the data directory; created if missing.

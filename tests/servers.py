@@ -1112,6 +1112,15 @@ class MockSlackAPI(_LocalServer):
         error = self._message_errors(params)
         return error or {"ok": True, "message_ts": slack_ts()}
 
+    def _m_chat_getPermalink(self, params: JSONDict) -> JSONDict:
+        channel, ts = str(params.get("channel", "")), str(params.get("message_ts", ""))
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        if (channel, ts) not in self.messages and (channel, ts) not in self.people_messages:
+            return {"ok": False, "error": "message_not_found"}
+        link = f"https://example.slack.com/archives/{channel}/p{ts.replace('.', '')}"
+        return {"ok": True, "channel": channel, "permalink": link}
+
     def _view_object(self, view: JSONDict, view_id: str) -> JSONDict:
         out: JSONDict = {
             "id": view_id,

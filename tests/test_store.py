@@ -48,6 +48,7 @@ MIGRATION_NAMES = [
     "0005_publishing",
     "0006_worker_locks",
     "0007_one_live_document_per_content",
+    "0008_escalations",
 ]
 
 
@@ -85,6 +86,7 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         "deliveries",
         "meta",
         "audit",
+        "escalations",
     }
     doc = store.document(7)
     assert (doc.name, doc.title, doc.state, doc.chunk_count) == (

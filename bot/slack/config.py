@@ -6,11 +6,19 @@ Built at the entry point from the product's one settings object
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_DOWNLOAD_TIMEOUT = 120.0
 DEFAULT_MAX_UPLOADS_PER_USER = 3
+# Public channels are C..., private ones C... (newer) or G... (older); never a DM (D...).
+_CHANNEL_ID_RE = re.compile(r"[CG][A-Z0-9]{2,}")
+
+
+def is_channel_id(text: str) -> bool:
+    """Whether ``text`` is a Slack channel id (public or private, not a DM)."""
+    return _CHANNEL_ID_RE.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,8 @@ class SlackConfig:
             replace documents for everyone without an approval.
         approvals_channel: where approval requests go; empty: to each admin
             of ``admin_user_ids`` by direct message.
+        escalation_channel: where "Ask a person" hands questions to people;
+            empty: answers have no such button.
         download_timeout: seconds one file's download from Slack may take in all.
         max_uploads_per_user: files of one person downloaded or indexed at a
             time; their further files wait.
@@ -46,6 +56,7 @@ class SlackConfig:
     allow_external: bool = False
     publisher_ids: frozenset[str] = frozenset()
     approvals_channel: str = ""
+    escalation_channel: str = ""
     download_timeout: float = DEFAULT_DOWNLOAD_TIMEOUT
     max_uploads_per_user: int = DEFAULT_MAX_UPLOADS_PER_USER
 

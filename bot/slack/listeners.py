@@ -10,7 +10,7 @@ Registered on a bolt ``AsyncApp`` by :func:`register`:
   how they may become searchable (``bot.slack.roles``);
 * the Approve and Reject buttons of approval requests (``bot.slack.approvals``);
 * ``/kb-reindex`` for admins;
-* feedback buttons under answers;
+* feedback buttons under answers, and "Ask a person" (``bot.slack.escalation``);
 * agent messaging: the Messages tab opened, the channel a person views, and
   the older assistant pane's threads (``bot.slack.agent``);
 * the Home tab opened, and its buttons (``bot.slack.home``);
@@ -45,6 +45,7 @@ from bot.slack.audience import Audience, Place
 from bot.slack.config import SlackConfig
 from bot.slack.deliveries import DELIVERY_KEYS, Deliveries, delivery_keys
 from bot.slack.directory import Directory
+from bot.slack.escalation import register_escalation
 from bot.slack.home import Home, register_home
 from bot.slack.reindex import Reindexer
 from bot.slack.render import (
@@ -157,6 +158,7 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_approvals(app, services)
     _register_reindex(app, services)
     _register_feedback(app, services)
+    register_escalation(app, services)
     _register_errors(app)
 
 
@@ -316,7 +318,14 @@ async def _answer(
         follow_up=in_thread,
         thread=thread if in_thread else None,
     )
-    reply = SlackReply(client, context, channel=channel, thread_ts=thread_ts, note=note)
+    reply = SlackReply(
+        client,
+        context,
+        channel=channel,
+        thread_ts=thread_ts,
+        note=note,
+        ask_a_person=bool(services.config.escalation_channel),
+    )
     await services.conversation.answer(turn, reply)
 
 

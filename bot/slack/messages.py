@@ -48,6 +48,68 @@ FEEDBACK_THANKS_POSITIVE = "Thanks! Glad it helped."
 FEEDBACK_THANKS_NEGATIVE = "Thanks for telling me. The answer is flagged for review."
 FEEDBACK_UNKNOWN = "Sorry, I could not record that feedback: the answer is no longer on record."
 
+# ---------------------------------------------------------------- handing a question to a person
+
+ASK_A_PERSON = "Ask a person"
+HAND_OFF_TITLE = ":raising_hand: *A question for a person*"
+HAND_OFF_DM_PLACE = "in a direct message with me"
+HAND_OFF_SOMEONE = "someone"
+HAND_OFF_QUESTION_WITHHELD = (
+    "_The question is shown only when its asker hands it off; open the thread to read it._"
+)
+HAND_OFF_ANSWERED = "*My answer:*"
+HAND_OFF_UNSUPPORTED = "*My answer, which cited no source:*"
+HAND_OFF_ANSWER_WITHHELD = (
+    "_I answered from documents not everyone here may read; open the thread to see the answer._"
+)
+HAND_OFF_RELATED = "I found no answer, only possibly related passages."
+HAND_OFF_REFUSED = "The knowledge base has nothing on this, so I did not answer."
+HAND_OFF_EVIDENCE = (
+    "The language model was unavailable, so I showed matching passages without an answer."
+)
+HAND_OFF_OPEN_THREAD = "Open the thread"
+HAND_OFF_NO_LINK = "_Slack gave no link to the thread; look for it in the channel._"
+HAND_OFF_OFF = "Handing questions to a person is turned off."
+HAND_OFF_UNKNOWN = "Sorry, that question is no longer on record, so I cannot hand it off."
+HAND_OFF_NOT_YOURS = "Only the person who asked this question can hand it to a person."
+HAND_OFF_FAILED = "Sorry, I could not reach Slack to hand this off. Please try again in a minute."
+
+
+def hand_off_asked(asker: str, place: str) -> str:
+    """Who asked where (``asker`` a mention, ``place`` server-written)."""
+    return f"Asked by {asker} {place}."
+
+
+def hand_off_by(user: str) -> str:
+    """Who handed it off, when not the asker."""
+    return f"Handed off by {user}."
+
+
+def hand_off_reply_directly(asker: str) -> str:
+    """What to do about a question from a direct message (nobody else can open that thread)."""
+    return f"Please get in touch with {asker} directly: only they can see that conversation."
+
+
+def hand_off_posted(channel: str, *, direct: bool) -> str:
+    """The clicker's confirmation."""
+    follow_up = "someone will get in touch with you" if direct else "someone will follow up here"
+    return f"Sent to {channel}: {follow_up}."
+
+
+def hand_off_already(channel: str, user: str) -> str:
+    """A second click: the question was handed off already."""
+    return f"Already sent to {channel} (by {user}): someone will follow up."
+
+
+def hand_off_not_in_channel(channel: str) -> str:
+    """The bot may not post in the escalation channel."""
+    return (
+        f"I could not post in {channel}: I am not a member of it, or it no longer exists. "
+        "An admin must invite me there (or fix `KB_ESCALATION_CHANNEL`); then click "
+        f"*{ASK_A_PERSON}* again."
+    )
+
+
 # ---------------------------------------------------------------- the Messages tab
 
 AGENT_GREETING = (

@@ -28,12 +28,14 @@ from index.store import EVERYONE
 
 __all__ = [
     "APPROVE_ACTION_ID",
+    "ASK_A_PERSON_ACTION_ID",
     "FEEDBACK_ACTION_ID",
     "MAX_BLOCKS",
     "REJECT_ACTION_ID",
     "RETRY_ACTION_ID",
     "SECTION_LIMIT",
     "UPLOAD_CALLBACK_ID",
+    "HandOff",
     "Rendered",
     "audit_lines",
     "escape",
@@ -42,8 +44,10 @@ __all__ = [
     "link_citations",
     "mention",
     "parse_feedback_value",
+    "parse_query_id",
     "render_answer",
     "render_approval_request",
+    "render_hand_off",
     "render_notice",
     "render_partial",
     "render_upload_status",
@@ -58,6 +62,7 @@ QUOTE_CHARS = 200
 EVIDENCE_QUOTE_CHARS = 600
 
 FEEDBACK_ACTION_ID = "kb_feedback"
+ASK_A_PERSON_ACTION_ID = "kb_ask_a_person"
 RETRY_ACTION_ID = "kb_upload_retry"
 APPROVE_ACTION_ID = "kb_approve"
 REJECT_ACTION_ID = "kb_reject"
@@ -288,6 +293,24 @@ def _feedback(query_id: int) -> Block:
     }
 
 
+def _ask_a_person(query_id: int) -> Block:
+    # Its own block: a context_actions block holds only feedback and icon buttons.
+    button = {
+        "type": "button",
+        "action_id": ASK_A_PERSON_ACTION_ID,
+        "text": {"type": "plain_text", "text": messages.ASK_A_PERSON},
+        "value": str(query_id),
+    }
+    return {"type": "actions", "elements": [button]}
+
+
+def parse_query_id(value: str) -> int | None:
+    """The query id an "Ask a person" button carries, or ``None`` when it is not one."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
+        return None
+    return int(value) or None
+
+
 def parse_feedback_value(value: str) -> tuple[int, int] | None:
     """``(query id, +1 or -1)`` from a feedback button's value, or ``None`` if malformed."""
     kind, _, qid = value.partition(":")
@@ -349,27 +372,36 @@ def _assemble(head: list[Block], body: list[str], tail: list[Block]) -> list[Blo
 # ---------------------------------------------------------------- answers
 
 
-def render_answer(answer: Answer, *, note: str | None = None) -> Rendered:
+def render_answer(
+    answer: Answer, *, note: str | None = None, ask_a_person: bool = False
+) -> Rendered:
     """Render any outcome of :meth:`core.answer.Engine.ask` as a Slack message.
 
     ``note`` is server-written mrkdwn shown above the answer (for example why
-    fewer documents were searched).
+    fewer documents were searched). ``ask_a_person`` adds the button that hands
+    the question to people (``KB_ESCALATION_CHANNEL``) to a logged answer.
     """
     head = [_context(note)] if note else []
+    tail = _tail(answer, ask_a_person)
     if answer.outcome == Outcome.REFUSED:
-        return _render_refusal(answer, head)
+        return _render_refusal(head, tail)
     if answer.outcome == Outcome.MODEL_UNAVAILABLE:
-        return _render_evidence(answer, head)
+        return _render_evidence(answer, head, tail)
     if answer.outcome == Outcome.RELATED:
-        return _render_related(answer, head)
-    return _render_answered(answer, head)
+        return _render_related(answer, head, tail)
+    return _render_answered(answer, head, tail)
 
 
-def _tail(answer: Answer) -> list[Block]:
-    return [_feedback(answer.query_id)] if answer.query_id is not None else []
+def _tail(answer: Answer, ask_a_person: bool) -> list[Block]:
+    """Feedback buttons and, when asked for, "Ask a person": only under a logged answer."""
+    if answer.query_id is None:
+        return []
+    if ask_a_person:
+        return [_feedback(answer.query_id), _ask_a_person(answer.query_id)]
+    return [_feedback(answer.query_id)]
 
 
-def _render_answered(answer: Answer, head: list[Block]) -> Rendered:
+def _render_answered(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
     if answer.outcome == Outcome.UNSUPPORTED:
         head = [*head, _context(messages.UNSUPPORTED_WARNING)]
     body = split_mrkdwn(_mrkdwn(link_citations(answer.answer, answer.sources)))
@@ -377,7 +409,7 @@ def _render_answered(answer: Answer, head: list[Block]) -> Rendered:
     sources = (
         [_section(t) for t in _pack(source_lines, messages.SOURCES_HEADER)] if source_lines else []
     )
-    blocks = _assemble(head, body or [messages.EMPTY_ANSWER], [*sources, *_tail(answer)])
+    blocks = _assemble(head, body or [messages.EMPTY_ANSWER], [*sources, *tail])
     plain = _mrkdwn(inert_links(answer.answer, _cited_text(answer.sources)))
     text = _fit(plain, FALLBACK_LIMIT)
     if answer.outcome == Outcome.UNSUPPORTED:
@@ -385,19 +417,19 @@ def _render_answered(answer: Answer, head: list[Block]) -> Rendered:
     return Rendered(text or messages.EMPTY_ANSWER, blocks)
 
 
-def _render_refusal(answer: Answer, head: list[Block]) -> Rendered:
-    return Rendered(messages.REFUSAL, [*head, _section(messages.REFUSAL), *_tail(answer)])
+def _render_refusal(head: list[Block], tail: list[Block]) -> Rendered:
+    return Rendered(messages.REFUSAL, [*head, _section(messages.REFUSAL), *tail])
 
 
-def _render_evidence(answer: Answer, head: list[Block]) -> Rendered:
+def _render_evidence(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
     labels = (messages.EVIDENCE_HEADER, messages.EVIDENCE_REASON, messages.EVIDENCE_FALLBACK)
-    return _render_passages(answer.kept or answer.sources, labels, head, _tail(answer))
+    return _render_passages(answer.kept or answer.sources, labels, head, tail)
 
 
-def _render_related(answer: Answer, head: list[Block]) -> Rendered:
+def _render_related(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
     # Shown the way evidence is, under its own label: these passages are not an answer.
     labels = (messages.RELATED_HEADER, messages.RELATED_REASON, messages.RELATED_FALLBACK)
-    return _render_passages(answer.sources, labels, head, _tail(answer))
+    return _render_passages(answer.sources, labels, head, tail)
 
 
 def _render_passages(
@@ -434,6 +466,87 @@ def render_partial(text: str) -> Rendered:
 def render_notice(text: str) -> Rendered:
     """A one-section message of server-written mrkdwn (placeholder, help, errors)."""
     return Rendered(text, [_section(text)])
+
+
+# ---------------------------------------------------------------- handing a question to a person
+
+HAND_OFF_QUESTION_CHARS = 1500
+
+
+@dataclass(frozen=True)
+class HandOff:
+    """What the escalation channel is told about one question.
+
+    Attributes:
+        asker: the asker's user id (``None``: not on record).
+        by: who handed it off (a user id).
+        channel: where it was asked: a channel id, or a DM's ``D...`` id.
+        question: its text, or ``None`` when it may not be shown.
+        outcome: how the bot replied (a ``core.answer.Outcome`` value).
+        answer: the bot's answer, or ``None`` when it may not be shown (or there was none).
+        permalink: the thread's link, as Slack gave it.
+    """
+
+    asker: str | None
+    by: str
+    channel: str
+    question: str | None
+    outcome: str
+    answer: str | None = None
+    permalink: str | None = None
+
+    @property
+    def direct(self) -> bool:
+        """Whether it was asked in a DM with the bot (nobody else can open that thread)."""
+        return self.channel.startswith("D")
+
+
+def render_hand_off(h: HandOff) -> Rendered:
+    """The message handing ``h`` to people: who asked where, the question, the bot's reply, a link.
+
+    The question and the answer were written by a person and a model: escaped,
+    their links inert, so nothing in them mentions, pings or links anyone.
+    """
+    asker = mention(h.asker) if h.asker else messages.HAND_OFF_SOMEONE
+    place = messages.HAND_OFF_DM_PLACE if h.direct else f"in {scope_label(h.channel)}"
+    head = [messages.HAND_OFF_TITLE, messages.hand_off_asked(asker, place)]
+    if h.by != h.asker:
+        head.append(messages.hand_off_by(mention(h.by)))
+    question = _quote(inert_links(h.question), HAND_OFF_QUESTION_CHARS) if h.question else ""
+    if h.direct:
+        follow_up = messages.hand_off_reply_directly(asker)
+    elif h.permalink:
+        follow_up = f"<{_safe_url(h.permalink)}|{messages.HAND_OFF_OPEN_THREAD}>"
+    else:
+        follow_up = messages.HAND_OFF_NO_LINK
+    blocks = [
+        _section("\n".join(head)),
+        _section(f"> {question}" if question else messages.HAND_OFF_QUESTION_WITHHELD),
+        _section(_hand_off_reply(h)),
+        _section(follow_up),
+    ]
+    return Rendered(_fit(" ".join(head[1:]), FALLBACK_LIMIT), blocks)
+
+
+def _hand_off_reply(h: HandOff) -> str:
+    """What the bot replied, as the escalation channel may see it."""
+    fixed = {
+        Outcome.RELATED: messages.HAND_OFF_RELATED,
+        Outcome.REFUSED: messages.HAND_OFF_REFUSED,
+        Outcome.MODEL_UNAVAILABLE: messages.HAND_OFF_EVIDENCE,
+    }
+    if h.outcome in fixed:
+        return fixed[Outcome(h.outcome)]
+    if h.answer is None:
+        return messages.HAND_OFF_ANSWER_WITHHELD
+    label = (
+        messages.HAND_OFF_UNSUPPORTED
+        if h.outcome == Outcome.UNSUPPORTED
+        else messages.HAND_OFF_ANSWERED
+    )
+    room = SECTION_LIMIT - len(label) - 1
+    answer = _fit(_mrkdwn(inert_links(h.answer)), room) or messages.EMPTY_ANSWER
+    return f"{label}\n{answer}"
 
 
 # ---------------------------------------------------------------- uploads

@@ -57,6 +57,7 @@ class SlackReply:
         channel: where the question was asked.
         thread_ts: the thread the reply goes in.
         note: server-written mrkdwn shown above the answer.
+        ask_a_person: the answer gets the "Ask a person" button (``KB_ESCALATION_CHANNEL``).
     """
 
     def __init__(
@@ -67,12 +68,14 @@ class SlackReply:
         channel: str,
         thread_ts: str,
         note: str | None = None,
+        ask_a_person: bool = False,
     ) -> None:
         self.client = client
         self.context = context
         self.channel = channel
         self.thread_ts = thread_ts
         self.note = note
+        self.ask_a_person = ask_a_person
         self.ts: str | None = None
 
     async def help(self) -> None:
@@ -123,7 +126,7 @@ class SlackReply:
 
     async def final(self, answer: Answer) -> None:
         """Replace the answer so far (or the placeholder) with the rendered answer, or post it."""
-        rendered = render_answer(answer, note=self.note)
+        rendered = render_answer(answer, note=self.note, ask_a_person=self.ask_a_person)
         placeholder = self.ts
         if placeholder is not None:
             try:

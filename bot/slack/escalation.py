@@ -1,0 +1,211 @@
+"""Handing a question to people: the "Ask a person" button under answers and refusals.
+
+With ``KB_ESCALATION_CHANNEL`` set, every logged answer, related-passages reply
+and refusal carries the button; its value is the logged question's id, and
+nothing else is trusted from it. A click posts the question in that channel,
+once per question (``index.escalations`` claims it in the shared database
+first, so double clicks, replicas and redelivered clicks post once), with who
+asked, what the bot replied and a link to the thread, and tells the clicker
+what happened.
+
+Who may hand off what, and what the escalation channel may read (its members
+need not be in the channel, or the DM, the question came from):
+
+* a question asked in a DM only by its asker; in a channel thread, by anyone
+  who sees the answer there (the click must come from the question's own
+  channel, so a forged id never reaches another conversation's question);
+* the question's text only when its asker handed it off; otherwise the
+  channel is told to open the thread (a DM's asker is always the clicker);
+* the bot's answer only when every passage it was written from is a document
+  for everyone; an answer drawn from a channel's documents is withheld.
+
+A post Slack refuses (the bot is not in the channel, it was archived, Slack is
+unreachable) releases the claim, so a click after an admin fixed it posts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack import messages
+from bot.slack.render import (
+    ASK_A_PERSON_ACTION_ID,
+    HandOff,
+    mention,
+    parse_query_id,
+    render_hand_off,
+    scope_label,
+)
+from bot.slack.reply import SLACK_FAILURES, slack_failure
+from core.answer import Outcome
+from index.errors import QueryNotFound
+from index.records import QueryRecord
+from index.store import EVERYONE, Store
+
+if TYPE_CHECKING:
+    from bot.slack.listeners import Services
+
+log = logging.getLogger(__name__)
+
+__all__ = ["hand_off_view", "register_escalation"]
+
+# Slack's answers meaning the bot cannot post in the channel until an admin acts.
+_CHANNEL_REFUSALS = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
+_ANSWERS = frozenset({Outcome.ANSWERED.value, Outcome.UNSUPPORTED.value})
+
+Respond = Callable[..., Awaitable[Any]]
+
+
+def register_escalation(app: AsyncApp, services: Services) -> None:
+    """Attach the "Ask a person" button's listener to ``app``."""
+
+    @app.action(ASK_A_PERSON_ACTION_ID)
+    async def on_ask_a_person(
+        ack: Callable[..., Awaitable[None]],
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+        respond: Respond,
+    ) -> None:
+        await ack()
+        channel = services.config.escalation_channel
+        if not channel:
+            await _tell(respond, messages.HAND_OFF_OFF)
+            return
+        value = str(action.get("value", ""))
+        query_id = parse_query_id(value)
+        if query_id is None:
+            log.warning("ignoring an Ask-a-person click with a malformed value %r", value[:40])
+            return
+        await _hand_off(services.kb.store, client, body, query_id, channel, respond)
+
+
+async def _hand_off(
+    store: Store,
+    client: AsyncWebClient,
+    body: dict[str, Any],
+    query_id: int,
+    channel: str,
+    respond: Respond,
+) -> None:
+    clicker = str((body.get("user") or {}).get("id", ""))
+    try:
+        record = await asyncio.to_thread(store.query, query_id)
+    except QueryNotFound:
+        await _tell(respond, messages.HAND_OFF_UNKNOWN)
+        return
+    where = str((body.get("container") or {}).get("channel_id", ""))
+    if not _may_hand_off(record, clicker, where):
+        log.warning(
+            "%s may not hand off question %s (asked by %s in %s; clicked in %s)",
+            clicker,
+            query_id,
+            record.user,
+            record.channel,
+            where,
+        )
+        await _tell(respond, messages.HAND_OFF_NOT_YOURS)
+        return
+    if not await asyncio.to_thread(store.claim_escalation, query_id, clicker):
+        await _tell_already(store, respond, query_id, channel)
+        return
+    try:
+        view = await asyncio.to_thread(hand_off_view, store, record, clicker)
+        ts, text = await _post(client, channel, view, record, query_id)
+        if ts is not None:
+            await asyncio.to_thread(store.escalation_sent, query_id, channel, ts)
+    finally:
+        # A no-op once sent; unsent (refused, or an error on the way), a later click may try again.
+        await asyncio.to_thread(store.release_escalation, query_id)
+    await _tell(respond, text)
+
+
+def _may_hand_off(record: QueryRecord, clicker: str, where: str) -> bool:
+    """The click came from the question's own conversation, and in a DM from its asker."""
+    if not clicker or not record.channel or where != record.channel:
+        return False
+    return not record.channel.startswith("D") or clicker == record.user
+
+
+def hand_off_view(store: Store, record: QueryRecord, clicker: str) -> HandOff:
+    """What the escalation channel may read about ``record``, handed off by ``clicker``."""
+    question = record.question if clicker == record.user else None
+    answer = record.answer if record.outcome in _ANSWERS and _public(store, record) else None
+    return HandOff(
+        asker=record.user,
+        by=clicker,
+        channel=record.channel or "",
+        question=question,
+        outcome=record.outcome,
+        answer=answer,
+    )
+
+
+def _public(store: Store, record: QueryRecord) -> bool:
+    """Whether every passage the answer was written from is a document for everyone.
+
+    The model read every kept passage, not only the cited ones; a passage no
+    longer in the knowledge base cannot be vouched for.
+    """
+    ids = sorted({c for c, _ in record.kept} | set(record.cited))
+    rows = store.chunks_by_id(ids)
+    return len(rows) == len(ids) and all(r.scope == EVERYONE for r in rows.values())
+
+
+async def _post(
+    client: AsyncWebClient, channel: str, view: HandOff, record: QueryRecord, query_id: int
+) -> tuple[str | None, str]:
+    """Post the hand-off in ``channel``: its ``ts`` (``None`` when Slack refused) and what the
+    clicker is told."""
+    if not view.direct:
+        view = replace(view, permalink=await _permalink(client, record))
+    try:
+        posted = await client.chat_postMessage(channel=channel, **render_hand_off(view).as_kwargs())
+    except SLACK_FAILURES as exc:
+        reason = slack_failure(exc)
+        log.warning("question %s not handed off to %s: %s", query_id, channel, reason)
+        if isinstance(exc, SlackApiError) and reason in _CHANNEL_REFUSALS:
+            return None, messages.hand_off_not_in_channel(scope_label(channel))
+        return None, messages.HAND_OFF_FAILED
+    log.info("question %s handed off to %s by %s", query_id, channel, view.by)
+    ts = str(posted.get("ts") or "") or "posted"
+    return ts, messages.hand_off_posted(scope_label(channel), direct=view.direct)
+
+
+async def _permalink(client: AsyncWebClient, record: QueryRecord) -> str | None:
+    """The link to the question's thread, or ``None`` when Slack gives none."""
+    if not (record.channel and record.thread_id):
+        return None
+    try:
+        resp = await client.chat_getPermalink(channel=record.channel, message_ts=record.thread_id)
+    except SLACK_FAILURES as exc:
+        log.info(
+            "no link to thread %s in %s: %s", record.thread_id, record.channel, slack_failure(exc)
+        )
+        return None
+    link = resp.get("permalink")
+    return str(link) if isinstance(link, str) and link.startswith("https://") else None
+
+
+async def _tell_already(store: Store, respond: Respond, query_id: int, channel: str) -> None:
+    """A later click: where, and by whom, the question was handed off."""
+    sent = await asyncio.to_thread(store.escalation, query_id)
+    by = mention(sent.user) if sent else messages.HAND_OFF_SOMEONE
+    where = sent.channel if sent and sent.channel else channel
+    await _tell(respond, messages.hand_off_already(scope_label(where), by))
+
+
+async def _tell(respond: Respond, text: str) -> None:
+    """Tell the clicker alone (best effort: the hand-off itself is what matters)."""
+    try:
+        await respond(text=text, response_type="ephemeral", replace_original=False)
+    except SLACK_FAILURES as exc:
+        log.info("could not tell the clicker about a hand-off: %s", slack_failure(exc))

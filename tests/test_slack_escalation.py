@@ -1,0 +1,310 @@
+"""Ask a person: the button under answers, the hand-off in KB_ESCALATION_CHANNEL, once per question."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from bot.slack import messages
+from bot.slack.render import ASK_A_PERSON_ACTION_ID, render_answer, render_notice
+from core.answer import Answer, Outcome
+from index.store import Store
+
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from tests.conftest_bot import (  # noqa: E402
+    FALCON_Q,
+    IN_DOMAIN,
+    OUT_OF_DOMAIN,
+    Bot,
+    BotFactory,
+    make_settings,
+)
+from tests.servers import (  # noqa: E402
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    USER_ID,
+    app_mention_event,
+    block_actions_body,
+    button_action,
+    message_im_event,
+)
+
+ESCALATION = "C0HANDOFF01"
+COLLEAGUE = "U0COLLEAG01"
+
+
+@pytest.fixture
+async def bot(make_bot: BotFactory) -> Bot:
+    """The bot with an escalation channel."""
+    return await make_bot(escalation_channel=ESCALATION)
+
+
+def _ask_button(message: dict[str, Any]) -> dict[str, Any] | None:
+    for block in message.get("blocks", []):
+        for element in block.get("elements", []):
+            if isinstance(element, dict) and element.get("action_id") == ASK_A_PERSON_ACTION_ID:
+                return element
+    return None
+
+
+async def _asked(bot: Bot, event: dict[str, Any], count: int = 1) -> tuple[dict[str, Any], str]:
+    """Ask ``event``'s question (the ``count``-th); the answer shown and its button's value."""
+    await bot.event(event)
+    answer = await bot.answer(count)
+    button = _ask_button(answer)
+    assert button is not None, answer["blocks"]
+    return answer, str(button["value"])
+
+
+def _click(
+    answer: dict[str, Any],
+    value: str,
+    *,
+    user: str = USER_ID,
+    response: str = "h1",
+    bot: Bot,
+) -> bytes:
+    return block_actions_body(
+        [button_action(ASK_A_PERSON_ACTION_ID, value, text=messages.ASK_A_PERSON)],
+        user_id=user,
+        channel_id=str(answer["channel"]),
+        message_ts=str(answer["ts"]),
+        thread_ts=answer.get("thread_ts"),
+        response_url=bot.slack.response_url(response),
+    )
+
+
+def _handed_off(bot: Bot) -> list[dict[str, Any]]:
+    return [p for p in bot.slack.calls("chat.postMessage") if p.get("channel") == ESCALATION]
+
+
+def _shown(message: dict[str, Any]) -> str:
+    return json.dumps(message.get("blocks", []), ensure_ascii=False) + str(message.get("text"))
+
+
+# ---------------------------------------------------------------- the button
+
+
+async def test_answers_and_refusals_carry_the_button_only_with_the_setting(
+    bot: Bot, make_bot: BotFactory
+) -> None:
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    assert bot.kb.store.query(int(value)).question == IN_DOMAIN
+    _, refused = await _asked(bot, app_mention_event(OUT_OF_DOMAIN), count=2)
+    assert bot.kb.store.query(int(refused)).outcome == Outcome.REFUSED
+
+    plain = await make_bot()
+    await plain.event(app_mention_event(IN_DOMAIN))
+    assert _ask_button(await plain.answer(count=3)) is None
+
+
+def test_the_button_is_rendered_for_every_logged_outcome_and_never_for_notices() -> None:
+    for outcome in Outcome:
+        answer = Answer("q", outcome, "text [1]", grounded=False, model_called=False, query_id=7)
+        rendered = render_answer(answer, ask_a_person=True)
+        button = _ask_button({"blocks": rendered.blocks})
+        assert button is not None and button["value"] == "7", outcome
+        assert _ask_button({"blocks": render_answer(answer).blocks}) is None
+    unlogged = Answer("q", Outcome.REFUSED, "", grounded=False, model_called=False)
+    assert _ask_button({"blocks": render_answer(unlogged, ask_a_person=True).blocks}) is None
+    assert _ask_button({"blocks": render_notice(messages.ERROR_GENERIC).blocks}) is None
+
+
+def test_the_setting_must_be_a_channel_id() -> None:
+    assert make_settings(escalation_channel=" C0HELP01 ").slack_config().escalation_channel == (
+        "C0HELP01"
+    )
+    assert make_settings(escalation_channel="G0OLDPRIV").escalation_channel == "G0OLDPRIV"
+    for bad in ("#help", "D0DM000001", "U0USER0001", "c0lower"):
+        with pytest.raises(ValidationError, match="KB_ESCALATION_CHANNEL"):
+            make_settings(escalation_channel=bad)
+
+
+# ---------------------------------------------------------------- handing off
+
+
+async def test_a_hand_off_is_posted_once_under_double_clicks_and_a_redelivery(bot: Bot) -> None:
+    event = app_mention_event(IN_DOMAIN)
+    answer, value = await _asked(bot, event)
+    body = _click(answer, value, bot=bot)
+    await asyncio.gather(bot.post(body), bot.post(body))
+    await bot.post(body, retry_num=1)
+    replies = await bot.slack.wait_for_responses(3, "h1")
+    await bot.idle()
+
+    (post,) = _handed_off(bot)
+    shown = _shown(post)
+    assert f"<@{USER_ID}>" in shown and f"<#{CHANNEL_ID}>" in shown
+    assert IN_DOMAIN in shown, "the asker handed it off: the question is shown"
+    assert "Here is what the documents say [1]." in shown, "sources for everyone: answer shown"
+    permalink = f"https://example.slack.com/archives/{CHANNEL_ID}/p{event['ts'].replace('.', '')}"
+    assert f"<{permalink}|{messages.HAND_OFF_OPEN_THREAD}>" in shown
+    (link_call,) = bot.slack.calls("chat.getPermalink")
+    assert link_call["message_ts"] == event["ts"]
+
+    texts = sorted(r["text"] for r in replies)
+    posted = messages.hand_off_posted(f"<#{ESCALATION}>", direct=False)
+    already = messages.hand_off_already(f"<#{ESCALATION}>", f"<@{USER_ID}>")
+    assert texts == sorted([posted, already, already])
+    assert all(r["response_type"] == "ephemeral" for r in replies)
+    sent = bot.kb.store.escalation(int(value))
+    assert sent is not None and sent.sent and sent.channel == ESCALATION
+
+
+async def test_a_dm_question_is_handed_off_by_its_asker_without_a_thread_link(bot: Bot) -> None:
+    answer, value = await _asked(bot, message_im_event("How often are API keys rotated?"))
+    assert answer["channel"] == DM_CHANNEL_ID
+    await bot.post(_click(answer, value, bot=bot))
+    (reply,) = await bot.slack.wait_for_responses(1, "h1")
+    assert reply["text"] == messages.hand_off_posted(f"<#{ESCALATION}>", direct=True)
+    (post,) = _handed_off(bot)
+    shown = _shown(post)
+    assert messages.HAND_OFF_DM_PLACE in shown and "API keys rotated" in shown
+    assert messages.hand_off_reply_directly(f"<@{USER_ID}>") in shown
+    assert not bot.slack.calls("chat.getPermalink"), "nobody else can open a DM's thread"
+
+
+async def test_someone_elses_dm_question_is_refused(bot: Bot, caplog: Any) -> None:
+    answer, value = await _asked(bot, message_im_event("How often are API keys rotated?"))
+    await bot.post(_click(answer, value, user=COLLEAGUE, bot=bot))
+    # The same id clicked from a channel: a forged value never reaches another conversation.
+    forged = {**answer, "channel": CHANNEL_ID}
+    with caplog.at_level(logging.WARNING, logger="bot.slack.escalation"):
+        await bot.post(_click(forged, value, bot=bot, response="h2"))
+        replies = await bot.slack.wait_for_responses(1, "h1")
+        replies += await bot.slack.wait_for_responses(1, "h2")
+        await bot.idle()
+    assert [r["text"] for r in replies] == [messages.HAND_OFF_NOT_YOURS] * 2
+    assert not _handed_off(bot)
+    assert bot.kb.store.escalation(int(value)) is None
+    assert "may not hand off question" in caplog.text
+
+
+async def test_a_malformed_value_is_ignored_with_a_log_line(bot: Bot, caplog: Any) -> None:
+    answer, _ = await _asked(bot, app_mention_event(IN_DOMAIN))
+    with caplog.at_level(logging.WARNING, logger="bot.slack.escalation"):
+        for value in ("12abc", "<!channel>", "-1", "0", "9" * 40, "１２"):
+            await bot.post(_click(answer, value, bot=bot))
+        await bot.idle()
+    assert caplog.text.count("malformed value") == 6
+    assert not _handed_off(bot) and not bot.slack.responses("h1")
+
+
+async def test_an_unknown_question_id_is_answered_plainly(bot: Bot) -> None:
+    answer, _ = await _asked(bot, app_mention_event(IN_DOMAIN))
+    await bot.post(_click(answer, "987654", bot=bot))
+    (reply,) = await bot.slack.wait_for_responses(1, "h1")
+    assert reply["text"] == messages.HAND_OFF_UNKNOWN
+    assert not _handed_off(bot)
+
+
+async def test_without_the_bot_in_the_channel_the_clicker_is_told_and_a_later_click_posts(
+    bot: Bot,
+) -> None:
+    answer, value = await _asked(bot, app_mention_event(OUT_OF_DOMAIN))
+    bot.slack.fail("chat.postMessage", "not_in_channel", times=1)
+    await bot.post(_click(answer, value, bot=bot))
+    (refused,) = await bot.slack.wait_for_responses(1, "h1")
+    assert refused["text"] == messages.hand_off_not_in_channel(f"<#{ESCALATION}>")
+    await bot.idle()
+    assert bot.kb.store.escalation(int(value)) is None, "not marked: a later click may succeed"
+
+    await bot.post(_click(answer, value, bot=bot, response="h2"))
+    (posted,) = await bot.slack.wait_for_responses(1, "h2")
+    assert posted["text"] == messages.hand_off_posted(f"<#{ESCALATION}>", direct=False)
+    (post,) = _handed_off(bot)
+    assert messages.HAND_OFF_REFUSED in _shown(post)
+
+
+async def test_other_slack_failures_release_the_claim_too(bot: Bot) -> None:
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    bot.slack.fail("chat.postMessage", "fatal_error", times=1)
+    await bot.post(_click(answer, value, bot=bot))
+    (reply,) = await bot.slack.wait_for_responses(1, "h1")
+    assert reply["text"] == messages.HAND_OFF_FAILED
+    await bot.idle()
+    assert bot.kb.store.escalation(int(value)) is None
+
+
+async def test_the_button_of_an_old_answer_says_when_hand_offs_are_off(
+    bot: Bot, make_bot: BotFactory
+) -> None:
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    plain = await make_bot()
+    await plain.post(_click(answer, value, bot=plain))
+    (reply,) = await plain.slack.wait_for_responses(1, "h1")
+    assert reply["text"] == messages.HAND_OFF_OFF
+
+
+# ---------------------------------------------------------------- what the channel may read
+
+
+async def test_hostile_question_and_answer_are_escaped(bot: Bot) -> None:
+    bot.llm.set_reply("<!channel> <@U0VICTIM1> read <https://evil.example|this> now [1].")
+    question = f"{IN_DOMAIN} <!here> <@U0VICTIM1> <https://evil.example|x> www.evil.example"
+    answer, value = await _asked(bot, app_mention_event(question))
+    await bot.post(_click(answer, value, bot=bot))
+    await bot.slack.wait_for_responses(1, "h1")
+    (post,) = _handed_off(bot)
+    shown = _shown(post)
+    for forbidden in ("<!channel>", "<!here>", "<@U0VICTIM1>", "<https://evil", "|this>"):
+        assert forbidden not in shown, forbidden
+    assert "&lt;!channel&gt;" in shown and "&lt;!here&gt;" in shown
+    assert "`www.evil.example`" in shown, "a bare domain is set in code, not linked"
+
+
+async def test_an_answer_from_a_channels_documents_is_withheld(bot: Bot) -> None:
+    bot.llm.set_reply("Project Falcon launches on 14 March [1].")
+    answer, value = await _asked(bot, app_mention_event(FALCON_Q))
+    assert "14 March" in _shown(answer)
+    await bot.post(_click(answer, value, bot=bot))
+    await bot.slack.wait_for_responses(1, "h1")
+    (post,) = _handed_off(bot)
+    shown = _shown(post)
+    assert messages.HAND_OFF_ANSWER_WITHHELD in shown
+    assert "14 March" not in shown
+    assert FALCON_Q in shown, "the asker's own click shows the question"
+
+
+async def test_a_colleagues_hand_off_withholds_the_question(bot: Bot) -> None:
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    await bot.post(_click(answer, value, user=COLLEAGUE, bot=bot))
+    (reply,) = await bot.slack.wait_for_responses(1, "h1")
+    assert reply["text"] == messages.hand_off_posted(f"<#{ESCALATION}>", direct=False)
+    (post,) = _handed_off(bot)
+    shown = _shown(post)
+    assert IN_DOMAIN not in shown and messages.HAND_OFF_QUESTION_WITHHELD in shown
+    assert messages.hand_off_by(f"<@{COLLEAGUE}>") in shown
+    assert f"<@{USER_ID}>" in shown
+
+
+# ---------------------------------------------------------------- the claim
+
+
+def test_a_claim_is_taken_once_released_on_failure_and_taken_over_when_stale(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "data")
+    assert store.claim_escalation(5, "U1")
+    assert not store.claim_escalation(5, "U2"), "being sent"
+    assert store.claim_escalation(5, "U3", stale_after=-1.0), "its process died while posting"
+    store.release_escalation(5)
+    assert store.escalation(5) is None
+    assert store.claim_escalation(5, "U2")
+    store.escalation_sent(5, "C9", "1.2")
+    store.release_escalation(5)
+    sent = store.escalation(5)
+    assert sent is not None and (sent.user, sent.channel, sent.ts, sent.sent) == (
+        "U2",
+        "C9",
+        "1.2",
+        True,
+    )
+    assert not store.claim_escalation(5, "U4", stale_after=-1.0), "a sent hand-off stays sent"
