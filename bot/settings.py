@@ -335,6 +335,11 @@ class Settings(BaseSettings):
         "KB_ALLOW_EXTERNAL",
         "Answer people of other organisations (Slack Connect) and use the documents for everyone in channels shared with them. Off: they get no answers, and a shared channel sees only the documents added to it.",
     )
+    slack_streaming: Literal["auto", "off"] = _setting(
+        "auto",
+        "KB_SLACK_STREAMING",
+        "How answers appear while the model writes them: 'auto' streams them natively (chat.startStream) where the workspace allows it, else posts and edits the message about once a second; 'off' always posts and edits.",
+    )
     log_level: str = _setting(
         "INFO",
         "KB_LOG_LEVEL",
@@ -466,6 +471,7 @@ class Settings(BaseSettings):
             escalation_channel=self.escalation_channel.strip(),
             download_timeout=self.download_timeout,
             max_uploads_per_user=self.max_uploads_per_user,
+            streaming=self.slack_streaming == "auto",
         )
 
     def signin_config(self) -> SignInConfig:

@@ -1106,6 +1106,82 @@ class MockSlackAPI(_LocalServer):
             "message": msg,
         }
 
+    def _m_chat_delete(self, params: JSONDict) -> JSONDict:
+        channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
+        if self.messages.pop((channel, ts), None) is None:
+            return {"ok": False, "error": "message_not_found"}
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    def _stream_text_errors(self, params: JSONDict, *, required: bool) -> JSONDict | None:
+        """Slack's checks of a streaming call's ``markdown_text`` (at most 12,000 characters)."""
+        text = params.get("markdown_text")
+        if text is None:
+            return {"ok": False, "error": "no_text"} if required else None
+        if not isinstance(text, str) or (required and not text):
+            return {"ok": False, "error": "no_text"}
+        if len(text) > 12000:
+            return {"ok": False, "error": "msg_too_long"}
+        return None
+
+    def _streaming_message(self, params: JSONDict) -> tuple[JSONDict | None, JSONDict | None]:
+        """The message a streaming call names and still streams, or Slack's error for it."""
+        channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
+        if not channel:
+            return None, {"ok": False, "error": "channel_not_found"}
+        if not ts:
+            return None, {"ok": False, "error": "invalid_arguments"}
+        msg = self.messages.get((self._channel_for(channel), ts))
+        if msg is None:
+            return None, {"ok": False, "error": "message_not_found"}
+        if msg.get("streaming_state") != "in_progress":
+            return None, {"ok": False, "error": "message_not_in_streaming_state"}
+        return msg, None
+
+    def _m_chat_startStream(self, params: JSONDict) -> JSONDict:
+        """A streamed reply in a thread: a message (``streaming_state`` in progress) others can read."""
+        channel = self._channel_for(str(params.get("channel", "")))
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        if not params.get("thread_ts"):
+            return {"ok": False, "error": "invalid_arguments"}
+        if not channel.startswith("D"):
+            # Outside a DM Slack must know who the stream is for.
+            for field_name in ("recipient_user_id", "recipient_team_id"):
+                if not params.get(field_name):
+                    return {"ok": False, "error": f"missing_{field_name}"}
+        error = self._stream_text_errors(params, required=False)
+        if error:
+            return error
+        ts = slack_ts()
+        msg = self._message({"text": params.get("markdown_text", ""), **params}, ts)
+        msg["streaming_state"] = "in_progress"
+        self.messages[(channel, ts)] = msg
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    def _m_chat_appendStream(self, params: JSONDict) -> JSONDict:
+        msg, error = self._streaming_message(params)
+        error = error or self._stream_text_errors(params, required=True)
+        if error or msg is None:
+            return error or {"ok": False, "error": "message_not_found"}
+        msg["text"] = str(msg.get("text", "")) + str(params["markdown_text"])
+        return {"ok": True, "channel": params["channel"], "ts": msg["ts"]}
+
+    def _m_chat_stopStream(self, params: JSONDict) -> JSONDict:
+        """Ends the stream; ``markdown_text`` is appended, ``blocks`` go below the streamed text."""
+        msg, error = self._streaming_message(params)
+        error = error or self._stream_text_errors(params, required=False)
+        if not error and self.validate and "blocks" in params:
+            errors = _block_errors(params["blocks"], max_blocks=50)
+            if errors:
+                error = {"ok": False, "error": "invalid_blocks", "errors": errors}
+        if error or msg is None:
+            return error or {"ok": False, "error": "message_not_found"}
+        msg["text"] = str(msg.get("text", "")) + str(params.get("markdown_text", ""))
+        if "blocks" in params:
+            msg["blocks"] = [*msg.get("blocks", []), *params["blocks"]]
+        msg["streaming_state"] = "completed"
+        return {"ok": True, "channel": params["channel"], "ts": msg["ts"], "message": dict(msg)}
+
     def _m_chat_postEphemeral(self, params: JSONDict) -> JSONDict:
         if not params.get("user"):
             return {"ok": False, "error": "user_not_in_channel"}

@@ -44,6 +44,8 @@ class SlackConfig:
         download_timeout: seconds one file's download from Slack may take in all.
         max_uploads_per_user: files of one person downloaded or indexed at a
             time; their further files wait.
+        streaming: stream answers natively (``chat.startStream``) where the
+            workspace allows it; off: always post, then edit.
     """
 
     # Secrets never in a repr: a repr ends up in tracebacks and logs.
@@ -59,6 +61,7 @@ class SlackConfig:
     escalation_channel: str = ""
     download_timeout: float = DEFAULT_DOWNLOAD_TIMEOUT
     max_uploads_per_user: int = DEFAULT_MAX_UPLOADS_PER_USER
+    streaming: bool = True
 
     @property
     def missing(self) -> list[str]:

@@ -62,7 +62,7 @@ from bot.slack.render import (
     render_notice,
     upload_modal,
 )
-from bot.slack.reply import REPLY_KEY, SlackReply
+from bot.slack.reply import REPLY_KEY, SlackReply, Streaming, stop_stream
 from bot.slack.roles import Roles
 from bot.slack.thread import SlackThread
 from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
@@ -106,6 +106,7 @@ class Services:
     )
     deliveries: Deliveries = field(init=False)
     home: Home = field(init=False)
+    streaming: Streaming = field(default_factory=Streaming)
 
     def __post_init__(self) -> None:
         self.deliveries = Deliveries(self.kb.store, self.ack_executor)
@@ -130,6 +131,7 @@ class Services:
             conversation=Conversation(engine),
             audience=Audience(config, directory),
             agent=Agent(kb, directory),
+            streaming=Streaming(config.streaming),
         )
 
 
@@ -324,6 +326,9 @@ async def _answer(
         channel=channel,
         thread_ts=thread_ts,
         note=note,
+        streaming=services.streaming,
+        recipient_user_id=event.get("user"),
+        recipient_team_id=event.get("user_team") or event.get("team") or body.get("team_id"),
         ask_a_person=bool(services.config.escalation_channel),
     )
     await services.conversation.answer(turn, reply)
@@ -599,6 +604,8 @@ async def _tell_user(
     notice = render_notice(text)
     reply = context.get(REPLY_KEY)
     if reply:
+        if reply.get("stream"):
+            await stop_stream(client, reply["channel"], reply["ts"])
         await client.chat_update(channel=reply["channel"], ts=reply["ts"], **notice.as_kwargs())
         return
     event = body.get("event") or {}

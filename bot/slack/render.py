@@ -52,6 +52,7 @@ __all__ = [
     "render_partial",
     "render_upload_status",
     "split_mrkdwn",
+    "stream_markdown",
     "upload_modal",
 ]
 
@@ -91,6 +92,12 @@ _LINKABLE_RE = re.compile(
     re.IGNORECASE,
 )
 _TRAILING_PUNCTUATION = ".,;:!?)]}'\"*_~"
+# Streamed Markdown: a "]" right before "(", "[" or ":" would make a link; "@here" and
+# the like notify; a backtick could close a code span around an inert link.
+_LINK_BRACKET_RE = re.compile(r"\](?=[(\[:])")
+_BROADCAST_RE = re.compile(r"@(?=(?:channel|here|everyone)\b)", re.IGNORECASE)
+_WORD_JOINER = "\u2060"
+_BACKTICK_LOOKALIKE = "\u02cb"
 _USER_ID_RE = re.compile(r"[UW][A-Z0-9]{2,}")
 _CHANNEL_ID_RE = re.compile(r"[CG][A-Z0-9]{2,}")
 
@@ -461,6 +468,28 @@ def render_partial(text: str) -> Rendered:
         _fit(text, FALLBACK_LIMIT) or messages.PLACEHOLDER,
         [_section(body), _context(messages.WRITING)],
     )
+
+
+def stream_markdown(text: str) -> str:
+    """The answer so far as the standard Markdown ``chat.startStream`` / ``appendStream`` take.
+
+    Streamed text is Markdown, not mrkdwn, and has no ``verbatim``: Slack would
+    turn ``[text](url)``, bare URLs and mentions in it into links and pings. So
+    ``&``, ``<`` and ``>`` are escaped (no ``<!channel>``, ``<@U1>``,
+    ``<url|text>``, autolink or HTML), a ``]`` never opens a Markdown link
+    (``[text](url)``, ``[text][ref]``, ``[ref]: url``), ``@here``-style words get
+    an invisible word joiner, and every link-like token is set in code
+    (:func:`inert_links`), after the model's own backticks became a look-alike so
+    that no code span it opened can leave such a token outside code. Citation
+    numbers stay a plain ``[n]``: they become links in the final answer only.
+
+    Each token is rewritten on its own: the Markdown of a text cut before a
+    word begins the Markdown of any longer text, so what was streamed never
+    has to be taken back.
+    """
+    text = inert_links(text.replace("`", _BACKTICK_LOOKALIKE))
+    text = _LINK_BRACKET_RE.sub("]" + _WORD_JOINER, text)
+    return escape(_BROADCAST_RE.sub("@" + _WORD_JOINER, text))
 
 
 def render_notice(text: str) -> Rendered:

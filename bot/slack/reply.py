@@ -4,15 +4,44 @@ Implements ``bot.conversation.Reply``. The thread's status ("is searching the
 knowledge base…", ``assistant.threads.setStatus``, which ``chat:write`` allows
 in channel threads and DMs alike) is set first and nothing is posted until the
 answer has text: Slack clears the status as soon as the bot posts in the
-thread. The first text the model writes is posted, edited as it grows, and
-finally replaced by the rendered answer (or the answer is posted at once when
-it came in one piece). Where Slack refuses the status, a placeholder message
-shows the progress instead.
+thread. Where Slack refuses the status, a placeholder message shows the
+progress instead.
 
-Slack failing to show progress never costs the answer: a placeholder that
-could not be posted or edited (deleted, rate-limited past the retries, Slack
-down for a moment) is skipped, and the answer is posted as a new message in
-the thread instead.
+The answer then appears as the model writes it, in one of two ways:
+
+* native streaming (``KB_SLACK_STREAMING=auto``, the default): the first text
+  starts a stream (``chat.startStream``), later text is appended
+  (``chat.appendStream``), each time only what is new. The streamed text is
+  Markdown made inert (``render.stream_markdown``: no mention, no link, citation
+  numbers plain) and is cut before the word being written, so what was sent
+  never changes; text the model rewrote (no longer extending what was sent) is
+  not appended, the final answer corrects it. Appends are coalesced: at most
+  one per partial answer the conversation hands over (one a second), and all
+  of this process's streams share a budget below Slack's ``appendStream``
+  limit (Tier 4, about 100 a minute per workspace); an append over budget is
+  skipped, the next one carries its text.
+* the fallback: the first text is posted, edited as it grows (``chat.update``,
+  about once a second), and replaced by the rendered answer.
+
+The final answer is always the message ``render_answer`` renders (links that
+resolve the citations, the sources, the feedback buttons and whatever else the
+render adds). ``chat.stopStream`` can only add blocks *below* the streamed
+text, which would leave the unresolved copy above the rendered one; so a
+stream is stopped bare and its message replaced with ``chat.update``, as the
+fallback's message is. An answer that came in one piece (refusals, related
+passages, the evidence when the model is down) is posted at once.
+
+Streaming falls back to the edits for the rest of the turn when Slack refuses
+it: a failed ``startStream`` means nothing was shown yet; a stream failing
+midway is stopped and its message carries on as the fallback's. What Slack
+said is remembered for this process (:class:`Streaming`): a workspace or app
+without streaming is not asked again for an hour, a rate limit or a timeout
+for half a minute.
+
+Slack failing to show progress never costs the answer: a placeholder, stream or
+edit that failed (deleted, rate-limited past the retries, Slack down for a
+moment) is skipped, and the answer is posted as a new message in the thread,
+the half-written one deleted.
 """
 
 from __future__ import annotations
@@ -20,6 +49,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
+import time
+from collections.abc import Callable
 
 import aiohttp
 from slack_bolt.async_app import AsyncBoltContext
@@ -27,17 +59,72 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.render import Rendered, render_answer, render_notice, render_partial
+from bot.slack.render import (
+    Rendered,
+    render_answer,
+    render_notice,
+    render_partial,
+    stream_markdown,
+)
 from core.answer import Answer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["REPLY_KEY", "SLACK_FAILURES", "SlackReply", "slack_failure"]
+__all__ = [
+    "REPLY_KEY",
+    "SLACK_FAILURES",
+    "STREAM_TEXT_LIMIT",
+    "SlackReply",
+    "Streaming",
+    "settled_text",
+    "slack_failure",
+    "stop_stream",
+]
 
 STATUS_TIMEOUT_SECONDS = 3.0
 REPLY_KEY = "kb_reply"  # bolt context key: where a failing listener should report
 # What a Web API call raises once its retries are spent: Slack's refusal, or no answer at all.
 SLACK_FAILURES = (SlackApiError, aiohttp.ClientError, TimeoutError)
+
+# Slack takes at most 12,000 characters of markdown_text per call; the streamed copy
+# stops growing there (the final answer shows everything).
+STREAM_TEXT_LIMIT = 12_000
+# appendStream is Tier 4 (100+ a minute per workspace): a bucket a little below that,
+# shared by every stream of the process, with room for a burst of answers starting.
+APPENDS_PER_MINUTE = 90
+APPEND_BURST = 20
+# How long streaming stays off after Slack refused it: for good (no such method, scope
+# or surface: until someone changes the app), or for a moment (rate limits, timeouts).
+UNSUPPORTED_SECONDS = 3600.0
+TRANSIENT_SECONDS = 30.0
+_UNSUPPORTED = frozenset(
+    {
+        "unknown_method",
+        "method_deprecated",
+        "deprecated_endpoint",
+        "not_allowed",
+        "not_allowed_token_type",
+        "missing_scope",
+        "access_denied",
+        "channel_type_not_supported",
+        "messages_tab_disabled",
+        "enterprise_is_restricted",
+        "missing_recipient_user_id",
+        "missing_recipient_team_id",
+    }
+)
+_TRANSIENT = frozenset(
+    {
+        "ratelimited",
+        "rate_limited",
+        "fatal_error",
+        "internal_error",
+        "service_unavailable",
+        "request_timeout",
+        "team_added_to_org",
+    }
+)
+_LAST_WORD_RE = re.compile(r"\S+\s*$")
 
 
 def slack_failure(exc: BaseException) -> str:
@@ -47,16 +134,89 @@ def slack_failure(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+async def stop_stream(client: AsyncWebClient, channel: str, ts: str) -> None:
+    """Stop the stream of message ``ts`` so that it can be edited; failures are only logged.
+
+    Already stopped (Slack ends streams after a few minutes) or unreachable:
+    the edit that follows, or a new message, still shows what it must.
+    """
+    try:
+        await client.chat_stopStream(channel=channel, ts=ts)
+    except SLACK_FAILURES as exc:
+        log.info("could not stop the stream in %s: %s", channel, slack_failure(exc))
+
+
+def settled_text(text: str) -> str:
+    """``text`` up to the word being written: what the model will not change by adding to it."""
+    last = _LAST_WORD_RE.search(text)
+    return text[: last.start()] if last else ""
+
+
+class Streaming:
+    """Whether this process streams answers natively: the setting and what Slack said.
+
+    Args:
+        enabled: ``KB_SLACK_STREAMING`` is ``auto``.
+        clock: seconds, monotonic (tests pass their own).
+    """
+
+    def __init__(self, enabled: bool = True, *, clock: Callable[[], float] = time.monotonic):
+        self.enabled = enabled
+        self._clock = clock
+        self._off_until: dict[str, float] = {}
+        self._tokens = float(APPEND_BURST)
+        self._refilled = clock()
+
+    def available(self, channel: str) -> bool:
+        """Whether to try a stream in ``channel`` (DMs and channels are remembered apart)."""
+        return self.enabled and self._clock() >= self._off_until.get(_kind(channel), 0.0)
+
+    def refused(self, channel: str, exc: BaseException) -> None:
+        """Remember a failed streaming call: off for an hour, half a minute, or not at all."""
+        error = slack_failure(exc)
+        if error in _UNSUPPORTED:
+            pause = UNSUPPORTED_SECONDS
+        elif error in _TRANSIENT or not isinstance(exc, SlackApiError) or _server_error(exc):
+            pause = TRANSIENT_SECONDS
+        else:
+            return  # about this channel or message only (archived, not in channel...)
+        self._off_until[_kind(channel)] = self._clock() + pause
+        log.info("streaming off for %.0f s in %s channels: %s", pause, _kind(channel), error)
+
+    def take_append(self) -> bool:
+        """Spend one append of the shared budget; ``False`` when it is spent for now."""
+        now = self._clock()
+        rate = APPENDS_PER_MINUTE / 60.0
+        self._tokens = min(float(APPEND_BURST), self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
+def _kind(channel: str) -> str:
+    return "DM" if channel.startswith("D") else "channel"
+
+
+def _server_error(exc: SlackApiError) -> bool:
+    status = getattr(exc.response, "status_code", 200)
+    return isinstance(status, int) and status >= 500
+
+
 class SlackReply:
     """Shows one turn in ``thread_ts`` of ``channel``.
 
     Args:
         client: the Web API client.
-        context: the listener's bolt context; told where the placeholder is, so
-            the error handler can replace it if anything fails afterwards.
+        context: the listener's bolt context; told where the answer is being
+            shown, so the error handler can replace it if anything fails afterwards.
         channel: where the question was asked.
         thread_ts: the thread the reply goes in.
         note: server-written mrkdwn shown above the answer.
+        streaming: this process's streaming state; ``None``: never stream.
+        recipient_user_id, recipient_team_id: who asked, and their team; Slack
+            needs both to stream in a channel.
         ask_a_person: the answer gets the "Ask a person" button (``KB_ESCALATION_CHANNEL``).
     """
 
@@ -68,6 +228,9 @@ class SlackReply:
         channel: str,
         thread_ts: str,
         note: str | None = None,
+        streaming: Streaming | None = None,
+        recipient_user_id: str | None = None,
+        recipient_team_id: str | None = None,
         ask_a_person: bool = False,
     ) -> None:
         self.client = client
@@ -77,6 +240,13 @@ class SlackReply:
         self.note = note
         self.ask_a_person = ask_a_person
         self.ts: str | None = None
+        self.streaming = streaming
+        self.recipient_user_id = recipient_user_id
+        self.recipient_team_id = recipient_team_id
+        self.stream_ts: str | None = None  # the message being streamed, until it is stopped
+        self._streamed = ""  # the Markdown sent so far
+        self._stream_failed = False
+        self._rewritten = False
 
     async def help(self) -> None:
         """Post how to ask, in the thread."""
@@ -111,7 +281,9 @@ class SlackReply:
             )
 
     async def partial(self, text: str) -> None:
-        """Show the answer so far: posted the first time (ending the status), then edited."""
+        """Show the answer so far: streamed, or posted the first time (ending the status), then edited."""
+        if self._streams() and await self._stream(text):
+            return
         rendered = render_partial(text)
         try:
             if self.ts is None:
@@ -127,6 +299,7 @@ class SlackReply:
     async def final(self, answer: Answer) -> None:
         """Replace the answer so far (or the placeholder) with the rendered answer, or post it."""
         rendered = render_answer(answer, note=self.note, ask_a_person=self.ask_a_person)
+        await self._end_stream()
         placeholder = self.ts
         if placeholder is not None:
             try:
@@ -141,9 +314,89 @@ class SlackReply:
                 )
         await self._post(rendered)
         if placeholder is not None:
-            # Best effort: a "Searching…" left above the answer would look unfinished.
+            # Best effort: a "Searching…" or a half-written answer left above it would look unfinished.
             with contextlib.suppress(*SLACK_FAILURES):
                 await self.client.chat_delete(channel=self.channel, ts=placeholder)
+
+    # ------------------------------------------------------------ streaming
+
+    def _streams(self) -> bool:
+        """Whether this turn shows its text as a native stream."""
+        if self.stream_ts is not None:
+            return True
+        # A placeholder already shows the progress: it is edited, not joined by a stream.
+        return (
+            self.streaming is not None
+            and self.ts is None
+            and not self._stream_failed
+            and self.streaming.available(self.channel)
+        )
+
+    async def _stream(self, text: str) -> bool:
+        """Stream what is new in ``text``; ``False`` when streaming failed and the edits take over."""
+        markdown = stream_markdown(settled_text(text))
+        if self.stream_ts is None:
+            return await self._start_stream(markdown)
+        if not markdown.startswith(self._streamed):
+            if not self._rewritten:
+                log.debug("the model rewrote streamed text; the final answer replaces it")
+            self._rewritten = True
+        new = markdown[len(self._streamed) :]
+        if self._rewritten or not new or len(markdown) > STREAM_TEXT_LIMIT:
+            return True
+        assert self.streaming is not None
+        if not self.streaming.take_append():
+            return True  # over the shared budget: the next append carries this text too
+        try:
+            await self.client.chat_appendStream(
+                channel=self.channel, ts=self.stream_ts, markdown_text=new
+            )
+        except SLACK_FAILURES as exc:
+            log.warning("streaming the answer failed midway (%s): editing it", slack_failure(exc))
+            self.streaming.refused(self.channel, exc)
+            await self._abandon_stream()
+            return False
+        self._streamed = markdown
+        return True
+
+    async def _start_stream(self, markdown: str) -> bool:
+        if not markdown.strip():
+            return True  # no whole word yet: the status stays
+        assert self.streaming is not None
+        try:
+            started = await self.client.chat_startStream(
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                markdown_text=markdown[:STREAM_TEXT_LIMIT],
+                # Required in channels; the SDK leaves out what is None.
+                recipient_user_id=self.recipient_user_id or None,
+                recipient_team_id=self.recipient_team_id or None,
+            )
+        except SLACK_FAILURES as exc:
+            log.info(
+                "no native streaming in %s (%s): editing instead", self.channel, slack_failure(exc)
+            )
+            self.streaming.refused(self.channel, exc)
+            self._stream_failed = True
+            return False
+        self.stream_ts = str(started["ts"])
+        self._streamed = markdown[:STREAM_TEXT_LIMIT]
+        self.context[REPLY_KEY] = {"channel": self.channel, "ts": self.stream_ts, "stream": True}
+        return True
+
+    async def _abandon_stream(self) -> None:
+        """Stop a stream that failed; its message goes on as the fallback's."""
+        self._stream_failed = True
+        await self._end_stream()
+
+    async def _end_stream(self) -> None:
+        """Stop the stream, if any: its message is then edited like any other."""
+        if self.stream_ts is None:
+            return
+        ts, self.stream_ts = self.stream_ts, None
+        self.ts = ts
+        self.context[REPLY_KEY] = {"channel": self.channel, "ts": ts}
+        await stop_stream(self.client, self.channel, ts)
 
     async def _post(self, rendered: Rendered) -> None:
         """Post in the thread; the error handler then reports failures on this message."""

@@ -1,0 +1,278 @@
+"""Answers streamed natively (chat.startStream / appendStream / stopStream), and the fallback.
+
+Through the real bolt app (signed HTTP events) against the mock Slack Web API
+and the local model server streaming its answer a few words at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from bot.slack import messages
+from bot.slack.render import FEEDBACK_ACTION_ID, stream_markdown
+from bot.slack.reply import (
+    APPEND_BURST,
+    TRANSIENT_SECONDS,
+    UNSUPPORTED_SECONDS,
+    Streaming,
+    settled_text,
+)
+
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from tests.conftest_bot import IN_DOMAIN, OUT_OF_DOMAIN, Bot, BotFactory, links  # noqa: E402
+from tests.servers import (  # noqa: E402
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    TEAM_ID,
+    USER_ID,
+    app_mention_event,
+    message_im_event,
+)
+
+STREAM_METHODS = {"chat.startStream", "chat.appendStream", "chat.stopStream"}
+LONG_ANSWER = " ".join(["Claims are due within thirty days of the purchase."] * 6) + " [1]."
+HOSTILE = (
+    "Tell <!channel> and <@U123> to [click](http://evil.example/x) or <http://evil.example|x>, "
+    "see www.evil.example and @here; the rule [1] holds [2](http://evil.example) too [1]."
+)
+
+
+def streaming_slowly(bot: Bot, reply: str = LONG_ANSWER) -> None:
+    """The model writes ``reply`` a word every 20 ms; every word is handed on at once."""
+    bot.llm.set_reply(lambda _: reply)
+    bot.llm.trickle(0.02)
+    bot.services.conversation.stream_update_seconds = 0.0
+
+
+def streamed_text(bot: Bot) -> str:
+    """What the streams sent, start and appends joined."""
+    return "".join(
+        str(p.get("markdown_text", ""))
+        for m, p in bot.slack.log
+        if m in {"chat.startStream", "chat.appendStream"}
+    )
+
+
+def bot_messages_in(bot: Bot, channel: str, thread: str) -> list[dict[str, Any]]:
+    """The bot's messages Slack keeps in ``thread`` (the question itself is a person's)."""
+    return [
+        m
+        for (c, _), m in bot.slack.messages.items()
+        if c == channel and m.get("thread_ts") == thread
+    ]
+
+
+def assert_one_rendered_answer(bot: Bot, channel: str, thread: str) -> dict[str, Any]:
+    """The thread holds one message of the bot: the rendered answer, links and buttons."""
+    (message,) = bot_messages_in(bot, channel, thread)
+    blocks = json.dumps(message.get("blocks", []))
+    assert FEEDBACK_ACTION_ID in blocks and messages.SOURCES_HEADER in blocks
+    assert links(message), "the citations resolved into links"
+    assert message.get("streaming_state", "completed") == "completed"
+    return message
+
+
+# ---------------------------------------------------------------- native streaming
+
+
+@pytest.mark.parametrize("where", ["channel", "DM"])
+async def test_an_answer_streams_after_its_status_and_ends_rendered(bot: Bot, where: str) -> None:
+    streaming_slowly(bot)
+    if where == "channel":
+        event, channel = app_mention_event(IN_DOMAIN), CHANNEL_ID
+    else:
+        event, channel = message_im_event(IN_DOMAIN), DM_CHANNEL_ID
+    thread = str(event["ts"])
+    await bot.event(event)
+    final = await bot.answer()
+    await bot.idle()
+
+    methods = bot.slack.methods()
+    status = methods.index("assistant.threads.setStatus")
+    start = methods.index("chat.startStream")
+    # The status stays until the first streamed text: nothing in the thread before it.
+    assert status < start
+    assert "chat.postMessage" not in methods[:start]
+    (started,) = bot.slack.calls("chat.startStream")
+    assert started["channel"] == channel and started["thread_ts"] == thread
+    assert started["recipient_user_id"] == USER_ID and started["recipient_team_id"] == TEAM_ID
+    assert started["markdown_text"].startswith("Claims")
+    assert bot.slack.calls("chat.appendStream"), "later text appended"
+    # Only what is new each time: together a prefix of the answer, never a repeat.
+    sent = streamed_text(bot)
+    assert LONG_ANSWER.startswith(sent) and len(sent) > len(started["markdown_text"])
+    # Stopped, then the same message replaced by the rendered answer.
+    (stopped,) = bot.slack.calls("chat.stopStream")
+    assert methods.index("chat.stopStream") < len(methods) - 1 - methods[::-1].index("chat.update")
+    assert final["ts"] == stopped["ts"] and "blocks" not in stopped
+    assert_one_rendered_answer(bot, channel, thread)
+
+
+async def test_citation_numbers_stream_plain_and_model_output_stays_inert(bot: Bot) -> None:
+    streaming_slowly(bot, HOSTILE)
+    await bot.event(app_mention_event(IN_DOMAIN))
+    final = await bot.answer()
+    await bot.idle()
+
+    sent = streamed_text(bot)
+    assert "[1]" in sent, "citation numbers are streamed as written"
+    for forbidden in ("<!channel>", "<@U123>", "<http", "](", "][", "@here"):
+        assert forbidden not in sent, forbidden
+    # Every URL the model wrote is in code, so Slack makes nothing of it.
+    for url in re.findall(r"\S*evil\.example\S*", sent):
+        assert url.startswith("`") or url.startswith("[") or "`" in url, url
+    assert "`http://evil.example/x`" in sent and "`www.evil.example`" in sent
+    # The final answer: the server's links only.
+    assert links(final) and "evil.example|" not in json.dumps(final)
+
+
+async def test_a_refusal_is_posted_whole_without_a_stream(bot: Bot) -> None:
+    await bot.event(app_mention_event(OUT_OF_DOMAIN))
+    answer = await bot.answer()
+    await bot.idle()
+    assert answer["text"] == messages.REFUSAL
+    assert not STREAM_METHODS & set(bot.slack.methods())
+
+
+async def test_streaming_off_posts_and_edits(make_bot: BotFactory) -> None:
+    bot = await make_bot(slack_streaming="off")
+    streaming_slowly(bot)
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    await bot.answer()
+    await bot.idle()
+    assert not STREAM_METHODS & set(bot.slack.methods())
+    first = bot.slack.calls("chat.postMessage")[0]
+    assert first["text"].startswith("Claims")  # the text being written, then edited
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+
+
+# ---------------------------------------------------------------- fallback
+
+
+async def test_without_streaming_in_the_workspace_the_answer_is_posted_and_edited(
+    bot: Bot,
+) -> None:
+    bot.slack.fail("chat.startStream", "unknown_method")
+    streaming_slowly(bot)
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    await bot.answer()
+    await bot.idle()
+    assert bot.slack.rejected and bot.slack.rejected[0][0] == "chat.startStream"
+    first = bot.slack.calls("chat.postMessage")[0]
+    assert messages.WRITING in json.dumps(first["blocks"], ensure_ascii=False)
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+
+    # Remembered: the next answer does not ask again.
+    second = app_mention_event(IN_DOMAIN)
+    await bot.event(second)
+    await bot.answer(2)
+    await bot.idle()
+    assert len(bot.slack.calls("chat.startStream", include_rejected=True)) == 1
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(second["ts"]))
+
+
+async def test_a_stream_failing_midway_becomes_one_complete_answer(bot: Bot) -> None:
+    bot.slack.fail("chat.appendStream", "internal_error", times=1)
+    streaming_slowly(bot)
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    final = await bot.answer()
+    await bot.idle()
+
+    (started,) = bot.slack.calls("chat.startStream")
+    (stopped,) = bot.slack.calls("chat.stopStream")
+    assert bot.slack.calls("chat.appendStream") == [], "no append after the failed one"
+    # The streamed message carried on: edited as the text grew, then replaced.
+    assert final["ts"] == stopped["ts"]
+    edits = bot.slack.calls("chat.update")
+    assert len(edits) >= 2 and all(e["ts"] == stopped["ts"] for e in edits)
+    assert messages.WRITING in json.dumps(edits[0]["blocks"], ensure_ascii=False)
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+    assert started["markdown_text"] and not bot.services.streaming.available(CHANNEL_ID)
+
+
+async def test_a_stream_that_cannot_be_edited_is_replaced_by_a_new_message(bot: Bot) -> None:
+    bot.slack.fail("chat.update", "cant_update_message")
+    streaming_slowly(bot)
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    final = await bot.answer()
+    await bot.idle()
+    (stopped,) = bot.slack.calls("chat.stopStream")
+    (deleted,) = bot.slack.calls("chat.delete")
+    assert deleted["ts"] == stopped["ts"] != final["ts"]
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+
+
+# ---------------------------------------------------------------- the parts
+
+
+@pytest.mark.parametrize("text", [LONG_ANSWER, HOSTILE, "See `a http://x` and [b](www.c.de) ok"])
+def test_streamed_markdown_only_grows(text: str) -> None:
+    sent = ""
+    for end in range(len(text) + 1):
+        markdown = stream_markdown(settled_text(text[:end]))
+        assert markdown.startswith(sent), (text[:end], sent, markdown)
+        sent = markdown
+    # Every word but the one being written was sent.
+    assert sent == stream_markdown(settled_text(text))
+
+
+def test_settled_text_stops_before_the_word_being_written() -> None:
+    assert settled_text("Claims are du") == "Claims are "
+    assert settled_text("Claims are\n\n") == "Claims "
+    assert settled_text("Claims") == ""
+
+
+def _error(code: str, status: int = 200) -> SlackApiError:
+    response = AsyncSlackResponse(
+        client=None,  # type: ignore[arg-type]
+        http_verb="POST",
+        api_url="chat.startStream",
+        req_args={},
+        data={"ok": False, "error": code},
+        headers={},
+        status_code=status,
+    )
+    return SlackApiError(code, response)
+
+
+def test_refusals_switch_streaming_off_for_as_long_as_they_mean() -> None:
+    now = [0.0]
+    streaming = Streaming(clock=lambda: now[0])
+    streaming.refused(CHANNEL_ID, _error("unknown_method"))
+    assert not streaming.available(CHANNEL_ID) and streaming.available(DM_CHANNEL_ID)
+    now[0] = UNSUPPORTED_SECONDS - 1
+    assert not streaming.available(CHANNEL_ID)
+    now[0] = UNSUPPORTED_SECONDS
+    assert streaming.available(CHANNEL_ID)
+
+    streaming.refused(DM_CHANNEL_ID, _error("ratelimited", 429))
+    assert not streaming.available(DM_CHANNEL_ID)
+    now[0] += TRANSIENT_SECONDS
+    assert streaming.available(DM_CHANNEL_ID)
+
+    # About one channel only: the next answer tries again.
+    streaming.refused(CHANNEL_ID, _error("is_archived"))
+    assert streaming.available(CHANNEL_ID)
+    assert not Streaming(False).available(CHANNEL_ID)
+
+
+def test_appends_share_a_budget_below_slacks_limit() -> None:
+    now = [0.0]
+    streaming = Streaming(clock=lambda: now[0])
+    assert sum(streaming.take_append() for _ in range(APPEND_BURST + 10)) == APPEND_BURST
+    now[0] = 60.0
+    granted = sum(streaming.take_append() for _ in range(200))
+    assert granted == APPEND_BURST  # refilled to the burst, never beyond
+    now[0] = 120.0
+    assert sum(streaming.take_append() for _ in range(200)) <= 100
