@@ -233,6 +233,16 @@ async def test_other_slack_failures_release_the_claim_too(bot: Bot) -> None:
     assert bot.kb.store.escalation(int(value)) is None
 
 
+async def test_without_a_link_from_slack_the_hand_off_says_where_to_look(bot: Bot) -> None:
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    bot.slack.fail("chat.getPermalink", "message_not_found")
+    await bot.post(_click(answer, value, bot=bot))
+    await bot.slack.wait_for_responses(1, "h1")
+    (post,) = _handed_off(bot)
+    assert messages.HAND_OFF_NO_LINK in _shown(post)
+    assert "example.slack.com" not in _shown(post)
+
+
 async def test_the_button_of_an_old_answer_says_when_hand_offs_are_off(
     bot: Bot, make_bot: BotFactory
 ) -> None:

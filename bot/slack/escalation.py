@@ -96,6 +96,7 @@ async def _hand_off(
     channel: str,
     respond: Respond,
 ) -> None:
+    """Hand question ``query_id`` off to ``channel`` if the clicker may, once; tell the clicker."""
     clicker = str((body.get("user") or {}).get("id", ""))
     try:
         record = await asyncio.to_thread(store.query, query_id)
