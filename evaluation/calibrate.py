@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.calibration import CalibrationRecord, RateRow
 from core.gate import CANDIDATES_PER_KEPT
 from core.retrieve import Candidate, LocalBackend, Mode
 from evaluation.inputs import EvalSetError, read_jsonl
@@ -130,6 +131,36 @@ class Calibration:
             "sweep": [r.to_dict() for r in self.sweep],
             "related_sweep": [r.to_dict() for r in self.related_sweep],
         }
+
+
+def to_record(result: Calibration, *, source: str, at: float) -> CalibrationRecord:
+    """What App Home shows of ``result`` (``core.calibration``): the whole sweep, as counts.
+
+    Args:
+        result: the calibration.
+        source: what it measured, for a person (``set pip-black``, ``log labelled.jsonl``).
+        at: when it ran (Unix time).
+    """
+    return CalibrationRecord(
+        at=at,
+        source=source,
+        max_bluff_rate=result.max_bluff_rate,
+        proposed_threshold=result.proposed.threshold if result.proposed else None,
+        proposed_related=result.proposed_related,
+        rows=tuple(_rate_row(r) for r in result.sweep),
+    )
+
+
+def _rate_row(row: SweepRow) -> RateRow:
+    return RateRow(
+        threshold=row.threshold,
+        bluffs=row.bluffs.successes,
+        ood=row.bluffs.n,
+        bluff_interval=row.bluffs.interval,
+        refused=row.refused.successes,
+        in_domain=row.refused.n,
+        refused_interval=row.refused.interval,
+    )
 
 
 def _row_at(rows: Sequence[SweepRow], threshold: float) -> SweepRow:

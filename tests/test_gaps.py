@@ -45,7 +45,7 @@ class CountingEmbedder:
 
 
 def _kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)  # type: ignore[arg-type]
+    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
 
 
 def _ask(store: Store, question: str, outcome: str, at: float, **changes: Any) -> int:

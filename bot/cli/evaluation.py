@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,6 +19,7 @@ if TYPE_CHECKING:  # evaluation pulls in the engine and the model: only when a c
     from evaluation.compare import Side
     from evaluation.results import EvalResult
     from evaluation.variants import Variant
+    from index.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -343,6 +345,11 @@ def export_disliked(ctx: click.Context, out: Path) -> None:
     "env_path",
     "Write KB_THRESHOLD and KB_RELATED_THRESHOLD (the proposed ones) into this .env file, keeping its other lines.",
 )
+@click.option(
+    "--no-save",
+    is_flag=True,
+    help="Do not save this calibration in the knowledge base (App Home shows the last one saved).",
+)
 @json_option("Print the calibration as JSON.")
 @progress_option
 @click.pass_context
@@ -356,6 +363,7 @@ def calibrate(
     max_bluff_rate: float,
     step: float,
     env_path: Path | None,
+    no_save: bool,
     as_json: bool,
     no_progress: bool,
 ) -> None:
@@ -366,6 +374,7 @@ def calibrate(
     logged questions labelled in/out of domain (--from-log); then the smallest
     related threshold that refuses at most 5 % of in-domain questions outright,
     as long as at most half of the out-of-domain questions are shown anything.
+    The calibration is saved in the knowledge base for App Home (not with --no-save).
 
     Example: kb calibrate --max-bluff-rate 0.1 --write-env .env
     """
@@ -374,12 +383,14 @@ def calibrate(
 
     settings = settings_of(ctx)
     grid = cal.calibration_grid(step)
+    store: Store | None = None
     if from_log is not None:
         if set_name or corpus or questions or ood:
             raise click.UsageError(
                 "Use either --from-log or --set/--corpus/--questions/--ood, not both."
             )
         kb = open_kb(ctx)
+        store = kb.store
         inside, outside = cal.load_labelled_log(from_log, kb.store)
         result = cal.from_log(
             kb,
@@ -399,9 +410,7 @@ def calibrate(
         )
         result = cal.from_evaluation(evaluation, max_bluff_rate=max_bluff_rate)
     emit(result.to_dict(), as_json, lambda: click.echo(render_calibration(result), nl=False))
-    if result.proposed is None:
-        ctx.exit(1)
-    if env_path is not None:
+    if result.proposed is not None and env_path is not None:
         cal.write_env(env_path, result.proposed.threshold, result.proposed_related)
         if not as_json:
             value = cal.format_threshold(result.proposed.threshold)
@@ -409,3 +418,41 @@ def calibrate(
             if result.proposed_related is not None:
                 related = cal.format_threshold(result.proposed_related)
                 click.echo(f"Wrote {cal.RELATED_ENV}={related} to {env_path}.")
+    if not no_save:
+        from core.calibration import save_calibration
+
+        # Saved even when no threshold meets the budget: the rates are what an admin needs then.
+        source = _calibration_source(set_name, corpus, questions, ood, from_log)
+        record = cal.to_record(result, source=source, at=time.time())
+        save_calibration(store or _store(settings), record)
+        if not as_json:
+            click.echo("Saved this calibration to the knowledge base; App Home shows it.")
+    if result.proposed is None:
+        ctx.exit(1)
+
+
+def _calibration_source(
+    set_name: str | None,
+    corpus: Path | None,
+    questions: Path | None,
+    ood: Path | None,
+    from_log: Path | None,
+) -> str:
+    """What a calibration measured, for a person: ``set pip-black``, ``log labelled.jsonl``."""
+    from index.names import display_name
+
+    if from_log is not None:
+        return display_name(f"log {from_log.name}")
+    given = (("corpus", corpus), ("questions", questions), ("ood", ood))
+    own = ", ".join(f"{label} {path.parent.name}/{path.name}" for label, path in given if path)
+    if all(path for _, path in given):
+        return display_name(own)
+    base = f"set {set_name or DEFAULT_SET}"
+    return display_name(f"{base} with {own}" if own else base)
+
+
+def _store(settings: Settings) -> Store:
+    """The configured knowledge base's store (the query log and meta only: no model loaded)."""
+    from index.store import Store
+
+    return Store(settings.data_dir)
