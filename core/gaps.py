@@ -240,20 +240,35 @@ def _vectors(embedder: Embedder, wordings: Sequence[_Wording]) -> np.ndarray | N
 # ---------------------------------------------------------------------- passages
 
 
-def _closest_kept(group: _Group) -> tuple[int, float] | None:
-    """The closest ``(chunk id, distance)`` of the most recent asking that kept any."""
+@dataclass(frozen=True)
+class _Kept:
+    """The closest passage an asking kept, and its distance to that question."""
+
+    chunk_id: int
+    distance: float
+
+
+def _closest_kept(group: _Group) -> _Kept | None:
+    """The closest passage of the most recent asking that kept any."""
     for q in group.asked:
         if q.kept:
-            return min(q.kept, key=lambda k: k[1])
+            chunk_id, distance = min(q.kept, key=lambda k: k[1])
+            return _Kept(chunk_id, distance)
     return None
 
 
-def _closest_passages(kb: KnowledgeBase, groups: Sequence[_Group]) -> dict[int, ChunkRow]:
-    ids = [k[0] for k in map(_closest_kept, groups) if k is not None]
-    return kb.store.chunks_by_id(sorted(set(ids)))
+def _closest_passages(kb: KnowledgeBase, groups: Sequence[_Group]) -> dict[_Kept, ChunkRow]:
+    """The groups' closest kept passages that are still indexed.
+
+    Chunk ids are never reused (``AUTOINCREMENT``) and a reindex writes new
+    ones, so an id that resolves is the passage the question kept.
+    """
+    kept = [k for k in map(_closest_kept, groups) if k is not None]
+    rows = kb.store.chunks_by_id(sorted({k.chunk_id for k in kept}))
+    return {k: rows[k.chunk_id] for k in kept if k.chunk_id in rows}
 
 
-def _gap(group: _Group, chunks: dict[int, ChunkRow]) -> Gap:
+def _gap(group: _Group, passages: dict[_Kept, ChunkRow]) -> Gap:
     latest = group.asked[0]
     seen = {normalise(latest.question) or latest.question.strip()}
     examples: list[str] = []
@@ -264,14 +279,14 @@ def _gap(group: _Group, chunks: dict[int, ChunkRow]) -> Gap:
             examples.append(q.question)
     counts = {o: sum(1 for q in group.asked if q.outcome == o) for o in GAP_OUTCOMES}
     kept = _closest_kept(group)
-    chunk = chunks.get(kept[0]) if kept else None
+    row = passages.get(kept) if kept else None
     return Gap(
         question=latest.question,
         examples=tuple(examples),
         count=len(group.asked),
         outcomes=tuple((o, n) for o, n in counts.items() if n),
-        closest=chunk,
-        distance=kept[1] if kept and chunk else None,
+        closest=row,
+        distance=kept.distance if kept and row else None,
         last_asked=latest.created_at,
-        scope=chunk.scope if chunk else None,
+        scope=row.scope if row else None,
     )

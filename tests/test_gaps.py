@@ -88,7 +88,14 @@ def logged(index_dir: Path, embedder: Embedder) -> tuple[KnowledgeBase, dict[str
         kept=[(ids["hr_chunk"], 0.48)],
     )
     _ask(s, "Is there a car park at the office?", "refused", NOW - 2.5 * DAY)
-    _ask(s, "How do I change my VPN settings?", "refused", NOW - 1.5 * DAY)
+    # Near the VPN-password question, another question; it kept the same passage, farther.
+    _ask(
+        s,
+        "How do I change my VPN settings?",
+        "related",
+        NOW - 1.5 * DAY,
+        kept=[(ids["hr_chunk"], 0.69), (ids["vpn_chunk"], 0.61)],
+    )
     _ask(s, "What is the dress code on Fridays?", "refused", NOW - 0.5 * DAY)
     # Not gaps: answered, answered citing nothing, evidence while the model was down; too old.
     _ask(s, "How do I reset my VPN password?", "answered", NOW - 0.2 * DAY)
@@ -123,7 +130,9 @@ def test_wordings_of_one_question_group_and_different_questions_stay_apart(
     assert parking.examples == ("Where can I park my car at the office?",)
     assert parking.closest is not None and parking.scope == "C_HR"
     assert (dress.count, dress.closest, dress.distance, dress.scope) == (1, None, None, None)
-    assert settings.count == 1 and settings.outcomes == (("refused", 1),)
+    assert settings.count == 1 and settings.outcomes == (("related", 1),)
+    # Its own closest passage and distance, though the VPN gap kept the same chunk.
+    assert settings.closest == vpn.closest and settings.distance == 0.61
 
 
 def test_window_and_limit(logged: tuple[KnowledgeBase, dict[str, int]]) -> None:
@@ -138,6 +147,22 @@ def test_window_and_limit(logged: tuple[KnowledgeBase, dict[str, int]]) -> None:
     everything = knowledge_gaps(kb, since=0)
     assert "What is the travel meal allowance?" in {g.question for g in everything}
     assert knowledge_gaps(kb, since=NOW) == []
+
+
+def test_at_most_three_other_wordings(index_dir: Path, embedder: Embedder) -> None:
+    kb = _kb(index_dir, embedder)
+    wordings = [
+        "How do I reset my VPN password?",
+        "VPN password reset",
+        "I forgot my VPN password, how can I reset it?",
+        "How can I reset the password for the VPN?",
+        "Resetting my VPN password",
+    ]
+    for days, wording in enumerate(wordings):
+        _ask(kb.store, wording, "refused", NOW - days * DAY)
+    [gap] = knowledge_gaps(kb, since=0)
+    assert gap.count == 5 and gap.question == wordings[0]
+    assert gap.examples == tuple(wordings[1:4])
 
 
 def test_a_removed_passage_is_no_longer_shown(logged: tuple[KnowledgeBase, dict[str, int]]) -> None:
