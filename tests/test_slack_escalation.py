@@ -76,6 +76,7 @@ def _click(
         user_id=user,
         channel_id=str(answer["channel"]),
         message_ts=str(answer["ts"]),
+        message=bot.slack.messages.get((str(answer["channel"]), str(answer["ts"]))),
         thread_ts=answer.get("thread_ts"),
         response_url=bot.slack.response_url(response),
     )
@@ -157,6 +158,13 @@ async def test_a_hand_off_is_posted_once_under_double_clicks_and_a_redelivery(bo
     sent = bot.kb.store.escalation(int(value))
     assert sent is not None and sent.sent and sent.channel == ESCALATION
 
+    # Everyone in the thread sees that a person was asked; the button is gone.
+    marked = bot.slack.messages[(CHANNEL_ID, answer["ts"])]
+    assert _ask_button(marked) is None
+    note = messages.hand_off_marked(f"<#{ESCALATION}>", f"<@{USER_ID}>", direct=False)
+    assert note in _shown(marked)
+    assert "Here is what the documents say" in _shown(marked) and "kb_feedback" in _shown(marked)
+
 
 async def test_a_dm_question_is_handed_off_by_its_asker_without_a_thread_link(bot: Bot) -> None:
     answer, value = await _asked(bot, message_im_event("How often are API keys rotated?"))
@@ -221,6 +229,9 @@ async def test_without_the_bot_in_the_channel_the_clicker_is_told_and_a_later_cl
     assert posted["text"] == messages.hand_off_posted(f"<#{ESCALATION}>", direct=False)
     (post,) = _handed_off(bot)
     assert messages.HAND_OFF_REFUSED in _shown(post)
+    await bot.idle()
+    (marking,) = bot.slack.calls("chat.update")
+    assert marking["ts"] == answer["ts"], "only the click that posted marks the answer"
 
 
 async def test_other_slack_failures_release_the_claim_too(bot: Bot) -> None:

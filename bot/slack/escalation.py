@@ -39,6 +39,7 @@ from bot.slack import messages
 from bot.slack.render import (
     ASK_A_PERSON_ACTION_ID,
     HandOff,
+    mark_handed_off,
     mention,
     parse_query_id,
     render_hand_off,
@@ -127,6 +128,9 @@ async def _hand_off(
         # A no-op once sent; unsent (refused, or an error on the way), a later click may try again.
         await asyncio.to_thread(store.release_escalation, query_id)
     await _tell(respond, text)
+    if ts is not None:
+        note = messages.hand_off_marked(scope_label(channel), mention(clicker), direct=view.direct)
+        await _mark_answer(client, body, note)
 
 
 def _may_hand_off(record: QueryRecord, clicker: str, where: str) -> bool:
@@ -194,6 +198,23 @@ async def _permalink(client: AsyncWebClient, record: QueryRecord) -> str | None:
         return None
     link = resp.get("permalink")
     return str(link) if isinstance(link, str) and link.startswith("https://") else None
+
+
+async def _mark_answer(client: AsyncWebClient, body: dict[str, Any], note: str) -> None:
+    """Replace the button under the answer with ``note`` (best effort: the hand-off was posted)."""
+    container, message = body.get("container") or {}, body.get("message") or {}
+    blocks = message.get("blocks")
+    if not (container.get("message_ts") and isinstance(blocks, list) and blocks):
+        return  # never an answer replaced by nothing
+    try:
+        await client.chat_update(
+            channel=str(container.get("channel_id", "")),
+            ts=str(container["message_ts"]),
+            text=str(message.get("text") or messages.ASK_A_PERSON),
+            blocks=mark_handed_off(blocks, note),
+        )
+    except SLACK_FAILURES as exc:
+        log.info("the answer's button was not replaced: %s", slack_failure(exc))
 
 
 async def _tell_already(store: Store, respond: Respond, query_id: int, channel: str) -> None:

@@ -96,6 +96,12 @@ def hand_off_posted(channel: str, *, direct: bool) -> str:
     return f"Sent to {channel}: {follow_up}."
 
 
+def hand_off_marked(channel: str, user: str, *, direct: bool) -> str:
+    """What replaces the button under the answer once the question was handed off."""
+    follow_up = "someone will get in touch" if direct else "someone will follow up here"
+    return f":raising_hand: {user} asked a person in {channel}: {follow_up}."
+
+
 def hand_off_already(channel: str, user: str) -> str:
     """A second click: the question was handed off already."""
     return f"Already sent to {channel} (by {user}): someone will follow up."

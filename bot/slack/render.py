@@ -42,6 +42,7 @@ __all__ = [
     "inert_links",
     "is_user_id",
     "link_citations",
+    "mark_handed_off",
     "mention",
     "parse_feedback_value",
     "parse_query_id",
@@ -555,6 +556,21 @@ def render_hand_off(h: HandOff) -> Rendered:
         _section(follow_up),
     ]
     return Rendered(_fit(" ".join(head[1:]), FALLBACK_LIMIT), blocks)
+
+
+def mark_handed_off(blocks: Sequence[Block], note: str) -> list[Block]:
+    """An answer's ``blocks`` with its "Ask a person" button replaced by ``note`` (mrkdwn).
+
+    So everyone in the thread sees that people were asked, and nobody clicks again.
+    """
+    return [_context(note) if _holds_ask_a_person(b) else b for b in blocks if isinstance(b, dict)]
+
+
+def _holds_ask_a_person(block: Block) -> bool:
+    elements = block.get("elements") if block.get("type") == "actions" else None
+    return any(
+        isinstance(e, dict) and e.get("action_id") == ASK_A_PERSON_ACTION_ID for e in elements or []
+    )
 
 
 def _hand_off_reply(h: HandOff) -> str:
