@@ -60,7 +60,7 @@ from core.answer import Engine
 from core.calibration import last_calibration
 from core.gaps import Gap, knowledge_gaps
 from core.links import passage_url
-from index.errors import DocumentNotFound
+from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.records import DislikedAnswer, DocumentRow
@@ -118,6 +118,8 @@ class Home:
         notice: str | None = None,
     ) -> bool:
         """Publish ``user``'s Home tab; whether Slack took it."""
+        if not user:
+            return False
         admin = await self.roles.is_admin(client, user)
         member = await asyncio.to_thread(member_home, self.kb, user)
         admin_home = await self._admin_home(client, pages) if admin else None
@@ -212,8 +214,15 @@ class Home:
             await self.publish(client, user, pages=pages, notice=notice)
             return
         await self.publish(client, user, pages=pages, notice=messages.home_retrying(_name(doc)))
-        # No message to edit on the Home tab: the status goes to the admin's DM.
-        await self.uploader.retry(StatusMessage(client, user, None), doc.id)
+        try:
+            # No message to edit on the Home tab: the status goes to the admin's DM.
+            await self.uploader.retry(StatusMessage(client, user, None), doc.id)
+        except KBError as exc:
+            # Refused on purpose (a full disk...): the reason is one the admin can act on.
+            log.warning("retrying document %s from the Home tab failed: %s", doc.id, exc)
+            notice = messages.home_retried(_name(doc), DocState.FAILED, escape(str(exc)))
+            await self.publish(client, user, pages=pages, notice=notice)
+            return
         after = await self._document(doc.id)
         notice = messages.RETRY_GONE if after is None else _outcome(after)
         await self.publish(client, user, pages=pages, notice=notice)
