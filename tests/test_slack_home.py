@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
+from bot.slack.home import thread_url, workspace_url
 from bot.slack.home_view import (
     HOME_REINDEX_ACTION_ID,
     HOME_RETRY_ACTION_ID,
@@ -189,6 +190,10 @@ async def test_an_admin_sees_every_section(make_bot: BotFactory) -> None:
     bot.kb.store.update_document(stale.id, pipeline_version="chunker-old")
     qid = _log(bot.kb, "Why is the sky blue?", "answered", 1, answer="Because [1].")
     bot.kb.store.add_feedback(qid, -1, USER_ID)
+    thread = {"channel": CHANNEL_ID, "thread_id": "1700000000.000100"}
+    bot.kb.store.add_feedback(_log(bot.kb, "Asked in a channel?", "answered", 1, **thread), -1)
+    dm = {"channel": DM_CHANNEL_ID, "thread_id": "1700000000.000200"}
+    bot.kb.store.add_feedback(_log(bot.kb, "Asked in a DM?", "answered", 1, **dm), -1)
 
     view = await _open_home(bot, ADMIN_ID)
     text = _text(view)
@@ -207,6 +212,10 @@ async def test_an_admin_sees_every_section(make_bot: BotFactory) -> None:
     assert f"<@{USER_ID}>" in text, "the uploader, as a mention the server wrote"
     assert "security.md" in text and len(_buttons(view, HOME_REINDEX_ACTION_ID)) == 1
     assert "Why is the sky blue?" in text and "not helpful to 1 person" in text
+    disliked = _part(view, messages.HOME_DISLIKED_HEADER)
+    link = f"<https://example.slack.com/archives/{CHANNEL_ID}/p1700000000000100|"
+    assert link in disliked and disliked.count("<https://") == 1
+    assert messages.HOME_IN_A_DM in disliked
     assert messages.HOME_NO_GAPS in text
     assert messages.HOME_NO_CALIBRATION in text
     assert f"Threshold in force: *{THRESHOLD:.3f}*" in text
@@ -403,6 +412,18 @@ async def test_long_lists_are_paged_within_slacks_limits(make_bot: BotFactory) -
     assert bot.slack.calls("views.publish", include_rejected=True) == bot.slack.calls(
         "views.publish"
     )
+
+
+def test_thread_links_are_only_slacks_and_only_for_channels() -> None:
+    assert workspace_url("https://example.slack.com/") == "https://example.slack.com/"
+    for bad in ("http://example.slack.com/", "https://slack.com.evil.example/", None, 3):
+        assert workspace_url(bad) == ""
+    site = "https://example.slack.com/"
+    assert thread_url(site, "C0CHAN0001", "1.2") == f"{site}archives/C0CHAN0001/p12"
+    assert thread_url(site, "G0PRIV0001", "1.2") is not None
+    for channel, ts in (("D0DM000001", "1.2"), ("C0CHAN0001", "1.2>x"), ("C0|x", "1.2")):
+        assert thread_url(site, channel, ts) is None
+    assert thread_url(None, "C0CHAN0001", "1.2") is None
 
 
 def test_page_values_and_metadata_are_read_as_hostile_input() -> None:
