@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from bot.slack.home_view import (
     home_view,
     parse_page_value,
 )
+from bot.slack.render import RETRY_ACTION_ID
 from core.calibration import CalibrationRecord, RateRow, save_calibration
 from core.gaps import Gap
 from index.knowledge_base import KnowledgeBase, ReindexReport
@@ -249,6 +251,27 @@ async def test_retry_from_home_indexes_the_document_and_shows_its_new_state(
     assert not _buttons(final, HOME_RETRY_ACTION_ID), "no longer among the failed uploads"
     dm = [c for c in bot.slack.calls("chat.postMessage") if c["channel"] == ADMIN_ID]
     assert dm and "onboarding.md" in dm[-1]["text"] and "indexed" in dm[-1]["text"]
+
+
+async def test_a_retry_that_fails_again_says_why_and_offers_retry_in_the_dm(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(admin_users=ADMIN_ID)
+    doc = bot.kb.add_bytes(os.urandom(4096), "scan.pdf", uploader=USER_ID).document
+    assert bot.kb.index_document(doc.id).state == "failed"
+    view = await _open_home(bot, ADMIN_ID)
+    (retry,) = _buttons(view, HOME_RETRY_ACTION_ID)
+
+    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, retry["value"])
+    await bot.idle()
+    row = bot.kb.store.document(doc.id)
+    assert row.state == "failed" and row.updated_at > doc.updated_at
+    final = bot.slack.calls("views.publish")[-1]["view"]
+    assert f":warning: *scan.pdf*: failed: {row.failure_reason}" in _text(final)
+    assert ".." not in _text(final)
+    assert [b["value"] for b in _buttons(final, HOME_RETRY_ACTION_ID)] == [str(doc.id)]
+    (dm,) = [c for c in bot.slack.calls("chat.postMessage") if c["channel"] == ADMIN_ID]
+    assert "failed" in dm["text"] and RETRY_ACTION_ID in json.dumps(dm["blocks"])
 
 
 async def test_reindex_from_home_runs_once_and_reports_on_the_tab(make_bot: BotFactory) -> None:

@@ -621,5 +621,5 @@ def home_retrying(name: str) -> str:
 def home_retried(name: str, state: str, reason: str) -> str:
     """What a retry from the Home tab came to (every part already escaped)."""
     mark = ":white_check_mark:" if state == "indexed" else ":warning:"
-    tail = f": {reason}" if reason else ""
+    tail = f": {reason.rstrip('.')}" if reason else ""
     return f"{mark} *{name}*: {HOME_STATES.get(state, state)}{tail}."
