@@ -96,6 +96,9 @@ class Gap:
         last_asked: when it was last asked (Unix time).
         scope: ``closest``'s document scope (``index.store.EVERYONE`` or a
             channel id): not every admin may read every channel's documents.
+        asked_in: the conversations it was asked in (Slack channel ids, most
+            recent first): a question asked in a private channel or a DM is
+            that conversation's words.
     """
 
     question: str
@@ -106,6 +109,7 @@ class Gap:
     distance: float | None
     last_asked: float
     scope: str | None = None
+    asked_in: tuple[str, ...] = ()
 
 
 def knowledge_gaps(kb: KnowledgeBase, *, since: float, limit: int = 50) -> list[Gap]:
@@ -294,4 +298,5 @@ def _gap(group: _Group, passages: dict[_Kept, ChunkRow]) -> Gap:
         distance=kept.distance if kept and row else None,
         last_asked=latest.created_at,
         scope=row.scope if row else None,
+        asked_in=tuple(dict.fromkeys(q.channel for q in group.asked if q.channel)),
     )

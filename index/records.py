@@ -181,6 +181,7 @@ class LoggedQuestion:
         scopes: as in ``QueryRecord``.
         kept: as in ``QueryRecord``: ``(chunk id, distance)`` pairs.
         created_at: when it was asked (Unix time).
+        channel: the conversation it was asked in (``None`` outside Slack).
     """
 
     id: int
@@ -189,6 +190,7 @@ class LoggedQuestion:
     kept: tuple[tuple[int, float], ...]
     scopes: tuple[str, ...]
     created_at: float
+    channel: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> LoggedQuestion:
@@ -200,6 +202,7 @@ class LoggedQuestion:
             kept=tuple((int(c), float(d)) for c, d in json.loads(row["kept"])),
             scopes=tuple(json.loads(row["scopes"])),
             created_at=float(row["created_at"]),
+            channel=row.get("channel"),
         )
 
 

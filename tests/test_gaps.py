@@ -69,8 +69,8 @@ def logged(index_dir: Path, embedder: Embedder) -> tuple[KnowledgeBase, dict[str
     hr = kb.ingest_bytes(HR, "parking.md", scope="C_HR").document.id
     ids = {"vpn": vpn, "vpn_chunk": _chunk_id(kb, vpn), "hr_chunk": _chunk_id(kb, hr)}
     s = kb.store
-    _ask(s, "How do I reset my VPN password?", "refused", NOW - 5 * DAY)
-    _ask(s, "how do I reset my VPN password", "refused", NOW - 4 * DAY)
+    _ask(s, "How do I reset my VPN password?", "refused", NOW - 5 * DAY, channel="C_IT")
+    _ask(s, "how do I reset my VPN password", "refused", NOW - 4 * DAY, channel="D_ANA")
     _ask(s, "VPN password reset", "refused", NOW - 3 * DAY)
     _ask(
         s,
@@ -79,7 +79,7 @@ def logged(index_dir: Path, embedder: Embedder) -> tuple[KnowledgeBase, dict[str
         NOW - 2 * DAY,
         kept=[(ids["vpn_chunk"], 0.52)],
     )
-    _ask(s, "HOW DO I RESET MY VPN PASSWORD??", "refused", NOW - 1 * DAY)
+    _ask(s, "HOW DO I RESET MY VPN PASSWORD??", "refused", NOW - 1 * DAY, channel="C_IT")
     _ask(
         s,
         "Where can I park my car at the office?",
@@ -126,10 +126,12 @@ def test_wordings_of_one_question_group_and_different_questions_stay_apart(
     assert vpn.closest is not None and vpn.closest.id == ids["vpn_chunk"]
     assert vpn.closest.document == "VPN" and vpn.distance == 0.52
     assert vpn.scope == EVERYONE
+    assert vpn.asked_in == ("C_IT", "D_ANA")  # where it was asked, most recent first
     assert parking.count == 2 and parking.outcomes == (("refused", 1), ("related", 1))
     assert parking.examples == ("Where can I park my car at the office?",)
     assert parking.closest is not None and parking.scope == "C_HR"
     assert (dress.count, dress.closest, dress.distance, dress.scope) == (1, None, None, None)
+    assert dress.asked_in == ()
     assert settings.count == 1 and settings.outcomes == (("related", 1),)
     # Its own closest passage and distance, though the VPN gap kept the same chunk.
     assert settings.closest == vpn.closest and settings.distance == 0.61
