@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
-from bot.slack.home import thread_url, workspace_url
+from bot.slack.home import GapCache, thread_url, workspace_url
 from bot.slack.home_view import (
     HOME_REINDEX_ACTION_ID,
     HOME_RETRY_ACTION_ID,
@@ -55,6 +55,14 @@ GUIDE = b"# Onboarding guide\n\n## First day\n\nPick up your badge at the front 
 
 
 # ---------------------------------------------------------------- helpers
+
+
+async def _admin_bot(make_bot: BotFactory, **overrides: Any) -> Bot:
+    """The bot with ``ADMIN_ID`` as its admin, whose views wait for the knowledge gaps
+    however loaded the machine (each test counts the views it gets)."""
+    bot = await make_bot(admin_users=ADMIN_ID, **overrides)
+    bot.services.home.gaps.wait_seconds = 15.0
+    return bot
 
 
 async def _open_home(bot: Bot, user: str) -> dict[str, Any]:
@@ -147,7 +155,7 @@ def _chunk_of(kb: KnowledgeBase, name: str) -> int:
 async def test_a_member_sees_how_to_use_it_the_counts_and_only_their_uploads(
     make_bot: BotFactory,
 ) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID)
+    bot = await _admin_bot(make_bot)
     mine = bot.kb.ingest_bytes(GUIDE, "onboarding.md", uploader=USER_ID).document
     _failed(bot.kb, "broken.md", USER_ID, reason="The PDF has no text layer")
     bot.kb.ingest_bytes(b"# Travel\n\nBook trains.\n", "travel.md", uploader=OTHER_ID)
@@ -186,7 +194,7 @@ async def test_the_messages_tab_still_greets_and_publishes_no_home(make_bot: Bot
 
 
 async def test_an_admin_sees_every_section(make_bot: BotFactory) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID)
+    bot = await _admin_bot(make_bot)
     failed = _failed(bot.kb, "scan.pdf", USER_ID, reason="No text in <@U0EVIL001>'s scan")
     stale = bot.kb.store.find_document("security.md")
     bot.kb.store.update_document(stale.id, pipeline_version="chunker-old")
@@ -234,7 +242,7 @@ async def test_workspace_admins_see_the_admin_sections_when_they_count(
 async def test_retry_from_home_indexes_the_document_and_shows_its_new_state(
     make_bot: BotFactory,
 ) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID)
+    bot = await _admin_bot(make_bot)
     doc_id = _failed(bot.kb, "onboarding.md", USER_ID)
     view = await _open_home(bot, ADMIN_ID)
     (retry,) = _buttons(view, HOME_RETRY_ACTION_ID)
@@ -256,7 +264,7 @@ async def test_retry_from_home_indexes_the_document_and_shows_its_new_state(
 async def test_a_retry_that_fails_again_says_why_and_offers_retry_in_the_dm(
     make_bot: BotFactory,
 ) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID)
+    bot = await _admin_bot(make_bot)
     doc = bot.kb.add_bytes(os.urandom(4096), "scan.pdf", uploader=USER_ID).document
     assert bot.kb.index_document(doc.id).state == "failed"
     view = await _open_home(bot, ADMIN_ID)
@@ -275,7 +283,7 @@ async def test_a_retry_that_fails_again_says_why_and_offers_retry_in_the_dm(
 
 
 async def test_reindex_from_home_runs_once_and_reports_on_the_tab(make_bot: BotFactory) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID)
+    bot = await _admin_bot(make_bot)
     bot.services.reindexer.progress_seconds = 0.0
     stale = bot.kb.store.find_document("security.md")
     bot.kb.store.update_document(stale.id, pipeline_version="chunker-old")
@@ -310,7 +318,7 @@ async def test_reindex_from_home_runs_once_and_reports_on_the_tab(make_bot: BotF
 
 
 async def test_admin_buttons_forged_by_a_member_change_nothing(make_bot: BotFactory) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID)
+    bot = await _admin_bot(make_bot)
     doc_id = _failed(bot.kb, "onboarding.md", USER_ID)
     before = {d.id: d.indexed_at for d in bot.kb.store.documents()}
     view = await _open_home(bot, USER_ID)
@@ -334,7 +342,7 @@ async def test_admin_buttons_forged_by_a_member_change_nothing(make_bot: BotFact
 async def test_knowledge_gaps_are_grouped_with_counts_and_closest_passages(
     make_bot: BotFactory,
 ) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID)
+    bot = await _admin_bot(make_bot)
     kb = bot.kb
     handbook = _chunk_of(kb, "handbook.md")
     falcon = _chunk_of(kb, "falcon.md")
@@ -361,8 +369,44 @@ async def test_knowledge_gaps_are_grouped_with_counts_and_closest_passages(
     assert text.index("RESET MY VPN") < text.index("launch party"), "largest group first"
 
 
+async def test_slow_knowledge_gaps_show_as_coming_and_are_published_when_ready(
+    make_bot: BotFactory,
+) -> None:
+    bot = await _admin_bot(make_bot)
+    bot.services.home.gaps.wait_seconds = 0.0
+    _log(bot.kb, "What is the dress code on Fridays?", "refused", 1)
+    first = await _open_home(bot, ADMIN_ID)
+    assert messages.HOME_GAPS_PENDING in _part(first, messages.HOME_GAPS_HEADER)
+    assert messages.HOME_FAILED_HEADER in _text(first), "the rest does not wait"
+    ready = await _published(bot, ADMIN_ID, 2)
+    gaps = _part(ready, messages.HOME_GAPS_HEADER)
+    assert "dress code on Fridays" in gaps and messages.HOME_GAPS_PENDING not in gaps
+    await bot.idle()
+    assert len(bot.slack.calls("views.publish")) == 2, "published again once, not forever"
+
+
+async def test_gap_cache_keeps_a_result_or_a_failure_while_fresh() -> None:
+    now = [0.0]
+    calls: list[int] = []
+
+    def failing() -> list[Gap]:
+        calls.append(1)
+        raise ValueError("the log could not be read")
+
+    cache = GapCache(failing, wait_seconds=15, fresh_seconds=60, clock=lambda: now[0])
+    failure = await cache.get()
+    assert isinstance(failure, ValueError) and await cache.get() is failure and len(calls) == 1
+    now[0] = 61.0
+    assert isinstance(await cache.get(), ValueError) and len(calls) == 2
+    view = home_view(
+        MemberHome(0, 0, 0, []),
+        AdminHome([], [], False, None, {}, [], 0, Calibration(0.6, 0.6, None), gaps_failed=True),
+    )
+    assert messages.HOME_GAPS_FAILED in _part(view, messages.HOME_GAPS_HEADER)
+
+
 async def test_calibration_in_force_with_a_saved_record(make_bot: BotFactory) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID, related_threshold=0.7)
+    bot = await _admin_bot(make_bot, related_threshold=0.7)
     row = RateRow(THRESHOLD, 3, 40, (0.026, 0.199), 5, 60, (0.036, 0.181))
     record = CalibrationRecord(
         at=time.time() - DAY,
@@ -382,7 +426,7 @@ async def test_calibration_in_force_with_a_saved_record(make_bot: BotFactory) ->
 
 
 async def test_calibration_that_measured_other_thresholds_says_so(make_bot: BotFactory) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID)
+    bot = await _admin_bot(make_bot)
     row = RateRow(0.4, 0, 40, (0.0, 0.09), 30, 60, (0.37, 0.62))
     save_calibration(bot.kb.store, CalibrationRecord(time.time(), "set x", 0.05, 0.4, None, (row,)))
     text = _text(await _open_home(bot, ADMIN_ID))
@@ -393,7 +437,7 @@ async def test_calibration_that_measured_other_thresholds_says_so(make_bot: BotF
 
 
 async def test_long_lists_are_paged_within_slacks_limits(make_bot: BotFactory) -> None:
-    bot = await make_bot(admin_users=ADMIN_ID)
+    bot = await _admin_bot(make_bot)
     ids = [
         _failed(bot.kb, f"<!channel> report {i:03}.md", ADMIN_ID, reason="<@U0EVIL001> " * 80)
         for i in range(200)

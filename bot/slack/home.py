@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -76,9 +77,72 @@ log = logging.getLogger(__name__)
 __all__ = ["GAP_DAYS", "Home", "register_home"]
 
 GAP_DAYS = 30
+# How long a view waits for the knowledge gaps; past that it shows them as coming,
+# and is published again when they are ready.
+GAPS_WAIT_SECONDS = 2.0
+# Gaps worked out this recently are shown as they are: paging and buttons stay quick.
+GAPS_FRESH_SECONDS = 60.0
 MAX_GAPS = 50
 _THREAD_CHANNEL = re.compile(r"[CG][A-Z0-9]{2,30}")
 _TS = re.compile(r"\d{1,12}\.\d{1,8}")
+
+
+class GapCache:
+    """The knowledge gaps, worked out in a worker thread at most once per ``fresh_seconds``.
+
+    Grouping embeds every wording not seen yet: seconds for thousands of
+    questions after a restart. One computation runs at a time, shared by every
+    admin's view; a view waits ``wait_seconds`` for it, then shows the previous
+    result (``None`` before the first). A failure is returned rather than
+    raised, so the rest of the view is still shown, and kept as long as a result.
+
+    Args:
+        compute: works the gaps out (blocking).
+        clock: monotonic seconds (tests move it).
+    """
+
+    def __init__(
+        self,
+        compute: Callable[[], list[Gap]],
+        *,
+        wait_seconds: float = GAPS_WAIT_SECONDS,
+        fresh_seconds: float = GAPS_FRESH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.compute = compute
+        self.wait_seconds = wait_seconds
+        self.fresh_seconds = fresh_seconds
+        self.clock = clock
+        self.running: asyncio.Task[list[Gap]] | None = None
+        self._last: list[Gap] | Exception | None = None
+        self._at = -math.inf
+
+    async def get(self) -> list[Gap] | Exception | None:
+        """The gaps (or why they could not be worked out); ``None`` while the first runs."""
+        if self.clock() - self._at < self.fresh_seconds:
+            return self._last
+        if self.running is None:
+            self.running = asyncio.create_task(asyncio.to_thread(self.compute))
+            self.running.add_done_callback(self._done)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.running), self.wait_seconds)
+        except TimeoutError:
+            return self._last
+        except Exception:  # kept by _done
+            pass
+        return self._last
+
+    def _done(self, task: asyncio.Task[list[Gap]]) -> None:
+        self.running = None
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            self._last = task.result()
+        else:
+            log.error("knowledge gaps could not be worked out", exc_info=error)
+            self._last = error if isinstance(error, Exception) else RuntimeError(str(error))
+        self._at = self.clock()
 
 
 class Home:
@@ -105,7 +169,9 @@ class Home:
         self.roles = roles
         self.uploader = uploader
         self.reindexer = reindexer
+        self.gaps = GapCache(self._gaps_of_the_window)
         self._workspace_url: str | None = None
+        self._later: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------ publishing
 
@@ -122,7 +188,7 @@ class Home:
             return False
         admin = await self.roles.is_admin(client, user)
         member = await asyncio.to_thread(member_home, self.kb, user)
-        admin_home = await self._admin_home(client, pages) if admin else None
+        admin_home = await self._admin_home(client, user, pages) if admin else None
         view = home_view(member, admin_home, pages=pages, notice=notice)
         try:
             await client.views_publish(user_id=user, view=view)
@@ -131,22 +197,45 @@ class Home:
             return False
         return True
 
-    async def _admin_home(self, client: AsyncWebClient, pages: Pages) -> AdminHome:
+    async def _admin_home(self, client: AsyncWebClient, user: str, pages: Pages) -> AdminHome:
         workspace = await self._workspace(client)
         running = self.reindexer.running or await asyncio.to_thread(self.kb.reindex_running)
+        gaps = await self.gaps.get()
+        if gaps is None:
+            self._publish_when_gaps_are_ready(client, user, pages)
+        shown = None if isinstance(gaps, Exception) else gaps
         admin = await asyncio.to_thread(self._admin_parts, workspace, pages)
-        return AdminHome(reindex_running=running, **admin)
+        return AdminHome(
+            reindex_running=running,
+            gaps=shown,
+            gaps_failed=isinstance(gaps, Exception),
+            gap_links=self._gap_links(shown or []),
+            **admin,
+        )
+
+    def _gaps_of_the_window(self) -> list[Gap]:
+        return knowledge_gaps(self.kb, since=time.time() - GAP_DAYS * 86400, limit=MAX_GAPS)
+
+    def _publish_when_gaps_are_ready(self, client: AsyncWebClient, user: str, pages: Pages) -> None:
+        running = self.gaps.running
+        if running is None:
+            return
+
+        async def later() -> None:
+            await asyncio.wait([running])
+            await self.publish(client, user, pages=pages)
+
+        task = asyncio.create_task(later(), name=f"home gaps for {user}")
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
 
     def _admin_parts(self, workspace: str | None, pages: Pages) -> dict[str, Any]:
         documents = self.kb.store.documents(DocState.FAILED)
         disliked, disliked_total = disliked_page(self.kb, workspace, pages)
-        gaps = knowledge_gaps(self.kb, since=time.time() - GAP_DAYS * 86400, limit=MAX_GAPS)
         config = self.engine.config
         return {
             "failed": sorted(documents, key=lambda d: (d.updated_at, d.id), reverse=True),
             "stale": self.kb.stale_documents(),
-            "gaps": gaps,
-            "gap_links": self._gap_links(gaps),
             "disliked": disliked,
             "disliked_total": disliked_total,
             "calibration": Calibration(

@@ -218,6 +218,8 @@ class Calibration:
 class AdminHome:
     """The admins' sections.
 
+    ``gaps``: ``None`` while they are still being worked out, or when that failed
+    (``gaps_failed``).
     ``gap_links``: by chunk id, the viewer link of a gap's closest passage (only
     for documents for everyone; a channel's passage is named by its channel).
     ``disliked``: the page of them :func:`page_number` names, of ``disliked_total``.
@@ -226,11 +228,12 @@ class AdminHome:
     failed: Sequence[DocumentRow]
     stale: Sequence[DocumentRow]
     reindex_running: bool
-    gaps: Sequence[Gap]
+    gaps: Sequence[Gap] | None
     gap_links: Mapping[int, str]
     disliked: Sequence[Disliked]
     disliked_total: int
     calibration: Calibration
+    gaps_failed: bool = False
 
 
 # ---------------------------------------------------------------- text
@@ -390,7 +393,7 @@ def _admin_blocks(admin: AdminHome, pages: Pages) -> list[Block]:
         _header(messages.HOME_ADMIN_HEADER),
         *_failed_blocks(admin.failed, pages),
         *_stale_blocks(admin.stale, admin.reindex_running, pages),
-        *_gap_blocks(admin.gaps, admin.gap_links, pages),
+        *_gap_blocks(admin.gaps, admin.gaps_failed, admin.gap_links, pages),
         *_disliked_blocks(admin.disliked, admin.disliked_total, pages),
         *_calibration_blocks(admin.calibration),
     ]
@@ -437,8 +440,13 @@ def _stale_blocks(stale: Sequence[DocumentRow], running: bool, pages: Pages) -> 
     return [*head, summary, *_packed(lines), *pager, *action]
 
 
-def _gap_blocks(gaps: Sequence[Gap], links: Mapping[int, str], pages: Pages) -> list[Block]:
+def _gap_blocks(
+    gaps: Sequence[Gap] | None, failed: bool, links: Mapping[int, str], pages: Pages
+) -> list[Block]:
     head = [_header(messages.HOME_GAPS_HEADER), _context(messages.HOME_GAPS_INTRO)]
+    if gaps is None:
+        pending = messages.HOME_GAPS_FAILED if failed else messages.HOME_GAPS_PENDING
+        return [*head, _context(pending)]
     if not gaps:
         return [*head, _context(messages.HOME_NO_GAPS)]
     shown, pager = _paged(Section.GAPS, gaps, pages)

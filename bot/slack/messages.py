@@ -481,6 +481,10 @@ HOME_GAPS_INTRO = (
     "passages shown), similar wordings grouped, largest groups first."
 )
 HOME_NO_GAPS = "No unanswered questions in the last 30 days."
+HOME_GAPS_PENDING = ":hourglass_flowing_sand: Grouping the questions… they appear here in a moment."
+HOME_GAPS_FAILED = (
+    ":warning: The knowledge gaps could not be worked out; the server's log says why."
+)
 HOME_DISLIKED_HEADER = "Answers marked not helpful"
 HOME_NO_DISLIKED = "No answer has been marked not helpful."
 HOME_CALIBRATION_HEADER = "Calibration"
