@@ -109,13 +109,16 @@ class QueryLogMixin(StoreMixin):
     ) -> list[DislikedAnswer]:
         """Answers given a thumbs-down at or after ``since``, the latest thumbs-down first.
 
-        ``offset`` and ``limit`` page through them; ``disliked_count`` says how many there are.
+        A person's latest thumb is their opinion: a thumbs-down taken back with
+        a thumbs-up no longer counts, and a second thumbs-down counts once.
+        ``offset`` and ``limit`` page through them; ``disliked_count`` says how
+        many there are.
         """
         rows = self.db.query(
             f"""SELECT q.id, q.question, q.answer, q.outcome, q.user, q.channel, q.thread_id,
-                       q.created_at, {_DISLIKES}
+                       q.created_at, COUNT(*) AS dislikes, MAX(f.created_at) AS disliked_at
                 FROM query_log q JOIN feedback f ON f.query_id = q.id
-                WHERE f.value < 0 AND f.created_at >= ?
+                WHERE {_STANDING_DISLIKE}
                 GROUP BY q.id ORDER BY disliked_at DESC, q.id DESC LIMIT ? OFFSET ?""",
             [since, limit, offset],
         )
@@ -124,7 +127,7 @@ class QueryLogMixin(StoreMixin):
     def disliked_count(self, *, since: float = 0.0) -> int:
         """How many answers ``disliked_answers`` has for ``since``."""
         row = self.db.execute(
-            """SELECT COUNT(DISTINCT query_id) FROM feedback WHERE value < 0 AND created_at >= ?""",
+            f"SELECT COUNT(DISTINCT f.query_id) FROM feedback f WHERE {_STANDING_DISLIKE}",
             [since],
         ).fetchone()
         return int(row[0])
@@ -153,9 +156,10 @@ class QueryLogMixin(StoreMixin):
             return new == len(keys)
 
 
-# One person's repeated thumbs-down counts once; a thumbs-down without a user counts each time.
-_DISLIKES = """COUNT(DISTINCT COALESCE(f.user, 'row:' || f.id)) AS dislikes,
-               MAX(f.created_at) AS disliked_at"""
+# A feedback row ``f`` that is a thumbs-down at or after ``?`` and its giver's latest thumb
+# on that answer (a row without a user stands alone).
+_STANDING_DISLIKE = """f.value < 0 AND f.created_at >= ? AND (f.user IS NULL OR f.id = (
+    SELECT MAX(g.id) FROM feedback g WHERE g.query_id = f.query_id AND g.user = f.user))"""
 
 
 def _pk(value: Any) -> int:

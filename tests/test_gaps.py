@@ -241,6 +241,11 @@ def test_disliked_answers_for_review(index_dir: Path) -> None:
     store.add_feedback(new, -1, user="U3")
     store.add_feedback(new, -1, user="U3")  # the same person twice counts once
     store.add_feedback(new, -1, user="U4")
+    store.add_feedback(new, -1, user="U5")
+    store.add_feedback(new, 1, user="U5")  # taken back
+    changed = log_question(store, "Where do I park?", answer="Garage B [1]")
+    store.add_feedback(changed, -1, user="U6")
+    store.add_feedback(changed, 1, user="U6")
     rows = store.disliked_answers()
     assert [(r.id, r.dislikes) for r in rows] == [(new, 2), (old, 1)]
     assert rows[0].answer == "Your manager [1]" and rows[0].user == "U1"
@@ -249,5 +254,5 @@ def test_disliked_answers_for_review(index_dir: Path) -> None:
     assert [r.id for r in store.disliked_answers(limit=1, offset=1)] == [old]
     assert store.disliked_answers(since=time.time() + 60) == []
     assert store.disliked_count(since=time.time() + 60) == 0
-    # The export's reader still sees the same questions.
-    assert [r["id"] for r in store.disliked_questions()] == [new, old]
+    # The export still lists every question ever given a thumbs-down.
+    assert [r["id"] for r in store.disliked_questions()] == [changed, new, old]
