@@ -15,6 +15,7 @@ import pytest
 from bot.slack import messages
 from bot.slack.home import GapCache, thread_url, workspace_url
 from bot.slack.home_view import (
+    HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
     HOME_RETRY_ACTION_ID,
     MAX_HOME_BLOCKS,
@@ -280,6 +281,38 @@ async def test_a_retry_that_fails_again_says_why_and_offers_retry_in_the_dm(
     assert [b["value"] for b in _buttons(final, HOME_RETRY_ACTION_ID)] == [str(doc.id)]
     (dm,) = [c for c in bot.slack.calls("chat.postMessage") if c["channel"] == ADMIN_ID]
     assert "failed" in dm["text"] and RETRY_ACTION_ID in json.dumps(dm["blocks"])
+
+
+async def test_odd_clicks_say_what_happened_or_change_nothing(
+    make_bot: BotFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = await _admin_bot(make_bot)
+    gone = _failed(bot.kb, "gone.md", USER_ID)
+    done = _failed(bot.kb, "done.md", USER_ID)
+    await _open_home(bot, ADMIN_ID)
+    bot.kb.remove(gone)
+    bot.kb.retry(done)
+
+    await _click(bot, ADMIN_ID, HOME_REFRESH_ACTION_ID, "refresh")
+    assert "gone.md" not in _text(await _published(bot, ADMIN_ID, 2))
+    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(gone))
+    assert messages.RETRY_GONE in _text(await _published(bot, ADMIN_ID, 3))
+    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(done))
+    assert "*done.md*: indexed." in _text(await _published(bot, ADMIN_ID, 4))
+    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, "7; DROP TABLE")
+    # A Home button in a message (not the Home tab): not ours to act on.
+    body = block_actions_body([button_action(HOME_RETRY_ACTION_ID, str(done))], user_id=ADMIN_ID)
+    assert (await bot.post(body)).status == 200
+    await bot.idle()
+    assert len(bot.slack.calls("views.publish")) == 4
+    assert "malformed value '7; DROP TABLE'" in caplog.text
+    assert "outside the Home tab" in caplog.text
+
+    bot.slack.fail("views.publish", "invalid_arguments")
+    await _click(bot, ADMIN_ID, HOME_REFRESH_ACTION_ID, "refresh")
+    await bot.idle()
+    assert "could not publish the Home tab" in caplog.text
+    assert bot.slack.calls("chat.postMessage") == [], "nobody is told about a refresh"
 
 
 async def test_reindex_from_home_runs_once_and_reports_on_the_tab(make_bot: BotFactory) -> None:
