@@ -350,6 +350,38 @@ async def test_reindex_from_home_runs_once_and_reports_on_the_tab(make_bot: BotF
     assert len(dm) == 1 and "Reindex finished" in dm[0]["text"]
 
 
+async def test_a_reindex_reporting_on_the_tab_keeps_the_admins_place(
+    make_bot: BotFactory,
+) -> None:
+    bot = await _admin_bot(make_bot)
+    for i in range(12):
+        _failed(bot.kb, f"broken {i:02}.md", USER_ID)
+    stale = bot.kb.store.find_document("security.md")
+    bot.kb.store.update_document(stale.id, pipeline_version="chunker-old")
+    release = threading.Event()
+    real = bot.kb.reindex
+
+    def slow_reindex(**kwargs: Any) -> ReindexReport:
+        assert release.wait(15)
+        return real(**kwargs)
+
+    bot.kb.reindex = slow_reindex  # type: ignore[method-assign]
+    await _open_home(bot, ADMIN_ID)
+    try:
+        await _click(bot, ADMIN_ID, HOME_REINDEX_ACTION_ID, "reindex")
+        await _published(bot, ADMIN_ID, 2)
+        await _click(bot, ADMIN_ID, "kb_home_page_next", "failed:1")
+        assert "Page 2 of 3" in _part(
+            await _published(bot, ADMIN_ID, 3), messages.HOME_FAILED_HEADER
+        )
+    finally:
+        release.set()
+    await bot.idle()
+    final = bot.slack.calls("views.publish")[-1]["view"]
+    assert "Reindex finished" in _text(final)
+    assert json.loads(final["private_metadata"]) == {"failed": 1}, "still on the page it was"
+
+
 async def test_admin_buttons_forged_by_a_member_change_nothing(make_bot: BotFactory) -> None:
     bot = await _admin_bot(make_bot)
     doc_id = _failed(bot.kb, "onboarding.md", USER_ID)

@@ -26,6 +26,7 @@ import logging
 import math
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -80,6 +81,8 @@ GAP_DAYS = 30
 # How long a view waits for the knowledge gaps; past that it shows them as coming,
 # and is published again when they are ready.
 GAPS_WAIT_SECONDS = 2.0
+# People whose place in the lists is remembered (the least recently shown are forgotten).
+MAX_REMEMBERED = 10_000
 # Gaps worked out this recently are shown as they are: paging and buttons stay quick.
 GAPS_FRESH_SECONDS = 60.0
 MAX_GAPS = 50
@@ -172,6 +175,7 @@ class Home:
         self.gaps = GapCache(self._gaps_of_the_window)
         self._workspace_url: str | None = None
         self._later: set[asyncio.Task[Any]] = set()
+        self._shown: OrderedDict[str, Pages] = OrderedDict()
 
     # ------------------------------------------------------------ publishing
 
@@ -180,12 +184,21 @@ class Home:
         client: AsyncWebClient,
         user: str,
         *,
-        pages: Pages = FIRST_PAGES,
+        pages: Pages | None = None,
         notice: str | None = None,
     ) -> bool:
-        """Publish ``user``'s Home tab; whether Slack took it."""
+        """Publish ``user``'s Home tab; whether Slack took it.
+
+        ``pages``: the lists' pages; by default those ``user`` was last shown, so
+        that a view published on its own (a reindex's progress) keeps their place.
+        """
         if not user:
             return False
+        pages = self._last_pages(user) if pages is None else pages
+        self._shown[user] = pages
+        self._shown.move_to_end(user)
+        while len(self._shown) > MAX_REMEMBERED:
+            self._shown.popitem(last=False)
         admin = await self.roles.is_admin(client, user)
         member = await asyncio.to_thread(member_home, self.kb, user)
         admin_home = await self._admin_home(client, user, pages) if admin else None
@@ -202,7 +215,7 @@ class Home:
         running = self.reindexer.running or await asyncio.to_thread(self.kb.reindex_running)
         gaps = await self.gaps.get()
         if gaps is None:
-            self._publish_when_gaps_are_ready(client, user, pages)
+            self._publish_when_gaps_are_ready(client, user)
         shown = None if isinstance(gaps, Exception) else gaps
         admin = await asyncio.to_thread(self._admin_parts, workspace, pages)
         return AdminHome(
@@ -216,18 +229,21 @@ class Home:
     def _gaps_of_the_window(self) -> list[Gap]:
         return knowledge_gaps(self.kb, since=time.time() - GAP_DAYS * 86400, limit=MAX_GAPS)
 
-    def _publish_when_gaps_are_ready(self, client: AsyncWebClient, user: str, pages: Pages) -> None:
+    def _publish_when_gaps_are_ready(self, client: AsyncWebClient, user: str) -> None:
         running = self.gaps.running
         if running is None:
             return
 
         async def later() -> None:
             await asyncio.wait([running])
-            await self.publish(client, user, pages=pages)
+            await self.publish(client, user)
 
         task = asyncio.create_task(later(), name=f"home gaps for {user}")
         self._later.add(task)
         task.add_done_callback(self._later.discard)
+
+    def _last_pages(self, user: str) -> Pages:
+        return self._shown.get(user, FIRST_PAGES)
 
     def _admin_parts(self, workspace: str | None, pages: Pages) -> dict[str, Any]:
         documents = self.kb.store.documents(DocState.FAILED)
@@ -310,11 +326,11 @@ class Home:
             # Refused on purpose (a full disk...): the reason is one the admin can act on.
             log.warning("retrying document %s from the Home tab failed: %s", doc.id, exc)
             notice = messages.home_retried(_name(doc), DocState.FAILED, escape(str(exc)))
-            await self.publish(client, user, pages=pages, notice=notice)
+            await self.publish(client, user, notice=notice)
             return
         after = await self._document(doc.id)
         notice = messages.RETRY_GONE if after is None else _outcome(after)
-        await self.publish(client, user, pages=pages, notice=notice)
+        await self.publish(client, user, notice=notice)
 
     async def reindex(self, client: AsyncWebClient, user: str, metadata: Any) -> None:
         """An admin's Reindex: the ``/kb-reindex`` rebuild, its progress shown on the tab."""
@@ -329,7 +345,7 @@ class Home:
 
         async def report(text: str) -> None:
             reports.append(text)
-            await self.publish(client, user, pages=pages, notice=text)
+            await self.publish(client, user, notice=text)
 
         result = await self.reindexer.run(report, actor=user)
         if result is not None and reports:
