@@ -174,7 +174,6 @@ class Home:
         self.reindexer = reindexer
         self.gaps = GapCache(self._gaps_of_the_window)
         self._workspace_url: str | None = None
-        self._later: set[asyncio.Task[Any]] = set()
         self._shown: OrderedDict[str, Pages] = OrderedDict()
 
     # ------------------------------------------------------------ publishing
@@ -238,9 +237,8 @@ class Home:
             await asyncio.wait([running])
             await self.publish(client, user)
 
-        task = asyncio.create_task(later(), name=f"home gaps for {user}")
-        self._later.add(task)
-        task.add_done_callback(self._later.discard)
+        # Held with the uploads' background jobs: logged if it fails, cancelled at shutdown.
+        self.uploader.jobs.spawn(later(), name=f"home gaps for {user}")
 
     def _last_pages(self, user: str) -> Pages:
         return self._shown.get(user, FIRST_PAGES)
