@@ -1,22 +1,30 @@
-"""Ack latency of the Slack HTTP endpoint under bursts of concurrent mentions.
+"""Ack latency and answer timing of the Slack HTTP endpoint under bursts of concurrent mentions.
 
 Slack gives an app 3 seconds to acknowledge an event and retries otherwise, so
 the endpoint must answer fast even while it is busy answering earlier
 questions. This runs the real server (``bot.app.create_app``) on loopback with
-a small knowledge base, points its Web API client at the local mock Slack and
-its model at a local OpenAI-compatible server, then sends rounds of
-``--concurrency`` signed ``app_mention`` events at once and measures:
+a small knowledge base, twice side by side: answers streamed natively
+(``KB_SLACK_STREAMING=auto``) and posted then edited (``off``). Both point
+their Web API client at one local mock Slack and their model at one local
+OpenAI-compatible server that writes its answer a word every ``--word-ms``
+after ``--first-token-ms`` (a model's pace, not the instant reply of a stub).
+Rounds of ``--concurrency`` signed ``app_mention`` events go to each server in
+turn, and for each mode the bench measures:
 
 * ack latency: from sending the request to receiving the HTTP response;
-* answer latency: from sending the request to the message with the answer
+* first text: from sending the request to the first call at the mock Slack
+  carrying the answer's words (``chat.startStream`` when streaming, else the
+  first ``chat.postMessage`` in the thread), questions the model answers only;
+* final: from sending the request to the message with the finished answer
   (posted, or edited into the message that showed it being written;
-  retrieval, the model call and rendering included).
+  retrieval, the model call and rendering included);
+* Slack calls per model answer (appends, or edits while writing).
 
-A first burst warms the process up (thread pools, per-thread database
+A first burst warms each process up (thread pools, per-thread database
 connections) and is reported on its own; medians over the following rounds
-are printed with the machine. Target: ack p99 < 300 ms.
-The run is bounded: ``--rounds`` x ``--concurrency`` requests, each round
-waiting at most ``--round-timeout`` seconds for its answers.
+are printed with the machine. Target: ack p99 < 300 ms with streaming on.
+The run is bounded: ``--rounds`` x ``--concurrency`` requests per mode, each
+round waiting at most ``--round-timeout`` seconds for its answers.
 
 Run: python -m bench.slack [--rounds 5] [--concurrency 20] [--json]
 """
@@ -31,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +51,7 @@ from bot.app import create_app
 from bot.settings import Settings
 from bot.slack import messages
 from bot.slack.render import FEEDBACK_ACTION_ID
-from index.embed import load_embedder
+from index.embed import Embedder, load_embedder
 from index.knowledge_base import KnowledgeBase
 
 # The mock Slack and model servers live with the tests, which are not an installed package.
@@ -57,6 +66,7 @@ from tests.servers import (  # noqa: E402
 )
 
 TARGET_P99_MS = 300.0
+MODES = ("auto", "off")  # KB_SLACK_STREAMING: streamed natively, posted then edited
 DOCUMENTS = {
     "handbook.md": b"# Employee handbook\n\n## Expenses\n\nSubmit expense claims within 30 days, "
     b"with a photo of every receipt attached.\n\n## VPN\n\nWhen internal sites do not load over the "
@@ -71,19 +81,47 @@ QUESTIONS = [
     "How often are API keys rotated?",
     "What is the capital of Australia?",  # refused: exercises the no-model path
 ]
+REFUSED = {QUESTIONS[3]}
+# About 60 words, as a short answer of a real model is.
+MODEL_ANSWER = (
+    "Expense claims are due within 30 days of the purchase [1]. Attach a photo of every "
+    "receipt to the claim; a claim without one goes back to you [1]. Conference tickets "
+    "need your manager's approval email before you buy them, so ask early. When in doubt, "
+    "submit what you have and add the missing receipts later within the same 30 days [1]."
+)
+
+
+class TimedSlackAPI(MockSlackAPI):
+    """The mock Slack, also noting when each call arrived (``time.perf_counter``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stamps: list[tuple[float, str, dict[str, Any]]] = []
+
+    async def _record(self, method: str, params: dict[str, Any], error: str | None) -> None:
+        if error is None:
+            self.stamps.append((time.perf_counter(), method, params))
+        await super()._record(method, params, error)
 
 
 def answers(slack: MockSlackAPI) -> list[dict[str, Any]]:
     """The answers (and error notices) the bot showed so far, as their calls; progress is not one."""
+    return [params for _, params in _answer_calls(slack)]
+
+
+def _answer_calls(slack: MockSlackAPI) -> list[tuple[str, dict[str, Any]]]:
     return [
-        params
+        (method, params)
         for method, params in slack.log
-        if method in {"chat.postMessage", "chat.update"}
-        and (
-            FEEDBACK_ACTION_ID in json.dumps(params.get("blocks", []))
-            or params.get("text") == messages.ERROR_GENERIC
-        )
+        if method in {"chat.postMessage", "chat.update"} and _is_final(params)
     ]
+
+
+def _is_final(params: dict[str, Any]) -> bool:
+    return (
+        FEEDBACK_ACTION_ID in json.dumps(params.get("blocks", []))
+        or params.get("text") == messages.ERROR_GENERIC
+    )
 
 
 async def wait_for_answers(slack: MockSlackAPI, count: int, timeout: float) -> list[dict[str, Any]]:
@@ -115,28 +153,99 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+@dataclass
+class Sent:
+    """One question of a round: its thread, whether the model answers it, when it was sent."""
+
+    thread: str
+    model: bool
+    at: float
+    ack_ms: float = 0.0
+
+
+@dataclass
+class Timings:
+    """When each question of a round showed its first words and its finished answer (ms)."""
+
+    first_text: list[float] = field(default_factory=list)
+    final: list[float] = field(default_factory=list)
+    calls_while_writing: list[int] = field(default_factory=list)
+
+
+def thread_of(slack: MockSlackAPI, method: str, params: dict[str, Any]) -> str | None:
+    """The thread a recorded call showed something in (an edit's, from the message it edited)."""
+    if "thread_ts" in params:
+        return str(params["thread_ts"])
+    message = slack.messages.get((str(params.get("channel", "")), str(params.get("ts", ""))))
+    return str(message["thread_ts"]) if message and "thread_ts" in message else None
+
+
+def timings(slack: TimedSlackAPI, sent: list[Sent]) -> Timings:
+    """First text, final answer and the calls in between, for each question of ``sent``."""
+    by_thread: dict[str, list[tuple[float, str, dict[str, Any]]]] = {}
+    for at, method, params in slack.stamps:
+        thread = thread_of(slack, method, params)
+        if thread is not None:
+            by_thread.setdefault(thread, []).append((at, method, params))
+    out = Timings()
+    for question in sent:
+        calls = by_thread.get(question.thread, [])
+        final = next(
+            at for at, m, p in calls if m in {"chat.postMessage", "chat.update"} and _is_final(p)
+        )
+        out.final.append((final - question.at) * 1000)
+        if not question.model:
+            continue
+        words = [at for at, m, p in calls if _carries_words(m, p)]
+        out.first_text.append((min(words) - question.at) * 1000)
+        writing = {"chat.appendStream", "chat.update"}
+        out.calls_while_writing.append(sum(m in writing and at < final for at, m, _ in calls))
+    return out
+
+
+def _carries_words(method: str, params: dict[str, Any]) -> bool:
+    if method == "chat.startStream":
+        return bool(params.get("markdown_text"))
+    return method == "chat.postMessage" and params.get("text") != messages.PLACEHOLDER
+
+
 async def _round(
-    session: aiohttp.ClientSession, url: str, slack: MockSlackAPI, concurrency: int, timeout: float
+    session: aiohttp.ClientSession,
+    url: str,
+    slack: TimedSlackAPI,
+    concurrency: int,
+    timeout: float,
 ) -> dict[str, float]:
     before = len(answers(slack))
-    bodies = [
-        event_body(app_mention_event(QUESTIONS[i % len(QUESTIONS)])) for i in range(concurrency)
+    events = [app_mention_event(QUESTIONS[i % len(QUESTIONS)]) for i in range(concurrency)]
+    sent = [
+        Sent(str(e["ts"]), e["text"].split("> ", 1)[-1] not in REFUSED, time.perf_counter())
+        for e in events
     ]
     started = time.perf_counter()
-    acks = await asyncio.gather(*(post(session, url, b) for b in bodies))
+    acks = await asyncio.gather(*(post(session, url, event_body(e)) for e in events))
     updates = await wait_for_answers(slack, before + concurrency, timeout)
     answered = (time.perf_counter() - started) * 1000
+    await asyncio.sleep(0.05)  # let the last calls of each answer land
     failed = sum(u.get("text") == messages.ERROR_GENERIC for u in updates[before:])
+    shown = timings(slack, sent)
     return {
         "failed_answers": failed,
         "ack_p50_ms": statistics.median(acks),
         "ack_p99_ms": percentile(acks, 99),
         "ack_max_ms": max(acks),
+        "first_text_p50_ms": statistics.median(shown.first_text),
+        "first_text_p90_ms": percentile(shown.first_text, 90),
+        "final_p50_ms": statistics.median(shown.final),
+        "final_p90_ms": percentile(shown.final, 90),
+        "calls_while_writing": statistics.median(shown.calls_while_writing),
         "all_answered_ms": answered,
     }
 
 
-def bench_settings(data_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer) -> Settings:
+def bench_settings(
+    data_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer, streaming: str = "auto"
+) -> Settings:
     """The bot's settings against the local Slack and model servers."""
     return Settings.model_validate(
         {
@@ -148,13 +257,15 @@ def bench_settings(data_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer)
             "OPENAI_API_KEY": llm.api_key or "",
             "KB_LLM_MAX_RETRIES": 0,
             "KB_THRESHOLD": 0.6,
+            "KB_SLACK_STREAMING": streaming,
         }
     )
 
 
-def loaded_kb(settings: Settings) -> KnowledgeBase:
+def loaded_kb(settings: Settings, embedder: Embedder | None = None) -> KnowledgeBase:
     """The knowledge base of ``settings`` with the benchmark's documents in it."""
-    kb = KnowledgeBase(settings.index_config(), embedder=load_embedder(settings.index_config()))
+    embedder = embedder or load_embedder(settings.index_config())
+    kb = KnowledgeBase(settings.index_config(), embedder=embedder)
     for name, data in DOCUMENTS.items():
         kb.ingest_bytes(data, name, uploader="bench")
     return kb
@@ -169,74 +280,129 @@ async def serve(settings: Settings, kb: KnowledgeBase) -> tuple[web.AppRunner, s
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
 
 
-async def run(rounds: int, concurrency: int, round_timeout: float) -> dict[str, Any]:
-    """Start everything, run the rounds, return the per-round and median figures."""
+async def run(
+    rounds: int,
+    concurrency: int,
+    round_timeout: float,
+    *,
+    word_ms: float = 20.0,
+    first_token_ms: float = 300.0,
+) -> dict[str, Any]:
+    """Start everything, run the rounds for both modes in turn, return their figures."""
     with tempfile.TemporaryDirectory(prefix="kb-bench-slack-") as tmp:
         async with (
-            MockSlackAPI() as slack,
-            OpenAICompatServer(reply="Claims are due within 30 days [1].") as llm,
+            TimedSlackAPI() as slack,
+            OpenAICompatServer(reply=MODEL_ANSWER) as llm,
         ):
-            settings = bench_settings(Path(tmp), slack, llm)
-            runner, url = await serve(settings, loaded_kb(settings))
+            llm.trickle(word_ms / 1000)
+            llm.delay(first_token_ms / 1000)
+            embedder: Embedder | None = None
+            urls: dict[str, str] = {}
+            runners: list[web.AppRunner] = []
             try:
+                for mode in MODES:
+                    settings = bench_settings(Path(tmp) / mode, slack, llm, mode)
+                    kb = loaded_kb(settings, embedder)
+                    embedder = kb.embedder
+                    runner, urls[mode] = await serve(settings, kb)
+                    runners.append(runner)
                 async with aiohttp.ClientSession() as session:
                     # The first request pays for auth.test and lazy imports; the first
                     # burst for growing thread pools and per-thread connections. The
                     # cold burst is reported on its own, the medians are steady state.
-                    await _round(session, url, slack, 1, round_timeout)
-                    cold = await _round(session, url, slack, concurrency, round_timeout)
-                    results = [
-                        await _round(session, url, slack, concurrency, round_timeout)
-                        for _ in range(rounds)
-                    ]
+                    cold: dict[str, dict[str, float]] = {}
+                    for mode in MODES:
+                        await _round(session, urls[mode], slack, 1, round_timeout)
+                        cold[mode] = await _round(
+                            session, urls[mode], slack, concurrency, round_timeout
+                        )
+                    # The modes take turns, so a busy moment of the machine hits both.
+                    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+                    for _ in range(rounds):
+                        for mode in MODES:
+                            results[mode].append(
+                                await _round(session, urls[mode], slack, concurrency, round_timeout)
+                            )
             finally:
-                await runner.cleanup()
-    medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
+                for runner in runners:
+                    await runner.cleanup()
+    medians = {
+        mode: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+        for mode, rs in results.items()
+    }
     return {
         "machine": machine(),
         "rounds": rounds,
         "concurrency": concurrency,
+        "model": {"first_token_ms": first_token_ms, "word_ms": word_ms},
         "cold_burst": cold,
         "per_round": results,
         "median": medians,
         "target_ack_p99_ms": TARGET_P99_MS,
-        "meets_target": medians["ack_p99_ms"] < TARGET_P99_MS,
+        "meets_target": medians["auto"]["ack_p99_ms"] < TARGET_P99_MS,
     }
+
+
+LABELS = {"auto": "streaming", "off": "post + edit"}
+
+
+def _line(label: str, r: dict[str, float]) -> str:
+    return (
+        f"  {label:<24} ack p50 {r['ack_p50_ms']:6.1f} p99 {r['ack_p99_ms']:6.1f} ms | "
+        f"first text p50 {r['first_text_p50_ms']:6.0f} p90 {r['first_text_p90_ms']:6.0f} ms | "
+        f"final p50 {r['final_p50_ms']:6.0f} p90 {r['final_p90_ms']:6.0f} ms | "
+        f"{r['calls_while_writing']:.0f} calls while writing | "
+        f"all after {r['all_answered_ms']:.0f} ms ({r['failed_answers']:.0f} failed)"
+    )
 
 
 def main() -> None:
     """Parse arguments, run, print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="Bursts to send (default 5).")
+    parser.add_argument("--rounds", type=int, default=5, help="Bursts per mode (default 5).")
     parser.add_argument(
         "--concurrency", type=int, default=20, help="Mentions per burst (default 20)."
     )
     parser.add_argument(
         "--round-timeout", type=float, default=120.0, help="Seconds to wait for a burst's answers."
     )
+    parser.add_argument(
+        "--word-ms", type=float, default=20.0, help="The model writes a word every N ms (20)."
+    )
+    parser.add_argument(
+        "--first-token-ms",
+        type=float,
+        default=300.0,
+        help="The model starts answering after N ms (300).",
+    )
     parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
     args = parser.parse_args()
-    report = asyncio.run(run(args.rounds, args.concurrency, args.round_timeout))
+    report = asyncio.run(
+        run(
+            args.rounds,
+            args.concurrency,
+            args.round_timeout,
+            word_ms=args.word_ms,
+            first_token_ms=args.first_token_ms,
+        )
+    )
     if args.json:
         print(json.dumps(report, indent=2))
         return
     print(f"machine: {report['machine']}")
-    print(f"{args.rounds} rounds of {args.concurrency} concurrent signed app_mention events")
-    rows = [("cold", report["cold_burst"])] + [
-        (f"round {i}", r) for i, r in enumerate(report["per_round"], 1)
-    ]
-    for label, r in rows:
-        print(
-            f"  {label}: ack p50 {r['ack_p50_ms']:.1f} ms, p99 {r['ack_p99_ms']:.1f} ms, "
-            f"max {r['ack_max_ms']:.1f} ms; all answered after {r['all_answered_ms']:.0f} ms"
-            f" ({r['failed_answers']:.0f} failed)"
-        )
-    m = report["median"]
-    verdict = "meets" if report["meets_target"] else "MISSES"
     print(
-        f"median: ack p50 {m['ack_p50_ms']:.1f} ms, p99 {m['ack_p99_ms']:.1f} ms "
-        f"({verdict} the {TARGET_P99_MS:.0f} ms target); all answered after {m['all_answered_ms']:.0f} ms"
+        f"{args.rounds} rounds per mode of {args.concurrency} concurrent signed app_mention "
+        f"events; the model starts after {args.first_token_ms:.0f} ms, a word every "
+        f"{args.word_ms:.0f} ms"
     )
+    for mode in MODES:
+        print(_line(f"{LABELS[mode]}, cold", report["cold_burst"][mode]))
+        for i, r in enumerate(report["per_round"][mode], 1):
+            print(_line(f"{LABELS[mode]}, round {i}", r))
+    for mode in MODES:
+        print(_line(f"{LABELS[mode]}, median", report["median"][mode]))
+    verdict = "meets" if report["meets_target"] else "MISSES"
+    print(f"streaming: {verdict} the ack p99 < {TARGET_P99_MS:.0f} ms target")
 
 
 if __name__ == "__main__":

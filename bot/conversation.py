@@ -5,7 +5,8 @@ A surface (Slack today) turns its payload into a :class:`Turn` and hands a
 does the rest in the same order everywhere: help for an empty question, a
 progress indicator, the thread's earlier messages as history (as the surface
 has the thread, else as the query log has it), the engine's
-answer streamed at a bounded rate, and the final answer in place of the
+answer streamed at a bounded rate (by the conversation, or by a surface that
+paces its own native stream), and the final answer in place of the
 progress. A second surface (Microsoft Teams, a web chat) is one new package
 that implements ``Reply`` and builds ``Turn``; nothing here changes.
 """
@@ -38,6 +39,14 @@ class Reply(Protocol):
 
     async def progress(self) -> None:
         """Show that the question is being worked on (kept until the first text or ``final``)."""
+
+    def paces_itself(self) -> bool:
+        """Whether :meth:`partial` takes every piece and decides itself how often to show one.
+
+        ``False``: the conversation hands it the answer at most once per interval.
+        A surface that streams natively shows the first words at once and
+        coalesces the rest by its own platform's limits.
+        """
 
     async def partial(self, text: str) -> None:
         """Show the answer as written so far (citations not yet resolved)."""
@@ -95,12 +104,17 @@ class Conversation:
             return None
         await reply.progress()
         history = await self._history(turn)
+        show = (
+            reply.partial
+            if reply.paces_itself()
+            else _throttled(reply.partial, self.stream_update_seconds)
+        )
         answer = await self.engine.ask(
             turn.question,
             scopes=turn.scopes,
             history=history,
             asker=turn.asker,
-            on_delta=_throttled(reply.partial, self.stream_update_seconds),
+            on_delta=show,
         )
         await reply.final(answer)
         return answer

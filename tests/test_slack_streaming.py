@@ -45,10 +45,12 @@ HOSTILE = (
 
 
 def streaming_slowly(bot: Bot, reply: str = LONG_ANSWER) -> None:
-    """The model writes ``reply`` a word every 20 ms; every word is handed on at once."""
+    """The model writes ``reply`` a word every 20 ms; streams and edits keep up with it."""
     bot.llm.set_reply(lambda _: reply)
     bot.llm.trickle(0.02)
     bot.services.conversation.stream_update_seconds = 0.0
+    bot.services.streaming.append_seconds = 0.05
+    bot.services.streaming.first_text_seconds = 0.0
 
 
 def streamed_text(bot: Bot) -> str:
@@ -115,6 +117,22 @@ async def test_an_answer_streams_after_its_status_and_ends_rendered(bot: Bot, wh
     assert_one_rendered_answer(bot, channel, thread)
 
 
+async def test_a_stream_starts_at_the_first_words_and_coalesces_the_rest(bot: Bot) -> None:
+    streaming_slowly(bot)
+    # However long the conversation would hold back partial answers, a stream does not wait.
+    bot.services.conversation.stream_update_seconds = 60.0
+    bot.services.streaming.append_seconds = 0.3
+    await bot.event(app_mention_event(IN_DOMAIN))
+    await bot.answer()
+    await bot.idle()
+    (started,) = bot.slack.calls("chat.startStream")
+    assert started["markdown_text"] == "Claims "  # the first whole word
+    appends = bot.slack.calls("chat.appendStream")
+    # About a second of writing, 54 words: a few appends, each carrying several words.
+    assert 1 <= len(appends) <= 5, len(appends)
+    assert all(len(a["markdown_text"].split()) > 1 for a in appends)
+
+
 async def test_citation_numbers_stream_plain_and_model_output_stays_inert(bot: Bot) -> None:
     streaming_slowly(bot, HOSTILE)
     await bot.event(app_mention_event(IN_DOMAIN))
@@ -131,6 +149,18 @@ async def test_citation_numbers_stream_plain_and_model_output_stays_inert(bot: B
     assert "`http://evil.example/x`" in sent and "`www.evil.example`" in sent
     # The final answer: the server's links only.
     assert links(final) and "evil.example|" not in json.dumps(final)
+
+
+async def test_an_answer_written_at_once_is_posted_whole(bot: Bot) -> None:
+    # The local model writes its one sentence within milliseconds: a stream would add nothing.
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    answer = await bot.answer()
+    await bot.idle()
+    assert not STREAM_METHODS & set(bot.slack.methods())
+    (posted,) = bot.slack.calls("chat.postMessage")
+    assert posted is answer or posted["blocks"] == answer["blocks"]
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
 
 
 async def test_a_refusal_is_posted_whole_without_a_stream(bot: Bot) -> None:
@@ -211,6 +241,29 @@ async def test_a_stream_that_cannot_be_edited_is_replaced_by_a_new_message(bot: 
     (deleted,) = bot.slack.calls("chat.delete")
     assert deleted["ts"] == stopped["ts"] != final["ts"]
     assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+
+
+async def test_a_failure_midway_stops_the_stream_and_says_so_in_its_message(bot: Bot) -> None:
+    streaming_slowly(bot)
+    words = ["Claims ", "Claims are ", "Claims are due "]
+
+    async def breaks_midway(*args: Any, on_delta: Any, **kwargs: Any) -> Any:
+        for text in words:
+            await on_delta(text)
+        raise RuntimeError("secret internal detail")
+
+    bot.services.engine.ask = breaks_midway  # type: ignore[method-assign]
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    (notice,) = await bot.slack.wait_for("chat.update")
+    await bot.idle()
+    (started,) = bot.slack.calls("chat.startStream")
+    (stopped,) = bot.slack.calls("chat.stopStream")
+    assert notice["text"] == messages.ERROR_GENERIC and notice["ts"] == stopped["ts"]
+    methods = bot.slack.methods()
+    assert methods.index("chat.stopStream") < methods.index("chat.update")
+    (message,) = bot_messages_in(bot, CHANNEL_ID, str(event["ts"]))
+    assert message["text"] == messages.ERROR_GENERIC and started["markdown_text"] == "Claims "
 
 
 # ---------------------------------------------------------------- the parts

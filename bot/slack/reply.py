@@ -15,11 +15,13 @@ The answer then appears as the model writes it, in one of two ways:
   Markdown made inert (``render.stream_markdown``: no mention, no link, citation
   numbers plain) and is cut before the word being written, so what was sent
   never changes; text the model rewrote (no longer extending what was sent) is
-  not appended, the final answer corrects it. Appends are coalesced: at most
-  one per partial answer the conversation hands over (one a second), and all
-  of this process's streams share a budget below Slack's ``appendStream``
-  limit (Tier 4, about 100 a minute per workspace); an append over budget is
-  skipped, the next one carries its text.
+  not appended, the final answer corrects it. The stream paces itself: it
+  gets every piece the model writes, starts once the model has been writing
+  for 0.2 s (``FIRST_TEXT_SECONDS``: an answer written in one go is posted
+  whole), appends at most every half second (``APPEND_SECONDS``), and all of this
+  process's streams share a budget below Slack's ``appendStream`` limit (Tier
+  4, about 100 a minute per workspace); an append not yet due or over budget
+  is skipped, the next one carries its text.
 * the fallback: the first text is posted, edited as it grows (``chat.update``,
   about once a second), and replaced by the rendered answer.
 
@@ -58,6 +60,7 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.conversation import STREAM_UPDATE_SECONDS
 from bot.slack import messages
 from bot.slack.render import (
     Rendered,
@@ -89,6 +92,13 @@ SLACK_FAILURES = (SlackApiError, aiohttp.ClientError, TimeoutError)
 # Slack takes at most 12,000 characters of markdown_text per call; the streamed copy
 # stops growing there (the final answer shows everything).
 STREAM_TEXT_LIMIT = 12_000
+# A stream takes every piece the model writes and shows new words at most this often;
+# the edits of the fallback keep the conversation's pace (about one a second).
+APPEND_SECONDS = 0.5
+# A stream starts once the model has been writing this long: an answer it wrote in one
+# go (a cache, a stub, a very short reply) is posted whole, a stream would only add calls.
+FIRST_TEXT_SECONDS = 0.2
+EDIT_SECONDS = STREAM_UPDATE_SECONDS
 # appendStream is Tier 4 (100+ a minute per workspace): a bucket a little below that,
 # shared by every stream of the process, with room for a burst of answers starting.
 APPENDS_PER_MINUTE = 90
@@ -162,6 +172,10 @@ class Streaming:
 
     def __init__(self, enabled: bool = True, *, clock: Callable[[], float] = time.monotonic):
         self.enabled = enabled
+        self.append_seconds = APPEND_SECONDS
+        """Least time between two appends of one stream."""
+        self.first_text_seconds = FIRST_TEXT_SECONDS
+        """How long the model must have been writing before a stream starts."""
         self._clock = clock
         self._off_until: dict[str, float] = {}
         self._tokens = float(APPEND_BURST)
@@ -247,6 +261,9 @@ class SlackReply:
         self._streamed = ""  # the Markdown sent so far
         self._stream_failed = False
         self._rewritten = False
+        self._paced = False  # partial() gets every piece: it keeps the pace itself
+        self._writing_since: float | None = None  # the model's first piece
+        self._last_shown = -float("inf")
 
     async def help(self) -> None:
         """Post how to ask, in the thread."""
@@ -280,10 +297,22 @@ class SlackReply:
                 "could not post the placeholder in %s: %s", self.channel, slack_failure(exc)
             )
 
+    def paces_itself(self) -> bool:
+        """Whether this turn streams natively: :meth:`partial` then gets every piece.
+
+        Its first words are shown as soon as there are any, later ones at most
+        every ``append_seconds``; if the stream fails, edits keep the usual pace.
+        """
+        self._paced = self._streams()
+        return self._paced
+
     async def partial(self, text: str) -> None:
         """Show the answer so far: streamed, or posted the first time (ending the status), then edited."""
         if self._streams() and await self._stream(text):
             return
+        if self._paced and not self._due(EDIT_SECONDS):
+            return
+        self._last_shown = time.monotonic()
         rendered = render_partial(text)
         try:
             if self.ts is None:
@@ -332,8 +361,19 @@ class SlackReply:
             and self.streaming.available(self.channel)
         )
 
+    def _due(self, interval: float) -> bool:
+        return time.monotonic() - self._last_shown >= interval
+
     async def _stream(self, text: str) -> bool:
         """Stream what is new in ``text``; ``False`` when streaming failed and the edits take over."""
+        assert self.streaming is not None
+        if self.stream_ts is None:
+            now = time.monotonic()
+            self._writing_since = self._writing_since or now
+            if now - self._writing_since < self.streaming.first_text_seconds:
+                return True  # the status stays; an answer written at once is posted whole
+        elif not self._due(self.streaming.append_seconds):
+            return True  # coalesced: the next append carries this text too
         markdown = stream_markdown(settled_text(text))
         if self.stream_ts is None:
             return await self._start_stream(markdown)
@@ -344,9 +384,9 @@ class SlackReply:
         new = markdown[len(self._streamed) :]
         if self._rewritten or not new or len(markdown) > STREAM_TEXT_LIMIT:
             return True
-        assert self.streaming is not None
         if not self.streaming.take_append():
             return True  # over the shared budget: the next append carries this text too
+        self._last_shown = time.monotonic()
         try:
             await self.client.chat_appendStream(
                 channel=self.channel, ts=self.stream_ts, markdown_text=new
@@ -380,6 +420,7 @@ class SlackReply:
             self._stream_failed = True
             return False
         self.stream_ts = str(started["ts"])
+        self._last_shown = time.monotonic()
         self._streamed = markdown[:STREAM_TEXT_LIMIT]
         self.context[REPLY_KEY] = {"channel": self.channel, "ts": self.stream_ts, "stream": True}
         return True
