@@ -385,12 +385,19 @@ class Engine:
             channel=asker.channel,
             thread_id=asker.thread_id,
             answer=answer.answer,
+            nearest=_nearest(candidates),
         )
         try:
             return self.kb.store.log_query(record)
         except StorageError as exc:
             log.warning("question answered but not logged: %s", exc)
             return None
+
+
+def _nearest(candidates: Sequence[Candidate]) -> tuple[int, float] | None:
+    """The closest candidate by distance (the gate's measure), whatever was kept."""
+    best = min(candidates, key=lambda c: c.distance, default=None)
+    return (best.chunk_id, round(best.distance, 4)) if best else None
 
 
 def _retrieval_query(question: str, history: Sequence[ThreadMessage]) -> str:

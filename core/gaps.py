@@ -89,9 +89,10 @@ class Gap:
         count: how many times it was asked (every wording).
         outcomes: ``(outcome, times)`` for each gap outcome that happened, in
             ``GAP_OUTCOMES`` order (``("refused", 3), ("related", 1)``).
-        closest: the closest passage shown or kept when it was asked (from the
-            query log, of the most recent asking that kept one); ``None`` when no
-            asking kept one or that passage is no longer indexed.
+        closest: the closest passage when it was asked (from the query log, of
+            the most recent asking that logged one: the related passages shown,
+            or a refusal's nearest miss); ``None`` when none was logged or that
+            passage is no longer indexed.
         distance: its cosine distance to that question (``None`` with no passage).
         last_asked: when it was last asked (Unix time).
         scope: ``closest``'s document scope (``index.store.EVERYONE`` or a
@@ -258,11 +259,17 @@ class _Kept:
 
 
 def _closest_kept(group: _Group) -> _Kept | None:
-    """The closest passage of the most recent asking that kept any."""
+    """The closest passage of the most recent asking that logged one.
+
+    A related reply logs the passages it showed; a refusal logs only its
+    nearest miss (``nearest``; absent from questions logged before it was).
+    """
     for q in group.asked:
         if q.kept:
             chunk_id, distance = min(q.kept, key=lambda k: k[1])
             return _Kept(chunk_id, distance)
+        if q.nearest:
+            return _Kept(*q.nearest)
     return None
 
 

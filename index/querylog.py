@@ -58,7 +58,8 @@ class QueryLogMixin(StoreMixin):
             return []
         marks = ",".join("?" * len(outcomes))
         rows = self.db.query(
-            f"""SELECT id, question, outcome, kept, scopes, created_at, channel FROM query_log
+            f"""SELECT id, question, outcome, kept, scopes, created_at, channel, nearest
+                FROM query_log
                 WHERE outcome IN ({marks}) AND created_at >= ?
                 ORDER BY created_at DESC, id DESC LIMIT ?""",
             [*outcomes, since, limit],

@@ -115,6 +115,8 @@ class QueryRecord:
         invalid_citations: citations that named no source.
         timings: milliseconds per stage.
         thread_id: the conversation thread the question was asked in.
+        nearest: ``(chunk id, distance)`` of the closest passage retrieved,
+            whatever the outcome (a refusal's near miss, for the knowledge gaps).
     """
 
     question: str
@@ -130,6 +132,7 @@ class QueryRecord:
     channel: str | None = None
     thread_id: str | None = None
     answer: str | None = None
+    nearest: tuple[int, float] | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The columns' values (lists and mappings as JSON)."""
@@ -147,6 +150,7 @@ class QueryRecord:
             "channel": self.channel,
             "thread_id": self.thread_id,
             "answer": self.answer,
+            "nearest": json.dumps(list(self.nearest)) if self.nearest else None,
         }
 
     @classmethod
@@ -166,7 +170,16 @@ class QueryRecord:
             channel=row["channel"],
             thread_id=row["thread_id"],
             answer=row["answer"],
+            nearest=_pair(row["nearest"]),
         )
+
+
+def _pair(raw: str | None) -> tuple[int, float] | None:
+    """A JSON ``[chunk id, distance]`` column, or ``None``."""
+    if not raw:
+        return None
+    chunk_id, distance = json.loads(raw)
+    return int(chunk_id), float(distance)
 
 
 QUERY_COLUMNS = tuple(f.name for f in fields(QueryRecord))
@@ -182,6 +195,7 @@ class LoggedQuestion:
         kept: as in ``QueryRecord``: ``(chunk id, distance)`` pairs.
         created_at: when it was asked (Unix time).
         channel: the conversation it was asked in (``None`` outside Slack).
+        nearest: as in ``QueryRecord``.
     """
 
     id: int
@@ -191,6 +205,7 @@ class LoggedQuestion:
     scopes: tuple[str, ...]
     created_at: float
     channel: str | None = None
+    nearest: tuple[int, float] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> LoggedQuestion:
@@ -203,6 +218,7 @@ class LoggedQuestion:
             scopes=tuple(json.loads(row["scopes"])),
             created_at=float(row["created_at"]),
             channel=row.get("channel"),
+            nearest=_pair(row.get("nearest")),
         )
 
 

@@ -210,6 +210,14 @@ def _escalations(db: Database) -> None:
     )
 
 
+@MIGRATIONS(name="0009_query_log_nearest")
+def _query_log_nearest(db: Database) -> None:
+    # A refusal keeps no passage; its nearest miss is what an admin needs to see
+    # why (core.gaps). The time index serves the gaps' and reviews' windows.
+    db.execute("ALTER TABLE query_log ADD COLUMN nearest TEXT")
+    db.execute("CREATE INDEX query_log_created_at ON query_log(created_at)")
+
+
 # The rows the unique index covers: every document but a replaced version (the
 # same bytes uploaded again after a replace are a new version of their own).
 _LIVE = "state != 'replaced'"

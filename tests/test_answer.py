@@ -77,6 +77,12 @@ async def test_refusal_makes_zero_model_requests(
     assert openai_server.requests == []
     row = kb.store.query(answer.query_id or 0)
     assert row.outcome == "refused" and row.model_called == 0
+    # Nothing kept, but the nearest miss is logged for the knowledge gaps: a real
+    # chunk, at a distance beyond the threshold.
+    assert row.kept == () and row.nearest is not None
+    chunk_id, distance = row.nearest
+    assert chunk_id in kb.store.chunks_by_id([chunk_id])
+    assert engine.config.threshold < distance <= 2.0
 
 
 async def test_the_log_tells_an_unrestricted_question_from_one_for_everyone(

@@ -151,6 +151,20 @@ def test_window_and_limit(logged: tuple[KnowledgeBase, dict[str, int]]) -> None:
     assert knowledge_gaps(kb, since=NOW) == []
 
 
+def test_a_refusal_shows_its_nearest_miss(index_dir: Path, embedder: Embedder) -> None:
+    kb = _kb(index_dir, embedder)
+    vpn = kb.ingest_bytes(VPN, "vpn.md").document.id
+    chunk = _chunk_id(kb, vpn)
+    _ask(kb.store, "Can the VPN run on a phone?", "refused", NOW - DAY, nearest=(chunk, 0.58))
+    _ask(kb.store, "How do I expense a taxi?", "refused", NOW - DAY)  # logged before nearest
+    gaps = {g.question: g for g in knowledge_gaps(kb, since=0)}
+    phone = gaps["Can the VPN run on a phone?"]
+    assert phone.closest is not None and phone.closest.id == chunk
+    assert phone.distance == 0.58 and phone.scope == EVERYONE
+    taxi = gaps["How do I expense a taxi?"]
+    assert (taxi.closest, taxi.distance) == (None, None)
+
+
 def test_at_most_three_other_wordings(index_dir: Path, embedder: Embedder) -> None:
     kb = _kb(index_dir, embedder)
     wordings = [

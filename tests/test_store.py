@@ -49,6 +49,7 @@ MIGRATION_NAMES = [
     "0006_worker_locks",
     "0007_one_live_document_per_content",
     "0008_escalations",
+    "0009_query_log_nearest",
 ]
 
 
