@@ -280,6 +280,34 @@ def test_streamed_markdown_only_grows(text: str) -> None:
     assert sent == stream_markdown(settled_text(text))
 
 
+ATTACKS = [
+    "<!channel> <!here> <!everyone> <@U123> <@W123|boss> <#C123> <!subteam^S123>",
+    "&lt;!channel&gt; &#60;@U123&#62; written pre-escaped",
+    "[click](http://evil.example) [x](evil) ![img](http://evil.example/i.png) [a] [b]",
+    "[text][ref] and [ref]: http://evil.example and [ref]:evil",
+    "<http://evil.example> <http://evil.example|label> <mailto:a@evil.example|mail>",
+    "see http://evil.example/p?q=1&r=2, www.evil.example, evil.example/x, boss@evil.example.",
+    "`code http://evil.example` ``two http://evil.example`` ```fence\nhttp://evil.example\n```",
+    "@here @channel @everyone @Here (@channel) <img src=x onerror=alert(1)> <b>bold</b>",
+]
+_LINKISH = re.compile(
+    r"(?:[a-z]+://|www\.|mailto:)[^\s`]+|[^\s`]+@[^\s`]+\.[^\s`]+|\b[a-z0-9-]+\.example[^\s`]*",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("text", ATTACKS)
+def test_hostile_streamed_text_forms_no_link_or_mention(text: str) -> None:
+    markdown = stream_markdown(text + " ")
+    assert "<" not in markdown and ">" not in markdown  # no Slack markup, autolink or HTML
+    assert not re.search(r"\][(\[:]", markdown), "no Markdown link or reference"
+    assert not re.search(r"@(?:here|channel|everyone)\b", markdown, re.IGNORECASE)
+    # Only backticks the render put there: every link-like token sits between two of them.
+    for match in _LINKISH.finditer(markdown):
+        before, after = markdown[: match.start()], markdown[match.end() :]
+        assert before.count("`") % 2 == 1 and "`" in after, (match.group(0), markdown)
+
+
 def test_settled_text_stops_before_the_word_being_written() -> None:
     assert settled_text("Claims are du") == "Claims are "
     assert settled_text("Claims are\n\n") == "Claims "
