@@ -30,6 +30,7 @@ from tests.conftest_bot import (  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
     DM_CHANNEL_ID,
+    TEAM_ID,
     USER_ID,
     app_mention_event,
     block_actions_body,
@@ -71,6 +72,7 @@ def _click(
     user: str = USER_ID,
     response: str = "h1",
     bot: Bot,
+    team_id: str = TEAM_ID,
 ) -> bytes:
     return block_actions_body(
         [button_action(ASK_A_PERSON_ACTION_ID, value, text=messages.ASK_A_PERSON)],
@@ -80,6 +82,7 @@ def _click(
         message=bot.slack.messages.get((str(answer["channel"]), str(answer["ts"]))),
         thread_ts=answer.get("thread_ts"),
         response_url=bot.slack.response_url(response),
+        team_id=team_id,
     )
 
 
@@ -197,6 +200,24 @@ async def test_someone_elses_dm_question_is_refused(bot: Bot, caplog: Any) -> No
     assert not _handed_off(bot)
     assert bot.kb.store.escalation(int(value)) is None
     assert "may not hand off question" in caplog.text
+
+
+async def test_a_person_of_another_organisation_hands_nothing_off(bot: Bot, caplog: Any) -> None:
+    # Slack Connect: a person of another organisation clicks the button under a
+    # member's answer in a shared channel.
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    with caplog.at_level(logging.WARNING, logger="bot.slack.escalation"):
+        await bot.post(_click(answer, value, user=COLLEAGUE, bot=bot, team_id="T0OTHERORG1"))
+        [reply] = await bot.slack.wait_for_responses(1, "h1")
+        await bot.idle()
+    assert reply["text"] == messages.EXTERNAL_ASKER
+    assert not _handed_off(bot) and bot.kb.store.escalation(int(value)) is None
+    assert "another organisation" in caplog.text
+    # The member who asked still can.
+    await bot.post(_click(answer, value, bot=bot, response="h2"))
+    await bot.slack.wait_for_responses(1, "h2")
+    await bot.idle()
+    assert len(_handed_off(bot)) == 1
 
 
 async def test_a_malformed_value_is_ignored_with_a_log_line(bot: Bot, caplog: Any) -> None:

@@ -76,6 +76,18 @@ class Audience:
         user_team = (body.get("user") or {}).get("team_id")
         return self.allow_external or bool(home and user_team and user_team == home)
 
+    def serves_clicker(self, body: dict[str, Any], context: Any) -> bool:
+        """Whether the person who clicked a button in a message is served.
+
+        A click's payload names the clicker's team; the workspace the app is
+        installed in is the one its token belongs to (bolt's ``auth.test``
+        result), which a shared channel's payload does not otherwise say.
+        """
+        result = getattr(context, "authorize_result", None)
+        home = getattr(result, "team_id", None) or _home_team(body)
+        user_team = (body.get("user") or {}).get("team_id")
+        return self.allow_external or bool(home and user_team and user_team == home)
+
     def serves(self, place: Place) -> bool:
         """Whether a question asked at ``place`` gets an answer from the knowledge base."""
         return self.allow_external or not place.external_asker

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from slack_bolt.async_app import AsyncApp
+from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -74,12 +74,18 @@ def register_escalation(app: AsyncApp, services: Services) -> None:
         body: dict[str, Any],
         action: dict[str, Any],
         client: AsyncWebClient,
+        context: AsyncBoltContext,
         respond: Respond,
     ) -> None:
         await ack()
         channel = services.config.escalation_channel
         if not channel:
             await _tell(respond, messages.HAND_OFF_OFF)
+            return
+        if not services.audience.serves_clicker(body, context):
+            # Slack Connect: people of another organisation hand nothing to this one's staff.
+            log.warning("refused a hand-off clicked by a person of another organisation")
+            await _tell(respond, messages.EXTERNAL_ASKER)
             return
         value = str(action.get("value", ""))
         query_id = parse_query_id(value)
