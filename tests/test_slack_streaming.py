@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.slack import messages
@@ -32,8 +33,10 @@ from tests.servers import (  # noqa: E402
     DM_CHANNEL_ID,
     TEAM_ID,
     USER_ID,
+    MockSlackAPI,
     app_mention_event,
     message_im_event,
+    slack_ts,
 )
 
 STREAM_METHODS = {"chat.startStream", "chat.appendStream", "chat.stopStream"}
@@ -171,6 +174,18 @@ async def test_a_refusal_is_posted_whole_without_a_stream(bot: Bot) -> None:
     assert not STREAM_METHODS & set(bot.slack.methods())
 
 
+async def test_related_passages_are_posted_whole_without_a_stream(make_bot: BotFactory) -> None:
+    # Nothing passes the answer threshold, everything the related one: no model call.
+    bot = await make_bot(threshold=0.01, related_threshold=1.99)
+    streaming_slowly(bot)
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    await bot.idle()
+    assert messages.RELATED_HEADER in json.dumps(answer["blocks"], ensure_ascii=False)
+    assert bot.llm.requests == []
+    assert not STREAM_METHODS & set(bot.slack.methods())
+
+
 async def test_streaming_off_posts_and_edits(make_bot: BotFactory) -> None:
     bot = await make_bot(slack_streaming="off")
     streaming_slowly(bot)
@@ -208,6 +223,20 @@ async def test_without_streaming_in_the_workspace_the_answer_is_posted_and_edite
     await bot.idle()
     assert len(bot.slack.calls("chat.startStream", include_rejected=True)) == 1
     assert_one_rendered_answer(bot, CHANNEL_ID, str(second["ts"]))
+
+
+async def test_a_start_rate_limited_past_the_retries_falls_back_for_a_while(bot: Bot) -> None:
+    bot.slack.rate_limit("chat.startStream", retry_after=0, times=10)
+    streaming_slowly(bot)
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    await bot.answer()
+    await bot.idle()
+    assert bot.slack.calls("chat.startStream") == []
+    assert bot.slack.calls("chat.postMessage"), "posted and edited instead"
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+    assert not bot.services.streaming.available(CHANNEL_ID)  # for half a minute
+    assert bot.services.streaming.available(DM_CHANNEL_ID)
 
 
 async def test_a_stream_failing_midway_becomes_one_complete_answer(bot: Bot) -> None:
@@ -267,6 +296,46 @@ async def test_a_failure_midway_stops_the_stream_and_says_so_in_its_message(bot:
 
 
 # ---------------------------------------------------------------- the parts
+
+
+async def test_the_mock_slack_streams_as_slack_documents_it(slack: MockSlackAPI) -> None:
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    thread = slack_ts()
+
+    async def error_of(call: Any) -> str:
+        with pytest.raises(SlackApiError) as failure:
+            await call
+        return str(failure.value.response["error"])
+
+    # In a channel Slack must know who the stream is for; a DM needs no recipient.
+    start = client.chat_startStream(channel=CHANNEL_ID, thread_ts=thread, markdown_text="a")
+    assert await error_of(start) == "missing_recipient_user_id"
+    dm = await client.chat_startStream(channel=DM_CHANNEL_ID, thread_ts=thread, markdown_text="a")
+    started = await client.chat_startStream(
+        channel=CHANNEL_ID,
+        thread_ts=thread,
+        markdown_text="Hello ",
+        recipient_user_id=USER_ID,
+        recipient_team_id=TEAM_ID,
+    )
+    ts = str(started["ts"])
+    await client.chat_appendStream(channel=CHANNEL_ID, ts=ts, markdown_text="world")
+    too_long = client.chat_appendStream(channel=CHANNEL_ID, ts=ts, markdown_text="x" * 12001)
+    assert await error_of(too_long) == "msg_too_long"
+    assert await error_of(client.chat_appendStream(channel=CHANNEL_ID, ts=ts)) == "no_text"
+    stopped = await client.chat_stopStream(channel=CHANNEL_ID, ts=ts)
+    assert stopped["message"]["text"] == "Hello world"
+    # A stopped stream takes no more text, and is a message like any other.
+    again = client.chat_appendStream(channel=CHANNEL_ID, ts=ts, markdown_text="!")
+    assert await error_of(again) == "message_not_in_streaming_state"
+    slack.add_person_message({"channel": CHANNEL_ID, "ts": thread, "text": "q", "user": USER_ID})
+    replies = await client.conversations_replies(channel=CHANNEL_ID, ts=thread)
+    assert [m["text"] for m in replies["messages"]] == ["q", "Hello world"]
+    assert dm["channel"] == DM_CHANNEL_ID
+    # Scripted failures work on the new methods as on any other.
+    slack.fail("chat.startStream", "unknown_method", times=1)
+    refused = client.chat_startStream(channel=DM_CHANNEL_ID, thread_ts=thread, markdown_text="a")
+    assert await error_of(refused) == "unknown_method"
 
 
 @pytest.mark.parametrize("text", [LONG_ANSWER, HOSTILE, "See `a http://x` and [b](www.c.de) ok"])
