@@ -259,6 +259,20 @@ async def test_a_stream_failing_midway_becomes_one_complete_answer(bot: Bot) -> 
     assert started["markdown_text"] and not bot.services.streaming.available(CHANNEL_ID)
 
 
+async def test_an_append_slack_does_not_accept_in_time_gives_the_stream_up(bot: Bot) -> None:
+    streaming_slowly(bot)
+    bot.services.streaming.append_timeout = 0.2
+    bot.slack.stall("chat.appendStream", 1.0)
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    final = await bot.answer()
+    await bot.idle()
+    (stopped,) = bot.slack.calls("chat.stopStream")
+    assert final["ts"] == stopped["ts"]
+    assert not bot.services.streaming.available(CHANNEL_ID)  # a timeout: for half a minute
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+
+
 async def test_a_stream_that_cannot_be_edited_is_replaced_by_a_new_message(bot: Bot) -> None:
     bot.slack.fail("chat.update", "cant_update_message")
     streaming_slowly(bot)

@@ -35,7 +35,8 @@ passages, the evidence when the model is down) is posted at once.
 
 Streaming falls back to the edits for the rest of the turn when Slack refuses
 it: a failed ``startStream`` means nothing was shown yet; a stream failing
-midway is stopped and its message carries on as the fallback's. What Slack
+midway (an append refused, or not accepted within ``APPEND_TIMEOUT_SECONDS``)
+is stopped and its message carries on as the fallback's. What Slack
 said is remembered for this process (:class:`Streaming`): a workspace or app
 without streaming is not asked again for an hour, a rate limit or a timeout
 for half a minute.
@@ -98,6 +99,9 @@ APPEND_SECONDS = 0.5
 # A stream starts once the model has been writing this long: an answer it wrote in one
 # go (a cache, a stub, a very short reply) is posted whole, a stream would only add calls.
 FIRST_TEXT_SECONDS = 0.2
+# An append Slack has not accepted by then is given up: the stream is stopped and edited.
+# (A start is left to the client's own timeout: given up, it could leave a stream behind.)
+APPEND_TIMEOUT_SECONDS = 5.0
 EDIT_SECONDS = STREAM_UPDATE_SECONDS
 # appendStream is Tier 4 (100+ a minute per workspace): a bucket a little below that,
 # shared by every stream of the process, with room for a burst of answers starting.
@@ -176,6 +180,8 @@ class Streaming:
         """Least time between two appends of one stream."""
         self.first_text_seconds = FIRST_TEXT_SECONDS
         """How long the model must have been writing before a stream starts."""
+        self.append_timeout = APPEND_TIMEOUT_SECONDS
+        """Seconds an append may take before the stream is given up."""
         self._clock = clock
         self._off_until: dict[str, float] = {}
         self._tokens = float(APPEND_BURST)
@@ -388,9 +394,10 @@ class SlackReply:
             return True  # over the shared budget: the next append carries this text too
         self._last_shown = time.monotonic()
         try:
-            await self.client.chat_appendStream(
-                channel=self.channel, ts=self.stream_ts, markdown_text=new
-            )
+            async with asyncio.timeout(self.streaming.append_timeout):
+                await self.client.chat_appendStream(
+                    channel=self.channel, ts=self.stream_ts, markdown_text=new
+                )
         except SLACK_FAILURES as exc:
             log.warning("streaming the answer failed midway (%s): editing it", slack_failure(exc))
             self.streaming.refused(self.channel, exc)
