@@ -132,8 +132,8 @@ async def test_a_stream_starts_at_the_first_words_and_coalesces_the_rest(bot: Bo
     assert started["markdown_text"] == "Claims "  # the first whole word
     appends = bot.slack.calls("chat.appendStream")
     # About a second of writing, 54 words: a few appends, each carrying several words.
-    assert 1 <= len(appends) <= 5, len(appends)
-    assert all(len(a["markdown_text"].split()) > 1 for a in appends)
+    words = [len(a["markdown_text"].split()) for a in appends]
+    assert appends and sum(words) / len(words) >= 3, words
 
 
 async def test_citation_numbers_stream_plain_and_model_output_stays_inert(bot: Bot) -> None:
