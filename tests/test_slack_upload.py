@@ -175,6 +175,45 @@ async def test_corrupt_file_fails_with_reason_and_retry_reports_again(bot: Bot) 
     assert bot.kb.store.document(doc.id).updated_at > doc.updated_at
 
 
+async def test_a_retry_forged_by_someone_else_is_refused_without_naming_the_document(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(admin_users="U0ADMIN001")
+    f = bot.slack.add_file("F0SECRET01", "layoffs-2027.pdf", os.urandom(4096), "application/pdf")
+    await _submit(bot, [f])
+    await bot.settle()
+    doc = bot.kb.store.find_document("layoffs-2027.pdf")
+    updates_before = len(bot.slack.calls("chat.update"))
+    posts_before = len(bot.slack.calls("chat.postMessage"))
+    # A colleague clicks Retry on their own status message with this document's id.
+    body = block_actions_body(
+        [button_action(RETRY_ACTION_ID, str(doc.id))],
+        user_id="U0COLLEAG01",
+        channel_id=CHANNEL_ID,
+        message_ts="1700000000.000100",
+        response_url=bot.slack.response_url("r1"),
+    )
+    assert (await bot.post(body)).status == 200
+    [reply] = await bot.slack.wait_for_responses(1, "r1")
+    await bot.idle()
+    assert reply["text"] == messages.RETRY_NOT_YOURS
+    assert len(bot.slack.calls("chat.update")) == updates_before
+    assert len(bot.slack.calls("chat.postMessage")) == posts_before
+    assert "layoffs" not in json.dumps(bot.slack.responses("r1"))
+    assert bot.kb.store.document(doc.id).updated_at == doc.updated_at
+    # An admin may, from the status message.
+    (final,) = [c for c in bot.slack.calls("chat.update") if "failed" in c["text"]]
+    body = block_actions_body(
+        [button_action(RETRY_ACTION_ID, str(doc.id))],
+        user_id="U0ADMIN001",
+        channel_id=final["channel"],
+        message_ts=final["ts"],
+    )
+    assert (await bot.post(body)).status == 200
+    await bot.slack.wait_for("chat.update", updates_before + 2)
+    assert bot.kb.store.document(doc.id).updated_at > doc.updated_at
+
+
 async def test_retry_of_a_document_removed_meanwhile_says_so(bot: Bot) -> None:
     f = bot.slack.add_file("F0GONE0001", "gone.pdf", os.urandom(4096), "application/pdf")
     await _submit(bot, [f])

@@ -387,6 +387,7 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
         body: dict[str, Any],
         action: dict[str, Any],
         client: AsyncWebClient,
+        respond: Callable[..., Awaitable[Any]],
     ) -> None:
         await ack()
         container = body.get("container") or {}
@@ -400,10 +401,27 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
             thread_ts=container.get("thread_ts"),
         )
         value = str(action.get("value", ""))
-        if not (value.isascii() and value.isdigit()):
+        if not (value.isascii() and value.isdigit() and len(value) < 19):
             log.warning("ignoring a Retry with a malformed value %r", value[:40])
             return
+        user = str((body.get("user") or {}).get("id", ""))
+        if not await _may_retry(services, client, user, int(value)):
+            # The value is the clicker's to forge: a document's name is not shown to just anyone.
+            log.warning("%s may not retry document %s", user, value)
+            await respond(
+                text=messages.RETRY_NOT_YOURS, response_type="ephemeral", replace_original=False
+            )
+            return
         await services.uploader.retry(status, int(value))
+
+
+async def _may_retry(services: Services, client: AsyncWebClient, user: str, doc_id: int) -> bool:
+    """Its uploader or an admin may retry a document (one that is gone: anyone, to be told so)."""
+    try:
+        doc = await asyncio.to_thread(services.kb.store.document, doc_id)
+    except KBError:
+        return True
+    return bool(user) and (doc.uploader == user or await services.roles.is_admin(client, user))
 
 
 async def _ingest_shared_files(

@@ -274,6 +274,9 @@ def upload_rejected(name: str, admin: str) -> str:
 UPLOAD_RETRY = "Retry"
 UPLOAD_UNEXPECTED = "an unexpected error on the server (details are in its log)."
 UPLOAD_AGAIN = "Upload the file again with `/kb-upload` once this is fixed."
+RETRY_NOT_YOURS = (
+    "Sorry, only the person who uploaded that document or a knowledge-base admin can retry it."
+)
 RETRY_GONE = (
     ":wastebasket: That document is no longer in the knowledge base, so there is nothing to "
     "retry. Upload the file again with `/kb-upload`."
