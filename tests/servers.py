@@ -1090,6 +1090,9 @@ class MockSlackAPI(_LocalServer):
         channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
         if (channel, ts) not in self.messages:
             return {"ok": False, "error": "message_not_found"}
+        if self.messages[(channel, ts)].get("streaming_state") == "in_progress":
+            # As Slack answers (recorded by others, not documented): stop a stream before editing it.
+            return {"ok": False, "error": "streaming_state_conflict"}
         error = self._message_errors(params)
         if error:
             return error
@@ -1108,8 +1111,12 @@ class MockSlackAPI(_LocalServer):
 
     def _m_chat_delete(self, params: JSONDict) -> JSONDict:
         channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
-        if self.messages.pop((channel, ts), None) is None:
+        msg = self.messages.get((channel, ts))
+        if msg is None:
             return {"ok": False, "error": "message_not_found"}
+        if msg.get("streaming_state") == "in_progress":
+            return {"ok": False, "error": "cant_delete_message"}  # a stream is stopped first
+        del self.messages[(channel, ts)]
         return {"ok": True, "channel": channel, "ts": ts}
 
     def _stream_text_errors(self, params: JSONDict, *, required: bool) -> JSONDict | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -19,6 +20,9 @@ from bot.slack import messages
 from bot.slack.render import FEEDBACK_ACTION_ID, stream_markdown
 from bot.slack.reply import (
     APPEND_BURST,
+    STOP_TIMEOUT_SECONDS,
+    STREAM_BURST,
+    STREAMS_PER_MINUTE,
     TRANSIENT_SECONDS,
     UNSUPPORTED_SECONDS,
     Streaming,
@@ -429,6 +433,50 @@ def test_refusals_switch_streaming_off_for_as_long_as_they_mean() -> None:
     streaming.refused(CHANNEL_ID, _error("is_archived"))
     assert streaming.available(CHANNEL_ID)
     assert not Streaming(False).available(CHANNEL_ID)
+
+
+async def test_past_the_streams_budget_answers_are_posted_and_edited(bot: Bot) -> None:
+    streaming_slowly(bot)
+    while bot.services.streaming.take_start():
+        pass  # a minute of streams already spent
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    await bot.answer()
+    await bot.idle()
+    assert not STREAM_METHODS & set(bot.slack.methods())
+    first = bot.slack.calls("chat.postMessage")[0]
+    assert messages.WRITING in json.dumps(first["blocks"], ensure_ascii=False)
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+
+
+async def test_a_stop_held_up_by_a_rate_limit_does_not_hold_the_answer(bot: Bot) -> None:
+    streaming_slowly(bot)
+    bot.services.streaming.cleanup_seconds = 0.5
+    bot.slack.rate_limit("chat.stopStream", retry_after=30)
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    started = time.monotonic()
+    answer = await bot.answer(timeout=STOP_TIMEOUT_SECONDS + 10)
+    assert time.monotonic() - started < STOP_TIMEOUT_SECONDS + 5
+    # A stream still open can be neither edited nor deleted: the answer is a new message.
+    assert answer["ts"] not in {p["ts"] for p in bot.slack.calls("chat.update")}
+    rejected = [(m, e) for m, _, e in bot.slack.rejected]
+    assert ("chat.update", "streaming_state_conflict") in rejected
+    assert ("chat.delete", "cant_delete_message") in rejected
+    await bot.idle()
+    # Later the stream is stopped and deleted: one answer is left in the thread.
+    (stopped,) = bot.slack.calls("chat.stopStream")
+    (deleted,) = bot.slack.calls("chat.delete")
+    assert deleted["ts"] == stopped["ts"] != answer["ts"]
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+
+
+def test_streams_share_a_budget_below_the_stop_limit() -> None:
+    now = [0.0]
+    streaming = Streaming(clock=lambda: now[0])
+    assert sum(streaming.take_start() for _ in range(STREAM_BURST + 5)) == STREAM_BURST
+    now[0] = 30.0
+    assert sum(streaming.take_start() for _ in range(50)) == STREAMS_PER_MINUTE // 2
 
 
 def test_appends_share_a_budget_below_slacks_limit() -> None:

@@ -21,7 +21,9 @@ The answer then appears as the model writes it, in one of two ways:
   whole), appends at most every half second (``APPEND_SECONDS``), and all of this
   process's streams share a budget below Slack's ``appendStream`` limit (Tier
   4, about 100 a minute per workspace); an append not yet due or over budget
-  is skipped, the next one carries its text.
+  is skipped, the next one carries its text. Streams themselves share a budget
+  of 20 a minute (each ends with a ``chat.stopStream``, Tier 2): past it an
+  answer takes the fallback.
 * the fallback: the first text is posted, edited as it grows (``chat.update``,
   about once a second), and replaced by the rendered answer.
 
@@ -50,7 +52,6 @@ the half-written one deleted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
@@ -107,6 +108,16 @@ EDIT_SECONDS = STREAM_UPDATE_SECONDS
 # shared by every stream of the process, with room for a burst of answers starting.
 APPENDS_PER_MINUTE = 90
 APPEND_BURST = 20
+# Every stream costs one chat.stopStream, which is Tier 2 (20+ a minute per workspace):
+# past this budget an answer is posted and edited instead of streamed.
+STREAMS_PER_MINUTE = 20
+STREAM_BURST = 20
+# A stop held up by a rate limit must not hold the answer back: it is replaced or posted.
+STOP_TIMEOUT_SECONDS = 3.0
+# A stream Slack would not stop can be neither edited nor deleted: the answer is posted
+# anew, and the stream stopped and deleted this much later (Slack is reported to end a
+# stream idle for about 30 s by itself).
+CLEANUP_SECONDS = 35.0
 # How long streaming stays off after Slack refused it: for good (no such method, scope
 # or surface: until someone changes the app), or for a moment (rate limits, timeouts).
 UNSUPPORTED_SECONDS = 3600.0
@@ -148,16 +159,34 @@ def slack_failure(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-async def stop_stream(client: AsyncWebClient, channel: str, ts: str) -> None:
+async def stop_stream(client: AsyncWebClient, channel: str, ts: str) -> bool:
     """Stop the stream of message ``ts`` so that it can be edited; failures are only logged.
 
-    Already stopped (Slack ends streams after a few minutes) or unreachable:
-    the edit that follows, or a new message, still shows what it must.
+    Already stopped (Slack ends streams after a few minutes), unreachable, or
+    rate-limited past ``STOP_TIMEOUT_SECONDS``: the edit that follows, or a new
+    message, still shows what it must.
     """
     try:
-        await client.chat_stopStream(channel=channel, ts=ts)
+        async with asyncio.timeout(STOP_TIMEOUT_SECONDS):
+            await client.chat_stopStream(channel=channel, ts=ts)
+        return True
     except SLACK_FAILURES as exc:
         log.info("could not stop the stream in %s: %s", channel, slack_failure(exc))
+        return False
+
+
+async def _stop_and_delete(client: AsyncWebClient, channel: str, ts: str, delay: float) -> None:
+    """Later: stop the stream of message ``ts`` and delete it (its answer was posted anew)."""
+    await asyncio.sleep(delay)
+    await stop_stream(client, channel, ts)
+    try:
+        await client.chat_delete(channel=channel, ts=ts)
+    except SLACK_FAILURES as exc:
+        log.warning("a half-written answer stays in %s: %s", channel, slack_failure(exc))
+
+
+# Clean-ups running in the background, referenced until they end.
+_CLEANUPS: set[asyncio.Task[None]] = set()
 
 
 def settled_text(text: str) -> str:
@@ -182,10 +211,12 @@ class Streaming:
         """How long the model must have been writing before a stream starts."""
         self.append_timeout = APPEND_TIMEOUT_SECONDS
         """Seconds an append may take before the stream is given up."""
+        self.cleanup_seconds = CLEANUP_SECONDS
+        """When a stream that would not stop is stopped and deleted again."""
         self._clock = clock
         self._off_until: dict[str, float] = {}
-        self._tokens = float(APPEND_BURST)
-        self._refilled = clock()
+        self._appends = _Budget(APPEND_BURST, APPENDS_PER_MINUTE, clock)
+        self._starts = _Budget(STREAM_BURST, STREAMS_PER_MINUTE, clock)
 
     def available(self, channel: str) -> bool:
         """Whether to try a stream in ``channel`` (DMs and channels are remembered apart)."""
@@ -205,9 +236,26 @@ class Streaming:
 
     def take_append(self) -> bool:
         """Spend one append of the shared budget; ``False`` when it is spent for now."""
+        return self._appends.take()
+
+    def take_start(self) -> bool:
+        """Spend one stream of the shared budget; ``False``: post and edit this answer instead."""
+        return self._starts.take()
+
+
+class _Budget:
+    """A token bucket: ``burst`` calls at once, then ``per_minute`` calls a minute."""
+
+    def __init__(self, burst: int, per_minute: float, clock: Callable[[], float]) -> None:
+        self._burst = float(burst)
+        self._rate = per_minute / 60.0
+        self._clock = clock
+        self._tokens = float(burst)
+        self._refilled = clock()
+
+    def take(self) -> bool:
         now = self._clock()
-        rate = APPENDS_PER_MINUTE / 60.0
-        self._tokens = min(float(APPEND_BURST), self._tokens + (now - self._refilled) * rate)
+        self._tokens = min(self._burst, self._tokens + (now - self._refilled) * self._rate)
         self._refilled = now
         if self._tokens < 1.0:
             return False
@@ -269,6 +317,7 @@ class SlackReply:
         self._rewritten = False
         self._paced = False  # partial() gets every piece: it keeps the pace itself
         self._writing_since: float | None = None  # the model's first piece
+        self._unstopped = False  # a stream Slack would not stop
         self._last_shown = -float("inf")
 
     async def help(self) -> None:
@@ -350,8 +399,17 @@ class SlackReply:
         await self._post(rendered)
         if placeholder is not None:
             # Best effort: a "Searching…" or a half-written answer left above it would look unfinished.
-            with contextlib.suppress(*SLACK_FAILURES):
+            try:
                 await self.client.chat_delete(channel=self.channel, ts=placeholder)
+            except SLACK_FAILURES:
+                if self._unstopped:
+                    self._clean_up_later(placeholder)
+
+    def _clean_up_later(self, ts: str) -> None:
+        delay = self.streaming.cleanup_seconds if self.streaming else CLEANUP_SECONDS
+        task = asyncio.create_task(_stop_and_delete(self.client, self.channel, ts, delay))
+        _CLEANUPS.add(task)
+        task.add_done_callback(_CLEANUPS.discard)
 
     # ------------------------------------------------------------ streaming
 
@@ -410,6 +468,10 @@ class SlackReply:
         if not markdown.strip():
             return True  # no whole word yet: the status stays
         assert self.streaming is not None
+        if not self.streaming.take_start():
+            log.info("streams over budget: posting and editing the answer in %s", self.channel)
+            self._stream_failed = True
+            return False
         try:
             started = await self.client.chat_startStream(
                 channel=self.channel,
@@ -444,7 +506,7 @@ class SlackReply:
         ts, self.stream_ts = self.stream_ts, None
         self.ts = ts
         self.context[REPLY_KEY] = {"channel": self.channel, "ts": ts}
-        await stop_stream(self.client, self.channel, ts)
+        self._unstopped = not await stop_stream(self.client, self.channel, ts)
 
     async def _post(self, rendered: Rendered) -> None:
         """Post in the thread; the error handler then reports failures on this message."""
