@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["hand_off_view", "register_escalation"]
+__all__ = ["hand_off_view", "register_escalation", "written_for_everyone"]
 
 # Slack's answers meaning the bot cannot post in the channel until an admin acts.
 _CHANNEL_REFUSALS = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
@@ -149,7 +149,11 @@ def _may_hand_off(record: QueryRecord, clicker: str, where: str) -> bool:
 def hand_off_view(store: Store, record: QueryRecord, clicker: str) -> HandOff:
     """What the escalation channel may read about ``record``, handed off by ``clicker``."""
     question = record.question if clicker == record.user else None
-    answer = record.answer if record.outcome in _ANSWERS and _public(store, record) else None
+    answer = (
+        record.answer
+        if record.outcome in _ANSWERS and written_for_everyone(store, record)
+        else None
+    )
     return HandOff(
         asker=record.user,
         by=clicker,
@@ -160,8 +164,11 @@ def hand_off_view(store: Store, record: QueryRecord, clicker: str) -> HandOff:
     )
 
 
-def _public(store: Store, record: QueryRecord) -> bool:
+def written_for_everyone(store: Store, record: QueryRecord) -> bool:
     """Whether every passage the answer was written from is a document for everyone.
+
+    Whoever reads an answer outside its conversation (the escalation channel, an
+    admin's Home tab) need not be a member of a channel whose documents it used.
 
     The model read every kept passage, not only the cited ones; a passage no
     longer in the knowledge base cannot be vouched for.

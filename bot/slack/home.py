@@ -35,6 +35,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
+from bot.slack.escalation import written_for_everyone
 from bot.slack.home_view import (
     ADMIN_SECTIONS,
     FIRST_PAGES,
@@ -62,7 +63,7 @@ from core.answer import Engine
 from core.calibration import last_calibration
 from core.gaps import Gap, knowledge_gaps
 from core.links import passage_url
-from index.errors import DocumentNotFound, KBError
+from index.errors import DocumentNotFound, KBError, QueryNotFound
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.records import DislikedAnswer, DocumentRow
@@ -389,14 +390,23 @@ def disliked_page(
     size = PAGE_SIZES[Section.DISLIKED]
     offset = page_number(Section.DISLIKED, total, pages) * size
     rows = kb.store.disliked_answers(limit=size, offset=offset)
-    return [_disliked(row, workspace) for row in rows], total
+    return [_disliked(row, workspace, _for_everyone(kb, row.id)) for row in rows], total
 
 
-def _disliked(row: DislikedAnswer, workspace: str | None) -> Disliked:
+def _for_everyone(kb: KnowledgeBase, query_id: int) -> bool:
+    """Whether the answer of ``query_id`` was written only from documents for everyone."""
+    try:
+        return written_for_everyone(kb.store, kb.store.query(query_id))
+    except QueryNotFound:
+        return False
+
+
+def _disliked(row: DislikedAnswer, workspace: str | None, for_everyone: bool) -> Disliked:
     channel, thread = row.channel or "", row.thread_id or ""
     return Disliked(
         question=row.question,
-        answer=row.answer or "",
+        answer=(row.answer or "") if for_everyone else "",
+        withheld=bool(row.answer) and not for_everyone,
         outcome=row.outcome,
         at=row.disliked_at,
         dislikes=row.dislikes,

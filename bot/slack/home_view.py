@@ -193,7 +193,9 @@ class Disliked:
     """An answer marked not helpful, and where it was asked.
 
     ``at``: the latest thumbs-down; ``dislikes``: from how many people;
-    ``thread_url``: the Slack thread, for a channel thread; ``direct``: asked in a DM.
+    ``thread_url``: the Slack thread, for a channel thread; ``direct``: asked in a DM;
+    ``withheld``: the answer used a channel's documents, which an admin need not be
+    allowed to read, so it is not shown (``answer`` is empty).
     """
 
     question: str
@@ -203,6 +205,7 @@ class Disliked:
     dislikes: int
     thread_url: str | None
     direct: bool
+    withheld: bool = False
 
 
 @dataclass(frozen=True)
@@ -505,7 +508,7 @@ def _disliked_line(d: Disliked) -> str:
     line = messages.home_disliked_line(
         clip(d.question, QUESTION_CHARS), clip(d.outcome, 40), d.dislikes, _when(d.at), where
     )
-    answer = clip(d.answer, ANSWER_CHARS)
+    answer = messages.HOME_ANSWER_WITHHELD if d.withheld else clip(d.answer, ANSWER_CHARS)
     return f"{line}\n> {answer}" if answer else line
 
 

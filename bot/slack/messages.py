@@ -581,6 +581,7 @@ def home_disliked_line(question: str, outcome: str, dislikes: int, when: str, wh
 
 
 HOME_IN_A_DM = "asked in a direct message"
+HOME_ANSWER_WITHHELD = "_Written from a channel's documents: not shown here._"
 HOME_THREAD = "open the thread"
 
 
