@@ -18,7 +18,9 @@ turn, and for each mode the bench measures:
 * final: from sending the request to the message with the finished answer
   (posted, or edited into the message that showed it being written;
   retrieval, the model call and rendering included);
-* Slack calls per model answer (appends, or edits while writing).
+* Slack calls per model answer (appends, or edits while writing), and the
+  share of model answers that were streamed (streams share a budget of 20 a
+  minute, Slack's limit for ending them: past it answers are posted and edited).
 
 A first burst warms each process up (thread pools, per-thread database
 connections) and is reported on its own; medians over the following rounds
@@ -170,6 +172,7 @@ class Timings:
     first_text: list[float] = field(default_factory=list)
     final: list[float] = field(default_factory=list)
     calls_while_writing: list[int] = field(default_factory=list)
+    streamed: int = 0
 
 
 def thread_of(slack: MockSlackAPI, method: str, params: dict[str, Any]) -> str | None:
@@ -198,6 +201,7 @@ def timings(slack: TimedSlackAPI, sent: list[Sent]) -> Timings:
             continue
         words = [at for at, m, p in calls if _carries_words(m, p)]
         out.first_text.append((min(words) - question.at) * 1000)
+        out.streamed += any(m == "chat.startStream" for _, m, _ in calls)
         writing = {"chat.appendStream", "chat.update"}
         out.calls_while_writing.append(sum(m in writing and at < final for at, m, _ in calls))
     return out
@@ -239,6 +243,7 @@ async def _round(
         "final_p50_ms": statistics.median(shown.final),
         "final_p90_ms": percentile(shown.final, 90),
         "calls_while_writing": statistics.median(shown.calls_while_writing),
+        "streamed_share": shown.streamed / len(shown.first_text),
         "all_answered_ms": answered,
     }
 
@@ -351,7 +356,8 @@ def _line(label: str, r: dict[str, float]) -> str:
         f"  {label:<24} ack p50 {r['ack_p50_ms']:6.1f} p99 {r['ack_p99_ms']:6.1f} ms | "
         f"first text p50 {r['first_text_p50_ms']:6.0f} p90 {r['first_text_p90_ms']:6.0f} ms | "
         f"final p50 {r['final_p50_ms']:6.0f} p90 {r['final_p90_ms']:6.0f} ms | "
-        f"{r['calls_while_writing']:.0f} calls while writing | "
+        f"{r['calls_while_writing']:.0f} calls while writing, "
+        f"{r['streamed_share']:.0%} streamed | "
         f"all after {r['all_answered_ms']:.0f} ms ({r['failed_answers']:.0f} failed)"
     )
 

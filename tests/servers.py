@@ -1091,7 +1091,7 @@ class MockSlackAPI(_LocalServer):
         if (channel, ts) not in self.messages:
             return {"ok": False, "error": "message_not_found"}
         if self.messages[(channel, ts)].get("streaming_state") == "in_progress":
-            # As Slack answers (recorded by others, not documented): stop a stream before editing it.
+            # As Slack is reported to answer (not documented): a stream is stopped before an edit.
             return {"ok": False, "error": "streaming_state_conflict"}
         error = self._message_errors(params)
         if error:
