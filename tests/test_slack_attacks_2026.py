@@ -12,12 +12,21 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
+from bot.slack.home_view import HOME_REINDEX_ACTION_ID
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from tests.conftest_bot import ADMIN_ID, Bot, BotFactory  # noqa: E402
 from tests.query_factory import log_question  # noqa: E402
-from tests.servers import CHANNEL_ID, DM_CHANNEL_ID, USER_ID, slack_ts  # noqa: E402
+from tests.servers import (  # noqa: E402
+    CHANNEL_ID,
+    DM_CHANNEL_ID,
+    TEAM_ID,
+    USER_ID,
+    block_actions_body,
+    button_action,
+    slack_ts,
+)
 
 SECRET_ANSWER = "Project Falcon launches on 14 March at the Berlin office [1]."
 
@@ -43,6 +52,15 @@ async def _open_home(bot: Bot, user: str) -> dict[str, Any]:
     assert call["user_id"] == user
     view = call["view"]
     return dict(json.loads(view) if isinstance(view, str) else view)
+
+
+async def _click(bot: Bot, user: str, action_id: str, value: str, team: str = TEAM_ID) -> None:
+    """Click a button of ``user``'s Home tab as Slack reports it."""
+    view = bot.slack.home_views.get(user) or {"id": "V0NONE", "type": "home"}
+    body = block_actions_body(
+        [button_action(action_id, value)], user_id=user, view=view, team_id=team
+    )
+    assert (await bot.post(body)).status == 200
 
 
 def _text(view: dict[str, Any]) -> str:
@@ -92,3 +110,31 @@ async def test_answers_to_review_never_show_what_a_channels_documents_said(
     assert "falcon.md" not in text
     assert "Rayleigh scattering." in text
     assert messages.HOME_ANSWER_WITHHELD in text
+
+
+# ---------------------------------------------------------------- Slack Connect
+
+OTHER_TEAM = "T0OTHERORG"
+EXTERNAL_ADMIN = "U0EXTADMIN"
+
+
+async def test_an_admin_of_another_organisation_is_no_admin_here(make_bot: BotFactory) -> None:
+    """With Slack admins counting as admins, ``users.info`` of a partner's admin in a
+    shared channel says ``is_admin`` for their own organisation: no admin section, no
+    admin button, no ``/kb-reindex`` here."""
+    bot = await _admin_bot(make_bot, slack_admins_are_admins=True)
+    bot.slack.set_user(EXTERNAL_ADMIN, is_admin=True, is_owner=True)["team_id"] = OTHER_TEAM
+    bot.slack.set_user("U0OURADMIN", is_admin=True)
+    qid = log_question(bot.kb.store, "Who may see this?", answer="Only admins.")
+    bot.kb.store.add_feedback(qid, -1, USER_ID)
+
+    assert messages.HOME_ADMIN_HEADER in _text(await _open_home(bot, "U0OURADMIN"))
+    text = _text(await _open_home(bot, EXTERNAL_ADMIN))
+    assert messages.HOME_ADMIN_HEADER not in text
+    assert "Who may see this?" not in text
+    before = {d.id: d.indexed_at for d in bot.kb.store.documents()}
+    await _click(bot, EXTERNAL_ADMIN, HOME_REINDEX_ACTION_ID, "reindex", team=OTHER_TEAM)
+    await bot.idle()
+    assert {d.id: d.indexed_at for d in bot.kb.store.documents()} == before
+    refusals = [c for c in bot.slack.calls("chat.postMessage") if c["channel"] == EXTERNAL_ADMIN]
+    assert [c["text"] for c in refusals] == [messages.HOME_NOT_ADMIN]

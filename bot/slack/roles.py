@@ -2,8 +2,10 @@
 
 * **Admins**: the user ids in ``KB_ADMIN_USERS`` and, when
   ``KB_SLACK_ADMINS_ARE_ADMINS``, Slack workspace admins and owners (as
-  ``users.info`` reports them). They run ``/kb-reindex`` and approve or reject
-  documents for everyone, and are always publishers.
+  ``users.info`` reports them) of this workspace, never a partner
+  organisation's admin met in a channel shared through Slack Connect. They run
+  ``/kb-reindex`` and approve or reject documents for everyone, and are always
+  publishers.
 * **Publishers**: admins, and the user ids and members of the user groups
   (``S...``, read with ``usergroups.users.list``) in ``KB_PUBLISHERS``. They add
   and replace documents for everyone.
@@ -18,7 +20,10 @@ asked.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+import aiohttp
+from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.config import SlackConfig
@@ -35,6 +40,11 @@ def _is_group(entry: str) -> bool:
     return entry.startswith("S")
 
 
+def _team_of(user: dict[str, Any]) -> str | None:
+    team = user.get("team_id") or (user.get("profile") or {}).get("team")
+    return str(team) if team else None
+
+
 class Roles:
     """Answers "is this person an admin / a publisher?" for one workspace.
 
@@ -46,6 +56,7 @@ class Roles:
     def __init__(self, config: SlackConfig, directory: Directory) -> None:
         self.config = config
         self.directory = directory
+        self._team: str | None = None
 
     async def is_admin(self, client: AsyncWebClient, user_id: str) -> bool:
         """Whether ``user_id`` is a knowledge-base admin."""
@@ -54,7 +65,23 @@ class Roles:
         if not self.config.workspace_admins_are_admins or not user_id:
             return False
         user = await self.directory.user(client, user_id) or {}
-        return bool(user.get("is_admin") or user.get("is_owner")) and not user.get("deleted")
+        if not (user.get("is_admin") or user.get("is_owner")) or user.get("deleted"):
+            return False
+        # Slack Connect: a partner's admin is an admin of their own organisation, not this one.
+        home = await self._workspace_team(client)
+        return bool(home) and _team_of(user) == home
+
+    async def _workspace_team(self, client: AsyncWebClient) -> str | None:
+        """The team the bot's token belongs to (``auth.test``); asked until Slack answers."""
+        if self._team is None:
+            try:
+                resp = await client.auth_test()
+            except (SlackClientError, aiohttp.ClientError, TimeoutError) as exc:
+                log.warning("auth.test failed, no workspace admin counts: %s", type(exc).__name__)
+                return None
+            team = resp.get("team_id")
+            self._team = str(team) if team else None
+        return self._team
 
     async def is_publisher(self, client: AsyncWebClient, user_id: str) -> bool:
         """Whether ``user_id`` may add and replace documents for everyone."""
