@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
-from bot.slack.home_view import HOME_REINDEX_ACTION_ID
+from bot.slack.home_view import HOME_REINDEX_ACTION_ID, HOME_RETRY_ACTION_ID
+from index.models import DocState
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -138,3 +139,39 @@ async def test_an_admin_of_another_organisation_is_no_admin_here(make_bot: BotFa
     assert {d.id: d.indexed_at for d in bot.kb.store.documents()} == before
     refusals = [c for c in bot.slack.calls("chat.postMessage") if c["channel"] == EXTERNAL_ADMIN]
     assert [c["text"] for c in refusals] == [messages.HOME_NOT_ADMIN]
+
+
+async def test_a_channels_failed_and_stale_documents_are_named_only_to_its_members(
+    make_bot: BotFactory,
+) -> None:
+    """An admin need not be in a private channel: its failed and stale documents are
+    listed (with who added them, and Retry), but their names and failure reasons, and
+    a retry's outcome, only to an admin who is a member, as a gap's passage is."""
+    bot = await _admin_bot(make_bot)
+    secret = b"# Layoffs 2027\n\nThe Berlin office closes in March.\n"
+    doc = bot.kb.add_bytes(secret, "layoffs-2027.md", uploader=USER_ID, scope=CHANNEL_ID).document
+    bot.kb.store.update_document(
+        doc.id, state=DocState.FAILED.value, failure_reason="Indexing was interrupted: layoffs"
+    )
+    falcon = bot.kb.store.find_document("falcon.md")
+    bot.kb.store.update_document(falcon.id, pipeline_version="chunker-old")
+    bot.slack.set_members(CHANNEL_ID, [USER_ID])
+    bot.services.roles.directory.channel_ttl_seconds = 0.0  # membership asked on each view
+
+    view = await _open_home(bot, ADMIN_ID)
+    text = _text(view)
+    assert "layoffs" not in text.lower() and "falcon" not in text.lower()
+    assert f"<#{CHANNEL_ID}>" in text and f"<@{USER_ID}>" in text
+    assert any(b.get("accessory", {}).get("value") == str(doc.id) for b in view["blocks"])
+
+    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(doc.id))
+    await bot.idle()
+    assert bot.kb.store.document(doc.id).state == DocState.INDEXED
+    shown = json.dumps(bot.slack.calls("views.publish")[1:], ensure_ascii=False)
+    told_admin = [c for c in bot.slack.calls("chat.postMessage") if c["channel"] == ADMIN_ID]
+    assert "layoffs" not in shown.lower()
+    assert "layoffs" not in json.dumps(told_admin).lower()
+
+    bot.slack.set_members(CHANNEL_ID, [USER_ID, ADMIN_ID])
+    text = _text(await _open_home(bot, ADMIN_ID))
+    assert "falcon.md" in text, "a member sees the names"

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import aiohttp
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -50,12 +51,15 @@ from bot.slack.home_view import (
     MemberHome,
     Pages,
     Section,
+    document_label,
     home_view,
     page_number,
+    page_of,
     parse_page_value,
+    readable_by,
 )
 from bot.slack.reindex import Reindexer
-from bot.slack.render import escape
+from bot.slack.render import Rendered, escape
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.roles import Roles
 from bot.slack.uploads import StatusMessage, Uploader
@@ -218,13 +222,34 @@ class Home:
             self._publish_when_gaps_are_ready(client, user)
         shown = None if isinstance(gaps, Exception) else gaps
         admin = await asyncio.to_thread(self._admin_parts, workspace, pages)
+        listed = [
+            *page_of(admin["failed"], Section.FAILED, pages)[0],
+            *page_of(admin["stale"], Section.STALE, pages)[0],
+        ]
         return AdminHome(
             reindex_running=running,
             gaps=shown,
             gaps_failed=isinstance(gaps, Exception),
             gap_links=self._gap_links(shown or []),
+            readable=await self._readable(client, user, listed),
             **admin,
         )
+
+    async def _readable(
+        self, client: AsyncWebClient, user: str, docs: Sequence[DocumentRow]
+    ) -> frozenset[str]:
+        """The channels of ``docs`` that ``user`` is a member of (Slack asked, cached briefly)."""
+        readable = set()
+        for scope in sorted({d.scope for d in docs} - {EVERYONE}):
+            try:
+                members = await self.roles.directory.channel_members(client, scope)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.warning("could not check who is in %s: %s", scope, type(exc).__name__)
+                members = None
+            # Unknown grants nothing.
+            if members is not None and user in members:
+                readable.add(scope)
+        return frozenset(readable)
 
     def _gaps_of_the_window(self) -> list[Gap]:
         return knowledge_gaps(self.kb, since=time.time() - GAP_DAYS * 86400, limit=MAX_GAPS)
@@ -313,22 +338,29 @@ class Home:
             log.warning("ignoring a Home Retry with a malformed value %r", raw[:40])
             return
         doc = await self._document(int(raw))
-        if doc is None or doc.state not in (DocState.FAILED, DocState.PENDING):
-            notice = messages.RETRY_GONE if doc is None else _outcome(doc)
-            await self.publish(client, user, pages=pages, notice=notice)
+        if doc is None:
+            await self.publish(client, user, pages=pages, notice=messages.RETRY_GONE)
             return
-        await self.publish(client, user, pages=pages, notice=messages.home_retrying(_name(doc)))
+        readable = await self._readable(client, user, [doc])
+        if doc.state not in (DocState.FAILED, DocState.PENDING):
+            await self.publish(client, user, pages=pages, notice=_outcome(doc, readable))
+            return
+        named = readable_by(doc, readable)
+        retrying = messages.home_retrying(_name(doc, readable), message=named)
+        await self.publish(client, user, pages=pages, notice=retrying)
+        # No message to edit on the Home tab: the status goes to the admin's DM, unless it
+        # would name a channel's document to an admin who is not in that channel.
+        status = StatusMessage(client, user, None) if named else _Unreported(client, user, None)
         try:
-            # No message to edit on the Home tab: the status goes to the admin's DM.
-            await self.uploader.retry(StatusMessage(client, user, None), doc.id)
+            await self.uploader.retry(status, doc.id)
         except KBError as exc:
             # Refused on purpose (a full disk...): the reason is one the admin can act on.
             log.warning("retrying document %s from the Home tab failed: %s", doc.id, exc)
-            notice = messages.home_retried(_name(doc), DocState.FAILED, escape(str(exc)))
+            notice = messages.home_retried(_name(doc, readable), DocState.FAILED, escape(str(exc)))
             await self.publish(client, user, notice=notice)
             return
         after = await self._document(doc.id)
-        notice = messages.RETRY_GONE if after is None else _outcome(after)
+        notice = messages.RETRY_GONE if after is None else _outcome(after, readable)
         await self.publish(client, user, notice=notice)
 
     async def reindex(self, client: AsyncWebClient, user: str, metadata: Any) -> None:
@@ -433,13 +465,25 @@ def thread_url(workspace: str | None, channel: str, thread_ts: str) -> str | Non
     return f"{workspace}archives/{channel}/p{thread_ts.replace('.', '')}"
 
 
-def _name(doc: DocumentRow) -> str:
-    return escape(doc.name)
+class _Unreported(StatusMessage):
+    """A retry's progress told nowhere: the Home tab's notice says what became of it."""
+
+    async def show(self, rendered: Rendered) -> bool:
+        return False
+
+    async def settle(self, rendered: Rendered) -> None:
+        return None
 
 
-def _outcome(doc: DocumentRow) -> str:
-    reason = escape(doc.failure_reason or "") if doc.state == DocState.FAILED else ""
-    return messages.home_retried(_name(doc), doc.state.value, reason)
+def _outcome(doc: DocumentRow, readable: frozenset[str]) -> str:
+    named = readable_by(doc, readable)
+    reason = escape(doc.failure_reason or "") if doc.state == DocState.FAILED and named else ""
+    return messages.home_retried(_name(doc, readable), doc.state.value, reason)
+
+
+def _name(doc: DocumentRow, readable: frozenset[str]) -> str:
+    """``doc``'s name in a notice, or only its channel for an admin not in it."""
+    return escape(doc.name) if readable_by(doc, readable) else document_label(doc, readable)
 
 
 async def _tell(client: AsyncWebClient, user: str, text: str) -> None:

@@ -24,6 +24,7 @@ from bot.slack import messages
 from bot.slack.render import escape, inert_links, mention, scope_label, split_mrkdwn
 from index.names import display_name
 from index.records import DocumentRow
+from index.store import EVERYONE
 
 if TYPE_CHECKING:
     from core.calibration import CalibrationRecord, RateRow
@@ -46,11 +47,13 @@ __all__ = [
     "Pages",
     "Section",
     "clip",
+    "document_label",
     "home_view",
     "page_count",
     "page_number",
     "page_of",
     "parse_page_value",
+    "readable_by",
 ]
 
 MAX_HOME_BLOCKS = 100
@@ -226,6 +229,9 @@ class AdminHome:
     ``gap_links``: by chunk id, the viewer link of a gap's closest passage (only
     for documents for everyone; a channel's passage is named by its channel).
     ``disliked``: the page of them :func:`page_number` names, of ``disliked_total``.
+    ``readable``: the channels (scopes) the admin is a member of, among those of the
+    failed and stale documents shown: another channel's documents are listed without
+    their names or failure reasons, since an admin need not be a member.
     """
 
     failed: Sequence[DocumentRow]
@@ -237,6 +243,7 @@ class AdminHome:
     disliked_total: int
     calibration: Calibration
     gaps_failed: bool = False
+    readable: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------- text
@@ -394,33 +401,50 @@ def _admin_blocks(admin: AdminHome, pages: Pages) -> list[Block]:
     return [
         _divider(),
         _header(messages.HOME_ADMIN_HEADER),
-        *_failed_blocks(admin.failed, pages),
-        *_stale_blocks(admin.stale, admin.reindex_running, pages),
+        *_failed_blocks(admin.failed, pages, admin.readable),
+        *_stale_blocks(admin.stale, admin.reindex_running, pages, admin.readable),
         *_gap_blocks(admin.gaps, admin.gaps_failed, admin.gap_links, pages),
         *_disliked_blocks(admin.disliked, admin.disliked_total, pages),
         *_calibration_blocks(admin.calibration),
     ]
 
 
-def _failed_blocks(failed: Sequence[DocumentRow], pages: Pages) -> list[Block]:
+def readable_by(doc: DocumentRow, readable: frozenset[str]) -> bool:
+    """Whether a person who is a member of the channels ``readable`` may read ``doc``'s name."""
+    return doc.scope == EVERYONE or doc.scope in readable
+
+
+def document_label(doc: DocumentRow, readable: frozenset[str]) -> str:
+    """``doc``'s name as shown (escaped), or only its channel for someone not in it."""
+    if readable_by(doc, readable):
+        return clip(doc.name, NAME_CHARS)
+    return messages.home_channel_document(scope_label(doc.scope), doc.id)
+
+
+def _failed_blocks(
+    failed: Sequence[DocumentRow], pages: Pages, readable: frozenset[str]
+) -> list[Block]:
     head = [_header(messages.HOME_FAILED_HEADER)]
     if not failed:
         return [*head, _context(messages.HOME_NO_FAILED)]
     shown, pager = _paged(Section.FAILED, failed, pages)
     rows = []
     for doc in shown:
+        reason = clip(doc.failure_reason or "", REASON_CHARS)
         text = messages.home_failed_line(
-            clip(doc.name, NAME_CHARS),
+            document_label(doc, readable),
             mention(doc.uploader),
             _when(doc.updated_at),
-            clip(doc.failure_reason or "", REASON_CHARS),
+            reason if readable_by(doc, readable) else messages.HOME_REASON_WITHHELD,
         )
         retry = _button(HOME_RETRY_ACTION_ID, messages.HOME_RETRY, str(doc.id), "primary")
         rows.append(_section_block(text, accessory=retry))
     return [*head, *rows, *pager]
 
 
-def _stale_blocks(stale: Sequence[DocumentRow], running: bool, pages: Pages) -> list[Block]:
+def _stale_blocks(
+    stale: Sequence[DocumentRow], running: bool, pages: Pages, readable: frozenset[str]
+) -> list[Block]:
     head = [_header(messages.HOME_STALE_HEADER)]
     status = [_context(messages.HOME_REINDEX_RUNNING_NOW)] if running else []
     if not stale:
@@ -428,7 +452,7 @@ def _stale_blocks(stale: Sequence[DocumentRow], running: bool, pages: Pages) -> 
     shown, pager = _paged(Section.STALE, stale, pages)
     lines = [
         messages.home_stale_line(
-            clip(d.name, NAME_CHARS),
+            document_label(d, readable),
             "`" + clip(d.embedding_model or "?", NAME_CHARS).replace("`", "'") + "`",
             _when(d.indexed_at),
         )

@@ -621,9 +621,19 @@ def home_no_rates(threshold: float) -> str:
     return f"The last calibration measured no threshold near {threshold:.3f}: run `kb calibrate` again."
 
 
-def home_retrying(name: str) -> str:
-    """An admin's Retry from the Home tab, while it runs (``name`` already escaped)."""
-    return f":hourglass_flowing_sand: Retrying *{name}*… The result comes as a message too."
+def home_retrying(name: str, *, message: bool = True) -> str:
+    """An admin's Retry from the Home tab, while it runs (``name`` already escaped);
+    ``message``: its result also comes as a message."""
+    tail = " The result comes as a message too." if message else ""
+    return f":hourglass_flowing_sand: Retrying *{name}*…{tail}"
+
+
+def home_channel_document(channel: str, doc_id: int) -> str:
+    """A channel's document, to an admin not in that channel: where it is, not what it is called."""
+    return f"a document in {channel} (#{doc_id})"
+
+
+HOME_REASON_WITHHELD = "_Why it failed is shown to the channel's members._"
 
 
 def home_retried(name: str, state: str, reason: str) -> str:
