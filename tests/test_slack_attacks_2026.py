@@ -7,12 +7,14 @@ could make; each one failed before the fix it names.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
 from bot.slack import messages
-from bot.slack.home_view import HOME_REINDEX_ACTION_ID, HOME_RETRY_ACTION_ID
+from bot.slack.home_view import HOME_REINDEX_ACTION_ID, HOME_RETRY_ACTION_ID, clip
+from bot.slack.render import HandOff, render_hand_off
 from index.models import DocState
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -175,3 +177,46 @@ async def test_a_channels_failed_and_stale_documents_are_named_only_to_its_membe
     bot.slack.set_members(CHANNEL_ID, [USER_ID, ADMIN_ID])
     text = _text(await _open_home(bot, ADMIN_ID))
     assert "falcon.md" in text, "a member sees the names"
+
+
+# ---------------------------------------------------------------- hostile text
+
+CLOSING_BACKTICKS = [
+    "see ` https://evil.example/login now",
+    "a`b www.evil.example `c",
+    "``` https://evil.example ```",
+    "x` mailto:boss@evil.example",
+]
+
+
+def _texts(blocks: list[dict[str, Any]]) -> list[str]:
+    return [str(b["text"]["text"]) for b in blocks if isinstance(b.get("text"), dict)]
+
+
+def _outside_code(mrkdwn: str) -> str:
+    """What Slack shows outside inline code: backticks pair from the left, within a line."""
+    return "\n".join(re.sub(r"`[^`]*`", " ", line) for line in mrkdwn.split("\n"))
+
+
+@pytest.mark.parametrize("text", CLOSING_BACKTICKS)
+def test_a_persons_backticks_never_leave_a_link_outside_code(text: str) -> None:
+    """A name, question or answer holding a backtick must not pair with the code an
+    inert link is set in, which would leave the link itself outside code."""
+    shown = [
+        clip(text, 300),
+        *_texts(
+            render_hand_off(
+                HandOff(
+                    asker=USER_ID,
+                    by=USER_ID,
+                    channel=CHANNEL_ID,
+                    question=text,
+                    outcome="answered",
+                    answer=text,
+                )
+            ).blocks
+        ),
+    ]
+    for mrkdwn in shown:
+        outside = _outside_code(mrkdwn)
+        assert not re.search(r"https?:|www\.|mailto:|evil\.example", outside), mrkdwn

@@ -99,6 +99,8 @@ _LINK_BRACKET_RE = re.compile(r"\](?=[(\[:])")
 _BROADCAST_RE = re.compile(r"@(?=(?:channel|here|everyone)\b)", re.IGNORECASE)
 _WORD_JOINER = "\u2060"
 _BACKTICK_LOOKALIKE = "\u02cb"
+# Code as Slack pairs its backticks: a block between triple backticks, else a span on one line.
+_CODE_RE = re.compile(r"```.+?```|`[^`\n]+`", re.DOTALL)
 _USER_ID_RE = re.compile(r"[UW][A-Z0-9]{2,}")
 _CHANNEL_ID_RE = re.compile(r"[CG][A-Z0-9]{2,}")
 
@@ -153,7 +155,16 @@ def inert_links(text: str, verbatim: str = "") -> str:
             return m.group(0)
         return "`" + token.replace("`", "'") + "`" + rest
 
-    return _LINKABLE_RE.sub(inert, text)
+    # Code the text already holds stays as it is (nothing in it links). Outside it, a
+    # backtick left unpaired would pair with the code a link is set in, leaving the
+    # link outside: it becomes a look-alike.
+    out, pos = [], 0
+    for code in _CODE_RE.finditer(text):
+        plain = text[pos : code.start()].replace("`", _BACKTICK_LOOKALIKE)
+        out += [_LINKABLE_RE.sub(inert, plain), code.group(0)]
+        pos = code.end()
+    out.append(_LINKABLE_RE.sub(inert, text[pos:].replace("`", _BACKTICK_LOOKALIKE)))
+    return "".join(out)
 
 
 def _mrkdwn(text: str) -> str:
