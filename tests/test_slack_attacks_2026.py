@@ -220,3 +220,28 @@ def test_a_persons_backticks_never_leave_a_link_outside_code(text: str) -> None:
     for mrkdwn in shown:
         outside = _outside_code(mrkdwn)
         assert not re.search(r"https?:|www\.|mailto:|evil\.example", outside), mrkdwn
+
+
+# ---------------------------------------------------------------- races
+
+
+async def test_a_retry_racing_a_removal_says_the_document_is_gone(make_bot: BotFactory) -> None:
+    """An admin clicks Retry while another indexing holds the turn; the document is
+    removed before the retry's turn comes: the tab and the admin's DM say it is gone,
+    not that it failed with an error message."""
+    bot = await _admin_bot(make_bot)
+    doc = bot.kb.add_bytes(b"# Guide\n\nBadges at 09:30.\n", "guide.md", uploader=USER_ID).document
+    bot.kb.store.update_document(doc.id, state=DocState.FAILED.value, failure_reason="x")
+    await _open_home(bot, ADMIN_ID)
+    turn = bot.services.uploader._turn
+    await turn.acquire()  # an upload being indexed
+    try:
+        await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(doc.id))
+        await bot.slack.wait_for("views.publish", 2)  # "Retrying…" shown
+        bot.kb.remove(doc.id, actor="test")
+    finally:
+        turn.release()
+    await bot.idle()
+    last = _text(bot.slack.calls("views.publish")[-1]["view"])
+    assert messages.RETRY_GONE in last
+    assert "not found" not in last.lower()

@@ -441,7 +441,12 @@ class Uploader:
         name = escape(row.name)
         async with self._turn:
             await status.show(render_upload_status(messages.upload_indexing(name)))
-            row = await asyncio.to_thread(self.kb.retry, document_id)
+            try:
+                row = await asyncio.to_thread(self.kb.retry, document_id)
+            except DocumentNotFound:
+                # Removed while the retry waited for its turn.
+                await status.settle(render_upload_status(messages.RETRY_GONE))
+                return
         await status.settle(await self._final_status(status, row))
 
     async def _ingest_one(
