@@ -9,11 +9,19 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
 from bot.slack import messages
-from bot.slack.home_view import HOME_REINDEX_ACTION_ID, HOME_RETRY_ACTION_ID, clip
+from bot.slack.approvals import Ticket
+from bot.slack.home_view import (
+    HOME_REFRESH_ACTION_ID,
+    HOME_REINDEX_ACTION_ID,
+    HOME_RETRY_ACTION_ID,
+    Pages,
+    clip,
+)
 from bot.slack.render import HandOff, render_hand_off
 from index.models import DocState
 
@@ -245,3 +253,35 @@ async def test_a_retry_racing_a_removal_says_the_document_is_gone(make_bot: BotF
     last = _text(bot.slack.calls("views.publish")[-1]["view"])
     assert messages.RETRY_GONE in last
     assert "not found" not in last.lower()
+
+
+# ---------------------------------------------------------------- malformed values
+
+DEEP_JSON = "[" * 2900  # within Slack's 3000 characters of private_metadata
+
+
+def test_deeply_nested_json_in_values_and_metadata_is_malformed_not_a_crash() -> None:
+    assert Pages.from_metadata(DEEP_JSON) == Pages()
+    assert Pages.from_metadata('{"failed":' * 900) == Pages()
+    assert Ticket.decode(DEEP_JSON) is None
+
+
+async def test_a_home_click_with_deeply_nested_metadata_still_shows_the_tab(
+    make_bot: BotFactory,
+) -> None:
+    bot = await _admin_bot(make_bot)
+    view = {**(await _open_home(bot, ADMIN_ID)), "id": "V0HOME0001", "private_metadata": DEEP_JSON}
+    body = block_actions_body(
+        [button_action(HOME_REFRESH_ACTION_ID, "refresh")], user_id=ADMIN_ID, view=view
+    )
+    assert (await bot.post(body)).status == 200
+    calls = await bot.slack.wait_for("views.publish", 2)
+    assert json.loads(calls[1]["view"]["private_metadata"]) == {}
+
+
+async def test_a_signed_payload_nested_too_deep_is_refused_not_a_server_error(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot()
+    body = ("payload=" + quote("[" * 5000)).encode()
+    assert (await bot.post(body)).status == 400

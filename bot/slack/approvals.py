@@ -69,7 +69,7 @@ class Ticket:
         """The ticket in a button's ``value``, or ``None`` when it is not one."""
         try:
             data = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting exhausts the decoder's stack
             return None
         if not isinstance(data, dict) or type(data.get("d")) is not int:
             return None

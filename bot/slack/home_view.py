@@ -127,7 +127,7 @@ class Pages:
         """The pages a view's ``private_metadata`` names; anything malformed is ignored."""
         try:
             data = json.loads(raw) if isinstance(raw, str) and raw else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting exhausts the decoder's stack
             return cls()
         if not isinstance(data, dict):
             return cls()

@@ -117,7 +117,7 @@ def _malformed(content_type: str, body: bytes) -> Refusal | None:
 def _json_object(text: str, what: str, problem: Any) -> Refusal | None:
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting exhausts the decoder's stack
         return Refusal(400, f"{what} is not JSON")
     if not isinstance(value, dict):
         return Refusal(400, f"{what} is not a JSON object")

@@ -452,7 +452,7 @@ def _is_channel(channel: str) -> bool:
 def _metadata_channel(raw: str) -> str:
     try:
         data = json.loads(raw) if raw else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting exhausts the decoder's stack
         return ""
     return str(data.get("channel", "")) if isinstance(data, dict) else ""
 
