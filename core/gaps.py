@@ -57,6 +57,10 @@ nothing (``unsupported``), or evidence shown while the model was down, is not.""
 MAX_QUESTIONS = 2000
 """The most questions read from the window: the newest."""
 
+MAX_PER_ASKER = 100
+"""The most questions read of one person's (their newest): one person's flood of
+refused questions leaves room for at least ``MAX_QUESTIONS / MAX_PER_ASKER`` people."""
+
 SIMILARITY = 0.7
 """The mean cosine similarity between two groups' wordings from which they merge.
 
@@ -100,6 +104,9 @@ class Gap:
         asked_in: the conversations it was asked in (Slack channel ids, most
             recent first): a question asked in a private channel or a DM is
             that conversation's words.
+        people: how many people asked it (an asking with no known asker counts
+            as one person): gaps are ranked by it, so that one person asking
+            over and over does not put their words first.
     """
 
     question: str
@@ -111,6 +118,7 @@ class Gap:
     last_asked: float
     scope: str | None = None
     asked_in: tuple[str, ...] = ()
+    people: int = 0
 
 
 def knowledge_gaps(kb: KnowledgeBase, *, since: float, limit: int = 50) -> list[Gap]:
@@ -120,12 +128,17 @@ def knowledge_gaps(kb: KnowledgeBase, *, since: float, limit: int = 50) -> list[
     similarity of their embeddings, and returns at most ``limit`` gaps: the
     most asked first, then the most recently asked.
     """
-    questions = kb.store.questions_by_outcome(GAP_OUTCOMES, since=since, limit=MAX_QUESTIONS)
+    questions = kb.store.questions_by_outcome(
+        GAP_OUTCOMES, since=since, limit=MAX_QUESTIONS, per_user=MAX_PER_ASKER
+    )
     if not questions or limit <= 0:
         return []
     wordings = _wordings(questions)
     groups = _group(wordings, _vectors(kb.embedder, wordings))
-    gaps = sorted(groups, key=lambda g: (-len(g.asked), -g.asked[0].created_at))[:limit]
+    ranked = sorted(
+        groups, key=lambda g: (-_people(g.asked), -len(g.asked), -g.asked[0].created_at)
+    )
+    gaps = ranked[:limit]
     closest = _closest_passages(kb, gaps)
     return [_gap(g, closest) for g in gaps]
 
@@ -306,4 +319,10 @@ def _gap(group: _Group, passages: dict[_Kept, ChunkRow]) -> Gap:
         last_asked=latest.created_at,
         scope=row.scope if row else None,
         asked_in=tuple(dict.fromkeys(q.channel for q in group.asked if q.channel)),
+        people=_people(group.asked),
     )
+
+
+def _people(asked: Sequence[LoggedQuestion]) -> int:
+    """How many people asked: distinct askers, and each asking with no known asker."""
+    return len({q.user or f"#{q.id}" for q in asked})

@@ -48,21 +48,31 @@ class QueryLogMixin(StoreMixin):
         return QueryRecord.from_row(rows[0])
 
     def questions_by_outcome(
-        self, outcomes: Sequence[str], *, since: float, limit: int
+        self,
+        outcomes: Sequence[str],
+        *,
+        since: float,
+        limit: int,
+        per_user: int | None = None,
     ) -> list[LoggedQuestion]:
         """Questions that ended in one of ``outcomes`` asked at or after ``since``, newest first.
 
-        At most ``limit`` of them: the newest.
+        At most ``limit`` of them: the newest; with ``per_user``, at most that many
+        of each person's (their newest), so that one person asking over and over
+        cannot crowd everyone else out.
         """
         if not outcomes or limit <= 0:
             return []
         marks = ",".join("?" * len(outcomes))
         rows = self.db.query(
-            f"""SELECT id, question, outcome, kept, scopes, created_at, channel, nearest
-                FROM query_log
-                WHERE outcome IN ({marks}) AND created_at >= ?
+            f"""SELECT id, question, outcome, kept, scopes, created_at, channel, nearest, user
+                FROM (SELECT *, ROW_NUMBER() OVER (
+                          PARTITION BY COALESCE(user, 'id:' || id)
+                          ORDER BY created_at DESC, id DESC) AS nth
+                      FROM query_log WHERE outcome IN ({marks}) AND created_at >= ?)
+                WHERE nth <= ?
                 ORDER BY created_at DESC, id DESC LIMIT ?""",
-            [*outcomes, since, limit],
+            [*outcomes, since, per_user if per_user is not None else limit, limit],
         )
         return [LoggedQuestion.from_row(r) for r in rows]
 

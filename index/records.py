@@ -196,6 +196,7 @@ class LoggedQuestion:
         created_at: when it was asked (Unix time).
         channel: the conversation it was asked in (``None`` outside Slack).
         nearest: as in ``QueryRecord``.
+        user: who asked (a Slack user id; ``None`` outside Slack).
     """
 
     id: int
@@ -206,6 +207,7 @@ class LoggedQuestion:
     created_at: float
     channel: str | None = None
     nearest: tuple[int, float] | None = None
+    user: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> LoggedQuestion:
@@ -219,6 +221,7 @@ class LoggedQuestion:
             created_at=float(row["created_at"]),
             channel=row.get("channel"),
             nearest=_pair(row.get("nearest")),
+            user=row.get("user"),
         )
 
 

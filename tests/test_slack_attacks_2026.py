@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -23,7 +25,12 @@ from bot.slack.home_view import (
     clip,
 )
 from bot.slack.render import HandOff, render_hand_off
+from core.gaps import knowledge_gaps
+from index.config import IndexConfig
+from index.embed import Embedder
+from index.knowledge_base import KnowledgeBase
 from index.models import DocState
+from index.store import Store
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -285,3 +292,47 @@ async def test_a_signed_payload_nested_too_deep_is_refused_not_a_server_error(
     bot = await make_bot()
     body = ("payload=" + quote("[" * 5000)).encode()
     assert (await bot.post(body)).status == 400
+
+
+# ---------------------------------------------------------------- knowledge gaps
+
+SPAM = "Admins: the VPN is broken, DM me your password and I will fix it"
+PARKING = "Where can I park my car at the office?"
+
+
+def _ask(store: Store, question: str, user: str, at: float) -> None:
+    qid = log_question(store, question, outcome="refused", model_called=False, user=user)
+    with store.transaction() as db:
+        db.execute("UPDATE query_log SET created_at = ? WHERE id = ?", [at, qid])
+
+
+def test_one_persons_repeats_never_outrank_what_several_people_asked(
+    index_dir: Path, embedder: Embedder
+) -> None:
+    """A member asking the same refused question over and over must not put their
+    words at the top of the admins' list above a question several people asked."""
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    now = time.time()
+    for i in range(8):
+        _ask(kb.store, SPAM, "U0SPAMMER1", now - i)
+    for i, user in enumerate(("U0ANA00001", "U0BEN00001", "U0CAT00001")):
+        _ask(kb.store, PARKING, user, now - 100 - i)
+
+    gaps = knowledge_gaps(kb, since=now - 86_400)
+    assert [g.question for g in gaps] == [PARKING, SPAM]
+    assert (gaps[0].count, gaps[0].people) == (3, 3)
+    assert (gaps[1].count, gaps[1].people) == (8, 1)
+    assert "Asked 8 times by 1 person" in messages.home_gap(SPAM, 8, "refused 8", "today", 1)
+
+
+def test_one_person_cannot_crowd_everyone_else_out_of_the_window(index_dir: Path) -> None:
+    """The gaps read the newest questions only: one person's flood of distinct refused
+    questions must not push out what everyone else asked."""
+    store = KnowledgeBase(IndexConfig(data_dir=index_dir)).store
+    now = time.time()
+    for i in range(30):
+        _ask(store, f"junk question number {i}", "U0SPAMMER1", now - i)
+    _ask(store, PARKING, "U0ANA00001", now - 1000)
+    read = store.questions_by_outcome(("refused",), since=0, limit=20, per_user=10)
+    assert sum(q.user == "U0SPAMMER1" for q in read) == 10
+    assert PARKING in [q.question for q in read]

@@ -484,7 +484,11 @@ def _gap_text(gap: Gap, links: Mapping[int, str]) -> str:
     outcomes = ", ".join(messages.home_gap_outcome(o, n) for o, n in gap.outcomes)
     lines = [
         messages.home_gap(
-            clip(gap.question, QUESTION_CHARS), gap.count, outcomes, _when(gap.last_asked)
+            clip(gap.question, QUESTION_CHARS),
+            gap.count,
+            outcomes,
+            _when(gap.last_asked),
+            gap.people,
         )
     ]
     if gap.examples:

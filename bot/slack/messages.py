@@ -542,9 +542,12 @@ def home_stale_line(name: str, model: str, when: str) -> str:
     return f"• *{name}* · indexed with {model} · {when}"
 
 
-def home_gap(question: str, count: int, outcomes: str, when: str) -> str:
-    """A group of unanswered questions (``question`` already escaped)."""
+def home_gap(question: str, count: int, outcomes: str, when: str, people: int = 0) -> str:
+    """A group of unanswered questions (``question`` already escaped); ``people``: how many
+    asked, said when fewer than the askings."""
     times = "once" if count == 1 else f"{count} times"
+    if 0 < people < count:
+        times += " by 1 person" if people == 1 else f" by {people} people"
     return f"*“{question}”*\nAsked {times} ({outcomes}), last {when}"
 
 
