@@ -14,9 +14,12 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.approvals import Ticket
+from bot.slack.config import SlackConfig
+from bot.slack.directory import Directory
 from bot.slack.home_view import (
     HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
@@ -25,6 +28,7 @@ from bot.slack.home_view import (
     clip,
 )
 from bot.slack.render import HandOff, render_hand_off
+from bot.slack.roles import Roles
 from core.gaps import knowledge_gaps
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -38,6 +42,7 @@ from tests.conftest_bot import ADMIN_ID, Bot, BotFactory  # noqa: E402
 from tests.query_factory import log_question  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
+    DEFAULT_BOT_TOKEN,
     DM_CHANNEL_ID,
     TEAM_ID,
     USER_ID,
@@ -336,3 +341,41 @@ def test_one_person_cannot_crowd_everyone_else_out_of_the_window(index_dir: Path
     read = store.questions_by_outcome(("refused",), since=0, limit=20, per_user=10)
     assert sum(q.user == "U0SPAMMER1" for q in read) == 10
     assert PARKING in [q.question for q in read]
+
+
+# ---------------------------------------------------------------- Slack unreachable
+
+
+async def test_slack_unreachable_grants_nothing_and_breaks_nothing(
+    unused_tcp_port: int,
+) -> None:
+    """A lookup that cannot reach Slack counts as "no", as a refusal does: nobody is an
+    admin or a publisher because Slack could not be asked, and nothing raises."""
+    client = AsyncWebClient(
+        token=DEFAULT_BOT_TOKEN, base_url=f"http://127.0.0.1:{unused_tcp_port}/api/", timeout=2
+    )
+    directory = Directory()
+    config = SlackConfig(
+        bot_token=DEFAULT_BOT_TOKEN,
+        workspace_admins_are_admins=True,
+        publisher_ids=frozenset({"S0GROUP001"}),
+    )
+    roles = Roles(config, directory)
+    assert await directory.user(client, "U0SOMEONE1") is None
+    assert await directory.group_members(client, "S0GROUP001") is None
+    assert not await roles.is_admin(client, "U0SOMEONE1")
+    assert not await roles.is_publisher(client, "U0SOMEONE1")
+
+
+async def test_what_slack_said_about_people_is_remembered_within_a_bound(
+    make_bot: BotFactory,
+) -> None:
+    """Every person who opens the Home tab is looked up (are they a Slack admin?): a
+    long-running process in a large workspace must not remember them all."""
+    bot = await make_bot(slack_admins_are_admins=True)
+    directory = bot.services.roles.directory
+    directory.capacity = 5
+    for n in range(12):
+        await _open_home(bot, f"U0PERSON{n:02d}")
+    assert len(directory._users) <= 5
+    assert len(bot.slack.calls("users.info")) >= 12

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -28,6 +29,8 @@ USER_CACHE_SECONDS = 300.0
 GROUP_CACHE_SECONDS = 60.0
 # Short: someone removed from a channel soon stops getting its documents.
 CHANNEL_CACHE_SECONDS = 60.0
+# Answers remembered of each kind; a workspace has more people, the oldest are asked again.
+MAX_REMEMBERED = 10_000
 
 
 class Directory:
@@ -38,6 +41,9 @@ class Directory:
         user_ttl_seconds: how long a person's ``users.info`` answer is remembered.
         group_ttl_seconds: how long a user group's members are remembered.
         channel_ttl_seconds: how long a channel's members are remembered.
+        capacity: the most answers remembered of each kind (people, groups,
+            channels); past it the oldest are forgotten, so a long-running
+            process in a large workspace holds a bounded amount.
     """
 
     def __init__(
@@ -46,7 +52,9 @@ class Directory:
         user_ttl_seconds: float = USER_CACHE_SECONDS,
         group_ttl_seconds: float = GROUP_CACHE_SECONDS,
         channel_ttl_seconds: float = CHANNEL_CACHE_SECONDS,
+        capacity: int = MAX_REMEMBERED,
     ) -> None:
+        self.capacity = capacity
         self.user_ttl_seconds = user_ttl_seconds
         self.group_ttl_seconds = group_ttl_seconds
         self.channel_ttl_seconds = channel_ttl_seconds
@@ -61,7 +69,7 @@ class Directory:
             resp = await client.users_info(user=user_id)
             return dict(resp.get("user") or {})
 
-        return await _remembered(self._users, user_id, self.user_ttl_seconds, ask)
+        return await _remembered(self._users, user_id, self.user_ttl_seconds, ask, self.capacity)
 
     async def group_members(self, client: AsyncWebClient, group: str) -> frozenset[str] | None:
         """The user ids in a user group, or ``None`` when Slack could not say."""
@@ -70,7 +78,7 @@ class Directory:
             resp = await client.usergroups_users_list(usergroup=group)
             return frozenset(str(u) for u in resp.get("users") or [])
 
-        return await _remembered(self._groups, group, self.group_ttl_seconds, ask)
+        return await _remembered(self._groups, group, self.group_ttl_seconds, ask, self.capacity)
 
     async def channel_members(self, client: AsyncWebClient, channel: str) -> frozenset[str] | None:
         """The user ids in ``channel``, or ``None`` when Slack could not say.
@@ -86,7 +94,9 @@ class Directory:
                     return frozenset()
                 raise
 
-        return await _remembered(self._channels, channel, self.channel_ttl_seconds, ask)
+        return await _remembered(
+            self._channels, channel, self.channel_ttl_seconds, ask, self.capacity
+        )
 
 
 async def channel_member_ids(client: AsyncWebClient, channel: str) -> frozenset[str]:
@@ -106,7 +116,11 @@ async def channel_member_ids(client: AsyncWebClient, channel: str) -> frozenset[
 
 
 async def _remembered(
-    cache: dict[str, tuple[T, float]], key: str, ttl: float, ask: Callable[[], Awaitable[T]]
+    cache: dict[str, tuple[T, float]],
+    key: str,
+    ttl: float,
+    ask: Callable[[], Awaitable[T]],
+    capacity: int = MAX_REMEMBERED,
 ) -> T | None:
     """``cache[key]`` while fresh, else ``ask()`` remembered for ``ttl`` s; ``None`` if Slack failed."""
     entry = cache.get(key)
@@ -117,5 +131,22 @@ async def _remembered(
     except SlackApiError as exc:
         log.warning("Slack could not tell about %s: %s", key, exc)
         return None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        # Unreachable counts as refused: nobody gains a right because Slack could not be asked.
+        log.warning("Slack could not be reached about %s: %s", key, type(exc).__name__)
+        return None
+    cache.pop(key, None)
     cache[key] = (value, time.monotonic() + ttl)
+    _bound(cache, capacity)
     return value
+
+
+def _bound(cache: dict[str, tuple[T, float]], capacity: int) -> None:
+    """Forget what expired, then the oldest answers, until ``cache`` holds ``capacity``."""
+    if len(cache) <= capacity:
+        return
+    now = time.monotonic()
+    for key in [k for k, (_, until) in cache.items() if until <= now]:
+        del cache[key]
+    while len(cache) > capacity:
+        del cache[next(iter(cache))]
