@@ -24,11 +24,16 @@ from bot.slack.home_view import (
     HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
     HOME_RETRY_ACTION_ID,
+    AdminHome,
+    Calibration,
+    MemberHome,
     Pages,
     clip,
+    home_view,
 )
 from bot.slack.render import HandOff, render_hand_off
 from bot.slack.roles import Roles
+from core.calibration import CalibrationRecord
 from core.gaps import knowledge_gaps
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -379,3 +384,29 @@ async def test_what_slack_said_about_people_is_remembered_within_a_bound(
         await _open_home(bot, f"U0PERSON{n:02d}")
     assert len(directory._users) <= 5
     assert len(bot.slack.calls("users.info")) >= 12
+
+
+def test_a_time_out_of_range_in_a_saved_record_still_shows_the_tab() -> None:
+    """A saved calibration (or a row) whose time no calendar holds must not take the
+    admins' whole tab down with it."""
+    record = CalibrationRecord(
+        at=1e300,
+        source="log queries.jsonl",
+        max_bluff_rate=0.05,
+        proposed_threshold=None,
+        proposed_related=None,
+        rows=(),
+    )
+    admin = AdminHome(
+        failed=(),
+        stale=(),
+        reindex_running=False,
+        gaps=(),
+        gap_links={},
+        disliked=(),
+        disliked_total=0,
+        calibration=Calibration(0.6, 0.6, record),
+    )
+    member = MemberHome(documents=0, chunks=0, channel_documents=0, uploads=())
+    text = json.dumps(home_view(member, admin)["blocks"])
+    assert "queries.jsonl" in text

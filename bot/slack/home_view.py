@@ -263,7 +263,10 @@ def clip(raw: str, limit: int) -> str:
 def _when(at: float | None) -> str:
     if not at:
         return "—"
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds
+        return "—"
 
 
 def _plain(text: str) -> dict[str, Any]:
