@@ -14,6 +14,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
@@ -31,7 +34,7 @@ from bot.slack.home_view import (
     clip,
     home_view,
 )
-from bot.slack.render import HandOff, render_hand_off
+from bot.slack.render import HandOff, render_hand_off, stream_markdown
 from bot.slack.roles import Roles
 from core.calibration import CalibrationRecord
 from core.gaps import knowledge_gaps
@@ -410,3 +413,31 @@ def test_a_time_out_of_range_in_a_saved_record_still_shows_the_tab() -> None:
     member = MemberHome(documents=0, chunks=0, channel_documents=0, uploads=())
     text = json.dumps(home_view(member, admin)["blocks"])
     assert "queries.jsonl" in text
+
+
+# ---------------------------------------------------------------- streamed Markdown
+
+HOSTILE_PIECES = [
+    "<!channel>", "<!here>", "@here", "@Channel", "<@U0EVIL0001>", "<#C0EVIL0001>",
+    "<!subteam^S0EVIL0001>", "<https://evil.example|x>", "[click](https://evil.example)",
+    "![i](https://evil.example/a.png)", "[r]: https://evil.example", "[a][r]", "[r]",
+    "https://evil.example/x", "www.evil.example", "evil@example.com", "<mailto:x@y.z>",
+    "`", "```", "&lt;", "&#60;", "&amp;", "\u200b", "\u202e", "[1]", " ", "\n", "\n\n",
+    "**b**", "\\]", "\\[", "](", "[", "]", "(", ")", ":", "<", ">", "~~~", "    ",
+    "<a href=x>", "<img src=x>", "[^1]", "#", "*", "_",
+]  # fmt: skip
+_ALLOWED_TAGS = re.compile(r"</?(?:p|code|pre|em|strong|br|h\d|ul|ol|li|blockquote|hr)\b[^>]*>")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(HOSTILE_PIECES), min_size=1, max_size=12))
+def test_streamed_markdown_renders_no_link_image_or_html(pieces: list[str]) -> None:
+    """Whatever the model streams, read by a CommonMark renderer (Slack's streamed text is
+    Markdown without ``verbatim``): no link, no image, no raw HTML, no broadcast outside
+    code, and no Slack angle-bracket token."""
+    streamed = stream_markdown("".join(pieces))
+    html = MarkdownIt("commonmark").render(streamed)
+    assert "<a " not in html and "<img" not in html
+    assert not re.search(r"<", _ALLOWED_TAGS.sub("", html)), html
+    assert "<" not in streamed and ">" not in streamed
+    assert not re.search(r"@(?:here|channel|everyone)\b", streamed, re.IGNORECASE)
