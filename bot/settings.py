@@ -35,6 +35,7 @@ from core.config import (
     DEFAULT_LLM_DEADLINE,
     DEFAULT_MAX_KEPT,
     DEFAULT_RELATED_THRESHOLD,
+    DEFAULT_SENTENCE_WEIGHT,
     DEFAULT_THRESHOLD,
     DEFAULT_TOP_K,
     EngineConfig,
@@ -175,6 +176,11 @@ class Settings(BaseSettings):
         DEFAULT_KEEP_MARGIN,
         "KB_KEEP_MARGIN",
         "Cosine distance within which a passage past KB_TOP_K must be of the best one to be kept too.",
+    )
+    sentence_weight: float = _setting(
+        DEFAULT_SENTENCE_WEIGHT,
+        "KB_SENTENCE_WEIGHT",
+        "Once a question passes the gate, its passages are ordered with their best sentence's similarity weighted this much beside the passage's own (dense 1, BM25 0.5). 0 turns it off; the gate never uses it.",
     )
     threshold: float = _setting(
         DEFAULT_THRESHOLD,
@@ -376,6 +382,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 "KB_TOP_K must be positive, KB_MAX_KEPT at least KB_TOP_K, KB_KEEP_MARGIN >= 0"
             )
+        if not 0 <= self.sentence_weight <= 10:
+            raise ValueError("KB_SENTENCE_WEIGHT must be between 0 and 10")
         if self.sync_seconds <= 0:
             raise ValueError("KB_SYNC_SECONDS must be positive")
         if self.escalation_channel.strip() and not is_channel_id(self.escalation_channel.strip()):
@@ -441,6 +449,7 @@ class Settings(BaseSettings):
             related_threshold=self.related_threshold,
             max_kept=self.max_kept,
             keep_margin=self.keep_margin,
+            sentence_weight=self.sentence_weight,
             reranker=self.reranker,
             link_base_url=self.link_base_url,
             link_secret=self.link_secret.get_secret_value(),

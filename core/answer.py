@@ -32,7 +32,7 @@ from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker, RerankerUnavailable, rerank
-from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend
+from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend, sentence_order
 from index.errors import StorageError
 from index.knowledge_base import KnowledgeBase
 from index.records import ChunkRow, QueryRecord
@@ -180,14 +180,14 @@ class Engine:
         candidates = await self._search(vector, query, scopes)
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()
-        kept, missing = await self._keep(query, candidates, timings)
+        kept, missing = await self._keep(query, vector, candidates, timings)
         timings["gate"] = _ms_since(t)
         if missing and await self._caught_up(seen):
             # The snapshot named chunks another process had just replaced or
             # removed (a reindex, a removal): ask the store as it is now.
             t = time.perf_counter()
             candidates = await self._search(vector, query, scopes)
-            kept, _ = await self._keep(query, candidates, timings)
+            kept, _ = await self._keep(query, vector, candidates, timings)
             timings["refresh"] = _ms_since(t)
         if not kept:
             answer = await self._not_answered(question, candidates)
@@ -205,24 +205,42 @@ class Engine:
         return await asyncio.to_thread(self.backend.search, vector, query, scopes, k, Mode.HYBRID)
 
     async def _keep(
-        self, query: str, candidates: list[Candidate], timings: dict[str, float]
+        self,
+        query: str,
+        vector: np.ndarray,
+        candidates: list[Candidate],
+        timings: dict[str, float],
     ) -> tuple[list[SourceRef], int]:
         """The passages that pass the gate, and how many of them SQLite no longer has.
 
-        The gate decides whether and how many; a reranker then chooses which of
-        the passing candidates those are.
+        The gate decides whether and how many; the candidates' best sentences,
+        then a reranker, choose which of the passing candidates those are.
         """
         cfg = self.config
-        passed = gate(
+        passed = self._gate(candidates)
+        if passed and cfg.sentence_weight > 0:
+            t = time.perf_counter()
+            candidates = await asyncio.to_thread(self._sentence_ordered, vector, candidates)
+            passed = self._gate(candidates)
+            timings["sentences"] = _ms_since(t)
+        if self.reranker is not None and passed:
+            passed = await self._reranked(query, candidates, passed, timings)
+        return await self._source_refs(passed)
+
+    def _gate(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        cfg = self.config
+        return gate(
             candidates,
             threshold=cfg.threshold,
             top_k=cfg.top_k,
             max_kept=cfg.max_kept,
             margin=cfg.keep_margin,
         )
-        if self.reranker is not None and passed:
-            passed = await self._reranked(query, candidates, passed, timings)
-        return await self._source_refs(passed)
+
+    def _sentence_ordered(self, vector: np.ndarray, candidates: list[Candidate]) -> list[Candidate]:
+        # Only after the gate has passed: the refusal path never reads sentence vectors.
+        vectors = self.kb.store.sentence_vectors([c.chunk_id for c in candidates])
+        return sentence_order(candidates, vector, vectors, self.config.sentence_weight)
 
     async def _reranked(
         self,

@@ -24,6 +24,11 @@ DEFAULT_RELATED_THRESHOLD = 0.6
 # DEFAULT_KEEP_MARGIN of the best distance.
 DEFAULT_MAX_KEPT = 8
 DEFAULT_KEEP_MARGIN = 0.05
+# Once the gate has passed a question, its candidates are re-ordered with their
+# best sentence's similarity as a third fused leg of this weight (beside dense
+# 1.0 and BM25 0.5). Chosen on pip-black, confirmed on prometheus
+# (docs/evaluation.md, "Sentence vectors"); 0 turns it off.
+DEFAULT_SENTENCE_WEIGHT = 0.5
 DEFAULT_LINK_BASE_URL = "http://localhost:3000"
 DEFAULT_LINK_TTL_DAYS = 90
 DEFAULT_FIRST_TOKEN_TIMEOUT = 20.0
@@ -59,6 +64,8 @@ class EngineConfig:
         max_kept: most passages kept for one answer when more than ``top_k`` are close.
         keep_margin: a passage after the first ``top_k`` is kept only within this
             distance of the best one.
+        sentence_weight: weight of the candidates' best-sentence similarity in
+            their order once the gate has passed (``core.retrieve.sentence_order``); 0: off.
         reranker: a CrossEncoder name or local folder that orders the passages
             that passed the gate; empty: fused order.
         link_base_url: where citation links point (no trailing slash).
@@ -72,6 +79,7 @@ class EngineConfig:
     related_threshold: float = DEFAULT_RELATED_THRESHOLD
     max_kept: int = DEFAULT_MAX_KEPT
     keep_margin: float = DEFAULT_KEEP_MARGIN
+    sentence_weight: float = DEFAULT_SENTENCE_WEIGHT
     reranker: str = ""
     link_base_url: str = DEFAULT_LINK_BASE_URL
     link_secret: str = field(default="", repr=False)

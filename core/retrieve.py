@@ -144,6 +144,39 @@ def fuse(
     return rrf([[cid for cid, _ in lst] for lst, _ in pairs], fusion.k, [w for _, w in pairs])
 
 
+def sentence_order(
+    candidates: Sequence[Candidate],
+    query_vector: np.ndarray,
+    sentence_vectors: dict[int, np.ndarray],
+    weight: float,
+) -> list[Candidate]:
+    """The same candidates, re-ordered with each one's best sentence as a third fused leg.
+
+    Each candidate's fused score gains ``weight`` times its best sentence's
+    cosine similarity to the query, min-max normalised over the candidates (as
+    ``score_fusion`` normalises a leg); a chunk without sentence vectors (one
+    sentence, or indexed before they existed) counts its own similarity. Only
+    the order changes: distances stay the chunk's, so the gate and everything
+    shown or logged judge as before. Meant for score fusion (``FUSION``),
+    whose scores share the leg's scale. Ties keep the fused order.
+    """
+    if weight <= 0 or len(candidates) < 2:
+        return list(candidates)
+    best = [
+        float((m @ query_vector).max())
+        if (m := sentence_vectors.get(c.chunk_id)) is not None
+        else 1.0 - c.distance
+        for c in candidates
+    ]
+    low, span = min(best), max(best) - min(best)
+    scores = [
+        c.score + weight * ((b - low) / span if span > 0 else 1.0)
+        for c, b in zip(candidates, best, strict=True)
+    ]
+    order = sorted(range(len(candidates)), key=lambda i: -scores[i])
+    return [candidates[i] for i in order]
+
+
 class LocalBackend:
     """FAISS + BM25 over the data dir's current snapshot; scope filters run inside each leg.
 

@@ -13,6 +13,10 @@ their per-query outcomes (``gate.per_query.in_domain``), so a comparison of two
 runs (``evaluation.compare``) pairs them query by query. With a reranker, the
 needle's rank when it reorders the whole top ``DEPTH`` of hybrid candidates
 (no threshold) is reported as the ``reranked`` retrieval mode, with its time.
+With ``KB_SENTENCE_WEIGHT``, the passing candidates are chosen in the order
+their best sentences give (``core.retrieve.sentence_order``, after the gate, as
+the engine does), and the needle's rank in that order of the whole top
+``DEPTH`` is the ``ordered`` retrieval mode.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import numpy as np
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT, gate
 from core.rerank import Reranker, rerank
-from core.retrieve import Candidate, LocalBackend, Mode
+from core.retrieve import Candidate, LocalBackend, Mode, sentence_order
 from evaluation.results import DEPTH, ModeResult, Proportion
 from index.knowledge_base import KnowledgeBase
 
@@ -46,6 +50,8 @@ class KeptResult:
         first: per query, the needle is in the first kept passage.
         reranked: ranks of the needle in the reranked top ``DEPTH`` (with a reranker).
         rerank_ms: per query, the time the reranker took for the kept passages.
+        ordered: ranks of the needle in the top ``DEPTH`` ordered by sentences
+            (with a sentence weight).
     """
 
     reranker: str | None
@@ -54,6 +60,7 @@ class KeptResult:
     first: list[bool]
     reranked: ModeResult | None = None
     rerank_ms: list[float] | None = None
+    ordered: ModeResult | None = None
 
     def current(self) -> dict[str, dict[str, Any]]:
         """The proportions, as rows of the gate at its threshold."""
@@ -106,16 +113,17 @@ def measure_kept(
     answerable: list[bool] = []
     first: list[bool] = []
     reranked: list[int | None] = []
+    ordered: list[int | None] = []
     times: list[float] = []
+    weight = engine.sentence_weight
     for text, vector, ids in zip(texts, vectors, correct, strict=True):
         cands = backend.search(vector, text, None, engine.top_k * CANDIDATES_PER_KEPT, Mode.HYBRID)
-        kept = gate(
-            cands,
-            threshold=threshold,
-            top_k=engine.top_k,
-            max_kept=engine.max_kept,
-            margin=engine.keep_margin,
-        )
+        kept = _gate(cands, engine, threshold)
+        if weight > 0:
+            found = kb.store.sentence_vectors([c.chunk_id for c in cands])
+            cands = sentence_order(cands, vector, found, weight)
+            ordered.append(next((i for i, c in enumerate(cands, 1) if c.chunk_id in ids), None))
+            kept = _gate(cands, engine, threshold) if kept else kept
         if reranker is not None and kept:
             started = time.perf_counter()
             kept = _reranked(kb, reranker, text, cands, threshold, len(kept))
@@ -133,6 +141,17 @@ def measure_kept(
         first=first,
         reranked=ModeResult("reranked", reranked) if reranker is not None else None,
         rerank_ms=times if reranker is not None else None,
+        ordered=ModeResult("ordered", ordered) if weight > 0 else None,
+    )
+
+
+def _gate(cands: Sequence[Candidate], engine: EngineConfig, threshold: float) -> list[Candidate]:
+    return gate(
+        cands,
+        threshold=threshold,
+        top_k=engine.top_k,
+        max_kept=engine.max_kept,
+        margin=engine.keep_margin,
     )
 
 
@@ -164,6 +183,12 @@ def render_kept(kept: KeptResult | None) -> str:
         f"  needle among the kept passages: {share(kept.answerable)}",
         f"  needle in the first kept passage: {share(kept.first)}",
     ]
+    if kept.ordered is not None:
+        o = kept.ordered
+        lines.append(
+            f"  top {DEPTH} ordered by sentences: R@1 {o.recall(1).value:.3f}, "
+            f"R@4 {o.recall(4).value:.3f}, MRR {o.mrr.mean:.3f}"
+        )
     if kept.reranked is not None and kept.rerank_ms:
         r = kept.reranked
         lines.append(

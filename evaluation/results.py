@@ -448,7 +448,7 @@ class EvalResult:
         The kept passages' proportions join the gate's current row, with their
         per-query outcomes, so that two runs compare query by query; the
         ``final`` mode is the order passages reach the asker in (hybrid,
-        reranked with a reranker).
+        ordered by sentences with ``KB_SENTENCE_WEIGHT``, reranked with a reranker).
         """
         gate = self.gate.to_dict()
         product = self.product.to_dict()
@@ -456,7 +456,7 @@ class EvalResult:
             gate["current"].update(self.kept.current())
             per_query = gate.setdefault("per_query", {}).setdefault("in_domain", {})
             per_query.update(self.kept.per_query())
-            final = self.kept.reranked or self.product.modes[Mode.HYBRID.value]
+            final = self.kept.reranked or self.kept.ordered or self.product.modes[Mode.HYBRID.value]
             product["modes"][FINAL_MODE] = ModeResult(FINAL_MODE, final.ranks).to_dict()
         return {
             "corpus": self.corpus,

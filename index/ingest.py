@@ -17,10 +17,12 @@ from index.embed import Embedder
 from index.errors import EmptyDocument, OverLimit
 from index.extract import EXTRACTOR_VERSION, extract
 from index.models import Chunking, Extracted
+from index.sentences import SENTENCES_VERSION, embed_sentences
 
 # Stamped on every document: bump when chunking, headers or extraction change
-# in a way that changes chunks, so older documents are reported stale.
-PIPELINE_VERSION = f"chunker-{CHUNKER_VERSION}"
+# in a way that changes chunks or their sentence vectors, so older documents
+# are reported stale (and ``kb reindex`` embeds them again).
+PIPELINE_VERSION = f"chunker-{CHUNKER_VERSION}+sentences-{SENTENCES_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class Prepared:
     chunking: Chunking
     vectors: np.ndarray
     token_counts: list[int]
+    # Per chunk, its sentences' vectors (``None``: one sentence); see index.sentences.
+    sentence_vectors: list[np.ndarray | None] | None = None
 
 
 def prepare_document(
@@ -88,7 +92,8 @@ def prepare_document(
     texts = [c.text for c in chunking.chunks]
     vectors = embedder.encode(texts, on_batch=on_batch)
     token_counts = embedder.count_tokens_many(texts)
-    return Prepared(extracted, chunking, vectors, token_counts)
+    sentence_vectors = embed_sentences(embedder, chunking.chunks)
+    return Prepared(extracted, chunking, vectors, token_counts, sentence_vectors)
 
 
 __all__ = ["EXTRACTOR_VERSION", "PIPELINE_VERSION", "Prepared", "prepare_document"]

@@ -414,6 +414,7 @@ class KnowledgeBase:
             stamp=self.stamp,
             window_splits=prepared.chunking.window_splits,
             state=state,
+            sentence_vectors=prepared.sentence_vectors,
             facts=DocumentFacts(
                 title=doc.title or display_name(ex.title),
                 kind=ex.kind,

@@ -218,6 +218,13 @@ def _query_log_nearest(db: Database) -> None:
     db.execute("CREATE INDEX query_log_created_at ON query_log(created_at)")
 
 
+@MIGRATIONS(name="0010_sentence_vectors")
+def _sentence_vectors(db: Database) -> None:
+    # A chunk's sentences' vectors (index.sentences), one float32 blob; NULL for
+    # a chunk of one sentence and for chunks indexed before: ranked by the chunk alone.
+    db.execute("ALTER TABLE chunks ADD COLUMN sentence_vectors BLOB")
+
+
 # The rows the unique index covers: every document but a replaced version (the
 # same bytes uploaded again after a replace are a new version of their own).
 _LIVE = "state != 'replaced'"

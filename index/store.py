@@ -41,6 +41,7 @@ from index.private import private_dir, private_file, tighten
 from index.querylog import QueryLogMixin
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.schema import MIGRATIONS
+from index.sentences import from_blob, to_blob
 from index.workers import WorkerLock
 
 log = logging.getLogger(__name__)
@@ -454,6 +455,7 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
         window_splits: int,
         facts: DocumentFacts | None = None,
         state: DocState = DocState.INDEXED,
+        sentence_vectors: Sequence[np.ndarray | None] | None = None,
     ) -> list[int]:
         """Write a document's canonical text and chunks and mark it ``state``, in one transaction.
 
@@ -480,9 +482,10 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                 "INSERT OR REPLACE INTO texts (document_id, text) VALUES (?, ?)",
                 [doc_id, canonical_text],
             )
+            sentences = sentence_vectors or [None] * len(chunks)
             ids = [
-                self._insert_chunk(db, doc_id, c, v, n)
-                for c, v, n in zip(chunks, vectors, token_counts, strict=True)
+                self._insert_chunk(db, doc_id, c, v, n, s)
+                for c, v, n, s in zip(chunks, vectors, token_counts, sentences, strict=True)
             ]
             db.table("documents").update(
                 doc_id,
@@ -509,12 +512,17 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
 
     @staticmethod
     def _insert_chunk(
-        db: sqlite_utils.Database, doc_id: int, c: Chunk, vector: np.ndarray, tokens: int
+        db: sqlite_utils.Database,
+        doc_id: int,
+        c: Chunk,
+        vector: np.ndarray,
+        tokens: int,
+        sentences: np.ndarray | None,
     ) -> int:
         cur = db.execute(
             """INSERT INTO chunks (document_id, ordinal, section, start, "end", page,
-                                   content, text, token_count, vector)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                   content, text, token_count, vector, sentence_vectors)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [
                 doc_id,
                 c.ordinal,
@@ -526,6 +534,7 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                 c.text,
                 int(tokens),
                 np.asarray(vector, dtype=np.float32).tobytes(),
+                to_blob(sentences),
             ],
         )
         return int(cur.lastrowid or 0)
@@ -627,6 +636,18 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                 [doc_id],
             )
         )
+
+    def sentence_vectors(self, ids: Sequence[int]) -> dict[int, np.ndarray]:
+        """The sentence vectors of the given chunks that have them (``index.sentences``)."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.db.execute(
+            f"""SELECT id, sentence_vectors, length(vector) FROM chunks
+                WHERE id IN ({marks}) AND sentence_vectors IS NOT NULL""",
+            list(ids),
+        ).fetchall()
+        return {int(cid): from_blob(blob, int(size) // 4) for cid, blob, size in rows}
 
     def chunks_by_id(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         """The given chunks with their documents' facts; missing ids are left out."""

@@ -50,6 +50,7 @@ MIGRATION_NAMES = [
     "0007_one_live_document_per_content",
     "0008_escalations",
     "0009_query_log_nearest",
+    "0010_sentence_vectors",
 ]
 
 
