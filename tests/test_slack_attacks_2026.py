@@ -441,3 +441,25 @@ def test_streamed_markdown_renders_no_link_image_or_html(pieces: list[str]) -> N
     assert not re.search(r"<", _ALLOWED_TAGS.sub("", html)), html
     assert "<" not in streamed and ">" not in streamed
     assert not re.search(r"@(?:here|channel|everyone)\b", streamed, re.IGNORECASE)
+
+
+async def test_a_person_of_another_organisation_sees_no_titles_on_either_tab(
+    make_bot: BotFactory,
+) -> None:
+    """Slack Connect: a partner's person opening the bot's Messages or Home tab gets
+    neither suggested prompts (the titles and sections of the newest documents) nor the
+    knowledge base's counts; they are told it answers its own workspace's members."""
+    bot = await make_bot()
+    bot.slack.set_user(EXTERNAL_ADMIN)["team_id"] = OTHER_TEAM
+    base = {"user": EXTERNAL_ADMIN, "channel": DM_CHANNEL_ID, "event_ts": slack_ts()}
+    await bot.event({"type": "app_home_opened", "tab": "messages", **base})
+    view = await _open_home(bot, EXTERNAL_ADMIN)
+    await bot.idle()
+    shown = json.dumps(
+        [bot.slack.calls(m) for m in ("assistant.threads.setSuggestedPrompts", "chat.postMessage")]
+    )
+    assert not bot.slack.calls("assistant.threads.setSuggestedPrompts")
+    for title in ("Employee handbook", "Security policy", "On-call guide", "Falcon"):
+        assert title not in shown and title not in _text(view)
+    assert "searchable documents" not in _text(view)
+    assert messages.EXTERNAL_ASKER in _text(view)

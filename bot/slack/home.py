@@ -52,6 +52,7 @@ from bot.slack.home_view import (
     Pages,
     Section,
     document_label,
+    external_view,
     home_view,
     page_number,
     page_of,
@@ -213,6 +214,15 @@ class Home:
             log.warning("could not publish the Home tab of %s: %s", user, slack_failure(exc))
             return False
         return True
+
+    async def publish_external(self, client: AsyncWebClient, user: str) -> None:
+        """The Home tab of a person of another organisation: only that it is not for them."""
+        if not user:
+            return
+        try:
+            await client.views_publish(user_id=user, view=external_view())
+        except SLACK_FAILURES as exc:
+            log.warning("could not publish the Home tab of %s: %s", user, slack_failure(exc))
 
     async def _admin_home(self, client: AsyncWebClient, user: str, pages: Pages) -> AdminHome:
         workspace = await self._workspace(client)

@@ -48,6 +48,7 @@ __all__ = [
     "Section",
     "clip",
     "document_label",
+    "external_view",
     "home_view",
     "page_count",
     "page_number",
@@ -366,6 +367,15 @@ def home_view(
         "callback_id": HOME_CALLBACK_ID,
         "private_metadata": pages.to_metadata(),
         "blocks": blocks,
+    }
+
+
+def external_view() -> dict[str, Any]:
+    """The Home tab for a person of another organisation (Slack Connect): nothing it holds."""
+    return {
+        "type": "home",
+        "callback_id": HOME_CALLBACK_ID,
+        "blocks": [_header(messages.HOME_TITLE), _section_block(messages.EXTERNAL_ASKER)],
     }
 
 

@@ -556,10 +556,18 @@ def _register_feedback(app: AsyncApp, services: Services) -> None:
 def _register_agent(app: AsyncApp, services: Services) -> None:
     @app.event("app_home_opened")
     async def on_home_opened(
-        event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+        event: dict[str, Any],
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
     ) -> None:
         tab = event.get("tab")
         if tab not in ("messages", "home") or not await _claimed(services, context):
+            return
+        if not await _serves(services, client, body, event.get("user")):
+            # Slack Connect: prompts and counts would tell another organisation what is here.
+            if tab == "home":
+                await services.home.publish_external(client, str(event.get("user", "")))
             return
         if tab == "home":
             await services.home.publish(client, str(event.get("user", "")))
@@ -573,16 +581,30 @@ def _register_agent(app: AsyncApp, services: Services) -> None:
     # Apps still on the assistant view (features.assistant_view).
     @app.event("assistant_thread_started")
     async def on_assistant_thread(
-        event: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+        event: dict[str, Any],
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
     ) -> None:
-        if await _claimed(services, context):
-            await services.agent.assistant_thread_started(
-                client, event.get("assistant_thread") or {}
-            )
+        thread = event.get("assistant_thread") or {}
+        if not await _claimed(services, context):
+            return
+        if await _serves(services, client, body, thread.get("user_id")):
+            await services.agent.assistant_thread_started(client, thread)
 
     @app.event("assistant_thread_context_changed")
     async def on_assistant_context(event: dict[str, Any]) -> None:
         services.agent.assistant_context_changed(event.get("assistant_thread") or {})
+
+
+async def _serves(
+    services: Services, client: AsyncWebClient, body: dict[str, Any], user: Any
+) -> bool:
+    """Whether ``user``, who opened one of the app's tabs, is one the bot serves."""
+    if not isinstance(user, str) or not user:
+        return False
+    place = await services.audience.place(client, body, {"user": user})
+    return services.audience.serves(place)
 
 
 # ---------------------------------------------------------------- errors
