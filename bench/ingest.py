@@ -1,7 +1,9 @@
 """Ingestion throughput: the full pipeline versus bare ``SentenceTransformer.encode``.
 
-Both sides embed exactly the same chunk texts (the bundled evaluation corpus,
-chunked by the product's chunker), alternately, several rounds, in one run:
+Both sides embed exactly the same texts (the bundled evaluation corpus,
+chunked by the product's chunker: every chunk's text, then its sentences'
+texts as ``index.sentences`` makes them, shortest first), alternately, several
+rounds, in one run:
 
     bare     model.encode(texts, batch_size=64, normalize_embeddings=True)
     pipeline KnowledgeBase.ingest_paths(corpus) into a fresh data dir:
@@ -29,14 +31,18 @@ from index.config import IndexConfig
 from index.embed import DEFAULT_BATCH_SIZE, LocalEmbedder
 from index.extract import extract
 from index.knowledge_base import KnowledgeBase
+from index.sentences import sentence_texts
 
 
-def corpus_texts(corpus: Path) -> list[str]:
-    """The embedded texts of every chunk of the corpus."""
+def corpus_texts(corpus: Path) -> tuple[list[str], list[str]]:
+    """The embedded texts of every chunk of the corpus, and of their sentences (shortest first)."""
     texts: list[str] = []
+    sentences: list[str] = []
     for path in sorted(corpus.iterdir()):
-        texts += [c.text for c in chunk_document(extract(path.read_bytes(), path.name)).chunks]
-    return texts
+        chunks = chunk_document(extract(path.read_bytes(), path.name)).chunks
+        texts += [c.text for c in chunks]
+        sentences += [s for c in chunks for s in sentence_texts(c.text, c.content)]
+    return texts, sorted(sentences, key=len)
 
 
 def peak_rss_mb() -> float:
@@ -54,16 +60,23 @@ def main() -> None:
     print(f"machine: {machine()}")
     embedder = LocalEmbedder("bundled:all-MiniLM-L6-v2")
     model = embedder._model
-    texts = corpus_texts(corpus)
+    texts, sentences = corpus_texts(corpus)
     model.encode(texts[:64], batch_size=DEFAULT_BATCH_SIZE)  # warm-up
-    print(f"corpus: {len(list(corpus.iterdir()))} documents, {len(texts)} chunks")
+    print(
+        f"corpus: {len(list(corpus.iterdir()))} documents, {len(texts)} chunks, "
+        f"{len(sentences)} sentence texts"
+    )
     bare: list[float] = []
     pipe: list[float] = []
     for r in range(args.rounds):
         t = time.perf_counter()
-        model.encode(
-            texts, batch_size=DEFAULT_BATCH_SIZE, normalize_embeddings=True, show_progress_bar=False
-        )
+        for batch in (texts, sentences):
+            model.encode(
+                batch,
+                batch_size=DEFAULT_BATCH_SIZE,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
         bare.append(len(texts) / (time.perf_counter() - t))
         with tempfile.TemporaryDirectory() as tmp:
             kb = KnowledgeBase(IndexConfig(data_dir=Path(tmp)), embedder=embedder)

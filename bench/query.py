@@ -11,6 +11,12 @@ refusal path: embed, both legs, fusion, gate, nothing kept):
     embed | dense (FAISS via the backend) | bm25 | fusion+gate | whole refusal path
     + references: bare FAISS search, rank-bm25 BM25Okapi.get_scores
 
+and, up to 10k chunks, what an *answered* question adds after the gate: its 20
+candidates' sentence vectors read from SQLite and their order
+(``Store.sentence_vectors`` + ``core.retrieve.sentence_order``; random unit
+sentence vectors, 3 per chunk, in a real data dir). The refusal path never
+runs it.
+
 Run: python -m bench.query [--sizes 1000,10000,100000] [--repeat 3]
 """
 
@@ -20,6 +26,7 @@ import argparse
 import json
 import random
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,13 +35,15 @@ import numpy as np
 from bench.machine import describe as machine
 from core.config import DEFAULT_THRESHOLD
 from core.gate import gate
-from core.retrieve import FUSION, LocalBackend, fuse
+from core.retrieve import FUSION, Candidate, LocalBackend, fuse, sentence_order
 from index.bm25 import BM25Index
 from index.chunk import chunk_document
 from index.derived import Snapshot
 from index.embed import Embedder, LocalEmbedder
 from index.extract import extract
-from index.store import EVERYONE
+from index.models import Chunk
+from index.records import Stamp
+from index.store import EVERYONE, NewDocument, Store
 from index.vectors import VectorIndex
 
 EVALSET = Path(__file__).resolve().parents[1] / "evaluation" / "sets" / "pip-black"
@@ -85,6 +94,34 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q))
 
 
+SENTENCES_PER_CHUNK = 3
+SENTENCE_STORE_MAX = 10_000
+
+
+def sentence_store(tmp: Path, texts: list[str], vecs: np.ndarray) -> tuple[Store, list[int]]:
+    """A data dir holding the chunks with random sentence vectors, and their chunk ids."""
+    store = Store(tmp)
+    doc = store.insert_document(NewDocument(name="bench", sha256="bench", size=1, scope=EVERYONE))
+    rng = np.random.default_rng(len(texts))
+    dim = vecs.shape[1]
+    sentences = []
+    for _ in texts:
+        m = rng.standard_normal((SENTENCES_PER_CHUNK, dim)).astype(np.float32)
+        sentences.append(m / np.linalg.norm(m, axis=1, keepdims=True))
+    chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
+    ids = store.commit_indexed(
+        doc,
+        chunks,
+        vecs,
+        [1] * len(texts),
+        canonical_text="",
+        stamp=Stamp("bench", dim, "bench", "bench"),
+        window_splits=0,
+        sentence_vectors=sentences,
+    )
+    return store, ids
+
+
 def run_size(
     n: int, real: list[str], real_vecs: np.ndarray, embedder: Embedder, repeat: int
 ) -> dict[str, dict[str, float]]:
@@ -114,8 +151,13 @@ def run_size(
             "refusal path",
             "ref: faiss alone",
             "ref: rank-bm25 get_scores",
+            "answered: sentence order",
         )
     }
+    tmp = tempfile.TemporaryDirectory(prefix="kb-bench-query-")
+    store, store_ids = (
+        sentence_store(Path(tmp.name), texts, vecs) if n <= SENTENCE_STORE_MAX else (None, [])
+    )
     questions = ood_questions()
     for _ in range(repeat):
         for q in questions:
@@ -130,8 +172,6 @@ def run_size(
             dist = dict(dense)
             missing = [c for c, _ in fused if c not in dist]
             dist.update(snap.vectors.distances_for(v, missing))
-            from core.retrieve import Candidate
-
             gate([Candidate(c, dist[c], s) for c, s in fused], threshold=DEFAULT_THRESHOLD, top_k=4)
             t4 = time.perf_counter()
             # the whole path exactly as the engine runs it
@@ -145,6 +185,12 @@ def run_size(
                 okapi.get_scores(tokenize(q))
                 t8 = time.perf_counter()
                 times["ref: rank-bm25 get_scores"].append((t8 - t7) * 1000)
+            if store is not None:
+                pool = [Candidate(store_ids[c], dist[c], s) for c, s in fused]
+                t8 = time.perf_counter()
+                found = store.sentence_vectors([c.chunk_id for c in pool])
+                sentence_order(pool, v, found, 0.5)
+                times["answered: sentence order"].append((time.perf_counter() - t8) * 1000)
             for key, a, b in (
                 ("embed", t0, t1),
                 ("dense", t1, t2),
@@ -154,6 +200,7 @@ def run_size(
                 ("ref: faiss alone", t6, t7),
             ):
                 times[key].append((b - a) * 1000)
+    tmp.cleanup()
     return {k: {"p50": pct(v, 50), "p95": pct(v, 95), "n": len(v)} for k, v in times.items() if v}
 
 

@@ -63,6 +63,10 @@ class Replay:
         top_k: passages always kept when they pass.
         max_kept: most passages kept when more are as close as the best.
         margin: how close to the best those must be.
+        kept_order: per in-domain query, the order an answer keeps its passages
+            in when it differs from the fused one (the engine's sentence order
+            once the gate has passed); ``None``: fused order. Whether a query is
+            answered does not depend on it, and related passages keep fused order.
     """
 
     in_domain: Sequence[Sequence[Candidate]]
@@ -72,6 +76,7 @@ class Replay:
     top_k: int
     max_kept: int
     margin: float
+    kept_order: Sequence[Sequence[Candidate]] | None = None
 
     def kept(self, cands: Sequence[Candidate], threshold: float) -> list[Candidate]:
         """The passages an answer is written from at ``threshold``."""
@@ -99,8 +104,9 @@ class Replay:
         kept_chars: list[int] = []
         fixed_chars: list[int] = []
         for i, cands in enumerate(self.in_domain):
-            kept = self.kept(cands, threshold)
-            fixed = self.fixed(cands, threshold)
+            ordered = self.kept_order[i] if self.kept_order is not None else cands
+            kept = self.kept(ordered, threshold)
+            fixed = self.fixed(ordered, threshold)
             near = [] if kept else related(cands, related_threshold=related_threshold)
             ans.append(bool(kept))
             rel.append(bool(near))

@@ -55,7 +55,7 @@ from tqdm import tqdm
 
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT
-from core.retrieve import Candidate, LocalBackend, Mode
+from core.retrieve import Candidate, LocalBackend, Mode, sentence_order
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
 from evaluation.kept import KeptResult, measure_kept
 from evaluation.outcomes import Replay, related_sweep
@@ -290,8 +290,9 @@ def _analyse_gate(
     ]
     n_in = len(queries.texts)
     per_query_correct = [correct[qi] for qi in queries.question_index]
+    ordered = _sentence_ordered(kb, cands[:n_in], queries.vectors, engine.sentence_weight)
     rows = sweep(
-        cands[:n_in],
+        ordered or cands[:n_in],
         cands[n_in:],
         sorted(set(thresholds) | {round(threshold, 4)}),
         top_k=top_k,
@@ -299,7 +300,7 @@ def _analyse_gate(
         max_kept=engine.max_kept,
         margin=engine.keep_margin,
     )
-    replay = _replay(kb, cands[:n_in], cands[n_in:], per_query_correct, engine)
+    replay = _replay(kb, cands[:n_in], cands[n_in:], per_query_correct, engine, ordered)
     rows_by_id = kb.store.chunks_by_id([c[0].chunk_id for c in cands[n_in:] if c])
     ood_rows = []
     for o, cs in zip(ood, cands[n_in:], strict=True):
@@ -336,6 +337,7 @@ def _replay(
     ood: list[list[Candidate]],
     correct: list[set[int]],
     engine: EngineConfig,
+    kept_order: list[list[Candidate]] | None = None,
 ) -> Replay:
     ids = {c.chunk_id for cands in (*in_domain, *ood) for c in cands}
     sizes = {cid: len(row.content) for cid, row in kb.store.chunks_by_id(sorted(ids)).items()}
@@ -347,7 +349,20 @@ def _replay(
         top_k=engine.top_k,
         max_kept=engine.max_kept,
         margin=engine.keep_margin,
+        kept_order=kept_order,
     )
+
+
+def _sentence_ordered(
+    kb: KnowledgeBase, cands: list[list[Candidate]], vectors: np.ndarray, weight: float
+) -> list[list[Candidate]] | None:
+    """The candidates in the order an answer keeps them (``Engine.ask`` after the gate)."""
+    if weight <= 0:
+        return None
+    return [
+        sentence_order(cs, vec, kb.store.sentence_vectors([c.chunk_id for c in cs]), weight)
+        for cs, vec in zip(cands, vectors, strict=True)
+    ]
 
 
 def _mode_tests(product: StrategyResult) -> list[PairedTest]:

@@ -13,6 +13,7 @@ from core.answer import Engine, Outcome, build_engine
 from core.config import EngineConfig, LLMConfig
 from core.gate import CANDIDATES_PER_KEPT, gate
 from core.retrieve import Candidate, sentence_order
+from evaluation.outcomes import Replay
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.ingest import PIPELINE_VERSION
@@ -187,3 +188,20 @@ async def test_a_refusal_never_reads_sentence_vectors(
     answer = await _engine(kb, openai_server.url, 0.5).ask("What is the offside rule in football?")
     assert answer.outcome != Outcome.ANSWERED and not answer.kept
     assert "sentences" not in answer.timings_ms
+
+
+def test_kb_eval_replays_kept_passages_in_sentence_order_and_related_in_fused_order() -> None:
+    def cands(*pairs: tuple[int, float]) -> list[Candidate]:
+        return [Candidate(cid, d, 1.0 / (i + 1)) for i, (cid, d) in enumerate(pairs)]
+
+    fused = [cands((1, 0.30), (2, 0.35), (3, 0.50)), cands((4, 0.45), (5, 0.48))]
+    # The sentence order puts chunk 2 first for the answered query; the refused
+    # one stays refused, its related passages shown as before.
+    order = [cands((2, 0.35), (1, 0.30), (3, 0.50)), cands((5, 0.48), (4, 0.45))]
+    correct = [{2}, {4}]
+    plain = Replay(fused, [], correct, {}, top_k=1, max_kept=1, margin=0.0)
+    replay = Replay(fused, [], correct, {}, top_k=1, max_kept=1, margin=0.0, kept_order=order)
+    before, after = plain.outcomes(0.4, 0.6), replay.outcomes(0.4, 0.6)
+    assert (before.kept_needle, after.kept_needle) == ([False, False], [True, False])
+    assert before.answered == after.answered == [True, False]
+    assert before.shown[1] and after.shown[1]  # still shown among the related passages
