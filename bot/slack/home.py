@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from slack_bolt.async_app import AsyncApp
+from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
@@ -517,12 +517,17 @@ def register_home(app: AsyncApp, services: Services) -> None:
             body: dict[str, Any],
             action: dict[str, Any],
             client: AsyncWebClient,
+            context: AsyncBoltContext,
         ) -> None:
             await ack()
             user = str((body.get("user") or {}).get("id", ""))
             view = body.get("view") or {}
             if not user or view.get("type") != "home":
                 log.warning("ignoring a Home button outside the Home tab")
+                return
+            if not services.audience.serves_clicker(body, context):
+                log.warning("a Home button clicked by a person of another organisation")
+                await home.publish_external(client, user)
                 return
             await handler(client, user, action.get("value"), view.get("private_metadata"))
 
