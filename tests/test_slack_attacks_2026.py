@@ -480,3 +480,32 @@ async def test_a_home_button_clicked_by_a_person_of_another_organisation_shows_n
     for view in views:
         assert "searchable documents" not in _text(view)
         assert messages.EXTERNAL_ASKER in _text(view)
+
+
+BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def test_bidi_overrides_never_reach_slack() -> None:
+    """A right-to-left override makes Slack show text other than what it is
+    (``pay \\u202eexe.pdf`` reads as ``pay fdp.exe``): none survives into a hand-off,
+    a streamed answer or the Home tab; right-to-left marks a language needs stay."""
+    spoof = "Approve invoice \u202eexe.fdp\u202c now \u2067x\u2069 \u200f"
+    rendered = render_hand_off(
+        HandOff(
+            asker=USER_ID,
+            by=USER_ID,
+            channel=CHANNEL_ID,
+            question=spoof,
+            outcome="answered",
+            answer=spoof,
+        )
+    )
+    for shown in (
+        json.dumps(rendered.blocks),
+        rendered.text,
+        stream_markdown(spoof),
+        clip(spoof, 200),
+    ):
+        decoded = json.loads(shown) if shown.startswith("[") else shown
+        assert not any(c in json.dumps(decoded, ensure_ascii=False) for c in BIDI_CONTROLS)
+    assert "\u200f" in stream_markdown(spoof)

@@ -80,7 +80,16 @@ VISIBILITY_CHANNEL = "channel"
 
 Block = dict[str, Any]
 
-_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_ESCAPES = str.maketrans(
+    {
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        # Bidi embeddings, overrides and isolates make Slack show text other than what it
+        # is ("pay \u202eexe.pdf" reads "pay fdp.exe"); the marks a language needs stay.
+        **dict.fromkeys(map(chr, [*range(0x202A, 0x202F), *range(0x2066, 0x206A)])),
+    }
+)
 _BOLD_RE = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 _HEADING_RE = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
 _SPACES_RE = re.compile(r"\s+")
@@ -126,7 +135,7 @@ class Rendered:
 
 
 def escape(text: str) -> str:
-    """Escape ``&``, ``<`` and ``>`` so Slack shows ``text`` literally.
+    """Escape ``&``, ``<`` and ``>`` (and drop bidi overrides) so Slack shows ``text`` literally.
 
     After this no mention (``<@U1>``, ``<!channel>``), link or date token can
     be formed from ``text``.
