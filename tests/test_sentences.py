@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bot.settings import Settings
 from core.answer import Engine, Outcome, build_engine
 from core.config import EngineConfig, LLMConfig
 from core.gate import CANDIDATES_PER_KEPT, gate
@@ -205,3 +206,10 @@ def test_kb_eval_replays_kept_passages_in_sentence_order_and_related_in_fused_or
     assert (before.kept_needle, after.kept_needle) == ([False, False], [True, False])
     assert before.answered == after.answered == [True, False]
     assert before.shown[1] and after.shown[1]  # still shown among the related passages
+
+
+def test_the_weight_is_a_setting_and_zero_turns_it_off() -> None:
+    assert Settings(sentence_weight=0).engine_config().sentence_weight == 0
+    assert Settings().engine_config().sentence_weight == 0.5
+    with pytest.raises(ValueError, match="KB_SENTENCE_WEIGHT"):
+        Settings(sentence_weight=-1)
