@@ -904,7 +904,7 @@ class MockSlackAPI(_LocalServer):
             headers["X-Slack-Warning"] = str(body["warning"])
         return self._json(body, headers=headers)
 
-    async def _file(self, request: web.Request) -> web.Response:
+    async def _file(self, request: web.Request) -> web.StreamResponse:
         slug = request.match_info["slug"]
         file_id = slug.split("-", 1)[-1]
         stored = self._files.get(file_id)
