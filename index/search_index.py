@@ -1,0 +1,261 @@
+"""The search index: one interface for queries and index maintenance, and its local engine.
+
+``SearchIndex`` is what the knowledge base, the answer engine, ``/readyz``,
+``kb status`` and ``kb eval`` need of a search engine: open, follow the
+store's generation, rebuild, health, hybrid search with scopes filtered inside
+each leg, and dense distances for given chunks. ``LocalSearchIndex`` is the
+FAISS + BM25 pair of one data dir (``index.derived``). The fusion of the two
+legs lives here because an engine applies it; ``core.retrieve`` re-exports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal, Protocol
+
+import numpy as np
+
+from index.derived import DerivedIndexes
+
+# Cormack, Clarke & Buettcher (2009), "Reciprocal rank fusion outperforms
+# Condorcet and individual rank learning methods": k = 60.
+RRF_K = 60
+# How deep each leg looks before fusion. Wider than top_k so that a chunk
+# ranked modestly by both legs can still win the fusion.
+DEFAULT_DEPTH = 25
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How the dense and BM25 lists become one (``bench/levers.py`` measures the choices).
+
+    Attributes:
+        method: ``rrf`` sums ``weight / (k + rank)``; ``score`` sums each leg's
+            scores min-max normalised over its own list (0 when absent).
+        k: the RRF constant.
+        dense: the dense leg's weight.
+        sparse: the BM25 leg's weight.
+    """
+
+    method: Literal["rrf", "score"] = "rrf"
+    k: int = RRF_K
+    dense: float = 1.0
+    sparse: float = 1.0
+
+
+# The product's fusion. BM25 weighs half: its list is noisier (any shared
+# word scores), but a clear BM25 winner (an identifier, a rare term) still
+# moves up past dense near-ties.
+FUSION = Fusion(method="score", sparse=0.5)
+
+
+class Mode(StrEnum):
+    """Which legs a search uses (the evaluation compares all three)."""
+
+    DENSE = "dense"
+    BM25 = "bm25"
+    HYBRID = "hybrid"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One retrieved chunk.
+
+    Attributes:
+        chunk_id: the chunk.
+        distance: dense cosine distance ``1 - ip`` in [0, 2], also for chunks
+            only BM25 found, so the gate can judge every candidate alike.
+        score: fused score (higher is better; its scale depends on ``Fusion``).
+        dense_rank: 1-based rank in the dense list, if it was there.
+        sparse_rank: 1-based rank in the BM25 list, if it was there.
+    """
+
+    chunk_id: int
+    distance: float
+    score: float
+    dense_rank: int | None = None
+    sparse_rank: int | None = None
+
+
+def rrf(
+    lists: Sequence[Sequence[int]], k: int = RRF_K, weights: Sequence[float] | None = None
+) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion: ``score = sum weight / (k + rank)`` over the lists, best first.
+
+    Ties keep the order in which ids were first seen, so results are stable.
+    """
+    scores: dict[int, float] = {}
+    for i, ranked in enumerate(lists):
+        weight = 1.0 if weights is None else weights[i]
+        for rank, item in enumerate(ranked, start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+def score_fusion(
+    lists: Sequence[Sequence[tuple[int, float]]], weights: Sequence[float]
+) -> list[tuple[int, float]]:
+    """Weighted sum of each list's scores (higher is better), min-max normalised per list.
+
+    A list's best item scores 1 and its last 0 (a list of equal scores: all 1);
+    an item absent from a list gets 0 from it. Ties keep first-seen order.
+    """
+    scores: dict[int, float] = {}
+    for ranked, weight in zip(lists, weights, strict=True):
+        if not ranked:
+            continue
+        values = [v for _, v in ranked]
+        low, span = min(values), max(values) - min(values)
+        for item, value in ranked:
+            norm = (value - low) / span if span > 0 else 1.0
+            scores[item] = scores.get(item, 0.0) + weight * norm
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+def fuse(
+    dense: Sequence[tuple[int, float]], sparse: Sequence[tuple[int, float]], fusion: Fusion
+) -> list[tuple[int, float]]:
+    """One list from the dense ``(id, distance)`` and BM25 ``(id, score)`` lists, best first."""
+    if fusion.method == "score":
+        similarity = [(cid, -d) for cid, d in dense]  # any decreasing map: it is normalised
+        return score_fusion([similarity, sparse], [fusion.dense, fusion.sparse])
+    pairs = [(lst, w) for lst, w in ((dense, fusion.dense), (sparse, fusion.sparse)) if lst]
+    return rrf([[cid for cid, _ in lst] for lst, _ in pairs], fusion.k, [w for _, w in pairs])
+
+
+class SearchIndex(Protocol):
+    """What any search engine behind the knowledge base offers: queries and their maintenance.
+
+    The store (SQLite) is the truth; an index follows its ``generation``
+    counter. Only chunks embedded with the running model are searchable.
+    """
+
+    def open(self) -> int:
+        """Load the persisted index or build it from the store; the generation it is at."""
+        ...
+
+    def sync(self) -> int:
+        """Follow the store's changes (a no-op when current); the generation it is at."""
+        ...
+
+    def rebuild(self) -> int:
+        """Build the index again from the store; the generation it is at."""
+        ...
+
+    @property
+    def generation(self) -> int | None:
+        """The generation the index reflects (``None`` before it is opened); no store query."""
+        ...
+
+    def health(self) -> dict[str, object]:
+        """Cheap readiness facts (``generation``, ``in_sync``, ``lag``, ...): ``/readyz``."""
+        ...
+
+    def check(self) -> dict[str, object]:
+        """The index compared chunk by chunk with the store (``in_sync``, ...): ``kb status``."""
+        ...
+
+    def search(
+        self,
+        query_vector: np.ndarray,
+        query_text: str,
+        scopes: frozenset[str] | None,
+        k: int,
+        mode: Mode = Mode.HYBRID,
+    ) -> list[Candidate]:
+        """Best ``k`` chunks visible to ``scopes`` (``None``: all), each with its dense distance.
+
+        Scopes filter inside each leg, so a small scope still gets its full
+        ``k``; a chunk only BM25 found still carries its dense cosine distance.
+        """
+        ...
+
+    def distances_for(self, query_vector: np.ndarray, chunk_ids: Sequence[int]) -> dict[int, float]:
+        """Dense cosine distances ``1 - ip`` of the given searchable chunks to the query."""
+        ...
+
+
+class LocalSearchIndex:
+    """FAISS + BM25 over the data dir's snapshot (``DerivedIndexes``); scope filters run inside each leg.
+
+    Args:
+        indexes: the derived indexes of a knowledge base.
+        depth: how many candidates each leg contributes before fusion.
+        fusion: how the two legs are fused.
+    """
+
+    def __init__(
+        self, indexes: DerivedIndexes, *, depth: int = DEFAULT_DEPTH, fusion: Fusion = FUSION
+    ) -> None:
+        self.indexes = indexes
+        self.depth = depth
+        self.fusion = fusion
+
+    def search(
+        self,
+        query_vector: np.ndarray,
+        query_text: str,
+        scopes: frozenset[str] | None,
+        k: int,
+        mode: Mode = Mode.HYBRID,
+    ) -> list[Candidate]:
+        """See ``SearchIndex.search``."""
+        snap = self.indexes.snapshot
+        if len(snap) == 0:
+            return []
+        allowed = snap.allowed_ids(scopes)
+        if allowed is not None and allowed.size == 0:
+            return []
+        depth = max(k, self.depth)
+        dense = snap.vectors.search(query_vector, depth, allowed) if mode != Mode.BM25 else []
+        sparse = snap.bm25.search(query_text, depth, allowed) if mode != Mode.DENSE else []
+        dense_ids = [cid for cid, _ in dense]
+        sparse_ids = [cid for cid, _ in sparse]
+        fused = fuse(dense, sparse, self.fusion)[:k]
+        distances = dict(dense)
+        missing = [cid for cid, _ in fused if cid not in distances]
+        if missing:
+            distances.update(snap.vectors.distances_for(query_vector, missing))
+        dense_rank = {cid: i for i, cid in enumerate(dense_ids, start=1)}
+        sparse_rank = {cid: i for i, cid in enumerate(sparse_ids, start=1)}
+        return [
+            Candidate(
+                chunk_id=cid,
+                distance=float(distances[cid]),
+                score=score,
+                dense_rank=dense_rank.get(cid),
+                sparse_rank=sparse_rank.get(cid),
+            )
+            for cid, score in fused
+        ]
+
+    def open(self) -> int:
+        """See ``SearchIndex.open``."""
+        return self.indexes.open().generation
+
+    def sync(self) -> int:
+        """See ``SearchIndex.sync``."""
+        return self.indexes.refresh().generation
+
+    def rebuild(self) -> int:
+        """See ``SearchIndex.rebuild``."""
+        return self.indexes.rebuild().generation
+
+    @property
+    def generation(self) -> int | None:
+        """See ``SearchIndex.generation``."""
+        return self.indexes.snapshot_generation
+
+    def health(self) -> dict[str, object]:
+        """See ``SearchIndex.health``."""
+        return self.indexes.sync_state()
+
+    def check(self) -> dict[str, object]:
+        """See ``SearchIndex.check``."""
+        return self.indexes.check()
+
+    def distances_for(self, query_vector: np.ndarray, chunk_ids: Sequence[int]) -> dict[int, float]:
+        """See ``SearchIndex.distances_for``."""
+        return self.indexes.snapshot.vectors.distances_for(query_vector, list(chunk_ids))
