@@ -90,7 +90,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     services = app[SERVICES]
     await services.uploader.start()
     # Load (or rebuild) the search snapshot now rather than on the first question.
-    await asyncio.to_thread(services.kb.indexes.open)
+    await asyncio.to_thread(services.kb.search_index.open)
     await asyncio.to_thread(load_reranker, services.engine)
     follower = asyncio.create_task(
         follow_store(services.kb, app[SYNC_SECONDS]), name="follow-store"
@@ -138,7 +138,7 @@ async def follow_store(kb: KnowledgeBase, every: float) -> None:
     while True:
         await asyncio.sleep(every)
         try:
-            await asyncio.to_thread(kb.indexes.refresh)
+            await asyncio.to_thread(kb.search_index.sync)
         except Exception:  # the next round may succeed: keep following
             if not failing:
                 log.warning(

@@ -32,7 +32,7 @@ from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker, RerankerUnavailable, rerank
-from core.retrieve import Candidate, LocalBackend, Mode, RetrievalBackend, sentence_order
+from core.retrieve import Candidate, Mode, RetrievalBackend, sentence_order
 from index.errors import StorageError
 from index.knowledge_base import KnowledgeBase
 from index.records import ChunkRow, QueryRecord
@@ -132,7 +132,7 @@ class Engine:
         self.config = config
         self.signer = signer
         self.llm = llm or LLM(config.llm)
-        self.backend = backend or LocalBackend(kb.indexes)
+        self.backend = backend or kb.search_index
         self.reranker = reranker or (Reranker(config.reranker) if config.reranker else None)
 
     def thread_history(self, channel: str, thread_id: str) -> list[ThreadMessage]:
@@ -176,7 +176,7 @@ class Engine:
         vector = await asyncio.to_thread(self.kb.embedder.encode_query, query)
         timings["embed"] = _ms_since(t0)
         t = time.perf_counter()
-        seen = self.kb.indexes.snapshot_generation
+        seen = self.kb.search_index.generation
         candidates = await self._search(vector, query, scopes)
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()
@@ -299,12 +299,10 @@ class Engine:
 
     async def _caught_up(self, seen: int | None) -> bool:
         """Bring the snapshot up to the store; whether it moved past generation ``seen``."""
-        snap = await asyncio.to_thread(self.kb.indexes.refresh)
-        if snap.generation == seen:
+        generation = await asyncio.to_thread(self.kb.search_index.sync)
+        if generation == seen:
             return False
-        log.info(
-            "search snapshot behind the store (%s -> %s): searching again", seen, snap.generation
-        )
+        log.info("search index behind the store (%s -> %s): searching again", seen, generation)
         return True
 
     async def _generate(

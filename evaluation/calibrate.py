@@ -38,7 +38,7 @@ from typing import Any
 
 from core.calibration import CalibrationRecord, RateRow
 from core.gate import CANDIDATES_PER_KEPT
-from core.retrieve import Candidate, LocalBackend, Mode
+from core.retrieve import Candidate, Mode
 from evaluation.inputs import EvalSetError, read_jsonl
 from evaluation.outcomes import (
     DEFAULT_MAX_HARD_REFUSED,
@@ -267,7 +267,7 @@ def from_log(
     thresholds: Sequence[float],
 ) -> Calibration:
     """Calibrate on labelled logged questions searched against the running knowledge base."""
-    backend = LocalBackend(kb.indexes)
+    backend = kb.search_index
 
     def candidates(question: str) -> list[Candidate]:
         vector = kb.embedder.encode_query(question)

@@ -31,7 +31,7 @@ import numpy as np
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT, gate
 from core.rerank import Reranker, rerank
-from core.retrieve import Candidate, LocalBackend, Mode, sentence_order
+from core.retrieve import Candidate, Mode, sentence_order
 from evaluation.results import DEPTH, ModeResult, Proportion
 from index.knowledge_base import KnowledgeBase
 
@@ -109,7 +109,7 @@ def measure_kept(
         threshold: the threshold evaluated.
         reranker: the reranker, or ``None``.
     """
-    backend = LocalBackend(kb.indexes)
+    backend = kb.search_index
     answerable: list[bool] = []
     first: list[bool] = []
     reranked: list[int | None] = []

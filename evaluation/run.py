@@ -5,7 +5,7 @@ folder, ``questions.jsonl`` (``id``, ``needle``, ``doc_phrasing``,
 ``ticket_phrasing``) and ``ood.jsonl`` (``id``, ``question``, optional
 ``kind``), it indexes the corpus in a temporary data dir with the product's
 own ingestion (``KnowledgeBase``) and searches it with the product's own
-retrieval (``LocalBackend``, exactly the two steps of ``Engine.retrieve``:
+retrieval (``kb.search_index``, exactly the two steps of ``Engine.retrieve``:
 embed the query, search), then measures:
 
 * **Recall@1/4/8/20 and MRR** for dense, BM25 and hybrid retrieval. Every
@@ -55,7 +55,7 @@ from tqdm import tqdm
 
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT
-from core.retrieve import Candidate, LocalBackend, Mode, sentence_order
+from core.retrieve import Candidate, Mode, sentence_order
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
 from evaluation.kept import KeptResult, measure_kept
 from evaluation.outcomes import Replay, related_sweep
@@ -219,7 +219,7 @@ def _measure(
     index = _read_index(kb.store)
     correct = [_correct_chunks(index, q.needle) for q in questions]
     in_text = [any(q.needle in text for text in index.canonical) for q in questions]
-    backend = LocalBackend(kb.indexes)
+    backend = kb.search_index
     ranks: dict[str, list[int | None]] = {m.value: [] for m in modes}
     started = time.perf_counter()
     rows = zip(queries.texts, queries.vectors, queries.question_index, strict=True)
@@ -256,7 +256,7 @@ def _measure(
 def _min_distance(kb: KnowledgeBase, vector: np.ndarray, ids: set[int]) -> float | None:
     if not ids:
         return None
-    found = dict(kb.indexes.snapshot.vectors.distances_for(vector, sorted(ids)))
+    found = kb.search_index.distances_for(vector, sorted(ids))
     return min(float(d) for d in found.values()) if found else None
 
 
@@ -278,7 +278,7 @@ def _analyse_gate(
 ) -> GateAnalysis:
     """Hybrid candidates as ``Engine.ask`` fetches them, gated at every threshold."""
     top_k = engine.top_k
-    backend = LocalBackend(kb.indexes)
+    backend = kb.search_index
     depth = top_k * CANDIDATES_PER_KEPT
     texts = queries.texts + queries.ood_texts
     vectors = np.vstack([queries.vectors, queries.ood_vectors])

@@ -45,6 +45,7 @@ from index.models import AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
 from index.private import private_file
 from index.records import AuditEntry, DocumentFacts, DocumentRow, Stamp
+from index.search_index import LocalSearchIndex, SearchIndex, open_search_index
 from index.store import EVERYONE, NewDocument, Store
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class KnowledgeBase:
         stamped = self.store.stamped_dimensions(self.embedder.name)
         if stamped is not None:
             self.embedder.expect_dimensions(stamped)
-        self.indexes = DerivedIndexes(
+        self.search_index: SearchIndex = open_search_index(
             self.store, embedding_model=self.embedder.name, dimensions=self.embedder.dim
         )
         self._recover()
@@ -208,8 +209,15 @@ class KnowledgeBase:
         )
 
     @property
+    def indexes(self) -> DerivedIndexes:
+        """The local engine's FAISS + BM25 files: for what measures that engine's internals."""
+        if not isinstance(self.search_index, LocalSearchIndex):
+            raise TypeError("this knowledge base does not search with the local engine")
+        return self.search_index.indexes
+
+    @property
     def snapshot(self) -> Snapshot:
-        """The current search snapshot."""
+        """The local engine's current search snapshot."""
         return self.indexes.snapshot
 
     def document_count(self) -> int:
@@ -252,7 +260,7 @@ class KnowledgeBase:
             "dimensions": self.embedder.dim,
             "pipeline_version": PIPELINE_VERSION,
             "extractor_version": EXTRACTOR_VERSION,
-            "index": self.indexes.check(),
+            "index": self.search_index.check(),
             "read_only": self.store.read_only,
         }
 
@@ -345,7 +353,7 @@ class KnowledgeBase:
                 )
         self._purge_failed()
         if refresh:
-            self.indexes.refresh()
+            self.search_index.sync()
         row = self.store.document(doc_id)
         if failure is not None and row.state != DocState.FAILED:
             # The failure could not be written (a full disk): say what happened,
@@ -477,7 +485,7 @@ class KnowledgeBase:
                 continue
             row = self.index_document(added.document.id, progress=progress, refresh=False)
             (summary.indexed if row.state == DocState.INDEXED else summary.failed).append(row)
-        self.indexes.refresh()
+        self.search_index.sync()
         return summary
 
     def retry(self, doc_id: int, *, progress: Progress | None = None) -> DocumentRow:
@@ -498,7 +506,7 @@ class KnowledgeBase:
             self.store.delete_rows(doc_id)
             self.store.audit(_entry(AuditAction.REMOVE, doc, actor, old=doc))
         self.store.drop_originals_if_unused([doc.sha256])
-        self.indexes.refresh()
+        self.search_index.sync()
         return doc
 
     # ------------------------------------------------------------------ versions
@@ -527,7 +535,7 @@ class KnowledgeBase:
             self.store.audit(_entry(AuditAction.APPROVE, doc, actor, new=doc, replaced=replaced))
             pruned = self._prune(doc)
         self.store.drop_originals_if_unused(pruned)
-        self.indexes.refresh()
+        self.search_index.sync()
         return Published(self.store.document(doc.id), replaced)
 
     def reject(self, doc_id: int, *, actor: str) -> DocumentRow:
@@ -584,7 +592,7 @@ class KnowledgeBase:
             self.store.audit(_entry(AuditAction.RESTORE, doc, actor, new=doc, replaced=replaced))
             pruned = self._prune(doc)
         self.store.drop_originals_if_unused(pruned)
-        self.indexes.refresh()
+        self.search_index.sync()
         return Published(self.store.document(doc.id), replaced)
 
     def _refuse_second_live_copy(self, doc: DocumentRow, current: DocumentRow | None) -> None:
@@ -664,7 +672,7 @@ class KnowledgeBase:
                 if self._recommit(doc.id, result):
                     report.documents += 1
                     report.chunks += len(result.chunking.chunks)
-            self.indexes.rebuild()
+            self.search_index.rebuild()
             report.stale_after = len(self.stale_documents())
             self.store.audit(_reindex_entry(report, actor))
             return report

@@ -18,6 +18,10 @@ from typing import Literal, Protocol
 import numpy as np
 
 from index.derived import DerivedIndexes
+from index.store import Store
+
+# The engines a knowledge base can search with (``open_search_index``).
+SEARCH_ENGINES = ("local",)
 
 # Cormack, Clarke & Buettcher (2009), "Reciprocal rank fusion outperforms
 # Condorcet and individual rank learning methods": k = 60.
@@ -259,3 +263,18 @@ class LocalSearchIndex:
     def distances_for(self, query_vector: np.ndarray, chunk_ids: Sequence[int]) -> dict[int, float]:
         """See ``SearchIndex.distances_for``."""
         return self.indexes.snapshot.vectors.distances_for(query_vector, list(chunk_ids))
+
+
+def open_search_index(
+    store: Store, *, embedding_model: str, dimensions: int, engine: str = "local"
+) -> SearchIndex:
+    """The search index of ``store`` on ``engine`` (one of ``SEARCH_ENGINES``), not yet opened.
+
+    Raises:
+        ValueError: an engine this product does not have.
+    """
+    if engine == "local":
+        indexes = DerivedIndexes(store, embedding_model=embedding_model, dimensions=dimensions)
+        return LocalSearchIndex(indexes)
+    known = ", ".join(SEARCH_ENGINES)
+    raise ValueError(f"Unknown search engine {engine!r}: use one of {known}.")

@@ -370,7 +370,7 @@ async def healthz(request: web.Request) -> web.Response:
 def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
     # Cheap on purpose (probes come every few seconds): the state the last
     # sync recorded and counters, never a scan of the chunks (`kb status` does that).
-    index = kb.indexes.sync_state()
+    index = kb.search_index.health()
     behind = index["behind_s"]
     return {
         "checks": {
