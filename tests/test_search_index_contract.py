@@ -1,0 +1,204 @@
+"""The search-index contract: the same cases against every engine the knowledge base can use.
+
+An engine is one entry of ``ENGINES`` (a name and how to build it over a
+store); each case below runs against each entry. Real SQLite, the bundled
+model, a few small documents.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from index.derived import OnlyScopes
+from index.embed import Embedder
+from index.models import Chunk
+from index.records import Stamp
+from index.search_index import Mode, SearchIndex, open_search_index
+from index.store import NewDocument, Store
+
+Factory = Callable[[Store, Embedder], SearchIndex]
+
+
+def _local(store: Store, embedder: Embedder) -> SearchIndex:
+    return open_search_index(
+        store, embedding_model=embedder.name, dimensions=embedder.dim, engine="local"
+    )
+
+
+ENGINES: dict[str, Factory] = {"local": _local}
+
+QUESTION = "How is a travel expense reimbursement approved?"
+_names = itertools.count()
+
+
+def _stamp(embedder: Embedder, model: str | None = None) -> Stamp:
+    return Stamp(model or embedder.name, embedder.dim, "pipeline-1", "extractor-1")
+
+
+def _add(
+    store: Store,
+    embedder: Embedder,
+    texts: list[str],
+    *,
+    scope: str = "*",
+    model: str | None = None,
+) -> list[int]:
+    """A document of ``texts`` (one chunk each), indexed; its chunk ids."""
+    name = f"doc{next(_names)}"
+    doc_id = store.insert_document(NewDocument(name=name, sha256=name, size=1, scope=scope))
+    chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
+    return store.commit_indexed(
+        doc_id,
+        chunks,
+        embedder.encode(texts),
+        [len(t.split()) for t in texts],
+        canonical_text="",
+        stamp=_stamp(embedder, model),
+        window_splits=0,
+    )
+
+
+def _doc_of(store: Store, chunk_ids: list[int]) -> int:
+    return next(iter(store.chunks_by_id(chunk_ids).values())).document_id
+
+
+def _company_texts(n: int) -> list[str]:
+    return [
+        f"Travel expense reimbursement policy, section {i}: approved by finance." for i in range(n)
+    ]
+
+
+@pytest.fixture
+def store(index_dir: Path) -> Store:
+    return Store(index_dir)
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def make(request: pytest.FixtureRequest, embedder: Embedder) -> Callable[[Store], SearchIndex]:
+    factory = ENGINES[request.param]
+    return lambda store: factory(store, embedder)
+
+
+def _direct(embedder: Embedder, text: str, question: str = QUESTION) -> float:
+    """The cosine distance of a text's vector to the question's, computed here."""
+    return float(1.0 - embedder.encode([text])[0] @ embedder.encode_query(question))
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
+def test_a_small_scope_gets_its_full_top_k(
+    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex], mode: str
+) -> None:
+    _add(store, embedder, _company_texts(40))
+    channel = _add(
+        store,
+        embedder,
+        [f"Reimbursement of a channel's travel expense, note {i}." for i in range(5)],
+        scope="C1",
+    )
+    index = make(store)
+    index.open()
+    vector = embedder.encode_query(QUESTION)
+    everyone = index.search(vector, QUESTION, None, 30, Mode(mode))
+    assert sum(c.chunk_id in channel for c in everyone) < 4  # crowded out without a scope
+    found = index.search(vector, QUESTION, OnlyScopes({"C1"}), 4, Mode(mode))
+    assert len(found) == 4
+    assert {c.chunk_id for c in found} <= set(channel)
+
+
+def test_bm25_only_hits_carry_their_dense_distance(
+    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+) -> None:
+    texts = ["Reimbursement form ERR_42 for expenses.", "Holiday calendar for the office."]
+    ids = _add(store, embedder, texts)
+    index = make(store)
+    index.open()
+    vector = embedder.encode_query(QUESTION)
+    found = index.search(vector, "ERR_42", None, 4, Mode.BM25)
+    assert [c.chunk_id for c in found] == [ids[0]]
+    assert found[0].dense_rank is None
+    assert found[0].distance == pytest.approx(_direct(embedder, texts[0]), abs=1e-5)
+
+
+def test_distances_for_given_ids(
+    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+) -> None:
+    texts = ["Expenses are approved by a manager.", "The office opens at nine."]
+    ids = _add(store, embedder, texts)
+    stale = _add(store, embedder, ["Expenses of another model."], model="other/model")
+    index = make(store)
+    index.open()
+    found = index.distances_for(embedder.encode_query(QUESTION), [*ids, *stale])
+    assert set(found) == set(ids)  # a chunk of another model has no distance here
+    for cid, text in zip(ids, texts, strict=True):
+        assert found[cid] == pytest.approx(_direct(embedder, text), abs=1e-5)
+
+
+def test_sync_follows_add_replace_and_remove(
+    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+) -> None:
+    index = make(store)
+    assert index.open() == store.generation
+    vector = embedder.encode_query(QUESTION)
+    old = _add(store, embedder, ["Expense reimbursement needs a receipt."])
+    assert index.sync() == store.generation == index.generation
+    assert [c.chunk_id for c in index.search(vector, QUESTION, None, 4)] == old
+
+    new = _add(store, embedder, ["Expense reimbursement needs a receipt and approval."])
+    store.supersede([_doc_of(store, old)], by=_doc_of(store, new))
+    assert index.sync() == store.generation
+    assert [c.chunk_id for c in index.search(vector, QUESTION, None, 4)] == new
+
+    store.delete_document(_doc_of(store, new))
+    assert index.sync() == store.generation
+    assert index.search(vector, QUESTION, None, 4) == []
+    assert index.distances_for(vector, [*old, *new]) == {}
+
+
+def test_rebuild_from_the_store(
+    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+) -> None:
+    _add(store, embedder, _company_texts(6))
+    index = make(store)
+    index.open()
+    vector = embedder.encode_query(QUESTION)
+    before = index.search(vector, QUESTION, None, 4)
+    assert index.rebuild() == store.generation
+    assert index.search(vector, QUESTION, None, 4) == before
+    assert index.check()["in_sync"] is True
+    assert index.check()["searchable_chunks"] == 6
+
+
+def test_chunks_of_another_model_are_never_returned(
+    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+) -> None:
+    current = _add(store, embedder, ["The office opens at nine."])
+    _add(store, embedder, [QUESTION], model="other/model")  # the exact question, stale
+    index = make(store)
+    index.open()
+    vector = embedder.encode_query(QUESTION)
+    for mode in Mode:
+        assert [c.chunk_id for c in index.search(vector, QUESTION, None, 4, mode)] in (
+            current,
+            [],
+        )
+
+
+def test_health_reports_the_generation_and_the_lag(
+    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+) -> None:
+    _add(store, embedder, ["Expenses are approved by a manager."])
+    index = make(store)
+    index.open()
+    health = index.health()
+    assert health["in_sync"] is True
+    assert health["generation"] == store.generation
+    _add(store, embedder, ["The office opens at nine."])
+    behind = index.health()
+    assert behind["in_sync"] is False
+    assert behind["lag"] == 1
+    index.sync()
+    assert index.health()["in_sync"] is True
