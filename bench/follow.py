@@ -61,7 +61,7 @@ def seed(data_dir: Path, n_chunks: int) -> None:
         kb.store.commit_indexed(
             doc_id, chunks, vecs, [0] * len(batch), canonical_text="", stamp=stamp, window_splits=0
         )
-    kb.indexes.rebuild()
+    kb.search_index.rebuild()
 
 
 def free_port() -> int:

@@ -1,5 +1,8 @@
 """Which cheap signal best tells in-domain from out-of-domain questions, on every bundled set.
 
+Searches through the configured search index; the corpus-wide signals read the
+local engine's snapshot (its vectors) directly, so this runs on the local engine.
+
 The refusal gate decides on the best candidate's cosine distance. This measures
 other model-free signals, each cheap at query time, against it:
 
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bot.settings import Settings
-from core.retrieve import LocalBackend, Mode
+from core.retrieve import Mode
 from evaluation.inputs import bundled_set, bundled_sets, load_ood, load_questions
 from evaluation.run import indexed_corpus
 from evaluation.stats import sign_test
@@ -69,7 +72,7 @@ SIGNALS: dict[str, Callable[[Query], float]] = {
 
 def _queries(kb: KnowledgeBase, texts: list[str], in_domain: bool) -> list[Query]:
     snap = kb.indexes.snapshot
-    backend = LocalBackend(kb.indexes)
+    backend = kb.search_index
     out = []
     for text in texts:
         vec = kb.embedder.encode_query(text)

@@ -1,5 +1,8 @@
 """The retrieval levers side by side on one evaluation set: BM25 terms, fields, fusion, feedback.
 
+Measures the local engine's internals (its snapshot, a variant BM25 beside its
+FAISS), so it reaches past ``SearchIndex`` on purpose.
+
 Indexes a bundled set once with the product's ingestion, then searches it with
 every variant below and prints one table. Each variant changes the BM25 leg's
 analysis (``index.tokens.Analyzer``), the fusion (``core.retrieve.Fusion``) or

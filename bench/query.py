@@ -1,5 +1,8 @@
 """Query-path latency at 1k, 10k and 100k chunks, with FAISS alone and rank-bm25 as references.
 
+Times the local engine (``LocalSearchIndex``) over a snapshot built here, and
+its parts, so it reaches past ``SearchIndex`` on purpose.
+
 Chunk texts are real: the bundled evaluation corpus, chunked by the product's
 chunker; larger sizes are made of new chunks that recombine the corpus's real
 sentences. Vectors are the real embeddings at 1k and random unit vectors above

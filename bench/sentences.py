@@ -1,5 +1,8 @@
 """Sentence-level vectors as a ranking signal after the gate, on one evaluation set.
 
+Reads the local engine's snapshot (both legs' raw lists) past ``SearchIndex``,
+on purpose: the variants need every candidate's similarities.
+
 The gate keeps judging on the chunk vectors: every variant here only re-orders
 the product's own 20 fused candidates (the list ``Engine.ask`` gates), so which
 questions are refused or bluffed, and every distance shown or logged, cannot
