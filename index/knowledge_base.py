@@ -148,7 +148,10 @@ class KnowledgeBase:
         if stamped is not None:
             self.embedder.expect_dimensions(stamped)
         self.search_index: SearchIndex = open_search_index(
-            self.store, embedding_model=self.embedder.name, dimensions=self.embedder.dim
+            self.store,
+            embedding_model=self.embedder.name,
+            dimensions=self.embedder.dim,
+            engine=config.search_engine,
         )
         self._recover()
         self._purge_failed()

@@ -202,3 +202,19 @@ def test_health_reports_the_generation_and_the_lag(
     assert behind["lag"] == 1
     index.sync()
     assert index.health()["in_sync"] is True
+
+
+def test_the_engine_is_chosen_by_configuration(
+    store: Store, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pydantic import ValidationError
+
+    from bot.settings import Settings
+
+    monkeypatch.setenv("KB_SEARCH_ENGINE", "local")
+    assert Settings(_env_file=None).index_config().search_engine == "local"  # type: ignore[call-arg]
+    monkeypatch.setenv("KB_SEARCH_ENGINE", "elsewhere")
+    with pytest.raises(ValidationError, match="KB_SEARCH_ENGINE"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="Unknown search engine 'elsewhere'"):
+        open_search_index(store, embedding_model=embedder.name, dimensions=1, engine="elsewhere")
