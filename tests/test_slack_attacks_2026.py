@@ -44,15 +44,15 @@ from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.store import Store
 
-pytest.register_assert_rewrite("tests.conftest_bot")
+pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
 
 from tests.conftest_bot import ADMIN_ID, Bot, BotFactory  # noqa: E402
+from tests.home_tab import admin_bot, click_home, open_home  # noqa: E402
 from tests.query_factory import log_question  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
     DEFAULT_BOT_TOKEN,
     DM_CHANNEL_ID,
-    TEAM_ID,
     USER_ID,
     block_actions_body,
     button_action,
@@ -60,38 +60,6 @@ from tests.servers import (  # noqa: E402
 )
 
 SECRET_ANSWER = "Project Falcon launches on 14 March at the Berlin office [1]."
-
-
-async def _admin_bot(make_bot: BotFactory, **overrides: Any) -> Bot:
-    bot = await make_bot(admin_users=ADMIN_ID, **overrides)
-    bot.services.home.gaps.wait_seconds = 15.0
-    return bot
-
-
-async def _open_home(bot: Bot, user: str) -> dict[str, Any]:
-    published = len(bot.slack.calls("views.publish"))
-    event = {
-        "type": "app_home_opened",
-        "user": user,
-        "channel": DM_CHANNEL_ID,
-        "tab": "home",
-        "event_ts": slack_ts(),
-    }
-    await bot.event(event)
-    calls = await bot.slack.wait_for("views.publish", published + 1)
-    call = calls[published]
-    assert call["user_id"] == user
-    view = call["view"]
-    return dict(json.loads(view) if isinstance(view, str) else view)
-
-
-async def _click(bot: Bot, user: str, action_id: str, value: str, team: str = TEAM_ID) -> None:
-    """Click a button of ``user``'s Home tab as Slack reports it."""
-    view = bot.slack.home_views.get(user) or {"id": "V0NONE", "type": "home"}
-    body = block_actions_body(
-        [button_action(action_id, value)], user_id=user, view=view, team_id=team
-    )
-    assert (await bot.post(body)).status == 200
 
 
 def _text(view: dict[str, Any]) -> str:
@@ -112,7 +80,7 @@ async def test_answers_to_review_never_show_what_a_channels_documents_said(
     """An admin need not be in the channel: a thumbs-down answer written from that
     channel's documents (or a related-passages reply naming them) is withheld, as the
     hand-off withholds it; an answer from documents for everyone is still shown."""
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     falcon = _chunk_of(bot, "falcon.md")
     where = {"channel": CHANNEL_ID, "thread_id": "1700000000.000100"}
     secret = log_question(
@@ -135,7 +103,7 @@ async def test_answers_to_review_never_show_what_a_channels_documents_said(
     for qid in (secret, related, public):
         bot.kb.store.add_feedback(qid, -1, USER_ID)
 
-    text = _text(await _open_home(bot, ADMIN_ID))
+    text = _text(await open_home(bot, ADMIN_ID))
     assert "When does Project Falcon launch?" in text, "the question itself is listed"
     assert "14 March" not in text and "Berlin" not in text
     assert "falcon.md" not in text
@@ -153,18 +121,18 @@ async def test_an_admin_of_another_organisation_is_no_admin_here(make_bot: BotFa
     """With Slack admins counting as admins, ``users.info`` of a partner's admin in a
     shared channel says ``is_admin`` for their own organisation: no admin section, no
     admin button, no ``/kb-reindex`` here."""
-    bot = await _admin_bot(make_bot, slack_admins_are_admins=True)
+    bot = await admin_bot(make_bot, slack_admins_are_admins=True)
     bot.slack.set_user(EXTERNAL_ADMIN, is_admin=True, is_owner=True)["team_id"] = OTHER_TEAM
     bot.slack.set_user("U0OURADMIN", is_admin=True)
     qid = log_question(bot.kb.store, "Who may see this?", answer="Only admins.")
     bot.kb.store.add_feedback(qid, -1, USER_ID)
 
-    assert messages.HOME_ADMIN_HEADER in _text(await _open_home(bot, "U0OURADMIN"))
-    text = _text(await _open_home(bot, EXTERNAL_ADMIN))
+    assert messages.HOME_ADMIN_HEADER in _text(await open_home(bot, "U0OURADMIN"))
+    text = _text(await open_home(bot, EXTERNAL_ADMIN))
     assert messages.HOME_ADMIN_HEADER not in text
     assert "Who may see this?" not in text
     before = {d.id: d.indexed_at for d in bot.kb.store.documents()}
-    await _click(bot, EXTERNAL_ADMIN, HOME_REINDEX_ACTION_ID, "reindex", team=OTHER_TEAM)
+    await click_home(bot, EXTERNAL_ADMIN, HOME_REINDEX_ACTION_ID, "reindex", team=OTHER_TEAM)
     await bot.idle()
     assert {d.id: d.indexed_at for d in bot.kb.store.documents()} == before
     assert messages.EXTERNAL_ASKER in _text(bot.slack.calls("views.publish")[-1]["view"])
@@ -180,7 +148,7 @@ async def test_a_channels_failed_and_stale_documents_are_named_only_to_its_membe
     """An admin need not be in a private channel: its failed and stale documents are
     listed (with who added them, and Retry), but their names and failure reasons, and
     a retry's outcome, only to an admin who is a member, as a gap's passage is."""
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     secret = b"# Layoffs 2027\n\nThe Berlin office closes in March.\n"
     doc = bot.kb.add_bytes(secret, "layoffs-2027.md", uploader=USER_ID, scope=CHANNEL_ID).document
     bot.kb.store.update_document(
@@ -191,13 +159,13 @@ async def test_a_channels_failed_and_stale_documents_are_named_only_to_its_membe
     bot.slack.set_members(CHANNEL_ID, [USER_ID])
     bot.services.roles.directory.channel_ttl_seconds = 0.0  # membership asked on each view
 
-    view = await _open_home(bot, ADMIN_ID)
+    view = await open_home(bot, ADMIN_ID)
     text = _text(view)
     assert "layoffs" not in text.lower() and "falcon" not in text.lower()
     assert f"<#{CHANNEL_ID}>" in text and f"<@{USER_ID}>" in text
     assert any(b.get("accessory", {}).get("value") == str(doc.id) for b in view["blocks"])
 
-    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(doc.id))
+    await click_home(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(doc.id))
     await bot.idle()
     assert bot.kb.store.document(doc.id).state == DocState.INDEXED
     shown = json.dumps(bot.slack.calls("views.publish")[1:], ensure_ascii=False)
@@ -206,7 +174,7 @@ async def test_a_channels_failed_and_stale_documents_are_named_only_to_its_membe
     assert "layoffs" not in json.dumps(told_admin).lower()
 
     bot.slack.set_members(CHANNEL_ID, [USER_ID, ADMIN_ID])
-    text = _text(await _open_home(bot, ADMIN_ID))
+    text = _text(await open_home(bot, ADMIN_ID))
     assert "falcon.md" in text, "a member sees the names"
 
 
@@ -260,14 +228,14 @@ async def test_a_retry_racing_a_removal_says_the_document_is_gone(make_bot: BotF
     """An admin clicks Retry while another indexing holds the turn; the document is
     removed before the retry's turn comes: the tab and the admin's DM say it is gone,
     not that it failed with an error message."""
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     doc = bot.kb.add_bytes(b"# Guide\n\nBadges at 09:30.\n", "guide.md", uploader=USER_ID).document
     bot.kb.store.update_document(doc.id, state=DocState.FAILED.value, failure_reason="x")
-    await _open_home(bot, ADMIN_ID)
+    await open_home(bot, ADMIN_ID)
     turn = bot.services.uploader._turn
     await turn.acquire()  # an upload being indexed
     try:
-        await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(doc.id))
+        await click_home(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(doc.id))
         await bot.slack.wait_for("views.publish", 2)  # "Retrying…" shown
         bot.kb.remove(doc.id, actor="test")
     finally:
@@ -292,8 +260,8 @@ def test_deeply_nested_json_in_values_and_metadata_is_malformed_not_a_crash() ->
 async def test_a_home_click_with_deeply_nested_metadata_still_shows_the_tab(
     make_bot: BotFactory,
 ) -> None:
-    bot = await _admin_bot(make_bot)
-    view = {**(await _open_home(bot, ADMIN_ID)), "id": "V0HOME0001", "private_metadata": DEEP_JSON}
+    bot = await admin_bot(make_bot)
+    view = {**(await open_home(bot, ADMIN_ID)), "id": "V0HOME0001", "private_metadata": DEEP_JSON}
     body = block_actions_body(
         [button_action(HOME_REFRESH_ACTION_ID, "refresh")], user_id=ADMIN_ID, view=view
     )
@@ -387,7 +355,7 @@ async def test_what_slack_said_about_people_is_remembered_within_a_bound(
     directory = bot.services.roles.directory
     directory.capacity = 5
     for n in range(12):
-        await _open_home(bot, f"U0PERSON{n:02d}")
+        await open_home(bot, f"U0PERSON{n:02d}")
     assert len(directory._users) <= 5
     assert len(bot.slack.calls("users.info")) >= 12
 
@@ -456,7 +424,7 @@ async def test_a_person_of_another_organisation_sees_no_titles_on_either_tab(
     bot.slack.set_user(EXTERNAL_ADMIN)["team_id"] = OTHER_TEAM
     base = {"user": EXTERNAL_ADMIN, "channel": DM_CHANNEL_ID, "event_ts": slack_ts()}
     await bot.event({"type": "app_home_opened", "tab": "messages", **base})
-    view = await _open_home(bot, EXTERNAL_ADMIN)
+    view = await open_home(bot, EXTERNAL_ADMIN)
     await bot.idle()
     shown = json.dumps(
         [bot.slack.calls(m) for m in ("assistant.threads.setSuggestedPrompts", "chat.postMessage")]
@@ -472,8 +440,8 @@ async def test_a_home_button_clicked_by_a_person_of_another_organisation_shows_n
     make_bot: BotFactory,
 ) -> None:
     bot = await make_bot()
-    await _click(bot, EXTERNAL_ADMIN, HOME_REFRESH_ACTION_ID, "refresh", team=OTHER_TEAM)
-    await _click(bot, EXTERNAL_ADMIN, "kb_home_page_next", "uploads:1", team=OTHER_TEAM)
+    await click_home(bot, EXTERNAL_ADMIN, HOME_REFRESH_ACTION_ID, "refresh", team=OTHER_TEAM)
+    await click_home(bot, EXTERNAL_ADMIN, "kb_home_page_next", "uploads:1", team=OTHER_TEAM)
     await bot.idle()
     views = [c["view"] for c in bot.slack.calls("views.publish")]
     assert views, "they are told"

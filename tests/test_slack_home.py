@@ -35,9 +35,10 @@ from index.models import DocState
 from index.records import ChunkRow, DocumentRow
 from index.store import EVERYONE
 
-pytest.register_assert_rewrite("tests.conftest_bot")
+pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
 
-from tests.conftest_bot import ADMIN_ID, THRESHOLD, Bot, BotFactory  # noqa: E402
+from tests.conftest_bot import ADMIN_ID, THRESHOLD, BotFactory  # noqa: E402
+from tests.home_tab import admin_bot, click_home, open_home, published_view  # noqa: E402
 from tests.query_factory import log_question  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
@@ -46,7 +47,6 @@ from tests.servers import (  # noqa: E402
     _view_errors,
     block_actions_body,
     button_action,
-    slack_ts,
 )
 
 OTHER_ID = "U0OTHER001"
@@ -56,45 +56,6 @@ GUIDE = b"# Onboarding guide\n\n## First day\n\nPick up your badge at the front 
 
 
 # ---------------------------------------------------------------- helpers
-
-
-async def _admin_bot(make_bot: BotFactory, **overrides: Any) -> Bot:
-    """The bot with ``ADMIN_ID`` as its admin, whose views wait for the knowledge gaps
-    however loaded the machine (each test counts the views it gets)."""
-    bot = await make_bot(admin_users=ADMIN_ID, **overrides)
-    bot.services.home.gaps.wait_seconds = 15.0
-    return bot
-
-
-async def _open_home(bot: Bot, user: str) -> dict[str, Any]:
-    """Open the Home tab as ``user``; the view published for them."""
-    published = len(bot.slack.calls("views.publish"))
-    event = {
-        "type": "app_home_opened",
-        "user": user,
-        "channel": DM_CHANNEL_ID,
-        "tab": "home",
-        "event_ts": slack_ts(),
-    }
-    await bot.event(event)
-    return await _published(bot, user, published + 1)
-
-
-async def _published(bot: Bot, user: str, count: int) -> dict[str, Any]:
-    """The view of the ``count``-th ``views.publish``, once it happened (it is for ``user``)."""
-    calls = await bot.slack.wait_for("views.publish", count)
-    call = calls[count - 1]
-    assert call["user_id"] == user
-    view = call["view"]
-    return dict(json.loads(view) if isinstance(view, str) else view)
-
-
-async def _click(bot: Bot, user: str, action_id: str, value: str) -> None:
-    """Click a button of ``user``'s Home tab as Slack reports it."""
-    view = bot.slack.home_views.get(user) or {"id": "V0NONE", "type": "home"}
-    body = block_actions_body([button_action(action_id, value)], user_id=user, view=view)
-    resp = await bot.post(body)
-    assert resp.status == 200
 
 
 async def _until(check: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -156,12 +117,12 @@ def _chunk_of(kb: KnowledgeBase, name: str) -> int:
 async def test_a_member_sees_how_to_use_it_the_counts_and_only_their_uploads(
     make_bot: BotFactory,
 ) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     mine = bot.kb.ingest_bytes(GUIDE, "onboarding.md", uploader=USER_ID).document
     _failed(bot.kb, "broken.md", USER_ID, reason="The PDF has no text layer")
     bot.kb.ingest_bytes(b"# Travel\n\nBook trains.\n", "travel.md", uploader=OTHER_ID)
 
-    view = await _open_home(bot, USER_ID)
+    view = await open_home(bot, USER_ID)
     text = _text(view)
     assert view["type"] == "home"
     searchable = [d for d in bot.kb.store.documents() if d.state == "indexed"]
@@ -195,7 +156,7 @@ async def test_the_messages_tab_still_greets_and_publishes_no_home(make_bot: Bot
 
 
 async def test_an_admin_sees_every_section(make_bot: BotFactory) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     failed = _failed(bot.kb, "scan.pdf", USER_ID, reason="No text in <@U0EVIL001>'s scan")
     stale = bot.kb.store.find_document("security.md")
     bot.kb.store.update_document(stale.id, pipeline_version="chunker-old")
@@ -206,7 +167,7 @@ async def test_an_admin_sees_every_section(make_bot: BotFactory) -> None:
     dm = {"channel": DM_CHANNEL_ID, "thread_id": "1700000000.000200"}
     bot.kb.store.add_feedback(_log(bot.kb, "Asked in a DM?", "answered", 1, **dm), -1)
 
-    view = await _open_home(bot, ADMIN_ID)
+    view = await open_home(bot, ADMIN_ID)
     text = _text(view)
     for header in (
         messages.HOME_ADMIN_HEADER,
@@ -236,20 +197,20 @@ async def test_workspace_admins_see_the_admin_sections_when_they_count(
     make_bot: BotFactory,
 ) -> None:
     bot = await make_bot(slack_admins_are_admins=True)
-    assert messages.HOME_ADMIN_HEADER in _text(await _open_home(bot, ADMIN_ID))
-    assert messages.HOME_ADMIN_HEADER not in _text(await _open_home(bot, USER_ID))
+    assert messages.HOME_ADMIN_HEADER in _text(await open_home(bot, ADMIN_ID))
+    assert messages.HOME_ADMIN_HEADER not in _text(await open_home(bot, USER_ID))
 
 
 async def test_retry_from_home_indexes_the_document_and_shows_its_new_state(
     make_bot: BotFactory,
 ) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     doc_id = _failed(bot.kb, "onboarding.md", USER_ID)
-    view = await _open_home(bot, ADMIN_ID)
+    view = await open_home(bot, ADMIN_ID)
     (retry,) = _buttons(view, HOME_RETRY_ACTION_ID)
     published = len(bot.slack.calls("views.publish"))
 
-    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, retry["value"])
+    await click_home(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, retry["value"])
     await bot.idle()
     doc = bot.kb.store.document(doc_id)
     assert doc.state == "indexed" and doc.chunk_count > 0
@@ -265,13 +226,13 @@ async def test_retry_from_home_indexes_the_document_and_shows_its_new_state(
 async def test_a_retry_that_fails_again_says_why_and_offers_retry_in_the_dm(
     make_bot: BotFactory,
 ) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     doc = bot.kb.add_bytes(os.urandom(4096), "scan.pdf", uploader=USER_ID).document
     assert bot.kb.index_document(doc.id).state == "failed"
-    view = await _open_home(bot, ADMIN_ID)
+    view = await open_home(bot, ADMIN_ID)
     (retry,) = _buttons(view, HOME_RETRY_ACTION_ID)
 
-    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, retry["value"])
+    await click_home(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, retry["value"])
     await bot.idle()
     row = bot.kb.store.document(doc.id)
     assert row.state == "failed" and row.updated_at > doc.updated_at
@@ -286,20 +247,20 @@ async def test_a_retry_that_fails_again_says_why_and_offers_retry_in_the_dm(
 async def test_odd_clicks_say_what_happened_or_change_nothing(
     make_bot: BotFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     gone = _failed(bot.kb, "gone.md", USER_ID)
     done = _failed(bot.kb, "done.md", USER_ID)
-    await _open_home(bot, ADMIN_ID)
+    await open_home(bot, ADMIN_ID)
     bot.kb.remove(gone)
     bot.kb.retry(done)
 
-    await _click(bot, ADMIN_ID, HOME_REFRESH_ACTION_ID, "refresh")
-    assert "gone.md" not in _text(await _published(bot, ADMIN_ID, 2))
-    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(gone))
-    assert messages.RETRY_GONE in _text(await _published(bot, ADMIN_ID, 3))
-    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(done))
-    assert "*done.md*: indexed." in _text(await _published(bot, ADMIN_ID, 4))
-    await _click(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, "7; DROP TABLE")
+    await click_home(bot, ADMIN_ID, HOME_REFRESH_ACTION_ID, "refresh")
+    assert "gone.md" not in _text(await published_view(bot, ADMIN_ID, 2))
+    await click_home(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(gone))
+    assert messages.RETRY_GONE in _text(await published_view(bot, ADMIN_ID, 3))
+    await click_home(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(done))
+    assert "*done.md*: indexed." in _text(await published_view(bot, ADMIN_ID, 4))
+    await click_home(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, "7; DROP TABLE")
     # A Home button in a message (not the Home tab): not ours to act on.
     body = block_actions_body([button_action(HOME_RETRY_ACTION_ID, str(done))], user_id=ADMIN_ID)
     assert (await bot.post(body)).status == 200
@@ -309,14 +270,14 @@ async def test_odd_clicks_say_what_happened_or_change_nothing(
     assert "outside the Home tab" in caplog.text
 
     bot.slack.fail("views.publish", "invalid_arguments")
-    await _click(bot, ADMIN_ID, HOME_REFRESH_ACTION_ID, "refresh")
+    await click_home(bot, ADMIN_ID, HOME_REFRESH_ACTION_ID, "refresh")
     await bot.idle()
     assert "could not publish the Home tab" in caplog.text
     assert bot.slack.calls("chat.postMessage") == [], "nobody is told about a refresh"
 
 
 async def test_reindex_from_home_runs_once_and_reports_on_the_tab(make_bot: BotFactory) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     bot.services.reindexer.progress_seconds = 0.0
     stale = bot.kb.store.find_document("security.md")
     bot.kb.store.update_document(stale.id, pipeline_version="chunker-old")
@@ -328,16 +289,16 @@ async def test_reindex_from_home_runs_once_and_reports_on_the_tab(make_bot: BotF
         return real(**kwargs)
 
     bot.kb.reindex = slow_reindex  # type: ignore[method-assign]
-    view = await _open_home(bot, ADMIN_ID)
+    view = await open_home(bot, ADMIN_ID)
     (button,) = _buttons(view, HOME_REINDEX_ACTION_ID)
     try:
-        await _click(bot, ADMIN_ID, HOME_REINDEX_ACTION_ID, button["value"])
-        started = await _published(bot, ADMIN_ID, 2)
+        await click_home(bot, ADMIN_ID, HOME_REINDEX_ACTION_ID, button["value"])
+        started = await published_view(bot, ADMIN_ID, 2)
         assert messages.REINDEX_STARTED in _text(started)
         assert messages.HOME_REINDEX_RUNNING_NOW in _text(started)
         assert not _buttons(started, HOME_REINDEX_ACTION_ID), "no second Reindex while one runs"
-        await _click(bot, ADMIN_ID, HOME_REINDEX_ACTION_ID, button["value"])  # a stale view's
-        running = await _published(bot, ADMIN_ID, 3)
+        await click_home(bot, ADMIN_ID, HOME_REINDEX_ACTION_ID, button["value"])  # a stale view's
+        running = await published_view(bot, ADMIN_ID, 3)
         assert messages.REINDEX_RUNNING in _text(running)
     finally:
         release.set()
@@ -353,7 +314,7 @@ async def test_reindex_from_home_runs_once_and_reports_on_the_tab(make_bot: BotF
 async def test_a_reindex_reporting_on_the_tab_keeps_the_admins_place(
     make_bot: BotFactory,
 ) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     for i in range(12):
         _failed(bot.kb, f"broken {i:02}.md", USER_ID)
     stale = bot.kb.store.find_document("security.md")
@@ -366,13 +327,13 @@ async def test_a_reindex_reporting_on_the_tab_keeps_the_admins_place(
         return real(**kwargs)
 
     bot.kb.reindex = slow_reindex  # type: ignore[method-assign]
-    await _open_home(bot, ADMIN_ID)
+    await open_home(bot, ADMIN_ID)
     try:
-        await _click(bot, ADMIN_ID, HOME_REINDEX_ACTION_ID, "reindex")
-        await _published(bot, ADMIN_ID, 2)
-        await _click(bot, ADMIN_ID, "kb_home_page_next", "failed:1")
+        await click_home(bot, ADMIN_ID, HOME_REINDEX_ACTION_ID, "reindex")
+        await published_view(bot, ADMIN_ID, 2)
+        await click_home(bot, ADMIN_ID, "kb_home_page_next", "failed:1")
         assert "Page 2 of 3" in _part(
-            await _published(bot, ADMIN_ID, 3), messages.HOME_FAILED_HEADER
+            await published_view(bot, ADMIN_ID, 3), messages.HOME_FAILED_HEADER
         )
     finally:
         release.set()
@@ -383,15 +344,15 @@ async def test_a_reindex_reporting_on_the_tab_keeps_the_admins_place(
 
 
 async def test_admin_buttons_forged_by_a_member_change_nothing(make_bot: BotFactory) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     doc_id = _failed(bot.kb, "onboarding.md", USER_ID)
     before = {d.id: d.indexed_at for d in bot.kb.store.documents()}
-    view = await _open_home(bot, USER_ID)
+    view = await open_home(bot, USER_ID)
     assert not _buttons(view, HOME_RETRY_ACTION_ID)
 
-    await _click(bot, USER_ID, HOME_RETRY_ACTION_ID, str(doc_id))
-    await _click(bot, USER_ID, HOME_REINDEX_ACTION_ID, "reindex")
-    await _click(bot, USER_ID, "kb_home_page_next", "failed:1")
+    await click_home(bot, USER_ID, HOME_RETRY_ACTION_ID, str(doc_id))
+    await click_home(bot, USER_ID, HOME_REINDEX_ACTION_ID, "reindex")
+    await click_home(bot, USER_ID, "kb_home_page_next", "failed:1")
     await bot.idle()
     assert bot.kb.store.document(doc_id).state == "failed"
     assert {d.id: d.indexed_at for d in bot.kb.store.documents()} == before
@@ -407,7 +368,7 @@ async def test_admin_buttons_forged_by_a_member_change_nothing(make_bot: BotFact
 async def test_knowledge_gaps_are_grouped_with_counts_and_closest_passages(
     make_bot: BotFactory,
 ) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     kb = bot.kb
     handbook = _chunk_of(kb, "handbook.md")
     falcon = _chunk_of(kb, "falcon.md")
@@ -419,7 +380,7 @@ async def test_knowledge_gaps_are_grouped_with_counts_and_closest_passages(
     _log(kb, "Where is the <@U0EVIL001> launch party? <!here>", "related", 1, kept=[(falcon, 0.5)])
     _log(kb, "What is the travel meal allowance?", "refused", 40)  # older than 30 days
 
-    view = await _open_home(bot, ADMIN_ID)
+    view = await open_home(bot, ADMIN_ID)
     text = _text(view)
     vpn = next(b["text"]["text"] for b in view["blocks"] if "RESET MY VPN" in json.dumps(b))
     assert "Asked 5 times (refused 4, possibly related shown 1)" in vpn
@@ -437,13 +398,13 @@ async def test_knowledge_gaps_are_grouped_with_counts_and_closest_passages(
 async def test_slow_knowledge_gaps_show_as_coming_and_are_published_when_ready(
     make_bot: BotFactory,
 ) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     bot.services.home.gaps.wait_seconds = 0.0
     _log(bot.kb, "What is the dress code on Fridays?", "refused", 1)
-    first = await _open_home(bot, ADMIN_ID)
+    first = await open_home(bot, ADMIN_ID)
     assert messages.HOME_GAPS_PENDING in _part(first, messages.HOME_GAPS_HEADER)
     assert messages.HOME_FAILED_HEADER in _text(first), "the rest does not wait"
-    ready = await _published(bot, ADMIN_ID, 2)
+    ready = await published_view(bot, ADMIN_ID, 2)
     gaps = _part(ready, messages.HOME_GAPS_HEADER)
     assert "dress code on Fridays" in gaps and messages.HOME_GAPS_PENDING not in gaps
     await bot.idle()
@@ -471,7 +432,7 @@ async def test_gap_cache_keeps_a_result_or_a_failure_while_fresh() -> None:
 
 
 async def test_calibration_in_force_with_a_saved_record(make_bot: BotFactory) -> None:
-    bot = await _admin_bot(make_bot, related_threshold=0.7)
+    bot = await admin_bot(make_bot, related_threshold=0.7)
     row = RateRow(THRESHOLD, 3, 40, (0.026, 0.199), 5, 60, (0.036, 0.181))
     record = CalibrationRecord(
         at=time.time() - DAY,
@@ -482,7 +443,7 @@ async def test_calibration_in_force_with_a_saved_record(make_bot: BotFactory) ->
         rows=(row,),
     )
     save_calibration(bot.kb.store, record)
-    text = _text(await _open_home(bot, ADMIN_ID))
+    text = _text(await open_home(bot, ADMIN_ID))
     assert f"Threshold in force: *{THRESHOLD:.3f}*" in text and "related passages: *0.700*" in text
     assert "bluff budget 5%" in text and "threshold *0.550*, related *0.680*" in text
     assert "3/40 = 7.5% [2.6%, 19.9%]" in text and "5/60 = 8.3% [3.6%, 18.1%]" in text
@@ -491,10 +452,10 @@ async def test_calibration_in_force_with_a_saved_record(make_bot: BotFactory) ->
 
 
 async def test_calibration_that_measured_other_thresholds_says_so(make_bot: BotFactory) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     row = RateRow(0.4, 0, 40, (0.0, 0.09), 30, 60, (0.37, 0.62))
     save_calibration(bot.kb.store, CalibrationRecord(time.time(), "set x", 0.05, 0.4, None, (row,)))
-    text = _text(await _open_home(bot, ADMIN_ID))
+    text = _text(await open_home(bot, ADMIN_ID))
     assert messages.home_no_rates(THRESHOLD) in text and "related *none*" in text
 
 
@@ -502,7 +463,7 @@ async def test_calibration_that_measured_other_thresholds_says_so(make_bot: BotF
 
 
 async def test_long_lists_are_paged_within_slacks_limits(make_bot: BotFactory) -> None:
-    bot = await _admin_bot(make_bot)
+    bot = await admin_bot(make_bot)
     ids = [
         _failed(bot.kb, f"<!channel> report {i:03}.md", ADMIN_ID, reason="<@U0EVIL001> " * 80)
         for i in range(200)
@@ -511,7 +472,7 @@ async def test_long_lists_are_paged_within_slacks_limits(make_bot: BotFactory) -
         qid = _log(bot.kb, f"<!here> question {i} " + "x" * 400, "answered", 1, answer="<" * 900)
         bot.kb.store.add_feedback(qid, -1, USER_ID)
 
-    view = await _open_home(bot, ADMIN_ID)
+    view = await open_home(bot, ADMIN_ID)
     assert _view_errors(view) == [] and len(view["blocks"]) <= MAX_HOME_BLOCKS
     text = _text(view)
     assert "<!channel>" not in text and "<@U0EVIL001>" not in text and "<!here>" not in text
@@ -524,8 +485,8 @@ async def test_long_lists_are_paged_within_slacks_limits(make_bot: BotFactory) -
     (next_uploads,) = [
         b for b in _buttons(view, "kb_home_page_next") if b["value"].startswith("uploads:")
     ]
-    await _click(bot, ADMIN_ID, "kb_home_page_next", next_uploads["value"])
-    second = await _published(bot, ADMIN_ID, 2)
+    await click_home(bot, ADMIN_ID, "kb_home_page_next", next_uploads["value"])
+    second = await published_view(bot, ADMIN_ID, 2)
     uploads = _part(second, messages.HOME_UPLOADS_HEADER)
     assert "189.md" in uploads and "180.md" in uploads and "190.md" not in uploads
     assert "Page 2 of 20" in uploads
@@ -533,12 +494,12 @@ async def test_long_lists_are_paged_within_slacks_limits(make_bot: BotFactory) -
     assert _buttons(second, "kb_home_page_previous")
 
     # Hostile page values and metadata: ignored, or brought back to the last page.
-    await _click(bot, ADMIN_ID, "kb_home_page_next", "uploads:99999")
-    last = await _published(bot, ADMIN_ID, 3)
+    await click_home(bot, ADMIN_ID, "kb_home_page_next", "uploads:99999")
+    last = await published_view(bot, ADMIN_ID, 3)
     assert "Page 20 of 20" in _part(last, messages.HOME_UPLOADS_HEADER)
     assert "000.md" in _part(last, messages.HOME_UPLOADS_HEADER)
     for value in ("uploads:-1", "nonsense:2", "uploads:1e3", "uploads:" + "9" * 50):
-        await _click(bot, ADMIN_ID, "kb_home_page_next", value)
+        await click_home(bot, ADMIN_ID, "kb_home_page_next", value)
     await bot.idle()
     assert len(bot.slack.calls("views.publish")) == 3
     assert bot.slack.calls("views.publish", include_rejected=True) == bot.slack.calls(
