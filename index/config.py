@@ -68,6 +68,9 @@ class IndexConfig:
             name, or ``openai:<model>`` for ``embedding_endpoint``.
         embedding_endpoint: the endpoint of an ``openai:`` model.
         search_engine: the ``SearchIndex`` engine (``index.search_index.SEARCH_ENGINES``).
+        qdrant_url: the Qdrant engine of ``search_engine`` ``qdrant``: a server's URL;
+            empty, an embedded engine in the data dir (one process at a time).
+        qdrant_api_key: the Qdrant server's API key; never in a repr.
         max_upload_bytes: largest document accepted.
         chunk_budget: chunk size budget in characters.
         keep_versions: versions kept of each document name and scope: the
@@ -83,6 +86,8 @@ class IndexConfig:
     data_dir: Path = DEFAULT_DATA_DIR
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     search_engine: str = "local"
+    qdrant_url: str = ""
+    qdrant_api_key: str = field(default="", repr=False)
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     chunk_budget: int = DEFAULT_CHUNK_BUDGET
     keep_versions: int = DEFAULT_KEEP_VERSIONS

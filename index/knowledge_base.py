@@ -152,6 +152,8 @@ class KnowledgeBase:
             embedding_model=self.embedder.name,
             dimensions=self.embedder.dim,
             engine=config.search_engine,
+            qdrant_url=config.qdrant_url,
+            qdrant_api_key=config.qdrant_api_key,
         )
         self._recover()
         self._purge_failed()

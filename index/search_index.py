@@ -21,7 +21,7 @@ from index.derived import DerivedIndexes
 from index.store import Store
 
 # The engines a knowledge base can search with (``open_search_index``).
-SEARCH_ENGINES = ("local",)
+SEARCH_ENGINES = ("local", "qdrant")
 
 # Cormack, Clarke & Buettcher (2009), "Reciprocal rank fusion outperforms
 # Condorcet and individual rank learning methods": k = 60.
@@ -266,9 +266,23 @@ class LocalSearchIndex:
 
 
 def open_search_index(
-    store: Store, *, embedding_model: str, dimensions: int, engine: str = "local"
+    store: Store,
+    *,
+    embedding_model: str,
+    dimensions: int,
+    engine: str = "local",
+    qdrant_url: str = "",
+    qdrant_api_key: str = "",
 ) -> SearchIndex:
     """The search index of ``store`` on ``engine`` (one of ``SEARCH_ENGINES``), not yet opened.
+
+    Args:
+        store: the source of truth.
+        embedding_model: stamp of the running model.
+        dimensions: its vector size.
+        engine: ``local`` (FAISS + BM25 files) or ``qdrant`` (``index.qdrant_index``).
+        qdrant_url: the Qdrant engine's location (empty: embedded in the data dir).
+        qdrant_api_key: its API key.
 
     Raises:
         ValueError: an engine this product does not have.
@@ -276,5 +290,15 @@ def open_search_index(
     if engine == "local":
         indexes = DerivedIndexes(store, embedding_model=embedding_model, dimensions=dimensions)
         return LocalSearchIndex(indexes)
+    if engine == "qdrant":
+        from index.qdrant_index import QdrantSearchIndex  # it imports this module
+
+        return QdrantSearchIndex(
+            store,
+            embedding_model=embedding_model,
+            dimensions=dimensions,
+            url=qdrant_url,
+            api_key=qdrant_api_key,
+        )
     known = ", ".join(SEARCH_ENGINES)
     raise ValueError(f"Unknown search engine {engine!r}: use one of {known}.")

@@ -29,7 +29,14 @@ def _local(store: Store, embedder: Embedder) -> SearchIndex:
     )
 
 
-ENGINES: dict[str, Factory] = {"local": _local}
+def _qdrant(store: Store, embedder: Embedder) -> SearchIndex:
+    """Qdrant through qdrant-client's local mode, embedded in the data dir (the empty QDRANT_URL)."""
+    return open_search_index(
+        store, embedding_model=embedder.name, dimensions=embedder.dim, engine="qdrant"
+    )
+
+
+ENGINES: dict[str, Factory] = {"local": _local, "qdrant": _qdrant}
 
 QUESTION = "How is a travel expense reimbursement approved?"
 _names = itertools.count()
