@@ -56,8 +56,13 @@ from index.config import (
     DEFAULT_MAX_PAGES,
     DEFAULT_MAX_UPLOAD_BYTES,
     DEFAULT_MIN_FREE_BYTES,
+    DEFAULT_OCR_LANGUAGE,
+    DEFAULT_OCR_MAX_PAGES,
+    DEFAULT_OCR_PAGE_TIMEOUT,
+    DEFAULT_TESSERACT_CMD,
     EmbeddingEndpoint,
     IndexConfig,
+    OcrConfig,
 )
 
 DEFAULT_PORT = 3000
@@ -174,6 +179,26 @@ class Settings(BaseSettings):
         DEFAULT_FAILED_RETENTION_DAYS,
         "KB_FAILED_RETENTION_DAYS",
         "Days a failed document (its row and stored original) is kept so it can be retried; then it is deleted, at start-up or after an upload.",
+    )
+    ocr_language: str = _setting(
+        DEFAULT_OCR_LANGUAGE,
+        "KB_OCR_LANGUAGE",
+        "Tesseract language(s) for scanned PDF pages, e.g. `eng` or `eng+deu` (each needs its Debian package tesseract-ocr-<lang>).",
+    )
+    ocr_timeout: float = _setting(
+        DEFAULT_OCR_PAGE_TIMEOUT,
+        "KB_OCR_TIMEOUT",
+        "Seconds OCR may spend on one scanned page; a slower page fails the document, naming this setting.",
+    )
+    ocr_max_pages: int = _setting(
+        DEFAULT_OCR_MAX_PAGES,
+        "KB_OCR_MAX_PAGES",
+        "Most pages of one document read by OCR (about a second each on 2 cores); a document with more scanned pages fails, naming this setting.",
+    )
+    ocr_tesseract_cmd: str = _setting(
+        DEFAULT_TESSERACT_CMD,
+        "KB_OCR_TESSERACT_CMD",
+        "The Tesseract program that reads scanned PDF pages: a name on PATH or a path. Without it scanned PDFs fail with 'OCR not available'; PDFs with a text layer are unaffected.",
     )
 
     # --- retrieval and answering
@@ -393,6 +418,8 @@ class Settings(BaseSettings):
             raise ValueError("KB_DOWNLOAD_TIMEOUT and KB_MAX_UPLOADS_PER_USER must be positive")
         if self.max_pages < 1 or self.max_chunks < 1:
             raise ValueError("KB_MAX_PAGES and KB_MAX_CHUNKS must be positive")
+        if self.ocr_timeout <= 0 or self.ocr_max_pages < 1:
+            raise ValueError("KB_OCR_TIMEOUT and KB_OCR_MAX_PAGES must be positive")
         if self.max_kept < self.top_k or self.top_k < 1 or self.keep_margin < 0:
             raise ValueError(
                 "KB_TOP_K must be positive, KB_MAX_KEPT at least KB_TOP_K, KB_KEEP_MARGIN >= 0"
@@ -443,6 +470,12 @@ class Settings(BaseSettings):
             max_pages=self.max_pages,
             max_chunks=self.max_chunks,
             embedding_endpoint=self.embedding_endpoint(),
+            ocr=OcrConfig(
+                language=self.ocr_language,
+                page_timeout=self.ocr_timeout,
+                max_pages=self.ocr_max_pages,
+                tesseract_cmd=self.ocr_tesseract_cmd,
+            ),
         )
 
     def embedding_endpoint(self) -> EmbeddingEndpoint:

@@ -33,6 +33,12 @@ DEFAULT_EMBEDDING_MAX_RETRIES = 4
 # splits most passages needlessly and costs recall (docs/evaluation.md); the
 # chunk budget keeps passages a few hundred tokens long anyway.
 DEFAULT_EMBEDDING_MAX_TOKENS = 8191
+# OCR of scanned PDF pages: Tesseract takes about a second per page on 2 cores
+# (bench/ocr.py), so 200 pages hold the indexing slot for a few minutes at most.
+DEFAULT_OCR_LANGUAGE = "eng"
+DEFAULT_OCR_PAGE_TIMEOUT = 60.0
+DEFAULT_OCR_MAX_PAGES = 200
+DEFAULT_TESSERACT_CMD = "tesseract"
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,23 @@ class EmbeddingEndpoint:
 
 
 @dataclass(frozen=True)
+class OcrConfig:
+    """How scanned PDF pages are read (``index.ocr``).
+
+    Attributes:
+        language: Tesseract language(s), ``eng`` or ``eng+deu``.
+        page_timeout: seconds Tesseract may spend on one page.
+        max_pages: most pages of one document read by OCR.
+        tesseract_cmd: the Tesseract program (a name on PATH or a path).
+    """
+
+    language: str = DEFAULT_OCR_LANGUAGE
+    page_timeout: float = DEFAULT_OCR_PAGE_TIMEOUT
+    max_pages: int = DEFAULT_OCR_MAX_PAGES
+    tesseract_cmd: str = DEFAULT_TESSERACT_CMD
+
+
+@dataclass(frozen=True)
 class IndexConfig:
     """Where the knowledge base lives and how documents become searchable chunks.
 
@@ -81,6 +104,7 @@ class IndexConfig:
             that would leave less are refused before anything is stored.
         failed_retention_days: days a failed document (its row and stored
             original) is kept for a retry before it is deleted.
+        ocr: how scanned PDF pages are read.
     """
 
     data_dir: Path = DEFAULT_DATA_DIR
@@ -96,3 +120,4 @@ class IndexConfig:
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
     failed_retention_days: float = DEFAULT_FAILED_RETENTION_DAYS
     embedding_endpoint: EmbeddingEndpoint = field(default_factory=EmbeddingEndpoint)
+    ocr: OcrConfig = field(default_factory=OcrConfig)

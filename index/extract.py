@@ -24,9 +24,10 @@ from pypdf import PdfReader, apply_configuration
 from pypdf.errors import LimitReachedError
 
 from index.chunk import markdown_structure
-from index.config import DEFAULT_MAX_PAGES, DEFAULT_MAX_UPLOAD_BYTES
+from index.config import DEFAULT_MAX_PAGES, DEFAULT_MAX_UPLOAD_BYTES, OcrConfig
 from index.errors import CorruptDocument, EmptyDocument, OverLimit, TooLarge, UnsupportedType
 from index.models import Extracted
+from index.ocr import needs_ocr, ocr_marker, read_pages
 
 # Stamped on documents: bump whenever the same bytes would extract differently.
 EXTRACTOR_VERSION = "1"
@@ -77,6 +78,7 @@ def extract(
     *,
     max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     max_pages: int = DEFAULT_MAX_PAGES,
+    ocr: OcrConfig | None = None,
 ) -> Extracted:
     """Turn a document's bytes into its canonical text.
 
@@ -86,6 +88,7 @@ def extract(
             Markdown/text distinction and the fallback title).
         max_bytes: the upload limit.
         max_pages: most pages a PDF may have; counted before any text is extracted.
+        ocr: how PDF pages without a text layer are read (``index.ocr``).
 
     Returns:
         The canonical text, title, detected kind and, for PDFs, the page map.
@@ -112,7 +115,7 @@ def extract(
         )
     suffix = _suffix(name)
     if _is_pdf(data):
-        return _pdf(data, name, filename, max_pages)
+        return _pdf(data, name, filename, max_pages, ocr or OcrConfig())
     _reject_known_binary(data, name, filename)
     if suffix == ".pdf":
         raise _not_a_pdf(data, name, filename)
@@ -465,14 +468,14 @@ def _join_lines(lines: list[str]) -> str:
 # --- PDF
 
 
-def _pdf(data: bytes, name: str, filename: str, max_pages: int) -> Extracted:
+def _pdf(data: bytes, name: str, filename: str, max_pages: int, ocr: OcrConfig) -> Extracted:
     if data.rfind(b"%%EOF", max(0, len(data) - _PDF_EOF_WINDOW)) < 0:
         raise CorruptDocument(
             f"{name} is truncated (its end-of-file marker is missing); the download or "
             "upload was probably cut short. Upload the complete file again.",
             filename=filename,
         )
-    pages, title = _pdf_pages(data, name, filename, max_pages)
+    pages, title = _pdf_pages(data, name, filename, max_pages, ocr)
     starts: list[int] = []
     offset = 0
     for page in pages:
@@ -481,16 +484,23 @@ def _pdf(data: bytes, name: str, filename: str, max_pages: int) -> Extracted:
     text = "\n\n".join(pages)
     if not text.strip():
         raise EmptyDocument(
-            f"{name} has no text layer (scanned?); OCR is not supported. Upload a PDF with "
-            "selectable text, or the original document.",
+            f"{name} has no text layer, and OCR found no text in its page images (a blank "
+            "scan, or text drawn as shapes). Upload a PDF with selectable text, or the "
+            "original document.",
             filename=filename,
         )
     title = title or _clean_title(next(line for line in text.split("\n", 50) if line.strip()))
     return Extracted(text=text, title=title or _stem(name), kind="pdf", page_starts=tuple(starts))
 
 
-def _pdf_pages(data: bytes, name: str, filename: str, max_pages: int) -> tuple[list[str], str]:
-    """Return each page's normalised text and the metadata title (or "")."""
+def _pdf_pages(
+    data: bytes, name: str, filename: str, max_pages: int, ocr: OcrConfig
+) -> tuple[list[str], str]:
+    """Return each page's normalised text and the metadata title (or "").
+
+    A page without a text layer is read by OCR from its images; its text then
+    starts with the OCR marker line (``index.ocr``).
+    """
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
@@ -498,7 +508,9 @@ def _pdf_pages(data: bytes, name: str, filename: str, max_pages: int) -> tuple[l
         _check_page_count(reader, name, filename, max_pages)
         pages = [_pdf_page_text(page.extract_text()) for page in reader.pages]
         title = _pdf_metadata_title(reader)
-    except (CorruptDocument, OverLimit):
+        thin = [(i, reader.pages[i]) for i, text in enumerate(pages) if needs_ocr(text)]
+        read = read_pages(thin, ocr, name, filename) if thin else {}
+    except (CorruptDocument, OverLimit, UnsupportedType):
         raise
     except Exception as exc:  # pypdf raises many types (PdfReadError, ValueError, KeyError...)
         raise CorruptDocument(
@@ -506,6 +518,9 @@ def _pdf_pages(data: bytes, name: str, filename: str, max_pages: int) -> tuple[l
             f"{str(exc)[:200]}). Export or download it again and upload the new copy.",
             filename=filename,
         ) from exc
+    for i, text in read.items():
+        if text:
+            pages[i] = f"{ocr_marker(i + 1)}\n\n{text}"
     return pages, title
 
 

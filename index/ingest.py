@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from index.chunk import CHUNKER_VERSION, chunk_document
-from index.config import DEFAULT_MAX_CHUNKS, DEFAULT_MAX_PAGES
+from index.config import DEFAULT_MAX_CHUNKS, DEFAULT_MAX_PAGES, OcrConfig
 from index.embed import Embedder
 from index.errors import EmptyDocument, OverLimit
 from index.extract import EXTRACTOR_VERSION, extract
@@ -49,6 +49,7 @@ def prepare_document(
     title: str | None = None,
     on_batch: Callable[[int], None] | None = None,
     chunker: Callable[[Extracted], Chunking] | None = None,
+    ocr: OcrConfig | None = None,
 ) -> Prepared:
     """Extract, chunk and embed one document.
 
@@ -57,12 +58,13 @@ def prepare_document(
         max_chunks: most chunks, counted before any is embedded.
         chunker: replaces the product's chunker; ``kb eval --strategies`` uses it
             to index a corpus with the study's other chunking strategies.
+        ocr: how scanned PDF pages are read.
 
     Raises:
         ExtractionError: the bytes cannot become text, hold no text to index, or
             are over a limit (``OverLimit``).
     """
-    extracted = extract(data, filename, max_bytes=max_bytes, max_pages=max_pages)
+    extracted = extract(data, filename, max_bytes=max_bytes, max_pages=max_pages, ocr=ocr)
     if title:
         extracted = Extracted(
             text=extracted.text, title=title, kind=extracted.kind, page_starts=extracted.page_starts

@@ -387,6 +387,7 @@ class KnowledgeBase:
             title=doc.title or None,
             on_batch=on_batch,
             chunker=self.chunker,
+            ocr=self.config.ocr,
         )
 
     def _place(self, doc: DocumentRow, prepared: Prepared) -> None:

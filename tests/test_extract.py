@@ -405,10 +405,10 @@ def test_an_aes_pdf_without_the_crypto_package_fails_clearly(
     assert isinstance(exc.value.__cause__, DependencyError)
 
 
-def test_a_scanned_pdf_has_no_text_layer() -> None:
+def test_a_blank_scan_has_no_text_even_by_ocr() -> None:
     with pytest.raises(EmptyDocument) as exc:
         extract(scanned_pdf(), "scan.pdf")
-    assert reason_of(exc).startswith("scan.pdf has no text layer (scanned?); OCR is not supported.")
+    assert reason_of(exc).startswith("scan.pdf has no text layer, and OCR found no text")
 
 
 # --- stamps

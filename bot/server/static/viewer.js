@@ -30,6 +30,8 @@
   var notice = document.getElementById("notice");
   var jump = document.getElementById("jump");
   var codePointCount = null;
+  // The line that opens a page read by OCR (index/ocr.py, ocr_marker).
+  var OCR_MARKER = /^\[page (\d+): text read by OCR\]$/gm;
 
   function isHighSurrogate(unit) {
     return unit >= 0xd800 && unit <= 0xdbff;
@@ -175,6 +177,22 @@
     document.body.dataset.ready = "true";
   }
 
+  /* Say which pages were read by OCR: their text may hold recognition errors. */
+  function noteOcrPages() {
+    var pages = [];
+    var m;
+    while ((m = OCR_MARKER.exec(text)) !== null) {
+      pages.push(m[1]);
+    }
+    document.body.dataset.ocrPages = pages.join(",");
+    var note = document.getElementById("ocr");
+    if (note && pages.length) {
+      note.textContent = (pages.length === 1 ? "Page " : "Pages ") + pages.join(", ") +
+        ": text read by OCR from a scan; it may contain recognition errors.";
+      note.hidden = false;
+    }
+  }
+
   if (jump) {
     jump.addEventListener("click", function () {
       var mark = document.getElementById("hl");
@@ -184,5 +202,6 @@
     });
   }
   window.addEventListener("hashchange", apply);
+  noteOcrPages();
   apply();
 })();

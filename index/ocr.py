@@ -1,0 +1,151 @@
+"""Text of scanned PDF pages, read by Tesseract OCR.
+
+A page is scanned when its text layer holds less than ``MIN_TEXT_LAYER_CHARS``
+visible characters and it carries an image: a scanner writes one image per
+page, so the page's embedded images are read instead of rendering the page
+(no renderer is needed). The OCR'd text of a page starts with a marker line,
+``[page N: text read by OCR]`` (``ocr_marker``), so the canonical text itself
+says which pages were read by OCR: the viewer shows it, citations quote it,
+and no column is needed to remember it.
+
+Errors (each a document's ``failed`` reason, never a crash):
+    UnsupportedType: Tesseract or the configured language is not installed.
+    OverLimit: more pages need OCR than ``OcrConfig.max_pages``, or one page
+        took longer than ``OcrConfig.page_timeout``.
+    CorruptDocument: an image that cannot be decoded, or Tesseract failing on it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pytesseract
+from PIL import Image
+
+from index.config import OcrConfig
+from index.errors import CorruptDocument, OverLimit, UnsupportedType
+
+if TYPE_CHECKING:
+    from pypdf import PageObject
+
+__all__ = ["MIN_TEXT_LAYER_CHARS", "OCR_MARKER", "needs_ocr", "ocr_marker", "read_pages"]
+
+# A page number or a stray header is not a text layer; a real page has far more.
+MIN_TEXT_LAYER_CHARS = 20
+# Images smaller than this (icons, logos, rules) are not a scanned page.
+_MIN_IMAGE_SIDE = 64
+OCR_MARKER = re.compile(r"^\[page (\d+): text read by OCR\]$", re.MULTILINE)
+_INSTALL_HINT = (
+    "install tesseract-ocr (Debian/Ubuntu: apt-get install tesseract-ocr) or set "
+    "KB_OCR_TESSERACT_CMD to its path"
+)
+
+
+def ocr_marker(page_number: int) -> str:
+    """The line that opens the OCR'd text of 1-based page ``page_number``."""
+    return f"[page {page_number}: text read by OCR]"
+
+
+def needs_ocr(page_text: str) -> bool:
+    """Whether a page's text layer is too thin to be its text."""
+    return sum(1 for ch in page_text if not ch.isspace()) < MIN_TEXT_LAYER_CHARS
+
+
+def read_pages(
+    pages: Sequence[tuple[int, PageObject]], config: OcrConfig, name: str, filename: str
+) -> dict[int, str]:
+    """OCR the images of the given pages.
+
+    Args:
+        pages: ``(0-based page index, page)`` of each page without a text layer.
+        config: language, timeout, page limit and Tesseract's path.
+        name, filename: for the failure reasons.
+
+    Returns:
+        For each page that has images, its text (without the marker); pages
+        without any image are left out.
+    """
+    scanned = [(i, images) for i, page in pages if (images := _page_images(page, name, filename))]
+    if not scanned:
+        return {}
+    if len(scanned) > config.max_pages:
+        raise OverLimit(
+            f"{name} has {len(scanned):,} scanned pages, over the limit of {config.max_pages:,} "
+            "pages read by OCR per document. Split it, or ask an admin to raise KB_OCR_MAX_PAGES.",
+            filename=filename,
+        )
+    _check_tesseract(config, name, filename)
+    return {i: _read_page(i, images, config, name, filename) for i, images in scanned}
+
+
+def _page_images(page: PageObject, name: str, filename: str) -> list[Image.Image]:
+    try:
+        images = [f.image for f in page.images]
+    except Exception as exc:  # pypdf and Pillow raise assorted errors on broken image streams
+        raise CorruptDocument(
+            f"{name} has a scanned page whose image cannot be decoded ({type(exc).__name__}). "
+            "Scan or export it again and upload the new copy.",
+            filename=filename,
+        ) from exc
+    return [im for im in images if im is not None and min(im.size) >= _MIN_IMAGE_SIDE]
+
+
+def _check_tesseract(config: OcrConfig, name: str, filename: str) -> None:
+    """Fail clearly when Tesseract or the language is missing, before reading anything."""
+    pytesseract.pytesseract.tesseract_cmd = config.tesseract_cmd
+    try:
+        installed = set(pytesseract.get_languages())
+    except (pytesseract.TesseractNotFoundError, OSError) as exc:
+        raise UnsupportedType(
+            f"OCR not available: {name} is a scanned PDF and Tesseract was not found "
+            f"({_INSTALL_HINT}).",
+            filename=filename,
+        ) from exc
+    missing = [lang for lang in config.language.split("+") if lang not in installed]
+    if missing:
+        raise UnsupportedType(
+            f"OCR not available for {name}: the OCR language {'+'.join(missing)} is not "
+            f"installed (Debian: apt-get install tesseract-ocr-{missing[0]}), or set "
+            "KB_OCR_LANGUAGE to an installed one.",
+            filename=filename,
+        )
+
+
+def _read_page(
+    index: int, images: list[Image.Image], config: OcrConfig, name: str, filename: str
+) -> str:
+    texts: list[str] = []
+    for image in images:
+        try:
+            raw = pytesseract.image_to_string(
+                image, lang=config.language, timeout=config.page_timeout
+            )
+        except RuntimeError as exc:  # pytesseract's timeout is a bare RuntimeError
+            if "timeout" not in str(exc).lower():
+                raise _ocr_failed(name, filename, index, exc) from exc
+            raise OverLimit(
+                f"Page {index + 1} of {name} took longer than {config.page_timeout:g} s to read "
+                "by OCR. Scan it at a lower resolution, or ask an admin to raise KB_OCR_TIMEOUT.",
+                filename=filename,
+            ) from exc
+        except Exception as exc:  # TesseractError, Pillow conversion errors
+            raise _ocr_failed(name, filename, index, exc) from exc
+        texts.append(_tidy(raw))
+    return "\n\n".join(t for t in texts if t)
+
+
+def _ocr_failed(name: str, filename: str, index: int, exc: Exception) -> CorruptDocument:
+    return CorruptDocument(
+        f"Page {index + 1} of {name} could not be read by OCR ({type(exc).__name__}: "
+        f"{str(exc)[:200]}). Scan it again and upload the new copy.",
+        filename=filename,
+    )
+
+
+def _tidy(raw: str) -> str:
+    """Tesseract's text with its form feed and trailing blanks dropped, paragraphs kept."""
+    lines = [line.rstrip() for line in raw.replace("\f", "\n").replace("\r", "\n").split("\n")]
+    text = "\n".join(lines).strip()
+    return re.sub(r"\n{3,}", "\n\n", text).replace("\x00", "")

@@ -1,0 +1,190 @@
+"""Scanned PDF pages read by Tesseract: page map, marker, limits, and Tesseract missing.
+
+Every scan here is a picture of text rendered by Pillow, put into a PDF by
+Pillow or fpdf2; Tesseract reads it for real (about a second a page), so the
+pages are few.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from click.testing import CliRunner
+from fpdf import FPDF
+from PIL import Image, ImageDraw, ImageFont
+
+from bot.cli import main
+from bot.server.routes import fill_viewer
+from bot.settings import Settings
+from index.config import IndexConfig, OcrConfig
+from index.embed import Embedder
+from index.errors import EmptyDocument, OverLimit, UnsupportedType
+from index.extract import extract
+from index.knowledge_base import KnowledgeBase
+from index.models import DocState
+from index.ocr import OCR_MARKER, ocr_marker
+from tests.browser import dump_dom, requires_chromium
+from tests.docs_factory import text_pdf
+
+STATIC = Path(__file__).resolve().parents[1] / "bot" / "server" / "static"
+
+NEEDLE = "The spare key of the server room is kept by Mirela Vostok"
+QUESTION = "Who keeps the spare key of the server room?"
+
+
+def scan_of(lines: list[str]) -> Image.Image:
+    """A page-sized grey-scale picture of ``lines``, as a 150 dpi scanner makes it."""
+    page = Image.new("L", (1240, 1754), color=255)
+    draw = ImageDraw.Draw(page)
+    font = ImageFont.load_default(size=34)
+    for i, line in enumerate(lines):
+        draw.text((100, 150 + i * 60), line, fill=0, font=font)
+    return page
+
+
+def scanned_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF holding only the picture (Pillow writes it)."""
+    out = io.BytesIO()
+    scan_of(lines).save(out, format="PDF", resolution=150)
+    return out.getvalue()
+
+
+def mixed_pdf() -> bytes:
+    """Page 1 and 3 with a text layer, page 2 a scan."""
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=11)
+    pdf.add_page()
+    pdf.multi_cell(0, 6, "Office opening hours are eight to six on weekdays. " * 3)
+    pdf.add_page()
+    picture = io.BytesIO()
+    scan_of(["Facilities", "", NEEDLE + ".", "Ask her at the front desk."]).save(picture, "PNG")
+    pdf.image(picture, x=0, y=0, w=210, h=297)
+    pdf.add_page()
+    pdf.multi_cell(0, 6, "Parking permits are renewed every January by the front desk. " * 3)
+    return bytes(pdf.output())
+
+
+def test_a_scanned_page_is_read_by_ocr_and_marked() -> None:
+    extracted = extract(
+        scanned_pdf(["Expense policy", "", "Taxi receipts go to Jonas Berg."]), "s.pdf"
+    )
+    assert extracted.page_starts == (0,)
+    assert extracted.text.startswith(ocr_marker(1) + "\n\n")
+    assert "Taxi receipts go to Jonas Berg" in extracted.text
+    assert [int(m) for m in OCR_MARKER.findall(extracted.text)] == [1]
+
+
+def test_a_mixed_pdf_keeps_its_page_numbers_and_the_needle_is_cited_on_its_page(
+    index_dir: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    doc = kb.ingest_bytes(mixed_pdf(), "facilities.pdf").document
+    assert doc.state == DocState.INDEXED, doc.failure_reason
+    text = kb.canonical_text(doc.id)
+    starts = [int(s) for s in (doc.page_starts or "").split(",")]
+    assert len(starts) == 3
+    assert text[starts[1] :].startswith(ocr_marker(2))
+    assert "Office opening hours" in text[: starts[1]] and "Parking" in text[starts[2] :]
+    assert [int(m) for m in OCR_MARKER.findall(text)] == [2]
+
+    monkeypatch.setenv("KB_THRESHOLD", "0.9")
+    result = CliRunner().invoke(main, ["--data-dir", str(index_dir), "ask", QUESTION, "--json"])
+    assert result.exit_code == 0, result.output
+    sources = json.loads(result.stdout)["sources"]
+    cited = [s for s in sources if "Mirela Vostok" in s["quote"]]
+    assert cited, sources
+    assert cited[0]["page"] == 2 and cited[0]["url"].endswith("#page=2")
+
+
+def test_without_tesseract_a_scan_fails_clearly_and_text_pdfs_are_unaffected(
+    index_dir: Path, embedder: Embedder, tmp_path: Path
+) -> None:
+    config = IndexConfig(
+        data_dir=index_dir, ocr=OcrConfig(tesseract_cmd=str(tmp_path / "no-tesseract"))
+    )
+    kb = KnowledgeBase(config, embedder=embedder)
+    scan = kb.ingest_bytes(scanned_pdf(["Anything at all"]), "scan.pdf").document
+    assert scan.state == DocState.FAILED
+    assert (scan.failure_reason or "").startswith("OCR not available: scan.pdf is a scanned PDF")
+    assert "install tesseract-ocr" in (scan.failure_reason or "")
+    text = kb.ingest_bytes(text_pdf(["A PDF with a text layer. " * 5]), "text.pdf").document
+    assert text.state == DocState.INDEXED
+
+
+def test_a_missing_language_is_named() -> None:
+    with pytest.raises(UnsupportedType, match="the OCR language xx is not installed") as exc:
+        extract(scanned_pdf(["Hello"]), "s.pdf", ocr=OcrConfig(language="eng+xx"))
+    assert "KB_OCR_LANGUAGE" in exc.value.reason
+
+
+def test_too_many_scanned_pages_fail_before_any_is_read() -> None:
+    pdf = FPDF()
+    for _ in range(3):
+        pdf.add_page()
+        picture = io.BytesIO()
+        Image.new("L", (300, 300), color=255).save(picture, "PNG")
+        pdf.image(picture, x=0, y=0, w=100)
+    # Tesseract is not even looked for: the limit is checked first.
+    config = OcrConfig(max_pages=2, tesseract_cmd="/nonexistent/tesseract")
+    with pytest.raises(OverLimit, match="3 scanned pages, over the limit of 2") as exc:
+        extract(bytes(pdf.output()), "big.pdf", ocr=config)
+    assert "KB_OCR_MAX_PAGES" in exc.value.reason
+
+
+def test_a_page_over_the_timeout_fails_naming_the_setting() -> None:
+    with pytest.raises(OverLimit, match=r"Page 1 of slow\.pdf took longer than") as exc:
+        extract(scanned_pdf(["Slow"]), "slow.pdf", ocr=OcrConfig(page_timeout=0.001))
+    assert "KB_OCR_TIMEOUT" in exc.value.reason
+
+
+def test_a_page_with_neither_text_nor_images_says_so() -> None:
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.rect(20, 20, 150, 10, style="F")
+    with pytest.raises(EmptyDocument, match="no text layer, and OCR found no text"):
+        extract(bytes(pdf.output()), "drawn.pdf")
+
+
+@pytest.mark.parametrize(("env", "value"), [("KB_OCR_TIMEOUT", "0"), ("KB_OCR_MAX_PAGES", "0")])
+def test_ocr_settings_must_be_positive(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str
+) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ValueError, match="KB_OCR_TIMEOUT and KB_OCR_MAX_PAGES must be positive"):
+        Settings()
+
+
+def test_ocr_settings_reach_the_index_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_OCR_LANGUAGE", "eng+deu")
+    monkeypatch.setenv("KB_OCR_MAX_PAGES", "7")
+    ocr = Settings().index_config().ocr
+    assert (ocr.language, ocr.max_pages) == ("eng+deu", 7)
+
+
+@requires_chromium
+async def test_the_viewer_names_the_pages_read_by_ocr(tmp_path: Path) -> None:
+    text = f"Typed first page.\n\n{ocr_marker(2)}\n\nScanned words.\n\n{ocr_marker(4)}\n\nMore."
+    page = fill_viewer(title="Scan", meta="scan.pdf", file_url="/d/1/file", text=text)
+
+    async def viewer(_: web.Request) -> web.Response:
+        return web.Response(text=page, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/d/1", viewer)
+    app.router.add_static("/static/", STATIC)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        dom = await dump_dom(f"http://127.0.0.1:{server.port}/d/1", budget_ms=1000)
+    finally:
+        await server.close()
+    assert 'data-ocr-pages="2,4"' in dom
+    note = re.search(r'<p class="notice" id="ocr"( hidden="")?>(.*?)</p>', dom, re.S)
+    assert note is not None and note.group(1) is None
+    assert note.group(2).startswith("Pages 2, 4: text read by OCR")
