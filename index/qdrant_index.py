@@ -172,7 +172,11 @@ def _client(url: str, api_key: str, data_dir: Path) -> QdrantClient:
         if url == ":memory:":
             return QdrantClient(location=":memory:")
         if url:
-            return QdrantClient(url=url, api_key=api_key or None, timeout=30)
+            # No version probe at construction: the first real call reports an
+            # unreachable server, as SearchEngineUnavailable.
+            return QdrantClient(
+                url=url, api_key=api_key or None, timeout=30, check_compatibility=False
+            )
         folder = str((data_dir / "qdrant").resolve())
         with _EMBEDDED_LOCK:
             if folder not in _EMBEDDED:
@@ -356,7 +360,12 @@ class QdrantSearchIndex:
         sparse: list[tuple[int, float]] = []
         if mode != Mode.BM25:
             hits = db.query_points(
-                alias, query=_floats(query_vector), using=DENSE, query_filter=where, limit=depth
+                alias,
+                query=_floats(query_vector),
+                using=DENSE,
+                query_filter=where,
+                limit=depth,
+                with_payload=False,
             ).points
             dense = _ranked([(int(p.id), _distance(p.score)) for p in hits], ascending=True)
         if mode != Mode.DENSE:
@@ -379,7 +388,9 @@ class QdrantSearchIndex:
         if not chunk_ids:
             return {}
         db, alias = self._connect()
-        records = db.retrieve(alias, [int(c) for c in chunk_ids], with_vectors=[DENSE])
+        records = db.retrieve(
+            alias, [int(c) for c in chunk_ids], with_payload=False, with_vectors=[DENSE]
+        )
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
         out: dict[int, float] = {}
         for record in records:
@@ -398,7 +409,9 @@ class QdrantSearchIndex:
         if not indices:
             return []
         query = models.SparseVector(indices=indices, values=values)
-        hits = db.query_points(alias, query=query, using=SPARSE, query_filter=where, limit=depth)
+        hits = db.query_points(
+            alias, query=query, using=SPARSE, query_filter=where, limit=depth, with_payload=False
+        )
         return _ranked([(int(p.id), float(p.score)) for p in hits.points if p.score > 0])
 
     # ------------------------------------------------------------------ internals

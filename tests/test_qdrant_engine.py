@@ -1,0 +1,309 @@
+"""The Qdrant engine beyond the contract: rankings equal to the local engine's, BM25 as
+stored, resumable sync, rebuild behind the alias, a server's API key, a missing client.
+
+Real parts: the knowledge base's own ingestion of ``tests/data/evalmini``, qdrant-client's
+local mode (embedded in the data dir, as with an empty ``QDRANT_URL``), a local HTTP server
+standing in for an unreachable Qdrant server.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from index.config import IndexConfig
+from index.embed import Embedder
+from index.errors import KBError
+from index.knowledge_base import KnowledgeBase
+from index.models import Chunk
+from index.qdrant_index import (
+    AVGDL_TOLERANCE,
+    QdrantSearchIndex,
+    SearchEngineUnavailable,
+    collection_name,
+)
+from index.records import Stamp
+from index.search_index import Candidate, Mode, SearchIndex, open_search_index
+from index.store import NewDocument, Store
+from tests.evalmini import EVALMINI
+
+API_KEY = "qdrant-key-canary-7f3a"
+
+
+def _questions() -> list[str]:
+    out: list[str] = []
+    for line in (EVALMINI / "questions.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        out += [row["doc_phrasing"], row["ticket_phrasing"]]
+    out += [
+        json.loads(line)["question"] for line in (EVALMINI / "ood.jsonl").read_text().splitlines()
+    ]
+    return out
+
+
+@pytest.fixture
+def qdrant_kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
+    """The evalmini corpus ingested by a knowledge base searching with Qdrant (embedded)."""
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir, search_engine="qdrant"), embedder=embedder)
+    kb.search_index.open()
+    summary = kb.ingest_paths([EVALMINI / "corpus"])
+    assert len(summary.indexed) == 3
+    return kb
+
+
+def _local(store: Store, embedder: Embedder) -> SearchIndex:
+    index = open_search_index(store, embedding_model=embedder.name, dimensions=embedder.dim)
+    index.open()
+    return index
+
+
+def _ids(found: list[Candidate]) -> list[int]:
+    return [c.chunk_id for c in found]
+
+
+def test_top_4_equals_the_local_engine_and_both_legs_match(
+    qdrant_kb: KnowledgeBase, embedder: Embedder
+) -> None:
+    qdrant, local = qdrant_kb.search_index, _local(qdrant_kb.store, embedder)
+    assert isinstance(qdrant, QdrantSearchIndex)
+    questions = _questions()
+    same = 0
+    for q in questions:
+        vector = embedder.encode_query(q)
+        top_q, top_l = qdrant.search(vector, q, None, 4), local.search(vector, q, None, 4)
+        same += _ids(top_q) == _ids(top_l)
+        for mine, theirs in zip(top_q, top_l, strict=False):
+            if mine.chunk_id == theirs.chunk_id:
+                assert mine.distance == pytest.approx(theirs.distance, abs=1e-5)
+        for mode in (Mode.DENSE, Mode.BM25):
+            legs = qdrant.search(vector, q, None, 25, mode), local.search(vector, q, None, 25, mode)
+            assert _ids(legs[0]) == _ids(legs[1]), (q, mode)
+            # Equal min-max normalised scores: the raw BM25 scores agree up to scale and shift.
+            assert [c.score for c in legs[0]] == pytest.approx([c.score for c in legs[1]], abs=1e-4)
+    assert same / len(questions) >= 0.95
+
+
+def _add(store: Store, embedder: Embedder, texts: list[str], model: str | None = None) -> list[int]:
+    name = f"doc-{store.generation}-{len(texts)}-{model}"
+    doc_id = store.insert_document(NewDocument(name=name, sha256=name, size=1, scope="*"))
+    chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
+    return store.commit_indexed(
+        doc_id,
+        chunks,
+        embedder.encode(texts),
+        [len(t.split()) for t in texts],
+        canonical_text="",
+        stamp=Stamp(model or embedder.name, embedder.dim, "pipeline-1", "extractor-1"),
+        window_splits=0,
+    )
+
+
+def _qdrant(store: Store, embedder: Embedder, model: str | None = None) -> QdrantSearchIndex:
+    return QdrantSearchIndex(store, embedding_model=model or embedder.name, dimensions=embedder.dim)
+
+
+def test_bm25_values_follow_the_average_length_as_the_corpus_grows(
+    index_dir: Path, embedder: Embedder
+) -> None:
+    store = Store(index_dir)
+    _add(store, embedder, ["Expense form.", "Expense receipts for travel."])
+    index = _qdrant(store, embedder)
+    index.open()
+    first = index._marker(index._connect()[1])["avgdl"]
+    long = (
+        "Expense receipts for travel are scanned, signed and filed by the finance team each month."
+    )
+    _add(store, embedder, [long] * 6)
+    index.sync()
+    marker = index._marker(index._connect()[1])
+    assert marker["generation"] == store.generation
+    assert abs(marker["avgdl"] - first) > AVGDL_TOLERANCE * first  # the values were rewritten
+    local, q = _local(store, embedder), "expense receipts"
+    vector = embedder.encode_query(q)
+    mine, theirs = (
+        index.search(vector, q, None, 8, Mode.BM25),
+        local.search(vector, q, None, 8, Mode.BM25),
+    )
+    assert _ids(mine) == _ids(theirs)
+    assert [c.score for c in mine] == pytest.approx([c.score for c in theirs], abs=1e-4)
+
+
+def test_a_sync_interrupted_by_a_crash_resumes(index_dir: Path, embedder: Embedder) -> None:
+    from qdrant_client import models
+
+    store = Store(index_dir)
+    kept = _add(
+        store, embedder, ["Expenses are approved by a manager.", "The office opens at nine."]
+    )
+    first = _qdrant(store, embedder)
+    first.open()
+    db, alias = first._connect()
+    # What a process killed mid-sync leaves: part of a change written, the marker not.
+    db.delete(alias, points_selector=models.PointIdsList(points=[kept[1]]))
+    vector = embedder.encode([QUESTION_TEXT])[0].tolist()
+    db.upsert(alias, points=[models.PointStruct(id=999_999, vector={"dense": vector}, payload={})])
+    added = _add(store, embedder, ["Travel is booked through the portal."])
+    restarted = _qdrant(store, embedder)  # a new process on the same engine
+    assert restarted.open() == store.generation
+    assert restarted.check()["in_sync"] is True
+    held = {int(r.id) for r in db.scroll(alias, limit=100)[0]}
+    assert held == {*kept, *added}
+
+
+QUESTION_TEXT = "How is an expense approved?"
+
+
+def test_rebuild_fills_a_new_collection_then_moves_the_alias(
+    index_dir: Path, embedder: Embedder
+) -> None:
+    store = Store(index_dir)
+    _add(store, embedder, ["Expenses are approved by a manager."])
+    index = _qdrant(store, embedder)
+    index.open()
+    db, alias = index._connect()
+    before = index._physical(alias)
+    # A rebuild that crashed before its alias moved leaves a collection nobody reads.
+    index._create(f"{alias}-crashed0")
+    vector = embedder.encode_query(QUESTION_TEXT)
+    found = index.search(vector, QUESTION_TEXT, None, 4)
+    assert index.rebuild() == store.generation
+    after = index._physical(alias)
+    assert after != before
+    assert index._builds(alias) == [after]  # the old build and the crashed one are gone
+    assert index.search(vector, QUESTION_TEXT, None, 4) == found
+
+
+def test_a_collection_of_another_analysis_is_rebuilt(index_dir: Path, embedder: Embedder) -> None:
+    store = Store(index_dir)
+    _add(store, embedder, ["Expenses are approved by a manager."])
+    index = _qdrant(store, embedder)
+    index.open()
+    db, alias = index._connect()
+    before = index._physical(alias)
+    db.update_collection(alias, metadata={"tokenizer": "1:an-older-analysis"})
+    again = _qdrant(store, embedder)
+    assert again.open() == store.generation
+    assert again._physical(alias) != before
+    assert again.check()["in_sync"] is True
+
+
+def test_each_model_has_its_own_collection(index_dir: Path, embedder: Embedder) -> None:
+    store = Store(index_dir)
+    mine = _add(store, embedder, ["Expenses are approved by a manager."])
+    theirs = _add(store, embedder, ["Expenses of another model."], model="other/model")
+    a, b = _qdrant(store, embedder), _qdrant(store, embedder, model="other/model")
+    a.open(), b.open()
+    assert a._connect()[1] != b._connect()[1]
+    kb_id = store.get_meta("search_collection_id")
+    assert kb_id and a._connect()[1] == collection_name(kb_id, embedder.name, embedder.dim)
+    vector = embedder.encode_query(QUESTION_TEXT)
+    assert _ids(a.search(vector, QUESTION_TEXT, None, 4)) == mine
+    assert _ids(b.search(vector, QUESTION_TEXT, None, 4)) == theirs
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    """A server that answers every request 503 and remembers the headers it got."""
+
+    seen: list[dict[str, str]] = []
+
+    def _refuse(self) -> None:
+        type(self).seen.append(dict(self.headers))
+        body = b'{"status": {"error": "unavailable"}}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = _refuse
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
+        pass
+
+
+@pytest.fixture
+def refusing_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
+def test_a_failing_server_gets_the_key_and_no_message_shows_it(
+    index_dir: Path, embedder: Embedder, refusing_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _Refusing.seen.clear()
+    url = refusing_server.replace("http://", "http://admin:hunter2-canary@")
+    index = QdrantSearchIndex(
+        Store(index_dir),
+        embedding_model=embedder.name,
+        dimensions=embedder.dim,
+        url=url,
+        api_key=API_KEY,
+    )
+    with pytest.raises(SearchEngineUnavailable) as caught:
+        index.open()
+    message = str(caught.value)
+    assert refusing_server.removeprefix("http://") in message and "QDRANT_URL" in message
+    assert API_KEY not in message and "hunter2" not in message
+    assert index.health()["refresh_error"] and API_KEY not in str(index.health())
+    assert "hunter2" not in str(index.health()) and API_KEY not in repr(index)
+    assert any(h.get("api-key") == API_KEY for h in _Refusing.seen)
+    assert API_KEY not in caplog.text
+
+
+def test_without_qdrant_client_the_error_names_the_extra(index_dir: Path) -> None:
+    # A fresh interpreter where the package cannot be imported, as without the extra.
+    script = f"""
+import sys
+sys.modules["qdrant_client"] = None
+from index.qdrant_index import SearchEngineUnavailable
+from index.search_index import open_search_index
+from index.store import Store
+try:
+    open_search_index(Store({str(index_dir)!r}), embedding_model="m", dimensions=3, engine="qdrant").open()
+except SearchEngineUnavailable as exc:
+    print(exc)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert "pip install -e '.[scale]'" in done.stdout, done.stderr
+
+
+def test_settings_choose_qdrant_and_keep_its_key_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bot.settings import Settings
+
+    monkeypatch.setenv("KB_SEARCH_ENGINE", "qdrant")
+    monkeypatch.setenv("QDRANT_URL", "http://qdrant:6333")
+    monkeypatch.setenv("QDRANT_API_KEY", API_KEY)
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    config = settings.index_config()
+    assert (config.search_engine, config.qdrant_url, config.qdrant_api_key) == (
+        "qdrant",
+        "http://qdrant:6333",
+        API_KEY,
+    )
+    assert API_KEY not in repr(settings) + repr(config)
+    assert API_KEY in settings.secret_values()
+
+
+def test_search_errors_are_the_products(index_dir: Path, embedder: Embedder) -> None:
+    index = _qdrant(Store(index_dir), embedder)
+    index.open()
+    db, alias = index._connect()
+    db.delete_collection(str(index._physical(alias)))  # someone dropped it on the server
+    with pytest.raises(KBError, match="Qdrant engine at embedded failed"):
+        index.search(embedder.encode_query(QUESTION_TEXT), QUESTION_TEXT, None, 4)
