@@ -25,6 +25,8 @@ all of them (a test keeps the list complete)::
     ├── VectorIndexError             (index.vectors) FAISS failed; rebuild the index
     ├── EmbeddingModelUnavailable    (index.embed) the embedding model cannot be loaded or reached
     ├── SearchEngineUnavailable      (index.qdrant_index) the search engine cannot be loaded, reached or opened
+    ├── FetchFailed                  (index.fetch) a URL refused by the fetch policy or not fetched
+    ├── SyncConfigError              (index.sync) a sync source or its config file is malformed
     ├── AnswerError                  (core.errors) the answer engine's errors
     │   ├── LLMUnavailable           the model endpoint is missing, refused, timed out or 5xx
     │   ├── BadLinkToken             a passage link's token is tampered, expired or for another doc

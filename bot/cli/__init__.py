@@ -3,11 +3,11 @@
 ``base`` holds the group and what commands share; each other module adds its
 commands to the group when imported: ``documents`` (ingest, docs, show,
 chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
-reject), ``answering`` (ask, serve) and ``evaluation`` (eval, calibrate,
-export-disliked).
+reject), ``answering`` (ask, serve), ``evaluation`` (eval, calibrate,
+export-disliked) and ``syncing`` (sync).
 """
 
-from bot.cli import answering, documents, evaluation, publishing
+from bot.cli import answering, documents, evaluation, publishing, syncing
 from bot.cli.base import main
 
-__all__ = ["answering", "documents", "evaluation", "main", "publishing"]
+__all__ = ["answering", "documents", "evaluation", "main", "publishing", "syncing"]
