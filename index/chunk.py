@@ -16,9 +16,12 @@ Rules, in order of precedence:
 * With a token counter, a chunk whose ``text`` would not fit the encoder's
   window is split further at the same boundaries until it does.
 
+In a sheet (``xlsx``, ``csv``: one row per paragraph, the header row first), a
+chunk that starts below the header row has that row appended to its header.
+
 Headings are Markdown ATX lines (``#`` to ``######`` then a space or tab, at
-most three spaces of indentation), recognised for the ``md`` and ``html`` kinds
-(the HTML extractor writes its headings that way). Lines inside fenced code
+most three spaces of indentation), recognised for the ``md``, ``html`` and Office kinds
+(their extractors write headings that way). Lines inside fenced code
 blocks (``````` or ``~~~``) are never headings.
 """
 
@@ -38,7 +41,9 @@ HEADER_SEPARATOR = " > "
 # A heading line can be arbitrarily long (a whole file on one "# " line); its
 # title is repeated in every chunk's header, so it is shortened.
 MAX_HEADING_CHARS = 200
-HEADING_KINDS = frozenset({"md", "html"})
+HEADING_KINDS = frozenset({"md", "html", "docx", "pptx", "xlsx"})
+# Tables whose sections start with their header row (``index.sheets``).
+SHEET_KINDS = frozenset({"xlsx", "csv"})
 
 Span = tuple[int, int]
 
@@ -201,12 +206,27 @@ def _pieces(
         _sections(doc.text, doc.title, headings), doc.page_starts
     ):
         header = HEADER_SEPARATOR.join([doc.title, *path])
+        columns = _header_row(doc, start, end)
+        with_columns = HEADER_SEPARATOR.join([header, doc.text[columns[0] : columns[1]]])
         if window:
             header = window.fit_header(header)
+            with_columns = window.fit_header(with_columns)
+        longest = with_columns if columns[1] > columns[0] else header
         for span in splitter.spans(start, end, budget):
-            pieces = window.fit(splitter, span, header) if window else [span]
+            # Fitted under the longer header, every piece fits under either.
+            pieces = window.fit(splitter, span, longest) if window else [span]
             for i, piece in enumerate(pieces):
-                yield piece, header, path, i == 0 and len(pieces) > 1
+                # A chunk further down a sheet repeats its header row, so it reads alone.
+                own = longest if piece[0] >= columns[1] else header
+                yield piece, own, path, i == 0 and len(pieces) > 1
+
+
+def _header_row(doc: Extracted, start: int, end: int) -> Span:
+    """The span of a sheet section's first row (its header), or an empty span."""
+    if doc.kind not in SHEET_KINDS:
+        return (start, start)
+    m = _LINE.search(doc.text, start, end)
+    return m.span() if m else (start, start)
 
 
 def _sections(

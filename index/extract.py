@@ -8,6 +8,11 @@ from plain text and explains what a mislabelled file claims to be.
 HTML becomes Markdown-like text: headings as ATX lines (``## Heading``), one
 blank line between blocks, ``- `` before list items and ``<pre>`` kept verbatim
 inside a code fence, so the chunker finds sections and paragraphs in it.
+
+Word, PowerPoint and Excel files are ZIP packages, checked against zip bombs
+before they are read (``index.office_zip``), then written the same way
+(``index.office``, ``index.sheets``); CSV files are decoded as text, then read
+as one sheet. Legacy and password-protected Office files are refused.
 """
 
 from __future__ import annotations
@@ -28,18 +33,33 @@ from index.config import DEFAULT_MAX_PAGES, DEFAULT_MAX_UPLOAD_BYTES, OcrConfig
 from index.errors import CorruptDocument, EmptyDocument, OverLimit, TooLarge, UnsupportedType
 from index.models import Extracted
 from index.ocr import needs_ocr, ocr_marker, read_pages
+from index.office import docx_document, pptx_document
+from index.office_zip import OLE_MAGIC, ZIP_MAGIC, open_package, reject_ole
+from index.sheets import csv_document, xlsx_document
 
 # Stamped on documents: bump whenever the same bytes would extract differently.
-EXTRACTOR_VERSION = "1"
+EXTRACTOR_VERSION = "2"
 
-SUPPORTED_SUFFIXES: tuple[str, ...] = (".md", ".markdown", ".txt", ".html", ".htm", ".pdf")
-SUPPORTED_TYPES = "Markdown (.md), plain text (.txt), HTML (.html) and PDF with a text layer (.pdf)"
+SUPPORTED_SUFFIXES: tuple[str, ...] = (
+    ".md", ".markdown", ".txt", ".html", ".htm", ".pdf",
+    ".docx", ".docm", ".pptx", ".pptm", ".xlsx", ".xlsm", ".csv", ".tsv",
+)  # fmt: skip
+SUPPORTED_TYPES = (
+    "Markdown (.md), plain text (.txt), HTML (.html), PDF (.pdf), Word (.docx), "
+    "PowerPoint (.pptx), Excel (.xlsx) and CSV (.csv)"
+)
 
 MAX_TITLE_CHARS = 200
 _MB = 1024 * 1024
 _MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
 _HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
-_TEXT_SUFFIXES = frozenset({".txt", ".text"}) | _MARKDOWN_SUFFIXES | _HTML_SUFFIXES
+_CSV_SUFFIXES = frozenset({".csv", ".tsv"})
+_TEXT_SUFFIXES = frozenset({".txt", ".text"}) | _MARKDOWN_SUFFIXES | _HTML_SUFFIXES | _CSV_SUFFIXES
+# Names of Office Open XML files (macro-enabled and templates included).
+_OFFICE_SUFFIXES = frozenset(
+    {".docx", ".docm", ".dotx", ".dotm", ".pptx", ".pptm", ".potx", ".ppsx", ".ppsm",
+     ".xlsx", ".xlsm", ".xltx", ".xltm"}
+)  # fmt: skip
 
 # Known binary formats, so the reason can say what the file is.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -49,8 +69,6 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"GIF89a", "a GIF image"),
     (b"II*\x00", "a TIFF image"),
     (b"MM\x00*", "a TIFF image"),
-    (b"PK\x03\x04", "a ZIP archive (Word, Excel and PowerPoint files are ZIP archives too)"),
-    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "a legacy Microsoft Office file"),
     (b"\x1f\x8b", "a gzip archive"),
     (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
     (b"Rar!\x1a\x07", "a RAR archive"),
@@ -116,12 +134,20 @@ def extract(
     suffix = _suffix(name)
     if _is_pdf(data):
         return _pdf(data, name, filename, max_pages, ocr or OcrConfig())
+    if data.startswith(ZIP_MAGIC):
+        return _office(data, name, filename, max_pages)
+    if data.startswith(OLE_MAGIC):
+        raise reject_ole(data, name, filename, suffix)
     _reject_known_binary(data, name, filename)
     if suffix == ".pdf":
         raise _not_a_pdf(data, name, filename)
+    if suffix in _OFFICE_SUFFIXES:
+        raise _not_office(data, name, filename)
     if b"\x00" in data and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise _binary(name, filename, suffix, "it contains NUL bytes")
     text = _normalise_newlines(_decode(data, name, filename, suffix))
+    if suffix in _CSV_SUFFIXES and not _HTML_START.match(text[:4096]):
+        return csv_document(text, name, filename, suffix, _stem(name))
     if _HTML_START.match(text[:4096]) or suffix in _HTML_SUFFIXES:
         return _html(text, name, filename)
     if not text.strip():
@@ -270,6 +296,34 @@ def _not_a_pdf(data: bytes, name: str, filename: str) -> CorruptDocument:
     return CorruptDocument(
         f"{name} is not a PDF: it does not start with the %PDF- header. It may be damaged "
         "or renamed; upload the original file.",
+        filename=filename,
+    )
+
+
+# --- Office and spreadsheets
+
+
+def _office(data: bytes, name: str, filename: str, max_pages: int) -> Extracted:
+    """A Word, PowerPoint or Excel file, checked as an untrusted ZIP package first."""
+    package = open_package(data, name, filename)
+    if package.kind == "docx":
+        return docx_document(package, name, filename, _stem(name))
+    if package.kind == "pptx":
+        return pptx_document(package, name, filename, _stem(name), max_pages)
+    return xlsx_document(package, name, filename, _stem(name))
+
+
+def _not_office(data: bytes, name: str, filename: str) -> CorruptDocument:
+    head = data[:4096].decode("utf-8", errors="replace").removeprefix("\ufeff")
+    if _HTML_START.match(head):
+        return CorruptDocument(
+            f"{name} is an HTML page, not an Office file (a login page saved instead of the "
+            "file?). Download the document itself and upload it again.",
+            filename=filename,
+        )
+    return CorruptDocument(
+        f"{name} is not a Word, Excel or PowerPoint file: it is not a ZIP package as those "
+        "are. It may be damaged or renamed; upload the original file.",
         filename=filename,
     )
 

@@ -223,11 +223,11 @@ def test_folder_ingest_reports_other_file_types_as_skipped(
     folder = tmp_path / "share"
     (folder / "sub").mkdir(parents=True)
     (folder / "handbook.md").write_bytes(HANDBOOK)
-    (folder / "sub" / "budget.xlsx").write_bytes(b"PK\x03\x04 not really")
+    (folder / "sub" / "budget.numbers").write_bytes(b"PK\x03\x04 not really")
     (folder / ".hidden.md").write_text("# secret\n\nnot for the knowledge base\n")
     summary = kb.ingest_paths([folder])
     assert [d.name for d in summary.indexed] == ["handbook.md"]
-    assert len(summary.skipped) == 1 and "budget.xlsx" in summary.skipped[0]
+    assert len(summary.skipped) == 1 and "budget.numbers" in summary.skipped[0]
     assert "not a supported type" in summary.skipped[0]
     assert [d.name for d in kb.store.documents()] == ["handbook.md"]
 

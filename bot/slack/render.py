@@ -657,7 +657,10 @@ def upload_modal(private_metadata: str, *, channel_scope_allowed: bool) -> dict[
             "element": {
                 "type": "file_input",
                 "action_id": UPLOAD_FILES_BLOCK,
-                "filetypes": ["md", "markdown", "txt", "text", "html", "htm", "pdf"],
+                "filetypes": [
+                    *("md", "markdown", "txt", "text", "html", "htm", "pdf"),
+                    *("docx", "docm", "pptx", "pptm", "xlsx", "xlsm", "csv", "tsv"),
+                ],
                 "max_files": UPLOAD_MAX_FILES,
             },
         },
