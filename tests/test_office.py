@@ -29,7 +29,7 @@ from index.chunk import HEADER_SEPARATOR, chunk_document
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.errors import CorruptDocument, EmptyDocument, OverLimit, UnsupportedType
-from index.extract import extract
+from index.extract import SUPPORTED_SUFFIXES, extract
 from index.knowledge_base import KnowledgeBase
 from index.models import Chunk, DocState, Extracted
 from index.office_zip import MAX_RATIO
@@ -585,6 +585,16 @@ def test_kb_ask_json_names_the_slide_of_a_needle(
     sources = json.loads(result.stdout)["sources"]
     cited = [s for s in sources if needle in _linked_passage(office_kb, s)]
     assert cited and cited[0]["section"] == "Slide 2: Who to ask"
+
+
+def test_readme_and_kb_ingest_help_name_every_supported_type() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    help_text = CliRunner().invoke(main, ["ingest", "--help"]).output
+    for suffix in SUPPORTED_SUFFIXES:
+        if suffix not in {".markdown", ".htm"}:
+            assert f"`{suffix}`" in readme and suffix in help_text, suffix
+    for legacy in (".doc", ".xls", ".ppt"):
+        assert f"`{legacy}`" in readme and legacy in help_text
 
 
 # --- Slack

@@ -61,6 +61,13 @@ def summary(doc: DocumentRow) -> dict[str, Any]:
 def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: bool) -> None:
     """Add files and folders to the knowledge base.
 
+    Reads Markdown (.md), plain text (.txt), HTML (.html), PDF (.pdf; scanned
+    pages by OCR), Word (.docx, .docm), PowerPoint (.pptx, .pptm), Excel
+    (.xlsx, .xlsm) and CSV (.csv, .tsv). Legacy .doc/.xls/.ppt files fail with the
+    advice to save them as .docx/.xlsx/.pptx, password-protected ones with the
+    advice to remove the password; images, archives and other files fail as
+    unsupported. A folder's other files are skipped and listed.
+
     Exits 1 when a file failed or was refused (too large, or no room on the disk).
 
     Example: kb ingest handbook/ faq.md
