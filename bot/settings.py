@@ -91,6 +91,11 @@ class Settings(BaseSettings):
         "KB_DATA_DIR",
         "Folder holding the SQLite database, the FAISS/BM25 files and the stored originals.",
     )
+    database_url: SecretStr = _setting(
+        SecretStr(""),
+        "KB_DATABASE_URL",
+        "The database shared by replicas: postgresql://user:password@host:5432/dbname (needs the 'scale' extra). Documents, chunks, the query log, feedback, the audit log and the originals live there; KB_DATA_DIR keeps only this replica's derived index files. Empty: SQLite in KB_DATA_DIR. Shown only with the password masked. Move an existing knowledge base there with `kb migrate-store`.",
+    )
     embedding_model: str = _setting(
         DEFAULT_EMBEDDING_MODEL,
         "KB_EMBEDDING_MODEL",
@@ -469,6 +474,7 @@ class Settings(BaseSettings):
         """What storage and ingestion need."""
         return IndexConfig(
             data_dir=self.data_dir,
+            database_url=self.database_url.get_secret_value(),
             embedding_model=self.embedding_model,
             encoder_runtime=self.encoder_runtime,
             encoder_cache=Path(self.encoder_cache) if self.encoder_cache else None,

@@ -34,15 +34,15 @@ class AuditMixin(StoreMixin):
         marks = ", ".join("?" * len(_WRITTEN))
         with self.transaction() as db:
             cur = db.execute(
-                f"INSERT INTO audit ({', '.join(_WRITTEN)}) VALUES ({marks})",
+                f"INSERT INTO audit ({', '.join(_WRITTEN)}) VALUES ({marks}) RETURNING id",
                 [row[c] for c in _WRITTEN],
             )
-            return int(cur.lastrowid or 0)
+            return int(cur.fetchone()[0])
 
     def audit_entries(self, limit: int | None = None) -> list[AuditEntry]:
         """The newest ``limit`` entries (all when ``None``), newest first."""
-        rows = self.db.query(
-            f"SELECT {', '.join(AUDIT_COLUMNS)} FROM audit ORDER BY id DESC LIMIT ?",
-            [-1 if limit is None else limit],
+        newest = f"SELECT {', '.join(AUDIT_COLUMNS)} FROM audit ORDER BY id DESC"
+        rows = (
+            self.db.query(newest) if limit is None else self.db.query(f"{newest} LIMIT ?", [limit])
         )
         return [AuditEntry.from_row(r) for r in rows]

@@ -91,6 +91,8 @@ class IndexConfig:
 
     Attributes:
         data_dir: folder of the SQLite database, the derived index files and the originals.
+        database_url: a ``postgresql://`` URL of the database shared by replicas
+            (originals included); empty: SQLite in ``data_dir``. A secret: never in a repr.
         embedding_model: ``bundled:all-MiniLM-L6-v2``, a local folder, a model
             name, or ``openai:<model>`` for ``embedding_endpoint``.
         embedding_endpoint: the endpoint of an ``openai:`` model.
@@ -115,6 +117,7 @@ class IndexConfig:
     """
 
     data_dir: Path = DEFAULT_DATA_DIR
+    database_url: str = field(default="", repr=False)
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     encoder_runtime: str = DEFAULT_ENCODER_RUNTIME
     encoder_cache: Path | None = None

@@ -51,8 +51,8 @@ class EscalationMixin(StoreMixin):
         now = time.time()
         with self.transaction() as db:
             cur = db.execute(
-                """INSERT INTO escalations (query_id, user, at) VALUES (?, ?, ?)
-                   ON CONFLICT(query_id) DO UPDATE SET user = excluded.user, at = excluded.at
+                """INSERT INTO escalations (query_id, "user", at) VALUES (?, ?, ?)
+                   ON CONFLICT(query_id) DO UPDATE SET "user" = excluded."user", at = excluded.at
                    WHERE escalations.ts IS NULL AND escalations.at < ?""",
                 [query_id, user, now, now - stale_after],
             )
@@ -74,7 +74,7 @@ class EscalationMixin(StoreMixin):
     def escalation(self, query_id: int) -> Escalation | None:
         """The hand-off of ``query_id``, sent or being sent; ``None`` when there is none."""
         row = self.db.execute(
-            "SELECT query_id, user, at, channel, ts FROM escalations WHERE query_id = ?",
+            'SELECT query_id, "user", at, channel, ts FROM escalations WHERE query_id = ?',
             [query_id],
         ).fetchone()
         if row is None:

@@ -15,7 +15,6 @@ the transaction that makes it.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,7 +42,6 @@ from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES
 from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
 from index.models import AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
-from index.private import private_file
 from index.records import AuditEntry, DocumentFacts, DocumentRow, Stamp
 from index.search_index import LocalSearchIndex, SearchIndex, open_search_index
 from index.store import EVERYONE, NewDocument, Store
@@ -142,7 +140,7 @@ class KnowledgeBase:
     ) -> None:
         self.config = config
         self.chunker = chunker
-        self.store = Store(config.data_dir)
+        self.store = Store(config.data_dir, database_url=config.database_url)
         self.embedder = embedder or load_embedder(config)
         stamped = self.store.stamped_dimensions(self.embedder.name)
         if stamped is not None:
@@ -227,7 +225,7 @@ class KnowledgeBase:
 
     def document_count(self) -> int:
         """How many documents there are, in any state."""
-        return int(self.store.db["documents"].count)
+        return self.store.document_count()
 
     def documents(self) -> list[DocumentRow]:
         """Every document, oldest first."""
@@ -257,6 +255,7 @@ class KnowledgeBase:
             by_state[d.state.value] += 1
         return {
             "data_dir": str(self.config.data_dir),
+            "database": self.store.database.location,
             "documents": len(docs),
             "by_state": by_state,
             "chunks": self.store.chunk_count(),
@@ -701,31 +700,16 @@ class KnowledgeBase:
 
     @contextmanager
     def _reindex_lock(self) -> Iterator[None]:
-        # A lock file rather than a threading lock: `kb reindex` in a shell and
-        # /kb-reindex in the running bot are different processes.
-        path = private_file(self.config.data_dir / "reindex.lock")
-        with open(path, "w") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                raise ReindexInProgress(
-                    "A reindex is already running; wait for it to finish."
-                ) from exc
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        # Held across processes (`kb reindex` in a shell, /kb-reindex in the
+        # running bot) and, on Postgres, across replicas.
+        with self.store.exclusive("reindex") as acquired:
+            if not acquired:
+                raise ReindexInProgress("A reindex is already running; wait for it to finish.")
+            yield
 
     def reindex_running(self) -> bool:
         """Whether a reindex holds the lock right now."""
-        path = private_file(self.config.data_dir / "reindex.lock")
-        with open(path, "a") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            return False
+        return self.store.locked("reindex")
 
 
 def _expand(paths: Iterable[Path], skipped: list[str]) -> Iterator[Path]:

@@ -10,7 +10,7 @@ connection (``db``) and its ``transaction()``. Their tables (``query_log``,
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from index.errors import QueryNotFound
@@ -35,13 +35,14 @@ class QueryLogMixin(StoreMixin):
         marks = ", ".join("?" * len(row))
         with self.transaction() as db:
             cur = db.execute(
-                f"INSERT INTO query_log ({', '.join(row)}) VALUES ({marks})", list(row.values())
+                f"INSERT INTO query_log ({_quoted(row)}) VALUES ({marks}) RETURNING id",
+                list(row.values()),
             )
-            return int(cur.lastrowid or 0)
+            return int(cur.fetchone()[0])
 
     def query(self, query_id: int) -> QueryRecord:
         """The question logged under ``query_id``; ``QueryNotFound`` if there is none."""
-        columns = ", ".join(QUERY_COLUMNS)
+        columns = _quoted(QUERY_COLUMNS)
         rows = list(self.db.query(f"SELECT {columns} FROM query_log WHERE id = ?", [query_id]))
         if not rows:
             raise QueryNotFound(query_id)
@@ -65,11 +66,11 @@ class QueryLogMixin(StoreMixin):
             return []
         marks = ",".join("?" * len(outcomes))
         rows = self.db.query(
-            f"""SELECT id, question, outcome, kept, scopes, created_at, channel, nearest, user
+            f"""SELECT id, question, outcome, kept, scopes, created_at, channel, nearest, "user"
                 FROM (SELECT *, ROW_NUMBER() OVER (
-                          PARTITION BY COALESCE(user, 'id:' || id)
+                          PARTITION BY COALESCE("user", 'id:' || id)
                           ORDER BY created_at DESC, id DESC) AS nth
-                      FROM query_log WHERE outcome IN ({marks}) AND created_at >= ?)
+                      FROM query_log WHERE outcome IN ({marks}) AND created_at >= ?) AS q
                 WHERE nth <= ?
                 ORDER BY created_at DESC, id DESC LIMIT ?""",
             [*outcomes, since, per_user if per_user is not None else limit, limit],
@@ -97,13 +98,12 @@ class QueryLogMixin(StoreMixin):
         """Store a thumbs-up (+1) or thumbs-down (-1) for a logged answer."""
         self.query(query_id)
         with self.transaction() as db:
-            return _pk(
-                db.table("feedback")
-                .insert(
-                    {"query_id": query_id, "user": user, "value": value, "created_at": time.time()}
-                )
-                .last_pk
+            cur = db.execute(
+                """INSERT INTO feedback (query_id, "user", value, created_at)
+                   VALUES (?, ?, ?, ?) RETURNING id""",
+                [query_id, user, value, time.time()],
             )
+            return int(cur.fetchone()[0])
 
     def disliked_questions(self) -> list[dict[str, Any]]:
         """Logged questions that got a thumbs-down, newest first."""
@@ -126,7 +126,7 @@ class QueryLogMixin(StoreMixin):
         many there are.
         """
         rows = self.db.query(
-            f"""SELECT q.id, q.question, q.answer, q.outcome, q.user, q.channel, q.thread_id,
+            f"""SELECT q.id, q.question, q.answer, q.outcome, q."user", q.channel, q.thread_id,
                        q.created_at, COUNT(*) AS dislikes, MAX(f.created_at) AS disliked_at
                 FROM query_log q JOIN feedback f ON f.query_id = q.id
                 WHERE {_STANDING_DISLIKE}
@@ -152,27 +152,90 @@ class QueryLogMixin(StoreMixin):
         all are recorded in one transaction, every one even after a duplicate, so
         either catches the next redelivery. One transaction matters: recorded one
         by one, two replicas could each take one key first and both drop the event.
-        Kept in SQLite rather than in memory so that replicas sharing the
-        database never answer the same event twice.
+        Kept in the database rather than in memory so that replicas sharing it
+        never answer the same event twice: the key is unique, and on Postgres a
+        second claim of a key waits for the first one's transaction, then finds it.
         """
         now = time.time()
         with self.transaction() as db:
             db.execute("DELETE FROM deliveries WHERE seen_at < ?", [now - ttl_seconds])
             new = 0
-            for key in keys:
+            # In one order: two claims of the same keys never wait on each other in a cycle.
+            for key in sorted(set(keys)):
                 cur = db.execute(
-                    "INSERT OR IGNORE INTO deliveries (key, seen_at) VALUES (?, ?)", [key, now]
+                    "INSERT INTO deliveries (key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    [key, now],
                 )
                 new += cur.rowcount
-            return new == len(keys)
+            return new == len(set(keys))
+
+    def claim_delivery(
+        self, keys: Sequence[str], *, lease_seconds: float, ttl_seconds: float = 3600.0
+    ) -> bool:
+        """Whether the caller answers the delivery ``keys``: it claimed them first, or after
+        their holder stopped renewing its claim (a replica that died mid-answer).
+
+        A claim lasts ``lease_seconds`` from its last ``renew_delivery``; a delivery
+        marked answered (``finish_delivery``) is never claimed again. Each step is a
+        conditional write in one transaction, so of several processes claiming the
+        same delivery at once exactly one wins, on SQLite and Postgres alike.
+        """
+        now = time.time()
+        with self.transaction() as db:
+            db.execute("DELETE FROM deliveries WHERE seen_at < ?", [now - ttl_seconds])
+            new = sum(
+                db.execute(
+                    "INSERT INTO deliveries (key, seen_at) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                    [key, now],
+                ).rowcount
+                for key in keys
+            )
+            if new == len(keys):
+                return True
+            marks = ", ".join("?" * len(keys))
+            answered = db.execute(
+                f"SELECT 1 FROM deliveries WHERE key IN ({marks})", [_ANSWERED + k for k in keys]
+            ).fetchone()
+            if answered is not None:
+                return False
+            lapsed = sum(
+                db.execute(
+                    "UPDATE deliveries SET seen_at = ? WHERE key = ? AND seen_at < ?",
+                    [now, key, now - lease_seconds],
+                ).rowcount
+                for key in keys
+            )
+            return new + lapsed == len(keys)
+
+    def renew_delivery(self, keys: Sequence[str]) -> None:
+        """Keep the claim on ``keys`` from lapsing (``claim_delivery``): its holder is alive."""
+        marks = ", ".join("?" * len(keys))
+        with self.transaction() as db:
+            db.execute(
+                f"UPDATE deliveries SET seen_at = ? WHERE key IN ({marks})", [time.time(), *keys]
+            )
+
+    def finish_delivery(self, keys: Sequence[str]) -> None:
+        """Mark the delivery ``keys`` answered: no redelivery is claimed after this."""
+        now = time.time()
+        with self.transaction() as db:
+            for key in keys:
+                db.execute(
+                    "INSERT INTO deliveries (key, seen_at) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                    [_ANSWERED + key, now],
+                )
+
+
+# A delivery's keys with this prefix: its answer is done (``finish_delivery``).
+_ANSWERED = "answered:"
 
 
 # A feedback row ``f`` that is a thumbs-down at or after ``?`` and its giver's latest thumb
 # on that answer (a row without a user stands alone).
-_STANDING_DISLIKE = """f.value < 0 AND f.created_at >= ? AND (f.user IS NULL OR f.id = (
-    SELECT MAX(g.id) FROM feedback g WHERE g.query_id = f.query_id AND g.user = f.user))"""
+_STANDING_DISLIKE = """f.value < 0 AND f.created_at >= ? AND (f."user" IS NULL OR f.id = (
+    SELECT MAX(g.id) FROM feedback g WHERE g.query_id = f.query_id AND g."user" = f."user"))"""
 
 
-def _pk(value: Any) -> int:
-    """The integer primary key sqlite-utils reports for an insert."""
-    return int(value)
+def _quoted(columns: Iterable[str]) -> str:
+    """Column names for a statement, quoted: ``user`` is a reserved word in Postgres."""
+    return ", ".join(f'"{c}"' for c in columns)

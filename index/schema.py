@@ -20,9 +20,13 @@ import time
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-__all__ = ["MIGRATIONS", "SCHEMA_BEFORE_MIGRATIONS"]
+__all__ = ["BUMP_GENERATION", "MIGRATIONS", "SCHEMA_BEFORE_MIGRATIONS"]
 
 MIGRATIONS = Migrations("kb")
+
+# One more change to the searchable chunks (``meta.generation`` is text, as every meta value).
+BUMP_GENERATION = """INSERT INTO meta (key, value) VALUES ('generation', '1')
+    ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(meta.value AS INTEGER) + 1 AS TEXT)"""
 
 # Frozen: the schema before migrations were recorded.
 SCHEMA_BEFORE_MIGRATIONS = """
@@ -164,6 +168,9 @@ def _publishing(db: Database) -> None:
     )
     db.execute("CREATE INDEX audit_document ON audit(document_id)")
     # Append-only: no code path may rewrite or drop what happened.
+    if _dialect(db) == "postgresql":
+        _append_only_on_postgres(db)
+        return
     for event in ("UPDATE", "DELETE"):
         db.execute(
             f"""CREATE TRIGGER audit_no_{event.lower()} BEFORE {event} ON audit
@@ -225,6 +232,23 @@ def _sentence_vectors(db: Database) -> None:
     db.execute("ALTER TABLE chunks ADD COLUMN sentence_vectors BLOB")
 
 
+def _dialect(db: Database) -> str:
+    # A migration runs on sqlite-utils' Database, or on index.database's Postgres connection.
+    return "sqlite" if isinstance(db, Database) else "postgresql"
+
+
+def _append_only_on_postgres(db: Database) -> None:
+    db.execute(
+        """CREATE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'the audit log is append-only'; END $$"""
+    )
+    for event in ("UPDATE", "DELETE"):
+        db.execute(
+            f"""CREATE TRIGGER audit_no_{event.lower()} BEFORE {event} ON audit
+                FOR EACH ROW EXECUTE FUNCTION audit_append_only()"""
+        )
+
+
 # The rows the unique index covers: every document but a replaced version (the
 # same bytes uploaded again after a replace are a new version of their own).
 _LIVE = "state != 'replaced'"
@@ -251,7 +275,4 @@ def _retire_duplicates(db: Database, sha256: str, scope: str) -> None:
                VALUES (?, 'kb', 'replace', ?, ?, ?, ?, ?, ?)""",
             [now, kept, name, scope, sha256, sha256, f"replaced #{doc_id}: the same content"],
         )
-    db.execute(
-        """INSERT INTO meta (key, value) VALUES ('generation', '1')
-           ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"""
-    )
+    db.execute(BUMP_GENERATION)

@@ -19,30 +19,33 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import sqlite3
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sqlite_utils
 
-from index.atomic import AtomicWriteError, write_atomic
 from index.audit import AuditMixin
-from index.disk import is_storage_failure, storage_error
-from index.errors import DatabaseUnavailable, DocumentNotFound, OriginalMissing
+from index.database import (
+    Connection,
+    Database,
+    PostgresDatabase,
+    SQLiteDatabase,
+    open_database,
+)
+from index.errors import DatabaseUnavailable, DocumentNotFound
 from index.escalations import EscalationMixin
 from index.models import Chunk, DocState, Publish
+from index.originals import OriginalFiles, open_originals
 from index.private import private_dir, private_file, tighten
 from index.querylog import QueryLogMixin
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
-from index.schema import MIGRATIONS
+from index.schema import BUMP_GENERATION, MIGRATIONS
 from index.sentences import from_blob, to_blob
-from index.workers import WorkerLock
+from index.workers import AdvisoryWorkerLock, FileWorkerLock, WorkerLock
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +74,6 @@ class NewDocument:
     publish: Publish = Publish.DIRECT
 
 
-# How often a read-only connection (a full disk) tries to become writable again.
-_REOPEN_SECONDS = 1.0
 _SELECT_DOCUMENTS = f"SELECT {', '.join(DOCUMENT_COLUMNS)} FROM documents"
 # What update_document may change: id and created_at are fixed, the store sets updated_at.
 _UPDATABLE = frozenset(DOCUMENT_COLUMNS) - {"id", "created_at", "updated_at"}
@@ -81,27 +82,44 @@ __all__ = ["ALL_SCOPES", "EVERYONE", "INTERRUPTED", "Store"]
 
 
 class Store(QueryLogMixin, AuditMixin, EscalationMixin):
-    """The SQLite database and the originals folder of one data dir.
+    """The database and the stored originals of one knowledge base.
 
+    SQLite in the data dir by default; the Postgres database at
+    ``database_url`` when one is given, shared by every replica (``index.database``).
     Each thread gets its own connection (the bot reaches the store from a
-    thread pool); SQLite's WAL mode lets readers proceed while one writes.
-    The query log, feedback and delivery methods come from
+    thread pool). The query log, feedback and delivery methods come from
     ``QueryLogMixin`` (``index.querylog``), the audit log's from ``AuditMixin``
     (``index.audit``), hand-offs to people from ``EscalationMixin`` (``index.escalations``).
 
     Args:
-        data_dir: the data directory; created if missing.
+        data_dir: the data directory (derived files; with SQLite also the
+            database and the originals); created if missing.
+        database_url: a ``postgresql://`` URL; empty: SQLite in ``data_dir``.
+
+    Raises:
+        DatabaseUnavailable: the database cannot be opened or reached.
     """
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, database_url: str = "") -> None:
         Path(data_dir).parent.mkdir(parents=True, exist_ok=True)
         self.data_dir = private_dir(Path(data_dir))
         self.path = self.data_dir / "kb.sqlite"
         self.originals_dir = self.data_dir / "originals"
-        self._local = threading.local()
-        # Why this process reads the database without being able to write it, or None.
-        self.read_only: str | None = None
-        self.worker = WorkerLock(self.data_dir)
+        if not database_url:
+            self._private_sqlite_files()
+        self.database: Database = open_database(self.data_dir, database_url)
+        self.worker: WorkerLock = (
+            AdvisoryWorkerLock(self.database)
+            if isinstance(self.database, PostgresDatabase)
+            else FileWorkerLock(self.data_dir)
+        )
+        db = self.db
+        if isinstance(self.database, SQLiteDatabase) and self.read_only is None:
+            db.execute("PRAGMA journal_mode=WAL")
+        self.database.migrate(MIGRATIONS)
+        self.originals = open_originals(self.database, self.data_dir)
+
+    def _private_sqlite_files(self) -> None:
         # SQLite gives its -wal and -shm files the database file's permissions.
         try:
             private_file(self.path)
@@ -111,171 +129,72 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
             ) from exc
         for suffix in ("-wal", "-shm"):
             tighten(self.path.with_name(self.path.name + suffix))
-        db = self.db
-        if self.read_only is None:
-            db.execute("PRAGMA journal_mode=WAL")
-        self._migrate(db)
-
-    def _migrate(self, db: sqlite_utils.Database) -> None:
-        """Apply the schema migrations this data dir has not had yet (``index.schema``)."""
-        # Read first: opening an up-to-date data dir must not wait for a writer.
-        if not MIGRATIONS.pending(db):
-            return
-        # One write transaction: a second process opening the same data dir
-        # waits for it, then finds every migration applied.
-        with self.transaction() as tx:
-            MIGRATIONS.apply(tx)
 
     @property
-    def db(self) -> sqlite_utils.Database:
+    def read_only(self) -> str | None:
+        """Why this process reads the database without being able to write it, or ``None``."""
+        return self.database.read_only
+
+    @property
+    def db(self) -> Connection:
         """This thread's connection; ``DatabaseUnavailable`` if it cannot be opened.
 
-        On a full disk SQLite cannot create the shared-memory file a WAL
-        database needs, even to read: the connection is then read-only (see
-        ``_open_read_only``) and a writable one is tried again every
-        ``_REOPEN_SECONDS``.
+        With SQLite on a full disk it is read-only (``index.database.SQLiteDatabase``).
         """
-        db: sqlite_utils.Database | None = getattr(self._local, "db", None)
-        fallback_at: float | None = getattr(self._local, "fallback_at", None)
-        if db is not None and (
-            fallback_at is None or time.monotonic() - fallback_at < _REOPEN_SECONDS
-        ):
-            return db
-        return self._connect(db)
+        return self.database.connection()
 
-    def _connect(self, current: sqlite_utils.Database | None) -> sqlite_utils.Database:
-        try:
-            db = self._open_writable()
-        except sqlite3.Error as exc:
-            if not is_storage_failure(exc):
-                raise DatabaseUnavailable(f"Cannot open the database {self.path}: {exc}.") from exc
-            if current is not None:
-                self._local.fallback_at = time.monotonic()
-                return current
-            db = self._open_read_only(exc)
-            self._local.fallback_at = time.monotonic()
-        else:
-            if current is not None:
-                current.conn.close()
-            if self.read_only is not None:
-                log.info("the database %s is writable again", self.path)
-            self.read_only = None
-            self._local.fallback_at = None
-        self._local.db = db
-        return db
-
-    def _open_writable(self) -> sqlite_utils.Database:
-        conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA foreign_keys=ON")
-            # The first statement that reads the file: SQLite opens (and sizes)
-            # its shared-memory file here, which fails on a full disk.
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        except sqlite3.Error:
-            conn.close()
-            raise
-        return sqlite_utils.Database(conn)
-
-    def _open_read_only(self, cause: sqlite3.Error) -> sqlite_utils.Database:
-        """A read-only connection that needs no shared memory, for a disk too full to open one.
-
-        Only when the write-ahead log is empty (every commit is in the database
-        file): ``immutable`` reads the file alone and would not see commits
-        still in the log.
-        """
-        error = storage_error(cause, self.data_dir, "the database's shared-memory file")
-        wal = self.path.with_name(self.path.name + "-wal")
-        if wal.exists() and wal.stat().st_size > 0:
-            raise error from cause
-        uri = f"{self.path.resolve().as_uri()}?mode=ro&immutable=1"
-        try:
-            conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
-            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        except sqlite3.Error as exc:
-            raise error from exc
-        if self.read_only is None:
-            log.warning(
-                "opened the database %s read-only: %s Answers keep working; "
-                "nothing can be added or changed until space is freed",
-                self.path,
-                error,
-            )
-        self.read_only = str(error)
-        return sqlite_utils.Database(conn)
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite_utils.Database]:
+    def transaction(self) -> AbstractContextManager[Connection]:
         """One atomic write: everything inside commits together or not at all.
 
         Raises:
             StorageError: the disk refused the write (``DiskFull`` when it is
                 full); nothing was committed.
         """
-        db = self.db
-        if db.conn.in_transaction:
-            with db.atomic():  # nested: a savepoint
-                yield db
-            return
-        if getattr(self._local, "fallback_at", None) is not None:
-            db = self._connect(db)  # the disk may have room again
-        try:
-            # BEGIN IMMEDIATE takes the write lock up front, waiting up to the busy
-            # timeout. A deferred BEGIN that reads first (sqlite-utils' insert reads
-            # the table's columns) and writes later fails at once with "database is
-            # locked" when another connection committed in between: in WAL mode
-            # SQLite does not wait on that upgrade.
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.conn.rollback()
-                raise
-            else:
-                db.conn.commit()
-        except sqlite3.Error as exc:
-            if not is_storage_failure(exc):
-                raise
-            if db.conn.in_transaction:
-                db.conn.rollback()
-            raise storage_error(exc, self.data_dir, "a change to the database") from exc
+        return self.database.transaction()
+
+    def exclusive(self, name: str) -> AbstractContextManager[bool]:
+        """Hold the lock ``name`` across processes and replicas; yields ``False`` when it is taken."""
+        return self.database.exclusive(name)
+
+    def locked(self, name: str) -> bool:
+        """Whether a process holds the lock ``name`` (``exclusive``) right now."""
+        return self.database.locked(name)
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        self.database.close()
 
     # ----------------------------------------------------------------- originals
 
     def save_original(self, data: bytes) -> str:
         """Store ``data`` content-addressed and return its sha256."""
-        digest = hashlib.sha256(data).hexdigest()
-        path = self.original_path(digest)
-        if path.exists():
-            return digest
-        try:
-            private_dir(self.originals_dir)
-            private_dir(path.parent)
-            write_atomic(path, lambda tmp: tmp.write_bytes(data))
-        except OSError as exc:
-            raise storage_error(exc, self.data_dir, "the document's original") from exc
-        except AtomicWriteError as exc:
-            cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
-            raise storage_error(cause, self.data_dir, "the document's original") from exc
-        return digest
+        return self.originals.save(data)
 
     def has_original(self, data: bytes) -> bool:
         """Whether these bytes are stored already (storing them again takes no space)."""
-        return self.original_path(hashlib.sha256(data).hexdigest()).exists()
+        return self.originals.has(hashlib.sha256(data).hexdigest())
 
     def original_path(self, sha256: str) -> Path:
-        """Where the original with this sha256 is kept."""
-        return self.originals_dir / sha256[:2] / sha256
+        """Where the original with this sha256 is kept as a file (beside SQLite)."""
+        return OriginalFiles(self.data_dir).path(sha256)
+
+    def original_file(self, sha256: str) -> Path | None:
+        """A file holding the original with this sha256 (``None`` if it is gone), for serving it.
+
+        Beside SQLite the stored file itself; on Postgres a copy this replica
+        keeps in ``originals/`` of its data dir, written the first time it is asked for.
+        """
+        path = self.original_path(sha256)
+        if path.exists():
+            return path
+        if isinstance(self.originals, OriginalFiles) or not self.originals.has(sha256):
+            return None
+        OriginalFiles(self.data_dir).save(self.originals.read(sha256))
+        return path
 
     def read_original(self, sha256: str) -> bytes:
         """The original bytes of a document; ``OriginalMissing`` if they are gone."""
-        try:
-            return self.original_path(sha256).read_bytes()
-        except FileNotFoundError as exc:
-            raise OriginalMissing(
-                f"The stored original {sha256[:12]} is missing from {self.originals_dir}; "
-                "upload the document again."
-            ) from exc
+        return self.originals.read(sha256)
 
     # ----------------------------------------------------------------- documents
 
@@ -286,7 +205,7 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
             cur = db.execute(
                 """INSERT INTO documents (name, title, sha256, size, uploader, scope, state,
                                           publish, created_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
                 [
                     new.name,
                     new.title,
@@ -300,7 +219,7 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                     now,
                 ],
             )
-            return int(cur.lastrowid or 0)
+            return int(cur.fetchone()[0])
 
     def add_document(self, new: NewDocument) -> tuple[DocumentRow, bool]:
         """The live document with these bytes in this scope, or a new ``pending`` one.
@@ -318,9 +237,10 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                 if existing is not None:
                     return existing, True
                 doc_id = self.insert_document(new)
-        except sqlite3.IntegrityError:
-            # Another connection inserted it first (a database written by code
-            # that looked up outside the transaction).
+        except self.database.integrity_errors:
+            # Another connection inserted it first: on Postgres, whose
+            # transactions do not exclude each other, or in a database written
+            # by code that looked up outside the transaction.
             existing = self.document_by_sha(new.sha256, new.scope)
             if existing is None:
                 raise
@@ -337,7 +257,7 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
         if unknown:
             raise TypeError(f"update_document() got columns documents cannot change: {unknown}")
         with self.transaction() as db:
-            db.table("documents").update(doc_id, {**changes, "updated_at": time.time()})
+            _update_document(db, doc_id, {**changes, "updated_at": time.time()})
 
     def _documents(self, where: str = "", params: Sequence[object] = ()) -> list[DocumentRow]:
         rows = self.db.query(f"{_SELECT_DOCUMENTS} {where}", list(params))
@@ -429,8 +349,9 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
         """Indexed documents stamped differently from ``stamp``."""
         return self._documents(
             """WHERE state = ? AND (
-                   embedding_model IS NOT ? OR dimensions IS NOT ?
-                   OR pipeline_version IS NOT ? OR extractor_version IS NOT ?)
+                   embedding_model IS DISTINCT FROM ? OR dimensions IS DISTINCT FROM ?
+                   OR pipeline_version IS DISTINCT FROM ?
+                   OR extractor_version IS DISTINCT FROM ?)
                ORDER BY id""",
             [
                 DocState.INDEXED.value,
@@ -479,7 +400,8 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
         with self.transaction() as db:
             db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
             db.execute(
-                "INSERT OR REPLACE INTO texts (document_id, text) VALUES (?, ?)",
+                "INSERT INTO texts (document_id, text) VALUES (?, ?) "
+                "ON CONFLICT (document_id) DO UPDATE SET text = excluded.text",
                 [doc_id, canonical_text],
             )
             sentences = sentence_vectors or [None] * len(chunks)
@@ -487,7 +409,8 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                 self._insert_chunk(db, doc_id, c, v, n, s)
                 for c, v, n, s in zip(chunks, vectors, token_counts, sentences, strict=True)
             ]
-            db.table("documents").update(
+            _update_document(
+                db,
                 doc_id,
                 {
                     "state": state.value,
@@ -512,7 +435,7 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
 
     @staticmethod
     def _insert_chunk(
-        db: sqlite_utils.Database,
+        db: Connection,
         doc_id: int,
         c: Chunk,
         vector: np.ndarray,
@@ -522,7 +445,7 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
         cur = db.execute(
             """INSERT INTO chunks (document_id, ordinal, section, start, "end", page,
                                    content, text, token_count, vector, sentence_vectors)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
             [
                 doc_id,
                 c.ordinal,
@@ -537,13 +460,13 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                 to_blob(sentences),
             ],
         )
-        return int(cur.lastrowid or 0)
+        return int(cur.fetchone()[0])
 
     def make_searchable(self, doc_id: int) -> None:
         """Make an ``awaiting_approval`` document's chunks searchable (in the caller's transaction)."""
         with self.transaction() as db:
-            db.table("documents").update(
-                doc_id, {"state": DocState.INDEXED.value, "updated_at": time.time()}
+            _update_document(
+                db, doc_id, {"state": DocState.INDEXED.value, "updated_at": time.time()}
             )
             self._bump_generation(db)
 
@@ -561,7 +484,8 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
         with self.transaction() as db:
             for old in before:
                 db.execute("DELETE FROM chunks WHERE document_id = ?", [old.id])
-                db.table("documents").update(
+                _update_document(
+                    db,
                     old.id,
                     {
                         "state": DocState.REPLACED.value,
@@ -581,9 +505,9 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
             once the caller's transaction has committed.
         """
         rows = self._documents(
-            "WHERE name = ? AND scope = ? AND state = ? ORDER BY id DESC LIMIT -1 OFFSET ?",
-            [name, scope, DocState.REPLACED.value, max(keep, 0)],
-        )
+            "WHERE name = ? AND scope = ? AND state = ? ORDER BY id DESC",
+            [name, scope, DocState.REPLACED.value],
+        )[max(keep, 0) :]
         for row in rows:
             self.delete_rows(row.id)
         return [row.sha256 for row in rows]
@@ -619,7 +543,7 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                 "SELECT COUNT(*) FROM documents WHERE sha256 = ?", [sha256]
             ).fetchone()[0]
             if not used:
-                self.original_path(sha256).unlink(missing_ok=True)
+                self.originals.delete(sha256)
 
     def canonical_text(self, doc_id: int) -> str:
         """The text a document's chunk offsets refer to (empty until it is indexed)."""
@@ -732,6 +656,10 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
         versions = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
         return ids, versions
 
+    def document_count(self) -> int:
+        """How many documents there are, in any state."""
+        return int(self.db.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+
     def chunk_count(self) -> int:
         """Number of stored chunks of indexed documents."""
         return int(
@@ -750,11 +678,8 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
         return int(row[0]) if row else 0
 
     @staticmethod
-    def _bump_generation(db: sqlite_utils.Database) -> None:
-        db.execute(
-            """INSERT INTO meta (key, value) VALUES ('generation', '1')
-               ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"""
-        )
+    def _bump_generation(db: Connection) -> None:
+        db.execute(BUMP_GENERATION)
 
     def get_meta(self, key: str) -> str | None:
         """A value of the meta table, or ``None`` when it was never set."""
@@ -808,3 +733,9 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
             )
         self.worker.sweep(r["worker"] for r in rows if r["worker"] and int(r["id"]) not in dead)
         return dead
+
+
+def _update_document(db: Connection, doc_id: int, changes: Mapping[str, object]) -> None:
+    # Column names come from the code (``_UPDATABLE``), never from input.
+    sets = ", ".join(f'"{column}" = ?' for column in changes)
+    db.execute(f"UPDATE documents SET {sets} WHERE id = ?", [*changes.values(), doc_id])

@@ -5,7 +5,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-import sqlite_utils
+if TYPE_CHECKING:
+    from index.database import Connection
 
 __all__ = ["StoreMixin"]
 
@@ -16,6 +17,6 @@ class StoreMixin:
     if TYPE_CHECKING:
 
         @property
-        def db(self) -> sqlite_utils.Database: ...
+        def db(self) -> Connection: ...
 
-        def transaction(self) -> AbstractContextManager[sqlite_utils.Database]: ...
+        def transaction(self) -> AbstractContextManager[Connection]: ...

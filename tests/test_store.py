@@ -1,4 +1,8 @@
-"""The SQLite store: schema migrations, typed records, the query log, event de-duplication."""
+"""The store on SQLite and on Postgres: schema migrations, typed records, the query log, event
+de-duplication, locks, the database URL as a secret.
+
+Tests taking ``database_url`` run on both (``tests.postgres``).
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import psycopg
 import pytest
 
+from index.database import masked_url
+from index.errors import DatabaseUnavailable
 from index.models import AuditAction
 from index.records import AUDIT_COLUMNS, DOCUMENT_COLUMNS, QUERY_COLUMNS, AuditEntry, QueryRecord
 from index.schema import MIGRATIONS, SCHEMA_BEFORE_MIGRATIONS
@@ -68,6 +75,8 @@ def _tables(store: Store) -> set[str]:
 
 def _layout(store: Store) -> dict[str, list[tuple[object, ...]]]:
     """Every table's columns (name, type, not null, default, primary key) and indexes."""
+    if store.database.dialect == "postgresql":
+        return {t: [(c,) for c in cs] for t, cs in store.database.table_columns().items()}
     out: dict[str, list[tuple[object, ...]]] = {}
     for table in sorted(_tables(store)):
         columns = store.db.execute(f"PRAGMA table_info({table})").fetchall()
@@ -198,8 +207,10 @@ def _log(store: Store, question: str, *, channel: str, thread_id: str) -> int:
     return store.log_query(_record(question, channel=channel, thread_id=thread_id))
 
 
-def test_thread_turns_are_the_logged_questions_of_that_thread(index_dir: Path) -> None:
-    store = Store(index_dir)
+def test_thread_turns_are_the_logged_questions_of_that_thread(
+    index_dir: Path, database_url: str
+) -> None:
+    store = Store(index_dir, database_url=database_url)
     _log(store, "first", channel="C1", thread_id="t1")
     _log(store, "elsewhere", channel="C1", thread_id="t2")
     _log(store, "second", channel="C1", thread_id="t1")
@@ -212,22 +223,28 @@ def test_thread_turns_are_the_logged_questions_of_that_thread(index_dir: Path) -
     assert not store.answered_in_thread("C2", "t1")
 
 
-def test_a_logged_question_reads_back_as_it_was_recorded(index_dir: Path) -> None:
-    store = Store(index_dir)
+def test_a_logged_question_reads_back_as_it_was_recorded(
+    index_dir: Path, database_url: str
+) -> None:
+    store = Store(index_dir, database_url=database_url)
     record = _record("first", channel="C1", thread_id="t1")
     assert store.query(store.log_query(record)) == record
 
 
-def test_records_have_exactly_the_columns_of_their_tables(index_dir: Path) -> None:
-    store = Store(index_dir)
-    assert [c.name for c in store.db["documents"].columns] == list(DOCUMENT_COLUMNS)
-    logged = [c.name for c in store.db["query_log"].columns]
-    assert logged == ["id", "created_at", *QUERY_COLUMNS]
-    assert [c.name for c in store.db["audit"].columns] == list(AUDIT_COLUMNS)
+def test_records_have_exactly_the_columns_of_their_tables(
+    index_dir: Path, database_url: str
+) -> None:
+    store = Store(index_dir, database_url=database_url)
+    columns = store.database.table_columns()
+    assert columns["documents"] == list(DOCUMENT_COLUMNS)
+    assert columns["query_log"] == ["id", "created_at", *QUERY_COLUMNS]
+    assert columns["audit"] == list(AUDIT_COLUMNS)
 
 
-def test_the_audit_log_reads_back_newest_first_and_is_append_only(index_dir: Path) -> None:
-    store = Store(index_dir)
+def test_the_audit_log_reads_back_newest_first_and_is_append_only(
+    index_dir: Path, database_url: str
+) -> None:
+    store = Store(index_dir, database_url=database_url)
     first = AuditEntry(actor="U1", action=AuditAction.ADD, document_id=3, name="a.md", scope="*")
     second = AuditEntry(actor="cli", action=AuditAction.REINDEX, detail="1 documents")
     store.audit(first)
@@ -237,12 +254,15 @@ def test_the_audit_log_reads_back_newest_first_and_is_append_only(index_dir: Pat
     assert oldest.to_dict() | {"id": 0, "at": 0.0} == first.to_dict()
     assert oldest.at > 0 and store.audit_entries(1) == [newest]
     for statement in ("UPDATE audit SET actor = 'someone else'", "DELETE FROM audit"):
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        with pytest.raises((sqlite3.IntegrityError, psycopg.Error), match="append-only"):
             store.db.execute(statement)
+    assert len(store.audit_entries()) == 2
 
 
-def test_a_misspelt_field_is_a_type_error_not_a_new_column(index_dir: Path) -> None:
-    store = Store(index_dir)
+def test_a_misspelt_field_is_a_type_error_not_a_new_column(
+    index_dir: Path, database_url: str
+) -> None:
+    store = Store(index_dir, database_url=database_url)
     doc_id = store.insert_document(NewDocument(name="a.md", sha256="ab12", size=1))
     before = _layout(store)
     with pytest.raises(TypeError):
@@ -258,8 +278,8 @@ def test_a_misspelt_field_is_a_type_error_not_a_new_column(index_dir: Path) -> N
     assert [d.name for d in store.documents()] == ["a.md"]
 
 
-def test_a_delivery_is_first_once(index_dir: Path) -> None:
-    store = Store(index_dir)
+def test_a_delivery_is_first_once(index_dir: Path, database_url: str) -> None:
+    store = Store(index_dir, database_url=database_url)
     assert store.first_delivery("event-1")
     assert not store.first_delivery("event-1")
     assert store.first_delivery("event-2")
@@ -269,10 +289,18 @@ def test_a_delivery_is_first_once(index_dir: Path) -> None:
     assert not store.first_delivery("event-4")  # recorded by the redelivery all the same
 
 
-def test_two_replicas_claiming_a_delivery_at_once_give_it_to_exactly_one(index_dir: Path) -> None:
+def test_two_replicas_claiming_a_delivery_at_once_give_it_to_exactly_one(
+    tmp_path: Path, database_url: str
+) -> None:
     # Each replica names the keys in its own order, the worst case for key-by-key claims:
-    # each could take one key first and both drop the event.
-    replicas = [Store(index_dir), Store(index_dir)]
+    # each could take one key first and both drop the event. Two stores, two threads:
+    # two connections (on Postgres, two server sessions) racing for the same keys.
+    replicas = [
+        Store(
+            tmp_path / f"replica{i}" if database_url else tmp_path / "kb", database_url=database_url
+        )
+        for i in range(2)
+    ]
     rounds = 60
     barrier = threading.Barrier(2)
     won: list[list[bool]] = [[], []]
@@ -292,7 +320,7 @@ def test_two_replicas_claiming_a_delivery_at_once_give_it_to_exactly_one(index_d
 
 
 _ADDER = """
-import sys, time
+import os, sys, time
 from pathlib import Path
 from index.config import IndexConfig
 from index.knowledge_base import KnowledgeBase
@@ -303,7 +331,9 @@ class Unloaded:  # adding bytes embeds nothing: no model is loaded
     dim = 384
 
 
-kb = KnowledgeBase(IndexConfig(data_dir=Path(sys.argv[1])), embedder=Unloaded())
+url = os.environ.get("KB_TEST_DATABASE_URL", "")
+config = IndexConfig(data_dir=Path(sys.argv[1]), database_url=url)
+kb = KnowledgeBase(config, embedder=Unloaded())
 go = Path(sys.argv[2])
 Path(sys.argv[3]).touch()
 while not go.exists():
@@ -314,13 +344,16 @@ for i in range(20):  # twenty races in a row
 """
 
 
-def test_six_processes_adding_the_same_bytes_at_once_get_one_document(tmp_path: Path) -> None:
+def test_six_processes_adding_the_same_bytes_at_once_get_one_document(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data_dir = tmp_path / "kb"
-    Store(data_dir)  # migrated before the race: the race is the add's
+    Store(data_dir, database_url=database_url)  # migrated before the race: the race is the add's
+    monkeypatch.setenv("KB_TEST_DATABASE_URL", database_url)
     results = _race(_ADDER, data_dir, tmp_path, 6)
     assert all(code == 0 for code, _, _ in results), [err for _, _, err in results]
     outputs = [(out, err) for _, out, err in results]
-    store = Store(data_dir)
+    store = Store(data_dir, database_url=database_url)
     docs = store.documents()
     assert len(docs) == 20
     for i, doc in enumerate(docs):
@@ -329,11 +362,11 @@ def test_six_processes_adding_the_same_bytes_at_once_get_one_document(tmp_path: 
 
 
 def test_one_live_document_per_content_and_scope_is_enforced_by_the_schema(
-    index_dir: Path,
+    index_dir: Path, database_url: str
 ) -> None:
-    store = Store(index_dir)
+    store = Store(index_dir, database_url=database_url)
     first = store.insert_document(NewDocument(name="a.md", sha256="ab", size=1))
-    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+    with pytest.raises(store.database.integrity_errors, match="(?i)unique"):
         store.insert_document(NewDocument(name="b.md", sha256="ab", size=1))
     # Another scope:
     store.insert_document(NewDocument(name="a.md", sha256="ab", size=1, scope="C1"))
@@ -358,3 +391,125 @@ def test_duplicates_made_before_the_constraint_become_replaced_versions(tmp_path
     assert store.generation == 4
     details = [e.detail for e in store.audit_entries(None)]
     assert sorted(details) == ["replaced #8: the same content", "replaced #9: the same content"]
+
+
+# ------------------------------------------------------------------ Postgres
+
+
+def test_postgres_gets_the_tables_and_columns_sqlite_gets(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    # Both from the same migrations: a migration whose SQL Postgres would read
+    # differently (a type, a reserved word) fails here.
+    on_sqlite = Store(tmp_path / "sqlite").database.table_columns()
+    on_postgres = Store(tmp_path / "pg", database_url=postgres_url).database.table_columns()
+    assert set(on_postgres) - set(on_sqlite) == {"originals"}  # the originals' storage
+    assert {t: on_postgres[t] for t in on_sqlite} == on_sqlite
+
+
+def test_a_new_postgres_database_is_migrated_once_by_processes_opening_it_at_once(
+    tmp_path: Path, postgres_server: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.postgres import create_database
+
+    url = create_database(postgres_server, template="template0")
+    monkeypatch.setenv("KB_TEST_DATABASE_URL", url)
+    opener = _OPENER.replace("import sys, time", "import os, sys, time").replace(
+        "Store(Path(sys.argv[1]))",
+        "Store(Path(sys.argv[1]), database_url=os.environ['KB_TEST_DATABASE_URL'])",
+    )
+    outputs = _race(opener, tmp_path / "kb", tmp_path, 3)
+    assert all(code == 0 for code, _, _ in outputs), [err for _, _, err in outputs]
+    store = Store(tmp_path / "kb", database_url=url)
+    assert store.database.applied_migrations(MIGRATIONS) == MIGRATION_NAMES
+
+
+def test_postgres_values_read_back_with_their_types(index_dir: Path, postgres_url: str) -> None:
+    store = Store(index_dir, database_url=postgres_url)
+    record = replace(_record("é 100% ?", channel="C1", thread_id="t1"), user=None)
+    assert store.query(store.log_query(record)) == record
+    store.set_meta("calibration", '{"threshold": 0.675, "what": "50% ?"}')
+    assert store.get_meta("calibration") == '{"threshold": 0.675, "what": "50% ?"}'
+    digest = store.save_original(b"%PDF-1.4 \x00\xff bytes")
+    assert store.read_original(digest) == b"%PDF-1.4 \x00\xff bytes"
+
+
+def test_the_originals_on_postgres_are_shared_and_go_when_unused(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    one = Store(tmp_path / "one", database_url=postgres_url)
+    other = Store(tmp_path / "other", database_url=postgres_url)
+    digest = one.save_original(b"# Handbook")
+    doc = one.insert_document(NewDocument(name="h.md", sha256=digest, size=10))
+    assert other.read_original(digest) == b"# Handbook"
+    served = other.original_file(digest)
+    assert served is not None and served.read_bytes() == b"# Handbook"
+    assert not (tmp_path / "one" / "originals").exists()  # nothing on the first replica's disk
+    other.delete_document(doc)
+    assert not one.originals.has(digest)
+
+
+def test_a_lock_on_postgres_is_held_across_replicas_until_released(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    one = Store(tmp_path / "one", database_url=postgres_url)
+    other = Store(tmp_path / "other", database_url=postgres_url)
+    with one.exclusive("reindex") as acquired:
+        assert acquired and other.locked("reindex")
+        with other.exclusive("reindex") as second:
+            assert not second
+    assert not other.locked("reindex")
+    holder = one.worker.id
+    assert not other.worker.interrupted(1, holder)
+    one.worker = other.worker  # drop the first replica's only reference: its lock goes
+    del one
+    import gc
+
+    gc.collect()
+    assert other.worker.interrupted(1, holder)
+
+
+def test_a_wrong_password_is_refused_clearly_without_showing_it(
+    tmp_path: Path, postgres_server: object
+) -> None:
+    from tests.postgres import require_password
+
+    url = require_password(postgres_server, "kb_canary_user", "canary-db-password-7f3a")
+    assert Store(tmp_path / "ok", database_url=url).generation == 0
+    wrong = url.replace("canary-db-password-7f3a", "canary-wrong-password-1b2c")
+    with pytest.raises(DatabaseUnavailable) as refused:
+        Store(tmp_path / "kb", database_url=wrong)
+    message = str(refused.value)
+    assert "password authentication failed" in message and "kb_canary_user" in message
+    assert "canary-wrong-password-1b2c" not in message and "KB_DATABASE_URL" in message
+    assert "canary-wrong-password-1b2c" not in repr(refused.value.__cause__)
+
+
+def test_an_unreachable_server_is_a_clear_error_without_the_password(tmp_path: Path) -> None:
+    url = "postgresql://kb:canary-db-secret-9d1e@127.0.0.1:9/kb"
+    with pytest.raises(DatabaseUnavailable) as refused:
+        Store(tmp_path / "kb", database_url=url)
+    message = str(refused.value)
+    assert "postgresql://kb:***@127.0.0.1:9/kb" in message
+    assert "canary-db-secret-9d1e" not in message
+
+
+def test_a_database_url_that_is_not_postgres_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseUnavailable, match="postgresql://") as refused:
+        Store(tmp_path / "kb", database_url="mysql://kb:canary-db-secret-2e4f@db/kb")
+    assert "canary-db-secret-2e4f" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://kb:s3cret@db:5432/kb", "postgresql://kb:***@db:5432/kb"),
+        ("postgresql://kb@db/kb", "postgresql://kb@db/kb"),
+        (
+            "postgresql://db/kb?password=s3cret&sslmode=require",
+            "postgresql://db/kb?password=***&sslmode=require",
+        ),
+    ],
+)
+def test_a_database_url_is_shown_with_its_password_masked(url: str, shown: str) -> None:
+    assert masked_url(url) == shown

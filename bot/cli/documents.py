@@ -278,6 +278,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     def text() -> None:
         by_state = ", ".join(f"{k} {v}" for k, v in st["by_state"].items())
         click.echo(f"data dir        {st['data_dir']}")
+        click.echo(f"database        {st['database']}")
         click.echo(f"documents       {st['documents']}  {by_state}")
         click.echo(f"chunks          {st['chunks']}")
         click.echo(f"stale           {st['stale']}")

@@ -332,8 +332,9 @@ async def original_file(request: web.Request) -> web.StreamResponse:
         doc, _ = await _linked_document(request)
     except DocumentNotFound:
         return simple_page(404, PAGE_NOT_FOUND)
-    path = kb.store.original_path(doc.sha256)
-    if not path.exists():
+    # On Postgres the original is a row: this replica keeps a file of it to serve.
+    path = await asyncio.to_thread(kb.store.original_file, doc.sha256)
+    if path is None:
         return simple_page(404, PAGE_NOT_FOUND)
     content_type = _FILE_TYPES.get(doc.kind, "application/octet-stream")
     disposition = "attachment" if content_type == "application/octet-stream" else "inline"

