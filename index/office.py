@@ -69,9 +69,10 @@ def join_blocks(blocks: Iterable[str]) -> str:
 
 def read_failed(name: str, filename: str, what: str, exc: Exception) -> CorruptDocument:
     """The error for a package its reader could not read."""
+    detail = " ".join(str(exc).split())[:200]
     return CorruptDocument(
         f"{name} is a damaged {what} file that could not be read ({type(exc).__name__}: "
-        f"{str(exc)[:200]}). Save it again from {what} and upload the new copy.",
+        f"{detail}). Save it again from {what} and upload the new copy.",
         filename=filename,
     )
 

@@ -415,6 +415,20 @@ def _lying_docx() -> bytes:
     return bytes(data)
 
 
+def _entity_bomb_docx() -> bytes:
+    """A DOCX whose XML defines nested entities that expand a billion times ("billion laughs")."""
+    entities = b"".join(
+        b'<!ENTITY e%d "%s">' % (i, (b"&e%d;" % (i - 1) if i else b"laugh") * 10) for i in range(10)
+    )
+    prologue = b'<?xml version="1.0" encoding="UTF-8"?><!DOCTYPE w:document [' + entities + b"]>"
+
+    def inject(xml: bytes) -> bytes:
+        body = xml.split(b"?>", 1)[1].lstrip()
+        return prologue + body.replace(b"<w:t>", b"<w:t>&e9;", 1)
+
+    return _rewrite(policy_docx(), "word/document.xml", inject)
+
+
 def _macro_docm() -> bytes:
     main = b"application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"
     macro = b"application/vnd.ms-word.document.macroEnabled.main+xml"
@@ -457,6 +471,12 @@ HOSTILE: dict[str, tuple[str, bytes, type[Exception], str]] = {
         _lying_docx(),
         CorruptDocument,
         "damaged: its part 'word/document.xml'",
+    ),
+    "entity_bomb": (
+        "laughs.docx",
+        _entity_bomb_docx(),
+        CorruptDocument,
+        "damaged Word file .*amplification",
     ),
     "login_page": ("report.docx", LOGIN_PAGE, CorruptDocument, "HTML page, not an Office file"),
     "not_office_zip": ("archive.docx", b"", UnsupportedType, "ZIP archive but not a Word"),
