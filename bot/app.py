@@ -30,6 +30,7 @@ from bot.slack import signin
 from bot.slack.listeners import Services
 from core.answer import Engine, build_engine
 from core.rerank import RerankerUnavailable
+from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.start()
     # Load (or rebuild) the search snapshot now rather than on the first question.
     await asyncio.to_thread(services.kb.search_index.open)
+    await asyncio.to_thread(load_embedding_model, services.kb)
     await asyncio.to_thread(load_reranker, services.engine)
     follower = asyncio.create_task(
         follow_store(services.kb, app[SYNC_SECONDS]), name="follow-store"
@@ -110,6 +112,24 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.close()
     await services.engine.aclose()
     services.ack_executor.shutdown(wait=False)
+
+
+def load_embedding_model(kb: KnowledgeBase) -> bool:
+    """Load the embedding model at start; whether it is ready.
+
+    A snapshot loaded from its files needs no model, so without this a replica
+    behind a load balancer that waits for ``/readyz`` would never get the first
+    question that loads it. One that cannot load (an endpoint that is down) is
+    logged, and ``/readyz`` says so until a question loads it.
+    """
+    if kb.embedder.loaded:
+        return True
+    try:
+        kb.embedder.encode_query("warm up")
+    except KBError as exc:
+        log.warning("embedding model not loaded at start; questions will try again: %s", exc)
+        return False
+    return True
 
 
 def load_reranker(engine: Engine) -> bool:

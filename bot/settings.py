@@ -21,6 +21,7 @@ from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.slack.config import (
+    DEFAULT_CLAIM_LEASE,
     DEFAULT_DOWNLOAD_TIMEOUT,
     DEFAULT_MAX_UPLOADS_PER_USER,
     DEFAULT_SLACK_API_URL,
@@ -402,6 +403,11 @@ class Settings(BaseSettings):
         "KB_SLACK_STREAMING",
         "How answers appear while the model writes them: 'auto' streams them natively (chat.startStream) where the workspace allows it, else posts and edits the message about once a second; 'off' always posts and edits.",
     )
+    slack_claim_lease: float = _setting(
+        DEFAULT_CLAIM_LEASE,
+        "KB_SLACK_CLAIM_LEASE",
+        "Seconds a replica's claim on a Slack event lasts unless renewed: the replica answering renews it every third of this, so a replica that died mid-answer loses it this long after, and Slack's next redelivery is answered by another replica. Shorter: a faster hand-over; a replica stalled longer than this may answer beside the one that took over.",
+    )
     log_level: str = _setting(
         "INFO",
         "KB_LOG_LEVEL",
@@ -444,6 +450,8 @@ class Settings(BaseSettings):
             raise ValueError("KB_SENTENCE_WEIGHT must be between 0 and 10")
         if self.sync_seconds <= 0:
             raise ValueError("KB_SYNC_SECONDS must be positive")
+        if self.slack_claim_lease <= 0:
+            raise ValueError("KB_SLACK_CLAIM_LEASE must be positive")
         if self.escalation_channel.strip() and not is_channel_id(self.escalation_channel.strip()):
             raise ValueError("KB_ESCALATION_CHANNEL must be a channel id (C... or G...) or empty")
         if min(self.embedding_batch_size, self.embedding_max_tokens) < 1 or (
@@ -551,6 +559,7 @@ class Settings(BaseSettings):
             download_timeout=self.download_timeout,
             max_uploads_per_user=self.max_uploads_per_user,
             streaming=self.slack_streaming == "auto",
+            claim_lease=self.slack_claim_lease,
         )
 
     def signin_config(self) -> SignInConfig:

@@ -382,6 +382,10 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
             "model_loaded": kb.embedder.loaded,
         },
         "index": {**index, "max_behind_s": max_behind},
+        # Replicas share the store: its generation beside the index's says how far behind
+        # this one is, and the same store generation on every replica that they share one.
+        "store": {**_store_facts(kb), "reachable": True, "generation": index["generation"]},
+        "engine": kb.config.search_engine,
         "embedding_model": kb.embedder.name,
         "documents": kb.document_count(),
         "chunks": index["chunks"],
@@ -390,6 +394,10 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
         "store_read_only": kb.store.read_only,
         "index_files_degraded": index["degraded"],
     }
+
+
+def _store_facts(kb: KnowledgeBase) -> dict[str, object]:
+    return {"kind": kb.store.database.dialect}
 
 
 def add_readiness_check(app: web.Application, name: str, check: ReadinessCheck) -> None:
@@ -415,8 +423,17 @@ async def readyz(request: web.Request) -> web.Response:
         details = await asyncio.to_thread(_readiness, request.app[KB], request.app[MAX_BEHIND])
     except Exception as exc:  # not ready is an answer, not a crash
         log.warning("readiness check failed: %s", exc)
+        kb = request.app[KB]
+        store = {**_store_facts(kb), "reachable": False}
         return web.json_response(
-            {"ready": False, "checks": {"knowledge_base": False}, "error": str(exc)}, status=503
+            {
+                "ready": False,
+                "checks": {"knowledge_base": False},
+                "store": store,
+                "engine": kb.config.search_engine,
+                "error": str(exc),
+            },
+            status=503,
         )
     for name, check in request.app[READINESS_CHECKS].items():
         details["checks"][name] = await _passes(name, check)

@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_DOWNLOAD_TIMEOUT = 120.0
 DEFAULT_MAX_UPLOADS_PER_USER = 3
+# A claim on a Slack event lapses this long after its last renewal (every third of it):
+# long enough that a database busy for a few seconds does not hand a live answer to a
+# redelivery, short enough that Slack's redelivery a minute later finds a dead replica's
+# claim lapsed.
+DEFAULT_CLAIM_LEASE = 15.0
 # Public channels are C..., private ones C... (newer) or G... (older); never a DM (D...).
 _CHANNEL_ID_RE = re.compile(r"[CG][A-Z0-9]{2,}")
 
@@ -46,6 +51,8 @@ class SlackConfig:
             time; their further files wait.
         streaming: stream answers natively (``chat.startStream``) where the
             workspace allows it; off: always post, then edit.
+        claim_lease: seconds a replica's claim on a Slack event lasts unrenewed
+            (``bot.slack.deliveries``).
     """
 
     # Secrets never in a repr: a repr ends up in tracebacks and logs.
@@ -62,6 +69,7 @@ class SlackConfig:
     download_timeout: float = DEFAULT_DOWNLOAD_TIMEOUT
     max_uploads_per_user: int = DEFAULT_MAX_UPLOADS_PER_USER
     streaming: bool = True
+    claim_lease: float = DEFAULT_CLAIM_LEASE
 
     @property
     def missing(self) -> list[str]:

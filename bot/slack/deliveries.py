@@ -12,18 +12,27 @@ checks, so that the acknowledgement never waits on a database lock:
   never answer twice. A database that cannot record the delivery (locked past
   its busy timeout, a full disk) is logged and the event is answered anyway: a
   rare duplicate answer is better than a question nobody answers.
+
+A claim is a lease (``KB_SLACK_CLAIM_LEASE``): the process answering renews it
+every third of the lease for as long as the task that claimed it runs, and
+marks the delivery answered when that task ends, however it ends. A replica
+killed mid-answer stops renewing; once its lease lapses, Slack's next
+redelivery of that event is claimed and answered by another replica instead
+of being dropped as a duplicate for the hour deliveries are remembered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any
 
+from bot.slack.config import DEFAULT_CLAIM_LEASE
 from index.store import Store
 
 log = logging.getLogger(__name__)
@@ -53,12 +62,17 @@ class Deliveries:
     Args:
         store: the shared database holding every process's record.
         executor: threads for the database write, apart from the answering work.
+        lease_seconds: how long a claim lasts without being renewed.
     """
 
-    def __init__(self, store: Store, executor: Executor) -> None:
+    def __init__(
+        self, store: Store, executor: Executor, lease_seconds: float = DEFAULT_CLAIM_LEASE
+    ) -> None:
         self.store = store
         self.executor = executor
+        self.lease_seconds = lease_seconds
         self._seen: OrderedDict[str, float] = OrderedDict()
+        self._renewals: set[asyncio.Task[None]] = set()
 
     def first_here(self, keys: Iterable[str]) -> bool:
         """Remember ``keys``; whether none of them was seen by this process before."""
@@ -75,12 +89,15 @@ class Deliveries:
         return first
 
     async def claim(self, keys: list[str]) -> bool:
-        """Record ``keys`` in the shared database; whether this process is the first to."""
+        """Claim ``keys`` in the shared database; whether this process answers the delivery.
+
+        Won, the claim is held until the calling task ends (see the module docstring).
+        """
         if not keys:
             return True
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self.executor, _first_delivery, self.store, keys)
+            won = await loop.run_in_executor(self.executor, self._claim, keys)
         except Exception as exc:  # any failure to record it: answer rather than drop
             log.warning(
                 "could not record Slack delivery %s in the database (%s: %s); answering it anyway",
@@ -89,7 +106,52 @@ class Deliveries:
                 exc,
             )
             return True
+        if won:
+            self._hold(keys)
+        else:
+            # Another process holds it: a later redelivery here asks the database again,
+            # so that it is answered if that process dies.
+            for key in keys:
+                self._seen.pop(key, None)
+        return won
 
+    def _claim(self, keys: list[str]) -> bool:
+        return self.store.claim_delivery(
+            keys, lease_seconds=self.lease_seconds, ttl_seconds=TTL_SECONDS
+        )
 
-def _first_delivery(store: Store, keys: list[str]) -> bool:
-    return store.first_delivery(*keys)
+    def _hold(self, keys: list[str]) -> None:
+        """Renew the claim while the current task runs; mark it answered when it ends."""
+        loop, owner = asyncio.get_running_loop(), asyncio.current_task()
+        renewal = loop.create_task(self._renew(keys), name="renew Slack delivery claim")
+        self._renewals.add(renewal)
+
+        def finished(_: object) -> None:
+            renewal.cancel()
+            self._renewals.discard(renewal)
+            # A process shutting down has no executor left: its claim simply lapses.
+            with contextlib.suppress(RuntimeError):
+                loop.run_in_executor(self.executor, self._write, self.store.finish_delivery, keys)
+
+        if owner is None:  # not in a task: nothing to wait for
+            finished(None)
+        else:
+            owner.add_done_callback(finished)
+
+    async def _renew(self, keys: list[str]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            await loop.run_in_executor(self.executor, self._write, self.store.renew_delivery, keys)
+
+    @staticmethod
+    def _write(write: Callable[[list[str]], None], keys: list[str]) -> None:
+        try:
+            write(keys)
+        except Exception as exc:  # the lease may lapse: a rare second answer, never none
+            log.warning(
+                "could not update the claim on Slack delivery %s (%s: %s)",
+                ", ".join(keys),
+                type(exc).__name__,
+                exc,
+            )

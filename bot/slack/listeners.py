@@ -109,7 +109,7 @@ class Services:
     streaming: Streaming = field(default_factory=Streaming)
 
     def __post_init__(self) -> None:
-        self.deliveries = Deliveries(self.kb.store, self.ack_executor)
+        self.deliveries = Deliveries(self.kb.store, self.ack_executor, self.config.claim_lease)
         self.home = Home(self.kb, self.engine, self.roles, self.uploader, self.reindexer)
 
     @classmethod

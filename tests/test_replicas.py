@@ -1,0 +1,394 @@
+"""Three real ``kb serve`` processes sharing one store answer as one bot.
+
+Each replica is its own process (``python -m bot.cli serve``), on one store: a
+shared data dir (SQLite in WAL mode, the single-machine way to run replicas),
+then a real PostgreSQL server (``tests.postgres``) with a data dir per replica
+for its derived index files. They talk to the local mock Slack Web API and
+OpenAI-compatible server of ``tests/servers.py``.
+Signed Slack events go to any replica, and Slack's redeliveries
+(``X-Slack-Retry-Num``) of the same event to the others, as a load balancer in
+front of the replicas spreads them. What is checked is what the people in Slack
+see: one answer per question, an upload through one replica answered by
+another, a replica killed mid-answer while the others keep answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from bot.slack.render import FEEDBACK_ACTION_ID
+from index.config import IndexConfig
+from index.embed import Embedder
+from index.errors import DocumentNotFound
+from index.knowledge_base import KnowledgeBase
+from index.records import DocumentRow
+from index.store import Store
+
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from tests.conftest_bot import (  # noqa: E402
+    HANDBOOK,
+    IN_DOMAIN,
+    LINK_SECRET,
+    SECURITY,
+    THRESHOLD,
+    default_reply,
+)
+from tests.postgres import create_database  # noqa: E402
+from tests.servers import (  # noqa: E402
+    DEFAULT_OPENAI_API_KEY,
+    DEFAULT_SIGNING_SECRET,
+    USER_ID,
+    MockSlackAPI,
+    OpenAICompatServer,
+    app_mention_event,
+    event_body,
+    file_share_event,
+    slack_headers,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+REPLICAS = 3
+SYNC_SECONDS = 0.25
+# Short, so that a killed replica's claim lapses within the test (15 s by default).
+CLAIM_LEASE_S = 2.0
+# KB_SYNC_SECONDS plus one incremental refresh of a few chunks (docs/benchmarks.md), with
+# room for a 2-core machine running three replicas and other tests.
+FOLLOW_BOUND_S = 3.0
+START_TIMEOUT_S = 90.0
+ANSWER_TIMEOUT_S = 20.0
+# How long a duplicate answer gets to show up after the expected ones did.
+SETTLE_S = 1.0
+PARKING = b"""# Visitor parking
+
+## Garage
+
+Visitors park on level 3 of the garage behind the office; the gate code is 4711.
+"""
+PARKING_Q = "Where do visitors park their car, and what is the gate code?"
+QUESTIONS = [
+    IN_DOMAIN,
+    "What DNS server should I use on the VPN?",
+    "How often are production API keys rotated?",
+    "Do laptops need full-disk encryption?",
+    "What does a conference ticket need?",
+    "When do laptops lock?",
+]
+
+
+@dataclass
+class Replica:
+    """One ``kb serve`` process and where it listens."""
+
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def events(self) -> str:
+        return f"{self.url}/slack/events"
+
+
+@dataclass
+class Cluster:
+    """The replicas, the servers they talk to, and the store they share."""
+
+    replicas: list[Replica]
+    slack: MockSlackAPI
+    llm: OpenAICompatServer
+    config: IndexConfig  # the store's, as a process beside the replicas opens it
+    http: aiohttp.ClientSession
+
+    @property
+    def live(self) -> list[Replica]:
+        return [r for r in self.replicas if r.proc.poll() is None]
+
+    async def deliver(self, replica: Replica, body: bytes, retry: int | None = None) -> int:
+        """POST a signed Slack body to ``replica`` (``retry``: Slack's redelivery number)."""
+        headers = slack_headers(DEFAULT_SIGNING_SECRET, body, retry_num=retry)
+        async with self.http.post(replica.events, data=body, headers=headers) as resp:
+            await resp.read()
+            return resp.status
+
+    async def readiness(self, replica: Replica) -> tuple[int, dict[str, Any]]:
+        async with self.http.get(f"{replica.url}/readyz") as resp:
+            return resp.status, await resp.json()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _replica_env(
+    data_dir: Path, database_url: str, slack: MockSlackAPI, llm: OpenAICompatServer
+) -> dict[str, str]:
+    # The session's ONNX export of the model (tests/conftest.py) is shared, not redone.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("KB_", "SLACK_", "OPENAI_")) or k == "KB_ENCODER_CACHE"
+    }
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "KB_DATA_DIR": str(data_dir),
+            "KB_DATABASE_URL": database_url,
+            "SLACK_BOT_TOKEN": slack.bot_token,
+            "SLACK_SIGNING_SECRET": DEFAULT_SIGNING_SECRET,
+            "SLACK_API_URL": slack.api_url,
+            "OPENAI_BASE_URL": llm.url,
+            "OPENAI_API_KEY": DEFAULT_OPENAI_API_KEY,
+            "KB_LINK_SECRET": LINK_SECRET,
+            "KB_THRESHOLD": str(THRESHOLD),
+            "KB_SYNC_SECONDS": str(SYNC_SECONDS),
+            "KB_ADMIN_USERS": USER_ID,
+            "KB_SLACK_ADMINS_ARE_ADMINS": "false",
+            "KB_SLACK_STREAMING": "off",
+            "KB_LLM_MAX_RETRIES": "0",
+            "KB_SLACK_CLAIM_LEASE": str(CLAIM_LEASE_S),
+        }
+    )
+    return env
+
+
+def _start(name: str, env: dict[str, str], logs: Path) -> Replica:
+    port = _free_port()
+    with (logs / f"{name}.log").open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "serve", "--port", str(port)],
+            env=env,
+            cwd=logs,  # no .env of the repository
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    return Replica(name, port, proc)
+
+
+async def _until_ready(cluster: Cluster, replica: Replica) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    last: object = "no answer"
+    while time.monotonic() < deadline:
+        assert replica.proc.poll() is None, f"{replica.name} exited with {replica.proc.returncode}"
+        try:
+            status, last = await cluster.readiness(replica)
+        except aiohttp.ClientError as exc:
+            status, last = 0, exc
+        if status == 200:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{replica.name} not ready after {START_TIMEOUT_S} s: {last}")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["sqlite", "postgres"])
+async def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
+) -> AsyncIterator[Cluster]:
+    """Three replicas on one store holding the handbook and the security policy."""
+    root = tmp_path_factory.mktemp(f"replicas-{request.param}")
+    database_url = ""
+    if request.param == "postgres":
+        database_url = create_database(request.getfixturevalue("postgres_server"))
+    config = IndexConfig(data_dir=root / "observer", database_url=database_url)
+    kb = KnowledgeBase(config, embedder=embedder)
+    for name, data in (("handbook.md", HANDBOOK), ("security.md", SECURITY)):
+        kb.ingest_bytes(data, name, uploader="fixture")
+    kb.store.close()
+    async with (
+        MockSlackAPI() as slack,
+        OpenAICompatServer(reply=default_reply, api_key=DEFAULT_OPENAI_API_KEY) as llm,
+        aiohttp.ClientSession() as http,
+    ):
+        replicas = []
+        for name in ("replica-a", "replica-b", "replica-c"):
+            # SQLite: the one data dir is the store. Postgres: each its own, as on its own machine.
+            data_dir = config.data_dir if not database_url else root / name
+            env = _replica_env(data_dir, database_url, slack, llm)
+            replicas.append(_start(name, env, root))
+        cluster = Cluster(replicas, slack, llm, config, http)
+        try:
+            await asyncio.gather(*(_until_ready(cluster, r) for r in replicas))
+            yield cluster
+        finally:
+            for replica in replicas:
+                if replica.proc.poll() is None:
+                    replica.proc.terminate()
+            for replica in replicas:
+                try:
+                    replica.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    replica.proc.kill()
+                    replica.proc.wait()
+
+
+# ------------------------------------------------------------------ what Slack saw
+
+
+def _thread_of(slack: MockSlackAPI, params: dict[str, Any]) -> str | None:
+    if "thread_ts" in params:
+        return str(params["thread_ts"])
+    message = slack.messages.get((str(params.get("channel", "")), str(params.get("ts", ""))))
+    return str(message["thread_ts"]) if message and "thread_ts" in message else None
+
+
+def _answers_per_thread(slack: MockSlackAPI) -> Counter[str]:
+    """Finished answers (the message with feedback buttons) shown in each thread."""
+    shown: Counter[str] = Counter()
+    for method, params in slack.log:
+        if method in {"chat.postMessage", "chat.update"} and FEEDBACK_ACTION_ID in json.dumps(
+            params.get("blocks", [])
+        ):
+            thread = _thread_of(slack, params)
+            if thread is not None:
+                shown[thread] += 1
+    return shown
+
+
+def _posts_per_thread(slack: MockSlackAPI) -> Counter[str]:
+    """New messages the bot posted in each thread (a second answerer posts its own)."""
+    return Counter(
+        str(p["thread_ts"]) for m, p in slack.log if m == "chat.postMessage" and "thread_ts" in p
+    )
+
+
+def _model_calls(llm: OpenAICompatServer, question: str) -> int:
+    return sum(question in json.dumps(r.get("messages", [])) for r in llm.requests)
+
+
+def _document(store: Store, name: str) -> DocumentRow | None:
+    try:
+        return store.find_document(name)
+    except DocumentNotFound:
+        return None
+
+
+async def _answered(cluster: Cluster, threads: list[str]) -> None:
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while not all(_answers_per_thread(cluster.slack)[t] for t in threads):
+        assert time.monotonic() < deadline, f"unanswered threads after {ANSWER_TIMEOUT_S} s"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(SETTLE_S)
+
+
+# ------------------------------------------------------------------ tests
+
+
+async def test_every_replica_reports_the_shared_store_and_its_lag(cluster: Cluster) -> None:
+    generations = set()
+    for replica in cluster.replicas:
+        status, ready = await cluster.readiness(replica)
+        assert status == 200, ready
+        kind = "postgresql" if cluster.config.database_url else "sqlite"
+        assert ready["store"]["kind"] == kind and ready["store"]["reachable"] is True
+        assert ready["engine"] == "local"
+        assert ready["index"]["lag"] == 0
+        generations.add(ready["store"]["generation"])
+    assert len(generations) == 1 and generations.pop() > 0
+
+
+async def test_events_spread_with_retries_are_answered_exactly_once(cluster: Cluster) -> None:
+    replicas = cluster.live
+    events = [app_mention_event(q) for q in QUESTIONS]
+    deliveries = []
+    for i, event in enumerate(events):
+        body = event_body(event)
+        # The first delivery and Slack's two redeliveries, each to another replica, at once.
+        for retry in range(REPLICAS):
+            target = replicas[(i + retry) % len(replicas)]
+            deliveries.append(cluster.deliver(target, body, retry or None))
+    statuses = await asyncio.gather(*deliveries)
+    assert set(statuses) == {200}
+
+    threads = [str(e["ts"]) for e in events]
+    await _answered(cluster, threads)
+    answers, posts = _answers_per_thread(cluster.slack), _posts_per_thread(cluster.slack)
+    assert [answers[t] for t in threads] == [1] * len(threads)
+    assert [posts[t] for t in threads] == [1] * len(threads)
+    # The model was asked once for each question the gate let through, never twice.
+    calls = [_model_calls(cluster.llm, q) for q in QUESTIONS]
+    assert max(calls) == 1 and sum(calls) >= len(QUESTIONS) // 2, calls
+
+
+async def test_an_upload_through_one_replica_is_answered_by_another(cluster: Cluster) -> None:
+    uploader, asker = cluster.live[0], cluster.live[1]
+    file = cluster.slack.add_file("F0PARKING1", "parking.md", PARKING, "text/markdown")
+    assert await cluster.deliver(uploader, event_body(file_share_event([file]))) == 200
+
+    store = Store(cluster.config.data_dir, database_url=cluster.config.database_url)
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while (doc := _document(store, "parking.md")) is None or doc.state != "indexed":
+        assert time.monotonic() < deadline, "the upload was not indexed"
+        await asyncio.sleep(0.05)
+    indexed_at, generation = time.monotonic(), store.generation
+    store.close()
+    while (await cluster.readiness(asker))[1]["index"]["snapshot_generation"] < generation:
+        await asyncio.sleep(0.02)
+    followed = time.monotonic() - indexed_at
+    assert followed < FOLLOW_BOUND_S
+
+    event = app_mention_event(PARKING_Q)
+    assert await cluster.deliver(asker, event_body(event)) == 200
+    await _answered(cluster, [str(event["ts"])])
+    answer = next(
+        p
+        for m, p in cluster.slack.log
+        if m in {"chat.postMessage", "chat.update"}
+        and _thread_of(cluster.slack, p) == event["ts"]
+        and FEEDBACK_ACTION_ID in json.dumps(p.get("blocks", []))
+    )
+    assert "parking" in json.dumps(answer["blocks"]).lower()
+
+
+async def test_a_replica_killed_mid_answer_leaves_the_others_answering(cluster: Cluster) -> None:
+    *survivors, victim = cluster.live
+    event = app_mention_event(IN_DOMAIN)
+    body, thread = event_body(event), str(event["ts"])
+    cluster.llm.delay(30)  # the model is slow: the victim is mid-answer when it dies
+    try:
+        before = len(cluster.llm.requests)
+        assert await cluster.deliver(victim, body) == 200
+        await cluster.llm.wait_for_requests(before + 1, timeout=ANSWER_TIMEOUT_S)
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(timeout=10)
+        killed_at = time.monotonic()
+    finally:
+        cluster.llm.delay(0)
+
+    # Slack's redelivery while the victim's claim still holds is dropped as a duplicate.
+    assert await cluster.deliver(survivors[0], body, retry=1) == 200
+    # The others keep answering new questions.
+    fresh = [app_mention_event(q) for q in QUESTIONS[:2]]
+    for replica, e in zip(survivors, fresh, strict=True):
+        assert await cluster.deliver(replica, event_body(e)) == 200
+    await _answered(cluster, [str(e["ts"]) for e in fresh])
+    assert _answers_per_thread(cluster.slack)[thread] == 0
+
+    # Nobody renews the dead replica's claim: once it lapsed, the next redelivery (to the
+    # replica that dropped the first one) is answered, once.
+    await asyncio.sleep(max(0.0, killed_at + CLAIM_LEASE_S - time.monotonic()))
+    assert await cluster.deliver(survivors[0], body, retry=2) == 200
+    await _answered(cluster, [thread])
+    assert _answers_per_thread(cluster.slack)[thread] == 1
