@@ -7,6 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
@@ -296,3 +297,78 @@ def test_systemd_unit() -> None:
         v.split("=", 1)[1] for v in settings["Environment"] if v.startswith("KB_DATA_DIR=")
     )
     assert any(data_dir.startswith(p) for p in settings["ReadWritePaths"])
+
+
+SCALE = DEPLOY / "compose.scale.yaml"
+# Environment names whose values are secrets: in a compose file only as `${...}` from .env.
+SECRET_NAME = re.compile(r"PASSWORD|API_KEY|TOKEN|SECRET|DATABASE_URL")
+
+
+def _scale_compose() -> dict[str, Any]:
+    compose: dict[str, Any] = yaml.safe_load(SCALE.read_text(encoding="utf-8"))
+    return compose
+
+
+def _replicas(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in compose["services"].items() if name.startswith("kb-")}
+
+
+def test_scale_compose_runs_replicas_over_postgres_and_qdrant() -> None:
+    compose = _scale_compose()
+    services = compose["services"]
+    assert {"postgres", "qdrant", "proxy"} <= set(services)
+    replicas = _replicas(compose)
+    assert len(replicas) >= 2
+    for service in replicas.values():
+        env = service["environment"]
+        assert service["build"]["dockerfile"] == "deploy/Dockerfile"
+        assert service["build"]["args"]["KB_EXTRAS"] == "scale"
+        assert (
+            env["KB_DATABASE_URL"].startswith("postgresql://")
+            and "@postgres:" in env["KB_DATABASE_URL"]
+        )
+        assert env["KB_SEARCH_ENGINE"] == "qdrant" and env["QDRANT_URL"] == "http://qdrant:6333"
+        assert {d: c["condition"] for d, c in service["depends_on"].items()} == {
+            "postgres": "service_healthy",
+            "qdrant": "service_healthy",
+        }
+    # Every replica keeps its own files: no two share a data volume.
+    data = [
+        next(v for v in s["volumes"] if str(v).split(" ")[0].endswith(":/data"))
+        for s in replicas.values()
+    ]
+    assert len(set(data)) == len(data)
+    named = {str(v).split(":")[0] for s in services.values() for v in s.get("volumes", [])}
+    assert named <= set(compose["volumes"])
+    # The proxy spreads Slack's requests over every replica, each only while ready.
+    caddyfile = compose["configs"][services["proxy"]["configs"][0]["source"]]["content"]
+    assert all(f"{name}:3000" in caddyfile for name in replicas)
+    assert "health_uri /readyz" in caddyfile
+
+
+def test_scale_compose_checks_every_service_and_replicas_by_readyz() -> None:
+    compose = _scale_compose()
+    for name, service in compose["services"].items():
+        assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+        assert service["restart"] == "unless-stopped"
+    for name, service in _replicas(compose).items():
+        argv = service["healthcheck"]["test"]
+        assert argv[:3] == ["CMD", "python", "-c"] and "/readyz" in argv[3], name
+        compile(argv[3], "healthcheck", "exec")
+
+
+def test_scale_compose_holds_no_secret_inline() -> None:
+    compose = _scale_compose()
+    for name, service in compose["services"].items():
+        for key, value in (service.get("environment") or {}).items():
+            if not SECRET_NAME.search(key):
+                continue
+            assert "${" in str(value), f"{name}: {key} is not read from .env"
+            literal = re.sub(r"\$\{[^}]*\}", "", str(value))
+            if key.endswith("DATABASE_URL"):
+                assert not urlsplit(literal).password, f"{name}: {key} holds a password"
+            else:
+                assert literal == "", f"{name}: {key} holds a literal secret"
+    # The replicas share one link secret, or links signed by one fail on the other.
+    for service in _replicas(compose).values():
+        assert service["environment"]["KB_LINK_SECRET"].startswith("${KB_LINK_SECRET:?")
