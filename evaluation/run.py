@@ -156,7 +156,7 @@ def indexed_corpus(
         try:
             yield kb
         finally:
-            kb.store.db.conn.close()
+            kb.store.close()
 
 
 @dataclass(frozen=True)

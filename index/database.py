@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +49,7 @@ __all__ = [
     "Connection",
     "Cursor",
     "Database",
+    "PostgresConnection",
     "PostgresDatabase",
     "SQLiteDatabase",
     "masked_url",
@@ -394,7 +395,7 @@ def _param(value: Any) -> Any:
     return int(value) if isinstance(value, bool) else value
 
 
-class _PostgresConnection:
+class PostgresConnection:
     """A psycopg connection that takes the store's SQL (``postgres_sql``) and speaks its errors."""
 
     def __init__(self, conn: Any, database: PostgresDatabase) -> None:
@@ -407,6 +408,13 @@ class _PostgresConnection:
             cursor = self.conn.cursor()
             cursor.execute(postgres_sql(sql), values)
         return cursor
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for each of ``rows`` (a bulk insert)."""
+        with self._database.translated():
+            self.conn.cursor().executemany(
+                postgres_sql(sql), [[_param(v) for v in row] for row in rows]
+            )
 
     def query(self, sql: str, params: Any = None, /) -> Iterator[dict[str, Any]]:
         cursor: Any = self.execute(sql, params)
@@ -441,6 +449,8 @@ class PostgresDatabase(Database):
             ) from exc
         self._psycopg = psycopg
         self.integrity_errors = (psycopg.IntegrityError,)
+        # Every failure of the driver (what a bulk copy must turn into its own error).
+        self.driver_error: type[Exception] = psycopg.Error
         self.url = url
         self.data_dir = data_dir
         self._password = urlsplit(url).password or dict(parse_qsl(urlsplit(url).query)).get(
@@ -452,7 +462,8 @@ class PostgresDatabase(Database):
     def location(self) -> str:
         return masked_url(self.url)
 
-    def _scrub(self, text: str) -> str:
+    def scrub(self, text: str) -> str:
+        """``text`` with the password of the URL replaced by ``***``."""
         return text.replace(self._password, "***") if self._password else text
 
     def _open(self) -> Any:
@@ -464,15 +475,15 @@ class PostgresDatabase(Database):
             # `from None`: the driver's exception may carry the URL it was given.
             raise DatabaseUnavailable(
                 f"Cannot connect to the database {self.location}: "
-                f"{self._scrub(str(exc).strip())}. Check KB_DATABASE_URL (host, port, user, "
+                f"{self.scrub(str(exc).strip())}. Check KB_DATABASE_URL (host, port, user, "
                 "password, database name) and that the server is running."
             ) from None
 
-    def connection(self) -> _PostgresConnection:
-        current: _PostgresConnection | None = getattr(self._local, "db", None)
+    def connection(self) -> PostgresConnection:
+        current: PostgresConnection | None = getattr(self._local, "db", None)
         if current is not None and not current.conn.closed:
             return current
-        current = _PostgresConnection(self._open(), self)
+        current = PostgresConnection(self._open(), self)
         self._local.db = current
         return current
 
@@ -489,18 +500,18 @@ class PostgresDatabase(Database):
             ) from exc
         except (errors.InsufficientResources, errors.ReadOnlySqlTransaction) as exc:
             raise StorageError(
-                f"The database {self.location} refused the write ({self._scrub(str(exc))}); "
+                f"The database {self.location} refused the write ({self.scrub(str(exc))}); "
                 "nothing was changed."
             ) from exc
         except self._psycopg.OperationalError as exc:
             if isinstance(exc, errors.SerializationFailure | errors.DeadlockDetected):
                 raise
             raise DatabaseUnavailable(
-                f"The database {self.location} is unavailable: {self._scrub(str(exc).strip())}."
+                f"The database {self.location} is unavailable: {self.scrub(str(exc).strip())}."
             ) from None
 
     @contextmanager
-    def transaction(self) -> Iterator[_PostgresConnection]:
+    def transaction(self) -> Iterator[PostgresConnection]:
         db = self.connection()
         with self.translated(), db.conn.transaction():
             yield db
@@ -539,7 +550,7 @@ class PostgresDatabase(Database):
         return row[0] is not None
 
     @contextmanager
-    def _serialized(self) -> Iterator[_PostgresConnection]:
+    def _serialized(self) -> Iterator[PostgresConnection]:
         # Replicas starting together: one changes the schema, the others wait
         # for it; Postgres's CREATE ... IF NOT EXISTS alone races on its catalog.
         with self.transaction() as tx:
@@ -595,7 +606,7 @@ class PostgresDatabase(Database):
             return not acquired
 
     def close(self) -> None:
-        current: _PostgresConnection | None = getattr(self._local, "db", None)
+        current: PostgresConnection | None = getattr(self._local, "db", None)
         if current is not None:
             current.conn.close()
             self._local.db = None

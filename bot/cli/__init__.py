@@ -4,10 +4,10 @@
 commands to the group when imported: ``documents`` (ingest, docs, show,
 chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
 reject), ``answering`` (ask, serve), ``evaluation`` (eval, calibrate,
-export-disliked) and ``syncing`` (sync).
+export-disliked), ``syncing`` (sync) and ``storage`` (migrate-store).
 """
 
-from bot.cli import answering, documents, evaluation, publishing, syncing
+from bot.cli import answering, documents, evaluation, publishing, storage, syncing
 from bot.cli.base import main
 
-__all__ = ["answering", "documents", "evaluation", "main", "publishing", "syncing"]
+__all__ = ["answering", "documents", "evaluation", "main", "publishing", "storage", "syncing"]
