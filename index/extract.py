@@ -574,7 +574,9 @@ def _pdf_pages(
         ) from exc
     for i, text in read.items():
         if text:
-            pages[i] = f"{ocr_marker(i + 1)}\n\n{text}"
+            # A thin text layer (a page number, a caption) is kept before what OCR read.
+            typed = f"{pages[i].strip()}\n\n" if pages[i].strip() else ""
+            pages[i] = f"{typed}{ocr_marker(i + 1)}\n\n{text}"
     return pages, title
 
 

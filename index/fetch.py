@@ -124,6 +124,12 @@ def check_url(url: str) -> str:
         )
     if not parts.hostname:
         raise FetchFailed(url, "the URL has no host")
+    if parts.username or parts.password:
+        # They would be shown in every report and log line that names the URL.
+        raise FetchFailed(
+            url.replace(parts.netloc, parts.netloc.rpartition("@")[2]),
+            "a user name or password in the URL is not supported",
+        )
     return url
 
 

@@ -176,7 +176,7 @@ def source_from_argument(
     else:
         table["id"] = source_id or _id_of_folder(Path(arg))
         table["folder"] = arg
-    return _source(table, arg)
+    return _source(table, "the command line")
 
 
 def _id_of_folder(folder: Path) -> str:

@@ -56,7 +56,7 @@ def scanned_pdf(lines: list[str]) -> bytes:
 
 
 def mixed_pdf() -> bytes:
-    """Page 1 and 3 with a text layer, page 2 a scan."""
+    """Page 1 and 3 with a text layer, page 2 a scan with only its page number as text."""
     pdf = FPDF()
     pdf.set_font("Helvetica", size=11)
     pdf.add_page()
@@ -65,6 +65,7 @@ def mixed_pdf() -> bytes:
     picture = io.BytesIO()
     scan_of(["Facilities", "", NEEDLE + ".", "Ask her at the front desk."]).save(picture, "PNG")
     pdf.image(picture, x=0, y=0, w=210, h=297)
+    pdf.text(100, 290, "p. 2")  # a thin text layer: kept, and the page still read by OCR
     pdf.add_page()
     pdf.multi_cell(0, 6, "Parking permits are renewed every January by the front desk. " * 3)
     return bytes(pdf.output())
@@ -89,7 +90,7 @@ def test_a_mixed_pdf_keeps_its_page_numbers_and_the_needle_is_cited_on_its_page(
     text = kb.canonical_text(doc.id)
     starts = [int(s) for s in (doc.page_starts or "").split(",")]
     assert len(starts) == 3
-    assert text[starts[1] :].startswith(ocr_marker(2))
+    assert text[starts[1] :].startswith(f"p. 2\n\n{ocr_marker(2)}\n\n")
     assert "Office opening hours" in text[: starts[1]] and "Parking" in text[starts[2] :]
     assert [int(m) for m in OCR_MARKER.findall(text)] == [2]
 

@@ -229,6 +229,13 @@ def test_a_malformed_config_is_refused_before_anything_changes(
     assert result.exit_code == 2 and message in result.output
 
 
+def test_a_password_in_a_url_is_refused_and_never_shown(index_dir: Path) -> None:
+    url = "https://kbuser:canary-sync-password@docs.example.com/sitemap.xml"
+    result = CliRunner().invoke(main, ["--data-dir", str(index_dir), "sync", url])
+    assert result.exit_code == 2 and "a user name or password in the URL" in result.output
+    assert "canary-sync-password" not in result.output and "kbuser" not in result.output
+
+
 def test_file_urls_are_never_fetched(index_dir: Path) -> None:
     result = CliRunner().invoke(main, ["--data-dir", str(index_dir), "sync", "file:///etc/passwd"])
     assert result.exit_code == 2 and "only http and https URLs are fetched" in result.output
