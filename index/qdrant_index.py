@@ -50,7 +50,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -79,7 +79,12 @@ BATCH = 256
 FORMAT_VERSION = 1
 # The meta key of the knowledge base's id in the store.
 KB_ID_KEY = "search_collection_id"
+# QDRANT_URL naming Qdrant's in-process engine (qdrant-edge-py) in the data dir.
+EDGE = "edge"
 INSTALL_HINT = "pip install -e '.[scale]'"
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class SearchEngineUnavailable(KBError):
@@ -114,20 +119,314 @@ def collection_name(kb_id: str, embedding_model: str, dimensions: int) -> str:
 
 def public_location(url: str) -> str:
     """Where the engine is, without credentials a URL may carry."""
-    if not url or url == ":memory:":
+    if url in ("", ":memory:", EDGE):
         return url or "embedded"
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
 
 
 @dataclass(frozen=True)
-class _Point:
+class QdrantPoint:
+    """One chunk as the engine holds it (point id = chunk id)."""
+
     id: int
-    dense: np.ndarray
+    dense: list[float]
     indices: list[int]
     values: list[float]
     payload: dict[str, Any]
+
+
+class QdrantEngine(Protocol):
+    """The operations the search index needs of a Qdrant engine (a server, local mode, Edge).
+
+    ``name`` is an alias or a collection; an alias names the build queries read.
+    """
+
+    def builds(self, alias: str) -> list[str]:
+        """The collections built for ``alias`` (``<alias>-<suffix>``)."""
+        ...
+
+    def alias_target(self, alias: str) -> str | None:
+        """The collection ``alias`` names, ``None`` when there is none."""
+        ...
+
+    def move_alias(self, alias: str, collection: str) -> None:
+        """Point ``alias`` at ``collection`` in one step."""
+        ...
+
+    def create(self, name: str, dimensions: int) -> None:
+        """A new empty collection: dense cosine vector, sparse vector with IDF, scope index."""
+        ...
+
+    def drop(self, name: str) -> None:
+        """Delete a collection."""
+        ...
+
+    def marker(self, name: str) -> dict[str, Any]:
+        """The sync marker ({} when none was written)."""
+        ...
+
+    def set_marker(self, name: str, marker: dict[str, Any]) -> None:
+        """Write the sync marker."""
+        ...
+
+    def upsert(self, name: str, points: Sequence[QdrantPoint]) -> None:
+        """Insert or replace points (idempotent)."""
+        ...
+
+    def delete(self, name: str, ids: Sequence[int]) -> None:
+        """Delete points; missing ones are ignored."""
+        ...
+
+    def dense(
+        self, name: str, vector: list[float], scopes: list[str] | None, limit: int
+    ) -> list[tuple[int, float]]:
+        """``(id, cosine)``, best first, only points whose scope is in ``scopes``."""
+        ...
+
+    def sparse(
+        self,
+        name: str,
+        indices: list[int],
+        values: list[float],
+        scopes: list[str] | None,
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """``(id, score)`` by the sparse vector with IDF, best first, filtered likewise."""
+        ...
+
+    def vectors(self, name: str, ids: Sequence[int]) -> dict[int, list[float]]:
+        """The dense vectors of the points among ``ids`` that exist."""
+        ...
+
+    def scan(self, name: str) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Every point's id and payload (``version``, ``length``)."""
+        ...
+
+
+class ClientEngine:
+    """A Qdrant server, or qdrant-client's local mode, through qdrant-client.
+
+    Args:
+        client: the client.
+        indexed: create payload indexes (a server; local mode has none and warns).
+    """
+
+    def __init__(self, client: QdrantClient, *, indexed: bool) -> None:
+        self.client = client
+        self.indexed = indexed
+
+    def builds(self, alias: str) -> list[str]:
+        """See ``QdrantEngine.builds``."""
+        names = [c.name for c in self.client.get_collections().collections]
+        return sorted(n for n in names if n.startswith(alias + "-"))
+
+    def alias_target(self, alias: str) -> str | None:
+        """See ``QdrantEngine.alias_target``."""
+        for a in self.client.get_aliases().aliases:
+            if a.alias_name == alias:
+                return str(a.collection_name)
+        return None
+
+    def move_alias(self, alias: str, collection: str) -> None:
+        """See ``QdrantEngine.move_alias``: one request, atomic on a server."""
+        from qdrant_client import models
+
+        changes: list[Any] = []
+        if self.alias_target(alias) is not None:
+            delete = models.DeleteAlias(alias_name=alias)
+            changes.append(models.DeleteAliasOperation(delete_alias=delete))
+        create = models.CreateAlias(collection_name=collection, alias_name=alias)
+        changes.append(models.CreateAliasOperation(create_alias=create))
+        self.client.update_collection_aliases(change_aliases_operations=changes)
+
+    def create(self, name: str, dimensions: int) -> None:
+        """See ``QdrantEngine.create``."""
+        from qdrant_client import models
+
+        self.client.create_collection(
+            name,
+            vectors_config={
+                DENSE: models.VectorParams(size=dimensions, distance=models.Distance.COSINE)
+            },
+            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+        )
+        if self.indexed:
+            for field, schema in (
+                ("scope", models.PayloadSchemaType.KEYWORD),
+                ("document_id", models.PayloadSchemaType.INTEGER),
+                ("chunk_id", models.PayloadSchemaType.INTEGER),
+            ):
+                self.client.create_payload_index(name, field, schema)
+
+    def drop(self, name: str) -> None:
+        """See ``QdrantEngine.drop``."""
+        self.client.delete_collection(name)
+
+    def marker(self, name: str) -> dict[str, Any]:
+        """See ``QdrantEngine.marker``: the collection's metadata."""
+        if not self.client.collection_exists(name):
+            return {}
+        return dict(self.client.get_collection(name).config.metadata or {})
+
+    def set_marker(self, name: str, marker: dict[str, Any]) -> None:
+        """See ``QdrantEngine.set_marker``."""
+        self.client.update_collection(name, metadata=marker)
+
+    def upsert(self, name: str, points: Sequence[QdrantPoint]) -> None:
+        """See ``QdrantEngine.upsert``."""
+        from qdrant_client import models
+
+        structs = [
+            models.PointStruct(
+                id=p.id,
+                vector={
+                    DENSE: p.dense,
+                    SPARSE: models.SparseVector(indices=p.indices, values=p.values),
+                },
+                payload=p.payload,
+            )
+            for p in points
+        ]
+        self.client.upsert(name, points=structs)
+
+    def delete(self, name: str, ids: Sequence[int]) -> None:
+        """See ``QdrantEngine.delete``."""
+        from qdrant_client import models
+
+        self.client.delete(name, points_selector=models.PointIdsList(points=list(ids)))
+
+    def dense(
+        self, name: str, vector: list[float], scopes: list[str] | None, limit: int
+    ) -> list[tuple[int, float]]:
+        """See ``QdrantEngine.dense``."""
+        hits = self.client.query_points(
+            name,
+            query=vector,
+            using=DENSE,
+            query_filter=_client_filter(scopes),
+            limit=limit,
+            with_payload=False,
+        )
+        return [(int(p.id), float(p.score)) for p in hits.points]
+
+    def sparse(
+        self,
+        name: str,
+        indices: list[int],
+        values: list[float],
+        scopes: list[str] | None,
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """See ``QdrantEngine.sparse``."""
+        from qdrant_client import models
+
+        hits = self.client.query_points(
+            name,
+            query=models.SparseVector(indices=indices, values=values),
+            using=SPARSE,
+            query_filter=_client_filter(scopes),
+            limit=limit,
+            with_payload=False,
+        )
+        return [(int(p.id), float(p.score)) for p in hits.points]
+
+    def vectors(self, name: str, ids: Sequence[int]) -> dict[int, list[float]]:
+        """See ``QdrantEngine.vectors``."""
+        records = self.client.retrieve(name, list(ids), with_payload=False, with_vectors=[DENSE])
+        out: dict[int, list[float]] = {}
+        for r in records:
+            if isinstance(r.vector, dict) and DENSE in r.vector:
+                out[int(r.id)] = list(r.vector[DENSE])  # type: ignore[arg-type]
+        return out
+
+    def scan(self, name: str) -> Iterator[tuple[int, dict[str, Any]]]:
+        """See ``QdrantEngine.scan``."""
+        offset: Any = None
+        while True:
+            records, offset = self.client.scroll(
+                name, limit=1024, offset=offset, with_payload=["version", "length"]
+            )
+            for r in records:
+                yield int(r.id), dict(r.payload or {})
+            if offset is None:
+                return
+
+
+def _client_filter(scopes: list[str] | None) -> Any:
+    if scopes is None:
+        return None
+    from qdrant_client import models
+
+    return models.Filter(
+        must=[models.FieldCondition(key="scope", match=models.MatchAny(any=scopes))]
+    )
+
+
+# The embedded engines of this process by folder: qdrant-client's local mode
+# and Edge lock their folder, so the knowledge bases of one data dir share one.
+_EMBEDDED: dict[str, QdrantEngine] = {}
+_EMBEDDED_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_embedded() -> None:
+    # Closed here, not left to the client's __del__, which fails at interpreter exit.
+    with _EMBEDDED_LOCK:
+        for engine in _EMBEDDED.values():
+            close = getattr(getattr(engine, "client", engine), "close", None)
+            if close is not None:
+                close()
+        _EMBEDDED.clear()
+
+
+def open_engine(url: str, api_key: str, data_dir: Path) -> QdrantEngine:
+    """The engine ``QDRANT_URL`` names: a server, ``edge``, ``:memory:``, or empty (embedded).
+
+    Raises:
+        SearchEngineUnavailable: the package is missing or the engine cannot be opened.
+    """
+    where = public_location(url) if url else str(data_dir / "qdrant")
+    try:
+        if url == EDGE:
+            from index.qdrant_edge import EdgeEngine
+
+            return _embedded(str((data_dir / "qdrant-edge").resolve()), EdgeEngine)
+        from qdrant_client import QdrantClient
+    except ImportError as exc:
+        raise SearchEngineUnavailable(
+            f"KB_SEARCH_ENGINE=qdrant needs the Qdrant packages: {INSTALL_HINT} ({exc})."
+        ) from exc
+    try:
+        if url == ":memory:":
+            return ClientEngine(QdrantClient(location=":memory:"), indexed=False)
+        if url:
+            # No version probe at construction: the first real call reports an
+            # unreachable server, as SearchEngineUnavailable.
+            client = QdrantClient(
+                url=url, api_key=api_key or None, timeout=30, check_compatibility=False
+            )
+            return ClientEngine(client, indexed=True)
+        return _embedded(
+            str((data_dir / "qdrant").resolve()),
+            lambda folder: ClientEngine(QdrantClient(path=folder), indexed=False),
+        )
+    except Exception as exc:
+        reason = str(exc)[:200].replace(api_key, "***") if api_key else str(exc)[:200]
+        raise SearchEngineUnavailable(
+            f"The Qdrant engine at {where} cannot be opened ({type(exc).__name__}: "
+            f"{reason}). An embedded engine "
+            "(QDRANT_URL empty) serves one process at a time: stop the other one, or run a "
+            "Qdrant server and set QDRANT_URL."
+        ) from exc
+
+
+def _embedded(folder: str, make: Callable[[str], QdrantEngine]) -> QdrantEngine:
+    with _EMBEDDED_LOCK:
+        if folder not in _EMBEDDED:
+            _EMBEDDED[folder] = make(folder)
+        return _EMBEDDED[folder]
 
 
 @dataclass
@@ -141,54 +440,6 @@ class _Contents:
     def avgdl(self) -> float:
         total = sum(self.lengths.values())
         return total / len(self.lengths) if total else 1.0
-
-
-# The embedded engines of this process by folder: qdrant-client's local mode
-# locks its folder, so every knowledge base opened on one data dir shares one.
-_EMBEDDED: dict[str, QdrantClient] = {}
-_EMBEDDED_LOCK = threading.Lock()
-T = TypeVar("T")
-P = ParamSpec("P")
-
-
-@atexit.register
-def _close_embedded() -> None:
-    # Closed here, not left to the client's __del__, which fails at interpreter exit.
-    with _EMBEDDED_LOCK:
-        for client in _EMBEDDED.values():
-            client.close()
-        _EMBEDDED.clear()
-
-
-def _client(url: str, api_key: str, data_dir: Path) -> QdrantClient:
-    try:
-        from qdrant_client import QdrantClient
-    except ImportError as exc:
-        raise SearchEngineUnavailable(
-            f"KB_SEARCH_ENGINE=qdrant needs the qdrant-client package: {INSTALL_HINT}."
-        ) from exc
-    where = public_location(url) if url else str(data_dir / "qdrant")
-    try:
-        if url == ":memory:":
-            return QdrantClient(location=":memory:")
-        if url:
-            # No version probe at construction: the first real call reports an
-            # unreachable server, as SearchEngineUnavailable.
-            return QdrantClient(
-                url=url, api_key=api_key or None, timeout=30, check_compatibility=False
-            )
-        folder = str((data_dir / "qdrant").resolve())
-        with _EMBEDDED_LOCK:
-            if folder not in _EMBEDDED:
-                _EMBEDDED[folder] = QdrantClient(path=folder)
-            return _EMBEDDED[folder]
-    except Exception as exc:  # its message names the folder or host, never the key
-        raise SearchEngineUnavailable(
-            f"The Qdrant engine at {where} cannot be opened "
-            f"({type(exc).__name__}: {str(exc)[:200]}). An embedded engine (QDRANT_URL empty) "
-            "serves one process at a time: stop the other one, or run a Qdrant server and set "
-            "QDRANT_URL."
-        ) from exc
 
 
 def _engine_call(
@@ -219,10 +470,11 @@ class QdrantSearchIndex:
         store: the source of truth.
         embedding_model: stamp of the running model; only its chunks are indexed.
         dimensions: its vector size.
-        url: ``QDRANT_URL`` (empty: embedded in the data dir; ``:memory:``).
+        url: ``QDRANT_URL`` (empty: embedded in the data dir; ``edge``; ``:memory:``).
         api_key: ``QDRANT_API_KEY`` for a server; never logged.
         depth: how many candidates each leg contributes before fusion.
         fusion: how the two legs are fused.
+        engine: an engine already open (``bench/``); ``url`` names it otherwise.
     """
 
     def __init__(
@@ -235,6 +487,7 @@ class QdrantSearchIndex:
         api_key: str = "",
         depth: int = DEFAULT_DEPTH,
         fusion: Fusion = FUSION,
+        engine: QdrantEngine | None = None,
     ) -> None:
         self.store = store
         self.embedding_model = embedding_model
@@ -244,50 +497,65 @@ class QdrantSearchIndex:
         self.depth = depth
         self.fusion = fusion
         self._lock = threading.Lock()
-        self._db: QdrantClient | None = None
-        self._name: str | None = None
+        self._engine = engine
+        self._alias: str | None = None
         self._generation: int | None = None
         self._contents: _Contents | None = None
-        self._avgdl = 1.0
         self._current_at: float | None = None
         self.refresh_error: str | None = None
+
+    def __repr__(self) -> str:
+        return f"QdrantSearchIndex({public_location(self.url)!r}, {self._alias!r})"
+
+    @property
+    def engine(self) -> QdrantEngine:
+        """The engine, opened on first use."""
+        if self._engine is None:
+            self._engine = open_engine(self.url, self._api_key, self.store.data_dir)
+        return self._engine
+
+    @property
+    def alias(self) -> str:
+        """The name queries read: this knowledge base's and model's collection alias."""
+        if self._alias is None:
+            kb_id = self.store.get_meta(KB_ID_KEY)
+            if kb_id is None:
+                kb_id = uuid.uuid4().hex[:12]
+                self.store.set_meta(KB_ID_KEY, kb_id)
+            self._alias = collection_name(kb_id, self.embedding_model, self.dimensions)
+        return self._alias
 
     def _scrubbed(self, exc: Exception) -> str:
         """``exc`` in a sentence without the API key or the URL's credentials."""
         text = f"{type(exc).__name__}: {str(exc)[:300]}"
-        for secret in (self._api_key, self.url):
-            if secret:
-                text = text.replace(
-                    secret, public_location(secret) if secret == self.url else "***"
-                )
+        if self._api_key:
+            text = text.replace(self._api_key, "***")
+        if self.url:
+            text = text.replace(self.url, public_location(self.url))
         return text
-
-    def __repr__(self) -> str:
-        return f"QdrantSearchIndex({public_location(self.url)!r}, {self._name!r})"
 
     # ------------------------------------------------------------ maintenance
 
     def open(self) -> int:
-        """See ``SearchIndex.open``: the collection is created when missing, then synced."""
+        """See ``SearchIndex.open``: the collection is built when missing, then synced."""
         return self.sync()
 
     def sync(self) -> int:
         """See ``SearchIndex.sync``."""
-        with self._lock:
-            started = time.monotonic()
-            try:
-                generation = self._sync_locked()
-            except Exception as exc:
-                self.refresh_error = str(exc)[:300] or type(exc).__name__
-                raise
-            self._current_at, self.refresh_error = started, None
-            return generation
+        return self._maintain(self._sync_locked)
 
     def rebuild(self) -> int:
         """See ``SearchIndex.rebuild``: a new collection is filled, then the alias moves to it."""
+        return self._maintain(self._rebuild_locked)
+
+    def _maintain(self, step: Callable[[], int]) -> int:
         with self._lock:
             started = time.monotonic()
-            generation = self._rebuild_locked()
+            try:
+                generation = step()
+            except Exception as exc:
+                self.refresh_error = str(exc)[:300] or type(exc).__name__
+                raise
             self._current_at, self.refresh_error = started, None
             return generation
 
@@ -307,7 +575,7 @@ class QdrantSearchIndex:
         return {
             "engine": "qdrant",
             "location": public_location(self.url),
-            "collection": self._name,
+            "collection": self._alias,
             "generation": generation,
             "snapshot_generation": mine,
             "lag": None if mine is None else generation - mine,
@@ -322,15 +590,14 @@ class QdrantSearchIndex:
     def check(self) -> dict[str, object]:
         """See ``SearchIndex.check``: the collection's points against the store's chunks."""
         with self._lock:
-            _, alias = self._connect()
             expected, versions = self._store_versions()
-            held = self._scan(alias)
-            marker = self._marker(alias)
+            held = self._scan()
+            marker = self.engine.marker(self.alias)
         wanted = dict(zip(expected.tolist(), versions.tolist(), strict=True))
         return {
             "engine": "qdrant",
             "location": public_location(self.url),
-            "collection": alias,
+            "collection": self.alias,
             "generation": self.store.generation,
             "snapshot_generation": marker.get("generation"),
             "points": len(held.versions),
@@ -353,23 +620,18 @@ class QdrantSearchIndex:
         mode: Mode = Mode.HYBRID,
     ) -> list[Candidate]:
         """See ``SearchIndex.search``."""
-        db, alias = self._connect()
-        where = _scope_filter(scopes)
+        visible = _visible(scopes)
         depth = max(k, self.depth)
         dense: list[tuple[int, float]] = []
         sparse: list[tuple[int, float]] = []
         if mode != Mode.BM25:
-            hits = db.query_points(
-                alias,
-                query=_floats(query_vector),
-                using=DENSE,
-                query_filter=where,
-                limit=depth,
-                with_payload=False,
-            ).points
-            dense = _ranked([(int(p.id), _distance(p.score)) for p in hits], ascending=True)
+            hits = self.engine.dense(self.alias, _floats(query_vector), visible, depth)
+            dense = _ranked([(cid, _distance(cos)) for cid, cos in hits], ascending=True)
         if mode != Mode.DENSE:
-            sparse = self._bm25(db, alias, query_text, where, depth)
+            indices, values = query_sparse(query_text)
+            if indices:
+                hits = self.engine.sparse(self.alias, indices, values, visible, depth)
+                sparse = _ranked([(cid, score) for cid, score in hits if score > 0])
         fused = fuse(dense, sparse, self.fusion)[:k]
         distances = dict(dense)
         missing = [cid for cid, _ in fused if cid not in distances]
@@ -387,53 +649,18 @@ class QdrantSearchIndex:
         """See ``SearchIndex.distances_for``: the vectors are fetched by id."""
         if not chunk_ids:
             return {}
-        db, alias = self._connect()
-        records = db.retrieve(
-            alias, [int(c) for c in chunk_ids], with_payload=False, with_vectors=[DENSE]
-        )
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
-        out: dict[int, float] = {}
-        for record in records:
-            vector = record.vector[DENSE] if isinstance(record.vector, dict) else None
-            if vector is not None:
-                ip = float(np.asarray(vector, dtype=np.float32) @ query)
-                out[int(record.id)] = _distance(ip)
-        return out
-
-    def _bm25(
-        self, db: QdrantClient, alias: str, text: str, where: Any, depth: int
-    ) -> list[tuple[int, float]]:
-        from qdrant_client import models
-
-        indices, values = query_sparse(text)
-        if not indices:
-            return []
-        query = models.SparseVector(indices=indices, values=values)
-        hits = db.query_points(
-            alias, query=query, using=SPARSE, query_filter=where, limit=depth, with_payload=False
-        )
-        return _ranked([(int(p.id), float(p.score)) for p in hits.points if p.score > 0])
+        found = self.engine.vectors(self.alias, [int(c) for c in chunk_ids])
+        return {
+            cid: _distance(float(np.asarray(vector, dtype=np.float32) @ query))
+            for cid, vector in found.items()
+        }
 
     # ------------------------------------------------------------------ internals
 
-    def _connect(self) -> tuple[QdrantClient, str]:
-        if self._db is None or self._name is None:
-            db = _client(self.url, self._api_key, self.store.data_dir)
-            name = collection_name(self._kb_id(), self.embedding_model, self.dimensions)
-            self._db, self._name = db, name
-        return self._db, self._name
-
-    def _kb_id(self) -> str:
-        kb_id = self.store.get_meta(KB_ID_KEY)
-        if kb_id is None:
-            kb_id = uuid.uuid4().hex[:12]
-            self.store.set_meta(KB_ID_KEY, kb_id)
-        return kb_id
-
     @_engine_call
     def _sync_locked(self) -> int:
-        db, alias = self._connect()
-        marker = self._marker(alias) if db.collection_exists(alias) else {}
+        marker = self.engine.marker(self.alias)
         if not _marker_fits(marker):
             return self._rebuild_locked()
         generation = self.store.generation
@@ -442,27 +669,26 @@ class QdrantSearchIndex:
             return generation
         if self._contents is None or marker.get("generation") != self._generation:
             # Another process (or a crash) may have changed the collection.
-            self._contents = self._scan(alias)
+            self._contents = self._scan()
         contents = self._contents
         avgdl = float(marker.get("avgdl") or 1.0)
         ids, versions = self._store_versions()
         wanted = dict(zip(ids.tolist(), versions.tolist(), strict=True))
         removed = [cid for cid, v in contents.versions.items() if wanted.get(cid) != v]
         added = [cid for cid, v in wanted.items() if contents.versions.get(cid) != v]
-        if removed:
-            self._delete(alias, removed, contents)
+        self._delete(removed, contents)
         if added:
-            self._upsert(alias, self._rows(added), avgdl, contents)
+            self._upsert(self.alias, self._rows(added), avgdl, contents)
         if contents.versions and abs(contents.avgdl - avgdl) > AVGDL_TOLERANCE * avgdl:
             # Re-weight every chunk against the current average length.
             avgdl = contents.avgdl
-            self._upsert(alias, self._rows(None), avgdl, _Contents({}, {}))
-        self._write_marker(alias, generation, avgdl)
-        self._generation, self._avgdl = generation, avgdl
+            self._upsert(self.alias, self._rows(None), avgdl, _Contents({}, {}))
+        self.engine.set_marker(self.alias, _marker(generation, avgdl))
+        self._generation = generation
         if removed or added:
             log.info(
                 "qdrant collection %s synced: -%d +%d chunks, %d at generation %d",
-                alias,
+                self.alias,
                 len(removed),
                 len(added),
                 len(contents.versions),
@@ -472,24 +698,24 @@ class QdrantSearchIndex:
 
     @_engine_call
     def _rebuild_locked(self) -> int:
-        db, alias = self._connect()
+        engine, alias = self.engine, self.alias
         # Read the generation first: a write landing while the rows are read
         # makes the collection newer than its marker, and the next sync redoes it.
         generation = self.store.generation
-        physical = f"{alias}-{uuid.uuid4().hex[:8]}"
-        self._create(physical)
+        build = f"{alias}-{uuid.uuid4().hex[:8]}"
+        engine.create(build, self.dimensions)
         rows = list(self._rows(None))
         lengths = [len(ANALYZER.document_terms(r["text"])) for r in rows]
         avgdl = sum(lengths) / len(lengths) if sum(lengths) else 1.0
         contents = _Contents({}, {})
-        self._upsert(physical, rows, avgdl, contents)
-        self._write_marker(physical, generation, avgdl)
-        self._point_alias(alias, physical, self._physical(alias))
-        for name in self._builds(alias):
-            if name != physical:
-                db.delete_collection(name)
-        self._generation, self._contents, self._avgdl = generation, contents, avgdl
-        log.info("qdrant collection %s built: %d chunks", physical, len(contents.versions))
+        self._upsert(build, rows, avgdl, contents)
+        engine.set_marker(build, _marker(generation, avgdl))
+        engine.move_alias(alias, build)
+        for name in engine.builds(alias):
+            if name != build:
+                engine.drop(name)
+        self._generation, self._contents = generation, contents
+        log.info("qdrant collection %s built: %d chunks", build, len(contents.versions))
         return generation
 
     def _store_versions(self) -> tuple[np.ndarray, np.ndarray]:
@@ -507,118 +733,38 @@ class QdrantSearchIndex:
     def _upsert(
         self, name: str, rows: Iterable[dict[str, Any]], avgdl: float, contents: _Contents
     ) -> None:
-        from qdrant_client import models
-
-        db, _ = self._connect()
         for batch in _batched(rows, BATCH):
             points = [_point(row, avgdl) for row in batch]
-            db.upsert(
-                name,
-                points=[
-                    models.PointStruct(
-                        id=p.id,
-                        vector={
-                            DENSE: _floats(p.dense),
-                            SPARSE: models.SparseVector(indices=p.indices, values=p.values),
-                        },
-                        payload=p.payload,
-                    )
-                    for p in points
-                ],
-            )
+            self.engine.upsert(name, points)
             for p in points:
-                contents.versions[p.id] = p.payload["version"]
+                contents.versions[p.id] = float(p.payload["version"])
                 contents.lengths[p.id] = p.payload["length"]
 
-    def _delete(self, name: str, ids: list[int], contents: _Contents) -> None:
-        from qdrant_client import models
-
-        db, _ = self._connect()
+    def _delete(self, ids: list[int], contents: _Contents) -> None:
         for at in range(0, len(ids), BATCH):
             batch = ids[at : at + BATCH]
-            db.delete(name, points_selector=models.PointIdsList(points=list(batch)))
+            self.engine.delete(self.alias, batch)
             for cid in batch:
                 contents.versions.pop(cid, None)
                 contents.lengths.pop(cid, None)
 
-    def _scan(self, name: str) -> _Contents:
-        db, _ = self._connect()
+    def _scan(self) -> _Contents:
         contents = _Contents({}, {})
-        offset: Any = None
-        while True:
-            records, offset = db.scroll(
-                name, limit=1024, offset=offset, with_payload=["version", "length"]
-            )
-            for r in records:
-                payload = r.payload or {}
-                contents.versions[int(r.id)] = float(payload.get("version", -1.0))
-                contents.lengths[int(r.id)] = int(payload.get("length", 0))
-            if offset is None:
-                return contents
+        for cid, payload in self.engine.scan(self.alias):
+            contents.versions[cid] = float(payload.get("version", -1.0))
+            contents.lengths[cid] = int(payload.get("length", 0))
+        return contents
 
-    def _create(self, name: str) -> None:
-        from qdrant_client import models
 
-        db, _ = self._connect()
-        db.create_collection(
-            name,
-            vectors_config={
-                DENSE: models.VectorParams(size=self.dimensions, distance=models.Distance.COSINE)
-            },
-            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-        )
-        if self.url and self.url != ":memory:":  # payload indexes are a server's (local mode warns)
-            for field, schema in (
-                ("scope", models.PayloadSchemaType.KEYWORD),
-                ("document_id", models.PayloadSchemaType.INTEGER),
-                ("chunk_id", models.PayloadSchemaType.INTEGER),
-            ):
-                db.create_payload_index(name, field, schema)
-
-    def _physical(self, alias: str) -> str | None:
-        db, _ = self._connect()
-        for a in db.get_aliases().aliases:
-            if a.alias_name == alias:
-                return str(a.collection_name)
-        return None
-
-    def _builds(self, alias: str) -> list[str]:
-        db, _ = self._connect()
-        return [c.name for c in db.get_collections().collections if c.name.startswith(alias + "-")]
-
-    def _point_alias(self, alias: str, physical: str, old: str | None) -> None:
-        from qdrant_client import models
-
-        db, _ = self._connect()
-        changes: list[Any] = []
-        if old is not None:
-            changes.append(
-                models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
-            )
-        changes.append(
-            models.CreateAliasOperation(
-                create_alias=models.CreateAlias(collection_name=physical, alias_name=alias)
-            )
-        )
-        db.update_collection_aliases(change_aliases_operations=changes)
-
-    def _marker(self, name: str) -> dict[str, Any]:
-        db, _ = self._connect()
-        return dict(db.get_collection(name).config.metadata or {})
-
-    def _write_marker(self, name: str, generation: int, avgdl: float) -> None:
-        db, _ = self._connect()
-        db.update_collection(
-            name,
-            metadata={
-                "generation": generation,
-                "avgdl": avgdl,
-                "format": FORMAT_VERSION,
-                "tokenizer": ANALYZER.signature,
-                "k1": DEFAULT_K1,
-                "b": DEFAULT_B,
-            },
-        )
+def _marker(generation: int, avgdl: float) -> dict[str, Any]:
+    return {
+        "generation": generation,
+        "avgdl": avgdl,
+        "format": FORMAT_VERSION,
+        "tokenizer": ANALYZER.signature,
+        "k1": DEFAULT_K1,
+        "b": DEFAULT_B,
+    }
 
 
 def _marker_fits(marker: dict[str, Any]) -> bool:
@@ -635,34 +781,31 @@ def _marker_fits(marker: dict[str, Any]) -> bool:
     )
 
 
-def _point(row: dict[str, Any], avgdl: float) -> _Point:
+def _point(row: dict[str, Any], avgdl: float) -> QdrantPoint:
     terms = ANALYZER.document_terms(row["text"])
     indices, values = bm25_values(terms, avgdl)
     cid = int(row["id"])
-    return _Point(
+    return QdrantPoint(
         id=cid,
-        dense=np.frombuffer(row["vector"], dtype=np.float32),
+        dense=_floats(np.frombuffer(row["vector"], dtype=np.float32)),
         indices=indices,
         values=values,
         payload={
             "chunk_id": cid,
             "document_id": row["document_id"],
             "scope": row["scope"],
-            "version": float(row["version"]),
+            # As text: a float's JSON round trip through the engine may move its last
+            # bit (Edge's parser does), and sync compares versions exactly.
+            "version": repr(float(row["version"])),
             "length": len(terms),
         },
     )
 
 
-def _scope_filter(scopes: frozenset[str] | None) -> Any:
+def _visible(scopes: frozenset[str] | None) -> list[str] | None:
     if scopes is None:
         return None
-    from qdrant_client import models
-
-    visible = scopes if isinstance(scopes, OnlyScopes) else scopes | {EVERYONE}
-    return models.Filter(
-        must=[models.FieldCondition(key="scope", match=models.MatchAny(any=sorted(visible)))]
-    )
+    return sorted(scopes if isinstance(scopes, OnlyScopes) else scopes | {EVERYONE})
 
 
 def _distance(similarity: float) -> float:

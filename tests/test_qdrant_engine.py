@@ -25,6 +25,7 @@ from index.knowledge_base import KnowledgeBase
 from index.models import Chunk
 from index.qdrant_index import (
     AVGDL_TOLERANCE,
+    QdrantPoint,
     QdrantSearchIndex,
     SearchEngineUnavailable,
     collection_name,
@@ -71,23 +72,31 @@ def _ids(found: list[Candidate]) -> list[int]:
 def test_top_4_equals_the_local_engine_and_both_legs_match(
     qdrant_kb: KnowledgeBase, embedder: Embedder
 ) -> None:
-    qdrant, local = qdrant_kb.search_index, _local(qdrant_kb.store, embedder)
-    assert isinstance(qdrant, QdrantSearchIndex)
+    local = _local(qdrant_kb.store, embedder)
+    edge = _qdrant(qdrant_kb.store, embedder, url="edge")
+    edge.open()
+    assert isinstance(qdrant_kb.search_index, QdrantSearchIndex)
     questions = _questions()
-    same = 0
-    for q in questions:
-        vector = embedder.encode_query(q)
-        top_q, top_l = qdrant.search(vector, q, None, 4), local.search(vector, q, None, 4)
-        same += _ids(top_q) == _ids(top_l)
-        for mine, theirs in zip(top_q, top_l, strict=False):
-            if mine.chunk_id == theirs.chunk_id:
-                assert mine.distance == pytest.approx(theirs.distance, abs=1e-5)
-        for mode in (Mode.DENSE, Mode.BM25):
-            legs = qdrant.search(vector, q, None, 25, mode), local.search(vector, q, None, 25, mode)
-            assert _ids(legs[0]) == _ids(legs[1]), (q, mode)
-            # Equal min-max normalised scores: the raw BM25 scores agree up to scale and shift.
-            assert [c.score for c in legs[0]] == pytest.approx([c.score for c in legs[1]], abs=1e-4)
-    assert same / len(questions) >= 0.95
+    for qdrant in (qdrant_kb.search_index, edge):
+        same = 0
+        for q in questions:
+            vector = embedder.encode_query(q)
+            top_q, top_l = qdrant.search(vector, q, None, 4), local.search(vector, q, None, 4)
+            same += _ids(top_q) == _ids(top_l)
+            for mine, theirs in zip(top_q, top_l, strict=False):
+                if mine.chunk_id == theirs.chunk_id:
+                    assert mine.distance == pytest.approx(theirs.distance, abs=1e-5)
+            for mode in (Mode.DENSE, Mode.BM25):
+                legs = (
+                    qdrant.search(vector, q, None, 25, mode),
+                    local.search(vector, q, None, 25, mode),
+                )
+                assert _ids(legs[0]) == _ids(legs[1]), (qdrant, q, mode)
+                # Equal min-max normalised scores: raw scores agree up to scale and shift.
+                assert [c.score for c in legs[0]] == pytest.approx(
+                    [c.score for c in legs[1]], abs=1e-4
+                )
+        assert same / len(questions) >= 0.95, qdrant
 
 
 def _add(store: Store, embedder: Embedder, texts: list[str], model: str | None = None) -> list[int]:
@@ -105,92 +114,103 @@ def _add(store: Store, embedder: Embedder, texts: list[str], model: str | None =
     )
 
 
-def _qdrant(store: Store, embedder: Embedder, model: str | None = None) -> QdrantSearchIndex:
-    return QdrantSearchIndex(store, embedding_model=model or embedder.name, dimensions=embedder.dim)
+# The embedded engines: qdrant-client's local mode, and Qdrant's in-process engine (Edge).
+EMBEDDED = ["", "edge"]
 
 
+def _qdrant(
+    store: Store, embedder: Embedder, model: str | None = None, url: str = ""
+) -> QdrantSearchIndex:
+    return QdrantSearchIndex(
+        store, embedding_model=model or embedder.name, dimensions=embedder.dim, url=url
+    )
+
+
+@pytest.mark.parametrize("url", EMBEDDED)
 def test_bm25_values_follow_the_average_length_as_the_corpus_grows(
-    index_dir: Path, embedder: Embedder
+    index_dir: Path, embedder: Embedder, url: str
 ) -> None:
     store = Store(index_dir)
     _add(store, embedder, ["Expense form.", "Expense receipts for travel."])
-    index = _qdrant(store, embedder)
+    index = _qdrant(store, embedder, url=url)
     index.open()
-    first = index._marker(index._connect()[1])["avgdl"]
+    first = index.engine.marker(index.alias)["avgdl"]
     long = (
         "Expense receipts for travel are scanned, signed and filed by the finance team each month."
     )
     _add(store, embedder, [long] * 6)
     index.sync()
-    marker = index._marker(index._connect()[1])
+    marker = index.engine.marker(index.alias)
     assert marker["generation"] == store.generation
     assert abs(marker["avgdl"] - first) > AVGDL_TOLERANCE * first  # the values were rewritten
     local, q = _local(store, embedder), "expense receipts"
     vector = embedder.encode_query(q)
-    mine, theirs = (
-        index.search(vector, q, None, 8, Mode.BM25),
-        local.search(vector, q, None, 8, Mode.BM25),
-    )
+    mine = index.search(vector, q, None, 8, Mode.BM25)
+    theirs = local.search(vector, q, None, 8, Mode.BM25)
     assert _ids(mine) == _ids(theirs)
     assert [c.score for c in mine] == pytest.approx([c.score for c in theirs], abs=1e-4)
-
-
-def test_a_sync_interrupted_by_a_crash_resumes(index_dir: Path, embedder: Embedder) -> None:
-    from qdrant_client import models
-
-    store = Store(index_dir)
-    kept = _add(
-        store, embedder, ["Expenses are approved by a manager.", "The office opens at nine."]
-    )
-    first = _qdrant(store, embedder)
-    first.open()
-    db, alias = first._connect()
-    # What a process killed mid-sync leaves: part of a change written, the marker not.
-    db.delete(alias, points_selector=models.PointIdsList(points=[kept[1]]))
-    vector = embedder.encode([QUESTION_TEXT])[0].tolist()
-    db.upsert(alias, points=[models.PointStruct(id=999_999, vector={"dense": vector}, payload={})])
-    added = _add(store, embedder, ["Travel is booked through the portal."])
-    restarted = _qdrant(store, embedder)  # a new process on the same engine
-    assert restarted.open() == store.generation
-    assert restarted.check()["in_sync"] is True
-    held = {int(r.id) for r in db.scroll(alias, limit=100)[0]}
-    assert held == {*kept, *added}
 
 
 QUESTION_TEXT = "How is an expense approved?"
 
 
+@pytest.mark.parametrize("url", EMBEDDED)
+def test_a_sync_interrupted_by_a_crash_resumes(
+    index_dir: Path, embedder: Embedder, url: str
+) -> None:
+    store = Store(index_dir)
+    kept = _add(
+        store, embedder, ["Expenses are approved by a manager.", "The office opens at nine."]
+    )
+    first = _qdrant(store, embedder, url=url)
+    first.open()
+    engine, alias = first.engine, first.alias
+    # What a process killed mid-sync leaves: part of a change written, the marker not.
+    engine.delete(alias, [kept[1]])
+    stray = QdrantPoint(999_999, [0.1] * embedder.dim, [1], [1.0], {"version": 0.0, "length": 1})
+    engine.upsert(alias, [stray])
+    added = _add(store, embedder, ["Travel is booked through the portal."])
+    restarted = _qdrant(store, embedder, url=url)  # a new process on the same engine
+    assert restarted.open() == store.generation
+    assert restarted.check()["in_sync"] is True
+    assert {cid for cid, _ in engine.scan(alias)} == {*kept, *added}
+
+
+@pytest.mark.parametrize("url", EMBEDDED)
 def test_rebuild_fills_a_new_collection_then_moves_the_alias(
-    index_dir: Path, embedder: Embedder
+    index_dir: Path, embedder: Embedder, url: str
 ) -> None:
     store = Store(index_dir)
     _add(store, embedder, ["Expenses are approved by a manager."])
-    index = _qdrant(store, embedder)
+    index = _qdrant(store, embedder, url=url)
     index.open()
-    db, alias = index._connect()
-    before = index._physical(alias)
+    engine, alias = index.engine, index.alias
+    before = engine.alias_target(alias)
     # A rebuild that crashed before its alias moved leaves a collection nobody reads.
-    index._create(f"{alias}-crashed0")
+    engine.create(f"{alias}-crashed0", embedder.dim)
     vector = embedder.encode_query(QUESTION_TEXT)
     found = index.search(vector, QUESTION_TEXT, None, 4)
     assert index.rebuild() == store.generation
-    after = index._physical(alias)
-    assert after != before
-    assert index._builds(alias) == [after]  # the old build and the crashed one are gone
+    after = engine.alias_target(alias)
+    assert after is not None and after != before
+    assert engine.builds(alias) == [after]  # the old build and the crashed one are gone
     assert index.search(vector, QUESTION_TEXT, None, 4) == found
 
 
-def test_a_collection_of_another_analysis_is_rebuilt(index_dir: Path, embedder: Embedder) -> None:
+@pytest.mark.parametrize("url", EMBEDDED)
+def test_a_collection_of_another_analysis_is_rebuilt(
+    index_dir: Path, embedder: Embedder, url: str
+) -> None:
     store = Store(index_dir)
     _add(store, embedder, ["Expenses are approved by a manager."])
-    index = _qdrant(store, embedder)
+    index = _qdrant(store, embedder, url=url)
     index.open()
-    db, alias = index._connect()
-    before = index._physical(alias)
-    db.update_collection(alias, metadata={"tokenizer": "1:an-older-analysis"})
-    again = _qdrant(store, embedder)
+    engine, alias = index.engine, index.alias
+    before = engine.alias_target(alias)
+    engine.set_marker(alias, {**engine.marker(alias), "tokenizer": "1:an-older-analysis"})
+    again = _qdrant(store, embedder, url=url)
     assert again.open() == store.generation
-    assert again._physical(alias) != before
+    assert engine.alias_target(alias) != before
     assert again.check()["in_sync"] is True
 
 
@@ -200,9 +220,9 @@ def test_each_model_has_its_own_collection(index_dir: Path, embedder: Embedder) 
     theirs = _add(store, embedder, ["Expenses of another model."], model="other/model")
     a, b = _qdrant(store, embedder), _qdrant(store, embedder, model="other/model")
     a.open(), b.open()
-    assert a._connect()[1] != b._connect()[1]
+    assert a.alias != b.alias
     kb_id = store.get_meta("search_collection_id")
-    assert kb_id and a._connect()[1] == collection_name(kb_id, embedder.name, embedder.dim)
+    assert kb_id and a.alias == collection_name(kb_id, embedder.name, embedder.dim)
     vector = embedder.encode_query(QUESTION_TEXT)
     assert _ids(a.search(vector, QUESTION_TEXT, None, 4)) == mine
     assert _ids(b.search(vector, QUESTION_TEXT, None, 4)) == theirs
@@ -300,10 +320,10 @@ def test_settings_choose_qdrant_and_keep_its_key_secret(monkeypatch: pytest.Monk
     assert API_KEY in settings.secret_values()
 
 
-def test_search_errors_are_the_products(index_dir: Path, embedder: Embedder) -> None:
-    index = _qdrant(Store(index_dir), embedder)
+@pytest.mark.parametrize("url", EMBEDDED)
+def test_search_errors_are_the_products(index_dir: Path, embedder: Embedder, url: str) -> None:
+    index = _qdrant(Store(index_dir), embedder, url=url)
     index.open()
-    db, alias = index._connect()
-    db.delete_collection(str(index._physical(alias)))  # someone dropped it on the server
-    with pytest.raises(KBError, match="Qdrant engine at embedded failed"):
+    index.engine.drop(str(index.engine.alias_target(index.alias)))  # dropped behind our back
+    with pytest.raises(KBError, match="Qdrant engine at .* failed"):
         index.search(embedder.encode_query(QUESTION_TEXT), QUESTION_TEXT, None, 4)

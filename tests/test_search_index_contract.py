@@ -36,7 +36,18 @@ def _qdrant(store: Store, embedder: Embedder) -> SearchIndex:
     )
 
 
-ENGINES: dict[str, Factory] = {"local": _local, "qdrant": _qdrant}
+def _qdrant_edge(store: Store, embedder: Embedder) -> SearchIndex:
+    """Qdrant's in-process engine (qdrant-edge-py) in the data dir (QDRANT_URL=edge)."""
+    return open_search_index(
+        store,
+        embedding_model=embedder.name,
+        dimensions=embedder.dim,
+        engine="qdrant",
+        qdrant_url="edge",
+    )
+
+
+ENGINES: dict[str, Factory] = {"local": _local, "qdrant": _qdrant, "qdrant-edge": _qdrant_edge}
 
 QUESTION = "How is a travel expense reimbursement approved?"
 _names = itertools.count()
