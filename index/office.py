@@ -8,7 +8,9 @@ the chunker would take for a heading or a code fence is escaped with ``\\``.
 
 Word (python-docx): body paragraphs and tables in document order (the text of
 each table cell once, merged cells included once); Title and Heading 1-6 styles
-become headings; headers, footers, comments and text boxes are not read. The
+become headings; text in hyperlinks, fields, content controls, tracked
+insertions and text boxes is read (deleted text and field codes are not);
+headers, footers, footnotes and comments are not read. The
 title is the core properties' title, else the first heading.
 
 PowerPoint (python-pptx): one level-1 section per slide, ``Slide 3: <title>``,
@@ -24,10 +26,14 @@ import re
 from collections.abc import Iterable, Iterator
 
 from docx import Document as open_docx
+from docx import types as t
 from docx.document import Document as DocxDocument
+from docx.oxml.ns import nsmap, qn
+from docx.oxml.xmlchemy import BaseOxmlElement
 from docx.table import Table as DocxTable
 from docx.table import _Cell
 from docx.text.paragraph import Paragraph
+from lxml import etree
 from pptx import Presentation as open_pptx
 from pptx.shapes.base import BaseShape
 from pptx.shapes.group import GroupShape
@@ -38,6 +44,16 @@ from index.models import Extracted
 from index.office_zip import Package
 
 CELL_SEPARATOR = " | "
+_NS = {"w": nsmap["w"], "mc": "http://schemas.openxmlformats.org/markup-compatibility/2006"}
+_P, _TBL, _SDT, _SDT_CONTENT, _T, _TAB = (
+    qn(tag) for tag in ("w:p", "w:tbl", "w:sdt", "w:sdtContent", "w:t", "w:tab")
+)
+# Text of runs, and the paragraphs of text boxes anchored in the paragraph (each a new line).
+_TEXT_NODES = etree.XPath(
+    ".//w:p[not(ancestor::mc:Fallback)]"
+    " | .//w:r[not(ancestor::mc:Fallback)]/*[self::w:t or self::w:tab or self::w:br or self::w:cr]",
+    namespaces=_NS,
+)
 # A line the chunker would read as a heading or a code fence.
 _MARKDOWN_LOOKALIKE = re.compile(r" {0,3}(?:#{1,6}(?:[ \t]|$)|`{3}|~{3})")
 _HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
@@ -97,7 +113,7 @@ def docx_document(package: Package, name: str, filename: str, fallback_title: st
 
 def _docx_blocks(doc: DocxDocument) -> Iterator[str]:
     numbers: dict[tuple[str, int], int] = {}
-    for item in doc.iter_inner_content():
+    for item in _inner_content(doc.element.body, doc._body):
         if isinstance(item, DocxTable):
             numbers.clear()
             yield from _table_rows(item)
@@ -107,13 +123,47 @@ def _docx_blocks(doc: DocxDocument) -> Iterator[str]:
             yield block
 
 
+def _inner_content(
+    element: BaseOxmlElement, parent: t.ProvidesStoryPart
+) -> Iterator[Paragraph | DocxTable]:
+    """Paragraphs and tables in document order, including those inside content controls."""
+    for child in element.iterchildren():
+        if child.tag == _P:
+            yield Paragraph(child, parent)
+        elif child.tag == _TBL:
+            yield DocxTable(child, parent)
+        elif child.tag == _SDT:  # a content control (cover page, template field): its content
+            for content in child.iterchildren(_SDT_CONTENT):
+                yield from _inner_content(content, parent)
+
+
+def _paragraph_text(p: Paragraph) -> str:
+    """The visible text of a paragraph: runs in hyperlinks, fields, insertions and text boxes too.
+
+    python-docx's ``Paragraph.text`` reads only direct runs and hyperlinks.
+    Deleted text (``w:delText``) and field codes (``w:instrText``) are not
+    ``w:t``; a text box is written twice (DrawingML, then a VML fallback), so
+    the fallback is skipped.
+    """
+    parts = []
+    for node in _TEXT_NODES(p._p):
+        if node.tag == _T:
+            parts.append(node.text or "")
+        elif node.tag == _TAB:
+            parts.append("\t")
+        else:  # a line break, or a text box's paragraph
+            parts.append("\n")
+    return "".join(parts)
+
+
 def _paragraph_block(p: Paragraph, numbers: dict[tuple[str, int], int]) -> str:
     style = (p.style.name if p.style is not None else "") or ""
     level = _heading_level(style)
+    text = _paragraph_text(p)
     if level:
-        title = " ".join(p.text.split())
+        title = " ".join(text.split())
         return heading(level, title) if title else ""
-    body = safe_block(p.text)
+    body = safe_block(text)
     if not body:
         return ""
     # Direct numbering (numPr) is written as bullets: whether it counts lives in
@@ -165,11 +215,11 @@ def _table_rows(table: DocxTable) -> Iterator[str]:
 
 def _cell_text(cell: _Cell) -> str:
     parts: list[str] = []
-    for item in cell.iter_inner_content():
+    for item in _inner_content(cell._tc, cell):
         if isinstance(item, DocxTable):
             parts.append(" ; ".join(_table_rows(item)))
         else:
-            parts.append(item.text)
+            parts.append(_paragraph_text(item))
     return " ".join(" ".join(parts).split())
 
 

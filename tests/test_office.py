@@ -21,6 +21,7 @@ import openpyxl
 import pptx
 import pytest
 from click.testing import CliRunner
+from docx.oxml import parse_xml
 from pptx.util import Inches
 
 from bot.cli import main
@@ -228,6 +229,38 @@ def test_docx_structure_becomes_sections_lists_and_table_rows() -> None:
         text = paragraph.text.strip()
         if text:
             assert _in_some_chunk(chunks, text.lstrip("# ")), text
+
+
+def _word_markup_docx() -> bytes:
+    """Text where Word puts it besides plain runs: a content control, a text box, revisions."""
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    mc = 'xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006"'
+    d = docx.Document()
+    d.add_paragraph("Plain opening paragraph.")
+    body = d.element.body
+    sect = body[-1]  # the section properties stay last
+    for xml in (
+        f"<w:sdt {w}><w:sdtPr/><w:sdtContent><w:p><w:r><w:t>Inside a content control.</w:t>"
+        "</w:r></w:p></w:sdtContent></w:sdt>",
+        f"<w:p {w}><w:r><w:t>Kept words </w:t></w:r><w:ins w:id='1' w:author='a'><w:r>"
+        "<w:t>inserted words</w:t></w:r></w:ins><w:del w:id='2' w:author='a'><w:r>"
+        "<w:delText>deleted words</w:delText></w:r></w:del></w:p>",
+        f"<w:p {w} {mc}><w:r><w:t>Anchor.</w:t></w:r><w:r><mc:AlternateContent><mc:Choice "
+        "Requires='wps'><w:drawing><w:txbxContent><w:p><w:r><w:t>Text box line</w:t></w:r>"
+        "</w:p></w:txbxContent></w:drawing></mc:Choice><mc:Fallback><w:pict><w:txbxContent>"
+        "<w:p><w:r><w:t>Text box line</w:t></w:r></w:p></w:txbxContent></w:pict></mc:Fallback>"
+        "</mc:AlternateContent></w:r></w:p>",
+    ):
+        sect.addprevious(parse_xml(xml))
+    return _saved(d)
+
+
+def test_docx_text_in_content_controls_text_boxes_and_revisions_is_read_once() -> None:
+    doc = extract(_word_markup_docx(), "markup.docx")
+    assert "Inside a content control." in doc.text
+    assert "Kept words inserted words" in doc.text and "deleted words" not in doc.text
+    assert doc.text.count("Text box line") == 1 and "Anchor.\nText box line" in doc.text
+    _check_chunks(doc, chunk_document(doc).chunks)
 
 
 def test_docx_title_falls_back_to_the_first_heading_then_the_file_name() -> None:
