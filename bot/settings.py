@@ -210,7 +210,7 @@ class Settings(BaseSettings):
     ocr_max_pages: int = _setting(
         DEFAULT_OCR_MAX_PAGES,
         "KB_OCR_MAX_PAGES",
-        "Most pages of one document read by OCR (about a second each on 2 cores); a document with more scanned pages fails, naming this setting.",
+        "Most pages of one document read by OCR (about 2 s of CPU each, more on a busy machine); a document with more scanned pages fails, naming this setting.",
     )
     ocr_tesseract_cmd: str = _setting(
         DEFAULT_TESSERACT_CMD,

@@ -37,8 +37,9 @@ DEFAULT_EMBEDDING_MAX_RETRIES = 4
 # splits most passages needlessly and costs recall (docs/evaluation.md); the
 # chunk budget keeps passages a few hundred tokens long anyway.
 DEFAULT_EMBEDDING_MAX_TOKENS = 8191
-# OCR of scanned PDF pages: Tesseract takes about a second per page on 2 cores
-# (bench/ocr.py), so 200 pages hold the indexing slot for a few minutes at most.
+# OCR of scanned PDF pages: Tesseract takes about 2 s of CPU per page, 10-20 s
+# on a busy 2-core machine (bench/ocr.py): 200 pages hold the indexing slot for
+# 7 minutes on an idle machine, and a page that takes a minute is broken.
 DEFAULT_OCR_LANGUAGE = "eng"
 DEFAULT_OCR_PAGE_TIMEOUT = 60.0
 DEFAULT_OCR_MAX_PAGES = 200

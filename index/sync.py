@@ -33,6 +33,7 @@ import tomllib
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from dataclasses import replace as with_changes
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -268,15 +269,7 @@ def sync_sources(
 
 
 def _policy_of(source: SyncSource, policy: FetchPolicy) -> FetchPolicy:
-    return FetchPolicy(
-        allow_hosts=policy.allow_hosts | source.allow_hosts,
-        allow_private=policy.allow_private,
-        max_bytes=policy.max_bytes,
-        connect_timeout=policy.connect_timeout,
-        read_timeout=policy.read_timeout,
-        total_timeout=policy.total_timeout,
-        max_redirects=policy.max_redirects,
-    )
+    return with_changes(policy, allow_hosts=policy.allow_hosts | source.allow_hosts)
 
 
 class _Run:
