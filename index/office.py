@@ -166,18 +166,40 @@ def _paragraph_block(p: Paragraph, numbers: dict[tuple[str, int], int]) -> str:
     body = safe_block(text)
     if not body:
         return ""
-    # Direct numbering (numPr) is written as bullets: whether it counts lives in
-    # the numbering part, and a list reads fine either way.
     list_level = _list_level(p, style)
     if list_level is None:
         numbers.clear()
         return body
     indent = "  " * list_level
-    if "number" in style.lower():
-        key = (style, list_level)
+    if "number" in style.lower() or _counts(p, list_level):
+        key = (_num_id(p) or style, list_level)
         numbers[key] = numbers.get(key, 0) + 1
         return f"{indent}{numbers[key]}. {body}"
     return f"{indent}- {body}"
+
+
+def _num_id(p: Paragraph) -> str:
+    found = p._p.xpath("./w:pPr/w:numPr/w:numId/@w:val")
+    return str(found[0]) if found else ""
+
+
+def _counts(p: Paragraph, level: int) -> bool:
+    """Whether a directly numbered paragraph's list counts (1. 2.) rather than bullets."""
+    num_id = _num_id(p)
+    if not num_id.isdigit():  # also keeps the document's text out of the XPath below
+        return False
+    try:
+        numbering = p.part.numbering_part.element  # type: ignore[attr-defined]
+    except (KeyError, NotImplementedError):  # no numbering part
+        return False
+    abstract = numbering.xpath(f'./w:num[@w:numId="{num_id}"]/w:abstractNumId/@w:val')
+    if not abstract or not str(abstract[0]).isdigit():
+        return False
+    formats = numbering.xpath(
+        f'./w:abstractNum[@w:abstractNumId="{abstract[0]}"]'
+        f'/w:lvl[@w:ilvl="{level}"]/w:numFmt/@w:val'
+    )
+    return bool(formats) and formats[0] not in {"bullet", "none"}
 
 
 def _heading_level(style: str) -> int:

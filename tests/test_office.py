@@ -239,6 +239,14 @@ def _word_markup_docx() -> bytes:
     d.add_paragraph("Plain opening paragraph.")
     body = d.element.body
     sect = body[-1]  # the section properties stay last
+    numbered = d.add_paragraph("Counted step")
+    numbered._p.get_or_add_pPr().append(
+        parse_xml(f"<w:numPr {w}><w:ilvl w:val='0'/><w:numId w:val='9'/></w:numPr>")
+    )
+    bullet = d.add_paragraph("Bulleted point")
+    bullet._p.get_or_add_pPr().append(
+        parse_xml(f"<w:numPr {w}><w:ilvl w:val='0'/><w:numId w:val='1'/></w:numPr>")
+    )
     for xml in (
         f"<w:sdt {w}><w:sdtPr/><w:sdtContent><w:p><w:r><w:t>Inside a content control.</w:t>"
         "</w:r></w:p></w:sdtContent></w:sdt>",
@@ -255,8 +263,10 @@ def _word_markup_docx() -> bytes:
     return _saved(d)
 
 
-def test_docx_text_in_content_controls_text_boxes_and_revisions_is_read_once() -> None:
+def test_docx_numbering_content_controls_text_boxes_and_revisions() -> None:
     doc = extract(_word_markup_docx(), "markup.docx")
+    # the template's numbering: numId 9 counts (decimal), numId 1 is bullets
+    assert "1. Counted step\n\n- Bulleted point" in doc.text
     assert "Inside a content control." in doc.text
     assert "Kept words inserted words" in doc.text and "deleted words" not in doc.text
     assert doc.text.count("Text box line") == 1 and "Anchor.\nText box line" in doc.text
