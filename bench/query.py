@@ -21,6 +21,20 @@ sentence vectors, 3 per chunk, in a real data dir). The refusal path never
 runs it.
 
 Run: python -m bench.query [--sizes 1000,10000,100000] [--repeat 3]
+
+``--engine qdrant`` times the product's search (``SearchIndex.search``, both
+legs, fusion, distances) side by side on one store of synthetic chunks (as
+above, one data dir per size): the local engine, Qdrant's in-process engine
+(Edge) exact and through HNSW (m = 16, ef_construct = 100, built by its
+optimizer before timing), and qdrant-client's local mode (pure Python, only
+up to ``--local-mode-max`` chunks). Each engine's build (``open``) is timed too.
+
+``--agreement`` indexes the bundled set with the product's ingestion and
+counts, per question (both phrasings and the out-of-domain ones), whether
+each Qdrant engine's top 4 equals the local engine's.
+
+Run: python -m bench.query --engine qdrant --sizes 10000,100000 --repeat 3
+     python -m bench.query --agreement
 """
 
 from __future__ import annotations
@@ -207,18 +221,145 @@ def run_size(
     return {k: {"p50": pct(v, 50), "p95": pct(v, 95), "n": len(v)} for k, v in times.items() if v}
 
 
+def engine_store(tmp: Path, texts: list[str], vecs: np.ndarray, model: str) -> Store:
+    """A data dir holding ``texts`` with ``vecs`` as one indexed document of ``model``."""
+    store = Store(tmp)
+    doc = store.insert_document(NewDocument(name="bench", sha256="bench", size=1, scope=EVERYONE))
+    chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
+    store.commit_indexed(
+        doc,
+        chunks,
+        vecs,
+        [1] * len(texts),
+        canonical_text="",
+        stamp=Stamp(model, vecs.shape[1], "bench", "bench"),
+        window_splits=0,
+    )
+    return store
+
+
+def engines_side_by_side(
+    n: int,
+    real: list[str],
+    real_vecs: np.ndarray,
+    embedder: Embedder,
+    repeat: int,
+    local_mode_max: int,
+) -> dict[str, dict[str, float]]:
+    """Build time and search latency of each engine over one store of ``n`` chunks."""
+    from index.qdrant_edge import EdgeEngine
+    from index.qdrant_index import ClientEngine, QdrantSearchIndex
+    from index.search_index import SearchIndex, open_search_index
+
+    texts, vecs = synthetic_chunks(real, n), _vectors(real_vecs, n)
+    tmp = tempfile.TemporaryDirectory(prefix="kb-bench-engines-")
+    store = engine_store(Path(tmp.name) / "kb", texts, vecs, "bench")
+    edge = EdgeEngine(Path(tmp.name) / "edge", exact=True)
+    engines: dict[str, SearchIndex] = {
+        "local (FAISS + BM25)": open_search_index(store, embedding_model="bench", dimensions=384),
+        "qdrant edge exact": QdrantSearchIndex(
+            store, embedding_model="bench", dimensions=384, engine=edge
+        ),
+    }
+    if n <= local_mode_max:
+        from qdrant_client import QdrantClient
+
+        client = ClientEngine(QdrantClient(path=str(Path(tmp.name) / "client")), indexed=False)
+        engines["qdrant client local mode"] = QdrantSearchIndex(
+            store, embedding_model="bench", dimensions=384, engine=client
+        )
+    out: dict[str, dict[str, float]] = {}
+    built: dict[str, float] = {}
+    for name, index in engines.items():
+        t0 = time.perf_counter()
+        index.open()
+        built[name] = time.perf_counter() - t0
+    alias = engines["qdrant edge exact"].alias  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    edge.optimize(alias)  # the HNSW graphs, so that exact=False uses them
+    built["qdrant edge hnsw"] = built["qdrant edge exact"] + time.perf_counter() - t0
+    questions = ood_questions()
+    vectors = [embedder.encode_query(q) for q in questions]
+    runs = [*engines.items(), ("qdrant edge hnsw", engines["qdrant edge exact"])]
+    for name, index in runs:
+        edge.exact = name != "qdrant edge hnsw"
+        times = []
+        for _ in range(repeat):
+            for q, v in zip(questions, vectors, strict=True):
+                t0 = time.perf_counter()
+                index.search(v, q, None, 20)
+                times.append((time.perf_counter() - t0) * 1000)
+        out[name] = {"build s": built[name], "p50": pct(times, 50), "p95": pct(times, 95)}
+    edge.close()
+    tmp.cleanup()
+    return out
+
+
+def _vectors(real_vecs: np.ndarray, n: int) -> np.ndarray:
+    if n <= len(real_vecs):
+        return real_vecs[:n]
+    rng = np.random.default_rng(n)
+    extra = rng.standard_normal((n - len(real_vecs), real_vecs.shape[1])).astype(np.float32)
+    extra /= np.linalg.norm(extra, axis=1, keepdims=True)
+    return np.vstack([real_vecs, extra])
+
+
+def top4_agreement(embedder: Embedder) -> dict[str, tuple[int, int]]:
+    """Per Qdrant engine: (questions whose top 4 equals the local engine's, questions)."""
+    from index.config import IndexConfig
+    from index.knowledge_base import KnowledgeBase
+    from index.qdrant_index import QdrantSearchIndex
+
+    tmp = tempfile.TemporaryDirectory(prefix="kb-bench-agreement-")
+    kb = KnowledgeBase(IndexConfig(data_dir=Path(tmp.name)), embedder=embedder)
+    kb.ingest_paths([EVALSET / "corpus"])
+    rows = [json.loads(line) for line in (EVALSET / "questions.jsonl").read_text().splitlines()]
+    questions = [r[k] for r in rows for k in ("doc_phrasing", "ticket_phrasing")]
+    questions += ood_questions()
+    out: dict[str, tuple[int, int]] = {}
+    for url in ("", "edge"):
+        other = QdrantSearchIndex(
+            kb.store, embedding_model=embedder.name, dimensions=embedder.dim, url=url
+        )
+        other.open()
+        same = 0
+        for q in questions:
+            v = embedder.encode_query(q)
+            mine = [c.chunk_id for c in other.search(v, q, None, 4)]
+            same += mine == [c.chunk_id for c in kb.search_index.search(v, q, None, 4)]
+        out[url or "client local mode"] = (same, len(questions))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--engine", choices=("local", "qdrant"), default="local")
+    ap.add_argument("--local-mode-max", type=int, default=10_000)
+    ap.add_argument("--agreement", action="store_true")
     args = ap.parse_args()
     print(f"machine: {machine()}")
     embedder = LocalEmbedder("bundled:all-MiniLM-L6-v2")
+    if args.agreement:
+        for name, (same, total) in top4_agreement(embedder).items():
+            print(f"{name:<20} top 4 equal to the local engine's: {same}/{total}")
+        return
     real = corpus_chunks()
     real_vecs = embedder.encode(real)
     print(f"real chunks from the bundled corpus: {len(real)}")
+    if args.engine == "qdrant":
+        for n in [int(s) for s in args.sizes.split(",")]:
+            side = engines_side_by_side(
+                n, real, real_vecs, embedder, args.repeat, args.local_mode_max
+            )
+            print(f"\n== {n:,} chunks: SearchIndex.search, k = 20")
+            print(f"{'engine':<28}{'build s':>10}{'p50 ms':>10}{'p95 ms':>10}")
+            for k, v in side.items():
+                print(f"{k:<28}{v['build s']:>10.1f}{v['p50']:>10.2f}{v['p95']:>10.2f}")
+        return
     for n in [int(s) for s in args.sizes.split(",")]:
         res = run_size(n, real, real_vecs, embedder, args.repeat)
         print(f"\n== {n:,} chunks")
