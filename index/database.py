@@ -481,7 +481,7 @@ class PostgresDatabase(Database):
 
     def connection(self) -> PostgresConnection:
         current: PostgresConnection | None = getattr(self._local, "db", None)
-        if current is not None and not current.conn.closed:
+        if current is not None and not (current.conn.closed or current.conn.broken):
             return current
         current = PostgresConnection(self._open(), self)
         self._local.db = current

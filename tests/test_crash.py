@@ -174,13 +174,16 @@ def test_indexing_killed_in_a_container_is_recovered_by_the_next_pid_1(
     assert kb.retry(doc.id).state == "indexed"
 
 
-def test_a_live_process_keeps_its_documents_indexing(index_dir: Path, embedder: Embedder) -> None:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+def test_a_live_process_keeps_its_documents_indexing(
+    index_dir: Path, embedder: Embedder, database_url: str
+) -> None:
+    config = IndexConfig(data_dir=index_dir, database_url=database_url)
+    kb = KnowledgeBase(config, embedder=embedder)
     doc = kb.add_bytes(b"# Handbook\n\nClaims are due in 30 days.\n", "handbook.md").document
     with kb.store.worker.working(doc.id) as holder:
         kb.store.mark_indexing(doc.id, holder)
         # Another process (here: another opening) sees a live holder and leaves it alone.
-        other = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+        other = KnowledgeBase(config, embedder=embedder)
         assert other.store.document(doc.id).state == "indexing"
         assert other.store.recover_interrupted() == []
     # Its holder stopped working on it without finishing: the next recovery fails it.

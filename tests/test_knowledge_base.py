@@ -31,8 +31,10 @@ Set the DNS server to 10.20.0.53 when internal sites do not load over the VPN.
 
 
 @pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+def kb(index_dir: Path, embedder: Embedder, database_url: str) -> KnowledgeBase:
+    # On SQLite and on Postgres (tests.postgres).
+    config = IndexConfig(data_dir=index_dir, database_url=database_url)
+    return KnowledgeBase(config, embedder=embedder)
 
 
 def _search_ids(kb: KnowledgeBase, query: str) -> set[int]:
@@ -85,7 +87,7 @@ def test_new_version_replaces_old_only_once_indexed(kb: KnowledgeBase) -> None:
     # The old version is kept, out of every search, so it can be restored.
     versions = [(d.id, d.state, d.replaced_by) for d in kb.store.documents()]
     assert versions == [(old.id, "replaced", new.id), (new.id, "indexed", None)]
-    assert kb.store.original_path(old.sha256).exists()
+    assert kb.store.originals.has(old.sha256)
     live = set(kb.snapshot.vectors.ids().tolist())
     assert not (old_chunks & live)
     assert not (old_chunks & set(np.asarray(kb.snapshot.bm25.chunk_ids).tolist()))
@@ -111,7 +113,7 @@ def test_remove_drops_chunks_from_both_indexes(kb: KnowledgeBase) -> None:
     assert not (ids & set(np.asarray(kb.snapshot.bm25.chunk_ids).tolist()))
     assert not (ids & _search_ids(kb, "expense claims receipt"))
     assert kb.store.document(other.id).state == "indexed"
-    assert not kb.store.original_path(doc.sha256).exists()
+    assert not kb.store.originals.has(doc.sha256)
 
 
 @pytest.mark.parametrize("case", sorted(bad_inputs()))
@@ -154,8 +156,10 @@ def test_pdf_chunks_carry_pages(kb: KnowledgeBase) -> None:
         assert ("pears" in r["content"]) == (r["page"] == 2)
 
 
-def test_retry_after_failure_and_interrupted_recovery(index_dir: Path, embedder: Embedder) -> None:
-    settings = IndexConfig(data_dir=index_dir)
+def test_retry_after_failure_and_interrupted_recovery(
+    index_dir: Path, embedder: Embedder, database_url: str
+) -> None:
+    settings = IndexConfig(data_dir=index_dir, database_url=database_url)
     kb = KnowledgeBase(settings, embedder=embedder)
     added = kb.add_bytes(HANDBOOK, "handbook.md")
     # a process that died mid-indexing left the row 'indexing' under a lock nobody holds
@@ -247,8 +251,8 @@ def test_failed_documents_are_deleted_after_the_retention_and_kept_before(
     # At start-up: the expired one goes with its original, audited; the young one stays.
     reopened = KnowledgeBase(config, embedder=embedder)
     assert [d.id for d in reopened.documents()] == [young.id]
-    assert not reopened.store.original_path(old.sha256).exists()
-    assert reopened.store.original_path(young.sha256).exists()
+    assert not reopened.store.originals.has(old.sha256)
+    assert reopened.store.originals.has(young.sha256)
     [entry] = [e for e in reopened.audit_entries() if e.document_id == old.id]
     assert entry.action == "remove" and entry.actor == "kb"
     assert entry.detail.startswith("failed for more than 7 days")

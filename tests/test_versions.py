@@ -22,8 +22,10 @@ V3 = b"# Expenses\n\n## Claims\n\nSubmit expense claims within 60 days, with eve
 
 
 @pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+def kb(index_dir: Path, embedder: Embedder, database_url: str) -> KnowledgeBase:
+    # On SQLite and on Postgres (tests.postgres).
+    config = IndexConfig(data_dir=index_dir, database_url=database_url)
+    return KnowledgeBase(config, embedder=embedder)
 
 
 def _searchable_docs(kb: KnowledgeBase, query: str = "expense claims days") -> set[int]:
@@ -75,7 +77,7 @@ def test_a_rejected_document_is_gone_with_its_original(kb: KnowledgeBase) -> Non
     waiting = kb.store.document(_ingest(kb, V2, uploader="U0MEMBER", publish=Publish.APPROVAL))
     kb.reject(waiting.id, actor="U0ADMIN")
     assert [d.id for d in kb.documents()] == [current]
-    assert not kb.store.original_path(waiting.sha256).exists()
+    assert not kb.store.originals.has(waiting.sha256)
     (entry,) = kb.audit_entries(1)
     assert (entry.action, entry.actor, entry.new_sha256) == ("reject", "U0ADMIN", waiting.sha256)
     with pytest.raises(NotAwaitingApproval, match="rejected or removed"):
@@ -120,8 +122,8 @@ def test_only_the_last_versions_are_kept(index_dir: Path, embedder: Embedder) ->
     second = _ingest(kb, V2)
     third = _ingest(kb, V3)
     assert [(d.id, d.state) for d in kb.documents()] == [(second, "replaced"), (third, "indexed")]
-    assert not kb.store.original_path(first.sha256).exists()
-    assert kb.store.original_path(kb.store.document(second).sha256).exists()
+    assert not kb.store.originals.has(first.sha256)
+    assert kb.store.originals.has(kb.store.document(second).sha256)
 
 
 def test_the_bytes_of_a_replaced_version_are_a_new_version(kb: KnowledgeBase) -> None:
@@ -216,8 +218,9 @@ def test_kb_ingest_publishes_as_an_admin_and_kb_audit_shows_it(tmp_path: Path) -
     assert (shown["id"], shown["state"]) == (oldest["document_id"], "indexed")
 
 
-def test_kb_approve_and_reject(kb: KnowledgeBase) -> None:
+def test_kb_approve_and_reject(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
     data_dir = kb.config.data_dir
+    monkeypatch.setenv("KB_DATABASE_URL", kb.config.database_url)
     first = _ingest(kb, V1, uploader="U0MEMBER", publish=Publish.APPROVAL)
     second = _ingest(kb, V2, uploader="U0MEMBER", publish=Publish.APPROVAL)
     assert "Approved" in _kb(data_dir, "approve", str(first))
