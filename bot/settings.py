@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     qdrant_url: str = _setting(
         "",
         "QDRANT_URL",
-        "Qdrant server of KB_SEARCH_ENGINE=qdrant, e.g. http://qdrant:6333. Empty: an embedded engine in KB_DATA_DIR/qdrant (qdrant-client's local mode: exact search, one process at a time; for tests and small setups).",
+        "Qdrant server of KB_SEARCH_ENGINE=qdrant, e.g. http://qdrant:6333. Empty: an embedded engine in KB_DATA_DIR/qdrant (qdrant-client's local mode: exact search, one process at a time; for tests and small setups). 'edge': Qdrant's in-process engine (qdrant-edge-py) in KB_DATA_DIR/qdrant-edge, one process at a time.",
     )
     qdrant_api_key: SecretStr = _setting(
         SecretStr(""),
