@@ -16,10 +16,11 @@ from click.testing import CliRunner, Result
 from bot.cli import main
 from index.config import IndexConfig
 from index.embed import Embedder
+from index.fetch import FetchPolicy
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.records import DocumentRow
-from index.sync import load_sources
+from index.sync import SyncSource, load_sources, sync_sources
 
 LIMIT = 200_000  # KB_MAX_UPLOAD_BYTES in these tests
 
@@ -321,3 +322,37 @@ def test_the_example_config_parses() -> None:
     assert sources["engineering"].scope == "C0123456789"
     assert sources["engineering"].allow_hosts == frozenset({"cdn.example.com"})
     assert len(sources["policies"].urls) == 2
+
+
+def test_a_sitemap_index_is_followed_and_hostile_sitemaps_are_refused(
+    index_dir: Path, site: Site, embedder: Embedder
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    site.html("/a.html", page("Leave", "Annual leave is 27 days for everyone."))
+    child = (
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+        f"<url><loc>{site.url('/a.html')}</loc></url>"
+        "<url><loc>https://elsewhere.example/x.html</loc></url></urlset>"
+    )
+    site.routes["/pages.xml"] = (200, {"Content-Type": "application/xml"}, child.encode())
+    index = f"<sitemapindex><sitemap><loc>{site.url('/pages.xml')}</loc></sitemap></sitemapindex>"
+    site.routes["/index.xml"] = (200, {"Content-Type": "text/xml"}, index.encode())
+    bomb = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><urlset>&a;</urlset>'
+    site.routes["/bomb.xml"] = (200, {"Content-Type": "application/xml"}, bomb)
+    site.routes["/page.xml"] = (200, {"Content-Type": "text/html"}, page("Not", "a sitemap"))
+    sources = [
+        SyncSource(id="indexed", sitemap=site.url("/index.xml")),
+        SyncSource(id="bomb", sitemap=site.url("/bomb.xml")),
+        SyncSource(id="html", sitemap=site.url("/page.xml")),
+    ]
+    reports = {
+        r.source: r
+        for r in sync_sources(kb, sources, policy=FetchPolicy(allow_private=True, read_timeout=2))
+    }
+    assert reports["indexed"].added == [site.url("/a.html")]
+    assert reports["indexed"].failed == [
+        ("https://elsewhere.example/x.html", "on another host than the sitemap; not fetched")
+    ]
+    assert "declares a DTD or entities" in (reports["bomb"].error or "")
+    assert "content type text/html is not a sitemap" in (reports["html"].error or "")
+    assert [d.name for d in kb.documents()] == [f"indexed › 127.0.0.1:{site.port} › a.html"]
