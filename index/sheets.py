@@ -73,6 +73,9 @@ def _workbook_blocks(book: object, name: str, filename: str) -> tuple[list[str],
         if sheet.sheet_state != "visible":
             hidden.append(title)
             continue
+        # The sheet's stated dimension can be far wider than its cells (a tool's
+        # bug, or a hostile file); rows would then be padded to it.
+        sheet.reset_dimensions()
         rows = list(_row_lines(sheet.iter_rows(values_only=True), budget))
         if rows:
             blocks.append(heading(1, f"Sheet: {title}"))

@@ -375,9 +375,20 @@ def test_a_sheet_over_the_cell_limit_is_refused_with_its_reason() -> None:
     columns = 16_384  # the widest sheet Excel allows: every row reads that wide
     for row in range(1, MAX_CELLS // columns + 3):
         ws.cell(row=row, column=1, value=row)
-    ws.cell(row=1, column=columns, value="far right")
+        ws.cell(row=row, column=columns, value="far right")
     with pytest.raises(OverLimit, match=f"limit of {MAX_CELLS:,} cells"):
         extract(_saved(wb), "wide.xlsx")
+
+
+def test_a_sheet_claiming_a_huge_dimension_is_read_by_its_cells() -> None:
+    data = _rewrite(
+        rota_xlsx(rows=70),  # x 16,384 columns: over MAX_CELLS if rows were padded to it
+        "xl/worksheets/sheet1.xml",
+        lambda xml: re.sub(rb'<dimension ref="[^"]*"', b'<dimension ref="A1:XFD1048576"', xml),
+    )
+    assert b"XFD1048576" in zipfile.ZipFile(io.BytesIO(data)).read("xl/worksheets/sheet1.xml")
+    doc = extract(data, "rota.xlsx")
+    assert "70 | Engineer 70 | Backup 70 | 40" in doc.text and " |  | " not in doc.text
 
 
 def test_a_workbook_whose_only_sheet_is_hidden_is_empty() -> None:
