@@ -146,7 +146,8 @@ class Fetcher:
         )
         # trust_env off: no proxy from the environment may route around the address checks.
         self._client = httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False)
-        self._robots: dict[str, urllib.robotparser.RobotFileParser] = {}
+        # Per origin: its rules, and why they could not be read ("" when they could).
+        self._robots: dict[str, tuple[urllib.robotparser.RobotFileParser, str]] = {}
 
     def close(self) -> None:
         """Close the connections."""
@@ -183,28 +184,39 @@ class Fetcher:
     def _check_robots(self, url: str, deadline: float) -> None:
         parts = urlsplit(url)
         origin = f"{parts.scheme}://{parts.netloc}"
-        robots = self._robots.get(origin)
-        if robots is None:
-            robots = self._robots[origin] = self._read_robots(origin, deadline)
+        if origin not in self._robots:
+            self._robots[origin] = self._read_robots(origin, deadline)
+        robots, unreadable = self._robots[origin]
+        if unreadable:
+            raise FetchFailed(url, f"robots.txt of the site {unreadable}; nothing is taken from it")
         if not robots.can_fetch(USER_AGENT, url):
             raise FetchFailed(url, "robots.txt of the site disallows it")
 
-    def _read_robots(self, origin: str, deadline: float) -> urllib.robotparser.RobotFileParser:
+    def _read_robots(
+        self, origin: str, deadline: float
+    ) -> tuple[urllib.robotparser.RobotFileParser, str]:
+        """The origin's rules, or why they could not be read (RFC 9309: then nothing is taken)."""
         robots = urllib.robotparser.RobotFileParser()
+        url = origin + "/robots.txt"
+        first_host = urlsplit(url).hostname
         try:
-            status, _, body = self._get(
-                origin + "/robots.txt", deadline, _MAX_ROBOTS_BYTES, lambda _t: True
-            )
-        except FetchFailed:
-            status, body = 503, b""
+            for _ in range(self.policy.max_redirects + 1):
+                status, headers, body = self._get(url, deadline, _MAX_ROBOTS_BYTES, _any_type)
+                if status not in _REDIRECTS or "location" not in headers:
+                    break
+                url = check_url(urljoin(url, headers["location"]))
+                host = urlsplit(url).hostname
+                if host != first_host and host not in self.policy.allow_hosts:
+                    return robots, f"redirects to another host ({host})"
+        except FetchFailed as exc:
+            return robots, f"could not be read ({exc.reason})"
         if 400 <= status < 500:
             robots.parse([])  # RFC 9309: no robots.txt, no restriction
         elif status != 200:
-            # Unreachable: assume the site wants nothing taken.
-            robots.parse(["User-agent: *", "Disallow: /"])
+            return robots, f"could not be read (the server answered {status})"
         else:
             robots.parse(body.decode("utf-8", errors="replace").splitlines())
-        return robots
+        return robots, ""
 
     # ------------------------------------------------------------------ one request
 
@@ -263,6 +275,10 @@ class Fetcher:
                         "not fetched (--allow-private allows it)",
                     )
         return addresses[0]
+
+
+def _any_type(_content_type: str) -> bool:
+    return True
 
 
 def _wanted(xml: bool) -> _TypeCheck:

@@ -356,3 +356,26 @@ def test_a_sitemap_index_is_followed_and_hostile_sitemaps_are_refused(
     assert "declares a DTD or entities" in (reports["bomb"].error or "")
     assert "content type text/html is not a sitemap" in (reports["html"].error or "")
     assert [d.name for d in kb.documents()] == [f"indexed › 127.0.0.1:{site.port} › a.html"]
+
+
+def test_robots_txt_redirects_are_followed_and_an_unreadable_one_takes_nothing(
+    index_dir: Path, site: Site, embedder: Embedder
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    site.routes["/robots.txt"] = (301, {"Location": "/real-robots.txt"}, b"")
+    rules = b"User-agent: *\nDisallow: /secret.html\n"
+    site.routes["/real-robots.txt"] = (200, {"Content-Type": "text/plain"}, rules)
+    site.html("/a.html", page("Leave", "Annual leave is 27 days for everyone."))
+    site.html("/secret.html", page("Salaries", "Nobody may read this."))
+    source = SyncSource(id="site", urls=(site.url("/a.html"), site.url("/secret.html")))
+    policy = FetchPolicy(allow_private=True, read_timeout=2)
+    (report,) = sync_sources(kb, [source], policy=policy)
+    assert report.added == [site.url("/a.html")]
+    assert report.failed == [(site.url("/secret.html"), "robots.txt of the site disallows it")]
+
+    site.routes["/robots.txt"] = (500, {}, b"")
+    (report,) = sync_sources(kb, [source], policy=policy)
+    reason = "robots.txt of the site could not be read (the server answered 500); nothing is taken from it"
+    assert report.failed == [(site.url("/a.html"), reason), (site.url("/secret.html"), reason)]
+    assert report.removed == [], "a page that could not be fetched is not a removed page"
+    assert len([d for d in kb.documents() if d.state == DocState.INDEXED]) == 1
