@@ -21,9 +21,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from bot.slack.deliveries import Deliveries
 from bot.slack.render import FEEDBACK_ACTION_ID
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -63,7 +66,8 @@ from tests.servers import (  # noqa: E402
     slack_headers,
 )
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# The replicas start once per store for the tests that share them.
+on_cluster = pytest.mark.asyncio(loop_scope="module")
 
 REPLICAS = 3
 SYNC_SECONDS = 0.25
@@ -296,6 +300,7 @@ async def _answered(cluster: Cluster, threads: list[str]) -> None:
 # ------------------------------------------------------------------ tests
 
 
+@on_cluster
 async def test_every_replica_reports_the_shared_store_and_its_lag(cluster: Cluster) -> None:
     generations = set()
     for replica in cluster.replicas:
@@ -309,6 +314,7 @@ async def test_every_replica_reports_the_shared_store_and_its_lag(cluster: Clust
     assert len(generations) == 1 and generations.pop() > 0
 
 
+@on_cluster
 async def test_events_spread_with_retries_are_answered_exactly_once(cluster: Cluster) -> None:
     replicas = cluster.live
     events = [app_mention_event(q) for q in QUESTIONS]
@@ -332,6 +338,7 @@ async def test_events_spread_with_retries_are_answered_exactly_once(cluster: Clu
     assert max(calls) == 1 and sum(calls) >= len(QUESTIONS) // 2, calls
 
 
+@on_cluster
 async def test_an_upload_through_one_replica_is_answered_by_another(cluster: Cluster) -> None:
     uploader, asker = cluster.live[0], cluster.live[1]
     file = cluster.slack.add_file("F0PARKING1", "parking.md", PARKING, "text/markdown")
@@ -362,6 +369,7 @@ async def test_an_upload_through_one_replica_is_answered_by_another(cluster: Clu
     assert "parking" in json.dumps(answer["blocks"]).lower()
 
 
+@on_cluster
 async def test_a_replica_killed_mid_answer_leaves_the_others_answering(cluster: Cluster) -> None:
     *survivors, victim = cluster.live
     event = app_mention_event(IN_DOMAIN)
@@ -392,3 +400,77 @@ async def test_a_replica_killed_mid_answer_leaves_the_others_answering(cluster: 
     assert await cluster.deliver(survivors[0], body, retry=2) == 200
     await _answered(cluster, [thread])
     assert _answers_per_thread(cluster.slack)[thread] == 1
+
+
+# ------------------------------------------------------------------ the claim itself
+
+KEYS = ["event:Ev1", "msg:app_mention:m1"]
+LEASE = 0.8  # seconds; the margins are a quarter of it, for a busy machine
+# Each Store is its own connection, as each replica's is; on SQLite they share one data dir.
+
+
+def test_a_claim_is_held_while_renewed_and_taken_over_once_it_lapses(
+    tmp_path: Path, database_url: str
+) -> None:
+    holder = Store(tmp_path / "kb", database_url=database_url)
+    other = Store(tmp_path / "kb", database_url=database_url)
+    assert holder.claim_delivery(KEYS, lease_seconds=LEASE)
+    assert not other.claim_delivery(KEYS, lease_seconds=LEASE)
+    time.sleep(LEASE * 0.5)
+    holder.renew_delivery(KEYS)
+    time.sleep(LEASE * 0.75)  # past the lease from the claim, not from the renewal
+    assert not other.claim_delivery(KEYS, lease_seconds=LEASE)
+    time.sleep(LEASE * 0.5)  # nobody renewed: the holder is gone
+    assert other.claim_delivery(KEYS, lease_seconds=LEASE)
+    assert not holder.claim_delivery(KEYS, lease_seconds=LEASE)
+
+
+def test_an_answered_delivery_is_never_claimed_again(tmp_path: Path, database_url: str) -> None:
+    holder = Store(tmp_path / "kb", database_url=database_url)
+    other = Store(tmp_path / "kb", database_url=database_url)
+    assert holder.claim_delivery(KEYS, lease_seconds=LEASE)
+    holder.finish_delivery(KEYS)
+    time.sleep(LEASE * 1.5)
+    assert not other.claim_delivery(KEYS, lease_seconds=LEASE)
+    # Nor under another of its keys (the message's, delivered as another event).
+    assert not other.claim_delivery(["event:Ev2", KEYS[1]], lease_seconds=LEASE)
+
+
+def test_of_replicas_taking_over_a_lapsed_claim_at_once_exactly_one_wins(
+    tmp_path: Path, database_url: str
+) -> None:
+    Store(tmp_path / "kb", database_url=database_url).claim_delivery(KEYS, lease_seconds=LEASE)
+    time.sleep(LEASE * 1.2)
+    stores = [Store(tmp_path / "kb", database_url=database_url) for _ in range(6)]
+    start = threading.Barrier(len(stores))
+
+    def claim(store: Store) -> bool:
+        start.wait()
+        # Some see the keys in the other order, as two event types of one message would.
+        keys = KEYS if stores.index(store) % 2 else KEYS[::-1]
+        return store.claim_delivery(keys, lease_seconds=LEASE)
+
+    with ThreadPoolExecutor(len(stores)) as pool:
+        won = list(pool.map(claim, stores))
+    assert won.count(True) == 1, won
+
+
+async def test_a_claim_is_renewed_while_its_task_runs_and_answered_when_it_ends(
+    tmp_path: Path, database_url: str
+) -> None:
+    store = Store(tmp_path / "kb", database_url=database_url)
+    other = Store(tmp_path / "kb", database_url=database_url)
+    with ThreadPoolExecutor(2) as pool:
+        deliveries = Deliveries(store, pool, lease_seconds=LEASE)
+
+        async def answer() -> bool:
+            won = await deliveries.claim(list(KEYS))
+            await asyncio.sleep(LEASE * 3)  # a slow answer: three leases long
+            return won
+
+        task = asyncio.create_task(answer())
+        await asyncio.sleep(LEASE * 2)
+        assert not await asyncio.to_thread(other.claim_delivery, KEYS, lease_seconds=LEASE)
+        assert await task
+        await asyncio.sleep(LEASE * 1.5)  # the answered mark is written after the task ends
+        assert not await asyncio.to_thread(other.claim_delivery, KEYS, lease_seconds=LEASE)
