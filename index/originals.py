@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from index.atomic import AtomicWriteError, write_atomic
-from index.database import Database, PostgresDatabase
+from index.database import Database
 from index.disk import storage_error
 from index.errors import OriginalMissing
+from index.pg_database import PostgresDatabase
 from index.private import private_dir
 
 __all__ = ["OriginalFiles", "OriginalRows", "Originals", "open_originals"]

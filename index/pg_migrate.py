@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from index.database import Connection, PostgresConnection, PostgresDatabase
+from index.database import Connection
 from index.errors import KBError
 from index.originals import OriginalFiles
+from index.pg_database import PostgresConnection, PostgresDatabase
 from index.store import Store
 
 __all__ = ["MigrationReport", "StoreMigrationError", "TableCheck", "migrate_store"]

@@ -29,17 +29,12 @@ from typing import Any
 import numpy as np
 
 from index.audit import AuditMixin
-from index.database import (
-    Connection,
-    Database,
-    PostgresDatabase,
-    SQLiteDatabase,
-    open_database,
-)
+from index.database import Connection, Database, SQLiteDatabase, open_database
 from index.errors import DatabaseUnavailable, DocumentNotFound
 from index.escalations import EscalationMixin
 from index.models import Chunk, DocState, Publish
 from index.originals import OriginalFiles, open_originals
+from index.pg_database import PostgresDatabase
 from index.private import private_dir, private_file, tighten
 from index.querylog import QueryLogMixin
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp

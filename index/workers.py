@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from index.database import PostgresDatabase
+from index.pg_database import PostgresDatabase
 from index.private import PRIVATE_FILE_MODE, private_dir
 
 __all__ = ["AdvisoryWorkerLock", "FileWorkerLock", "WorkerLock"]
