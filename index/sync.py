@@ -97,7 +97,8 @@ class SyncSource:
         """Where the source is, as recorded with what it created."""
         if self.folder is not None:
             return str(self.folder.resolve())
-        return self.sitemap or "urls: " + " ".join(self.urls)
+        # A list of URLs is the same source when URLs are added to it or dropped.
+        return self.sitemap or "a list of URLs"
 
 
 @dataclass
@@ -259,11 +260,19 @@ def sync_sources(
     _refuse_duplicate_ids(sources)
     reports = []
     for source in sources:
-        fetcher = Fetcher(_policy_of(source, policy))
-        try:
-            reports.append(_Run(kb, source, fetcher, dry_run, progress).sync())
-        finally:
-            fetcher.close()
+        # Two runs of one source (the timer and a shell) would each remove what
+        # the other just added to its record; the lock holds across processes
+        # and, on Postgres, across machines.
+        with kb.store.exclusive(f"sync-{source.id}") as acquired:
+            if not acquired:
+                busy = "another kb sync of this source is running; this one left it alone"
+                reports.append(SourceReport(source.id, source.location, error=busy))
+                continue
+            fetcher = Fetcher(_policy_of(source, policy))
+            try:
+                reports.append(_Run(kb, source, fetcher, dry_run, progress).sync())
+            finally:
+                fetcher.close()
     kb.search_index.sync()
     return reports
 

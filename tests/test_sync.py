@@ -379,3 +379,36 @@ def test_robots_txt_redirects_are_followed_and_an_unreadable_one_takes_nothing(
     assert report.failed == [(site.url("/a.html"), reason), (site.url("/secret.html"), reason)]
     assert report.removed == [], "a page that could not be fetched is not a removed page"
     assert len([d for d in kb.documents() if d.state == DocState.INDEXED]) == 1
+
+
+def test_a_list_of_urls_stays_the_same_source_when_it_grows(
+    index_dir: Path, site: Site, embedder: Embedder
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    site.html("/a.html", page("Leave", "Annual leave is 27 days for everyone."))
+    site.html("/b.html", page("Travel", "Trains under four hours, not planes."))
+    policy = FetchPolicy(allow_private=True, read_timeout=2)
+    first = SyncSource(id="pages", urls=(site.url("/a.html"),))
+    assert sync_sources(kb, [first], policy=policy)[0].added == [site.url("/a.html")]
+    grown = SyncSource(id="pages", urls=(site.url("/a.html"), site.url("/b.html")))
+    (report,) = sync_sources(kb, [grown], policy=policy)
+    assert (report.added, report.unchanged, report.error) == (
+        [site.url("/b.html")],
+        [site.url("/a.html")],
+        None,
+    )
+
+
+def test_a_source_already_being_synced_is_left_alone(
+    index_dir: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    (tmp_path / "share").mkdir()
+    (tmp_path / "share" / "a.md").write_text("# Leave\n\nAnnual leave is 27 days.\n")
+    source = SyncSource(id="share", folder=tmp_path / "share")
+    with kb.store.exclusive("sync-share") as acquired:
+        assert acquired
+        (report,) = sync_sources(kb, [source], policy=FetchPolicy())
+    assert report.error == "another kb sync of this source is running; this one left it alone"
+    assert kb.documents() == []
+    assert sync_sources(kb, [source], policy=FetchPolicy())[0].added == ["a.md"]
