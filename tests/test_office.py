@@ -680,6 +680,8 @@ async def test_a_word_file_uploaded_through_slack_is_indexed(bot: Bot) -> None:
     view = dict(call["view"])
     file_input = next(b["element"] for b in view["blocks"] if b["type"] == "input")
     assert {"docx", "pptx", "xlsx", "csv"} <= set(file_input["filetypes"])
+    intro = json.dumps(view["blocks"][0])
+    assert all(kind in intro for kind in ("Word", "PowerPoint", "Excel", "CSV"))
     mime = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
     f = bot.slack.add_file("F0TRAVEL01", "travel.docx", policy_docx(), mime, filetype="docx")
     state = file_input_state("files", "files", [f])

@@ -160,7 +160,8 @@ UPLOAD_MODAL_SUBMIT = "Upload"
 UPLOAD_MODAL_CLOSE = "Cancel"
 UPLOAD_MODAL_INTRO = (
     "Documents you add here are used to answer questions. "
-    "Supported: Markdown, plain text, HTML and PDF with a text layer."
+    "Supported: Markdown, plain text, HTML, PDF (scanned pages too), Word, PowerPoint, "
+    "Excel and CSV."
 )
 UPLOAD_FILES_LABEL = "Files"
 UPLOAD_VISIBILITY_LABEL = "Who may get answers from them"
@@ -462,8 +463,8 @@ HOME_UPLOAD = (
     "*Add documents*\n"
     "• `/kb-upload` in a channel: for everyone, or only for that channel.\n"
     "• Send a file to me in the *Messages* tab: for everyone.\n"
-    "Markdown, text, HTML and PDF. Documents for everyone from someone who is not a "
-    "publisher wait for an admin's approval."
+    "Markdown, text, HTML, PDF, Word, PowerPoint, Excel and CSV. Documents for everyone "
+    "from someone who is not a publisher wait for an admin's approval."
 )
 HOME_REFRESH = "Refresh"
 HOME_UPLOADS_HEADER = "Your uploads"
