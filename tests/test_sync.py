@@ -21,6 +21,7 @@ from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.records import DocumentRow
 from index.sync import SyncSource, load_sources, sync_sources
+from tests.docs_factory import text_pdf
 
 LIMIT = 200_000  # KB_MAX_UPLOAD_BYTES in these tests
 
@@ -412,3 +413,21 @@ def test_a_source_already_being_synced_is_left_alone(
     assert report.error == "another kb sync of this source is running; this one left it alone"
     assert kb.documents() == []
     assert sync_sources(kb, [source], policy=FetchPolicy())[0].added == ["a.md"]
+
+
+def test_documents_by_their_suffix_are_kept_and_sign_in_pages_are_not(
+    index_dir: Path, site: Site, embedder: Embedder
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    pdf = text_pdf(["Expense claims above 50 euros need a receipt. " * 4])
+    site.routes["/claims.pdf"] = (200, {"Content-Type": "application/octet-stream"}, pdf)
+    form = page("Sign in", '<form method="post"><input name="u"><input type="password" name="p">')
+    site.html("/wiki/home", form)
+    source = SyncSource(id="wiki", urls=(site.url("/claims.pdf"), site.url("/wiki/home")))
+    (report,) = sync_sources(kb, [source], policy=FetchPolicy(allow_private=True))
+    assert report.added == [site.url("/claims.pdf")]
+    assert report.failed == [
+        (site.url("/wiki/home"), "it is a sign-in page (it asks for a password); not indexed")
+    ]
+    (doc,) = kb.documents()
+    assert (doc.name, doc.kind) == (f"wiki › 127.0.0.1:{site.port} › claims.pdf", "pdf")
