@@ -22,7 +22,6 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
-from index.models import Chunk
 from index.qdrant_index import (
     AVGDL_TOLERANCE,
     QdrantPoint,
@@ -30,10 +29,10 @@ from index.qdrant_index import (
     SearchEngineUnavailable,
     collection_name,
 )
-from index.records import Stamp
 from index.search_index import Candidate, Mode, SearchIndex, open_search_index
-from index.store import NewDocument, Store
+from index.store import Store
 from tests.evalmini import EVALMINI
+from tests.test_search_index_contract import _add
 
 API_KEY = "qdrant-key-canary-7f3a"
 
@@ -97,21 +96,6 @@ def test_top_4_equals_the_local_engine_and_both_legs_match(
                     [c.score for c in legs[1]], abs=1e-4
                 )
         assert same / len(questions) >= 0.95, qdrant
-
-
-def _add(store: Store, embedder: Embedder, texts: list[str], model: str | None = None) -> list[int]:
-    name = f"doc-{store.generation}-{len(texts)}-{model}"
-    doc_id = store.insert_document(NewDocument(name=name, sha256=name, size=1, scope="*"))
-    chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
-    return store.commit_indexed(
-        doc_id,
-        chunks,
-        embedder.encode(texts),
-        [len(t.split()) for t in texts],
-        canonical_text="",
-        stamp=Stamp(model or embedder.name, embedder.dim, "pipeline-1", "extractor-1"),
-        window_splits=0,
-    )
 
 
 # The embedded engines: qdrant-client's local mode, and Qdrant's in-process engine (Edge).
