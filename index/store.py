@@ -180,11 +180,14 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
         keeps in ``originals/`` of its data dir, written the first time it is asked for.
         """
         path = self.original_path(sha256)
-        if path.exists():
-            return path
-        if isinstance(self.originals, OriginalFiles) or not self.originals.has(sha256):
+        if isinstance(self.originals, OriginalFiles):
+            return path if path.exists() else None
+        if not self.originals.has(sha256):
+            # Deleted by some replica: this one's copy goes too.
+            path.unlink(missing_ok=True)
             return None
-        OriginalFiles(self.data_dir).save(self.originals.read(sha256))
+        if not path.exists():
+            OriginalFiles(self.data_dir).save(self.originals.read(sha256))
         return path
 
     def read_original(self, sha256: str) -> bytes:
@@ -539,6 +542,7 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
             ).fetchone()[0]
             if not used:
                 self.originals.delete(sha256)
+                self.original_path(sha256).unlink(missing_ok=True)  # a served copy (Postgres)
 
     def canonical_text(self, doc_id: int) -> str:
         """The text a document's chunk offsets refer to (empty until it is indexed)."""

@@ -448,6 +448,8 @@ def test_the_originals_on_postgres_are_shared_and_go_when_unused(
     assert not (tmp_path / "one" / "originals").exists()  # nothing on the first replica's disk
     other.delete_document(doc)
     assert not one.originals.has(digest)
+    assert not served.exists()  # nor this replica's copy of it
+    assert one.original_file(digest) is None
 
 
 def test_a_lock_on_postgres_is_held_across_replicas_until_released(
