@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ import aiohttp
 
 from bench.machine import describe as machine
 from bench.slack import DOCUMENTS, MODEL_ANSWER, QUESTIONS, percentile, thread_of
+from bench.soak import free_port
 from bot.slack.render import FEEDBACK_ACTION_ID
 from index.config import IndexConfig
 from index.knowledge_base import KnowledgeBase
@@ -75,12 +75,6 @@ class Run:
     acks: list[float] = field(default_factory=list)
     answers: list[float] = field(default_factory=list)
     threads: list[str] = field(default_factory=list)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _env(
@@ -123,7 +117,7 @@ async def replicas(
     try:
         for i in range(n):
             data_dir = root / ("kb-data" if not database_url else f"replica-{i}")
-            port = _free_port()
+            port = free_port()
             log = (root / f"replica-{n}-{i}.log").open("wb")
             procs.append(
                 subprocess.Popen(

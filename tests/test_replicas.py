@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -61,6 +61,7 @@ from tests.servers import (  # noqa: E402
     MockSlackAPI,
     OpenAICompatServer,
     app_mention_event,
+    closed_port_url,
     event_body,
     file_share_event,
     slack_headers,
@@ -140,12 +141,6 @@ class Cluster:
             return resp.status, await resp.json()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _replica_env(
     data_dir: Path, database_url: str, slack: MockSlackAPI, llm: OpenAICompatServer
 ) -> dict[str, str]:
@@ -180,7 +175,7 @@ def _replica_env(
 
 
 def _start(name: str, env: dict[str, str], logs: Path) -> Replica:
-    port = _free_port()
+    port = int(urlsplit(closed_port_url()).port or 0)
     with (logs / f"{name}.log").open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bot.cli", "serve", "--port", str(port)],
