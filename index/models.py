@@ -45,7 +45,8 @@ class Extracted:
     Attributes:
         text: canonical text (newlines normalised to ``\\n``).
         title: a human title (first heading, HTML <title>, PDF metadata or file stem).
-        kind: detected type: ``md``, ``txt``, ``html`` or ``pdf``.
+        kind: detected type: ``md``, ``txt``, ``html``, ``pdf``, ``docx``, ``pptx``,
+            ``xlsx`` or ``csv``.
         page_starts: for paged formats, the offset in ``text`` where each page
             starts (``page_starts[0] == 0``); ``None`` otherwise.
     """
