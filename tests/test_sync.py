@@ -431,3 +431,17 @@ def test_documents_by_their_suffix_are_kept_and_sign_in_pages_are_not(
     ]
     (doc,) = kb.documents()
     assert (doc.name, doc.kind) == (f"wiki › 127.0.0.1:{site.port} › claims.pdf", "pdf")
+
+
+def test_links_out_of_the_folder_are_skipped(
+    index_dir: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    secret = tmp_path / "secret.md"
+    secret.write_text("# Keys\n\nThe server's private key.\n")
+    (tmp_path / "share").mkdir()
+    (tmp_path / "share" / "notes.md").symlink_to(secret)
+    source = SyncSource(id="share", folder=tmp_path / "share")
+    (report,) = sync_sources(kb, [source], policy=FetchPolicy())
+    assert report.skipped == ["notes.md: a link to outside the folder"]
+    assert report.added == [] and kb.documents() == []
