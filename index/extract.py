@@ -286,17 +286,23 @@ def _normalise_newlines(text: str) -> str:
 
 
 def _not_a_pdf(data: bytes, name: str, filename: str) -> CorruptDocument:
+    why = f"{name} is not a PDF: it does not start with the %PDF- header."
+    return _mislabelled(data, name, filename, ("a PDF", "the PDF itself"), why)
+
+
+def _mislabelled(
+    data: bytes, name: str, filename: str, claimed: tuple[str, str], why: str
+) -> CorruptDocument:
+    """The error for a file that is not what its name says: ``claimed`` is (what, the original)."""
     head = data[:4096].decode("utf-8", errors="replace").removeprefix("\ufeff")
     if _HTML_START.match(head):
         return CorruptDocument(
-            f"{name} is an HTML page, not a PDF (a login page saved instead of the file?). "
-            "Download the PDF itself and upload it again.",
+            f"{name} is an HTML page, not {claimed[0]} (a login page saved instead of the "
+            f"file?). Download {claimed[1]} and upload it again.",
             filename=filename,
         )
     return CorruptDocument(
-        f"{name} is not a PDF: it does not start with the %PDF- header. It may be damaged "
-        "or renamed; upload the original file.",
-        filename=filename,
+        f"{why} It may be damaged or renamed; upload the original file.", filename=filename
     )
 
 
@@ -314,18 +320,8 @@ def _office(data: bytes, name: str, filename: str, max_pages: int) -> Extracted:
 
 
 def _not_office(data: bytes, name: str, filename: str) -> CorruptDocument:
-    head = data[:4096].decode("utf-8", errors="replace").removeprefix("\ufeff")
-    if _HTML_START.match(head):
-        return CorruptDocument(
-            f"{name} is an HTML page, not an Office file (a login page saved instead of the "
-            "file?). Download the document itself and upload it again.",
-            filename=filename,
-        )
-    return CorruptDocument(
-        f"{name} is not a Word, Excel or PowerPoint file: it is not a ZIP package as those "
-        "are. It may be damaged or renamed; upload the original file.",
-        filename=filename,
-    )
+    why = f"{name} is not a Word, Excel or PowerPoint file: it is not a ZIP package as those are."
+    return _mislabelled(data, name, filename, ("an Office file", "the document itself"), why)
 
 
 # --- Markdown
