@@ -1,16 +1,17 @@
-"""Ingestion throughput: the full pipeline versus bare ``SentenceTransformer.encode``.
+"""Ingestion throughput of both encoder runtimes: the full pipeline versus bare encoding.
 
-Both sides embed exactly the same texts (the bundled evaluation corpus,
+Every side embeds exactly the same texts (the bundled evaluation corpus,
 chunked by the product's chunker: every chunk's text, then its sentences'
 texts as ``index.sentences`` makes them, shortest first), alternately, several
-rounds, in one run:
+rounds, in one run, for ONNX Runtime and PyTorch:
 
-    bare     model.encode(texts, batch_size=64, normalize_embeddings=True)
+    bare     embedder.encode(texts, batch_size=64): PyTorch through
+             SentenceTransformer.encode, ONNX Runtime in length-sorted batches
     pipeline KnowledgeBase.ingest_paths(corpus) into a fresh data dir:
              extract + chunk (with token-window checks) + embed + SQLite + FAISS/BM25
 
-Prints chunks/s medians, the ratio pipeline/bare (target >= 0.9), and the
-process's peak resident memory.
+Prints chunks/s medians per runtime, the ratio pipeline/bare (target >= 0.9),
+ONNX/PyTorch, and the process's peak resident memory (both models loaded).
 
 Run: python -m bench.ingest [--rounds 3]
 """
@@ -28,10 +29,13 @@ from bench.machine import describe as machine
 from bench.query import EVALSET
 from index.chunk import chunk_document
 from index.config import IndexConfig
-from index.embed import DEFAULT_BATCH_SIZE, LocalEmbedder
+from index.embed import DEFAULT_BATCH_SIZE, Embedder, LocalEmbedder
+from index.embed_onnx import OnnxEmbedder
 from index.extract import extract
 from index.knowledge_base import KnowledgeBase
 from index.sentences import sentence_texts
+
+BUNDLED = "bundled:all-MiniLM-L6-v2"
 
 
 def corpus_texts(corpus: Path) -> tuple[list[str], list[str]]:
@@ -58,39 +62,49 @@ def main() -> None:
     args = ap.parse_args()
     corpus = EVALSET / "corpus"
     print(f"machine: {machine()}")
-    embedder = LocalEmbedder("bundled:all-MiniLM-L6-v2")
-    model = embedder._model
-    texts, sentences = corpus_texts(corpus)
-    model.encode(texts[:64], batch_size=DEFAULT_BATCH_SIZE)  # warm-up
-    print(
-        f"corpus: {len(list(corpus.iterdir()))} documents, {len(texts)} chunks, "
-        f"{len(sentences)} sentence texts"
-    )
-    bare: list[float] = []
-    pipe: list[float] = []
-    for r in range(args.rounds):
-        t = time.perf_counter()
-        for batch in (texts, sentences):
-            model.encode(
-                batch,
-                batch_size=DEFAULT_BATCH_SIZE,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
-        bare.append(len(texts) / (time.perf_counter() - t))
-        with tempfile.TemporaryDirectory() as tmp:
-            kb = KnowledgeBase(IndexConfig(data_dir=Path(tmp)), embedder=embedder)
-            t = time.perf_counter()
-            summary = kb.ingest_paths([corpus])
-            elapsed = time.perf_counter() - t
-            assert summary.chunks == len(texts), (summary.chunks, len(texts))
-            pipe.append(summary.chunks / elapsed)
-        print(f"round {r + 1}: bare {bare[-1]:.1f} chunks/s, pipeline {pipe[-1]:.1f} chunks/s")
-    b, p = statistics.median(bare), statistics.median(pipe)
-    print(f"\nmedian bare encode : {b:.1f} chunks/s")
-    print(f"median pipeline    : {p:.1f} chunks/s")
-    print(f"ratio pipeline/bare: {p / b:.2f}x (target >= 0.9)")
+    with tempfile.TemporaryDirectory(prefix="kb-bench-ingest-") as cache:
+        embedders: dict[str, Embedder] = {
+            "onnx": OnnxEmbedder(BUNDLED, Path(cache)),
+            "torch": LocalEmbedder(BUNDLED),
+        }
+        texts, sentences = corpus_texts(corpus)
+        for embedder in embedders.values():
+            embedder.encode(texts[:64], batch_size=DEFAULT_BATCH_SIZE)  # load + warm-up
+        print(
+            f"corpus: {len(list(corpus.iterdir()))} documents, {len(texts)} chunks, "
+            f"{len(sentences)} sentence texts"
+        )
+        bare: dict[str, list[float]] = {name: [] for name in embedders}
+        pipe: dict[str, list[float]] = {name: [] for name in embedders}
+        for r in range(args.rounds):
+            for name, embedder in embedders.items():
+                t = time.perf_counter()
+                for batch in (texts, sentences):
+                    embedder.encode(batch, batch_size=DEFAULT_BATCH_SIZE)
+                bare[name].append(len(texts) / (time.perf_counter() - t))
+                pipe[name].append(pipeline_rate(corpus, embedder, len(texts)))
+                print(
+                    f"round {r + 1} {name:>5}: bare {bare[name][-1]:.1f} chunks/s, "
+                    f"pipeline {pipe[name][-1]:.1f} chunks/s"
+                )
+    print(f"\n{'chunks/s (median)':<20}{'bare':>8}{'pipeline':>10}{'ratio':>7}")
+    for name in embedders:
+        b, p = statistics.median(bare[name]), statistics.median(pipe[name])
+        print(f"{name:<20}{b:>8.1f}{p:>10.1f}{p / b:>7.2f}")
+    ratio = statistics.median(pipe["onnx"]) / statistics.median(pipe["torch"])
+    print(f"pipeline onnx/torch : {ratio:.2f}x")
     print(f"peak RSS           : {peak_rss_mb():.0f} MB")
+
+
+def pipeline_rate(corpus: Path, embedder: Embedder, expected: int) -> float:
+    """Chunks/s of one ingestion of ``corpus`` into a fresh data dir."""
+    with tempfile.TemporaryDirectory() as tmp:
+        kb = KnowledgeBase(IndexConfig(data_dir=Path(tmp)), embedder=embedder)
+        t = time.perf_counter()
+        summary = kb.ingest_paths([corpus])
+        elapsed = time.perf_counter() - t
+    assert summary.chunks == expected, (summary.chunks, expected)
+    return summary.chunks / elapsed
 
 
 if __name__ == "__main__":

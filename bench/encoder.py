@@ -1,0 +1,107 @@
+"""The refusal path with each encoder runtime, beside the bare FAISS scan, in one run.
+
+The question embedding was most of the refusal path (docs/benchmarks.md); the
+flat scan is the floor, since it reads every vector. Over the same snapshot
+(``bench.query.build``: real chunk texts and embeddings, random unit vectors
+past the bundled corpus), for each out-of-domain question, alternating the
+runtimes within each round:
+
+    embed         embedder.encode_query(question)
+    refusal path  embed + the local engine's search (dense, BM25, fusion) + the gate
+    faiss alone   the bare FAISS search of the same vector (the reference)
+
+Prints p50/p95 per runtime and size, and the refusal path's excess over the
+bare scan's p50 (the bar: <= 4 ms at 10k chunks, <= 6 ms at 100k).
+
+Run: python -m bench.encoder [--sizes 10000,100000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.machine import describe as machine
+from bench.query import _Indexes, build, corpus_chunks, ood_questions, pct, synthetic_chunks
+from core.config import DEFAULT_THRESHOLD
+from core.gate import gate
+from core.retrieve import LocalBackend
+from index.embed import Embedder, LocalEmbedder
+from index.embed_onnx import OnnxEmbedder
+
+BUNDLED = "bundled:all-MiniLM-L6-v2"
+BARS = {10_000: 4.0, 100_000: 6.0}
+
+
+def snapshot_vectors(real_vecs: np.ndarray, n: int) -> np.ndarray:
+    """The real vectors, then random unit vectors up to ``n``."""
+    if n <= len(real_vecs):
+        return real_vecs[:n]
+    rng = np.random.default_rng(n)
+    extra = rng.standard_normal((n - len(real_vecs), real_vecs.shape[1])).astype(np.float32)
+    extra /= np.linalg.norm(extra, axis=1, keepdims=True)
+    return np.vstack([real_vecs, extra])
+
+
+def time_size(
+    n: int, real: list[str], real_vecs: np.ndarray, embedders: dict[str, Embedder], repeat: int
+) -> dict[str, dict[str, list[float]]]:
+    """Milliseconds per stage and runtime over ``repeat`` rounds of the OOD questions."""
+    snap = build(synthetic_chunks(real, n), snapshot_vectors(real_vecs, n))
+    backend = LocalBackend(_Indexes(snap))  # type: ignore[arg-type]
+    times: dict[str, dict[str, list[float]]] = {
+        name: {"embed": [], "refusal path": [], "faiss alone": []} for name in embedders
+    }
+    for _ in range(repeat):
+        for name, embedder in embedders.items():
+            for q in ood_questions():
+                t0 = time.perf_counter()
+                vector = embedder.encode_query(q)
+                t1 = time.perf_counter()
+                gate(backend.search(vector, q, None, 20), threshold=DEFAULT_THRESHOLD, top_k=4)
+                t2 = time.perf_counter()
+                snap.vectors.search(vector, 25)
+                t3 = time.perf_counter()
+                times[name]["embed"].append((t1 - t0) * 1000)
+                times[name]["refusal path"].append((t2 - t0) * 1000)
+                times[name]["faiss alone"].append((t3 - t2) * 1000)
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    with tempfile.TemporaryDirectory(prefix="kb-bench-encoder-") as cache:
+        embedders: dict[str, Embedder] = {
+            "onnx": OnnxEmbedder(BUNDLED, Path(cache)),
+            "torch": LocalEmbedder(BUNDLED),
+        }
+        real = corpus_chunks()
+        real_vecs = embedders["torch"].encode(real)
+        for embedder in embedders.values():
+            embedder.encode_query("warm up")
+        for n in [int(s) for s in args.sizes.split(",")]:
+            times = time_size(n, real, real_vecs, embedders, args.repeat)
+            print(f"\n== {n:,} chunks ({len(times['onnx']['embed'])} questions per runtime)")
+            print(f"{'runtime':<8}{'stage':<16}{'p50 ms':>9}{'p95 ms':>9}")
+            for name, stages in times.items():
+                for stage, values in stages.items():
+                    print(f"{name:<8}{stage:<16}{pct(values, 50):>9.2f}{pct(values, 95):>9.2f}")
+            for name, stages in times.items():
+                excess = pct(stages["refusal path"], 50) - pct(stages["faiss alone"], 50)
+                bar = BARS.get(n)
+                verdict = "" if bar is None else f" (bar <= {bar:.0f} ms: {excess <= bar})"
+                print(f"{name}: refusal path p50 - faiss p50 = {excess:.2f} ms{verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""What ``kb serve`` costs to hold and to start, with each encoder runtime, side by side.
+
+For each knowledge-base size (empty, 10k and 100k chunks) a data dir is filled
+once: chunk texts recombine the bundled evaluation corpus's real sentences
+(``bench.query.synthetic_chunks``), vectors are random unit vectors (memory and
+the flat scan do not depend on their values), stamped as the running
+configuration stamps documents, so the server loads every chunk. Then, in
+rounds alternating the runtimes, ``kb serve`` starts on it (Slack off), and this
+measures:
+
+    start-to-ready  seconds from the process's start to ``/readyz`` answering 200
+                    (warm: the index files and the ONNX export already exist)
+    RSS             the server's resident memory at that moment (VmRSS)
+
+and, in a child process of its own at the largest size, the memory of the
+FAISS flat index and of the BM25 postings (resident growth while each is
+built, and the bytes of their arrays), beside the server's growth from the
+empty knowledge base: a copy of the vectors held twice would show there.
+
+Run: python -m bench.footprint [--sizes 10000,100000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from bench.machine import describe as machine
+from bench.query import corpus_chunks, synthetic_chunks
+
+RUNTIMES = ("onnx", "torch")
+DIM = 384
+DOC_CHUNKS = 1000
+READY_TIMEOUT_S = 600.0
+
+
+def fill(data_dir: Path, n: int, cache: Path) -> None:
+    """A data dir of ``n`` searchable chunks in documents of ``DOC_CHUNKS``."""
+    from index.config import IndexConfig
+    from index.embed_onnx import OnnxEmbedder
+    from index.knowledge_base import KnowledgeBase
+    from index.models import Chunk
+    from index.store import EVERYONE, NewDocument
+
+    config = IndexConfig(data_dir=data_dir, encoder_cache=cache)
+    kb = KnowledgeBase(config, embedder=OnnxEmbedder(config.embedding_model, cache))
+    texts = synthetic_chunks(corpus_chunks(), n)
+    rng = np.random.default_rng(n)
+    for start in range(0, n, DOC_CHUNKS):
+        part = texts[start : start + DOC_CHUNKS]
+        vecs = rng.standard_normal((len(part), DIM)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        name = f"doc-{start // DOC_CHUNKS}"
+        doc = kb.store.insert_document(NewDocument(name=name, sha256=name, size=1, scope=EVERYONE))
+        chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(part)]
+        kb.store.commit_indexed(
+            doc,
+            chunks,
+            vecs,
+            [1] * len(part),
+            canonical_text="",
+            stamp=kb.stamp,
+            window_splits=0,
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def serve_once(data_dir: Path, runtime: str, cache: Path) -> tuple[float, float]:
+    """``(seconds to ready, RSS MB at ready)`` of one ``kb serve`` start."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_", "SLACK_", "OPENAI_"))}
+    env |= {
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "KB_DATA_DIR": str(data_dir),
+        "KB_ENCODER_RUNTIME": runtime,
+        "KB_ENCODER_CACHE": str(cache),
+        "KB_LOG_LEVEL": "WARNING",
+    }
+    t = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "serve", "--port", str(port)],
+        env=env,
+        cwd=data_dir.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while not _ready(port):
+            if proc.poll() is not None or time.perf_counter() - t > READY_TIMEOUT_S:
+                raise RuntimeError(f"kb serve ({runtime}) did not become ready on {data_dir}")
+            time.sleep(0.05)
+        return time.perf_counter() - t, _rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+_INDEX_MEMORY = """
+import json, sys, numpy as np
+from bench.footprint import rss_mb_self
+from bench.query import corpus_chunks, synthetic_chunks
+from index.bm25 import BM25Index
+from index.vectors import VectorIndex
+n = int(sys.argv[1])
+texts = synthetic_chunks(corpus_chunks(), n)
+vecs = np.random.default_rng(1).standard_normal((n, 384)).astype(np.float32)
+ids = np.arange(1, n + 1, dtype=np.int64)
+base = rss_mb_self()
+vi = VectorIndex(384); vi.add(ids, vecs); del vecs
+faiss_mb = rss_mb_self() - base
+base = rss_mb_self()
+bm = BM25Index(ids.tolist(), texts)
+bm25_mb = rss_mb_self() - base
+arrays = sum(a.nbytes for a in vars(bm).values() if isinstance(a, np.ndarray)) / 2**20
+print(json.dumps({"faiss_rss": faiss_mb, "faiss_bytes": vi.ntotal * 384 * 4 / 2**20,
+                  "bm25_rss": bm25_mb, "bm25_arrays": arrays}))
+"""
+
+
+def rss_mb_self() -> float:
+    """This process's resident memory, in MB."""
+    return _rss_mb(os.getpid())
+
+
+def index_memory(n: int) -> dict[str, float]:
+    """Memory of the FAISS flat index and the BM25 postings over ``n`` chunks (own process)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _INDEX_MEMORY, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    sizes = [0, *(int(s) for s in args.sizes.split(","))]
+    print(f"machine: {machine()}")
+    with tempfile.TemporaryDirectory(prefix="kb-bench-footprint-") as tmp:
+        root = Path(tmp)
+        cache = root / "encoders"
+        dirs = {}
+        for n in sizes:
+            dirs[n] = root / f"kb-{n}" / "kb-data"
+            dirs[n].parent.mkdir()
+            fill(dirs[n], n, cache)
+            for runtime in RUNTIMES:  # first starts: index files and the export are made
+                serve_once(dirs[n], runtime, cache)
+        runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for _ in range(args.rounds):
+            for n in sizes:
+                for runtime in RUNTIMES:
+                    runs.setdefault((runtime, n), []).append(serve_once(dirs[n], runtime, cache))
+    print(f"\nkb serve, warm start, medians of {args.rounds} rounds (Slack off)")
+    print(f"{'chunks':>8} {'runtime':>8} {'ready s':>9} {'RSS MB':>8}")
+    for n in sizes:
+        for runtime in RUNTIMES:
+            ready = statistics.median(r[0] for r in runs[(runtime, n)])
+            rss = statistics.median(r[1] for r in runs[(runtime, n)])
+            print(f"{n:>8,} {runtime:>8} {ready:>9.2f} {rss:>8.0f}")
+    largest = sizes[-1]
+    mem = index_memory(largest)
+    for runtime in RUNTIMES:
+        grown = statistics.median(r[1] for r in runs[(runtime, largest)]) - statistics.median(
+            r[1] for r in runs[(runtime, 0)]
+        )
+        print(f"server growth 0 -> {largest:,} chunks ({runtime}): {grown:.0f} MB")
+    print(
+        f"at {largest:,} chunks: FAISS flat {mem['faiss_rss']:.0f} MB resident "
+        f"({mem['faiss_bytes']:.0f} MB of vectors); BM25 {mem['bm25_rss']:.0f} MB resident "
+        f"({mem['bm25_arrays']:.0f} MB of postings arrays)"
+    )
+
+
+if __name__ == "__main__":
+    main()
