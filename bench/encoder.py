@@ -26,14 +26,21 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import describe as machine
-from bench.query import _Indexes, build, corpus_chunks, ood_questions, pct, synthetic_chunks
+from bench.query import (
+    BUNDLED,
+    _Indexes,
+    build,
+    corpus_chunks,
+    ood_questions,
+    pct,
+    synthetic_chunks,
+)
 from core.config import DEFAULT_THRESHOLD
 from core.gate import gate
 from core.retrieve import LocalBackend
 from index.embed import Embedder, LocalEmbedder
 from index.embed_onnx import OnnxEmbedder
 
-BUNDLED = "bundled:all-MiniLM-L6-v2"
 BARS = {10_000: 4.0, 100_000: 6.0}
 
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from bench.machine import describe as machine
-from bench.query import EVALSET
+from bench.query import BUNDLED, EVALSET
 from index.chunk import chunk_document
 from index.config import IndexConfig
 from index.embed import DEFAULT_BATCH_SIZE, Embedder, LocalEmbedder
@@ -34,8 +34,6 @@ from index.embed_onnx import OnnxEmbedder
 from index.extract import extract
 from index.knowledge_base import KnowledgeBase
 from index.sentences import sentence_texts
-
-BUNDLED = "bundled:all-MiniLM-L6-v2"
 
 
 def corpus_texts(corpus: Path) -> tuple[list[str], list[str]]:

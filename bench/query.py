@@ -35,6 +35,10 @@ each Qdrant engine's top 4 equals the local engine's.
 
 Run: python -m bench.query --engine qdrant --sizes 10000,100000 --repeat 3
      python -m bench.query --agreement
+
+Questions embed with the product's default runtime (ONNX Runtime);
+``--runtime torch`` uses PyTorch. ``python -m bench.encoder`` runs both
+runtimes side by side in one run.
 """
 
 from __future__ import annotations
@@ -57,12 +61,14 @@ from index.bm25 import BM25Index
 from index.chunk import chunk_document
 from index.derived import Snapshot
 from index.embed import Embedder, LocalEmbedder
+from index.embed_onnx import OnnxEmbedder
 from index.extract import extract
 from index.models import Chunk
 from index.records import Stamp
 from index.store import EVERYONE, NewDocument, Store
 from index.vectors import VectorIndex
 
+BUNDLED = "bundled:all-MiniLM-L6-v2"
 EVALSET = Path(__file__).resolve().parents[1] / "evaluation" / "sets" / "pip-black"
 
 
@@ -340,9 +346,15 @@ def main() -> None:
     ap.add_argument("--engine", choices=("local", "qdrant"), default="local")
     ap.add_argument("--local-mode-max", type=int, default=10_000)
     ap.add_argument("--agreement", action="store_true")
+    ap.add_argument("--runtime", choices=("onnx", "torch"), default="onnx")
     args = ap.parse_args()
-    print(f"machine: {machine()}")
-    embedder = LocalEmbedder("bundled:all-MiniLM-L6-v2")
+    print(f"machine: {machine()}, encoder runtime {args.runtime}")
+    cache = tempfile.TemporaryDirectory(prefix="kb-bench-query-")
+    embedder: Embedder = (
+        OnnxEmbedder(BUNDLED, Path(cache.name))
+        if args.runtime == "onnx"
+        else LocalEmbedder(BUNDLED)
+    )
     if args.agreement:
         for name, (same, total) in top4_agreement(embedder).items():
             print(f"{name:<20} top 4 equal to the local engine's: {same}/{total}")
