@@ -8,6 +8,9 @@ the exporting libraries' versions: when either changes, the next start exports
 again. The export runs in a child process, so a server never holds PyTorch in
 memory, even on its first start; it is written atomically, and a lock lets a
 second process that starts at the same time wait for it instead of exporting twice.
+For BERT-like models the graph is then rewritten with ONNX Runtime's fused
+attention and normalisation kernels, kept only when it gives PyTorch's token
+embeddings on probe batches (otherwise the plain graph stays).
 
 Tokens come from the model's fast-tokenizer file (the ``tokenizers`` package),
 truncated at the model's ``max_seq_length``; pooling follows the model's
@@ -32,6 +35,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -45,8 +49,8 @@ from index.atomic import write_atomic
 from index.embed import DEFAULT_BATCH_SIZE, EmbeddingModelUnavailable, resolve_model
 from index.private import private_dir
 
-# Bumped when the exported graph changes shape (inputs, outputs, attention).
-EXPORT_FORMAT = 1
+# Bumped when the exported graph changes shape (inputs, outputs, attention, fusion).
+EXPORT_FORMAT = 2
 OPSET = 17
 # A query is one small matrix product chain: two intra-op threads use both
 # cores of the small VM this targets; more only contend (measured in
@@ -66,6 +70,13 @@ _LEGACY_POOLING_KEYS = {
 _MODULE_KINDS = ("Transformer", "Pooling", "Normalize")
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _EXPORT_TIMEOUT = 1800.0
+# What writes an export (onnxruntime too: its optimizer fuses the graph).
+_EXPORTING_LIBRARIES = ("torch", "onnx", "onnxruntime", "transformers", "sentence-transformers")
+# Architectures ONNX Runtime's transformer optimizer fuses as BERT (its own documentation's list).
+_FUSED_ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "distilbert")
+# The largest difference of a token embedding's value the fused graph may show against
+# PyTorch's (the fused kernels reorder float sums; 1e-3 keeps pooled cosines >= 0.99999).
+_FUSION_TOLERANCE = 1e-3
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +191,7 @@ def export_stamp(model_dir: Path) -> dict[str, Any]:
             if small
             else f"{stat.st_size}:{stat.st_mtime_ns}"
         )
-    versions = {
-        lib: _version(lib) for lib in ("torch", "onnx", "transformers", "sentence-transformers")
-    }
+    versions = {lib: _version(lib) for lib in _EXPORTING_LIBRARIES}
     return {
         "model": str(model_dir),
         "files": files,
@@ -213,6 +222,9 @@ def exported_model(model_dir: Path, cache_dir: Path) -> Path:
     target = cache_dir / f"{slug}-{key}.onnx"
     if target.exists():
         return target
+    missing = [lib for lib, version in stamp["versions"].items() if version == "absent"]
+    if missing:
+        return _earlier_export(cache_dir, slug, stamp, missing)
     with _locked(cache_dir / f"{slug}-{key}.lock"):
         # Another process may have exported while this one waited for the lock.
         if not target.exists():
@@ -236,12 +248,43 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _exports(cache_dir: Path, slug: str) -> list[Path]:
+    # This model's exports only: another model's slug may start with this one's.
+    name = re.compile(rf"{re.escape(slug)}-[0-9a-f]{{16}}\.onnx")
+    return [p for p in cache_dir.glob(f"{slug}-*.onnx") if name.fullmatch(p.name)]
+
+
+def _earlier_export(cache_dir: Path, slug: str, stamp: dict[str, Any], missing: list[str]) -> Path:
+    """An export of these very model files made when the exporting libraries were installed.
+
+    An operator may uninstall PyTorch once the model is exported; the export
+    stays valid for the same weights, graph format and opset, and nothing
+    could export again anyway.
+    """
+    same = ("model", "files", "format", "opset")
+    for path in sorted(_exports(cache_dir, slug), key=lambda p: p.stat().st_mtime, reverse=True):
+        with contextlib.suppress(OSError, ValueError):
+            earlier = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+            if all(earlier.get(k) == stamp[k] for k in same):
+                log.info(
+                    "using the ONNX export %s (%s not installed to export again)", path, missing
+                )
+                return path
+    raise EmbeddingModelUnavailable(
+        f"The embedding model {stamp['model']} has no ONNX export in {cache_dir} yet, and "
+        f"exporting it needs {', '.join(missing)} (pip install them once), "
+        "or set KB_ENCODER_RUNTIME=torch."
+    )
+
+
 def _remove_older(cache_dir: Path, slug: str, *, keep: Path) -> None:
-    # Exports of earlier weights or library versions are never read again.
-    for old in cache_dir.glob(f"{slug}-*"):
-        if old.stem != keep.stem and old.suffix in (".onnx", ".json", ".lock"):
-            with contextlib.suppress(OSError):
-                old.unlink()
+    # Exports of earlier weights or library versions are never read again. Lock
+    # files stay: another process may be waiting on one.
+    for old in _exports(cache_dir, slug):
+        if old != keep:
+            for path in (old, old.with_suffix(".json")):
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def _export_in_child(model_dir: Path, out: Path) -> None:
@@ -268,11 +311,51 @@ def _export_in_child(model_dir: Path, out: Path) -> None:
         )
 
 
-def export_onnx(model_dir: Path, out: Path) -> None:
+def export_onnx(model_dir: Path, out: Path, *, fuse: bool = True) -> None:
     """Write the transformer of ``model_dir`` as ONNX to ``out``: token ids in, token embeddings out.
 
-    Imports PyTorch; run in a child process (``python -m index.embed_onnx``).
+    With ``fuse`` the graph is then fused (``fuse_transformer``) when the fused
+    one gives the same token embeddings. Imports PyTorch; run in a child process
+    (``python -m index.embed_onnx``).
     """
+    import torch
+
+    module, names, config = token_embeddings(model_dir)
+    ids = torch.full((2, 8), 100, dtype=torch.int64)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0  # an example with padding, so the mask is part of the graph
+    example = (ids, mask, torch.zeros_like(ids))[: len(names)]
+    axes = {n: {0: "batch", 1: "tokens"} for n in [*names, "token_embeddings"]}
+    # The TorchScript exporter is chosen on purpose (dynamo=False): it traces these
+    # encoders without the extra packages torch.export needs. Its deprecation notice
+    # and the tracer's warnings about Python branches on shapes are expected: the
+    # graph is checked by its outputs (same_outputs, and the runtimes' agreement tests).
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            example,
+            str(out),
+            input_names=names,
+            output_names=["token_embeddings"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    if not fuse:
+        return
+    fused = out.with_name(out.name + ".fused")
+    try:
+        if fuse_transformer(out, fused, config) and same_outputs(fused, module, names):
+            fused.replace(out)
+    except Exception as exc:  # ORT raises its own many types on a graph it cannot load
+        print(f"kept the plain graph: the fused one could not be checked ({exc})", file=sys.stderr)
+    finally:
+        fused.unlink(missing_ok=True)
+
+
+def token_embeddings(model_dir: Path) -> tuple[Any, list[str], dict[str, Any]]:
+    """``model_dir``'s transformer as a module of positional inputs, their names, and its config."""
     import torch
 
     from index.embed import load_offline
@@ -293,22 +376,54 @@ def export_onnx(model_dir: Path, out: Path) -> None:
         def forward(self, *inputs: Any) -> Any:
             return self.model(**dict(zip(names, inputs, strict=True))).last_hidden_state
 
-    ids = torch.full((2, 8), 100, dtype=torch.int64)
-    mask = torch.ones_like(ids)
-    mask[1, 5:] = 0  # an example with padding, so the mask is part of the graph
-    example = (ids, mask, torch.zeros_like(ids))[: len(names)]
-    axes = {n: {0: "batch", 1: "tokens"} for n in [*names, "token_embeddings"]}
-    with torch.inference_mode():
-        torch.onnx.export(
-            TokenEmbeddings().eval(),
-            example,
-            str(out),
-            input_names=names,
-            output_names=["token_embeddings"],
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            dynamo=False,
+    return TokenEmbeddings().eval(), names, transformer.config.to_dict()
+
+
+def fuse_transformer(plain: Path, fused: Path, config: dict[str, Any]) -> bool:
+    """Write ``plain`` with ONNX Runtime's fused attention and normalisation kernels to ``fused``.
+
+    About 20 % off a query's embedding on 2 cores (docs/benchmarks.md). Returns
+    False, leaving the plain graph in use, for an architecture the optimizer
+    does not know or when it fails.
+    """
+    if config.get("model_type") not in _FUSED_ARCHITECTURES:
+        return False
+    heads = config.get("num_attention_heads", config.get("n_heads", 0))
+    width = config.get("hidden_size", config.get("dim", 0))
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        model = optimize_model(
+            str(plain), model_type="bert", num_heads=heads, hidden_size=width, opt_level=1
         )
+        model.save_model_to_file(str(fused))
+    except Exception as exc:  # the optimizer raises many types on graphs it cannot fuse
+        print(f"kept the plain graph: fusion failed ({exc})", file=sys.stderr)
+        return False
+    return True
+
+
+def same_outputs(fused: Path, module: Any, names: Sequence[str]) -> bool:
+    """Whether ``fused`` gives ``module``'s token embeddings on padded probe batches."""
+    import onnxruntime
+    import torch
+
+    session = onnxruntime.InferenceSession(str(fused), providers=["CPUExecutionProvider"])
+    generator = torch.Generator().manual_seed(0)
+    for batch, tokens in ((1, 9), (3, 37)):
+        ids = torch.randint(1000, 5000, (batch, tokens), generator=generator)
+        mask = torch.ones_like(ids)
+        mask[-1, tokens // 2 :] = 0
+        inputs = (ids, mask, torch.zeros_like(ids))[: len(names)]
+        with torch.inference_mode():
+            expected = module(*inputs).numpy()
+        (got,) = session.run(None, {n: t.numpy() for n, t in zip(names, inputs, strict=True)})
+        # Padded positions are never pooled; only the real tokens must agree.
+        real = mask.numpy().astype(bool)
+        if np.max(np.abs(got[real] - expected[real])) > _FUSION_TOLERANCE:
+            print("kept the plain graph: the fused one differs from PyTorch", file=sys.stderr)
+            return False
+    return True
 
 
 def pool(tokens: np.ndarray, mask: np.ndarray, modes: Sequence[str]) -> np.ndarray:

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,14 @@ from bot.settings import Settings
 from index.chunk import chunk_document
 from index.config import IndexConfig
 from index.embed import Embedder, EmbeddingModelUnavailable, LocalEmbedder, load_embedder
-from index.embed_onnx import OnnxEmbedder, exported_model
+from index.embed_onnx import (
+    OnnxEmbedder,
+    export_onnx,
+    exported_model,
+    fuse_transformer,
+    same_outputs,
+    token_embeddings,
+)
 from index.extract import extract
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
@@ -129,12 +137,77 @@ def test_every_pooling_mode_matches_sentence_transformers_and_is_exported_once(
     assert [p.name for p in cache.glob("*.onnx")] == [first.name]
     stamp = json.loads(first.with_suffix(".json").read_text())
     assert stamp["versions"]["torch"] and str(tiny) == stamp["model"]
+    # Another model whose folder name starts with this one's keeps its export.
+    other = cache / f"{first.name.split('-')[0]}-finetuned-{'0' * 16}.onnx"
+    other.write_bytes(b"another model's export")
     # New weights (here: their time) are exported again, and the old export goes.
     weights = tiny / "model.safetensors"
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     second = exported_model(tiny, cache)
     assert second != first and second.exists() and not first.exists()
-    assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".lock", ".onnx"]
+    assert not first.with_suffix(".json").exists() and other.exists()
+    assert sorted(p.suffix for p in cache.iterdir() if p != other) == [
+        ".json",
+        ".lock",
+        ".lock",
+        ".onnx",
+    ]
+
+
+def test_without_pytorch_the_export_of_the_same_weights_is_used(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    exported = exported_model(tiny, cache)
+    expected = OnnxEmbedder(str(tiny), cache).encode(["hello"])
+    real_version = metadata.version
+
+    def uninstalled(dist: str) -> str:  # PyTorch uninstalled after the export
+        if dist == "torch":
+            raise metadata.PackageNotFoundError(dist)
+        return real_version(dist)
+
+    monkeypatch.setattr(metadata, "version", uninstalled)
+    assert exported_model(tiny, cache) == exported
+    assert np.array_equal(OnnxEmbedder(str(tiny), cache).encode(["hello"]), expected)
+    # Another model cannot be exported without it: said, with what to install.
+    model = shutil.copytree(tiny, tmp_path / "model")
+    with pytest.raises(EmbeddingModelUnavailable, match="needs torch"):
+        exported_model(model, cache)
+    assert list(cache.glob("*.onnx")) == [exported]
+
+
+def _operators(path: Path) -> set[str]:
+    import onnx
+
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+def test_the_bundled_export_runs_onnx_runtimes_fused_kernels(onnx_embedder: OnnxEmbedder) -> None:
+    onnx_embedder.encode(["load"])
+    export = exported_model(onnx_embedder.layout.model_dir, Path(os.environ["KB_ENCODER_CACHE"]))
+    assert {"Attention", "SkipLayerNormalization"} <= _operators(export)
+
+
+def test_a_fused_graph_is_kept_only_when_it_gives_pytorchs_embeddings(
+    tiny: Path, tmp_path: Path
+) -> None:
+    plain, fused = tmp_path / "plain.onnx", tmp_path / "fused.onnx"
+    export_onnx(tiny, plain, fuse=False)
+    assert "Attention" not in _operators(plain)
+    module, names, config = token_embeddings(tiny)
+    assert fuse_transformer(plain, fused, config)
+    assert "Attention" in _operators(fused) and same_outputs(fused, module, names)
+    # A graph whose embeddings differ from the model's (here: the model changed after
+    # the export) is refused.
+    import torch
+
+    with torch.no_grad():
+        module.model.embeddings.word_embeddings.weight.mul_(1.01)
+    assert not same_outputs(fused, module, names)
+    # An architecture the optimizer does not know keeps the plain graph.
+    assert not fuse_transformer(plain, tmp_path / "other.onnx", {"model_type": "mpnet"})
+    assert not (tmp_path / "other.onnx").exists()
 
 
 def test_two_processes_starting_at_once_export_once(tiny: Path, tmp_path: Path) -> None:
