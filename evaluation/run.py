@@ -42,6 +42,7 @@ counting behind them (intervals, sign tests, the threshold sweep) live in
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -77,11 +78,15 @@ from evaluation.results import (
 from evaluation.strategies import PRODUCT, STRATEGIES, Chunker, make_chunker
 from index.config import IndexConfig
 from index.embed import Embedder
+from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
+from index.qdrant_index import QdrantSearchIndex
 from index.store import Store
 
 __all__ = ["evaluate", "export_disliked", "indexed_corpus"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -127,11 +132,18 @@ def indexed_corpus(
     label: str = "",
     progress: bool = False,
 ) -> Iterator[KnowledgeBase]:
-    """Index ``corpus_dir`` in a throw-away data dir with the product's ingestion.
+    """Index ``corpus_dir`` in a throw-away knowledge base with the product's ingestion.
+
+    Its store is SQLite in a temporary data dir, whatever database ``config``
+    names: the corpus never enters the operator's store (where users would
+    find it), and no document of that store enters the measurement. The search
+    engine is the configured one; on a Qdrant server the new store's id names
+    collections of their own, deleted on exit with the rest.
 
     Args:
         corpus_dir: folder of documents.
-        config: the product's ingestion settings (its data dir is replaced by a temporary one).
+        config: the product's ingestion settings (its data dir and database are
+            replaced by a temporary SQLite store).
         embedder: the loaded embedder, shared by every indexing.
         chunker: another chunking strategy; ``None`` for the product's.
         label: shown on the progress bar.
@@ -141,22 +153,37 @@ def indexed_corpus(
         The knowledge base, deleted on exit.
     """
     with tempfile.TemporaryDirectory(prefix="kb-eval-", ignore_cleanup_errors=True) as tmp:
-        kb = KnowledgeBase(replace(config, data_dir=Path(tmp)), embedder=embedder, chunker=chunker)
-        files = sum(1 for p in Path(corpus_dir).rglob("*") if p.is_file())
-        with tqdm(
-            total=files, desc=f"indexing {label}".strip(), unit="file", **_bar(progress)
-        ) as bar:
-
-            def on_progress(event: str, info: dict[str, Any]) -> None:
-                if event == "file" and info["index"]:
-                    bar.update(1)
-
-            kb.ingest_paths([Path(corpus_dir)], uploader="kb-eval", progress=on_progress)
-            bar.update(bar.total - bar.n)
+        own = replace(config, data_dir=Path(tmp), database_url="")
+        kb = KnowledgeBase(own, embedder=embedder, chunker=chunker)
         try:
+            files = sum(1 for p in Path(corpus_dir).rglob("*") if p.is_file())
+            with tqdm(
+                total=files, desc=f"indexing {label}".strip(), unit="file", **_bar(progress)
+            ) as bar:
+
+                def on_progress(event: str, info: dict[str, Any]) -> None:
+                    if event == "file" and info["index"]:
+                        bar.update(1)
+
+                kb.ingest_paths([Path(corpus_dir)], uploader="kb-eval", progress=on_progress)
+                bar.update(bar.total - bar.n)
             yield kb
         finally:
+            _discard_search_index(kb)
             kb.store.close()
+
+
+def _discard_search_index(kb: KnowledgeBase) -> None:
+    """Delete what the throw-away knowledge base made in a search engine outside its data dir."""
+    index = kb.search_index
+    if not isinstance(index, QdrantSearchIndex):
+        return  # the local engine's files are in the temporary data dir
+    try:
+        index.drop_collections()
+    except KBError as exc:
+        log.warning("the evaluation's Qdrant collections could not be deleted: %s", exc)
+    finally:
+        index.close()
 
 
 @dataclass(frozen=True)

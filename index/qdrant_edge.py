@@ -56,6 +56,11 @@ class EdgeEngine:
 
     # ------------------------------------------------------------ collections
 
+    def ping(self) -> None:
+        """See ``QdrantEngine.ping``: in this process, it answers while its folder is there."""
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"the Edge folder {self.root} is gone")
+
     def builds(self, alias: str) -> list[str]:
         """See ``QdrantEngine.builds``."""
         return sorted(p.name for p in self.root.glob(f"{alias}-*") if p.is_dir())
@@ -71,6 +76,10 @@ class EdgeEngine:
         """See ``QdrantEngine.move_alias``: one atomic file replacement."""
         self._shard(collection).flush()
         write_atomic(self.root / f"{alias}.alias", lambda tmp: tmp.write_text(collection))
+
+    def delete_alias(self, alias: str) -> None:
+        """See ``QdrantEngine.delete_alias``."""
+        (self.root / f"{alias}.alias").unlink(missing_ok=True)
 
     def create(self, name: str, dimensions: int) -> None:
         """See ``QdrantEngine.create``."""

@@ -30,7 +30,12 @@ or changed are upserted, the ones gone are deleted (both idempotent), then the
 marker (the generation, in the collection's metadata) is written. A crash
 before the marker leaves the old generation there, and the next sync diffs
 the store against what the collection really holds, so it resumes.
-``rebuild`` fills a new collection and moves the alias to it at the end.
+``rebuild`` fills a new collection and moves the alias to it at the end,
+then drops the other builds. Only one process sharing the store rebuilds at a
+time (a lock of the store's: a file beside SQLite, an advisory lock on
+Postgres); another that wants to rebuild meanwhile waits, then syncs to the
+collection the first one built. The knowledge base's id is set once, by the
+first process to write it, so replicas starting together share one collection.
 
 Where the engine runs (``QDRANT_URL``): a server URL; empty, an embedded
 engine (qdrant-client's local mode) in ``<data dir>/qdrant``, for tests and
@@ -77,6 +82,14 @@ AVGDL_TOLERANCE = 0.02
 BATCH = 256
 # Bump when what a point holds changes: a collection of another format is rebuilt.
 FORMAT_VERSION = 1
+# How long a rebuild waits for another process's rebuild of the same collection
+# (replicas starting together, `kb reindex` beside a replica), and how often it looks.
+REBUILD_WAIT_SECONDS = 900.0
+REBUILD_POLL_SECONDS = 0.5
+# Health asks the engine whether it answers: within this many seconds (a
+# server), and at most once per PROBE_CACHE_SECONDS (/readyz is probed often).
+PROBE_TIMEOUT_SECONDS = 2
+PROBE_CACHE_SECONDS = 5.0
 # The meta key of the knowledge base's id in the store.
 KB_ID_KEY = "search_collection_id"
 # QDRANT_URL naming Qdrant's in-process engine (qdrant-edge-py) in the data dir.
@@ -143,6 +156,10 @@ class QdrantEngine(Protocol):
     ``name`` is an alias or a collection; an alias names the build queries read.
     """
 
+    def ping(self) -> None:
+        """Return if the engine answers a cheap request within a short timeout; raise otherwise."""
+        ...
+
     def builds(self, alias: str) -> list[str]:
         """The collections built for ``alias`` (``<alias>-<suffix>``)."""
         ...
@@ -153,6 +170,10 @@ class QdrantEngine(Protocol):
 
     def move_alias(self, alias: str, collection: str) -> None:
         """Point ``alias`` at ``collection`` in one step."""
+        ...
+
+    def delete_alias(self, alias: str) -> None:
+        """Remove ``alias`` (its collection stays); nothing when there is none."""
         ...
 
     def create(self, name: str, dimensions: int) -> None:
@@ -211,11 +232,20 @@ class ClientEngine:
     Args:
         client: the client.
         indexed: create payload indexes (a server; local mode has none and warns).
+        probe: a client of the same server with a short timeout, for ``ping``;
+            ``None``: ``client`` (in-process, it answers at once).
     """
 
-    def __init__(self, client: QdrantClient, *, indexed: bool) -> None:
+    def __init__(
+        self, client: QdrantClient, *, indexed: bool, probe: QdrantClient | None = None
+    ) -> None:
         self.client = client
         self.indexed = indexed
+        self.probe = probe
+
+    def ping(self) -> None:
+        """See ``QdrantEngine.ping``: the list of collections (names only)."""
+        (self.probe or self.client).get_collections()
 
     def builds(self, alias: str) -> list[str]:
         """See ``QdrantEngine.builds``."""
@@ -240,6 +270,15 @@ class ClientEngine:
         create = models.CreateAlias(collection_name=collection, alias_name=alias)
         changes.append(models.CreateAliasOperation(create_alias=create))
         self.client.update_collection_aliases(change_aliases_operations=changes)
+
+    def delete_alias(self, alias: str) -> None:
+        """See ``QdrantEngine.delete_alias``."""
+        from qdrant_client import models
+
+        if self.alias_target(alias) is None:
+            return
+        delete = models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
+        self.client.update_collection_aliases(change_aliases_operations=[delete])
 
     def create(self, name: str, dimensions: int) -> None:
         """See ``QdrantEngine.create``."""
@@ -404,10 +443,12 @@ def open_engine(url: str, api_key: str, data_dir: Path) -> QdrantEngine:
         if url:
             # No version probe at construction: the first real call reports an
             # unreachable server, as SearchEngineUnavailable.
-            client = QdrantClient(
-                url=url, api_key=api_key or None, timeout=30, check_compatibility=False
+            key = api_key or None
+            client = QdrantClient(url=url, api_key=key, timeout=30, check_compatibility=False)
+            probe = QdrantClient(
+                url=url, api_key=key, timeout=PROBE_TIMEOUT_SECONDS, check_compatibility=False
             )
-            return ClientEngine(client, indexed=True)
+            return ClientEngine(client, indexed=True, probe=probe)
         return _embedded(
             str((data_dir / "qdrant").resolve()),
             lambda folder: ClientEngine(QdrantClient(path=folder), indexed=False),
@@ -427,6 +468,17 @@ def _embedded(folder: str, make: Callable[[str], QdrantEngine]) -> QdrantEngine:
         if folder not in _EMBEDDED:
             _EMBEDDED[folder] = make(folder)
         return _EMBEDDED[folder]
+
+
+def _release_embedded(engine: QdrantEngine) -> None:
+    """Close ``engine`` if it is one of this process's embedded engines, and forget it."""
+    with _EMBEDDED_LOCK:
+        for folder, held in list(_EMBEDDED.items()):
+            if held is engine:
+                del _EMBEDDED[folder]
+                close = getattr(getattr(engine, "client", engine), "close", None)
+                if close is not None:
+                    close()
 
 
 @dataclass
@@ -503,6 +555,8 @@ class QdrantSearchIndex:
         self._contents: _Contents | None = None
         self._current_at: float | None = None
         self.refresh_error: str | None = None
+        # (when, answered, why not) of the last time health asked the engine.
+        self._probe: tuple[float, bool, str | None] | None = None
 
     def __repr__(self) -> str:
         return f"QdrantSearchIndex({public_location(self.url)!r}, {self._alias!r})"
@@ -520,8 +574,8 @@ class QdrantSearchIndex:
         if self._alias is None:
             kb_id = self.store.get_meta(KB_ID_KEY)
             if kb_id is None:
-                kb_id = uuid.uuid4().hex[:12]
-                self.store.set_meta(KB_ID_KEY, kb_id)
+                # Replicas starting together on a new store: the first id written wins.
+                kb_id = self.store.setdefault_meta(KB_ID_KEY, uuid.uuid4().hex[:12])
             self._alias = collection_name(kb_id, self.embedding_model, self.dimensions)
         return self._alias
 
@@ -565,12 +619,19 @@ class QdrantSearchIndex:
         return self._generation
 
     def health(self) -> dict[str, object]:
-        """See ``SearchIndex.health``: what the last sync recorded, against the store."""
+        """See ``SearchIndex.health``: what the last sync recorded, against the store, and
+        whether the engine answers.
+
+        An engine that does not answer cannot search: the index is then neither
+        in sync nor a known time behind (``behind_s`` ``None``), so ``/readyz``
+        reports it not ready; ``engine_error`` says why.
+        """
         generation = self.store.generation
+        reachable, engine_error = self._answers()
         mine, current_at = self._generation, self._current_at
-        in_sync = mine is not None and mine == generation
+        in_sync = reachable and mine is not None and mine == generation
         behind: float | None = None
-        if mine is not None and current_at is not None:
+        if reachable and mine is not None and current_at is not None:
             behind = 0.0 if in_sync else round(time.monotonic() - current_at, 3)
         return {
             "engine": "qdrant",
@@ -584,7 +645,30 @@ class QdrantSearchIndex:
             "in_sync": in_sync,
             "degraded": None,
             "refresh_error": self.refresh_error,
+            "reachable": reachable,
+            "engine_error": engine_error,
         }
+
+    def _answers(self) -> tuple[bool, str | None]:
+        """Whether the engine answers, and why not: asked at most every ``PROBE_CACHE_SECONDS``."""
+        now, last = time.monotonic(), self._probe
+        if last is not None and now - last[0] < PROBE_CACHE_SECONDS:
+            return last[1], last[2]
+        try:
+            self.engine.ping()
+        except Exception as exc:
+            error = (
+                f"The Qdrant engine at {public_location(self.url)} does not answer: "
+                f"{self._scrubbed(exc)}."
+            )
+            if last is None or last[1]:
+                log.warning("%s", error)
+            self._probe = (now, False, error)
+        else:
+            if last is not None and not last[1]:
+                log.info("the Qdrant engine at %s answers again", public_location(self.url))
+            self._probe = (now, True, None)
+        return self._probe[1], self._probe[2]
 
     @_engine_call
     def check(self) -> dict[str, object]:
@@ -607,6 +691,30 @@ class QdrantSearchIndex:
             ),
             "degraded": None,
         }
+
+    @_engine_call
+    def drop_collections(self) -> None:
+        """Delete this knowledge base's collections of the model from the engine: the alias
+        and every build. For a throw-away knowledge base (``kb eval``), never the product's."""
+        with self._lock:
+            engine, alias = self.engine, self.alias
+            engine.delete_alias(alias)
+            builds = engine.builds(alias)
+            for name in builds:
+                engine.drop(name)
+            self._generation = self._contents = self._current_at = None
+        log.info("qdrant collections of %s dropped: %s", alias, builds)
+
+    def close(self) -> None:
+        """Close an embedded engine this index opened (its folder is free again).
+
+        Only when nothing else in this process searches the same data dir: the
+        knowledge bases of one data dir share its embedded engine.
+        """
+        with self._lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            _release_embedded(engine)
 
     # ------------------------------------------------------------------ queries
 
@@ -663,6 +771,9 @@ class QdrantSearchIndex:
         marker = self.engine.marker(self.alias)
         if not _marker_fits(marker):
             return self._rebuild_locked()
+        return self._sync_fitting(marker)
+
+    def _sync_fitting(self, marker: dict[str, Any]) -> int:
         generation = self.store.generation
         if marker.get("generation") == generation and self._contents is not None:
             self._generation = generation
@@ -698,6 +809,28 @@ class QdrantSearchIndex:
 
     @_engine_call
     def _rebuild_locked(self) -> int:
+        """One process at a time among those sharing the store: a rebuild drops every other
+        build of the alias, so two at once would drop each other's. One that finds another's
+        under way waits for it to end, then syncs to what it built."""
+        deadline = time.monotonic() + REBUILD_WAIT_SECONDS
+        waited = False
+        while True:
+            with self.store.exclusive(f"qdrant-rebuild-{self.alias}") as acquired:
+                if acquired:
+                    marker = self.engine.marker(self.alias) if waited else {}
+                    if _marker_fits(marker):
+                        return self._sync_fitting(marker)
+                    return self._build()
+            if time.monotonic() >= deadline:
+                raise SearchEngineUnavailable(
+                    f"Another process has been rebuilding the Qdrant collection {self.alias} "
+                    f"for more than {REBUILD_WAIT_SECONDS:.0f} s; let it finish (or stop it), "
+                    "then run `kb reindex`."
+                )
+            waited = True
+            time.sleep(REBUILD_POLL_SECONDS)
+
+    def _build(self) -> int:
         engine, alias = self.engine, self.alias
         # Read the generation first: a write landing while the rows are read
         # makes the collection newer than its marker, and the next sync redoes it.

@@ -694,6 +694,20 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                 [key, value],
             )
 
+    def setdefault_meta(self, key: str, value: str) -> str:
+        """The value of ``key``, set to ``value`` first if it has none (``dict.setdefault``).
+
+        One statement sets it only when absent: of processes or replicas racing
+        to set the same key, one wins and each of them reads the winner's value.
+        """
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                [key, value],
+            )
+            row = db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        return str(row[0])
+
     # ----------------------------------------------------------------- recovery
 
     def mark_indexing(self, doc_id: int, holder: str) -> None:

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from bot.cli import main
 from core.config import EngineConfig
-from evaluation.inputs import OODQuestion, Question, load_questions
+from evaluation.inputs import OODQuestion, Question, load_ood, load_questions
 from evaluation.results import RECALL_KS
 from evaluation.run import evaluate, export_disliked
 from evaluation.strategies import OVERLAP_CHARS, blind, make_chunker, with_overlap, without_header
@@ -26,6 +26,42 @@ from index.models import Extracted
 from index.store import Store
 from tests.evalmini import EVALMINI, EVALSET_OPTIONS
 from tests.query_factory import log_question
+
+# ---------------------------------------------------------------------- its own store
+
+
+@pytest.mark.parametrize("search_engine", ["local", "qdrant"])
+def test_eval_runs_on_a_store_of_its_own_not_the_configured_database(
+    tmp_path: Path, embedder: Embedder, postgres_url: str, search_engine: str
+) -> None:
+    from index import qdrant_index
+    from tests.test_search_index_contract import _add
+
+    # The operator's configuration: the shared Postgres store, holding a document.
+    config = IndexConfig(
+        data_dir=tmp_path / "kb-data", database_url=postgres_url, search_engine=search_engine
+    )
+    production = Store(config.data_dir, database_url=postgres_url)
+    _add(production, embedder, ["The production handbook: expenses over 500 need a director."])
+    generation, embedded = production.generation, dict(qdrant_index._EMBEDDED)
+    result = evaluate(
+        EVALMINI / "corpus",
+        load_questions(EVALMINI / "questions.jsonl"),
+        load_ood(EVALMINI / "ood.jsonl"),
+        embedder=embedder,
+        index=config,
+        engine=EngineConfig(),
+    )
+    # Measured on the evaluation's corpus alone...
+    assert result.product.documents == 3 and not result.product.failed_documents
+    assert result.product.modes["hybrid"].ranks
+    # ...and nothing of it is in the shared store, searchable by users.
+    assert production.document_count() == 1 and production.generation == generation
+    assert not production.audit_entries()
+    # Its search collections were its own, and are gone with it.
+    assert production.get_meta(qdrant_index.KB_ID_KEY) is None
+    assert embedded == qdrant_index._EMBEDDED  # the embedded engine it opened is closed
+
 
 # ---------------------------------------------------------------------- the CLI on evalmini
 
