@@ -726,8 +726,13 @@ class QdrantSearchIndex:
         scopes: frozenset[str] | None,
         k: int,
         mode: Mode = Mode.HYBRID,
+        cutoff: float | None = None,
     ) -> list[Candidate]:
-        """See ``SearchIndex.search``."""
+        """See ``SearchIndex.search``; ``cutoff`` is not applied.
+
+        The dense leg may be approximate (HNSW), so a chunk only BM25 finds can
+        be closer than the dense leg's first: both legs always run.
+        """
         visible = _visible(scopes)
         depth = max(k, self.depth)
         dense: list[tuple[int, float]] = []

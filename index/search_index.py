@@ -168,11 +168,16 @@ class SearchIndex(Protocol):
         scopes: frozenset[str] | None,
         k: int,
         mode: Mode = Mode.HYBRID,
+        cutoff: float | None = None,
     ) -> list[Candidate]:
         """Best ``k`` chunks visible to ``scopes`` (``None``: all), each with its dense distance.
 
         Scopes filter inside each leg, so a small scope still gets its full
         ``k``; a chunk only BM25 found still carries its dense cosine distance.
+        With ``cutoff``, a hybrid search whose dense leg finds nothing within that
+        distance may return the dense leg alone: an exact dense leg has the
+        nearest chunk first, so nothing BM25 adds could be within it, and a
+        question no passage can answer skips the BM25 leg and the fusion.
         """
         ...
 
@@ -204,8 +209,9 @@ class LocalSearchIndex:
         scopes: frozenset[str] | None,
         k: int,
         mode: Mode = Mode.HYBRID,
+        cutoff: float | None = None,
     ) -> list[Candidate]:
-        """See ``SearchIndex.search``."""
+        """See ``SearchIndex.search`` (the flat index is exact: ``cutoff`` skips BM25)."""
         snap = self.indexes.snapshot
         if len(snap) == 0:
             return []
@@ -214,6 +220,8 @@ class LocalSearchIndex:
             return []
         depth = max(k, self.depth)
         dense = snap.vectors.search(query_vector, depth, allowed) if mode != Mode.BM25 else []
+        if cutoff is not None and mode == Mode.HYBRID and not _within(dense, cutoff):
+            mode = Mode.DENSE
         sparse = snap.bm25.search(query_text, depth, allowed) if mode != Mode.DENSE else []
         dense_ids = [cid for cid, _ in dense]
         sparse_ids = [cid for cid, _ in sparse]
@@ -263,6 +271,10 @@ class LocalSearchIndex:
     def distances_for(self, query_vector: np.ndarray, chunk_ids: Sequence[int]) -> dict[int, float]:
         """See ``SearchIndex.distances_for``."""
         return self.indexes.snapshot.vectors.distances_for(query_vector, list(chunk_ids))
+
+
+def _within(dense: Sequence[tuple[int, float]], cutoff: float) -> bool:
+    return any(distance <= cutoff for _, distance in dense)
 
 
 def open_search_index(

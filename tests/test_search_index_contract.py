@@ -141,6 +141,37 @@ def test_bm25_only_hits_carry_their_dense_distance(
     assert found[0].distance == pytest.approx(_direct(embedder, texts[0]), abs=1e-5)
 
 
+def test_a_cutoff_changes_nothing_within_it_and_keeps_the_nearest_miss(
+    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+) -> None:
+    _add(store, embedder, [*_company_texts(12), "Holiday calendar ERR_42 for the office."])
+    index = make(store)
+    index.open()
+    for question in (QUESTION, "ERR_42 holiday", "how do I renew my spanish passport"):
+        vector = embedder.encode_query(question)
+        full = index.search(vector, question, None, 10)
+        nearest = min(c.distance for c in full)
+        loose = index.search(vector, question, None, 10, cutoff=2.0)
+        assert [c.chunk_id for c in loose] == [c.chunk_id for c in full]
+        assert [c.distance for c in loose] == pytest.approx([c.distance for c in full], abs=1e-6)
+        below = index.search(vector, question, None, 10, cutoff=nearest - 0.01)
+        assert below and not [c for c in below if c.distance <= nearest - 0.01]
+        assert min(c.distance for c in below) == pytest.approx(nearest, abs=1e-6)
+
+
+def test_the_local_engine_skips_bm25_when_nothing_is_within_the_cutoff(
+    store: Store, embedder: Embedder
+) -> None:
+    _add(store, embedder, ["Holiday calendar ERR_42 for the office.", *_company_texts(3)])
+    index = _local(store, embedder)
+    index.open()
+    vector = embedder.encode_query("ERR_42")
+    assert index.search(vector, "ERR_42", None, 4)[0].sparse_rank == 1
+    skipped = index.search(vector, "ERR_42", None, 4, cutoff=0.01)
+    assert skipped == index.search(vector, "ERR_42", None, 4, Mode.DENSE)
+    assert all(c.sparse_rank is None for c in skipped)
+
+
 def test_distances_for_given_ids(
     store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
 ) -> None:
