@@ -52,9 +52,10 @@ from index.private import private_dir
 # Bumped when the exported graph changes shape (inputs, outputs, attention, fusion).
 EXPORT_FORMAT = 2
 OPSET = 17
-# A query is one small matrix product chain: two intra-op threads use both
-# cores of the small VM this targets; more only contend (measured in
-# bench/ingest.py and bench/footprint.py).
+# Two intra-op threads use both cores of the small VM this targets; more only
+# contend. They never spin-wait between operators: spinning threads fight every
+# other process for the cores, and on a shared 2-core machine they doubled a
+# query's time and cut batches by half (bench/encoder.py, docs/benchmarks.md).
 DEFAULT_THREADS = 2
 ENCODERS_DIR = "encoders"
 # The order sentence-transformers concatenates several pooling modes in.
@@ -455,13 +456,23 @@ class OnnxEmbedder:
         spec: a ``KB_EMBEDDING_MODEL`` value naming a local model (bundled, folder or name).
         cache_dir: where exports are kept (``encoders/`` in the data dir).
         threads: ONNX Runtime's intra-op threads.
+        spinning: let them spin-wait between operators (ONNX Runtime's own
+            default; off here, see ``DEFAULT_THREADS``; the benchmark compares).
     """
 
-    def __init__(self, spec: str, cache_dir: Path, *, threads: int = DEFAULT_THREADS) -> None:
+    def __init__(
+        self,
+        spec: str,
+        cache_dir: Path,
+        *,
+        threads: int = DEFAULT_THREADS,
+        spinning: bool = False,
+    ) -> None:
         self.spec = spec
         self.name, self._load_from = resolve_model(spec)
         self._cache_dir = cache_dir
         self._threads = threads
+        self._spinning = spinning
 
     @cached_property
     def _model_dir(self) -> Path:
@@ -491,6 +502,9 @@ class OnnxEmbedder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = self._threads
         options.inter_op_num_threads = 1
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if self._spinning else "0"
+        )
         try:
             return onnxruntime.InferenceSession(
                 str(path), options, providers=["CPUExecutionProvider"]
