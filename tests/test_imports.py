@@ -23,6 +23,17 @@ from tests.servers import DEFAULT_SIGNING_SECRET, MockSlackAPI
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 HEAVY = ("torch", "sentence_transformers", "transformers")
+EVALMINI = Path(__file__).resolve().parent / "data" / "evalmini"
+_EVAL = [
+    "eval",
+    "--corpus",
+    str(EVALMINI / "corpus"),
+    "--questions",
+    str(EVALMINI / "questions.jsonl"),
+    "--ood",
+    str(EVALMINI / "ood.jsonl"),
+    "--json",
+]
 READY_TIMEOUT_S = 120.0
 
 
@@ -49,11 +60,13 @@ def _env(data_dir: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def test_query_commands_do_not_import_pytorch(data_dir: Path, tmp_path: Path) -> None:
+def test_query_and_evaluation_commands_do_not_import_pytorch(
+    data_dir: Path, tmp_path: Path
+) -> None:
     script = (
         "import json, sys\n"
         "from bot.cli import main\n"
-        "for args in (['status'], ['ask', 'How do I get VPN access?'], ['docs']):\n"
+        f"for args in (['status'], ['ask', 'How do I get VPN access?'], ['docs'], {_EVAL!r}):\n"
         "    try:\n"
         "        main(args, standalone_mode=False)\n"
         "    except SystemExit:\n"
@@ -71,6 +84,7 @@ def test_query_commands_do_not_import_pytorch(data_dir: Path, tmp_path: Path) ->
     )
     assert done.returncode == 0, done.stderr
     assert "vpn" in done.stdout.lower()  # the question really was answered from the documents
+    assert '"recall' in done.stdout.lower()  # and the evaluation ran
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [True]
 
 
