@@ -12,7 +12,10 @@ One run of a source:
 * removes the documents of items gone since the last run (a file deleted, a
   URL no longer in the sitemap, a page answering 404 or 410), and only those
   this source created: a document is this source's when the source's record
-  names it and its name and scope are still the ones the source gave it.
+  names it and its name and scope are still the ones the source gave it (the
+  record keeps the scope each was given);
+* moves the documents of a source whose scope changed: each is added in the
+  new scope, then its copy in the old scope is removed.
 
 Documents are named ``<source id> › <relative path or URL, '/' shown as ' › '>``,
 so two sources or two folders never share a name. What each source created
@@ -375,6 +378,12 @@ class _Run:
         return read
 
     def _sitemap_urls(self, sitemap: str, depth: int = 0) -> list[str]:
+        """The page URLs a sitemap (or a sitemap index's children) lists on the source's hosts.
+
+        Every URL taken, a child sitemap of an index as much as a page, must be on
+        the host of the source's own sitemap or on an allowed host: an index must
+        not lead ``kb sync`` to index another site through a child sitemap there.
+        """
         body = self.fetcher.fetch(sitemap, xml=True).body
         if b"<!doctype" in body[:4096].lower() or b"<!entity" in body.lower():
             raise SyncConfigError(f"The sitemap {sitemap} declares a DTD or entities; not read.")
@@ -384,17 +393,26 @@ class _Run:
             raise SyncConfigError(f"The sitemap {sitemap} is not valid XML ({exc}).") from exc
         locs = [(el.text or "").strip() for el in root.iter() if el.tag.endswith("loc")]
         locs = [loc for loc in locs if loc][:MAX_SITEMAP_URLS]
-        if root.tag.endswith("sitemapindex") and depth == 0:
-            return [url for child in locs for url in self._sitemap_urls(child, 1)]
-        host = (urlsplit(sitemap).hostname or "").lower()
-        allowed = {host} | self.fetcher.policy.allow_hosts
+        index = root.tag.endswith("sitemapindex") and depth == 0
         kept = []
         for loc in locs:
-            if (urlsplit(loc).hostname or "").lower() in allowed:
+            if self._on_allowed_host(loc):
                 kept.append(loc)
+            elif index:
+                self.report.failed.append(
+                    (loc, "a sitemap on another host than the sitemap index; not fetched")
+                )
             else:
                 self.report.failed.append((loc, "on another host than the sitemap; not fetched"))
+        if index:
+            return [url for child in kept for url in self._sitemap_urls(child, 1)]
         return kept
+
+    def _on_allowed_host(self, url: str) -> bool:
+        """Whether ``url`` is on the host of the source's sitemap or an allowed host."""
+        own = (urlsplit(self.source.sitemap or "").hostname or "").lower()
+        host = (urlsplit(url).hostname or "").lower()
+        return host == own or host in self.fetcher.policy.allow_hosts
 
     # ------------------------------------------------------------ items
 
@@ -412,7 +430,7 @@ class _Run:
             return
         digest = hashlib.sha256(data).hexdigest()
         record = self.items.get(key)
-        if record and record["sha256"] == digest and self._still_there(record):
+        if record and record["sha256"] == digest and self._current(record):
             self.report.unchanged.append(key)
             return
         done = self.report.changed if record else self.report.added
@@ -437,7 +455,16 @@ class _Run:
         if row.state not in _LIVE:
             self.report.failed.append((key, row.failure_reason or f"ended {row.state.value}"))
             return
-        self.items[key] = {"sha256": digest, "doc": row.id, "name": display_name(name)}
+        self.items[key] = {
+            "sha256": digest,
+            "doc": row.id,
+            "name": display_name(name),
+            "scope": self.source.scope,
+        }
+        if record and int(record["doc"]) != row.id:
+            # Replaced in its own scope, the old version is no longer live; moved to the
+            # source's new scope, it still is, and nothing else would ever remove it.
+            self._drop(record)
         done.append(key)
 
     def _name(self, key: str, filename: str) -> str:
@@ -446,22 +473,36 @@ class _Run:
             shown += Path(filename).suffix
         return f"{self.source.id}{_SEPARATOR}{shown}"
 
-    def _still_there(self, record: dict[str, Any]) -> bool:
+    def _current(self, record: dict[str, Any]) -> bool:
+        """Whether the recorded document is still live, in the scope the source now gives."""
         try:
-            return self.kb.store.document(int(record["doc"])).state in _LIVE
+            row = self.kb.store.document(int(record["doc"]))
         except DocumentNotFound:
             return False
+        return row.state in _LIVE and row.scope == self.source.scope
 
     def _remove(self, key: str) -> None:
         record = self.items.pop(key)
         self.report.removed.append(key)
-        if self.dry_run or any(r["doc"] == record["doc"] for r in self.items.values()):
+        if not self.dry_run:
+            self._drop(record)
+
+    def _drop(self, record: dict[str, Any]) -> None:
+        """Remove the document ``record`` names, if it is still the one this source created.
+
+        It is when its name and scope are the ones the source gave it (the scope is
+        recorded with it: the source's scope may have changed since), whatever
+        scope the source has now; never while another item still names it.
+        """
+        if any(r["doc"] == record["doc"] for r in self.items.values()):
             return
         try:
             row = self.kb.store.document(int(record["doc"]))
         except DocumentNotFound:
             return  # removed by hand already
-        if row.name == record["name"] and row.scope == self.source.scope and row.state in _LIVE:
+        # Records written before scopes were recorded name the document by id and name.
+        scope = record.get("scope", row.scope)
+        if row.name == record["name"] and row.scope == scope and row.state in _LIVE:
             self.kb.remove(row.id, actor=f"sync:{self.source.id}")
 
     # ------------------------------------------------------------ the record

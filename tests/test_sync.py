@@ -445,3 +445,77 @@ def test_links_out_of_the_folder_are_skipped(
     (report,) = sync_sources(kb, [source], policy=FetchPolicy())
     assert report.skipped == ["notes.md: a link to outside the folder"]
     assert report.added == [] and kb.documents() == []
+
+
+def test_a_sitemap_index_cannot_lead_to_another_host(
+    index_dir: Path, site: Site, embedder: Embedder
+) -> None:
+    # localhost is the same server under another host name: to kb sync, another site.
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    other = f"http://localhost:{site.port}"
+    site.html("/a.html", page("Leave", "Annual leave is 27 days for everyone."))
+    site.html("/b.html", page("Salaries", "Another site's page."))
+    own = (
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+        f"<url><loc>{site.url('/a.html')}</loc></url></urlset>"
+    )
+    foreign = (
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+        f"<url><loc>{other}/b.html</loc></url></urlset>"
+    )
+    site.routes["/own.xml"] = (200, {"Content-Type": "application/xml"}, own.encode())
+    site.routes["/foreign.xml"] = (200, {"Content-Type": "application/xml"}, foreign.encode())
+    index = (
+        "<sitemapindex>"
+        f"<sitemap><loc>{site.url('/own.xml')}</loc></sitemap>"
+        f"<sitemap><loc>{other}/foreign.xml</loc></sitemap>"
+        f"<sitemap><loc>{site.url('/foreign.xml')}</loc></sitemap>"
+        "</sitemapindex>"
+    )
+    site.routes["/index.xml"] = (200, {"Content-Type": "text/xml"}, index.encode())
+    source = SyncSource(id="site", sitemap=site.url("/index.xml"))
+    policy = FetchPolicy(allow_private=True, read_timeout=2)
+
+    (report,) = sync_sources(kb, [source], policy=policy)
+    assert report.added == [site.url("/a.html")]
+    assert report.failed == [
+        (f"{other}/foreign.xml", "a sitemap on another host than the sitemap index; not fetched"),
+        (f"{other}/b.html", "on another host than the sitemap; not fetched"),
+    ]
+    assert site.hits.count("/foreign.xml") == 1, "only the child on the index's own host is read"
+    assert "/b.html" not in site.hits
+    assert [d.name for d in kb.documents()] == [f"site › 127.0.0.1:{site.port} › a.html"]
+
+    allowed = SyncSource(
+        id="site", sitemap=site.url("/index.xml"), allow_hosts=frozenset({"localhost"})
+    )
+    (report,) = sync_sources(kb, [allowed], policy=policy)
+    assert report.failed == [] and sorted(report.added) == [f"{other}/b.html"]
+
+
+def test_a_scope_change_moves_the_documents_and_leaves_none_behind(
+    index_dir: Path, tmp_path: Path, live_names: Names
+) -> None:
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "a.md").write_text("# Leave\n\nAnnual leave is 27 days for everyone.\n")
+    (share / "b.md").write_text("# Travel\n\nTrains under four hours, not planes.\n")
+    result, _ = kb_sync(index_dir, str(share), "--scope", "C0OLD")
+    assert result.exit_code == 0, result.output
+    assert {d.scope for d in live_names(index_dir).values()} == {"C0OLD"}
+
+    (share / "b.md").unlink()
+    result, data = kb_sync(index_dir, str(share), "--scope", "C0NEW")
+    assert result.exit_code == 0, result.output
+    report = data["sources"][0]
+    assert (report["changed"], report["removed"]) == (["a.md"], ["b.md"])
+    docs = live_names(index_dir)
+    assert {name: d.scope for name, d in docs.items()} == {"share › a.md": "C0NEW"}
+
+    result, data = kb_sync(index_dir, str(share), "--scope", "C0NEW")
+    assert data["sources"][0]["counts"]["unchanged"] == 1
+    (share / "a.md").unlink()
+    (share / "c.md").write_text("# Parking\n\nPermits are renewed every January.\n")
+    result, data = kb_sync(index_dir, str(share), "--scope", "C0NEW")
+    assert data["sources"][0]["removed"] == ["a.md"]
+    assert set(live_names(index_dir)) == {"share › c.md"}
