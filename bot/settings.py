@@ -205,17 +205,17 @@ class Settings(BaseSettings):
     ocr_timeout: float = _setting(
         DEFAULT_OCR_PAGE_TIMEOUT,
         "KB_OCR_TIMEOUT",
-        "Seconds OCR may spend on one scanned page; a slower page fails the document, naming this setting.",
+        "Seconds OCR may spend on one scanned page; a slower page is left unread, marked in the text, and a PDF with no other text fails, naming this setting.",
     )
     ocr_max_pages: int = _setting(
         DEFAULT_OCR_MAX_PAGES,
         "KB_OCR_MAX_PAGES",
-        "Most pages of one document read by OCR (about 2 s of CPU each, more on a busy machine); a document with more scanned pages fails, naming this setting.",
+        "Most pages of one document read by OCR (about 2 s of CPU each on an idle core, up to ~22 s on a loaded machine); in a PDF with text pages the scanned pages past it are left unread and marked, a scan with more fails, naming this setting.",
     )
     ocr_tesseract_cmd: str = _setting(
         DEFAULT_TESSERACT_CMD,
         "KB_OCR_TESSERACT_CMD",
-        "The Tesseract program that reads scanned PDF pages: a name on PATH or a path. Without it scanned PDFs fail with 'OCR not available'; PDFs with a text layer are unaffected.",
+        "The Tesseract program that reads scanned PDF pages: a name on PATH or a path. Without it a PDF with no text layer fails with 'OCR not available'; a PDF with text pages is indexed, its scanned pages marked as not read.",
     )
 
     # --- retrieval and answering

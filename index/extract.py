@@ -32,7 +32,7 @@ from index.chunk import markdown_structure
 from index.config import DEFAULT_MAX_PAGES, DEFAULT_MAX_UPLOAD_BYTES, OcrConfig
 from index.errors import CorruptDocument, EmptyDocument, OverLimit, TooLarge, UnsupportedType
 from index.models import Extracted
-from index.ocr import needs_ocr, ocr_marker, read_pages
+from index.ocr import OcrPages, needs_ocr, ocr_marker, read_pages, unread_marker
 from index.office import docx_document, pptx_document
 from index.office_zip import OLE_MAGIC, ZIP_MAGIC, open_package, reject_ole
 from index.sheets import csv_document, xlsx_document
@@ -549,7 +549,9 @@ def _pdf_pages(
     """Return each page's normalised text and the metadata title (or "").
 
     A page without a text layer is read by OCR from its images; its text then
-    starts with the OCR marker line (``index.ocr``).
+    starts with the OCR marker line (``index.ocr``). A scanned page OCR could
+    not read keeps its place as the line saying why; only a PDF none of whose
+    pages has text fails for it.
     """
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -559,7 +561,8 @@ def _pdf_pages(
         pages = [_pdf_page_text(page.extract_text()) for page in reader.pages]
         title = _pdf_metadata_title(reader)
         thin = [(i, reader.pages[i]) for i, text in enumerate(pages) if needs_ocr(text)]
-        read = read_pages(thin, ocr, name, filename) if thin else {}
+        has_text = len(thin) < len(pages)
+        read = read_pages(thin, ocr, name, filename, has_text=has_text) if thin else OcrPages()
     except (CorruptDocument, OverLimit, UnsupportedType):
         raise
     except Exception as exc:  # pypdf raises many types (PdfReadError, ValueError, KeyError...)
@@ -568,12 +571,20 @@ def _pdf_pages(
             f"{str(exc)[:200]}). Export or download it again and upload the new copy.",
             filename=filename,
         ) from exc
-    for i, text in read.items():
+    if read.failure is not None and not has_text and not any(read.texts.values()):
+        raise read.failure  # no page of it has text: what kept OCR from reading it
+    for i, text in read.texts.items():
         if text:
             # A thin text layer (a page number, a caption) is kept before what OCR read.
-            typed = f"{pages[i].strip()}\n\n" if pages[i].strip() else ""
-            pages[i] = f"{typed}{ocr_marker(i + 1)}\n\n{text}"
+            pages[i] = f"{_typed(pages[i])}{ocr_marker(i + 1)}\n\n{text}"
+    for i, why in read.unread.items():
+        pages[i] = f"{_typed(pages[i])}{unread_marker(i + 1, why)}"
     return pages, title
+
+
+def _typed(page: str) -> str:
+    """A scanned page's thin text layer, as the paragraph before its OCR marker ("" if none)."""
+    return f"{page.strip()}\n\n" if page.strip() else ""
 
 
 def _check_page_count(reader: PdfReader, name: str, filename: str, max_pages: int) -> None:

@@ -8,6 +8,14 @@ page, so the page's embedded images are read instead of rendering the page
 says which pages were read by OCR: the viewer shows it, citations quote it,
 and no column is needed to remember it.
 
+A scanned page OCR could not read (Tesseract or the language missing, more
+scanned pages than ``OcrConfig.max_pages``, a page over ``OcrConfig.page_timeout``)
+stays a page of its document, holding the line
+``[page N: image only, not read: <why>]`` (``unread_marker``): the document's
+other pages are indexed with their page numbers, and the gap is visible
+wherever its text is. Only a document of which no page has text fails
+(``OcrPages.failure``).
+
 Errors (each a document's ``failed`` reason, never a crash):
     UnsupportedType: Tesseract or the configured language is not installed.
     OverLimit: more pages need OCR than ``OcrConfig.max_pages``, or one page
@@ -19,24 +27,37 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pytesseract
 from PIL import Image
 
 from index.config import OcrConfig
-from index.errors import CorruptDocument, OverLimit, UnsupportedType
+from index.errors import CorruptDocument, ExtractionError, OverLimit, UnsupportedType
 
 if TYPE_CHECKING:
     from pypdf import PageObject
 
-__all__ = ["MIN_TEXT_LAYER_CHARS", "OCR_MARKER", "needs_ocr", "ocr_marker", "read_pages"]
+__all__ = [
+    "MIN_TEXT_LAYER_CHARS",
+    "OCR_MARKER",
+    "OCR_NOT_AVAILABLE",
+    "UNREAD_MARKER",
+    "OcrPages",
+    "needs_ocr",
+    "ocr_marker",
+    "read_pages",
+    "unread_marker",
+]
 
 # A page number or a stray header is not a text layer; a real page has far more.
 MIN_TEXT_LAYER_CHARS = 20
 # Images smaller than this (icons, logos, rules) are not a scanned page.
 _MIN_IMAGE_SIDE = 64
 OCR_MARKER = re.compile(r"^\[page (\d+): text read by OCR\]$", re.MULTILINE)
+UNREAD_MARKER = re.compile(r"^\[page (\d+): image only, not read: ([^\]\n]+)\]$", re.MULTILINE)
+OCR_NOT_AVAILABLE = "OCR not available"
 _INSTALL_HINT = (
     "install tesseract-ocr (Debian/Ubuntu: apt-get install tesseract-ocr) or set "
     "KB_OCR_TESSERACT_CMD to its path"
@@ -48,36 +69,90 @@ def ocr_marker(page_number: int) -> str:
     return f"[page {page_number}: text read by OCR]"
 
 
+def unread_marker(page_number: int, why: str) -> str:
+    """The line that stands for 1-based page ``page_number``, a scan OCR could not read."""
+    return f"[page {page_number}: image only, not read: {why}]"
+
+
+@dataclass(frozen=True)
+class OcrPages:
+    """What OCR made of a document's scanned pages (0-based page indexes).
+
+    Attributes:
+        texts: each page read, its text without the marker ("" when OCR found none).
+        unread: each scanned page not read, why (the end of its ``unread_marker``).
+        failure: the reason the document fails with when no page of it has text.
+    """
+
+    texts: dict[int, str] = field(default_factory=dict)
+    unread: dict[int, str] = field(default_factory=dict)
+    failure: ExtractionError | None = None
+
+
 def needs_ocr(page_text: str) -> bool:
     """Whether a page's text layer is too thin to be its text."""
     return sum(1 for ch in page_text if not ch.isspace()) < MIN_TEXT_LAYER_CHARS
 
 
 def read_pages(
-    pages: Sequence[tuple[int, PageObject]], config: OcrConfig, name: str, filename: str
-) -> dict[int, str]:
-    """OCR the images of the given pages.
+    pages: Sequence[tuple[int, PageObject]],
+    config: OcrConfig,
+    name: str,
+    filename: str,
+    *,
+    has_text: bool = False,
+) -> OcrPages:
+    """OCR the images of the given pages, as far as Tesseract and the limits allow.
 
     Args:
         pages: ``(0-based page index, page)`` of each page without a text layer.
         config: language, timeout, page limit and Tesseract's path.
         name, filename: for the failure reasons.
+        has_text: other pages of the document have a text layer, so it is
+            indexed whatever OCR does; without one, a document OCR cannot
+            read at all (Tesseract missing, over the page limit) fails before
+            any page is read.
 
     Returns:
-        For each page that has images, its text (without the marker); pages
-        without any image are left out.
+        The pages read (pages without any image are left out) and those that
+        could not be, with why.
+
+    Raises:
+        UnsupportedType: Tesseract or the language is missing, and not ``has_text``.
+        OverLimit: more scanned pages than the limit, and not ``has_text``.
+        CorruptDocument: an image cannot be decoded, or Tesseract fails on it.
     """
     scanned = [(i, images) for i, page in pages if (images := _page_images(page, name, filename))]
     if not scanned:
-        return {}
+        return OcrPages()
+    unread: dict[int, str] = {}
+    failure: ExtractionError | None = None
     if len(scanned) > config.max_pages:
-        raise OverLimit(
+        failure = OverLimit(
             f"{name} has {len(scanned):,} scanned pages, over the limit of {config.max_pages:,} "
             "pages read by OCR per document. Split it, or ask an admin to raise KB_OCR_MAX_PAGES.",
             filename=filename,
         )
-    _check_tesseract(config, name, filename)
-    return {i: _read_page(i, images, config, name, filename) for i, images in scanned}
+        if not has_text:
+            raise failure
+        why = f"more scanned pages than KB_OCR_MAX_PAGES ({config.max_pages:,})"
+        unread = {i: why for i, _ in scanned[config.max_pages :]}
+        scanned = scanned[: config.max_pages]
+    try:
+        _check_tesseract(config, name, filename)
+    except UnsupportedType as exc:
+        if not has_text:
+            raise
+        every = {i: OCR_NOT_AVAILABLE for i, _ in scanned} | unread
+        return OcrPages(unread=dict(sorted(every.items())), failure=exc)
+    texts: dict[int, str] = {}
+    for i, images in scanned:
+        try:
+            texts[i] = _read_page(i, images, config, name, filename)
+        except OverLimit as exc:  # this page took too long; the next ones may not
+            unread[i] = f"OCR took longer than {config.page_timeout:g} s (KB_OCR_TIMEOUT)"
+            failure = failure or exc
+    return OcrPages(texts=texts, unread=dict(sorted(unread.items())), failure=failure)
 
 
 def _page_images(page: PageObject, name: str, filename: str) -> list[Image.Image]:

@@ -28,7 +28,7 @@ from index.errors import EmptyDocument, OverLimit, UnsupportedType
 from index.extract import extract
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
-from index.ocr import OCR_MARKER, ocr_marker
+from index.ocr import OCR_MARKER, UNREAD_MARKER, ocr_marker, unread_marker
 from tests.browser import dump_dom, requires_chromium
 from tests.docs_factory import text_pdf
 
@@ -116,6 +116,54 @@ def test_without_tesseract_a_scan_fails_clearly_and_text_pdfs_are_unaffected(
     assert "install tesseract-ocr" in (scan.failure_reason or "")
     text = kb.ingest_bytes(text_pdf(["A PDF with a text layer. " * 5]), "text.pdf").document
     assert text.state == DocState.INDEXED
+
+
+def test_without_tesseract_a_text_pdf_keeps_its_text_pages_and_marks_the_scanned_one(
+    index_dir: Path, embedder: Embedder, tmp_path: Path
+) -> None:
+    config = IndexConfig(
+        data_dir=index_dir, ocr=OcrConfig(tesseract_cmd=str(tmp_path / "no-tesseract"))
+    )
+    kb = KnowledgeBase(config, embedder=embedder)
+    doc = kb.ingest_bytes(mixed_pdf(), "facilities.pdf").document
+    assert doc.state == DocState.INDEXED, doc.failure_reason
+    text = kb.canonical_text(doc.id)
+    starts = [int(s) for s in (doc.page_starts or "").split(",")]
+    assert len(starts) == 3
+    marker = "[page 2: image only, not read: OCR not available]"
+    assert marker == unread_marker(2, "OCR not available")
+    assert text[starts[1] : starts[2]] == f"p. 2\n\n{marker}\n\n"
+    assert [(int(n), why) for n, why in UNREAD_MARKER.findall(text)] == [(2, "OCR not available")]
+    assert OCR_MARKER.findall(text) == [] and NEEDLE not in text
+    assert text[starts[2] :].startswith("Parking permits are renewed")
+    pages = {c["page"] for c in kb.store.chunk_rows(doc.id) if "Parking permits" in c["content"]}
+    assert pages == {3}, "the pages after the unread one keep their numbers"
+    assert {c["page"] for c in kb.store.chunk_rows(doc.id) if marker in c["content"]} == {2}
+
+
+def test_scanned_pages_over_the_limit_or_the_timeout_are_marked_in_a_text_pdf() -> None:
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=11)
+    for typed in (
+        "Office opening hours are eight to six.",
+        None,
+        "Parking permits in January.",
+        None,
+    ):
+        pdf.add_page()
+        if typed:
+            pdf.multi_cell(0, 6, typed * 3)
+        else:
+            picture = io.BytesIO()
+            scan_of(["Facilities", "", NEEDLE + "."]).save(picture, "PNG")
+            pdf.image(picture, x=0, y=0, w=210, h=297)
+    config = OcrConfig(max_pages=1, page_timeout=0.001)
+    extracted = extract(bytes(pdf.output()), "facilities.pdf", ocr=config)
+    starts = extracted.page_starts or ()
+    pages = [extracted.text[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+    assert pages[1] == unread_marker(2, "OCR took longer than 0.001 s (KB_OCR_TIMEOUT)")
+    assert pages[3] == unread_marker(4, "more scanned pages than KB_OCR_MAX_PAGES (1)")
+    assert pages[0].startswith("Office opening hours") and pages[2].startswith("Parking permits")
 
 
 def test_a_missing_language_is_named() -> None:
