@@ -187,3 +187,28 @@ def test_a_saved_bm25_index_of_the_old_tokenizer_is_rebuilt(
     # Rebuilt on disk too: the next process loads it as it is.
     loaded, generation = BM25Index.load(indexes.bm25_path)
     assert generation == store.generation and loaded.analyzer == ANALYZER
+
+
+def test_reading_the_rows_holds_the_vectors_once(index_dir: Path) -> None:
+    import tracemalloc
+
+    from index.derived import _Rows
+
+    dim, n = 512, 4000
+    store = Store(index_dir)
+    stamp = Stamp("test/wide", dim, "pipeline-1", "extractor-1")
+    vecs = np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32)
+    doc_id = store.insert_document(NewDocument(name="wide", sha256="wide", size=1))
+    chunks = [Chunk(i, 0, 1, "x", "x", "") for i in range(n)]
+    store.commit_indexed(
+        doc_id, chunks, vecs, [1] * n, canonical_text="", stamp=stamp, window_splits=0
+    )
+    tracemalloc.start()
+    try:
+        rows = _Rows.read(store.searchable_chunks("test/wide", dim), dim)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(rows.vectors, vecs)
+    # The vectors' bytes once, plus the buffer's growth room and the small columns.
+    assert peak < 1.4 * vecs.nbytes, (peak, vecs.nbytes)
