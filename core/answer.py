@@ -33,7 +33,8 @@ from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker, RerankerUnavailable, rerank
 from core.retrieve import Candidate, Mode, RetrievalBackend, sentence_order
-from index.errors import StorageError
+from index.chunk import SHEET_KINDS, sheet_columns
+from index.errors import DocumentNotFound, StorageError
 from index.knowledge_base import KnowledgeBase
 from index.records import ChunkRow, QueryRecord
 from index.store import ALL_SCOPES
@@ -73,6 +74,8 @@ class SourceRef:
     url: str
     quote: str
     distance: float
+    columns: str = ""
+    """A sheet passage below its header row: that row (the column names), for the model."""
 
 
 @dataclass
@@ -202,7 +205,12 @@ class Engine:
         self, vector: np.ndarray, query: str, scopes: frozenset[str] | None
     ) -> list[Candidate]:
         k = self.config.top_k * CANDIDATES_PER_KEPT
-        return await asyncio.to_thread(self.backend.search, vector, query, scopes, k, Mode.HYBRID)
+        # Nothing beyond both thresholds is shown: a question with no passage that
+        # close is refused whatever BM25 finds, so the engine may skip that leg.
+        cutoff = max(self.config.threshold, self.config.related_threshold)
+        return await asyncio.to_thread(
+            self.backend.search, vector, query, scopes, k, Mode.HYBRID, cutoff
+        )
 
     async def _keep(
         self,
@@ -279,8 +287,34 @@ class Engine:
         """Linked passages for ``passed`` (in order), and how many SQLite no longer has."""
         rows = await asyncio.to_thread(self.kb.store.chunks_by_id, [c.chunk_id for c in passed])
         found = [c for c in passed if c.chunk_id in rows]
-        kept = [self._source_ref(i, c, rows[c.chunk_id]) for i, c in enumerate(found, start=1)]
+        columns: dict[int, str] = {}
+        if any(rows[c.chunk_id].kind in SHEET_KINDS for c in found):
+            columns = await asyncio.to_thread(
+                self._sheet_columns, [rows[c.chunk_id] for c in found]
+            )
+        kept = [
+            self._source_ref(i, c, rows[c.chunk_id], columns.get(c.chunk_id, ""))
+            for i, c in enumerate(found, start=1)
+        ]
         return kept, len(passed) - len(found)
+
+    def _sheet_columns(self, rows: Sequence[ChunkRow]) -> dict[int, str]:
+        """For each sheet chunk below its header row, the column names its content lacks."""
+        titles: dict[int, str] = {}
+        columns: dict[int, str] = {}
+        for row in rows:
+            if row.kind not in SHEET_KINDS:
+                continue
+            if row.document_id not in titles:
+                try:
+                    titles[row.document_id] = self.kb.store.document(row.document_id).title
+                except DocumentNotFound:
+                    continue  # removed meanwhile: its passage goes without column names
+            title = titles[row.document_id]
+            named = sheet_columns(row.kind, title, row.section, row.text, row.content)
+            if named:
+                columns[row.id] = named
+        return columns
 
     async def _not_answered(self, question: str, candidates: list[Candidate]) -> Answer:
         """Nothing passed the gate: possibly related passages, or the plain refusal."""
@@ -352,7 +386,7 @@ class Engine:
             invalid_citations=list(resolved.invalid),
         )
 
-    def _source_ref(self, n: int, cand: Candidate, row: ChunkRow) -> SourceRef:
+    def _source_ref(self, n: int, cand: Candidate, row: ChunkRow, columns: str = "") -> SourceRef:
         is_pdf = row.kind == "pdf"
         token = self.signer.token(row.document_id, row.scope)
         url = passage_url(
@@ -376,6 +410,7 @@ class Engine:
             url=url,
             quote=row.content,
             distance=round(cand.distance, 4),
+            columns=columns,
         )
 
     def _log(
@@ -439,6 +474,9 @@ def _locator(s: SourceRef) -> str:
     parts = [s.section] if s.section else []
     if s.page is not None:
         parts.append(f"page {s.page}")
+    if s.columns:
+        # The rows of a passage below its sheet's header row read only with their columns.
+        parts.append(f"columns: {s.columns}")
     return ", ".join(parts) or "beginning"
 
 

@@ -229,6 +229,33 @@ def _header_row(doc: Extracted, start: int, end: int) -> Span:
     return m.span() if m else (start, start)
 
 
+def sheet_columns(kind: str, title: str, section: str, text: str, content: str) -> str:
+    """The header row a sheet chunk repeats in its embedded header, or "" (``_pieces``).
+
+    ``content`` never holds that row (a passage is quoted exactly), so whoever
+    shows the passage alone (the prompt) gives it these column names beside it.
+
+    Args:
+        kind, title, section: the chunk's document kind and title, its section.
+        text, content: the chunk's embedded text and its own words.
+
+    Returns:
+        What follows ``title > section >`` in the chunk's contextual header
+        (shortened with that header when the encoder window required it); ""
+        for other kinds and for a chunk that starts with its sheet's header row.
+    """
+    if kind not in SHEET_KINDS or not text.endswith("\n" + content):
+        return ""
+    context = text[: len(text) - len(content) - 1]
+    prefix = HEADER_SEPARATOR.join([title, section] if section else [title]) + HEADER_SEPARATOR
+    if context.startswith(prefix):
+        return context[len(prefix) :]
+    # A title stored otherwise than the chunker saw it: the section still says where.
+    marker = HEADER_SEPARATOR + section + HEADER_SEPARATOR
+    at = context.find(marker) if section else -1
+    return context[at + len(marker) :] if at >= 0 else ""
+
+
 def _sections(
     text: str, title: str, headings: list[Heading]
 ) -> Iterator[tuple[int, int, list[str]]]:
@@ -441,4 +468,5 @@ __all__ = [
     "chunk_document",
     "heading_title",
     "markdown_structure",
+    "sheet_columns",
 ]

@@ -42,7 +42,9 @@ pytest.register_assert_rewrite("tests.conftest_bot")
 from tests.conftest_bot import Bot, make_settings  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
+    DEFAULT_OPENAI_API_KEY,
     USER_ID,
+    OpenAICompatServer,
     file_input_state,
     slash_command_body,
     view_submission_body,
@@ -602,11 +604,20 @@ NEEDLES = {
         "42 | Engineer 42 | Backup 42",
     ),
     "rooms.csv": (
-        lambda: b"Person,Room,Phone\nAnna Lind,B12,5512\nMarek Novak,Server room,7781\n",
+        lambda: _rooms_csv(),
         "What is Marek Novak's phone number?",
         "Marek Novak | Server room | 7781",
     ),
 }
+# The column names of the sheets above, which a passage below the header row lacks.
+COLUMNS = {"rota.xlsx": "Week | Engineer | Backup | Hours", "rooms.csv": "Person | Room | Phone"}
+
+
+def _rooms_csv() -> bytes:
+    """A phone list long enough that the needle's row is far below the header row."""
+    rows = [f"Person {i:02d},Room {i:02d},55{i:02d}" for i in range(1, 41)]
+    rows.insert(35, "Marek Novak,Server room,7781")
+    return ("Person,Room,Phone\n" + "\n".join(rows) + "\n").encode()
 
 
 @pytest.fixture(scope="module")
@@ -649,16 +660,66 @@ async def test_a_needle_in_each_format_is_found_with_an_exact_link(
         await engine.aclose()
 
 
-def test_kb_ask_json_names_the_slide_of_a_needle(
-    office_kb: KnowledgeBase, office_dir: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("filename", "section"),
+    [
+        ("onboarding.pptx", "Slide 2: Who to ask"),
+        ("travel.docx", "Allowances"),
+        ("rota.xlsx", "Sheet: On-call"),
+        ("rooms.csv", ""),
+    ],
+)
+def test_kb_ask_json_names_the_place_of_a_needle(
+    office_kb: KnowledgeBase,
+    office_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    filename: str,
+    section: str,
 ) -> None:
-    _, question, needle = NEEDLES["onboarding.pptx"]
+    _, question, needle = NEEDLES[filename]
     monkeypatch.setenv("KB_THRESHOLD", "0.9")
     result = CliRunner().invoke(main, ["--data-dir", str(office_dir), "ask", question, "--json"])
     assert result.exit_code == 0, result.output
     sources = json.loads(result.stdout)["sources"]
-    cited = [s for s in sources if needle in _linked_passage(office_kb, s)]
-    assert cited and cited[0]["section"] == "Slide 2: Who to ask"
+    doc_id = office_kb.store.find_document(filename).id
+    cited = [
+        s for s in sources if s["document_id"] == doc_id and needle in _linked_passage(office_kb, s)
+    ]
+    assert cited, sources
+    assert cited[0]["section"] == section and cited[0]["page"] is None
+    assert cited[0]["columns"] == COLUMNS.get(filename, "")
+
+
+async def test_the_model_reads_a_sheet_passage_below_its_header_with_the_column_names(
+    office_kb: KnowledgeBase, office_dir: Path, llm: OpenAICompatServer
+) -> None:
+    settings = make_settings(
+        data_dir=office_dir,
+        threshold=0.9,
+        openai_base_url=llm.url,
+        openai_api_key=DEFAULT_OPENAI_API_KEY,
+    )
+    engine = build_engine(settings.engine_config(), office_kb)
+    try:
+        for filename, columns in COLUMNS.items():
+            _, question, needle = NEEDLES[filename]
+            doc_id = office_kb.store.find_document(filename).id
+            answer = await engine.ask(question)
+            assert answer.model_called, answer.outcome
+            (kept,) = [s for s in answer.kept if s.document_id == doc_id and needle in s.quote]
+            assert columns not in kept.quote, "the passage starts below the header row"
+            assert _linked_passage(office_kb, dataclasses.asdict(kept)) == kept.quote
+            prompt = llm.requests[-1]["messages"][-1]["content"]
+            block = re.search(rf'<source n="{kept.n}">\n(.*)\n((?s:.*?))\n</source>', prompt)
+            assert block is not None, prompt
+            assert block[1].endswith(
+                f" - {kept.section + ', ' if kept.section else ''}columns: {columns}"
+            )
+            assert block[2] == kept.quote, "the quoted text stays exactly the passage"
+            first = [s for s in answer.kept if s.quote.startswith(columns)]
+            assert all(not s.columns for s in first), "a passage with its header row needs none"
+    finally:
+        await engine.aclose()
 
 
 def test_readme_and_kb_ingest_help_name_every_supported_type() -> None:
