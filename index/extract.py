@@ -34,16 +34,21 @@ from index.errors import CorruptDocument, EmptyDocument, OverLimit, TooLarge, Un
 from index.models import Extracted
 from index.ocr import OcrPages, needs_ocr, ocr_marker, read_pages, unread_marker
 from index.office import docx_document, pptx_document
-from index.office_zip import OLE_MAGIC, ZIP_MAGIC, open_package, reject_ole
+from index.office_zip import LEGACY_SUFFIXES, OLE_MAGIC, ZIP_MAGIC, open_package, reject_ole
 from index.sheets import csv_document, xlsx_document
 
 # Stamped on documents: bump whenever the same bytes would extract differently.
 EXTRACTOR_VERSION = "2"
 
 SUPPORTED_SUFFIXES: tuple[str, ...] = (
-    ".md", ".markdown", ".txt", ".html", ".htm", ".pdf",
-    ".docx", ".docm", ".pptx", ".pptm", ".xlsx", ".xlsm", ".csv", ".tsv",
+    ".md", ".markdown", ".txt", ".html", ".htm", ".xhtml", ".pdf",
+    ".docx", ".docm", ".dotx", ".dotm",
+    ".pptx", ".pptm", ".potx", ".potm", ".ppsx", ".ppsm",
+    ".xlsx", ".xlsm", ".xltx", ".xltm", ".csv", ".tsv",
 )  # fmt: skip
+# The files of a folder that are ingested: those read, and legacy Office files,
+# which fail with the advice to save them in the modern format.
+FOLDER_SUFFIXES: tuple[str, ...] = SUPPORTED_SUFFIXES + LEGACY_SUFFIXES
 SUPPORTED_TYPES = (
     "Markdown (.md), plain text (.txt), HTML (.html), PDF (.pdf), Word (.docx), "
     "PowerPoint (.pptx), Excel (.xlsx) and CSV (.csv)"
@@ -57,7 +62,7 @@ _CSV_SUFFIXES = frozenset({".csv", ".tsv"})
 _TEXT_SUFFIXES = frozenset({".txt", ".text"}) | _MARKDOWN_SUFFIXES | _HTML_SUFFIXES | _CSV_SUFFIXES
 # Names of Office Open XML files (macro-enabled and templates included).
 _OFFICE_SUFFIXES = frozenset(
-    {".docx", ".docm", ".dotx", ".dotm", ".pptx", ".pptm", ".potx", ".ppsx", ".ppsm",
+    {".docx", ".docm", ".dotx", ".dotm", ".pptx", ".pptm", ".potx", ".potm", ".ppsx", ".ppsm",
      ".xlsx", ".xlsm", ".xltx", ".xltm"}
 )  # fmt: skip
 
@@ -659,4 +664,10 @@ def _pdf_metadata_title(reader: PdfReader) -> str:
     return "" if title.casefold() in {"untitled", "untitled document"} else title
 
 
-__all__ = ["EXTRACTOR_VERSION", "SUPPORTED_SUFFIXES", "SUPPORTED_TYPES", "extract"]
+__all__ = [
+    "EXTRACTOR_VERSION",
+    "FOLDER_SUFFIXES",
+    "SUPPORTED_SUFFIXES",
+    "SUPPORTED_TYPES",
+    "extract",
+]

@@ -38,7 +38,7 @@ from index.errors import (
     StorageError,
     TooLarge,
 )
-from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES
+from index.extract import EXTRACTOR_VERSION, FOLDER_SUFFIXES, SUPPORTED_SUFFIXES
 from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
 from index.models import AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
@@ -716,8 +716,11 @@ def _expand(paths: Iterable[Path], skipped: list[str]) -> Iterator[Path]:
     """Files to ingest: named files as they are, folders recursively.
 
     Inside folders, hidden files are passed over and files of other types are
-    listed in ``skipped`` (a folder often holds spreadsheets or images beside
+    listed in ``skipped`` (a folder often holds images or archives beside
     the documents; saying so beats failing them or ignoring them silently).
+    Legacy Office files (``.doc``, ``.xls``, ``.ppt``) are taken: they fail
+    with the advice to save them as ``.docx``, ``.xlsx``, ``.pptx``, as one
+    named on its own does, since they are documents someone meant to share.
     """
     for p in paths:
         p = Path(p)
@@ -729,7 +732,7 @@ def _expand(paths: Iterable[Path], skipped: list[str]) -> Iterator[Path]:
                 part.startswith(".") for part in child.relative_to(p).parts
             ):
                 continue
-            if child.suffix.lower() in SUPPORTED_SUFFIXES:
+            if child.suffix.lower() in FOLDER_SUFFIXES:
                 yield child
             else:
                 skipped.append(f"{child}: not a supported type ({', '.join(SUPPORTED_SUFFIXES)})")

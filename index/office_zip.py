@@ -50,7 +50,8 @@ _MAIN_PARTS = {
 }
 # Content types of the main part the readers refuse, mapped to the ones they read.
 _CONTENT_TYPE_RENAMES = (
-    (rb"application/vnd\.ms-word\.(?:document|template)\.macroEnabled\.main\+xml",
+    # .docm's main part is document.macroEnabled, .dotm's template.macroEnabledTemplate.
+    (rb"application/vnd\.ms-word\.(?:document|template)\.macroEnabled(?:Template)?\.main\+xml",
      b"application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"),
     (rb"application/vnd\.openxmlformats-officedocument\.wordprocessingml\.template\.main\+xml",
      b"application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"),
@@ -66,6 +67,19 @@ _CONTENT_TYPE_RENAMES = (
 _FORMAT_NAMES = {"docx": "Word", "pptx": "PowerPoint", "xlsx": "Excel"}
 _LEGACY = {".doc": ".docx", ".dot": ".docx", ".xls": ".xlsx", ".xlt": ".xlsx",
            ".ppt": ".pptx", ".pps": ".pptx", ".pot": ".pptx"}  # fmt: skip
+LEGACY_SUFFIXES: tuple[str, ...] = tuple(_LEGACY)
+# The Office Open XML names, each with the plain format to save a legacy file as.
+_MODERN = {".docx": ".docx", ".docm": ".docx", ".dotx": ".docx", ".dotm": ".docx",
+           ".xlsx": ".xlsx", ".xlsm": ".xlsx", ".xltx": ".xlsx", ".xltm": ".xlsx",
+           ".pptx": ".pptx", ".pptm": ".pptx", ".potx": ".pptx", ".potm": ".pptx",
+           ".ppsx": ".pptx", ".ppsm": ".pptx"}  # fmt: skip
+# The stream that holds a legacy file's main content: (name, what it is, its suffix, save as).
+_LEGACY_STREAMS = (
+    ("WordDocument", "Word 97-2003 document", ".doc", ".docx"),
+    ("PowerPoint Document", "PowerPoint 97-2003 presentation", ".ppt", ".pptx"),
+    ("Workbook", "Excel 97-2003 workbook", ".xls", ".xlsx"),
+    ("Book", "Excel 5.0/95 workbook", ".xls", ".xlsx"),
+)
 # Office stores a password-protected file as an OLE directory entry of this name.
 _ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le") + b"\x00\x00"
 
@@ -130,23 +144,35 @@ def open_package(
 def reject_ole(
     data: bytes, name: str, filename: str, suffix: str
 ) -> UnsupportedType | CorruptDocument:
-    """The error for an OLE compound file: password-protected, or a legacy format."""
-    if _ENCRYPTED_PACKAGE in data[: 64 * 1024 * 1024]:
+    """The error for an OLE compound file: password-protected, or a legacy format.
+
+    A legacy file under a modern name (``.doc`` renamed ``.docx``) is named as
+    what it is: renaming never converts it.
+    """
+    head = data[: 64 * 1024 * 1024]
+    if _ENCRYPTED_PACKAGE in head:
         return CorruptDocument(
             f"{name} is password-protected (encrypted by Office), so its text cannot be read. "
             "Remove the password (File > Info > Protect > Encrypt with Password, clear it) "
             "and upload it again.",
             filename=filename,
         )
-    modern = _LEGACY.get(suffix)
-    advice = (
-        f"Open it in Office and save it as {modern}"
-        if modern
-        else "Open it in Office and save it as .docx, .xlsx or .pptx"
+    if suffix in _LEGACY:
+        return UnsupportedType(
+            f"{name} is a legacy Microsoft Office file ({suffix} format), which the "
+            f"knowledge base cannot read. Open it in Office and save it as {_LEGACY[suffix]}, "
+            "then upload that.",
+            filename=filename,
+        )
+    found = next(
+        (s for s in _LEGACY_STREAMS if s[0].encode("utf-16-le") + b"\x00\x00" in head), None
     )
+    what = f"a legacy {found[1]} ({found[2]})" if found else "a legacy Microsoft Office file"
+    save_as = found[3] if found else _MODERN.get(suffix, ".docx, .xlsx or .pptx")
+    renamed = f" renamed to {suffix} (renaming does not convert it)" if suffix in _MODERN else ""
     return UnsupportedType(
-        f"{name} is a legacy Microsoft Office file ({suffix or 'binary'} format), which the "
-        f"knowledge base cannot read. {advice}, then upload that.",
+        f"{name} is {what}{renamed}, a format the knowledge base cannot read. Open it in "
+        f"Office and save it as {save_as}, then upload that.",
         filename=filename,
     )
 
@@ -227,6 +253,7 @@ def _bomb(name: str, filename: str, why: str) -> CorruptDocument:
 
 __all__ = [
     "DEFAULT_MAX_UNZIPPED_BYTES",
+    "LEGACY_SUFFIXES",
     "OLE_MAGIC",
     "ZIP_MAGIC",
     "Package",

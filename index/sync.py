@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from index.errors import DocumentNotFound, KBError
-from index.extract import SUPPORTED_SUFFIXES
+from index.extract import FOLDER_SUFFIXES
 from index.fetch import Fetcher, FetchFailed, FetchPolicy, check_url
 from index.knowledge_base import KnowledgeBase, Progress
 from index.models import DocState, Publish
@@ -351,7 +351,8 @@ class _Run:
             if not path.resolve().is_relative_to(root):
                 # A link out of the share could expose any file the server can read.
                 self.report.skipped.append(f"{rel.as_posix()}: a link to outside the folder")
-            elif path.suffix.lower() not in SUPPORTED_SUFFIXES:
+            elif path.suffix.lower() not in FOLDER_SUFFIXES:
+                # Legacy Office files are taken: they fail with the advice to convert them.
                 self.report.skipped.append(f"{rel.as_posix()}: not a supported type")
             else:
                 found[rel.as_posix()] = self._file_reader(path)

@@ -33,7 +33,7 @@ from index.errors import CorruptDocument, EmptyDocument, OverLimit, UnsupportedT
 from index.extract import SUPPORTED_SUFFIXES, extract
 from index.knowledge_base import KnowledgeBase
 from index.models import Chunk, DocState, Extracted
-from index.office_zip import MAX_RATIO
+from index.office_zip import DEFAULT_MAX_UNZIPPED_BYTES, MAX_RATIO, RATIO_FLOOR
 from index.sheets import MAX_CELLS
 from tests.docs_factory import LOGIN_PAGE
 
@@ -458,6 +458,27 @@ def _bomb_docx() -> bytes:
     )
 
 
+def _bomb(data: bytes, part: str) -> bytes:
+    """``data`` with 8 MB of blanks (a few KB compressed) in a comment before ``part``'s root."""
+    padding = b"<!--" + b" " * (8 * 1024 * 1024) + b"-->"
+
+    def pad(xml: bytes) -> bytes:
+        at = xml.index(b"?>") + 2 if xml.startswith(b"<?xml") else 0
+        return xml[:at] + padding + xml[at:]
+
+    return _rewrite(data, part, pad)
+
+
+def _damaged(data: bytes, part: str) -> bytes:
+    """``data`` in a valid ZIP whose ``part`` is XML cut off in the middle."""
+    return _rewrite(data, part, lambda xml: xml[: len(xml) // 2])
+
+
+def _encrypted(fill: bytes) -> bytes:
+    """A password-protected Office file as Office writes one (each ``fill`` its own bytes)."""
+    return _ole({"EncryptionInfo": b"\x04\x00\x04\x00", "EncryptedPackage": fill * 5000})
+
+
 def _lying_docx() -> bytes:
     """A DOCX whose central directory declares its document part far smaller than it inflates."""
     data = bytearray(_bomb_docx())
@@ -500,9 +521,58 @@ HOSTILE: dict[str, tuple[str, bytes, type[Exception], str]] = {
     "truncated": ("travel.docx", policy_docx()[:3000], CorruptDocument, "damaged ZIP archive"),
     "encrypted": (
         "payroll.xlsx",
-        _ole({"EncryptionInfo": b"\x04\x00\x04\x00", "EncryptedPackage": b"\x99" * 5000}),
+        _encrypted(b"\x99"),
         CorruptDocument,
         "password-protected .*Remove the password",
+    ),
+    "encrypted_docx": (
+        "salaries.docx",
+        _encrypted(b"\x98"),
+        CorruptDocument,
+        "password-protected .*Remove the password",
+    ),
+    "encrypted_pptx": (
+        "board.pptx",
+        _encrypted(b"\x97"),
+        CorruptDocument,
+        "password-protected .*Remove the password",
+    ),
+    "damaged_pptx": (
+        "onboarding.pptx",
+        _damaged(onboarding_pptx(), "ppt/slides/slide2.xml"),
+        CorruptDocument,
+        "damaged PowerPoint file that could not be read",
+    ),
+    "damaged_xlsx": (
+        "rota.xlsx",
+        _damaged(rota_xlsx(), "xl/worksheets/sheet1.xml"),
+        CorruptDocument,
+        "damaged Excel file that could not be read",
+    ),
+    "bomb_pptx": (
+        "bomb.pptx",
+        _bomb(onboarding_pptx(), "ppt/slides/slide1.xml"),
+        CorruptDocument,
+        "zip bomb: its part 'ppt/slides/slide1.xml' expands [0-9,]+ times",
+    ),
+    "bomb_xlsx": (
+        "bomb.xlsx",
+        _bomb(rota_xlsx(), "xl/worksheets/sheet1.xml"),
+        CorruptDocument,
+        "zip bomb: its part 'xl/worksheets/sheet1.xml' expands [0-9,]+ times",
+    ),
+    "legacy_renamed": (
+        "old.docx",
+        _ole({"WordDocument": b"\xec\xa5\xc1\x00" * 1500}),
+        UnsupportedType,
+        r"old\.docx is a legacy Word 97-2003 document \(\.doc\) renamed to \.docx \(renaming "
+        r"does not convert it\).*save it as \.docx",
+    ),
+    "legacy_ppt": (
+        "old.ppt",
+        _ole({"PowerPoint Document": b"\x0f\x00" * 3000}),
+        UnsupportedType,
+        "save it as .pptx",
     ),
     "legacy_doc": (
         "old.doc",
@@ -580,12 +650,90 @@ def test_hostile_files_fail_and_good_ones_beside_them_are_indexed(
     index_dir: Path, embedder: Embedder
 ) -> None:
     kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    good = kb.ingest_bytes(policy_docx(), "travel.docx").document
+    good = [
+        kb.ingest_bytes(build(), filename).document
+        for filename, build in (
+            ("travel.docx", policy_docx),
+            ("welcome.pptx", onboarding_pptx),
+            ("oncall.xlsx", rota_xlsx),
+        )
+    ]
     for filename, data, _, reason in HOSTILE.values():
         failed = kb.ingest_bytes(data, filename).document
-        assert failed.state == DocState.FAILED and re.search(reason, failed.failure_reason or "")
-    assert kb.store.document(good.id).state == DocState.INDEXED
-    assert good.chunk_count and len(kb.store.chunk_rows(good.id)) == good.chunk_count
+        assert failed.name == filename and failed.state == DocState.FAILED
+        assert re.search(reason, failed.failure_reason or ""), (filename, failed.failure_reason)
+    for doc in good:
+        assert kb.store.document(doc.id).state == DocState.INDEXED, doc.name
+        assert doc.chunk_count and len(kb.store.chunk_rows(doc.id)) == doc.chunk_count
+
+
+def test_legacy_files_in_a_folder_fail_with_the_advice_and_the_rest_is_indexed(
+    index_dir: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    folder = tmp_path / "share"
+    folder.mkdir()
+    (folder / "travel.docx").write_bytes(policy_docx())
+    (folder / "old.doc").write_bytes(_ole({"WordDocument": b"\xec\xa5" * 3000}))
+    (folder / "old.xls").write_bytes(_ole({"Workbook": b"\x09\x08" * 3000}))
+    (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 100)
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    result = kb.ingest_paths([folder])
+    assert [d.name for d in result.indexed] == ["travel.docx"]
+    reasons = {d.name: d.failure_reason or "" for d in result.failed}
+    assert set(reasons) == {"old.doc", "old.xls"}
+    assert "save it as .docx" in reasons["old.doc"] and "save it as .xlsx" in reasons["old.xls"]
+    assert [s.split(": ")[0] for s in result.skipped] == [str(folder / "logo.png")]
+
+    result = CliRunner().invoke(main, ["--data-dir", str(index_dir), "sync", str(folder), "--json"])
+    report = json.loads(result.stdout)["sources"][0]
+    assert report["added"] == ["travel.docx"]
+    failed = {f["item"]: f["reason"] for f in report["failed"]}
+    assert set(failed) == {"old.doc", "old.xls"} and "save it as .docx" in failed["old.doc"]
+    assert report["skipped"] == ["logo.png: not a supported type"]
+
+
+def _variant(data: bytes, main_type: str) -> bytes:
+    """``data`` as Office saves a template or slide show: only its main part's content type differs."""
+    plain = re.compile(rb"application/vnd\.openxmlformats-officedocument\.\w+\.\w+\.main\+xml")
+    return _rewrite(data, "[Content_Types].xml", lambda xml: plain.sub(main_type.encode(), xml, 1))
+
+
+_MS, _OOXML = "application/vnd.ms-", "application/vnd.openxmlformats-officedocument."
+VARIANTS = {
+    ".dotx": (policy_docx, _OOXML + "wordprocessingml.template.main+xml", "docx"),
+    ".dotm": (policy_docx, _MS + "word.template.macroEnabledTemplate.main+xml", "docx"),
+    ".potx": (onboarding_pptx, _OOXML + "presentationml.template.main+xml", "pptx"),
+    ".potm": (onboarding_pptx, _MS + "powerpoint.template.macroEnabled.main+xml", "pptx"),
+    ".ppsx": (onboarding_pptx, _OOXML + "presentationml.slideshow.main+xml", "pptx"),
+    ".ppsm": (onboarding_pptx, _MS + "powerpoint.slideshow.macroEnabled.main+xml", "pptx"),
+    ".xltx": (rota_xlsx, _OOXML + "spreadsheetml.template.main+xml", "xlsx"),
+    ".xltm": (rota_xlsx, _MS + "excel.template.macroEnabled.main+xml", "xlsx"),
+}
+
+
+@pytest.mark.parametrize("suffix", sorted(VARIANTS))
+def test_templates_and_slide_shows_are_read_as_their_format(suffix: str) -> None:
+    build, main_type, kind = VARIANTS[suffix]
+    variant = _variant(build(), main_type)
+    assert main_type.encode() in zipfile.ZipFile(io.BytesIO(variant)).read("[Content_Types].xml")
+    doc = extract(variant, f"file{suffix}")
+    assert suffix in SUPPORTED_SUFFIXES
+    assert (doc.kind, doc.text) == (kind, extract(build(), f"file.{kind}").text)
+
+
+def test_an_xhtml_page_is_read_as_html() -> None:
+    page = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html>\n'
+        '<html xmlns="http://www.w3.org/1999/xhtml"><head><title>Desks</title></head>'
+        "<body><h1>Desks</h1><p>Hot desks are booked a day ahead.</p></body></html>"
+    )
+    doc = extract(page.encode(), "desks.xhtml")
+    assert ".xhtml" in SUPPORTED_SUFFIXES
+    assert (doc.kind, doc.title, doc.text) == (
+        "html",
+        "Desks",
+        "# Desks\n\nHot desks are booked a day ahead.",
+    )
 
 
 # --- answering, end to end
@@ -730,6 +878,19 @@ def test_readme_and_kb_ingest_help_name_every_supported_type() -> None:
             assert f"`{suffix}`" in readme and suffix in help_text, suffix
     for legacy in (".doc", ".xls", ".ppt"):
         assert f"`{legacy}`" in readme and legacy in help_text
+    # What is refused, with the limits the code applies.
+    said = (" ".join(readme.split()), " ".join(help_text.split()))
+    mb = 1024 * 1024
+    for fact in (
+        f"past {DEFAULT_MAX_UNZIPPED_BYTES // mb} MB",
+        f"a part over {RATIO_FLOOR // mb} MB",
+        f"{MAX_RATIO} times",
+        f"{MAX_CELLS:,} cells",
+        "OpenDocument",
+        "damaged",
+        "password",
+    ):
+        assert all(fact in text for text in said), fact
 
 
 # --- Slack

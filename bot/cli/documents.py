@@ -61,12 +61,18 @@ def summary(doc: DocumentRow) -> dict[str, Any]:
 def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: bool) -> None:
     """Add files and folders to the knowledge base.
 
-    Reads Markdown (.md), plain text (.txt), HTML (.html), PDF (.pdf; scanned
-    pages by OCR), Word (.docx, .docm), PowerPoint (.pptx, .pptm), Excel
-    (.xlsx, .xlsm) and CSV (.csv, .tsv). Legacy .doc/.xls/.ppt files fail with the
-    advice to save them as .docx/.xlsx/.pptx, password-protected ones with the
-    advice to remove the password; images, archives and other files fail as
-    unsupported. A folder's other files are skipped and listed.
+    Reads Markdown (.md), plain text (.txt), HTML (.html, .xhtml), PDF (.pdf;
+    scanned pages by OCR), Word (.docx, .docm; templates .dotx, .dotm),
+    PowerPoint (.pptx, .pptm; .potx, .potm, .ppsx, .ppsm), Excel (.xlsx, .xlsm;
+    .xltx, .xltm) and CSV (.csv, .tsv).
+
+    A file that cannot be read fails with its reason and the others go on:
+    damaged files, zip bombs (a package expanding past 100 MB, or a part over
+    1 MB expanding more than 200 times) and workbooks of more than 1,000,000
+    cells are refused; legacy .doc/.xls/.ppt files (in a folder too) and
+    OpenDocument files fail with the advice to save them as .docx/.xlsx/.pptx,
+    password-protected ones with the advice to remove the password. Images,
+    archives and other files fail as unsupported; in a folder they are skipped and listed.
 
     Exits 1 when a file failed or was refused (too large, or no room on the disk).
 
