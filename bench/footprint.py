@@ -136,6 +136,7 @@ from index.vectors import VectorIndex
 n = int(sys.argv[1])
 texts = synthetic_chunks(corpus_chunks(), n)
 vecs = np.random.default_rng(1).standard_normal((n, 384)).astype(np.float32)
+vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
 ids = np.arange(1, n + 1, dtype=np.int64)
 base = rss_mb_self()
 vi = VectorIndex(384); vi.add(ids, vecs); del vecs
