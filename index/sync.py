@@ -418,10 +418,11 @@ class _Run:
     # ------------------------------------------------------------ items
 
     def _one(self, key: str, read: Reader) -> None:
+        moved = self._leave_old_scope(key)
         try:
             data, filename = read()
         except FetchFailed as exc:
-            if exc.gone and key in self.items:
+            if exc.gone and (key in self.items or moved):
                 self._remove(key)
             else:
                 self.report.failed.append((key, exc.reason))
@@ -434,7 +435,7 @@ class _Run:
         if record and record["sha256"] == digest and self._current(record):
             self.report.unchanged.append(key)
             return
-        done = self.report.changed if record else self.report.added
+        done = self.report.changed if record or moved else self.report.added
         if self.dry_run:
             done.append(key)
             return
@@ -482,10 +483,33 @@ class _Run:
             return False
         return row.state in _LIVE and row.scope == self.source.scope
 
-    def _remove(self, key: str) -> None:
-        record = self.items.pop(key)
-        self.report.removed.append(key)
+    def _leave_old_scope(self, key: str) -> bool:
+        """Take ``key``'s document out of the scope the source no longer gives; was it moved?
+
+        Before anything is fetched: whatever happens to the new copy (a failed
+        fetch, a file that no longer indexes), nothing stays visible where the
+        source no longer publishes. The next run retries the new copy.
+        """
+        record = self.items.get(key)
+        if record is None or self._recorded_scope(record) in (None, self.source.scope):
+            return False
         if not self.dry_run:
+            del self.items[key]
+            self._drop(record)
+        return True
+
+    def _recorded_scope(self, record: dict[str, Any]) -> str | None:
+        if "scope" in record:
+            return str(record["scope"])
+        try:  # records written before scopes were recorded
+            return self.kb.store.document(int(record["doc"])).scope
+        except DocumentNotFound:
+            return None
+
+    def _remove(self, key: str) -> None:
+        record = self.items.pop(key, None)
+        self.report.removed.append(key)
+        if record is not None and not self.dry_run:
             self._drop(record)
 
     def _drop(self, record: dict[str, Any]) -> None:

@@ -493,6 +493,28 @@ def test_a_sitemap_index_cannot_lead_to_another_host(
     assert report.failed == [] and sorted(report.added) == [f"{other}/b.html"]
 
 
+def test_a_scope_change_leaves_nothing_in_the_old_scope_when_the_new_copy_fails(
+    index_dir: Path, tmp_path: Path, live_names: Names
+) -> None:
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "a.md").write_text("# Leave\n\nAnnual leave is 27 days for everyone.\n")
+    (share / "b.md").write_text("# Travel\n\nTrains under four hours, not planes.\n")
+    result, _ = kb_sync(index_dir, str(share), "--scope", "*")
+    assert result.exit_code == 0, result.output
+    # Narrowed to one channel while one file no longer indexes (now only a heading).
+    (share / "b.md").write_text("# Travel\n")
+    result, data = kb_sync(index_dir, str(share), "--scope", "C0ONE")
+    report = data["sources"][0]
+    assert [f["item"] for f in report["failed"]] == ["b.md"]
+    assert {name: d.scope for name, d in live_names(index_dir).items()} == {"share › a.md": "C0ONE"}
+    # Fixed, it is added in the new scope on the next run.
+    (share / "b.md").write_text("# Travel\n\nTrains under four hours, not planes.\n")
+    result, data = kb_sync(index_dir, str(share), "--scope", "C0ONE")
+    assert data["sources"][0]["added"] == ["b.md"]
+    assert {d.scope for d in live_names(index_dir).values()} == {"C0ONE"}
+
+
 def test_a_scope_change_moves_the_documents_and_leaves_none_behind(
     index_dir: Path, tmp_path: Path, live_names: Names
 ) -> None:
