@@ -18,6 +18,7 @@ as one sheet. Legacy and password-protected Office files are refused.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import re
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from index.ocr import OcrPages, needs_ocr, ocr_marker, read_pages, unread_marker
 from index.office import docx_document, pptx_document
 from index.office_zip import LEGACY_SUFFIXES, OLE_MAGIC, ZIP_MAGIC, open_package, reject_ole
 from index.sheets import csv_document, xlsx_document
+
+log = logging.getLogger(__name__)
 
 # Stamped on documents: bump whenever the same bytes would extract differently.
 EXTRACTOR_VERSION = "2"
@@ -584,6 +587,15 @@ def _pdf_pages(
             pages[i] = f"{_typed(pages[i])}{ocr_marker(i + 1)}\n\n{text}"
     for i, why in read.unread.items():
         pages[i] = f"{_typed(pages[i])}{unread_marker(i + 1, why)}"
+    if read.unread:
+        # Indexed all the same: the log is where an operator learns that some
+        # pages wait for OCR (and kb reindex reads them once it can).
+        log.warning(
+            "%s: %d scanned page(s) not read by OCR (%s); indexed without them",
+            name,
+            len(read.unread),
+            next(iter(read.unread.values())),
+        )
     return pages, title
 
 

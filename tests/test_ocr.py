@@ -119,7 +119,7 @@ def test_without_tesseract_a_scan_fails_clearly_and_text_pdfs_are_unaffected(
 
 
 def test_without_tesseract_a_text_pdf_keeps_its_text_pages_and_marks_the_scanned_one(
-    index_dir: Path, embedder: Embedder, tmp_path: Path
+    index_dir: Path, embedder: Embedder, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = IndexConfig(
         data_dir=index_dir, ocr=OcrConfig(tesseract_cmd=str(tmp_path / "no-tesseract"))
@@ -127,6 +127,8 @@ def test_without_tesseract_a_text_pdf_keeps_its_text_pages_and_marks_the_scanned
     kb = KnowledgeBase(config, embedder=embedder)
     doc = kb.ingest_bytes(mixed_pdf(), "facilities.pdf").document
     assert doc.state == DocState.INDEXED, doc.failure_reason
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("1 scanned page(s) not read by OCR (OCR not available)" in m for m in warned)
     text = kb.canonical_text(doc.id)
     starts = [int(s) for s in (doc.page_starts or "").split(",")]
     assert len(starts) == 3
