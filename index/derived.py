@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from index.bm25 import BM25Index
-from index.errors import KBError
+from index.errors import IndexOutOfSync, KBError
 from index.private import private_dir
 from index.store import EVERYONE, Store
 from index.vectors import VectorIndex
@@ -369,7 +369,14 @@ class _Rows:
         # held them twice: 300 MB at 100k chunks before FAISS's own copy).
         vectors = bytearray()
         versions: list[float] = []
+        width = dim * np.dtype(np.float32).itemsize
         for row in rows:
+            if len(row["vector"]) != width:
+                # One wrong blob would shift every later vector in the buffer.
+                raise IndexOutOfSync(
+                    f"Chunk {row['id']} has a vector of {len(row['vector'])} bytes where "
+                    f"{width} were expected; run `kb reindex` to embed it again."
+                )
             ids.append(int(row["id"]))
             scopes.append(row["scope"])
             texts.append(row["text"])

@@ -212,3 +212,18 @@ def test_reading_the_rows_holds_the_vectors_once(index_dir: Path) -> None:
     assert np.array_equal(rows.vectors, vecs)
     # The vectors' bytes once, plus the buffer's growth room and the small columns.
     assert peak < 1.4 * vecs.nbytes, (peak, vecs.nbytes)
+
+
+def test_a_vector_of_the_wrong_size_is_refused_not_shifted_into_the_next(index_dir: Path) -> None:
+    from index.derived import _Rows
+    from index.errors import IndexOutOfSync
+
+    good, bad = np.ones(DIM, dtype=np.float32).tobytes(), b"\0" * (DIM * 4 - 4)
+    rows = [
+        {"id": 1, "scope": "*", "text": "a", "vector": good, "version": 1.0},
+        {"id": 2, "scope": "*", "text": "b", "vector": bad + good[:4], "version": 1.0},
+        {"id": 3, "scope": "*", "text": "c", "vector": bad, "version": 1.0},
+    ]
+    assert _Rows.read(rows[:2], DIM).vectors.shape == (2, DIM)
+    with pytest.raises(IndexOutOfSync, match="Chunk 3"):
+        _Rows.read(rows, DIM)
