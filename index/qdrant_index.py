@@ -581,12 +581,13 @@ class QdrantSearchIndex:
 
     def _scrubbed(self, exc: Exception) -> str:
         """``exc`` in a sentence without the API key or the URL's credentials."""
-        text = f"{type(exc).__name__}: {str(exc)[:300]}"
+        # Redacted before it is cut: a key crossing the cut would leave its start.
+        text = str(exc)
         if self._api_key:
             text = text.replace(self._api_key, "***")
         if self.url:
             text = text.replace(self.url, public_location(self.url))
-        return text
+        return f"{type(exc).__name__}: {text[:300]}"
 
     # ------------------------------------------------------------ maintenance
 

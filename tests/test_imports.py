@@ -19,21 +19,12 @@ import pytest
 from index.config import IndexConfig
 from index.embed_onnx import OnnxEmbedder
 from index.knowledge_base import KnowledgeBase
+from tests.evalmini import EVALSET_OPTIONS
 from tests.servers import DEFAULT_SIGNING_SECRET, MockSlackAPI
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 HEAVY = ("torch", "sentence_transformers", "transformers")
-EVALMINI = Path(__file__).resolve().parent / "data" / "evalmini"
-_EVAL = [
-    "eval",
-    "--corpus",
-    str(EVALMINI / "corpus"),
-    "--questions",
-    str(EVALMINI / "questions.jsonl"),
-    "--ood",
-    str(EVALMINI / "ood.jsonl"),
-    "--json",
-]
+_EVAL = ["eval", *EVALSET_OPTIONS, "--json"]
 READY_TIMEOUT_S = 120.0
 
 
