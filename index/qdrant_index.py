@@ -553,6 +553,8 @@ class QdrantSearchIndex:
         self._alias: str | None = None
         self._generation: int | None = None
         self._contents: _Contents | None = None
+        # The build ``_contents`` describes (the alias moves to a new one on a rebuild).
+        self._contents_build: str | None = None
         self._current_at: float | None = None
         self.refresh_error: str | None = None
         # (when, answered, why not) of the last time health asked the engine.
@@ -676,8 +678,9 @@ class QdrantSearchIndex:
         """See ``SearchIndex.check``: the collection's points against the store's chunks."""
         with self._lock:
             expected, versions = self._store_versions()
-            held = self._scan()
-            marker = self.engine.marker(self.alias)
+            target = self._target()
+            held = self._scan(target)
+            marker = self.engine.marker(target)
         wanted = dict(zip(expected.tolist(), versions.tolist(), strict=True))
         return {
             "engine": "qdrant",
@@ -704,6 +707,7 @@ class QdrantSearchIndex:
             for name in builds:
                 engine.drop(name)
             self._generation = self._contents = self._current_at = None
+            self._contents_build = None
         log.info("qdrant collections of %s dropped: %s", alias, builds)
 
     def close(self) -> None:
@@ -774,33 +778,45 @@ class QdrantSearchIndex:
 
     @_engine_call
     def _sync_locked(self) -> int:
-        marker = self.engine.marker(self.alias)
+        target = self._target()
+        marker = self.engine.marker(target)
         if not _marker_fits(marker):
             return self._rebuild_locked()
-        return self._sync_fitting(marker)
+        return self._sync_fitting(marker, target)
 
-    def _sync_fitting(self, marker: dict[str, Any]) -> int:
+    def _target(self) -> str:
+        """The build the alias names now.
+
+        A sync reads and writes that build, never through the alias: another
+        process's rebuild may move the alias meanwhile, and this sync's marker
+        must not land on a build that never got its changes (that build keeps
+        its own older marker, so the next sync rescans it and catches up).
+        """
+        return self.engine.alias_target(self.alias) or self.alias
+
+    def _sync_fitting(self, marker: dict[str, Any], target: str) -> int:
         generation = self.store.generation
-        if marker.get("generation") == generation and self._contents is not None:
+        known = self._contents is not None and self._contents_build == target
+        if marker.get("generation") == generation and known:
             self._generation = generation
             return generation
-        if self._contents is None or marker.get("generation") != self._generation:
-            # Another process (or a crash) may have changed the collection.
-            self._contents = self._scan()
+        if not known or self._contents is None or marker.get("generation") != self._generation:
+            # Another process (or a crash, or a rebuild) may have changed the collection.
+            self._contents, self._contents_build = self._scan(target), target
         contents = self._contents
         avgdl = float(marker.get("avgdl") or 1.0)
         ids, versions = self._store_versions()
         wanted = dict(zip(ids.tolist(), versions.tolist(), strict=True))
         removed = [cid for cid, v in contents.versions.items() if wanted.get(cid) != v]
         added = [cid for cid, v in wanted.items() if contents.versions.get(cid) != v]
-        self._delete(removed, contents)
+        self._delete(target, removed, contents)
         if added:
-            self._upsert(self.alias, self._rows(added), avgdl, contents)
+            self._upsert(target, self._rows(added), avgdl, contents)
         if contents.versions and abs(contents.avgdl - avgdl) > AVGDL_TOLERANCE * avgdl:
             # Re-weight every chunk against the current average length.
             avgdl = contents.avgdl
-            self._upsert(self.alias, self._rows(None), avgdl, _Contents({}, {}))
-        self.engine.set_marker(self.alias, _marker(generation, avgdl))
+            self._upsert(target, self._rows(None), avgdl, _Contents({}, {}))
+        self.engine.set_marker(target, _marker(generation, avgdl))
         self._generation = generation
         if removed or added:
             log.info(
@@ -823,9 +839,10 @@ class QdrantSearchIndex:
         while True:
             with self.store.exclusive(f"qdrant-rebuild-{self.alias}") as acquired:
                 if acquired:
-                    marker = self.engine.marker(self.alias) if waited else {}
+                    target = self._target()
+                    marker = self.engine.marker(target) if waited else {}
                     if _marker_fits(marker):
-                        return self._sync_fitting(marker)
+                        return self._sync_fitting(marker, target)
                     return self._build()
             if time.monotonic() >= deadline:
                 raise SearchEngineUnavailable(
@@ -853,7 +870,7 @@ class QdrantSearchIndex:
         for name in engine.builds(alias):
             if name != build:
                 engine.drop(name)
-        self._generation, self._contents = generation, contents
+        self._generation, self._contents, self._contents_build = generation, contents, build
         log.info("qdrant collection %s built: %d chunks", build, len(contents.versions))
         return generation
 
@@ -879,17 +896,17 @@ class QdrantSearchIndex:
                 contents.versions[p.id] = float(p.payload["version"])
                 contents.lengths[p.id] = p.payload["length"]
 
-    def _delete(self, ids: list[int], contents: _Contents) -> None:
+    def _delete(self, name: str, ids: list[int], contents: _Contents) -> None:
         for at in range(0, len(ids), BATCH):
             batch = ids[at : at + BATCH]
-            self.engine.delete(self.alias, batch)
+            self.engine.delete(name, batch)
             for cid in batch:
                 contents.versions.pop(cid, None)
                 contents.lengths.pop(cid, None)
 
-    def _scan(self) -> _Contents:
+    def _scan(self, name: str) -> _Contents:
         contents = _Contents({}, {})
-        for cid, payload in self.engine.scan(self.alias):
+        for cid, payload in self.engine.scan(name):
             contents.versions[cid] = float(payload.get("version", -1.0))
             contents.lengths[cid] = int(payload.get("length", 0))
         return contents
