@@ -35,7 +35,14 @@ from index.errors import CorruptDocument, EmptyDocument, OverLimit, TooLarge, Un
 from index.models import Extracted
 from index.ocr import OcrPages, needs_ocr, ocr_marker, read_pages, unread_marker
 from index.office import docx_document, pptx_document
-from index.office_zip import LEGACY_SUFFIXES, OLE_MAGIC, ZIP_MAGIC, open_package, reject_ole
+from index.office_zip import (
+    LEGACY_SUFFIXES,
+    OFFICE_SUFFIXES,
+    OLE_MAGIC,
+    ZIP_MAGIC,
+    open_package,
+    reject_ole,
+)
 from index.sheets import csv_document, xlsx_document
 
 log = logging.getLogger(__name__)
@@ -44,17 +51,14 @@ log = logging.getLogger(__name__)
 EXTRACTOR_VERSION = "2"
 
 SUPPORTED_SUFFIXES: tuple[str, ...] = (
-    ".md", ".markdown", ".txt", ".html", ".htm", ".xhtml", ".pdf",
-    ".docx", ".docm", ".dotx", ".dotm",
-    ".pptx", ".pptm", ".potx", ".potm", ".ppsx", ".ppsm",
-    ".xlsx", ".xlsm", ".xltx", ".xltm", ".csv", ".tsv",
+    ".md", ".markdown", ".txt", ".html", ".htm", ".xhtml", ".pdf", *OFFICE_SUFFIXES, ".csv", ".tsv",
 )  # fmt: skip
 # The files of a folder that are ingested: those read, and legacy Office files,
 # which fail with the advice to save them in the modern format.
 FOLDER_SUFFIXES: tuple[str, ...] = SUPPORTED_SUFFIXES + LEGACY_SUFFIXES
 SUPPORTED_TYPES = (
     "Markdown (.md), plain text (.txt), HTML (.html), PDF (.pdf), Word (.docx), "
-    "PowerPoint (.pptx), Excel (.xlsx) and CSV (.csv)"
+    "PowerPoint (.pptx), Excel (.xlsx), their macro-enabled and template variants, and CSV (.csv)"
 )
 
 MAX_TITLE_CHARS = 200
@@ -63,11 +67,7 @@ _MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
 _HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
 _CSV_SUFFIXES = frozenset({".csv", ".tsv"})
 _TEXT_SUFFIXES = frozenset({".txt", ".text"}) | _MARKDOWN_SUFFIXES | _HTML_SUFFIXES | _CSV_SUFFIXES
-# Names of Office Open XML files (macro-enabled and templates included).
-_OFFICE_SUFFIXES = frozenset(
-    {".docx", ".docm", ".dotx", ".dotm", ".pptx", ".pptm", ".potx", ".potm", ".ppsx", ".ppsm",
-     ".xlsx", ".xlsm", ".xltx", ".xltm"}
-)  # fmt: skip
+_OFFICE_SUFFIXES = frozenset(OFFICE_SUFFIXES)
 
 # Known binary formats, so the reason can say what the file is.
 _MAGIC: tuple[tuple[bytes, str], ...] = (

@@ -73,6 +73,8 @@ _MODERN = {".docx": ".docx", ".docm": ".docx", ".dotx": ".docx", ".dotm": ".docx
            ".xlsx": ".xlsx", ".xlsm": ".xlsx", ".xltx": ".xlsx", ".xltm": ".xlsx",
            ".pptx": ".pptx", ".pptm": ".pptx", ".potx": ".pptx", ".potm": ".pptx",
            ".ppsx": ".pptx", ".ppsm": ".pptx"}  # fmt: skip
+# Every Office Open XML name the knowledge base reads (macro-enabled and templates included).
+OFFICE_SUFFIXES: tuple[str, ...] = tuple(_MODERN)
 # The stream that holds a legacy file's main content: (name, what it is, its suffix, save as).
 _LEGACY_STREAMS = (
     ("WordDocument", "Word 97-2003 document", ".doc", ".docx"),
@@ -254,6 +256,7 @@ def _bomb(name: str, filename: str, why: str) -> CorruptDocument:
 __all__ = [
     "DEFAULT_MAX_UNZIPPED_BYTES",
     "LEGACY_SUFFIXES",
+    "OFFICE_SUFFIXES",
     "OLE_MAGIC",
     "ZIP_MAGIC",
     "Package",
