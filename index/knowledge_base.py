@@ -504,14 +504,19 @@ class KnowledgeBase:
             return doc
         return self.index_document(doc_id, progress=progress)
 
-    def remove(self, doc_id: int, *, actor: str = "cli") -> DocumentRow:
-        """Delete a document and its chunks from SQLite and both indexes."""
+    def remove(self, doc_id: int, *, actor: str = "cli", refresh: bool = True) -> DocumentRow:
+        """Delete a document and its chunks from SQLite and both indexes.
+
+        ``refresh=False`` leaves the search snapshot to the caller (a batch
+        refreshes once at the end, as ``index_document``'s callers do).
+        """
         doc = self.store.document(doc_id)
         with self.store.transaction():
             self.store.delete_rows(doc_id)
             self.store.audit(_entry(AuditAction.REMOVE, doc, actor, old=doc))
         self.store.drop_originals_if_unused([doc.sha256])
-        self.search_index.sync()
+        if refresh:
+            self.search_index.sync()
         return doc
 
     # ------------------------------------------------------------------ versions

@@ -528,7 +528,8 @@ class _Run:
         # Records written before scopes were recorded name the document by id and name.
         scope = record.get("scope", row.scope)
         if row.name == record["name"] and row.scope == scope and row.state in _LIVE:
-            self.kb.remove(row.id, actor=f"sync:{self.source.id}")
+            # One snapshot refresh at the end of the run, not one per removal.
+            self.kb.remove(row.id, actor=f"sync:{self.source.id}", refresh=False)
 
     # ------------------------------------------------------------ the record
 
