@@ -47,6 +47,7 @@ __all__ = [
     "OcrPages",
     "needs_ocr",
     "ocr_marker",
+    "ocr_pages",
     "read_pages",
     "unread_marker",
 ]
@@ -67,6 +68,21 @@ _INSTALL_HINT = (
 def ocr_marker(page_number: int) -> str:
     """The line that opens the OCR'd text of 1-based page ``page_number``."""
     return f"[page {page_number}: text read by OCR]"
+
+
+def ocr_pages(text: str, page_starts: Sequence[int]) -> list[int]:
+    """The 1-based pages of a PDF's canonical text that OCR read.
+
+    A page counts only when its own range holds the marker of its own number,
+    so a marker line that a document's text merely contains (a page quoting
+    one, another type of document) names nothing.
+    """
+    ends = [*page_starts[1:], len(text)]
+    return [
+        number
+        for number, (start, end) in enumerate(zip(page_starts, ends, strict=True), start=1)
+        if any(int(m.group(1)) == number for m in OCR_MARKER.finditer(text, start, end))
+    ]
 
 
 def unread_marker(page_number: int, why: str) -> str:

@@ -20,7 +20,7 @@ from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 
 from bot.cli import main
-from bot.server.routes import fill_viewer
+from bot.server.routes import _ocr_pages, fill_viewer
 from bot.settings import Settings
 from index.config import IndexConfig, OcrConfig
 from index.embed import Embedder
@@ -28,7 +28,7 @@ from index.errors import EmptyDocument, OverLimit, UnsupportedType
 from index.extract import extract
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
-from index.ocr import OCR_MARKER, UNREAD_MARKER, ocr_marker, unread_marker
+from index.ocr import OCR_MARKER, UNREAD_MARKER, ocr_marker, ocr_pages, unread_marker
 from tests.browser import dump_dom, requires_chromium
 from tests.docs_factory import text_pdf
 
@@ -93,6 +93,11 @@ def test_a_mixed_pdf_keeps_its_page_numbers_and_the_needle_is_cited_on_its_page(
     assert text[starts[1] :].startswith(f"p. 2\n\n{ocr_marker(2)}\n\n")
     assert "Office opening hours" in text[: starts[1]] and "Parking" in text[starts[2] :]
     assert [int(m) for m in OCR_MARKER.findall(text)] == [2]
+    assert _ocr_pages(doc, text) == [2]  # what the viewer names
+    # A Markdown document quoting the marker line names no page.
+    quoted = f"# Scans\n\n{ocr_marker(1)}\n\nThis line only quotes the marker.\n"
+    md = kb.ingest_bytes(quoted.encode(), "quote.md").document
+    assert _ocr_pages(md, kb.canonical_text(md.id)) == []
 
     monkeypatch.setenv("KB_THRESHOLD", "0.9")
     result = CliRunner().invoke(main, ["--data-dir", str(index_dir), "ask", QUESTION, "--json"])
@@ -219,23 +224,44 @@ def test_ocr_settings_reach_the_index_config(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @requires_chromium
+def test_only_a_pages_own_marker_names_it() -> None:
+    pages = ["Typed first page.\n\n", f"{ocr_marker(2)}\n\nScanned.\n\n", f"{ocr_marker(2)}\n\n"]
+    text = "".join(pages)
+    starts = [0, len(pages[0]), len(pages[0]) + len(pages[1])]
+    # Page 3 holds page 2's marker (a forged or quoted line): it names nothing.
+    assert ocr_pages(text, starts) == [2]
+    assert ocr_pages(f"p. 1\n\n{ocr_marker(1)}\n\nText.", [0]) == [1]
+    assert ocr_pages("No marker here.", [0]) == []
+
+
 async def test_the_viewer_names_the_pages_read_by_ocr(tmp_path: Path) -> None:
     text = f"Typed first page.\n\n{ocr_marker(2)}\n\nScanned words.\n\n{ocr_marker(4)}\n\nMore."
-    page = fill_viewer(title="Scan", meta="scan.pdf", file_url="/d/1/file", text=text)
+    pages = {
+        "/d/1": fill_viewer(
+            title="Scan", meta="scan.pdf", file_url="/d/1/file", text=text, ocr_pages=[2, 4]
+        ),
+        # The same text without the server naming its pages: the marker lines alone name none.
+        "/d/2": fill_viewer(title="Quote", meta="quote.md", file_url="/d/2/file", text=text),
+    }
 
-    async def viewer(_: web.Request) -> web.Response:
-        return web.Response(text=page, content_type="text/html")
+    async def viewer(request: web.Request) -> web.Response:
+        return web.Response(text=pages[request.path], content_type="text/html")
 
     app = web.Application()
-    app.router.add_get("/d/1", viewer)
+    app.router.add_get("/d/{id}", viewer)
     app.router.add_static("/static/", STATIC)
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
     try:
         dom = await dump_dom(f"http://127.0.0.1:{server.port}/d/1", budget_ms=1000)
+        quoted = await dump_dom(f"http://127.0.0.1:{server.port}/d/2", budget_ms=1000)
     finally:
         await server.close()
     assert 'data-ocr-pages="2,4"' in dom
-    note = re.search(r'<p class="notice" id="ocr"( hidden="")?>(.*?)</p>', dom, re.S)
+    note = re.search(
+        r'<p class="notice" id="ocr" data-pages="2,4"( hidden="")?>(.*?)</p>', dom, re.S
+    )
     assert note is not None and note.group(1) is None
     assert note.group(2).startswith("Pages 2, 4: text read by OCR")
+    assert 'data-ocr-pages=""' in quoted and 'data-ready="true"' in quoted
+    assert re.search(r'<p class="notice" id="ocr" data-pages="" hidden="">\s*</p>', quoted)

@@ -32,7 +32,7 @@ from tests.browser import (
 pytestmark = pytest.mark.browser
 
 STATIC = Path(__file__).resolve().parent.parent / "bot" / "server" / "static"
-PLACEHOLDERS = {"title", "meta", "file_url", "text"}
+PLACEHOLDERS = {"title", "meta", "file_url", "text", "ocr_pages"}
 
 TITLE = "Handbook <script>document.body.dataset.pwned = 'title'</script> & co"
 # A document that tries everything: markup that must stay text, a CRLF, astral

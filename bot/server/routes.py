@@ -25,7 +25,7 @@ import html
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -42,6 +42,7 @@ from core.answer import Engine
 from core.errors import BadLinkToken
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import KnowledgeBase
+from index.ocr import ocr_pages
 from index.records import DocumentRow
 
 log = logging.getLogger(__name__)
@@ -124,18 +125,33 @@ def _escape_text(text: str) -> str:
     return html.escape(text, quote=True).replace("\r", "&#13;")
 
 
-def fill_viewer(*, title: str, meta: str, file_url: str, text: str) -> str:
-    """The viewer page for one document; every value is escaped here."""
+def fill_viewer(
+    *, title: str, meta: str, file_url: str, text: str, ocr_pages: Sequence[int] = ()
+) -> str:
+    """The viewer page for one document; every value is escaped here.
+
+    ``ocr_pages``: the pages OCR read (``index.ocr.ocr_pages``), which the page names.
+    """
     values = {
         "title": html.escape(title, quote=True),
         "meta": html.escape(meta, quote=True),
         "file_url": html.escape(file_url, quote=True),
         "text": _escape_text(text),
+        "ocr_pages": ",".join(str(int(n)) for n in ocr_pages),
     }
     # One pass, so a value that happens to contain "{{text}}" is never substituted again.
     return re.sub(
-        r"\{\{(title|meta|file_url|text)\}\}", lambda m: values[m.group(1)], VIEWER_TEMPLATE
+        r"\{\{(title|meta|file_url|text|ocr_pages)\}\}",
+        lambda m: values[m.group(1)],
+        VIEWER_TEMPLATE,
     )
+
+
+def _ocr_pages(doc: DocumentRow, text: str) -> list[int]:
+    # Only a PDF has pages OCR read; any other document's marker lines are its own words.
+    if doc.kind != "pdf" or not doc.page_starts:
+        return []
+    return ocr_pages(text, [int(s) for s in doc.page_starts.split(",")])
 
 
 def simple_page(status: int, message: str) -> web.Response:
@@ -317,6 +333,7 @@ async def viewer(request: web.Request) -> web.Response:
         # Relative (from /d/<id>), like the page's assets, so a path prefix keeps working.
         file_url=f"{doc_id}/file?t={quote(token, safe='')}",
         text=text,
+        ocr_pages=_ocr_pages(doc, text),
     )
     return web.Response(
         text=page,

@@ -30,8 +30,6 @@
   var notice = document.getElementById("notice");
   var jump = document.getElementById("jump");
   var codePointCount = null;
-  // The line that opens a page read by OCR (index/ocr.py, ocr_marker).
-  var OCR_MARKER = /^\[page (\d+): text read by OCR\]$/gm;
 
   function isHighSurrogate(unit) {
     return unit >= 0xd800 && unit <= 0xdbff;
@@ -179,13 +177,11 @@
 
   /* Say which pages were read by OCR: their text may hold recognition errors. */
   function noteOcrPages() {
-    var pages = [];
-    var m;
-    while ((m = OCR_MARKER.exec(text)) !== null) {
-      pages.push(m[1]);
-    }
-    document.body.dataset.ocrPages = pages.join(",");
+    // The server names them (a marker line in the text alone could be forged).
     var note = document.getElementById("ocr");
+    var named = note ? note.getAttribute("data-pages") || "" : "";
+    var pages = named ? named.split(",") : [];
+    document.body.dataset.ocrPages = pages.join(",");
     if (note && pages.length) {
       note.textContent = (pages.length === 1 ? "Page " : "Pages ") + pages.join(", ") +
         ": text read by OCR from a scan; it may contain recognition errors.";
