@@ -32,10 +32,12 @@ import itertools
 import json
 import re
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import PurePosixPath
 from typing import Any, Self
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
@@ -150,6 +152,20 @@ def closed_port_url(path: str = "/v1") -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}{path}"
+
+
+@contextlib.contextmanager
+def threaded_http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """``handler`` served on 127.0.0.1 and a random port, in a thread; yields the port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class _LocalServer:

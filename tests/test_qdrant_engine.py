@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from index.qdrant_index import (
 from index.search_index import Candidate, Mode, SearchIndex, open_search_index
 from index.store import Store
 from tests.evalmini import EVALMINI
+from tests.servers import threaded_http_server
 from tests.test_search_index_contract import _add
 
 API_KEY = "qdrant-key-canary-7f3a"
@@ -234,14 +234,8 @@ class _Refusing(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def refusing_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with threaded_http_server(_Refusing) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ from index.qdrant_index import (
 )
 from index.store import Store
 from tests.evalmini import EVALMINI
-from tests.servers import closed_port_url
+from tests.servers import closed_port_url, threaded_http_server
 from tests.test_search_index_contract import _add
 
 REPLICAS = 4
@@ -263,14 +263,8 @@ class _Counting(BaseHTTPRequestHandler):
 @pytest.fixture
 def unavailable_server() -> Iterator[str]:
     _Counting.requests = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with threaded_http_server(_Counting) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_health_asks_the_engine_once_per_few_seconds(

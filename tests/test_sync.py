@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from index.models import DocState
 from index.records import DocumentRow
 from index.sync import SyncSource, load_sources, sync_sources
 from tests.docs_factory import text_pdf
+from tests.servers import threaded_http_server
 
 LIMIT = 200_000  # KB_MAX_UPLOAD_BYTES in these tests
 
@@ -87,16 +87,9 @@ def site() -> Iterator[Site]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with threaded_http_server(Handler) as port:
+        state.port = port
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(autouse=True)
@@ -493,13 +486,22 @@ def test_a_sitemap_index_cannot_lead_to_another_host(
     assert report.failed == [] and sorted(report.added) == [f"{other}/b.html"]
 
 
-def test_a_scope_change_leaves_nothing_in_the_old_scope_when_the_new_copy_fails(
-    index_dir: Path, tmp_path: Path, live_names: Names
-) -> None:
+TRAVEL = "# Travel\n\nTrains under four hours, not planes.\n"
+
+
+def _two_file_share(tmp_path: Path) -> Path:
+    """A shared folder of two Markdown documents (a.md on leave, b.md on travel)."""
     share = tmp_path / "share"
     share.mkdir()
     (share / "a.md").write_text("# Leave\n\nAnnual leave is 27 days for everyone.\n")
-    (share / "b.md").write_text("# Travel\n\nTrains under four hours, not planes.\n")
+    (share / "b.md").write_text(TRAVEL)
+    return share
+
+
+def test_a_scope_change_leaves_nothing_in_the_old_scope_when_the_new_copy_fails(
+    index_dir: Path, tmp_path: Path, live_names: Names
+) -> None:
+    share = _two_file_share(tmp_path)
     result, _ = kb_sync(index_dir, str(share), "--scope", "*")
     assert result.exit_code == 0, result.output
     # Narrowed to one channel while one file no longer indexes (now only a heading).
@@ -509,7 +511,7 @@ def test_a_scope_change_leaves_nothing_in_the_old_scope_when_the_new_copy_fails(
     assert [f["item"] for f in report["failed"]] == ["b.md"]
     assert {name: d.scope for name, d in live_names(index_dir).items()} == {"share › a.md": "C0ONE"}
     # Fixed, it is added in the new scope on the next run.
-    (share / "b.md").write_text("# Travel\n\nTrains under four hours, not planes.\n")
+    (share / "b.md").write_text(TRAVEL)
     result, data = kb_sync(index_dir, str(share), "--scope", "C0ONE")
     assert data["sources"][0]["added"] == ["b.md"]
     assert {d.scope for d in live_names(index_dir).values()} == {"C0ONE"}
@@ -518,10 +520,7 @@ def test_a_scope_change_leaves_nothing_in_the_old_scope_when_the_new_copy_fails(
 def test_a_scope_change_moves_the_documents_and_leaves_none_behind(
     index_dir: Path, tmp_path: Path, live_names: Names
 ) -> None:
-    share = tmp_path / "share"
-    share.mkdir()
-    (share / "a.md").write_text("# Leave\n\nAnnual leave is 27 days for everyone.\n")
-    (share / "b.md").write_text("# Travel\n\nTrains under four hours, not planes.\n")
+    share = _two_file_share(tmp_path)
     result, _ = kb_sync(index_dir, str(share), "--scope", "C0OLD")
     assert result.exit_code == 0, result.output
     assert {d.scope for d in live_names(index_dir).values()} == {"C0OLD"}
