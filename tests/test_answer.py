@@ -337,6 +337,29 @@ async def test_a_model_that_never_starts_is_cut_off_at_the_first_token_timeout(
     assert time.monotonic() - started < 2.0
 
 
+async def test_kb_ask_shows_an_uncited_answer_with_the_passages_it_was_given(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bot.slack.messages import UNCITED_FALLBACK
+
+    openai_server.set_reply("The knowledge base does not say whether that is allowed.")
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.url)
+    args = ["--data-dir", str(kb.config.data_dir), "ask", CLEARLY_IN_DOMAIN]
+    # In a thread: the model server answers from this test's event loop.
+    plain = await asyncio.to_thread(CliRunner().invoke, main, args)
+    assert plain.exit_code == 0, plain.output
+    lines = plain.stdout.splitlines()
+    assert lines[0] == "This answer cites no source; treat it with care."
+    assert lines[1] == "The knowledge base does not say whether that is allowed."
+    assert UNCITED_FALLBACK in lines
+    listed = lines[lines.index(UNCITED_FALLBACK) + 1 :]
+    assert listed[0].startswith("[1] ") and any("#char=" in line for line in listed)
+    as_json = await asyncio.to_thread(CliRunner().invoke, main, [*args, "--json"])
+    data = json.loads(as_json.stdout)
+    assert data["outcome"] == "unsupported" and data["sources"] == [] and data["kept"]
+    assert data["grounded"] is False and data["model_called"] is True
+
+
 async def test_kb_ask_json_with_a_broken_model_prints_the_evidence(
     kb: KnowledgeBase, openai_server: OpenAICompatServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -157,10 +157,31 @@ def test_split_never_cuts_links_or_entities() -> None:
 
 
 def test_unsupported_answer_is_flagged() -> None:
-    r = render_answer(_answer("I think so.", [], Outcome.UNSUPPORTED))
+    r = render_answer(_answer("I think so.", [], Outcome.UNSUPPORTED, kept=[]))
     assert r.blocks[0]["type"] == "context"
     assert messages.UNSUPPORTED_WARNING in _all_text(r)
     assert messages.UNSUPPORTED_WARNING in r.text
+    assert messages.UNCITED_HEADER not in _all_text(r)
+
+
+def test_uncited_answer_shows_the_passages_it_was_given_as_not_cited() -> None:
+    kept = [_source(n, quote=f"Passage number {n}.") for n in range(1, 6)]
+    text = "The knowledge base does not say how long data is kept."
+    r = render_answer(_answer(text, [], Outcome.UNSUPPORTED, kept=kept))
+    _check_limits(r)
+    sections = _section_texts(r)
+    assert sections[0] == text
+    header = sections.index(messages.UNCITED_HEADER)
+    listed = "\n".join(sections[header + 1 :])
+    # A pointer, not a reading list: the first three, each with its link.
+    for n in (1, 2, 3):
+        assert f"Passage number {n}." in listed and URL.format(n=n) in listed
+    assert "Passage number 4." not in _all_text(r)
+    assert messages.SOURCES_HEADER not in _all_text(r)
+    assert messages.UNCITED_REASON in _all_text(r)
+    assert r.text.startswith(messages.UNSUPPORTED_WARNING)
+    assert messages.UNCITED_FALLBACK in r.text and "Passage number 3." in r.text
+    assert r.blocks[-1]["type"] == "context_actions"  # feedback stays last
 
 
 def test_refusal_explains_how_to_add_documents() -> None:

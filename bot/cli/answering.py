@@ -10,7 +10,7 @@ import click
 from bot.cli.base import emit, json_option, main, open_kb, settings_of
 
 if TYPE_CHECKING:  # the engine (and the model client) load only when a question is asked
-    from core.answer import Answer
+    from core.answer import Answer, SourceRef
 
 QUOTE_CHARS = 240
 
@@ -45,11 +45,25 @@ def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: boo
 
 
 def _print_answer(answer: Answer) -> None:
+    from bot.slack.messages import UNCITED_FALLBACK, UNSUPPORTED_WARNING
+    from core.answer import Outcome
+    from core.gate import MAX_RELATED
+
     # The engine's text for a related outcome already says these are not an answer.
+    if answer.outcome == Outcome.UNSUPPORTED:
+        click.echo(UNSUPPORTED_WARNING.removeprefix(":warning: "))
     click.echo(answer.answer)
+    if answer.outcome == Outcome.UNSUPPORTED and answer.kept:
+        click.echo(f"\n{UNCITED_FALLBACK}")
+        _print_passages(answer.kept[:MAX_RELATED])
+        return
     if answer.sources:
         click.echo("")
-    for s in answer.sources:
+    _print_passages(answer.sources)
+
+
+def _print_passages(passages: list[SourceRef]) -> None:
+    for s in passages:
         where = " › ".join(p for p in (s.section, f"p. {s.page}" if s.page else "") if p)
         click.echo(f"[{s.n}] {s.document}{' › ' + where if where else ''}  (d={s.distance:.3f})")
         quote = " ".join(s.quote.split())

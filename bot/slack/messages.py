@@ -39,6 +39,12 @@ RELATED_REASON = (
 )
 RELATED_FALLBACK = "Not an answer — possibly related passages:"
 UNSUPPORTED_WARNING = ":warning: This answer cites no source; treat it with care."
+UNCITED_HEADER = "*Passages I was given, none of them cited*"
+UNCITED_REASON = (
+    "The answer above cites none of these, so it may not come from the knowledge base. "
+    "They came nearest to your question; open them to check."
+)
+UNCITED_FALLBACK = "Passages I was given, none of them cited:"
 SOURCES_HEADER = "*Sources*"
 EMPTY_ANSWER = "_The model returned an empty answer._"
 TRUNCATED = "_(The answer was too long for one message and was shortened.)_"

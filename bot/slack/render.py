@@ -22,6 +22,7 @@ from typing import Any
 from bot.slack import messages
 from core.answer import Answer, Outcome, SourceRef
 from core.citations import citation_spans
+from core.gate import MAX_RELATED
 from index.names import display_name
 from index.records import AuditEntry, DocumentRow
 from index.store import EVERYONE
@@ -431,18 +432,40 @@ def _tail(answer: Answer, ask_a_person: bool) -> list[Block]:
 
 def _render_answered(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
     if answer.outcome == Outcome.UNSUPPORTED:
-        head = [*head, _context(messages.UNSUPPORTED_WARNING)]
+        return _render_uncited(answer, head, tail)
     body = split_mrkdwn(_mrkdwn(link_citations(answer.answer, answer.sources)))
     source_lines = [_source_line(s, QUOTE_CHARS) for s in answer.sources]
     sources = (
         [_section(t) for t in _pack(source_lines, messages.SOURCES_HEADER)] if source_lines else []
     )
     blocks = _assemble(head, body or [messages.EMPTY_ANSWER], [*sources, *tail])
-    plain = _mrkdwn(inert_links(answer.answer, _cited_text(answer.sources)))
-    text = _fit(plain, FALLBACK_LIMIT)
-    if answer.outcome == Outcome.UNSUPPORTED:
-        text = _fit(f"{messages.UNSUPPORTED_WARNING}\n{plain}", FALLBACK_LIMIT)
+    text = _fit(_mrkdwn(inert_links(answer.answer, _cited_text(answer.sources))), FALLBACK_LIMIT)
     return Rendered(text or messages.EMPTY_ANSWER, blocks)
+
+
+def _render_uncited(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
+    """The model's text under a warning, then the passages it was given as possibly related.
+
+    An answer that cites nothing is most often the model saying the passages do
+    not answer the question; the passages still came nearest to it, and are
+    what the asker can check the text against. They are labelled as not cited,
+    never as sources.
+    """
+    head = [*head, _context(messages.UNSUPPORTED_WARNING)]
+    body = split_mrkdwn(_mrkdwn(link_citations(answer.answer, [])))
+    passages = answer.kept[:MAX_RELATED]
+    lines = [_source_line(s, QUOTE_CHARS) for s in passages]
+    shown = (
+        [_section(messages.UNCITED_HEADER), _context(messages.UNCITED_REASON)]
+        + [_section(t) for t in _pack(lines, "")]
+        if lines
+        else []
+    )
+    blocks = _assemble(head, body or [messages.EMPTY_ANSWER], [*shown, *tail])
+    plain = _mrkdwn(inert_links(answer.answer))
+    if passages:
+        plain += f"\n{messages.UNCITED_FALLBACK}\n" + _passages_text(passages)
+    return Rendered(_fit(f"{messages.UNSUPPORTED_WARNING}\n{plain}", FALLBACK_LIMIT), blocks)
 
 
 def _render_refusal(head: list[Block], tail: list[Block]) -> Rendered:
@@ -470,13 +493,17 @@ def _render_passages(
     head = [*head, _section(header), _context(reason)]
     lines = [_source_line(s, EVIDENCE_QUOTE_CHARS) for s in passages]
     blocks = _assemble(head, _pack(lines, ""), tail)
-    plain = "\n".join(
+    return Rendered(_fit(f"{fallback}\n{_passages_text(passages)}", FALLBACK_LIMIT), blocks)
+
+
+def _passages_text(passages: Sequence[SourceRef]) -> str:
+    """Passages as plain notification text: one line each, no links."""
+    return "\n".join(
         f"[{s.n}] {s.document}"
         + (f" › {s.section}" if s.section else "")
         + f": {_shorten(s.quote, QUOTE_CHARS)}"
         for s in passages
     )
-    return Rendered(_fit(f"{fallback}\n{plain}", FALLBACK_LIMIT), blocks)
 
 
 def render_partial(text: str) -> Rendered:
