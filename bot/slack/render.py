@@ -418,6 +418,8 @@ def render_answer(
         return _render_evidence(answer, head, tail)
     if answer.outcome == Outcome.RELATED:
         return _render_related(answer, head, tail)
+    if answer.outcome == Outcome.UNSUPPORTED:
+        return _render_uncited(answer, head, tail)
     return _render_answered(answer, head, tail)
 
 
@@ -431,8 +433,6 @@ def _tail(answer: Answer, ask_a_person: bool) -> list[Block]:
 
 
 def _render_answered(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
-    if answer.outcome == Outcome.UNSUPPORTED:
-        return _render_uncited(answer, head, tail)
     body = split_mrkdwn(_mrkdwn(link_citations(answer.answer, answer.sources)))
     source_lines = [_source_line(s, QUOTE_CHARS) for s in answer.sources]
     sources = (
