@@ -92,6 +92,8 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.start()
     # Load (or rebuild) the search snapshot now rather than on the first question.
     await asyncio.to_thread(services.kb.search_index.open)
+    # A knowledge base from before query maps, or changed by a tool that fits none.
+    await asyncio.to_thread(services.kb.query_adapters.refit_if_due)
     await asyncio.to_thread(load_embedding_model, services.kb)
     await asyncio.to_thread(load_reranker, services.engine)
     follower = asyncio.create_task(

@@ -239,6 +239,11 @@ class Settings(BaseSettings):
         "KB_SENTENCE_WEIGHT",
         "Once a question passes the gate, its passages are ordered with their best sentence's similarity weighted this much beside the passage's own (dense 1, BM25 0.5). 0 turns it off; the gate never uses it.",
     )
+    query_adapter: bool = _setting(
+        True,
+        "KB_QUERY_ADAPTER",
+        "Hybrid search orders its candidates with a query map learnt from the knowledge base's own sentences (refitted when the searchable passages change by a tenth; a few seconds). It never changes what the gate refuses nor any distance shown. false: the model's order.",
+    )
     threshold: float = _setting(
         DEFAULT_THRESHOLD,
         "KB_THRESHOLD",
@@ -496,6 +501,7 @@ class Settings(BaseSettings):
             failed_retention_days=self.failed_retention_days,
             max_pages=self.max_pages,
             max_chunks=self.max_chunks,
+            query_adapter=self.query_adapter,
             embedding_endpoint=self.embedding_endpoint(),
             ocr=OcrConfig(
                 language=self.ocr_language,

@@ -115,6 +115,7 @@ class IndexConfig:
         failed_retention_days: days a failed document (its row and stored
             original) is kept for a retry before it is deleted.
         ocr: how scanned PDF pages are read.
+        query_adapter: fit and apply the knowledge base's query map (``index.query_adapter``).
     """
 
     data_dir: Path = DEFAULT_DATA_DIR
@@ -132,5 +133,6 @@ class IndexConfig:
     max_chunks: int = DEFAULT_MAX_CHUNKS
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
     failed_retention_days: float = DEFAULT_FAILED_RETENTION_DAYS
+    query_adapter: bool = True
     embedding_endpoint: EmbeddingEndpoint = field(default_factory=EmbeddingEndpoint)
     ocr: OcrConfig = field(default_factory=OcrConfig)

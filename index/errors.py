@@ -27,6 +27,7 @@ all of them (a test keeps the list complete)::
     ├── SearchEngineUnavailable      (index.qdrant_index) the search engine cannot be loaded, reached or opened
     ├── FetchFailed                  (index.fetch) a URL refused by the fetch policy or not fetched
     ├── SyncConfigError              (index.sync) a sync source or its config file is malformed
+    ├── QueryAdapterError            (index.query_adapter) a stored query map cannot be read
     ├── StoreMigrationError          (index.pg_migrate) kb migrate-store could not move a knowledge base; nothing committed
     ├── AnswerError                  (core.errors) the answer engine's errors
     │   ├── LLMUnavailable           the model endpoint is missing, refused, timed out or 5xx

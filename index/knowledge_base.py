@@ -42,6 +42,7 @@ from index.extract import EXTRACTOR_VERSION, FOLDER_SUFFIXES, SUPPORTED_SUFFIXES
 from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
 from index.models import AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
+from index.query_adapter import QueryAdapters
 from index.records import AuditEntry, DocumentFacts, DocumentRow, Stamp
 from index.search_index import LocalSearchIndex, SearchIndex, open_search_index
 from index.store import EVERYONE, NewDocument, Store
@@ -145,6 +146,12 @@ class KnowledgeBase:
         stamped = self.store.stamped_dimensions(self.embedder.name)
         if stamped is not None:
             self.embedder.expect_dimensions(stamped)
+        self.query_adapters = QueryAdapters(
+            self.store,
+            embedding_model=self.embedder.name,
+            dimensions=self.embedder.dim,
+            enabled=config.query_adapter,
+        )
         self.search_index: SearchIndex = open_search_index(
             self.store,
             embedding_model=self.embedder.name,
@@ -152,9 +159,15 @@ class KnowledgeBase:
             engine=config.search_engine,
             qdrant_url=config.qdrant_url,
             qdrant_api_key=config.qdrant_api_key,
+            adapters=self.query_adapters,
         )
         self._recover()
         self._purge_failed()
+
+    def refresh_search(self) -> None:
+        """Bring the search index up to the store, then refit the query map if it is due."""
+        self.search_index.sync()
+        self.query_adapters.refit_if_due()
 
     def _recover(self) -> None:
         """Fail the documents whose indexing was interrupted; on a full disk, say so and go on."""
@@ -265,6 +278,7 @@ class KnowledgeBase:
             "pipeline_version": PIPELINE_VERSION,
             "extractor_version": EXTRACTOR_VERSION,
             "index": self.search_index.check(),
+            "query_map": _described(self.query_adapters),
             "read_only": self.store.read_only,
         }
 
@@ -357,7 +371,7 @@ class KnowledgeBase:
                 )
         self._purge_failed()
         if refresh:
-            self.search_index.sync()
+            self.refresh_search()
         row = self.store.document(doc_id)
         if failure is not None and row.state != DocState.FAILED:
             # The failure could not be written (a full disk): say what happened,
@@ -490,7 +504,7 @@ class KnowledgeBase:
                 continue
             row = self.index_document(added.document.id, progress=progress, refresh=False)
             (summary.indexed if row.state == DocState.INDEXED else summary.failed).append(row)
-        self.search_index.sync()
+        self.refresh_search()
         return summary
 
     def retry(self, doc_id: int, *, progress: Progress | None = None) -> DocumentRow:
@@ -516,7 +530,7 @@ class KnowledgeBase:
             self.store.audit(_entry(AuditAction.REMOVE, doc, actor, old=doc))
         self.store.drop_originals_if_unused([doc.sha256])
         if refresh:
-            self.search_index.sync()
+            self.refresh_search()
         return doc
 
     # ------------------------------------------------------------------ versions
@@ -545,7 +559,7 @@ class KnowledgeBase:
             self.store.audit(_entry(AuditAction.APPROVE, doc, actor, new=doc, replaced=replaced))
             pruned = self._prune(doc)
         self.store.drop_originals_if_unused(pruned)
-        self.search_index.sync()
+        self.refresh_search()
         return Published(self.store.document(doc.id), replaced)
 
     def reject(self, doc_id: int, *, actor: str) -> DocumentRow:
@@ -602,7 +616,7 @@ class KnowledgeBase:
             self.store.audit(_entry(AuditAction.RESTORE, doc, actor, new=doc, replaced=replaced))
             pruned = self._prune(doc)
         self.store.drop_originals_if_unused(pruned)
-        self.search_index.sync()
+        self.refresh_search()
         return Published(self.store.document(doc.id), replaced)
 
     def _refuse_second_live_copy(self, doc: DocumentRow, current: DocumentRow | None) -> None:
@@ -683,6 +697,7 @@ class KnowledgeBase:
                     report.documents += 1
                     report.chunks += len(result.chunking.chunks)
             self.search_index.rebuild()
+            self.query_adapters.refit_if_due(force=True)
             report.stale_after = len(self.stale_documents())
             self.store.audit(_reindex_entry(report, actor))
             return report
@@ -798,3 +813,10 @@ def _reindex_entry(report: ReindexReport, actor: str) -> AuditEntry:
             f"{report.documents} documents, {report.chunks} chunks, {len(report.failed)} failed"
         ),
     )
+
+
+def _described(adapters: QueryAdapters) -> dict[str, object] | str:
+    if not adapters.enabled:
+        return "off"
+    adapter = adapters.current()
+    return adapter.describe() if adapter is not None else "none yet"

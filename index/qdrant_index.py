@@ -63,7 +63,16 @@ import numpy as np
 from index.bm25 import DEFAULT_B, DEFAULT_K1
 from index.derived import OnlyScopes
 from index.errors import KBError
-from index.search_index import DEFAULT_DEPTH, FUSION, Candidate, Fusion, Mode, fuse
+from index.query_adapter import QueryAdapters
+from index.search_index import (
+    DEFAULT_DEPTH,
+    FUSION,
+    Candidate,
+    Fusion,
+    Mode,
+    adapted_leg,
+    fuse,
+)
 from index.store import EVERYONE, Store
 from index.tokens import ANALYZER
 
@@ -527,6 +536,7 @@ class QdrantSearchIndex:
         depth: how many candidates each leg contributes before fusion.
         fusion: how the two legs are fused.
         engine: an engine already open (``bench/``); ``url`` names it otherwise.
+        adapters: the knowledge base's query map, applied to the hybrid fusion's dense leg.
     """
 
     def __init__(
@@ -540,8 +550,10 @@ class QdrantSearchIndex:
         depth: int = DEFAULT_DEPTH,
         fusion: Fusion = FUSION,
         engine: QdrantEngine | None = None,
+        adapters: QueryAdapters | None = None,
     ) -> None:
         self.store = store
+        self.adapters = adapters
         self.embedding_model = embedding_model
         self.dimensions = dimensions
         self.url = url
@@ -750,7 +762,12 @@ class QdrantSearchIndex:
             if indices:
                 hits = self.engine.sparse(self.alias, indices, values, visible, depth)
                 sparse = _ranked([(cid, score) for cid, score in hits if score > 0])
-        fused = fuse(dense, sparse, self.fusion)[:k]
+        leg = (
+            adapted_leg(self.adapters, query_vector, dense, sparse, self.distances_for)
+            if mode == Mode.HYBRID
+            else dense
+        )
+        fused = fuse(leg, sparse, self.fusion)[:k]
         distances = dict(dense)
         missing = [cid for cid, _ in fused if cid not in distances]
         if missing:

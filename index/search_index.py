@@ -10,7 +10,7 @@ legs lives here because an engine applies it; ``core.retrieve`` re-exports it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, Protocol
@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from index.derived import DerivedIndexes
+from index.query_adapter import QueryAdapters
 from index.store import Store
 
 # The engines a knowledge base can search with (``open_search_index``).
@@ -129,6 +130,27 @@ def fuse(
     return rrf([[cid for cid, _ in lst] for lst, _ in pairs], fusion.k, [w for _, w in pairs])
 
 
+def adapted_leg(
+    adapters: QueryAdapters | None,
+    query_vector: np.ndarray,
+    dense: Sequence[tuple[int, float]],
+    sparse: Sequence[tuple[int, float]],
+    distances_for: Callable[[np.ndarray, list[int]], dict[int, float]],
+) -> Sequence[tuple[int, float]]:
+    """The dense leg the hybrid fusion uses: ``dense``, or with a query map
+    (``index.query_adapter``) both legs' candidates by their distance to the mapped query.
+
+    Only the fusion's order changes: the caller keeps ``dense`` for every
+    candidate's distance (what the gate judges) and rank.
+    """
+    adapter = adapters.current() if adapters is not None else None
+    if adapter is None or not dense:
+        return dense
+    pool = list(dict.fromkeys([cid for cid, _ in dense] + [cid for cid, _ in sparse]))
+    found = distances_for(adapter.apply(query_vector), pool)
+    return sorted(found.items(), key=lambda kv: kv[1])[: len(dense)]
+
+
 class SearchIndex(Protocol):
     """What any search engine behind the knowledge base offers: queries and their maintenance.
 
@@ -193,14 +215,21 @@ class LocalSearchIndex:
         indexes: the derived indexes of a knowledge base.
         depth: how many candidates each leg contributes before fusion.
         fusion: how the two legs are fused.
+        adapters: the knowledge base's query map, applied to the hybrid fusion's dense leg.
     """
 
     def __init__(
-        self, indexes: DerivedIndexes, *, depth: int = DEFAULT_DEPTH, fusion: Fusion = FUSION
+        self,
+        indexes: DerivedIndexes,
+        *,
+        depth: int = DEFAULT_DEPTH,
+        fusion: Fusion = FUSION,
+        adapters: QueryAdapters | None = None,
     ) -> None:
         self.indexes = indexes
         self.depth = depth
         self.fusion = fusion
+        self.adapters = adapters
 
     def search(
         self,
@@ -225,7 +254,12 @@ class LocalSearchIndex:
         sparse = snap.bm25.search(query_text, depth, allowed) if mode != Mode.DENSE else []
         dense_ids = [cid for cid, _ in dense]
         sparse_ids = [cid for cid, _ in sparse]
-        fused = fuse(dense, sparse, self.fusion)[:k]
+        leg = (
+            adapted_leg(self.adapters, query_vector, dense, sparse, snap.vectors.distances_for)
+            if mode == Mode.HYBRID
+            else dense
+        )
+        fused = fuse(leg, sparse, self.fusion)[:k]
         distances = dict(dense)
         missing = [cid for cid, _ in fused if cid not in distances]
         if missing:
@@ -285,6 +319,7 @@ def open_search_index(
     engine: str = "local",
     qdrant_url: str = "",
     qdrant_api_key: str = "",
+    adapters: QueryAdapters | None = None,
 ) -> SearchIndex:
     """The search index of ``store`` on ``engine`` (one of ``SEARCH_ENGINES``), not yet opened.
 
@@ -295,13 +330,14 @@ def open_search_index(
         engine: ``local`` (FAISS + BM25 files) or ``qdrant`` (``index.qdrant_index``).
         qdrant_url: the Qdrant engine's location (empty: embedded in the data dir).
         qdrant_api_key: its API key.
+        adapters: the knowledge base's query map (``index.query_adapter``); None: none.
 
     Raises:
         ValueError: an engine this product does not have.
     """
     if engine == "local":
         indexes = DerivedIndexes(store, embedding_model=embedding_model, dimensions=dimensions)
-        return LocalSearchIndex(indexes)
+        return LocalSearchIndex(indexes, adapters=adapters)
     if engine == "qdrant":
         from index.qdrant_index import QdrantSearchIndex  # it imports this module
 
@@ -311,6 +347,7 @@ def open_search_index(
             dimensions=dimensions,
             url=qdrant_url,
             api_key=qdrant_api_key,
+            adapters=adapters,
         )
     known = ", ".join(SEARCH_ENGINES)
     raise ValueError(f"Unknown search engine {engine!r}: use one of {known}.")

@@ -694,6 +694,11 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
                 [key, value],
             )
 
+    def delete_meta(self, key: str) -> None:
+        """Remove a value of the meta table (nothing when it was never set)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM meta WHERE key = ?", [key])
+
     def setdefault_meta(self, key: str, value: str) -> str:
         """The value of ``key``, set to ``value`` first if it has none (``dict.setdefault``).
 

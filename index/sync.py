@@ -276,7 +276,7 @@ def sync_sources(
                 reports.append(_Run(kb, source, fetcher, dry_run, progress).sync())
             finally:
                 fetcher.close()
-    kb.search_index.sync()
+    kb.refresh_search()
     return reports
 
 

@@ -71,8 +71,20 @@ def _ids(found: list[Candidate]) -> list[int]:
 def test_top_4_equals_the_local_engine_and_both_legs_match(
     qdrant_kb: KnowledgeBase, embedder: Embedder
 ) -> None:
-    local = _local(qdrant_kb.store, embedder)
-    edge = _qdrant(qdrant_kb.store, embedder, url="edge")
+    # Every engine with the knowledge base's query map, as the knowledge base's own index has it.
+    adapters = qdrant_kb.query_adapters
+    assert adapters.current() is not None
+    local = open_search_index(
+        qdrant_kb.store, embedding_model=embedder.name, dimensions=embedder.dim, adapters=adapters
+    )
+    local.open()
+    edge = QdrantSearchIndex(
+        qdrant_kb.store,
+        embedding_model=embedder.name,
+        dimensions=embedder.dim,
+        url="edge",
+        adapters=adapters,
+    )
     edge.open()
     assert isinstance(qdrant_kb.search_index, QdrantSearchIndex)
     questions = _questions()

@@ -11,32 +11,44 @@ import itertools
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from index.derived import OnlyScopes
 from index.embed import Embedder
 from index.models import Chunk
+from index.query_adapter import META_KEY, STAMP_KEY, QueryAdapter, QueryAdapters
 from index.records import Stamp
 from index.search_index import Mode, SearchIndex, open_search_index
 from index.store import NewDocument, Store
 
-Factory = Callable[[Store, Embedder], SearchIndex]
+Factory = Callable[..., SearchIndex]
 
 
-def _local(store: Store, embedder: Embedder) -> SearchIndex:
+def _local(store: Store, embedder: Embedder, adapters: QueryAdapters | None = None) -> SearchIndex:
     return open_search_index(
-        store, embedding_model=embedder.name, dimensions=embedder.dim, engine="local"
+        store,
+        embedding_model=embedder.name,
+        dimensions=embedder.dim,
+        engine="local",
+        adapters=adapters,
     )
 
 
-def _qdrant(store: Store, embedder: Embedder) -> SearchIndex:
+def _qdrant(store: Store, embedder: Embedder, adapters: QueryAdapters | None = None) -> SearchIndex:
     """Qdrant through qdrant-client's local mode, embedded in the data dir (the empty QDRANT_URL)."""
     return open_search_index(
-        store, embedding_model=embedder.name, dimensions=embedder.dim, engine="qdrant"
+        store,
+        embedding_model=embedder.name,
+        dimensions=embedder.dim,
+        engine="qdrant",
+        adapters=adapters,
     )
 
 
-def _qdrant_edge(store: Store, embedder: Embedder) -> SearchIndex:
+def _qdrant_edge(
+    store: Store, embedder: Embedder, adapters: QueryAdapters | None = None
+) -> SearchIndex:
     """Qdrant's in-process engine (qdrant-edge-py) in the data dir (QDRANT_URL=edge)."""
     return open_search_index(
         store,
@@ -44,6 +56,7 @@ def _qdrant_edge(store: Store, embedder: Embedder) -> SearchIndex:
         dimensions=embedder.dim,
         engine="qdrant",
         qdrant_url="edge",
+        adapters=adapters,
     )
 
 
@@ -96,9 +109,9 @@ def store(index_dir: Path) -> Store:
 
 
 @pytest.fixture(params=sorted(ENGINES))
-def make(request: pytest.FixtureRequest, embedder: Embedder) -> Callable[[Store], SearchIndex]:
+def make(request: pytest.FixtureRequest, embedder: Embedder) -> Callable[..., SearchIndex]:
     factory = ENGINES[request.param]
-    return lambda store: factory(store, embedder)
+    return lambda store, adapters=None: factory(store, embedder, adapters)
 
 
 def _direct(embedder: Embedder, text: str, question: str = QUESTION) -> float:
@@ -108,7 +121,7 @@ def _direct(embedder: Embedder, text: str, question: str = QUESTION) -> float:
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
 def test_a_small_scope_gets_its_full_top_k(
-    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex], mode: str
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex], mode: str
 ) -> None:
     _add(store, embedder, _company_texts(40))
     channel = _add(
@@ -128,7 +141,7 @@ def test_a_small_scope_gets_its_full_top_k(
 
 
 def test_bm25_only_hits_carry_their_dense_distance(
-    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
 ) -> None:
     texts = ["Reimbursement form ERR_42 for expenses.", "Holiday calendar for the office."]
     ids = _add(store, embedder, texts)
@@ -142,7 +155,7 @@ def test_bm25_only_hits_carry_their_dense_distance(
 
 
 def test_a_cutoff_changes_nothing_within_it_and_keeps_the_nearest_miss(
-    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
 ) -> None:
     _add(store, embedder, [*_company_texts(12), "Holiday calendar ERR_42 for the office."])
     index = make(store)
@@ -173,8 +186,48 @@ def test_the_local_engine_skips_bm25_when_nothing_is_within_the_cutoff(
     assert all(c.sparse_rank is None for c in skipped)
 
 
+def _stored_map(store: Store, embedder: Embedder, matrix: np.ndarray) -> QueryAdapters:
+    """A query map written to the store as a fit would, and the cache that reads it."""
+    adapter = QueryAdapter(matrix.astype(np.float32), embedder.name, 13, 100, 1.0)
+    store.set_meta(META_KEY, adapter.to_meta())
+    store.set_meta(STAMP_KEY, adapter.stamp())
+    return QueryAdapters(store, embedding_model=embedder.name, dimensions=embedder.dim)
+
+
+def test_a_query_map_orders_the_hybrid_fusion_and_never_a_distance(
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
+) -> None:
+    texts = [*_company_texts(12), "Holiday calendar for the office."]
+    ids = _add(store, embedder, texts)
+    vector = embedder.encode_query(QUESTION)
+    plain = make(store)
+    plain.open()
+    before = {m: plain.search(vector, QUESTION, None, 5, m) for m in Mode}
+    assert before[Mode.HYBRID][0].chunk_id != ids[-1]
+    # A map sending this question onto the unrelated holiday chunk: only the map can put it first.
+    holiday = embedder.encode([texts[-1]])[0]
+    matrix = 10 * np.outer(holiday, vector) + 0.01 * np.eye(embedder.dim)
+    mapped = make(store, _stored_map(store, embedder, matrix))
+    mapped.open()
+    after = mapped.search(vector, QUESTION, None, 5, Mode.HYBRID)
+    assert after[0].chunk_id == ids[-1]
+    for c in after:  # the gate's distances stay the model's own
+        assert c.distance == pytest.approx(
+            _direct(embedder, texts[ids.index(c.chunk_id)]), abs=1e-5
+        )
+    for mode in (Mode.DENSE, Mode.BM25):  # only the hybrid fusion is mapped
+        again = mapped.search(vector, QUESTION, None, 5, mode)
+        assert [c.chunk_id for c in again] == [c.chunk_id for c in before[mode]]
+        assert [c.distance for c in again] == pytest.approx([c.distance for c in before[mode]])
+    # The map re-scores only what each leg found within the asker's scopes.
+    private = _add(store, embedder, [texts[-1]], scope="C1")  # as close to the map as the first
+    mapped.sync()
+    outside = mapped.search(vector, QUESTION, frozenset({"C2"}), 20, Mode.HYBRID)
+    assert outside and not {c.chunk_id for c in outside} & set(private)
+
+
 def test_distances_for_given_ids(
-    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
 ) -> None:
     texts = ["Expenses are approved by a manager.", "The office opens at nine."]
     ids = _add(store, embedder, texts)
@@ -188,7 +241,7 @@ def test_distances_for_given_ids(
 
 
 def test_sync_follows_add_replace_and_remove(
-    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
 ) -> None:
     index = make(store)
     assert index.open() == store.generation
@@ -209,7 +262,7 @@ def test_sync_follows_add_replace_and_remove(
 
 
 def test_rebuild_from_the_store(
-    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
 ) -> None:
     _add(store, embedder, _company_texts(6))
     index = make(store)
@@ -223,7 +276,7 @@ def test_rebuild_from_the_store(
 
 
 def test_chunks_of_another_model_are_never_returned(
-    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
 ) -> None:
     current = _add(store, embedder, ["The office opens at nine."])
     _add(store, embedder, [QUESTION], model="other/model")  # the exact question, stale
@@ -238,7 +291,7 @@ def test_chunks_of_another_model_are_never_returned(
 
 
 def test_health_reports_the_generation_and_the_lag(
-    store: Store, embedder: Embedder, make: Callable[[Store], SearchIndex]
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
 ) -> None:
     _add(store, embedder, ["Expenses are approved by a manager."])
     index = make(store)

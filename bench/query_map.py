@@ -1,0 +1,104 @@
+"""What the query map (``index.query_adapter``) costs: its fit, and a hybrid search with and without it.
+
+One data dir per size holds synthetic chunks (``bench.query``: real texts,
+then recombined real sentences; real vectors for the first ones, random unit
+vectors past them) with 3 random unit sentence vectors each. Per size:
+
+* the fit (``QueryAdapters.refit_if_due(force=True)``): sample, read, fit, store;
+* ``LocalSearchIndex.search`` in hybrid mode (both legs, fusion, distances),
+  over the bundled questions (both phrasings) and out-of-domain questions, with
+  the map and without it, alternating per question so both see the same machine.
+
+The vectors' values do not change what a fit or a search costs, so the timings
+hold for a real corpus of that size; the map fitted on random sentences is
+meaningless for quality (docs/evaluation.md measures that on real sets).
+
+Run: python -m bench.query_map [--sizes 10000,100000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.machine import describe as machine
+from bench.query import (
+    _vectors,
+    corpus_chunks,
+    ood_questions,
+    pct,
+    sentence_store,
+    synthetic_chunks,
+)
+from evaluation.inputs import DEFAULT_SET, bundled_set, load_questions
+from index.config import IndexConfig
+from index.derived import DerivedIndexes
+from index.embed import Embedder, load_embedder
+from index.query_adapter import QueryAdapters
+from index.search_index import LocalSearchIndex, Mode
+
+
+def questions() -> list[str]:
+    """The bundled set's phrasings and its out-of-domain questions."""
+    paths = bundled_set(DEFAULT_SET)
+    return [t for q in load_questions(paths.questions) for t in q.phrasings()] + ood_questions()
+
+
+def run_size(
+    n: int, real: list[str], real_vecs: np.ndarray, embedder: Embedder, repeat: int
+) -> dict[str, float]:
+    texts, vecs = synthetic_chunks(real, n), _vectors(real_vecs, n)
+    with tempfile.TemporaryDirectory(prefix="kb-bench-map-") as tmp:
+        store, _ = sentence_store(Path(tmp), texts, vecs)
+        adapters = QueryAdapters(store, embedding_model="bench", dimensions=vecs.shape[1])
+        t0 = time.perf_counter()
+        adapter = adapters.refit_if_due(force=True)
+        fit_s = time.perf_counter() - t0
+        assert adapter is not None
+        indexes = DerivedIndexes(store, embedding_model="bench", dimensions=vecs.shape[1])
+        indexes.open()
+        plain = LocalSearchIndex(indexes)
+        mapped = LocalSearchIndex(indexes, adapters=adapters)
+        asked = questions()
+        vectors = [embedder.encode_query(q) for q in asked]
+        times: dict[str, list[float]] = {"without": [], "with": []}
+        for _ in range(repeat):
+            for q, v in zip(asked, vectors, strict=True):
+                for name, index in (("without", plain), ("with", mapped)):
+                    t = time.perf_counter()
+                    index.search(v, q, None, 20, Mode.HYBRID)
+                    times[name].append((time.perf_counter() - t) * 1000)
+        without, with_map = pct(times["without"], 50), pct(times["with"], 50)
+        return {
+            "chunks": n,
+            "sentences": adapter.anchors,
+            "fit s": round(fit_s, 2),
+            "map bytes in meta": len(store.get_meta("query_adapter") or ""),
+            "p50 without ms": round(without, 2),
+            "p50 with ms": round(with_map, 2),
+            "p95 without ms": round(pct(times["without"], 95), 2),
+            "p95 with ms": round(pct(times["with"], 95), 2),
+            "ratio p50": round(with_map / without, 3),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    embedder = load_embedder(IndexConfig())
+    real = corpus_chunks()
+    real_vecs = embedder.encode(real)
+    print(machine())
+    for n in (int(s) for s in args.sizes.split(",")):
+        print(json.dumps(run_size(n, real, real_vecs, embedder, args.repeat)))
+
+
+if __name__ == "__main__":
+    main()
