@@ -78,7 +78,7 @@ def run_size(
             "chunks": n,
             "sentences": adapter.anchors,
             "fit s": round(fit_s, 2),
-            "map bytes in meta": len(store.get_meta("query_adapter") or ""),
+            "map bytes in meta": len(store.get_meta(adapters.map_key) or ""),
             "p50 without ms": round(without, 2),
             "p50 with ms": round(with_map, 2),
             "p95 without ms": round(pct(times["without"], 95), 2),

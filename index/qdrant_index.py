@@ -70,8 +70,8 @@ from index.search_index import (
     Candidate,
     Fusion,
     Mode,
-    adapted_leg,
     fuse,
+    hybrid_fused,
 )
 from index.store import EVERYONE, Store
 from index.tokens import ANALYZER
@@ -762,12 +762,19 @@ class QdrantSearchIndex:
             if indices:
                 hits = self.engine.sparse(self.alias, indices, values, visible, depth)
                 sparse = _ranked([(cid, score) for cid, score in hits if score > 0])
-        leg = (
-            adapted_leg(self.adapters, query_vector, dense, sparse, self.distances_for)
+        fused = (
+            hybrid_fused(
+                dense,
+                sparse,
+                self.fusion,
+                k,
+                adapters=self.adapters,
+                query_vector=query_vector,
+                distances_for=self.distances_for,
+            )
             if mode == Mode.HYBRID
-            else dense
+            else fuse(dense, sparse, self.fusion)[:k]
         )
-        fused = fuse(leg, sparse, self.fusion)[:k]
         distances = dict(dense)
         missing = [cid for cid, _ in fused if cid not in distances]
         if missing:

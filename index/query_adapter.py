@@ -37,14 +37,15 @@ from index.errors import KBError
 from index.sentences import from_blob
 from index.store import Store
 
-__all__ = ["MAX_DIMENSIONS", "QueryAdapter", "QueryAdapters", "fit_matrix"]
+__all__ = ["MAX_DIMENSIONS", "QueryAdapter", "QueryAdapters", "fit_matrix", "meta_keys"]
 
 log = logging.getLogger(__name__)
 
+# One map per model and size (``meta_keys``): a store holding two models' chunks
+# (a migration under way) keeps both maps. Beside each, the stamp (model,
+# dimensions, when fitted) read every RELOAD_SECONDS instead of the map itself;
+# written after the map, so a reader that sees a new stamp reads the new map.
 META_KEY = "query_adapter"
-# Which map is stored (model, dimensions, when fitted): read every RELOAD_SECONDS
-# instead of the map itself; written after the map, so a reader that sees a new
-# stamp reads the new map.
 STAMP_KEY = "query_adapter_stamp"
 # Chunks whose sentences are used, and sentences at most: the fit stays a few
 # seconds whatever the corpus size (a sample of a large corpus teaches as much).
@@ -134,14 +135,16 @@ class QueryAdapter:
                 anchors=int(data["anchors"]),
                 fitted_at=float(data["fitted_at"]),
             )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise QueryAdapterError(f"The stored query map cannot be read: {exc}") from exc
+        except Exception as exc:  # any damage (overflow, nesting, shape) is one refusal
+            raise QueryAdapterError(
+                f"The stored query map cannot be read ({type(exc).__name__}: {exc})."
+            ) from exc
         if not np.isfinite(adapter.matrix).all():
             raise QueryAdapterError("The stored query map holds values that are not numbers.")
         return adapter
 
     def stamp(self) -> str:
-        """What names this map among the ones ever stored (``STAMP_KEY``)."""
+        """What names this map among the ones ever stored (its stamp key's value)."""
         return f"{self.embedding_model}|{self.dimensions}|{self.fitted_at!r}"
 
     def describe(self) -> dict[str, object]:
@@ -247,6 +250,12 @@ def fit(store: Store, embedding_model: str, dimensions: int) -> QueryAdapter | N
     )
 
 
+def meta_keys(embedding_model: str, dimensions: int) -> tuple[str, str]:
+    """The ``meta`` keys of a model's map and of its stamp."""
+    name = f"{embedding_model}:{dimensions}"
+    return f"{META_KEY}:{name}", f"{STAMP_KEY}:{name}"
+
+
 class QueryAdapters:
     """The map of one knowledge base and model: fitted when due, read from the store, cached.
 
@@ -275,6 +284,7 @@ class QueryAdapters:
         self.embedding_model = embedding_model
         self.dimensions = dimensions
         self.enabled = enabled and dimensions <= MAX_DIMENSIONS
+        self.map_key, self.stamp_key = meta_keys(embedding_model, dimensions)
         self._lock = threading.Lock()
         self._adapter: QueryAdapter | None = None
         self._stamp: str | None = None
@@ -293,12 +303,14 @@ class QueryAdapters:
     def _reload(self) -> None:
         self._checked = time.monotonic()
         try:
-            stamp = self.store.get_meta(STAMP_KEY)
+            stamp = self.store.get_meta(self.stamp_key)
             if stamp == self._stamp:
                 return
-            text = self.store.get_meta(META_KEY) if stamp is not None else None
-        except KBError as exc:
-            log.warning("query map not read (%s); the model's order is used", exc)
+            text = self.store.get_meta(self.map_key) if stamp is not None else None
+        except Exception as exc:  # a store that cannot be read now must not fail a search
+            log.warning(
+                "query map not read (%s: %s); the model's order is used", type(exc).__name__, exc
+            )
             return
         self._stamp, self._adapter = stamp, None
         if text is None:
@@ -321,9 +333,13 @@ class QueryAdapters:
             return self.current()
         try:
             return self._refit(force)
-        except (KBError, ValueError, FloatingPointError) as exc:
-            log.warning("query map not fitted (%s); the model's order is used", exc)
-            return None
+        except Exception as exc:  # the write that called this has already succeeded
+            log.warning(
+                "query map not fitted (%s: %s); the previous map or the model's order is used",
+                type(exc).__name__,
+                exc,
+            )
+            return self.current()
 
     def _refit(self, force: bool) -> QueryAdapter | None:
         current = self.current()
@@ -338,8 +354,10 @@ class QueryAdapters:
             if current is not None and count == 0:
                 self._forget()
             return current if count else None
-        self.store.set_meta(META_KEY, adapter.to_meta())
-        self.store.set_meta(STAMP_KEY, adapter.stamp())
+        if not np.isfinite(adapter.matrix).all():
+            raise ValueError("the fit diverged (values that are not numbers)")
+        self.store.set_meta(self.map_key, adapter.to_meta())
+        self.store.set_meta(self.stamp_key, adapter.stamp())
         with self._lock:
             self._checked = float("-inf")
         log.info(
@@ -351,8 +369,8 @@ class QueryAdapters:
         return self.current()
 
     def _forget(self) -> None:
-        self.store.delete_meta(STAMP_KEY)
-        self.store.delete_meta(META_KEY)
+        self.store.delete_meta(self.stamp_key)
+        self.store.delete_meta(self.map_key)
         with self._lock:
             self._checked = float("-inf")
 

@@ -130,25 +130,37 @@ def fuse(
     return rrf([[cid for cid, _ in lst] for lst, _ in pairs], fusion.k, [w for _, w in pairs])
 
 
-def adapted_leg(
-    adapters: QueryAdapters | None,
-    query_vector: np.ndarray,
+def hybrid_fused(
     dense: Sequence[tuple[int, float]],
     sparse: Sequence[tuple[int, float]],
+    fusion: Fusion,
+    k: int,
+    *,
+    adapters: QueryAdapters | None,
+    query_vector: np.ndarray,
     distances_for: Callable[[np.ndarray, list[int]], dict[int, float]],
-) -> Sequence[tuple[int, float]]:
-    """The dense leg the hybrid fusion uses: ``dense``, or with a query map
-    (``index.query_adapter``) both legs' candidates by their distance to the mapped query.
+) -> list[tuple[int, float]]:
+    """The best ``k`` of the hybrid fusion, with the knowledge base's query map if it has one.
 
-    Only the fusion's order changes: the caller keeps ``dense`` for every
-    candidate's distance (what the gate judges) and rank.
+    With a map (``index.query_adapter``), the dense leg the fusion uses is both
+    legs' candidates ordered by their distance to the mapped query. Only the
+    order changes: the caller keeps ``dense`` for every candidate's distance and
+    rank, and the model's nearest chunk always stays among the ``k`` (in the last
+    place if the map would drop it), so the gate refuses exactly what the
+    model's distances refuse.
     """
     adapter = adapters.current() if adapters is not None else None
-    if adapter is None or not dense:
-        return dense
+    if adapter is None or not dense or k <= 0:
+        return fuse(dense, sparse, fusion)[:k]
     pool = list(dict.fromkeys([cid for cid, _ in dense] + [cid for cid, _ in sparse]))
     found = distances_for(adapter.apply(query_vector), pool)
-    return sorted(found.items(), key=lambda kv: kv[1])[: len(dense)]
+    leg = sorted(found.items(), key=lambda kv: kv[1])[: len(dense)]
+    fused = fuse(leg, sparse, fusion)
+    top = fused[:k]
+    nearest = dense[0][0]
+    if all(cid != nearest for cid, _ in top):
+        top = [*top[: k - 1], (nearest, dict(fused).get(nearest, 0.0))]
+    return top
 
 
 class SearchIndex(Protocol):
@@ -254,12 +266,19 @@ class LocalSearchIndex:
         sparse = snap.bm25.search(query_text, depth, allowed) if mode != Mode.DENSE else []
         dense_ids = [cid for cid, _ in dense]
         sparse_ids = [cid for cid, _ in sparse]
-        leg = (
-            adapted_leg(self.adapters, query_vector, dense, sparse, snap.vectors.distances_for)
+        fused = (
+            hybrid_fused(
+                dense,
+                sparse,
+                self.fusion,
+                k,
+                adapters=self.adapters,
+                query_vector=query_vector,
+                distances_for=snap.vectors.distances_for,
+            )
             if mode == Mode.HYBRID
-            else dense
+            else fuse(dense, sparse, self.fusion)[:k]
         )
-        fused = fuse(leg, sparse, self.fusion)[:k]
         distances = dict(dense)
         missing = [cid for cid, _ in fused if cid not in distances]
         if missing:

@@ -15,8 +15,6 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.query_adapter import (
-    META_KEY,
-    STAMP_KEY,
     QueryAdapter,
     QueryAdapterError,
     QueryAdapters,
@@ -69,7 +67,9 @@ def test_a_stored_map_reads_back_and_a_damaged_one_is_refused() -> None:
     assert (back.embedding_model, back.chunks, back.anchors) == ("model-a", 10, 70)
     vector = back.apply(np.array([1.0, 0.0, 0.0]))
     assert np.linalg.norm(vector) == pytest.approx(1.0)
+    overflowing = adapter.to_meta().replace('"chunks": 10', '"chunks": 1e999')
     for damaged in (
+        overflowing,
         "not json",
         '{"dimensions": 3}',
         adapter.to_meta().replace('"matrix": "', '"matrix": "!'),
@@ -147,21 +147,24 @@ def test_the_map_is_refitted_when_the_corpus_changes_by_a_tenth_and_forgotten_wh
     for doc in kb.documents():
         kb.remove(doc.id)
     assert kb.query_adapters.current() is None
-    assert kb.store.get_meta(META_KEY) is None and kb.status()["query_map"] == "none yet"
+    assert (
+        kb.store.get_meta(kb.query_adapters.map_key) is None
+        and kb.status()["query_map"] == "none yet"
+    )
 
 
 def test_a_map_of_another_model_or_a_damaged_map_is_never_applied(
     kb: KnowledgeBase, embedder: Embedder, caplog: pytest.LogCaptureFixture
 ) -> None:
     other = QueryAdapter(np.eye(embedder.dim, dtype=np.float32), "another-model", 19, 71, 9.0)
-    kb.store.set_meta(META_KEY, other.to_meta())
-    kb.store.set_meta(STAMP_KEY, other.stamp())
+    kb.store.set_meta(kb.query_adapters.map_key, other.to_meta())
+    kb.store.set_meta(kb.query_adapters.stamp_key, other.stamp())
     reader = QueryAdapters(
         kb.store, embedding_model=embedder.name, dimensions=embedder.dim, reload_seconds=0
     )
     assert reader.current() is None
-    kb.store.set_meta(META_KEY, "{damaged")
-    kb.store.set_meta(STAMP_KEY, "damaged")
+    kb.store.set_meta(kb.query_adapters.map_key, "{damaged")
+    kb.store.set_meta(kb.query_adapters.stamp_key, "damaged")
     with caplog.at_level(logging.WARNING, logger="index.query_adapter"):
         assert reader.current() is None
     assert "cannot be read" in caplog.text
@@ -171,6 +174,28 @@ def test_a_map_of_another_model_or_a_damaged_map_is_never_applied(
     assert kb.search_index.search(vector, QUESTIONS[0], None, 4, Mode.HYBRID)
     # The next write that is due fits a good map again.
     assert kb.query_adapters.refit_if_due(force=True) is not None
+
+
+def test_a_fit_that_fails_never_fails_the_write_and_keeps_the_previous_map(
+    kb: KnowledgeBase, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = kb.query_adapters.current()
+    assert first is not None
+    # One damaged sentence-vector blob (not a whole number of floats): reading it fails.
+    kb.store.db.execute(
+        "UPDATE chunks SET sentence_vectors = x'00' WHERE id = (SELECT MIN(id) FROM chunks)"
+    )
+    kb.store.db.conn.commit()
+    more = tmp_path / "more"
+    more.mkdir()
+    text = (CORPUS / "kestrel-vpn.md").read_text()
+    (more / "kestrel-vpn-2027.md").write_text(text.replace("Kestrel", "Osprey"))
+    with caplog.at_level(logging.WARNING, logger="index.query_adapter"):
+        summary = kb.ingest_paths([more])  # a third more chunks: a refit is due, and fails
+    assert [d.name for d in summary.indexed] == ["kestrel-vpn-2027.md"]
+    assert "query map not fitted" in caplog.text
+    kept = kb.query_adapters.current()
+    assert kept is not None and kept.stamp() == first.stamp()
 
 
 def test_another_process_sees_a_new_map_once_it_looks_again(
@@ -194,7 +219,7 @@ def test_the_setting_turns_it_off(
     assert config.query_adapter is False
     kb = KnowledgeBase(IndexConfig(data_dir=index_dir, query_adapter=False), embedder=embedder)
     kb.ingest_paths([CORPUS])
-    assert kb.store.get_meta(META_KEY) is None
+    assert kb.store.get_meta(kb.query_adapters.map_key) is None
     assert kb.status()["query_map"] == "off"
 
 
@@ -205,4 +230,6 @@ def test_too_few_sentences_fit_no_map(index_dir: Path, embedder: Embedder, tmp_p
     kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
     kb.ingest_paths([few])
     assert 0 < _sentences_stored(kb) < 64
-    assert kb.query_adapters.current() is None and kb.store.get_meta(META_KEY) is None
+    assert (
+        kb.query_adapters.current() is None and kb.store.get_meta(kb.query_adapters.map_key) is None
+    )

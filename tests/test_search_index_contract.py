@@ -17,7 +17,7 @@ import pytest
 from index.derived import OnlyScopes
 from index.embed import Embedder
 from index.models import Chunk
-from index.query_adapter import META_KEY, STAMP_KEY, QueryAdapter, QueryAdapters
+from index.query_adapter import QueryAdapter, QueryAdapters
 from index.records import Stamp
 from index.search_index import Mode, SearchIndex, open_search_index
 from index.store import NewDocument, Store
@@ -189,9 +189,10 @@ def test_the_local_engine_skips_bm25_when_nothing_is_within_the_cutoff(
 def _stored_map(store: Store, embedder: Embedder, matrix: np.ndarray) -> QueryAdapters:
     """A query map written to the store as a fit would, and the cache that reads it."""
     adapter = QueryAdapter(matrix.astype(np.float32), embedder.name, 13, 100, 1.0)
-    store.set_meta(META_KEY, adapter.to_meta())
-    store.set_meta(STAMP_KEY, adapter.stamp())
-    return QueryAdapters(store, embedding_model=embedder.name, dimensions=embedder.dim)
+    adapters = QueryAdapters(store, embedding_model=embedder.name, dimensions=embedder.dim)
+    store.set_meta(adapters.map_key, adapter.to_meta())
+    store.set_meta(adapters.stamp_key, adapter.stamp())
+    return adapters
 
 
 def test_a_query_map_orders_the_hybrid_fusion_and_never_a_distance(
@@ -219,6 +220,9 @@ def test_a_query_map_orders_the_hybrid_fusion_and_never_a_distance(
         again = mapped.search(vector, QUESTION, None, 5, mode)
         assert [c.chunk_id for c in again] == [c.chunk_id for c in before[mode]]
         assert [c.distance for c in again] == pytest.approx([c.distance for c in before[mode]])
+    # The model's nearest chunk is never dropped: the gate refuses on the model's distances.
+    two = mapped.search(vector, QUESTION, None, 2, Mode.HYBRID)
+    assert {c.chunk_id for c in two} == {ids[-1], before[Mode.DENSE][0].chunk_id}
     # The map re-scores only what each leg found within the asker's scopes.
     private = _add(store, embedder, [texts[-1]], scope="C1")  # as close to the map as the first
     mapped.sync()
