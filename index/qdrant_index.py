@@ -70,8 +70,7 @@ from index.search_index import (
     Candidate,
     Fusion,
     Mode,
-    fuse,
-    hybrid_fused,
+    fused_top,
 )
 from index.store import EVERYONE, Store
 from index.tokens import ANALYZER
@@ -762,18 +761,15 @@ class QdrantSearchIndex:
             if indices:
                 hits = self.engine.sparse(self.alias, indices, values, visible, depth)
                 sparse = _ranked([(cid, score) for cid, score in hits if score > 0])
-        fused = (
-            hybrid_fused(
-                dense,
-                sparse,
-                self.fusion,
-                k,
-                adapters=self.adapters,
-                query_vector=query_vector,
-                distances_for=self.distances_for,
-            )
-            if mode == Mode.HYBRID
-            else fuse(dense, sparse, self.fusion)[:k]
+        fused = fused_top(
+            dense,
+            sparse,
+            self.fusion,
+            k,
+            mode,
+            adapters=self.adapters,
+            query_vector=query_vector,
+            distances_for=self.distances_for,
         )
         distances = dict(dense)
         missing = [cid for cid, _ in fused if cid not in distances]

@@ -215,9 +215,10 @@ def _gradient(
     return np.asarray(d_mapped.T @ anchors)
 
 
-def fit(store: Store, embedding_model: str, dimensions: int) -> QueryAdapter | None:
-    """A map fitted on a seeded sample of the searchable chunks; ``None`` if too few sentences."""
-    ids, _ = store.searchable_chunk_versions(embedding_model, dimensions)
+def fit(
+    store: Store, embedding_model: str, dimensions: int, ids: np.ndarray
+) -> QueryAdapter | None:
+    """A map fitted on a seeded sample of the searchable chunks ``ids``; ``None`` if too few sentences."""
     rng = np.random.default_rng(SEED)
     sample = ids if len(ids) <= MAX_CHUNKS else np.sort(rng.choice(ids, MAX_CHUNKS, replace=False))
     width = 4 * dimensions
@@ -343,11 +344,12 @@ class QueryAdapters:
 
     def _refit(self, force: bool) -> QueryAdapter | None:
         current = self.current()
-        count = len(self.store.searchable_chunk_versions(self.embedding_model, self.dimensions)[0])
+        ids, _ = self.store.searchable_chunk_versions(self.embedding_model, self.dimensions)
+        count = len(ids)
         if not force and current is not None and not _drifted(current.chunks, count):
             return current
         started = time.perf_counter()
-        adapter = fit(self.store, self.embedding_model, self.dimensions)
+        adapter = fit(self.store, self.embedding_model, self.dimensions, ids)
         if adapter is None:
             # Too few sentences left: an earlier map of the same model still
             # maps its queries; an empty knowledge base keeps none.

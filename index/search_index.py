@@ -130,17 +130,18 @@ def fuse(
     return rrf([[cid for cid, _ in lst] for lst, _ in pairs], fusion.k, [w for _, w in pairs])
 
 
-def hybrid_fused(
+def fused_top(
     dense: Sequence[tuple[int, float]],
     sparse: Sequence[tuple[int, float]],
     fusion: Fusion,
     k: int,
+    mode: Mode,
     *,
     adapters: QueryAdapters | None,
     query_vector: np.ndarray,
     distances_for: Callable[[np.ndarray, list[int]], dict[int, float]],
 ) -> list[tuple[int, float]]:
-    """The best ``k`` of the hybrid fusion, with the knowledge base's query map if it has one.
+    """The best ``k`` of the legs' fusion; in hybrid mode with the knowledge base's query map.
 
     With a map (``index.query_adapter``), the dense leg the fusion uses is both
     legs' candidates ordered by their distance to the mapped query. Only the
@@ -149,7 +150,7 @@ def hybrid_fused(
     place if the map would drop it), so the gate refuses exactly what the
     model's distances refuse.
     """
-    adapter = adapters.current() if adapters is not None else None
+    adapter = adapters.current() if adapters is not None and mode == Mode.HYBRID else None
     if adapter is None or not dense or k <= 0:
         return fuse(dense, sparse, fusion)[:k]
     pool = list(dict.fromkeys([cid for cid, _ in dense] + [cid for cid, _ in sparse]))
@@ -266,18 +267,15 @@ class LocalSearchIndex:
         sparse = snap.bm25.search(query_text, depth, allowed) if mode != Mode.DENSE else []
         dense_ids = [cid for cid, _ in dense]
         sparse_ids = [cid for cid, _ in sparse]
-        fused = (
-            hybrid_fused(
-                dense,
-                sparse,
-                self.fusion,
-                k,
-                adapters=self.adapters,
-                query_vector=query_vector,
-                distances_for=snap.vectors.distances_for,
-            )
-            if mode == Mode.HYBRID
-            else fuse(dense, sparse, self.fusion)[:k]
+        fused = fused_top(
+            dense,
+            sparse,
+            self.fusion,
+            k,
+            mode,
+            adapters=self.adapters,
+            query_vector=query_vector,
+            distances_for=snap.vectors.distances_for,
         )
         distances = dict(dense)
         missing = [cid for cid, _ in fused if cid not in distances]
