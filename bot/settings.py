@@ -252,7 +252,7 @@ class Settings(BaseSettings):
     related_threshold: float = _setting(
         DEFAULT_RELATED_THRESHOLD,
         "KB_RELATED_THRESHOLD",
-        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 3 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. At or below KB_THRESHOLD: off. `kb calibrate` proposes it.",
+        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 3 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Beside an answer, up to 3 of its best-ranked passages that were too far to answer from but closer than this are listed the same way (never given to the model). At or below KB_THRESHOLD: off. `kb calibrate` proposes it.",
     )
     openai_base_url: str = _setting(
         "",

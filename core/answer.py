@@ -9,6 +9,8 @@ The invariants this module keeps:
   actually cites are returned, renumbered in order of first appearance;
 * the model is unavailable -> the kept passages are returned as evidence,
   labelled ``grounded=False``, never an exception;
+* the passages beside an answer (``Answer.beside``: ranked among its best but
+  too far to write from) are shown as possibly related, never given to the model;
 * every question is logged with its outcome, kept chunks and timings.
 """
 
@@ -27,7 +29,7 @@ import numpy as np
 from core.citations import resolve_citations
 from core.config import EngineConfig
 from core.errors import LLMUnavailable
-from core.gate import CANDIDATES_PER_KEPT, gate, related
+from core.gate import CANDIDATES_PER_KEPT, beside_answer, gate, related
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
@@ -89,6 +91,9 @@ class Answer:
     model_called: bool
     sources: list[SourceRef] = field(default_factory=list)
     kept: list[SourceRef] = field(default_factory=list)
+    beside: list[SourceRef] = field(default_factory=list)
+    """Possibly related passages shown beside an answer, never given to the model
+    (``core.gate.beside_answer``); numbered on from ``kept``."""
     invalid_citations: list[str] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
     query_id: int | None = None
@@ -97,6 +102,15 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What the gate let through for one question."""
+
+    passages: list[SourceRef]  # given to the model
+    order: list[Candidate]  # every candidate, in the order the passages were chosen in
+    missing: int  # passing chunks SQLite no longer has (the snapshot is behind)
 
 
 @dataclass(frozen=True)
@@ -183,19 +197,21 @@ class Engine:
         candidates = await self._search(vector, query, scopes)
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()
-        kept, missing = await self._keep(query, vector, candidates, timings)
+        kept = await self._keep(query, vector, candidates, timings)
         timings["gate"] = _ms_since(t)
-        if missing and await self._caught_up(seen):
+        if kept.missing and await self._caught_up(seen):
             # The snapshot named chunks another process had just replaced or
             # removed (a reindex, a removal): ask the store as it is now.
             t = time.perf_counter()
             candidates = await self._search(vector, query, scopes)
-            kept, _ = await self._keep(query, vector, candidates, timings)
+            kept = await self._keep(query, vector, candidates, timings)
             timings["refresh"] = _ms_since(t)
-        if not kept:
+        if not kept.passages:
             answer = await self._not_answered(question, candidates)
         else:
-            answer = await self._generate(question, kept, history, on_delta, timings)
+            beside = await self._beside(kept)
+            answer = await self._generate(question, kept.passages, history, on_delta, timings)
+            answer.beside = beside
         timings["total"] = _ms_since(t0)
         answer.timings_ms = timings
         answer.query_id = await asyncio.to_thread(self._log, answer, candidates, scopes, asker)
@@ -218,8 +234,8 @@ class Engine:
         vector: np.ndarray,
         candidates: list[Candidate],
         timings: dict[str, float],
-    ) -> tuple[list[SourceRef], int]:
-        """The passages that pass the gate, and how many of them SQLite no longer has.
+    ) -> _Kept:
+        """What passes the gate: its passages, the candidates' order, and how many SQLite lacks.
 
         The gate decides whether and how many; the candidates' best sentences,
         then a reranker, choose which of the passing candidates those are.
@@ -233,7 +249,22 @@ class Engine:
             timings["sentences"] = _ms_since(t)
         if self.reranker is not None and passed:
             passed = await self._reranked(query, candidates, passed, timings)
-        return await self._source_refs(passed)
+        refs, missing = await self._source_refs(passed)
+        return _Kept(refs, candidates, missing)
+
+    async def _beside(self, kept: _Kept) -> list[SourceRef]:
+        """The passages shown beside an answer written from ``kept``, numbered on from it."""
+        cfg = self.config
+        near = beside_answer(
+            kept.order,
+            threshold=cfg.threshold,
+            related_threshold=cfg.related_threshold,
+            within=cfg.top_k,
+        )
+        if not near:
+            return []
+        shown, _ = await self._source_refs(near, first=len(kept.passages) + 1)
+        return shown
 
     def _gate(self, candidates: Sequence[Candidate]) -> list[Candidate]:
         cfg = self.config
@@ -283,8 +314,11 @@ class Engine:
         finally:
             timings["rerank"] = _ms_since(t)
 
-    async def _source_refs(self, passed: list[Candidate]) -> tuple[list[SourceRef], int]:
-        """Linked passages for ``passed`` (in order), and how many SQLite no longer has."""
+    async def _source_refs(
+        self, passed: list[Candidate], *, first: int = 1
+    ) -> tuple[list[SourceRef], int]:
+        """Linked passages for ``passed`` (in order, numbered from ``first``), and how many
+        SQLite no longer has."""
         rows = await asyncio.to_thread(self.kb.store.chunks_by_id, [c.chunk_id for c in passed])
         found = [c for c in passed if c.chunk_id in rows]
         columns: dict[int, str] = {}
@@ -294,7 +328,7 @@ class Engine:
             )
         kept = [
             self._source_ref(i, c, rows[c.chunk_id], columns.get(c.chunk_id, ""))
-            for i, c in enumerate(found, start=1)
+            for i, c in enumerate(found, start=first)
         ]
         return kept, len(passed) - len(found)
 

@@ -5,7 +5,10 @@ against questions the knowledge base should refuse (``kb eval``), decides
 whether any of it is close enough to answer from. When nothing passes, the
 engine does not call the model: the candidates within a second, looser
 threshold are shown as possibly related passages (``related``), and when none
-is within that either, the answer is "not in the knowledge base".
+is within that either, the answer is "not in the knowledge base". When the
+gate does pass, the candidates ranked among the answer's best that were too far
+to answer from, but within the looser threshold, are shown beside the answer
+the same way (``beside_answer``), never given to the model.
 
 The decision is the best candidate's cosine distance, nothing learned: other
 cheap signals (the margin to the query's typical distance to the corpus, the
@@ -61,3 +64,23 @@ def related(
     possibly related, never given to the model.
     """
     return [c for c in candidates if c.distance <= related_threshold][:limit]
+
+
+def beside_answer(
+    candidates: Sequence[Candidate],
+    *,
+    threshold: float,
+    related_threshold: float,
+    within: int,
+    limit: int = MAX_RELATED,
+) -> list[Candidate]:
+    """The possibly related passages shown beside an answer.
+
+    The candidates among the first ``within`` (in the order the answer's
+    passages are chosen from, before any reranker) that are too far to pass ``threshold`` but within
+    ``related_threshold``: ranked as well as the answer's own passages, only
+    too far to write from, so often the passage the asker needed. The distance
+    alone excludes every passage the answer was written from, and passing ones
+    a reranker left out (a choice, not a distance).
+    """
+    return [c for c in candidates[:within] if threshold < c.distance <= related_threshold][:limit]

@@ -9,7 +9,9 @@ calling a model:
   are shown as possibly related (``core.gate.related``);
 * **hard refused**: neither; the plain "nothing on this";
 * **shown**: the needle reached the asker, among the kept passages of an
-  answer or among the related passages;
+  answer, the passages shown beside it (``core.gate.beside_answer``) or the related
+  passages;
+* **beside**: an answer whose needle only the passages beside it showed;
 * **rescued**: a related outcome that showed the needle (a question the answer
   threshold alone would have refused);
 * for out-of-domain questions, **bluffs** (something passed) and
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from core.gate import gate, related
+from core.gate import beside_answer, gate, related
 from core.retrieve import Candidate
 from evaluation.results import Proportion
 
@@ -88,6 +90,14 @@ class Replay:
         """The passages a fixed ``top_k`` would keep (before the adaptive number)."""
         return gate(cands, threshold=threshold, top_k=self.top_k)
 
+    def beside_answer(
+        self, cands: Sequence[Candidate], threshold: float, related_threshold: float
+    ) -> list[Candidate]:
+        """The passages shown beside an answer, from the candidates in the order it keeps them."""
+        return beside_answer(
+            cands, threshold=threshold, related_threshold=related_threshold, within=self.top_k
+        )
+
     def holds_needle(self, i: int, cands: Sequence[Candidate]) -> bool:
         """Whether in-domain query ``i``'s needle is in one of ``cands``."""
         return self.correct is not None and any(c.chunk_id in self.correct[i] for c in cands)
@@ -97,9 +107,11 @@ class Replay:
         ans: list[bool] = []
         rel: list[bool] = []
         shown: list[bool] = []
+        shown_beside: list[bool] = []
         kept_needle: list[bool] = []
         fixed_needle: list[bool] = []
         kept_n: list[int] = []
+        beside_n: list[int] = []
         fixed_n: list[int] = []
         kept_chars: list[int] = []
         fixed_chars: list[int] = []
@@ -108,13 +120,16 @@ class Replay:
             kept = self.kept(ordered, threshold)
             fixed = self.fixed(ordered, threshold)
             near = [] if kept else related(cands, related_threshold=related_threshold)
+            also = self.beside_answer(ordered, threshold, related_threshold) if kept else []
             ans.append(bool(kept))
             rel.append(bool(near))
             kept_needle.append(self.holds_needle(i, kept))
             fixed_needle.append(self.holds_needle(i, fixed))
-            shown.append(self.holds_needle(i, kept or near))
+            shown_beside.append(not kept_needle[-1] and self.holds_needle(i, also))
+            shown.append(self.holds_needle(i, [*kept, *also, *near]))
             if kept:
                 kept_n.append(len(kept))
+                beside_n.append(len(also))
                 fixed_n.append(len(fixed))
                 kept_chars.append(sum(self.sizes.get(c.chunk_id, 0) for c in kept))
                 fixed_chars.append(sum(self.sizes.get(c.chunk_id, 0) for c in fixed))
@@ -130,9 +145,11 @@ class Replay:
             answered=ans,
             related=rel,
             shown=shown,
+            shown_beside=shown_beside,
             kept_needle=kept_needle,
             fixed_needle=fixed_needle,
             kept_passages=kept_n,
+            beside_passages=beside_n,
             fixed_passages=fixed_n,
             kept_chars=kept_chars,
             fixed_chars=fixed_chars,
@@ -155,9 +172,11 @@ class Outcomes:
     answered: list[bool]
     related: list[bool]
     shown: list[bool]
+    shown_beside: list[bool]
     kept_needle: list[bool]
     fixed_needle: list[bool]
     kept_passages: list[int]
+    beside_passages: list[int]
     fixed_passages: list[int]
     kept_chars: list[int]
     fixed_chars: list[int]
@@ -185,6 +204,7 @@ class Outcomes:
             in_domain |= {
                 "shown": self.shown,
                 "rescued": self.rescued,
+                "beside": self.shown_beside,
                 # What a fixed top_k would have kept: the adaptive number's baseline.
                 "kept_fixed_top_k": self.fixed_needle,
             }
@@ -214,6 +234,8 @@ class Outcomes:
                 ).to_dict(),
                 "mean_passages": _mean(self.kept_passages),
                 "mean_passages_fixed_top_k": _mean(self.fixed_passages),
+                "mean_beside": _mean(self.beside_passages),
+                "answers_with_beside": sum(1 for n in self.beside_passages if n),
                 "mean_chars": _mean(self.kept_chars),
                 "mean_chars_fixed_top_k": _mean(self.fixed_chars),
             },

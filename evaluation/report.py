@@ -223,17 +223,28 @@ def _render_outcomes(result: EvalResult, *, markdown: bool) -> list[str]:
             _share(pick(o.related)),
             _share(pick(o.hard_refused)),
             _share(pick(o.shown)),
+            _share(pick(o.shown_beside)),
             _share(pick(o.rescued)),
         ]
 
-    header = ["in-domain", "answered", "related", "hard refused", "needle shown", "rescued"]
+    header = [
+        "in-domain",
+        "answered",
+        "related",
+        "hard refused",
+        "needle shown",
+        "beside an answer",
+        "rescued",
+    ]
     mean = statistics.fmean
     kept = (
         f"kept passages: needle kept {_share(o.kept_needle)} "
         f"(a fixed top {result.gate.top_k}: {_share(o.fixed_needle)}); per answer, passages "
         f"given to the model {mean(o.kept_passages or [0]):.2f} on average (fixed: "
         f"{mean(o.fixed_passages or [0]):.2f}), {mean(o.kept_chars or [0]):.0f} characters "
-        f"(fixed: {mean(o.fixed_chars or [0]):.0f})"
+        f"(fixed: {mean(o.fixed_chars or [0]):.0f}); passages shown beside an answer "
+        f"{mean(o.beside_passages or [0]):.2f} on average, beside "
+        f"{sum(1 for n in o.beside_passages if n)} of {len(o.beside_passages)} answers"
     )
     sweep_rows = [
         [
@@ -259,7 +270,9 @@ def _render_outcomes(result: EvalResult, *, markdown: bool) -> list[str]:
         f"related passages shown {_share(o.ood_related)}",
         kept,
         "",
-        "Needle shown: among the kept passages of an answer or the related passages. "
+        "Needle shown: among the kept passages of an answer, the passages beside it or the "
+        "related passages. Beside an answer: answers whose needle only the passages shown "
+        "beside them (ranked among the answer's best, too far to write from) showed. "
         "Rescued: related outcomes that showed the needle.",
         "",
         h(f"Related threshold sweep (answer threshold {o.threshold:.3f})"),

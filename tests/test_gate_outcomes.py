@@ -57,6 +57,34 @@ def test_outcomes_replay_the_engines_decision() -> None:
     assert o.per_query()["in_domain"]["kept_fixed_top_k"] == o.fixed_needle
 
 
+def test_an_answers_needle_shown_beside_it_counts_as_shown_and_as_beside() -> None:
+    in_domain = [
+        _cands((1, 0.30), (2, 0.50), (3, 0.55)),  # needle 2 within the answer's top 2, too far
+        _cands((4, 0.30), (5, 0.31), (6, 0.50)),  # needle 6 ranked below the top 2
+        _cands((7, 0.30), (8, 0.65)),  # needle 8 beyond the related threshold
+    ]
+    replay = Replay(in_domain, [], [{2}, {6}, {8}], {}, top_k=2, max_kept=2, margin=0.0)
+    o = replay.outcomes(0.4, 0.6)
+    assert o.answered == [True, True, True] and o.kept_needle == [False, False, False]
+    assert o.shown == [True, False, False]
+    assert o.shown_beside == [True, False, False]
+    assert o.beside_passages == [1, 0, 0]
+    assert o.per_query()["in_domain"]["beside"] == o.shown_beside
+    # With the related threshold at the answer threshold nothing is shown beside.
+    off = replay.outcomes(0.4, 0.4)
+    assert off.shown == [False, False, False] and off.beside_passages == [0, 0, 0]
+
+
+def test_passages_beside_an_answer_follow_the_order_it_keeps_them_in() -> None:
+    fused = _cands((1, 0.30), (2, 0.50), (3, 0.55))
+    kept_order = [fused[0], fused[2], fused[1]]  # its best sentences put 3 before 2
+    replay = Replay(
+        [fused], [], [{2}], {}, top_k=2, max_kept=2, margin=0.0, kept_order=[kept_order]
+    )
+    o = replay.outcomes(0.4, 0.6)
+    assert o.shown == [False] and o.beside_passages == [1]
+
+
 def test_related_sweep_and_the_proposal_rule() -> None:
     replay = _replay()
     rows = related_sweep(replay, 0.4, [0.3, 0.4, 0.5, 0.6, 0.75, 0.85])

@@ -45,7 +45,7 @@ def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: boo
 
 
 def _print_answer(answer: Answer) -> None:
-    from bot.slack.messages import UNCITED_FALLBACK, UNSUPPORTED_WARNING
+    from bot.slack.messages import BESIDE_HEADER, UNCITED_FALLBACK, UNSUPPORTED_WARNING
     from core.answer import Outcome
     from core.gate import MAX_RELATED
 
@@ -56,16 +56,20 @@ def _print_answer(answer: Answer) -> None:
     if answer.outcome == Outcome.UNSUPPORTED and answer.kept:
         click.echo(f"\n{UNCITED_FALLBACK}")
         _print_passages(answer.kept[:MAX_RELATED])
-        return
-    if answer.sources:
-        click.echo("")
-    _print_passages(answer.sources)
+    else:
+        if answer.sources:
+            click.echo("")
+        _print_passages(answer.sources)
+    if answer.beside:
+        click.echo(f"\n{BESIDE_HEADER}")
+        _print_passages(answer.beside, numbered=False)
 
 
-def _print_passages(passages: list[SourceRef]) -> None:
+def _print_passages(passages: list[SourceRef], *, numbered: bool = True) -> None:
     for s in passages:
         where = " › ".join(p for p in (s.section, f"p. {s.page}" if s.page else "") if p)
-        click.echo(f"[{s.n}] {s.document}{' › ' + where if where else ''}  (d={s.distance:.3f})")
+        mark = f"[{s.n}]" if numbered else "-"
+        click.echo(f"{mark} {s.document}{' › ' + where if where else ''}  (d={s.distance:.3f})")
         quote = " ".join(s.quote.split())
         click.echo(f"    {quote[:QUOTE_CHARS]}{'…' if len(quote) > QUOTE_CHARS else ''}")
         click.echo(f"    {s.url}")

@@ -46,6 +46,8 @@ UNCITED_REASON = (
 )
 UNCITED_FALLBACK = "Passages I was given, none of them cited:"
 SOURCES_HEADER = "*Sources*"
+UNNAMED_PASSAGE = "passage"
+BESIDE_HEADER = "Possibly related, not used for this answer (too far from your question):"
 EMPTY_ANSWER = "_The model returned an empty answer._"
 TRUNCATED = "_(The answer was too long for one message and was shortened.)_"
 FEEDBACK_POSITIVE = "Helpful"

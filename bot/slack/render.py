@@ -350,9 +350,16 @@ def parse_feedback_value(value: str) -> tuple[int, int] | None:
 
 
 def _source_heading(s: SourceRef) -> str:
-    parts = [f"<{_safe_url(s.url)}|[{s.n}]>", f"*{_label(s.document)}*"]
-    if s.section:
-        parts.append("› " + _label(s.section))
+    return f"<{_safe_url(s.url)}|[{s.n}]> " + _where(s, bold=True)
+
+
+def _where(s: SourceRef, *, bold: bool = False) -> str:
+    """A passage's document, section and page, escaped: ``Handbook › Expenses · p. 2``."""
+    document = _label(s.document) or messages.UNNAMED_PASSAGE
+    parts = [f"*{document}*" if bold else document]
+    section = _label(s.section)
+    if section:
+        parts.append("› " + section)
     if s.page is not None:
         parts.append(f"· p. {s.page}")
     return " ".join(parts)
@@ -411,7 +418,7 @@ def render_answer(
     the question to people (``KB_ESCALATION_CHANNEL``) to a logged answer.
     """
     head = [_context(note)] if note else []
-    tail = _tail(answer, ask_a_person)
+    tail = [*_beside(answer), *_tail(answer, ask_a_person)]
     if answer.outcome == Outcome.REFUSED:
         return _render_refusal(head, tail)
     if answer.outcome == Outcome.MODEL_UNAVAILABLE:
@@ -421,6 +428,18 @@ def render_answer(
     if answer.outcome == Outcome.UNSUPPORTED:
         return _render_uncited(answer, head, tail)
     return _render_answered(answer, head, tail)
+
+
+def _beside(answer: Answer) -> list[Block]:
+    """The passages shown beside an answer, one link each, labelled as not used for it."""
+    if not answer.beside:
+        return []
+    text = messages.BESIDE_HEADER
+    for s in answer.beside:
+        line = f"\n• <{_safe_url(s.url)}|{_where(s)}>"
+        if len(text) + len(line) <= SECTION_LIMIT:
+            text += line  # a link is never cut: one that does not fit is left out
+    return [_context(text)] if text != messages.BESIDE_HEADER else []
 
 
 def _tail(answer: Answer, ask_a_person: bool) -> list[Block]:

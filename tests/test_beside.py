@@ -1,0 +1,331 @@
+"""Passages beside an answer: ranked among its best, too far to write from, shown as possibly related."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from click.testing import CliRunner
+
+from bot.cli import main
+from bot.slack import messages
+from bot.slack.render import SECTION_LIMIT, render_answer
+from core.answer import Answer, Engine, Outcome, SourceRef, build_engine
+from core.config import EngineConfig, LLMConfig
+from core.gate import CANDIDATES_PER_KEPT, MAX_RELATED, beside_answer
+from core.retrieve import Candidate, LocalBackend, Mode, sentence_order
+from evaluation.outcomes import Replay
+from index.config import IndexConfig
+from index.embed import Embedder
+from index.knowledge_base import KnowledgeBase
+from tests.conftest_bot import IN_DOMAIN, PUBLIC_URL, BotFactory
+from tests.servers import OpenAICompatServer, app_mention_event
+
+SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
+QUESTION = "How do I get reimbursed for a conference ticket?"
+HOSTILE = "<!channel> <@U123> <https://evil.example|click> & <#C1>"
+BESIDE_LINK_RE = re.compile(r"• <(https?://[^|>]+)\|([^>]*)>")
+
+
+def _cands(*distances: float) -> list[Candidate]:
+    return [Candidate(i, d, 1.0 / i) for i, d in enumerate(distances, start=1)]
+
+
+def _ids(cands: list[Candidate]) -> list[int]:
+    return [c.chunk_id for c in cands]
+
+
+# ---------------------------------------------------------------- the rule
+
+
+def test_beside_are_the_answers_top_ranks_too_far_to_write_from() -> None:
+    #             1     2     3     4     5     6     7
+    cands = _cands(0.45, 0.55, 0.65, 0.40, 0.52, 0.30, 0.58)
+
+    def near(related: float, within: int) -> list[int]:
+        return _ids(beside_answer(cands, threshold=0.5, related_threshold=related, within=within))
+
+    # 3 is beyond the related threshold; 5 and 7 are ranked below the answer's top 4.
+    assert near(0.6, 4) == [2]
+    assert near(0.7, 4) == [2, 3]
+    assert near(0.6, 7) == [2, 5, 7]
+    assert near(0.65, 4) == [2, 3]  # the related threshold itself is within
+    assert near(0.5, 7) == []  # related threshold at the answer threshold: off
+
+
+def test_no_passing_passage_is_shown_beside_an_answer() -> None:
+    # Whether the answer was written from 1 and 2 or a reranker chose 2 alone,
+    # a passage that passed is no "too far" pointer.
+    cands = _cands(0.30, 0.35, 0.55)
+    assert _ids(beside_answer(cands, threshold=0.5, related_threshold=0.6, within=4)) == [3]
+    assert _ids(beside_answer(cands, threshold=0.5, related_threshold=0.6, within=2)) == []
+
+
+def test_beside_shows_at_most_the_related_limit() -> None:
+    cands = _cands(0.3, *([0.55] * 10))
+    near = beside_answer(cands, threshold=0.5, related_threshold=0.6, within=11)
+    assert len(near) == MAX_RELATED and _ids(near) == [2, 3, 4]
+
+
+# ---------------------------------------------------------------- the engine
+
+
+@pytest.fixture
+def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    kb.ingest_paths([SAMPLE])
+    return kb
+
+
+def _only_the_best_passes(kb: KnowledgeBase, question: str) -> dict[str, float]:
+    """Thresholds that pass the closest candidate alone and relate every other one."""
+    vector = kb.embedder.encode_query(question)
+    found = LocalBackend(kb.indexes).search(vector, question, None, 20, Mode.HYBRID)
+    best, second = sorted(c.distance for c in found)[:2]
+    assert second - best > 1e-3, "the sample's two closest passages tie"
+    return {"threshold": round(best + 5e-4, 5), "related_threshold": 1.5}
+
+
+@pytest.fixture
+async def engine_for(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer
+) -> AsyncIterator[Callable[..., Engine]]:
+    opened: list[Engine] = []
+
+    def build(**kw: Any) -> Engine:
+        config = EngineConfig(
+            llm=LLMConfig(base_url=openai_server.url, max_retries=0, timeout=2.0),
+            link_base_url="https://kb.example.com",
+            **kw,
+        )
+        opened.append(build_engine(config, kb))
+        return opened[-1]
+
+    yield build
+    for engine in opened:
+        await engine.aclose()
+
+
+async def test_an_answer_shows_the_close_passages_it_could_not_use_and_never_gives_them_to_the_model(
+    kb: KnowledgeBase, engine_for: Callable[..., Engine], openai_server: OpenAICompatServer
+) -> None:
+    engine = engine_for(**_only_the_best_passes(kb, QUESTION))
+    answer = await engine.ask(QUESTION)
+
+    assert answer.outcome == Outcome.ANSWERED and len(answer.kept) == 1
+    assert 1 <= len(answer.beside) <= MAX_RELATED
+    assert {s.chunk_id for s in answer.beside}.isdisjoint(s.chunk_id for s in answer.kept)
+    assert all(engine.config.threshold < s.distance for s in answer.beside)
+    for s in answer.beside:
+        assert s.url.startswith("https://kb.example.com/d/") and "#char=" in s.url
+    (request,) = openai_server.requests
+    prompt = json.dumps(request["messages"], ensure_ascii=False)
+    assert answer.kept[0].quote[:60] in prompt.replace("\\n", "\n")
+    for s in answer.beside:
+        assert s.quote[:60] not in prompt.replace("\\n", "\n")
+
+
+async def test_with_the_related_threshold_off_nothing_is_shown_beside(
+    kb: KnowledgeBase, engine_for: Callable[..., Engine]
+) -> None:
+    threshold = _only_the_best_passes(kb, QUESTION)["threshold"]
+    answer = await engine_for(threshold=threshold, related_threshold=threshold).ask(QUESTION)
+    assert answer.outcome == Outcome.ANSWERED and answer.beside == []
+
+
+async def test_evidence_without_a_model_also_shows_the_passages_beside(
+    kb: KnowledgeBase, openai_server: OpenAICompatServer
+) -> None:
+    config = EngineConfig(
+        link_base_url="https://kb.example.com", **_only_the_best_passes(kb, QUESTION)
+    )
+    engine = build_engine(config, kb)
+    try:
+        answer = await engine.ask(QUESTION)
+    finally:
+        await engine.aclose()
+    assert answer.outcome == Outcome.MODEL_UNAVAILABLE and answer.beside
+    assert openai_server.requests == []
+
+
+PARITY_QUESTIONS = (
+    QUESTION,
+    "What do I do when the pager fires twice?",
+    "How do I connect to the VPN from home?",
+    "Who approves a production deploy on Friday?",
+)
+
+
+async def test_kb_eval_replays_exactly_what_the_engine_shows_beside(
+    kb: KnowledgeBase, engine_for: Callable[..., Engine]
+) -> None:
+    """The replay behind `kb eval`'s "needle shown" against the engine, on the same candidates.
+
+    A small top_k and several thresholds per question, so that the answer's
+    order (its best sentences) and its first top_k decide what is shown.
+    """
+    shown = 0
+    for question in PARITY_QUESTIONS:
+        vector = kb.embedder.encode_query(question)
+        cands = kb.search_index.search(vector, question, None, 2 * CANDIDATES_PER_KEPT, Mode.HYBRID)
+        best = min(c.distance for c in cands)
+        for step in (0.005, 0.02, 0.05):
+            engine = engine_for(
+                threshold=best + step, related_threshold=best + step + 0.15, top_k=2
+            )
+            cfg = engine.config
+            answer = await engine.ask(question)
+            ids = [c.chunk_id for c in cands]
+            ordered = sentence_order(
+                cands, vector, kb.store.sentence_vectors(ids), cfg.sentence_weight
+            )
+            replay = Replay(
+                [cands],
+                [],
+                [set()],
+                {},
+                top_k=2,
+                max_kept=cfg.max_kept,
+                margin=cfg.keep_margin,
+                kept_order=[ordered],
+            )
+            assert replay.outcomes(cfg.threshold, cfg.related_threshold).answered == [True]
+            expected = _ids(replay.beside_answer(ordered, cfg.threshold, cfg.related_threshold))
+            assert [s.chunk_id for s in answer.beside] == expected, (question, step)
+            assert [s.n for s in answer.beside] == [
+                len(answer.kept) + i for i in range(1, len(expected) + 1)
+            ]
+            shown += bool(expected)
+    assert shown >= 3  # the comparison is not between empty lists
+
+
+def test_kb_ask_prints_the_passages_beside_unnumbered_and_json_carries_them(
+    kb: KnowledgeBase,
+) -> None:
+    thresholds = _only_the_best_passes(kb, QUESTION)
+    env = {
+        "KB_THRESHOLD": str(thresholds["threshold"]),
+        "KB_RELATED_THRESHOLD": str(thresholds["related_threshold"]),
+    }
+    args = ["--data-dir", str(kb.config.data_dir), "ask", QUESTION]
+    result = CliRunner().invoke(main, [*args, "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["beside"] and all(s["url"] and s["quote"] for s in data["beside"])
+    beside_ids = {s["chunk_id"] for s in data["beside"]}
+    assert beside_ids.isdisjoint(s["chunk_id"] for s in data["kept"])
+
+    plain = CliRunner().invoke(main, args, env=env)
+    assert plain.exit_code == 0, plain.output
+    _, below = plain.stdout.split(messages.BESIDE_HEADER)
+    listed = [line for line in below.splitlines() if line and not line.startswith(" ")]
+    assert len(listed) == len(data["beside"]) and all(line.startswith("- ") for line in listed)
+
+
+# ---------------------------------------------------------------- Slack
+
+
+def _passage(n: int, document: str = "Handbook", section: str = "Expenses") -> SourceRef:
+    quote = "Submit claims within 30 days."
+    return SourceRef(
+        n=n,
+        chunk_id=10 + n,
+        document_id=n,
+        document=document,
+        section=section,
+        page=None,
+        start=0,
+        end=len(quote),
+        url=f"https://kb.example/d/{n}?t=tok-{n}#char=0,10",
+        quote=quote,
+        distance=0.55,
+    )
+
+
+def _answered(beside: list[SourceRef], outcome: Outcome = Outcome.ANSWERED) -> Answer:
+    return Answer(
+        question="q",
+        outcome=outcome,
+        answer="Within 30 days [1].",
+        grounded=outcome == Outcome.ANSWERED,
+        model_called=True,
+        sources=[_passage(1)],
+        kept=[_passage(1)],
+        beside=beside,
+    )
+
+
+@pytest.mark.parametrize(
+    "outcome", [Outcome.ANSWERED, Outcome.UNSUPPORTED, Outcome.MODEL_UNAVAILABLE]
+)
+def test_slack_lists_the_passages_beside_an_answer_under_their_own_label(outcome: Outcome) -> None:
+    rendered = render_answer(_answered([_passage(2), _passage(3)], outcome))
+    (block,) = [b for b in rendered.blocks if messages.BESIDE_HEADER in json.dumps(b)]
+    assert block["type"] == "context"
+    found = BESIDE_LINK_RE.findall(block["elements"][0]["text"])
+    assert [url for url, _ in found] == [_passage(2).url, _passage(3).url]
+    # Numbers belong to the answer's citations; these are unnumbered.
+    assert all("[" not in label for _, label in found)
+    assert messages.BESIDE_HEADER not in json.dumps(render_answer(_answered([])).blocks)
+
+
+def test_hostile_names_beside_an_answer_stay_inert() -> None:
+    rendered = render_answer(_answered([_passage(2, document=HOSTILE, section=HOSTILE)]))
+    text = json.dumps(rendered.blocks)
+    for token in ("<!channel>", "<@U123>", "<https://evil.example", "<#C1>"):
+        assert token not in text
+    assert "&lt;!channel&gt;" in text
+
+
+def test_long_names_beside_an_answer_drop_a_link_rather_than_cut_one() -> None:
+    # Names are cut to a display length, but "<" escapes to four characters.
+    long = "<" * 1400
+    passages = [_passage(n, document=long, section=long) for n in (2, 3, 4)]
+    rendered = render_answer(_answered(passages))
+    (block,) = [b for b in rendered.blocks if messages.BESIDE_HEADER in json.dumps(b)]
+    text = block["elements"][0]["text"]
+    assert len(text) <= SECTION_LIMIT
+    found = BESIDE_LINK_RE.findall(text)
+    assert 1 <= len(found) < len(passages)
+    assert [url for url, _ in found] == [p.url for p in passages[: len(found)]]
+    assert text.count("• <") == len(found)  # no link left open
+
+
+def test_a_link_too_long_for_slack_is_left_out_and_the_next_still_shown() -> None:
+    too_long = replace(_passage(3), url="https://kb.example/d/3?t=" + "a" * SECTION_LIMIT)
+    rendered = render_answer(_answered([_passage(2), too_long, _passage(4)]))
+    (block,) = [b for b in rendered.blocks if messages.BESIDE_HEADER in json.dumps(b)]
+    found = BESIDE_LINK_RE.findall(block["elements"][0]["text"])
+    assert [url for url, _ in found] == [_passage(2).url, _passage(4).url]
+
+
+async def test_slack_answer_links_the_passages_beside_it_to_the_viewer(
+    make_bot: BotFactory, fixture_data_dir: Path, embedder: Embedder
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=fixture_data_dir), embedder=embedder)
+    try:
+        thresholds = _only_the_best_passes(kb, IN_DOMAIN)
+    finally:
+        kb.store.db.conn.close()
+    bot = await make_bot(**thresholds)
+
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+
+    (request,) = bot.llm.requests
+    user = request["messages"][-1]["content"]
+    assert re.findall(r"^\[(\d+)\] ", user, re.M) == ["1"]  # one passage passed: one source
+    (block,) = [b for b in answer["blocks"] if messages.BESIDE_HEADER in json.dumps(b)]
+    found = BESIDE_LINK_RE.findall(block["elements"][0]["text"])
+    assert 1 <= len(found) <= MAX_RELATED
+    for url, _ in found:
+        assert url.startswith(PUBLIC_URL + "/d/")
+        parts = urlsplit(url)
+        page = await bot.http.get(f"{parts.path}?{parts.query}")
+        assert page.status == 200
