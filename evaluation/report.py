@@ -109,6 +109,12 @@ def _tests_rows(tests: Sequence[PairedTest]) -> list[list[str]]:
     ]
 
 
+def _query_map(status: dict[str, object] | str) -> str:
+    if isinstance(status, str):
+        return status
+    return f"fitted on {status['sentences']} sentences of {status['chunks']} chunks"
+
+
 def render(result: EvalResult, *, markdown: bool = False, recommended: float | None = None) -> str:
     """The whole evaluation as text tables (or Markdown when ``markdown``)."""
     h = (lambda s: f"### {s}") if markdown else (lambda s: f"== {s}")
@@ -122,6 +128,7 @@ def render(result: EvalResult, *, markdown: bool = False, recommended: float | N
         f"{len(result.ood_questions)} out-of-domain questions",
         f"- embedding model {result.embedding_model}, window {p.window} word-pieces; "
         f"indexing {p.index_seconds:.1f} s, one search (3 modes) {p.query_ms:.1f} ms",
+        f"- query map (`KB_QUERY_ADAPTER`): {_query_map(result.query_map)}",
         "",
     ]
     if p.failed_documents:

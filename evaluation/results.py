@@ -422,6 +422,7 @@ class EvalResult:
     embedding_model: str
     chunk_budget: int
     product: StrategyResult
+    query_map: dict[str, object] | str
     mode_tests: list[PairedTest]
     gate: GateAnalysis
     strategies: dict[str, StrategyResult] = field(default_factory=dict)
@@ -461,6 +462,7 @@ class EvalResult:
         return {
             "corpus": self.corpus,
             "embedding_model": self.embedding_model,
+            "query_map": self.query_map,
             "chunk_budget": self.chunk_budget,
             "questions": len(self.questions),
             "queries": self.n_queries,

@@ -471,6 +471,7 @@ def evaluate(
             progress=progress,
         )
         kept = _measure_kept(kb, queries, correct, engine, current, on_stage)
+        query_map = kb.query_adapters.status()
     compared = _compare_strategies(
         corpus_dir, names, product, questions, queries, embedder, index, progress, on_stage
     )
@@ -481,6 +482,7 @@ def evaluate(
         embedding_model=embedder.name,
         chunk_budget=index.chunk_budget,
         product=product,
+        query_map=query_map,
         mode_tests=_mode_tests(product),
         gate=gate_result,
         strategies=compared,

@@ -278,7 +278,7 @@ class KnowledgeBase:
             "pipeline_version": PIPELINE_VERSION,
             "extractor_version": EXTRACTOR_VERSION,
             "index": self.search_index.check(),
-            "query_map": _described(self.query_adapters),
+            "query_map": self.query_adapters.status(),
             "read_only": self.store.read_only,
         }
 
@@ -813,10 +813,3 @@ def _reindex_entry(report: ReindexReport, actor: str) -> AuditEntry:
             f"{report.documents} documents, {report.chunks} chunks, {len(report.failed)} failed"
         ),
     )
-
-
-def _described(adapters: QueryAdapters) -> dict[str, object] | str:
-    if not adapters.enabled:
-        return "off"
-    adapter = adapters.current()
-    return adapter.describe() if adapter is not None else "none yet"

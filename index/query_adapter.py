@@ -292,6 +292,13 @@ class QueryAdapters:
         self._checked = float("-inf")
         self.reload_seconds = reload_seconds
 
+    def status(self) -> dict[str, object] | str:
+        """What ``kb status`` and ``kb eval`` show: ``"off"``, ``"none yet"`` or the map in use."""
+        if not self.enabled:
+            return "off"
+        adapter = self.current()
+        return adapter.describe() if adapter is not None else "none yet"
+
     def current(self) -> QueryAdapter | None:
         """The map to apply now, or ``None`` (none fitted, disabled, another model's, unreadable)."""
         if not self.enabled:

@@ -136,11 +136,12 @@ def test_eval_counts_every_outcome_at_the_configured_thresholds(run: dict[str, A
     assert cur["related"]["k"] > 0 and cur["answered"]["k"] > 0  # the thresholds split the set
     assert cur["ood_related"]["k"] == sum(THRESHOLD < d <= RELATED for d in ood_best)
     assert cur["bluffs"]["k"] == sum(d <= THRESHOLD for d in ood_best)
-    # Shown: an answer's kept needle or a rescue, never more than both.
+    # Shown: an answer's kept needle, one beside it, or a rescue; each query one way at most.
     per = gate["per_query"]["in_domain"]
-    assert cur["shown"]["k"] == cur["answerable"]["k"] + cur["rescued"]["k"]
+    assert cur["shown"]["k"] == cur["answerable"]["k"] + cur["beside"]["k"] + cur["rescued"]["k"]
     for i in range(n):
         assert per["rescued"][i] <= per["related"][i] and per["rescued"][i] <= per["shown"][i]
+        assert per["beside"][i] <= per["answered"][i] and per["beside"][i] <= per["shown"][i]
     assert len(gate["per_query"]["ood"]["ood_related"]) == run["data"]["ood_questions"]
 
 
@@ -179,3 +180,15 @@ def test_calibrate_proposes_and_writes_both_thresholds(tmp_path: Path) -> None:
         f"KB_THRESHOLD={threshold:g}",
         f"KB_RELATED_THRESHOLD={related:g}",
     ]
+
+
+def test_eval_says_whether_a_query_map_ordered_the_candidates(run: dict[str, Any]) -> None:
+    status = run["data"]["query_map"]
+    assert status == "none yet" or set(status) == {
+        "embedding_model",
+        "chunks",
+        "sentences",
+        "fitted_at",
+    }
+    shown = status if isinstance(status, str) else f"fitted on {status['sentences']} sentences"
+    assert f"query map (`KB_QUERY_ADAPTER`): {shown}" in run["report"]
