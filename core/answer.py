@@ -471,6 +471,7 @@ class Engine:
             thread_id=asker.thread_id,
             answer=answer.answer,
             nearest=_nearest(candidates),
+            beside=[(s.chunk_id, s.distance) for s in answer.beside],
         )
         try:
             return self.kb.store.log_query(record)

@@ -117,6 +117,8 @@ class QueryRecord:
         thread_id: the conversation thread the question was asked in.
         nearest: ``(chunk id, distance)`` of the closest passage retrieved,
             whatever the outcome (a refusal's near miss, for the knowledge gaps).
+        beside: ``(chunk id, distance)`` of each possibly related passage an
+            answer listed beside its sources (never given to the model).
     """
 
     question: str
@@ -133,6 +135,7 @@ class QueryRecord:
     thread_id: str | None = None
     answer: str | None = None
     nearest: tuple[int, float] | None = None
+    beside: Sequence[tuple[int, float]] = ()
 
     def to_row(self) -> dict[str, Any]:
         """The columns' values (lists and mappings as JSON)."""
@@ -151,6 +154,7 @@ class QueryRecord:
             "thread_id": self.thread_id,
             "answer": self.answer,
             "nearest": json.dumps(list(self.nearest)) if self.nearest else None,
+            "beside": json.dumps([list(b) for b in self.beside]) if self.beside else None,
         }
 
     @classmethod
@@ -171,6 +175,7 @@ class QueryRecord:
             thread_id=row["thread_id"],
             answer=row["answer"],
             nearest=_pair(row["nearest"]),
+            beside=tuple((int(c), float(d)) for c, d in json.loads(row["beside"] or "[]")),
         )
 
 

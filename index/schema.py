@@ -232,6 +232,13 @@ def _sentence_vectors(db: Database) -> None:
     db.execute("ALTER TABLE chunks ADD COLUMN sentence_vectors BLOB")
 
 
+@MIGRATIONS(name="0011_query_log_beside")
+def _query_log_beside(db: Database) -> None:
+    # The possibly related passages an answer listed beside its sources
+    # (core.gate.beside_answer): what the asker was shown, not what the model read.
+    db.execute("ALTER TABLE query_log ADD COLUMN beside TEXT")
+
+
 def _dialect(db: Database) -> str:
     # A migration runs on sqlite-utils' Database, or on index.database's Postgres connection.
     return "sqlite" if isinstance(db, Database) else "postgresql"

@@ -130,6 +130,10 @@ async def test_an_answer_shows_the_close_passages_it_could_not_use_and_never_giv
     for s in answer.beside:
         assert s.quote[:60] not in prompt.replace("\\n", "\n")
 
+    row = kb.store.query(answer.query_id or 0)
+    assert list(row.beside) == [(s.chunk_id, s.distance) for s in answer.beside]
+    assert [cid for cid, _ in row.kept] == [s.chunk_id for s in answer.kept]
+
 
 async def test_with_the_related_threshold_off_nothing_is_shown_beside(
     kb: KnowledgeBase, engine_for: Callable[..., Engine]

@@ -59,6 +59,7 @@ MIGRATION_NAMES = [
     "0008_escalations",
     "0009_query_log_nearest",
     "0010_sentence_vectors",
+    "0011_query_log_beside",
 ]
 
 
