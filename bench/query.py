@@ -17,8 +17,9 @@ refusal path: embed, both legs, fusion, gate, nothing kept):
 and, up to 10k chunks, what an *answered* question adds after the gate: its 20
 candidates' sentence vectors read from SQLite and their order
 (``Store.sentence_vectors`` + ``core.retrieve.sentence_order``; random unit
-sentence vectors, 3 per chunk, in a real data dir). The refusal path never
-runs it.
+sentence vectors, 3 per chunk, in a real data dir), and the rows of three
+passages listed beside the answer (``core.gate.beside_answer``'s worst case).
+The refusal path never runs either.
 
 Run: python -m bench.query [--sizes 1000,10000,100000] [--repeat 3]
 
@@ -175,6 +176,7 @@ def run_size(
             "ref: faiss alone",
             "ref: rank-bm25 get_scores",
             "answered: sentence order",
+            "answered: 3 passages beside",
         )
     }
     tmp = tempfile.TemporaryDirectory(prefix="kb-bench-query-")
@@ -212,8 +214,12 @@ def run_size(
                 pool = [Candidate(store_ids[c], dist[c], s) for c, s in fused]
                 t8 = time.perf_counter()
                 found = store.sentence_vectors([c.chunk_id for c in pool])
-                sentence_order(pool, v, found, 0.5)
+                ordered = sentence_order(pool, v, found, 0.5)
                 times["answered: sentence order"].append((time.perf_counter() - t8) * 1000)
+                # The worst case: three of the answer's first four are listed beside it.
+                t9 = time.perf_counter()
+                store.chunks_by_id([c.chunk_id for c in ordered[1:4]])
+                times["answered: 3 passages beside"].append((time.perf_counter() - t9) * 1000)
             for key, a, b in (
                 ("embed", t0, t1),
                 ("dense", t1, t2),
