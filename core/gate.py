@@ -77,10 +77,10 @@ def beside_answer(
     """The possibly related passages shown beside an answer.
 
     The candidates among the first ``within`` (in the order the answer's
-    passages are chosen from, before any reranker) that are too far to pass ``threshold`` but within
-    ``related_threshold``: ranked as well as the answer's own passages, only
-    too far to write from, so often the passage the asker needed. The distance
-    alone excludes every passage the answer was written from, and passing ones
-    a reranker left out (a choice, not a distance).
+    passages are chosen from, before any reranker) that are too far to pass
+    ``threshold`` but within ``related_threshold``: ranked as well as the
+    answer's own passages, only too far to write from, so often the passage the
+    asker needed. The distance alone excludes every passage the answer was
+    written from, and passing ones a reranker left out (a choice, not a distance).
     """
     return [c for c in candidates[:within] if threshold < c.distance <= related_threshold][:limit]
