@@ -70,7 +70,7 @@ from index.search_index import (
     Candidate,
     Fusion,
     Mode,
-    fused_top,
+    fused_candidates,
 )
 from index.store import EVERYONE, Store
 from index.tokens import ANALYZER
@@ -761,7 +761,7 @@ class QdrantSearchIndex:
             if indices:
                 hits = self.engine.sparse(self.alias, indices, values, visible, depth)
                 sparse = _ranked([(cid, score) for cid, score in hits if score > 0])
-        fused = fused_top(
+        return fused_candidates(
             dense,
             sparse,
             self.fusion,
@@ -771,16 +771,6 @@ class QdrantSearchIndex:
             query_vector=query_vector,
             distances_for=self.distances_for,
         )
-        distances = dict(dense)
-        missing = [cid for cid, _ in fused if cid not in distances]
-        if missing:
-            distances.update(self.distances_for(query_vector, missing))
-        dense_rank = {cid: i for i, (cid, _) in enumerate(dense, start=1)}
-        sparse_rank = {cid: i for i, (cid, _) in enumerate(sparse, start=1)}
-        return [
-            Candidate(cid, distances[cid], score, dense_rank.get(cid), sparse_rank.get(cid))
-            for cid, score in fused
-        ]
 
     @_engine_call
     def distances_for(self, query_vector: np.ndarray, chunk_ids: Sequence[int]) -> dict[int, float]:

@@ -130,7 +130,10 @@ def fuse(
     return rrf([[cid for cid, _ in lst] for lst, _ in pairs], fusion.k, [w for _, w in pairs])
 
 
-def fused_top(
+DistancesFor = Callable[[np.ndarray, list[int]], dict[int, float]]
+
+
+def fused_candidates(
     dense: Sequence[tuple[int, float]],
     sparse: Sequence[tuple[int, float]],
     fusion: Fusion,
@@ -139,7 +142,53 @@ def fused_top(
     *,
     adapters: QueryAdapters | None,
     query_vector: np.ndarray,
-    distances_for: Callable[[np.ndarray, list[int]], dict[int, float]],
+    distances_for: DistancesFor,
+) -> list[Candidate]:
+    """The best ``k`` of the legs' fusion as candidates, each with its distance and leg ranks.
+
+    Every engine's search ends here once its two legs have run: ``dense`` holds
+    the dense leg's ``(chunk id, distance)``, nearest first, ``sparse`` BM25's
+    ``(chunk id, score)``, best first; ``distances_for`` gives the distance of a
+    chunk only BM25 found.
+    """
+    fused = _fused_top(
+        dense,
+        sparse,
+        fusion,
+        k,
+        mode,
+        adapters=adapters,
+        query_vector=query_vector,
+        distances_for=distances_for,
+    )
+    distances = dict(dense)
+    missing = [cid for cid, _ in fused if cid not in distances]
+    if missing:
+        distances.update(distances_for(query_vector, missing))
+    dense_rank = {cid: i for i, (cid, _) in enumerate(dense, start=1)}
+    sparse_rank = {cid: i for i, (cid, _) in enumerate(sparse, start=1)}
+    return [
+        Candidate(
+            chunk_id=cid,
+            distance=float(distances[cid]),
+            score=score,
+            dense_rank=dense_rank.get(cid),
+            sparse_rank=sparse_rank.get(cid),
+        )
+        for cid, score in fused
+    ]
+
+
+def _fused_top(
+    dense: Sequence[tuple[int, float]],
+    sparse: Sequence[tuple[int, float]],
+    fusion: Fusion,
+    k: int,
+    mode: Mode,
+    *,
+    adapters: QueryAdapters | None,
+    query_vector: np.ndarray,
+    distances_for: DistancesFor,
 ) -> list[tuple[int, float]]:
     """The best ``k`` of the legs' fusion; in hybrid mode with the knowledge base's query map.
 
@@ -265,9 +314,7 @@ class LocalSearchIndex:
         if cutoff is not None and mode == Mode.HYBRID and not _within(dense, cutoff):
             mode = Mode.DENSE
         sparse = snap.bm25.search(query_text, depth, allowed) if mode != Mode.DENSE else []
-        dense_ids = [cid for cid, _ in dense]
-        sparse_ids = [cid for cid, _ in sparse]
-        fused = fused_top(
+        return fused_candidates(
             dense,
             sparse,
             self.fusion,
@@ -277,22 +324,6 @@ class LocalSearchIndex:
             query_vector=query_vector,
             distances_for=snap.vectors.distances_for,
         )
-        distances = dict(dense)
-        missing = [cid for cid, _ in fused if cid not in distances]
-        if missing:
-            distances.update(snap.vectors.distances_for(query_vector, missing))
-        dense_rank = {cid: i for i, cid in enumerate(dense_ids, start=1)}
-        sparse_rank = {cid: i for i, cid in enumerate(sparse_ids, start=1)}
-        return [
-            Candidate(
-                chunk_id=cid,
-                distance=float(distances[cid]),
-                score=score,
-                dense_rank=dense_rank.get(cid),
-                sparse_rank=sparse_rank.get(cid),
-            )
-            for cid, score in fused
-        ]
 
     def open(self) -> int:
         """See ``SearchIndex.open``."""

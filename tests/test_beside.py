@@ -328,6 +328,14 @@ async def test_slack_answer_links_the_passages_beside_it_to_the_viewer(
     (block,) = [b for b in answer["blocks"] if messages.BESIDE_HEADER in json.dumps(b)]
     found = BESIDE_LINK_RE.findall(block["elements"][0]["text"])
     assert 1 <= len(found) <= MAX_RELATED
+    # The links are the passages the query log says were listed, in their order.
+    (feedback,) = [b for b in answer["blocks"] if b["type"] == "context_actions"]
+    query_id = int(feedback["elements"][0]["negative_button"]["value"].split(":")[1])
+    logged = [cid for cid, _ in bot.kb.store.query(query_id).beside]
+    rows = bot.kb.store.chunks_by_id(logged)
+    assert [url.split("#")[1] for url, _ in found] == [
+        f"char={rows[cid].start},{rows[cid].end}" for cid in logged
+    ]
     for url, _ in found:
         assert url.startswith(PUBLIC_URL + "/d/")
         parts = urlsplit(url)
