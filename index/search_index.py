@@ -151,16 +151,11 @@ def fused_candidates(
     ``(chunk id, score)``, best first; ``distances_for`` gives the distance of a
     chunk only BM25 found.
     """
-    fused = _fused_top(
-        dense,
-        sparse,
-        fusion,
-        k,
-        mode,
-        adapters=adapters,
-        query_vector=query_vector,
-        distances_for=distances_for,
-    )
+    adapter = adapters.current() if adapters is not None and mode == Mode.HYBRID else None
+    if adapter is None or not dense or k <= 0:
+        fused = fuse(dense, sparse, fusion)[:k]
+    else:
+        fused = _mapped_fusion(dense, sparse, fusion, k, adapter.apply(query_vector), distances_for)
     distances = dict(dense)
     missing = [cid for cid, _ in fused if cid not in distances]
     if missing:
@@ -179,31 +174,25 @@ def fused_candidates(
     ]
 
 
-def _fused_top(
+def _mapped_fusion(
     dense: Sequence[tuple[int, float]],
     sparse: Sequence[tuple[int, float]],
     fusion: Fusion,
     k: int,
-    mode: Mode,
-    *,
-    adapters: QueryAdapters | None,
-    query_vector: np.ndarray,
+    mapped_query: np.ndarray,
     distances_for: DistancesFor,
 ) -> list[tuple[int, float]]:
-    """The best ``k`` of the legs' fusion; in hybrid mode with the knowledge base's query map.
+    """The best ``k`` of the legs' fusion, the dense leg ordered by the mapped query.
 
-    With a map (``index.query_adapter``), the dense leg the fusion uses is both
-    legs' candidates ordered by their distance to the mapped query. Only the
-    order changes: the caller keeps ``dense`` for every candidate's distance and
-    rank, and the model's nearest chunk always stays among the ``k`` (in the last
-    place if the map would drop it), so the gate refuses exactly what the
-    model's distances refuse.
+    With the knowledge base's query map (``index.query_adapter``), the dense leg
+    the fusion uses is both legs' candidates ordered by their distance to the
+    mapped query. Only the order changes: the caller keeps ``dense`` for every
+    candidate's distance and rank, and the model's nearest chunk always stays
+    among the ``k`` (in the last place if the map would drop it), so the gate
+    refuses exactly what the model's distances refuse.
     """
-    adapter = adapters.current() if adapters is not None and mode == Mode.HYBRID else None
-    if adapter is None or not dense or k <= 0:
-        return fuse(dense, sparse, fusion)[:k]
     pool = list(dict.fromkeys([cid for cid, _ in dense] + [cid for cid, _ in sparse]))
-    found = distances_for(adapter.apply(query_vector), pool)
+    found = distances_for(mapped_query, pool)
     leg = sorted(found.items(), key=lambda kv: kv[1])[: len(dense)]
     fused = fuse(leg, sparse, fusion)
     top = fused[:k]
