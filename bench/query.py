@@ -17,7 +17,9 @@ refusal path: embed, both legs, fusion, gate, nothing kept):
 and, up to 10k chunks, what an *answered* question adds after the gate: its 20
 candidates' sentence vectors read from SQLite and their order
 (``Store.sentence_vectors`` + ``core.retrieve.sentence_order``; random unit
-sentence vectors, 3 per chunk, in a real data dir), and the rows of three
+sentence vectors, 3 per chunk, in a real data dir), that order with term
+proximity as the engine runs it (``core.retrieve.answer_order``: the
+candidates' texts read and analysed too), and the rows of three
 passages listed beside the answer (``core.gate.beside_answer``'s worst case).
 The refusal path never runs either.
 
@@ -55,9 +57,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import describe as machine
-from core.config import DEFAULT_THRESHOLD
+from core.config import DEFAULT_PROXIMITY_WEIGHT, DEFAULT_SENTENCE_WEIGHT, DEFAULT_THRESHOLD
 from core.gate import gate
-from core.retrieve import FUSION, Candidate, LocalBackend, fuse, sentence_order
+from core.retrieve import FUSION, Candidate, LocalBackend, answer_order, fuse, sentence_order
 from index.bm25 import BM25Index
 from index.chunk import chunk_document
 from index.derived import Snapshot
@@ -176,6 +178,7 @@ def run_size(
             "ref: faiss alone",
             "ref: rank-bm25 get_scores",
             "answered: sentence order",
+            "answered: order + proximity",
             "answered: 3 passages beside",
         )
     }
@@ -216,6 +219,17 @@ def run_size(
                 found = store.sentence_vectors([c.chunk_id for c in pool])
                 ordered = sentence_order(pool, v, found, 0.5)
                 times["answered: sentence order"].append((time.perf_counter() - t8) * 1000)
+                # What the engine runs: the same leg and term proximity (texts read too).
+                t8 = time.perf_counter()
+                answer_order(
+                    pool,
+                    v,
+                    q,
+                    store,
+                    sentence_weight=DEFAULT_SENTENCE_WEIGHT,
+                    proximity_weight=DEFAULT_PROXIMITY_WEIGHT,
+                )
+                times["answered: order + proximity"].append((time.perf_counter() - t8) * 1000)
                 # The worst case: three of the answer's first four are listed beside it.
                 t9 = time.perf_counter()
                 store.chunks_by_id([c.chunk_id for c in ordered[1:4]])

@@ -35,6 +35,7 @@ from core.config import (
     DEFAULT_LINK_TTL_DAYS,
     DEFAULT_LLM_DEADLINE,
     DEFAULT_MAX_KEPT,
+    DEFAULT_PROXIMITY_WEIGHT,
     DEFAULT_RELATED_THRESHOLD,
     DEFAULT_SENTENCE_WEIGHT,
     DEFAULT_THRESHOLD,
@@ -238,6 +239,11 @@ class Settings(BaseSettings):
         DEFAULT_SENTENCE_WEIGHT,
         "KB_SENTENCE_WEIGHT",
         "Once a question passes the gate, its passages are ordered with their best sentence's similarity weighted this much beside the passage's own (dense 1, BM25 0.5). 0 turns it off; the gate never uses it.",
+    )
+    proximity_weight: float = _setting(
+        DEFAULT_PROXIMITY_WEIGHT,
+        "KB_PROXIMITY_WEIGHT",
+        "In that order, how closely a passage holds the question's terms together (the best window of about two sentences) is weighted this much too. 0 turns it off; the gate never uses it.",
     )
     query_adapter: bool = _setting(
         True,
@@ -453,6 +459,8 @@ class Settings(BaseSettings):
             )
         if not 0 <= self.sentence_weight <= 10:
             raise ValueError("KB_SENTENCE_WEIGHT must be between 0 and 10")
+        if not 0 <= self.proximity_weight <= 10:
+            raise ValueError("KB_PROXIMITY_WEIGHT must be between 0 and 10")
         if self.sync_seconds <= 0:
             raise ValueError("KB_SYNC_SECONDS must be positive")
         if self.slack_claim_lease <= 0:
@@ -534,6 +542,7 @@ class Settings(BaseSettings):
             max_kept=self.max_kept,
             keep_margin=self.keep_margin,
             sentence_weight=self.sentence_weight,
+            proximity_weight=self.proximity_weight,
             reranker=self.reranker,
             link_base_url=self.link_base_url,
             link_secret=self.link_secret.get_secret_value(),

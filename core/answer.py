@@ -34,7 +34,7 @@ from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker, RerankerUnavailable, rerank
-from core.retrieve import Candidate, Mode, RetrievalBackend, sentence_order
+from core.retrieve import Candidate, Mode, RetrievalBackend, answer_order
 from index.chunk import SHEET_KINDS, sheet_columns
 from index.errors import DocumentNotFound, StorageError
 from index.knowledge_base import KnowledgeBase
@@ -242,11 +242,11 @@ class Engine:
         """
         cfg = self.config
         passed = self._gate(candidates)
-        if passed and cfg.sentence_weight > 0:
+        if passed and (cfg.sentence_weight > 0 or cfg.proximity_weight > 0):
             t = time.perf_counter()
-            candidates = await asyncio.to_thread(self._sentence_ordered, vector, candidates)
+            candidates = await asyncio.to_thread(self._answer_ordered, query, vector, candidates)
             passed = self._gate(candidates)
-            timings["sentences"] = _ms_since(t)
+            timings["order"] = _ms_since(t)
         if self.reranker is not None and passed:
             passed = await self._reranked(query, candidates, passed, timings)
         refs, missing = await self._source_refs(passed)
@@ -276,10 +276,19 @@ class Engine:
             margin=cfg.keep_margin,
         )
 
-    def _sentence_ordered(self, vector: np.ndarray, candidates: list[Candidate]) -> list[Candidate]:
-        # Only after the gate has passed: the refusal path never reads sentence vectors.
-        vectors = self.kb.store.sentence_vectors([c.chunk_id for c in candidates])
-        return sentence_order(candidates, vector, vectors, self.config.sentence_weight)
+    def _answer_ordered(
+        self, query: str, vector: np.ndarray, candidates: list[Candidate]
+    ) -> list[Candidate]:
+        # Only after the gate has passed: the refusal path never reads sentences or texts.
+        cfg = self.config
+        return answer_order(
+            candidates,
+            vector,
+            query,
+            self.kb.store,
+            sentence_weight=cfg.sentence_weight,
+            proximity_weight=cfg.proximity_weight,
+        )
 
     async def _reranked(
         self,

@@ -29,6 +29,11 @@ DEFAULT_KEEP_MARGIN = 0.05
 # 1.0 and BM25 0.5). Chosen on pip-black, confirmed on prometheus
 # (docs/evaluation.md, "Sentence vectors"); 0 turns it off.
 DEFAULT_SENTENCE_WEIGHT = 0.5
+# And with how closely each holds the question's terms (core.proximity), a
+# fourth leg of this weight: the smallest measured on both sets over windows,
+# weights and term weightings (docs/evaluation.md, "Retrieval: term proximity
+# in the answer order"); 0 turns it off.
+DEFAULT_PROXIMITY_WEIGHT = 0.1
 DEFAULT_LINK_BASE_URL = "http://localhost:3000"
 DEFAULT_LINK_TTL_DAYS = 90
 DEFAULT_FIRST_TOKEN_TIMEOUT = 20.0
@@ -66,6 +71,8 @@ class EngineConfig:
             distance of the best one.
         sentence_weight: weight of the candidates' best-sentence similarity in
             their order once the gate has passed (``core.retrieve.sentence_order``); 0: off.
+        proximity_weight: weight of how closely the candidates hold the question's
+            terms in that order (``core.proximity``); 0: off.
         reranker: a CrossEncoder name or local folder that orders the passages
             that passed the gate; empty: fused order.
         link_base_url: where citation links point (no trailing slash).
@@ -80,6 +87,7 @@ class EngineConfig:
     max_kept: int = DEFAULT_MAX_KEPT
     keep_margin: float = DEFAULT_KEEP_MARGIN
     sentence_weight: float = DEFAULT_SENTENCE_WEIGHT
+    proximity_weight: float = DEFAULT_PROXIMITY_WEIGHT
     reranker: str = ""
     link_base_url: str = DEFAULT_LINK_BASE_URL
     link_secret: str = field(default="", repr=False)

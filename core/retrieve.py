@@ -15,9 +15,11 @@ engine are two implementations of one contract; the fusion is defined there.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from core.proximity import term_proximity
 from index.search_index import (
     DEFAULT_DEPTH,
     FUSION,
@@ -31,6 +33,9 @@ from index.search_index import (
     rrf,
     score_fusion,
 )
+
+if TYPE_CHECKING:
+    from index.store import Store
 
 # The search interface and its local engine live in ``index.search_index``;
 # these names keep the engine's callers reading as before.
@@ -48,6 +53,7 @@ __all__ = [
     "RetrievalBackend",
     "fuse",
     "rrf",
+    "answer_order",
     "score_fusion",
     "sentence_order",
 ]
@@ -69,18 +75,65 @@ def sentence_order(
     shown or logged judge as before. Meant for score fusion (``FUSION``),
     whose scores share the leg's scale. Ties keep the fused order.
     """
-    if weight <= 0 or len(candidates) < 2:
-        return list(candidates)
-    best = [
+    return _reordered(
+        candidates, [(_best_sentences(candidates, query_vector, sentence_vectors), weight)]
+    )
+
+
+def answer_order(
+    candidates: Sequence[Candidate],
+    query_vector: np.ndarray,
+    query: str,
+    store: Store,
+    *,
+    sentence_weight: float,
+    proximity_weight: float,
+) -> list[Candidate]:
+    """The candidates in the order an answer keeps its passages from, once the gate has passed.
+
+    Beside the fused score, two legs of the candidates alone: each one's best
+    sentence (``sentence_order``) and how closely it holds the question's terms
+    (``core.proximity``), each min-max normalised over the candidates and
+    weighted; a weight of 0 leaves its leg out and reads nothing for it. As
+    with ``sentence_order``, only the order changes.
+    """
+    legs: list[tuple[list[float], float]] = []
+    ids = [c.chunk_id for c in candidates]
+    if sentence_weight > 0 and len(candidates) > 1:
+        found = store.sentence_vectors(ids)
+        legs.append((_best_sentences(candidates, query_vector, found), sentence_weight))
+    if proximity_weight > 0 and len(candidates) > 1:
+        rows = store.chunks_by_id(ids)
+        texts = [rows[cid].text if cid in rows else "" for cid in ids]
+        legs.append((term_proximity(query, texts), proximity_weight))
+    return _reordered(candidates, legs)
+
+
+def _best_sentences(
+    candidates: Sequence[Candidate],
+    query_vector: np.ndarray,
+    sentence_vectors: dict[int, np.ndarray],
+) -> list[float]:
+    """Each candidate's best sentence similarity to the query (its own without sentence vectors)."""
+    return [
         float((m @ query_vector).max())
         if (m := sentence_vectors.get(c.chunk_id)) is not None
         else 1.0 - c.distance
         for c in candidates
     ]
-    low, span = min(best), max(best) - min(best)
-    scores = [
-        c.score + weight * ((b - low) / span if span > 0 else 1.0)
-        for c, b in zip(candidates, best, strict=True)
-    ]
+
+
+def _reordered(
+    candidates: Sequence[Candidate], legs: Sequence[tuple[Sequence[float], float]]
+) -> list[Candidate]:
+    """The candidates by fused score plus each leg's weighted, min-max normalised values."""
+    legs = [(values, weight) for values, weight in legs if weight > 0]
+    if not legs or len(candidates) < 2:
+        return list(candidates)
+    scores = [c.score for c in candidates]
+    for values, weight in legs:
+        low, span = min(values), max(values) - min(values)
+        for i, v in enumerate(values):
+            scores[i] += weight * ((v - low) / span if span > 0 else 1.0)
     order = sorted(range(len(candidates)), key=lambda i: -scores[i])
     return [candidates[i] for i in order]

@@ -13,9 +13,9 @@ their per-query outcomes (``gate.per_query.in_domain``), so a comparison of two
 runs (``evaluation.compare``) pairs them query by query. With a reranker, the
 needle's rank when it reorders the whole top ``DEPTH`` of hybrid candidates
 (no threshold) is reported as the ``reranked`` retrieval mode, with its time.
-With ``KB_SENTENCE_WEIGHT``, the passing candidates are chosen in the order
-their best sentences give (``core.retrieve.sentence_order``, after the gate, as
-the engine does), and the needle's rank in that order of the whole top
+With ``KB_SENTENCE_WEIGHT`` or ``KB_PROXIMITY_WEIGHT``, the passing candidates
+are chosen in the order their best sentences and term proximity give
+(``core.retrieve.answer_order``, after the gate, as the engine does), and the needle's rank in that order of the whole top
 ``DEPTH`` is the ``ordered`` retrieval mode.
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT, gate
 from core.rerank import Reranker, rerank
-from core.retrieve import Candidate, Mode, sentence_order
+from core.retrieve import Candidate, Mode, answer_order
 from evaluation.results import DEPTH, ModeResult, Proportion
 from index.knowledge_base import KnowledgeBase
 
@@ -50,8 +50,8 @@ class KeptResult:
         first: per query, the needle is in the first kept passage.
         reranked: ranks of the needle in the reranked top ``DEPTH`` (with a reranker).
         rerank_ms: per query, the time the reranker took for the kept passages.
-        ordered: ranks of the needle in the top ``DEPTH`` ordered by sentences
-            (with a sentence weight).
+        ordered: ranks of the needle in the top ``DEPTH`` in answer order
+            (``core.retrieve.answer_order``; with a sentence or proximity weight).
     """
 
     reranker: str | None
@@ -115,13 +115,19 @@ def measure_kept(
     reranked: list[int | None] = []
     ordered: list[int | None] = []
     times: list[float] = []
-    weight = engine.sentence_weight
+    reorder = engine.sentence_weight > 0 or engine.proximity_weight > 0
     for text, vector, ids in zip(texts, vectors, correct, strict=True):
         cands = backend.search(vector, text, None, engine.top_k * CANDIDATES_PER_KEPT, Mode.HYBRID)
         kept = _gate(cands, engine, threshold)
-        if weight > 0:
-            found = kb.store.sentence_vectors([c.chunk_id for c in cands])
-            cands = sentence_order(cands, vector, found, weight)
+        if reorder:
+            cands = answer_order(
+                cands,
+                vector,
+                text,
+                kb.store,
+                sentence_weight=engine.sentence_weight,
+                proximity_weight=engine.proximity_weight,
+            )
             ordered.append(next((i for i, c in enumerate(cands, 1) if c.chunk_id in ids), None))
             kept = _gate(cands, engine, threshold) if kept else kept
         if reranker is not None and kept:
@@ -141,7 +147,7 @@ def measure_kept(
         first=first,
         reranked=ModeResult("reranked", reranked) if reranker is not None else None,
         rerank_ms=times if reranker is not None else None,
-        ordered=ModeResult("ordered", ordered) if weight > 0 else None,
+        ordered=ModeResult("ordered", ordered) if reorder else None,
     )
 
 
@@ -186,7 +192,7 @@ def render_kept(kept: KeptResult | None) -> str:
     if kept.ordered is not None:
         o = kept.ordered
         lines.append(
-            f"  top {DEPTH} ordered by sentences: R@1 {o.recall(1).value:.3f}, "
+            f"  top {DEPTH} in answer order (sentences, term proximity): R@1 {o.recall(1).value:.3f}, "
             f"R@4 {o.recall(4).value:.3f}, MRR {o.mrr.mean:.3f}"
         )
     if kept.reranked is not None and kept.rerank_ms:

@@ -66,7 +66,7 @@ class Replay:
         max_kept: most passages kept when more are as close as the best.
         margin: how close to the best those must be.
         kept_order: per in-domain query, the order an answer keeps its passages
-            in when it differs from the fused one (the engine's sentence order
+            in when it differs from the fused one (``core.retrieve.answer_order``
             once the gate has passed); ``None``: fused order. Whether a query is
             answered does not depend on it, and related passages keep fused order.
     """

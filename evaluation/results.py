@@ -449,7 +449,7 @@ class EvalResult:
         The kept passages' proportions join the gate's current row, with their
         per-query outcomes, so that two runs compare query by query; the
         ``final`` mode is the order passages reach the asker in (hybrid,
-        ordered by sentences with ``KB_SENTENCE_WEIGHT``, reranked with a reranker).
+        ordered by ``core.retrieve.answer_order``, reranked with a reranker).
         """
         gate = self.gate.to_dict()
         product = self.product.to_dict()

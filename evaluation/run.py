@@ -56,7 +56,7 @@ from tqdm import tqdm
 
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT
-from core.retrieve import Candidate, Mode, sentence_order
+from core.retrieve import Candidate, Mode, answer_order
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
 from evaluation.kept import KeptResult, measure_kept
 from evaluation.outcomes import Replay, related_sweep
@@ -317,7 +317,7 @@ def _analyse_gate(
     ]
     n_in = len(queries.texts)
     per_query_correct = [correct[qi] for qi in queries.question_index]
-    ordered = _sentence_ordered(kb, cands[:n_in], queries.vectors, engine.sentence_weight)
+    ordered = _answer_ordered(kb, cands[:n_in], queries.texts, queries.vectors, engine)
     rows = sweep(
         ordered or cands[:n_in],
         cands[n_in:],
@@ -380,15 +380,26 @@ def _replay(
     )
 
 
-def _sentence_ordered(
-    kb: KnowledgeBase, cands: list[list[Candidate]], vectors: np.ndarray, weight: float
+def _answer_ordered(
+    kb: KnowledgeBase,
+    cands: list[list[Candidate]],
+    texts: Sequence[str],
+    vectors: np.ndarray,
+    engine: EngineConfig,
 ) -> list[list[Candidate]] | None:
     """The candidates in the order an answer keeps them (``Engine.ask`` after the gate)."""
-    if weight <= 0:
+    if engine.sentence_weight <= 0 and engine.proximity_weight <= 0:
         return None
     return [
-        sentence_order(cs, vec, kb.store.sentence_vectors([c.chunk_id for c in cs]), weight)
-        for cs, vec in zip(cands, vectors, strict=True)
+        answer_order(
+            cs,
+            vec,
+            text,
+            kb.store,
+            sentence_weight=engine.sentence_weight,
+            proximity_weight=engine.proximity_weight,
+        )
+        for cs, text, vec in zip(cands, texts, vectors, strict=True)
     ]
 
 

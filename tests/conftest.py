@@ -20,7 +20,12 @@ from bot.logs import NOISY_LOGGERS, LogHandler, configure_logging  # noqa: E402
 from index.embed import Embedder, LocalEmbedder  # noqa: E402
 from tests.canaries import LeakRecorder, report, scan_files  # noqa: E402
 
-pytest_plugins = ["tests.fixtures_servers", "tests.conftest_bot", "tests.postgres"]
+pytest_plugins = [
+    "tests.fixtures_servers",
+    "tests.fixtures_engine",
+    "tests.conftest_bot",
+    "tests.postgres",
+]
 
 _KEEP = {
     "PATH",

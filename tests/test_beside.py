@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -17,9 +16,9 @@ from bot.cli import main
 from bot.slack import messages
 from bot.slack.render import SECTION_LIMIT, render_answer
 from core.answer import Answer, Engine, Outcome, SourceRef, build_engine
-from core.config import EngineConfig, LLMConfig
+from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT, MAX_RELATED, beside_answer
-from core.retrieve import Candidate, LocalBackend, Mode, sentence_order
+from core.retrieve import Candidate, LocalBackend, Mode, answer_order
 from evaluation.outcomes import Replay
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -92,26 +91,6 @@ def _only_the_best_passes(kb: KnowledgeBase, question: str) -> dict[str, float]:
     return {"threshold": round(best + 5e-4, 5), "related_threshold": 1.5}
 
 
-@pytest.fixture
-async def engine_for(
-    kb: KnowledgeBase, openai_server: OpenAICompatServer
-) -> AsyncIterator[Callable[..., Engine]]:
-    opened: list[Engine] = []
-
-    def build(**kw: Any) -> Engine:
-        config = EngineConfig(
-            llm=LLMConfig(base_url=openai_server.url, max_retries=0, timeout=2.0),
-            link_base_url="https://kb.example.com",
-            **kw,
-        )
-        opened.append(build_engine(config, kb))
-        return opened[-1]
-
-    yield build
-    for engine in opened:
-        await engine.aclose()
-
-
 async def test_an_answer_shows_the_close_passages_it_could_not_use_and_never_gives_them_to_the_model(
     kb: KnowledgeBase, engine_for: Callable[..., Engine], openai_server: OpenAICompatServer
 ) -> None:
@@ -172,7 +151,7 @@ async def test_kb_eval_replays_exactly_what_the_engine_shows_beside(
     """The replay behind `kb eval`'s "needle shown" against the engine, on the same candidates.
 
     A small top_k and several thresholds per question, so that the answer's
-    order (its best sentences) and its first top_k decide what is shown.
+    order (its best sentences, term proximity) and its first top_k decide what is shown.
     """
     shown = 0
     for question in PARITY_QUESTIONS:
@@ -185,9 +164,13 @@ async def test_kb_eval_replays_exactly_what_the_engine_shows_beside(
             )
             cfg = engine.config
             answer = await engine.ask(question)
-            ids = [c.chunk_id for c in cands]
-            ordered = sentence_order(
-                cands, vector, kb.store.sentence_vectors(ids), cfg.sentence_weight
+            ordered = answer_order(
+                cands,
+                vector,
+                question,
+                kb.store,
+                sentence_weight=cfg.sentence_weight,
+                proximity_weight=cfg.proximity_weight,
             )
             replay = Replay(
                 [cands],
