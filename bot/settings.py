@@ -243,7 +243,7 @@ class Settings(BaseSettings):
     proximity_weight: float = _setting(
         DEFAULT_PROXIMITY_WEIGHT,
         "KB_PROXIMITY_WEIGHT",
-        "In that order, how closely a passage holds the question's terms together (the best window of about two sentences) is weighted this much too. 0 turns it off; the gate never uses it.",
+        "In that order, the share of the question's terms a passage holds together (its best window of about two sentences, 0 to 1) is weighted this much too. 0 turns it off; the gate never uses it.",
     )
     query_adapter: bool = _setting(
         True,

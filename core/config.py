@@ -29,11 +29,11 @@ DEFAULT_KEEP_MARGIN = 0.05
 # 1.0 and BM25 0.5). Chosen on pip-black, confirmed on prometheus
 # (docs/evaluation.md, "Sentence vectors"); 0 turns it off.
 DEFAULT_SENTENCE_WEIGHT = 0.5
-# And with how closely each holds the question's terms (core.proximity), a
-# fourth leg of this weight: the smallest measured on both sets over windows,
-# weights and term weightings (docs/evaluation.md, "Retrieval: term proximity
-# in the answer order"); 0 turns it off.
-DEFAULT_PROXIMITY_WEIGHT = 0.1
+# And with the share of the question's terms each holds together
+# (core.proximity), a fourth leg of this weight: of the weights measured on
+# both sets, the one no query loses by on either (docs/evaluation.md,
+# "Retrieval: term proximity in the answer order"); 0 turns it off.
+DEFAULT_PROXIMITY_WEIGHT = 0.2
 DEFAULT_LINK_BASE_URL = "http://localhost:3000"
 DEFAULT_LINK_TTL_DAYS = 90
 DEFAULT_FIRST_TOKEN_TIMEOUT = 20.0

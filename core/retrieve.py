@@ -75,9 +75,8 @@ def sentence_order(
     shown or logged judge as before. Meant for score fusion (``FUSION``),
     whose scores share the leg's scale. Ties keep the fused order.
     """
-    return _reordered(
-        candidates, [(_best_sentences(candidates, query_vector, sentence_vectors), weight)]
-    )
+    best = _best_sentences(candidates, query_vector, sentence_vectors)
+    return _reordered(candidates, [(_min_max(best), weight)])
 
 
 def answer_order(
@@ -91,18 +90,22 @@ def answer_order(
 ) -> list[Candidate]:
     """The candidates in the order an answer keeps its passages from, once the gate has passed.
 
-    Beside the fused score, two legs of the candidates alone: each one's best
-    sentence (``sentence_order``) and how closely it holds the question's terms
-    (``core.proximity``), each min-max normalised over the candidates and
-    weighted; a weight of 0 leaves its leg out and reads nothing for it. As
-    with ``sentence_order``, only the order changes.
+    Beside the fused score, two legs of the candidates alone, each weighted:
+    their best sentences (``sentence_order``) and the share of the question's
+    terms each holds together (``core.proximity``, already on a 0 to 1 scale,
+    so a difference in words all candidates share stays small). A weight of 0
+    leaves its leg out and reads nothing for it. As with ``sentence_order``,
+    only the order changes.
     """
+    if len(candidates) < 2:
+        return list(candidates)
     legs: list[tuple[list[float], float]] = []
     ids = [c.chunk_id for c in candidates]
-    if sentence_weight > 0 and len(candidates) > 1:
+    if sentence_weight > 0:
         found = store.sentence_vectors(ids)
-        legs.append((_best_sentences(candidates, query_vector, found), sentence_weight))
-    if proximity_weight > 0 and len(candidates) > 1:
+        best = _best_sentences(candidates, query_vector, found)
+        legs.append((_min_max(best), sentence_weight))
+    if proximity_weight > 0:
         rows = store.chunks_by_id(ids)
         texts = [rows[cid].text if cid in rows else "" for cid in ids]
         legs.append((term_proximity(query, texts), proximity_weight))
@@ -123,17 +126,21 @@ def _best_sentences(
     ]
 
 
+def _min_max(values: Sequence[float]) -> list[float]:
+    """``values`` on a 0 to 1 scale over their own range (all 1 when they are equal)."""
+    low, span = min(values), max(values) - min(values)
+    return [(v - low) / span if span > 0 else 1.0 for v in values]
+
+
 def _reordered(
     candidates: Sequence[Candidate], legs: Sequence[tuple[Sequence[float], float]]
 ) -> list[Candidate]:
-    """The candidates by fused score plus each leg's weighted, min-max normalised values."""
-    legs = [(values, weight) for values, weight in legs if weight > 0]
-    if not legs or len(candidates) < 2:
+    """The candidates by fused score plus each leg's weight times its value (on a 0 to 1 scale)."""
+    used = [(values, weight) for values, weight in legs if weight > 0]
+    if not used or len(candidates) < 2:
         return list(candidates)
     scores = [c.score for c in candidates]
-    for values, weight in legs:
-        low, span = min(values), max(values) - min(values)
-        for i, v in enumerate(values):
-            scores[i] += weight * ((v - low) / span if span > 0 else 1.0)
+    for values, weight in used:
+        scores = [s + weight * v for s, v in zip(scores, values, strict=True)]
     order = sorted(range(len(candidates)), key=lambda i: -scores[i])
     return [candidates[i] for i in order]

@@ -15,8 +15,9 @@ needle's rank when it reorders the whole top ``DEPTH`` of hybrid candidates
 (no threshold) is reported as the ``reranked`` retrieval mode, with its time.
 With ``KB_SENTENCE_WEIGHT`` or ``KB_PROXIMITY_WEIGHT``, the passing candidates
 are chosen in the order their best sentences and term proximity give
-(``core.retrieve.answer_order``, after the gate, as the engine does), and the needle's rank in that order of the whole top
-``DEPTH`` is the ``ordered`` retrieval mode.
+(``core.retrieve.answer_order``, after the gate, as the engine does), and the
+needle's rank in that order of the whole top ``DEPTH`` is the ``ordered``
+retrieval mode.
 """
 
 from __future__ import annotations
@@ -192,8 +193,8 @@ def render_kept(kept: KeptResult | None) -> str:
     if kept.ordered is not None:
         o = kept.ordered
         lines.append(
-            f"  top {DEPTH} in answer order (sentences, term proximity): R@1 {o.recall(1).value:.3f}, "
-            f"R@4 {o.recall(4).value:.3f}, MRR {o.mrr.mean:.3f}"
+            f"  top {DEPTH} in answer order (sentences, term proximity): "
+            f"R@1 {o.recall(1).value:.3f}, R@4 {o.recall(4).value:.3f}, MRR {o.mrr.mean:.3f}"
         )
     if kept.reranked is not None and kept.rerank_ms:
         r = kept.reranked

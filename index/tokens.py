@@ -143,8 +143,14 @@ def _alnum_pieces(part: str) -> tuple[str, ...]:
 
 
 def _cjk_terms(run: str) -> list[str]:
-    terms = list(run)
-    terms.extend(run[i : i + 2] for i in range(len(run) - 1))
+    # Each character, then the pair it starts: in reading order, so that terms
+    # near each other in the text are near each other in the list
+    # (``core.proximity``); BM25 only counts them.
+    terms: list[str] = []
+    for i, char in enumerate(run):
+        terms.append(char)
+        if i + 1 < len(run):
+            terms.append(run[i : i + 2])
     return terms
 
 
