@@ -242,7 +242,7 @@ class Engine:
         """
         cfg = self.config
         passed = self._gate(candidates)
-        if passed and (cfg.sentence_weight > 0 or cfg.proximity_weight > 0):
+        if passed and cfg.reorders_answers:
             t = time.perf_counter()
             candidates = await asyncio.to_thread(self._answer_ordered, query, vector, candidates)
             passed = self._gate(candidates)

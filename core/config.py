@@ -71,8 +71,8 @@ class EngineConfig:
             distance of the best one.
         sentence_weight: weight of the candidates' best-sentence similarity in
             their order once the gate has passed (``core.retrieve.sentence_order``); 0: off.
-        proximity_weight: weight of how closely the candidates hold the question's
-            terms in that order (``core.proximity``); 0: off.
+        proximity_weight: weight of the share of the question's terms each
+            candidate holds together, in that order (``core.proximity``); 0: off.
         reranker: a CrossEncoder name or local folder that orders the passages
             that passed the gate; empty: fused order.
         link_base_url: where citation links point (no trailing slash).
@@ -93,3 +93,8 @@ class EngineConfig:
     link_secret: str = field(default="", repr=False)
     link_ttl_days: int = DEFAULT_LINK_TTL_DAYS
     llm: LLMConfig = field(default_factory=LLMConfig)
+
+    @property
+    def reorders_answers(self) -> bool:
+        """Whether a passed question's candidates are re-ordered (``core.retrieve.answer_order``)."""
+        return self.sentence_weight > 0 or self.proximity_weight > 0

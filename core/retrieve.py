@@ -10,6 +10,10 @@ tried"). RRF stays available as ``Fusion(method="rrf")``.
 Every search goes through ``index.search_index.SearchIndex`` (here also
 ``RetrievalBackend``), so that the local FAISS + BM25 pair and a distributed
 engine are two implementations of one contract; the fusion is defined there.
+
+Once the gate has passed a question, ``answer_order`` orders its candidates
+for the answer with two more legs of the candidates alone: their best
+sentences and their term proximity (``core.proximity``).
 """
 
 from __future__ import annotations
@@ -51,9 +55,9 @@ __all__ = [
     "LocalBackend",
     "Mode",
     "RetrievalBackend",
+    "answer_order",
     "fuse",
     "rrf",
-    "answer_order",
     "score_fusion",
     "sentence_order",
 ]

@@ -116,11 +116,10 @@ def measure_kept(
     reranked: list[int | None] = []
     ordered: list[int | None] = []
     times: list[float] = []
-    reorder = engine.sentence_weight > 0 or engine.proximity_weight > 0
     for text, vector, ids in zip(texts, vectors, correct, strict=True):
         cands = backend.search(vector, text, None, engine.top_k * CANDIDATES_PER_KEPT, Mode.HYBRID)
         kept = _gate(cands, engine, threshold)
-        if reorder:
+        if engine.reorders_answers:
             cands = answer_order(
                 cands,
                 vector,
@@ -148,7 +147,7 @@ def measure_kept(
         first=first,
         reranked=ModeResult("reranked", reranked) if reranker is not None else None,
         rerank_ms=times if reranker is not None else None,
-        ordered=ModeResult("ordered", ordered) if reorder else None,
+        ordered=ModeResult("ordered", ordered) if engine.reorders_answers else None,
     )
 
 

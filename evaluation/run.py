@@ -388,7 +388,7 @@ def _answer_ordered(
     engine: EngineConfig,
 ) -> list[list[Candidate]] | None:
     """The candidates in the order an answer keeps them (``Engine.ask`` after the gate)."""
-    if engine.sentence_weight <= 0 and engine.proximity_weight <= 0:
+    if not engine.reorders_answers:
         return None
     return [
         answer_order(
