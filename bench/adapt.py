@@ -6,7 +6,7 @@ The bundled MiniLM is fine-tuned for one epoch on pairs the corpus gives for
 free, with in-batch negatives (the loss of sentence-transformers'
 ``MultipleNegativesRankingLoss``, written out so that no training framework is
 needed): each sentence of 20 characters or more of a chunk of several sentences
-(``index.sentences.sentences``) against that chunk's embedded text, and each
+(``index.ingest.sentences.sentences``) against that chunk's embedded text, and each
 section heading against up to three of its chunks. A chunk repeated within a
 batch keeps its first pair only (a repeated positive would be its own negative).
 Batches of 32, AdamW at 2e-5, similarity scale 20, seed 0: two runs give the
@@ -54,7 +54,7 @@ from evaluation.inputs import DEFAULT_SET, bundled_set, load_ood, load_questions
 from evaluation.run import indexed_corpus
 from evaluation.stats import hits_at_k, mrr, wilson_interval
 from index.embed import load_embedder, resolve_model
-from index.sentences import sentences
+from index.ingest.sentences import sentences
 
 POOL = 20
 DEPTH = 25

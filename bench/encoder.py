@@ -44,8 +44,9 @@ from bench.query import (
 from core.config import DEFAULT_RELATED_THRESHOLD, DEFAULT_THRESHOLD
 from core.gate import gate, related
 from core.retrieve import LocalBackend
-from index.embed import Embedder, LocalEmbedder
-from index.embed_onnx import OnnxEmbedder
+from index.embed import Embedder
+from index.embed.onnx import OnnxEmbedder
+from index.embed.pytorch import LocalEmbedder
 
 BARS = {10_000: 4.0, 100_000: 6.0}
 # What the engine passes: nothing beyond both thresholds is shown (core.answer).

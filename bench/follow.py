@@ -36,7 +36,7 @@ from bench.query import corpus_chunks, synthetic_chunks
 from index.config import IndexConfig
 from index.knowledge_base import KnowledgeBase
 from index.models import Chunk
-from index.store import NewDocument
+from index.storage.store import NewDocument
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample" / "vpn.md"
 DOC_CHUNKS = 100

@@ -48,10 +48,10 @@ READY_TIMEOUT_S = 600.0
 def fill(data_dir: Path, n: int, cache: Path) -> None:
     """A data dir of ``n`` searchable chunks in documents of ``DOC_CHUNKS``."""
     from index.config import IndexConfig
-    from index.embed_onnx import OnnxEmbedder
+    from index.embed.onnx import OnnxEmbedder
     from index.knowledge_base import KnowledgeBase
     from index.models import Chunk
-    from index.store import EVERYONE, NewDocument
+    from index.storage.store import EVERYONE, NewDocument
 
     config = IndexConfig(data_dir=data_dir, encoder_cache=cache)
     kb = KnowledgeBase(config, embedder=OnnxEmbedder(config.embedding_model, cache))
@@ -131,8 +131,8 @@ _INDEX_MEMORY = """
 import json, sys, numpy as np
 from bench.footprint import rss_mb_self
 from bench.query import corpus_chunks, synthetic_chunks
-from index.bm25 import BM25Index
-from index.vectors import VectorIndex
+from index.search.bm25 import BM25Index
+from index.search.vectors import VectorIndex
 n = int(sys.argv[1])
 texts = synthetic_chunks(corpus_chunks(), n)
 vecs = np.random.default_rng(1).standard_normal((n, 384)).astype(np.float32)

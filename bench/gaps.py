@@ -28,10 +28,11 @@ import numpy as np
 from bench.machine import describe as machine
 from core.gaps import GAP_OUTCOMES, MAX_QUESTIONS, SIMILARITY, knowledge_gaps, similarity_groups
 from index.config import IndexConfig
-from index.embed import Embedder, LocalEmbedder
+from index.embed import Embedder
+from index.embed.pytorch import LocalEmbedder
 from index.knowledge_base import KnowledgeBase
 from index.records import QueryRecord
-from index.store import ALL_SCOPES
+from index.storage.store import ALL_SCOPES
 
 SETS = Path(__file__).resolve().parents[1] / "evaluation" / "sets"
 THRESHOLDS = (0.6, 0.65, 0.7, 0.75, 0.8)

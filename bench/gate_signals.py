@@ -39,7 +39,7 @@ from evaluation.run import indexed_corpus
 from evaluation.stats import sign_test
 from index.embed import load_embedder
 from index.knowledge_base import KnowledgeBase
-from index.tokens import tokenize
+from index.search.tokens import tokenize
 
 BLUFFS = 2
 RESAMPLES = 1000

@@ -2,7 +2,7 @@
 
 Every side embeds exactly the same texts (the bundled evaluation corpus,
 chunked by the product's chunker: every chunk's text, then its sentences'
-texts as ``index.sentences`` makes them, shortest first), alternately, several
+texts as ``index.ingest.sentences`` makes them, shortest first), alternately, several
 rounds, in one run, for ONNX Runtime and PyTorch:
 
     bare     embedder.encode(texts, batch_size=64): PyTorch through
@@ -27,13 +27,14 @@ from pathlib import Path
 
 from bench.machine import describe as machine
 from bench.query import BUNDLED, EVALSET
-from index.chunk import chunk_document
 from index.config import IndexConfig
-from index.embed import DEFAULT_BATCH_SIZE, Embedder, LocalEmbedder
-from index.embed_onnx import OnnxEmbedder
-from index.extract import extract
+from index.embed import DEFAULT_BATCH_SIZE, Embedder
+from index.embed.onnx import OnnxEmbedder
+from index.embed.pytorch import LocalEmbedder
+from index.ingest.chunk import chunk_document
+from index.ingest.extract import extract
+from index.ingest.sentences import sentence_texts
 from index.knowledge_base import KnowledgeBase
-from index.sentences import sentence_texts
 
 
 def corpus_texts(corpus: Path) -> tuple[list[str], list[str]]:

@@ -8,12 +8,12 @@ workbook (openpyxl; sheets of 200 rows by 6 columns) and a CSV file of the
 same rows. Each format is measured side by side in one run, ``--rounds``
 times, two ways:
 
-    read     index.extract.extract + index.chunk.chunk_document (what the format costs)
+    read     index.ingest.extract.extract + index.ingest.chunk.chunk_document (what the format costs)
     ingest   KnowledgeBase.ingest_bytes into a fresh data dir (embedding, SQLite, indexes)
 
 Prints medians per unit (pages, slides, sheets and rows per second), chunks per
 second of the whole ingest, the texts each format embeds (chunks and their
-sentences, ``index.sentences``), and the machine.
+sentences, ``index.ingest.sentences``), and the machine.
 
 Run: python -m bench.ingest_formats [--rounds 3] [--units 10]
 """
@@ -36,12 +36,12 @@ import pptx
 from fpdf import FPDF
 
 from bench.machine import describe as machine
-from index.chunk import chunk_document
 from index.config import IndexConfig
-from index.embed import LocalEmbedder
-from index.extract import extract
+from index.embed.pytorch import LocalEmbedder
+from index.ingest.chunk import chunk_document
+from index.ingest.extract import extract
+from index.ingest.sentences import sentence_texts
 from index.knowledge_base import KnowledgeBase
-from index.sentences import sentence_texts
 
 ROWS_PER_SHEET = 200
 COLUMNS = ["Ticket", "Team", "Owner", "Status", "Opened", "Summary"]

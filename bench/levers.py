@@ -5,7 +5,7 @@ FAISS), so it reaches past ``SearchIndex`` on purpose.
 
 Indexes a bundled set once with the product's ingestion, then searches it with
 every variant below and prints one table. Each variant changes the BM25 leg's
-analysis (``index.tokens.Analyzer``), the fusion (``core.retrieve.Fusion``) or
+analysis (``index.search.tokens.Analyzer``), the fusion (``core.retrieve.Fusion``) or
 adds pseudo-relevance feedback; the dense leg is the same for all. ``base`` is
 the build before these levers (the tokeniser alone, RRF k = 60 with equal
 weights); ``product`` is what the bot does now. Every other row is compared
@@ -47,10 +47,10 @@ from evaluation.inputs import DEFAULT_SET, bundled_set, load_ood, load_questions
 from evaluation.results import bootstrap_mean
 from evaluation.run import indexed_corpus
 from evaluation.stats import hits_at_k, mrr, paired_counts, sign_test, wilson_interval
-from index.bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
-from index.derived import Snapshot
 from index.embed import load_embedder
-from index.tokens import (
+from index.search.bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
+from index.search.derived import Snapshot
+from index.search.tokens import (
     ANALYZER,
     LUCENE_STOP_WORDS,
     PLAIN,

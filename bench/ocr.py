@@ -2,7 +2,7 @@
 
 Each page is a picture of about 40 lines of rendered text (Pillow, grey-scale,
 at 150 and at 300 dpi, as scanners write them), put into a PDF; the same text is
-also written as a PDF with a text layer (fpdf2). ``index.extract.extract`` reads
+also written as a PDF with a text layer (fpdf2). ``index.ingest.extract.extract`` reads
 each PDF ``--rounds`` times, side by side in one run; the medians per page are
 printed with the machine. The 150 dpi scan is also read with Tesseract limited
 to one OpenMP thread (``OMP_THREAD_LIMIT=1``), which matters on a busy machine.
@@ -22,7 +22,7 @@ from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 
 from bench.machine import describe as machine
-from index.extract import extract
+from index.ingest.extract import extract
 
 LINES = [
     f"{i + 1}. Expense claims above {50 * (i + 1)} euros need a receipt and a manager's approval."

@@ -60,16 +60,17 @@ from bench.machine import describe as machine
 from core.config import DEFAULT_PROXIMITY_WEIGHT, DEFAULT_SENTENCE_WEIGHT, DEFAULT_THRESHOLD
 from core.gate import gate
 from core.retrieve import FUSION, Candidate, LocalBackend, answer_order, fuse, sentence_order
-from index.bm25 import BM25Index
-from index.chunk import chunk_document
-from index.derived import Snapshot
-from index.embed import Embedder, LocalEmbedder
-from index.embed_onnx import OnnxEmbedder
-from index.extract import extract
+from index.embed import Embedder
+from index.embed.onnx import OnnxEmbedder
+from index.embed.pytorch import LocalEmbedder
+from index.ingest.chunk import chunk_document
+from index.ingest.extract import extract
 from index.models import Chunk
 from index.records import Stamp
-from index.store import EVERYONE, NewDocument, Store
-from index.vectors import VectorIndex
+from index.search.bm25 import BM25Index
+from index.search.derived import Snapshot
+from index.search.vectors import VectorIndex
+from index.storage.store import EVERYONE, NewDocument, Store
 
 BUNDLED = "bundled:all-MiniLM-L6-v2"
 EVALSET = Path(__file__).resolve().parents[1] / "evaluation" / "sets" / "pip-black"
@@ -163,7 +164,7 @@ def run_size(
     backend = LocalBackend(_Indexes(snap))  # type: ignore[arg-type]
     from rank_bm25 import BM25Okapi
 
-    from index.tokens import tokenize
+    from index.search.tokens import tokenize
 
     okapi = BM25Okapi([tokenize(t) for t in texts])
     faiss_index = snap.vectors
@@ -273,9 +274,11 @@ def engines_side_by_side(
     local_mode_max: int,
 ) -> dict[str, dict[str, float]]:
     """Build time and search latency of each engine over one store of ``n`` chunks."""
-    from index.qdrant_edge import EdgeEngine
-    from index.qdrant_index import ClientEngine, QdrantSearchIndex
-    from index.search_index import SearchIndex, open_search_index
+    from index.search import open_search_index
+    from index.search.contract import SearchIndex
+    from index.search.qdrant.client import ClientEngine
+    from index.search.qdrant.edge import EdgeEngine
+    from index.search.qdrant.index import QdrantSearchIndex
 
     texts, vecs = synthetic_chunks(real, n), _vectors(real_vecs, n)
     tmp = tempfile.TemporaryDirectory(prefix="kb-bench-engines-")
@@ -334,7 +337,7 @@ def top4_agreement(embedder: Embedder) -> dict[str, tuple[int, int]]:
     """Per Qdrant engine: (questions whose top 4 equals the local engine's, questions)."""
     from index.config import IndexConfig
     from index.knowledge_base import KnowledgeBase
-    from index.qdrant_index import QdrantSearchIndex
+    from index.search.qdrant.index import QdrantSearchIndex
 
     tmp = tempfile.TemporaryDirectory(prefix="kb-bench-agreement-")
     kb = KnowledgeBase(IndexConfig(data_dir=Path(tmp.name)), embedder=embedder)

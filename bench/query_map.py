@@ -1,4 +1,4 @@
-"""What the query map (``index.query_adapter``) costs: its fit, and a hybrid search with and without it.
+"""What the query map (``index.search.query_map``) costs: its fit, and a hybrid search with and without it.
 
 One data dir per size holds synthetic chunks (``bench.query``: real texts,
 then recombined real sentences; real vectors for the first ones, random unit
@@ -37,10 +37,11 @@ from bench.query import (
 )
 from evaluation.inputs import DEFAULT_SET, bundled_set, load_questions
 from index.config import IndexConfig
-from index.derived import DerivedIndexes
 from index.embed import Embedder, load_embedder
-from index.query_adapter import QueryAdapters
-from index.search_index import LocalSearchIndex, Mode
+from index.search.contract import Mode
+from index.search.derived import DerivedIndexes
+from index.search.local import LocalSearchIndex
+from index.search.query_map import QueryAdapters
 
 
 def questions() -> list[str]:

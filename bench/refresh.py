@@ -22,10 +22,10 @@ import numpy as np
 
 from bench.machine import describe as machine
 from bench.query import corpus_chunks, synthetic_chunks
-from index.derived import DerivedIndexes
 from index.models import Chunk
 from index.records import Stamp
-from index.store import NewDocument, Store
+from index.search.derived import DerivedIndexes
+from index.storage.store import NewDocument, Store
 
 DIM = 384
 STAMP = Stamp("bench/model", DIM, "bench", "bench")

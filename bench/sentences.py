@@ -9,7 +9,7 @@ questions are refused or bluffed, and every distance shown or logged, cannot
 change. What can change is the order, hence R@1/R@4/R@8, MRR and which passages
 the gate keeps (the first ``top_k`` that pass).
 
-Sentences: ``index.sentences.sentences`` (each chunk's ``content`` cut into
+Sentences: ``index.ingest.sentences.sentences`` (each chunk's ``content`` cut into
 paragraphs and paragraphs at sentence ends with the chunker's own patterns; a
 piece under 20 characters joins its neighbour). Each sentence is embedded with the chunk's heading path
 (``header + "\\n" + sentence``, the way the chunk itself is embedded). A chunk of
@@ -54,7 +54,7 @@ from evaluation.results import bootstrap_mean
 from evaluation.run import indexed_corpus
 from evaluation.stats import hits_at_k, mrr, paired_counts, sign_test, wilson_interval
 from index.embed import Embedder, load_embedder
-from index.sentences import sentences
+from index.ingest.sentences import sentences
 
 POOL = 20  # top_k x CANDIDATES_PER_KEPT: the candidates Engine.ask gates
 QUERY_TIMING_CHUNKS = 10_000

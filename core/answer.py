@@ -35,11 +35,11 @@ from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker, RerankerUnavailable, rerank
 from core.retrieve import Candidate, Mode, RetrievalBackend, answer_order
-from index.chunk import SHEET_KINDS, sheet_columns
 from index.errors import DocumentNotFound, StorageError
+from index.ingest.chunk import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
 from index.records import ChunkRow, QueryRecord
-from index.store import ALL_SCOPES
+from index.storage.store import ALL_SCOPES
 
 log = logging.getLogger(__name__)
 

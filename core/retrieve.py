@@ -7,7 +7,7 @@ equal or weighted legs, several k) on both bundled evaluation sets with
 which is what decides most questions here (docs/evaluation.md, "What was
 tried"). RRF stays available as ``Fusion(method="rrf")``.
 
-Every search goes through ``index.search_index.SearchIndex`` (here also
+Every search goes through ``index.search.local.SearchIndex`` (here also
 ``RetrievalBackend``), so that the local FAISS + BM25 pair and a distributed
 engine are two implementations of one contract; the fusion is defined there.
 
@@ -24,24 +24,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.proximity import term_proximity
-from index.search_index import (
-    DEFAULT_DEPTH,
-    FUSION,
-    RRF_K,
-    Candidate,
-    Fusion,
-    LocalSearchIndex,
-    Mode,
-    SearchIndex,
-    fuse,
-    rrf,
-    score_fusion,
-)
+from index.search.contract import Candidate, Mode, SearchIndex
+from index.search.fusion import DEFAULT_DEPTH, FUSION, RRF_K, Fusion, fuse, rrf, score_fusion
+from index.search.local import LocalSearchIndex
 
 if TYPE_CHECKING:
-    from index.store import Store
+    from index.storage.store import Store
 
-# The search interface and its local engine live in ``index.search_index``;
+# The search interface and its local engine live in ``index.search.local``;
 # these names keep the engine's callers reading as before.
 RetrievalBackend = SearchIndex
 LocalBackend = LocalSearchIndex

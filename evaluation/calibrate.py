@@ -49,9 +49,9 @@ from evaluation.outcomes import (
     related_sweep,
 )
 from evaluation.results import EvalResult, SweepRow, sweep
-from index.atomic import write_atomic
+from index.files.atomic import write_atomic
 from index.knowledge_base import KnowledgeBase
-from index.store import Store
+from index.storage.store import Store
 
 THRESHOLD_ENV = "KB_THRESHOLD"
 RELATED_ENV = "KB_RELATED_THRESHOLD"

@@ -9,7 +9,7 @@ B    blind + overlap               A, each chunk also carries the last 64
                                    characters of the previous one
 C    boundaries                    never cut inside a paragraph (E's cuts)
 D    boundaries + overlap          C with the 64-character overlap
-E    boundaries + header           the product: ``index.chunk.chunk_document``
+E    boundaries + header           the product: ``index.ingest.chunk.chunk_document``
 F    boundaries + header + overlap E with the 64-character overlap
 ===  ============================  =========================================
 
@@ -32,7 +32,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import replace
 
-from index.chunk import chunk_document
+from index.ingest.chunk import chunk_document
 from index.models import Chunk, Chunking, Extracted
 
 Chunker = Callable[[Extracted], Chunking]
@@ -42,7 +42,7 @@ OVERLAP_CHARS = 64
 """Characters of the previous chunk copied into the next one (the study's value)."""
 
 PRODUCT = "E"
-"""The strategy the product ships (``index.chunk.chunk_document``)."""
+"""The strategy the product ships (``index.ingest.chunk.chunk_document``)."""
 
 STRATEGIES: dict[str, str] = {
     "A": "blind",

@@ -71,7 +71,7 @@ class EmbeddingEndpoint:
 
 @dataclass(frozen=True)
 class OcrConfig:
-    """How scanned PDF pages are read (``index.ocr``).
+    """How scanned PDF pages are read (``index.ingest.ocr``).
 
     Attributes:
         language: Tesseract language(s), ``eng`` or ``eng+deu``.
@@ -100,7 +100,7 @@ class IndexConfig:
         encoder_runtime: what runs a local model: ``onnx`` (an export kept in
             ``encoders/`` in the data dir) or ``torch``; the vectors agree.
         encoder_cache: where ONNX exports are kept; None: ``encoders/`` in the data dir.
-        search_engine: the ``SearchIndex`` engine (``index.search_index.SEARCH_ENGINES``).
+        search_engine: the ``SearchIndex`` engine (``index.search.local.SEARCH_ENGINES``).
         qdrant_url: the Qdrant engine of ``search_engine`` ``qdrant``: a server's URL;
             empty, an embedded engine in the data dir (one process at a time).
         qdrant_api_key: the Qdrant server's API key; never in a repr.
@@ -115,7 +115,7 @@ class IndexConfig:
         failed_retention_days: days a failed document (its row and stored
             original) is kept for a retry before it is deleted.
         ocr: how scanned PDF pages are read.
-        query_adapter: fit and apply the knowledge base's query map (``index.query_adapter``).
+        query_adapter: fit and apply the knowledge base's query map (``index.search.query_map``).
     """
 
     data_dir: Path = DEFAULT_DATA_DIR

@@ -21,14 +21,14 @@ all of them (a test keeps the list complete)::
     │       └── DiskSpaceLow         free space is under the floor: new documents are refused
     ├── IndexOutOfSync               derived indexes disagree with SQLite
     ├── ReindexInProgress            a second reindex was asked for while one runs
-    ├── AtomicWriteError             (index.atomic) a file could not be replaced
-    ├── VectorIndexError             (index.vectors) FAISS failed; rebuild the index
-    ├── EmbeddingModelUnavailable    (index.embed) the embedding model cannot be loaded or reached
-    ├── SearchEngineUnavailable      (index.qdrant_index) the search engine cannot be loaded, reached or opened
-    ├── FetchFailed                  (index.fetch) a URL refused by the fetch policy or not fetched
-    ├── SyncConfigError              (index.sync) a sync source or its config file is malformed
-    ├── QueryAdapterError            (index.query_adapter) a stored query map cannot be read
-    ├── StoreMigrationError          (index.pg_migrate) kb migrate-store could not move a knowledge base; nothing committed
+    ├── AtomicWriteError             (index.files.atomic) a file could not be replaced
+    ├── VectorIndexError             (index.search.vectors) FAISS failed; rebuild the index
+    ├── EmbeddingModelUnavailable    (index.embed.base) the embedding model cannot be loaded or reached
+    ├── SearchEngineUnavailable      (index.search.qdrant.engine) the search engine cannot be loaded, reached or opened
+    ├── FetchFailed                  (index.sync.fetch) a URL refused by the fetch policy or not fetched
+    ├── SyncConfigError              (index.sync.sources) a sync source or its config file is malformed
+    ├── QueryAdapterError            (index.search.query_map) a stored query map cannot be read
+    ├── StoreMigrationError          (index.storage.migrate) kb migrate-store could not move a knowledge base; nothing committed
     ├── AnswerError                  (core.errors) the answer engine's errors
     │   ├── LLMUnavailable           the model endpoint is missing, refused, timed out or 5xx
     │   ├── BadLinkToken             a passage link's token is tampered, expired or for another doc
@@ -123,7 +123,7 @@ class StorageError(KBError):
     """The data dir could not be written; the change was rolled back.
 
     Raised for SQLite's I/O errors and the operating system's refusals to
-    write, translated where they happen (``index.store``).
+    write, translated where they happen (``index.storage.store``).
     """
 
 

@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from index.config import IndexConfig
-from index.derived import DerivedIndexes, Snapshot
-from index.disk import check_free_space, size_text
 from index.embed import Embedder, load_embedder
 from index.errors import (
     DocumentNotFound,
@@ -38,14 +36,18 @@ from index.errors import (
     StorageError,
     TooLarge,
 )
-from index.extract import EXTRACTOR_VERSION, FOLDER_SUFFIXES, SUPPORTED_SUFFIXES
-from index.ingest import PIPELINE_VERSION, Prepared, prepare_document
+from index.files.disk import check_free_space, size_text
+from index.ingest.extract import EXTRACTOR_VERSION, FOLDER_SUFFIXES, SUPPORTED_SUFFIXES
+from index.ingest.pipeline import PIPELINE_VERSION, Prepared, prepare_document
 from index.models import AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
-from index.query_adapter import QueryAdapters
 from index.records import AuditEntry, DocumentFacts, DocumentRow, Stamp
-from index.search_index import LocalSearchIndex, SearchIndex, open_search_index
-from index.store import EVERYONE, NewDocument, Store
+from index.search import open_search_index
+from index.search.contract import SearchIndex
+from index.search.derived import DerivedIndexes, Snapshot
+from index.search.local import LocalSearchIndex
+from index.search.query_map import QueryAdapters
+from index.storage.store import EVERYONE, NewDocument, Store
 
 log = logging.getLogger(__name__)
 
@@ -610,7 +612,7 @@ class KnowledgeBase:
             current = self._current_version(doc)
             self._refuse_second_live_copy(doc, current)
             # Retire the current version first: it may hold the same bytes, and
-            # only one live document may (``index.schema``).
+            # only one live document may (``index.storage.schema``).
             replaced = self.store.supersede([current.id] if current else [], by=doc.id)
             self._commit(doc, prepared)
             self.store.audit(_entry(AuditAction.RESTORE, doc, actor, new=doc, replaced=replaced))

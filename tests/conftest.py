@@ -17,7 +17,8 @@ import structlog
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from bot.logs import NOISY_LOGGERS, LogHandler, configure_logging  # noqa: E402
-from index.embed import Embedder, LocalEmbedder  # noqa: E402
+from index.embed import Embedder  # noqa: E402
+from index.embed.pytorch import LocalEmbedder  # noqa: E402
 from tests.canaries import LeakRecorder, report, scan_files  # noqa: E402
 
 pytest_plugins = [

@@ -54,7 +54,7 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     )
     with _admin(server) as conn:
         conn.execute(f"CREATE DATABASE {_TEMPLATE}")
-    from index.store import Store
+    from index.storage.store import Store
 
     store = Store(tmp_path_factory.mktemp("template-kb"), database_url=server.get_uri(_TEMPLATE))
     store.close()

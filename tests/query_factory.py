@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from index.records import QueryRecord
-from index.store import ALL_SCOPES, Store
+from index.storage.store import ALL_SCOPES, Store
 
 
 def answered(question: str, **changes: Any) -> QueryRecord:

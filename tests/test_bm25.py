@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from index.bm25 import Allowed, BM25Index
 from index.errors import IndexOutOfSync
-from index.tokens import ANALYZER, PLAIN, tokenize
+from index.search.bm25 import Allowed, BM25Index
+from index.search.tokens import ANALYZER, PLAIN, tokenize
 
 SENTENCES = [
     "Employee Handbook > Leave: Annual leave is 25 days per calendar year, plus public holidays.",

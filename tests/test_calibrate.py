@@ -19,7 +19,7 @@ from evaluation.calibrate import (
 )
 from evaluation.inputs import EvalSetError
 from evaluation.results import Proportion, SweepRow, sweep
-from index.store import Store
+from index.storage.store import Store
 from tests.evalmini import EVALMINI, EVALSET_OPTIONS
 from tests.query_factory import log_question
 

@@ -17,7 +17,7 @@ from core.calibration import (
     last_calibration,
     save_calibration,
 )
-from index.store import Store
+from index.storage.store import Store
 from tests.evalmini import EVALMINI, EVALSET_OPTIONS
 
 SAVED = "Saved this calibration to the knowledge base; App Home shows it."

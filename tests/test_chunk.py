@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.chunk import CHUNKER_VERSION, chunk_document, heading_title
 from index.embed import Embedder
-from index.extract import EXTRACTOR_VERSION
-from index.ingest import PIPELINE_VERSION
+from index.ingest.chunk import CHUNKER_VERSION, chunk_document, heading_title
+from index.ingest.extract import EXTRACTOR_VERSION
+from index.ingest.pipeline import PIPELINE_VERSION
 from index.models import Chunking, Extracted
 from index.records import Stamp
-from index.store import Store
+from index.storage.store import Store
 
 # --- an independent reading of the rules, line by line, used as the oracle
 

@@ -112,7 +112,7 @@ def _unshare_reason() -> str | None:
 
 # What opening a knowledge base does about interrupted work, without loading the model.
 OPEN_AND_RECOVER = (
-    "import json, sys; from pathlib import Path; from index.store import Store; "
+    "import json, sys; from pathlib import Path; from index.storage.store import Store; "
     "print(json.dumps(Store(Path(sys.argv[1])).recover_interrupted()))"
 )
 

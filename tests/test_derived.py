@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.bm25 import BM25Index
-from index.derived import DerivedIndexes, Snapshot
 from index.models import Chunk
 from index.records import Stamp
-from index.store import NewDocument, Store
-from index.tokens import ANALYZER, PLAIN
+from index.search.bm25 import BM25Index
+from index.search.derived import DerivedIndexes, Snapshot
+from index.search.tokens import ANALYZER, PLAIN
+from index.storage.store import NewDocument, Store
 
 DIM = 16
 STAMP = Stamp("test/model", DIM, "pipeline-1", "extractor-1")
@@ -192,7 +192,7 @@ def test_a_saved_bm25_index_of_the_old_tokenizer_is_rebuilt(
 def test_reading_the_rows_holds_the_vectors_once(index_dir: Path) -> None:
     import tracemalloc
 
-    from index.derived import _Rows
+    from index.search.derived import _Rows
 
     dim, n = 512, 4000
     store = Store(index_dir)
@@ -215,8 +215,8 @@ def test_reading_the_rows_holds_the_vectors_once(index_dir: Path) -> None:
 
 
 def test_a_vector_of_the_wrong_size_is_refused_not_shifted_into_the_next(index_dir: Path) -> None:
-    from index.derived import _Rows
     from index.errors import IndexOutOfSync
+    from index.search.derived import _Rows
 
     good, bad = np.ones(DIM, dtype=np.float32).tobytes(), b"\0" * (DIM * 4 - 4)
     rows = [

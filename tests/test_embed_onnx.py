@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 
 from bot.settings import Settings
-from index.chunk import chunk_document
 from index.config import IndexConfig
-from index.embed import Embedder, EmbeddingModelUnavailable, LocalEmbedder, load_embedder
-from index.embed_onnx import (
+from index.embed import Embedder, EmbeddingModelUnavailable, load_embedder
+from index.embed.onnx import (
     BATCH_TOKENS,
     OnnxEmbedder,
     export_onnx,
@@ -32,7 +31,9 @@ from index.embed_onnx import (
     similar_length_batches,
     token_embeddings,
 )
-from index.extract import extract
+from index.embed.pytorch import LocalEmbedder
+from index.ingest.chunk import chunk_document
+from index.ingest.extract import extract
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 BUNDLED = "bundled:all-MiniLM-L6-v2"
@@ -228,7 +229,7 @@ def test_two_processes_starting_at_once_export_once(tiny: Path, tmp_path: Path) 
     script = (
         "import logging, sys; from pathlib import Path; "
         "logging.basicConfig(level=logging.INFO, stream=sys.stderr); "
-        "from index.embed_onnx import OnnxEmbedder; "
+        "from index.embed.onnx import OnnxEmbedder; "
         f"print(OnnxEmbedder({str(tiny)!r}, Path({str(cache)!r})).encode(['hi'])[0][:4])"
     )
     procs = [

@@ -21,11 +21,12 @@ from sqlite_utils import Database
 
 from bot.cli import main
 from bot.settings import Settings
-from index.chunk import chunk_document
 from index.config import EmbeddingEndpoint, IndexConfig
-from index.embed import Embedder, EmbeddingModelUnavailable, LocalEmbedder, load_embedder
-from index.embed_remote import RemoteEmbedder
-from index.extract import extract
+from index.embed import Embedder, EmbeddingModelUnavailable, load_embedder
+from index.embed.pytorch import LocalEmbedder
+from index.embed.remote import RemoteEmbedder
+from index.ingest.chunk import chunk_document
+from index.ingest.extract import extract
 from index.knowledge_base import KnowledgeBase
 from tests.servers import (
     DEFAULT_EMBEDDING_API_KEY,

@@ -13,7 +13,7 @@ import index.errors
 from core.errors import LinkSecretUnavailable
 from core.links import SECRET_FILENAME, load_or_create_secret
 from index.errors import DatabaseUnavailable, KBError, OriginalMissing, QueryNotFound
-from index.store import Store
+from index.storage.store import Store
 
 PACKAGES = ("index", "core", "evaluation", "bot")
 # One line of the tree: its drawing, then the class name.

@@ -19,11 +19,11 @@ from evaluation.inputs import OODQuestion, Question, load_ood, load_questions
 from evaluation.results import RECALL_KS
 from evaluation.run import evaluate, export_disliked
 from evaluation.strategies import OVERLAP_CHARS, blind, make_chunker, with_overlap, without_header
-from index.chunk import chunk_document
 from index.config import IndexConfig
 from index.embed import Embedder
+from index.ingest.chunk import chunk_document
 from index.models import Extracted
-from index.store import Store
+from index.storage.store import Store
 from tests.evalmini import EVALMINI, EVALSET_OPTIONS
 from tests.query_factory import log_question
 
@@ -34,7 +34,8 @@ from tests.query_factory import log_question
 def test_eval_runs_on_a_store_of_its_own_not_the_configured_database(
     tmp_path: Path, embedder: Embedder, postgres_url: str, search_engine: str
 ) -> None:
-    from index import qdrant_index
+    from index.search.qdrant import engines
+    from index.search.qdrant import index as qdrant_index
     from tests.test_search_index_contract import _add
 
     # The operator's configuration: the shared Postgres store, holding a document.
@@ -43,7 +44,7 @@ def test_eval_runs_on_a_store_of_its_own_not_the_configured_database(
     )
     production = Store(config.data_dir, database_url=postgres_url)
     _add(production, embedder, ["The production handbook: expenses over 500 need a director."])
-    generation, embedded = production.generation, dict(qdrant_index._EMBEDDED)
+    generation, embedded = production.generation, dict(engines._EMBEDDED)
     result = evaluate(
         EVALMINI / "corpus",
         load_questions(EVALMINI / "questions.jsonl"),
@@ -60,7 +61,7 @@ def test_eval_runs_on_a_store_of_its_own_not_the_configured_database(
     assert not production.audit_entries()
     # Its search collections were its own, and are gone with it.
     assert production.get_meta(qdrant_index.KB_ID_KEY) is None
-    assert embedded == qdrant_index._EMBEDDED  # the embedded engine it opened is closed
+    assert embedded == engines._EMBEDDED  # the embedded engine it opened is closed
 
 
 # ---------------------------------------------------------------------- the CLI on evalmini

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from PIL import Image
 from pypdf import PdfReader, PdfWriter
 
-from index.chunk import chunk_document
 from index.errors import (
     CorruptDocument,
     EmptyDocument,
@@ -22,7 +21,8 @@ from index.errors import (
     TooLarge,
     UnsupportedType,
 )
-from index.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES, extract
+from index.ingest.chunk import chunk_document
+from index.ingest.extract import EXTRACTOR_VERSION, SUPPORTED_SUFFIXES, extract
 
 # --- documents built at test time
 

@@ -15,7 +15,7 @@ from core.gaps import Gap, knowledge_gaps, normalise
 from index.config import IndexConfig
 from index.embed import Embedder, EmbeddingModelUnavailable
 from index.knowledge_base import KnowledgeBase
-from index.store import EVERYONE, Store
+from index.storage.store import EVERYONE, Store
 from tests.query_factory import log_question
 
 VPN = b"# VPN\n\nThe VPN client is GlobalProtect. Sessions stay open for 12 hours.\n"

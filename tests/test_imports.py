@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from index.config import IndexConfig
-from index.embed_onnx import OnnxEmbedder
+from index.embed.onnx import OnnxEmbedder
 from index.knowledge_base import KnowledgeBase
 from tests.evalmini import EVALSET_OPTIONS
 from tests.servers import DEFAULT_SIGNING_SECRET, MockSlackAPI

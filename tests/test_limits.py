@@ -14,9 +14,10 @@ from pypdf import PageObject
 from bench.limits import one_line_text, page_bomb_pdf
 from bot.settings import Settings
 from index.config import DEFAULT_MAX_CHUNKS, DEFAULT_MAX_PAGES, IndexConfig
-from index.embed import DEFAULT_BATCH_SIZE, Embedder, LocalEmbedder
+from index.embed import DEFAULT_BATCH_SIZE, Embedder
+from index.embed.pytorch import LocalEmbedder
 from index.errors import OverLimit
-from index.extract import extract
+from index.ingest.extract import extract
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from tests.conftest_bot import Bot, BotFactory

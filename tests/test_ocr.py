@@ -25,10 +25,10 @@ from bot.settings import Settings
 from index.config import IndexConfig, OcrConfig
 from index.embed import Embedder
 from index.errors import EmptyDocument, OverLimit, UnsupportedType
-from index.extract import extract
+from index.ingest.extract import extract
+from index.ingest.ocr import OCR_MARKER, UNREAD_MARKER, ocr_marker, ocr_pages, unread_marker
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
-from index.ocr import OCR_MARKER, UNREAD_MARKER, ocr_marker, ocr_pages, unread_marker
 from tests.browser import dump_dom, requires_chromium
 from tests.docs_factory import text_pdf
 

@@ -26,15 +26,15 @@ from pptx.util import Inches
 
 from bot.cli import main
 from core.answer import build_engine
-from index.chunk import HEADER_SEPARATOR, chunk_document
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.errors import CorruptDocument, EmptyDocument, OverLimit, UnsupportedType
-from index.extract import SUPPORTED_SUFFIXES, extract
+from index.ingest.chunk import HEADER_SEPARATOR, chunk_document
+from index.ingest.extract import SUPPORTED_SUFFIXES, extract
+from index.ingest.office_zip import DEFAULT_MAX_UNZIPPED_BYTES, MAX_RATIO, RATIO_FLOOR
+from index.ingest.sheets import MAX_CELLS
 from index.knowledge_base import KnowledgeBase
 from index.models import Chunk, DocState, Extracted
-from index.office_zip import DEFAULT_MAX_UNZIPPED_BYTES, MAX_RATIO, RATIO_FLOOR
-from index.sheets import MAX_CELLS
 from tests.docs_factory import LOGIN_PAGE
 
 pytest.register_assert_rewrite("tests.conftest_bot")

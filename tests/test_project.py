@@ -52,7 +52,7 @@ def test_in_index_only_the_embeddings_endpoint_imports_openai() -> None:
     # The language model is the engine's (core.llm); index/ reaches an endpoint
     # only for embeddings, in one module.
     users = {f for f, m in _imports("index") if _within(m, {"openai"})}
-    assert users == {"index/embed_remote.py"}
+    assert users == {"index/embed/remote.py"}
 
 
 def test_only_the_cli_and_bench_import_evaluation() -> None:

@@ -21,15 +21,11 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
-from index.qdrant_index import (
-    AVGDL_TOLERANCE,
-    QdrantPoint,
-    QdrantSearchIndex,
-    SearchEngineUnavailable,
-    collection_name,
-)
-from index.search_index import Candidate, Mode, SearchIndex, open_search_index
-from index.store import Store
+from index.search import open_search_index
+from index.search.contract import Candidate, Mode, SearchIndex
+from index.search.qdrant.engine import QdrantPoint, SearchEngineUnavailable
+from index.search.qdrant.index import AVGDL_TOLERANCE, QdrantSearchIndex, collection_name
+from index.storage.store import Store
 from tests.evalmini import EVALMINI
 from tests.servers import threaded_http_server
 from tests.test_search_index_contract import _add
@@ -279,9 +275,9 @@ def test_without_qdrant_client_the_error_names_the_extra(index_dir: Path) -> Non
     script = f"""
 import sys
 sys.modules["qdrant_client"] = None
-from index.qdrant_index import SearchEngineUnavailable
-from index.search_index import open_search_index
-from index.store import Store
+from index.search import open_search_index
+from index.search.qdrant import SearchEngineUnavailable
+from index.storage.store import Store
 try:
     open_search_index(Store({str(index_dir)!r}), embedding_model="m", dimensions=3, engine="qdrant").open()
 except SearchEngineUnavailable as exc:

@@ -19,15 +19,11 @@ import pytest
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.qdrant_index import (
-    KB_ID_KEY,
-    ClientEngine,
-    QdrantPoint,
-    QdrantSearchIndex,
-    collection_name,
-    open_engine,
-)
-from index.store import Store
+from index.search.qdrant.client import ClientEngine
+from index.search.qdrant.engine import QdrantPoint
+from index.search.qdrant.engines import open_engine
+from index.search.qdrant.index import KB_ID_KEY, QdrantSearchIndex, collection_name
+from index.storage.store import Store
 from tests.evalmini import EVALMINI
 from tests.servers import closed_port_url, threaded_http_server
 from tests.test_search_index_contract import _add

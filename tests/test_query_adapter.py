@@ -14,13 +14,13 @@ from bot.settings import Settings
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.query_adapter import (
+from index.search.contract import Mode
+from index.search.query_map import (
     QueryAdapter,
     QueryAdapterError,
     QueryAdapters,
     fit_matrix,
 )
-from index.search_index import Mode
 from tests.evalmini import EVALMINI
 
 CORPUS = EVALMINI / "corpus"
@@ -165,7 +165,7 @@ def test_a_map_of_another_model_or_a_damaged_map_is_never_applied(
     assert reader.current() is None
     kb.store.set_meta(kb.query_adapters.map_key, "{damaged")
     kb.store.set_meta(kb.query_adapters.stamp_key, "damaged")
-    with caplog.at_level(logging.WARNING, logger="index.query_adapter"):
+    with caplog.at_level(logging.WARNING, logger="index.search.query_map"):
         assert reader.current() is None
     assert "cannot be read" in caplog.text
     # A search through a knowledge base holding the damaged map still answers, in the model's order.
@@ -190,7 +190,7 @@ def test_a_fit_that_fails_never_fails_the_write_and_keeps_the_previous_map(
     more.mkdir()
     text = (CORPUS / "kestrel-vpn.md").read_text()
     (more / "kestrel-vpn-2027.md").write_text(text.replace("Kestrel", "Osprey"))
-    with caplog.at_level(logging.WARNING, logger="index.query_adapter"):
+    with caplog.at_level(logging.WARNING, logger="index.search.query_map"):
         summary = kb.ingest_paths([more])  # a third more chunks: a refit is due, and fails
     assert [d.name for d in summary.indexed] == ["kestrel-vpn-2027.md"]
     assert "query map not fitted" in caplog.text

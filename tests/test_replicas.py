@@ -41,7 +41,7 @@ from index.embed import Embedder
 from index.errors import DocumentNotFound
 from index.knowledge_base import KnowledgeBase
 from index.records import DocumentRow
-from index.store import Store
+from index.storage.store import Store
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from core.retrieve import FUSION, Fusion, LocalBackend, Mode, fuse, rrf, score_fusion
-from index.derived import DerivedIndexes
 from index.models import Chunk
 from index.records import Stamp
-from index.store import NewDocument, Store
+from index.search.derived import DerivedIndexes
+from index.storage.store import NewDocument, Store
 
 DIM = 4
 STAMP = Stamp("test/model", DIM, "pipeline-1", "extractor-1")

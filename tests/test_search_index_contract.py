@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.derived import OnlyScopes
 from index.embed import Embedder
 from index.models import Chunk
-from index.query_adapter import QueryAdapter, QueryAdapters
 from index.records import Stamp
-from index.search_index import Mode, SearchIndex, open_search_index
-from index.store import NewDocument, Store
+from index.search import open_search_index
+from index.search.contract import Mode, SearchIndex
+from index.search.derived import OnlyScopes
+from index.search.query_map import QueryAdapter, QueryAdapters
+from index.storage.store import NewDocument, Store
 
 Factory = Callable[..., SearchIndex]
 

@@ -17,12 +17,12 @@ from core.retrieve import Candidate, sentence_order
 from evaluation.outcomes import Replay
 from index.config import IndexConfig
 from index.embed import Embedder
-from index.ingest import PIPELINE_VERSION
+from index.ingest.pipeline import PIPELINE_VERSION
+from index.ingest.sentences import SENTENCES_VERSION, from_blob, sentence_texts, sentences, to_blob
 from index.knowledge_base import KnowledgeBase
 from index.models import Chunk
 from index.records import Stamp
-from index.sentences import SENTENCES_VERSION, from_blob, sentence_texts, sentences, to_blob
-from index.store import NewDocument, Store
+from index.storage.store import NewDocument, Store
 from tests.servers import OpenAICompatServer
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"

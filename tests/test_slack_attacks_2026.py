@@ -42,7 +42,7 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
-from index.store import Store
+from index.storage.store import Store
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from bot.slack import messages
 from bot.slack.render import ASK_A_PERSON_ACTION_ID, render_answer, render_notice
 from core.answer import Answer, Outcome
-from index.store import Store
+from index.storage.store import Store
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 

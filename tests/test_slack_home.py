@@ -33,7 +33,7 @@ from core.gaps import Gap
 from index.knowledge_base import KnowledgeBase, ReindexReport
 from index.models import DocState
 from index.records import ChunkRow, DocumentRow
-from index.store import EVERYONE
+from index.storage.store import EVERYONE
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
 

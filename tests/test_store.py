@@ -19,15 +19,15 @@ import numpy as np
 import psycopg
 import pytest
 
-from index.database import masked_url
 from index.errors import DatabaseUnavailable
 from index.models import AuditAction
-from index.pg_database import postgres_sql
 from index.records import AUDIT_COLUMNS, DOCUMENT_COLUMNS, QUERY_COLUMNS, AuditEntry, QueryRecord
-from index.schema import MIGRATIONS, SCHEMA_BEFORE_MIGRATIONS
-from index.store import NewDocument, Store
+from index.storage.database import masked_url
+from index.storage.postgres import postgres_sql
+from index.storage.schema import MIGRATIONS, SCHEMA_BEFORE_MIGRATIONS
+from index.storage.store import NewDocument, Store
 
-# Frozen in index.schema as migration 1: what a data dir made before migrations holds.
+# Frozen in index.storage.schema as migration 1: what a data dir made before migrations holds.
 OLD_SCHEMA = SCHEMA_BEFORE_MIGRATIONS
 OLD_ROWS = """
 INSERT INTO documents (id, name, title, sha256, kind, size, uploader, scope, state, chunk_count,
@@ -146,7 +146,7 @@ def test_reopening_applies_nothing_again(tmp_path: Path) -> None:
 _OPENER = """
 import sys, time
 from pathlib import Path
-from index.store import Store
+from index.storage.store import Store
 
 go = Path(sys.argv[2])
 Path(sys.argv[3]).touch()

@@ -15,11 +15,11 @@ from click.testing import CliRunner, Result
 from bot.cli import main
 from index.config import IndexConfig
 from index.embed import Embedder
-from index.fetch import FetchPolicy
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.records import DocumentRow
-from index.sync import SyncSource, load_sources, sync_sources
+from index.sync.fetch import FetchPolicy
+from index.sync.sources import SyncSource, load_sources, sync_sources
 from tests.docs_factory import text_pdf
 from tests.servers import threaded_http_server
 

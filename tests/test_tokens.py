@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from index.tokens import ANALYZER, PLAIN, TOKENIZER_VERSION, Analyzer, tokenize
+from index.search.tokens import ANALYZER, PLAIN, TOKENIZER_VERSION, Analyzer, tokenize
 
 CASES = [
     # plain prose: lower-cased words, punctuation dropped

@@ -9,9 +9,9 @@ import faiss
 import numpy as np
 import pytest
 
-from index.atomic import AtomicWriteError, write_atomic
 from index.errors import IndexOutOfSync, KBError
-from index.vectors import VectorIndex, VectorIndexError
+from index.files.atomic import AtomicWriteError, write_atomic
+from index.search.vectors import VectorIndex, VectorIndexError
 
 DIM = 64
 

@@ -1,4 +1,4 @@
-"""``kb sync``: keep folders, URL lists and sitemaps in the knowledge base (``index.sync``)."""
+"""``kb sync``: keep folders, URL lists and sitemaps in the knowledge base (``index.sync.sources``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from bot.cli.base import ProgressBar, emit, json_option, main, open_kb, settings_of
-from index.fetch import DEFAULT_READ_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, FetchPolicy
-from index.store import EVERYONE
-from index.sync import (
+from index.storage.store import EVERYONE
+from index.sync.fetch import DEFAULT_READ_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, FetchPolicy
+from index.sync.sources import (
     DEFAULT_SYNC_UPLOADER,
     SourceReport,
     SyncConfigError,

@@ -41,8 +41,8 @@ from bot.server.readers import READER_GATE, AccessCheckUnavailable, Reader
 from core.answer import Engine
 from core.errors import BadLinkToken
 from index.errors import DocumentNotFound, KBError
+from index.ingest.ocr import ocr_pages
 from index.knowledge_base import KnowledgeBase
-from index.ocr import ocr_pages
 from index.records import DocumentRow
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def fill_viewer(
 ) -> str:
     """The viewer page for one document; every value is escaped here.
 
-    ``ocr_pages``: the pages OCR read (``index.ocr.ocr_pages``), which the page names.
+    ``ocr_pages``: the pages OCR read (``index.ingest.ocr.ocr_pages``), which the page names.
     """
     values = {
         "title": html.escape(title, quote=True),

@@ -46,7 +46,7 @@ from bot.slack.render import render_notice
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.names import display_name
-from index.store import EVERYONE
+from index.storage.store import EVERYONE
 
 log = logging.getLogger(__name__)
 

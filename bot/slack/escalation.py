@@ -3,7 +3,7 @@
 With ``KB_ESCALATION_CHANNEL`` set, every logged answer, related-passages reply
 and refusal carries the button; its value is the logged question's id, and
 nothing else is trusted from it. A click posts the question in that channel,
-once per question (``index.escalations`` claims it in the shared database
+once per question (``index.storage.escalations`` claims it in the shared database
 first, so double clicks, replicas and redelivered clicks post once), with who
 asked, what the bot replied and a link to the thread, and tells the clicker
 what happened.
@@ -49,7 +49,7 @@ from bot.slack.reply import SLACK_FAILURES, slack_failure
 from core.answer import Outcome
 from index.errors import QueryNotFound
 from index.records import QueryRecord
-from index.store import EVERYONE, Store
+from index.storage.store import EVERYONE, Store
 
 if TYPE_CHECKING:
     from bot.slack.listeners import Services

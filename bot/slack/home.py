@@ -72,7 +72,7 @@ from index.errors import DocumentNotFound, KBError, QueryNotFound
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.records import DislikedAnswer, DocumentRow
-from index.store import EVERYONE
+from index.storage.store import EVERYONE
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -24,7 +24,7 @@ from bot.slack import messages
 from bot.slack.render import escape, inert_links, mention, scope_label, split_mrkdwn
 from index.names import display_name
 from index.records import DocumentRow
-from index.store import EVERYONE
+from index.storage.store import EVERYONE
 
 if TYPE_CHECKING:
     from core.calibration import CalibrationRecord, RateRow

@@ -67,11 +67,11 @@ from bot.slack.roles import Roles
 from bot.slack.thread import SlackThread
 from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
 from core.answer import Asker, Engine
-from index.derived import OnlyScopes
 from index.embed import EmbeddingModelUnavailable
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
-from index.store import EVERYONE
+from index.search.derived import OnlyScopes
+from index.storage.store import EVERYONE
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from core.citations import citation_spans
 from core.gate import MAX_RELATED
 from index.names import display_name
 from index.records import AuditEntry, DocumentRow
-from index.store import EVERYONE
+from index.storage.store import EVERYONE
 
 __all__ = [
     "APPROVE_ACTION_ID",

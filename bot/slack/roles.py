@@ -29,7 +29,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack.config import SlackConfig
 from bot.slack.directory import Directory
 from index.models import Publish
-from index.store import EVERYONE
+from index.storage.store import EVERYONE
 
 log = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ from bot.slack.app import web_client
 from bot.slack.config import SignInConfig, SlackConfig
 from bot.slack.directory import channel_member_ids
 from core.links import LinkSigner
-from index.store import EVERYONE
+from index.storage.store import EVERYONE
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,0 +1,351 @@
+"""Word and PowerPoint files -> canonical text the chunker already understands.
+
+The text is Markdown-like, as for HTML: headings are ATX lines (``## Heading``)
+so that sections come from the document's own structure, blocks are separated
+by one blank line, list items start with ``- `` or ``1. ``, and table rows are
+blocks of their own with cells separated by `` | ``. A line of the document that
+the chunker would take for a heading or a code fence is escaped with ``\\``.
+
+Word (python-docx): body paragraphs and tables in document order (the text of
+each table cell once, merged cells included once); Title and Heading 1-6 styles
+become headings; text in hyperlinks, fields, content controls, tracked
+insertions and text boxes is read (deleted text and field codes are not);
+headers, footers, footnotes and comments are not read. The
+title is the core properties' title, else the first heading.
+
+PowerPoint (python-pptx): one level-1 section per slide, ``Slide 3: <title>``,
+so that a citation's section names the slide; the other shapes' text in reading
+order (top to bottom, then left to right, groups opened), tables as rows, and
+the speaker notes last as a block starting ``Notes:``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterable, Iterator
+
+from docx import Document as open_docx
+from docx import types as t
+from docx.document import Document as DocxDocument
+from docx.oxml.ns import nsmap, qn
+from docx.oxml.xmlchemy import BaseOxmlElement
+from docx.table import Table as DocxTable
+from docx.table import _Cell
+from docx.text.paragraph import Paragraph
+from lxml import etree
+from pptx import Presentation as open_pptx
+from pptx.shapes.base import BaseShape
+from pptx.shapes.group import GroupShape
+from pptx.slide import Slide
+
+from index.errors import CorruptDocument, EmptyDocument, OverLimit
+from index.ingest.office_zip import Package
+from index.models import Extracted
+
+CELL_SEPARATOR = " | "
+_NS = {"w": nsmap["w"], "mc": "http://schemas.openxmlformats.org/markup-compatibility/2006"}
+_P, _TBL, _SDT, _SDT_CONTENT, _T, _TAB = (
+    qn(tag) for tag in ("w:p", "w:tbl", "w:sdt", "w:sdtContent", "w:t", "w:tab")
+)
+# Text of runs, and the paragraphs of text boxes anchored in the paragraph (each a new line).
+_TEXT_NODES = etree.XPath(
+    ".//w:p[not(ancestor::mc:Fallback)]"
+    " | .//w:r[not(ancestor::mc:Fallback)]/*[self::w:t or self::w:tab or self::w:br or self::w:cr]",
+    namespaces=_NS,
+)
+# A line the chunker would read as a heading or a code fence.
+_MARKDOWN_LOOKALIKE = re.compile(r" {0,3}(?:#{1,6}(?:[ \t]|$)|`{3}|~{3})")
+_HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
+_BLANK_LINES = re.compile(r"\n\s*\n")
+_SPACES = re.compile(r"[^\S\n]+")
+
+
+def safe_line(text: str) -> str:
+    """One line of document text, whitespace collapsed, never mistaken for Markdown."""
+    line = " ".join(text.split())
+    return "\\" + line if _MARKDOWN_LOOKALIKE.match(line) else line
+
+
+def safe_block(text: str) -> str:
+    """A paragraph of document text: its lines kept, blank lines and runs of spaces gone."""
+    lines = (safe_line(line) for line in _BLANK_LINES.sub("\n", text).split("\n"))
+    return "\n".join(line for line in lines if line)
+
+
+def heading(level: int, title: str) -> str:
+    """A heading line at ``level`` (1-6)."""
+    return "#" * min(6, max(1, level)) + " " + " ".join(title.split())
+
+
+def join_blocks(blocks: Iterable[str]) -> str:
+    """The canonical text of a document's blocks: one blank line between them."""
+    return "\n\n".join(b for b in blocks if b.strip())
+
+
+def read_failed(name: str, filename: str, what: str, exc: Exception) -> CorruptDocument:
+    """The error for a package its reader could not read."""
+    detail = " ".join(str(exc).split())[:200]
+    return CorruptDocument(
+        f"{name} is a damaged {what} file that could not be read ({type(exc).__name__}: "
+        f"{detail}). Save it again from {what} and upload the new copy.",
+        filename=filename,
+    )
+
+
+# --- Word
+
+
+def docx_document(package: Package, name: str, filename: str, fallback_title: str) -> Extracted:
+    """The canonical text of a Word package (checked by ``open_package``)."""
+    try:
+        doc = open_docx(io.BytesIO(package.data))
+        blocks = list(_docx_blocks(doc))
+        title = " ".join((doc.core_properties.title or "").split())
+    except Exception as exc:  # python-docx and lxml raise assorted errors on bad parts
+        raise read_failed(name, filename, "Word", exc) from exc
+    text = join_blocks(blocks)
+    if not text.strip():
+        raise EmptyDocument(f"{name} is a Word file with no text.", filename=filename)
+    title = title or _first_heading(blocks) or fallback_title
+    return Extracted(text=text, title=title[:200], kind="docx")
+
+
+def _docx_blocks(doc: DocxDocument) -> Iterator[str]:
+    numbers: dict[tuple[str, int], int] = {}
+    for item in _inner_content(doc.element.body, doc._body):
+        if isinstance(item, DocxTable):
+            numbers.clear()
+            yield from _table_rows(item)
+            continue
+        block = _paragraph_block(item, numbers)
+        if block:
+            yield block
+
+
+def _inner_content(
+    element: BaseOxmlElement, parent: t.ProvidesStoryPart
+) -> Iterator[Paragraph | DocxTable]:
+    """Paragraphs and tables in document order, including those inside content controls."""
+    for child in element.iterchildren():
+        if child.tag == _P:
+            yield Paragraph(child, parent)
+        elif child.tag == _TBL:
+            yield DocxTable(child, parent)
+        elif child.tag == _SDT:  # a content control (cover page, template field): its content
+            for content in child.iterchildren(_SDT_CONTENT):
+                yield from _inner_content(content, parent)
+
+
+def _paragraph_text(p: Paragraph) -> str:
+    """The visible text of a paragraph: runs in hyperlinks, fields, insertions and text boxes too.
+
+    python-docx's ``Paragraph.text`` reads only direct runs and hyperlinks.
+    Deleted text (``w:delText``) and field codes (``w:instrText``) are not
+    ``w:t``; a text box is written twice (DrawingML, then a VML fallback), so
+    the fallback is skipped.
+    """
+    parts = []
+    for node in _TEXT_NODES(p._p):
+        if node.tag == _T:
+            parts.append(node.text or "")
+        elif node.tag == _TAB:
+            parts.append("\t")
+        else:  # a line break, or a text box's paragraph
+            parts.append("\n")
+    return "".join(parts)
+
+
+def _paragraph_block(p: Paragraph, numbers: dict[tuple[str, int], int]) -> str:
+    style = (p.style.name if p.style is not None else "") or ""
+    level = _heading_level(style)
+    text = _paragraph_text(p)
+    if level:
+        title = " ".join(text.split())
+        return heading(level, title) if title else ""
+    body = safe_block(text)
+    if not body:
+        return ""
+    list_level = _list_level(p, style)
+    if list_level is None:
+        numbers.clear()
+        return body
+    indent = "  " * list_level
+    if "number" in style.lower() or _counts(p, list_level):
+        key = (_num_id(p) or style, list_level)
+        numbers[key] = numbers.get(key, 0) + 1
+        return f"{indent}{numbers[key]}. {body}"
+    return f"{indent}- {body}"
+
+
+def _num_id(p: Paragraph) -> str:
+    found = p._p.xpath("./w:pPr/w:numPr/w:numId/@w:val")
+    return str(found[0]) if found else ""
+
+
+def _counts(p: Paragraph, level: int) -> bool:
+    """Whether a directly numbered paragraph's list counts (1. 2.) rather than bullets."""
+    num_id = _num_id(p)
+    if not num_id.isdigit():  # also keeps the document's text out of the XPath below
+        return False
+    try:
+        numbering = p.part.numbering_part.element  # type: ignore[attr-defined]
+    except (KeyError, NotImplementedError):  # no numbering part
+        return False
+    abstract = numbering.xpath(f'./w:num[@w:numId="{num_id}"]/w:abstractNumId/@w:val')
+    if not abstract or not str(abstract[0]).isdigit():
+        return False
+    formats = numbering.xpath(
+        f'./w:abstractNum[@w:abstractNumId="{abstract[0]}"]'
+        f'/w:lvl[@w:ilvl="{level}"]/w:numFmt/@w:val'
+    )
+    return bool(formats) and formats[0] not in {"bullet", "none"}
+
+
+def _heading_level(style: str) -> int:
+    if style.lower() == "title":
+        return 1
+    m = _HEADING_STYLE.fullmatch(style)
+    return min(6, int(m[1])) if m else 0
+
+
+def _list_level(p: Paragraph, style: str) -> int | None:
+    """The nesting level of a list item (0 outermost), or None for a plain paragraph."""
+    num_id = p._p.xpath("./w:pPr/w:numPr/w:numId/@w:val")
+    if num_id and num_id[0] != "0":  # numId 0 switches numbering off
+        ilvl = p._p.xpath("./w:pPr/w:numPr/w:ilvl/@w:val")
+        return int(ilvl[0]) if ilvl and str(ilvl[0]).isdigit() else 0
+    if style.lower().startswith(("list bullet", "list number")):
+        digits = style[-1]
+        return int(digits) - 1 if digits.isdigit() else 0
+    return None
+
+
+def _table_rows(table: DocxTable) -> Iterator[str]:
+    for row in table.rows:
+        seen: set[int] = set()
+        cells: list[str] = []
+        for cell in row.cells:
+            if id(cell._tc) in seen:  # a merged cell is listed once per grid column
+                continue
+            seen.add(id(cell._tc))
+            cells.append(_cell_text(cell))
+        line = CELL_SEPARATOR.join(c for c in cells if c)
+        if line:
+            yield safe_line(line)
+
+
+def _cell_text(cell: _Cell) -> str:
+    parts: list[str] = []
+    for item in _inner_content(cell._tc, cell):
+        if isinstance(item, DocxTable):
+            parts.append(" ; ".join(_table_rows(item)))
+        else:
+            parts.append(_paragraph_text(item))
+    return " ".join(" ".join(parts).split())
+
+
+def _first_heading(blocks: list[str]) -> str:
+    for block in blocks:
+        if block.startswith("#"):
+            return block.lstrip("#").strip()
+    return ""
+
+
+# --- PowerPoint
+
+
+def pptx_document(
+    package: Package, name: str, filename: str, fallback_title: str, max_slides: int
+) -> Extracted:
+    """The canonical text of a PowerPoint package: one section per slide."""
+    try:
+        prs = open_pptx(io.BytesIO(package.data))
+        slides = list(prs.slides)
+        if len(slides) > max_slides:
+            raise OverLimit(
+                f"{name} is over the limit of {max_slides:,} slides per document (it has "
+                f"{len(slides):,}). Split it into smaller files, or ask an admin to raise "
+                "KB_MAX_PAGES.",
+                filename=filename,
+            )
+        sections = [_slide_section(n, slide) for n, slide in enumerate(slides, 1)]
+        title = " ".join((prs.core_properties.title or "").split())
+    except OverLimit:
+        raise
+    except Exception as exc:  # python-pptx and lxml raise assorted errors on bad parts
+        raise read_failed(name, filename, "PowerPoint", exc) from exc
+    text = join_blocks(s for s, _ in sections)
+    if not any(body for _, body in sections):
+        raise EmptyDocument(f"{name} is a PowerPoint file with no text.", filename=filename)
+    title = title or _slide_title_of(sections) or fallback_title
+    return Extracted(text=text, title=title[:200], kind="pptx")
+
+
+def _slide_title_of(sections: list[tuple[str, str]]) -> str:
+    for section, _ in sections:
+        line = section.split("\n", 1)[0]
+        _, _, title = line.partition(": ")
+        if title:
+            return title
+    return ""
+
+
+def _slide_section(number: int, slide: Slide) -> tuple[str, str]:
+    """The slide's heading and blocks as one text, and its body alone."""
+    title_shape = slide.shapes.title
+    title = " ".join(title_shape.text_frame.text.split()) if title_shape is not None else ""
+    skip = title_shape.shape_id if title_shape is not None else None
+    blocks = [b for b in _shape_blocks(slide.shapes, skip) if b]
+    if slide.has_notes_slide:
+        notes_frame = slide.notes_slide.notes_text_frame
+        notes = safe_block(notes_frame.text) if notes_frame is not None else ""
+        if notes:
+            blocks.append("Notes: " + notes)
+    head = heading(1, f"Slide {number}: {title}" if title else f"Slide {number}")
+    body = join_blocks(blocks)
+    return (f"{head}\n\n{body}" if body else head), body
+
+
+def _shape_blocks(shapes: Iterable[BaseShape], skip: int | None) -> Iterator[str]:
+    for shape in sorted(shapes, key=_reading_position):
+        if skip is not None and shape.shape_id == skip:
+            continue
+        if isinstance(shape, GroupShape):
+            yield from _shape_blocks(shape.shapes, None)
+        elif getattr(shape, "has_table", False):
+            for row in shape.table.rows:  # type: ignore[attr-defined]
+                line = CELL_SEPARATOR.join(
+                    t for t in (" ".join(c.text.split()) for c in row.cells) if t
+                )
+                if line:
+                    yield safe_line(line)
+        elif getattr(shape, "has_text_frame", False):
+            yield _text_frame_block(shape)
+
+
+def _text_frame_block(shape: BaseShape) -> str:
+    lines: list[str] = []
+    for paragraph in shape.text_frame.paragraphs:  # type: ignore[attr-defined]
+        line = safe_line(paragraph.text)
+        if line:
+            lines.append("  " * paragraph.level + line if lines else line)
+    return "\n".join(lines)
+
+
+def _reading_position(shape: BaseShape) -> tuple[int, int]:
+    # Placeholders without their own position inherit the layout's; shapes
+    # with none at all (rare) read first.
+    return (shape.top or 0, shape.left or 0)
+
+
+__all__ = [
+    "CELL_SEPARATOR",
+    "docx_document",
+    "heading",
+    "join_blocks",
+    "pptx_document",
+    "read_failed",
+    "safe_block",
+    "safe_line",
+]

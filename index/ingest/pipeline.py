@@ -1,0 +1,101 @@
+"""The pure ingestion pipeline: bytes -> canonical text -> chunks -> vectors.
+
+Nothing here touches the database; ``index.knowledge_base`` records the
+result and moves the document through its states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from index.config import DEFAULT_MAX_CHUNKS, DEFAULT_MAX_PAGES, OcrConfig
+from index.embed import Embedder
+from index.errors import EmptyDocument, OverLimit
+from index.ingest.chunk import CHUNKER_VERSION, chunk_document
+from index.ingest.extract import EXTRACTOR_VERSION, extract
+from index.ingest.sentences import SENTENCES_VERSION, embed_sentences
+from index.models import Chunking, Extracted
+
+# Stamped on every document: bump when chunking, headers or extraction change
+# in a way that changes chunks or their sentence vectors, so older documents
+# are reported stale (and ``kb reindex`` embeds them again).
+PIPELINE_VERSION = f"chunker-{CHUNKER_VERSION}+sentences-{SENTENCES_VERSION}"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything needed to commit one document's chunks."""
+
+    extracted: Extracted
+    chunking: Chunking
+    vectors: np.ndarray
+    token_counts: list[int]
+    # Per chunk, its sentences' vectors (``None``: one sentence); see index.ingest.sentences.
+    sentence_vectors: list[np.ndarray | None] | None = None
+
+
+def prepare_document(
+    data: bytes,
+    filename: str,
+    *,
+    embedder: Embedder,
+    max_bytes: int,
+    budget: int,
+    max_pages: int = DEFAULT_MAX_PAGES,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
+    title: str | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    chunker: Callable[[Extracted], Chunking] | None = None,
+    ocr: OcrConfig | None = None,
+) -> Prepared:
+    """Extract, chunk and embed one document.
+
+    Args:
+        max_pages: most pages of a PDF, counted before any text is extracted.
+        max_chunks: most chunks, counted before any is embedded.
+        chunker: replaces the product's chunker; ``kb eval --strategies`` uses it
+            to index a corpus with the study's other chunking strategies.
+        ocr: how scanned PDF pages are read.
+
+    Raises:
+        ExtractionError: the bytes cannot become text, hold no text to index, or
+            are over a limit (``OverLimit``).
+    """
+    extracted = extract(data, filename, max_bytes=max_bytes, max_pages=max_pages, ocr=ocr)
+    if title:
+        extracted = Extracted(
+            text=extracted.text, title=title, kind=extracted.kind, page_starts=extracted.page_starts
+        )
+    if chunker is not None:
+        chunking = chunker(extracted)
+    else:
+        chunking = chunk_document(
+            extracted,
+            budget=budget,
+            count_tokens=embedder.count_tokens,
+            max_tokens=embedder.max_tokens,
+            max_chunks=max_chunks,
+        )
+    if len(chunking.chunks) > max_chunks:
+        raise OverLimit(
+            f"{filename} is too long to index: it makes more than {max_chunks:,} passages, "
+            "the limit per document. Split it into smaller files, or ask an admin to raise "
+            "KB_MAX_CHUNKS.",
+            filename=filename,
+        )
+    if not chunking.chunks:
+        raise EmptyDocument(
+            f"{filename} has no text to index (it may contain only headings or whitespace).",
+            filename=filename,
+        )
+    texts = [c.text for c in chunking.chunks]
+    vectors = embedder.encode(texts, on_batch=on_batch)
+    token_counts = embedder.count_tokens_many(texts)
+    sentence_vectors = embed_sentences(embedder, chunking.chunks)
+    return Prepared(extracted, chunking, vectors, token_counts, sentence_vectors)
+
+
+__all__ = ["EXTRACTOR_VERSION", "PIPELINE_VERSION", "Prepared", "prepare_document"]

@@ -1,0 +1,65 @@
+"""Search engines: the ``SearchIndex`` contract, the fusion of its two legs, and two engines.
+
+``LocalSearchIndex`` (``index.search.local``) is FAISS (``vectors``) and BM25
+(``bm25``, over ``tokens``) kept in step with the store (``derived``);
+``index.search.qdrant`` is the same contract on a Qdrant collection, imported
+only when chosen. The query map (``query_map``) re-scores the hybrid fusion's
+dense leg, never a distance the gate judges.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from index.search.contract import Candidate, Mode, SearchIndex
+from index.search.derived import DerivedIndexes
+from index.search.local import LocalSearchIndex
+
+if TYPE_CHECKING:
+    from index.search.query_map import QueryAdapters
+    from index.storage.store import Store
+
+# The engines a knowledge base can search with (``open_search_index``).
+SEARCH_ENGINES = ("local", "qdrant")
+
+
+def open_search_index(
+    store: Store,
+    *,
+    embedding_model: str,
+    dimensions: int,
+    engine: str = "local",
+    qdrant_url: str = "",
+    qdrant_api_key: str = "",
+    adapters: QueryAdapters | None = None,
+) -> SearchIndex:
+    """The search index of ``store`` on ``engine`` (one of ``SEARCH_ENGINES``), not yet opened.
+
+    Args:
+        store: the source of truth.
+        embedding_model: stamp of the running model.
+        dimensions: its vector size.
+        engine: ``local`` (FAISS + BM25 files) or ``qdrant`` (``index.search.qdrant.index``).
+        qdrant_url: the Qdrant engine's location (empty: embedded in the data dir).
+        qdrant_api_key: its API key.
+        adapters: the knowledge base's query map (``index.search.query_map``); None: none.
+
+    Raises:
+        ValueError: an engine this product does not have.
+    """
+    if engine == "local":
+        indexes = DerivedIndexes(store, embedding_model=embedding_model, dimensions=dimensions)
+        return LocalSearchIndex(indexes, adapters=adapters)
+    if engine == "qdrant":
+        from index.search.qdrant.index import QdrantSearchIndex
+
+        return QdrantSearchIndex(
+            store,
+            embedding_model=embedding_model,
+            dimensions=dimensions,
+            url=qdrant_url,
+            api_key=qdrant_api_key,
+            adapters=adapters,
+        )
+    known = ", ".join(SEARCH_ENGINES)
+    raise ValueError(f"Unknown search engine {engine!r}: use one of {known}.")

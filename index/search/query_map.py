@@ -1,0 +1,388 @@
+"""A query-side linear map learnt from the knowledge base itself, for the hybrid dense leg.
+
+Employees ask in their own words; the model was not trained on the company's
+vocabulary. The corpus itself says what its passages are about: each sentence
+of a chunk (its stored sentence vector, ``index.ingest.sentences``) should find that
+chunk among the others. A 384 x 384 matrix ``W``, starting at the identity, is
+fitted so that ``normalise(W s)`` ranks the sentence's own chunk first against
+sampled other chunks (softmax over cosine similarities, as in-batch-negatives
+training of the model itself, here on frozen vectors: numpy, no PyTorch, a few
+seconds on 2 cores). At query time the hybrid search re-scores its dense and
+BM25 candidates with ``normalise(W q)`` for the fusion.
+
+What it never touches: chunk vectors, the FAISS index, the distances the gate
+refuses on, anything shown or logged (every distance stays the model's own).
+Only the order of the hybrid fusion changes. Measured on both bundled sets in
+docs/evaluation.md ("Retrieval: a query map learnt from the corpus").
+
+The map is stored in the store's ``meta`` table (every replica and engine
+reads the same one), stamped with the model and dimensions it was fitted on;
+a map of another model is never applied. It is fitted again when the
+searchable chunks have changed by a tenth since the last fit: a map fitted on
+fewer documents is still a map of the same model, only less tuned.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from index.errors import KBError
+from index.ingest.sentences import from_blob
+from index.storage.store import Store
+
+__all__ = ["MAX_DIMENSIONS", "QueryAdapter", "QueryAdapters", "fit_matrix", "meta_keys"]
+
+log = logging.getLogger(__name__)
+
+# One map per model and size (``meta_keys``): a store holding two models' chunks
+# (a migration under way) keeps both maps. Beside each, the stamp (model,
+# dimensions, when fitted) read every RELOAD_SECONDS instead of the map itself;
+# written after the map, so a reader that sees a new stamp reads the new map.
+META_KEY = "query_adapter"
+STAMP_KEY = "query_adapter_stamp"
+# Chunks whose sentences are used, and sentences at most: the fit stays a few
+# seconds whatever the corpus size (a sample of a large corpus teaches as much).
+MAX_CHUNKS = 4096
+MAX_ANCHORS = 16_384
+# Fewer sentences than this teach nothing reliable: no map, the model's order.
+MIN_ANCHORS = 64
+# The matrix is dimensions squared: a 1,536-dimension endpoint model would need
+# 9 MB in the meta table and minutes of fitting, for an effect not measured.
+MAX_DIMENSIONS = 1024
+# Refit when the searchable chunks differ from the fitted count by this share.
+REFIT_SHARE = 0.1
+# How often a process looks for a map another process fitted (seconds).
+RELOAD_SECONDS = 5.0
+# The recipe, chosen on pip-black and confirmed on prometheus (docs/evaluation.md).
+EPOCHS = 5
+BATCH = 256
+NEGATIVES = 1024
+SCALE = 20.0
+LEARNING_RATE = 1e-3
+SEED = 0
+
+
+class QueryAdapterError(KBError):
+    """A stored map that cannot be read (damaged, or of another shape)."""
+
+
+@dataclass(frozen=True)
+class QueryAdapter:
+    """A fitted map and what it was fitted on.
+
+    Attributes:
+        matrix: ``(dim, dim)`` float32; a query ``q`` becomes ``normalise(matrix @ q)``.
+        embedding_model: the model whose vectors it maps.
+        chunks: searchable chunks when it was fitted (the refit rule counts from it).
+        anchors: sentences it was fitted on.
+        fitted_at: when (epoch seconds).
+    """
+
+    matrix: np.ndarray
+    embedding_model: str
+    chunks: int
+    anchors: int
+    fitted_at: float
+
+    @property
+    def dimensions(self) -> int:
+        """The vector size it maps."""
+        return int(self.matrix.shape[0])
+
+    def apply(self, vector: np.ndarray) -> np.ndarray:
+        """``vector`` mapped and normalised to unit length (float32)."""
+        mapped = self.matrix @ np.asarray(vector, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(mapped))
+        return (mapped / norm if norm > 0 else mapped).astype(np.float32)
+
+    def to_meta(self) -> str:
+        """The JSON text stored under ``meta.query_adapter``."""
+        raw = np.ascontiguousarray(self.matrix, dtype="<f4").tobytes()
+        return json.dumps(
+            {
+                "embedding_model": self.embedding_model,
+                "dimensions": self.dimensions,
+                "chunks": self.chunks,
+                "anchors": self.anchors,
+                "fitted_at": self.fitted_at,
+                "matrix": base64.b64encode(raw).decode("ascii"),
+            }
+        )
+
+    @classmethod
+    def from_meta(cls, text: str) -> QueryAdapter:
+        """The map stored as ``to_meta`` wrote it.
+
+        Raises:
+            QueryAdapterError: the text is not such a map.
+        """
+        try:
+            data = json.loads(text)
+            dim = int(data["dimensions"])
+            raw = base64.b64decode(data["matrix"], validate=True)
+            matrix = np.frombuffer(raw, dtype="<f4").reshape(dim, dim).astype(np.float32)
+            adapter = cls(
+                matrix=matrix,
+                embedding_model=str(data["embedding_model"]),
+                chunks=int(data["chunks"]),
+                anchors=int(data["anchors"]),
+                fitted_at=float(data["fitted_at"]),
+            )
+        except Exception as exc:  # any damage (overflow, nesting, shape) is one refusal
+            raise QueryAdapterError(
+                f"The stored query map cannot be read ({type(exc).__name__}: {exc})."
+            ) from exc
+        if not np.isfinite(adapter.matrix).all():
+            raise QueryAdapterError("The stored query map holds values that are not numbers.")
+        return adapter
+
+    def stamp(self) -> str:
+        """What names this map among the ones ever stored (its stamp key's value)."""
+        return f"{self.embedding_model}|{self.dimensions}|{self.fitted_at!r}"
+
+    def describe(self) -> dict[str, object]:
+        """What ``kb status`` shows of it."""
+        return {
+            "embedding_model": self.embedding_model,
+            "chunks": self.chunks,
+            "sentences": self.anchors,
+            "fitted_at": self.fitted_at,
+        }
+
+
+def fit_matrix(
+    anchors: np.ndarray, positives: np.ndarray, chunks: np.ndarray, *, seed: int = SEED
+) -> np.ndarray:
+    """``W`` (from the identity) ranking each ``anchors[i]`` nearest its chunk ``chunks[positives[i]]``.
+
+    Adam on the softmax cross-entropy of ``SCALE * normalise(W a) . c`` over the
+    positive and ``NEGATIVES`` sampled chunks of each batch. Deterministic for a
+    seed. Anchors and chunks are unit vectors.
+    """
+    rng = np.random.default_rng(seed)
+    dim = anchors.shape[1]
+    eye = np.eye(dim)
+    w = eye.copy()
+    m, v = np.zeros_like(w), np.zeros_like(w)
+    pool = chunks.astype(np.float64)
+    step = 0
+    for _ in range(EPOCHS):
+        order = rng.permutation(len(anchors))
+        for at in range(0, len(order), BATCH):
+            rows = order[at : at + BATCH]
+            grad = _gradient(w, anchors[rows].astype(np.float64), positives[rows], pool, rng)
+            step += 1
+            m = 0.9 * m + 0.1 * grad
+            v = 0.999 * v + 0.001 * grad * grad
+            m_hat, v_hat = m / (1 - 0.9**step), v / (1 - 0.999**step)
+            w -= LEARNING_RATE * m_hat / (np.sqrt(v_hat) + 1e-8)
+    return w.astype(np.float32)
+
+
+def _gradient(
+    w: np.ndarray,
+    anchors: np.ndarray,
+    positives: np.ndarray,
+    pool: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """d(mean cross-entropy)/dW of one batch."""
+    if len(pool) > NEGATIVES:
+        sampled = rng.choice(len(pool), NEGATIVES, replace=False)
+        columns = np.unique(np.concatenate([positives, sampled]))
+        targets = np.searchsorted(columns, positives)
+        pool = pool[columns]
+    else:
+        targets = positives
+    mapped = anchors @ w.T
+    norms = np.linalg.norm(mapped, axis=1, keepdims=True)
+    unit = mapped / norms
+    logits = SCALE * unit @ pool.T
+    logits -= logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=1, keepdims=True)
+    probs[np.arange(len(anchors)), targets] -= 1.0
+    probs /= len(anchors)
+    d_unit = SCALE * probs @ pool
+    d_mapped = (d_unit - unit * (unit * d_unit).sum(axis=1, keepdims=True)) / norms
+    return np.asarray(d_mapped.T @ anchors)
+
+
+def fit(
+    store: Store, embedding_model: str, dimensions: int, ids: np.ndarray
+) -> QueryAdapter | None:
+    """A map fitted on a seeded sample of the searchable chunks ``ids``; ``None`` if too few sentences."""
+    rng = np.random.default_rng(SEED)
+    sample = ids if len(ids) <= MAX_CHUNKS else np.sort(rng.choice(ids, MAX_CHUNKS, replace=False))
+    width = 4 * dimensions
+    vectors = {
+        int(r["id"]): from_blob(r["vector"], dimensions)[0]
+        for r in store.searchable_chunks(embedding_model, dimensions, [int(c) for c in sample])
+        if len(r["vector"]) == width  # a damaged row is the index's to report, not the fit's
+    }
+    sentence_vectors = {
+        c: m for c, m in store.sentence_vectors(list(vectors)).items() if m.shape[1] == dimensions
+    }
+    owned = [c for c in vectors if c in sentence_vectors]
+    if not owned:
+        return None
+    row = {c: i for i, c in enumerate(vectors)}
+    anchors = np.concatenate([sentence_vectors[c] for c in owned])
+    positives = np.concatenate([np.full(len(sentence_vectors[c]), row[c]) for c in owned])
+    if len(anchors) < MIN_ANCHORS:
+        return None
+    if len(anchors) > MAX_ANCHORS:
+        keep = np.sort(rng.choice(len(anchors), MAX_ANCHORS, replace=False))
+        anchors, positives = anchors[keep], positives[keep]
+    chunks = np.vstack([vectors[c] for c in vectors])
+    return QueryAdapter(
+        matrix=fit_matrix(anchors, positives, chunks),
+        embedding_model=embedding_model,
+        chunks=len(ids),
+        anchors=len(anchors),
+        fitted_at=time.time(),
+    )
+
+
+def meta_keys(embedding_model: str, dimensions: int) -> tuple[str, str]:
+    """The ``meta`` keys of a model's map and of its stamp."""
+    name = f"{embedding_model}:{dimensions}"
+    return f"{META_KEY}:{name}", f"{STAMP_KEY}:{name}"
+
+
+class QueryAdapters:
+    """The map of one knowledge base and model: fitted when due, read from the store, cached.
+
+    Shared by the knowledge base (which refits after its writes) and its search
+    index (which applies it). Another process's new map is read within
+    ``RELOAD_SECONDS``.
+
+    Args:
+        store: where the map is kept (``meta``).
+        embedding_model: stamp of the running model; a map of another is ignored.
+        dimensions: its vector size.
+        enabled: ``False``: never fitted nor applied (``KB_QUERY_ADAPTER=false``).
+        reload_seconds: how often the store is asked for another process's new map.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        embedding_model: str,
+        dimensions: int,
+        enabled: bool = True,
+        reload_seconds: float = RELOAD_SECONDS,
+    ) -> None:
+        self.store = store
+        self.embedding_model = embedding_model
+        self.dimensions = dimensions
+        self.enabled = enabled and dimensions <= MAX_DIMENSIONS
+        self.map_key, self.stamp_key = meta_keys(embedding_model, dimensions)
+        self._lock = threading.Lock()
+        self._adapter: QueryAdapter | None = None
+        self._stamp: str | None = None
+        self._checked = float("-inf")
+        self.reload_seconds = reload_seconds
+
+    def status(self) -> dict[str, object] | str:
+        """What ``kb status`` and ``kb eval`` show: ``"off"``, ``"none yet"`` or the map in use."""
+        if not self.enabled:
+            return "off"
+        adapter = self.current()
+        return adapter.describe() if adapter is not None else "none yet"
+
+    def current(self) -> QueryAdapter | None:
+        """The map to apply now, or ``None`` (none fitted, disabled, another model's, unreadable)."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            if time.monotonic() - self._checked >= self.reload_seconds:
+                self._reload()
+            return self._adapter
+
+    def _reload(self) -> None:
+        self._checked = time.monotonic()
+        try:
+            stamp = self.store.get_meta(self.stamp_key)
+            if stamp == self._stamp:
+                return
+            text = self.store.get_meta(self.map_key) if stamp is not None else None
+        except Exception as exc:  # a store that cannot be read now must not fail a search
+            log.warning(
+                "query map not read (%s: %s); the model's order is used", type(exc).__name__, exc
+            )
+            return
+        self._stamp, self._adapter = stamp, None
+        if text is None:
+            return
+        try:
+            adapter = QueryAdapter.from_meta(text)
+        except QueryAdapterError as exc:
+            log.warning("%s The model's order is used until it is fitted again.", exc)
+            return
+        if (adapter.embedding_model, adapter.dimensions) == (self.embedding_model, self.dimensions):
+            self._adapter = adapter
+
+    def refit_if_due(self, *, force: bool = False) -> QueryAdapter | None:
+        """Fit and store a new map when none fits or the chunks changed by ``REFIT_SHARE``.
+
+        Never raises for the store or the fit: a knowledge base whose map cannot be
+        fitted or written searches in the model's order, and says so in the log.
+        """
+        if not self.enabled or self.store.read_only:
+            return self.current()
+        try:
+            return self._refit(force)
+        except Exception as exc:  # the write that called this has already succeeded
+            log.warning(
+                "query map not fitted (%s: %s); the previous map or the model's order is used",
+                type(exc).__name__,
+                exc,
+            )
+            return self.current()
+
+    def _refit(self, force: bool) -> QueryAdapter | None:
+        current = self.current()
+        ids, _ = self.store.searchable_chunk_versions(self.embedding_model, self.dimensions)
+        count = len(ids)
+        if not force and current is not None and not _drifted(current.chunks, count):
+            return current
+        started = time.perf_counter()
+        adapter = fit(self.store, self.embedding_model, self.dimensions, ids)
+        if adapter is None:
+            # Too few sentences left: an earlier map of the same model still
+            # maps its queries; an empty knowledge base keeps none.
+            if current is not None and count == 0:
+                self._forget()
+            return current if count else None
+        if not np.isfinite(adapter.matrix).all():
+            raise ValueError("the fit diverged (values that are not numbers)")
+        self.store.set_meta(self.map_key, adapter.to_meta())
+        self.store.set_meta(self.stamp_key, adapter.stamp())
+        with self._lock:
+            self._checked = float("-inf")
+        log.info(
+            "query map fitted: %d chunks, %d sentences, %.1f s",
+            adapter.chunks,
+            adapter.anchors,
+            time.perf_counter() - started,
+        )
+        return self.current()
+
+    def _forget(self) -> None:
+        self.store.delete_meta(self.stamp_key)
+        self.store.delete_meta(self.map_key)
+        with self._lock:
+            self._checked = float("-inf")
+
+
+def _drifted(fitted: int, now: int) -> bool:
+    return abs(now - fitted) >= max(1, REFIT_SHARE * max(fitted, now))

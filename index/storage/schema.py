@@ -1,0 +1,285 @@
+"""The SQLite schema, as the numbered migrations that build it (sqlite-utils' ``Migrations``).
+
+A data dir records the migrations applied to it in ``_sqlite_migrations``;
+opening one applies the rest, in order (``index.storage.store.Store``). Migration 1 is
+the schema exactly as releases before these migrations created it, with
+``CREATE ... IF NOT EXISTS``: on a data dir made by those releases it changes
+nothing and is recorded, so that data dir is upgraded from step 1. A migration
+that has shipped is never edited; a change to the schema is a new one at the end.
+
+The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
+``query_log``, ``feedback``, ``deliveries``, ``meta``, ``audit`` and
+``escalations``. At most one live document (any state but ``replaced``) has
+given bytes in a given scope.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+__all__ = ["BUMP_GENERATION", "MIGRATIONS", "SCHEMA_BEFORE_MIGRATIONS"]
+
+MIGRATIONS = Migrations("kb")
+
+# One more change to the searchable chunks (``meta.generation`` is text, as every meta value).
+BUMP_GENERATION = """INSERT INTO meta (key, value) VALUES ('generation', '1')
+    ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(meta.value AS INTEGER) + 1 AS TEXT)"""
+
+# Frozen: the schema before migrations were recorded.
+SCHEMA_BEFORE_MIGRATIONS = """
+CREATE TABLE IF NOT EXISTS documents (
+    -- AUTOINCREMENT: an id is never reused, so an old link or a cached
+    -- search result can never point at a different, newer document.
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    sha256 TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT '',
+    size INTEGER NOT NULL,
+    uploader TEXT NOT NULL DEFAULT '',
+    scope TEXT NOT NULL DEFAULT '*',
+    state TEXT NOT NULL,
+    failure_reason TEXT,
+    chunk_count INTEGER NOT NULL DEFAULT 0,
+    window_splits INTEGER NOT NULL DEFAULT 0,
+    text_length INTEGER NOT NULL DEFAULT 0,
+    page_starts TEXT,
+    embedding_model TEXT,
+    dimensions INTEGER,
+    pipeline_version TEXT,
+    extractor_version TEXT,
+    replaces INTEGER,
+    worker_pid INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    indexed_at REAL
+);
+CREATE INDEX IF NOT EXISTS documents_sha256 ON documents(sha256, scope);
+CREATE INDEX IF NOT EXISTS documents_name ON documents(name, scope);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    document_id INTEGER NOT NULL REFERENCES documents(id),
+    ordinal INTEGER NOT NULL,
+    section TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    page INTEGER,
+    content TEXT NOT NULL,
+    text TEXT NOT NULL,
+    token_count INTEGER NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_document ON chunks(document_id);
+CREATE TABLE IF NOT EXISTS texts (
+    document_id INTEGER PRIMARY KEY REFERENCES documents(id),
+    text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    document_id INTEGER,
+    state TEXT NOT NULL,
+    detail TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS query_log (
+    id INTEGER PRIMARY KEY,
+    created_at REAL NOT NULL,
+    question TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    model_called INTEGER NOT NULL,
+    kept TEXT NOT NULL,
+    cited TEXT NOT NULL,
+    invalid_citations TEXT NOT NULL DEFAULT '[]',
+    latency_ms REAL NOT NULL,
+    timings TEXT NOT NULL,
+    user TEXT,
+    channel TEXT,
+    thread_ts TEXT,
+    answer TEXT
+);
+CREATE TABLE IF NOT EXISTS feedback (
+    id INTEGER PRIMARY KEY,
+    query_id INTEGER NOT NULL REFERENCES query_log(id),
+    user TEXT,
+    value INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS slack_events (
+    key TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+@MIGRATIONS(name="0001_initial")
+def _initial(db: Database) -> None:
+    # One statement at a time: executescript() would commit the transaction
+    # the migration and its record run in. No statement holds a ";".
+    for statement in filter(str.strip, SCHEMA_BEFORE_MIGRATIONS.split(";")):
+        db.execute(statement)
+
+
+@MIGRATIONS(name="0002_drop_jobs")
+def _drop_jobs(db: Database) -> None:
+    # Written by job bookkeeping that nothing ever read.
+    db.execute("DROP TABLE IF EXISTS jobs")
+
+
+@MIGRATIONS(name="0003_deliveries")
+def _rename_deliveries(db: Database) -> None:
+    db.execute("ALTER TABLE slack_events RENAME TO deliveries")
+
+
+@MIGRATIONS(name="0004_query_log_thread_id")
+def _rename_thread_id(db: Database) -> None:
+    db.execute("ALTER TABLE query_log RENAME COLUMN thread_ts TO thread_id")
+
+
+@MIGRATIONS(name="0005_publishing")
+def _publishing(db: Database) -> None:
+    # Documents from before publishing rules were added by whoever could add
+    # them then: they keep replacing their older versions as they did.
+    db.execute("ALTER TABLE documents ADD COLUMN publish TEXT NOT NULL DEFAULT 'direct'")
+    db.execute("ALTER TABLE documents ADD COLUMN replaced_by INTEGER")
+    # No foreign key to documents: an entry outlives the document it is about.
+    db.execute(
+        """CREATE TABLE audit (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            document_id INTEGER,
+            name TEXT NOT NULL DEFAULT '',
+            scope TEXT NOT NULL DEFAULT '',
+            old_sha256 TEXT,
+            new_sha256 TEXT,
+            detail TEXT NOT NULL DEFAULT ''
+        )"""
+    )
+    db.execute("CREATE INDEX audit_document ON audit(document_id)")
+    # Append-only: no code path may rewrite or drop what happened.
+    if _dialect(db) == "postgresql":
+        _append_only_on_postgres(db)
+        return
+    for event in ("UPDATE", "DELETE"):
+        db.execute(
+            f"""CREATE TRIGGER audit_no_{event.lower()} BEFORE {event} ON audit
+                BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END"""
+        )
+
+
+@MIGRATIONS(name="0006_worker_locks")
+def _worker_locks(db: Database) -> None:
+    # Who is indexing a document, as the id of a lock its process holds
+    # (index.storage.workers): a pid says nothing once a container restarts.
+    db.execute("ALTER TABLE documents ADD COLUMN worker TEXT")
+
+
+@MIGRATIONS(name="0007_one_live_document_per_content")
+def _one_live_document_per_content(db: Database) -> None:
+    # Processes adding the same bytes at the same instant could each insert a
+    # row. The duplicates become replaced versions of the row kept (the
+    # searchable one, else the oldest): their links keep opening, nothing is
+    # lost, and only one of them is ever searched.
+    groups = db.execute(
+        f"""SELECT sha256, scope FROM documents WHERE {_LIVE}
+            GROUP BY sha256, scope HAVING COUNT(*) > 1"""
+    ).fetchall()
+    for sha256, scope in groups:
+        _retire_duplicates(db, sha256, scope)
+    db.execute(
+        f"CREATE UNIQUE INDEX documents_live_content ON documents(sha256, scope) WHERE {_LIVE}"
+    )
+
+
+@MIGRATIONS(name="0008_escalations")
+def _escalations(db: Database) -> None:
+    # One hand-off to a person per logged question (index.storage.escalations); no
+    # foreign key: the record outlives a query log that is ever trimmed.
+    db.execute(
+        """CREATE TABLE escalations (
+            query_id INTEGER PRIMARY KEY,
+            user TEXT NOT NULL,
+            at REAL NOT NULL,
+            channel TEXT,
+            ts TEXT
+        )"""
+    )
+
+
+@MIGRATIONS(name="0009_query_log_nearest")
+def _query_log_nearest(db: Database) -> None:
+    # A refusal keeps no passage; its nearest miss is what an admin needs to see
+    # why (core.gaps). The time index serves the gaps' and reviews' windows.
+    db.execute("ALTER TABLE query_log ADD COLUMN nearest TEXT")
+    db.execute("CREATE INDEX query_log_created_at ON query_log(created_at)")
+
+
+@MIGRATIONS(name="0010_sentence_vectors")
+def _sentence_vectors(db: Database) -> None:
+    # A chunk's sentences' vectors (index.ingest.sentences), one float32 blob; NULL for
+    # a chunk of one sentence and for chunks indexed before: ranked by the chunk alone.
+    db.execute("ALTER TABLE chunks ADD COLUMN sentence_vectors BLOB")
+
+
+@MIGRATIONS(name="0011_query_log_beside")
+def _query_log_beside(db: Database) -> None:
+    # The possibly related passages an answer listed beside its sources
+    # (core.gate.beside_answer): what the asker was shown, not what the model read.
+    db.execute("ALTER TABLE query_log ADD COLUMN beside TEXT")
+
+
+def _dialect(db: Database) -> str:
+    # A migration runs on sqlite-utils' Database, or on index.storage.database's Postgres connection.
+    return "sqlite" if isinstance(db, Database) else "postgresql"
+
+
+def _append_only_on_postgres(db: Database) -> None:
+    db.execute(
+        """CREATE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'the audit log is append-only'; END $$"""
+    )
+    for event in ("UPDATE", "DELETE"):
+        db.execute(
+            f"""CREATE TRIGGER audit_no_{event.lower()} BEFORE {event} ON audit
+                FOR EACH ROW EXECUTE FUNCTION audit_append_only()"""
+        )
+
+
+# The rows the unique index covers: every document but a replaced version (the
+# same bytes uploaded again after a replace are a new version of their own).
+_LIVE = "state != 'replaced'"
+
+
+def _retire_duplicates(db: Database, sha256: str, scope: str) -> None:
+    rows = db.execute(
+        f"""SELECT id, name FROM documents WHERE sha256 = ? AND scope = ? AND {_LIVE}
+            ORDER BY state != 'indexed', state != 'awaiting_approval', id""",
+        [sha256, scope],
+    ).fetchall()
+    kept = rows[0][0]
+    now = time.time()
+    for doc_id, name in rows[1:]:
+        db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
+        db.execute(
+            """UPDATE documents SET state = 'replaced', replaced_by = ?, updated_at = ?,
+                   failure_reason = NULL WHERE id = ?""",
+            [kept, now, doc_id],
+        )
+        db.execute(
+            """INSERT INTO audit (at, actor, action, document_id, name, scope, old_sha256,
+                                  new_sha256, detail)
+               VALUES (?, 'kb', 'replace', ?, ?, ?, ?, ?, ?)""",
+            [now, kept, name, scope, sha256, sha256, f"replaced #{doc_id}: the same content"],
+        )
+    db.execute(BUMP_GENERATION)

@@ -1,0 +1,554 @@
+"""``kb sync``: keep a folder, a list of URLs or a sitemap in the knowledge base, incrementally.
+
+Each source has an id, a scope and the person its documents are credited to.
+One run of a source:
+
+* lists its items (a folder's files, the URLs, the sitemap's URLs);
+* skips an item whose bytes have the sha256 recorded for it by the last run
+  (and whose document is still there);
+* adds a new or changed item through the upload path (``KnowledgeBase.add_bytes``
+  then ``index_document``), so a new version replaces the old one in one
+  transaction, and a version that fails leaves the old one searchable;
+* removes the documents of items gone since the last run (a file deleted, a
+  URL no longer in the sitemap, a page answering 404 or 410), and only those
+  this source created: a document is this source's when the source's record
+  names it and its name and scope are still the ones the source gave it (the
+  record keeps the scope each was given);
+* moves the documents of a source whose scope changed: each is added in the
+  new scope, then its copy in the old scope is removed.
+
+Documents are named ``<source id> › <relative path or URL, '/' shown as ' › '>``,
+so two sources or two folders never share a name. What each source created
+is recorded in the store's ``meta`` table (key ``sync:<id>``) as JSON: no
+schema change, and the record moves with the database.
+
+A source that cannot be listed (a folder that is missing, a sitemap that cannot
+be fetched) or lists nothing while it had documents removes nothing: a share
+that failed to mount must not empty the knowledge base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from dataclasses import replace as with_changes
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from index.errors import DocumentNotFound, KBError
+from index.ingest.extract import FOLDER_SUFFIXES
+from index.knowledge_base import KnowledgeBase, Progress
+from index.models import DocState, Publish
+from index.names import display_name
+from index.storage.store import EVERYONE
+from index.sync.fetch import Fetcher, FetchFailed, FetchPolicy, check_url
+
+__all__ = [
+    "DEFAULT_SYNC_UPLOADER",
+    "SourceReport",
+    "SyncConfigError",
+    "SyncSource",
+    "load_sources",
+    "source_from_argument",
+    "sync_sources",
+]
+
+DEFAULT_SYNC_UPLOADER = "sync"
+# The sitemap protocol's own limit of URLs per file.
+MAX_SITEMAP_URLS = 50_000
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_SOURCE_KEYS = frozenset({"id", "folder", "urls", "sitemap", "scope", "uploader", "allow_hosts"})
+_LIVE = (DocState.INDEXED, DocState.AWAITING_APPROVAL)
+_SEPARATOR = " › "
+
+
+class SyncConfigError(KBError):
+    """A sync source, on the command line or in its config file, is malformed."""
+
+
+@dataclass(frozen=True)
+class SyncSource:
+    """One thing kept in sync.
+
+    Attributes:
+        id: names its documents and its record; stable between runs.
+        folder: a folder, synced recursively (hidden files passed over).
+        urls: pages or files fetched one by one.
+        sitemap: a sitemap.xml (or a sitemap index) listing the pages.
+        scope: ``*`` for everyone, or a Slack channel id.
+        uploader: who the documents are credited to (a Slack user id, or a name).
+        allow_hosts: hosts besides the source's own that redirects and
+            sitemap entries may lead to.
+    """
+
+    id: str
+    folder: Path | None = None
+    urls: tuple[str, ...] = ()
+    sitemap: str | None = None
+    scope: str = EVERYONE
+    uploader: str = DEFAULT_SYNC_UPLOADER
+    allow_hosts: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def location(self) -> str:
+        """Where the source is, as recorded with what it created."""
+        if self.folder is not None:
+            return str(self.folder.resolve())
+        # A list of URLs is the same source when URLs are added to it or dropped.
+        return self.sitemap or "a list of URLs"
+
+
+@dataclass
+class SourceReport:
+    """What one run did to one source (item keys: relative paths or URLs)."""
+
+    source: str
+    location: str
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether every item (and the source itself) went through."""
+        return self.error is None and not self.failed
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data, counts included."""
+        return {
+            "source": self.source,
+            "location": self.location,
+            "counts": {
+                "added": len(self.added),
+                "changed": len(self.changed),
+                "unchanged": len(self.unchanged),
+                "removed": len(self.removed),
+                "failed": len(self.failed),
+                "skipped": len(self.skipped),
+            },
+            "added": self.added,
+            "changed": self.changed,
+            "removed": self.removed,
+            "failed": [{"item": item, "reason": reason} for item, reason in self.failed],
+            "skipped": self.skipped,
+            "error": self.error,
+        }
+
+
+# ---------------------------------------------------------------- sources
+
+
+def load_sources(path: Path) -> list[SyncSource]:
+    """The sources of a TOML config file (``[[source]]`` tables).
+
+    Raises:
+        SyncConfigError: unreadable, not TOML, or a source that is malformed.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SyncConfigError(f"The sync config {path} cannot be read ({exc.strerror}).") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SyncConfigError(f"The sync config {path} is not valid TOML: {exc}.") from exc
+    tables = data.get("source")
+    if not isinstance(tables, list) or not tables:
+        raise SyncConfigError(f"The sync config {path} has no [[source]] table.")
+    sources = [_source(table, f"{path}, source {i + 1}") for i, table in enumerate(tables)]
+    _refuse_duplicate_ids(sources)
+    return sources
+
+
+def source_from_argument(
+    arg: str, *, source_id: str | None, scope: str, uploader: str, allow_hosts: Iterable[str]
+) -> SyncSource:
+    """A source given on the command line: a folder, a sitemap (``.xml``) or a page URL."""
+    table: dict[str, Any] = {"scope": scope, "uploader": uploader, "allow_hosts": list(allow_hosts)}
+    if "://" in arg:
+        parts = urlsplit(arg)
+        table["id"] = source_id or (parts.hostname or "web")
+        key = "sitemap" if parts.path.lower().endswith(".xml") else "urls"
+        table[key] = arg if key == "sitemap" else [arg]
+    else:
+        table["id"] = source_id or _id_of_folder(Path(arg))
+        table["folder"] = arg
+    return _source(table, "the command line")
+
+
+def _id_of_folder(folder: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", folder.resolve().name).strip("-.")
+    return name[:64] or "folder"
+
+
+def _source(table: object, where: str) -> SyncSource:
+    if not isinstance(table, dict):
+        raise SyncConfigError(f"{where}: a source must be a table of settings.")
+    unknown = sorted(set(table) - _SOURCE_KEYS)
+    if unknown:
+        raise SyncConfigError(
+            f"{where}: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_SOURCE_KEYS))}."
+        )
+    kinds = [k for k in ("folder", "urls", "sitemap") if table.get(k)]
+    if len(kinds) != 1:
+        raise SyncConfigError(f"{where}: give exactly one of folder, urls or sitemap.")
+    source_id = _text(table, "id", where)
+    if not _ID.fullmatch(source_id):
+        raise SyncConfigError(
+            f"{where}: id {source_id!r} must be 1-64 letters, digits, '.', '_' or '-'."
+        )
+    urls = table.get("urls") or []
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise SyncConfigError(f"{where}: urls must be a list of URLs.")
+    hosts = table.get("allow_hosts") or []
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise SyncConfigError(f"{where}: allow_hosts must be a list of host names.")
+    try:
+        for url in [*urls, *([table["sitemap"]] if kinds == ["sitemap"] else [])]:
+            check_url(url)
+    except FetchFailed as exc:
+        raise SyncConfigError(f"{where}: {exc}.") from exc
+    return SyncSource(
+        id=source_id,
+        folder=Path(_text(table, "folder", where)) if kinds == ["folder"] else None,
+        urls=tuple(urls),
+        sitemap=_text(table, "sitemap", where) if kinds == ["sitemap"] else None,
+        scope=_text(table, "scope", where, EVERYONE),
+        uploader=_text(table, "uploader", where, DEFAULT_SYNC_UPLOADER),
+        allow_hosts=frozenset(h.lower() for h in hosts),
+    )
+
+
+def _text(table: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = table.get(key, default)
+    if not isinstance(value, str) or not value.strip():
+        raise SyncConfigError(f"{where}: {key} must be a non-empty string.")
+    return value.strip()
+
+
+def _refuse_duplicate_ids(sources: list[SyncSource]) -> None:
+    seen: set[str] = set()
+    for s in sources:
+        if s.id in seen:
+            raise SyncConfigError(f"Two sync sources have the id {s.id!r}; give each its own.")
+        seen.add(s.id)
+
+
+# ---------------------------------------------------------------- syncing
+
+Reader = Callable[[], tuple[bytes, str]]
+
+
+def sync_sources(
+    kb: KnowledgeBase,
+    sources: list[SyncSource],
+    *,
+    policy: FetchPolicy,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> list[SourceReport]:
+    """Sync each source in turn; one that fails never stops the others.
+
+    ``progress`` receives ``("item", {"source", "item", "index", "total"})``
+    before each item.
+    """
+    _refuse_duplicate_ids(sources)
+    reports = []
+    for source in sources:
+        # Two runs of one source (the timer and a shell) would each remove what
+        # the other just added to its record; the lock holds across processes
+        # and, on Postgres, across machines.
+        with kb.store.exclusive(f"sync-{source.id}") as acquired:
+            if not acquired:
+                busy = "another kb sync of this source is running; this one left it alone"
+                reports.append(SourceReport(source.id, source.location, error=busy))
+                continue
+            fetcher = Fetcher(_policy_of(source, policy))
+            try:
+                reports.append(_Run(kb, source, fetcher, dry_run, progress).sync())
+            finally:
+                fetcher.close()
+    kb.refresh_search()
+    return reports
+
+
+def _policy_of(source: SyncSource, policy: FetchPolicy) -> FetchPolicy:
+    return with_changes(policy, allow_hosts=policy.allow_hosts | source.allow_hosts)
+
+
+class _Run:
+    """One run of one source."""
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        source: SyncSource,
+        fetcher: Fetcher,
+        dry_run: bool,
+        progress: Progress | None,
+    ) -> None:
+        self.kb = kb
+        self.source = source
+        self.fetcher = fetcher
+        self.dry_run = dry_run
+        self.progress = progress
+        self.report = SourceReport(source.id, source.location)
+        self.items: dict[str, dict[str, Any]] = {}
+
+    def sync(self) -> SourceReport:
+        try:
+            self.items = self._load_record()
+            listing = self._listing()
+        except (KBError, OSError) as exc:
+            self.report.error = getattr(exc, "reason", None) or str(exc)
+            return self.report
+        if not listing and self.items:
+            self.report.error = (
+                f"{self.source.location} lists nothing now; none of its {len(self.items)} "
+                "documents were removed (a share that failed to mount?). Remove them with kb rm "
+                "if that is intended."
+            )
+            return self.report
+        # Gone first: a renamed file's bytes must not find its old document still live.
+        for key in sorted(set(self.items) - set(listing)):
+            self._remove(key)
+        for i, (key, read) in enumerate(listing.items()):
+            if self.progress:
+                self.progress(
+                    "item",
+                    {"source": self.source.id, "item": key, "index": i, "total": len(listing)},
+                )
+            self._one(key, read)
+        if not self.dry_run:
+            self._save_record()
+        return self.report
+
+    # ------------------------------------------------------------ listing
+
+    def _listing(self) -> dict[str, Reader]:
+        if self.source.folder is not None:
+            return self._folder_listing(self.source.folder)
+        urls = self._sitemap_urls(self.source.sitemap) if self.source.sitemap else self.source.urls
+        return {url: self._url_reader(url) for url in dict.fromkeys(urls)}
+
+    def _folder_listing(self, folder: Path) -> dict[str, Reader]:
+        if not folder.is_dir():
+            raise SyncConfigError(f"The folder {folder} of source {self.source.id} does not exist.")
+        root = folder.resolve()
+        found: dict[str, Reader] = {}
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder)
+            if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+                continue
+            if not path.resolve().is_relative_to(root):
+                # A link out of the share could expose any file the server can read.
+                self.report.skipped.append(f"{rel.as_posix()}: a link to outside the folder")
+            elif path.suffix.lower() not in FOLDER_SUFFIXES:
+                # Legacy Office files are taken: they fail with the advice to convert them.
+                self.report.skipped.append(f"{rel.as_posix()}: not a supported type")
+            else:
+                found[rel.as_posix()] = self._file_reader(path)
+        return found
+
+    def _file_reader(self, path: Path) -> Reader:
+        limit = self.kb.config.max_upload_bytes
+
+        def read() -> tuple[bytes, str]:
+            size = path.stat().st_size
+            if size > limit:
+                raise SyncConfigError(
+                    f"it is {size:,} bytes, over the {limit:,}-byte upload limit (KB_MAX_UPLOAD_BYTES)"
+                )
+            return path.read_bytes(), path.name
+
+        return read
+
+    def _url_reader(self, url: str) -> Reader:
+        def read() -> tuple[bytes, str]:
+            fetched = self.fetcher.fetch(url)
+            return fetched.body, fetched.filename
+
+        return read
+
+    def _sitemap_urls(self, sitemap: str, depth: int = 0) -> list[str]:
+        """The page URLs a sitemap (or a sitemap index's children) lists on the source's hosts.
+
+        Every URL taken, a child sitemap of an index as much as a page, must be on
+        the host of the source's own sitemap or on an allowed host: an index must
+        not lead ``kb sync`` to index another site through a child sitemap there.
+        """
+        body = self.fetcher.fetch(sitemap, xml=True).body
+        if b"<!doctype" in body[:4096].lower() or b"<!entity" in body.lower():
+            raise SyncConfigError(f"The sitemap {sitemap} declares a DTD or entities; not read.")
+        try:
+            root = ElementTree.fromstring(body)
+        except ElementTree.ParseError as exc:
+            raise SyncConfigError(f"The sitemap {sitemap} is not valid XML ({exc}).") from exc
+        locs = [(el.text or "").strip() for el in root.iter() if el.tag.endswith("loc")]
+        locs = [loc for loc in locs if loc][:MAX_SITEMAP_URLS]
+        index = root.tag.endswith("sitemapindex") and depth == 0
+        kept = []
+        for loc in locs:
+            if self._on_allowed_host(loc):
+                kept.append(loc)
+            elif index:
+                self.report.failed.append(
+                    (loc, "a sitemap on another host than the sitemap index; not fetched")
+                )
+            else:
+                self.report.failed.append((loc, "on another host than the sitemap; not fetched"))
+        if index:
+            return [url for child in kept for url in self._sitemap_urls(child, 1)]
+        return kept
+
+    def _on_allowed_host(self, url: str) -> bool:
+        """Whether ``url`` is on the host of the source's sitemap or an allowed host."""
+        own = (urlsplit(self.source.sitemap or "").hostname or "").lower()
+        host = (urlsplit(url).hostname or "").lower()
+        return host == own or host in self.fetcher.policy.allow_hosts
+
+    # ------------------------------------------------------------ items
+
+    def _one(self, key: str, read: Reader) -> None:
+        moved = self._leave_old_scope(key)
+        try:
+            data, filename = read()
+        except FetchFailed as exc:
+            if exc.gone and (key in self.items or moved):
+                self._remove(key)
+            else:
+                self.report.failed.append((key, exc.reason))
+            return
+        except (KBError, OSError) as exc:
+            self.report.failed.append((key, getattr(exc, "strerror", None) or str(exc)))
+            return
+        digest = hashlib.sha256(data).hexdigest()
+        record = self.items.get(key)
+        if record and record["sha256"] == digest and self._current(record):
+            self.report.unchanged.append(key)
+            return
+        done = self.report.changed if record or moved else self.report.added
+        if self.dry_run:
+            done.append(key)
+            return
+        name = self._name(key, filename)
+        try:
+            added = self.kb.add_bytes(
+                data,
+                name,
+                uploader=self.source.uploader,
+                scope=self.source.scope,
+                publish=Publish.DIRECT,
+            )
+        except KBError as exc:
+            self.report.failed.append((key, getattr(exc, "reason", None) or str(exc)))
+            return
+        row = added.document
+        if not (added.duplicate and row.state in _LIVE):
+            row = self.kb.index_document(row.id, refresh=False)
+        if row.state not in _LIVE:
+            self.report.failed.append((key, row.failure_reason or f"ended {row.state.value}"))
+            return
+        self.items[key] = {
+            "sha256": digest,
+            "doc": row.id,
+            "name": display_name(name),
+            "scope": self.source.scope,
+        }
+        if record and int(record["doc"]) != row.id:
+            # Replaced in its own scope, the old version is no longer live; moved to the
+            # source's new scope, it still is, and nothing else would ever remove it.
+            self._drop(record)
+        done.append(key)
+
+    def _name(self, key: str, filename: str) -> str:
+        shown = key.split("://", 1)[-1].rstrip("/").replace("/", _SEPARATOR)
+        if not shown.lower().endswith(Path(filename).suffix.lower()):
+            shown += Path(filename).suffix
+        return f"{self.source.id}{_SEPARATOR}{shown}"
+
+    def _current(self, record: dict[str, Any]) -> bool:
+        """Whether the recorded document is still live, in the scope the source now gives."""
+        try:
+            row = self.kb.store.document(int(record["doc"]))
+        except DocumentNotFound:
+            return False
+        return row.state in _LIVE and row.scope == self.source.scope
+
+    def _leave_old_scope(self, key: str) -> bool:
+        """Take ``key``'s document out of the scope the source no longer gives; was it moved?
+
+        Before anything is fetched: whatever happens to the new copy (a failed
+        fetch, a file that no longer indexes), nothing stays visible where the
+        source no longer publishes. The next run retries the new copy.
+        """
+        record = self.items.get(key)
+        if record is None or self._recorded_scope(record) in (None, self.source.scope):
+            return False
+        if not self.dry_run:
+            del self.items[key]
+            self._drop(record)
+        return True
+
+    def _recorded_scope(self, record: dict[str, Any]) -> str | None:
+        if "scope" in record:
+            return str(record["scope"])
+        try:  # records written before scopes were recorded
+            return self.kb.store.document(int(record["doc"])).scope
+        except DocumentNotFound:
+            return None
+
+    def _remove(self, key: str) -> None:
+        record = self.items.pop(key, None)
+        self.report.removed.append(key)
+        if record is not None and not self.dry_run:
+            self._drop(record)
+
+    def _drop(self, record: dict[str, Any]) -> None:
+        """Remove the document ``record`` names, if it is still the one this source created.
+
+        It is when its name and scope are the ones the source gave it (the scope is
+        recorded with it: the source's scope may have changed since), whatever
+        scope the source has now; never while another item still names it.
+        """
+        if any(r["doc"] == record["doc"] for r in self.items.values()):
+            return
+        try:
+            row = self.kb.store.document(int(record["doc"]))
+        except DocumentNotFound:
+            return  # removed by hand already
+        # Records written before scopes were recorded name the document by id and name.
+        scope = record.get("scope", row.scope)
+        if row.name == record["name"] and row.scope == scope and row.state in _LIVE:
+            # One snapshot refresh at the end of the run, not one per removal.
+            self.kb.remove(row.id, actor=f"sync:{self.source.id}", refresh=False)
+
+    # ------------------------------------------------------------ the record
+
+    def _meta_key(self) -> str:
+        return f"sync:{self.source.id}"
+
+    def _load_record(self) -> dict[str, dict[str, Any]]:
+        raw = self.kb.store.get_meta(self._meta_key())
+        if raw is None:
+            return {}
+        record = json.loads(raw)
+        if record.get("location") != self.source.location:
+            raise SyncConfigError(
+                f"The sync source id {self.source.id!r} was used for {record.get('location')}; "
+                "give this source its own id (--id, or id in the config file)."
+            )
+        items: dict[str, dict[str, Any]] = record.get("items", {})
+        return items
+
+    def _save_record(self) -> None:
+        record = {"location": self.source.location, "items": self.items}
+        self.kb.store.set_meta(self._meta_key(), json.dumps(record, sort_keys=True))
