@@ -10,7 +10,7 @@ database, so what other processes commit (``kb ingest``, ``kb rm``,
 ``kb reindex``, another replica) is searchable within ``KB_SYNC_SECONDS`` plus
 one refresh. With ``KB_VIEWER_AUTH=slack`` the
 viewer opens documents only for people signed in with Slack
-(``bot.slack.signin``). ``run_server(settings)`` runs it.
+(``bot.slack.people.signin``). ``run_server(settings)`` runs it.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.server import routes
 from bot.settings import Settings
 from bot.slack import app as slack
-from bot.slack import signin
-from bot.slack.listeners import Services
+from bot.slack.people import signin
+from bot.slack.services import Services
 from core.answer import Engine, build_engine
 from core.rerank import RerankerUnavailable
 from index.errors import KBError

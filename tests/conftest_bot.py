@@ -29,8 +29,8 @@ from aiohttp.test_utils import TestClient
 from bot.app import SERVICES, create_app
 from bot.settings import Settings
 from bot.slack import messages
-from bot.slack.listeners import Services
-from bot.slack.render import FEEDBACK_ACTION_ID
+from bot.slack.blocks.render import FEEDBACK_ACTION_ID
+from bot.slack.services import Services
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase

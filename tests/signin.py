@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, urlsplit
 import aiohttp
 
 from bot.server.readers import SESSION_COOKIE, SESSION_PURPOSE
-from bot.slack.signin import CALLBACK_PATH, START_PATH
+from bot.slack.people.signin import CALLBACK_PATH, START_PATH
 from core.links import LinkSigner, load_or_create_secret
 from index.records import DocumentRow
 from tests.conftest_bot import PUBLIC_URL, Bot

@@ -13,8 +13,8 @@ import jsonschema
 import pytest
 import yaml
 
-from bot.slack.signin import CALLBACK_PATH
-from bot.slack.signin import SCOPES as SIGN_IN_SCOPES
+from bot.slack.people.signin import CALLBACK_PATH
+from bot.slack.people.signin import SCOPES as SIGN_IN_SCOPES
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

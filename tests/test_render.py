@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
-from bot.slack.render import (
+from bot.slack.blocks.render import (
     MAX_BLOCKS,
     SECTION_LIMIT,
     Rendered,

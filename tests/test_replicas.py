@@ -34,8 +34,8 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from bot.slack.blocks.render import FEEDBACK_ACTION_ID
 from bot.slack.deliveries import Deliveries
-from bot.slack.render import FEEDBACK_ACTION_ID
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.errors import DocumentNotFound

@@ -21,9 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.approvals import Ticket
-from bot.slack.config import SlackConfig
-from bot.slack.directory import Directory
-from bot.slack.home_view import (
+from bot.slack.blocks.home import (
     HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
     HOME_RETRY_ACTION_ID,
@@ -34,8 +32,10 @@ from bot.slack.home_view import (
     clip,
     home_view,
 )
-from bot.slack.render import HandOff, render_hand_off, stream_markdown
-from bot.slack.roles import Roles
+from bot.slack.blocks.render import HandOff, render_hand_off, stream_markdown
+from bot.slack.config import SlackConfig
+from bot.slack.people.directory import Directory
+from bot.slack.people.roles import Roles
 from core.calibration import CalibrationRecord
 from core.gaps import knowledge_gaps
 from index.config import IndexConfig

@@ -13,7 +13,7 @@ import pytest
 from bot.app import create_app
 from bot.slack import messages
 from bot.slack.app import BOLT
-from bot.slack.listeners import strip_mention
+from bot.slack.questions import strip_mention
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 

@@ -13,7 +13,7 @@ import pytest
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin")
 
 from bot.server.readers import local_path  # noqa: E402
-from bot.slack.signin import LOGIN_PATH, LOGOUT_PATH, STATE_COOKIE  # noqa: E402
+from bot.slack.people.signin import LOGIN_PATH, LOGOUT_PATH, STATE_COOKIE  # noqa: E402
 from tests.conftest_bot import PUBLIC_URL, Bot, BotFactory, make_settings  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
@@ -246,7 +246,7 @@ async def test_channel_members_are_paged_and_remembered_for_a_minute(bot: Bot) -
     bot.slack.set_members(CHANNEL_ID, crowd)
     assert (await bot.http.get(link(bot, falcon))).status == 200
     from bot.server.readers import READER_GATE
-    from bot.slack.signin import SlackReaders
+    from bot.slack.people.signin import SlackReaders
 
     readers = bot.app[READER_GATE]
     assert isinstance(readers, SlackReaders)

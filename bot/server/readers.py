@@ -1,7 +1,7 @@
 """Who reads: the signed-in readers of the viewer, when sign-in is required.
 
 With sign-in on, a link alone opens nothing: the viewer asks a :class:`ReaderGate`,
-registered by an identity surface (``bot.slack.signin``), who the browser's
+registered by an identity surface (``bot.slack.people.signin``), who the browser's
 session belongs to and whether that person may read the link's scope. This
 module is the surface-neutral part: the session cookie, the gate's interface,
 and the check that a destination after sign-in is a path on this server.

@@ -15,7 +15,7 @@ thread. There:
   remembered for a few minutes (:class:`Viewing`). A question asked in the DM
   meanwhile may also use that channel's documents, but only when the asker is
   a member of the channel (``conversations.members``, remembered for a minute
-  in ``bot.slack.directory``): anyone else gets the documents for everyone
+  in ``bot.slack.people.directory``): anyone else gets the documents for everyone
   alone. A DM message that carries its own ``app_context`` uses that instead.
   What is remembered lives in this process: with several replicas a question
   may reach one that never saw the change, and then only the message's own
@@ -41,8 +41,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.directory import Directory
-from bot.slack.render import render_notice
+from bot.slack.blocks.render import render_notice
+from bot.slack.people.directory import Directory
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.names import display_name

@@ -30,7 +30,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.server import routes
 from bot.slack import inbound
 from bot.slack.config import SlackConfig
-from bot.slack.listeners import Services, register
+from bot.slack.handlers import register
+from bot.slack.services import Services
 
 log = logging.getLogger(__name__)
 

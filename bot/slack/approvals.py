@@ -24,8 +24,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.config import SlackConfig
-from bot.slack.render import (
+from bot.slack.blocks.render import (
     Rendered,
     escape,
     is_user_id,
@@ -34,7 +33,8 @@ from bot.slack.render import (
     render_notice,
     render_upload_status,
 )
-from bot.slack.roles import Roles
+from bot.slack.config import SlackConfig
+from bot.slack.people.roles import Roles
 from core.answer import Engine
 from core.links import passage_url
 from index.errors import NotAwaitingApproval

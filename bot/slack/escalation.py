@@ -31,13 +31,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.render import (
-    ASK_A_PERSON_ACTION_ID,
+from bot.slack.blocks.render import (
     HandOff,
     mark_handed_off,
     mention,
@@ -52,11 +51,11 @@ from index.records import QueryRecord
 from index.storage.store import EVERYONE, Store
 
 if TYPE_CHECKING:
-    from bot.slack.listeners import Services
+    from bot.slack.people.audience import Audience
 
 log = logging.getLogger(__name__)
 
-__all__ = ["hand_off_view", "register_escalation", "written_for_everyone"]
+__all__ = ["ask_a_person", "hand_off_view", "written_for_everyone"]
 
 # Slack's answers meaning the bot cannot post in the channel until an admin acts.
 _CHANNEL_REFUSALS = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
@@ -65,34 +64,32 @@ _ANSWERS = frozenset({Outcome.ANSWERED.value, Outcome.UNSUPPORTED.value})
 Respond = Callable[..., Awaitable[Any]]
 
 
-def register_escalation(app: AsyncApp, services: Services) -> None:
-    """Attach the "Ask a person" button's listener to ``app``."""
-
-    @app.action(ASK_A_PERSON_ACTION_ID)
-    async def on_ask_a_person(
-        ack: Callable[..., Awaitable[None]],
-        body: dict[str, Any],
-        action: dict[str, Any],
-        client: AsyncWebClient,
-        context: AsyncBoltContext,
-        respond: Respond,
-    ) -> None:
-        await ack()
-        channel = services.config.escalation_channel
-        if not channel:
-            await _tell(respond, messages.HAND_OFF_OFF)
-            return
-        if not services.audience.serves_clicker(body, context):
-            # Slack Connect: people of another organisation hand nothing to this one's staff.
-            log.warning("refused a hand-off clicked by a person of another organisation")
-            await _tell(respond, messages.EXTERNAL_ASKER)
-            return
-        value = str(action.get("value", ""))
-        query_id = parse_query_id(value)
-        if query_id is None:
-            log.warning("ignoring an Ask-a-person click with a malformed value %r", value[:40])
-            return
-        await _hand_off(services.kb.store, client, body, query_id, channel, respond)
+async def ask_a_person(
+    store: Store,
+    channel: str,
+    audience: Audience,
+    body: dict[str, Any],
+    action: dict[str, Any],
+    client: AsyncWebClient,
+    context: AsyncBoltContext,
+    respond: Respond,
+) -> None:
+    """The "Ask a person" button clicked: hand the question off to ``channel`` (empty: the
+    feature is off) once, if the clicker may."""
+    if not channel:
+        await _tell(respond, messages.HAND_OFF_OFF)
+        return
+    if not audience.serves_clicker(body, context):
+        # Slack Connect: people of another organisation hand nothing to this one's staff.
+        log.warning("refused a hand-off clicked by a person of another organisation")
+        await _tell(respond, messages.EXTERNAL_ASKER)
+        return
+    value = str(action.get("value", ""))
+    query_id = parse_query_id(value)
+    if query_id is None:
+        log.warning("ignoring an Ask-a-person click with a malformed value %r", value[:40])
+        return
+    await _hand_off(store, client, body, query_id, channel, respond)
 
 
 async def _hand_off(

@@ -1,12 +1,12 @@
 """The Home tab: how to use the bot and one's own uploads for everyone; more for admins.
 
 ``app_home_opened`` on the ``home`` tab publishes the view (``views.publish``)
-for the person who opened it (``bot.slack.home_view`` builds it):
+for the person who opened it (``bot.slack.blocks.home`` builds it):
 
 * everyone: how to ask and add documents, how many searchable documents and
   passages the knowledge base holds, and their own uploads with their states
   (and why one failed), newest first;
-* admins (``bot.slack.roles``), in addition: failed uploads with a Retry
+* admins (``bot.slack.people.roles``), in addition: failed uploads with a Retry
   button each (the same retry as the button under an upload's status: its
   result comes as a message too), stale documents with a Reindex button (the
   same reindex as ``/kb-reindex``; its progress shows on the tab, its report
@@ -32,18 +32,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.escalation import written_for_everyone
-from bot.slack.home_view import (
+from bot.slack.blocks.home import (
     ADMIN_SECTIONS,
     FIRST_PAGES,
-    HOME_PAGE_ACTION_RE,
-    HOME_REFRESH_ACTION_ID,
-    HOME_REINDEX_ACTION_ID,
-    HOME_RETRY_ACTION_ID,
     PAGE_SIZES,
     AdminHome,
     Calibration,
@@ -59,10 +53,11 @@ from bot.slack.home_view import (
     parse_page_value,
     readable_by,
 )
+from bot.slack.blocks.render import Rendered, escape
+from bot.slack.escalation import written_for_everyone
+from bot.slack.people.roles import Roles
 from bot.slack.reindex import Reindexer
-from bot.slack.render import Rendered, escape
 from bot.slack.reply import SLACK_FAILURES, slack_failure
-from bot.slack.roles import Roles
 from bot.slack.uploads import StatusMessage, Uploader
 from core.answer import Engine
 from core.calibration import last_calibration
@@ -75,13 +70,12 @@ from index.records import DislikedAnswer, DocumentRow
 from index.storage.store import EVERYONE
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Callable
 
-    from bot.slack.listeners import Services
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GAP_DAYS", "Home", "register_home"]
+__all__ = ["GAP_DAYS", "Home"]
 
 GAP_DAYS = 30
 # How long a view waits for the knowledge gaps; past that it shows them as coming,
@@ -502,44 +496,3 @@ async def _tell(client: AsyncWebClient, user: str, text: str) -> None:
         await client.chat_postMessage(channel=user, text=text, unfurl_links=False)
     except SLACK_FAILURES as exc:
         log.warning("could not message %s: %s", user, slack_failure(exc))
-
-
-# ---------------------------------------------------------------- listeners
-
-
-def register_home(app: AsyncApp, services: Services) -> None:
-    """The Home tab's buttons (its ``app_home_opened`` comes through the agent's listener)."""
-    home = services.home
-
-    def clicked(handler: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-        async def listener(
-            ack: Callable[..., Awaitable[None]],
-            body: dict[str, Any],
-            action: dict[str, Any],
-            client: AsyncWebClient,
-            context: AsyncBoltContext,
-        ) -> None:
-            await ack()
-            user = str((body.get("user") or {}).get("id", ""))
-            view = body.get("view") or {}
-            if not user or view.get("type") != "home":
-                log.warning("ignoring a Home button outside the Home tab")
-                return
-            if not services.audience.serves_clicker(body, context):
-                log.warning("a Home button clicked by a person of another organisation")
-                await home.publish_external(client, user)
-                return
-            await handler(client, user, action.get("value"), view.get("private_metadata"))
-
-        return listener
-
-    async def refresh(client: AsyncWebClient, user: str, value: Any, metadata: Any) -> None:
-        await home.publish(client, user, pages=Pages.from_metadata(metadata))
-
-    async def reindex(client: AsyncWebClient, user: str, value: Any, metadata: Any) -> None:
-        await home.reindex(client, user, metadata)
-
-    app.action(HOME_PAGE_ACTION_RE)(clicked(home.turn_page))
-    app.action(HOME_REFRESH_ACTION_ID)(clicked(refresh))
-    app.action(HOME_RETRY_ACTION_ID)(clicked(home.retry))
-    app.action(HOME_REINDEX_ACTION_ID)(clicked(reindex))

@@ -1,6 +1,6 @@
 """The rebuild as the bot runs it for ``/kb-reindex``.
 
-Only admins may run it (``bot.slack.roles``). The reindex runs in a worker
+Only admins may run it (``bot.slack.people.roles``). The reindex runs in a worker
 thread, so questions keep being answered, and one at a time: the file lock of
 ``KnowledgeBase.reindex`` also covers ``kb reindex`` run from a shell. The
 final report ends with the latest changes to the knowledge base, the reindex
@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from bot.slack import messages
-from bot.slack.render import audit_lines, escape
+from bot.slack.blocks.render import audit_lines, escape
 from index.errors import ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
 from index.records import AuditEntry

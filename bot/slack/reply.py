@@ -64,7 +64,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.conversation import STREAM_UPDATE_SECONDS
 from bot.slack import messages
-from bot.slack.render import (
+from bot.slack.blocks.render import (
     Rendered,
     render_answer,
     render_notice,

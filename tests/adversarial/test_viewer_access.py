@@ -17,7 +17,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin")
 
-from bot.slack.signin import LOGIN_PATH, STATE_COOKIE, STATE_PURPOSE  # noqa: E402
+from bot.slack.people.signin import LOGIN_PATH, STATE_COOKIE, STATE_PURPOSE  # noqa: E402
 from core.links import LinkSigner  # noqa: E402
 from tests.conftest_bot import PUBLIC_URL, Bot, BotFactory  # noqa: E402
 from tests.servers import CHANNEL_ID, DEFAULT_CLIENT_SECRET, TEAM_ID, USER_ID  # noqa: E402

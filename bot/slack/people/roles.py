@@ -12,7 +12,7 @@
 * Everyone else adds documents to a channel they are in (replacing only their
   own earlier versions), and asks for an approval to add one for everyone.
 
-Slack's answers come through ``bot.slack.directory`` (cached briefly). A
+Slack's answers come through ``bot.slack.people.directory`` (cached briefly). A
 failed lookup counts as "no": nobody gains a right because Slack could not be
 asked.
 """
@@ -27,7 +27,7 @@ from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.config import SlackConfig
-from bot.slack.directory import Directory
+from bot.slack.people.directory import Directory
 from index.models import Publish
 from index.storage.store import EVERYONE
 

@@ -7,7 +7,7 @@ another organisation the bot uses only the documents added to that channel,
 because everyone in it reads the answer. The checks use what Slack says in the
 event itself (the envelope's ``team_id`` and ``is_ext_shared_channel``, the
 event's ``user_team``/``team``) and, when the event does not say which team
-the person belongs to, ``users.info`` (through ``bot.slack.directory``).
+the person belongs to, ``users.info`` (through ``bot.slack.people.directory``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.config import SlackConfig
-from bot.slack.directory import Directory
+from bot.slack.people.directory import Directory
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ from bot.server.readers import (
 )
 from bot.slack.app import web_client
 from bot.slack.config import SignInConfig, SlackConfig
-from bot.slack.directory import channel_member_ids
+from bot.slack.people.directory import channel_member_ids
 from core.links import LinkSigner
 from index.storage.store import EVERYONE
 

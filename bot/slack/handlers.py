@@ -1,13 +1,14 @@
-"""Thin Slack handlers: they read the payload and hand it to the conversation or the knowledge base.
+"""Every Slack listener of the app, registered in one place: each reads the payload and hands it on.
 
-Registered on a bolt ``AsyncApp`` by :func:`register`:
+Registered on a bolt ``AsyncApp`` by :func:`register`, with the ``Services`` of
+``bot.slack.services``:
 
 * questions: ``app_mention`` (answered in the thread), direct messages, and
   follow-ups in a thread the bot already answered in, each turned into a
   ``bot.conversation.Turn`` and answered through a ``SlackReply``;
 * ``/kb-upload`` (a modal with a file input), its submission, files shared with
   the bot in a DM, and the Retry button of a failed file; who sent them decides
-  how they may become searchable (``bot.slack.roles``);
+  how they may become searchable (``bot.slack.people.roles``);
 * the Approve and Reject buttons of approval requests (``bot.slack.approvals``);
 * ``/kb-reindex`` for admins;
 * feedback buttons under answers, and "Ask a person" (``bot.slack.escalation``);
@@ -27,29 +28,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.conversation import Conversation, Turn
-from bot.slack import messages
-from bot.slack.agent import Agent
-from bot.slack.approvals import Approvals
-from bot.slack.audience import Audience, Place
-from bot.slack.config import SlackConfig
-from bot.slack.deliveries import DELIVERY_KEYS, Deliveries, delivery_keys
-from bot.slack.directory import Directory
-from bot.slack.escalation import register_escalation
-from bot.slack.home import Home, register_home
-from bot.slack.reindex import Reindexer
-from bot.slack.render import (
+from bot.slack import escalation, messages, questions
+from bot.slack.blocks.home import (
+    HOME_PAGE_ACTION_RE,
+    HOME_REFRESH_ACTION_ID,
+    HOME_REINDEX_ACTION_ID,
+    HOME_RETRY_ACTION_ID,
+    Pages,
+)
+from bot.slack.blocks.render import (
     APPROVE_ACTION_ID,
+    ASK_A_PERSON_ACTION_ID,
     FEEDBACK_ACTION_ID,
     REJECT_ACTION_ID,
     RETRY_ACTION_ID,
@@ -62,92 +58,17 @@ from bot.slack.render import (
     render_notice,
     upload_modal,
 )
-from bot.slack.reply import REPLY_KEY, SlackReply, Streaming, stop_stream
-from bot.slack.roles import Roles
-from bot.slack.thread import SlackThread
-from bot.slack.uploads import Jobs, StatusMessage, Uploader, UploadRequest
-from core.answer import Asker, Engine
+from bot.slack.deliveries import DELIVERY_KEYS, delivery_keys
+from bot.slack.reply import REPLY_KEY, stop_stream
+from bot.slack.services import Services
+from bot.slack.uploads import StatusMessage, UploadRequest
 from index.embed import EmbeddingModelUnavailable
 from index.errors import KBError
-from index.knowledge_base import KnowledgeBase
-from index.search.derived import OnlyScopes
 from index.storage.store import EVERYONE
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Services", "register", "strip_mention"]
-
-
-_MENTION_RE = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
-
-
-# ---------------------------------------------------------------- services
-
-
-@dataclass
-class Services:
-    """What the handlers need, opened once per process."""
-
-    config: SlackConfig
-    kb: KnowledgeBase
-    engine: Engine
-    jobs: Jobs
-    uploader: Uploader
-    roles: Roles
-    approvals: Approvals
-    reindexer: Reindexer
-    conversation: Conversation
-    audience: Audience
-    agent: Agent
-    # Delivery records decide whether an event is answered at all: their own
-    # threads, so they never queue behind embedding and retrieval work.
-    ack_executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-ack")
-    )
-    deliveries: Deliveries = field(init=False)
-    home: Home = field(init=False)
-    streaming: Streaming = field(default_factory=Streaming)
-
-    def __post_init__(self) -> None:
-        self.deliveries = Deliveries(self.kb.store, self.ack_executor, self.config.claim_lease)
-        self.home = Home(self.kb, self.engine, self.roles, self.uploader, self.reindexer)
-
-    @classmethod
-    def open(cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine) -> Services:
-        """Wire the services around an opened knowledge base and engine."""
-        jobs = Jobs()
-        directory = Directory()
-        roles = Roles(config, directory)
-        approvals = Approvals(kb, config, roles, engine)
-        return cls(
-            config=config,
-            kb=kb,
-            engine=engine,
-            jobs=jobs,
-            uploader=Uploader(kb, config, jobs, approvals),
-            roles=roles,
-            approvals=approvals,
-            reindexer=Reindexer(kb),
-            conversation=Conversation(engine),
-            audience=Audience(config, directory),
-            agent=Agent(kb, directory),
-            streaming=Streaming(config.streaming),
-        )
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def strip_mention(text: str, bot_user_id: str | None) -> str:
-    """The question without the bot's mention (any mention when the bot's id is unknown)."""
-    if bot_user_id:
-        text = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", " ", text)
-    else:
-        text = _MENTION_RE.sub(" ", text, count=1)
-    return " ".join(text.split())
-
-
-# ---------------------------------------------------------------- registration
+__all__ = ["register"]
 
 
 def register(app: AsyncApp, services: Services) -> None:
@@ -155,12 +76,12 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_dedupe(app, services)
     _register_questions(app, services)
     _register_agent(app, services)
-    register_home(app, services)
+    _register_home(app, services)
     _register_uploads(app, services)
     _register_approvals(app, services)
     _register_reindex(app, services)
     _register_feedback(app, services)
-    register_escalation(app, services)
+    _register_escalation(app, services)
     _register_errors(app)
 
 
@@ -200,7 +121,7 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
         if not await _claimed(services, context):
             return
         scopes = frozenset({str(event["channel"])})
-        await _answer(services, client, context, body, event, scopes=scopes)
+        await questions.answer(services, client, context, body, event, scopes=scopes)
 
     @app.event("message")
     async def on_message(
@@ -209,16 +130,16 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
         context: AsyncBoltContext,
         client: AsyncWebClient,
     ) -> None:
-        if not _from_a_person(event, context):
+        if not questions.from_a_person(event, context):
             return
         subtype = event.get("subtype")
         direct = event.get("channel_type") == "im"
         if subtype == "file_share":
             claimed = direct and await _claimed(services, context)
-            if claimed and await _place(services, client, body, event):
+            if claimed and await questions.served_place(services, client, body, event):
                 await _ingest_shared_files(services, client, event)
             return
-        if not direct and not await _is_follow_up(services, context, event):
+        if not direct and not await questions.is_follow_up(services, context, event):
             return
         if not await _claimed(services, context):
             return
@@ -227,111 +148,7 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
             scopes = await services.agent.dm_scopes(client, event)
         else:
             scopes = frozenset({str(event["channel"])})
-        await _answer(services, client, context, body, event, scopes=scopes)
-
-
-# A person writing: a plain message, files with one, or a thread reply also sent to the
-# channel. Every other subtype (edits, deletions, joins, other apps) is not a question.
-_PERSON_SUBTYPES = (None, "file_share", "thread_broadcast")
-
-
-def _from_a_person(event: dict[str, Any], context: AsyncBoltContext) -> bool:
-    """Whether a message event is a person's own new message (never this bot's or another app's)."""
-    if event.get("subtype") not in _PERSON_SUBTYPES or event.get("bot_id"):
-        return False
-    user = event.get("user")
-    return bool(user) and user != context.bot_user_id
-
-
-async def _is_follow_up(
-    services: Services, context: AsyncBoltContext, event: dict[str, Any]
-) -> bool:
-    """A channel message is a question only as a reply in a thread the bot answers in."""
-    thread_ts = event.get("thread_ts")
-    if not thread_ts:
-        return False
-    if _mentions_the_bot(event, context):
-        # Slack sends this message as app_mention too, and that event answers it:
-        # it arrives whether or not the bot answered in the thread, and even for
-        # an app installed without the channel message events.
-        return False
-    if _MENTION_RE.search(str(event.get("text", ""))):
-        return False  # addressed to someone else: people talking, the bot stays out
-    return await asyncio.to_thread(
-        services.kb.store.answered_in_thread, str(event["channel"]), str(thread_ts)
-    )
-
-
-def _mentions_the_bot(event: dict[str, Any], context: AsyncBoltContext) -> bool:
-    text = str(event.get("text", ""))
-    if context.bot_user_id:
-        return f"<@{context.bot_user_id}>" in text or f"<@{context.bot_user_id}|" in text
-    # Without the bot's id, any mention may be it: a missed follow-up beats a double answer.
-    return _MENTION_RE.search(text) is not None
-
-
-async def _place(
-    services: Services, client: AsyncWebClient, body: dict[str, Any], event: dict[str, Any]
-) -> Place | None:
-    """Where ``event`` happened, or ``None`` (after telling the person) when it is not served."""
-    place = await services.audience.place(client, body, event)
-    if services.audience.serves(place):
-        return place
-    log.info("not serving %s: a person of another organisation", event.get("user"))
-    notice = render_notice(messages.EXTERNAL_ASKER)
-    thread_ts = str(event.get("thread_ts") or event["ts"])
-    await client.chat_postMessage(
-        channel=str(event["channel"]), thread_ts=thread_ts, **notice.as_kwargs()
-    )
-    return None
-
-
-async def _answer(
-    services: Services,
-    client: AsyncWebClient,
-    context: AsyncBoltContext,
-    body: dict[str, Any],
-    event: dict[str, Any],
-    *,
-    scopes: frozenset[str],
-) -> None:
-    place = await _place(services, client, body, event)
-    if place is None:
-        return
-    note = None
-    if services.audience.channel_only(place):
-        # Everyone in the channel reads the answer, people of other organisations included.
-        scopes, note = OnlyScopes(scopes), messages.SHARED_CHANNEL_NOTE
-    channel = str(event["channel"])
-    thread_ts = str(event.get("thread_ts") or event["ts"])
-    in_thread = bool(event.get("thread_ts"))
-    thread = SlackThread(
-        client,
-        channel=channel,
-        thread_ts=thread_ts,
-        before=str(event["ts"]),
-        bot_user_id=context.bot_user_id,
-        bot_id=context.bot_id,
-    )
-    turn = Turn(
-        question=strip_mention(str(event.get("text", "")), context.bot_user_id),
-        scopes=scopes,
-        asker=Asker(user=event.get("user"), channel=channel, thread_id=thread_ts),
-        follow_up=in_thread,
-        thread=thread if in_thread else None,
-    )
-    reply = SlackReply(
-        client,
-        context,
-        channel=channel,
-        thread_ts=thread_ts,
-        note=note,
-        streaming=services.streaming,
-        recipient_user_id=event.get("user"),
-        recipient_team_id=event.get("user_team") or event.get("team") or body.get("team_id"),
-        ask_a_person=bool(services.config.escalation_channel),
-    )
-    await services.conversation.answer(turn, reply)
+        await questions.answer(services, client, context, body, event, scopes=scopes)
 
 
 # ---------------------------------------------------------------- uploads
@@ -605,6 +422,73 @@ async def _serves(
         return False
     place = await services.audience.place(client, body, {"user": user})
     return services.audience.serves(place)
+
+
+# ---------------------------------------------------------------- handing a question to a person
+
+
+def _register_escalation(app: AsyncApp, services: Services) -> None:
+    @app.action(ASK_A_PERSON_ACTION_ID)
+    async def on_ask_a_person(
+        ack: Callable[..., Awaitable[None]],
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+        context: AsyncBoltContext,
+        respond: Callable[..., Awaitable[Any]],
+    ) -> None:
+        await ack()
+        await escalation.ask_a_person(
+            services.kb.store,
+            services.config.escalation_channel,
+            services.audience,
+            body,
+            action,
+            client,
+            context,
+            respond,
+        )
+
+
+# ---------------------------------------------------------------- the Home tab
+
+
+def _register_home(app: AsyncApp, services: Services) -> None:
+    """The Home tab's buttons (its ``app_home_opened`` comes through the agent's listener)."""
+    home = services.home
+
+    def clicked(handler: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        async def listener(
+            ack: Callable[..., Awaitable[None]],
+            body: dict[str, Any],
+            action: dict[str, Any],
+            client: AsyncWebClient,
+            context: AsyncBoltContext,
+        ) -> None:
+            await ack()
+            user = str((body.get("user") or {}).get("id", ""))
+            view = body.get("view") or {}
+            if not user or view.get("type") != "home":
+                log.warning("ignoring a Home button outside the Home tab")
+                return
+            if not services.audience.serves_clicker(body, context):
+                log.warning("a Home button clicked by a person of another organisation")
+                await home.publish_external(client, user)
+                return
+            await handler(client, user, action.get("value"), view.get("private_metadata"))
+
+        return listener
+
+    async def refresh(client: AsyncWebClient, user: str, value: Any, metadata: Any) -> None:
+        await home.publish(client, user, pages=Pages.from_metadata(metadata))
+
+    async def reindex(client: AsyncWebClient, user: str, value: Any, metadata: Any) -> None:
+        await home.reindex(client, user, metadata)
+
+    app.action(HOME_PAGE_ACTION_RE)(clicked(home.turn_page))
+    app.action(HOME_REFRESH_ACTION_ID)(clicked(refresh))
+    app.action(HOME_RETRY_ACTION_ID)(clicked(home.retry))
+    app.action(HOME_REINDEX_ACTION_ID)(clicked(reindex))
 
 
 # ---------------------------------------------------------------- errors

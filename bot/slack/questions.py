@@ -1,0 +1,146 @@
+"""Which Slack messages are questions, and answering one.
+
+A question is an ``app_mention`` (answered in its thread), a direct message, or
+a follow-up in a thread the bot already answered in; each becomes a
+``bot.conversation.Turn``, answered through a ``SlackReply``. People of other
+organisations (Slack Connect) are told they are not served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+from slack_bolt.async_app import AsyncBoltContext
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.conversation import Turn
+from bot.slack import messages
+from bot.slack.blocks.render import (
+    render_notice,
+)
+from bot.slack.people.audience import Place
+from bot.slack.reply import SlackReply
+from bot.slack.services import Services
+from bot.slack.thread import SlackThread
+from core.answer import Asker
+from index.search.derived import OnlyScopes
+
+log = logging.getLogger(__name__)
+
+_MENTION_RE = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
+
+
+def strip_mention(text: str, bot_user_id: str | None) -> str:
+    """The question without the bot's mention (any mention when the bot's id is unknown)."""
+    if bot_user_id:
+        text = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", " ", text)
+    else:
+        text = _MENTION_RE.sub(" ", text, count=1)
+    return " ".join(text.split())
+
+
+# A person writing: a plain message, files with one, or a thread reply also sent to the
+# channel. Every other subtype (edits, deletions, joins, other apps) is not a question.
+_PERSON_SUBTYPES = (None, "file_share", "thread_broadcast")
+
+
+def from_a_person(event: dict[str, Any], context: AsyncBoltContext) -> bool:
+    """Whether a message event is a person's own new message (never this bot's or another app's)."""
+    if event.get("subtype") not in _PERSON_SUBTYPES or event.get("bot_id"):
+        return False
+    user = event.get("user")
+    return bool(user) and user != context.bot_user_id
+
+
+async def is_follow_up(
+    services: Services, context: AsyncBoltContext, event: dict[str, Any]
+) -> bool:
+    """A channel message is a question only as a reply in a thread the bot answers in."""
+    thread_ts = event.get("thread_ts")
+    if not thread_ts:
+        return False
+    if mentions_the_bot(event, context):
+        # Slack sends this message as app_mention too, and that event answers it:
+        # it arrives whether or not the bot answered in the thread, and even for
+        # an app installed without the channel message events.
+        return False
+    if _MENTION_RE.search(str(event.get("text", ""))):
+        return False  # addressed to someone else: people talking, the bot stays out
+    return await asyncio.to_thread(
+        services.kb.store.answered_in_thread, str(event["channel"]), str(thread_ts)
+    )
+
+
+def mentions_the_bot(event: dict[str, Any], context: AsyncBoltContext) -> bool:
+    text = str(event.get("text", ""))
+    if context.bot_user_id:
+        return f"<@{context.bot_user_id}>" in text or f"<@{context.bot_user_id}|" in text
+    # Without the bot's id, any mention may be it: a missed follow-up beats a double answer.
+    return _MENTION_RE.search(text) is not None
+
+
+async def served_place(
+    services: Services, client: AsyncWebClient, body: dict[str, Any], event: dict[str, Any]
+) -> Place | None:
+    """Where ``event`` happened, or ``None`` (after telling the person) when it is not served."""
+    place = await services.audience.place(client, body, event)
+    if services.audience.serves(place):
+        return place
+    log.info("not serving %s: a person of another organisation", event.get("user"))
+    notice = render_notice(messages.EXTERNAL_ASKER)
+    thread_ts = str(event.get("thread_ts") or event["ts"])
+    await client.chat_postMessage(
+        channel=str(event["channel"]), thread_ts=thread_ts, **notice.as_kwargs()
+    )
+    return None
+
+
+async def answer(
+    services: Services,
+    client: AsyncWebClient,
+    context: AsyncBoltContext,
+    body: dict[str, Any],
+    event: dict[str, Any],
+    *,
+    scopes: frozenset[str],
+) -> None:
+    place = await served_place(services, client, body, event)
+    if place is None:
+        return
+    note = None
+    if services.audience.channel_only(place):
+        # Everyone in the channel reads the answer, people of other organisations included.
+        scopes, note = OnlyScopes(scopes), messages.SHARED_CHANNEL_NOTE
+    channel = str(event["channel"])
+    thread_ts = str(event.get("thread_ts") or event["ts"])
+    in_thread = bool(event.get("thread_ts"))
+    thread = SlackThread(
+        client,
+        channel=channel,
+        thread_ts=thread_ts,
+        before=str(event["ts"]),
+        bot_user_id=context.bot_user_id,
+        bot_id=context.bot_id,
+    )
+    turn = Turn(
+        question=strip_mention(str(event.get("text", "")), context.bot_user_id),
+        scopes=scopes,
+        asker=Asker(user=event.get("user"), channel=channel, thread_id=thread_ts),
+        follow_up=in_thread,
+        thread=thread if in_thread else None,
+    )
+    reply = SlackReply(
+        client,
+        context,
+        channel=channel,
+        thread_ts=thread_ts,
+        note=note,
+        streaming=services.streaming,
+        recipient_user_id=event.get("user"),
+        recipient_team_id=event.get("user_team") or event.get("team") or body.get("team_id"),
+        ask_a_person=bool(services.config.escalation_channel),
+    )
+    await services.conversation.answer(turn, reply)

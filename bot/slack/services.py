@@ -1,0 +1,72 @@
+"""What the Slack handlers need, wired once per process around the knowledge base and engine."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from bot.conversation import Conversation
+from bot.slack.agent import Agent
+from bot.slack.approvals import Approvals
+from bot.slack.config import SlackConfig
+from bot.slack.deliveries import Deliveries
+from bot.slack.home import Home
+from bot.slack.people.audience import Audience
+from bot.slack.people.directory import Directory
+from bot.slack.people.roles import Roles
+from bot.slack.reindex import Reindexer
+from bot.slack.reply import Streaming
+from bot.slack.uploads import Jobs, Uploader
+from core.answer import Engine
+from index.knowledge_base import KnowledgeBase
+
+
+@dataclass
+class Services:
+    """What the handlers need, opened once per process."""
+
+    config: SlackConfig
+    kb: KnowledgeBase
+    engine: Engine
+    jobs: Jobs
+    uploader: Uploader
+    roles: Roles
+    approvals: Approvals
+    reindexer: Reindexer
+    conversation: Conversation
+    audience: Audience
+    agent: Agent
+    # Delivery records decide whether an event is answered at all: their own
+    # threads, so they never queue behind embedding and retrieval work.
+    ack_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-ack")
+    )
+    deliveries: Deliveries = field(init=False)
+    home: Home = field(init=False)
+    streaming: Streaming = field(default_factory=Streaming)
+
+    def __post_init__(self) -> None:
+        self.deliveries = Deliveries(self.kb.store, self.ack_executor, self.config.claim_lease)
+        self.home = Home(self.kb, self.engine, self.roles, self.uploader, self.reindexer)
+
+    @classmethod
+    def open(cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine) -> Services:
+        """Wire the services around an opened knowledge base and engine."""
+        jobs = Jobs()
+        directory = Directory()
+        roles = Roles(config, directory)
+        approvals = Approvals(kb, config, roles, engine)
+        return cls(
+            config=config,
+            kb=kb,
+            engine=engine,
+            jobs=jobs,
+            uploader=Uploader(kb, config, jobs, approvals),
+            roles=roles,
+            approvals=approvals,
+            reindexer=Reindexer(kb),
+            conversation=Conversation(engine),
+            audience=Audience(config, directory),
+            agent=Agent(kb, directory),
+            streaming=Streaming(config.streaming),
+        )
