@@ -107,7 +107,7 @@ def cost(embedder: Embedder, log_rows: int) -> dict[str, Any]:
                 )
         since = now - log_rows - 1
         t = time.perf_counter()
-        read = kb.store.questions_by_outcome(GAP_OUTCOMES, since=since, limit=MAX_QUESTIONS)
+        read = kb.queries.by_outcome(GAP_OUTCOMES, since=since, limit=MAX_QUESTIONS)
         query_s = time.perf_counter() - t
         t = time.perf_counter()
         gaps = knowledge_gaps(kb, since=since)

@@ -154,7 +154,7 @@ class Engine:
 
     def thread_history(self, channel: str, thread_id: str) -> list[ThreadMessage]:
         """A thread's earlier messages as the query log has them (its questions and answers)."""
-        return as_thread(self.kb.store.thread_turns(channel, thread_id, HISTORY_TURNS))
+        return as_thread(self.kb.queries.thread_turns(channel, thread_id, HISTORY_TURNS))
 
     async def aclose(self) -> None:
         """Release the model client's connections."""
@@ -483,7 +483,7 @@ class Engine:
             beside=[(s.chunk_id, s.distance) for s in answer.beside],
         )
         try:
-            return self.kb.store.log_query(record)
+            return self.kb.queries.log(record)
         except StorageError as exc:
             log.warning("question answered but not logged: %s", exc)
             return None

@@ -128,7 +128,7 @@ def knowledge_gaps(kb: KnowledgeBase, *, since: float, limit: int = 50) -> list[
     similarity of their embeddings, and returns at most ``limit`` gaps: the
     most asked first, then the most recently asked.
     """
-    questions = kb.store.questions_by_outcome(
+    questions = kb.queries.by_outcome(
         GAP_OUTCOMES, since=since, limit=MAX_QUESTIONS, per_user=MAX_PER_ASKER
     )
     if not questions or limit <= 0:

@@ -246,7 +246,7 @@ def load_labelled_log(path: Path, store: Store | None = None) -> tuple[list[str]
         if not (isinstance(question, str) and question.strip()):
             if obj.get("query_id") is None or store is None:
                 raise EvalSetError(f'{path}:{no}: needs a "question" (or a "query_id").')
-            question = store.query(int(obj["query_id"])).question
+            question = store.queries.get(int(obj["query_id"])).question
         (inside if in_domain else outside).append(question.strip())
     if not inside or not outside:
         raise EvalSetError(

@@ -582,7 +582,7 @@ def export_disliked(store: Store, path: Path) -> int:
     Returns:
         The number of questions written.
     """
-    rows = store.disliked_questions()
+    rows = store.feedback.disliked_questions()
     lines = [
         json.dumps(
             {

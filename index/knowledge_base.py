@@ -144,6 +144,13 @@ class KnowledgeBase:
         self.config = config
         self.chunker = chunker
         self.store = Store(config.data_dir, database_url=config.database_url)
+        # The store's parts, as the surfaces use them: what is asked and answered,
+        # thumbs, Slack deliveries, the audit log, hand-offs to people.
+        self.queries = self.store.queries
+        self.feedback = self.store.feedback
+        self.deliveries = self.store.deliveries
+        self.audit_log = self.store.audit_log
+        self.escalations = self.store.escalations
         self.embedder = embedder or load_embedder(config)
         stamped = self.store.stamped_dimensions(self.embedder.name)
         if stamped is not None:
@@ -204,7 +211,7 @@ class KnowledgeBase:
             expired = self.store.failed_before(cutoff)
             for doc in expired:
                 self.store.delete_rows(doc.id)
-                self.store.audit(_expiry_entry(doc, self.config.failed_retention_days))
+                self.store.audit_log.add(_expiry_entry(doc, self.config.failed_retention_days))
         self.store.drop_originals_if_unused([d.sha256 for d in expired])
         log.info(
             "deleted %d documents failed for more than %s days: %s",
@@ -410,7 +417,7 @@ class KnowledgeBase:
         if doc.publish == Publish.APPROVAL:
             with self.store.transaction():
                 self._commit(doc, prepared, state=DocState.AWAITING_APPROVAL)
-                self.store.audit(_entry(AuditAction.SUBMIT, doc, doc.uploader, new=doc))
+                self.store.audit_log.add(_entry(AuditAction.SUBMIT, doc, doc.uploader, new=doc))
             return
         only_own = doc.uploader if doc.publish == Publish.OWN else None
         with self.store.transaction():
@@ -420,7 +427,7 @@ class KnowledgeBase:
             self._commit(doc, prepared)
             replaced = self.store.supersede(older, by=doc.id)
             for entry in _publishing_entries(doc, replaced):
-                self.store.audit(entry)
+                self.store.audit_log.add(entry)
             pruned = self._prune(doc)
         self.store.drop_originals_if_unused(pruned)
 
@@ -529,7 +536,7 @@ class KnowledgeBase:
         doc = self.store.document(doc_id)
         with self.store.transaction():
             self.store.delete_rows(doc_id)
-            self.store.audit(_entry(AuditAction.REMOVE, doc, actor, old=doc))
+            self.store.audit_log.add(_entry(AuditAction.REMOVE, doc, actor, old=doc))
         self.store.drop_originals_if_unused([doc.sha256])
         if refresh:
             self.refresh_search()
@@ -558,7 +565,9 @@ class KnowledgeBase:
             older = self.store.indexed_by_name(doc.name, doc.scope, exclude=doc.id)
             self.store.make_searchable(doc.id)
             replaced = self.store.supersede(older, by=doc.id)
-            self.store.audit(_entry(AuditAction.APPROVE, doc, actor, new=doc, replaced=replaced))
+            self.store.audit_log.add(
+                _entry(AuditAction.APPROVE, doc, actor, new=doc, replaced=replaced)
+            )
             pruned = self._prune(doc)
         self.store.drop_originals_if_unused(pruned)
         self.refresh_search()
@@ -573,7 +582,7 @@ class KnowledgeBase:
         with self.store.transaction():
             doc = self._awaiting(doc_id)
             self.store.delete_rows(doc.id)
-            self.store.audit(_entry(AuditAction.REJECT, doc, actor, new=doc))
+            self.store.audit_log.add(_entry(AuditAction.REJECT, doc, actor, new=doc))
         self.store.drop_originals_if_unused([doc.sha256])
         return doc
 
@@ -615,7 +624,9 @@ class KnowledgeBase:
             # only one live document may (``index.storage.schema``).
             replaced = self.store.supersede([current.id] if current else [], by=doc.id)
             self._commit(doc, prepared)
-            self.store.audit(_entry(AuditAction.RESTORE, doc, actor, new=doc, replaced=replaced))
+            self.store.audit_log.add(
+                _entry(AuditAction.RESTORE, doc, actor, new=doc, replaced=replaced)
+            )
             pruned = self._prune(doc)
         self.store.drop_originals_if_unused(pruned)
         self.refresh_search()
@@ -657,10 +668,6 @@ class KnowledgeBase:
             ref = row.replaced_by
         return None
 
-    def audit_entries(self, limit: int | None = None) -> list[AuditEntry]:
-        """The newest ``limit`` changes to the knowledge base (all when ``None``), newest first."""
-        return self.store.audit_entries(limit)
-
     # ------------------------------------------------------------------ reindex
 
     def reindex(self, *, progress: Progress | None = None, actor: str = "cli") -> ReindexReport:
@@ -701,7 +708,7 @@ class KnowledgeBase:
             self.search_index.rebuild()
             self.query_adapters.refit_if_due(force=True)
             report.stale_after = len(self.stale_documents())
-            self.store.audit(_reindex_entry(report, actor))
+            self.store.audit_log.add(_reindex_entry(report, actor))
             return report
 
     def _recommit(self, doc_id: int, prepared: Prepared) -> bool:

@@ -27,4 +27,4 @@ def answered(question: str, **changes: Any) -> QueryRecord:
 
 def log_question(store: Store, question: str, **changes: Any) -> int:
     """Log ``question`` as answered; returns its query id."""
-    return store.log_query(answered(question, **changes))
+    return store.queries.log(answered(question, **changes))

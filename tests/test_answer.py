@@ -75,7 +75,7 @@ async def test_refusal_makes_zero_model_requests(
     assert answer.sources == [] and answer.kept == []
     assert answer.model_called is False
     assert openai_server.requests == []
-    row = kb.store.query(answer.query_id or 0)
+    row = kb.queries.get(answer.query_id or 0)
     assert row.outcome == "refused" and row.model_called == 0
     # Nothing kept, but the nearest miss is logged for the knowledge gaps: a real
     # chunk, at a distance beyond the threshold.
@@ -92,7 +92,7 @@ async def test_the_log_tells_an_unrestricted_question_from_one_for_everyone(
     logged: dict[frozenset[str] | None, tuple[str, ...]] = {}
     for scopes in (None, frozenset(), frozenset({"C2", "C1"})):
         answer = await engine.ask(OUT_OF_DOMAIN, scopes=scopes)
-        logged[scopes] = tuple(kb.store.query(answer.query_id or 0).scopes)
+        logged[scopes] = tuple(kb.queries.get(answer.query_id or 0).scopes)
     assert logged == {None: (ALL_SCOPES,), frozenset(): (), frozenset({"C1", "C2"}): ("C1", "C2")}
     assert ALL_SCOPES != EVERYONE
 
@@ -147,7 +147,7 @@ async def test_answer_without_valid_citation_is_unsupported(
     answer = await _engine(kb, openai_server.url).ask(IN_DOMAIN)
     assert answer.outcome == Outcome.UNSUPPORTED
     assert answer.grounded is False and answer.sources == []
-    assert kb.store.query(answer.query_id or 0).outcome == "unsupported"
+    assert kb.queries.get(answer.query_id or 0).outcome == "unsupported"
 
 
 @pytest.mark.parametrize("failure", ["no_endpoint", "refused", "http_500", "http_503", "timeout"])
@@ -289,7 +289,7 @@ async def test_a_malformed_model_reply_shows_the_evidence(
     assert answer.sources and answer.sources == answer.kept
     reason = answer.model_error or ""
     assert "well-formed" in reason or "no answer text" in reason, reason
-    assert kb.store.query(answer.query_id or 0).outcome == "model_unavailable"
+    assert kb.queries.get(answer.query_id or 0).outcome == "model_unavailable"
 
 
 async def test_a_trickling_model_is_cut_off_at_the_deadline(

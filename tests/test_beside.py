@@ -111,7 +111,7 @@ async def test_an_answer_shows_the_close_passages_it_could_not_use_and_never_giv
     for s in answer.beside:
         assert s.quote[:60] not in prompt.replace("\\n", "\n")
 
-    row = kb.store.query(answer.query_id or 0)
+    row = kb.queries.get(answer.query_id or 0)
     assert list(row.beside) == [(s.chunk_id, s.distance) for s in answer.beside]
     assert [cid for cid, _ in row.kept] == [s.chunk_id for s in answer.kept]
 
@@ -316,7 +316,7 @@ async def test_slack_answer_links_the_passages_beside_it_to_the_viewer(
     # The links are the passages the query log says were listed, in their order.
     (feedback,) = [b for b in answer["blocks"] if b["type"] == "context_actions"]
     query_id = int(feedback["elements"][0]["negative_button"]["value"].split(":")[1])
-    logged = [cid for cid, _ in bot.kb.store.query(query_id).beside]
+    logged = [cid for cid, _ in bot.kb.queries.get(query_id).beside]
     rows = bot.kb.store.chunks_by_id(logged)
     assert [url.split("#")[1] for url, _ in found] == [
         f"char={rows[cid].start},{rows[cid].end}" for cid in logged

@@ -62,7 +62,7 @@ def test_the_error_tree_lists_every_error_under_its_parent() -> None:
 def test_the_new_errors_keep_their_messages(tmp_path: Path) -> None:
     store = Store(tmp_path / "kb-data")
     with pytest.raises(QueryNotFound, match=r"^No logged question has id 42\.$"):
-        store.query(42)
+        store.queries.get(42)
     with pytest.raises(OriginalMissing, match=r"^The stored original 0123456789ab is missing"):
         store.read_original("0123456789ab" * 4)
     (tmp_path / "kb-data" / SECRET_FILENAME).write_text("\n")

@@ -58,7 +58,7 @@ def test_eval_runs_on_a_store_of_its_own_not_the_configured_database(
     assert result.product.modes["hybrid"].ranks
     # ...and nothing of it is in the shared store, searchable by users.
     assert production.document_count() == 1 and production.generation == generation
-    assert not production.audit_entries()
+    assert not production.audit_log.entries()
     # Its search collections were its own, and are gone with it.
     assert production.get_meta(qdrant_index.KB_ID_KEY) is None
     assert embedded == engines._EMBEDDED  # the embedded engine it opened is closed
@@ -361,10 +361,10 @@ def test_export_disliked_questions(tmp_path: Path) -> None:
     liked = log_question(store, "How do I rotate the key?")
     disliked = log_question(store, "Why is the VPN slow?")
     both = log_question(store, "Where is the expense form?")
-    store.add_feedback(liked, 1)
-    store.add_feedback(disliked, -1)
-    store.add_feedback(both, 1)
-    store.add_feedback(both, -1)
+    store.feedback.add(liked, 1)
+    store.feedback.add(disliked, -1)
+    store.feedback.add(both, 1)
+    store.feedback.add(both, -1)
     out = tmp_path / "candidates.jsonl"
     assert export_disliked(store, out) == 2
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
@@ -385,7 +385,7 @@ def test_export_disliked_questions(tmp_path: Path) -> None:
 def test_export_disliked_from_the_cli(tmp_path: Path) -> None:
     data_dir = tmp_path / "kb-data"
     store = Store(data_dir)
-    store.add_feedback(log_question(store, "Is there parking at the office?"), -1)
+    store.feedback.add(log_question(store, "Is there parking at the office?"), -1)
     out = tmp_path / "todo.jsonl"
     result = CliRunner().invoke(main, ["--data-dir", str(data_dir), "export-disliked", str(out)])
     assert result.exit_code == 0, result.output

@@ -234,15 +234,15 @@ def test_questions_by_outcome_newest_first_within_window(index_dir: Path) -> Non
     store = Store(index_dir)
     for i, outcome in enumerate(["refused", "answered", "related", "refused", "refused"]):
         _ask(store, f"question {i}", outcome, NOW + i, kept=[(7, 0.5)] if i == 2 else [])
-    rows = store.questions_by_outcome(["refused", "related"], since=NOW + 1, limit=10)
+    rows = store.queries.by_outcome(["refused", "related"], since=NOW + 1, limit=10)
     assert [r.question for r in rows] == ["question 4", "question 3", "question 2"]
     assert rows[2].kept == ((7, 0.5),) and rows[2].outcome == "related"
     assert rows[0].created_at == NOW + 4
-    assert [r.question for r in store.questions_by_outcome(["refused"], since=0, limit=2)] == [
+    assert [r.question for r in store.queries.by_outcome(["refused"], since=0, limit=2)] == [
         "question 4",
         "question 3",
     ]
-    assert store.questions_by_outcome([], since=0, limit=10) == []
+    assert store.queries.by_outcome([], since=0, limit=10) == []
 
 
 def test_disliked_answers_for_review(index_dir: Path) -> None:
@@ -250,23 +250,23 @@ def test_disliked_answers_for_review(index_dir: Path) -> None:
     old = log_question(store, "How long is the VPN session?", answer="8 hours [1]")
     new = log_question(store, "Who approves leave?", answer="Your manager [1]", user="U1")
     liked = log_question(store, "Where is the office?", answer="Berlin [1]")
-    store.add_feedback(old, -1, user="U2")
-    store.add_feedback(liked, 1, user="U2")
-    store.add_feedback(new, -1, user="U3")
-    store.add_feedback(new, -1, user="U3")  # the same person twice counts once
-    store.add_feedback(new, -1, user="U4")
-    store.add_feedback(new, -1, user="U5")
-    store.add_feedback(new, 1, user="U5")  # taken back
+    store.feedback.add(old, -1, user="U2")
+    store.feedback.add(liked, 1, user="U2")
+    store.feedback.add(new, -1, user="U3")
+    store.feedback.add(new, -1, user="U3")  # the same person twice counts once
+    store.feedback.add(new, -1, user="U4")
+    store.feedback.add(new, -1, user="U5")
+    store.feedback.add(new, 1, user="U5")  # taken back
     changed = log_question(store, "Where do I park?", answer="Garage B [1]")
-    store.add_feedback(changed, -1, user="U6")
-    store.add_feedback(changed, 1, user="U6")
-    rows = store.disliked_answers()
+    store.feedback.add(changed, -1, user="U6")
+    store.feedback.add(changed, 1, user="U6")
+    rows = store.feedback.disliked_answers()
     assert [(r.id, r.dislikes) for r in rows] == [(new, 2), (old, 1)]
     assert rows[0].answer == "Your manager [1]" and rows[0].user == "U1"
     assert rows[0].question == "Who approves leave?"
-    assert store.disliked_count() == 2
-    assert [r.id for r in store.disliked_answers(limit=1, offset=1)] == [old]
-    assert store.disliked_answers(since=time.time() + 60) == []
-    assert store.disliked_count(since=time.time() + 60) == 0
+    assert store.feedback.disliked_count() == 2
+    assert [r.id for r in store.feedback.disliked_answers(limit=1, offset=1)] == [old]
+    assert store.feedback.disliked_answers(since=time.time() + 60) == []
+    assert store.feedback.disliked_count(since=time.time() + 60) == 0
     # The export still lists every question ever given a thumbs-down.
-    assert [r["id"] for r in store.disliked_questions()] == [changed, new, old]
+    assert [r["id"] for r in store.feedback.disliked_questions()] == [changed, new, old]

@@ -253,7 +253,7 @@ def test_failed_documents_are_deleted_after_the_retention_and_kept_before(
     assert [d.id for d in reopened.documents()] == [young.id]
     assert not reopened.store.originals.has(old.sha256)
     assert reopened.store.originals.has(young.sha256)
-    [entry] = [e for e in reopened.audit_entries() if e.document_id == old.id]
+    [entry] = [e for e in reopened.audit_log.entries() if e.document_id == old.id]
     assert entry.action == "remove" and entry.actor == "kb"
     assert entry.detail.startswith("failed for more than 7 days")
 

@@ -39,7 +39,7 @@ def _sqlite_kb(data_dir: Path, embedder: Embedder) -> KnowledgeBase:
     kb.ingest_bytes(HANDBOOK, "handbook.md", uploader="U1")
     kb.ingest_bytes(ONBOARDING, "onboarding.md", uploader="U2", scope="C1")
     kb.ingest_bytes(HANDBOOK.replace(b"30 days", b"45 days"), "handbook.md", uploader="U1")
-    asked = kb.store.log_query(
+    asked = kb.queries.log(
         QueryRecord(
             question=QUESTIONS[0],
             scopes=("C1",),
@@ -54,8 +54,8 @@ def _sqlite_kb(data_dir: Path, embedder: Embedder) -> KnowledgeBase:
             answer="45 days [1].",
         )
     )
-    kb.store.add_feedback(asked, -1, "U3")
-    kb.store.first_delivery("Ev1", "C1:1700000000.1")
+    kb.feedback.add(asked, -1, "U3")
+    kb.deliveries.first("Ev1", "C1:1700000000.1")
     kb.store.set_meta("calibration", '{"threshold": 0.6}')
     return kb
 
@@ -111,7 +111,7 @@ def test_a_sqlite_knowledge_base_moves_into_postgres_checked_and_answers_the_sam
     assert moved.documents() == documents
     assert {q: _top(moved, q) for q in QUESTIONS} == before
     assert moved.store.read_original(documents[0].sha256) == HANDBOOK
-    assert moved.store.disliked_count() == 1 and moved.store.get_meta("calibration")
+    assert moved.store.feedback.disliked_count() == 1 and moved.store.get_meta("calibration")
     # Ids go on past the copied ones: a new document never takes an old one's id.
     added = moved.ingest_bytes(b"# Travel\n\nBook trains through the portal.\n", "travel.md")
     assert added.document.id > max(d.id for d in documents)

@@ -90,11 +90,11 @@ async def test_between_the_thresholds_related_passages_and_no_model_call(
     for s in answer.sources:
         assert s.url.startswith("https://kb.example.com/d/") and "#char=" in s.url
 
-    row = kb.store.query(answer.query_id or 0)
+    row = kb.queries.get(answer.query_id or 0)
     assert row.outcome == "related" and not row.model_called
     assert [cid for cid, _ in row.kept] == [s.chunk_id for s in answer.sources]
-    assert kb.store.add_feedback(answer.query_id or 0, -1, "U1") > 0
-    assert kb.store.disliked_questions()[0]["question"] == QUESTION
+    assert kb.feedback.add(answer.query_id or 0, -1, "U1") > 0
+    assert kb.feedback.disliked_questions()[0]["question"] == QUESTION
 
 
 async def test_below_both_thresholds_the_plain_refusal(
@@ -198,4 +198,4 @@ async def test_slack_shows_related_passages_labelled_with_links_and_no_model_cal
     (ack,) = await bot.slack.wait_for_responses(1, "fb")
     assert ack["text"] == messages.FEEDBACK_THANKS_NEGATIVE
     query_id = int(value.split(":")[1])
-    assert bot.kb.store.query(query_id).outcome == "related"
+    assert bot.kb.queries.get(query_id).outcome == "related"

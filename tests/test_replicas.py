@@ -409,32 +409,32 @@ def test_a_claim_is_held_while_renewed_and_taken_over_once_it_lapses(
 ) -> None:
     holder = Store(tmp_path / "kb", database_url=database_url)
     other = Store(tmp_path / "kb", database_url=database_url)
-    assert holder.claim_delivery(KEYS, lease_seconds=LEASE)
-    assert not other.claim_delivery(KEYS, lease_seconds=LEASE)
+    assert holder.deliveries.claim(KEYS, lease_seconds=LEASE)
+    assert not other.deliveries.claim(KEYS, lease_seconds=LEASE)
     time.sleep(LEASE * 0.5)
-    holder.renew_delivery(KEYS)
+    holder.deliveries.renew(KEYS)
     time.sleep(LEASE * 0.75)  # past the lease from the claim, not from the renewal
-    assert not other.claim_delivery(KEYS, lease_seconds=LEASE)
+    assert not other.deliveries.claim(KEYS, lease_seconds=LEASE)
     time.sleep(LEASE * 0.5)  # nobody renewed: the holder is gone
-    assert other.claim_delivery(KEYS, lease_seconds=LEASE)
-    assert not holder.claim_delivery(KEYS, lease_seconds=LEASE)
+    assert other.deliveries.claim(KEYS, lease_seconds=LEASE)
+    assert not holder.deliveries.claim(KEYS, lease_seconds=LEASE)
 
 
 def test_an_answered_delivery_is_never_claimed_again(tmp_path: Path, database_url: str) -> None:
     holder = Store(tmp_path / "kb", database_url=database_url)
     other = Store(tmp_path / "kb", database_url=database_url)
-    assert holder.claim_delivery(KEYS, lease_seconds=LEASE)
-    holder.finish_delivery(KEYS)
+    assert holder.deliveries.claim(KEYS, lease_seconds=LEASE)
+    holder.deliveries.finish(KEYS)
     time.sleep(LEASE * 1.5)
-    assert not other.claim_delivery(KEYS, lease_seconds=LEASE)
+    assert not other.deliveries.claim(KEYS, lease_seconds=LEASE)
     # Nor under another of its keys (the message's, delivered as another event).
-    assert not other.claim_delivery(["event:Ev2", KEYS[1]], lease_seconds=LEASE)
+    assert not other.deliveries.claim(["event:Ev2", KEYS[1]], lease_seconds=LEASE)
 
 
 def test_of_replicas_taking_over_a_lapsed_claim_at_once_exactly_one_wins(
     tmp_path: Path, database_url: str
 ) -> None:
-    Store(tmp_path / "kb", database_url=database_url).claim_delivery(KEYS, lease_seconds=LEASE)
+    Store(tmp_path / "kb", database_url=database_url).deliveries.claim(KEYS, lease_seconds=LEASE)
     time.sleep(LEASE * 1.2)
     stores = [Store(tmp_path / "kb", database_url=database_url) for _ in range(6)]
     start = threading.Barrier(len(stores))
@@ -443,7 +443,7 @@ def test_of_replicas_taking_over_a_lapsed_claim_at_once_exactly_one_wins(
         start.wait()
         # Some see the keys in the other order, as two event types of one message would.
         keys = KEYS if stores.index(store) % 2 else KEYS[::-1]
-        return store.claim_delivery(keys, lease_seconds=LEASE)
+        return store.deliveries.claim(keys, lease_seconds=LEASE)
 
     with ThreadPoolExecutor(len(stores)) as pool:
         won = list(pool.map(claim, stores))
@@ -465,7 +465,7 @@ async def test_a_claim_is_renewed_while_its_task_runs_and_answered_when_it_ends(
 
         task = asyncio.create_task(answer())
         await asyncio.sleep(LEASE * 2)
-        assert not await asyncio.to_thread(other.claim_delivery, KEYS, lease_seconds=LEASE)
+        assert not await asyncio.to_thread(other.deliveries.claim, KEYS, lease_seconds=LEASE)
         assert await task
         await asyncio.sleep(LEASE * 1.5)  # the answered mark is written after the task ends
-        assert not await asyncio.to_thread(other.claim_delivery, KEYS, lease_seconds=LEASE)
+        assert not await asyncio.to_thread(other.deliveries.claim, KEYS, lease_seconds=LEASE)

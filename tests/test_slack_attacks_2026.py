@@ -101,7 +101,7 @@ async def test_answers_to_review_never_show_what_a_channels_documents_said(
     )
     public = log_question(bot.kb.store, "Why is the sky blue?", answer="Rayleigh scattering.")
     for qid in (secret, related, public):
-        bot.kb.store.add_feedback(qid, -1, USER_ID)
+        bot.kb.feedback.add(qid, -1, USER_ID)
 
     text = _text(await open_home(bot, ADMIN_ID))
     assert "When does Project Falcon launch?" in text, "the question itself is listed"
@@ -125,7 +125,7 @@ async def test_an_admin_of_another_organisation_is_no_admin_here(make_bot: BotFa
     bot.slack.set_user(EXTERNAL_ADMIN, is_admin=True, is_owner=True)["team_id"] = OTHER_TEAM
     bot.slack.set_user("U0OURADMIN", is_admin=True)
     qid = log_question(bot.kb.store, "Who may see this?", answer="Only admins.")
-    bot.kb.store.add_feedback(qid, -1, USER_ID)
+    bot.kb.feedback.add(qid, -1, USER_ID)
 
     assert messages.HOME_ADMIN_HEADER in _text(await open_home(bot, "U0OURADMIN"))
     text = _text(await open_home(bot, EXTERNAL_ADMIN))
@@ -317,7 +317,7 @@ def test_one_person_cannot_crowd_everyone_else_out_of_the_window(index_dir: Path
     for i in range(30):
         _ask(store, f"junk question number {i}", "U0SPAMMER1", now - i)
     _ask(store, PARKING, "U0ANA00001", now - 1000)
-    read = store.questions_by_outcome(("refused",), since=0, limit=20, per_user=10)
+    read = store.queries.by_outcome(("refused",), since=0, limit=20, per_user=10)
     assert sum(q.user == "U0SPAMMER1" for q in read) == 10
     assert PARKING in [q.question for q in read]
 

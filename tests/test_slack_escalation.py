@@ -101,9 +101,9 @@ async def test_answers_and_refusals_carry_the_button_only_with_the_setting(
     bot: Bot, make_bot: BotFactory
 ) -> None:
     answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
-    assert bot.kb.store.query(int(value)).question == IN_DOMAIN
+    assert bot.kb.queries.get(int(value)).question == IN_DOMAIN
     _, refused = await _asked(bot, app_mention_event(OUT_OF_DOMAIN), count=2)
-    assert bot.kb.store.query(int(refused)).outcome == Outcome.REFUSED
+    assert bot.kb.queries.get(int(refused)).outcome == Outcome.REFUSED
 
     plain = await make_bot()
     await plain.event(app_mention_event(IN_DOMAIN))
@@ -162,7 +162,7 @@ async def test_a_hand_off_is_posted_once_under_double_clicks_and_a_redelivery(bo
     already = messages.hand_off_already(f"<#{ESCALATION}>", f"<@{USER_ID}>")
     assert texts == sorted([posted, already, already])
     assert all(r["response_type"] == "ephemeral" for r in replies)
-    sent = bot.kb.store.escalation(int(value))
+    sent = bot.kb.escalations.get(int(value))
     assert sent is not None and sent.sent and sent.channel == ESCALATION
 
     # Everyone in the thread sees that a person was asked; the button is gone.
@@ -198,7 +198,7 @@ async def test_someone_elses_dm_question_is_refused(bot: Bot, caplog: Any) -> No
         await bot.idle()
     assert [r["text"] for r in replies] == [messages.HAND_OFF_NOT_YOURS] * 2
     assert not _handed_off(bot)
-    assert bot.kb.store.escalation(int(value)) is None
+    assert bot.kb.escalations.get(int(value)) is None
     assert "may not hand off question" in caplog.text
 
 
@@ -211,7 +211,7 @@ async def test_a_person_of_another_organisation_hands_nothing_off(bot: Bot, capl
         [reply] = await bot.slack.wait_for_responses(1, "h1")
         await bot.idle()
     assert reply["text"] == messages.EXTERNAL_ASKER
-    assert not _handed_off(bot) and bot.kb.store.escalation(int(value)) is None
+    assert not _handed_off(bot) and bot.kb.escalations.get(int(value)) is None
     assert "another organisation" in caplog.text
     # The member who asked still can.
     await bot.post(_click(answer, value, bot=bot, response="h2"))
@@ -247,7 +247,7 @@ async def test_without_the_bot_in_the_channel_the_clicker_is_told_and_a_later_cl
     (refused,) = await bot.slack.wait_for_responses(1, "h1")
     assert refused["text"] == messages.hand_off_not_in_channel(f"<#{ESCALATION}>")
     await bot.idle()
-    assert bot.kb.store.escalation(int(value)) is None, "not marked: a later click may succeed"
+    assert bot.kb.escalations.get(int(value)) is None, "not marked: a later click may succeed"
 
     await bot.post(_click(answer, value, bot=bot, response="h2"))
     (posted,) = await bot.slack.wait_for_responses(1, "h2")
@@ -266,7 +266,7 @@ async def test_other_slack_failures_release_the_claim_too(bot: Bot) -> None:
     (reply,) = await bot.slack.wait_for_responses(1, "h1")
     assert reply["text"] == messages.HAND_OFF_FAILED
     await bot.idle()
-    assert bot.kb.store.escalation(int(value)) is None
+    assert bot.kb.escalations.get(int(value)) is None
 
 
 async def test_without_a_link_from_slack_the_hand_off_says_where_to_look(bot: Bot) -> None:
@@ -338,19 +338,19 @@ def test_a_claim_is_taken_once_released_on_failure_and_taken_over_when_stale(
     tmp_path: Path,
 ) -> None:
     store = Store(tmp_path / "data")
-    assert store.claim_escalation(5, "U1")
-    assert not store.claim_escalation(5, "U2"), "being sent"
-    assert store.claim_escalation(5, "U3", stale_after=-1.0), "its process died while posting"
-    store.release_escalation(5)
-    assert store.escalation(5) is None
-    assert store.claim_escalation(5, "U2")
-    store.escalation_sent(5, "C9", "1.2")
-    store.release_escalation(5)
-    sent = store.escalation(5)
+    assert store.escalations.claim(5, "U1")
+    assert not store.escalations.claim(5, "U2"), "being sent"
+    assert store.escalations.claim(5, "U3", stale_after=-1.0), "its process died while posting"
+    store.escalations.release(5)
+    assert store.escalations.get(5) is None
+    assert store.escalations.claim(5, "U2")
+    store.escalations.mark_sent(5, "C9", "1.2")
+    store.escalations.release(5)
+    sent = store.escalations.get(5)
     assert sent is not None and (sent.user, sent.channel, sent.ts, sent.sent) == (
         "U2",
         "C9",
         "1.2",
         True,
     )
-    assert not store.claim_escalation(5, "U4", stale_after=-1.0), "a sent hand-off stays sent"
+    assert not store.escalations.claim(5, "U4", stale_after=-1.0), "a sent hand-off stays sent"

@@ -284,7 +284,7 @@ async def test_feedback_click_is_stored_and_acknowledged(bot: Bot) -> None:
     rows = list(bot.kb.store.db.query("SELECT query_id, value, user FROM feedback"))
     query_id = int(value.split(":")[1])
     assert rows == [{"query_id": query_id, "value": -1, "user": "U0USER0001"}]
-    assert bot.kb.store.query(query_id).question == IN_DOMAIN
+    assert bot.kb.queries.get(query_id).question == IN_DOMAIN
 
 
 async def test_listener_failure_gets_a_friendly_reply_not_a_trace(bot: Bot) -> None:

@@ -161,11 +161,11 @@ async def test_an_admin_sees_every_section(make_bot: BotFactory) -> None:
     stale = bot.kb.store.find_document("security.md")
     bot.kb.store.update_document(stale.id, pipeline_version="chunker-old")
     qid = _log(bot.kb, "Why is the sky blue?", "answered", 1, answer="Because [1].")
-    bot.kb.store.add_feedback(qid, -1, USER_ID)
+    bot.kb.feedback.add(qid, -1, USER_ID)
     thread = {"channel": CHANNEL_ID, "thread_id": "1700000000.000100"}
-    bot.kb.store.add_feedback(_log(bot.kb, "Asked in a channel?", "answered", 1, **thread), -1)
+    bot.kb.feedback.add(_log(bot.kb, "Asked in a channel?", "answered", 1, **thread), -1)
     dm = {"channel": DM_CHANNEL_ID, "thread_id": "1700000000.000200"}
-    bot.kb.store.add_feedback(_log(bot.kb, "Asked in a DM?", "answered", 1, **dm), -1)
+    bot.kb.feedback.add(_log(bot.kb, "Asked in a DM?", "answered", 1, **dm), -1)
 
     view = await open_home(bot, ADMIN_ID)
     text = _text(view)
@@ -481,7 +481,7 @@ async def test_long_lists_are_paged_within_slacks_limits(make_bot: BotFactory) -
     ]
     for i in range(30):
         qid = _log(bot.kb, f"<!here> question {i} " + "x" * 400, "answered", 1, answer="<" * 900)
-        bot.kb.store.add_feedback(qid, -1, USER_ID)
+        bot.kb.feedback.add(qid, -1, USER_ID)
 
     view = await open_home(bot, ADMIN_ID)
     assert _view_errors(view) == [] and len(view["blocks"]) <= MAX_HOME_BLOCKS

@@ -120,8 +120,8 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         for r in store.searchable_chunks("m", 1)
     }
     assert vectors == {11: [1.0], 12: [2.0]} and store.generation == 3
-    assert store.query(5).question == "When does the office open?"
-    assert store.thread_turns("C1", "1700000000.000100", 5) == [
+    assert store.queries.get(5).question == "When does the office open?"
+    assert store.queries.thread_turns("C1", "1700000000.000100", 5) == [
         ("When does the office open?", "At eight [1].")
     ]
     assert store.db.execute("SELECT query_id, value FROM feedback").fetchall() == [(5, 1)]
@@ -185,7 +185,7 @@ def test_processes_opening_one_data_dir_at_once_migrate_it_once(tmp_path: Path) 
     assert all(code == 0 for code, _, _ in outputs), [err for _, _, err in outputs]
     store = Store(data_dir)
     assert [m.name for m in MIGRATIONS.applied(store.db)] == MIGRATION_NAMES
-    assert store.query(5).question == "When does the office open?"
+    assert store.queries.get(5).question == "When does the office open?"
 
 
 def _record(question: str, **where: str) -> QueryRecord:
@@ -206,7 +206,7 @@ def _record(question: str, **where: str) -> QueryRecord:
 
 
 def _log(store: Store, question: str, *, channel: str, thread_id: str) -> int:
-    return store.log_query(_record(question, channel=channel, thread_id=thread_id))
+    return store.queries.log(_record(question, channel=channel, thread_id=thread_id))
 
 
 def test_thread_turns_are_the_logged_questions_of_that_thread(
@@ -216,13 +216,13 @@ def test_thread_turns_are_the_logged_questions_of_that_thread(
     _log(store, "first", channel="C1", thread_id="t1")
     _log(store, "elsewhere", channel="C1", thread_id="t2")
     _log(store, "second", channel="C1", thread_id="t1")
-    assert store.thread_turns("C1", "t1", 5) == [
+    assert store.queries.thread_turns("C1", "t1", 5) == [
         ("first", "answer to first"),
         ("second", "answer to second"),
     ]
-    assert store.thread_turns("C1", "t1", 1) == [("second", "answer to second")]
-    assert store.answered_in_thread("C1", "t2")
-    assert not store.answered_in_thread("C2", "t1")
+    assert store.queries.thread_turns("C1", "t1", 1) == [("second", "answer to second")]
+    assert store.queries.answered_in_thread("C1", "t2")
+    assert not store.queries.answered_in_thread("C2", "t1")
 
 
 def test_a_logged_question_reads_back_as_it_was_recorded(
@@ -230,7 +230,7 @@ def test_a_logged_question_reads_back_as_it_was_recorded(
 ) -> None:
     store = Store(index_dir, database_url=database_url)
     record = _record("first", channel="C1", thread_id="t1")
-    assert store.query(store.log_query(record)) == record
+    assert store.queries.get(store.queries.log(record)) == record
 
 
 def test_records_have_exactly_the_columns_of_their_tables(
@@ -249,16 +249,16 @@ def test_the_audit_log_reads_back_newest_first_and_is_append_only(
     store = Store(index_dir, database_url=database_url)
     first = AuditEntry(actor="U1", action=AuditAction.ADD, document_id=3, name="a.md", scope="*")
     second = AuditEntry(actor="cli", action=AuditAction.REINDEX, detail="1 documents")
-    store.audit(first)
-    store.audit(second)
-    newest, oldest = store.audit_entries()
+    store.audit_log.add(first)
+    store.audit_log.add(second)
+    newest, oldest = store.audit_log.entries()
     assert (newest.action, newest.actor, newest.document_id) == ("reindex", "cli", None)
     assert oldest.to_dict() | {"id": 0, "at": 0.0} == first.to_dict()
-    assert oldest.at > 0 and store.audit_entries(1) == [newest]
+    assert oldest.at > 0 and store.audit_log.entries(1) == [newest]
     for statement in ("UPDATE audit SET actor = 'someone else'", "DELETE FROM audit"):
         with pytest.raises((sqlite3.IntegrityError, psycopg.Error), match="append-only"):
             store.db.execute(statement)
-    assert len(store.audit_entries()) == 2
+    assert len(store.audit_log.entries()) == 2
 
 
 def test_a_misspelt_field_is_a_type_error_not_a_new_column(
@@ -282,13 +282,13 @@ def test_a_misspelt_field_is_a_type_error_not_a_new_column(
 
 def test_a_delivery_is_first_once(index_dir: Path, database_url: str) -> None:
     store = Store(index_dir, database_url=database_url)
-    assert store.first_delivery("event-1")
-    assert not store.first_delivery("event-1")
-    assert store.first_delivery("event-2")
+    assert store.deliveries.first("event-1")
+    assert not store.deliveries.first("event-1")
+    assert store.deliveries.first("event-2")
     # Several keys of one delivery: any one seen before makes it a redelivery.
-    assert store.first_delivery("event-3", "message-3")
-    assert not store.first_delivery("event-4", "message-3")
-    assert not store.first_delivery("event-4")  # recorded by the redelivery all the same
+    assert store.deliveries.first("event-3", "message-3")
+    assert not store.deliveries.first("event-4", "message-3")
+    assert not store.deliveries.first("event-4")  # recorded by the redelivery all the same
 
 
 def test_two_replicas_claiming_a_delivery_at_once_give_it_to_exactly_one(
@@ -311,7 +311,7 @@ def test_two_replicas_claiming_a_delivery_at_once_give_it_to_exactly_one(
         for n in range(rounds):
             keys = [f"event-{n}", f"message-{n}"]
             barrier.wait()
-            won[i].append(replicas[i].first_delivery(*(keys if i == 0 else keys[::-1])))
+            won[i].append(replicas[i].deliveries.first(*(keys if i == 0 else keys[::-1])))
 
     threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
     for t in threads:
@@ -391,7 +391,7 @@ def test_duplicates_made_before_the_constraint_become_replaced_versions(tmp_path
     assert states == {7: ("indexed", None), 8: ("replaced", 7), 9: ("replaced", 7)}
     assert len(store.chunk_rows(7)) == 2
     assert store.generation == 4
-    details = [e.detail for e in store.audit_entries(None)]
+    details = [e.detail for e in store.audit_log.entries(None)]
     assert sorted(details) == ["replaced #8: the same content", "replaced #9: the same content"]
 
 
@@ -429,7 +429,7 @@ def test_a_new_postgres_database_is_migrated_once_by_processes_opening_it_at_onc
 def test_postgres_values_read_back_with_their_types(index_dir: Path, postgres_url: str) -> None:
     store = Store(index_dir, database_url=postgres_url)
     record = replace(_record("é 100% ?", channel="C1", thread_id="t1"), user=None)
-    assert store.query(store.log_query(record)) == record
+    assert store.queries.get(store.queries.log(record)) == record
     store.set_meta("calibration", '{"threshold": 0.675, "what": "50% ?"}')
     assert store.get_meta("calibration") == '{"threshold": 0.675, "what": "50% ?"}'
     digest = store.save_original(b"%PDF-1.4 \x00\xff bytes")

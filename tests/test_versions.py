@@ -42,7 +42,7 @@ def _ingest(kb: KnowledgeBase, data: bytes, **kwargs: object) -> int:
 
 def _actions(kb: KnowledgeBase) -> list[tuple[str, str, int | None]]:
     """The audit log oldest first, as (actor, action, document id)."""
-    return [(e.actor, e.action, e.document_id) for e in reversed(kb.audit_entries())]
+    return [(e.actor, e.action, e.document_id) for e in reversed(kb.audit_log.entries())]
 
 
 def test_a_document_awaiting_approval_is_indexed_but_never_searched(kb: KnowledgeBase) -> None:
@@ -63,7 +63,7 @@ def test_a_document_awaiting_approval_is_indexed_but_never_searched(kb: Knowledg
         ("U0MEMBER", "submit", waiting),
         ("U0ADMIN", "approve", waiting),
     ]
-    approved = kb.audit_entries(1)[0]
+    approved = kb.audit_log.entries(1)[0]
     assert (approved.old_sha256, approved.new_sha256) == (
         kb.store.document(current).sha256,
         published.document.sha256,
@@ -78,7 +78,7 @@ def test_a_rejected_document_is_gone_with_its_original(kb: KnowledgeBase) -> Non
     kb.reject(waiting.id, actor="U0ADMIN")
     assert [d.id for d in kb.documents()] == [current]
     assert not kb.store.originals.has(waiting.sha256)
-    (entry,) = kb.audit_entries(1)
+    (entry,) = kb.audit_log.entries(1)
     assert (entry.action, entry.actor, entry.new_sha256) == ("reject", "U0ADMIN", waiting.sha256)
     with pytest.raises(NotAwaitingApproval, match="rejected or removed"):
         kb.approve(waiting.id, actor="U0ADMIN")
@@ -106,7 +106,7 @@ def test_restore_brings_the_previous_version_back_and_again_swaps(kb: KnowledgeB
     assert _searchable_docs(kb) == {first}
     assert "30 days" in kb.canonical_text(first)
     assert kb.store.find_document("expenses.md").id == first, "the name finds the live version"
-    entry = kb.audit_entries(1)[0]
+    entry = kb.audit_log.entries(1)[0]
     assert (entry.action, entry.actor, entry.document_id) == ("restore", "cli", first)
     assert entry.old_sha256 == kb.store.document(second).sha256
 
@@ -152,7 +152,7 @@ def test_reindex_keeps_states_and_is_audited(kb: KnowledgeBase) -> None:
     assert report.documents == 2 and report.failed == []
     assert [d.state for d in kb.documents()] == ["replaced", "indexed", "awaiting_approval"]
     assert kb.store.chunk_rows(waiting) and _searchable_docs(kb) == {current}
-    entry = kb.audit_entries(1)[0]
+    entry = kb.audit_log.entries(1)[0]
     assert (entry.actor, entry.action, entry.detail) == (
         "U0ADMIN",
         "reindex",
@@ -163,7 +163,7 @@ def test_reindex_keeps_states_and_is_audited(kb: KnowledgeBase) -> None:
 def test_removal_is_audited(kb: KnowledgeBase) -> None:
     doc = kb.store.document(_ingest(kb, V1))
     kb.remove(doc.id)
-    entry = kb.audit_entries(1)[0]
+    entry = kb.audit_log.entries(1)[0]
     assert (entry.action, entry.actor, entry.old_sha256, entry.new_sha256) == (
         "remove",
         "cli",
@@ -226,6 +226,6 @@ def test_kb_approve_and_reject(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatc
     assert "Approved" in _kb(data_dir, "approve", str(first))
     assert "Rejected" in _kb(data_dir, "reject", str(second))
     assert [(d.id, d.state) for d in kb.documents()] == [(first, "indexed")]
-    assert [e.actor for e in kb.audit_entries(2)] == ["cli", "cli"]
+    assert [e.actor for e in kb.audit_log.entries(2)] == ["cli", "cli"]
     failed = CliRunner().invoke(main, ["--data-dir", str(data_dir), "approve", str(first)])
     assert failed.exit_code == 1 and "no longer awaiting approval" in failed.output

@@ -39,7 +39,7 @@ def audit(ctx: click.Context, limit: int, as_json: bool) -> None:
     from index.storage.store import Store
 
     # The log only: no need to load the embedding model for this.
-    entries = Store(settings_of(ctx).data_dir).audit_entries(limit)
+    entries = Store(settings_of(ctx).data_dir).audit_log.entries(limit)
 
     def text() -> None:
         if not entries:

@@ -129,7 +129,7 @@ class Approvals:
     async def _render(self, placement: Placement, ticket: Ticket) -> Rendered:
         doc = placement.document
         text = await asyncio.to_thread(self.kb.canonical_text, doc.id)
-        recent = await asyncio.to_thread(self.kb.audit_entries, RECENT_CHANGES)
+        recent = await asyncio.to_thread(self.kb.audit_log.entries, RECENT_CHANGES)
         return render_approval_request(
             doc,
             beside=placement.beside,

@@ -116,7 +116,7 @@ class Deliveries:
         return won
 
     def _claim(self, keys: list[str]) -> bool:
-        return self.store.claim_delivery(
+        return self.store.deliveries.claim(
             keys, lease_seconds=self.lease_seconds, ttl_seconds=TTL_SECONDS
         )
 
@@ -131,7 +131,7 @@ class Deliveries:
             self._renewals.discard(renewal)
             # A process shutting down has no executor left: its claim simply lapses.
             with contextlib.suppress(RuntimeError):
-                loop.run_in_executor(self.executor, self._write, self.store.finish_delivery, keys)
+                loop.run_in_executor(self.executor, self._write, self.store.deliveries.finish, keys)
 
         if owner is None:  # not in a task: nothing to wait for
             finished(None)
@@ -142,7 +142,9 @@ class Deliveries:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
-            await loop.run_in_executor(self.executor, self._write, self.store.renew_delivery, keys)
+            await loop.run_in_executor(
+                self.executor, self._write, self.store.deliveries.renew, keys
+            )
 
     @staticmethod
     def _write(write: Callable[[list[str]], None], keys: list[str]) -> None:

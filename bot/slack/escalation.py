@@ -103,7 +103,7 @@ async def _hand_off(
     """Hand question ``query_id`` off to ``channel`` if the clicker may, once; tell the clicker."""
     clicker = str((body.get("user") or {}).get("id", ""))
     try:
-        record = await asyncio.to_thread(store.query, query_id)
+        record = await asyncio.to_thread(store.queries.get, query_id)
     except QueryNotFound:
         await _tell(respond, messages.HAND_OFF_UNKNOWN)
         return
@@ -119,17 +119,17 @@ async def _hand_off(
         )
         await _tell(respond, messages.HAND_OFF_NOT_YOURS)
         return
-    if not await asyncio.to_thread(store.claim_escalation, query_id, clicker):
+    if not await asyncio.to_thread(store.escalations.claim, query_id, clicker):
         await _tell_already(store, respond, query_id, channel)
         return
     try:
         view = await asyncio.to_thread(hand_off_view, store, record, clicker)
         ts, text = await _post(client, channel, view, record, query_id)
         if ts is not None:
-            await asyncio.to_thread(store.escalation_sent, query_id, channel, ts)
+            await asyncio.to_thread(store.escalations.mark_sent, query_id, channel, ts)
     finally:
         # A no-op once sent; unsent (refused, or an error on the way), a later click may try again.
-        await asyncio.to_thread(store.release_escalation, query_id)
+        await asyncio.to_thread(store.escalations.release, query_id)
     await _tell(respond, text)
     if ts is not None:
         note = messages.hand_off_marked(scope_label(channel), mention(clicker), direct=view.direct)
@@ -229,7 +229,7 @@ async def _mark_answer(client: AsyncWebClient, body: dict[str, Any], note: str) 
 
 async def _tell_already(store: Store, respond: Respond, query_id: int, channel: str) -> None:
     """A later click: where, and by whom, the question was handed off."""
-    sent = await asyncio.to_thread(store.escalation, query_id)
+    sent = await asyncio.to_thread(store.escalations.get, query_id)
     by = mention(sent.user) if sent else messages.HAND_OFF_SOMEONE
     where = sent.channel if sent and sent.channel else channel
     await _tell(respond, messages.hand_off_already(scope_label(where), by))

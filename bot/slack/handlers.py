@@ -353,9 +353,7 @@ def _register_feedback(app: AsyncApp, services: Services) -> None:
             return
         query_id, value = parsed
         try:
-            await asyncio.to_thread(
-                services.kb.store.add_feedback, query_id, value, body["user"]["id"]
-            )
+            await asyncio.to_thread(services.kb.feedback.add, query_id, value, body["user"]["id"])
         except KBError:
             await respond(
                 text=messages.FEEDBACK_UNKNOWN, response_type="ephemeral", replace_original=False

@@ -422,17 +422,17 @@ def disliked_page(
     kb: KnowledgeBase, workspace: str | None, pages: Pages
 ) -> tuple[list[Disliked], int]:
     """The page of answers marked not helpful (latest mark first), and how many there are."""
-    total = kb.store.disliked_count()
+    total = kb.feedback.disliked_count()
     size = PAGE_SIZES[Section.DISLIKED]
     offset = page_number(Section.DISLIKED, total, pages) * size
-    rows = kb.store.disliked_answers(limit=size, offset=offset)
+    rows = kb.feedback.disliked_answers(limit=size, offset=offset)
     return [_disliked(row, workspace, _for_everyone(kb, row.id)) for row in rows], total
 
 
 def _for_everyone(kb: KnowledgeBase, query_id: int) -> bool:
     """Whether the answer of ``query_id`` was written only from documents for everyone."""
     try:
-        return written_for_everyone(kb.store, kb.store.query(query_id))
+        return written_for_everyone(kb.store, kb.queries.get(query_id))
     except QueryNotFound:
         return False
 

@@ -70,7 +70,7 @@ async def is_follow_up(
     if _MENTION_RE.search(str(event.get("text", ""))):
         return False  # addressed to someone else: people talking, the bot stays out
     return await asyncio.to_thread(
-        services.kb.store.answered_in_thread, str(event["channel"]), str(thread_ts)
+        services.kb.queries.answered_in_thread, str(event["channel"]), str(thread_ts)
     )
 
 

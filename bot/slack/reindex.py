@@ -105,7 +105,7 @@ class Reindexer:
             # The final report must not be overtaken by a late progress line.
             await asyncio.sleep(0)
             await asyncio.gather(*pending, return_exceptions=True)
-        recent = await asyncio.to_thread(self.kb.audit_entries, RECENT_CHANGES)
+        recent = await asyncio.to_thread(self.kb.audit_log.entries, RECENT_CHANGES)
         await report(render_reindex_report(result, recent=recent))
         return result
 

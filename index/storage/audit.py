@@ -1,6 +1,6 @@
 """The audit log: every change to the knowledge base, who made it and when.
 
-``Store`` mixes in ``AuditMixin``: an entry is written with ``store.audit(...)``
+``store.audit_log`` holds it: an entry is written with ``store.audit_log.add(...)``
 inside the transaction that makes the change, so the log and the documents
 never disagree. The ``audit`` table (``index.storage.schema``) refuses updates and
 deletes.
@@ -8,29 +8,23 @@ deletes.
 
 from __future__ import annotations
 
-import time
-
 from index.records import AUDIT_COLUMNS, AuditEntry
-from index.storage.store_mixin import StoreMixin
+from index.storage.part import StorePart
 
-__all__ = ["AuditMixin"]
+__all__ = ["AuditLog"]
 
 _WRITTEN = [c for c in AUDIT_COLUMNS if c != "id"]
 
 
-class AuditMixin(StoreMixin):
-    """Writing and reading the audit log.
+class AuditLog(StorePart):
+    """Writing and reading the audit log (``store.audit_log``)."""
 
-    Mixed into ``Store``, which provides ``db`` (this thread's connection) and
-    ``transaction()``.
-    """
-
-    def audit(self, entry: AuditEntry) -> int:
+    def add(self, entry: AuditEntry) -> int:
         """Record ``entry`` (its time is now) and return its id.
 
         Call it inside the transaction that makes the change it records.
         """
-        row = entry.to_dict() | {"at": time.time()}
+        row = entry.to_dict() | {"at": self.clock()}
         marks = ", ".join("?" * len(_WRITTEN))
         with self.transaction() as db:
             cur = db.execute(
@@ -39,7 +33,7 @@ class AuditMixin(StoreMixin):
             )
             return int(cur.fetchone()[0])
 
-    def audit_entries(self, limit: int | None = None) -> list[AuditEntry]:
+    def entries(self, limit: int | None = None) -> list[AuditEntry]:
         """The newest ``limit`` entries (all when ``None``), newest first."""
         newest = f"SELECT {', '.join(AUDIT_COLUMNS)} FROM audit ORDER BY id DESC"
         rows = (

@@ -1,6 +1,6 @@
 """Questions handed to a person: at most one hand-off per logged question.
 
-``Store`` mixes in ``EscalationMixin``. A hand-off is claimed before anything
+``store.escalations`` holds them. A hand-off is claimed before anything
 is posted and marked sent once it was: two clicks, two replicas or a
 redelivered click find the claim and post nothing. A claim whose post failed
 is released, so a later click can try again; one left by a process that died
@@ -9,12 +9,11 @@ while posting is taken over once it is older than ``stale_after`` seconds.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-from index.storage.store_mixin import StoreMixin
+from index.storage.part import StorePart
 
-__all__ = ["Escalation", "EscalationMixin"]
+__all__ = ["Escalation", "Escalations"]
 
 
 @dataclass(frozen=True)
@@ -40,15 +39,15 @@ class Escalation:
         return bool(self.ts)
 
 
-class EscalationMixin(StoreMixin):
-    """Claiming, recording and reading hand-offs (table ``escalations``)."""
+class Escalations(StorePart):
+    """Claiming, recording and reading hand-offs (table ``escalations``; ``store.escalations``)."""
 
-    def claim_escalation(self, query_id: int, user: str, *, stale_after: float = 60.0) -> bool:
+    def claim(self, query_id: int, user: str, *, stale_after: float = 60.0) -> bool:
         """``True`` when this caller may post the hand-off of ``query_id`` (claimed for ``user``).
 
         ``False`` when it was sent, or is being sent by a claim younger than ``stale_after``.
         """
-        now = time.time()
+        now = self.clock()
         with self.transaction() as db:
             cur = db.execute(
                 """INSERT INTO escalations (query_id, "user", at) VALUES (?, ?, ?)
@@ -58,7 +57,7 @@ class EscalationMixin(StoreMixin):
             )
             return cur.rowcount == 1
 
-    def escalation_sent(self, query_id: int, channel: str, ts: str) -> None:
+    def mark_sent(self, query_id: int, channel: str, ts: str) -> None:
         """Record where the hand-off of ``query_id`` was posted."""
         with self.transaction() as db:
             db.execute(
@@ -66,12 +65,12 @@ class EscalationMixin(StoreMixin):
                 [channel, ts, query_id],
             )
 
-    def release_escalation(self, query_id: int) -> None:
+    def release(self, query_id: int) -> None:
         """Forget an unsent claim (its post failed), so a later click can try again."""
         with self.transaction() as db:
             db.execute("DELETE FROM escalations WHERE query_id = ? AND ts IS NULL", [query_id])
 
-    def escalation(self, query_id: int) -> Escalation | None:
+    def get(self, query_id: int) -> Escalation | None:
         """The hand-off of ``query_id``, sent or being sent; ``None`` when there is none."""
         row = self.db.execute(
             'SELECT query_id, "user", at, channel, ts FROM escalations WHERE query_id = ?',

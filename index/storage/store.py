@@ -1,10 +1,11 @@
-"""SQLite, through sqlite-utils: the source of truth.
+"""The store: the source of truth, on SQLite (the default) or Postgres.
 
 Tables: ``documents``, ``chunks`` (with their vectors), ``texts``, ``query_log``,
-``feedback``, ``deliveries`` (event de-duplication), ``meta`` and ``audit``; the
-schema and its migrations are in ``index.storage.schema``. The methods over the query
-log, feedback and deliveries are in ``index.storage.query_log``, those over the audit log
-in ``index.storage.audit``. Originals are kept beside the database, content-addressed by
+``feedback``, ``deliveries`` (event de-duplication), ``meta``, ``audit`` and
+``escalations``; the schema and its migrations are in ``index.storage.schema``.
+The store keeps documents, chunks, originals and ``meta``; the other tables
+are its parts' (``Store.queries``, ``feedback``, ``deliveries``,
+``audit_log``, ``escalations``), over the same database. Originals are kept beside the database, content-addressed by
 sha256, so a reindex never needs anyone to upload again; an original stays as
 long as any document row (a ``replaced`` version included) names it.
 
@@ -33,13 +34,16 @@ from index.files.private import private_dir, private_file, tighten
 from index.ingest.sentences import from_blob, to_blob
 from index.models import Chunk, DocState, Publish
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
-from index.storage.audit import AuditMixin
+from index.storage.audit import AuditLog
 from index.storage.connect import open_database
 from index.storage.database import Connection, Database
-from index.storage.escalations import EscalationMixin
+from index.storage.deliveries import DeliveryLog
+from index.storage.escalations import Escalations
+from index.storage.feedback import Feedback
 from index.storage.originals import OriginalFiles, open_originals
+from index.storage.part import Clock
 from index.storage.postgres import PostgresDatabase
-from index.storage.query_log import QueryLogMixin
+from index.storage.query_log import QueryLog
 from index.storage.schema import BUMP_GENERATION, MIGRATIONS
 from index.storage.sqlite import SQLiteDatabase
 from index.storage.workers import AdvisoryWorkerLock, FileWorkerLock, WorkerLock
@@ -78,26 +82,30 @@ _UPDATABLE = frozenset(DOCUMENT_COLUMNS) - {"id", "created_at", "updated_at"}
 __all__ = ["ALL_SCOPES", "EVERYONE", "INTERRUPTED", "Store"]
 
 
-class Store(QueryLogMixin, AuditMixin, EscalationMixin):
+class Store:
     """The database and the stored originals of one knowledge base.
 
     SQLite in the data dir by default; the Postgres database at
     ``database_url`` when one is given, shared by every replica (``index.storage.database``).
     Each thread gets its own connection (the bot reaches the store from a
-    thread pool). The query log, feedback and delivery methods come from
-    ``QueryLogMixin`` (``index.storage.query_log``), the audit log's from ``AuditMixin``
-    (``index.storage.audit``), hand-offs to people from ``EscalationMixin`` (``index.storage.escalations``).
+    thread pool). Documents, chunks, originals and ``meta`` are its own; its
+    parts share its database: ``queries`` (``index.storage.query_log``),
+    ``feedback`` (``index.storage.feedback``), ``deliveries`` (Slack events seen
+    and claimed, ``index.storage.deliveries``), ``audit_log``
+    (``index.storage.audit``) and ``escalations`` (hand-offs to people,
+    ``index.storage.escalations``).
 
     Args:
         data_dir: the data directory (derived files; with SQLite also the
             database and the originals); created if missing.
         database_url: a ``postgresql://`` URL; empty: SQLite in ``data_dir``.
+        clock: the time the parts stamp their rows with (``time.time``; tests pass their own).
 
     Raises:
         DatabaseUnavailable: the database cannot be opened or reached.
     """
 
-    def __init__(self, data_dir: Path, *, database_url: str = "") -> None:
+    def __init__(self, data_dir: Path, *, database_url: str = "", clock: Clock = time.time) -> None:
         Path(data_dir).parent.mkdir(parents=True, exist_ok=True)
         self.data_dir = private_dir(Path(data_dir))
         self.path = self.data_dir / "kb.sqlite"
@@ -115,6 +123,11 @@ class Store(QueryLogMixin, AuditMixin, EscalationMixin):
             db.execute("PRAGMA journal_mode=WAL")
         self.database.migrate(MIGRATIONS)
         self.originals = open_originals(self.database, self.data_dir)
+        self.queries = QueryLog(self.database, clock)
+        self.feedback = Feedback(self.database, self.queries, clock)
+        self.deliveries = DeliveryLog(self.database, clock)
+        self.audit_log = AuditLog(self.database, clock)
+        self.escalations = Escalations(self.database, clock)
 
     def _private_sqlite_files(self) -> None:
         # SQLite gives its -wal and -shm files the database file's permissions.

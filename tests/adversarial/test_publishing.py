@@ -138,7 +138,7 @@ async def _ask(bot: Bot, question: str) -> tuple[set[int], str]:
 
 def _audit(bot: Bot) -> list[tuple[str, str, str]]:
     """The audit log oldest first, as (actor, action, document name)."""
-    return [(e.actor, e.action, e.name) for e in reversed(bot.kb.audit_entries())]
+    return [(e.actor, e.action, e.name) for e in reversed(bot.kb.audit_log.entries())]
 
 
 # ---------------------------------------------------------------- the attack
@@ -163,7 +163,7 @@ async def test_a_member_cannot_replace_an_admins_document_for_everyone(admin_bot
         (ADMIN_ID, "add", "expenses.md"),
         (USER_ID, "submit", "expenses.md"),
     ]
-    submitted = bot.kb.audit_entries(1)[0]
+    submitted = bot.kb.audit_log.entries(1)[0]
     assert (submitted.document_id, submitted.new_sha256) == (forged.id, forged.sha256)
 
     # The admin was asked, with what approving would replace and the text, escaped.
@@ -320,7 +320,7 @@ async def test_a_publisher_replaces_a_document_for_everyone(make_bot: BotFactory
     assert new.state == "indexed" and messages.UPLOAD_REPLACED in bot.statuses()[-1]
     assert bot.kb.store.document(old.id).state == "replaced"
     assert _audit(bot)[-1] == (USER_ID, "replace", "handbook.md")
-    assert bot.kb.audit_entries(1)[0].old_sha256 == old.sha256
+    assert bot.kb.audit_log.entries(1)[0].old_sha256 == old.sha256
 
 
 async def test_members_of_a_publisher_group_publish(make_bot: BotFactory) -> None:
