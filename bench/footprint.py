@@ -50,8 +50,8 @@ def fill(data_dir: Path, n: int, cache: Path) -> None:
     from index.config import IndexConfig
     from index.embed.onnx import OnnxEmbedder
     from index.knowledge_base import KnowledgeBase
-    from index.models import Chunk
-    from index.storage.store import EVERYONE, NewDocument
+    from index.models import EVERYONE, Chunk
+    from index.storage.store import NewDocument
 
     config = IndexConfig(data_dir=data_dir, encoder_cache=cache)
     kb = KnowledgeBase(config, embedder=OnnxEmbedder(config.embedding_model, cache))

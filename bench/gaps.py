@@ -31,8 +31,8 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.embed.pytorch import LocalEmbedder
 from index.knowledge_base import KnowledgeBase
+from index.models import ALL_SCOPES
 from index.records import QueryRecord
-from index.storage.store import ALL_SCOPES
 
 SETS = Path(__file__).resolve().parents[1] / "evaluation" / "sets"
 THRESHOLDS = (0.6, 0.65, 0.7, 0.75, 0.8)

@@ -65,12 +65,12 @@ from index.embed.onnx import OnnxEmbedder
 from index.embed.pytorch import LocalEmbedder
 from index.ingest.chunk import chunk_document
 from index.ingest.extract import extract
-from index.models import Chunk
+from index.models import EVERYONE, Chunk
 from index.records import Stamp
 from index.search.bm25 import BM25Index
 from index.search.derived import Snapshot
 from index.search.vectors import VectorIndex
-from index.storage.store import EVERYONE, NewDocument, Store
+from index.storage.store import NewDocument, Store
 
 BUNDLED = "bundled:all-MiniLM-L6-v2"
 EVALSET = Path(__file__).resolve().parents[1] / "evaluation" / "sets" / "pip-black"

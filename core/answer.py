@@ -38,8 +38,8 @@ from core.retrieve import Candidate, Mode, RetrievalBackend, answer_order
 from index.errors import DocumentNotFound, StorageError
 from index.ingest.chunk import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
+from index.models import ALL_SCOPES
 from index.records import ChunkRow, QueryRecord
-from index.storage.store import ALL_SCOPES
 
 log = logging.getLogger(__name__)
 

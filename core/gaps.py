@@ -99,7 +99,7 @@ class Gap:
             passage is no longer indexed.
         distance: its cosine distance to that question (``None`` with no passage).
         last_asked: when it was last asked (Unix time).
-        scope: ``closest``'s document scope (``index.storage.store.EVERYONE`` or a
+        scope: ``closest``'s document scope (``index.models.EVERYONE`` or a
             channel id): not every admin may read every channel's documents.
         asked_in: the conversations it was asked in (Slack channel ids, most
             recent first): a question asked in a private channel or a DM is

@@ -39,7 +39,7 @@ from index.errors import (
 from index.files.disk import check_free_space, size_text
 from index.ingest.extract import EXTRACTOR_VERSION, FOLDER_SUFFIXES, SUPPORTED_SUFFIXES
 from index.ingest.pipeline import PIPELINE_VERSION, Prepared, prepare_document
-from index.models import AuditAction, Chunking, DocState, Extracted, Publish
+from index.models import EVERYONE, AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
 from index.records import AuditEntry, DocumentFacts, DocumentRow, Stamp
 from index.search import open_search_index
@@ -47,7 +47,7 @@ from index.search.contract import SearchIndex
 from index.search.derived import DerivedIndexes, Snapshot
 from index.search.local import LocalSearchIndex
 from index.search.query_map import QueryAdapters
-from index.storage.store import EVERYONE, NewDocument, Store
+from index.storage.store import NewDocument, Store
 
 log = logging.getLogger(__name__)
 

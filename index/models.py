@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+EVERYONE = "*"  # the scope of a document every channel may see
+# Logged as a question's scopes when nothing restricted what it could see. Not
+# EVERYONE: asked with the scopes {EVERYONE}, a question sees only the documents
+# for everyone, like a direct message (logged as no scopes at all).
+ALL_SCOPES = "*all*"
+
 
 class DocState(StrEnum):
     """Life cycle of a document row."""

@@ -39,7 +39,7 @@ class DocumentRow:
         title: a human title (empty until indexing finds one, unless given).
         sha256: the stored original's digest (``Store.original_path``).
         kind: detected type (``md``, ``txt``, ``html``, ``pdf``); empty until indexed.
-        scope: who may see it: ``index.storage.store.EVERYONE`` or a channel id.
+        scope: who may see it: ``index.models.EVERYONE`` or a channel id.
         failure_reason: why it is ``failed``, for a person.
         window_splits: chunks split further to fit the encoder's window.
         text_length: length of the canonical text, in code points.
@@ -106,7 +106,7 @@ class QueryRecord:
     """One question's outcome, as the query log keeps it.
 
     Attributes:
-        scopes: the scopes the asker may see, or ``[index.storage.store.ALL_SCOPES]``
+        scopes: the scopes the asker may see, or ``[index.models.ALL_SCOPES]``
             when nothing was restricted.
         outcome: how it ended (``core.answer.Outcome``).
         kept: ``(chunk id, distance)`` of each passage that passed the gate

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from index.models import ALL_SCOPES
 from index.records import QueryRecord
-from index.storage.store import ALL_SCOPES, Store
+from index.storage.store import Store
 
 
 def answered(question: str, **changes: Any) -> QueryRecord:

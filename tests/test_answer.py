@@ -19,7 +19,7 @@ from core.links import parse_char_fragment
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.storage.store import ALL_SCOPES, EVERYONE
+from index.models import ALL_SCOPES, EVERYONE
 from tests.docs_factory import text_pdf
 from tests.servers import OpenAICompatServer, closed_port_url
 

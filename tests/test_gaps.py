@@ -15,7 +15,8 @@ from core.gaps import Gap, knowledge_gaps, normalise
 from index.config import IndexConfig
 from index.embed import Embedder, EmbeddingModelUnavailable
 from index.knowledge_base import KnowledgeBase
-from index.storage.store import EVERYONE, Store
+from index.models import EVERYONE
+from index.storage.store import Store
 from tests.query_factory import log_question
 
 VPN = b"# VPN\n\nThe VPN client is GlobalProtect. Sessions stay open for 12 hours.\n"

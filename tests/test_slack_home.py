@@ -31,9 +31,8 @@ from bot.slack.home import GapCache, thread_url, workspace_url
 from core.calibration import CalibrationRecord, RateRow, save_calibration
 from core.gaps import Gap
 from index.knowledge_base import KnowledgeBase, ReindexReport
-from index.models import DocState
+from index.models import EVERYONE, DocState
 from index.records import ChunkRow, DocumentRow
-from index.storage.store import EVERYONE
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
 

@@ -13,9 +13,8 @@ from typing import Any
 import click
 
 from bot.cli.base import ProgressBar, emit, json_option, main, open_kb
-from index.models import DocState
+from index.models import EVERYONE, DocState
 from index.records import DocumentRow
-from index.storage.store import EVERYONE
 
 # What a listing shows of a document row (the canonical text and worker pid stay out).
 SUMMARY_FIELDS = (

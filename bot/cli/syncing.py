@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from bot.cli.base import ProgressBar, emit, json_option, main, open_kb, settings_of
-from index.storage.store import EVERYONE
+from index.models import EVERYONE
 from index.sync.fetch import DEFAULT_READ_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, FetchPolicy
 from index.sync.sources import (
     DEFAULT_SYNC_UPLOADER,

@@ -44,9 +44,8 @@ from bot.slack import messages
 from bot.slack.blocks.render import render_notice
 from bot.slack.people.directory import Directory
 from index.knowledge_base import KnowledgeBase
-from index.models import DocState
+from index.models import EVERYONE, DocState
 from index.names import display_name
-from index.storage.store import EVERYONE
 
 log = logging.getLogger(__name__)
 

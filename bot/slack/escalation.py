@@ -47,8 +47,9 @@ from bot.slack.blocks.render import (
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from core.answer import Outcome
 from index.errors import QueryNotFound
+from index.models import EVERYONE
 from index.records import QueryRecord
-from index.storage.store import EVERYONE, Store
+from index.storage.store import Store
 
 if TYPE_CHECKING:
     from bot.slack.people.audience import Audience

@@ -64,7 +64,7 @@ from bot.slack.services import Services
 from bot.slack.uploads import StatusMessage, UploadRequest
 from index.embed import EmbeddingModelUnavailable
 from index.errors import KBError
-from index.storage.store import EVERYONE
+from index.models import EVERYONE
 
 log = logging.getLogger(__name__)
 

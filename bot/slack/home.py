@@ -65,9 +65,8 @@ from core.gaps import Gap, knowledge_gaps
 from core.links import passage_url
 from index.errors import DocumentNotFound, KBError, QueryNotFound
 from index.knowledge_base import KnowledgeBase
-from index.models import DocState
+from index.models import EVERYONE, DocState
 from index.records import DislikedAnswer, DocumentRow
-from index.storage.store import EVERYONE
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -19,9 +19,10 @@ import numpy as np
 
 from index.errors import IndexOutOfSync, KBError
 from index.files.private import private_dir
+from index.models import EVERYONE
 from index.search.bm25 import BM25Index
 from index.search.vectors import VectorIndex
-from index.storage.store import EVERYONE, Store
+from index.storage.store import Store
 
 log = logging.getLogger(__name__)
 

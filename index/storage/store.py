@@ -32,7 +32,7 @@ import numpy as np
 from index.errors import DatabaseUnavailable, DocumentNotFound
 from index.files.private import private_dir, private_file, tighten
 from index.ingest.sentences import from_blob, to_blob
-from index.models import Chunk, DocState, Publish
+from index.models import EVERYONE, Chunk, DocState, Publish
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.storage.audit import AuditLog
 from index.storage.connect import open_database
@@ -50,11 +50,6 @@ from index.storage.workers import AdvisoryWorkerLock, FileWorkerLock, WorkerLock
 
 log = logging.getLogger(__name__)
 
-EVERYONE = "*"  # the scope of a document every channel may see
-# Logged as a question's scopes when nothing restricted what it could see. Not
-# EVERYONE: asked with the scopes {EVERYONE}, a question sees only the documents
-# for everyone, like a direct message (logged as no scopes at all).
-ALL_SCOPES = "*all*"
 # Which chunks are searchable by the running model (parameters: model, dimensions).
 _SEARCHABLE = "d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = ?"
 _CHUNK_VERSION = "COALESCE(d.indexed_at, -1.0)"
@@ -79,7 +74,7 @@ _SELECT_DOCUMENTS = f"SELECT {', '.join(DOCUMENT_COLUMNS)} FROM documents"
 # What update_document may change: id and created_at are fixed, the store sets updated_at.
 _UPDATABLE = frozenset(DOCUMENT_COLUMNS) - {"id", "created_at", "updated_at"}
 
-__all__ = ["ALL_SCOPES", "EVERYONE", "INTERRUPTED", "Store"]
+__all__ = ["INTERRUPTED", "NewDocument", "Store"]
 
 
 class Store:

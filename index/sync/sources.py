@@ -44,9 +44,8 @@ from urllib.parse import urlsplit
 from index.errors import DocumentNotFound, KBError
 from index.ingest.extract import FOLDER_SUFFIXES
 from index.knowledge_base import KnowledgeBase, Progress
-from index.models import DocState, Publish
+from index.models import EVERYONE, DocState, Publish
 from index.names import display_name
-from index.storage.store import EVERYONE
 from index.sync.fetch import Fetcher, FetchFailed, FetchPolicy, check_url
 
 __all__ = [

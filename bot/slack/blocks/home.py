@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bot.slack import messages
 from bot.slack.blocks.render import escape, inert_links, mention, scope_label, split_mrkdwn
+from index.models import EVERYONE
 from index.names import display_name
 from index.records import DocumentRow
-from index.storage.store import EVERYONE
 
 if TYPE_CHECKING:
     from core.calibration import CalibrationRecord, RateRow

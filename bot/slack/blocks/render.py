@@ -23,9 +23,9 @@ from bot.slack import messages
 from core.answer import Answer, Outcome, SourceRef
 from core.citations import citation_spans
 from core.gate import MAX_RELATED
+from index.models import EVERYONE
 from index.names import display_name
 from index.records import AuditEntry, DocumentRow
-from index.storage.store import EVERYONE
 
 __all__ = [
     "APPROVE_ACTION_ID",

@@ -28,8 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.config import SlackConfig
 from bot.slack.people.directory import Directory
-from index.models import Publish
-from index.storage.store import EVERYONE
+from index.models import EVERYONE, Publish
 
 log = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ from bot.slack.app import web_client
 from bot.slack.config import SignInConfig, SlackConfig
 from bot.slack.people.directory import channel_member_ids
 from core.links import LinkSigner
-from index.storage.store import EVERYONE
+from index.models import EVERYONE
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

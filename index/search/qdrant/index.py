@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 
 from index.errors import KBError
+from index.models import EVERYONE
 from index.search.bm25 import DEFAULT_B, DEFAULT_K1
 from index.search.contract import Candidate, Mode
 from index.search.derived import OnlyScopes
@@ -70,7 +71,7 @@ from index.search.qdrant.engines import open_engine, release_embedded
 from index.search.qdrant.sparse import bm25_values, query_sparse
 from index.search.query_map import QueryAdapters
 from index.search.tokens import ANALYZER
-from index.storage.store import EVERYONE, Store
+from index.storage.store import Store
 
 if TYPE_CHECKING:
     pass
