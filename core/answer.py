@@ -36,7 +36,7 @@ from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, b
 from core.rerank import Reranker, RerankerUnavailable, rerank
 from core.retrieve import Candidate, Mode, RetrievalBackend, answer_order
 from index.errors import DocumentNotFound, StorageError
-from index.ingest.chunk import SHEET_KINDS, sheet_columns
+from index.ingest import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
 from index.models import ALL_SCOPES
 from index.records import ChunkRow, QueryRecord

@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from index.storage.store import Store
+from index.storage import Store
 
 __all__ = [
     "CALIBRATION_KEY",

@@ -55,7 +55,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from index.ingest.chunk import markdown_structure
+from index.ingest import markdown_structure
 
 __all__ = ["Resolved", "citation_spans", "resolve_citations"]
 

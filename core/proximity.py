@@ -18,7 +18,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from index.search.tokens import ANALYZER
+from index.search import ANALYZER
 
 # Terms (stop words included) a window spans: about two sentences of prose,
 # less where a word makes several terms (identifiers, CJK characters and pairs).

@@ -18,8 +18,7 @@ from typing import Any
 
 from core.errors import AnswerError
 from core.retrieve import Candidate
-from index.embed import resolve_model
-from index.embed.base import load_offline
+from index.embed import load_offline, resolve_model
 from index.records import ChunkRow
 
 RERANK_BATCH_SIZE = 32

@@ -24,12 +24,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.proximity import term_proximity
-from index.search.contract import Candidate, Mode, SearchIndex
-from index.search.fusion import DEFAULT_DEPTH, FUSION, RRF_K, Fusion, fuse, rrf, score_fusion
-from index.search.local import LocalSearchIndex
+from index.search import (
+    DEFAULT_DEPTH,
+    FUSION,
+    RRF_K,
+    Candidate,
+    Fusion,
+    LocalSearchIndex,
+    Mode,
+    SearchIndex,
+    fuse,
+    rrf,
+    score_fusion,
+)
 
 if TYPE_CHECKING:
-    from index.storage.store import Store
+    from index.storage import Store
 
 # The search interface and its local engine live in ``index.search.local``;
 # these names keep the engine's callers reading as before.

@@ -49,9 +49,9 @@ from evaluation.outcomes import (
     related_sweep,
 )
 from evaluation.results import EvalResult, SweepRow, sweep
-from index.files.atomic import write_atomic
+from index.files import write_atomic
 from index.knowledge_base import KnowledgeBase
-from index.storage.store import Store
+from index.storage import Store
 
 THRESHOLD_ENV = "KB_THRESHOLD"
 RELATED_ENV = "KB_RELATED_THRESHOLD"

@@ -81,8 +81,8 @@ from index.embed import Embedder
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
-from index.search.qdrant.index import QdrantSearchIndex
-from index.storage.store import Store
+from index.search import QdrantSearchIndex
+from index.storage import Store
 
 __all__ = ["evaluate", "export_disliked", "indexed_corpus"]
 

@@ -32,7 +32,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import replace
 
-from index.ingest.chunk import chunk_document
+from index.ingest import chunk_document
 from index.models import Chunk, Chunking, Extracted
 
 Chunker = Callable[[Extracted], Chunking]

@@ -100,7 +100,7 @@ class IndexConfig:
         encoder_runtime: what runs a local model: ``onnx`` (an export kept in
             ``encoders/`` in the data dir) or ``torch``; the vectors agree.
         encoder_cache: where ONNX exports are kept; None: ``encoders/`` in the data dir.
-        search_engine: the ``SearchIndex`` engine (``index.search.local.SEARCH_ENGINES``).
+        search_engine: the ``SearchIndex`` engine (``index.search.SEARCH_ENGINES``).
         qdrant_url: the Qdrant engine of ``search_engine`` ``qdrant``: a server's URL;
             empty, an embedded engine in the data dir (one process at a time).
         qdrant_api_key: the Qdrant server's API key; never in a repr.

@@ -36,18 +36,27 @@ from index.errors import (
     StorageError,
     TooLarge,
 )
-from index.files.disk import check_free_space, size_text
-from index.ingest.extract import EXTRACTOR_VERSION, FOLDER_SUFFIXES, SUPPORTED_SUFFIXES
-from index.ingest.pipeline import PIPELINE_VERSION, Prepared, prepare_document
+from index.files import check_free_space, size_text
+from index.ingest import (
+    EXTRACTOR_VERSION,
+    FOLDER_SUFFIXES,
+    PIPELINE_VERSION,
+    SUPPORTED_SUFFIXES,
+    Prepared,
+    prepare_document,
+)
 from index.models import EVERYONE, AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
 from index.records import AuditEntry, DocumentFacts, DocumentRow, Stamp
-from index.search import open_search_index
-from index.search.contract import SearchIndex
-from index.search.derived import DerivedIndexes, Snapshot
-from index.search.local import LocalSearchIndex
-from index.search.query_map import QueryAdapters
-from index.storage.store import NewDocument, Store
+from index.search import (
+    DerivedIndexes,
+    LocalSearchIndex,
+    QueryAdapters,
+    SearchIndex,
+    Snapshot,
+    open_search_index,
+)
+from index.storage import NewDocument, Store
 
 log = logging.getLogger(__name__)
 

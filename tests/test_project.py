@@ -95,3 +95,142 @@ def test_links_follow_the_port_unless_a_public_url_is_set() -> None:
         Settings(port=3111, public_url="https://kb.example.com/").link_base_url
         == "https://kb.example.com"
     )
+
+
+# ---------------------------------------------------------------- the import graph
+
+PRODUCT = ("bot", "core", "index", "evaluation")
+# Packages whose top-level modules are public as they are; below them, each
+# sub-package is entered through its face (its ``__init__``).
+TOP = ("index", "bot.slack")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _product_modules() -> dict[str, Path]:
+    return {_module_name(p): p for part in PRODUCT for p in (ROOT / part).rglob("*.py")}
+
+
+def _edges() -> dict[str, set[str]]:
+    """Every product module's imports of product modules, wherever they stand in the file.
+
+    Imports inside functions and under ``TYPE_CHECKING`` count: a cycle through a
+    lazy import is still a cycle a reader must untangle. ``from package import
+    name`` is an edge to the submodule when ``name`` is one, else to the package.
+    """
+    modules = _product_modules()
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    found.add(sub if sub in modules else node.module)
+        edges[name] = {m for m in found if m in modules and m != name}
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_anywhere_in_the_product() -> None:
+    assert _cycles(_edges()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_lazy_import() -> None:
+    # The check above must be able to fail: two modules importing each other.
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def _face(importer: str, target: str, packages: set[str]) -> str | None:
+    """The package ``importer`` must import ``target`` through, or ``None`` when it may import it.
+
+    Below the longest package the two share, a sub-package is entered through
+    its face; the top-level modules of ``index`` and ``bot.slack`` are public.
+    """
+    if not any(target.startswith(top + ".") for top in TOP):
+        return None
+    own = importer.split(".") if importer in packages else importer.split(".")[:-1]
+    path = target.split(".")
+    common = 0
+    while common < min(len(own), len(path) - 1) and own[common] == path[common]:
+        common += 1
+    if len(path) == common + 1:
+        return None  # a module of the importer's own package
+    first = ".".join(path[: common + 1])
+    if first in TOP:
+        if len(path) == common + 2:
+            return None
+        first = ".".join(path[: common + 2])
+    return first if first in packages and first != target else None
+
+
+def test_callers_import_a_sub_package_through_its_face() -> None:
+    modules = _product_modules()
+    packages = {m for m, p in modules.items() if p.name == "__init__.py"}
+    inside = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module in modules and node.level == 0):
+                continue
+            if all(f"{node.module}.{a.name}" in modules for a in node.names):
+                continue  # a module imported by name: its package decides
+            face = _face(name, node.module, packages)
+            if face is not None and face in packages:
+                inside.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.module} (use {face})")
+    assert inside == []
+
+
+def test_every_face_names_what_others_may_import() -> None:
+    for name, path in _product_modules().items():
+        if path.name != "__init__.py" or not name.startswith(TOP):
+            continue
+        tree = ast.parse(path.read_text())
+        assert ast.get_docstring(tree), f"{name} says nothing of what it holds"
+        exported = [
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+        ]
+        if exported:
+            names = ast.literal_eval(exported[0])
+            assert names == sorted(names), f"{name}.__all__ is not sorted"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # evaluation pulls in the engine and the model: only when a c
     from evaluation.compare import Side
     from evaluation.results import EvalResult
     from evaluation.variants import Variant
-    from index.storage.store import Store
+    from index.storage import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -316,7 +316,7 @@ def export_disliked(ctx: click.Context, out: Path) -> None:
     Example: kb export-disliked disliked.jsonl
     """
     from evaluation.run import export_disliked as export
-    from index.storage.store import Store
+    from index.storage import Store
 
     # The query log only: no need to load the embedding model for this.
     count = export(Store(settings_of(ctx).data_dir), out)
@@ -453,6 +453,6 @@ def _calibration_source(
 
 def _store(settings: Settings) -> Store:
     """The configured knowledge base's store (the query log and meta only: no model loaded)."""
-    from index.storage.store import Store
+    from index.storage import Store
 
     return Store(settings.data_dir)

@@ -36,7 +36,7 @@ def audit(ctx: click.Context, limit: int, as_json: bool) -> None:
 
     Example: kb audit --limit 20
     """
-    from index.storage.store import Store
+    from index.storage import Store
 
     # The log only: no need to load the embedding model for this.
     entries = Store(settings_of(ctx).data_dir).audit_log.entries(limit)

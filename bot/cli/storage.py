@@ -27,7 +27,7 @@ def migrate_store(ctx: click.Context, url: str | None, as_json: bool) -> None:
 
     Example: KB_DATABASE_URL=postgresql://kb:PASSWORD@db/kb kb migrate-store
     """
-    from index.storage.migrate import migrate_store as copy_store
+    from index.storage import migrate_store as copy_store
 
     settings = settings_of(ctx)
     target = url or settings.database_url.get_secret_value()

@@ -10,9 +10,11 @@ import click
 
 from bot.cli.base import ProgressBar, emit, json_option, main, open_kb, settings_of
 from index.models import EVERYONE
-from index.sync.fetch import DEFAULT_READ_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, FetchPolicy
-from index.sync.sources import (
+from index.sync import (
+    DEFAULT_READ_TIMEOUT,
     DEFAULT_SYNC_UPLOADER,
+    DEFAULT_TOTAL_TIMEOUT,
+    FetchPolicy,
     SourceReport,
     SyncConfigError,
     SyncSource,

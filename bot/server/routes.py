@@ -41,7 +41,7 @@ from bot.server.readers import READER_GATE, AccessCheckUnavailable, Reader
 from core.answer import Engine
 from core.errors import BadLinkToken
 from index.errors import DocumentNotFound, KBError
-from index.ingest.ocr import ocr_pages
+from index.ingest import ocr_pages
 from index.knowledge_base import KnowledgeBase
 from index.records import DocumentRow
 

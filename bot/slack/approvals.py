@@ -34,7 +34,7 @@ from bot.slack.blocks.render import (
     render_upload_status,
 )
 from bot.slack.config import SlackConfig
-from bot.slack.people.roles import Roles
+from bot.slack.people import Roles
 from core.answer import Engine
 from core.links import passage_url
 from index.errors import NotAwaitingApproval

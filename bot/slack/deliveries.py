@@ -33,7 +33,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from bot.slack.config import DEFAULT_CLAIM_LEASE
-from index.storage.store import Store
+from index.storage import Store
 
 log = logging.getLogger(__name__)
 

@@ -49,10 +49,10 @@ from core.answer import Outcome
 from index.errors import QueryNotFound
 from index.models import EVERYONE
 from index.records import QueryRecord
-from index.storage.store import Store
+from index.storage import Store
 
 if TYPE_CHECKING:
-    from bot.slack.people.audience import Audience
+    from bot.slack.people import Audience
 
 log = logging.getLogger(__name__)
 

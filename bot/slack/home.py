@@ -55,7 +55,7 @@ from bot.slack.blocks.home import (
 )
 from bot.slack.blocks.render import Rendered, escape
 from bot.slack.escalation import written_for_everyone
-from bot.slack.people.roles import Roles
+from bot.slack.people import Roles
 from bot.slack.reindex import Reindexer
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.uploads import StatusMessage, Uploader

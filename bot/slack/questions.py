@@ -21,12 +21,12 @@ from bot.slack import messages
 from bot.slack.blocks.render import (
     render_notice,
 )
-from bot.slack.people.audience import Place
+from bot.slack.people import Place
 from bot.slack.reply import SlackReply
 from bot.slack.services import Services
 from bot.slack.thread import SlackThread
 from core.answer import Asker
-from index.search.derived import OnlyScopes
+from index.search import OnlyScopes
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,7 @@ from bot.slack.approvals import Approvals
 from bot.slack.config import SlackConfig
 from bot.slack.deliveries import Deliveries
 from bot.slack.home import Home
-from bot.slack.people.audience import Audience
-from bot.slack.people.directory import Directory
-from bot.slack.people.roles import Roles
+from bot.slack.people import Audience, Directory, Roles
 from bot.slack.reindex import Reindexer
 from bot.slack.reply import Streaming
 from bot.slack.uploads import Jobs, Uploader

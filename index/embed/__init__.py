@@ -14,8 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from index.embed.base import (
-    BUNDLED_MODEL_NAME,
-    BUNDLED_PREFIX,
     DEFAULT_BATCH_SIZE,
     Embedder,
     EmbeddingModelUnavailable,
@@ -24,6 +22,17 @@ from index.embed.base import (
 
 if TYPE_CHECKING:
     from index.config import IndexConfig
+
+from index.embed.base import load_offline
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "Embedder",
+    "EmbeddingModelUnavailable",
+    "load_embedder",
+    "load_offline",
+    "resolve_model",
+]
 
 
 def load_embedder(config: IndexConfig) -> Embedder:

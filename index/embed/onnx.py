@@ -46,8 +46,7 @@ from typing import Any
 import numpy as np
 
 from index.embed.base import DEFAULT_BATCH_SIZE, EmbeddingModelUnavailable, resolve_model
-from index.files.atomic import write_atomic
-from index.files.private import private_dir
+from index.files import private_dir, write_atomic
 
 # Bumped when the exported graph changes shape (inputs, outputs, attention, fusion).
 EXPORT_FORMAT = 2

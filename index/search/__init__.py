@@ -2,8 +2,8 @@
 
 ``LocalSearchIndex`` (``index.search.local``) is FAISS (``vectors``) and BM25
 (``bm25``, over ``tokens``) kept in step with the store (``derived``);
-``index.search.qdrant`` is the same contract on a Qdrant collection, imported
-only when chosen. The query map (``query_map``) re-scores the hybrid fusion's
+``index.search.qdrant`` is the same contract on a Qdrant collection (its
+packages, qdrant-client and qdrant-edge-py, are imported only when chosen). The query map (``query_map``) re-scores the hybrid fusion's
 dense leg, never a distance the gate judges.
 """
 
@@ -12,12 +12,37 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from index.search.contract import Candidate, Mode, SearchIndex
-from index.search.derived import DerivedIndexes
+from index.search.derived import DerivedIndexes, OnlyScopes, Snapshot
+from index.search.fusion import DEFAULT_DEPTH, FUSION, RRF_K, Fusion, fuse, rrf, score_fusion
 from index.search.local import LocalSearchIndex
+from index.search.qdrant import QdrantSearchIndex
+from index.search.query_map import QueryAdapters
+from index.search.tokens import ANALYZER
 
 if TYPE_CHECKING:
-    from index.search.query_map import QueryAdapters
-    from index.storage.store import Store
+    from index.storage import Store
+
+__all__ = [
+    "ANALYZER",
+    "Candidate",
+    "DEFAULT_DEPTH",
+    "DerivedIndexes",
+    "FUSION",
+    "Fusion",
+    "LocalSearchIndex",
+    "Mode",
+    "OnlyScopes",
+    "QdrantSearchIndex",
+    "QueryAdapters",
+    "RRF_K",
+    "SEARCH_ENGINES",
+    "SearchIndex",
+    "Snapshot",
+    "fuse",
+    "open_search_index",
+    "rrf",
+    "score_fusion",
+]
 
 # The engines a knowledge base can search with (``open_search_index``).
 SEARCH_ENGINES = ("local", "qdrant")
@@ -51,8 +76,6 @@ def open_search_index(
         indexes = DerivedIndexes(store, embedding_model=embedding_model, dimensions=dimensions)
         return LocalSearchIndex(indexes, adapters=adapters)
     if engine == "qdrant":
-        from index.search.qdrant.index import QdrantSearchIndex
-
         return QdrantSearchIndex(
             store,
             embedding_model=embedding_model,

@@ -30,7 +30,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from index.errors import IndexOutOfSync
-from index.files.atomic import write_atomic
+from index.files import write_atomic
 from index.search.tokens import ANALYZER, Analyzer
 
 DEFAULT_K1 = 1.2

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from index.errors import IndexOutOfSync, KBError
-from index.files.private import private_dir
+from index.files import private_dir
 from index.models import EVERYONE
 from index.search.bm25 import BM25Index
 from index.search.vectors import VectorIndex
-from index.storage.store import Store
+from index.storage import Store
 
 log = logging.getLogger(__name__)
 

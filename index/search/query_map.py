@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from index.errors import KBError
-from index.ingest.sentences import from_blob
-from index.storage.store import Store
+from index.ingest import from_blob
+from index.storage import Store
 
 __all__ = ["MAX_DIMENSIONS", "QueryAdapter", "QueryAdapters", "fit_matrix", "meta_keys"]
 

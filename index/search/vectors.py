@@ -29,7 +29,7 @@ import faiss
 import numpy as np
 
 from index.errors import IndexOutOfSync, KBError
-from index.files.atomic import write_atomic
+from index.files import write_atomic
 
 MAGIC = b"KBVECTORS 1\n"
 # Embedder vectors are normalised in float32; a norm further than this from 1

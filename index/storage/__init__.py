@@ -1,0 +1,16 @@
+"""Storage: the source of truth, on SQLite in the data dir or Postgres (``KB_DATABASE_URL``).
+
+``Store`` (``store``) keeps documents, chunks, originals (``originals``) and
+``meta``, and holds its parts over the same database: the query log
+(``query_log``), feedback, Slack deliveries, the audit log and hand-offs.
+``database`` is the contract the two databases (``sqlite``, ``postgres``)
+implement and ``connect`` picks one; ``schema`` is the migrations, ``workers``
+the indexing locks, ``migrate`` ``kb migrate-store``.
+"""
+
+from __future__ import annotations
+
+from index.storage.migrate import migrate_store
+from index.storage.store import NewDocument, Store
+
+__all__ = ["NewDocument", "Store", "migrate_store"]

@@ -17,9 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from index.errors import OriginalMissing
-from index.files.atomic import AtomicWriteError, write_atomic
-from index.files.disk import storage_error
-from index.files.private import private_dir
+from index.files import AtomicWriteError, private_dir, storage_error, write_atomic
 from index.storage.database import Database
 from index.storage.postgres import PostgresDatabase
 

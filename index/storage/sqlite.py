@@ -14,8 +14,7 @@ import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
 from index.errors import DatabaseUnavailable
-from index.files.disk import is_storage_failure, storage_error
-from index.files.private import private_file
+from index.files import is_storage_failure, private_file, storage_error
 from index.storage.database import Database
 
 log = logging.getLogger(__name__)

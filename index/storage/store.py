@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from index.errors import DatabaseUnavailable, DocumentNotFound
-from index.files.private import private_dir, private_file, tighten
-from index.ingest.sentences import from_blob, to_blob
+from index.files import private_dir, private_file, tighten
+from index.ingest import from_blob, to_blob
 from index.models import EVERYONE, Chunk, DocState, Publish
 from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.storage.audit import AuditLog

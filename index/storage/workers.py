@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from index.files.private import PRIVATE_FILE_MODE, private_dir
+from index.files import PRIVATE_FILE_MODE, private_dir
 from index.storage.postgres import PostgresDatabase
 
 __all__ = ["AdvisoryWorkerLock", "FileWorkerLock", "WorkerLock"]

@@ -38,7 +38,7 @@ import httpx
 
 from index.config import DEFAULT_MAX_UPLOAD_BYTES
 from index.errors import KBError
-from index.ingest.extract import SUPPORTED_SUFFIXES
+from index.ingest import SUPPORTED_SUFFIXES
 
 __all__ = ["USER_AGENT", "FetchFailed", "FetchPolicy", "Fetched", "Fetcher", "check_url"]
 

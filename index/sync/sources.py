@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from index.errors import DocumentNotFound, KBError
-from index.ingest.extract import FOLDER_SUFFIXES
+from index.ingest import FOLDER_SUFFIXES
 from index.knowledge_base import KnowledgeBase, Progress
 from index.models import EVERYONE, DocState, Publish
 from index.names import display_name

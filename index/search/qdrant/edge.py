@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 import qdrant_edge as qe
 
-from index.files.atomic import write_atomic
-from index.files.private import private_dir
+from index.files import private_dir, write_atomic
 from index.search.qdrant.engine import DENSE, SPARSE, QdrantPoint
 
 # Points a segment may hold before Edge's optimizer builds its HNSW graph

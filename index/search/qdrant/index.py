@@ -71,7 +71,7 @@ from index.search.qdrant.engines import open_engine, release_embedded
 from index.search.qdrant.sparse import bm25_values, query_sparse
 from index.search.query_map import QueryAdapters
 from index.search.tokens import ANALYZER
-from index.storage.store import Store
+from index.storage import Store
 
 if TYPE_CHECKING:
     pass
