@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
-from evaluation.results import RECALL_KS, EvalResult, MeanCI, Proportion, bootstrap_mean
-from evaluation.stats import paired_counts, sign_test
+from evaluation.results import RECALL_KS, EvalResult, MeanCI, bootstrap_mean
+from evaluation.stats import Proportion, paired_counts, sign_test
 
 __all__ = [
     "ComparisonError",

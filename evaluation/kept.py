@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -33,60 +31,9 @@ from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT, gate
 from core.rerank import Reranker, rerank
 from core.retrieve import Candidate, Mode, answer_order
-from evaluation.results import DEPTH, ModeResult, Proportion
+from evaluation.results import DEPTH, KeptResult, ModeResult
+from evaluation.stats import Proportion
 from index.knowledge_base import KnowledgeBase
-
-KEPT_ANSWERABLE = "kept_answerable"
-KEPT_FIRST = "kept_first"
-
-
-@dataclass
-class KeptResult:
-    """What the asker would be shown, per in-domain query.
-
-    Attributes:
-        reranker: the reranker's name, or ``None`` (fused order).
-        threshold: the gate's threshold.
-        answerable: per query, the needle is among the kept passages.
-        first: per query, the needle is in the first kept passage.
-        reranked: ranks of the needle in the reranked top ``DEPTH`` (with a reranker).
-        rerank_ms: per query, the time the reranker took for the kept passages.
-        ordered: ranks of the needle in the top ``DEPTH`` in answer order
-            (``core.retrieve.answer_order``; with a sentence or proximity weight).
-    """
-
-    reranker: str | None
-    threshold: float
-    answerable: list[bool]
-    first: list[bool]
-    reranked: ModeResult | None = None
-    rerank_ms: list[float] | None = None
-    ordered: ModeResult | None = None
-
-    def current(self) -> dict[str, dict[str, Any]]:
-        """The proportions, as rows of the gate at its threshold."""
-        return {
-            KEPT_ANSWERABLE: Proportion(sum(self.answerable), len(self.answerable)).to_dict(),
-            KEPT_FIRST: Proportion(sum(self.first), len(self.first)).to_dict(),
-        }
-
-    def per_query(self) -> dict[str, list[bool]]:
-        """The per-query outcomes behind :meth:`current`."""
-        return {KEPT_ANSWERABLE: self.answerable, KEPT_FIRST: self.first}
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        times = self.rerank_ms or []
-        return {
-            "reranker": self.reranker,
-            "threshold": self.threshold,
-            **self.current(),
-            "reranked": self.reranked.to_dict() if self.reranked else None,
-            "rerank_ms": {
-                "median": float(np.median(times)) if times else None,
-                "p90": float(np.percentile(times, 90)) if times else None,
-            },
-        }
 
 
 def measure_kept(

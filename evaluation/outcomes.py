@@ -32,7 +32,7 @@ import numpy as np
 
 from core.gate import beside_answer, gate, related
 from core.retrieve import Candidate
-from evaluation.results import Proportion
+from evaluation.stats import Proportion
 
 __all__ = [
     "DEFAULT_MAX_HARD_REFUSED",

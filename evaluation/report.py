@@ -19,10 +19,10 @@ from evaluation.results import (
     EvalResult,
     MeanCI,
     PairedTest,
-    Proportion,
     StrategyResult,
     SweepRow,
 )
+from evaluation.stats import Proportion
 
 
 def fmt_p(p: Proportion) -> str:

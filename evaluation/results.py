@@ -3,8 +3,9 @@
 Recall and MRR of one retrieval mode (``ModeResult``), everything measured on
 one indexing of the corpus (``StrategyResult``), exact sign tests between two
 modes or strategies (``PairedTest``), the refusal gate's cost over a sweep of
-thresholds (``SweepRow``, ``sweep``, ``GateAnalysis``) and the whole run
-(``EvalResult``). Nothing here indexes or searches: given ranks and candidates
+thresholds (``SweepRow``, ``sweep``, ``GateAnalysis``), the passages an answer
+is written from (``KeptResult``, measured by ``evaluation.kept``) and the whole
+run (``EvalResult``). Nothing here indexes or searches: given ranks and candidates
 it only counts, which is what ``kb calibrate`` and the report reuse. Every
 type's ``to_dict`` is the form ``--json`` prints.
 """
@@ -14,24 +15,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from core.gate import gate
 from core.retrieve import Candidate, Mode
 from evaluation.inputs import PHRASINGS, OODQuestion, Question
-from evaluation.stats import hits_at_k, paired_counts, sign_test, wilson_interval
-
-if TYPE_CHECKING:  # evaluation.kept and evaluation.outcomes build on these types
-    from evaluation.kept import KeptResult
-    from evaluation.outcomes import Outcomes, RelatedRow, Replay
+from evaluation.outcomes import Outcomes, RelatedRow, Replay
+from evaluation.stats import Proportion, hits_at_k, paired_counts, sign_test
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "BOOTSTRAP_SEED",
     "DEPTH",
     "FINAL_MODE",
+    "KEPT_ANSWERABLE",
+    "KEPT_FIRST",
     "MODES",
     "NO_THRESHOLD",
     "RECALL_KS",
@@ -39,10 +39,10 @@ __all__ = [
     "TEST_KS",
     "EvalResult",
     "GateAnalysis",
+    "KeptResult",
     "MeanCI",
     "ModeResult",
     "PairedTest",
-    "Proportion",
     "StrategyResult",
     "SweepRow",
     "bootstrap_mean",
@@ -65,29 +65,6 @@ FINAL_MODE = "final"
 """In ``--json``: the order passages reach the asker in (hybrid, or reranked by ``KB_RERANKER``)."""
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
-
-
-@dataclass(frozen=True)
-class Proportion:
-    """``successes / n`` with its 95 % Wilson interval."""
-
-    successes: int
-    n: int
-
-    @property
-    def value(self) -> float:
-        """The point estimate (0 when ``n == 0``)."""
-        return self.successes / self.n if self.n else 0.0
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        """The 95 % Wilson score interval."""
-        return wilson_interval(self.successes, self.n)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        low, high = self.interval
-        return {"k": self.successes, "n": self.n, "value": self.value, "ci95": [low, high]}
 
 
 @dataclass(frozen=True)
@@ -409,6 +386,59 @@ class GateAnalysis:
                 "ood_best": self.ood_best,
             },
             "ood": self.ood,
+        }
+
+
+KEPT_ANSWERABLE = "kept_answerable"
+KEPT_FIRST = "kept_first"
+
+
+@dataclass
+class KeptResult:
+    """What the asker would be shown, per in-domain query.
+
+    Attributes:
+        reranker: the reranker's name, or ``None`` (fused order).
+        threshold: the gate's threshold.
+        answerable: per query, the needle is among the kept passages.
+        first: per query, the needle is in the first kept passage.
+        reranked: ranks of the needle in the reranked top ``DEPTH`` (with a reranker).
+        rerank_ms: per query, the time the reranker took for the kept passages.
+        ordered: ranks of the needle in the top ``DEPTH`` in answer order
+            (``core.retrieve.answer_order``; with a sentence or proximity weight).
+    """
+
+    reranker: str | None
+    threshold: float
+    answerable: list[bool]
+    first: list[bool]
+    reranked: ModeResult | None = None
+    rerank_ms: list[float] | None = None
+    ordered: ModeResult | None = None
+
+    def current(self) -> dict[str, dict[str, Any]]:
+        """The proportions, as rows of the gate at its threshold."""
+        return {
+            KEPT_ANSWERABLE: Proportion(sum(self.answerable), len(self.answerable)).to_dict(),
+            KEPT_FIRST: Proportion(sum(self.first), len(self.first)).to_dict(),
+        }
+
+    def per_query(self) -> dict[str, list[bool]]:
+        """The per-query outcomes behind :meth:`current`."""
+        return {KEPT_ANSWERABLE: self.answerable, KEPT_FIRST: self.first}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        times = self.rerank_ms or []
+        return {
+            "reranker": self.reranker,
+            "threshold": self.threshold,
+            **self.current(),
+            "reranked": self.reranked.to_dict() if self.reranked else None,
+            "rerank_ms": {
+                "median": float(np.median(times)) if times else None,
+                "p90": float(np.percentile(times, 90)) if times else None,
+            },
         }
 
 

@@ -58,7 +58,7 @@ from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT
 from core.retrieve import Candidate, Mode, answer_order
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
-from evaluation.kept import KeptResult, measure_kept
+from evaluation.kept import measure_kept
 from evaluation.outcomes import Replay, related_sweep
 from evaluation.results import (
     DEPTH,
@@ -67,6 +67,7 @@ from evaluation.results import (
     TEST_KS,
     EvalResult,
     GateAnalysis,
+    KeptResult,
     ModeResult,
     PairedTest,
     StrategyResult,

@@ -7,9 +7,9 @@ The conventions follow the study the evaluation reproduces:
 
 - a *rank* is the 1-based position of the first returned chunk whose content
   contains the needle, or ``None`` when no returned chunk does;
-- proportions are reported with a 95 % Wilson score interval, which behaves
-  at 0 and 1 and with a few dozen queries, where the normal approximation
-  does not;
+- proportions are reported with a 95 % Wilson score interval (``Proportion``),
+  which behaves at 0 and 1 and with a few dozen queries, where the normal
+  approximation does not;
 - two strategies answering the same queries are compared with an exact
   two-sided sign test on the discordant pairs, because an unpaired table of
   overlapping intervals cannot separate them.
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 Z_95 = 1.959963984540054
 """The two-sided 95 % quantile of the standard normal distribution."""
@@ -54,6 +56,29 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
     low = 0.0 if successes == 0 else max(0.0, centre - half)
     high = 1.0 if successes == n else min(1.0, centre + half)
     return low, high
+
+
+@dataclass(frozen=True)
+class Proportion:
+    """``successes / n`` with its 95 % Wilson interval."""
+
+    successes: int
+    n: int
+
+    @property
+    def value(self) -> float:
+        """The point estimate (0 when ``n == 0``)."""
+        return self.successes / self.n if self.n else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95 % Wilson score interval."""
+        return wilson_interval(self.successes, self.n)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        low, high = self.interval
+        return {"k": self.successes, "n": self.n, "value": self.value, "ci95": [low, high]}
 
 
 def sign_test(wins: int, losses: int) -> float:

@@ -18,7 +18,8 @@ from evaluation.calibrate import (
     write_env,
 )
 from evaluation.inputs import EvalSetError
-from evaluation.results import Proportion, SweepRow, sweep
+from evaluation.results import SweepRow, sweep
+from evaluation.stats import Proportion
 from index.storage.store import Store
 from tests.evalmini import EVALMINI, EVALSET_OPTIONS
 from tests.query_factory import log_question
