@@ -45,6 +45,7 @@ from index.storage.store import Store
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
+from tests.clocks import FakeTime  # noqa: E402
 from tests.conftest_bot import (  # noqa: E402
     HANDBOOK,
     IN_DOMAIN,
@@ -400,32 +401,39 @@ async def test_a_replica_killed_mid_answer_leaves_the_others_answering(cluster: 
 # ------------------------------------------------------------------ the claim itself
 
 KEYS = ["event:Ev1", "msg:app_mention:m1"]
-LEASE = 0.8  # seconds; the margins are a quarter of it, for a busy machine
+LEASE = 0.8  # seconds, on the tests' own clock: the steps below decide what has lapsed
 # Each Store is its own connection, as each replica's is; on SQLite they share one data dir.
+# They read one clock, as replicas read one time of day.
+
+
+def _stores(tmp_path: Path, database_url: str, fake: FakeTime, count: int = 2) -> list[Store]:
+    return [
+        Store(tmp_path / "kb", database_url=database_url, clock=fake.clock) for _ in range(count)
+    ]
 
 
 def test_a_claim_is_held_while_renewed_and_taken_over_once_it_lapses(
     tmp_path: Path, database_url: str
 ) -> None:
-    holder = Store(tmp_path / "kb", database_url=database_url)
-    other = Store(tmp_path / "kb", database_url=database_url)
+    fake = FakeTime()
+    holder, other = _stores(tmp_path, database_url, fake)
     assert holder.deliveries.claim(KEYS, lease_seconds=LEASE)
     assert not other.deliveries.claim(KEYS, lease_seconds=LEASE)
-    time.sleep(LEASE * 0.5)
+    fake.now += LEASE * 0.5
     holder.deliveries.renew(KEYS)
-    time.sleep(LEASE * 0.75)  # past the lease from the claim, not from the renewal
+    fake.now += LEASE * 0.75  # past the lease from the claim, not from the renewal
     assert not other.deliveries.claim(KEYS, lease_seconds=LEASE)
-    time.sleep(LEASE * 0.5)  # nobody renewed: the holder is gone
+    fake.now += LEASE * 0.5  # nobody renewed: the holder is gone
     assert other.deliveries.claim(KEYS, lease_seconds=LEASE)
     assert not holder.deliveries.claim(KEYS, lease_seconds=LEASE)
 
 
 def test_an_answered_delivery_is_never_claimed_again(tmp_path: Path, database_url: str) -> None:
-    holder = Store(tmp_path / "kb", database_url=database_url)
-    other = Store(tmp_path / "kb", database_url=database_url)
+    fake = FakeTime()
+    holder, other = _stores(tmp_path, database_url, fake)
     assert holder.deliveries.claim(KEYS, lease_seconds=LEASE)
     holder.deliveries.finish(KEYS)
-    time.sleep(LEASE * 1.5)
+    fake.now += LEASE * 1.5
     assert not other.deliveries.claim(KEYS, lease_seconds=LEASE)
     # Nor under another of its keys (the message's, delivered as another event).
     assert not other.deliveries.claim(["event:Ev2", KEYS[1]], lease_seconds=LEASE)
@@ -434,9 +442,11 @@ def test_an_answered_delivery_is_never_claimed_again(tmp_path: Path, database_ur
 def test_of_replicas_taking_over_a_lapsed_claim_at_once_exactly_one_wins(
     tmp_path: Path, database_url: str
 ) -> None:
-    Store(tmp_path / "kb", database_url=database_url).deliveries.claim(KEYS, lease_seconds=LEASE)
-    time.sleep(LEASE * 1.2)
-    stores = [Store(tmp_path / "kb", database_url=database_url) for _ in range(6)]
+    fake = FakeTime()
+    (holder,) = _stores(tmp_path, database_url, fake, 1)
+    holder.deliveries.claim(KEYS, lease_seconds=LEASE)
+    fake.now += LEASE * 1.2
+    stores = _stores(tmp_path, database_url, fake, 6)
     start = threading.Barrier(len(stores))
 
     def claim(store: Store) -> bool:
@@ -453,19 +463,24 @@ def test_of_replicas_taking_over_a_lapsed_claim_at_once_exactly_one_wins(
 async def test_a_claim_is_renewed_while_its_task_runs_and_answered_when_it_ends(
     tmp_path: Path, database_url: str
 ) -> None:
-    store = Store(tmp_path / "kb", database_url=database_url)
-    other = Store(tmp_path / "kb", database_url=database_url)
+    fake = FakeTime()
+    store, other = _stores(tmp_path, database_url, fake)
+    answered = asyncio.Event()
     with ThreadPoolExecutor(2) as pool:
-        deliveries = Deliveries(store, pool, lease_seconds=LEASE)
+        deliveries = Deliveries(store, pool, lease_seconds=LEASE, sleep=fake.sleep)
 
         async def answer() -> bool:
             won = await deliveries.claim(list(KEYS))
-            await asyncio.sleep(LEASE * 3)  # a slow answer: three leases long
+            await answered.wait()  # a slow answer: three leases long (below)
             return won
 
         task = asyncio.create_task(answer())
-        await asyncio.sleep(LEASE * 2)
+        await fake.sleeping(1)  # claimed: its renewal waits for its first turn
+        await fake.advance(LEASE * 2)  # renewed every third of the lease meanwhile
         assert not await asyncio.to_thread(other.deliveries.claim, KEYS, lease_seconds=LEASE)
+        await fake.advance(LEASE)
+        answered.set()
         assert await task
-        await asyncio.sleep(LEASE * 1.5)  # the answered mark is written after the task ends
-        assert not await asyncio.to_thread(other.deliveries.claim, KEYS, lease_seconds=LEASE)
+    # The answered mark is written after the task ends, by the pool the block waited for.
+    fake.now += LEASE * 1.5
+    assert not other.deliveries.claim(KEYS, lease_seconds=LEASE)

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any
 
@@ -63,14 +63,22 @@ class Deliveries:
         store: the shared database holding every process's record.
         executor: threads for the database write, apart from the answering work.
         lease_seconds: how long a claim lasts without being renewed.
+        sleep: how the renewal waits a third of the lease (``asyncio.sleep``; tests
+            pass one on their own clock, which the store's claims read too).
     """
 
     def __init__(
-        self, store: Store, executor: Executor, lease_seconds: float = DEFAULT_CLAIM_LEASE
+        self,
+        store: Store,
+        executor: Executor,
+        lease_seconds: float = DEFAULT_CLAIM_LEASE,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.store = store
         self.executor = executor
         self.lease_seconds = lease_seconds
+        self._sleep = sleep
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._renewals: set[asyncio.Task[None]] = set()
 
@@ -141,7 +149,7 @@ class Deliveries:
     async def _renew(self, keys: list[str]) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self.lease_seconds / 3)
+            await self._sleep(self.lease_seconds / 3)
             await loop.run_in_executor(
                 self.executor, self._write, self.store.deliveries.renew, keys
             )
