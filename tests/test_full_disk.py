@@ -25,6 +25,8 @@ from index.embed import Embedder
 from index.errors import DiskFull, DiskSpaceLow
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
+from index.storage.sqlite import _REOPEN_SECONDS, SQLiteDatabase
+from tests.clocks import FakeTime
 
 HANDBOOK = b"# Handbook\n\nExpense claims are due within 30 days of purchase.\n"
 
@@ -191,6 +193,10 @@ def test_the_knowledge_base_starts_read_only_on_a_full_disk_and_answers(
     _fill(small_disk)
 
     reopened = KnowledgeBase(_config(data_dir), embedder=embedder)
+    database = reopened.store.database
+    assert isinstance(database, SQLiteDatabase)
+    fake = FakeTime(time.monotonic())  # the reopen timer's, moved by this test alone
+    database.clock = fake.clock
     status = reopened.status()
     assert status["by_state"]["indexed"] == 1
     assert "The server's disk is full" in str(status["read_only"])
@@ -206,9 +212,11 @@ def test_the_knowledge_base_starts_read_only_on_a_full_disk_and_answers(
     assert answer["outcome"] == "model_unavailable"
     assert "30 days" in json.dumps(answer["sources"])
 
-    # Room again: the next write reopens the database writable.
+    # Room again: a writable connection is tried again once the interval has passed,
+    # and the next write reopens the database writable.
     (small_disk / "ballast").unlink()
-    time.sleep(1.1)
+    assert reopened.store.db is not None and reopened.store.read_only is not None
+    fake.now += _REOPEN_SECONDS
     reopened.remove(reopened.find("handbook.md").id)
     assert reopened.store.read_only is None and reopened.documents() == []
 

@@ -6,7 +6,7 @@ import fcntl
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,15 +29,21 @@ class SQLiteDatabase(Database):
     On a full disk SQLite cannot create the shared-memory file a WAL database
     needs, even to read: the connection is then read-only (``_open_read_only``)
     and a writable one is tried again every ``_REOPEN_SECONDS``.
+
+    Args:
+        data_dir: the data directory holding ``kb.sqlite``.
+        clock: the seconds that interval is measured in (``time.monotonic``); an
+            attribute, so that a test can set its own on a knowledge base's store.
     """
 
     dialect = "sqlite"
     integrity_errors = (sqlite3.IntegrityError,)
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.data_dir = data_dir
         self.path = data_dir / "kb.sqlite"
+        self.clock = clock
 
     @property
     def location(self) -> str:
@@ -46,9 +52,7 @@ class SQLiteDatabase(Database):
     def connection(self) -> sqlite_utils.Database:
         db: sqlite_utils.Database | None = getattr(self._local, "db", None)
         fallback_at: float | None = getattr(self._local, "fallback_at", None)
-        if db is not None and (
-            fallback_at is None or time.monotonic() - fallback_at < _REOPEN_SECONDS
-        ):
+        if db is not None and (fallback_at is None or self.clock() - fallback_at < _REOPEN_SECONDS):
             return db
         return self._connect(db)
 
@@ -59,10 +63,10 @@ class SQLiteDatabase(Database):
             if not is_storage_failure(exc):
                 raise DatabaseUnavailable(f"Cannot open the database {self.path}: {exc}.") from exc
             if current is not None:
-                self._local.fallback_at = time.monotonic()
+                self._local.fallback_at = self.clock()
                 return current
             db = self._open_read_only(exc)
-            self._local.fallback_at = time.monotonic()
+            self._local.fallback_at = self.clock()
         else:
             if current is not None:
                 current.conn.close()
