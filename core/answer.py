@@ -304,7 +304,7 @@ class Engine:
 
         def choose() -> list[Candidate]:
             ids = [c.chunk_id for c in candidates if c.distance <= self.config.threshold]
-            rows = self.kb.store.chunks_by_id(ids)
+            rows = self.kb.chunks_by_id(ids)
             return rerank(
                 reranker,
                 query,
@@ -328,7 +328,7 @@ class Engine:
     ) -> tuple[list[SourceRef], int]:
         """Linked passages for ``passed`` (in order, numbered from ``first``), and how many
         SQLite no longer has."""
-        rows = await asyncio.to_thread(self.kb.store.chunks_by_id, [c.chunk_id for c in passed])
+        rows = await asyncio.to_thread(self.kb.chunks_by_id, [c.chunk_id for c in passed])
         found = [c for c in passed if c.chunk_id in rows]
         columns: dict[int, str] = {}
         if any(rows[c.chunk_id].kind in SHEET_KINDS for c in found):
@@ -350,7 +350,7 @@ class Engine:
                 continue
             if row.document_id not in titles:
                 try:
-                    titles[row.document_id] = self.kb.store.document(row.document_id).title
+                    titles[row.document_id] = self.kb.document(row.document_id).title
                 except DocumentNotFound:
                     continue  # removed meanwhile: its passage goes without column names
             title = titles[row.document_id]

@@ -293,7 +293,7 @@ def _closest_passages(kb: KnowledgeBase, groups: Sequence[_Group]) -> dict[_Kept
     ones, so an id that resolves is the passage the question kept.
     """
     kept = [k for k in map(_closest_kept, groups) if k is not None]
-    rows = kb.store.chunks_by_id(sorted({k.chunk_id for k in kept}))
+    rows = kb.chunks_by_id(sorted({k.chunk_id for k in kept}))
     return {k: rows[k.chunk_id] for k in kept if k.chunk_id in rows}
 
 

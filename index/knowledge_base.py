@@ -47,7 +47,7 @@ from index.ingest import (
 )
 from index.models import EVERYONE, AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
-from index.records import AuditEntry, DocumentFacts, DocumentRow, Stamp
+from index.records import AuditEntry, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.search import (
     DerivedIndexes,
     LocalSearchIndex,
@@ -258,9 +258,31 @@ class KnowledgeBase:
         """How many documents there are, in any state."""
         return self.store.document_count()
 
-    def documents(self) -> list[DocumentRow]:
-        """Every document, oldest first."""
-        return self.store.documents()
+    def documents(self, state: DocState | None = None) -> list[DocumentRow]:
+        """Every document (only those in ``state`` when given), oldest first."""
+        return self.store.documents(state)
+
+    def document(self, doc_id: int) -> DocumentRow:
+        """The document ``doc_id``; ``DocumentNotFound`` if there is none."""
+        return self.store.document(doc_id)
+
+    def chunks_by_id(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
+        """The given chunks with their documents' facts, by id; missing ids are left out."""
+        return self.store.chunks_by_id(ids)
+
+    def original_file(self, sha256: str) -> Path | None:
+        """A file holding the original with this sha256, for serving it (``None`` if it is gone)."""
+        return self.store.original_file(sha256)
+
+    @property
+    def read_only(self) -> str | None:
+        """Why the database can be read but not written (a full disk), or ``None``."""
+        return self.store.read_only
+
+    @property
+    def database_kind(self) -> str:
+        """The database under the knowledge base: ``sqlite`` or ``postgresql``."""
+        return self.store.database.dialect
 
     def find(self, ref: str) -> DocumentRow:
         """A document by id, exact name or sha256 prefix; ``DocumentNotFound`` otherwise."""

@@ -350,7 +350,7 @@ async def original_file(request: web.Request) -> web.StreamResponse:
     except DocumentNotFound:
         return simple_page(404, PAGE_NOT_FOUND)
     # On Postgres the original is a row: this replica keeps a file of it to serve.
-    path = await asyncio.to_thread(kb.store.original_file, doc.sha256)
+    path = await asyncio.to_thread(kb.original_file, doc.sha256)
     if path is None:
         return simple_page(404, PAGE_NOT_FOUND)
     content_type = _FILE_TYPES.get(doc.kind, "application/octet-stream")
@@ -408,13 +408,13 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
         "chunks": index["chunks"],
         "reindex_running": kb.reindex_running(),
         # Answering still works; uploads and removals will not until there is room.
-        "store_read_only": kb.store.read_only,
+        "store_read_only": kb.read_only,
         "index_files_degraded": index["degraded"],
     }
 
 
 def _store_facts(kb: KnowledgeBase) -> dict[str, object]:
-    return {"kind": kb.store.database.dialect}
+    return {"kind": kb.database_kind}
 
 
 def add_readiness_check(app: web.Application, name: str, check: ReadinessCheck) -> None:

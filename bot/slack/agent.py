@@ -149,7 +149,7 @@ def suggested_prompts(
     stale = {d.id for d in kb.stale_documents()}
     documents = [
         d
-        for d in kb.store.documents(DocState.INDEXED)
+        for d in kb.documents(DocState.INDEXED)
         if (d.scope == EVERYONE or d.scope in scopes) and d.id not in stale
     ]
     documents.sort(key=lambda d: (d.scope != EVERYONE, d.indexed_at or 0.0, d.id), reverse=True)

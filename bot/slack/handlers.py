@@ -235,7 +235,7 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
 async def _may_retry(services: Services, client: AsyncWebClient, user: str, doc_id: int) -> bool:
     """Its uploader or an admin may retry a document (one that is gone: anyone, to be told so)."""
     try:
-        doc = await asyncio.to_thread(services.kb.store.document, doc_id)
+        doc = await asyncio.to_thread(services.kb.document, doc_id)
     except KBError:
         return True
     return bool(user) and (doc.uploader == user or await services.roles.is_admin(client, user))

@@ -273,7 +273,7 @@ class Home:
         return self._shown.get(user, FIRST_PAGES)
 
     def _admin_parts(self, workspace: str | None, pages: Pages) -> dict[str, Any]:
-        documents = self.kb.store.documents(DocState.FAILED)
+        documents = self.kb.documents(DocState.FAILED)
         disliked, disliked_total = disliked_page(self.kb, workspace, pages)
         config = self.engine.config
         return {
@@ -395,7 +395,7 @@ class Home:
 
     async def _document(self, doc_id: int) -> DocumentRow | None:
         try:
-            return await asyncio.to_thread(self.kb.store.document, doc_id)
+            return await asyncio.to_thread(self.kb.document, doc_id)
         except DocumentNotFound:
             return None
 
@@ -405,7 +405,7 @@ class Home:
 
 def member_home(kb: KnowledgeBase, user: str) -> MemberHome:
     """Counts of the searchable documents, and ``user``'s own uploads, newest first."""
-    documents = kb.store.documents()
+    documents = kb.documents()
     stale = {d.id for d in kb.stale_documents()}
     searchable = [d for d in documents if d.state == DocState.INDEXED and d.id not in stale]
     uploads = [d for d in reversed(documents) if user and d.uploader == user]

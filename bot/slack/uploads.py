@@ -429,7 +429,7 @@ class Uploader:
     async def retry(self, status: StatusMessage, document_id: int) -> None:
         """Index a failed document again from its stored original and report on ``status``."""
         try:
-            row = await asyncio.to_thread(self.kb.store.document, document_id)
+            row = await asyncio.to_thread(self.kb.document, document_id)
         except DocumentNotFound:
             # Removed meanwhile (by an admin, or failed documents expiring).
             await status.settle(render_upload_status(messages.RETRY_GONE))
