@@ -17,7 +17,7 @@ Columns: recall at 1/4/8/20 with a 95 % Wilson interval at 4, MRR over the top
 the passages the gate keeps at the configured threshold, ``top_k`` of
 ``top_k x 5`` fused candidates, as ``Engine.ask``), then the paired tests.
 
-Run: python -m bench.levers [--set NAME] [--json-out FILE]
+Run: python -m studies.levers [--set NAME] [--json-out FILE]
 """
 
 from __future__ import annotations
