@@ -29,7 +29,7 @@ docs/evaluation.md). The sentence vectors of a set are embedded once and cached
 under ``--cache`` (keyed by the texts), the corpus is indexed by the product's
 ingestion on every run.
 
-Run: python -m bench.sentences [--set NAME] [--cache DIR] [--json-out FILE]
+Run: python -m studies.sentences [--set NAME] [--cache DIR] [--json-out FILE]
 """
 
 from __future__ import annotations
