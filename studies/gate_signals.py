@@ -21,7 +21,7 @@ to ``best``, and the in-domain queries refused at the largest cut that lets at
 most 2 out-of-domain questions through, with the exact sign test on the
 queries only one of the two refuses.
 
-Run: python -m bench.gate_signals [--set NAME ...]
+Run: python -m studies.gate_signals [--set NAME ...]
 """
 
 from __future__ import annotations
