@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from tests.docs_factory import text_pdf
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
+from tests.clocks import FakeTime  # noqa: E402
 from tests.conftest_bot import Bot, BotFactory  # noqa: E402
 
 FORBIDDEN = Path(__file__).resolve().parent.parent / "bot" / "server" / "static" / "forbidden.html"
@@ -152,12 +153,14 @@ async def test_health_and_readiness(bot: Bot) -> None:
 async def test_a_snapshot_trailing_the_database_too_long_is_not_ready(make_bot: BotFactory) -> None:
     # Nothing follows the database during the test.
     bot = await make_bot(sync_seconds=3600, prepare=lambda app: set_max_behind(app, 1.0))
+    fake = FakeTime(time.monotonic())  # how long the snapshot is behind: this test says
+    bot.kb.indexes.clock = fake.clock
     bot.kb.indexes.refresh()
     bot.kb.store.delete_rows(bot.kb.find("oncall.md").id)  # committed, no refresh
     # One change behind is still a consistent snapshot: ready.
     body = await (await bot.http.get("/readyz")).json()
     assert body["ready"] is True and body["index"]["lag"] == 1
-    await asyncio.sleep(1.1)
+    fake.now += 1.1
     resp = await bot.http.get("/readyz")
     body = await resp.json()
     assert resp.status == 503 and body["checks"]["index_current"] is False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -88,18 +88,28 @@ class DerivedIndexes:
         embedding_model: stamp of the running embedding model; only chunks
             embedded with it are searchable.
         dimensions: its vector size.
+        clock: the seconds how long the snapshot was behind is measured in
+            (``time.monotonic``); an attribute, so that a test can set its own.
     """
 
-    def __init__(self, store: Store, *, embedding_model: str, dimensions: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        embedding_model: str,
+        dimensions: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.embedding_model = embedding_model
         self.dimensions = dimensions
+        self.clock = clock
         self.dir = private_dir(store.data_dir / "index")
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         # Why the snapshot in memory is not on disk, or None when it is.
         self.degraded: str | None = None
-        # When (time.monotonic) the snapshot was last known to reflect the store:
+        # When (by the clock) the snapshot was last known to reflect the store:
         # how long it may have been behind, for readiness.
         self._current_at: float | None = None
         # Why the last refresh failed, or None when it succeeded.
@@ -132,7 +142,7 @@ class DerivedIndexes:
     def open(self) -> Snapshot:
         """Load the persisted indexes, or rebuild them if they disagree with SQLite."""
         with self._lock:
-            started = time.monotonic()
+            started = self.clock()
             snap = self._load_if_current()
             if snap is None:
                 snap = self._rebuild_locked()
@@ -148,7 +158,7 @@ class DerivedIndexes:
         generation counter is in SQLite, so one ``SELECT`` tells whether anything moved.
         """
         with self._lock:
-            started = time.monotonic()
+            started = self.clock()
             try:
                 current = self._snapshot
                 if current is not None and current.generation == self.store.generation:
@@ -166,7 +176,7 @@ class DerivedIndexes:
     def rebuild(self) -> Snapshot:
         """Rebuild both indexes from SQLite, persist them and swap them in."""
         with self._lock:
-            started = time.monotonic()
+            started = self.clock()
             snap = self._rebuild_locked()
             self._swap(snap, started)
             return snap
@@ -203,7 +213,7 @@ class DerivedIndexes:
         in_sync = snap is not None and snap.generation == generation
         behind: float | None = None
         if snap is not None and current_at is not None:
-            behind = 0.0 if in_sync else round(time.monotonic() - current_at, 3)
+            behind = 0.0 if in_sync else round(self.clock() - current_at, 3)
         return {
             "generation": generation,
             "snapshot_generation": None if snap is None else snap.generation,
