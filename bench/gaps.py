@@ -1,15 +1,11 @@
-"""Knowledge gaps: how well wordings group at each similarity, and what App Home's list costs.
+"""Knowledge gaps: what App Home's list costs over a large query log.
 
-1. Grouping (``core.gaps.similarity_groups``), per bundled evaluation set: every
-   question's documentation wording, its support-ticket wording and the
-   out-of-domain questions clustered together, embedded with the bundled model.
-   Reported per threshold: how many questions have both wordings in one group
-   (wanted) and how many questions end up inside another question's group
-   (hidden from the list: not wanted).
-2. Cost of ``knowledge_gaps`` over a query log of ``--log-rows`` questions, of
-   which ``MAX_QUESTIONS`` and more are refused within the window, built from
-   the sets' real wordings: the first call (embedding every distinct wording),
-   the next (vectors cached in the process), and the store query alone.
+The cost of ``knowledge_gaps`` over a query log of ``--log-rows`` questions, of
+which ``MAX_QUESTIONS`` and more are refused within the window, built from the
+bundled sets' real wordings: the first call (embedding every distinct wording),
+the next (vectors cached in the process), and the store query alone. How well
+the list groups the wordings of one question is a quality study:
+``python -m studies.gap_grouping``.
 
 Run: python -m bench.gaps [--log-rows 100000] [--json]
 """
@@ -26,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from bench.machine import describe as machine
-from core.gaps import GAP_OUTCOMES, MAX_QUESTIONS, SIMILARITY, knowledge_gaps, similarity_groups
+from core.gaps import GAP_OUTCOMES, MAX_QUESTIONS, knowledge_gaps
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.embed.pytorch import LocalEmbedder
@@ -35,39 +31,10 @@ from index.models import ALL_SCOPES
 from index.records import QueryRecord
 
 SETS = Path(__file__).resolve().parents[1] / "evaluation" / "sets"
-THRESHOLDS = (0.6, 0.65, 0.7, 0.75, 0.8)
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
-def grouping(embedder: Embedder, name: str) -> list[dict[str, Any]]:
-    """Per threshold: wordings of one question grouped, and questions hidden in another's group."""
-    questions = _read(SETS / name / "questions.jsonl")
-    ood = [o["question"] for o in _read(SETS / name / "ood.jsonl")]
-    owners = [q["id"] for q in questions] * 2 + [f"ood-{i}" for i in range(len(ood))]
-    texts = [q["doc_phrasing"] for q in questions] + [q["ticket_phrasing"] for q in questions] + ood
-    vectors = embedder.encode(texts)
-    n = len(questions)
-    rows = []
-    for threshold in THRESHOLDS:
-        labels = similarity_groups(vectors, threshold)
-        members: dict[int, set[str]] = {}
-        for label, owner in zip(labels, owners, strict=True):
-            members.setdefault(label, set()).add(owner)
-        rows.append(
-            {
-                "set": name,
-                "threshold": threshold,
-                "groups": len(members),
-                "both_wordings_together": sum(labels[i] == labels[i + n] for i in range(n)),
-                "questions": n,
-                "hidden_in_another_group": sum(len(m) - 1 for m in members.values()),
-                "distinct_questions": n + len(ood),
-            }
-        )
-    return rows
 
 
 def _record(question: str, outcome: str) -> QueryRecord:
@@ -131,20 +98,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     embedder = LocalEmbedder("bundled:all-MiniLM-L6-v2")
-    rows = [r for name in ("pip-black", "prometheus") for r in grouping(embedder, name)]
     timing = cost(embedder, args.log_rows)
     if args.json:
-        print(json.dumps({"machine": machine(), "grouping": rows, "cost": timing}, indent=2))
+        print(json.dumps({"machine": machine(), "cost": timing}, indent=2))
         return
     print(f"machine: {machine()}")
-    print(f"grouping (SIMILARITY in force: {SIMILARITY})")
-    print("set         threshold  groups  both wordings together  hidden in another's group")
-    for r in rows:
-        print(
-            f"{r['set']:<11} {r['threshold']:>9}  {r['groups']:>6}  "
-            f"{r['both_wordings_together']:>5} / {r['questions']:<16}  "
-            f"{r['hidden_in_another_group']:>3} / {r['distinct_questions']}"
-        )
     print(
         f"cost over {timing['log_rows']} logged questions ({timing['questions_read']} read): "
         f"store query {timing['store_query_s']} s, first call {timing['first_call_s']} s, "
