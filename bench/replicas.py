@@ -42,12 +42,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from bench.machine import describe as machine
 from bench.slack import DOCUMENTS, MODEL_ANSWER, QUESTIONS, percentile, thread_of
-from bench.soak import free_port
 from bot.slack.blocks.render import FEEDBACK_ACTION_ID
 from index.config import IndexConfig
 from index.knowledge_base import KnowledgeBase
@@ -59,6 +59,7 @@ from tests.servers import (  # noqa: E402
     MockSlackAPI,
     OpenAICompatServer,
     app_mention_event,
+    closed_port_url,
     event_body,
     slack_headers,
 )
@@ -117,7 +118,7 @@ async def replicas(
     try:
         for i in range(n):
             data_dir = root / ("kb-data" if not database_url else f"replica-{i}")
-            port = free_port()
+            port = int(urlsplit(closed_port_url()).port or 0)  # free right now
             log = (root / f"replica-{n}-{i}.log").open("wb")
             procs.append(
                 subprocess.Popen(
