@@ -172,7 +172,8 @@ async def test_a_thread_the_bot_never_answered_in_is_left_alone(bot: Bot) -> Non
     await bot.event(channel_message(IN_DOMAIN, thread_ts=root["ts"]))
     await bot.event(channel_message(IN_DOMAIN, thread_ts=root["ts"], user=COLLEAGUE))
     await bot.idle()
-    assert bot.slack.log == [] or bot.slack.methods() == ["auth.test"]
+    # Bolt's own check of its token on the first event, and nothing else.
+    assert bot.slack.methods() == ["auth.test"]
     assert bot.llm.requests == []
 
 
@@ -240,6 +241,8 @@ def _status_then_text(bot: Bot, thread: str) -> None:
 async def test_the_status_stays_until_the_first_text(bot: Bot, where: str) -> None:
     bot.llm.set_reply(lambda _: " ".join(["Claims are due within thirty days"] * 20) + " [1].")
     bot.services.conversation.stream_update_seconds = 0.0
+    # Written at once however busy the machine is: each answer is posted whole, no stream.
+    bot.services.streaming.first_text_seconds = 3600.0
     if where == "channel follow-up":
         thread = await answered_thread(bot)
         await bot.event(channel_message(FOLLOW_UP, thread_ts=thread))
@@ -260,7 +263,8 @@ async def test_the_status_stays_until_the_first_text(bot: Bot, where: str) -> No
     _status_then_text(bot, thread)
     # The first message in the thread already carries the model's text.
     texts = [p["text"] for m, p in bot.slack.log if m == "chat.postMessage"]
-    assert all(t.startswith("Claims") or t.startswith("Here") for t in texts), texts
+    answers = 1 if where == "DM" else 2  # a thread's second answer follows its first
+    assert [t[:33] for t in texts] == ["Claims are due within thirty days"] * answers, texts
     assert messages.PLACEHOLDER not in json.dumps(bot.slack.calls(), ensure_ascii=False)
 
 
