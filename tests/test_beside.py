@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from bot.cli import main
 from bot.slack import messages
-from bot.slack.blocks.render import SECTION_LIMIT, render_answer
+from bot.slack.blocks.answers import render_answer
+from bot.slack.blocks.mrkdwn import SECTION_LIMIT
 from core.answer import Answer, Engine, Outcome, SourceRef, build_engine
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT, MAX_RELATED, beside_answer

@@ -21,6 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.approvals import Ticket
+from bot.slack.blocks.hand_off import HandOff, render_hand_off
 from bot.slack.blocks.home import (
     HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
@@ -32,7 +33,7 @@ from bot.slack.blocks.home import (
     clip,
     home_view,
 )
-from bot.slack.blocks.render import HandOff, render_hand_off, stream_markdown
+from bot.slack.blocks.mrkdwn import stream_markdown
 from bot.slack.config import SlackConfig
 from bot.slack.people.directory import Directory
 from bot.slack.people.roles import Roles

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
+from bot.slack.blocks.actions import RETRY_ACTION_ID
 from bot.slack.blocks.home import (
     HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
@@ -26,7 +27,6 @@ from bot.slack.blocks.home import (
     home_view,
     parse_page_value,
 )
-from bot.slack.blocks.render import RETRY_ACTION_ID
 from bot.slack.home import GapCache, thread_url, workspace_url
 from core.calibration import CalibrationRecord, RateRow, save_calibration
 from core.gaps import Gap

@@ -35,6 +35,7 @@ import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
+from bot.slack.blocks.elements import Rendered
 from bot.slack.blocks.home import (
     ADMIN_SECTIONS,
     FIRST_PAGES,
@@ -53,7 +54,7 @@ from bot.slack.blocks.home import (
     parse_page_value,
     readable_by,
 )
-from bot.slack.blocks.render import Rendered, escape
+from bot.slack.blocks.mrkdwn import escape
 from bot.slack.escalation import written_for_everyone
 from bot.slack.people import Roles
 from bot.slack.reindex import Reindexer

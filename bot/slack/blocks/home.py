@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bot.slack import messages
-from bot.slack.blocks.render import escape, inert_links, mention, scope_label, split_mrkdwn
+from bot.slack.blocks.mrkdwn import escape, inert_links, mention, scope_label, split_mrkdwn
 from index.models import EVERYONE
 from index.names import display_name
 from index.records import DocumentRow

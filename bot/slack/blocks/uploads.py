@@ -1,0 +1,102 @@
+"""Uploads as Block Kit: a file's status line (with Retry) and the ``/kb-upload`` modal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.slack import messages
+from bot.slack.blocks.actions import (
+    RETRY_ACTION_ID,
+    UPLOAD_CALLBACK_ID,
+    UPLOAD_FILES_BLOCK,
+    UPLOAD_TITLE_BLOCK,
+    UPLOAD_VISIBILITY_BLOCK,
+    VISIBILITY_CHANNEL,
+    VISIBILITY_EVERYONE,
+)
+from bot.slack.blocks.elements import Block, Rendered, actions, button, plain_text, section
+
+# Slack's file_input element takes 1 to 10 files.
+UPLOAD_MAX_FILES = 10
+UPLOAD_FILETYPES = [
+    *("md", "markdown", "txt", "text", "html", "htm", "pdf"),
+    *("docx", "docm", "pptx", "pptm", "xlsx", "xlsm", "csv", "tsv"),
+]
+TITLE_MAX_CHARS = 200
+
+
+def render_upload_status(text: str, *, retry_document_id: int | None = None) -> Rendered:
+    """A file's status line, with a Retry button when the document can be indexed again."""
+    blocks: list[Block] = [section(text)]
+    if retry_document_id is not None:
+        retry = button(RETRY_ACTION_ID, messages.UPLOAD_RETRY, str(retry_document_id))
+        blocks.append(actions([retry]))
+    return Rendered(text, blocks)
+
+
+def upload_modal(private_metadata: str, *, channel_scope_allowed: bool) -> dict[str, Any]:
+    """The ``/kb-upload`` modal: files, who may see them, an optional title.
+
+    Args:
+        private_metadata: carried back on submission (the channel to report to).
+        channel_scope_allowed: offer "only this channel" (not in a DM, which has no audience).
+    """
+    blocks: list[Block] = [
+        section(messages.UPLOAD_MODAL_INTRO),
+        {
+            "type": "input",
+            "block_id": UPLOAD_FILES_BLOCK,
+            "label": plain_text(messages.UPLOAD_FILES_LABEL),
+            "element": {
+                "type": "file_input",
+                "action_id": UPLOAD_FILES_BLOCK,
+                "filetypes": list(UPLOAD_FILETYPES),
+                "max_files": UPLOAD_MAX_FILES,
+            },
+        },
+    ]
+    if channel_scope_allowed:
+        everyone = {
+            "text": plain_text(messages.UPLOAD_VISIBILITY_EVERYONE),
+            "value": VISIBILITY_EVERYONE,
+        }
+        channel = {
+            "text": plain_text(messages.UPLOAD_VISIBILITY_CHANNEL),
+            "value": VISIBILITY_CHANNEL,
+        }
+        blocks.append(
+            {
+                "type": "input",
+                "block_id": UPLOAD_VISIBILITY_BLOCK,
+                "label": plain_text(messages.UPLOAD_VISIBILITY_LABEL),
+                "element": {
+                    "type": "radio_buttons",
+                    "action_id": UPLOAD_VISIBILITY_BLOCK,
+                    "options": [everyone, channel],
+                    "initial_option": everyone,
+                },
+            }
+        )
+    blocks.append(
+        {
+            "type": "input",
+            "block_id": UPLOAD_TITLE_BLOCK,
+            "optional": True,
+            "label": plain_text(messages.UPLOAD_TITLE_LABEL),
+            "hint": plain_text(messages.UPLOAD_TITLE_HINT),
+            "element": {
+                "type": "plain_text_input",
+                "action_id": UPLOAD_TITLE_BLOCK,
+                "max_length": TITLE_MAX_CHARS,
+            },
+        }
+    )
+    return {
+        "type": "modal",
+        "callback_id": UPLOAD_CALLBACK_ID,
+        "title": plain_text(messages.UPLOAD_MODAL_TITLE),
+        "submit": plain_text(messages.UPLOAD_MODAL_SUBMIT),
+        "close": plain_text(messages.UPLOAD_MODAL_CLOSE),
+        "private_metadata": private_metadata,
+        "blocks": blocks,
+    }
