@@ -7,6 +7,8 @@ matches on stay with the block that has them.
 
 from __future__ import annotations
 
+import re
+
 # Under an answer (bot.slack.blocks.answers).
 FEEDBACK_ACTION_ID = "kb_feedback"
 ASK_A_PERSON_ACTION_ID = "kb_ask_a_person"
@@ -26,3 +28,12 @@ UPLOAD_VISIBILITY_BLOCK = "visibility"
 UPLOAD_TITLE_BLOCK = "title"
 VISIBILITY_EVERYONE = "everyone"
 VISIBILITY_CHANNEL = "channel"
+
+# The Home tab (bot.slack.blocks.home): its view, and its buttons.
+HOME_CALLBACK_ID = "kb_home"
+HOME_REFRESH_ACTION_ID = "kb_home_refresh"
+HOME_RETRY_ACTION_ID = "kb_home_retry"
+HOME_REINDEX_ACTION_ID = "kb_home_reindex"
+HOME_PREVIOUS_ACTION_ID = "kb_home_page_previous"
+HOME_NEXT_ACTION_ID = "kb_home_page_next"
+HOME_PAGE_ACTION_RE = re.compile(r"^kb_home_page_(?:previous|next)$")

@@ -95,11 +95,17 @@ def actions(elements: Sequence[Block], block_id: str | None = None) -> Block:
     return block
 
 
-def pack(lines: Sequence[str], header: str = "") -> list[str]:
-    """Group lines, under ``header``, into section texts of at most ``SECTION_LIMIT`` characters."""
+def pack(lines: Sequence[str], header: str = "", *, clip_lines: bool = False) -> list[str]:
+    """Group lines, under ``header``, into section texts of at most ``SECTION_LIMIT`` characters.
+
+    ``clip_lines``: a line longer than a section is cut to one (the Home tab's
+    lists); else it is left whole, its renderer having bounded it.
+    """
     sections: list[str] = []
     current = header
     for line in lines:
+        if clip_lines:
+            line = line[:SECTION_LIMIT]
         candidate = f"{current}\n{line}" if current else line
         if len(candidate) > SECTION_LIMIT and current:
             sections.append(current)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,7 +20,25 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bot.slack import messages
-from bot.slack.blocks.mrkdwn import escape, inert_links, mention, scope_label, split_mrkdwn
+from bot.slack.blocks.actions import (
+    HOME_CALLBACK_ID,
+    HOME_NEXT_ACTION_ID,
+    HOME_PAGE_ACTION_RE,
+    HOME_PREVIOUS_ACTION_ID,
+    HOME_REFRESH_ACTION_ID,
+    HOME_REINDEX_ACTION_ID,
+    HOME_RETRY_ACTION_ID,
+)
+from bot.slack.blocks.elements import Block, actions, button, context, divider, header, pack
+from bot.slack.blocks.elements import section as section_block
+from bot.slack.blocks.mrkdwn import (
+    escape,
+    inert_links,
+    mention,
+    safe_url,
+    scope_label,
+    split_mrkdwn,
+)
 from index.models import EVERYONE
 from index.names import display_name
 from index.records import DocumentRow
@@ -58,14 +75,7 @@ __all__ = [
 ]
 
 MAX_HOME_BLOCKS = 100
-SECTION_LIMIT = 3000
-HOME_CALLBACK_ID = "kb_home"
-HOME_REFRESH_ACTION_ID = "kb_home_refresh"
-HOME_RETRY_ACTION_ID = "kb_home_retry"
-HOME_REINDEX_ACTION_ID = "kb_home_reindex"
-HOME_PREVIOUS_ACTION_ID = "kb_home_page_previous"
-HOME_NEXT_ACTION_ID = "kb_home_page_next"
-HOME_PAGE_ACTION_RE = re.compile(r"^kb_home_page_(?:previous|next)$")
+# The Home tab's plain texts (headers, buttons) say emoji: true; a message's say nothing.
 # Far beyond any real list; bounds what a forged value can ask for.
 MAX_PAGE = 100_000
 NOTICE_BLOCKS = 3
@@ -78,7 +88,6 @@ ANSWER_CHARS = 200
 SECTION_CHARS = 100
 
 T = TypeVar("T")
-Block = dict[str, Any]
 
 
 class Section(StrEnum):
@@ -270,55 +279,9 @@ def _when(at: float | None) -> str:
         return "—"
 
 
-def _plain(text: str) -> dict[str, Any]:
-    return {"type": "plain_text", "text": text, "emoji": True}
-
-
-def _mrkdwn(text: str) -> dict[str, Any]:
-    # verbatim: Slack links nothing by itself; only the server's <url|label> tokens are links.
-    return {"type": "mrkdwn", "text": text, "verbatim": True}
-
-
-def _section_block(text: str, accessory: Block | None = None) -> Block:
-    block: Block = {"type": "section", "text": _mrkdwn(text)}
-    if accessory is not None:
-        block["accessory"] = accessory
-    return block
-
-
-def _context(text: str) -> Block:
-    return {"type": "context", "elements": [_mrkdwn(text)]}
-
-
-def _header(text: str) -> Block:
-    return {"type": "header", "text": _plain(text)}
-
-
-def _divider() -> Block:
-    return {"type": "divider"}
-
-
-def _button(action_id: str, label: str, value: str, style: str | None = None) -> Block:
-    button: Block = {
-        "type": "button",
-        "action_id": action_id,
-        "text": _plain(label),
-        "value": value,
-    }
-    if style:
-        button["style"] = style
-    return button
-
-
 def _packed(lines: Sequence[str]) -> list[Block]:
-    """Lines grouped into sections of at most 3000 characters."""
-    sections: list[str] = []
-    for line in lines:
-        if sections and len(sections[-1]) + 1 + len(line) <= SECTION_LIMIT:
-            sections[-1] += "\n" + line
-        else:
-            sections.append(line[:SECTION_LIMIT])
-    return [_section_block(t) for t in sections]
+    """Lines grouped into sections of at most 3000 characters (a longer line is cut)."""
+    return [section_block(t) for t in pack(lines, clip_lines=True)]
 
 
 def _pager(section: Section, page: int, count: int, total: int) -> list[Block]:
@@ -328,13 +291,17 @@ def _pager(section: Section, page: int, count: int, total: int) -> list[Block]:
     buttons = []
     if page > 0:
         buttons.append(
-            _button(HOME_PREVIOUS_ACTION_ID, messages.HOME_PREVIOUS, f"{section}:{page - 1}")
+            button(
+                HOME_PREVIOUS_ACTION_ID, messages.HOME_PREVIOUS, f"{section}:{page - 1}", emoji=True
+            )
         )
     if page < count - 1:
-        buttons.append(_button(HOME_NEXT_ACTION_ID, messages.HOME_NEXT, f"{section}:{page + 1}"))
+        buttons.append(
+            button(HOME_NEXT_ACTION_ID, messages.HOME_NEXT, f"{section}:{page + 1}", emoji=True)
+        )
     return [
-        _context(messages.home_page(page + 1, count, total)),
-        {"type": "actions", "block_id": f"kb_home_pages_{section}", "elements": buttons},
+        context(messages.home_page(page + 1, count, total)),
+        actions(buttons, block_id=f"kb_home_pages_{section}"),
     ]
 
 
@@ -361,7 +328,7 @@ def home_view(
     if admin is not None:
         blocks += _admin_blocks(admin, pages)
     if len(blocks) > MAX_HOME_BLOCKS:
-        blocks = [*blocks[: MAX_HOME_BLOCKS - 1], _context(messages.HOME_SHORTENED)]
+        blocks = [*blocks[: MAX_HOME_BLOCKS - 1], context(messages.HOME_SHORTENED)]
     return {
         "type": "home",
         "callback_id": HOME_CALLBACK_ID,
@@ -375,7 +342,7 @@ def external_view() -> dict[str, Any]:
     return {
         "type": "home",
         "callback_id": HOME_CALLBACK_ID,
-        "blocks": [_header(messages.HOME_TITLE), _section_block(messages.EXTERNAL_ASKER)],
+        "blocks": [header(messages.HOME_TITLE, emoji=True), section_block(messages.EXTERNAL_ASKER)],
     }
 
 
@@ -383,21 +350,21 @@ def _notice(notice: str | None) -> list[Block]:
     if not notice:
         return []
     pieces = split_mrkdwn(notice)
-    return [_section_block(p) for p in pieces[:NOTICE_BLOCKS]]
+    return [section_block(p) for p in pieces[:NOTICE_BLOCKS]]
 
 
 def _member_blocks(member: MemberHome, pages: Pages) -> list[Block]:
-    refresh = _button(HOME_REFRESH_ACTION_ID, messages.HOME_REFRESH, "refresh")
+    refresh = button(HOME_REFRESH_ACTION_ID, messages.HOME_REFRESH, "refresh", emoji=True)
     head = [
-        _header(messages.HOME_TITLE),
-        _context(messages.home_counts(member.documents, member.chunks, member.channel_documents)),
-        _section_block(messages.HOME_ASK),
-        _section_block(messages.HOME_UPLOAD, accessory=refresh),
-        _divider(),
-        _header(messages.HOME_UPLOADS_HEADER),
+        header(messages.HOME_TITLE, emoji=True),
+        context(messages.home_counts(member.documents, member.chunks, member.channel_documents)),
+        section_block(messages.HOME_ASK),
+        section_block(messages.HOME_UPLOAD, accessory=refresh),
+        divider(),
+        header(messages.HOME_UPLOADS_HEADER, emoji=True),
     ]
     if not member.uploads:
-        return [*head, _context(messages.HOME_NO_UPLOADS)]
+        return [*head, context(messages.HOME_NO_UPLOADS)]
     shown, pager = _paged(Section.UPLOADS, member.uploads, pages)
     return [*head, *_packed([_upload_line(d) for d in shown]), *pager]
 
@@ -412,8 +379,8 @@ def _upload_line(doc: DocumentRow) -> str:
 
 def _admin_blocks(admin: AdminHome, pages: Pages) -> list[Block]:
     return [
-        _divider(),
-        _header(messages.HOME_ADMIN_HEADER),
+        divider(),
+        header(messages.HOME_ADMIN_HEADER, emoji=True),
         *_failed_blocks(admin.failed, pages, admin.readable),
         *_stale_blocks(admin.stale, admin.reindex_running, pages, admin.readable),
         *_gap_blocks(admin.gaps, admin.gaps_failed, admin.gap_links, pages),
@@ -437,9 +404,9 @@ def document_label(doc: DocumentRow, readable: frozenset[str]) -> str:
 def _failed_blocks(
     failed: Sequence[DocumentRow], pages: Pages, readable: frozenset[str]
 ) -> list[Block]:
-    head = [_header(messages.HOME_FAILED_HEADER)]
+    head = [header(messages.HOME_FAILED_HEADER, emoji=True)]
     if not failed:
-        return [*head, _context(messages.HOME_NO_FAILED)]
+        return [*head, context(messages.HOME_NO_FAILED)]
     shown, pager = _paged(Section.FAILED, failed, pages)
     rows = []
     for doc in shown:
@@ -450,18 +417,20 @@ def _failed_blocks(
             _when(doc.updated_at),
             reason if readable_by(doc, readable) else messages.HOME_REASON_WITHHELD,
         )
-        retry = _button(HOME_RETRY_ACTION_ID, messages.HOME_RETRY, str(doc.id), "primary")
-        rows.append(_section_block(text, accessory=retry))
+        retry = button(
+            HOME_RETRY_ACTION_ID, messages.HOME_RETRY, str(doc.id), "primary", emoji=True
+        )
+        rows.append(section_block(text, accessory=retry))
     return [*head, *rows, *pager]
 
 
 def _stale_blocks(
     stale: Sequence[DocumentRow], running: bool, pages: Pages, readable: frozenset[str]
 ) -> list[Block]:
-    head = [_header(messages.HOME_STALE_HEADER)]
-    status = [_context(messages.HOME_REINDEX_RUNNING_NOW)] if running else []
+    head = [header(messages.HOME_STALE_HEADER, emoji=True)]
+    status = [context(messages.HOME_REINDEX_RUNNING_NOW)] if running else []
     if not stale:
-        return [*head, _context(messages.HOME_NO_STALE), *status]
+        return [*head, context(messages.HOME_NO_STALE), *status]
     shown, pager = _paged(Section.STALE, stale, pages)
     lines = [
         messages.home_stale_line(
@@ -474,23 +443,25 @@ def _stale_blocks(
     if running:
         action = status
     else:
-        button = _button(HOME_REINDEX_ACTION_ID, messages.HOME_REINDEX, "reindex", "primary")
-        action = [{"type": "actions", "block_id": "kb_home_reindex", "elements": [button]}]
-    summary = _section_block(messages.home_stale_summary(len(stale)))
+        reindex = button(
+            HOME_REINDEX_ACTION_ID, messages.HOME_REINDEX, "reindex", "primary", emoji=True
+        )
+        action = [actions([reindex], block_id="kb_home_reindex")]
+    summary = section_block(messages.home_stale_summary(len(stale)))
     return [*head, summary, *_packed(lines), *pager, *action]
 
 
 def _gap_blocks(
     gaps: Sequence[Gap] | None, failed: bool, links: Mapping[int, str], pages: Pages
 ) -> list[Block]:
-    head = [_header(messages.HOME_GAPS_HEADER), _context(messages.HOME_GAPS_INTRO)]
+    head = [header(messages.HOME_GAPS_HEADER, emoji=True), context(messages.HOME_GAPS_INTRO)]
     if gaps is None:
         pending = messages.HOME_GAPS_FAILED if failed else messages.HOME_GAPS_PENDING
-        return [*head, _context(pending)]
+        return [*head, context(pending)]
     if not gaps:
-        return [*head, _context(messages.HOME_NO_GAPS)]
+        return [*head, context(messages.HOME_NO_GAPS)]
     shown, pager = _paged(Section.GAPS, gaps, pages)
-    return [*head, *[_section_block(_gap_text(g, links)) for g in shown], *pager]
+    return [*head, *[section_block(_gap_text(g, links)) for g in shown], *pager]
 
 
 def _gap_text(gap: Gap, links: Mapping[int, str]) -> str:
@@ -524,18 +495,14 @@ def _closest(gap: Gap, links: Mapping[int, str]) -> str:
     section = row.section.split(" > ")[-1].strip() if row.section else ""
     if section:
         label += " › " + clip(section, SECTION_CHARS)
-    link = f"<{_safe_url(url)}|{label.replace('|', '¦')}>"
+    link = f"<{safe_url(url)}|{label.replace('|', '¦')}>"
     return messages.home_gap_closest(link, distance)
 
 
-def _safe_url(url: str) -> str:
-    return escape(url).replace("|", "%7C")
-
-
 def _disliked_blocks(disliked: Sequence[Disliked], total: int, pages: Pages) -> list[Block]:
-    head = [_header(messages.HOME_DISLIKED_HEADER)]
+    head = [header(messages.HOME_DISLIKED_HEADER, emoji=True)]
     if not disliked:
-        return [*head, _context(messages.HOME_NO_DISLIKED)]
+        return [*head, context(messages.HOME_NO_DISLIKED)]
     page = page_number(Section.DISLIKED, total, pages)
     pager = _pager(Section.DISLIKED, page, page_count(Section.DISLIKED, total), total)
     return [*head, *_packed([_disliked_line(d) for d in disliked]), *pager]
@@ -543,7 +510,7 @@ def _disliked_blocks(disliked: Sequence[Disliked], total: int, pages: Pages) -> 
 
 def _disliked_line(d: Disliked) -> str:
     if d.thread_url:
-        where = f"<{_safe_url(d.thread_url)}|{messages.HOME_THREAD}>"
+        where = f"<{safe_url(d.thread_url)}|{messages.HOME_THREAD}>"
     else:
         where = messages.HOME_IN_A_DM if d.direct else "—"
     line = messages.home_disliked_line(
@@ -572,7 +539,7 @@ def _calibration_blocks(calibration: Calibration) -> list[Block]:
         )
         row = record.rates_at(threshold)
         lines.append(_rates(threshold, row) if row else messages.home_no_rates(threshold))
-    return [_header(messages.HOME_CALIBRATION_HEADER), _section_block("\n".join(lines))]
+    return [header(messages.HOME_CALIBRATION_HEADER, emoji=True), section_block("\n".join(lines))]
 
 
 def _threshold(value: float | None) -> str:
