@@ -1,9 +1,18 @@
-"""Soak: minutes of mixed traffic against the real bot, with faults injected.
+"""Soak: minutes of mixed traffic against the real bot, with faults injected (opt-in).
+
+Deselected by default (the ``soak`` marker: ``pyproject.toml`` adds
+``-m "not soak"``); run it with::
+
+    python -m pytest -m soak tests/soak -s
 
 The real server (``python -m bot.cli serve``) runs as a child process on a
-loopback port, pointed at a mock Slack Web API and a local OpenAI-compatible
-model server that live in this process (``tests/servers.py``). For
-``--minutes`` this sends, at a modest rate for a 2-core machine:
+loopback port, pointed at the suite's mock Slack Web API and local
+OpenAI-compatible model server (``tests/servers.py``), which live in the test's
+process. Its environment is the test's own, already cleared of the developer's
+``KB_``/``SLACK_``/``OPENAI_`` settings by ``tests/conftest.py``, with the suite's
+canary secrets; the sample handbook is indexed first with the session's
+``embedder``. For ``SOAK_MINUTES`` (3 by default) this sends, at a modest rate
+for a 2-core machine:
 
 * questions: signed ``app_mention`` and DM ``message`` events over HTTP, about
   the sample handbook, about nothing in it, and about documents uploaded
@@ -16,61 +25,62 @@ model server that live in this process (``tests/servers.py``). For
 and injects faults: the model failing in turns (HTTP 500, a slow first
 token, an HTML body, a malformed stream, a reply trickling past the deadline,
 dropped connections), Slack answering single calls with 429 or 500, and a
-``kill -9`` of the server every ``--kill-every`` seconds (restarted at once).
-Event deliveries that get no 200 within 3 s are redelivered like Slack does
-(with ``X-Slack-Retry-Num``), on a compressed schedule.
+``kill -9`` of the server every ``SOAK_KILL_EVERY`` seconds (60 by default;
+restarted at once). Event deliveries that get no 200 within 3 s are
+redelivered like Slack does (with ``X-Slack-Retry-Num``), on a compressed
+schedule.
 
-Reported (printed, or as JSON with ``--json``): questions asked and how they
-ended (answered / evidence / refused / error / no reply), errors by kind,
+Printed at the end (shown with ``-s``; also the ``soak`` property of the
+JUnit XML report's test suite, and ``soak.json`` in the work dir): questions asked and how
+they ended (answered / evidence / refused / error / no reply), errors by kind,
 acknowledgement latency p50/p99 (time for the HTTP POST to return), uploads
 attempted / indexed / failed with reasons, restarts, readiness, and
-**documents lost**: every document the run was told is indexed (an
+**documents lost**: every document the run was told is indexed (the seed, an
 "indexed" status message in Slack, or a successful ``kb ingest``) and did not
 remove must, at the end, be ``indexed`` in the data dir with its chunks in a
-fresh process's search snapshot. Lost documents make the exit status 1.
+fresh search snapshot. The test fails when a document was lost, when a lane of
+the soak itself crashed, or when no question was acknowledged at all.
 
-Every loop is bounded in time and count; every address is 127.0.0.1. With
-``--keep DIR`` the work dir stays: the data dir, each server incarnation's log
-(``serve-N.log``), and every question and upload with its outcome
-(``questions.jsonl``, ``uploads.jsonl``).
-
-Run: python -m bench.soak [--minutes 30] [--kill-every 240] [--seed 1] [--json] [--keep DIR]
+Every loop is bounded in time and count; every address is 127.0.0.1. The work
+dir is the test's ``tmp_path`` (so the suite's canary check reads every log
+the servers wrote), or ``SOAK_KEEP=DIR`` to keep it: the data dir, each server
+incarnation's log (``serve-N.log``), every question and upload with its outcome
+(``questions.jsonl``, ``uploads.jsonl``) and the report (``soak.json``).
+``SOAK_SEED`` (1) seeds the traffic.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import inspect
 import json
 import math
 import os
 import random
 import re
 import signal
-import socket
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+import numpy as np
+import pytest
 
 from bench.machine import describe as machine
 from bot.slack import messages
-
-# The mock Slack and model servers live with the tests, which are not an installed package.
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tests.servers import (  # noqa: E402
-    DEFAULT_BOT_TOKEN,
+from index.config import IndexConfig
+from index.embed import Embedder
+from index.knowledge_base import KnowledgeBase
+from tests.conftest_bot import LINK_SECRET
+from tests.servers import (
     DEFAULT_OPENAI_API_KEY,
     DEFAULT_SIGNING_SECRET,
     DM_CHANNEL_ID,
@@ -78,17 +88,19 @@ from tests.servers import (  # noqa: E402
     MockSlackAPI,
     OpenAICompatServer,
     app_mention_event,
+    closed_port_url,
     event_body,
     file_share_event,
     message_im_event,
     slack_headers,
 )
 
-SAMPLE_DIR = ROOT / "bot" / "sample"
+pytestmark = pytest.mark.soak
+
+SAMPLE_DIR = Path(__file__).resolve().parents[2] / "bot" / "sample"
 ACK_LIMIT_S = 3.0  # Slack redelivers an event not acknowledged within 3 s
 # Slack redelivers at once, after 1 minute and after 5 minutes; compressed here.
 REDELIVERY_DELAYS_S = (1.0, 10.0, 60.0)
-LINK_SECRET = "canary-soak-link-secret-4f1b"
 MODEL_REPLY = "Here is what the documents say [1]."
 SEED_QUESTIONS = (
     "Can I deploy to production on a Friday?",
@@ -119,8 +131,8 @@ PLACES = ("north", "harbour", "atrium", "mezzanine", "garden", "tower")
 class SoakConfig:
     """How long, how often, and where."""
 
-    minutes: float = 30.0
-    kill_every_s: float = 240.0
+    minutes: float = 3.0
+    kill_every_s: float = 60.0
     question_every_s: tuple[float, float] = (1.0, 2.0)
     upload_every_s: float = 20.0
     remove_every_s: float = 45.0
@@ -140,6 +152,16 @@ class SoakConfig:
     def most(self, every_s: float) -> int:
         """A generous cap on how many times something happening every ``every_s`` may run."""
         return int(self.seconds / max(every_s, 0.1) * 2) + 10
+
+    @classmethod
+    def from_environ(cls) -> SoakConfig:
+        """``SOAK_MINUTES``, ``SOAK_KILL_EVERY`` and ``SOAK_SEED``, else the defaults."""
+        default = cls()
+        return cls(
+            minutes=float(os.environ.get("SOAK_MINUTES", default.minutes)),
+            kill_every_s=float(os.environ.get("SOAK_KILL_EVERY", default.kill_every_s)),
+            seed=int(os.environ.get("SOAK_SEED", default.seed)),
+        )
 
 
 # ---------------------------------------------------------------- what happened
@@ -226,25 +248,14 @@ class Tally:
 # ---------------------------------------------------------------- the server process
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def product_env(
     data_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer, port: int
 ) -> dict[str, str]:
-    """The environment of every product process: this machine's, minus any real credentials."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("KB_", "SLACK_", "OPENAI_")) and k not in {"PYTHONPATH"}
-    }
+    """The environment of every product process: the test's (``tests/conftest.py`` cleared
+    it of real settings and kept the session's encoder cache), with the suite's canaries."""
+    env = dict(os.environ)
     env.update(
         {
-            "PYTHONPATH": str(ROOT),
             "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
             "KB_DATA_DIR": str(data_dir),
@@ -253,7 +264,7 @@ def product_env(
             "KB_LINK_SECRET": LINK_SECRET,
             "KB_LOG_FORMAT": "json",
             "KB_LOG_LEVEL": "INFO",
-            "SLACK_BOT_TOKEN": DEFAULT_BOT_TOKEN,
+            "SLACK_BOT_TOKEN": slack.bot_token,
             "SLACK_SIGNING_SECRET": DEFAULT_SIGNING_SECRET,
             "SLACK_API_URL": slack.api_url,
             "OPENAI_BASE_URL": llm.url,
@@ -606,7 +617,7 @@ class Soak:
             ext, data, mimetype = self.rng.choice(BAD_FILES)
             name = f"soak-{n:04d}-bad.{ext}"
         obj = self.slack.add_file(file_id, name, data, mimetype)
-        slow = good and self.rng.random() < 0.15 and hasattr(self.slack, "trickle")
+        slow = good and self.rng.random() < 0.15
         if slow:
             self.slack.trickle(file_id, 0.5, piece=max(64, len(data) // 16))
             self.tally.faults["slack: slow download"] += 1
@@ -730,12 +741,9 @@ class Soak:
             if self.rng.random() < 0.5:
                 self.slack.rate_limit(method, retry_after=1, times=1)
                 self.tally.faults[f"slack: {method} 429"] += 1
-            elif "status" in inspect.signature(self.slack.fail).parameters:
+            else:
                 self.slack.fail(method, "internal_error", times=1, status=500)
                 self.tally.faults[f"slack: {method} 500"] += 1
-            else:
-                self.slack.fail(method, "internal_error", times=1)
-                self.tally.faults[f"slack: {method} ok=false"] += 1
 
     async def killer(self) -> None:
         """``kill -9`` the server every few minutes and start it again at once."""
@@ -891,14 +899,15 @@ def read_states(data_dir: Path) -> dict[str, str]:
         }
 
 
-def searchable_in_fresh_process(data_dir: Path, names: list[str]) -> dict[str, str]:
-    """Why each of ``names`` is not searchable in a fresh snapshot of the data dir ('' when it is)."""
-    import numpy as np
+def searchable_in_fresh_snapshot(
+    data_dir: Path, names: list[str], embedder: Embedder
+) -> dict[str, str]:
+    """Why each of ``names`` is not searchable in a fresh snapshot of the data dir ('' when it is).
 
-    from index.config import IndexConfig
-    from index.knowledge_base import KnowledgeBase
-
-    kb = KnowledgeBase(IndexConfig(data_dir=data_dir))
+    The knowledge base is opened anew, after every server stopped: its snapshot is
+    loaded from the data dir as a new process would load it.
+    """
+    kb = KnowledgeBase(IndexConfig(data_dir=data_dir), embedder=embedder)
     ids = set(np.asarray(kb.snapshot.chunk_ids).tolist())
     rows = {d.name: d for d in kb.documents() if d.state == "indexed"}
     verdict: dict[str, str] = {}
@@ -916,10 +925,11 @@ def searchable_in_fresh_process(data_dir: Path, names: list[str]) -> dict[str, s
             if missing
             else ""
         )
+    kb.store.close()
     return verdict
 
 
-async def verify(soak: Soak) -> dict[str, Any]:
+async def verify(soak: Soak, embedder: Embedder) -> dict[str, Any]:
     """The documents the run was told are indexed, checked against the data dir."""
     data_dir = Path(soak.server.env["KB_DATA_DIR"])
     states = await asyncio.to_thread(read_states, data_dir)
@@ -928,7 +938,7 @@ async def verify(soak: Soak) -> dict[str, Any]:
     rc_docs, docs_out, _ = await soak.cli("docs", "docs", "--json")
     docs = {str(d["name"]): d for d in _json_or(docs_out, [])}
     expected = sorted(soak.tally.live_documents())
-    fresh = await asyncio.to_thread(searchable_in_fresh_process, data_dir, expected)
+    fresh = await asyncio.to_thread(searchable_in_fresh_snapshot, data_dir, expected, embedder)
     lost = {
         n: fresh[n] or f"state {docs.get(n, {}).get('state', 'absent')}"
         for n in expected
@@ -1119,16 +1129,21 @@ def _pairs(counts: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- running it
 
 
-async def seed(soak: Soak) -> None:
-    """Load the sample handbook with ``kb ingest`` before the server starts."""
-    rc, out, err = await soak.cli("ingest", "ingest", str(SAMPLE_DIR), "--json")
-    if rc != 0:
-        raise RuntimeError(f"kb ingest of the sample handbook failed: {_last_line(err)}")
-    for row in _json_or(out, {}).get("indexed", []):
-        soak.tally.told[str(row["name"])] = Told("seed", 0.0)
+def seed(soak: Soak, embedder: Embedder) -> None:
+    """Index the sample handbook in the data dir before the server starts."""
+    kb = KnowledgeBase(
+        IndexConfig(data_dir=Path(soak.server.env["KB_DATA_DIR"])), embedder=embedder
+    )
+    try:
+        summary = kb.ingest_paths([SAMPLE_DIR])
+    finally:
+        kb.store.close()
+    assert summary.indexed and not summary.failed, f"the sample handbook did not index: {summary}"
+    for row in summary.indexed:
+        soak.tally.told[row.name] = Told("seed", 0.0)
 
 
-async def run(config: SoakConfig, workdir: Path) -> dict[str, Any]:
+async def run(config: SoakConfig, workdir: Path, embedder: Embedder) -> dict[str, Any]:
     """Start everything, send traffic for ``config.minutes``, settle, verify, report."""
     tally = Tally()
     async with (
@@ -1136,14 +1151,14 @@ async def run(config: SoakConfig, workdir: Path) -> dict[str, Any]:
         OpenAICompatServer(reply=MODEL_REPLY, api_key=DEFAULT_OPENAI_API_KEY) as llm,
         aiohttp.ClientSession() as session,
     ):
-        port = free_port()
+        port = int(urlsplit(closed_port_url()).port or 0)  # free right now
         env = product_env(workdir / "kb-data", slack, llm, port)
         server = Server(workdir, env, port, tally)
         soak = Soak(
             config, workdir, slack, llm, server, session, tally, random.Random(config.seed), 0.0
         )
         try:
-            await seed(soak)
+            await asyncio.to_thread(seed, soak, embedder)
             await server.start(session)
             tally.started = time.monotonic()
             soak.end = tally.started + config.seconds
@@ -1155,13 +1170,13 @@ async def run(config: SoakConfig, workdir: Path) -> dict[str, Any]:
             soak.tally.readiness["final " + ("ready" if await _ready(soak) else "not ready")] += 1
         finally:
             await server.stop()
-        documents = await verify(soak)
+        documents = await verify(soak, embedder)
         dump_records(soak)
         return report(soak, documents, time.monotonic() - tally.started)
 
 
 def dump_records(soak: Soak) -> None:
-    """Every question and upload as JSON lines in the work dir (kept with ``--keep``)."""
+    """Every question and upload as JSON lines in the work dir (kept with ``SOAK_KEEP``)."""
     for name, rows in (("questions", soak.tally.questions), ("uploads", soak.tally.uploads)):
         lines = (json.dumps(asdict(row)) for row in rows)
         (soak.workdir / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
@@ -1183,34 +1198,32 @@ async def _ready(soak: Soak) -> bool:
     return False
 
 
-def main() -> None:
-    """Parse arguments, run, print; exit 1 if a document was lost."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=30.0, help="Traffic phase (default 30).")
-    parser.add_argument(
-        "--kill-every", type=float, default=240.0, help="Seconds between kill -9s (default 240)."
-    )
-    parser.add_argument("--seed", type=int, default=1, help="Random seed (default 1).")
-    parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
-    parser.add_argument(
-        "--keep", type=Path, help="Work in DIR and keep it (data dir, server logs)."
-    )
-    args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the final check loads the bundled model
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    config = SoakConfig(minutes=args.minutes, kill_every_s=args.kill_every, seed=args.seed)
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        result = asyncio.run(run(config, args.keep.resolve()))
-    else:
-        with tempfile.TemporaryDirectory(prefix="kb-soak-") as tmp:
-            result = asyncio.run(run(config, Path(tmp)))
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print_report(result)
-    sys.exit(1 if result["documents_lost"] else 0)
+def _lanes_crashed(result: dict[str, Any]) -> dict[str, str]:
+    return {
+        kind: result["error_samples"].get(kind, "")
+        for kind in result["errors"]
+        if kind.startswith("soak_lane_crashed")
+    }
 
 
-if __name__ == "__main__":
-    main()
+async def test_soak(
+    tmp_path: Path,
+    embedder: Embedder,
+    record_testsuite_property: Callable[[str, object], None],
+) -> None:
+    """Minutes of traffic and faults: no document the run was told is indexed may be lost."""
+    config = SoakConfig.from_environ()
+    keep = os.environ.get("SOAK_KEEP")
+    workdir = Path(keep).resolve() if keep else tmp_path
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = await run(config, workdir, embedder)
+    (workdir / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
+    record_testsuite_property("soak", json.dumps(result))
+    print()
+    print_report(result)
+
+    assert result["questions"]["delivered"] > 0, "no question was acknowledged"
+    assert not _lanes_crashed(result), f"a lane of the soak crashed: {_lanes_crashed(result)}"
+    assert result["documents_lost"] == 0, (
+        f"{result['documents_lost']} documents lost: {result['documents']['lost_documents']}"
+    )
