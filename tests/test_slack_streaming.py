@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,10 +21,7 @@ from bot.slack import messages
 from bot.slack.blocks.actions import FEEDBACK_ACTION_ID
 from bot.slack.blocks.mrkdwn import stream_markdown
 from bot.slack.reply import (
-    APPEND_BURST,
     STOP_TIMEOUT_SECONDS,
-    STREAM_BURST,
-    STREAMS_PER_MINUTE,
     TRANSIENT_SECONDS,
     UNSUPPORTED_SECONDS,
     Streaming,
@@ -474,20 +472,40 @@ async def test_a_stop_held_up_by_a_rate_limit_does_not_hold_the_answer(bot: Bot)
     assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
 
 
+# Slack's numbers, written out: compared with the module's own constants, raising one past
+# Slack's limit would still pass. Each stream ends with one chat.stopStream, which is Tier 2
+# (https://api.slack.com/methods/chat.stopStream); chat.appendStream is Tier 4 (its page,
+# https://docs.slack.dev/reference/methods/chat.appendStream, as bot/slack/reply.py reads it).
+# Tier 2 is "20+ per minute", Tier 4 "100+ per minute" (https://docs.slack.dev/apis/web-api/rate-limits).
+
+
+def _steady(take: Callable[[], bool], now: list[float], seconds: float = 60.0) -> int:
+    """How many of the calls asked for every tenth of a second for ``seconds`` are granted."""
+    start, granted = now[0], 0
+    for tenth in range(1, int(seconds * 10) + 1):
+        now[0] = start + tenth / 10
+        granted += take()
+    return granted
+
+
 def test_streams_share_a_budget_below_the_stop_limit() -> None:
     now = [0.0]
     streaming = Streaming(clock=lambda: now[0])
-    assert sum(streaming.take_start() for _ in range(STREAM_BURST + 5)) == STREAM_BURST
+    assert sum(streaming.take_start() for _ in range(25)) == 20  # a burst: one minute of Tier 2
     now[0] = 30.0
-    assert sum(streaming.take_start() for _ in range(50)) == STREAMS_PER_MINUTE // 2
+    assert sum(streaming.take_start() for _ in range(50)) == 10  # half a minute: 20 a minute
+    # Asked for without pause, a minute grants no more stops than Tier 2's 20.
+    assert _steady(streaming.take_start, now) <= 20
 
 
 def test_appends_share_a_budget_below_slacks_limit() -> None:
     now = [0.0]
     streaming = Streaming(clock=lambda: now[0])
-    assert sum(streaming.take_append() for _ in range(APPEND_BURST + 10)) == APPEND_BURST
+    assert sum(streaming.take_append() for _ in range(30)) == 20  # a burst, a fifth of Tier 4
     now[0] = 60.0
     granted = sum(streaming.take_append() for _ in range(200))
-    assert granted == APPEND_BURST  # refilled to the burst, never beyond
+    assert granted == 20  # refilled to the burst, never beyond
     now[0] = 120.0
-    assert sum(streaming.take_append() for _ in range(200)) <= 100
+    assert sum(streaming.take_append() for _ in range(200)) <= 100  # Tier 4: 100 a minute
+    # Asked for without pause, a minute grants fewer appends than Tier 4's 100.
+    assert _steady(streaming.take_append, now) < 100
