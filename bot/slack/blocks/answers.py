@@ -14,10 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from slack_sdk.models.blocks import (
+    Block,
+    ContextActionsBlock,
+    FeedbackButtonObject,
+    FeedbackButtonsElement,
+)
+
 from bot.slack import messages
 from bot.slack.blocks.actions import ASK_A_PERSON_ACTION_ID, FEEDBACK_ACTION_ID
 from bot.slack.blocks.elements import (
-    Block,
     Rendered,
     actions,
     button,
@@ -59,7 +65,7 @@ def render_answer(
     fewer documents were searched). ``ask_a_person`` adds the button that hands
     the question to people (``KB_ESCALATION_CHANNEL``) to a logged answer.
     """
-    head = [context(note)] if note else []
+    head: list[Block] = [context(note)] if note else []
     tail = [*_beside(answer), *_tail(answer, ask_a_person)]
     if answer.outcome == Outcome.REFUSED:
         return _render_refusal(head, tail)
@@ -103,7 +109,7 @@ def _render_answered(answer: Answer, head: list[Block], tail: list[Block]) -> Re
     text = fit(
         from_markdown(inert_links(answer.answer, cited_text(answer.sources))), FALLBACK_LIMIT
     )
-    return Rendered(text or messages.EMPTY_ANSWER, blocks)
+    return Rendered.build(text or messages.EMPTY_ANSWER, blocks)
 
 
 def _render_uncited(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
@@ -128,11 +134,11 @@ def _render_uncited(answer: Answer, head: list[Block], tail: list[Block]) -> Ren
     plain = from_markdown(inert_links(answer.answer))
     if passages:
         plain += f"\n{messages.UNCITED_FALLBACK}\n" + _passages_text(passages)
-    return Rendered(fit(f"{messages.UNSUPPORTED_WARNING}\n{plain}", FALLBACK_LIMIT), blocks)
+    return Rendered.build(fit(f"{messages.UNSUPPORTED_WARNING}\n{plain}", FALLBACK_LIMIT), blocks)
 
 
 def _render_refusal(head: list[Block], tail: list[Block]) -> Rendered:
-    return Rendered(messages.REFUSAL, [*head, section(messages.REFUSAL), *tail])
+    return Rendered.build(messages.REFUSAL, [*head, section(messages.REFUSAL), *tail])
 
 
 def _render_evidence(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
@@ -156,7 +162,7 @@ def _render_passages(
     head = [*head, section(header), context(reason)]
     lines = [_source_line(s, EVIDENCE_QUOTE_CHARS) for s in passages]
     blocks = _assemble(head, pack(lines, ""), tail)
-    return Rendered(fit(f"{fallback}\n{_passages_text(passages)}", FALLBACK_LIMIT), blocks)
+    return Rendered.build(fit(f"{fallback}\n{_passages_text(passages)}", FALLBACK_LIMIT), blocks)
 
 
 def _passages_text(passages: Sequence[SourceRef]) -> str:
@@ -172,7 +178,7 @@ def _passages_text(passages: Sequence[SourceRef]) -> str:
 def _assemble(head: list[Block], body: list[str], tail: list[Block]) -> list[Block]:
     """``head`` + sections of ``body`` + ``tail``, cutting ``body`` to stay within 50 blocks."""
     room = MAX_BLOCKS - len(head) - len(tail)
-    sections = [section(t) for t in body]
+    sections: list[Block] = [section(t) for t in body]
     if len(sections) > room:
         sections = [*sections[: room - 1], context(messages.TRUNCATED)]
     return [*head, *sections, *tail]
@@ -206,24 +212,15 @@ def _source_line(s: SourceRef, quote_chars: int) -> str:
 
 
 def _feedback(query_id: int) -> Block:
-    def feedback_button(text: str, value: str) -> Block:
-        return {"text": plain_text(text), "value": value}
+    def feedback_button(text: str, value: str) -> FeedbackButtonObject:
+        return FeedbackButtonObject(text=plain_text(text), value=value)
 
-    return {
-        "type": "context_actions",
-        "elements": [
-            {
-                "type": "feedback_buttons",
-                "action_id": FEEDBACK_ACTION_ID,
-                "positive_button": feedback_button(
-                    messages.FEEDBACK_POSITIVE, f"positive:{query_id}"
-                ),
-                "negative_button": feedback_button(
-                    messages.FEEDBACK_NEGATIVE, f"negative:{query_id}"
-                ),
-            }
-        ],
-    }
+    buttons = FeedbackButtonsElement(
+        action_id=FEEDBACK_ACTION_ID,
+        positive_button=feedback_button(messages.FEEDBACK_POSITIVE, f"positive:{query_id}"),
+        negative_button=feedback_button(messages.FEEDBACK_NEGATIVE, f"negative:{query_id}"),
+    )
+    return ContextActionsBlock(elements=[buttons])
 
 
 def _ask_a_person(query_id: int) -> Block:
@@ -256,7 +253,7 @@ def render_partial(text: str) -> Rendered:
     body = (fit(from_markdown(text), SECTION_LIMIT - 1) if text.strip() else "") or escape(
         messages.PLACEHOLDER
     )
-    return Rendered(
+    return Rendered.build(
         fit(text, FALLBACK_LIMIT) or messages.PLACEHOLDER,
         [section(body), context(messages.WRITING)],
     )
@@ -264,4 +261,4 @@ def render_partial(text: str) -> Rendered:
 
 def render_notice(text: str) -> Rendered:
     """A one-section message of server-written mrkdwn (placeholder, help, errors)."""
-    return Rendered(text, [section(text)])
+    return Rendered.build(text, [section(text)])

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from slack_sdk.models.blocks import Block, ConfirmObject
+
 from bot.slack import messages
 from bot.slack.blocks.actions import APPROVE_ACTION_ID, REJECT_ACTION_ID
 from bot.slack.blocks.elements import (
-    Block,
     Rendered,
     actions,
     button,
@@ -57,14 +58,14 @@ def _document_label(doc_id: int | None, name: str, scope: str) -> str:
 
 
 def _approval_buttons(doc: DocumentRow, value: str) -> Block:
-    reject = button(REJECT_ACTION_ID, messages.REJECT, value, "danger")
-    reject["confirm"] = {
-        "title": plain_text(messages.REJECT_CONFIRM_TITLE),
-        "text": plain_text(messages.reject_confirm_text(display_name(doc.name))),
-        "confirm": plain_text(messages.REJECT_CONFIRM_YES),
-        "deny": plain_text(messages.REJECT_CONFIRM_NO),
-        "style": "danger",
-    }
+    confirm = ConfirmObject(
+        title=plain_text(messages.REJECT_CONFIRM_TITLE),
+        text=plain_text(messages.reject_confirm_text(display_name(doc.name))),
+        confirm=plain_text(messages.REJECT_CONFIRM_YES),
+        deny=plain_text(messages.REJECT_CONFIRM_NO),
+        style="danger",
+    )
+    reject = button(REJECT_ACTION_ID, messages.REJECT, value, "danger", confirm=confirm)
     approve = button(APPROVE_ACTION_ID, messages.APPROVE, value, "primary")
     return actions([approve, reject], block_id=APPROVAL_BLOCK_ID)
 
@@ -91,7 +92,7 @@ def render_approval_request(
     head = messages.approval_request(
         mention(doc.uploader), name, scope_label(doc.scope), doc.chunk_count
     )
-    blocks = [section(head)]
+    blocks: list[Block] = [section(head)]
     if doc.title and doc.title != doc.name:
         # Answers cite a document by its title: the admin approves that too.
         blocks.append(context(messages.approval_title(label(doc.title))))
@@ -107,4 +108,4 @@ def render_approval_request(
     blocks.append(_approval_buttons(doc, value))
     if recent:
         blocks += [section(t) for t in pack(audit_lines(recent), messages.APPROVAL_RECENT_HEADER)]
-    return Rendered(head, blocks)
+    return Rendered.build(head, blocks)

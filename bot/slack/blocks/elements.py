@@ -1,7 +1,11 @@
 """Small Block Kit builders every renderer uses, and the message they make up (:class:`Rendered`).
 
-Texts given to them are mrkdwn the caller already escaped and fitted
-(:mod:`bot.slack.blocks.mrkdwn`): these only put them in blocks.
+Blocks are built with ``slack_sdk.models`` and turned into JSON at the edge
+(:meth:`Rendered.build`, a view's ``to_dict()``), where the SDK checks the
+lengths it knows (a section's 3000 characters, a header's 150, a button's 75,
+10 context elements, 100 blocks of a view...). Texts given to these builders
+are mrkdwn the caller already escaped and fitted (:mod:`bot.slack.blocks.mrkdwn`),
+so that check never fails at run time: it is a guard, not the fitting.
 """
 
 from __future__ import annotations
@@ -10,9 +14,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    BlockElement,
+    ButtonElement,
+    ConfirmObject,
+    ContextBlock,
+    DividerBlock,
+    HeaderBlock,
+    InteractiveElement,
+    MarkdownTextObject,
+    PlainTextObject,
+    SectionBlock,
+)
+
 from bot.slack.blocks.mrkdwn import SECTION_LIMIT
 
-Block = dict[str, Any]
+# A block as Slack takes it and sends it back: JSON.
+BlockDict = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -20,7 +40,12 @@ class Rendered:
     """A message ready for ``chat.postMessage`` / ``chat.update``."""
 
     text: str
-    blocks: list[Block] = field(default_factory=list)
+    blocks: list[BlockDict] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, text: str, blocks: Sequence[Block]) -> Rendered:
+        """The message of fallback ``text`` and ``blocks``, the blocks turned into JSON (and checked)."""
+        return cls(text, [b.to_dict() for b in blocks])
 
     def as_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the Web API call (links never unfurl)."""
@@ -32,67 +57,61 @@ class Rendered:
         }
 
 
-def mrkdwn_text(text: str) -> dict[str, Any]:
+def mrkdwn_text(text: str) -> MarkdownTextObject:
     """A ``mrkdwn`` text object Slack shows as written: it links and mentions nothing by itself."""
     # verbatim: Slack turns nothing into a link or a mention by itself; only the
     # server's explicit <url|label> and <@user> tokens (escaping guarantees no
     # others) are links or mentions.
-    return {"type": "mrkdwn", "text": text, "verbatim": True}
+    return MarkdownTextObject(text=text, verbatim=True)
 
 
-def plain_text(text: str, *, emoji: bool | None = None) -> dict[str, Any]:
+def plain_text(text: str, *, emoji: bool | None = None) -> PlainTextObject:
     """A ``plain_text`` text object (``emoji`` set only when given)."""
-    out: dict[str, Any] = {"type": "plain_text", "text": text}
-    if emoji is not None:
-        out["emoji"] = emoji
-    return out
+    return PlainTextObject(text=text, emoji=emoji)
 
 
-def section(text: str, accessory: Block | None = None) -> Block:
+def section(text: str, accessory: BlockElement | None = None) -> SectionBlock:
     """A section of mrkdwn, with an element beside it when given."""
-    block: Block = {"type": "section", "text": mrkdwn_text(text)}
-    if accessory is not None:
-        block["accessory"] = accessory
-    return block
+    return SectionBlock(text=mrkdwn_text(text), accessory=accessory)
 
 
-def context(text: str) -> Block:
+def context(text: str) -> ContextBlock:
     """A context block of one mrkdwn text: a note in small grey type."""
-    return {"type": "context", "elements": [mrkdwn_text(text)]}
+    return ContextBlock(elements=[mrkdwn_text(text)])
 
 
-def header(text: str, *, emoji: bool | None = None) -> Block:
+def header(text: str, *, emoji: bool | None = None) -> HeaderBlock:
     """A header block (plain text, larger and bold)."""
-    return {"type": "header", "text": plain_text(text, emoji=emoji)}
+    return HeaderBlock(text=plain_text(text, emoji=emoji))
 
 
-def divider() -> Block:
+def divider() -> DividerBlock:
     """A divider block."""
-    return {"type": "divider"}
+    return DividerBlock()
 
 
 def button(
-    action_id: str, label: str, value: str, style: str | None = None, *, emoji: bool | None = None
-) -> Block:
+    action_id: str,
+    label: str,
+    value: str,
+    style: str | None = None,
+    *,
+    emoji: bool | None = None,
+    confirm: ConfirmObject | None = None,
+) -> ButtonElement:
     """A button element carrying ``value`` back under ``action_id``."""
-    out: Block = {
-        "type": "button",
-        "action_id": action_id,
-        "text": plain_text(label, emoji=emoji),
-        "value": value,
-    }
-    if style:
-        out["style"] = style
-    return out
+    return ButtonElement(
+        action_id=action_id,
+        text=plain_text(label, emoji=emoji),
+        value=value,
+        style=style,
+        confirm=confirm,
+    )
 
 
-def actions(elements: Sequence[Block], block_id: str | None = None) -> Block:
+def actions(elements: Sequence[InteractiveElement], block_id: str | None = None) -> ActionsBlock:
     """An actions block holding ``elements`` (buttons)."""
-    block: Block = {"type": "actions"}
-    if block_id is not None:
-        block["block_id"] = block_id
-    block["elements"] = list(elements)
-    return block
+    return ActionsBlock(elements=elements, block_id=block_id)
 
 
 def pack(lines: Sequence[str], header: str = "", *, clip_lines: bool = False) -> list[str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from bot.slack import messages
 from bot.slack.blocks.actions import ASK_A_PERSON_ACTION_ID
-from bot.slack.blocks.elements import Block, Rendered, context, section
+from bot.slack.blocks.elements import BlockDict, Rendered, context, section
 from bot.slack.blocks.mrkdwn import (
     FALLBACK_LIMIT,
     SECTION_LIMIT,
@@ -80,18 +80,22 @@ def render_hand_off(h: HandOff) -> Rendered:
         section(_hand_off_reply(h)),
         section(follow_up),
     ]
-    return Rendered(fit(" ".join(head[1:]), FALLBACK_LIMIT), blocks)
+    return Rendered.build(fit(" ".join(head[1:]), FALLBACK_LIMIT), blocks)
 
 
-def mark_handed_off(blocks: Sequence[Block], note: str) -> list[Block]:
+def mark_handed_off(blocks: Sequence[BlockDict], note: str) -> list[BlockDict]:
     """An answer's ``blocks`` with its "Ask a person" button replaced by ``note`` (mrkdwn).
 
     So everyone in the thread sees that people were asked, and nobody clicks again.
     """
-    return [context(note) if _holds_ask_a_person(b) else b for b in blocks if isinstance(b, dict)]
+    return [
+        context(note).to_dict() if _holds_ask_a_person(b) else b
+        for b in blocks
+        if isinstance(b, dict)
+    ]
 
 
-def _holds_ask_a_person(block: Block) -> bool:
+def _holds_ask_a_person(block: BlockDict) -> bool:
     elements = block.get("elements") if block.get("type") == "actions" else None
     return any(
         isinstance(e, dict) and e.get("action_id") == ASK_A_PERSON_ACTION_ID for e in elements or []

@@ -19,6 +19,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from slack_sdk.models.blocks import Block
+from slack_sdk.models.views import View
+
 from bot.slack import messages
 from bot.slack.blocks.actions import (
     HOME_CALLBACK_ID,
@@ -29,7 +32,7 @@ from bot.slack.blocks.actions import (
     HOME_REINDEX_ACTION_ID,
     HOME_RETRY_ACTION_ID,
 )
-from bot.slack.blocks.elements import Block, actions, button, context, divider, header, pack
+from bot.slack.blocks.elements import actions, button, context, divider, header, pack
 from bot.slack.blocks.elements import section as section_block
 from bot.slack.blocks.mrkdwn import (
     escape,
@@ -329,21 +332,18 @@ def home_view(
         blocks += _admin_blocks(admin, pages)
     if len(blocks) > MAX_HOME_BLOCKS:
         blocks = [*blocks[: MAX_HOME_BLOCKS - 1], context(messages.HOME_SHORTENED)]
-    return {
-        "type": "home",
-        "callback_id": HOME_CALLBACK_ID,
-        "private_metadata": pages.to_metadata(),
-        "blocks": blocks,
-    }
+    return View(
+        type="home",
+        callback_id=HOME_CALLBACK_ID,
+        private_metadata=pages.to_metadata(),
+        blocks=blocks,
+    ).to_dict()
 
 
 def external_view() -> dict[str, Any]:
     """The Home tab for a person of another organisation (Slack Connect): nothing it holds."""
-    return {
-        "type": "home",
-        "callback_id": HOME_CALLBACK_ID,
-        "blocks": [header(messages.HOME_TITLE, emoji=True), section_block(messages.EXTERNAL_ASKER)],
-    }
+    blocks = [header(messages.HOME_TITLE, emoji=True), section_block(messages.EXTERNAL_ASKER)]
+    return View(type="home", callback_id=HOME_CALLBACK_ID, blocks=blocks).to_dict()
 
 
 def _notice(notice: str | None) -> list[Block]:
@@ -428,7 +428,7 @@ def _stale_blocks(
     stale: Sequence[DocumentRow], running: bool, pages: Pages, readable: frozenset[str]
 ) -> list[Block]:
     head = [header(messages.HOME_STALE_HEADER, emoji=True)]
-    status = [context(messages.HOME_REINDEX_RUNNING_NOW)] if running else []
+    status: list[Block] = [context(messages.HOME_REINDEX_RUNNING_NOW)] if running else []
     if not stale:
         return [*head, context(messages.HOME_NO_STALE), *status]
     shown, pager = _paged(Section.STALE, stale, pages)

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from slack_sdk.models.blocks import (
+    Block,
+    InputBlock,
+    Option,
+    PlainTextInputElement,
+    RadioButtonsElement,
+)
+from slack_sdk.models.blocks.block_elements import FileInputElement  # not re-exported above
+from slack_sdk.models.views import View
+
 from bot.slack import messages
 from bot.slack.blocks.actions import (
     RETRY_ACTION_ID,
@@ -14,7 +24,7 @@ from bot.slack.blocks.actions import (
     VISIBILITY_CHANNEL,
     VISIBILITY_EVERYONE,
 )
-from bot.slack.blocks.elements import Block, Rendered, actions, button, plain_text, section
+from bot.slack.blocks.elements import Rendered, actions, button, plain_text, section
 
 # Slack's file_input element takes 1 to 10 files.
 UPLOAD_MAX_FILES = 10
@@ -31,7 +41,7 @@ def render_upload_status(text: str, *, retry_document_id: int | None = None) -> 
     if retry_document_id is not None:
         retry = button(RETRY_ACTION_ID, messages.UPLOAD_RETRY, str(retry_document_id))
         blocks.append(actions([retry]))
-    return Rendered(text, blocks)
+    return Rendered.build(text, blocks)
 
 
 def upload_modal(private_metadata: str, *, channel_scope_allowed: bool) -> dict[str, Any]:
@@ -41,62 +51,50 @@ def upload_modal(private_metadata: str, *, channel_scope_allowed: bool) -> dict[
         private_metadata: carried back on submission (the channel to report to).
         channel_scope_allowed: offer "only this channel" (not in a DM, which has no audience).
     """
+    files = FileInputElement(
+        action_id=UPLOAD_FILES_BLOCK, filetypes=list(UPLOAD_FILETYPES), max_files=UPLOAD_MAX_FILES
+    )
     blocks: list[Block] = [
         section(messages.UPLOAD_MODAL_INTRO),
-        {
-            "type": "input",
-            "block_id": UPLOAD_FILES_BLOCK,
-            "label": plain_text(messages.UPLOAD_FILES_LABEL),
-            "element": {
-                "type": "file_input",
-                "action_id": UPLOAD_FILES_BLOCK,
-                "filetypes": list(UPLOAD_FILETYPES),
-                "max_files": UPLOAD_MAX_FILES,
-            },
-        },
+        InputBlock(
+            block_id=UPLOAD_FILES_BLOCK,
+            label=plain_text(messages.UPLOAD_FILES_LABEL),
+            element=files,
+        ),
     ]
     if channel_scope_allowed:
-        everyone = {
-            "text": plain_text(messages.UPLOAD_VISIBILITY_EVERYONE),
-            "value": VISIBILITY_EVERYONE,
-        }
-        channel = {
-            "text": plain_text(messages.UPLOAD_VISIBILITY_CHANNEL),
-            "value": VISIBILITY_CHANNEL,
-        }
-        blocks.append(
-            {
-                "type": "input",
-                "block_id": UPLOAD_VISIBILITY_BLOCK,
-                "label": plain_text(messages.UPLOAD_VISIBILITY_LABEL),
-                "element": {
-                    "type": "radio_buttons",
-                    "action_id": UPLOAD_VISIBILITY_BLOCK,
-                    "options": [everyone, channel],
-                    "initial_option": everyone,
-                },
-            }
+        everyone = Option(
+            text=plain_text(messages.UPLOAD_VISIBILITY_EVERYONE), value=VISIBILITY_EVERYONE
         )
+        channel = Option(
+            text=plain_text(messages.UPLOAD_VISIBILITY_CHANNEL), value=VISIBILITY_CHANNEL
+        )
+        visibility = RadioButtonsElement(
+            action_id=UPLOAD_VISIBILITY_BLOCK, options=[everyone, channel], initial_option=everyone
+        )
+        blocks.append(
+            InputBlock(
+                block_id=UPLOAD_VISIBILITY_BLOCK,
+                label=plain_text(messages.UPLOAD_VISIBILITY_LABEL),
+                element=visibility,
+            )
+        )
+    title = PlainTextInputElement(action_id=UPLOAD_TITLE_BLOCK, max_length=TITLE_MAX_CHARS)
     blocks.append(
-        {
-            "type": "input",
-            "block_id": UPLOAD_TITLE_BLOCK,
-            "optional": True,
-            "label": plain_text(messages.UPLOAD_TITLE_LABEL),
-            "hint": plain_text(messages.UPLOAD_TITLE_HINT),
-            "element": {
-                "type": "plain_text_input",
-                "action_id": UPLOAD_TITLE_BLOCK,
-                "max_length": TITLE_MAX_CHARS,
-            },
-        }
+        InputBlock(
+            block_id=UPLOAD_TITLE_BLOCK,
+            optional=True,
+            label=plain_text(messages.UPLOAD_TITLE_LABEL),
+            hint=plain_text(messages.UPLOAD_TITLE_HINT),
+            element=title,
+        )
     )
-    return {
-        "type": "modal",
-        "callback_id": UPLOAD_CALLBACK_ID,
-        "title": plain_text(messages.UPLOAD_MODAL_TITLE),
-        "submit": plain_text(messages.UPLOAD_MODAL_SUBMIT),
-        "close": plain_text(messages.UPLOAD_MODAL_CLOSE),
-        "private_metadata": private_metadata,
-        "blocks": blocks,
-    }
+    return View(
+        type="modal",
+        callback_id=UPLOAD_CALLBACK_ID,
+        title=plain_text(messages.UPLOAD_MODAL_TITLE),
+        submit=plain_text(messages.UPLOAD_MODAL_SUBMIT),
+        close=plain_text(messages.UPLOAD_MODAL_CLOSE),
+        private_metadata=private_metadata,
+        blocks=blocks,
+    ).to_dict()
