@@ -29,7 +29,7 @@ from aiohttp.test_utils import TestClient
 from bot.app import SERVICES, create_app
 from bot.settings import Settings
 from bot.slack import messages
-from bot.slack.blocks.actions import FEEDBACK_ACTION_ID
+from bot.slack.blocks import FEEDBACK_ACTION_ID
 from bot.slack.services import Services
 from index.config import IndexConfig
 from index.embed import Embedder

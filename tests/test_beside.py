@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from bot.cli import main
 from bot.slack import messages
-from bot.slack.blocks.answers import render_answer
+from bot.slack.blocks import render_answer
 from core.answer import Answer, Engine, Outcome, SourceRef, build_engine
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT, MAX_RELATED, beside_answer

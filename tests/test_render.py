@@ -9,10 +9,17 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
-from bot.slack.blocks.answers import MAX_BLOCKS, parse_feedback_value, render_answer, render_partial
-from bot.slack.blocks.elements import Rendered
-from bot.slack.blocks.mrkdwn import SECTION_LIMIT, escape, link_citations, split_mrkdwn
-from bot.slack.blocks.uploads import render_upload_status, upload_modal
+from bot.slack.blocks import (
+    Rendered,
+    escape,
+    parse_feedback_value,
+    render_answer,
+    render_partial,
+    render_upload_status,
+    upload_modal,
+)
+from bot.slack.blocks.answers import MAX_BLOCKS
+from bot.slack.blocks.mrkdwn import SECTION_LIMIT, link_citations, split_mrkdwn
 from core.answer import Answer, Outcome, SourceRef
 
 URL = "https://kb.example/d/{n}?t=tok.en-{n}#char=0,10"

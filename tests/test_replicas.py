@@ -34,7 +34,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from bot.slack.blocks.actions import FEEDBACK_ACTION_ID
+from bot.slack.blocks import FEEDBACK_ACTION_ID
 from bot.slack.deliveries import Deliveries
 from index.config import IndexConfig
 from index.embed import Embedder

@@ -21,19 +21,20 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.approvals import Ticket
-from bot.slack.blocks.hand_off import HandOff, render_hand_off
-from bot.slack.blocks.home import (
+from bot.slack.blocks import (
     HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
     HOME_RETRY_ACTION_ID,
     AdminHome,
     Calibration,
+    HandOff,
     MemberHome,
     Pages,
-    clip,
     home_view,
+    render_hand_off,
+    stream_markdown,
 )
-from bot.slack.blocks.mrkdwn import stream_markdown
+from bot.slack.blocks.home import clip
 from bot.slack.config import SlackConfig
 from bot.slack.people.directory import Directory
 from bot.slack.people.roles import Roles

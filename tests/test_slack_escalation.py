@@ -13,8 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.slack import messages
-from bot.slack.blocks.actions import ASK_A_PERSON_ACTION_ID
-from bot.slack.blocks.answers import render_answer, render_notice
+from bot.slack.blocks import ASK_A_PERSON_ACTION_ID, render_answer, render_notice
 from core.answer import Answer, Outcome
 from index.storage.store import Store
 

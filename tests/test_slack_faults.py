@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
-from bot.slack.blocks.actions import RETRY_ACTION_ID
+from bot.slack.blocks import RETRY_ACTION_ID
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 

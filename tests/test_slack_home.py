@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 
 from bot.slack import messages
-from bot.slack.blocks.actions import RETRY_ACTION_ID
-from bot.slack.blocks.home import (
+from bot.slack.blocks import (
     HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
     HOME_RETRY_ACTION_ID,
-    MAX_HOME_BLOCKS,
+    RETRY_ACTION_ID,
     AdminHome,
     Calibration,
     MemberHome,
@@ -27,6 +26,7 @@ from bot.slack.blocks.home import (
     home_view,
     parse_page_value,
 )
+from bot.slack.blocks.home import MAX_HOME_BLOCKS
 from bot.slack.home import GapCache, thread_url, workspace_url
 from core.calibration import CalibrationRecord, RateRow, save_calibration
 from core.gaps import Gap

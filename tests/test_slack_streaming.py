@@ -18,8 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.slack import messages
-from bot.slack.blocks.actions import FEEDBACK_ACTION_ID
-from bot.slack.blocks.mrkdwn import stream_markdown
+from bot.slack.blocks import FEEDBACK_ACTION_ID, stream_markdown
 from bot.slack.reply import (
     STOP_TIMEOUT_SECONDS,
     TRANSIENT_SECONDS,

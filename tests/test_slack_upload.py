@@ -11,7 +11,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.blocks.actions import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID
+from bot.slack.blocks import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID
 from bot.slack.uploads import UploadRequest, check_download_url
 from index.models import Publish
 

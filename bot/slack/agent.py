@@ -41,7 +41,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.blocks.answers import render_notice
+from bot.slack.blocks import render_notice
 from bot.slack.people import Directory
 from index.knowledge_base import KnowledgeBase
 from index.models import EVERYONE, DocState

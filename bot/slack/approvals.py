@@ -24,11 +24,15 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.blocks.answers import render_notice
-from bot.slack.blocks.approvals import render_approval_request
-from bot.slack.blocks.elements import Rendered
-from bot.slack.blocks.mrkdwn import escape, is_user_id, mention
-from bot.slack.blocks.uploads import render_upload_status
+from bot.slack.blocks import (
+    Rendered,
+    escape,
+    is_user_id,
+    mention,
+    render_approval_request,
+    render_notice,
+    render_upload_status,
+)
 from bot.slack.config import SlackConfig
 from bot.slack.people import Roles
 from core.answer import Engine

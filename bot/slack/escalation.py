@@ -36,9 +36,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.blocks.answers import parse_query_id
-from bot.slack.blocks.hand_off import HandOff, mark_handed_off, render_hand_off
-from bot.slack.blocks.mrkdwn import mention, scope_label
+from bot.slack.blocks import (
+    HandOff,
+    mark_handed_off,
+    mention,
+    parse_query_id,
+    render_hand_off,
+    scope_label,
+)
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from core.answer import Outcome
 from index.errors import QueryNotFound

@@ -36,10 +36,14 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import escalation, messages, questions
-from bot.slack.blocks.actions import (
+from bot.slack.blocks import (
     APPROVE_ACTION_ID,
     ASK_A_PERSON_ACTION_ID,
     FEEDBACK_ACTION_ID,
+    HOME_PAGE_ACTION_RE,
+    HOME_REFRESH_ACTION_ID,
+    HOME_REINDEX_ACTION_ID,
+    HOME_RETRY_ACTION_ID,
     REJECT_ACTION_ID,
     RETRY_ACTION_ID,
     UPLOAD_CALLBACK_ID,
@@ -47,16 +51,11 @@ from bot.slack.blocks.actions import (
     UPLOAD_TITLE_BLOCK,
     UPLOAD_VISIBILITY_BLOCK,
     VISIBILITY_CHANNEL,
-)
-from bot.slack.blocks.answers import parse_feedback_value, render_notice
-from bot.slack.blocks.home import (
-    HOME_PAGE_ACTION_RE,
-    HOME_REFRESH_ACTION_ID,
-    HOME_REINDEX_ACTION_ID,
-    HOME_RETRY_ACTION_ID,
     Pages,
+    parse_feedback_value,
+    render_notice,
+    upload_modal,
 )
-from bot.slack.blocks.uploads import upload_modal
 from bot.slack.deliveries import DELIVERY_KEYS, delivery_keys
 from bot.slack.reply import REPLY_KEY, stop_stream
 from bot.slack.services import Services

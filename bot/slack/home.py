@@ -35,8 +35,7 @@ import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.blocks.elements import Rendered
-from bot.slack.blocks.home import (
+from bot.slack.blocks import (
     ADMIN_SECTIONS,
     FIRST_PAGES,
     PAGE_SIZES,
@@ -45,8 +44,10 @@ from bot.slack.blocks.home import (
     Disliked,
     MemberHome,
     Pages,
+    Rendered,
     Section,
     document_label,
+    escape,
     external_view,
     home_view,
     page_number,
@@ -54,7 +55,6 @@ from bot.slack.blocks.home import (
     parse_page_value,
     readable_by,
 )
-from bot.slack.blocks.mrkdwn import escape
 from bot.slack.escalation import written_for_everyone
 from bot.slack.people import Roles
 from bot.slack.reindex import Reindexer

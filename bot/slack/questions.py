@@ -18,7 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.conversation import Turn
 from bot.slack import messages
-from bot.slack.blocks.answers import render_notice
+from bot.slack.blocks import render_notice
 from bot.slack.people import Place
 from bot.slack.reply import SlackReply
 from bot.slack.services import Services

@@ -16,8 +16,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from bot.slack import messages
-from bot.slack.blocks.approvals import audit_lines
-from bot.slack.blocks.mrkdwn import escape
+from bot.slack.blocks import audit_lines, escape
 from index.errors import ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
 from index.records import AuditEntry

@@ -64,9 +64,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.conversation import STREAM_UPDATE_SECONDS
 from bot.slack import messages
-from bot.slack.blocks.answers import render_answer, render_notice, render_partial
-from bot.slack.blocks.elements import Rendered
-from bot.slack.blocks.mrkdwn import stream_markdown
+from bot.slack.blocks import Rendered, render_answer, render_notice, render_partial, stream_markdown
 from core.answer import Answer
 
 log = logging.getLogger(__name__)

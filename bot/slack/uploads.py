@@ -37,9 +37,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.approvals import Approvals
-from bot.slack.blocks.elements import Rendered
-from bot.slack.blocks.mrkdwn import escape
-from bot.slack.blocks.uploads import render_upload_status
+from bot.slack.blocks import Rendered, escape, render_upload_status
 from bot.slack.config import SlackConfig
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from index.errors import DocumentNotFound, KBError

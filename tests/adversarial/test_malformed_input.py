@@ -27,7 +27,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
-from bot.slack.blocks.actions import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID  # noqa: E402
+from bot.slack.blocks import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID  # noqa: E402
 from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,

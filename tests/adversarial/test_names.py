@@ -16,7 +16,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
-from bot.slack.blocks.answers import render_answer  # noqa: E402
+from bot.slack.blocks import render_answer  # noqa: E402
 from core.answer import Answer, Outcome, SourceRef  # noqa: E402
 from index.config import IndexConfig  # noqa: E402
 from index.embed import Embedder  # noqa: E402

@@ -21,7 +21,7 @@ import pytest
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from bot.slack import messages  # noqa: E402
-from bot.slack.blocks.actions import APPROVE_ACTION_ID, REJECT_ACTION_ID  # noqa: E402
+from bot.slack.blocks import APPROVE_ACTION_ID, REJECT_ACTION_ID  # noqa: E402
 from index.records import DocumentRow  # noqa: E402
 from tests.conftest_bot import ADMIN_ID, Bot, BotFactory, links  # noqa: E402
 from tests.servers import (  # noqa: E402

@@ -1,0 +1,111 @@
+"""Block Kit: every message, modal and Home tab the Slack surface shows, escaped and within Slack's limits.
+
+``mrkdwn`` is the one escaping core (what a model, a document or a person wrote,
+made safe to show: escaped, links inert, fitted to a limit); ``elements`` the
+small builders (``slack_sdk.models``) and :class:`Rendered`, the message they
+make up; ``actions`` the ids Slack sends back that the handlers match on. Then
+one module per thing shown: ``answers`` (every outcome of a question, the answer
+being written, notices, feedback and "Ask a person"), ``hand_off`` (a question
+handed to people), ``uploads`` (a file's status, the ``/kb-upload`` modal),
+``approvals`` (approval requests, audit lines) and ``home`` (the Home tab).
+"""
+
+from __future__ import annotations
+
+from bot.slack.blocks.actions import (
+    APPROVE_ACTION_ID,
+    ASK_A_PERSON_ACTION_ID,
+    FEEDBACK_ACTION_ID,
+    HOME_PAGE_ACTION_RE,
+    HOME_REFRESH_ACTION_ID,
+    HOME_REINDEX_ACTION_ID,
+    HOME_RETRY_ACTION_ID,
+    REJECT_ACTION_ID,
+    RETRY_ACTION_ID,
+    UPLOAD_CALLBACK_ID,
+    UPLOAD_FILES_BLOCK,
+    UPLOAD_TITLE_BLOCK,
+    UPLOAD_VISIBILITY_BLOCK,
+    VISIBILITY_CHANNEL,
+)
+from bot.slack.blocks.answers import (
+    parse_feedback_value,
+    parse_query_id,
+    render_answer,
+    render_notice,
+    render_partial,
+)
+from bot.slack.blocks.approvals import audit_lines, render_approval_request
+from bot.slack.blocks.elements import Rendered
+from bot.slack.blocks.hand_off import HandOff, mark_handed_off, render_hand_off
+from bot.slack.blocks.home import (
+    ADMIN_SECTIONS,
+    FIRST_PAGES,
+    PAGE_SIZES,
+    AdminHome,
+    Calibration,
+    Disliked,
+    MemberHome,
+    Pages,
+    Section,
+    document_label,
+    external_view,
+    home_view,
+    page_number,
+    page_of,
+    parse_page_value,
+    readable_by,
+)
+from bot.slack.blocks.mrkdwn import escape, is_user_id, mention, scope_label, stream_markdown
+from bot.slack.blocks.uploads import render_upload_status, upload_modal
+
+__all__ = [
+    "ADMIN_SECTIONS",
+    "APPROVE_ACTION_ID",
+    "ASK_A_PERSON_ACTION_ID",
+    "AdminHome",
+    "Calibration",
+    "Disliked",
+    "FEEDBACK_ACTION_ID",
+    "FIRST_PAGES",
+    "HOME_PAGE_ACTION_RE",
+    "HOME_REFRESH_ACTION_ID",
+    "HOME_REINDEX_ACTION_ID",
+    "HOME_RETRY_ACTION_ID",
+    "HandOff",
+    "MemberHome",
+    "PAGE_SIZES",
+    "Pages",
+    "REJECT_ACTION_ID",
+    "RETRY_ACTION_ID",
+    "Rendered",
+    "Section",
+    "UPLOAD_CALLBACK_ID",
+    "UPLOAD_FILES_BLOCK",
+    "UPLOAD_TITLE_BLOCK",
+    "UPLOAD_VISIBILITY_BLOCK",
+    "VISIBILITY_CHANNEL",
+    "audit_lines",
+    "document_label",
+    "escape",
+    "external_view",
+    "home_view",
+    "is_user_id",
+    "mark_handed_off",
+    "mention",
+    "page_number",
+    "page_of",
+    "parse_feedback_value",
+    "parse_page_value",
+    "parse_query_id",
+    "readable_by",
+    "render_answer",
+    "render_approval_request",
+    "render_hand_off",
+    "render_notice",
+    "render_partial",
+    "render_upload_status",
+    "scope_label",
+    "stream_markdown",
+    "upload_modal",
+]

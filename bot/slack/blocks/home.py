@@ -26,7 +26,6 @@ from bot.slack import messages
 from bot.slack.blocks.actions import (
     HOME_CALLBACK_ID,
     HOME_NEXT_ACTION_ID,
-    HOME_PAGE_ACTION_RE,
     HOME_PREVIOUS_ACTION_ID,
     HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
@@ -50,35 +49,10 @@ if TYPE_CHECKING:
     from core.calibration import CalibrationRecord, RateRow
     from core.gaps import Gap
 
-__all__ = [
-    "ADMIN_SECTIONS",
-    "FIRST_PAGES",
-    "HOME_CALLBACK_ID",
-    "HOME_PAGE_ACTION_RE",
-    "HOME_REFRESH_ACTION_ID",
-    "HOME_REINDEX_ACTION_ID",
-    "HOME_RETRY_ACTION_ID",
-    "MAX_HOME_BLOCKS",
-    "PAGE_SIZES",
-    "AdminHome",
-    "Calibration",
-    "Disliked",
-    "MemberHome",
-    "Pages",
-    "Section",
-    "clip",
-    "document_label",
-    "external_view",
-    "home_view",
-    "page_count",
-    "page_number",
-    "page_of",
-    "parse_page_value",
-    "readable_by",
-]
-
+# Slack's 100 blocks of a Home view.
 MAX_HOME_BLOCKS = 100
 # The Home tab's plain texts (headers, buttons) say emoji: true; a message's say nothing.
+
 # Far beyond any real list; bounds what a forged value can ask for.
 MAX_PAGE = 100_000
 NOTICE_BLOCKS = 3
