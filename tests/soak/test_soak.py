@@ -31,15 +31,15 @@ redelivered like Slack does (with ``X-Slack-Retry-Num``), on a compressed
 schedule.
 
 Printed at the end (shown with ``-s``; also the ``soak`` property of the
-JUnit XML report's test suite, and ``soak.json`` in the work dir): questions asked and how
-they ended (answered / evidence / refused / error / no reply), errors by kind,
-acknowledgement latency p50/p99 (time for the HTTP POST to return), uploads
-attempted / indexed / failed with reasons, restarts, readiness, and
-**documents lost**: every document the run was told is indexed (the seed, an
-"indexed" status message in Slack, or a successful ``kb ingest``) and did not
-remove must, at the end, be ``indexed`` in the data dir with its chunks in a
-fresh search snapshot. The test fails when a document was lost, when a lane of
-the soak itself crashed, or when no question was acknowledged at all.
+JUnit XML report's test suite, and ``soak.json`` in the work dir): questions
+asked and how they ended (answered / evidence / related / refused / error / no
+reply), errors by kind, acknowledgement latency p50/p99 (time for the HTTP POST
+to return), uploads attempted / indexed / failed with reasons, restarts,
+readiness, and **documents lost**: every document the run was told is indexed
+(the seed, an "indexed" status message in Slack, or a successful ``kb ingest``)
+and did not remove must, at the end, be ``indexed`` in the data dir with its
+chunks in a fresh search snapshot. The test fails when a document was lost,
+when a lane of the soak itself crashed, or when no question was acknowledged.
 
 Every loop is bounded in time and count; every address is 127.0.0.1. The work
 dir is the test's ``tmp_path`` (so the suite's canary check reads every log
@@ -444,7 +444,7 @@ def thread_messages(slack: MockSlackAPI) -> dict[tuple[str, str], list[dict[str,
 def question_outcome(replies: list[dict[str, Any]]) -> str:
     """How a question ended, from the bot's messages in its thread."""
     kinds = [_reply_kind(m) for m in replies]
-    for kind in ("answered", "answered uncited", "evidence", "refused", "error"):
+    for kind in ("answered", "answered uncited", "evidence", "related", "refused", "error"):
         if kind in kinds:
             return kind
     others = [k for k in kinds if k.startswith("other")]
@@ -457,6 +457,8 @@ def _reply_kind(msg: dict[str, Any]) -> str:
     text, blocks = str(msg.get("text", "")), json.dumps(msg.get("blocks", []))
     if text == messages.REFUSAL:
         return "refused"
+    if text.startswith(messages.RELATED_FALLBACK):
+        return "related"
     if text.startswith(messages.EVIDENCE_FALLBACK):
         return "evidence"
     if text.startswith(messages.UNSUPPORTED_WARNING):
@@ -1019,7 +1021,7 @@ def report(soak: Soak, documents: dict[str, Any], elapsed_s: float) -> dict[str,
     probes = [q for q in delivered if q.kind == "probe" and q.probe_hit is not None]
     reasons = Counter(u.reason for u in t.uploads if u.final == "failed")
     for outcome, n in Counter(q.outcome for q in delivered).items():
-        if outcome not in ("answered", "evidence", "refused"):
+        if outcome not in ("answered", "evidence", "related", "refused"):
             t.errors[f"question: {outcome}"] += n
     return {
         "machine": machine(),
