@@ -34,12 +34,13 @@ import numpy as np
 from bench.machine import describe as machine
 from bench.query import (
     BUNDLED,
-    _Indexes,
     build,
     corpus_chunks,
     ood_questions,
     pct,
+    snapshot_backend,
     synthetic_chunks,
+    synthetic_vectors,
 )
 from core.config import DEFAULT_RELATED_THRESHOLD, DEFAULT_THRESHOLD
 from core.gate import gate, related
@@ -53,22 +54,12 @@ BARS = {10_000: 4.0, 100_000: 6.0}
 CUTOFF = max(DEFAULT_THRESHOLD, DEFAULT_RELATED_THRESHOLD)
 
 
-def snapshot_vectors(real_vecs: np.ndarray, n: int) -> np.ndarray:
-    """The real vectors, then random unit vectors up to ``n``."""
-    if n <= len(real_vecs):
-        return real_vecs[:n]
-    rng = np.random.default_rng(n)
-    extra = rng.standard_normal((n - len(real_vecs), real_vecs.shape[1])).astype(np.float32)
-    extra /= np.linalg.norm(extra, axis=1, keepdims=True)
-    return np.vstack([real_vecs, extra])
-
-
 def time_size(
     n: int, real: list[str], real_vecs: np.ndarray, embedders: dict[str, Embedder], repeat: int
 ) -> dict[str, dict[str, list[float]]]:
     """Milliseconds per stage and runtime over ``repeat`` rounds of the OOD questions."""
-    snap = build(synthetic_chunks(real, n), snapshot_vectors(real_vecs, n))
-    backend = LocalBackend(_Indexes(snap))  # type: ignore[arg-type]
+    snap = build(synthetic_chunks(real, n), synthetic_vectors(real_vecs, n))
+    backend = snapshot_backend(snap)
     questions = ood_questions()
     first = next(iter(embedders.values()))
     refused = sum(_refuse(backend, first.encode_query(q), q, CUTOFF) for q in questions)

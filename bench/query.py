@@ -107,6 +107,11 @@ class _Indexes:
         self.snapshot = snap
 
 
+def snapshot_backend(snap: Snapshot) -> LocalBackend:
+    """The engine's local search over ``snap`` alone (no store, no derived-index files)."""
+    return LocalBackend(_Indexes(snap))  # type: ignore[arg-type]
+
+
 def build(texts: list[str], vectors: np.ndarray) -> Snapshot:
     """A search snapshot over ``texts`` with ``vectors``."""
     ids = np.arange(1, len(texts) + 1, dtype=np.int64)
@@ -161,7 +166,7 @@ def run_size(
         extra /= np.linalg.norm(extra, axis=1, keepdims=True)
         vecs = np.vstack([real_vecs, extra])
     snap = build(texts, vecs)
-    backend = LocalBackend(_Indexes(snap))  # type: ignore[arg-type]
+    backend = snapshot_backend(snap)
     from rank_bm25 import BM25Okapi
 
     from index.search.tokens import tokenize
@@ -280,7 +285,7 @@ def engines_side_by_side(
     from index.search.qdrant.edge import EdgeEngine
     from index.search.qdrant.index import QdrantSearchIndex
 
-    texts, vecs = synthetic_chunks(real, n), _vectors(real_vecs, n)
+    texts, vecs = synthetic_chunks(real, n), synthetic_vectors(real_vecs, n)
     tmp = tempfile.TemporaryDirectory(prefix="kb-bench-engines-")
     store = engine_store(Path(tmp.name) / "kb", texts, vecs, "bench")
     edge = EdgeEngine(Path(tmp.name) / "edge", exact=True)
@@ -324,7 +329,8 @@ def engines_side_by_side(
     return out
 
 
-def _vectors(real_vecs: np.ndarray, n: int) -> np.ndarray:
+def synthetic_vectors(real_vecs: np.ndarray, n: int) -> np.ndarray:
+    """``n`` chunk vectors: the real ones, then random unit vectors (seeded by ``n``)."""
     if n <= len(real_vecs):
         return real_vecs[:n]
     rng = np.random.default_rng(n)

@@ -28,12 +28,12 @@ import numpy as np
 
 from bench.machine import describe as machine
 from bench.query import (
-    _vectors,
     corpus_chunks,
     ood_questions,
     pct,
     sentence_store,
     synthetic_chunks,
+    synthetic_vectors,
 )
 from evaluation.inputs import DEFAULT_SET, bundled_set, load_questions
 from index.config import IndexConfig
@@ -53,7 +53,7 @@ def questions() -> list[str]:
 def run_size(
     n: int, real: list[str], real_vecs: np.ndarray, embedder: Embedder, repeat: int
 ) -> dict[str, float]:
-    texts, vecs = synthetic_chunks(real, n), _vectors(real_vecs, n)
+    texts, vecs = synthetic_chunks(real, n), synthetic_vectors(real_vecs, n)
     with tempfile.TemporaryDirectory(prefix="kb-bench-map-") as tmp:
         store, _ = sentence_store(Path(tmp), texts, vecs)
         adapters = QueryAdapters(store, embedding_model="bench", dimensions=vecs.shape[1])
