@@ -48,7 +48,7 @@ import aiohttp
 
 from bench.machine import describe as machine
 from bench.slack import DOCUMENTS, MODEL_ANSWER, QUESTIONS, percentile, thread_of
-from bot.slack.blocks.actions import FEEDBACK_ACTION_ID
+from bot.slack.blocks import FEEDBACK_ACTION_ID
 from index.config import IndexConfig
 from index.knowledge_base import KnowledgeBase
 

@@ -52,7 +52,7 @@ from bench.machine import describe as machine
 from bot.app import create_app
 from bot.settings import Settings
 from bot.slack import messages
-from bot.slack.blocks.actions import FEEDBACK_ACTION_ID
+from bot.slack.blocks import FEEDBACK_ACTION_ID
 from index.embed import Embedder, load_embedder
 from index.knowledge_base import KnowledgeBase
 
