@@ -17,7 +17,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.slack.config import (
@@ -71,9 +79,22 @@ from index.config import (
 DEFAULT_PORT = 3000
 
 
-def _setting(default: Any, env: str, description: str) -> Any:
-    """A field read from ``env`` (any case), with the description that documents it everywhere."""
-    return Field(default, validation_alias=AliasChoices(env, env.lower()), description=description)
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+LogFormat = Literal["console", "json"]
+
+
+def _setting(default: Any, env: str, description: str, **constraints: Any) -> Any:
+    """A field read from ``env`` (any case), with the description that documents it everywhere.
+
+    ``constraints`` are pydantic's (``gt``, ``ge``, ``le``): a value outside them is
+    refused at start, in an error that names ``env``.
+    """
+    return Field(
+        default,
+        validation_alias=AliasChoices(env, env.lower()),
+        description=description,
+        **constraints,
+    )
 
 
 class Settings(BaseSettings):
@@ -85,6 +106,8 @@ class Settings(BaseSettings):
         extra="ignore",
         frozen=True,
         populate_by_name=True,
+        # An error names the variable, never echoes what was read: the input holds tokens.
+        hide_input_in_errors=True,
     )
 
     # --- storage and ingestion
@@ -142,21 +165,25 @@ class Settings(BaseSettings):
         DEFAULT_EMBEDDING_BATCH_SIZE,
         "KB_EMBEDDING_BATCH_SIZE",
         "Texts sent to the embeddings endpoint in one request.",
+        ge=1,
     )
     embedding_timeout: float = _setting(
         DEFAULT_EMBEDDING_TIMEOUT,
         "KB_EMBEDDING_TIMEOUT",
         "Seconds one request to the embeddings endpoint may take in all, its retries and their back-off included.",
+        gt=0,
     )
     embedding_max_retries: int = _setting(
         DEFAULT_EMBEDDING_MAX_RETRIES,
         "KB_EMBEDDING_MAX_RETRIES",
         "Retries of one request to the embeddings endpoint on 429, 5xx and connection errors, with exponential back-off.",
+        ge=0,
     )
     embedding_max_tokens: int = _setting(
         DEFAULT_EMBEDDING_MAX_TOKENS,
         "KB_EMBEDDING_MAX_TOKENS",
         "Window of the endpoint's model in tokens (OpenAI's models take 8191); a text is counted as one token per UTF-8 byte (never fewer than the model sees), and passages over it are split. Passages are a few hundred tokens long (KB_CHUNK_BUDGET), so lower it only for a model that needs it: counted by bytes, a 256- or 512-token window splits most passages and costs recall.",
+        ge=1,
     )
     embedding_dimensions: int = _setting(
         0,
@@ -172,11 +199,13 @@ class Settings(BaseSettings):
         DEFAULT_MAX_PAGES,
         "KB_MAX_PAGES",
         "Most pages one PDF may have; a longer one fails, naming this setting, before any text is extracted.",
+        ge=1,
     )
     max_chunks: int = _setting(
         DEFAULT_MAX_CHUNKS,
         "KB_MAX_CHUNKS",
         "Most chunks (passages) one document may make; a longer one fails, naming this setting, before any is embedded. Bounds what one upload costs: 5,000 full chunks take about 2.5 minutes to embed on 2 cores.",
+        ge=1,
     )
     chunk_budget: int = _setting(
         DEFAULT_CHUNK_BUDGET,
@@ -207,11 +236,13 @@ class Settings(BaseSettings):
         DEFAULT_OCR_PAGE_TIMEOUT,
         "KB_OCR_TIMEOUT",
         "Seconds OCR may spend on one scanned page; a slower page is left unread, marked in the text, and a PDF with no other text fails, naming this setting.",
+        gt=0,
     )
     ocr_max_pages: int = _setting(
         DEFAULT_OCR_MAX_PAGES,
         "KB_OCR_MAX_PAGES",
         "Most pages of one document read by OCR (about 2 s of CPU each on an idle core, up to ~22 s on a loaded machine); in a PDF with text pages the scanned pages past it are left unread and marked, a scan with more fails, naming this setting.",
+        ge=1,
     )
     ocr_tesseract_cmd: str = _setting(
         DEFAULT_TESSERACT_CMD,
@@ -224,6 +255,7 @@ class Settings(BaseSettings):
         DEFAULT_TOP_K,
         "KB_TOP_K",
         "Passages kept for one answer when they pass the gate (more when several are as close: KB_MAX_KEPT).",
+        ge=1,
     )
     max_kept: int = _setting(
         DEFAULT_MAX_KEPT,
@@ -234,16 +266,21 @@ class Settings(BaseSettings):
         DEFAULT_KEEP_MARGIN,
         "KB_KEEP_MARGIN",
         "Cosine distance within which a passage past KB_TOP_K must be of the best one to be kept too.",
+        ge=0,
     )
     sentence_weight: float = _setting(
         DEFAULT_SENTENCE_WEIGHT,
         "KB_SENTENCE_WEIGHT",
         "Once a question passes the gate, its passages are ordered with their best sentence's similarity weighted this much beside the passage's own (dense 1, BM25 0.5). 0 turns it off; the gate never uses it.",
+        ge=0,
+        le=10,
     )
     proximity_weight: float = _setting(
         DEFAULT_PROXIMITY_WEIGHT,
         "KB_PROXIMITY_WEIGHT",
         "In that order, the share of the question's terms a passage holds together (its best window of about two sentences, 0 to 1) is weighted this much too. 0 turns it off; the gate never uses it.",
+        ge=0,
+        le=10,
     )
     query_adapter: bool = _setting(
         True,
@@ -326,6 +363,7 @@ class Settings(BaseSettings):
         8.0,
         "KB_VIEWER_SESSION_HOURS",
         "Hours a Slack sign-in to the viewer lasts before the browser signs in again (KB_VIEWER_AUTH=slack).",
+        gt=0,
     )
 
     # --- Slack and the server
@@ -368,6 +406,7 @@ class Settings(BaseSettings):
         1.0,
         "KB_SYNC_SECONDS",
         "Seconds between two checks of the running server for changes other processes committed (kb ingest, kb rm, kb reindex, another replica); such a change is searchable within about this long.",
+        gt=0,
     )
     admin_users: str = _setting(
         "",
@@ -398,11 +437,13 @@ class Settings(BaseSettings):
         DEFAULT_DOWNLOAD_TIMEOUT,
         "KB_DOWNLOAD_TIMEOUT",
         "Seconds one file's download from Slack may take in all (asking Slack for it included); a slower one fails with this reason.",
+        gt=0,
     )
     max_uploads_per_user: int = _setting(
         DEFAULT_MAX_UPLOADS_PER_USER,
         "KB_MAX_UPLOADS_PER_USER",
         "Files of one person downloaded or indexed at a time; their further files wait for these, so one person's batch never holds up everyone else's uploads.",
+        ge=1,
     )
     allow_external: bool = _setting(
         False,
@@ -418,20 +459,47 @@ class Settings(BaseSettings):
         DEFAULT_CLAIM_LEASE,
         "KB_SLACK_CLAIM_LEASE",
         "Seconds a replica's claim on a Slack event lasts unless renewed: the replica answering renews it every third of this, so a replica that died mid-answer loses it this long after, and Slack's next redelivery is answered by another replica. Shorter: a faster hand-over; a replica stalled longer than this may answer beside the one that took over.",
+        gt=0,
     )
-    log_level: str = _setting(
+    log_level: LogLevel = _setting(
         "INFO",
         "KB_LOG_LEVEL",
         "Log level: DEBUG, INFO, WARNING or ERROR.",
     )
-    log_format: str = _setting(
+    log_format: LogFormat = _setting(
         "console",
         "KB_LOG_FORMAT",
         "Log format: 'console' (key=value lines) or 'json' (one JSON object per line, for log collectors).",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _keyed_by_env_name(cls, data: Any) -> Any:
+        # Values given by field name (Settings(top_k=0)) are validated under their
+        # environment variable, so an error names KB_TOP_K however the value was given.
+        if isinstance(data, dict):
+            data = dict(data)
+            for key in [k for k in data if k in _ENV_OF_KEY]:
+                data[_ENV_OF_KEY[key]] = data.pop(key)
+        return data
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any, info: ValidationInfo) -> Any:
+        # KB_LOG_LEVEL=debug and KB_LOG_FORMAT=JSON mean what they say.
+        if not isinstance(value, str):
+            return value
+        return value.strip().upper() if info.field_name == "log_level" else value.strip().lower()
+
+    @field_validator("escalation_channel")
+    @classmethod
+    def _a_channel_id(cls, value: str) -> str:
+        if value.strip() and not is_channel_id(value.strip()):
+            raise ValueError("must be a channel id (C... or G...) or empty")
+        return value
+
     @model_validator(mode="after")
-    def _sign_in_is_complete(self) -> Self:
+    def _related_settings_agree(self) -> Self:
         # Half-configured sign-in must stop the server, never fall back to open links.
         if self.viewer_auth == "slack":
             missing = [
@@ -445,34 +513,9 @@ class Settings(BaseSettings):
             ]
             if missing:
                 raise ValueError(f"KB_VIEWER_AUTH=slack needs {', '.join(missing)}")
-        if self.viewer_session_hours <= 0:
-            raise ValueError("KB_VIEWER_SESSION_HOURS must be positive")
-        if self.download_timeout <= 0 or self.max_uploads_per_user < 1:
-            raise ValueError("KB_DOWNLOAD_TIMEOUT and KB_MAX_UPLOADS_PER_USER must be positive")
-        if self.max_pages < 1 or self.max_chunks < 1:
-            raise ValueError("KB_MAX_PAGES and KB_MAX_CHUNKS must be positive")
-        if self.ocr_timeout <= 0 or self.ocr_max_pages < 1:
-            raise ValueError("KB_OCR_TIMEOUT and KB_OCR_MAX_PAGES must be positive")
-        if self.max_kept < self.top_k or self.top_k < 1 or self.keep_margin < 0:
+        if self.max_kept < self.top_k:
             raise ValueError(
-                "KB_TOP_K must be positive, KB_MAX_KEPT at least KB_TOP_K, KB_KEEP_MARGIN >= 0"
-            )
-        if not 0 <= self.sentence_weight <= 10:
-            raise ValueError("KB_SENTENCE_WEIGHT must be between 0 and 10")
-        if not 0 <= self.proximity_weight <= 10:
-            raise ValueError("KB_PROXIMITY_WEIGHT must be between 0 and 10")
-        if self.sync_seconds <= 0:
-            raise ValueError("KB_SYNC_SECONDS must be positive")
-        if self.slack_claim_lease <= 0:
-            raise ValueError("KB_SLACK_CLAIM_LEASE must be positive")
-        if self.escalation_channel.strip() and not is_channel_id(self.escalation_channel.strip()):
-            raise ValueError("KB_ESCALATION_CHANNEL must be a channel id (C... or G...) or empty")
-        if min(self.embedding_batch_size, self.embedding_max_tokens) < 1 or (
-            self.embedding_timeout <= 0 or self.embedding_max_retries < 0
-        ):
-            raise ValueError(
-                "KB_EMBEDDING_BATCH_SIZE, KB_EMBEDDING_MAX_TOKENS and KB_EMBEDDING_TIMEOUT must be "
-                "positive, KB_EMBEDDING_MAX_RETRIES at least 0"
+                f"KB_MAX_KEPT ({self.max_kept}) must be at least KB_TOP_K ({self.top_k})"
             )
         return self
 
@@ -606,14 +649,25 @@ def _ids(text: str) -> frozenset[str]:
     return frozenset(u.strip() for u in text.split(",") if u.strip())
 
 
+def _env_name(info: FieldInfo, name: str) -> str:
+    alias = info.validation_alias
+    return str(alias.choices[0]) if isinstance(alias, AliasChoices) else name.upper()
+
+
+# A field's name and its lower-case variable, each mapped to the variable that names it.
+_ENV_OF_KEY = {
+    key: _env_name(info, name)
+    for name, info in Settings.model_fields.items()
+    for key in (name, _env_name(info, name).lower())
+}
+
+
 def env_var_names() -> dict[str, str]:
     """Map each setting's environment variable to its description."""
-    out: dict[str, str] = {}
-    for name, info in Settings.model_fields.items():
-        alias = info.validation_alias
-        env = alias.choices[0] if isinstance(alias, AliasChoices) else name.upper()
-        out[str(env)] = info.description or ""
-    return out
+    return {
+        _env_name(info, name): info.description or ""
+        for name, info in Settings.model_fields.items()
+    }
 
 
 _GROUPS = {

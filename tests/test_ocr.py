@@ -212,7 +212,7 @@ def test_ocr_settings_must_be_positive(
     monkeypatch: pytest.MonkeyPatch, env: str, value: str
 ) -> None:
     monkeypatch.setenv(env, value)
-    with pytest.raises(ValueError, match="KB_OCR_TIMEOUT and KB_OCR_MAX_PAGES must be positive"):
+    with pytest.raises(ValueError, match=rf"{env}\n  Input should be greater than"):
         Settings()
 
 
