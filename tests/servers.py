@@ -44,6 +44,9 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.test_utils import TestServer
+from slack_sdk.errors import SlackObjectFormationError
+from slack_sdk.models.blocks import Block
+from slack_sdk.models.views import View
 
 __all__ = [
     "APP_ID",
@@ -306,12 +309,39 @@ def _text_length(obj: Any) -> int:
     return 0
 
 
-def _block_errors(blocks: Any, *, max_blocks: int) -> list[str]:
-    """Check the Block Kit limits Slack enforces; return its style of error strings."""
+def _sdk_error(build: Callable[[], object]) -> str | None:
+    """What ``slack_sdk.models`` says is wrong with a model built from JSON, or ``None``."""
+    try:
+        build()
+    except SlackObjectFormationError as exc:
+        return str(exc)
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:  # no model has that shape
+        return f"invalid shape: {exc}"
+    return None
+
+
+def _block_model(block: Mapping[str, Any]) -> None:
+    """Build ``block`` as its SDK model and back to JSON, which checks it whole."""
+    model = Block.parse(dict(block))
+    if model is not None:  # None: a type the SDK does not know, let through as before
+        model.to_dict()
+
+
+def _block_errors(blocks: Any, *, max_blocks: int | None) -> list[str]:
+    """Check the Block Kit limits Slack enforces; return its style of error strings.
+
+    Each block is built as its ``slack_sdk.models`` class and turned back into JSON:
+    the SDK checks every limit it knows, in the block and in each element in it (a
+    section's 3000 characters and 10 fields, a header's 150, 10 context elements,
+    25 actions, 5 context actions, a button's 75 characters, a block_id's 255...).
+    What the SDK does not check is asserted here, as Slack's documented numbers.
+    ``max_blocks``: 50 for a message; ``None`` for a view, whose 100 the SDK checks.
+    """
     if not isinstance(blocks, list):
         return ["blocks must be an array [json-pointer:/blocks]"]
     errors: list[str] = []
-    if len(blocks) > max_blocks:
+    # "up to 50 blocks in each message" (https://docs.slack.dev/reference/block-kit/blocks)
+    if max_blocks is not None and len(blocks) > max_blocks:
         errors.append(f"must contain at most {max_blocks} items [json-pointer:/blocks]")
     seen_ids: set[str] = set()
     markdown_total = 0
@@ -320,66 +350,60 @@ def _block_errors(blocks: Any, *, max_blocks: int) -> list[str]:
         if not isinstance(block, Mapping) or "type" not in block:
             errors.append(f"missing required field: type {where}]")
             continue
+        error = _sdk_error(lambda block=block: _block_model(block))
+        if error:
+            errors.append(f"{error} {where}]")
         block_id = block.get("block_id")
         if block_id is not None:
-            if len(str(block_id)) > 255:
-                errors.append(f"must be at most 255 characters {where}/block_id]")
+            # "block_id should be unique for each message"
+            # (https://docs.slack.dev/reference/block-kit/blocks/section-block, and every block's page)
             if block_id in seen_ids:
                 errors.append(f"duplicate block_id {where}/block_id]")
             seen_ids.add(str(block_id))
         kind = block["type"]
         if kind == "section":
+            # A section's text is 1 to 3000 characters, each of its fields at most 2000
+            # (https://docs.slack.dev/reference/block-kit/blocks/section-block): the SDK
+            # checks the 3000 but neither the empty text nor the fields' 2000.
             text = block.get("text")
             if text is not None and _text_length(text) == 0:
                 errors.append(f"must be more than 0 characters {where}/text/text]")
-            if _text_length(text) > 3000:
-                errors.append(f"must be less than 3001 characters {where}/text/text]")
-            fields = block.get("fields") or []
-            if len(fields) > 10:
-                errors.append(f"must contain at most 10 items {where}/fields]")
-            for j, fld in enumerate(fields):
+            for j, fld in enumerate(block.get("fields") or []):
                 if _text_length(fld) > 2000:
                     errors.append(f"must be less than 2001 characters {where}/fields/{j}/text]")
-            if text is None and not fields:
-                errors.append(f"must provide text or fields {where}]")
-        elif kind == "header":
-            if _text_length(block.get("text")) > 150:
-                errors.append(f"must be less than 151 characters {where}/text/text]")
-        elif kind == "context":
-            if len(block.get("elements") or []) > 10:
-                errors.append(f"must contain at most 10 items {where}/elements]")
-        elif kind == "actions":
-            if len(block.get("elements") or []) > 25:
-                errors.append(f"must contain at most 25 items {where}/elements]")
-        elif kind == "context_actions":
-            if len(block.get("elements") or []) > 5:
-                errors.append(f"must contain at most 5 items {where}/elements]")
         elif kind == "markdown":
             markdown_total += len(str(block.get("text", "")))
+    # "The cumulative limit for all markdown blocks in a single payload is 12,000 characters"
+    # (https://docs.slack.dev/reference/block-kit/blocks/markdown-block): the SDK checks one block's.
     if markdown_total > 12000:
         errors.append("markdown blocks must total at most 12000 characters [json-pointer:/blocks]")
     return errors
 
 
 def _view_errors(view: Any) -> list[str]:
-    """Check the modal limits that most often bite (title length, block count)."""
+    """Check a modal's or a Home tab's limits, then each of its blocks (:func:`_block_errors`).
+
+    ``slack_sdk.models.views.View`` checks the view's own: title, submit and close
+    within 24 characters, private_metadata within 3000, callback_id within 255,
+    1 to 100 blocks, no submit or close on a Home tab.
+    """
     if not isinstance(view, Mapping):
         return ["view must be an object [json-pointer:/view]"]
     errors: list[str] = []
+    # views.open takes a modal, views.publish a Home tab (https://docs.slack.dev/reference/views/);
+    # the SDK also lets the retired workflow_step through.
     if view.get("type") not in {"modal", "home"}:
         errors.append("must be one of modal, home [json-pointer:/view/type]")
-    for key in ("title", "submit", "close"):
-        if key in view and _text_length(view[key]) > 24:
-            errors.append(f"must be less than 25 characters [json-pointer:/view/{key}/text]")
+    # A modal's title is required (https://docs.slack.dev/reference/views/modal-views); the SDK
+    # checks its length only.
     if view.get("type") == "modal" and "title" not in view:
         errors.append("missing required field: title [json-pointer:/view]")
-    if len(str(view.get("private_metadata", ""))) > 3000:
-        errors.append("must be less than 3001 characters [json-pointer:/view/private_metadata]")
-    if len(str(view.get("callback_id", ""))) > 255:
-        errors.append("must be less than 256 characters [json-pointer:/view/callback_id]")
+    error = _sdk_error(lambda: View(**view).validate_json())
+    if error:
+        errors.append(f"{error} [json-pointer:/view]")
     errors.extend(
         e.replace("/blocks", "/view/blocks")
-        for e in _block_errors(view.get("blocks", []), max_blocks=100)
+        for e in _block_errors(view.get("blocks", []), max_blocks=None)
     )
     return errors
 
@@ -1067,6 +1091,8 @@ class MockSlackAPI(_LocalServer):
             return {"ok": False, "error": "channel_not_found"}
         if not params.get("text") and not params.get("blocks") and not params.get("attachments"):
             return {"ok": False, "error": "no_text"}
+        # Slack takes at most 40,000 characters of a message's text
+        # (https://docs.slack.dev/reference/methods/chat.postMessage).
         if len(str(params.get("text", ""))) > 40000:
             return {"ok": False, "error": "msg_too_long"}
         if self.validate and "blocks" in params:

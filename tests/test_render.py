@@ -7,6 +7,8 @@ import re
 from typing import Any
 
 import pytest
+from slack_sdk.models.blocks import Block
+from slack_sdk.models.views import View
 
 from bot.slack import messages
 from bot.slack.blocks import (
@@ -18,8 +20,7 @@ from bot.slack.blocks import (
     render_upload_status,
     upload_modal,
 )
-from bot.slack.blocks.answers import MAX_BLOCKS
-from bot.slack.blocks.mrkdwn import SECTION_LIMIT, link_citations, split_mrkdwn
+from bot.slack.blocks.mrkdwn import link_citations, split_mrkdwn
 from core.answer import Answer, Outcome, SourceRef
 
 URL = "https://kb.example/d/{n}?t=tok.en-{n}#char=0,10"
@@ -72,10 +73,19 @@ def _section_texts(r: Rendered) -> list[str]:
 
 
 def _check_limits(r: Rendered) -> None:
-    assert len(r.blocks) <= MAX_BLOCKS
-    assert 0 < len(r.text) <= 3000
+    # slack_sdk checks each block whole as it builds it from the JSON: a section's
+    # 3000 characters, a context's 10 elements, a button's 75 characters...
+    for block in r.blocks:
+        model = Block.parse(block)
+        assert model is not None, block
+        model.to_dict()
+    # What it does not check, as Slack documents it: "up to 50 blocks in each message"
+    # (https://docs.slack.dev/reference/block-kit/blocks), a section's text of at least
+    # 1 character (https://docs.slack.dev/reference/block-kit/blocks/section-block).
+    assert len(r.blocks) <= 50
+    assert 0 < len(r.text) <= 3000  # the fallback text is kept as short as a section
     for text in _section_texts(r):
-        assert 0 < len(text) <= SECTION_LIMIT
+        assert len(text) > 0
         # Every link is whole (each "<" closed before the next) and no "&" is cut from its entity.
         assert not re.search(r"<[^>]*(<|$)", text)
         assert not re.search(r"&(?!amp;|lt;|gt;)", text)
@@ -138,7 +148,7 @@ def test_huge_answer_is_truncated_to_fifty_blocks() -> None:
     text = ("A very long line without paragraph breaks & more " * 4000) + " [1]"
     r = render_answer(_answer(text, [_source(1)]))
     _check_limits(r)
-    assert len(r.blocks) == MAX_BLOCKS
+    assert len(r.blocks) == 50  # Slack's limit of a message, filled
     assert messages.TRUNCATED in _all_text(r)
     assert r.blocks[-1]["type"] == "context_actions"
 
@@ -223,7 +233,8 @@ def test_upload_status_and_modal() -> None:
     r = render_upload_status("failed", retry_document_id=7)
     assert r.blocks[1]["elements"][0]["value"] == "7"
     modal = upload_modal('{"channel": "C1"}', channel_scope_allowed=True)
-    assert len(modal["title"]["text"]) <= 24
+    # slack_sdk's View checks the modal (a title within 24 characters...) and each block in it.
+    View(**modal).to_dict()
     assert modal["private_metadata"] == '{"channel": "C1"}'
 
 
@@ -295,5 +306,7 @@ def test_a_passage_of_characters_that_escape_long_still_fits_slack(outcome: Outc
     # "&" is "&amp;" once escaped: a 600-character quote would become 3,000.
     sources = [_source(n, quote="&" * 700) for n in (1, 2, 3, 4)]
     rendered = render_answer(_answer("Yes [1][2][3][4].", sources, outcome=outcome, kept=sources))
-    assert all(len(t["text"]) <= SECTION_LIMIT for t in _texts(rendered))
+    # A text object holds at most 3000 characters
+    # (https://docs.slack.dev/reference/block-kit/composition-objects/text-object).
+    assert all(len(t["text"]) <= 3000 for t in _texts(rendered))
     assert len(rendered.text) <= 3000

@@ -33,6 +33,8 @@ from tests.servers import (
     USER_ID,
     MockSlackAPI,
     OpenAICompatServer,
+    _block_errors,
+    _view_errors,
     app_mention_event,
     block_actions_body,
     button_action,
@@ -118,6 +120,91 @@ async def test_block_kit_limits_are_enforced_like_slack() -> None:
         assert len(slack.calls("chat.postMessage", include_rejected=True)) == 2
 
 
+def _text(text: str, kind: str = "mrkdwn") -> dict[str, Any]:
+    return {"type": kind, "text": text}
+
+
+def _button(label: str = "Go", value: str = "1") -> dict[str, Any]:
+    return {"type": "button", "action_id": "a", "text": _text(label, "plain_text"), "value": value}
+
+
+def _section(text: str = "ok") -> dict[str, Any]:
+    return {"type": "section", "text": _text(text)}
+
+
+# Every block a limit breaks: those slack_sdk checks, then those the mock asserts itself.
+_BROKEN_BLOCKS: dict[str, list[Any]] = {
+    "section text over 3000": [_section("x" * 3001)],
+    "section of neither text nor fields": [{"type": "section"}],
+    "more than 10 fields": [{"type": "section", "fields": [_text("f")] * 11}],
+    "header over 150": [{"type": "header", "text": _text("x" * 151, "plain_text")}],
+    "context of 11 elements": [{"type": "context", "elements": [_text("c")] * 11}],
+    "actions of 26 buttons": [{"type": "actions", "elements": [_button()] * 26}],
+    "context_actions of 6": [
+        {
+            "type": "context_actions",
+            "elements": [
+                {
+                    "type": "feedback_buttons",
+                    "action_id": "f",
+                    "positive_button": {"text": _text("+", "plain_text"), "value": "p"},
+                    "negative_button": {"text": _text("-", "plain_text"), "value": "n"},
+                }
+            ]
+            * 6,
+        }
+    ],
+    "block_id over 255": [{**_section(), "block_id": "b" * 256}],
+    "button text over 75": [{"type": "actions", "elements": [_button("x" * 76)]}],
+    "markdown block over 12000": [{"type": "markdown", "text": "x" * 12001}],
+    "51 blocks in a message": [{"type": "divider"}] * 51,
+    "empty section text": [_section("")],
+    "field over 2000": [{"type": "section", "fields": [_text("x" * 2001)]}],
+    "duplicate block_id": [{**_section(), "block_id": "b"}, {**_section(), "block_id": "b"}],
+    "markdown blocks over 12000 together": [{"type": "markdown", "text": "x" * 6001}] * 2,
+    "block without a type": [{"text": _text("t")}],
+}
+
+
+@pytest.mark.parametrize("blocks", _BROKEN_BLOCKS.values(), ids=_BROKEN_BLOCKS.keys())
+def test_the_mock_rejects_blocks_slack_rejects(blocks: list[Any]) -> None:
+    assert _block_errors(blocks, max_blocks=50) != []
+
+
+def test_the_mock_takes_the_blocks_slack_takes() -> None:
+    fine = [_section("x" * 3000), {"type": "actions", "elements": [_button("x" * 75)]}] * 25
+    assert _block_errors(fine, max_blocks=50) == []
+
+
+_MODAL = {"type": "modal", "title": _text("Upload", "plain_text"), "blocks": [_section()]}
+_BROKEN_VIEWS: dict[str, dict[str, Any]] = {
+    "title over 24": {**_MODAL, "title": _text("x" * 25, "plain_text")},
+    "submit over 24": {**_MODAL, "submit": _text("x" * 25, "plain_text")},
+    "close over 24": {**_MODAL, "close": _text("x" * 25, "plain_text")},
+    "private_metadata over 3000": {**_MODAL, "private_metadata": "x" * 3001},
+    "callback_id over 255": {**_MODAL, "callback_id": "c" * 256},
+    "101 blocks in a view": {**_MODAL, "blocks": [_section()] * 101},
+    "a Home tab with a submit button": {
+        "type": "home",
+        "blocks": [_section()],
+        "submit": _text("Go", "plain_text"),
+    },
+    "a modal without a title": {"type": "modal", "blocks": [_section()]},
+    "neither a modal nor a Home tab": {**_MODAL, "type": "workflow_step"},
+    "a block of the view breaking its limit": {**_MODAL, "blocks": [_section("x" * 3001)]},
+}
+
+
+@pytest.mark.parametrize("view", _BROKEN_VIEWS.values(), ids=_BROKEN_VIEWS.keys())
+def test_the_mock_rejects_views_slack_rejects(view: dict[str, Any]) -> None:
+    assert _view_errors(view) != []
+
+
+def test_the_mock_takes_the_views_slack_takes() -> None:
+    home = {"type": "home", "private_metadata": "x" * 3000, "blocks": [_section()] * 100}
+    assert _view_errors(home) == [] and _view_errors(_MODAL) == []
+
+
 async def test_other_methods_answer_in_slack_shapes() -> None:
     async with MockSlackAPI(admins=["U0ADMIN"]) as slack:
         client = _client(slack)
@@ -132,7 +219,13 @@ async def test_other_methods_answer_in_slack_shapes() -> None:
         eph = await client.chat_postEphemeral(channel=CHANNEL_ID, user=USER_ID, text="only you")
         assert eph["message_ts"]
 
-        view = {"type": "modal", "title": {"type": "plain_text", "text": "Upload"}, "blocks": []}
+        # A view holds 1 to 100 blocks (slack_sdk's View checks both ends).
+        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "Pick a file"}}]
+        view = {
+            "type": "modal",
+            "title": {"type": "plain_text", "text": "Upload"},
+            "blocks": blocks,
+        }
         opened = await client.views_open(trigger_id="1.2.abc", view=view)
         view_id = opened["view"]["id"]
         assert opened["view"]["state"] == {"values": {}} and view_id in slack.views

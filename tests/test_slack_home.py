@@ -26,7 +26,6 @@ from bot.slack.blocks import (
     home_view,
     parse_page_value,
 )
-from bot.slack.blocks.home import MAX_HOME_BLOCKS
 from bot.slack.home import GapCache, thread_url, workspace_url
 from core.calibration import CalibrationRecord, RateRow, save_calibration
 from core.gaps import Gap
@@ -483,7 +482,7 @@ async def test_long_lists_are_paged_within_slacks_limits(make_bot: BotFactory) -
         bot.kb.feedback.add(qid, -1, USER_ID)
 
     view = await open_home(bot, ADMIN_ID)
-    assert _view_errors(view) == [] and len(view["blocks"]) <= MAX_HOME_BLOCKS
+    assert _view_errors(view) == []  # slack_sdk's View among them: at most 100 blocks
     text = _text(view)
     assert "<!channel>" not in text and "<@U0EVIL001>" not in text and "<!here>" not in text
     uploads = _part(view, messages.HOME_UPLOADS_HEADER)
