@@ -55,7 +55,7 @@ def _sqlite_kb(data_dir: Path, embedder: Embedder) -> KnowledgeBase:
         )
     )
     kb.feedback.add(asked, -1, "U3")
-    kb.deliveries.first("Ev1", "C1:1700000000.1")
+    kb.deliveries.claim(["Ev1", "C1:1700000000.1"], lease_seconds=60.0)
     kb.store.set_meta("calibration", '{"threshold": 0.6}')
     return kb
 

@@ -312,10 +312,14 @@ async def test_replicas_sharing_the_database_answer_an_event_once(
 async def test_the_delivery_record_failing_never_loses_the_question(
     bot: Bot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def unavailable(key: str, **kwargs: Any) -> bool:
+    claims: list[object] = []
+
+    def unavailable(keys: object, **kwargs: Any) -> bool:
+        claims.append(keys)
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(bot.kb.store, "first_delivery", unavailable)
+    monkeypatch.setattr(bot.kb.deliveries, "claim", unavailable)
     await bot.event(app_mention_event(IN_DOMAIN))
     answer = await bot.answer()
     assert ANSWER in answer["text"]
+    assert len(claims) == 1  # the record really was asked for, and failed

@@ -18,30 +18,6 @@ __all__ = ["DeliveryLog"]
 class DeliveryLog(StorePart):
     """Event deliveries (``store.deliveries``); the lease and TTL are measured by the clock."""
 
-    def first(self, *keys: str, ttl_seconds: float = 3600.0) -> bool:
-        """True the first time any of ``keys`` is seen within the TTL; False for a redelivery.
-
-        A delivery has several keys (Slack's event id, the message it is about);
-        all are recorded in one transaction, every one even after a duplicate, so
-        either catches the next redelivery. One transaction matters: recorded one
-        by one, two replicas could each take one key first and both drop the event.
-        Kept in the database rather than in memory so that replicas sharing it
-        never answer the same event twice: the key is unique, and on Postgres a
-        second claim of a key waits for the first one's transaction, then finds it.
-        """
-        now = self.clock()
-        with self.transaction() as db:
-            db.execute("DELETE FROM deliveries WHERE seen_at < ?", [now - ttl_seconds])
-            new = 0
-            # In one order: two claims of the same keys never wait on each other in a cycle.
-            for key in sorted(set(keys)):
-                cur = db.execute(
-                    "INSERT INTO deliveries (key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                    [key, now],
-                )
-                new += cur.rowcount
-            return new == len(set(keys))
-
     def claim(
         self, keys: Sequence[str], *, lease_seconds: float, ttl_seconds: float = 3600.0
     ) -> bool:
