@@ -16,6 +16,7 @@ from bot.slack.blocks import (
     escape,
     parse_feedback_value,
     render_answer,
+    render_notice,
     render_partial,
     render_upload_status,
     upload_modal,
@@ -236,6 +237,18 @@ def test_upload_status_and_modal() -> None:
     # slack_sdk's View checks the modal (a title within 24 characters...) and each block in it.
     View(**modal).to_dict()
     assert modal["private_metadata"] == '{"channel": "C1"}'
+
+
+def test_a_notice_or_status_longer_than_a_section_is_split_never_refused() -> None:
+    # A failure reason can quote a long name or a document's words: the status still renders,
+    # in sections within Slack's 3000 characters of a text object, and says all of it.
+    reason = "Sheet *Budget* could not be read: " + "cell A1 is a formula; " * 400
+    for r in (render_notice(reason), render_upload_status(reason, retry_document_id=3)):
+        _check_limits(r)
+        sections = [b["text"]["text"] for b in r.blocks if b["type"] == "section"]
+        assert len(sections) == 3
+        assert all(len(t) <= 3000 for t in sections)
+        assert " ".join(sections).split() == reason.split()
 
 
 def _links(rendered: Rendered) -> list[str]:

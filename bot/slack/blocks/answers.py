@@ -260,5 +260,7 @@ def render_partial(text: str) -> Rendered:
 
 
 def render_notice(text: str) -> Rendered:
-    """A one-section message of server-written mrkdwn (placeholder, help, errors)."""
-    return Rendered.build(text, [section(text)])
+    """A message of server-written mrkdwn (placeholder, help, errors): one section, or as many as a
+    text past a section's limit needs (a reason quoting a document can be long), never an error."""
+    parts = split_mrkdwn(text)
+    return Rendered.build(parts[0] if len(parts) > 1 else text, [section(p) for p in parts])

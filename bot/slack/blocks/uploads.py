@@ -25,6 +25,7 @@ from bot.slack.blocks.actions import (
     VISIBILITY_EVERYONE,
 )
 from bot.slack.blocks.elements import Rendered, actions, button, plain_text, section
+from bot.slack.blocks.mrkdwn import split_mrkdwn
 
 # Slack's file_input element takes 1 to 10 files.
 UPLOAD_MAX_FILES = 10
@@ -36,12 +37,15 @@ TITLE_MAX_CHARS = 200
 
 
 def render_upload_status(text: str, *, retry_document_id: int | None = None) -> Rendered:
-    """A file's status line, with a Retry button when the document can be indexed again."""
-    blocks: list[Block] = [section(text)]
+    """A file's status line, with a Retry button when the document can be indexed again (a status
+    past a section's limit, such as a long failure reason, takes as many sections as it needs)."""
+    parts = split_mrkdwn(text)
+    blocks: list[Block] = [section(part) for part in parts]
     if retry_document_id is not None:
         retry = button(RETRY_ACTION_ID, messages.UPLOAD_RETRY, str(retry_document_id))
         blocks.append(actions([retry]))
-    return Rendered.build(text, blocks)
+    # The notification's text is the first section's when the status takes several.
+    return Rendered.build(parts[0] if len(parts) > 1 else text, blocks)
 
 
 def upload_modal(private_metadata: str, *, channel_scope_allowed: bool) -> dict[str, Any]:
