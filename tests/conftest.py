@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -17,9 +18,14 @@ import structlog
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from bot.logs import NOISY_LOGGERS, LogHandler, configure_logging  # noqa: E402
+from index.config import IndexConfig  # noqa: E402
 from index.embed import Embedder  # noqa: E402
 from index.embed.pytorch import LocalEmbedder  # noqa: E402
+from index.knowledge_base import KnowledgeBase  # noqa: E402
 from tests.canaries import LeakRecorder, report, scan_files  # noqa: E402
+
+# The sample documents the bot ships (``kb`` demo, suggested prompts).
+SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 
 pytest_plugins = [
     "tests.fixtures_servers",
@@ -119,3 +125,22 @@ def index_dir(tmp_path: Path) -> Path:
     d = tmp_path / "kb-data"
     d.mkdir()
     return d
+
+
+@pytest.fixture(scope="session")
+def sample_data_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Path:
+    """A data dir with the sample documents (``bot/sample``) ingested, built once; tests get a copy."""
+    data_dir = tmp_path_factory.mktemp("sample-kb")
+    kb = KnowledgeBase(IndexConfig(data_dir=data_dir), embedder=embedder)
+    assert kb.ingest_paths([SAMPLE]).chunks > 0
+    # Everything into the main database file, so a plain copy is complete.
+    kb.store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return data_dir
+
+
+@pytest.fixture
+def sample_kb(sample_data_dir: Path, index_dir: Path, embedder: Embedder) -> KnowledgeBase:
+    """The sample documents ingested into ``index_dir``: a copy of the session's, as if
+    ``kb.ingest_paths([SAMPLE])`` had run in this test."""
+    shutil.copytree(sample_data_dir, index_dir, dirs_exist_ok=True)
+    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)

@@ -23,7 +23,6 @@ from index.models import ALL_SCOPES, EVERYONE
 from tests.docs_factory import text_pdf
 from tests.servers import OpenAICompatServer, closed_port_url
 
-SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 IN_DOMAIN = "How do I get reimbursed for a conference ticket?"
 # Far inside the shipped threshold (distance ~0.36), for tests on the default settings.
 CLEARLY_IN_DOMAIN = "Can I deploy to production on a Friday?"
@@ -43,10 +42,8 @@ def _config(base_url: str, *, llm_timeout: float = 2.0, **kw: object) -> EngineC
 
 
 @pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    kb.ingest_paths([SAMPLE])
-    return kb
+def kb(sample_kb: KnowledgeBase) -> KnowledgeBase:
+    return sample_kb  # bot/sample ingested (a copy of the session's)
 
 
 _OPEN: list[Engine] = []
@@ -191,10 +188,9 @@ async def test_pdf_source_links_to_its_page(
 
 
 async def test_channel_scoped_document_never_leaks(
-    index_dir: Path, embedder: Embedder, openai_server: OpenAICompatServer
+    sample_kb: KnowledgeBase, openai_server: OpenAICompatServer
 ) -> None:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    kb.ingest_paths([SAMPLE])
+    kb = sample_kb
     secret = b"# Layoff plan\n\nThe conference ticket budget is frozen and reimbursement of conference tickets stops in March.\n"
     doc = kb.ingest_bytes(secret, "plan.md", scope="C_EXEC").document
     engine = _engine(kb, openai_server.url)

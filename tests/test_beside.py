@@ -26,7 +26,6 @@ from index.knowledge_base import KnowledgeBase
 from tests.conftest_bot import IN_DOMAIN, PUBLIC_URL, BotFactory
 from tests.servers import OpenAICompatServer, app_mention_event
 
-SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 QUESTION = "How do I get reimbursed for a conference ticket?"
 HOSTILE = "<!channel> <@U123> <https://evil.example|click> & <#C1>"
 BESIDE_LINK_RE = re.compile(r"• <(https?://[^|>]+)\|([^>]*)>")
@@ -76,10 +75,8 @@ def test_beside_shows_at_most_the_related_limit() -> None:
 
 
 @pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    kb.ingest_paths([SAMPLE])
-    return kb
+def kb(sample_kb: KnowledgeBase) -> KnowledgeBase:
+    return sample_kb  # bot/sample ingested (a copy of the session's)
 
 
 def _only_the_best_passes(kb: KnowledgeBase, question: str) -> dict[str, float]:

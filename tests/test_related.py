@@ -23,7 +23,6 @@ from index.knowledge_base import KnowledgeBase
 from tests.conftest_bot import IN_DOMAIN, PUBLIC_URL, Bot, BotFactory, links
 from tests.servers import OpenAICompatServer, app_mention_event, block_actions_body, feedback_action
 
-SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 QUESTION = "How do I get reimbursed for a conference ticket?"
 OUT_OF_DOMAIN = "What is the offside rule in football?"
 
@@ -40,10 +39,8 @@ def _between(best: float) -> dict[str, float]:
 
 
 @pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    kb.ingest_paths([SAMPLE])
-    return kb
+def kb(sample_kb: KnowledgeBase) -> KnowledgeBase:
+    return sample_kb  # bot/sample ingested (a copy of the session's)
 
 
 EngineFor = Callable[..., Engine]

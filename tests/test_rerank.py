@@ -20,12 +20,9 @@ from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT
 from core.rerank import Reranker, RerankerUnavailable, passage_text, rerank
 from core.retrieve import Candidate
-from index.config import IndexConfig
-from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from tests.tiny_models import tiny_cross_encoder as tiny_model
 
-SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 QUESTION = "How do I get reimbursed for a conference ticket?"
 OUT_OF_DOMAIN = "What is the offside rule in football?"
 
@@ -36,10 +33,8 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    kb.ingest_paths([SAMPLE])
-    return kb
+def kb(sample_kb: KnowledgeBase) -> KnowledgeBase:
+    return sample_kb  # bot/sample ingested (a copy of the session's)
 
 
 _OPEN: list[Engine] = []

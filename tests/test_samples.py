@@ -17,14 +17,11 @@ import yaml
 from bot.slack import messages
 from bot.slack.agent import suggested_prompts
 from core.answer import Engine, Outcome, build_engine
-from index.config import IndexConfig
-from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from tests.conftest_bot import make_settings
 from tests.servers import DEFAULT_OPENAI_API_KEY, OpenAICompatServer
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "bot" / "sample"
 
 
 def manifest_prompts() -> list[str]:
@@ -45,11 +42,7 @@ def help_example() -> str:
     return example
 
 
-@pytest.fixture
-def sample_kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    kb.ingest_paths([SAMPLE])
-    return kb
+# ``sample_kb`` (tests/conftest.py): the sample documents ingested, as the demo has them.
 
 
 @pytest.fixture
