@@ -20,7 +20,10 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 
-N_DOCS = 40
+# Enough documents that the kill lands long before the last, each a few chunks long
+# (the kill lands while one is being embedded); few enough to ingest the rest quickly after.
+N_DOCS = 20
+PARAGRAPHS = 8
 
 
 def _write_corpus(folder: Path) -> None:
@@ -29,7 +32,7 @@ def _write_corpus(folder: Path) -> None:
         paras = "\n\n".join(
             f"Paragraph {j} of document {i}: the service number {i * 100 + j} restarts nightly "
             f"and its logs rotate every {j + 1} days unless the flag keep_logs_{i} is set."
-            for j in range(25)
+            for j in range(PARAGRAPHS)
         )
         (folder / f"doc{i:02d}.md").write_text(f"# Document {i}\n\n## Part\n\n{paras}\n")
 
