@@ -678,6 +678,17 @@ _GROUPS = {
 }
 
 
+def setting_groups() -> list[tuple[str, list[tuple[str, FieldInfo]]]]:
+    """Every setting as ``(variable, field)``, in declaration order, under its group's title."""
+    groups: list[tuple[str, list[tuple[str, FieldInfo]]]] = []
+    for name, info in Settings.model_fields.items():
+        env = _env_name(info, name)
+        if env in _GROUPS or not groups:
+            groups.append((_GROUPS.get(env, ""), []))
+        groups[-1][1].append((env, info))
+    return groups
+
+
 def env_example() -> str:
     """The text of ``.env.example``: every setting, its help and its default."""
     import textwrap
@@ -686,15 +697,16 @@ def env_example() -> str:
         "# Copy to .env and fill in what you use. Every setting has a default that works on a laptop;",
         "# with nothing set, the bot runs locally and shows cited evidence instead of generated answers.",
     ]
-    for env, info in zip(env_var_names(), Settings.model_fields.values(), strict=True):
-        if env in _GROUPS:
-            lines += ["", f"# ---- {_GROUPS[env]}"]
-        lines += [f"# {line}" for line in textwrap.wrap(info.description or "", 96)]
-        lines.append(f"{env}={_example_value(info.default)}")
+    for title, fields in setting_groups():
+        lines += ["", f"# ---- {title}"]
+        for env, info in fields:
+            lines += [f"# {line}" for line in textwrap.wrap(info.description or "", 96)]
+            lines.append(f"{env}={example_value(info.default)}")
     return "\n".join(lines) + "\n"
 
 
-def _example_value(default: Any) -> str:
+def example_value(default: Any) -> str:
+    """A default as ``.env`` spells it: ``true``/``false``, an empty secret as nothing."""
     if isinstance(default, bool):
         return str(default).lower()
     if isinstance(default, SecretStr):

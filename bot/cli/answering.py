@@ -28,6 +28,9 @@ QUOTE_CHARS = 240
 def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: bool) -> None:
     """Ask a question; prints the answer with its cited passages.
 
+    Answers as Slack would. With --json: the outcome, the answer, grounded,
+    model_called, its sources, the passages kept, and timings_ms.
+
     Example: kb ask "How do I rotate the API key?" --json
     """
     from core.answer import build_engine

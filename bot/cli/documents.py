@@ -123,7 +123,7 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
 @json_option()
 @click.pass_context
 def docs(ctx: click.Context, as_json: bool) -> None:
-    """List documents with their state and chunk count.
+    """List documents with their state, chunk count, scope and whether they are stale.
 
     Example: kb docs --json
     """
@@ -230,6 +230,9 @@ def rm(ctx: click.Context, doc: str) -> None:
 @click.pass_context
 def reindex(ctx: click.Context, as_json: bool) -> None:
     """Rebuild every document from its stored original with the running configuration.
+
+    The new index is built beside the live one, which keeps answering, then
+    swapped in.
 
     Example: kb reindex
     """

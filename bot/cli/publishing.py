@@ -32,7 +32,9 @@ def audit(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Show the latest changes to the knowledge base: who added, replaced, approved, restored...
 
     Newest first. Each entry has the time, who (a Slack user id, or "cli"),
-    the action, the document and the sha256 of the content before and after.
+    the action (add, replace, remove, submit, approve, reject, reindex,
+    restore), the document and its scope, and the sha256 of the content before
+    and after.
 
     Example: kb audit --limit 20
     """
@@ -94,7 +96,8 @@ def restore(ctx: click.Context, doc: str, as_json: bool) -> None:
 def approve(ctx: click.Context, doc: str) -> None:
     """Approve a document awaiting approval: it is used for answers from now on.
 
-    The same as an admin's Approve button in Slack (the uploader is not told).
+    The same as an admin's Approve button in Slack, for when no admin was
+    reachable there (the uploader is not told).
 
     Example: kb approve 12
     """
@@ -112,7 +115,8 @@ def approve(ctx: click.Context, doc: str) -> None:
 def reject(ctx: click.Context, doc: str) -> None:
     """Reject a document awaiting approval: it is deleted from the knowledge base.
 
-    The same as an admin's Reject button in Slack (the uploader is not told).
+    The same as an admin's Reject button in Slack, for when no admin was
+    reachable there (the uploader is not told).
 
     Example: kb reject 12
     """

@@ -22,8 +22,9 @@ def migrate_store(ctx: click.Context, url: str | None, as_json: bool) -> None:
     """Copy the SQLite knowledge base of the data dir (every table, the originals) into Postgres.
 
     The copy is one transaction, checked table by table (rows and checksums)
-    before it commits; a database that is not empty is refused. Then set
-    KB_DATABASE_URL on every replica.
+    before it commits; a database that is not empty is refused, and a failed
+    copy leaves it empty, so it can be run again. Then set KB_DATABASE_URL on
+    every replica.
 
     Example: KB_DATABASE_URL=postgresql://kb:PASSWORD@db/kb kb migrate-store
     """

@@ -1,0 +1,109 @@
+"""The docs: the generated reference matches the code, and every relative link resolves."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bot import docs
+from bot.cli import main
+from bot.settings import env_var_names
+
+ROOT = Path(__file__).resolve().parents[1]
+# The project's own pages; the corpora it is measured on (evaluation/sets/, the
+# sample documents, test data) are other projects' text and keep their links.
+MARKDOWN = sorted(
+    p
+    for p in ROOT.rglob("*.md")
+    if not {".venv", ".git", "node_modules", "sets", "sample", "data"} & set(p.parts)
+)
+
+
+@pytest.mark.parametrize("path", sorted(docs.GENERATED))
+def test_generated_doc_matches_the_code(path: str) -> None:
+    on_disk = (ROOT / path).read_text(encoding="utf-8")
+    assert on_disk == docs.generated()[path], f"{path} is out of date: run {docs.REGENERATE}"
+
+
+def test_write_rewrites_only_what_differs(tmp_path: Path) -> None:
+    assert sorted(docs.write(tmp_path)) == sorted(docs.GENERATED)
+    (tmp_path / "docs/cli.md").write_text("stale", encoding="utf-8")
+    assert docs.write(tmp_path) == ["docs/cli.md"]
+    assert docs.write(tmp_path) == []
+
+
+def test_every_setting_and_command_is_in_the_reference() -> None:
+    configuration = docs.configuration_md()
+    assert [env for env in env_var_names() if f"`{env}`" not in configuration] == []
+    cli = docs.cli_md()
+    assert [name for name in main.commands if f"## `kb {name}`" not in cli] == []
+
+
+def test_the_reference_does_not_depend_on_the_machine() -> None:
+    text = docs.configuration_md() + docs.cli_md()
+    assert str(Path.home()) not in text and str(Path.cwd()) not in text
+    widest = max(len(line) for line in docs.cli_md().split("```text")[1].splitlines())
+    assert widest <= docs.HELP_WIDTH
+
+
+def test_every_module_is_listed_with_its_docstring() -> None:
+    modules = docs.modules_md()
+    for package in docs.PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            row = next(r for r in modules.splitlines() if f"`{path.relative_to(ROOT)}`" in r)
+            assert row.rstrip(" |").split("|")[-1].strip(), f"{path} has no docstring"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _relative_links(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    return [target for target in LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:", target)]
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(path: Path) -> None:
+    broken = []
+    for target in _relative_links(path):
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        missing = not resolved.exists()
+        if missing or (anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved)):
+            broken.append(target)
+    assert broken == []
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: a repeated one gets -1, -2..."""
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", text, flags=re.M):
+        base, n = docs.anchor(heading), 0
+        while (name := base if n == 0 else f"{base}-{n}") in anchors:
+            n += 1
+        anchors.add(name)
+    return anchors
+
+
+def test_the_link_check_sees_a_broken_link(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Top\n[here](missing.md) [site](https://example.com) [top](#top)\n")
+    assert _relative_links(page) == ["missing.md", "#top"]
+    assert _anchors(page) == {"top"}
+
+
+SETTING = re.compile(r"\b(?:KB|SLACK|OPENAI|QDRANT)_[A-Z0-9_]*[A-Z0-9]\b")
+# Variables the docs may name that are not the bot's settings: the test tools' and
+# the deployment files' own (build arguments, compose variables).
+NOT_SETTINGS = {"KB_COVERAGE", "KB_TEST_POSTGRES_URL"} | {
+    name for f in (ROOT / "deploy").iterdir() for name in SETTING.findall(f.read_text())
+}
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_setting_the_docs_name_exists(path: Path) -> None:
+    named = set(SETTING.findall(path.read_text(encoding="utf-8")))
+    assert sorted(named - set(env_var_names()) - NOT_SETTINGS) == []
