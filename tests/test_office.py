@@ -870,8 +870,8 @@ async def test_the_model_reads_a_sheet_passage_below_its_header_with_the_column_
         await engine.aclose()
 
 
-def test_readme_and_kb_ingest_help_name_every_supported_type() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+def test_the_docs_and_kb_ingest_help_name_every_supported_type() -> None:
+    readme = (Path(__file__).parent.parent / "docs/operating.md").read_text()
     help_text = CliRunner().invoke(main, ["ingest", "--help"]).output
     for suffix in SUPPORTED_SUFFIXES:
         if suffix not in {".markdown", ".htm"}:

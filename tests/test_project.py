@@ -1,4 +1,4 @@
-"""Meta-tests: layering, documented settings, documented CLI commands."""
+"""Meta-tests: layering, faces, no cycles, settings and commands with help."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
-from bot.settings import Settings, env_example, env_var_names
+from bot.settings import Settings, env_example
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,24 +69,16 @@ def test_env_example_is_generated_from_settings() -> None:
     assert (ROOT / ".env.example").read_text() == env_example()
 
 
-def test_every_setting_is_documented_in_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
-    missing = [name for name in env_var_names() if name not in readme]
-    assert missing == []
-
-
 def test_every_setting_has_help_text() -> None:
     assert all(len(info.description or "") > 15 for info in Settings.model_fields.values())
 
 
-def test_every_cli_command_has_help_and_is_in_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_every_cli_command_has_help() -> None:
     runner = CliRunner()
     for name, cmd in main.commands.items():
         assert cmd.help and len(cmd.help) > 20, name
         result = runner.invoke(main, [name, "--help"])
         assert result.exit_code == 0, (name, result.output)
-        assert f"kb {name}" in readme, f"`kb {name}` is not in the README"
 
 
 def test_links_follow_the_port_unless_a_public_url_is_set() -> None:
@@ -209,7 +201,9 @@ def test_callers_import_a_sub_package_through_its_face() -> None:
     inside = []
     for name, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if not (isinstance(node, ast.ImportFrom) and node.module in modules and node.level == 0):
+            if not (
+                isinstance(node, ast.ImportFrom) and node.module in modules and node.level == 0
+            ):
                 continue
             if all(f"{node.module}.{a.name}" in modules for a in node.names):
                 continue  # a module imported by name: its package decides
