@@ -7,6 +7,7 @@ engine, ``engines`` the one ``QDRANT_URL`` names; ``sparse`` BM25 as sparse vect
 
 from __future__ import annotations
 
+from index.search.qdrant.engine import SearchEngineUnavailable
 from index.search.qdrant.index import QdrantSearchIndex
 
-__all__ = ["QdrantSearchIndex"]
+__all__ = ["QdrantSearchIndex", "SearchEngineUnavailable"]
