@@ -114,6 +114,12 @@ def product_logs() -> Callable[..., io.StringIO]:
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     """The real bundled all-MiniLM-L6-v2, loaded once per test session."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # One core per worker: two PyTorch threads in each of two workers (beside the
+        # servers the tests start) spin against each other and run many times slower.
+        import torch
+
+        torch.set_num_threads(1)
     e = LocalEmbedder("bundled:all-MiniLM-L6-v2")
     e.encode(["warm up"])
     return e

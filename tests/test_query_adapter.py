@@ -202,6 +202,8 @@ def test_another_process_sees_a_new_map_once_it_looks_again(
     index_dir: Path, embedder: Embedder
 ) -> None:
     reader = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    # Not looked again until the test says so, however long the ingest below takes.
+    reader.query_adapters.reload_seconds = float("inf")
     assert reader.query_adapters.current() is None  # cached: nothing fitted yet
     writer = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
     writer.ingest_paths([CORPUS])
