@@ -301,7 +301,7 @@ def test_private_addresses_are_refused_unless_allowed(index_dir: Path, site: Sit
     result, data = kb_sync(index_dir, site.url("/a.html"))
     assert result.exit_code == 1
     ((_, reason),) = _failed(data["sources"][0])
-    assert "resolves to a private, loopback or link-local address" in reason
+    assert "127.0.0.1 is a loopback address, not a public address" in reason
     assert site.hits == [], "nothing is sent to a refused address"
 
 

@@ -147,6 +147,8 @@ def _print(reports: list[SourceReport], dry_run: bool) -> None:
         click.echo(f"{r.source} ({r.location})")
         if r.error:
             click.echo(f"  error    {r.error}")
+        if r.truncated:
+            click.echo(f"  stopped  {r.truncated}")
         for verb, items in (("added", r.added), ("changed", r.changed), ("removed", r.removed)):
             for item in items:
                 click.echo(f"  {verb:<8} {item}")

@@ -3,11 +3,15 @@
 Every rule, checked at every hop (the first URL and each redirect):
 
 * only ``http`` and ``https``; ``file://`` and every other scheme are refused;
-* the host's addresses are resolved once and every one must be public (not
-  private, loopback, link-local, shared or reserved) unless ``allow_private``;
-  the request then goes to the checked address itself (``Host`` header and TLS
-  server name kept), so a DNS answer that changes between the check and the
-  connection (DNS rebinding) cannot reach an internal address;
+* the host's addresses are resolved once and every one must be global unicast
+  under the one address policy (``index.sync.addresses``: IPv4 forms inside
+  IPv6 unwrapped) unless ``allow_private``; the request then goes to the
+  checked address itself (``Host`` header and TLS server name kept), so a DNS
+  answer that changes between the check and the connection (DNS rebinding)
+  cannot reach an internal address, and the connected socket's peer is
+  checked again before anything is read;
+* a URL that cannot be parsed (an unclosed ``[``, a port that is no number, a
+  host name IDNA cannot encode) is a refusal with its reason, never a crash;
 * a redirect may leave the first URL's host only for a host in ``allow_hosts``;
 * ``robots.txt`` of each origin is obeyed (``urllib.robotparser``): missing
   (4xx) allows everything, unreachable (5xx, network) refuses everything;
@@ -24,7 +28,6 @@ A refusal or failure is a ``FetchFailed`` naming the URL and the reason;
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import socket
 import time
@@ -39,8 +42,17 @@ import httpx
 from index.config import DEFAULT_MAX_UPLOAD_BYTES
 from index.errors import KBError
 from index.ingest import SUPPORTED_SUFFIXES
+from index.sync.addresses import address_refusal, is_ip_address
 
-__all__ = ["USER_AGENT", "FetchFailed", "FetchPolicy", "Fetched", "Fetcher", "check_url"]
+__all__ = [
+    "USER_AGENT",
+    "FetchFailed",
+    "FetchPolicy",
+    "Fetched",
+    "Fetcher",
+    "ascii_host",
+    "check_url",
+]
 
 USER_AGENT = "slack-kb-sync/1"
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -117,12 +129,20 @@ def check_url(url: str) -> str:
     Raises:
         FetchFailed: another scheme (``file://`` included) or no host.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port
+    except ValueError as exc:
+        # Neither the text before an "@" nor urllib's message (which may quote a piece of a
+        # password taken for a port: "http://u:pa/ss@host") is repeated.
+        raise FetchFailed(
+            _without_userinfo(url), f"it is not a valid URL ({_unparsable(exc)})"
+        ) from exc
     if parts.scheme not in {"http", "https"}:
         raise FetchFailed(
             url, f"only http and https URLs are fetched, not {parts.scheme or 'a relative URL'}"
         )
-    if not parts.hostname:
+    if not host:
         raise FetchFailed(url, "the URL has no host")
     if parts.username or parts.password:
         # They would be shown in every report and log line that names the URL.
@@ -130,7 +150,43 @@ def check_url(url: str) -> str:
             url.replace(parts.netloc, parts.netloc.rpartition("@")[2]),
             "a user name or password in the URL is not supported",
         )
+    ascii_host(url, host)
     return url
+
+
+def ascii_host(url: str, host: str) -> str:
+    """``host`` as DNS and the ``Host`` header spell it: an internationalised name in punycode.
+
+    Raises:
+        FetchFailed: a name IDNA cannot encode (a label too long, a forbidden character).
+    """
+    if host.isascii() or ":" in host:
+        return host
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        raise FetchFailed(url, f"its host name {host} is not a valid domain name") from exc
+
+
+def _unparsable(exc: ValueError) -> str:
+    text = str(exc)
+    if text == "Invalid IPv6 URL":
+        return "a [ without its ], or a ] without its ["
+    if "out of range" in text:
+        return "its port is out of range"
+    if "integer" in text:
+        return "its port is not a number"
+    return "its host is not a valid name or address"
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` with everything up to its last ``@`` cut, for a URL too broken to parse.
+
+    Too broken to tell where its authority ends (``http://u:pa/ss@host``), it may hold a
+    password anywhere before an ``@``.
+    """
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}://{rest.rpartition('@')[2]}" if sep else url.rpartition("@")[2]
 
 
 class Fetcher:
@@ -159,6 +215,7 @@ class Fetcher:
         Raises:
             FetchFailed: refused by a rule, or failed (status, network, timeout).
         """
+        check_url(url)
         first_host = (urlsplit(url).hostname or "").lower()
         deadline = time.monotonic() + self.policy.total_timeout
         for _ in range(self.policy.max_redirects + 1):
@@ -174,7 +231,7 @@ class Fetcher:
             self._check_robots(url, deadline)
             status, headers, body = self._get(url, deadline, self.policy.max_bytes, _wanted(xml))
             if status in _REDIRECTS and "location" in headers:
-                url = urljoin(url, headers["location"])
+                url = _redirect(url, headers["location"])
                 continue
             return _document(url, status, headers, body, xml)
         raise FetchFailed(url, f"more than {self.policy.max_redirects} redirects")
@@ -204,7 +261,7 @@ class Fetcher:
                 status, headers, body = self._get(url, deadline, _MAX_ROBOTS_BYTES, _any_type)
                 if status not in _REDIRECTS or "location" not in headers:
                     break
-                url = check_url(urljoin(url, headers["location"]))
+                url = check_url(_redirect(url, headers["location"]))
                 host = urlsplit(url).hostname
                 if host != first_host and host not in self.policy.allow_hosts:
                     return robots, f"redirects to another host ({host})"
@@ -228,25 +285,30 @@ class Fetcher:
         wanted: _TypeCheck,
     ) -> tuple[int, dict[str, str], bytes]:
         """GET ``url`` from its checked address; the body only of a 200 of a wanted type."""
+        check_url(url)
         parts = urlsplit(url)
-        host = parts.hostname or ""
+        host = ascii_host(url, parts.hostname or "")
         address = self._checked_address(url, host, parts.port or _default_port(parts.scheme))
-        literal = f"[{address}]" if ":" in address else address
         port = f":{parts.port}" if parts.port else ""
-        pinned = parts._replace(netloc=f"{literal}{port}").geturl()
+        pinned = parts._replace(netloc=f"{_bracketed(address)}{port}").geturl()
         request = self._client.build_request(
             "GET",
             pinned,
-            headers={"Host": parts.netloc.rpartition("@")[2], "User-Agent": USER_AGENT},
+            headers={"Host": f"{_bracketed(host)}{port}", "User-Agent": USER_AGENT},
             extensions={"sni_hostname": host} if parts.scheme == "https" else None,
         )
         try:
             response = self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
             raise FetchFailed(url, "timed out connecting or waiting for the server") from exc
+        except httpx.RemoteProtocolError as exc:
+            # A malformed answer, a Location that is no URL among them: httpx says which.
+            said = str(exc).rstrip(".") or type(exc).__name__
+            raise FetchFailed(url, f"the server's answer is malformed ({said[:200]})") from exc
         except httpx.HTTPError as exc:
             raise FetchFailed(url, f"could not be fetched ({type(exc).__name__})") from exc
         try:
+            self._check_peer(url, response)
             headers = {k.lower(): v for k, v in response.headers.items()}
             if response.status_code != 200:
                 return response.status_code, headers, b""
@@ -260,21 +322,53 @@ class Fetcher:
     def _checked_address(self, url: str, host: str, port: int) -> str:
         """The first address of ``host``, once every address it has passed the policy."""
         try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as exc:
+            infos = socket.getaddrinfo(ascii_host(url, host), port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
             raise FetchFailed(url, f"the host {host} could not be resolved") from exc
         addresses = [str(info[4][0]) for info in infos]
+        if not addresses:
+            raise FetchFailed(url, f"the host {host} has no address")
         if not self.policy.allow_private:
             for address in addresses:
-                ip = ipaddress.ip_address(address.split("%", 1)[0])
-                mapped = getattr(ip, "ipv4_mapped", None)
-                if not (mapped or ip).is_global:
+                refusal = address_refusal(address)
+                if refusal:
+                    what = f"{host} is" if is_ip_address(host) else f"{host} resolves to {address},"
                     raise FetchFailed(
                         url,
-                        f"{host} resolves to a private, loopback or link-local address; "
+                        f"{what} {refusal}, not a public address; "
                         "not fetched (--allow-private allows it)",
                     )
         return addresses[0]
+
+    def _check_peer(self, url: str, response: httpx.Response) -> None:
+        """The address the socket is connected to passes the policy too (no proxy, no surprise)."""
+        if self.policy.allow_private:
+            return
+        stream = response.extensions.get("network_stream")
+        server = stream.get_extra_info("server_addr") if stream is not None else None
+        if not server:
+            return  # the transport does not say (a mock); the address checked above stands
+        peer = str(server[0])
+        refusal = address_refusal(peer)
+        if refusal:
+            raise FetchFailed(
+                url,
+                f"the connection reached {peer}, {refusal}, not a public address; "
+                "nothing was read (--allow-private allows it)",
+            )
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _redirect(url: str, location: str) -> str:
+    """The URL a redirect's ``Location`` names, checked (a malformed one is a refusal)."""
+    try:
+        target = urljoin(url, location)
+    except ValueError as exc:
+        raise FetchFailed(url, f"it redirects to a URL that is not valid ({exc})") from exc
+    return check_url(target)
 
 
 def _any_type(_content_type: str) -> bool:

@@ -25,31 +25,44 @@ schema change, and the record moves with the database.
 A source that cannot be listed (a folder that is missing, a sitemap that cannot
 be fetched) or lists nothing while it had documents removes nothing: a share
 that failed to mount must not empty the knowledge base.
+
+A sitemap is read with ``defusedxml`` (no DTD, no entities, whatever its
+encoding), one element at a time, and a sitemap index's children one after
+the other, only as far as they are needed: one run reads at most
+``MAX_SYNC_URLS`` entries (child sitemaps and pages, across the whole index).
+A listing the budget cut short is reported (``truncated``) and removes
+nothing, like a listing that failed: the items past the budget are not gone.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import tomllib
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from dataclasses import replace as with_changes
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import defusedxml
+import defusedxml.ElementTree as SafeElementTree
+
 from index.errors import DocumentNotFound, KBError
 from index.ingest import FOLDER_SUFFIXES
 from index.knowledge_base import KnowledgeBase, Progress
 from index.models import EVERYONE, DocState, Publish
 from index.names import display_name
-from index.sync.fetch import Fetcher, FetchFailed, FetchPolicy, check_url
+from index.sync.addresses import is_ip_address
+from index.sync.fetch import Fetcher, FetchFailed, FetchPolicy, ascii_host, check_url
 
 __all__ = [
     "DEFAULT_SYNC_UPLOADER",
+    "MAX_SYNC_URLS",
     "SourceReport",
     "SyncConfigError",
     "SyncSource",
@@ -61,6 +74,12 @@ __all__ = [
 DEFAULT_SYNC_UPLOADER = "sync"
 # The sitemap protocol's own limit of URLs per file.
 MAX_SITEMAP_URLS = 50_000
+# Entries (child sitemaps and pages) one run of a sitemap source reads, across a whole
+# sitemap index: one sitemap file's worth. A run fetches each page, so 50,000 is already
+# many hours of work, and it keeps a run's memory bounded (the listing holds every URL
+# at once) where an index of 50,000 children of 50,000 URLs each would not be. A larger
+# site is split into sources, one sitemap each.
+MAX_SYNC_URLS = 50_000
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SOURCE_KEYS = frozenset({"id", "folder", "urls", "sitemap", "scope", "uploader", "allow_hosts"})
 _LIVE = (DocState.INDEXED, DocState.AWAITING_APPROVAL)
@@ -116,11 +135,13 @@ class SourceReport:
     failed: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     error: str | None = None
+    # Why the listing stopped before its end (the URL budget); nothing was removed then.
+    truncated: str | None = None
 
     @property
     def ok(self) -> bool:
-        """Whether every item (and the source itself) went through."""
-        return self.error is None and not self.failed
+        """Whether every item (and the source itself) went through, the whole listing read."""
+        return self.error is None and not self.failed and self.truncated is None
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data, counts included."""
@@ -141,6 +162,7 @@ class SourceReport:
             "failed": [{"item": item, "reason": reason} for item, reason in self.failed],
             "skipped": self.skipped,
             "error": self.error,
+            "truncated": self.truncated,
         }
 
 
@@ -173,14 +195,34 @@ def source_from_argument(
     """A source given on the command line: a folder, a sitemap (``.xml``) or a page URL."""
     table: dict[str, Any] = {"scope": scope, "uploader": uploader, "allow_hosts": list(allow_hosts)}
     if "://" in arg:
+        try:
+            check_url(arg)
+        except FetchFailed as exc:
+            raise SyncConfigError(f"the command line: {exc}.") from exc
         parts = urlsplit(arg)
-        table["id"] = source_id or (parts.hostname or "web")
+        table["id"] = source_id or _id_of_host(parts.hostname or "")
         key = "sitemap" if parts.path.lower().endswith(".xml") else "urls"
         table[key] = arg if key == "sitemap" else [arg]
+    elif is_ip_address(arg.strip()) and not Path(arg).exists():
+        raise SyncConfigError(
+            f"{arg} is an IP address, not a folder or a URL: give a URL such as "
+            f"http://{_literal(arg)}/sitemap.xml (an IPv6 address in [ ])."
+        )
     else:
         table["id"] = source_id or _id_of_folder(Path(arg))
         table["folder"] = arg
     return _source(table, "the command line")
+
+
+def _id_of_host(host: str) -> str:
+    """An id for a host: an internationalised name in punycode, an IPv6 address with '-'."""
+    ascii_name = ascii_host(host, host)  # check_url has encoded it once already
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", ascii_name).strip("-.")[:64] or "web"
+
+
+def _literal(arg: str) -> str:
+    address = arg.strip().strip("[]")
+    return f"[{address}]" if ":" in address else address
 
 
 def _id_of_folder(folder: Path) -> str:
@@ -241,6 +283,42 @@ def _refuse_duplicate_ids(sources: list[SyncSource]) -> None:
         seen.add(s.id)
 
 
+def _sitemap_entries(sitemap: str, body: bytes) -> Iterator[tuple[str, bool]]:
+    """Each ``<loc>`` of a sitemap, and whether the sitemap is an index, as it is parsed.
+
+    ``defusedxml`` refuses a DTD or an entity in any encoding (UTF-16, a DOCTYPE
+    after a long comment); each element is dropped once read, so a file of
+    millions of elements is never held as a tree (20 MB of ``<a/>``: 450 MB more
+    as one, nothing measurable this way).
+
+    Raises:
+        SyncConfigError: a DTD or entities, or XML that does not parse.
+    """
+    stack: list[ElementTree.Element] = []
+    index = False
+    try:
+        events = SafeElementTree.iterparse(
+            io.BytesIO(body), events=("start", "end"), forbid_dtd=True
+        )
+        for event, element in events:
+            if event == "start":
+                if not stack:
+                    index = element.tag.endswith("sitemapindex")
+                stack.append(element)
+                continue
+            stack.pop()
+            if element.tag.endswith("loc") and (element.text or "").strip():
+                yield (element.text or "").strip(), index
+            if stack:
+                stack[-1].remove(element)  # read: dropped, and the parent keeps no list
+    except defusedxml.DefusedXmlException as exc:
+        raise SyncConfigError(
+            f"The sitemap {sitemap} declares a DTD or entities; not read ({exc})."
+        ) from exc
+    except ElementTree.ParseError as exc:
+        raise SyncConfigError(f"The sitemap {sitemap} is not valid XML ({exc}).") from exc
+
+
 # ---------------------------------------------------------------- syncing
 
 Reader = Callable[[], tuple[bytes, str]]
@@ -253,11 +331,12 @@ def sync_sources(
     policy: FetchPolicy,
     dry_run: bool = False,
     progress: Progress | None = None,
+    max_urls: int = MAX_SYNC_URLS,
 ) -> list[SourceReport]:
     """Sync each source in turn; one that fails never stops the others.
 
     ``progress`` receives ``("item", {"source", "item", "index", "total"})``
-    before each item.
+    before each item. ``max_urls``: entries one run of a sitemap source reads.
     """
     _refuse_duplicate_ids(sources)
     reports = []
@@ -272,7 +351,7 @@ def sync_sources(
                 continue
             fetcher = Fetcher(_policy_of(source, policy))
             try:
-                reports.append(_Run(kb, source, fetcher, dry_run, progress).sync())
+                reports.append(_Run(kb, source, fetcher, dry_run, progress, max_urls).sync())
             finally:
                 fetcher.close()
     kb.refresh_search()
@@ -293,6 +372,7 @@ class _Run:
         fetcher: Fetcher,
         dry_run: bool,
         progress: Progress | None,
+        max_urls: int = MAX_SYNC_URLS,
     ) -> None:
         self.kb = kb
         self.source = source
@@ -301,6 +381,8 @@ class _Run:
         self.progress = progress
         self.report = SourceReport(source.id, source.location)
         self.items: dict[str, dict[str, Any]] = {}
+        self.max_urls = max_urls
+        self.entries_read = 0
 
     def sync(self) -> SourceReport:
         try:
@@ -317,7 +399,9 @@ class _Run:
             )
             return self.report
         # Gone first: a renamed file's bytes must not find its old document still live.
-        for key in sorted(set(self.items) - set(listing)):
+        # A listing cut short says nothing about what is past its end: nothing is gone.
+        gone = set() if self.report.truncated else set(self.items) - set(listing)
+        for key in sorted(gone):
             self._remove(key)
         for i, (key, read) in enumerate(listing.items()):
             if self.progress:
@@ -336,7 +420,8 @@ class _Run:
         if self.source.folder is not None:
             return self._folder_listing(self.source.folder)
         urls = self._sitemap_urls(self.source.sitemap) if self.source.sitemap else self.source.urls
-        return {url: self._url_reader(url) for url in dict.fromkeys(urls)}
+        # A generator for a sitemap: a child is fetched only once the URLs before it are taken.
+        return {url: self._url_reader(url) for url in urls}
 
     def _folder_listing(self, folder: Path) -> dict[str, Reader]:
         if not folder.is_dir():
@@ -377,36 +462,47 @@ class _Run:
 
         return read
 
-    def _sitemap_urls(self, sitemap: str, depth: int = 0) -> list[str]:
+    def _sitemap_urls(self, sitemap: str, depth: int = 0) -> Iterator[str]:
         """The page URLs a sitemap (or a sitemap index's children) lists on the source's hosts.
 
         Every URL taken, a child sitemap of an index as much as a page, must be on
         the host of the source's own sitemap or on an allowed host: an index must
         not lead ``kb sync`` to index another site through a child sitemap there.
+        Lazily, within the run's budget of entries (``truncated`` says when it ran out).
         """
         body = self.fetcher.fetch(sitemap, xml=True).body
-        if b"<!doctype" in body[:4096].lower() or b"<!entity" in body.lower():
-            raise SyncConfigError(f"The sitemap {sitemap} declares a DTD or entities; not read.")
-        try:
-            root = ElementTree.fromstring(body)
-        except ElementTree.ParseError as exc:
-            raise SyncConfigError(f"The sitemap {sitemap} is not valid XML ({exc}).") from exc
-        locs = [(el.text or "").strip() for el in root.iter() if el.tag.endswith("loc")]
-        locs = [loc for loc in locs if loc][:MAX_SITEMAP_URLS]
-        index = root.tag.endswith("sitemapindex") and depth == 0
-        kept = []
-        for loc in locs:
-            if self._on_allowed_host(loc):
-                kept.append(loc)
-            elif index:
-                self.report.failed.append(
-                    (loc, "a sitemap on another host than the sitemap index; not fetched")
+        for i, (loc, is_index) in enumerate(_sitemap_entries(sitemap, body)):
+            index = is_index and depth == 0  # a nested index's entries are taken as pages
+            if i >= MAX_SITEMAP_URLS:
+                self.report.truncated = (
+                    f"{sitemap} lists more than {MAX_SITEMAP_URLS:,} URLs, the protocol's limit "
+                    f"for one file; the rest (from {loc[:200]}) were not read and nothing was "
+                    "removed"
                 )
+                return
+            if self.entries_read >= self.max_urls:
+                self.report.truncated = (
+                    f"the sitemap lists more than {self.max_urls:,} entries, the most one run "
+                    f"reads; the rest (from {loc[:200]}) were not read and nothing was removed "
+                    "(split the site into sources, one sitemap each)"
+                )
+                return
+            self.entries_read += 1
+            try:
+                check_url(loc)
+            except FetchFailed as exc:
+                self.report.failed.append((exc.url, exc.reason))
+                continue
+            if not self._on_allowed_host(loc):
+                other = "a sitemap on another host than the sitemap index" if index else ""
+                other = other or "on another host than the sitemap"
+                self.report.failed.append((loc, f"{other}; not fetched"))
+            elif index:
+                yield from self._sitemap_urls(loc, 1)
             else:
-                self.report.failed.append((loc, "on another host than the sitemap; not fetched"))
-        if index:
-            return [url for child in kept for url in self._sitemap_urls(child, 1)]
-        return kept
+                yield loc
+            if self.report.truncated:
+                return
 
     def _on_allowed_host(self, url: str) -> bool:
         """Whether ``url`` is on the host of the source's sitemap or an allowed host."""
@@ -421,8 +517,11 @@ class _Run:
         try:
             data, filename = read()
         except FetchFailed as exc:
-            if exc.gone and (key in self.items or moved):
+            if exc.gone and (key in self.items or moved) and not self.report.truncated:
                 self._remove(key)
+            elif exc.gone and key in self.items:
+                why = "not removed while the sitemap is read only in part"
+                self.report.failed.append((key, f"{exc.reason}; {why}"))
             else:
                 self.report.failed.append((key, exc.reason))
             return
