@@ -13,6 +13,11 @@ Word, PowerPoint and Excel files are ZIP packages, checked against zip bombs
 before they are read (``index.ingest.office_zip``), then written the same way
 (``index.ingest.office``, ``index.ingest.sheets``); CSV files are decoded as text, then read
 as one sheet. Legacy and password-protected Office files are refused.
+
+Every document's text is held to ``max_text_chars`` (``KB_MAX_TEXT_CHARS``):
+counted while it is read for Office files, CSV and PDF pages, where a small
+file can expand many times (``index.ingest.office.TextBudget``), and checked
+on the finished text for every type.
 """
 
 from __future__ import annotations
@@ -29,11 +34,16 @@ from bs4.element import PageElement, PreformattedString, Tag
 from pypdf import PdfReader, apply_configuration
 from pypdf.errors import LimitReachedError
 
-from index.config import DEFAULT_MAX_PAGES, DEFAULT_MAX_UPLOAD_BYTES, OcrConfig
+from index.config import (
+    DEFAULT_MAX_PAGES,
+    DEFAULT_MAX_TEXT_CHARS,
+    DEFAULT_MAX_UPLOAD_BYTES,
+    OcrConfig,
+)
 from index.errors import CorruptDocument, EmptyDocument, OverLimit, TooLarge, UnsupportedType
 from index.ingest.chunk import markdown_structure
 from index.ingest.ocr import OcrPages, needs_ocr, ocr_marker, read_pages, unread_marker
-from index.ingest.office import docx_document, pptx_document
+from index.ingest.office import TextBudget, docx_document, pptx_document
 from index.ingest.office_zip import (
     LEGACY_SUFFIXES,
     OFFICE_SUFFIXES,
@@ -105,6 +115,7 @@ def extract(
     max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     max_pages: int = DEFAULT_MAX_PAGES,
     ocr: OcrConfig | None = None,
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
 ) -> Extracted:
     """Turn a document's bytes into its canonical text.
 
@@ -115,18 +126,36 @@ def extract(
         max_bytes: the upload limit.
         max_pages: most pages a PDF may have; counted before any text is extracted.
         ocr: how PDF pages without a text layer are read (``index.ingest.ocr``).
+        max_text_chars: most characters of text the document may yield, counted
+            while it is read (Office, CSV, PDF pages) and checked when done.
 
     Returns:
         The canonical text, title, detected kind and, for PDFs, the page map.
 
     Raises:
         TooLarge: ``data`` is over ``max_bytes`` (checked first).
-        OverLimit: a PDF of more than ``max_pages`` pages.
+        OverLimit: a PDF of more than ``max_pages`` pages, or more than
+            ``max_text_chars`` characters of text.
         EmptyDocument: no bytes, only whitespace, or no text layer.
         UnsupportedType: an image, archive or other binary file.
         CorruptDocument: damaged, truncated, password-protected or mislabelled.
     """
     name = _display_name(filename)
+    budget = TextBudget(max_text_chars, name, filename)
+    extracted = _extract(data, name, filename, max_bytes, max_pages, ocr, budget)
+    budget.check(extracted.text)
+    return extracted
+
+
+def _extract(
+    data: bytes,
+    name: str,
+    filename: str,
+    max_bytes: int,
+    max_pages: int,
+    ocr: OcrConfig | None,
+    budget: TextBudget,
+) -> Extracted:
     if len(data) > max_bytes:
         raise TooLarge(
             f"{name} is {_megabytes(len(data), math.ceil)} MB, over the "
@@ -141,9 +170,9 @@ def extract(
         )
     suffix = _suffix(name)
     if _is_pdf(data):
-        return _pdf(data, name, filename, max_pages, ocr or OcrConfig())
+        return _pdf(data, name, filename, max_pages, ocr or OcrConfig(), budget)
     if data.startswith(ZIP_MAGIC):
-        return _office(data, name, filename, max_pages)
+        return _office(data, name, filename, max_pages, budget.limit)
     if data.startswith(OLE_MAGIC):
         raise reject_ole(data, name, filename, suffix)
     _reject_known_binary(data, name, filename)
@@ -155,7 +184,7 @@ def extract(
         raise _binary(name, filename, suffix, "it contains NUL bytes")
     text = _normalise_newlines(_decode(data, name, filename, suffix))
     if suffix in _CSV_SUFFIXES and not _HTML_START.match(text[:4096]):
-        return csv_document(text, name, filename, suffix, _stem(name))
+        return csv_document(text, name, filename, suffix, _stem(name), budget.limit)
     if _HTML_START.match(text[:4096]) or suffix in _HTML_SUFFIXES:
         return _html(text, name, filename)
     if not text.strip():
@@ -317,14 +346,16 @@ def _mislabelled(
 # --- Office and spreadsheets
 
 
-def _office(data: bytes, name: str, filename: str, max_pages: int) -> Extracted:
+def _office(
+    data: bytes, name: str, filename: str, max_pages: int, max_text_chars: int
+) -> Extracted:
     """A Word, PowerPoint or Excel file, checked as an untrusted ZIP package first."""
     package = open_package(data, name, filename)
     if package.kind == "docx":
-        return docx_document(package, name, filename, _stem(name))
+        return docx_document(package, name, filename, _stem(name), max_text_chars)
     if package.kind == "pptx":
-        return pptx_document(package, name, filename, _stem(name), max_pages)
-    return xlsx_document(package, name, filename, _stem(name))
+        return pptx_document(package, name, filename, _stem(name), max_pages, max_text_chars)
+    return xlsx_document(package, name, filename, _stem(name), max_text_chars)
 
 
 def _not_office(data: bytes, name: str, filename: str) -> CorruptDocument:
@@ -526,14 +557,16 @@ def _join_lines(lines: list[str]) -> str:
 # --- PDF
 
 
-def _pdf(data: bytes, name: str, filename: str, max_pages: int, ocr: OcrConfig) -> Extracted:
+def _pdf(
+    data: bytes, name: str, filename: str, max_pages: int, ocr: OcrConfig, budget: TextBudget
+) -> Extracted:
     if data.rfind(b"%%EOF", max(0, len(data) - _PDF_EOF_WINDOW)) < 0:
         raise CorruptDocument(
             f"{name} is truncated (its end-of-file marker is missing); the download or "
             "upload was probably cut short. Upload the complete file again.",
             filename=filename,
         )
-    pages, title = _pdf_pages(data, name, filename, max_pages, ocr)
+    pages, title = _pdf_pages(data, name, filename, max_pages, ocr, budget)
     starts: list[int] = []
     offset = 0
     for page in pages:
@@ -552,7 +585,7 @@ def _pdf(data: bytes, name: str, filename: str, max_pages: int, ocr: OcrConfig) 
 
 
 def _pdf_pages(
-    data: bytes, name: str, filename: str, max_pages: int, ocr: OcrConfig
+    data: bytes, name: str, filename: str, max_pages: int, ocr: OcrConfig, budget: TextBudget
 ) -> tuple[list[str], str]:
     """Return each page's normalised text and the metadata title (or "").
 
@@ -566,7 +599,7 @@ def _pdf_pages(
         if reader.is_encrypted:
             _decrypt(reader, name, filename)
         _check_page_count(reader, name, filename, max_pages)
-        pages = [_pdf_page_text(page.extract_text()) for page in reader.pages]
+        pages = [_spent(_pdf_page_text(page.extract_text()), budget) for page in reader.pages]
         title = _pdf_metadata_title(reader)
         thin = [(i, reader.pages[i]) for i, text in enumerate(pages) if needs_ocr(text)]
         has_text = len(thin) < len(pages)
@@ -597,6 +630,12 @@ def _pdf_pages(
             next(iter(read.unread.values())),
         )
     return pages, title
+
+
+def _spent(text: str, budget: TextBudget) -> str:
+    """A page's text, counted as it is read (one page can draw the same text many times)."""
+    budget.spend(len(text))
+    return text
 
 
 def _typed(page: str) -> str:

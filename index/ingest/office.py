@@ -17,6 +17,13 @@ PowerPoint (python-pptx): one level-1 section per slide, ``Slide 3: <title>``,
 so that a citation's section names the slide; the other shapes' text in reading
 order (top to bottom, then left to right, groups opened), tables as rows, and
 the speaker notes last as a block starting ``Notes:``.
+
+Limits: the text read is counted as it is read (``TextBudget``): every run,
+cell and shape each time it is read, so a part read many times counts many
+times; a document past ``KB_MAX_TEXT_CHARS`` stops there. A deck that lists one
+slide part twice is refused before any slide is read (``office_zip.aliased_part``).
+Paragraph styles and list formats are looked up in tables built once per
+document: python-docx scans every style for every paragraph.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from docx import types as t
 from docx.document import Document as DocxDocument
 from docx.oxml.ns import nsmap, qn
 from docx.oxml.xmlchemy import BaseOxmlElement
+from docx.styles import BabelFish
 from docx.table import Table as DocxTable
 from docx.table import _Cell
 from docx.text.paragraph import Paragraph
@@ -39,8 +47,9 @@ from pptx.shapes.base import BaseShape
 from pptx.shapes.group import GroupShape
 from pptx.slide import Slide
 
+from index.config import DEFAULT_MAX_TEXT_CHARS
 from index.errors import CorruptDocument, EmptyDocument, OverLimit
-from index.ingest.office_zip import Package
+from index.ingest.office_zip import Package, aliased_part
 from index.models import Extracted
 
 CELL_SEPARATOR = " | "
@@ -48,6 +57,16 @@ _NS = {"w": nsmap["w"], "mc": "http://schemas.openxmlformats.org/markup-compatib
 _P, _TBL, _SDT, _SDT_CONTENT, _T, _TAB = (
     qn(tag) for tag in ("w:p", "w:tbl", "w:sdt", "w:sdtContent", "w:t", "w:tab")
 )
+_STYLE, _STYLE_ID, _TYPE, _DEFAULT, _NAME, _VAL = (
+    qn(tag) for tag in ("w:style", "w:styleId", "w:type", "w:default", "w:name", "w:val")
+)
+_NUM, _NUM_ID, _ABSTRACT_NUM, _ABSTRACT_NUM_ID, _LVL, _ILVL, _NUM_FMT = (
+    qn(tag)
+    for tag in (
+        "w:num", "w:numId", "w:abstractNum", "w:abstractNumId", "w:lvl", "w:ilvl", "w:numFmt"
+    )
+)  # fmt: skip
+_ON = frozenset({"1", "true", "on"})
 # Text of runs, and the paragraphs of text boxes anchored in the paragraph (each a new line).
 _TEXT_NODES = etree.XPath(
     ".//w:p[not(ancestor::mc:Fallback)]"
@@ -93,32 +112,167 @@ def read_failed(name: str, filename: str, what: str, exc: Exception) -> CorruptD
     )
 
 
+class TextBudget:
+    """The characters of text one document may yield, counted while it is read.
+
+    ``spend`` is called with each piece of text as it is read (a run's
+    paragraph, a cell, a shape's line), so a part read many times is counted
+    each time and reading stops at the first piece past the limit, before the
+    rest of the cost is paid. ``check`` holds the finished canonical text
+    (separators and headings added) to the same number.
+    """
+
+    def __init__(self, limit: int, name: str, filename: str) -> None:
+        self.limit = limit
+        self.used = 0
+        self.name = name
+        self.filename = filename
+
+    def spend(self, chars: int) -> None:
+        """Count ``chars`` more characters; raise once the document is over the limit."""
+        self.used += chars
+        if self.used > self.limit:
+            raise self.over()
+
+    def check(self, text: str) -> str:
+        """``text``, if the finished document is within the limit."""
+        if len(text) > self.limit:
+            raise self.over(len(text))
+        return text
+
+    def over(self, chars: int | None = None) -> OverLimit:
+        """The error for a document past the limit (``chars``: its length, when known)."""
+        has = f"it has {chars:,}" if chars is not None else "reading stopped there"
+        return OverLimit(
+            f"{self.name} is over the limit of {self.limit:,} characters of text per document "
+            f"({has}). Split it into smaller files, or ask an admin to raise KB_MAX_TEXT_CHARS.",
+            filename=self.filename,
+        )
+
+
 # --- Word
 
 
-def docx_document(package: Package, name: str, filename: str, fallback_title: str) -> Extracted:
+class _Word:
+    """What reading one Word document needs: its text budget, its style and list tables.
+
+    python-docx resolves ``Paragraph.style`` by scanning every style of the
+    document (twice for a paragraph in the default style), and the list format
+    of a numbered paragraph by XPath over the whole numbering part: work that
+    grows as paragraphs times styles. Both are read once here instead.
+    """
+
+    def __init__(self, doc: DocxDocument, budget: TextBudget) -> None:
+        self.doc = doc
+        self.budget = budget
+        self.style_names, self.default_style = _paragraph_styles(doc)
+        self._formats: dict[tuple[str, str], str] | None = None
+        self._abstracts: dict[str, str] = {}
+
+    def style(self, p: Paragraph) -> str:
+        """The name of ``p``'s paragraph style, as ``Paragraph.style.name`` would say ("" none)."""
+        style_id = p._p.style
+        if not style_id:
+            return self.default_style
+        return self.style_names.get(style_id, self.default_style)
+
+    def list_format(self, num_id: str, level: int) -> str:
+        """The number format of a list's level (``decimal``, ``bullet``), or "" if none."""
+        if self._formats is None:
+            self._abstracts, self._formats = _numbering_formats(self.doc)
+        abstract = self._abstracts.get(num_id, "")
+        if not abstract.isdigit():
+            return ""
+        return self._formats.get((abstract, str(level)), "")
+
+
+def _paragraph_styles(doc: DocxDocument) -> tuple[dict[str, str], str]:
+    """Each paragraph style's name by style id, and the default paragraph style's name.
+
+    As python-docx resolves them: the first style of an id counts, one of
+    another type (or none) means the default, and the default is the last
+    paragraph style marked so.
+    """
+    names: dict[str, str] = {}
+    seen: set[str] = set()
+    default = ""
+    for style in doc.styles.element.iterchildren(_STYLE):
+        is_paragraph = style.get(_TYPE) == "paragraph"
+        name_element = style.find(_NAME)
+        raw = name_element.get(_VAL) if name_element is not None else None
+        name = BabelFish.internal2ui(raw) if raw else ""
+        if is_paragraph and (style.get(_DEFAULT) or "").lower() in _ON:
+            default = name
+        style_id = style.get(_STYLE_ID)
+        if style_id is not None and style_id not in seen:
+            seen.add(style_id)
+            if is_paragraph:
+                names[style_id] = name
+    return names, default
+
+
+def _numbering_formats(
+    doc: DocxDocument,
+) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+    """The numbering part as tables: list (numId) -> abstractNumId, (abstractNumId, level) -> format.
+
+    The first value in document order counts, as in the XPath it replaces.
+    """
+    try:
+        numbering = doc.part.numbering_part.element
+    except (KeyError, NotImplementedError):  # no numbering part
+        return {}, {}
+    abstracts: dict[str, str] = {}
+    formats: dict[tuple[str, str], str] = {}
+    for num in numbering.iterchildren(_NUM):
+        num_id = num.get(_NUM_ID)
+        for ref in num.iterchildren(_ABSTRACT_NUM_ID):
+            value = ref.get(_VAL)
+            if num_id is not None and value is not None:
+                abstracts.setdefault(num_id, value)
+    for abstract in numbering.iterchildren(_ABSTRACT_NUM):
+        abstract_id = abstract.get(_ABSTRACT_NUM_ID)
+        for lvl in abstract.iterchildren(_LVL):
+            ilvl = lvl.get(_ILVL)
+            for fmt in lvl.iterchildren(_NUM_FMT):
+                value = fmt.get(_VAL)
+                if abstract_id is not None and ilvl is not None and value is not None:
+                    formats.setdefault((abstract_id, ilvl), value)
+    return abstracts, formats
+
+
+def docx_document(
+    package: Package,
+    name: str,
+    filename: str,
+    fallback_title: str,
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+) -> Extracted:
     """The canonical text of a Word package (checked by ``open_package``)."""
+    budget = TextBudget(max_text_chars, name, filename)
     try:
         doc = open_docx(io.BytesIO(package.data))
-        blocks = list(_docx_blocks(doc))
+        blocks = list(_docx_blocks(_Word(doc, budget)))
         title = " ".join((doc.core_properties.title or "").split())
+    except OverLimit:
+        raise
     except Exception as exc:  # python-docx and lxml raise assorted errors on bad parts
         raise read_failed(name, filename, "Word", exc) from exc
-    text = join_blocks(blocks)
+    text = budget.check(join_blocks(blocks))
     if not text.strip():
         raise EmptyDocument(f"{name} is a Word file with no text.", filename=filename)
     title = title or _first_heading(blocks) or fallback_title
     return Extracted(text=text, title=title[:200], kind="docx")
 
 
-def _docx_blocks(doc: DocxDocument) -> Iterator[str]:
+def _docx_blocks(word: _Word) -> Iterator[str]:
     numbers: dict[tuple[str, int], int] = {}
-    for item in _inner_content(doc.element.body, doc._body):
+    for item in _inner_content(word.doc.element.body, word.doc._body):
         if isinstance(item, DocxTable):
             numbers.clear()
-            yield from _table_rows(item)
+            yield from _table_rows(item, word)
             continue
-        block = _paragraph_block(item, numbers)
+        block = _paragraph_block(item, numbers, word)
         if block:
             yield block
 
@@ -137,13 +291,13 @@ def _inner_content(
                 yield from _inner_content(content, parent)
 
 
-def _paragraph_text(p: Paragraph) -> str:
+def _paragraph_text(p: Paragraph, budget: TextBudget) -> str:
     """The visible text of a paragraph: runs in hyperlinks, fields, insertions and text boxes too.
 
     python-docx's ``Paragraph.text`` reads only direct runs and hyperlinks.
     Deleted text (``w:delText``) and field codes (``w:instrText``) are not
     ``w:t``; a text box is written twice (DrawingML, then a VML fallback), so
-    the fallback is skipped.
+    the fallback is skipped. Its characters are spent from ``budget``.
     """
     parts = []
     for node in _TEXT_NODES(p._p):
@@ -153,13 +307,15 @@ def _paragraph_text(p: Paragraph) -> str:
             parts.append("\t")
         else:  # a line break, or a text box's paragraph
             parts.append("\n")
-    return "".join(parts)
+    text = "".join(parts)
+    budget.spend(len(text))
+    return text
 
 
-def _paragraph_block(p: Paragraph, numbers: dict[tuple[str, int], int]) -> str:
-    style = (p.style.name if p.style is not None else "") or ""
+def _paragraph_block(p: Paragraph, numbers: dict[tuple[str, int], int], word: _Word) -> str:
+    style = word.style(p)
     level = _heading_level(style)
-    text = _paragraph_text(p)
+    text = _paragraph_text(p, word.budget)
     if level:
         title = " ".join(text.split())
         return heading(level, title) if title else ""
@@ -171,7 +327,7 @@ def _paragraph_block(p: Paragraph, numbers: dict[tuple[str, int], int]) -> str:
         numbers.clear()
         return body
     indent = "  " * list_level
-    if "number" in style.lower() or _counts(p, list_level):
+    if "number" in style.lower() or _counts(p, list_level, word):
         key = (_num_id(p) or style, list_level)
         numbers[key] = numbers.get(key, 0) + 1
         return f"{indent}{numbers[key]}. {body}"
@@ -183,23 +339,13 @@ def _num_id(p: Paragraph) -> str:
     return str(found[0]) if found else ""
 
 
-def _counts(p: Paragraph, level: int) -> bool:
+def _counts(p: Paragraph, level: int, word: _Word) -> bool:
     """Whether a directly numbered paragraph's list counts (1. 2.) rather than bullets."""
     num_id = _num_id(p)
-    if not num_id.isdigit():  # also keeps the document's text out of the XPath below
+    if not num_id.isdigit():
         return False
-    try:
-        numbering = p.part.numbering_part.element  # type: ignore[attr-defined]
-    except (KeyError, NotImplementedError):  # no numbering part
-        return False
-    abstract = numbering.xpath(f'./w:num[@w:numId="{num_id}"]/w:abstractNumId/@w:val')
-    if not abstract or not str(abstract[0]).isdigit():
-        return False
-    formats = numbering.xpath(
-        f'./w:abstractNum[@w:abstractNumId="{abstract[0]}"]'
-        f'/w:lvl[@w:ilvl="{level}"]/w:numFmt/@w:val'
-    )
-    return bool(formats) and formats[0] not in {"bullet", "none"}
+    number_format = word.list_format(num_id, level)
+    return bool(number_format) and number_format not in {"bullet", "none"}
 
 
 def _heading_level(style: str) -> int:
@@ -221,7 +367,7 @@ def _list_level(p: Paragraph, style: str) -> int | None:
     return None
 
 
-def _table_rows(table: DocxTable) -> Iterator[str]:
+def _table_rows(table: DocxTable, word: _Word) -> Iterator[str]:
     for row in table.rows:
         seen: set[int] = set()
         cells: list[str] = []
@@ -229,19 +375,19 @@ def _table_rows(table: DocxTable) -> Iterator[str]:
             if id(cell._tc) in seen:  # a merged cell is listed once per grid column
                 continue
             seen.add(id(cell._tc))
-            cells.append(_cell_text(cell))
+            cells.append(_cell_text(cell, word))
         line = CELL_SEPARATOR.join(c for c in cells if c)
         if line:
             yield safe_line(line)
 
 
-def _cell_text(cell: _Cell) -> str:
+def _cell_text(cell: _Cell, word: _Word) -> str:
     parts: list[str] = []
     for item in _inner_content(cell._tc, cell):
         if isinstance(item, DocxTable):
-            parts.append(" ; ".join(_table_rows(item)))
+            parts.append(" ; ".join(_table_rows(item, word)))
         else:
-            parts.append(_paragraph_text(item))
+            parts.append(_paragraph_text(item, word.budget))
     return " ".join(" ".join(parts).split())
 
 
@@ -256,9 +402,20 @@ def _first_heading(blocks: list[str]) -> str:
 
 
 def pptx_document(
-    package: Package, name: str, filename: str, fallback_title: str, max_slides: int
+    package: Package,
+    name: str,
+    filename: str,
+    fallback_title: str,
+    max_slides: int,
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
 ) -> Extracted:
-    """The canonical text of a PowerPoint package: one section per slide."""
+    """The canonical text of a PowerPoint package: one section per slide.
+
+    A deck listing one slide part more than once is refused before any slide
+    is read: PowerPoint saves every slide as a part of its own, and each
+    listing would be read (and indexed) again.
+    """
+    budget = TextBudget(max_text_chars, name, filename)
     try:
         prs = open_pptx(io.BytesIO(package.data))
         slides = list(prs.slides)
@@ -269,13 +426,14 @@ def pptx_document(
                 "KB_MAX_PAGES.",
                 filename=filename,
             )
-        sections = [_slide_section(n, slide) for n, slide in enumerate(slides, 1)]
+        _refuse_aliased_slides(slides, name, filename)
+        sections = [_slide_section(n, slide, budget) for n, slide in enumerate(slides, 1)]
         title = " ".join((prs.core_properties.title or "").split())
-    except OverLimit:
+    except (OverLimit, CorruptDocument):
         raise
     except Exception as exc:  # python-pptx and lxml raise assorted errors on bad parts
         raise read_failed(name, filename, "PowerPoint", exc) from exc
-    text = join_blocks(s for s, _ in sections)
+    text = budget.check(join_blocks(s for s, _ in sections))
     if not any(body for _, body in sections):
         raise EmptyDocument(f"{name} is a PowerPoint file with no text.", filename=filename)
     title = title or _slide_title_of(sections) or fallback_title
@@ -291,15 +449,30 @@ def _slide_title_of(sections: list[tuple[str, str]]) -> str:
     return ""
 
 
-def _slide_section(number: int, slide: Slide) -> tuple[str, str]:
+def _refuse_aliased_slides(slides: list[Slide], name: str, filename: str) -> None:
+    seen: dict[str, int] = {}
+    for slide in slides:
+        part = str(slide.part.partname)
+        seen[part] = seen.get(part, 0) + 1
+    for times in seen.values():
+        if times > 1:
+            # python-pptx has renamed the part by then: its name would mislead.
+            raise aliased_part(name, filename, "PowerPoint", "slide", "", times)
+
+
+def _slide_section(number: int, slide: Slide, budget: TextBudget) -> tuple[str, str]:
     """The slide's heading and blocks as one text, and its body alone."""
     title_shape = slide.shapes.title
-    title = " ".join(title_shape.text_frame.text.split()) if title_shape is not None else ""
+    title = ""
+    if title_shape is not None:
+        title = " ".join(_spent(title_shape.text_frame.text, budget).split())
     skip = title_shape.shape_id if title_shape is not None else None
-    blocks = [b for b in _shape_blocks(slide.shapes, skip) if b]
-    if slide.has_notes_slide:
+    blocks = [b for b in _shape_blocks(slide.shapes, skip, budget) if b]
+    if (
+        slide.has_notes_slide
+    ):  # one notes part may serve several slides: read, and counted, each time
         notes_frame = slide.notes_slide.notes_text_frame
-        notes = safe_block(notes_frame.text) if notes_frame is not None else ""
+        notes = safe_block(_spent(notes_frame.text, budget)) if notes_frame is not None else ""
         if notes:
             blocks.append("Notes: " + notes)
     head = heading(1, f"Slide {number}: {title}" if title else f"Slide {number}")
@@ -307,27 +480,34 @@ def _slide_section(number: int, slide: Slide) -> tuple[str, str]:
     return (f"{head}\n\n{body}" if body else head), body
 
 
-def _shape_blocks(shapes: Iterable[BaseShape], skip: int | None) -> Iterator[str]:
+def _spent(text: str, budget: TextBudget) -> str:
+    budget.spend(len(text))
+    return text
+
+
+def _shape_blocks(
+    shapes: Iterable[BaseShape], skip: int | None, budget: TextBudget
+) -> Iterator[str]:
     for shape in sorted(shapes, key=_reading_position):
         if skip is not None and shape.shape_id == skip:
             continue
         if isinstance(shape, GroupShape):
-            yield from _shape_blocks(shape.shapes, None)
+            yield from _shape_blocks(shape.shapes, None, budget)
         elif getattr(shape, "has_table", False):
             for row in shape.table.rows:  # type: ignore[attr-defined]
                 line = CELL_SEPARATOR.join(
-                    t for t in (" ".join(c.text.split()) for c in row.cells) if t
+                    t for t in (" ".join(_spent(c.text, budget).split()) for c in row.cells) if t
                 )
                 if line:
                     yield safe_line(line)
         elif getattr(shape, "has_text_frame", False):
-            yield _text_frame_block(shape)
+            yield _text_frame_block(shape, budget)
 
 
-def _text_frame_block(shape: BaseShape) -> str:
+def _text_frame_block(shape: BaseShape, budget: TextBudget) -> str:
     lines: list[str] = []
     for paragraph in shape.text_frame.paragraphs:  # type: ignore[attr-defined]
-        line = safe_line(paragraph.text)
+        line = safe_line(_spent(paragraph.text, budget))
         if line:
             lines.append("  " * paragraph.level + line if lines else line)
     return "\n".join(lines)
@@ -341,6 +521,7 @@ def _reading_position(shape: BaseShape) -> tuple[int, int]:
 
 __all__ = [
     "CELL_SEPARATOR",
+    "TextBudget",
     "docx_document",
     "heading",
     "join_blocks",

@@ -12,6 +12,8 @@ reader sees a package it is checked here:
   (``zipfile`` stops there and checks the CRC, so a part that lies about its
   size fails) and copied, uncompressed, into the package the reader gets.
 
+A sheet or slide part listed twice is refused by its reader (``aliased_part``).
+
 Macro-enabled and template variants (``.docm``, ``.xlsm``, ``.pptm``, ``.dotx``
 ...) are read as their plain counterparts: their VBA project is dropped unread
 and the main part's content type renamed, so nothing in them can run.
@@ -245,6 +247,27 @@ def _plain_content_types(body: bytes) -> bytes:
     return body
 
 
+def aliased_part(
+    name: str, filename: str, product: str, what: str, part: str, times: int
+) -> CorruptDocument:
+    """The error for a package that lists one sheet or slide part ``times`` times.
+
+    Office saves every sheet and slide as a part of its own; a package listing
+    one twice was made by hand or damaged, and each listing would be read and
+    indexed again (one part listed 300 times is 300 copies of its text).
+    """
+    return CorruptDocument(
+        f"{name} is refused: it lists {_which_part(what, part)} {times:,} times, and "
+        f"{product} saves every {what} as a part of its own, so the file was damaged or made "
+        f"to repeat one {what}'s text. Open it in {product}, save it again and upload the new copy.",
+        filename=filename,
+    )
+
+
+def _which_part(what: str, part: str) -> str:
+    return f"its {what} part {part[:100]!r}" if part else f"one {what} part"
+
+
 def _bomb(name: str, filename: str, why: str) -> CorruptDocument:
     return CorruptDocument(
         f"{name} is refused as a possible zip bomb: {why}. Real documents expand far less; "
@@ -260,6 +283,7 @@ __all__ = [
     "OLE_MAGIC",
     "ZIP_MAGIC",
     "Package",
+    "aliased_part",
     "format_name",
     "open_package",
     "reject_ole",

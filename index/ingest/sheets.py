@@ -16,7 +16,16 @@ are skipped and named in a note at the start. CSV: the delimiter is sniffed
 (``,`` ``;`` tab ``|``), the text decoded as text files are; no heading.
 
 Empty rows are skipped. A workbook or file of more than ``MAX_CELLS`` cells
-(rows times columns as read) is refused before its text is built.
+(rows times columns as read) is refused before its text is built, and one
+whose cells' text passes ``KB_MAX_TEXT_CHARS`` stops at the cell that does: a
+shared string counts as its text each time a cell uses it. A workbook listing
+one sheet part twice is refused before any sheet is read.
+
+The CSV dialect is found in linear time on a bounded sample: the first
+``_SNIFF_ROWS`` records of at most ``_SNIFF_CHARS`` characters are parsed with
+each candidate delimiter and quote, and the one giving the most rows of one
+width wins. ``csv.Sniffer`` is not used: its regular expressions backtrack for
+tens of seconds over a quote, a long run of spaces and a quote.
 """
 
 from __future__ import annotations
@@ -24,31 +33,51 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+from collections import Counter
 from collections.abc import Iterable, Iterator
+from itertools import islice
 
 from openpyxl import load_workbook
 
+from index.config import DEFAULT_MAX_TEXT_CHARS
 from index.errors import CorruptDocument, EmptyDocument, OverLimit
-from index.ingest.office import CELL_SEPARATOR, heading, join_blocks, read_failed, safe_line
-from index.ingest.office_zip import Package
+from index.ingest.office import (
+    CELL_SEPARATOR,
+    TextBudget,
+    heading,
+    join_blocks,
+    read_failed,
+    safe_line,
+)
+from index.ingest.office_zip import Package, aliased_part
 from index.models import Extracted
 
 # About 5 MB of text: more chunks than KB_MAX_CHUNKS allows, read in a few seconds.
 MAX_CELLS = 1_000_000
-_SNIFF_BYTES = 64 * 1024
-_DELIMITERS = ",;\t|"
+# The sample the CSV dialect is found on: at most this many characters, and records.
+_SNIFF_CHARS = 64 * 1024
+_SNIFF_ROWS = 100
+_DELIMITERS = ",;\t|"  # in order of preference when two fit as well
+_QUOTES = "\"'"
 # Excel shows at most 15 significant digits; more would print float noise.
 _FLOAT_DIGITS = 15
 
 
-def xlsx_document(package: Package, name: str, filename: str, fallback_title: str) -> Extracted:
+def xlsx_document(
+    package: Package,
+    name: str,
+    filename: str,
+    fallback_title: str,
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+) -> Extracted:
     """The canonical text of an Excel package (checked by ``open_package``)."""
+    budget = TextBudget(max_text_chars, name, filename)
     try:
         book = load_workbook(io.BytesIO(package.data), read_only=True, data_only=True)
     except Exception as exc:  # openpyxl raises assorted errors on bad parts
         raise read_failed(name, filename, "Excel", exc) from exc
     try:
-        blocks, hidden = _workbook_blocks(book, name, filename)
+        blocks, hidden = _workbook_blocks(book, name, filename, budget)
         title = " ".join((book.properties.title or "").split())
     except (OverLimit, CorruptDocument):
         raise
@@ -61,14 +90,19 @@ def xlsx_document(package: Package, name: str, filename: str, fallback_title: st
         raise EmptyDocument(f"{name} is an Excel file with no text: {what}.", filename=filename)
     if hidden:
         blocks.insert(0, "Hidden sheets, not indexed: " + ", ".join(hidden) + ".")
-    return Extracted(text=join_blocks(blocks), title=title[:200] or fallback_title, kind="xlsx")
+    text = budget.check(join_blocks(blocks))
+    return Extracted(text=text, title=title[:200] or fallback_title, kind="xlsx")
 
 
-def _workbook_blocks(book: object, name: str, filename: str) -> tuple[list[str], list[str]]:
+def _workbook_blocks(
+    book: object, name: str, filename: str, text_budget: TextBudget
+) -> tuple[list[str], list[str]]:
     blocks: list[str] = []
     hidden: list[str] = []
-    budget = _CellBudget(name, filename)
-    for sheet in book.worksheets:  # type: ignore[attr-defined]
+    budget = _CellBudget(name, filename, text_budget)
+    sheets = book.worksheets  # type: ignore[attr-defined]
+    _refuse_aliased_sheets(sheets, name, filename)
+    for sheet in sheets:
         title = " ".join(str(sheet.title).split())
         if sheet.sheet_state != "visible":
             hidden.append(title)
@@ -83,12 +117,29 @@ def _workbook_blocks(book: object, name: str, filename: str) -> tuple[list[str],
     return blocks, hidden
 
 
-def csv_document(text: str, name: str, filename: str, suffix: str, title: str) -> Extracted:
+def _refuse_aliased_sheets(sheets: list[object], name: str, filename: str) -> None:
+    """Refuse a workbook whose sheets (hidden ones too) list one worksheet part twice."""
+    seen = Counter(str(getattr(sheet, "_worksheet_path", id(sheet))) for sheet in sheets)
+    for part, times in seen.items():
+        if times > 1:
+            raise aliased_part(name, filename, "Excel", "sheet", part, times)
+
+
+def csv_document(
+    text: str,
+    name: str,
+    filename: str,
+    suffix: str,
+    title: str,
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+) -> Extracted:
     """The canonical text of a CSV (or TSV) file's decoded text."""
+    budget = TextBudget(max_text_chars, name, filename)
     try:
         rows = list(
             _row_lines(
-                csv.reader(io.StringIO(text), _dialect(text, suffix)), _CellBudget(name, filename)
+                csv.reader(io.StringIO(text), _dialect(text, suffix)),
+                _CellBudget(name, filename, budget),
             )
         )
     except csv.Error as exc:
@@ -99,23 +150,88 @@ def csv_document(text: str, name: str, filename: str, suffix: str, title: str) -
         ) from exc
     if not rows:
         raise EmptyDocument(f"{name} is a CSV file with no values.", filename=filename)
-    return Extracted(text=join_blocks(rows), title=title, kind="csv")
+    return Extracted(text=budget.check(join_blocks(rows)), title=title, kind="csv")
 
 
 def _dialect(text: str, suffix: str) -> type[csv.Dialect]:
+    """The CSV dialect of ``text``, found on a bounded sample in linear time.
+
+    Each candidate delimiter and quote character parses the sample (the C
+    reader: one pass); the candidate under which most rows have one width of
+    two or more cells wins, ties to ``,`` and the double quote. None fits: one
+    column, read as Excel's CSV (or tab-separated for ``.tsv``).
+    """
+    sample = sniff_sample(text)
+    best: tuple[int, int, int] | None = None
+    found: type[csv.Dialect] | None = None
+    for d_rank, delimiter in enumerate(_DELIMITERS):
+        if delimiter not in sample:
+            continue
+        skip = _spaced(sample, delimiter)
+        for q_rank, quote in enumerate(_QUOTES):
+            widths = Counter(w for w in _sample_widths(sample, delimiter, quote, skip) if w)
+            width, count = widths.most_common(1)[0] if widths else (0, 0)
+            if width < 2:
+                continue
+            score = (count, -d_rank, -q_rank)
+            if best is None or score > best:
+                best = score
+                found = _make_dialect(delimiter, quote, skip)
+    if found is not None:
+        return found
+    return csv.excel_tab if suffix == ".tsv" else csv.excel
+
+
+def sniff_sample(text: str) -> str:
+    """The start of ``text`` the dialect is found on: at most ``_SNIFF_CHARS`` characters.
+
+    Cut at its last line end when the text goes on, so no half line is judged.
+    """
+    sample = text[:_SNIFF_CHARS]
+    if len(text) > _SNIFF_CHARS and "\n" in sample:
+        sample = sample[: sample.rindex("\n")]
+    return sample
+
+
+def _spaced(sample: str, delimiter: str) -> bool:
+    """Whether every delimiter of the first line is followed by a space (``a, b, c``)."""
+    first = sample.split("\n", 1)[0]
+    return first.count(delimiter) > 0 and first.count(delimiter) == first.count(delimiter + " ")
+
+
+def _sample_widths(sample: str, delimiter: str, quote: str, skip: bool) -> list[int]:
+    reader = csv.reader(
+        io.StringIO(sample),
+        delimiter=delimiter,
+        quotechar=quote,
+        doublequote=True,
+        skipinitialspace=skip,
+        strict=False,
+    )
     try:
-        return csv.Sniffer().sniff(text[:_SNIFF_BYTES], delimiters=_DELIMITERS)
-    except csv.Error:  # one column, or too irregular to tell
-        return csv.excel_tab if suffix == ".tsv" else csv.excel
+        return [len(row) for row in islice(reader, _SNIFF_ROWS)]
+    except csv.Error:  # a field over the size limit: not this dialect's sample to judge
+        return []
+
+
+def _make_dialect(delimiter: str, quote: str, skip: bool) -> type[csv.Dialect]:
+    class Sniffed(csv.excel):
+        pass
+
+    Sniffed.delimiter = delimiter
+    Sniffed.quotechar = quote
+    Sniffed.skipinitialspace = skip
+    return Sniffed
 
 
 class _CellBudget:
-    """Counts the cells read and stops a document at ``MAX_CELLS``."""
+    """Counts the cells read and stops a document at ``MAX_CELLS``; their text goes to ``text``."""
 
-    def __init__(self, name: str, filename: str) -> None:
+    def __init__(self, name: str, filename: str, text: TextBudget) -> None:
         self.left = MAX_CELLS
         self.name = name
         self.filename = filename
+        self.text = text
 
     def spend(self, cells: int) -> None:
         self.left -= cells
@@ -129,7 +245,11 @@ class _CellBudget:
 
 def _row_lines(rows: Iterable[Iterable[object]], budget: _CellBudget) -> Iterator[str]:
     for row in rows:
-        cells = [_cell_text(v) for v in row]
+        cells: list[str] = []
+        for value in row:  # counted cell by cell: one row may hold 16,384 long shared strings
+            cell = _cell_text(value)
+            budget.text.spend(len(cell))
+            cells.append(cell)
         budget.spend(max(1, len(cells)))
         while cells and not cells[-1]:
             cells.pop()
@@ -155,4 +275,4 @@ def _cell_text(value: object) -> str:
     return " ".join(str(value).split())
 
 
-__all__ = ["MAX_CELLS", "csv_document", "xlsx_document"]
+__all__ = ["MAX_CELLS", "csv_document", "sniff_sample", "xlsx_document"]
