@@ -28,7 +28,7 @@ import numpy as np
 
 from core.citations import resolve_citations
 from core.config import EngineConfig
-from core.errors import LLMUnavailable
+from core.errors import LinkSecretUnavailable, LLMUnavailable
 from core.gate import CANDIDATES_PER_KEPT, beside_answer, gate, related
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 
 REFUSAL_TEXT = "The knowledge base has nothing on this, so I won't guess."
 EVIDENCE_TEXT = "No answer was generated. Here is what the knowledge base says:"
+UNSIGNED_LINKS_TEXT = (
+    "The sources are listed without links: the server cannot sign links right now "
+    "(its link secret cannot be created)."
+)
 RELATED_TEXT = (
     "The knowledge base has no clear answer to this. These passages might be related; "
     "they are not an answer:"
@@ -98,6 +102,8 @@ class Answer:
     timings_ms: dict[str, float] = field(default_factory=dict)
     query_id: int | None = None
     model_error: str | None = None
+    links_note: str | None = None
+    """Set when the passages' links could not be signed (``url`` is then empty): why."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -212,6 +218,8 @@ class Engine:
             beside = await self._beside(kept)
             answer = await self._generate(question, kept.passages, history, on_delta, timings)
             answer.beside = beside
+        if any(not s.url for s in [*answer.sources, *answer.kept, *answer.beside]):
+            answer.links_note = UNSIGNED_LINKS_TEXT
         timings["total"] = _ms_since(t0)
         answer.timings_ms = timings
         answer.query_id = await asyncio.to_thread(self._log, answer, candidates, scopes, asker)
@@ -431,15 +439,24 @@ class Engine:
 
     def _source_ref(self, n: int, cand: Candidate, row: ChunkRow, columns: str = "") -> SourceRef:
         is_pdf = row.kind == "pdf"
-        token = self.signer.token(row.document_id, row.scope)
-        url = passage_url(
-            self.config.link_base_url,
-            row.document_id,
-            token,
-            start=row.start,
-            end=row.end,
-            page=row.page,
-            is_pdf=is_pdf,
+        try:
+            token = self.signer.token(row.document_id, row.scope)
+        except LinkSecretUnavailable as exc:
+            # The passage is still the evidence; only its link waits for the secret.
+            log.warning("passage links cannot be signed, sources shown without them: %s", exc)
+            token = ""
+        url = (
+            passage_url(
+                self.config.link_base_url,
+                row.document_id,
+                token,
+                start=row.start,
+                end=row.end,
+                page=row.page,
+                is_pdf=is_pdf,
+            )
+            if token
+            else ""
         )
         return SourceRef(
             n=n,
@@ -533,9 +550,12 @@ def _ms_since(t: float) -> float:
 
 
 def build_engine(config: EngineConfig, kb: KnowledgeBase) -> Engine:
-    """The engine over ``kb``: link signer (its secret kept in the data dir) and model client."""
-    from core.links import load_or_create_secret
+    """The engine over ``kb``: link signer (its secret kept in the data dir) and model client.
 
-    secret = load_or_create_secret(kb.config.data_dir, config.link_secret)
-    signer = LinkSigner(secret, ttl_seconds=config.link_ttl_days * 86400)
+    A secret that cannot be created yet (a full disk at the first start) leaves
+    the links unsigned until it can be; the answers do not wait for it.
+    """
+    signer = LinkSigner.kept(
+        kb.config.data_dir, config.link_secret, ttl_seconds=config.link_ttl_days * 86400
+    )
     return Engine(kb, config, signer=signer)

@@ -16,17 +16,24 @@ for the original PDF.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from itsdangerous import BadData, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
+from itsdangerous import (
+    BadData,
+    SignatureExpired,
+    Signer,
+    TimestampSigner,
+    URLSafeTimedSerializer,
+)
 
 from core.errors import BadLinkToken, LinkSecretUnavailable
 
@@ -78,8 +85,50 @@ class LinkSigner:
             raise ValueError(f"ttl_seconds must be positive, got {ttl_seconds}")
         self._ttl = ttl_seconds
         self._secret = secret
+        self._load: Callable[[], str] | None = None
         self._clock = clock
         self._serializer = self.derived(_SALT)
+
+    @classmethod
+    def kept(
+        cls,
+        data_dir: Path,
+        configured: str,
+        *,
+        ttl_seconds: int,
+        clock: Callable[[], float] = time.time,
+    ) -> LinkSigner:
+        """A signer whose secret is configured or kept in ``data_dir`` (see :func:`load_or_create_secret`).
+
+        A secret that cannot be read or created yet (a full disk at the first
+        start) does not stop the signer: :meth:`token` and :meth:`verify` raise
+        ``LinkSecretUnavailable`` until a later use manages to create it, and
+        :meth:`unavailable` says why.
+        """
+        signer = cls("pending", ttl_seconds=ttl_seconds, clock=clock)
+        signer._secret = ""
+        signer._load = lambda: load_or_create_secret(data_dir, configured)
+        with contextlib.suppress(LinkSecretUnavailable):
+            signer._current_secret()
+        return signer
+
+    def _current_secret(self) -> str:
+        """The secret, read (or created) now if it could not be before.
+
+        Raises:
+            LinkSecretUnavailable: it still cannot be read or created.
+        """
+        if not self._secret and self._load is not None:
+            self._secret = self._load()
+        return self._secret
+
+    def unavailable(self) -> str | None:
+        """Why links cannot be signed now (after one more try), or ``None`` when they can."""
+        try:
+            self._current_secret()
+        except LinkSecretUnavailable as exc:
+            return str(exc)
+        return None
 
     def derived(self, purpose: str) -> URLSafeTimedSerializer:
         """A timed serializer for other short signed values (a browser session, a sign-in).
@@ -89,8 +138,8 @@ class LinkSigner:
         Check its age with ``loads(..., max_age=...)``.
         """
         # SHA-256 rather than itsdangerous' SHA-1 default: nothing to keep compatible with.
-        return URLSafeTimedSerializer(
-            self._secret,
+        return _SecretSerializer(
+            self._current_secret,
             salt=purpose,
             signer=_ClockSigner,
             signer_kwargs={"digest_method": hashlib.sha256, "clock": self._clock},
@@ -125,6 +174,9 @@ class LinkSigner:
         """
         try:
             payload = self._serializer.loads(token, max_age=self._ttl)
+        except LinkSecretUnavailable as exc:
+            # No secret, no link was ever signed with it: nothing can be valid.
+            raise BadLinkToken(f"Link for document {document_id} cannot be checked: {exc}") from exc
         except SignatureExpired as exc:
             raise BadLinkToken(f"Link token for document {document_id} has expired.") from exc
         except BadData as exc:
@@ -137,6 +189,30 @@ class LinkSigner:
                 f"Link token was issued for document {signed_id}, not document {document_id}."
             )
         return scope
+
+
+class _SecretSerializer(URLSafeTimedSerializer):
+    """A timed serializer that takes its key from its signer at each use (it may come later)."""
+
+    def __init__(self, key: Callable[[], str], **kwargs: Any) -> None:
+        super().__init__("key read at use", **kwargs)
+        self._key = key
+        self._keyed = False
+
+    def _rekey(self) -> None:
+        if not self._keyed:
+            self.secret_keys = [self._key().encode("utf-8")]
+            self._keyed = True
+
+    def make_signer(self, salt: str | bytes | None = None) -> Signer:
+        """The signer, keyed with the secret (``LinkSecretUnavailable`` while there is none)."""
+        self._rekey()
+        return super().make_signer(salt)
+
+    def iter_unsigners(self, salt: str | bytes | None = None) -> Iterator[TimestampSigner]:
+        """The unsigners, keyed with the secret (``LinkSecretUnavailable`` while there is none)."""
+        self._rekey()
+        return super().iter_unsigners(salt)
 
 
 def _unpack(payload: object) -> tuple[int, str]:
@@ -267,6 +343,9 @@ def _create_secret_file(path: Path) -> None:
         os.fchmod(fd, 0o600)  # the umask must not widen or narrow it
         os.write(fd, (secrets.token_urlsafe(48) + "\n").encode("ascii"))
         os.fsync(fd)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written secret behind
+        raise
     finally:
         os.close(fd)
     try:

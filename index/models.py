@@ -42,6 +42,7 @@ class AuditAction(StrEnum):
     REJECT = "reject"
     REINDEX = "reindex"
     RESTORE = "restore"
+    PRUNE = "prune"  # an old replaced version deleted beyond ``IndexConfig.keep_versions``
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ reason otherwise), filled up to the last byte the way a busy server's disk is.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -16,10 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner, Result
 
 from bot.cli import main
-from core.links import load_or_create_secret
+from bot.server import routes
+from core.answer import Answer, Engine, build_engine
+from core.config import EngineConfig
+from core.links import SECRET_FILENAME, load_or_create_secret
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.errors import DiskFull, DiskSpaceLow
@@ -235,3 +241,59 @@ def test_a_new_document_under_the_free_space_floor_is_refused_before_it_is_store
     assert len([p for p in kb.store.originals_dir.rglob("*") if p.is_file()]) == 1
     # The same bytes again take no room: a duplicate is not refused.
     assert kb.add_bytes(HANDBOOK, "handbook.md").duplicate
+
+
+def test_the_first_start_on_a_full_disk_answers_with_unsigned_sources_until_there_is_room(
+    small_disk: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KB_LINK_SECRET", raising=False)
+    data_dir = small_disk / "kb"
+    kb = KnowledgeBase(_config(data_dir), embedder=embedder)
+    kb.ingest_bytes(HANDBOOK, "handbook.md")
+    assert not (data_dir / SECRET_FILENAME).exists()
+    _fill(small_disk)
+
+    asked = _cli(data_dir, "ask", "When are expense claims due?", "--json")
+    _no_traceback(asked)
+    assert asked.exit_code == 0, asked.output
+    answer = json.loads(asked.stdout)
+    assert "30 days" in json.dumps(answer["sources"])
+    assert answer["sources"] and all(s["url"] == "" for s in answer["sources"])
+    assert "listed without links" in answer["links_note"]
+    shown = _cli(data_dir, "ask", "When are expense claims due?")
+    assert shown.exit_code == 0, shown.output
+    assert "30 days" in shown.output and "listed without links" in shown.output
+    assert "/d/" not in shown.output
+    # Nothing half-written is left on the disk for the next start to trip on.
+    assert [p.name for p in data_dir.iterdir() if "link-secret" in p.name] == []
+
+    engine = build_engine(EngineConfig(), kb)
+    signed = asyncio.run(_readyz_until_there_is_room(small_disk, engine))
+    assert (data_dir / SECRET_FILENAME).exists()
+    assert signed.links_note is None and signed.sources
+    url = signed.sources[0].url
+    token = url.split("t=", 1)[1].split("#", 1)[0]
+    assert engine.signer.verify(token, signed.sources[0].document_id) == "*"
+    later = _cli(data_dir, "ask", "When are expense claims due?", "--json")
+    assert all("/d/" in s["url"] for s in json.loads(later.stdout)["sources"])
+
+
+async def _readyz_until_there_is_room(disk: Path, engine: Engine) -> Answer:
+    """``/readyz`` on the full disk, then with room again; the answer given then."""
+    app = web.Application(middlewares=routes.MIDDLEWARES)
+    app[routes.KB] = engine.kb
+    app[routes.ENGINE] = engine
+    routes.setup(app)
+    async with TestClient(TestServer(app)) as http:
+        ready = await (await http.get("/readyz")).json()
+        assert "Cannot read or create the link secret" in str(ready["links_degraded"])
+        assert "No space left" in str(ready["links_degraded"])
+
+        # Room again: the next use creates the secret, and links are signed with it.
+        (disk / "ballast").unlink()
+        ready = await (await http.get("/readyz")).json()
+        assert ready["links_degraded"] is None
+    try:
+        return await engine.ask("When are expense claims due?")
+    finally:
+        await engine.aclose()

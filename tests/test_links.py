@@ -274,3 +274,25 @@ def test_unwritable_data_dir_is_an_actionable_error(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(KBError, match="KB_LINK_SECRET"):
         load_or_create_secret(blocker / "kb-data", "")
+
+
+def test_a_kept_secret_that_cannot_be_created_yet_leaves_links_unsigned_until_it_can(
+    tmp_path: Path, clock: _Clock
+) -> None:
+    blocker = tmp_path / "kb"
+    blocker.write_text("a file where the data dir should be")
+    signer = LinkSigner.kept(blocker, "", ttl_seconds=3600, clock=clock)
+    reason = signer.unavailable()
+    assert reason is not None and "Cannot read or create the link secret" in reason
+    with pytest.raises(KBError, match="Cannot read or create the link secret"):
+        signer.token(1, "C1")
+    with pytest.raises(BadLinkToken, match="cannot be checked"):
+        signer.verify("anything", 1)
+
+    blocker.unlink()  # the directory can be made now: the next use creates the secret
+    token = signer.token(1, "C1")
+    assert signer.unavailable() is None
+    assert (blocker / SECRET_FILENAME).exists()
+    assert signer.verify(token, 1) == "C1"
+    again = LinkSigner.kept(blocker, "", ttl_seconds=3600, clock=clock)
+    assert again.verify(token, 1) == "C1"  # the same secret, kept on disk

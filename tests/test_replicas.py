@@ -41,6 +41,7 @@ from index.embed import Embedder
 from index.errors import DocumentNotFound
 from index.knowledge_base import KnowledgeBase
 from index.records import DocumentRow
+from index.storage import APPROVAL, STATUS, PostedMessage
 from index.storage.store import Store
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -484,3 +485,41 @@ async def test_a_claim_is_renewed_while_its_task_runs_and_answered_when_it_ends(
     # The answered mark is written after the task ends, by the pool the block waited for.
     fake.now += LEASE * 1.5
     assert not other.deliveries.claim(KEYS, lease_seconds=LEASE)
+
+
+# ------------------------------------------------------------------ shared by every replica
+
+
+def test_a_sign_in_state_used_on_one_replica_is_refused_by_every_other(
+    tmp_path: Path, database_url: str
+) -> None:
+    fake = FakeTime()
+    first, second = _stores(tmp_path, database_url, fake)
+    assert first.used_states.claim("state-a", ttl_seconds=600)
+    assert not second.used_states.claim("state-a", ttl_seconds=600)  # the replay, elsewhere
+    assert not first.used_states.claim("state-a", ttl_seconds=600)
+    assert second.used_states.claim("state-b", ttl_seconds=600)
+    fake.now += 599
+    assert not second.used_states.claim("state-a", ttl_seconds=600)
+    # Past its lifetime the state's cookie is refused for its age: its claim is dropped.
+    fake.now += 2
+    assert first.used_states.claim("state-c", ttl_seconds=600)
+    assert first.used_states.count() == 1 and second.used_states.count() == 1
+
+
+def test_every_copy_of_a_documents_messages_is_known_to_every_replica(
+    tmp_path: Path, database_url: str
+) -> None:
+    fake = FakeTime()
+    first, second = _stores(tmp_path, database_url, fake)
+    first.messages.record(7, APPROVAL, "D0ADMIN001", "1.000100")
+    fake.now += 1
+    first.messages.record(7, APPROVAL, "D0ADMIN002", "1.000200")
+    first.messages.record(7, STATUS, "D0USER0001", "1.000050")
+    assert second.messages.of(7, APPROVAL) == [
+        PostedMessage("D0ADMIN001", "1.000100"),
+        PostedMessage("D0ADMIN002", "1.000200"),
+    ]
+    assert second.messages.is_of(7, STATUS, "D0USER0001", "1.000050")
+    assert not second.messages.is_of(8, STATUS, "D0USER0001", "1.000050")
+    assert not second.messages.is_of(7, APPROVAL, "D0USER0001", "1.000050")

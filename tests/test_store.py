@@ -60,6 +60,8 @@ MIGRATION_NAMES = [
     "0009_query_log_nearest",
     "0010_sentence_vectors",
     "0011_query_log_beside",
+    "0012_posted_messages",
+    "0013_used_signin_states",
 ]
 
 
@@ -100,6 +102,8 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         "meta",
         "audit",
         "escalations",
+        "posted_messages",
+        "used_states",
     }
     doc = store.document(7)
     assert (doc.name, doc.title, doc.state, doc.chunk_count) == (

@@ -126,6 +126,44 @@ def test_only_the_last_versions_are_kept(index_dir: Path, embedder: Embedder) ->
     assert kb.store.originals.has(kb.store.document(second).sha256)
 
 
+def test_each_pruned_version_is_audited_by_whoever_caused_it(
+    index_dir: Path, embedder: Embedder, database_url: str
+) -> None:
+    config = IndexConfig(data_dir=index_dir, keep_versions=2, database_url=database_url)
+    kb = KnowledgeBase(config, embedder=embedder)
+    first = kb.store.document(_ingest(kb, V1, uploader="U0ONE"))
+    _ingest(kb, V2, uploader="U0TWO")
+    assert "prune" not in [a for _, a, _ in _actions(kb)]
+    third = _ingest(kb, V3, uploader="U0THREE")
+    assert _actions(kb)[-1] == ("U0THREE", "prune", first.id)
+    (entry,) = [e for e in kb.audit_log.entries() if e.action == "prune"]
+    assert (entry.name, entry.scope, entry.old_sha256) == ("expenses.md", "*", first.sha256)
+    assert entry.new_sha256 is None and f"after #{third}" in entry.detail
+    assert "KB_KEEP_VERSIONS=2" in entry.detail
+
+
+def test_kb_audit_shows_the_versions_pruned(tmp_path: Path) -> None:
+    data_dir = tmp_path / "kb"
+    for i, body in enumerate((V1, V2, V3)):
+        folder = tmp_path / f"v{i}"
+        folder.mkdir()
+        (folder / "expenses.md").write_bytes(body)
+        result = CliRunner().invoke(
+            main,
+            ["--data-dir", str(data_dir), "ingest", str(folder)],
+            env={"KB_KEEP_VERSIONS": "2"},
+        )
+        assert result.exit_code == 0, result.output
+    entries = json.loads(_kb(data_dir, "audit", "--json"))
+    assert [(e["actor"], e["action"]) for e in entries][:2] == [
+        ("cli", "prune"),
+        ("cli", "replace"),
+    ]
+    first_added = entries[-1]
+    assert entries[0]["document_id"] == first_added["document_id"]
+    assert entries[0]["old_sha256"] == first_added["new_sha256"]
+
+
 def test_the_bytes_of_a_replaced_version_are_a_new_version(kb: KnowledgeBase) -> None:
     first = _ingest(kb, V1, uploader="U0ADMIN")
     _ingest(kb, V2, uploader="U0ADMIN")

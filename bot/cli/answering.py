@@ -66,6 +66,8 @@ def _print_answer(answer: Answer) -> None:
     if answer.beside:
         click.echo(f"\n{BESIDE_HEADER}")
         _print_passages(answer.beside, numbered=False)
+    if answer.links_note:
+        click.echo(f"\n{answer.links_note}")
 
 
 def _print_passages(passages: list[SourceRef], *, numbered: bool = True) -> None:
@@ -75,7 +77,8 @@ def _print_passages(passages: list[SourceRef], *, numbered: bool = True) -> None
         click.echo(f"{mark} {s.document}{' › ' + where if where else ''}  (d={s.distance:.3f})")
         quote = " ".join(s.quote.split())
         click.echo(f"    {quote[:QUOTE_CHARS]}{'…' if len(quote) > QUOTE_CHARS else ''}")
-        click.echo(f"    {s.url}")
+        if s.url:
+            click.echo(f"    {s.url}")
 
 
 @main.command()

@@ -458,6 +458,8 @@ async def readyz(request: web.Request) -> web.Response:
     info: dict[str, object] = request.app[READINESS_INFO]
     details.update(info)
     details["llm_configured"] = request.app[ENGINE].llm.configured
+    # Answers still work without it, their sources unlinked: degraded, not down.
+    details["links_degraded"] = await asyncio.to_thread(request.app[ENGINE].signer.unavailable)
     return web.json_response(details, status=200 if details["ready"] else 503)
 
 

@@ -7,7 +7,8 @@ there), by direct message to each ``KB_ADMIN_USERS`` id. It shows who wants to a
 with a link to all of it, what approving would replace, and the latest
 changes to the knowledge base. A click by an admin approves the document
 (searchable, replacing the current version of its name) or rejects it
-(deleted); a click by anyone else changes nothing. The uploader is told the
+(deleted), and every admin's copy of the request says so; a click by anyone
+else, or on a message that is not a request for that document, changes nothing. The uploader is told the
 outcome by direct message, and their upload status is updated.
 """
 
@@ -37,10 +38,11 @@ from bot.slack.config import SlackConfig
 from bot.slack.people import Roles
 from core.answer import Engine
 from core.links import passage_url
-from index.errors import NotAwaitingApproval
+from index.errors import KBError, NotAwaitingApproval
 from index.knowledge_base import KnowledgeBase, Placement
 from index.names import display_name
 from index.records import DocumentRow
+from index.storage import APPROVAL, STATUS, PostedMessage
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +119,30 @@ class Approvals:
             log.warning("document %s awaits approval, but no admin is configured to ask", doc.id)
             return False
         rendered = await self._render(placement, Ticket(doc.id, status_channel, status_ts))
+        if status_channel and status_ts:
+            await self._remember(doc.id, STATUS, PostedMessage(status_channel, status_ts))
         channel = self.config.approvals_channel
-        if channel and await _post(client, channel, rendered, doc.id):
-            return True
-        sent = [
-            await _post(client, admin, rendered, doc.id)
-            for admin in sorted(self.config.admin_user_ids)
-        ]
-        return any(sent)
+        posted = await _post(client, channel, rendered, doc.id) if channel else None
+        if posted is None:
+            copies = [
+                await _post(client, admin, rendered, doc.id)
+                for admin in sorted(self.config.admin_user_ids)
+            ]
+            sent = [c for c in copies if c is not None]
+        else:
+            sent = [posted]
+        # Every copy, in the store: whichever replica gets the decision updates them all.
+        for copy in sent:
+            await self._remember(doc.id, APPROVAL, copy)
+        return bool(sent)
+
+    async def _remember(self, doc_id: int, kind: str, message: PostedMessage) -> None:
+        try:
+            await asyncio.to_thread(
+                self.kb.messages.record, doc_id, kind, message.channel, message.ts
+            )
+        except KBError as exc:  # a full disk: that message's buttons will be refused
+            log.warning("%s message of document %s not recorded: %s", kind, doc_id, exc)
 
     async def _render(self, placement: Placement, ticket: Ticket) -> Rendered:
         doc = placement.document
@@ -163,15 +181,34 @@ class Approvals:
             )
             await _tell_clicker(client, channel, user, messages.APPROVAL_NOT_ADMIN)
             return
+        posted = self.kb.messages
+        doc_id = ticket.document_id
+        if not await asyncio.to_thread(posted.is_of, doc_id, APPROVAL, channel, ts):
+            # The value and the message are the clicker's to forge: only a request the
+            # bot posted for that document is acted on, and nothing else is edited.
+            log.warning(
+                "%s clicked on a request for document %s it is not (%s %s)",
+                user,
+                doc_id,
+                channel,
+                ts,
+            )
+            await _tell_clicker(client, channel, user, messages.BUTTON_NOT_HERE)
+            return
         try:
-            decision = await asyncio.to_thread(self._decide, ticket.document_id, user, approve)
+            decision = await asyncio.to_thread(self._decide, doc_id, user, approve)
         except NotAwaitingApproval as exc:
             text = messages.approval_decided_already(escape(str(exc)))
             await _tell_clicker(client, channel, user, text)
             return
-        with contextlib.suppress(SlackApiError):
-            await client.chat_update(channel=channel, ts=ts, **_decided(decision).as_kwargs())
-        await _tell_uploader(client, ticket, decision)
+        copies = await asyncio.to_thread(posted.of, doc_id, APPROVAL)
+        for copy in copies:  # every admin's copy, not only the one clicked
+            with contextlib.suppress(SlackApiError):
+                await client.chat_update(
+                    channel=copy.channel, ts=copy.ts, **_decided(decision).as_kwargs()
+                )
+        statuses = await asyncio.to_thread(posted.of, doc_id, STATUS)
+        await _tell_uploader(client, statuses, decision)
 
     def _decide(self, doc_id: int, admin: str, approve: bool) -> _Decision:
         if not approve:
@@ -190,13 +227,16 @@ def _decided(decision: _Decision) -> Rendered:
     return render_notice(messages.approval_rejected(admin, name, uploader))
 
 
-async def _post(client: AsyncWebClient, channel: str, rendered: Rendered, doc_id: int) -> bool:
+async def _post(
+    client: AsyncWebClient, channel: str, rendered: Rendered, doc_id: int
+) -> PostedMessage | None:
+    """Post one copy of a request; where it went (a DM's channel id, not the admin's), or ``None``."""
     try:
-        await client.chat_postMessage(channel=channel, **rendered.as_kwargs())
+        resp = await client.chat_postMessage(channel=channel, **rendered.as_kwargs())
     except SlackApiError as exc:
         log.warning("approval request for document %s not sent to %s: %s", doc_id, channel, exc)
-        return False
-    return True
+        return None
+    return PostedMessage(str(resp.get("channel") or channel), str(resp.get("ts") or ""))
 
 
 async def _tell_clicker(client: AsyncWebClient, channel: str, user: str, text: str) -> None:
@@ -204,7 +244,9 @@ async def _tell_clicker(client: AsyncWebClient, channel: str, user: str, text: s
         await client.chat_postEphemeral(channel=channel, user=user, text=text)
 
 
-async def _tell_uploader(client: AsyncWebClient, ticket: Ticket, decision: _Decision) -> None:
+async def _tell_uploader(
+    client: AsyncWebClient, statuses: list[PostedMessage], decision: _Decision
+) -> None:
     """Update the uploader's status message and tell them by DM (best effort: logged, never raised)."""
     doc = decision.document
     name, admin = escape(display_name(doc.name)), mention(decision.admin)
@@ -215,11 +257,10 @@ async def _tell_uploader(client: AsyncWebClient, ticket: Ticket, decision: _Deci
     else:
         text = messages.upload_rejected(name, admin)
     rendered = render_upload_status(text)
-    if ticket.status_channel and ticket.status_ts:
+    # The status the bot recorded, never one a button's value names.
+    for status in statuses:
         try:
-            await client.chat_update(
-                channel=ticket.status_channel, ts=ticket.status_ts, **rendered.as_kwargs()
-            )
+            await client.chat_update(channel=status.channel, ts=status.ts, **rendered.as_kwargs())
         except SlackApiError as exc:
             log.info("upload status of document %s not updated: %s", doc.id, exc)
     if is_user_id(doc.uploader):

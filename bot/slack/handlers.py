@@ -63,6 +63,7 @@ from bot.slack.uploads import StatusMessage, UploadRequest
 from index.embed import EmbeddingModelUnavailable
 from index.errors import KBError
 from index.models import EVERYONE
+from index.storage import STATUS
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,23 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
             log.warning("%s may not retry document %s", user, value)
             await respond(
                 text=messages.RETRY_NOT_YOURS, response_type="ephemeral", replace_original=False
+            )
+            return
+        recorded = await asyncio.to_thread(
+            services.kb.messages.is_of, int(value), STATUS, status.channel, str(status.ts)
+        )
+        if not recorded:
+            # The value and the message are the clicker's to forge: edit only the
+            # status message the bot posted for that document, never another one.
+            log.warning(
+                "%s clicked Retry for document %s on a message that is not its status (%s %s)",
+                user,
+                value,
+                status.channel,
+                status.ts,
+            )
+            await respond(
+                text=messages.BUTTON_NOT_HERE, response_type="ephemeral", replace_original=False
             )
             return
         await services.uploader.retry(status, int(value))

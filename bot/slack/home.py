@@ -62,6 +62,7 @@ from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.uploads import StatusMessage, Uploader
 from core.answer import Engine
 from core.calibration import last_calibration
+from core.errors import LinkSecretUnavailable
 from core.gaps import Gap, knowledge_gaps
 from core.links import passage_url
 from index.errors import DocumentNotFound, KBError, QueryNotFound
@@ -294,10 +295,14 @@ class Home:
             row = gap.closest
             if row is None or row.scope != EVERYONE:
                 continue
+            try:
+                token = self.engine.signer.token(row.document_id, row.scope)
+            except LinkSecretUnavailable:
+                continue  # no secret yet (a full disk): the gap is listed without its link
             links[row.id] = passage_url(
                 self.engine.config.link_base_url,
                 row.document_id,
-                self.engine.signer.token(row.document_id, row.scope),
+                token,
                 start=row.start,
                 end=row.end,
                 page=row.page,

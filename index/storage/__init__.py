@@ -2,7 +2,9 @@
 
 ``Store`` (``store``) keeps documents, chunks, originals (``originals``) and
 ``meta``, and holds its parts over the same database: the query log
-(``query_log``), feedback, Slack deliveries, the audit log and hand-offs.
+(``query_log``), feedback, Slack deliveries, the audit log, hand-offs, the bot's
+messages about each document (``messages``: ``STATUS`` and ``APPROVAL``) and
+used sign-in states (``used_states``).
 ``database`` is the contract the two databases (``sqlite``, ``postgres``)
 implement and ``connect`` picks one; ``schema`` is the migrations, ``workers``
 the indexing locks, ``migrate`` ``kb migrate-store``.
@@ -10,7 +12,17 @@ the indexing locks, ``migrate`` ``kb migrate-store``.
 
 from __future__ import annotations
 
+from index.storage.messages import APPROVAL, STATUS, PostedMessage
 from index.storage.migrate import migrate_store
 from index.storage.store import NewDocument, Store
+from index.storage.used_states import UsedStates
 
-__all__ = ["NewDocument", "Store", "migrate_store"]
+__all__ = [
+    "APPROVAL",
+    "NewDocument",
+    "PostedMessage",
+    "STATUS",
+    "Store",
+    "UsedStates",
+    "migrate_store",
+]

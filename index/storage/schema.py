@@ -8,8 +8,8 @@ nothing and is recorded, so that data dir is upgraded from step 1. A migration
 that has shipped is never edited; a change to the schema is a new one at the end.
 
 The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
-``query_log``, ``feedback``, ``deliveries``, ``meta``, ``audit`` and
-``escalations``. At most one live document (any state but ``replaced``) has
+``query_log``, ``feedback``, ``deliveries``, ``meta``, ``audit``,
+``escalations``, ``posted_messages`` and ``used_states``. At most one live document (any state but ``replaced``) has
 given bytes in a given scope.
 """
 
@@ -237,6 +237,35 @@ def _query_log_beside(db: Database) -> None:
     # The possibly related passages an answer listed beside its sources
     # (core.gate.beside_answer): what the asker was shown, not what the model read.
     db.execute("ALTER TABLE query_log ADD COLUMN beside TEXT")
+
+
+@MIGRATIONS(name="0012_posted_messages")
+def _posted_messages(db: Database) -> None:
+    # The bot's messages about a document (index.storage.messages): a click edits only
+    # one of these, and every copy of an approval request is updated once decided.
+    db.execute(
+        """CREATE TABLE posted_messages (
+            channel TEXT NOT NULL,
+            ts TEXT NOT NULL,
+            document_id INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            at REAL NOT NULL,
+            PRIMARY KEY (channel, ts)
+        )"""
+    )
+    db.execute("CREATE INDEX posted_messages_document ON posted_messages(document_id, kind)")
+
+
+@MIGRATIONS(name="0013_used_signin_states")
+def _used_signin_states(db: Database) -> None:
+    # Sign-in states already used (index.storage.used_states), shared by every replica.
+    db.execute(
+        """CREATE TABLE used_states (
+            state TEXT PRIMARY KEY,
+            expires_at REAL NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX used_states_expires_at ON used_states(expires_at)")
 
 
 def _dialect(db: Database) -> str:

@@ -32,20 +32,29 @@ import numpy as np
 from index.errors import DatabaseUnavailable, DocumentNotFound
 from index.files import private_dir, private_file, tighten
 from index.ingest import from_blob, to_blob
-from index.models import EVERYONE, Chunk, DocState, Publish
-from index.records import DOCUMENT_COLUMNS, ChunkRow, DocumentFacts, DocumentRow, Stamp
+from index.models import EVERYONE, AuditAction, Chunk, DocState, Publish
+from index.records import (
+    DOCUMENT_COLUMNS,
+    AuditEntry,
+    ChunkRow,
+    DocumentFacts,
+    DocumentRow,
+    Stamp,
+)
 from index.storage.audit import AuditLog
 from index.storage.connect import open_database
 from index.storage.database import Connection, Database
 from index.storage.deliveries import DeliveryLog
 from index.storage.escalations import Escalations
 from index.storage.feedback import Feedback
+from index.storage.messages import PostedMessages
 from index.storage.originals import OriginalFiles, open_originals
 from index.storage.part import Clock
 from index.storage.postgres import PostgresDatabase
 from index.storage.query_log import QueryLog
 from index.storage.schema import BUMP_GENERATION, MIGRATIONS
 from index.storage.sqlite import SQLiteDatabase
+from index.storage.used_states import UsedStates
 from index.storage.workers import AdvisoryWorkerLock, FileWorkerLock, WorkerLock
 
 log = logging.getLogger(__name__)
@@ -87,8 +96,10 @@ class Store:
     parts share its database: ``queries`` (``index.storage.query_log``),
     ``feedback`` (``index.storage.feedback``), ``deliveries`` (Slack events seen
     and claimed, ``index.storage.deliveries``), ``audit_log``
-    (``index.storage.audit``) and ``escalations`` (hand-offs to people,
-    ``index.storage.escalations``).
+    (``index.storage.audit``), ``escalations`` (hand-offs to people,
+    ``index.storage.escalations``), ``messages`` (the bot's messages about a
+    document, ``index.storage.messages``) and ``used_states`` (sign-in states
+    used, ``index.storage.used_states``).
 
     Args:
         data_dir: the data directory (derived files; with SQLite also the
@@ -123,6 +134,8 @@ class Store:
         self.deliveries = DeliveryLog(self.database, clock)
         self.audit_log = AuditLog(self.database, clock)
         self.escalations = Escalations(self.database, clock)
+        self.messages = PostedMessages(self.database, clock)
+        self.used_states = UsedStates(self.database, clock)
 
     def _private_sqlite_files(self) -> None:
         # SQLite gives its -wal and -shm files the database file's permissions.
@@ -505,19 +518,36 @@ class Store:
                 self._bump_generation(db)
         return before
 
-    def prune_versions(self, name: str, scope: str, *, keep: int) -> list[str]:
+    def prune_versions(
+        self, name: str, scope: str, *, keep: int, actor: str = "system", detail: str = ""
+    ) -> list[str]:
         """Delete the oldest replaced versions of ``name`` in ``scope`` beyond ``keep``.
+
+        Each deleted version gets a ``prune`` audit entry by ``actor``, in the
+        same transaction as its deletion.
 
         Returns:
             The sha256 of each deleted version, for ``drop_originals_if_unused``
             once the caller's transaction has committed.
         """
-        rows = self._documents(
-            "WHERE name = ? AND scope = ? AND state = ? ORDER BY id DESC",
-            [name, scope, DocState.REPLACED.value],
-        )[max(keep, 0) :]
-        for row in rows:
-            self.delete_rows(row.id)
+        with self.transaction():
+            rows = self._documents(
+                "WHERE name = ? AND scope = ? AND state = ? ORDER BY id DESC",
+                [name, scope, DocState.REPLACED.value],
+            )[max(keep, 0) :]
+            for row in rows:
+                self.delete_rows(row.id)
+                self.audit_log.add(
+                    AuditEntry(
+                        actor=actor or "system",
+                        action=AuditAction.PRUNE,
+                        document_id=row.id,
+                        name=row.name,
+                        scope=row.scope,
+                        old_sha256=row.sha256,
+                        detail=detail or f"kept the {max(keep, 0)} newest replaced versions",
+                    )
+                )
         return [row.sha256 for row in rows]
 
     def delete_document(self, doc_id: int) -> None:

@@ -362,3 +362,45 @@ async def test_the_reindex_report_shows_the_latest_changes(make_bot: BotFactory)
     assert f"`{ADMIN_ID}` reindexed every document" in text
     assert f"`{USER_ID}` sent for approval *parking.md*" in text
     assert _audit(bot)[-1] == (ADMIN_ID, "reindex", "")
+
+
+async def test_every_admins_copy_of_a_request_says_it_was_decided(make_bot: BotFactory) -> None:
+    second = "U0ADMIN002"
+    bot = await make_bot(admin_users=f"{ADMIN_ID},{second}")
+    doc = await _dm_file(bot, USER_ID, "parking.md", PARKING, "D0DMUSER01")
+    copies = _requests(bot)
+    assert len(copies) == 2 and len({channel for channel, _, _ in copies}) == 2
+    clicked = next(c for c in copies if c[0] == "D" + second[1:])
+    await _click(bot, clicked, APPROVE_ACTION_ID, second)
+
+    assert bot.kb.store.document(doc.id).state == "indexed"
+    assert _requests(bot) == [], "no copy keeps its buttons"
+    for channel, ts, _ in copies:
+        assert f"<@{second}> approved *parking.md*" in bot.slack.messages[(channel, ts)]["text"]
+    # The other admin's late click on their own (now decided) copy changes nothing more.
+    other = next(c for c in copies if c is not clicked)
+    await _click(bot, other, REJECT_ACTION_ID, ADMIN_ID)
+    assert bot.kb.store.document(doc.id).state == "indexed"
+    (late,) = bot.slack.calls("chat.postEphemeral")
+    assert late["user"] == ADMIN_ID and "no longer awaiting approval" in late["text"]
+
+
+async def test_an_approval_forged_onto_another_message_edits_nothing(admin_bot: Bot) -> None:
+    bot = admin_bot
+    doc = await _dm_file(bot, USER_ID, "parking.md", PARKING, "D0DMUSER01")
+    (request,) = _requests(bot)
+    status = ("D0DMUSER01", _status_ts(bot, "D0DMUSER01"))
+    before = json.dumps(bot.slack.messages[status])
+    updates = len(bot.slack.calls("chat.update"))
+    # The admin's click, its payload naming the uploader's status message, not the request.
+    value = _button(request[2], APPROVE_ACTION_ID)["value"]
+    body = block_actions_body([button_action(APPROVE_ACTION_ID, value)], ADMIN_ID, *status)
+    assert (await bot.post(body)).status == 200
+    await bot.idle()
+
+    assert bot.kb.store.document(doc.id).state == "awaiting_approval"
+    assert len(bot.slack.calls("chat.update")) == updates
+    assert json.dumps(bot.slack.messages[status]) == before
+    (refusal,) = bot.slack.calls("chat.postEphemeral")
+    assert refusal["user"] == ADMIN_ID and refusal["text"] == messages.BUTTON_NOT_HERE
+    assert _requests(bot) == [request]

@@ -42,8 +42,8 @@ from bot.slack.blocks.mrkdwn import (
     inert_links,
     label,
     link_citations,
+    linked,
     quote,
-    safe_url,
     shorten,
     split_mrkdwn,
 )
@@ -65,7 +65,8 @@ def render_answer(
     fewer documents were searched). ``ask_a_person`` adds the button that hands
     the question to people (``KB_ESCALATION_CHANNEL``) to a logged answer.
     """
-    head: list[Block] = [context(note)] if note else []
+    notes = [n for n in (note, answer.links_note and escape(answer.links_note)) if n]
+    head: list[Block] = [context("\n".join(notes))] if notes else []
     tail = [*_beside(answer), *_tail(answer, ask_a_person)]
     if answer.outcome == Outcome.REFUSED:
         return _render_refusal(head, tail)
@@ -84,7 +85,7 @@ def _beside(answer: Answer) -> list[Block]:
         return []
     text = messages.BESIDE_HEADER
     for s in answer.beside:
-        line = f"\n• <{safe_url(s.url)}|{_where(s)}>"
+        line = f"\n• {linked(s.url, _where(s))}"
         if len(text) + len(line) <= SECTION_LIMIT:
             text += line  # a link is never cut: one that does not fit is left out
     return [context(text)] if text != messages.BESIDE_HEADER else []
@@ -188,7 +189,7 @@ def _assemble(head: list[Block], body: list[str], tail: list[Block]) -> list[Blo
 
 
 def _source_heading(s: SourceRef) -> str:
-    return f"<{safe_url(s.url)}|[{s.n}]> " + _where(s, bold=True)
+    return f"{linked(s.url, f'[{s.n}]')} " + _where(s, bold=True)
 
 
 def _where(s: SourceRef, *, bold: bool = False) -> str:

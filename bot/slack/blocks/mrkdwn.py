@@ -77,6 +77,11 @@ def safe_url(url: str) -> str:
     return escape(url).replace("|", "%7C")
 
 
+def linked(url: str, text: str) -> str:
+    """``<url|text>``, or ``text`` alone when there is no URL (a link that could not be signed)."""
+    return f"<{safe_url(url)}|{text}>" if url else text
+
+
 def inert_links(text: str, verbatim: str = "") -> str:
     """``text`` with every link-like token Slack would make clickable set in code, so it is not.
 
@@ -243,7 +248,7 @@ def link_citations(text: str, sources: Sequence[SourceRef]) -> str:
     out: list[str] = []
     pos = 0
     for start, end, numbers in citation_spans(text, len(sources)):
-        links = [f"<{safe_url(by_number[n].url)}|[{n}]>" for n in numbers if n in by_number]
+        links = [linked(by_number[n].url, f"[{n}]") for n in numbers if n in by_number]
         out.append(escape(inert_links(text[pos:start], cited)))
         out.append("".join(links) if links else escape(text[start:end]))
         pos = end

@@ -28,6 +28,7 @@ channel (``conversations.members`` with the bot token, remembered for a minute).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import html
@@ -62,7 +63,9 @@ from bot.slack.app import web_client
 from bot.slack.config import SignInConfig, SlackConfig
 from bot.slack.people.directory import channel_member_ids
 from core.links import LinkSigner
+from index.errors import KBError
 from index.models import EVERYONE
+from index.storage import UsedStates
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -92,8 +95,6 @@ LOGOUT_PATH = "/auth/logout"
 STATE_COOKIE = "kb_signin"
 STATE_PURPOSE = "kb-signin-state"
 STATE_TTL_SECONDS = 600
-# Sign-ins remembered as used; past this the oldest are forgotten (their cookies expire anyway).
-MAX_REMEMBERED_STATES = 100_000
 MEMBERS_TTL_SECONDS = 60.0
 SCOPES = "openid profile"
 TEAM_CLAIM = "https://slack.com/team_id"
@@ -274,6 +275,7 @@ class SignIn:
         readers: SlackReaders,
         states: URLSafeTimedSerializer,
         client: AsyncWebClient,
+        used_states: UsedStates,
     ) -> None:
         self._config = config
         self._authorize_url = authorize_url(api_url)
@@ -282,7 +284,8 @@ class SignIn:
         self._states = states
         self._client = client
         self._cookies = readers.sessions.cookies
-        self._used_states: dict[str, float] = {}
+        # In the shared store: a callback replayed to another replica is refused there too.
+        self._used_states = used_states
 
     async def login(self, request: web.Request) -> web.Response:
         """``GET /auth/slack/login?next=<path>``: a page that goes on to Slack at once."""
@@ -338,7 +341,7 @@ class SignIn:
     async def callback(self, request: web.Request) -> web.Response:
         """``GET /auth/slack/callback?code=...&state=...``: Slack's answer; sign the reader in."""
         try:
-            pending = self._pending(request)
+            pending = await self._pending(request)
             reader = await self._identify(request.query.get("code", ""), pending.nonce)
         except _Refused as exc:
             log.info("refused a Slack sign-in: %s", exc)
@@ -365,7 +368,7 @@ class SignIn:
         value = request.query.get("next", "")
         return local_path(value) if value else ""
 
-    def _pending(self, request: web.Request) -> _Pending:
+    async def _pending(self, request: web.Request) -> _Pending:
         """The sign-in this browser started, if ``state`` is its own and used for the first time."""
         raw = request.cookies.get(STATE_COOKIE, "")
         try:
@@ -378,26 +381,26 @@ class SignIn:
         state = request.query.get("state", "")
         if not hmac.compare_digest(state.encode(), pending.state.encode()):
             raise _Refused(400, STALE_SIGN_IN, "the state does not match this browser's")
-        if not self._first_use(pending.state):
+        if not await self._first_use(pending.state):
             raise _Refused(400, STALE_SIGN_IN, "the state was used before")
         if "error" in request.query:
             raise _Refused(403, CANCELLED, f"Slack answered {request.query['error'][:60]!r}")
         return pending
 
-    def _first_use(self, state: str) -> bool:
-        """Remember ``state`` until it would have expired anyway; false if it was seen."""
-        now = time.monotonic()
-        # Insertion order is expiry order: drop expired entries from the front only,
-        # so a flood of callbacks costs constant time each, and cap what is kept.
-        while self._used_states:
-            oldest, expires = next(iter(self._used_states.items()))
-            if expires > now and len(self._used_states) < MAX_REMEMBERED_STATES:
-                break
-            del self._used_states[oldest]
-        if state in self._used_states:
-            return False
-        self._used_states[state] = now + STATE_TTL_SECONDS
-        return True
+    async def _first_use(self, state: str) -> bool:
+        """Remember ``state`` until it would have expired anyway; false if any replica saw it.
+
+        Only a state whose signed cookie matched gets here, so what is kept is
+        bounded by the sign-ins started in the last ``STATE_TTL_SECONDS``.
+        """
+        try:
+            return await asyncio.to_thread(
+                self._used_states.claim, state, ttl_seconds=STATE_TTL_SECONDS
+            )
+        except KBError as exc:  # not known to be unused: refused, never let through
+            raise _Refused(
+                503, routes.PAGE_ERROR, f"the used states cannot be checked: {exc}"
+            ) from exc
 
     async def _identify(self, code: str, nonce: str) -> Reader:
         """Exchange ``code``, check the answer belongs to this sign-in and workspace."""
@@ -500,6 +503,7 @@ def attach(
         states=signer.derived(STATE_PURPOSE),
         # No token: the exchange authenticates with the client id and secret.
         client=AsyncWebClient(base_url=slack.api_url, logger=_api_log),
+        used_states=app[routes.KB].used_states,
     )
     app[READER_GATE] = readers
     app.router.add_get(LOGIN_PATH, flow.login)
