@@ -61,10 +61,14 @@ from index.config import (
     DEFAULT_EMBEDDING_MODEL,
     DEFAULT_EMBEDDING_TIMEOUT,
     DEFAULT_ENCODER_RUNTIME,
+    DEFAULT_EXTRACT_MEMORY_MB,
+    DEFAULT_EXTRACT_TIMEOUT,
+    DEFAULT_EXTRACT_WORKERS,
     DEFAULT_FAILED_RETENTION_DAYS,
     DEFAULT_KEEP_VERSIONS,
     DEFAULT_MAX_CHUNKS,
     DEFAULT_MAX_PAGES,
+    DEFAULT_MAX_TEXT_CHARS,
     DEFAULT_MAX_UPLOAD_BYTES,
     DEFAULT_MIN_FREE_BYTES,
     DEFAULT_OCR_LANGUAGE,
@@ -72,6 +76,7 @@ from index.config import (
     DEFAULT_OCR_PAGE_TIMEOUT,
     DEFAULT_TESSERACT_CMD,
     EmbeddingEndpoint,
+    ExtractLimits,
     IndexConfig,
     OcrConfig,
 )
@@ -206,6 +211,30 @@ class Settings(BaseSettings):
         "KB_MAX_CHUNKS",
         "Most chunks (passages) one document may make; a longer one fails, naming this setting, before any is embedded. Bounds what one upload costs: 5,000 full chunks take about 2.5 minutes to embed on 2 cores.",
         ge=1,
+    )
+    max_text_chars: int = _setting(
+        DEFAULT_MAX_TEXT_CHARS,
+        "KB_MAX_TEXT_CHARS",
+        "Most characters of text one document may extract into (default 10 million: a 2,000-page manual, four times what KB_MAX_CHUNKS passages hold). Counted while the file is read, so a small Office file that repeats one part (a shared string in every cell, one sheet or slide listed many times) fails, naming this setting, before it costs memory or time.",
+        ge=1,
+    )
+    extract_memory_mb: int = _setting(
+        DEFAULT_EXTRACT_MEMORY_MB,
+        "KB_EXTRACT_MEMORY_MB",
+        "Memory, in MB, one document may take to read: each upload is read in a reader process of its own held to this address space (its interpreter, about 200 MB, included), so a hostile file costs the server nothing; a document that needs more fails, naming this setting. Default 768: two readers at their limit and the server fit a 2 GB machine.",
+        ge=256,
+    )
+    extract_timeout: float = _setting(
+        DEFAULT_EXTRACT_TIMEOUT,
+        "KB_EXTRACT_TIMEOUT",
+        "Seconds one document may take to read into text (wall clock and processor time); a slower one is stopped and fails, naming this setting. Tesseract's time on scanned pages is not counted: KB_OCR_TIMEOUT bounds each page.",
+        gt=0,
+    )
+    extract_workers: int = _setting(
+        DEFAULT_EXTRACT_WORKERS,
+        "KB_EXTRACT_WORKERS",
+        "Documents read at once, each by a warm reader process (and uploads indexed at once, shared fairly between people: nobody holds them all). 0: min(2, CPU cores).",
+        ge=0,
     )
     chunk_budget: int = _setting(
         DEFAULT_CHUNK_BUDGET,
@@ -552,6 +581,7 @@ class Settings(BaseSettings):
             failed_retention_days=self.failed_retention_days,
             max_pages=self.max_pages,
             max_chunks=self.max_chunks,
+            max_text_chars=self.max_text_chars,
             query_adapter=self.query_adapter,
             embedding_endpoint=self.embedding_endpoint(),
             ocr=OcrConfig(
@@ -559,6 +589,11 @@ class Settings(BaseSettings):
                 page_timeout=self.ocr_timeout,
                 max_pages=self.ocr_max_pages,
                 tesseract_cmd=self.ocr_tesseract_cmd,
+            ),
+            extract=ExtractLimits(
+                memory_mb=self.extract_memory_mb,
+                timeout=self.extract_timeout,
+                workers=self.extract_workers,
             ),
         )
 

@@ -6,6 +6,7 @@ Built at the entry point from the product's one settings object
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,17 @@ DEFAULT_KEEP_VERSIONS = 5
 # more than a few minutes (5,000 full chunks take about 2.5 minutes to embed on 2 cores).
 DEFAULT_MAX_PAGES = 2000
 DEFAULT_MAX_CHUNKS = 5000
+# Characters of text one document may extract into, counted while it is read:
+# an Office file's parts can be referenced many times (one shared string in
+# every cell, one sheet or slide listed again and again), so a 50 KB upload
+# could otherwise expand to hundreds of MB of text. 10 million characters is
+# a 2,000-page manual (KB_MAX_PAGES) at 5,000 characters a page, and four times
+# what KB_MAX_CHUNKS passages of KB_CHUNK_BUDGET characters hold (about 2.6
+# million), so an honest document meets the chunk limit first. A hostile file
+# stops as it passes the limit: a workbook of one 64 KB shared string in 1,600
+# cells stops after 0.3 s and about 40 MB (without the limit: 105 MB of text,
+# 290 MB of memory).
+DEFAULT_MAX_TEXT_CHARS = 10_000_000
 # Room kept free on the data dir's disk: SQLite, the index files and the
 # stored originals of the documents already there must still be writable.
 DEFAULT_MIN_FREE_BYTES = 200 * 1024 * 1024
@@ -44,6 +56,18 @@ DEFAULT_OCR_LANGUAGE = "eng"
 DEFAULT_OCR_PAGE_TIMEOUT = 60.0
 DEFAULT_OCR_MAX_PAGES = 200
 DEFAULT_TESSERACT_CMD = "tesseract"
+# Reading one untrusted document happens in a reader process of its own
+# (index.ingest.isolated) with these limits. The reader's interpreter and its
+# libraries take about 200 MB of address space before a document is opened;
+# reading a 10 MB Markdown file up to KB_MAX_TEXT_CHARS peaked at 235 MB
+# (measured here), so 768 MB is three times that, while two readers at their limit and
+# the server (about 600 MB with the ONNX model) still fit a 2 GB machine's memory.
+# 120 s is ten times what the slowest honest upload takes to read on a loaded
+# 2-core machine; Tesseract's time on scanned pages is not counted (KB_OCR_TIMEOUT
+# bounds each page). Workers 0: min(2, CPU cores).
+DEFAULT_EXTRACT_MEMORY_MB = 768
+DEFAULT_EXTRACT_TIMEOUT = 120.0
+DEFAULT_EXTRACT_WORKERS = 0
 
 
 @dataclass(frozen=True)
@@ -87,6 +111,30 @@ class OcrConfig:
 
 
 @dataclass(frozen=True)
+class ExtractLimits:
+    """What reading one untrusted document may cost (``index.ingest.isolated``).
+
+    Attributes:
+        memory_mb: address space of the reader process while it reads one
+            document (``RLIMIT_AS``), its interpreter included.
+        timeout: seconds one document may take to read, on the wall clock (the
+            reader is killed) and in processor time (``RLIMIT_CPU``); the time
+            Tesseract spends on scanned pages is not counted: ``OcrConfig.page_timeout``
+            bounds each page.
+        workers: reader processes, the most documents read at once; 0: min(2, CPU cores).
+    """
+
+    memory_mb: int = DEFAULT_EXTRACT_MEMORY_MB
+    timeout: float = DEFAULT_EXTRACT_TIMEOUT
+    workers: int = DEFAULT_EXTRACT_WORKERS
+
+    @property
+    def pool_size(self) -> int:
+        """How many reader processes run at most."""
+        return self.workers if self.workers > 0 else min(2, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
 class IndexConfig:
     """Where the knowledge base lives and how documents become searchable chunks.
 
@@ -110,11 +158,15 @@ class IndexConfig:
             current one and the earlier ones ``KnowledgeBase.restore`` can bring back.
         max_pages: most pages one PDF may have, checked before any text is extracted.
         max_chunks: most chunks one document may yield, checked before any is embedded.
+        max_text_chars: most characters of text one document may extract into, counted
+            while it is read (``index.ingest.office.TextBudget``).
         min_free_bytes: free space the data dir's disk must keep; new documents
             that would leave less are refused before anything is stored.
         failed_retention_days: days a failed document (its row and stored
             original) is kept for a retry before it is deleted.
         ocr: how scanned PDF pages are read.
+        extract: the limits of reading one document in a reader process;
+            ``None``: read in this process, without limits (tools that trust their files).
         query_adapter: fit and apply the knowledge base's query map (``index.search.query_map``).
     """
 
@@ -131,8 +183,10 @@ class IndexConfig:
     keep_versions: int = DEFAULT_KEEP_VERSIONS
     max_pages: int = DEFAULT_MAX_PAGES
     max_chunks: int = DEFAULT_MAX_CHUNKS
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
     failed_retention_days: float = DEFAULT_FAILED_RETENTION_DAYS
     query_adapter: bool = True
     embedding_endpoint: EmbeddingEndpoint = field(default_factory=EmbeddingEndpoint)
     ocr: OcrConfig = field(default_factory=OcrConfig)
+    extract: ExtractLimits | None = field(default_factory=ExtractLimits)

@@ -9,6 +9,7 @@ all of them (a test keeps the list complete)::
     │   ├── UnsupportedType          not a type the knowledge base reads
     │   ├── TooLarge                 over the upload limit
     │   ├── OverLimit                more pages or chunks than one document may have
+    │   │   └── ReadingLimit         reading it needed more memory or time than one document may take
     │   └── CorruptDocument          damaged, encrypted, or not the type it claims
     ├── DocumentNotFound             no document matches a reference
     ├── NotAwaitingApproval          an approval or rejection of a document already decided
@@ -73,6 +74,17 @@ class TooLarge(ExtractionError):
 
 class OverLimit(ExtractionError):
     """The document has more pages or yields more chunks than the configured limits."""
+
+
+class ReadingLimit(OverLimit):
+    """Reading the document needed more memory or time than one document may take.
+
+    ``kind`` is ``memory``, ``time`` or ``crash`` (the reader process died).
+    """
+
+    def __init__(self, reason: str, *, kind: str, filename: str | None = None) -> None:
+        super().__init__(reason, filename=filename)
+        self.kind = kind
 
 
 class CorruptDocument(ExtractionError):

@@ -43,6 +43,7 @@ from index.ingest import (
     PIPELINE_VERSION,
     SUPPORTED_SUFFIXES,
     Prepared,
+    over_reading_limit,
     prepare_document,
 )
 from index.models import EVERYONE, AuditAction, Chunking, DocState, Extracted, Publish
@@ -128,6 +129,9 @@ class ReindexReport:
     documents: int = 0
     chunks: int = 0
     failed: list[FailedDocument] = field(default_factory=list)
+    # Failed documents not read again: their bytes went over a reading limit
+    # (KB_EXTRACT_MEMORY_MB, KB_EXTRACT_TIMEOUT) that has not been raised since.
+    skipped: list[FailedDocument] = field(default_factory=list)
     stale_before: int = 0
     stale_after: int = 0
 
@@ -154,12 +158,15 @@ class KnowledgeBase:
         self.chunker = chunker
         self.store = Store(config.data_dir, database_url=config.database_url)
         # The store's parts, as the surfaces use them: what is asked and answered,
-        # thumbs, Slack deliveries, the audit log, hand-offs to people.
+        # thumbs, Slack deliveries, the audit log, hand-offs to people, the messages
+        # posted for documents, the viewer's used sign-in states.
         self.queries = self.store.queries
         self.feedback = self.store.feedback
         self.deliveries = self.store.deliveries
         self.audit_log = self.store.audit_log
         self.escalations = self.store.escalations
+        self.messages = self.store.messages
+        self.used_states = self.store.used_states
         self.embedder = embedder or load_embedder(config)
         stamped = self.store.stamped_dimensions(self.embedder.name)
         if stamped is not None:
@@ -419,7 +426,9 @@ class KnowledgeBase:
             return with_changes(row, state=DocState.FAILED, failure_reason=failure)
         return row
 
-    def _prepare(self, doc: DocumentRow, progress: Progress | None) -> Prepared:
+    def _prepare(
+        self, doc: DocumentRow, progress: Progress | None, *, owner: str | None = None
+    ) -> Prepared:
         data = self.store.read_original(doc.sha256)
         done = 0
 
@@ -437,10 +446,13 @@ class KnowledgeBase:
             budget=self.config.chunk_budget,
             max_pages=self.config.max_pages,
             max_chunks=self.config.max_chunks,
+            max_text_chars=self.config.max_text_chars,
             title=doc.title or None,
             on_batch=on_batch,
             chunker=self.chunker,
             ocr=self.config.ocr,
+            limits=self.config.extract,
+            owner=doc.uploader if owner is None else owner,
         )
 
     def _place(self, doc: DocumentRow, prepared: Prepared) -> None:
@@ -459,13 +471,14 @@ class KnowledgeBase:
             replaced = self.store.supersede(older, by=doc.id)
             for entry in _publishing_entries(doc, replaced):
                 self.store.audit_log.add(entry)
-            pruned = self._prune(doc)
+            pruned = self._prune(doc, doc.uploader)
         self.store.drop_originals_if_unused(pruned)
 
-    def _prune(self, doc: DocumentRow) -> list[str]:
-        """Drop the oldest replaced versions of ``doc``'s name and scope beyond the limit."""
+    def _prune(self, doc: DocumentRow, actor: str = "system") -> list[str]:
+        """Drop the oldest replaced versions of ``doc``'s name and scope beyond the limit, audited."""
         keep = max(self.config.keep_versions - 1, 0)
-        return self.store.prune_versions(doc.name, doc.scope, keep=keep)
+        detail = f"beyond KB_KEEP_VERSIONS={self.config.keep_versions}, after #{doc.id}"
+        return self.store.prune_versions(doc.name, doc.scope, keep=keep, actor=actor, detail=detail)
 
     def _commit(
         self, doc: DocumentRow, prepared: Prepared, *, state: DocState = DocState.INDEXED
@@ -599,7 +612,7 @@ class KnowledgeBase:
             self.store.audit_log.add(
                 _entry(AuditAction.APPROVE, doc, actor, new=doc, replaced=replaced)
             )
-            pruned = self._prune(doc)
+            pruned = self._prune(doc, actor)
         self.store.drop_originals_if_unused(pruned)
         self.refresh_search()
         return Published(self.store.document(doc.id), replaced)
@@ -658,7 +671,7 @@ class KnowledgeBase:
             self.store.audit_log.add(
                 _entry(AuditAction.RESTORE, doc, actor, new=doc, replaced=replaced)
             )
-            pruned = self._prune(doc)
+            pruned = self._prune(doc, actor)
         self.store.drop_originals_if_unused(pruned)
         self.refresh_search()
         return Published(self.store.document(doc.id), replaced)
@@ -708,7 +721,9 @@ class KnowledgeBase:
         document's swap is one transaction and the search snapshot is swapped
         once at the end, so questions keep being answered throughout. A
         document keeps its state (one awaiting approval stays out of searches);
-        replaced versions have no chunks to rebuild and are left alone.
+        replaced versions have no chunks to rebuild and are left alone. A failed
+        document whose bytes went over a reading limit that has not been raised
+        since is not read again (``ReindexReport.skipped``, with the reason).
 
         Raises:
             ReindexInProgress: another reindex (in any process) is running.
@@ -717,12 +732,13 @@ class KnowledgeBase:
             report = ReindexReport(stale_before=len(self.stale_documents()))
             skipped = (DocState.INDEXING, DocState.REPLACED)
             docs = [d for d in self.store.documents() if d.state not in skipped]
+            docs = [d for d in docs if not self._known_over_limit(d, report)]
             prepared: list[tuple[DocumentRow, Prepared | str]] = []
             for i, doc in enumerate(docs):
                 if progress:
                     progress("reindex", {"document": doc.name, "index": i, "total": len(docs)})
                 try:
-                    prepared.append((doc, self._prepare(doc, None)))
+                    prepared.append((doc, self._prepare(doc, None, owner="reindex")))
                 except KBError as exc:
                     prepared.append((doc, getattr(exc, "reason", str(exc))))
             for doc, result in prepared:
@@ -741,6 +757,17 @@ class KnowledgeBase:
             report.stale_after = len(self.stale_documents())
             self.store.audit_log.add(_reindex_entry(report, actor))
             return report
+
+    def _known_over_limit(self, doc: DocumentRow, report: ReindexReport) -> bool:
+        """Whether ``doc`` failed a reading limit not raised since (added to ``report.skipped``)."""
+        limits = self.config.extract
+        if doc.state != DocState.FAILED or limits is None:
+            return False
+        if not over_reading_limit(doc.failure_reason, limits):
+            return False
+        reason = f"not read again, it went over a reading limit before: {doc.failure_reason}"
+        report.skipped.append(FailedDocument(doc, reason))
+        return True
 
     def _recommit(self, doc_id: int, prepared: Prepared) -> bool:
         """Swap in a document's rebuilt chunks, in the state it has now; ``False`` if it is gone."""

@@ -234,14 +234,10 @@ async def test_a_retry_racing_a_removal_says_the_document_is_gone(make_bot: BotF
     doc = bot.kb.add_bytes(b"# Guide\n\nBadges at 09:30.\n", "guide.md", uploader=USER_ID).document
     bot.kb.store.update_document(doc.id, state=DocState.FAILED.value, failure_reason="x")
     await open_home(bot, ADMIN_ID)
-    turn = bot.services.uploader._turn
-    await turn.acquire()  # an upload being indexed
-    try:
+    async with bot.services.uploader._turns.hold(USER_ID):  # another upload of theirs indexing
         await click_home(bot, ADMIN_ID, HOME_RETRY_ACTION_ID, str(doc.id))
         await bot.slack.wait_for("views.publish", 2)  # "Retrying…" shown
         bot.kb.remove(doc.id, actor="test")
-    finally:
-        turn.release()
     await bot.idle()
     last = _text(bot.slack.calls("views.publish")[-1]["view"])
     assert messages.RETRY_GONE in last

@@ -7,7 +7,9 @@ runs as in production and is driven by signed requests.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -230,6 +232,47 @@ async def test_one_person_has_at_most_the_cap_of_uploads_at_a_time(
     await bot.settle(4, timeout=30)
     for i in range(3):
         assert bot.kb.store.find_document(f"mine{i}.md").state == "indexed"
+
+
+def _scanned_pdf(pages: int) -> bytes:
+    """A PDF of ``pages`` scanned pages (only pictures): each a second or more of OCR."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    page = Image.new("L", (1240, 1754), color=255)
+    draw = ImageDraw.Draw(page)
+    for i in range(12):
+        draw.text(
+            (100, 150 + i * 60),
+            f"Line {i} of the scanned policy.",
+            fill=0,
+            font=ImageFont.load_default(size=34),
+        )
+    out = io.BytesIO()
+    page.save(out, format="PDF", resolution=150, save_all=True, append_images=[page] * (pages - 1))
+    return out.getvalue()
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract")
+async def test_a_slow_document_being_read_does_not_hold_up_anyone_elses_upload(
+    make_bot: BotFactory,
+) -> None:
+    """One member's document that is slow to read (pages of OCR) holds one reader;
+    another member's upload sent meanwhile is indexed first. The reading time
+    limit, far shorter than the OCR, does not cut it short: OCR has its own."""
+    bot = await make_bot(extract_timeout=3, extract_workers=2, publishers=f"{USER_ID},{OTHER_USER}")
+    slow = bot.slack.add_file("F0SLOWPDF1", "scan.pdf", _scanned_pdf(8), "application/pdf")
+    fast = bot.slack.add_file("F0FAST0002", "fast.md", _doc("Fast"), "text/markdown")
+    await bot.event(file_share_event([slow]))
+    await _wait(lambda: any(messages.upload_indexing("scan.pdf") in t for t in bot.statuses()))
+    await bot.event(file_share_event([fast], user=OTHER_USER))
+
+    await _wait(lambda: _final_for(bot, "fast.md") is not None, timeout=30)
+    assert _final_for(bot, "scan.pdf") is None, "the fast file waited for the slow one"
+    assert "indexed" in str(_final_for(bot, "fast.md"))
+
+    await bot.settle(2, timeout=120)
+    assert "indexed" in str(_final_for(bot, "scan.pdf"))
+    assert bot.kb.store.find_document("scan.pdf").state == "indexed"
 
 
 def _final_for(bot: Bot, name: str) -> str | None:

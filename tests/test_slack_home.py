@@ -240,6 +240,15 @@ async def test_a_retry_that_fails_again_says_why_and_offers_retry_in_the_dm(
     assert [b["value"] for b in _buttons(final, HOME_RETRY_ACTION_ID)] == [str(doc.id)]
     (dm,) = [c for c in bot.slack.calls("chat.postMessage") if c["channel"] == ADMIN_ID]
     assert "failed" in dm["text"] and RETRY_ACTION_ID in json.dumps(dm["blocks"])
+    # The DM's own Retry edits that DM: it is the document's status message now.
+    ((channel, ts),) = [k for k, m in bot.slack.messages.items() if m.get("text") == dm["text"]]
+    updates = len(bot.slack.calls("chat.update"))
+    body = block_actions_body([button_action(RETRY_ACTION_ID, str(doc.id))], ADMIN_ID, channel, ts)
+    assert (await bot.post(body)).status == 200
+    edits = (await bot.slack.wait_for("chat.update", updates + 2))[updates:]
+    assert {(e["channel"], e["ts"]) for e in edits} == {(channel, ts)}
+    await bot.idle()
+    assert bot.kb.store.document(doc.id).updated_at > row.updated_at
 
 
 async def test_odd_clicks_say_what_happened_or_change_nothing(

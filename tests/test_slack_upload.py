@@ -6,13 +6,20 @@ import json
 import os
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.blocks import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID
-from bot.slack.uploads import UploadRequest, check_download_url
+from bot.slack.uploads import (
+    DownloadFailed,
+    SlackFile,
+    UploadRequest,
+    check_download_url,
+    download,
+)
 from index.models import Publish
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -20,6 +27,7 @@ pytest.register_assert_rewrite("tests.conftest_bot")
 from tests.conftest_bot import Bot, BotFactory  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
+    DEFAULT_BOT_TOKEN,
     DM_CHANNEL_ID,
     USER_ID,
     MockSlackAPI,
@@ -214,6 +222,30 @@ async def test_a_retry_forged_by_someone_else_is_refused_without_naming_the_docu
     assert bot.kb.store.document(doc.id).updated_at > doc.updated_at
 
 
+async def test_a_retry_forged_onto_someone_elses_answer_edits_nothing(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(admin_users="U0ADMIN001")
+    # Someone's answer: a message the bot posted, but no document's status message.
+    answer = await _client(bot).chat_postMessage(channel=CHANNEL_ID, text="The answer.")
+    updates_before = len(bot.slack.calls("chat.update"))
+    for value in ("987654", str(bot.kb.store.find_document("handbook.md").id)):
+        body = block_actions_body(
+            [button_action(RETRY_ACTION_ID, value)],
+            user_id="U0ADMIN001",  # an admin: allowed to retry any document
+            channel_id=CHANNEL_ID,
+            message_ts=str(answer["ts"]),
+            response_url=bot.slack.response_url(f"r{value}"),
+        )
+        assert (await bot.post(body)).status == 200
+        [reply] = await bot.slack.wait_for_responses(1, f"r{value}")
+        assert reply["text"] == messages.BUTTON_NOT_HERE
+        assert reply.get("response_type") == "ephemeral"
+    await bot.idle()
+    assert len(bot.slack.calls("chat.update")) == updates_before
+    assert bot.slack.messages[(CHANNEL_ID, str(answer["ts"]))]["text"] == "The answer."
+
+
 async def test_retry_of_a_document_removed_meanwhile_says_so(bot: Bot) -> None:
     f = bot.slack.add_file("F0GONE0001", "gone.pdf", os.urandom(4096), "application/pdf")
     await _submit(bot, [f])
@@ -312,10 +344,30 @@ async def test_same_file_twice_is_reported_as_already_there(bot: Bot) -> None:
         ("http://127.0.0.1:9999/files-pri/x", False),
         ("https://127.0.0.1:8080/files-pri/x", False),
         ("file:///etc/passwd", False),
+        ("https://[files.slack.com/f", False),
+        ("https://files.slack.com:port/f", False),
     ],
 )
 def test_download_hosts(url: str, allowed: bool) -> None:
     assert (check_download_url(url, "http://127.0.0.1:8080/api/") is None) is allowed
+
+
+@pytest.mark.parametrize(
+    "url", ["https://[files.slack.com/f", "https://files.slack.com:port/f", "http://[::1:8080/x"]
+)
+async def test_a_download_link_that_does_not_parse_is_a_reason(url: str) -> None:
+    assert check_download_url(url, "http://127.0.0.1:8080/api/") == messages.DOWNLOAD_BAD_URL
+    file = SlackFile(id="F1", name="a.pdf", mimetype="", filetype="pdf", url=url, size=10)
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(DownloadFailed) as caught:
+            await download(
+                session,
+                file,
+                token=DEFAULT_BOT_TOKEN,
+                max_bytes=1000,
+                api_url="http://127.0.0.1:8080/",
+            )
+    assert str(caught.value) == messages.DOWNLOAD_BAD_URL
 
 
 def _client(bot: Bot) -> AsyncWebClient:
@@ -324,3 +376,23 @@ def _client(bot: Bot) -> AsyncWebClient:
 
 def _request() -> UploadRequest:
     return UploadRequest(channel=CHANNEL_ID, user=USER_ID, scope="*", publish=Publish.DIRECT)
+
+
+async def test_a_redirect_to_a_location_that_does_not_parse_is_a_reason(
+    aiohttp_server: Any,
+) -> None:
+    # The file host answers with a redirect whose Location is not a URL.
+    async def redirect(_: web.Request) -> web.Response:
+        return web.Response(status=302, headers={"Location": "https://[files.slack.com/f"})
+
+    app = web.Application()
+    app.router.add_get("/files-pri/a.pdf", redirect)
+    server = await aiohttp_server(app)
+    base = f"http://127.0.0.1:{server.port}/"
+    file = SlackFile(
+        id="F1", name="a.pdf", mimetype="", filetype="pdf", url=base + "files-pri/a.pdf", size=10
+    )
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(DownloadFailed) as caught:
+            await download(session, file, token=DEFAULT_BOT_TOKEN, max_bytes=1000, api_url=base)
+    assert str(caught.value) == messages.DOWNLOAD_BAD_URL

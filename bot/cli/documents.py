@@ -253,20 +253,26 @@ def reindex(ctx: click.Context, as_json: bool) -> None:
         }
         for failure in report.failed
     ]
+    skipped = [
+        {"id": s.document.id, "name": s.document.name, "reason": s.reason} for s in report.skipped
+    ]
 
     def text() -> None:
         click.echo(
             f"Reindexed {report.documents} documents ({report.chunks} chunks); "
-            f"{len(report.failed)} failed; "
+            f"{len(report.failed)} failed; {len(report.skipped)} skipped; "
             f"stale before {report.stale_before}, after {report.stale_after}."
         )
         for f in failed:
             click.echo(f"failed   {f['name']}: {f['reason']}")
+        for s in skipped:
+            click.echo(f"skipped  {s['name']}: {s['reason']}")
 
     data = {
         "documents": report.documents,
         "chunks": report.chunks,
         "failed": failed,
+        "skipped": skipped,
         "stale_before": report.stale_before,
         "stale_after": report.stale_after,
     }

@@ -286,6 +286,9 @@ UPLOAD_AGAIN = "Upload the file again with `/kb-upload` once this is fixed."
 RETRY_NOT_YOURS = (
     "Sorry, only the person who uploaded that document or a knowledge-base admin can retry it."
 )
+BUTTON_NOT_HERE = (
+    "Sorry, that button does not belong to the message it came from, so nothing was changed."
+)
 RETRY_GONE = (
     ":wastebasket: That document is no longer in the knowledge base, so there is nothing to "
     "retry. Upload the file again with `/kb-upload`."
@@ -381,6 +384,16 @@ def reindex_more_failures(n: int) -> str:
     return f"…and {n} more (see `kb docs`)."
 
 
+def reindex_skipped_line(name: str, reason: str) -> str:
+    """One document the reindex did not read again (both already escaped)."""
+    return f"• skipped *{name}*: {reason}"
+
+
+def reindex_more_skipped(n: int) -> str:
+    """How many skipped documents the report leaves out."""
+    return f"…and {n} more skipped (see `kb docs`)."
+
+
 # ---------------------------------------------------------------- approvals
 
 APPROVE = "Approve"
@@ -446,6 +459,7 @@ AUDIT_ACTIONS = {
     "reject": "rejected",
     "reindex": "reindexed every document",
     "restore": "restored an earlier version of",
+    "prune": "deleted an old version of",
 }
 EVERYONE_LABEL = "everyone"
 
@@ -653,3 +667,6 @@ def home_retried(name: str, state: str, reason: str) -> str:
     mark = ":white_check_mark:" if state == "indexed" else ":warning:"
     tail = f": {reason.rstrip('.')}" if reason else ""
     return f"{mark} *{name}*: {HOME_STATES.get(state, state)}{tail}."
+
+
+DOWNLOAD_BAD_URL = "Refused to download the file: Slack's link to it is not a valid URL."

@@ -126,6 +126,10 @@ def render_reindex_report(report: ReindexReport, *, recent: Sequence[AuditEntry]
         lines.append(messages.reindex_failure_line(escape(failure.document.name), escape(reason)))
     if len(report.failed) > MAX_REPORTED_FAILURES:
         lines.append(messages.reindex_more_failures(len(report.failed) - MAX_REPORTED_FAILURES))
+    for skip in report.skipped[:MAX_REPORTED_FAILURES]:
+        lines.append(messages.reindex_skipped_line(escape(skip.document.name), escape(skip.reason)))
+    if len(report.skipped) > MAX_REPORTED_FAILURES:
+        lines.append(messages.reindex_more_skipped(len(report.skipped) - MAX_REPORTED_FAILURES))
     if recent:
         lines += ["", messages.APPROVAL_RECENT_HEADER, *audit_lines(recent)]
     return "\n".join(lines)

@@ -7,7 +7,13 @@ the stored original. A status update Slack refuses is skipped, never the work
 it reports on; the final status is posted as a new message when the old one
 cannot be edited.
 
-Downloads run outside the single indexing slot, each within a total deadline
+Indexing takes one of ``KB_EXTRACT_WORKERS`` slots (``FairTurns``), handed
+out round-robin across people; while there is more than one, nobody holds them
+all, so one person's slow document never holds up another's upload. Each
+document is read into text in a reader process with memory and time limits
+(``index.ingest.isolated``).
+
+Downloads run outside the indexing slots, each within a total deadline
 (``KB_DOWNLOAD_TIMEOUT``), and one person has at most
 ``KB_MAX_UPLOADS_PER_USER`` files downloading or indexing at a time (their
 further files wait for their own earlier ones): a slow link or a batch of
@@ -25,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
-from collections.abc import AsyncIterator, Coroutine
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -45,11 +51,13 @@ from index.knowledge_base import Added, KnowledgeBase
 from index.models import DocState, Publish
 from index.names import display_name
 from index.records import DocumentRow
+from index.storage import STATUS
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "DownloadFailed",
+    "FairTurns",
     "Jobs",
     "SlackFile",
     "StatusMessage",
@@ -127,8 +135,11 @@ def check_download_url(url: str, api_url: str) -> str | None:
     Allowed: ``https`` on ``*.slack.com``, or the exact scheme, host and port
     of the configured Web API URL (so a local test server works).
     """
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
+    try:
+        parts = urlsplit(url)
+        host, port = (parts.hostname or "").lower(), parts.port
+    except ValueError:  # "https://[files.slack.com/f", a port that is no number
+        return messages.DOWNLOAD_BAD_URL
     if parts.scheme == "https" and host.endswith(".slack.com"):
         return None
     api = urlsplit(api_url)
@@ -136,7 +147,7 @@ def check_download_url(url: str, api_url: str) -> str | None:
         bool(host)
         and host == (api.hostname or "").lower()
         and parts.scheme == api.scheme
-        and parts.port == api.port
+        and port == api.port
     )
     return None if same_as_api else messages.download_bad_host(host)
 
@@ -171,12 +182,20 @@ async def download(
                 raise DownloadFailed(reason)
             async with session.get(url, headers=headers, allow_redirects=False) as resp:
                 if resp.status in {301, 302, 303, 307, 308} and "Location" in resp.headers:
-                    url = urljoin(url, resp.headers["Location"])
+                    url = _redirect_target(url, resp.headers["Location"])
                     continue
                 return await _read_body(resp, file, max_bytes)
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise DownloadFailed(messages.download_unreachable(type(exc).__name__)) from exc
     raise DownloadFailed(messages.DOWNLOAD_TOO_MANY_REDIRECTS)
+
+
+def _redirect_target(url: str, location: str) -> str:
+    """Where a redirect points; a ``Location`` that is not a URL is the download's failure."""
+    try:
+        return urljoin(url, location)
+    except ValueError as exc:  # "https://[bad" and the like: the server's answer is malformed
+        raise DownloadFailed(messages.DOWNLOAD_BAD_URL) from exc
 
 
 async def _read_body(resp: aiohttp.ClientResponse, file: SlackFile, max_bytes: int) -> bytes:
@@ -297,6 +316,8 @@ class StatusMessage:
                 rendered.text,
             )
             return
+        # A DM posted to a user id answers with the DM's channel: the one its clicks name.
+        self.channel = str(resp.get("channel") or self.channel)
         self.ts = str(resp["ts"])
 
 
@@ -355,6 +376,79 @@ class UserSlots:
                 del self._queued[user], self._gates[user]
 
 
+class FairTurns:
+    """At most ``slots`` documents indexed at once, handed out round-robin across people.
+
+    While there is more than one slot, nobody holds all of them: one person's
+    slow document (or batch) always leaves a slot for someone else's.
+    """
+
+    def __init__(self, slots: int) -> None:
+        self.slots = max(1, slots)
+        self.per_person = max(1, self.slots - 1)
+        self._busy = 0
+        self._held: Counter[str] = Counter()
+        self._queues: dict[str, deque[asyncio.Future[None]]] = {}  # waiting people, in turn order
+
+    @property
+    def busy(self) -> int:
+        """How many slots are taken."""
+        return self._busy
+
+    @contextlib.asynccontextmanager
+    async def hold(
+        self, who: str, *, on_wait: Callable[[], Awaitable[Any]] | None = None
+    ) -> AsyncIterator[None]:
+        """Hold one slot for ``who``; ``on_wait`` is awaited first when it must wait."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queues.setdefault(who, deque()).append(turn)
+        self._dispatch()
+        try:
+            if not turn.done() and on_wait is not None:
+                await on_wait()
+            await turn
+        except BaseException:
+            if turn.done() and not turn.cancelled():
+                self._release(who)  # granted, then cancelled: give it back
+            else:
+                turn.cancel()
+                self._forget(who, turn)
+            raise
+        try:
+            yield
+        finally:
+            self._release(who)
+
+    def _dispatch(self) -> None:
+        while self._busy < self.slots:
+            who = next((w for w in self._queues if self._held[w] < self.per_person), None)
+            if who is None:
+                return
+            queue = self._queues.pop(who)
+            turn = queue.popleft()
+            if queue:
+                self._queues[who] = queue  # to the back of the turn order
+            if turn.done():  # cancelled while waiting
+                continue
+            turn.set_result(None)
+            self._busy += 1
+            self._held[who] += 1
+
+    def _forget(self, who: str, turn: asyncio.Future[None]) -> None:
+        queue = self._queues.get(who)
+        if queue is not None and turn in queue:
+            queue.remove(turn)
+            if not queue:
+                del self._queues[who]
+
+    def _release(self, who: str) -> None:
+        self._busy -= 1
+        self._held[who] -= 1
+        if self._held[who] <= 0:
+            del self._held[who]
+        self._dispatch()
+
+
 # ---------------------------------------------------------------- ingestion
 
 
@@ -373,8 +467,10 @@ class UploadRequest:
 class Uploader:
     """Downloads Slack files and indexes them in the background, reporting each step.
 
-    Indexing runs one document at a time (``asyncio.to_thread``): embedding is
-    CPU-bound, and a queue keeps questions responsive while uploads proceed.
+    Indexing runs in ``asyncio.to_thread``, at most ``KB_EXTRACT_WORKERS``
+    documents at once, shared fairly between people (``FairTurns``): reading
+    happens in reader processes, embedding is CPU-bound, and the bound keeps
+    questions responsive while uploads proceed.
     Downloads are network-bound and run beside it, at most
     ``config.max_uploads_per_user`` per person, each within
     ``config.download_timeout`` seconds.
@@ -394,7 +490,8 @@ class Uploader:
         self.jobs = jobs
         self.approvals = approvals
         self._session: aiohttp.ClientSession | None = None
-        self._turn = asyncio.Semaphore(1)
+        limits = kb.config.extract
+        self._turns = FairTurns(limits.pool_size if limits is not None else 1)
         self._slots = UserSlots(config.max_uploads_per_user)
 
     async def start(self) -> None:
@@ -439,7 +536,7 @@ class Uploader:
             await status.settle(_settled_status(row))
             return
         name = escape(row.name)
-        async with self._turn:
+        async with self._turns.hold(row.uploader):
             await status.show(render_upload_status(messages.upload_indexing(name)))
             try:
                 row = await asyncio.to_thread(self.kb.retry, document_id)
@@ -448,6 +545,7 @@ class Uploader:
                 await status.settle(render_upload_status(messages.RETRY_GONE))
                 return
         await status.settle(await self._final_status(status, row))
+        await _remember(self.kb, status, document_id)
 
     async def _ingest_one(
         self,
@@ -462,9 +560,8 @@ class Uploader:
         try:
             async with self._user_slot(request.user, status, file):
                 file, data = await self._fetch(client, status, file)
-                if self._turn.locked():
-                    await status.show(render_upload_status(messages.upload_waiting(file.label)))
-                async with self._turn:
+                waiting = render_upload_status(messages.upload_waiting(file.label))
+                async with self._turns.hold(request.user, on_wait=lambda: status.show(waiting)):
                     added = await self._add(data, file, request, title)
                     document_id = added.document.id
                     final = await self._index(status, added)
@@ -481,6 +578,7 @@ class Uploader:
             log.exception("ingesting Slack file %s failed", file.id)
             final = _unexpected_status(file.label, exc, document_id)
         await status.settle(final)
+        await _remember(self.kb, status, document_id)
 
     @contextlib.asynccontextmanager
     async def _user_slot(
@@ -570,6 +668,18 @@ class Uploader:
         if self._session is None:
             raise RuntimeError("Uploader.start() was not awaited before downloading")
         return self._session
+
+
+async def _remember(kb: KnowledgeBase, status: StatusMessage, document_id: int | None) -> None:
+    """Record ``status`` as the document's status message: its Retry edits this one, no other."""
+    if document_id is None or status.ts is None:
+        return
+    try:
+        await asyncio.to_thread(
+            kb.messages.record, document_id, STATUS, status.channel, status.ts
+        )
+    except KBError as exc:  # a full disk: the Retry is refused, the upload's outcome stands
+        log.warning("status message of document %s not recorded: %s", document_id, exc)
 
 
 def _unexpected_status(label: str, exc: Exception, document_id: int | None) -> Rendered:

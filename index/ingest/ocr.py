@@ -26,7 +26,8 @@ Errors (each a document's ``failed`` reason, never a crash):
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,7 @@ __all__ = [
     "OCR_NOT_AVAILABLE",
     "UNREAD_MARKER",
     "OcrPages",
+    "listening_to_tesseract",
     "needs_ocr",
     "ocr_marker",
     "ocr_pages",
@@ -210,9 +212,10 @@ def _read_page(
     texts: list[str] = []
     for image in images:
         try:
-            raw = pytesseract.image_to_string(
-                image, lang=config.language, timeout=config.page_timeout
-            )
+            with _tesseract_running():
+                raw = pytesseract.image_to_string(
+                    image, lang=config.language, timeout=config.page_timeout
+                )
         except RuntimeError as exc:  # pytesseract's timeout is a bare RuntimeError
             if "timeout" not in str(exc).lower():
                 raise _ocr_failed(name, filename, index, exc) from exc
@@ -225,6 +228,35 @@ def _read_page(
             raise _ocr_failed(name, filename, index, exc) from exc
         texts.append(_tidy(raw))
     return "\n\n".join(t for t in texts if t)
+
+
+# Told True before and False after each Tesseract run: the reader process
+# (index.ingest.isolated) stops its wall clock meanwhile, as OCR has its own
+# per-page limit. One listener per process; none outside a reader process.
+_tesseract_listener: Callable[[bool], None] | None = None
+
+
+@contextmanager
+def listening_to_tesseract(listener: Callable[[bool], None]) -> Iterator[None]:
+    """Call ``listener(True)`` before and ``listener(False)`` after each Tesseract run inside."""
+    global _tesseract_listener
+    _tesseract_listener = listener
+    try:
+        yield
+    finally:
+        _tesseract_listener = None
+
+
+@contextmanager
+def _tesseract_running() -> Iterator[None]:
+    listener = _tesseract_listener
+    if listener is not None:
+        listener(True)
+    try:
+        yield
+    finally:
+        if listener is not None:
+            listener(False)
 
 
 def _ocr_failed(name: str, filename: str, index: int, exc: Exception) -> CorruptDocument:

@@ -11,11 +11,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from index.config import DEFAULT_MAX_CHUNKS, DEFAULT_MAX_PAGES, OcrConfig
+from index.config import (
+    DEFAULT_MAX_CHUNKS,
+    DEFAULT_MAX_PAGES,
+    DEFAULT_MAX_TEXT_CHARS,
+    ExtractLimits,
+    OcrConfig,
+)
 from index.embed import Embedder
 from index.errors import EmptyDocument, OverLimit
 from index.ingest.chunk import CHUNKER_VERSION, chunk_document
 from index.ingest.extract import EXTRACTOR_VERSION, extract
+from index.ingest.isolated import read_isolated
 from index.ingest.sentences import SENTENCES_VERSION, embed_sentences
 from index.models import Chunking, Extracted
 
@@ -46,25 +53,51 @@ def prepare_document(
     budget: int,
     max_pages: int = DEFAULT_MAX_PAGES,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
     title: str | None = None,
     on_batch: Callable[[int], None] | None = None,
     chunker: Callable[[Extracted], Chunking] | None = None,
     ocr: OcrConfig | None = None,
+    limits: ExtractLimits | None = None,
+    owner: str = "",
 ) -> Prepared:
     """Extract, chunk and embed one document.
 
     Args:
         max_pages: most pages of a PDF, counted before any text is extracted.
         max_chunks: most chunks, counted before any is embedded.
+        max_text_chars: most characters of text, counted while the bytes are read.
         chunker: replaces the product's chunker; ``kb eval --strategies`` uses it
             to index a corpus with the study's other chunking strategies.
         ocr: how scanned PDF pages are read.
+        limits: read the bytes in a reader process within these limits
+            (``index.ingest.isolated``); ``None``: in this process, without limits.
+        owner: whose document it is (a reader is shared fairly among owners).
 
     Raises:
         ExtractionError: the bytes cannot become text, hold no text to index, or
-            are over a limit (``OverLimit``).
+            are over a limit (``OverLimit``; ``ReadingLimit`` over ``limits``).
     """
-    extracted = extract(data, filename, max_bytes=max_bytes, max_pages=max_pages, ocr=ocr)
+    if limits is None:
+        extracted = extract(
+            data,
+            filename,
+            max_bytes=max_bytes,
+            max_pages=max_pages,
+            max_text_chars=max_text_chars,
+            ocr=ocr,
+        )
+    else:
+        extracted = read_isolated(
+            data,
+            filename,
+            limits=limits,
+            max_bytes=max_bytes,
+            max_pages=max_pages,
+            max_text_chars=max_text_chars,
+            ocr=ocr,
+            owner=owner,
+        )
     if title:
         extracted = Extracted(
             text=extracted.text, title=title, kind=extracted.kind, page_starts=extracted.page_starts
