@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from bot.slack import messages
+from bot.slack import escalation, messages
 from bot.slack.blocks import ASK_A_PERSON_ACTION_ID, render_answer, render_notice
 from core.answer import Answer, Outcome
 from index.storage.store import Store
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
+from tests.clocks import FakeTime  # noqa: E402
 from tests.conftest_bot import (  # noqa: E402
     FALCON_Q,
     IN_DOMAIN,
@@ -354,3 +355,169 @@ def test_a_claim_is_taken_once_released_on_failure_and_taken_over_when_stale(
         True,
     )
     assert not store.escalations.claim(5, "U4", stale_after=-1.0), "a sent hand-off stays sent"
+
+
+class _HeldPost:
+    """The mock Slack's stall of ``chat.postMessage``, held until the test lets it go."""
+
+    def __init__(self, bot: Bot, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.arrived, self.gate = asyncio.Event(), asyncio.Event()
+        monkeypatch.setattr(bot.slack, "_sleep", self._hold)
+        bot.slack.stall("chat.postMessage", 90.0, times=1)
+
+    async def _hold(self, seconds: float) -> None:
+        if seconds > 0:
+            self.arrived.set()
+            await self.gate.wait()
+
+
+def _on_fake_time(bot: Bot, monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    """The hand-off claims' clock and their renewal's sleep, moved by the test alone."""
+    fake = FakeTime(time.time())
+    monkeypatch.setattr(bot.kb.store.escalations, "clock", fake.clock)
+    monkeypatch.setattr(escalation, "_sleep", fake.sleep)
+    return fake
+
+
+def _live_hand_offs(bot: Bot) -> list[dict[str, Any]]:
+    return [m for (channel, _), m in bot.slack.messages.items() if channel == ESCALATION]
+
+
+async def test_a_post_slack_is_slow_to_answer_is_renewed_never_posted_twice(
+    bot: Bot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    fake = _on_fake_time(bot, monkeypatch)
+    held = _HeldPost(bot, monkeypatch)
+    await bot.post(_click(answer, value, bot=bot))
+    await asyncio.wait_for(held.arrived.wait(), 15)
+    await fake.sleeping(1)  # the claim's renewal
+    # Slack has not answered for longer than the lease: the claim was renewed meanwhile.
+    await fake.advance(escalation.CLAIM_LEASE + 30)
+    await bot.post(_click(answer, value, user=COLLEAGUE, bot=bot, response="h2"))
+    await bot.post(_click(answer, value, user=COLLEAGUE, bot=bot, response="h2"), retry_num=1)
+    later = await bot.slack.wait_for_responses(2, "h2")
+    already = messages.hand_off_already(f"<#{ESCALATION}>", f"<@{USER_ID}>")
+    assert [r["text"] for r in later] == [already, already]
+    assert not _handed_off(bot), "nothing posted while the first post is under way"
+
+    held.gate.set()
+    (first,) = await bot.slack.wait_for_responses(1, "h1")
+    await bot.idle()
+    assert first["text"] == messages.hand_off_posted(f"<#{ESCALATION}>", direct=False)
+    assert len(_handed_off(bot)) == 1 and len(_live_hand_offs(bot)) == 1
+    sent = bot.kb.escalations.get(int(value))
+    assert sent is not None and sent.sent and sent.user == USER_ID
+    await fake.advance(escalation.CLAIM_LEASE * 3)
+    await bot.post(_click(answer, value, user=COLLEAGUE, bot=bot, response="h3"))
+    (last,) = await bot.slack.wait_for_responses(1, "h3")
+    assert last["text"] == already, "a sent hand-off is never taken over"
+    assert len(_handed_off(bot)) == 1
+
+
+async def test_a_claim_whose_renewals_fail_is_taken_over_and_the_later_post_withdrawn(
+    bot: Bot, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    fake = _on_fake_time(bot, monkeypatch)
+    held = _HeldPost(bot, monkeypatch)
+    renew = bot.kb.store.escalations.renew
+    frozen = {"renewing": True}
+
+    def renewing(claim: Any) -> Any:
+        if not frozen["renewing"] and claim.user == USER_ID:
+            raise OSError("the database is unreachable")
+        return renew(claim)
+
+    monkeypatch.setattr(bot.kb.store.escalations, "renew", renewing)
+    await bot.post(_click(answer, value, bot=bot))
+    await asyncio.wait_for(held.arrived.wait(), 15)
+    await fake.sleeping(1)
+    frozen["renewing"] = False  # as if its process froze: the lease lapses
+    with caplog.at_level(logging.WARNING, logger="bot.slack.escalation"):
+        await fake.advance(escalation.CLAIM_LEASE + 1)
+        await bot.post(_click(answer, value, user=COLLEAGUE, bot=bot, response="h2"))
+        (taken,) = await bot.slack.wait_for_responses(1, "h2")
+        assert taken["text"] == messages.hand_off_posted(f"<#{ESCALATION}>", direct=False)
+        held.gate.set()
+        (first,) = await bot.slack.wait_for_responses(1, "h1")
+        await bot.idle()
+    assert first["text"] == messages.hand_off_already(f"<#{ESCALATION}>", f"<@{COLLEAGUE}>")
+    assert len(_handed_off(bot)) == 2, "both posted: Slack answered the first one late"
+    (live,) = _live_hand_offs(bot)
+    (deleted,) = bot.slack.calls("chat.delete")
+    assert deleted["channel"] == ESCALATION and live["ts"] != deleted["ts"]
+    sent = bot.kb.escalations.get(int(value))
+    assert sent is not None and sent.ts == live["ts"] and sent.user == COLLEAGUE
+    assert "handed off twice" in caplog.text
+
+
+async def test_a_claim_taken_over_before_its_post_posts_nothing(
+    bot: Bot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first click's permalink lookup hangs past the lease while its renewals fail.
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    fake = _on_fake_time(bot, monkeypatch)
+    arrived, gate = asyncio.Event(), asyncio.Event()
+
+    async def hold(seconds: float) -> None:
+        if seconds > 0:
+            arrived.set()
+            await gate.wait()
+
+    monkeypatch.setattr(bot.slack, "_sleep", hold)
+    bot.slack.stall("chat.getPermalink", 90.0, times=1)
+    renew = bot.kb.store.escalations.renew
+    failing = {"on": False}
+
+    def renewing(claim: Any) -> Any:
+        if failing["on"] and claim.user == USER_ID:
+            raise OSError("the database is unreachable")
+        return renew(claim)
+
+    monkeypatch.setattr(bot.kb.store.escalations, "renew", renewing)
+    await bot.post(_click(answer, value, bot=bot))
+    await asyncio.wait_for(arrived.wait(), 15)
+    await fake.sleeping(1)
+    failing["on"] = True
+    await fake.advance(escalation.CLAIM_LEASE + 1)
+    await bot.post(_click(answer, value, user=COLLEAGUE, bot=bot, response="h2"))
+    await bot.slack.wait_for_responses(1, "h2")
+    failing["on"] = False
+    gate.set()
+    (first,) = await bot.slack.wait_for_responses(1, "h1")
+    await bot.idle()
+    assert first["text"] == messages.hand_off_already(f"<#{ESCALATION}>", f"<@{COLLEAGUE}>")
+    assert len(_handed_off(bot)) == 1 and not bot.slack.calls("chat.delete")
+
+
+def test_a_renewed_claim_outlasts_the_lease_and_a_taken_over_one_releases_nothing(
+    tmp_path: Path,
+) -> None:
+    fake = FakeTime()
+    store = Store(tmp_path / "data", clock=fake.clock)
+    first = store.escalations.claim(5, "U1", stale_after=60)
+    assert first is not None
+    fake.now += 50
+    renewed = store.escalations.renew(first)
+    assert renewed is not None and renewed.at == fake.now
+    fake.now += 50
+    assert store.escalations.claim(5, "U2", stale_after=60) is None, "renewed 50 s ago"
+    fake.now += 11
+    second = store.escalations.claim(5, "U2", stale_after=60)
+    assert second is not None, "not renewed for 61 s: taken over"
+    assert store.escalations.renew(renewed) is None, "the first holder knows it lost"
+    store.escalations.release(5, renewed)
+    assert store.escalations.get(5) is not None, "the takeover's claim stays"
+    assert store.escalations.claim(5, "U3", stale_after=60) is None
+    assert store.escalations.mark_sent(5, "C9", "1.2", user="U1"), "the first post marked wins"
+    assert not store.escalations.mark_sent(5, "C9", "1.3", user="U2"), "a duplicate"
+    store.escalations.release(5, second)
+    sent = store.escalations.get(5)
+    assert sent is not None and (sent.user, sent.ts) == ("U1", "1.2")
+    assert store.escalations.renew(second) is None
+    store.escalations.release(6, store.escalations.claim(6, "U1"))
+    assert store.escalations.get(6) is None
+    assert store.escalations.mark_sent(7, "C9", "2.1", user="U4"), "released meanwhile: recorded"
+    seven = store.escalations.get(7)
+    assert seven is not None and (seven.user, seven.ts) == ("U4", "2.1")

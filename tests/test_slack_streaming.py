@@ -6,6 +6,7 @@ and the local model server streaming its answer a few words at a time.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -383,7 +384,11 @@ _LINKISH = re.compile(
 
 @pytest.mark.parametrize("text", ATTACKS)
 def test_hostile_streamed_text_forms_no_link_or_mention(text: str) -> None:
-    markdown = stream_markdown(text + " ")
+    assert_inert_markdown(stream_markdown(text + " "))
+
+
+def assert_inert_markdown(markdown: str) -> None:
+    """Streamed Markdown that forms no mention, link or markup."""
     assert "<" not in markdown and ">" not in markdown  # no Slack markup, autolink or HTML
     assert not re.search(r"\][(\[:]", markdown), "no Markdown link or reference"
     assert not re.search(r"@(?:here|channel|everyone)\b", markdown, re.IGNORECASE)
@@ -508,3 +513,148 @@ def test_appends_share_a_budget_below_slacks_limit() -> None:
     assert sum(streaming.take_append() for _ in range(200)) <= 100  # Tier 4: 100 a minute
     # Asked for without pause, a minute grants fewer appends than Tier 4's 100.
     assert _steady(streaming.take_append, now) < 100
+
+
+# ---------------------------------------------------------------- hostile or hanging models, 429 storms
+
+
+def _hang_after(bot: Bot, pieces: int) -> None:
+    """The model streams ``pieces`` pieces, then sends nothing more until the server closes."""
+    sent = [0]
+    closing = bot.llm._closing
+
+    async def trickle_then_hang(seconds: float) -> None:
+        sent[0] += 1
+        if sent[0] > pieces:
+            await closing.wait()
+        await asyncio.sleep(seconds)
+
+    bot.llm._sleep = trickle_then_hang  # type: ignore[method-assign]
+
+
+async def test_a_model_hanging_midstream_is_cut_at_the_deadline_and_the_stream_finished(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(llm_deadline=2.0, llm_first_token_timeout=1.0)
+    streaming_slowly(bot)
+    _hang_after(bot, 20)
+    event = app_mention_event(IN_DOMAIN)
+    started = time.monotonic()
+    await bot.event(event)
+    final = await bot.answer(timeout=15)
+    assert time.monotonic() - started < 2.0 + 5, "finished at the deadline, not the hang's end"
+    await bot.idle()
+    (began,) = bot.slack.calls("chat.startStream")
+    (stopped,) = bot.slack.calls("chat.stopStream")
+    assert began["markdown_text"].startswith("Claims")
+    # The stream is stopped, then its message replaced by what the bot says without the model.
+    assert final["ts"] == stopped["ts"]
+    methods = bot.slack.methods()
+    assert methods.index("chat.stopStream") < len(methods) - 1 - methods[::-1].index("chat.update")
+    (message,) = bot_messages_in(bot, CHANNEL_ID, str(event["ts"]))
+    assert message.get("streaming_state", "completed") == "completed", "nothing left streaming"
+    shown = json.dumps(message.get("blocks", []), ensure_ascii=False)
+    assert messages.EVIDENCE_HEADER in shown and messages.EVIDENCE_REASON in shown
+    assert message["text"].startswith(messages.EVIDENCE_FALLBACK) and links(message)
+    assert "Claims are due" not in shown, "the half-written answer is gone"
+
+
+async def test_hostile_model_output_stays_inert_in_every_stream_call_and_the_answer(
+    bot: Bot,
+) -> None:
+    flood = "`" * 300 + " ``` ` `` " + "`" * 77
+    hostile = " ".join([*ATTACKS, flood, "[1] <!channel> [click](http://evil.example) @here"])
+    streaming_slowly(bot, hostile.replace("\n", " ") + " [1].")
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    final = await bot.answer(timeout=30)
+    await bot.idle()
+
+    assert bot.slack.calls("chat.appendStream"), "streamed"
+    for method, params in bot.slack.log:
+        if method in {"chat.startStream", "chat.appendStream", "chat.stopStream"}:
+            assert "blocks" not in params and "chunks" not in params, method
+    # Each piece, and what they form together, is inert.
+    pieces = [
+        str(p["markdown_text"])
+        for m, p in bot.slack.log
+        if m in STREAM_METHODS and "markdown_text" in p
+    ]
+    for piece in pieces:
+        assert not re.search(r"<[!@#]|<https?:|<mailto:", piece), piece
+    assert_inert_markdown(streamed_text(bot))
+    # The final answer, and every edit on the way: no live mention, no link but the server's.
+    for params in [final, *bot.slack.calls("chat.update"), *bot.slack.calls("chat.postMessage")]:
+        shown = json.dumps(params.get("blocks", []), ensure_ascii=False) + str(params.get("text"))
+        for forbidden in ("<!channel>", "<!here>", "<!everyone>", "<@U123>", "<@W123", "<#C123>"):
+            assert forbidden not in shown, forbidden
+        assert "<!subteam" not in shown and "<mailto:" not in shown and "|label>" not in shown
+        assert not re.search(r"<https?://[^>]*evil", shown), shown
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+
+
+def _timed(bot: Bot, method: str) -> list[float]:
+    """When the mock Slack answered each call to ``method`` (accepted or refused)."""
+    times: list[float] = []
+    record = bot.slack._record
+
+    async def recording(called: str, params: dict[str, Any], error: str | None) -> None:
+        if called == method:
+            times.append(time.monotonic())
+        await record(called, params, error)
+
+    bot.slack._record = recording  # type: ignore[method-assign]
+    return times
+
+
+async def test_a_429_storm_on_appends_ends_the_stream_once_and_the_answer_arrives_whole(
+    bot: Bot,
+) -> None:
+    streaming_slowly(bot)
+    bot.slack.rate_limit("chat.appendStream", retry_after=1, times=None)
+    times = _timed(bot, "chat.appendStream")
+    event = app_mention_event(IN_DOMAIN)
+    await bot.event(event)
+    final = await bot.answer(timeout=30)
+    await bot.idle()
+
+    # The client waited Retry-After before each retry, then the stream was given up.
+    refused = [e for m, _, e in bot.slack.rejected if m == "chat.appendStream"]
+    assert refused and set(refused) == {"ratelimited"}
+    assert len(times) == len(refused) <= 3, "retried a bounded number of times, then given up"
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert all(gap >= 1.0 for gap in gaps), gaps
+    assert not bot.slack.calls("chat.appendStream")
+    (stopped,) = bot.slack.calls("chat.stopStream")
+    assert final["ts"] == stopped["ts"]
+    whole = assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))
+    assert json.dumps(whole["blocks"]).count("Claims are due within thirty days") == 6
+    assert not bot.services.streaming.available(CHANNEL_ID), "no stream for a while"
+
+    # The storm goes on: the next answer is posted and edited, not streamed.
+    second = app_mention_event(IN_DOMAIN)
+    await bot.event(second)
+    await bot.answer(2, timeout=30)
+    await bot.idle()
+    assert len(times) == len(refused), "no append asked for while streaming is off"
+    assert len(bot.slack.calls("chat.startStream")) == 1
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(second["ts"]))
+
+
+async def test_a_429_with_a_long_retry_after_gives_the_stream_up_without_waiting_it_out(
+    bot: Bot,
+) -> None:
+    streaming_slowly(bot)
+    bot.services.streaming.append_timeout = 0.5
+    bot.slack.rate_limit("chat.appendStream", retry_after=30, times=None)
+    times = _timed(bot, "chat.appendStream")
+    event = app_mention_event(IN_DOMAIN)
+    started = time.monotonic()
+    await bot.event(event)
+    final = await bot.answer(timeout=20)
+    assert time.monotonic() - started < 10, "the answer did not wait out the Retry-After"
+    await bot.idle()
+    assert len(times) == 1, "nothing asked again before Retry-After said"
+    (stopped,) = bot.slack.calls("chat.stopStream")
+    assert final["ts"] == stopped["ts"]
+    assert_one_rendered_answer(bot, CHANNEL_ID, str(event["ts"]))

@@ -21,11 +21,18 @@ need not be in the channel, or the DM, the question came from):
 
 A post Slack refuses (the bot is not in the channel, it was archived, Slack is
 unreachable) releases the claim, so a click after an admin fixed it posts.
+
+The claim is a lease of ``CLAIM_LEASE`` seconds, renewed every third of it while
+the hand-off is built and posted, so a post Slack is slow to answer is never
+taken over by a later click; only a claim whose process died is. A claim found
+taken over just before posting posts nothing, and a post that finds another one
+marked sent first (its own renewals failed) is deleted: the channel sees one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -56,7 +63,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ask_a_person", "hand_off_view", "written_for_everyone"]
+__all__ = ["CLAIM_LEASE", "ask_a_person", "hand_off_view", "written_for_everyone"]
+
+# How long a claim on a hand-off lasts without being renewed (seconds).
+CLAIM_LEASE = 60.0
+# How a claim's renewal waits (tests put a clock's sleep here).
+_sleep = asyncio.sleep
 
 # Slack's answers meaning the bot cannot post in the channel until an admin acts.
 _CHANNEL_REFUSALS = frozenset({"not_in_channel", "channel_not_found", "is_archived"})
@@ -120,17 +132,35 @@ async def _hand_off(
         )
         await _tell(respond, messages.HAND_OFF_NOT_YOURS)
         return
-    if not await asyncio.to_thread(store.escalations.claim, query_id, clicker):
+    claim = await asyncio.to_thread(
+        store.escalations.claim, query_id, clicker, stale_after=CLAIM_LEASE
+    )
+    if claim is None:
         await _tell_already(store, respond, query_id, channel)
         return
+    hold = _Hold(store, claim)
+    renewal = asyncio.get_running_loop().create_task(hold.keep(), name="renew hand-off claim")
+    ts: str | None = None
     try:
         view = await asyncio.to_thread(hand_off_view, store, record, clicker)
-        ts, text = await _post(client, channel, view, record, query_id)
-        if ts is not None:
-            await asyncio.to_thread(store.escalations.mark_sent, query_id, channel, ts)
+        if not view.direct:
+            view = replace(view, permalink=await _permalink(client, record))
+        if not await hold.renew():
+            log.warning("question %s: the hand-off claim was taken over; not posting", query_id)
+            text = ""
+        else:
+            ts, text = await _post(client, channel, view, query_id)
+        if ts is not None and not await asyncio.to_thread(
+            store.escalations.mark_sent, query_id, channel, ts, user=clicker
+        ):
+            await _withdraw(client, channel, ts, query_id)
+            ts, text = None, ""
     finally:
         # A no-op once sent; unsent (refused, or an error on the way), a later click may try again.
-        await asyncio.to_thread(store.escalations.release, query_id)
+        await hold.stop(renewal)
+    if not text:
+        await _tell_already(store, respond, query_id, channel)
+        return
     await _tell(respond, text)
     if ts is not None:
         note = messages.hand_off_marked(scope_label(channel), mention(clicker), direct=view.direct)
@@ -176,13 +206,58 @@ def written_for_everyone(store: Store, record: QueryRecord) -> bool:
     return len(rows) == len(ids) and all(r.scope == EVERYONE for r in rows.values())
 
 
+class _Hold:
+    """A claim on a hand-off (``Escalations.claim``), renewed while its post is under way."""
+
+    def __init__(self, store: Store, claim: Any) -> None:
+        self.store = store
+        self.claim: Any = claim  # the newest renewal: what tells it from a takeover
+        self.lock = asyncio.Lock()  # a renewal and the release never overlap
+        self.held = True
+
+    async def renew(self) -> bool:
+        """Renew the claim now: ``False`` when it was taken over (or released)."""
+        async with self.lock:
+            if self.held:
+                renewed = await asyncio.to_thread(self.store.escalations.renew, self.claim)
+                self.held = renewed is not None
+                self.claim = renewed or self.claim
+            return self.held
+
+    async def keep(self) -> None:
+        """Renew the claim every third of the lease until it is lost or released."""
+        while self.held:
+            await _sleep(CLAIM_LEASE / 3)
+            try:
+                if not await self.renew():
+                    log.warning("hand-off of question %s taken over", self.claim.query_id)
+            except Exception as exc:  # the lease may lapse: a duplicate is withdrawn
+                log.warning("could not renew a hand-off claim: %s", type(exc).__name__)
+
+    async def stop(self, renewal: asyncio.Task[None]) -> None:
+        """Stop renewing and release the claim if unsent (a no-op once sent or taken over)."""
+        async with self.lock:
+            self.held = False
+            renewal.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewal
+        await asyncio.to_thread(self.store.escalations.release, self.claim.query_id, self.claim)
+
+
+async def _withdraw(client: AsyncWebClient, channel: str, ts: str, query_id: int) -> None:
+    """Delete a hand-off posted after another one of the same question was marked sent."""
+    log.warning("question %s was handed off twice; deleting the later post", query_id)
+    try:
+        await client.chat_delete(channel=channel, ts=ts)
+    except SLACK_FAILURES as exc:
+        log.error("the duplicate hand-off %s in %s stays: %s", ts, channel, slack_failure(exc))
+
+
 async def _post(
-    client: AsyncWebClient, channel: str, view: HandOff, record: QueryRecord, query_id: int
+    client: AsyncWebClient, channel: str, view: HandOff, query_id: int
 ) -> tuple[str | None, str]:
     """Post the hand-off in ``channel``: its ``ts`` (``None`` when Slack refused) and what the
     clicker is told."""
-    if not view.direct:
-        view = replace(view, permalink=await _permalink(client, record))
     try:
         posted = await client.chat_postMessage(channel=channel, **render_hand_off(view).as_kwargs())
     except SLACK_FAILURES as exc:
