@@ -675,9 +675,7 @@ async def _remember(kb: KnowledgeBase, status: StatusMessage, document_id: int |
     if document_id is None or status.ts is None:
         return
     try:
-        await asyncio.to_thread(
-            kb.messages.record, document_id, STATUS, status.channel, status.ts
-        )
+        await asyncio.to_thread(kb.messages.record, document_id, STATUS, status.channel, status.ts)
     except KBError as exc:  # a full disk: the Retry is refused, the upload's outcome stands
         log.warning("status message of document %s not recorded: %s", document_id, exc)
 
