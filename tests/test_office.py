@@ -35,6 +35,7 @@ from index.ingest.office_zip import DEFAULT_MAX_UNZIPPED_BYTES, MAX_RATIO, RATIO
 from index.ingest.sheets import MAX_CELLS
 from index.knowledge_base import KnowledgeBase
 from index.models import Chunk, DocState, Extracted
+from tests import hostile
 from tests.docs_factory import LOGIN_PAGE
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -161,17 +162,7 @@ def _with_cached_value(data: bytes, _label: str, value: str) -> bytes:
 def _rewrite(
     data: bytes, part: str, change: object, *, extra: dict[str, bytes] | None = None
 ) -> bytes:
-    src = zipfile.ZipFile(io.BytesIO(data))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            body = src.read(info)
-            if info.filename == part:
-                body = change(body)  # type: ignore[operator]
-            dst.writestr(info.filename, body)
-        for name, body in (extra or {}).items():
-            dst.writestr(name, body)
-    return out.getvalue()
+    return hostile.rewrite(data, {part: change}, extra)  # type: ignore[dict-item]
 
 
 # --- what every format must keep
