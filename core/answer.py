@@ -38,10 +38,16 @@ from core.retrieve import Candidate, Mode, RetrievalBackend, answer_order
 from index.errors import DocumentNotFound, StorageError
 from index.ingest import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
+from index.languages import ENGLISH, detect
 from index.models import ALL_SCOPES
 from index.records import ChunkRow, QueryRecord
+from index.search import question_language
 
 log = logging.getLogger(__name__)
+
+# How sure the language detector must be of a question's language, in a
+# knowledge base of English only, before the prompt names it.
+QUESTION_CONFIDENCE = 0.9
 
 REFUSAL_TEXT = "The knowledge base has nothing on this, so I won't guess."
 EVIDENCE_TEXT = "No answer was generated. Here is what the knowledge base says:"
@@ -274,6 +280,18 @@ class Engine:
         shown, _ = await self._source_refs(near, first=len(kept.passages) + 1)
         return shown
 
+    def _question_language(self, question: str) -> str | None:
+        """The question's language when it is clear, for the prompt to name (``build_messages``).
+
+        Told among the knowledge base's languages and English; in a knowledge
+        base of English only, among all languages, since it has none to compare.
+        """
+        corpus = self.kb.store.chunk_languages()
+        if corpus - {ENGLISH}:
+            return question_language(question, corpus)
+        found = detect(question)
+        return found.code if found and found.confidence >= QUESTION_CONFIDENCE else None
+
     def _gate(self, candidates: Sequence[Candidate]) -> list[Candidate]:
         cfg = self.config
         return gate(
@@ -401,7 +419,8 @@ class Engine:
         sources = [
             Source(n=s.n, document=s.document, locator=_locator(s), content=s.quote) for s in kept
         ]
-        messages = build_messages(question, sources, history=history)
+        language = await asyncio.to_thread(self._question_language, question)
+        messages = build_messages(question, sources, history=history, language=language)
         t = time.perf_counter()
         try:
             text = await self.llm.complete(messages, on_delta=on_delta)

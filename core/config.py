@@ -66,6 +66,9 @@ class EngineConfig:
         related_threshold: below it (and above ``threshold``) the closest passages
             are shown as possibly related, without the model; at or below
             ``threshold``: never.
+        thresholds_model: the embedding model the two thresholds were calibrated
+            for ("": none), shown with them (``core.thresholds``).
+        thresholds_origin: where they come from, for a person.
         max_kept: most passages kept for one answer when more than ``top_k`` are close.
         keep_margin: a passage after the first ``top_k`` is kept only within this
             distance of the best one.
@@ -84,6 +87,8 @@ class EngineConfig:
     top_k: int = DEFAULT_TOP_K
     threshold: float = DEFAULT_THRESHOLD
     related_threshold: float = DEFAULT_RELATED_THRESHOLD
+    thresholds_model: str = ""
+    thresholds_origin: str = ""
     max_kept: int = DEFAULT_MAX_KEPT
     keep_margin: float = DEFAULT_KEEP_MARGIN
     sentence_weight: float = DEFAULT_SENTENCE_WEIGHT

@@ -18,30 +18,42 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from index.search import ANALYZER
+from index.search import ANALYZER, query_languages
 
 # Terms (stop words included) a window spans: about two sentences of prose,
 # less where a word makes several terms (identifiers, CJK characters and pairs).
 WINDOW = 24
 
 
-def term_proximity(question: str, texts: Sequence[str], window: int = WINDOW) -> list[float]:
+def term_proximity(
+    question: str,
+    texts: Sequence[str],
+    window: int = WINDOW,
+    languages: Sequence[str | None] | None = None,
+) -> list[float]:
     """Per text, the share of the question's term weight its best ``window`` terms hold.
 
     A term weighs ``log(1 + (n - df + 0.5) / (df + 0.5))`` where ``df`` of the
     ``n`` texts hold it (BM25's IDF, over ``texts``); the share is of the
     weight of the question's terms any text holds, so 1 is every one of them
     together and a term all texts share moves a score by little. Texts are
-    analysed as the BM25 leg analyses chunks, the question as it analyses
-    questions.
+    analysed as the BM25 leg analyses chunks (each in its own language of
+    ``languages``, when given), the question as it analyses questions (in the
+    languages the texts are written in, ``query_languages``).
 
     Raises:
         ValueError: ``window`` is under 1.
     """
     if window < 1:
         raise ValueError(f"a proximity window spans at least 1 term, not {window}")
-    wanted = set(ANALYZER.query_terms(question))
-    terms = [ANALYZER.document_terms(text) for text in texts] if wanted else []
+    per_text = list(languages) if languages is not None else [None] * len(texts)
+    corpus = {code for code in per_text if code}
+    wanted = set(ANALYZER.query_terms(question, query_languages(question, corpus)))
+    terms = (
+        [ANALYZER.document_terms(t, c) for t, c in zip(texts, per_text, strict=True)]
+        if wanted
+        else []
+    )
     df = Counter(t for doc in terms for t in wanted.intersection(doc))
     n = len(texts)
     weight = {t: math.log1p((n - d + 0.5) / (d + 0.5)) for t, d in df.items()}

@@ -112,7 +112,8 @@ def answer_order(
     if proximity_weight > 0:
         rows = store.chunks_by_id(ids)
         texts = [rows[cid].text if cid in rows else "" for cid in ids]
-        legs.append((term_proximity(query, texts), proximity_weight))
+        languages = [rows[cid].language if cid in rows else None for cid in ids]
+        legs.append((term_proximity(query, texts, languages=languages), proximity_weight))
     return _reordered(candidates, legs)
 
 

@@ -30,6 +30,7 @@ Two sources of questions:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ from index.storage import Store
 
 THRESHOLD_ENV = "KB_THRESHOLD"
 RELATED_ENV = "KB_RELATED_THRESHOLD"
+MODEL_ENV = "KB_THRESHOLD_MODEL"
 
 
 def calibration_grid(step: float = 0.025, low: float = 0.20, high: float = 1.00) -> list[float]:
@@ -63,6 +65,19 @@ def calibration_grid(step: float = 0.025, low: float = 0.20, high: float = 1.00)
         raise ValueError("need step > 0 and high >= low")
     count = int(round((high - low) / step)) + 1
     return [round(low + i * step, 4) for i in range(count)]
+
+
+# A model whose distances crowd below this (multilingual-e5: 0.1-0.2) is swept
+# on a finer grid of its own: 0.025 steps would jump from nothing to everything.
+CROWDED_BELOW = 0.3
+
+
+def calibration_grid_for(current: float, step: float = 0.025) -> list[float]:
+    """``calibration_grid(step)``, or for a model whose thresholds sit below
+    ``CROWDED_BELOW`` (``current`` is the one in force), 0.05 to 0.40 at a fifth of ``step``."""
+    if current >= CROWDED_BELOW:
+        return calibration_grid(step)
+    return calibration_grid(step / 5, low=0.05, high=0.40)
 
 
 def propose_threshold(rows: Sequence[SweepRow], max_bluff_rate: float) -> SweepRow | None:
@@ -297,8 +312,11 @@ def format_threshold(value: float) -> str:
     return f"{round(value, 4):g}"
 
 
-def write_env(path: Path, threshold: float, related_threshold: float | None = None) -> None:
-    """Set ``KB_THRESHOLD`` (and ``KB_RELATED_THRESHOLD``) in a ``.env`` file, keeping every other line.
+def write_env(
+    path: Path, threshold: float, related_threshold: float | None = None, model: str = ""
+) -> None:
+    """Set ``KB_THRESHOLD`` (and ``KB_RELATED_THRESHOLD``, and ``KB_THRESHOLD_MODEL``: the
+    model they were measured with) in a ``.env`` file, keeping every other line.
 
     An existing line of each is replaced in place (a duplicate later one is
     dropped, so the file says one thing); otherwise the line is appended. The
@@ -314,6 +332,8 @@ def write_env(path: Path, threshold: float, related_threshold: float | None = No
         values[RELATED_ENV] = related_threshold
     for name, value in values.items():
         lines = _set_line(lines, name, f"{name}={format_threshold(value)}")
+    if model:
+        lines = _set_line(lines, MODEL_ENV, f"{MODEL_ENV}={json.dumps(model)}")
     text = "\n".join(lines) + "\n"
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 

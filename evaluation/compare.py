@@ -21,17 +21,23 @@ them as ``gate.per_query = {"in_domain": {name: [bool, ...]}, "ood": {name:
 (nothing within the threshold: refused; something within: a bluff), and used
 only if they reproduce the run's own counts, which they do for a gate that
 keeps the candidates within a cosine-distance threshold.
+
+By language: when either result's queries carry ``lang`` (``query_order``,
+``gate.ood``), hybrid retrieval is paired once more per language group of
+``evaluation.languages`` and phrasing, and every paired gate outcome per
+language group (and phrasing, for in-domain outcomes).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
+from evaluation.languages import ALL_PHRASINGS, LanguageGroup, language_groups, pick
 from evaluation.results import RECALL_KS, EvalResult, MeanCI, bootstrap_mean
 from evaluation.stats import Proportion, paired_counts, sign_test
 
@@ -75,6 +81,8 @@ class Side:
         gate_counts: the proportions of the run's own row at that threshold.
         outcomes: per group (``in_domain``: in ``query_ids`` order, ``ood``: in
             ``ood_ids`` order) and proportion name, the per-query outcome, where known.
+        langs: ``(lang, doc_lang)`` by query id, for the queries that have a ``lang``.
+        ood_langs: ``lang`` by out-of-domain question id, for those that have one.
     """
 
     label: str
@@ -86,6 +94,8 @@ class Side:
     threshold: float | None = None
     gate_counts: dict[str, Proportion] = field(default_factory=dict)
     outcomes: dict[str, dict[str, list[bool]]] = field(default_factory=dict)
+    langs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    ood_langs: dict[str, str] = field(default_factory=dict)
 
     def outcome(self, name: str) -> tuple[str, list[bool]] | None:
         """The group and per-query outcome of the proportion ``name``, if known."""
@@ -116,8 +126,15 @@ def _side(data: Mapping[str, Any], label: str) -> Side:
     ranks = {m: list(modes[m]["ranks"]) for m in MODES if m in modes}
     gate = data.get("gate") or {}
     ood_ids = tuple(str(o["id"]) for o in gate.get("ood", []))
+    langs = {
+        qid: (str(q["lang"]), str(q.get("doc_lang") or q["lang"]))
+        for qid, q in zip(ids, data["query_order"], strict=True)
+        if q.get("lang")
+    }
+    ood_langs = {str(o["id"]): str(o["lang"]) for o in gate.get("ood", []) if o.get("lang")}
     if not gate:
-        return Side(label, str(data["corpus"]), str(data["embedding_model"]), ids, ood_ids, ranks)
+        side = Side(label, str(data["corpus"]), str(data["embedding_model"]), ids, ood_ids, ranks)
+        return replace(side, langs=langs)
     threshold = float(gate["threshold"])
     counts = {
         name: Proportion(int(v["k"]), int(v["n"]))
@@ -135,6 +152,8 @@ def _side(data: Mapping[str, Any], label: str) -> Side:
         threshold,
         counts,
         outcomes,
+        langs,
+        ood_langs,
     )
 
 
@@ -210,11 +229,17 @@ class MetricRow:
     only_a: int
     only_b: int
     p: float
+    language: str = ""
+    phrasing: str = ""
 
 
 @dataclass(frozen=True)
 class GateRow:
-    """One gate proportion at each result's threshold; tested when paired."""
+    """One gate proportion at each result's threshold; tested when paired.
+
+    ``language`` and ``phrasing`` name the subset of a row by language (empty:
+    every query; ``phrasing`` is empty for out-of-domain outcomes).
+    """
 
     name: str
     a: Proportion
@@ -222,6 +247,8 @@ class GateRow:
     only_a: int | None = None
     only_b: int | None = None
     p: float | None = None
+    language: str = ""
+    phrasing: str = ""
 
     @property
     def paired(self) -> bool:
@@ -239,6 +266,8 @@ class Comparison:
     gate: list[GateRow]
     notes: list[str]
     by_phrasing: list[MetricRow] = field(default_factory=list)
+    by_language: list[MetricRow] = field(default_factory=list)
+    gate_by_language: list[GateRow] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -252,7 +281,7 @@ class Comparison:
                 "only_a": r.only_a,
                 "only_b": r.only_b,
                 "p": r.p,
-            }
+            } | _subset(r.language, r.phrasing)
 
         return {
             "a": {"label": self.a.label, "corpus": self.a.corpus, "model": self.a.embedding_model},
@@ -262,21 +291,32 @@ class Comparison:
             "by_phrasing": [row(r) for r in self.by_phrasing],
             "gate": {
                 "threshold": {"a": self.a.threshold, "b": self.b.threshold},
-                "rows": [
-                    {
-                        "name": g.name,
-                        "a": g.a.to_dict(),
-                        "b": g.b.to_dict(),
-                        "paired": g.paired,
-                        "only_a": g.only_a,
-                        "only_b": g.only_b,
-                        "p": g.p,
-                    }
-                    for g in self.gate
-                ],
+                "rows": [_gate_dict(g) for g in self.gate],
+            },
+            "by_language": {
+                "retrieval": [row(r) for r in self.by_language],
+                "gate": [_gate_dict(g) for g in self.gate_by_language],
             },
             "notes": self.notes,
         }
+
+
+def _subset(language: str, phrasing: str) -> dict[str, str]:
+    """The ``language`` and ``phrasing`` keys of a row by language; none for the others."""
+    return {"language": language, "phrasing": phrasing} if language else {}
+
+
+def _gate_dict(g: GateRow) -> dict[str, Any]:
+    """JSON-ready form of one gate row."""
+    return {
+        "name": g.name,
+        "a": g.a.to_dict(),
+        "b": g.b.to_dict(),
+        "paired": g.paired,
+        "only_a": g.only_a,
+        "only_b": g.only_b,
+        "p": g.p,
+    } | _subset(g.language, g.phrasing)
 
 
 def compare(
@@ -310,7 +350,91 @@ def compare(
         for row in _mode_rows(mode, sa.ranks[mode], [sb.ranks[mode][i] for i in order])
     ]
     gate = _gate_rows(sa, sb, order, ood_order)
-    return Comparison(sa, sb, retrieval, gate, _notes(sa, sb), _phrasing_rows(sa, sb, order))
+    groups = _language_groups(sa, sb)
+    return Comparison(
+        sa,
+        sb,
+        retrieval,
+        gate,
+        _notes(sa, sb),
+        _phrasing_rows(sa, sb, order),
+        _language_rows(sa, sb, order, groups),
+        _gate_language_rows(sa, sb, (order, ood_order), groups),
+    )
+
+
+def _language_groups(sa: Side, sb: Side) -> list[LanguageGroup]:
+    """The language groups over ``a``'s order, each query's labels from either side (``a``'s first).
+
+    A baseline saved before the sets had languages has none, so the other side's count.
+    """
+    langs, ood_langs = sb.langs | sa.langs, sb.ood_langs | sa.ood_langs
+    return language_groups(
+        [langs.get(qid, ("", "")) for qid in sa.query_ids],
+        [ood_langs.get(oid, "") for oid in sa.ood_ids],
+    )
+
+
+def _phrasings(side: Side) -> list[str]:
+    """Each query's phrasing, from its ``question_id/phrasing`` id."""
+    return [qid.rpartition("/")[2] for qid in side.query_ids]
+
+
+def _language_rows(
+    sa: Side, sb: Side, order: list[int], groups: Sequence[LanguageGroup]
+) -> list[MetricRow]:
+    """Hybrid retrieval per language group and phrasing, paired."""
+    if not groups or PHRASING_MODE not in sa.ranks or PHRASING_MODE not in sb.ranks:
+        return []
+    ra, rb = sa.ranks[PHRASING_MODE], pick(sb.ranks[PHRASING_MODE], order)
+    return [
+        replace(row, language=group.name, phrasing=phrasing)
+        for group in groups
+        for phrasing, idx in group.by_phrasing(_phrasings(sa))
+        for row in _mode_rows(
+            f"{PHRASING_MODE}, {group.name}, {phrasing}", pick(ra, idx), pick(rb, idx)
+        )
+    ]
+
+
+def _gate_language_rows(
+    sa: Side, sb: Side, orders: tuple[list[int], list[int]], groups: Sequence[LanguageGroup]
+) -> list[GateRow]:
+    """Every gate outcome both sides give per query, per language group (and phrasing), paired."""
+    rows = []
+    for group in groups:
+        for name in [n for n in sa.gate_counts if n in sb.gate_counts]:
+            oa, ob = sa.outcome(name), sb.outcome(name)
+            if oa is None or ob is None or oa[0] != ob[0]:
+                continue
+            va, vb = oa[1], pick(ob[1], orders[0] if oa[0] == IN_DOMAIN else orders[1])
+            subsets = (
+                group.by_phrasing(_phrasings(sa))
+                if oa[0] == IN_DOMAIN
+                else [("", group.ood)]
+                if group.ood
+                else []
+            )
+            rows += [
+                _paired_row(name, pick(va, idx), pick(vb, idx), group.name, phrasing)
+                for phrasing, idx in subsets
+            ]
+    return rows
+
+
+def _paired_row(name: str, a: list[bool], b: list[bool], language: str, phrasing: str) -> GateRow:
+    """A gate outcome over one subset of queries, both proportions and the sign test."""
+    only_a, only_b = paired_counts(a, b)
+    return GateRow(
+        name,
+        Proportion(sum(a), len(a)),
+        Proportion(sum(b), len(b)),
+        only_a,
+        only_b,
+        sign_test(only_a, only_b),
+        language,
+        phrasing,
+    )
 
 
 def _phrasing_rows(sa: Side, sb: Side, order: list[int]) -> list[MetricRow]:
@@ -458,8 +582,34 @@ def render_comparison(comparison: Comparison, *, markdown: bool = False) -> str:
         ta, tb = comparison.a.threshold, comparison.b.threshold
         lines += ["", f"Gate at each side's threshold ({a}: {ta}, {b}: {tb})", ""]
         lines += _table(["outcome", a, b, f"{b} vs {a}", "p"], gate, markdown)
+    lines += _render_by_language(comparison, header, markdown)
     lines += [f"note: {n}" for n in comparison.notes]
     return "\n".join(lines) + "\n"
+
+
+def _render_by_language(comparison: Comparison, header: list[str], markdown: bool) -> list[str]:
+    """Hybrid retrieval per language and phrasing, then the paired gate per language."""
+    a, b = comparison.a.label, comparison.b.label
+    lines: list[str] = []
+    if comparison.by_language:
+        lines += ["", f"{PHRASING_MODE.capitalize()} by language and phrasing", ""]
+        lines += _table(header, [_metric_cells(r) for r in comparison.by_language], markdown)
+    gate = [
+        [
+            g.language,
+            g.name,
+            _fmt_count(g.a),
+            _fmt_count(g.b),
+            f"+{g.only_b}/-{g.only_a}",
+            _fmt_p(g.p) if g.p is not None else "",
+        ]
+        for g in comparison.gate_by_language
+        if g.phrasing in ("", ALL_PHRASINGS)  # by phrasing too in --json
+    ]
+    if gate:
+        lines += ["", "Gate by language (both phrasings; paired outcomes only)", ""]
+        lines += _table(["language", "outcome", a, b, f"{b} vs {a}", "p"], gate, markdown)
+    return lines
 
 
 def _metric_cells(r: MetricRow) -> list[str]:

@@ -1,9 +1,10 @@
 """The evaluation set ``kb eval`` reads: in-domain questions, out-of-domain questions.
 
 ``questions.jsonl`` holds one question per line (``id``, ``needle``: the
-verbatim passage that answers it, ``doc_phrasing``, ``ticket_phrasing``);
-``ood.jsonl`` the questions the knowledge base should refuse (``id``,
-``question``, optional ``kind``). This module reads them and refuses a
+verbatim passage that answers it, ``doc_phrasing``, ``ticket_phrasing``,
+optional ``lang``: the phrasings' language, and ``doc_lang``: the needle's
+document's, by default ``lang``); ``ood.jsonl`` the questions the knowledge
+base should refuse (``id``, ``question``, optional ``kind`` and ``lang``). This module reads them and refuses a
 missing, malformed or unlabelled line with ``EvalSetError``;
 ``evaluation.set_check`` checks that a set's needles are fit to measure with.
 The sets bundled with the package live in ``evaluation/sets/NAME/``;
@@ -18,7 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluation.set_check import BUNDLED_EVALSET, DEFAULT_SET, bundled_sets
+from evaluation.set_check import (
+    BUNDLED_EVALSET,
+    DEFAULT_SET,
+    DOC_LANG_FIELD,
+    LANG_FIELD,
+    bundled_sets,
+    language_problems,
+)
 from index.errors import KBError
 
 __all__ = [
@@ -84,12 +92,23 @@ def bundled_set(name: str = DEFAULT_SET) -> EvalSetPaths:
 
 @dataclass(frozen=True)
 class Question:
-    """An in-domain question and the verbatim passage that answers it."""
+    """An in-domain question and the verbatim passage that answers it.
+
+    ``lang`` is the phrasings' ISO 639-1 code and ``doc_lang`` the needle's
+    document's (``""``: not given; ``doc_lang`` defaults to ``lang``).
+    """
 
     id: str
     needle: str
     doc_phrasing: str
     ticket_phrasing: str
+    lang: str = ""
+    doc_lang: str = ""
+
+    @property
+    def cross_lingual(self) -> bool:
+        """Asked in another language than its document's."""
+        return bool(self.lang) and self.lang != (self.doc_lang or self.lang)
 
     def phrasings(self) -> tuple[str, str]:
         """The two ways the question is asked, in ``PHRASINGS`` order."""
@@ -103,6 +122,7 @@ class OODQuestion:
     id: str
     question: str
     kind: str = ""
+    lang: str = ""
 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -140,6 +160,19 @@ def _fields(path: Path, no: int, obj: dict[str, Any], names: Sequence[str]) -> l
     return values
 
 
+def _languages(path: Path, no: int, obj: dict[str, Any], *, ood: bool = False) -> tuple[str, str]:
+    """The line's ``(lang, doc_lang)``, ``doc_lang`` defaulting to ``lang``; ``""`` when not given.
+
+    Raises:
+        EvalSetError: a code is not ISO 639-1, or ``doc_lang`` comes without ``lang``.
+    """
+    problems = language_problems(obj, ood=ood)
+    if problems:
+        raise EvalSetError(f"{path}:{no}: {'; '.join(problems)}.")
+    lang = str(obj.get(LANG_FIELD) or "")
+    return lang, str(obj.get(DOC_LANG_FIELD) or lang)
+
+
 def _unique(path: Path, ids: list[str]) -> None:
     seen: set[str] = set()
     for i in ids:
@@ -152,14 +185,15 @@ def load_questions(path: Path) -> list[Question]:
     """Read ``questions.jsonl``.
 
     Raises:
-        EvalSetError: a required field is missing or empty, or an id repeats.
+        EvalSetError: a required field is missing or empty, a language code is
+            malformed, or an id repeats.
     """
     out = []
     for no, obj in read_jsonl(path):
         qid, needle, doc, ticket = _fields(
             path, no, obj, ("id", "needle", "doc_phrasing", "ticket_phrasing")
         )
-        out.append(Question(qid, needle, doc, ticket))
+        out.append(Question(qid, needle, doc, ticket, *_languages(path, no, obj)))
     _unique(path, [q.id for q in out])
     if not out:
         raise EvalSetError(f"{path} holds no questions.")
@@ -170,12 +204,14 @@ def load_ood(path: Path) -> list[OODQuestion]:
     """Read ``ood.jsonl``.
 
     Raises:
-        EvalSetError: a required field is missing or empty, or an id repeats.
+        EvalSetError: a required field is missing or empty, a language code is
+            malformed, or an id repeats.
     """
     out = []
     for no, obj in read_jsonl(path):
         qid, question = _fields(path, no, obj, ("id", "question"))
-        out.append(OODQuestion(qid, question, str(obj.get("kind") or "")))
+        lang, _ = _languages(path, no, obj, ood=True)
+        out.append(OODQuestion(qid, question, str(obj.get("kind") or ""), lang))
     _unique(path, [q.id for q in out])
     if not out:
         raise EvalSetError(f"{path} holds no out-of-domain questions.")

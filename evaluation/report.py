@@ -17,7 +17,9 @@ from evaluation.results import (
     RECALL_KS,
     TEST_KS,
     EvalResult,
+    LanguageFigures,
     MeanCI,
+    ModeResult,
     PairedTest,
     StrategyResult,
     SweepRow,
@@ -55,12 +57,13 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bo
     return [line.format(*header).rstrip()] + [line.format(*r).rstrip() for r in rows]
 
 
+def _recall_cells(r: ModeResult) -> list[str]:
+    """R@k for every reported k, then MRR, each with its interval."""
+    return [*[fmt_p(r.recall(k)) for k in RECALL_KS], fmt_mean(r.mrr)]
+
+
 def _recall_rows(s: StrategyResult, modes: Sequence[str]) -> list[list[str]]:
-    rows = []
-    for mode in modes:
-        r = s.modes[mode]
-        rows.append([mode, *[fmt_p(r.recall(k)) for k in RECALL_KS], fmt_mean(r.mrr)])
-    return rows
+    return [[mode, *_recall_cells(s.modes[mode])] for mode in modes]
 
 
 def _recall_header(first: str) -> list[str]:
@@ -157,6 +160,7 @@ def render(result: EvalResult, *, markdown: bool = False, recommended: float | N
         "",
     ]
     lines += _render_gate(result, markdown=markdown, recommended=recommended)
+    lines += _render_languages(result.by_language(), result, markdown=markdown)
     if result.strategies:
         lines += _render_strategies(result, markdown=markdown)
     return "\n".join(lines).rstrip() + "\n"
@@ -204,9 +208,76 @@ def _render_gate(result: EvalResult, *, markdown: bool, recommended: float | Non
     return lines + _render_outcomes(result, markdown=markdown)
 
 
-def _share(values: Sequence[bool]) -> str:
-    p = Proportion(sum(values), len(values))
+def fmt_share(p: Proportion) -> str:
+    """``3/30 0.100 [0.03, 0.26]``: count, value and 95 % Wilson interval."""
     return f"{p.successes}/{p.n} {fmt_p(p)}"
+
+
+def _share(values: Sequence[bool]) -> str:
+    return fmt_share(Proportion(sum(values), len(values)))
+
+
+LANGUAGE_MODE = Mode.HYBRID.value
+"""The retrieval mode the text report breaks down by language (``--json`` has every mode)."""
+LANGUAGE_GATE = {
+    "answered": "answered",
+    "refused": "refused",
+    "hard_refused": "hard refused",
+    "shown": "needle shown",
+    "kept_answerable": "needle kept",
+}
+"""The in-domain gate outcomes the text report breaks down by language, and their headers."""
+LANGUAGE_OOD = {"bluffs": "bluffs (answered)", "ood_related": "related shown"}
+
+
+def _render_languages(
+    figures: Sequence[LanguageFigures], result: EvalResult, *, markdown: bool
+) -> list[str]:
+    """Retrieval and the gate per language and phrasing, then bluffs per language (if any)."""
+    if not figures:
+        return []
+    h = (lambda s: f"### {s}") if markdown else (lambda s: f"== {s}")
+    subsets = [(f.language, p) for f in figures for p in f.phrasings]
+    gate = [n for n in LANGUAGE_GATE if any(n in p.gate for _, p in subsets)]
+    ood = [f for f in figures if f.ood]
+    lines = [
+        h(f"By language ({LANGUAGE_MODE}; gate at the threshold {result.gate.threshold:.3f})"),
+        "",
+        *_table(
+            ["language", "phrasing", "queries", *_recall_header("")[1:]],
+            [
+                [lang, p.phrasing, str(p.queries), *_recall_cells(p.modes[LANGUAGE_MODE])]
+                for lang, p in subsets
+            ],
+            markdown=markdown,
+        ),
+        "",
+        *_table(
+            ["language", "phrasing", *[LANGUAGE_GATE[n] for n in gate]],
+            [
+                [lang, p.phrasing, *[fmt_share(p.gate[n]) if n in p.gate else "-" for n in gate]]
+                for lang, p in subsets
+            ],
+            markdown=markdown,
+        ),
+        "",
+    ]
+    if ood:
+        lines += _table(
+            ["out-of-domain", "questions", *LANGUAGE_OOD.values()],
+            [
+                [f.language, str(f.ood_questions), *[fmt_share(f.ood[n]) for n in LANGUAGE_OOD]]
+                for f in ood
+                if f.ood
+            ],
+            markdown=markdown,
+        ) + [""]
+    return lines + [
+        "Language: the phrasings' (`lang`); cross-lingual: questions whose needle's document "
+        "is in another language (`doc_lang`), also counted in their own language. Recall: "
+        "95 % Wilson intervals; MRR: 95 % percentile bootstrap.",
+        "",
+    ]
 
 
 def _render_outcomes(result: EvalResult, *, markdown: bool) -> list[str]:

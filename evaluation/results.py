@@ -5,7 +5,8 @@ one indexing of the corpus (``StrategyResult``), exact sign tests between two
 modes or strategies (``PairedTest``), the refusal gate's cost over a sweep of
 thresholds (``SweepRow``, ``sweep``, ``GateAnalysis``), the passages an answer
 is written from (``KeptResult``, measured by ``evaluation.kept``) and the whole
-run (``EvalResult``). Nothing here indexes or searches: given ranks and candidates
+run (``EvalResult``), and all of it per language (``LanguageFigures``, over the
+groups of ``evaluation.languages``). Nothing here indexes or searches: given ranks and candidates
 it only counts, which is what ``kb calibrate`` and the report reuse. Every
 type's ``to_dict`` is the form ``--json`` prints.
 """
@@ -22,6 +23,7 @@ import numpy as np
 from core.gate import gate
 from core.retrieve import Candidate, Mode
 from evaluation.inputs import PHRASINGS, OODQuestion, Question
+from evaluation.languages import LanguageGroup, language_groups, pick
 from evaluation.outcomes import Outcomes, RelatedRow, Replay
 from evaluation.stats import Proportion, hits_at_k, paired_counts, sign_test
 
@@ -40,9 +42,11 @@ __all__ = [
     "EvalResult",
     "GateAnalysis",
     "KeptResult",
+    "LanguageFigures",
     "MeanCI",
     "ModeResult",
     "PairedTest",
+    "PhrasingFigures",
     "StrategyResult",
     "SweepRow",
     "bootstrap_mean",
@@ -123,14 +127,18 @@ class ModeResult:
         """Mean reciprocal rank over the top ``DEPTH`` (0 for a miss)."""
         return bootstrap_mean([1.0 / r if r else 0.0 for r in self.ranks])
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
+    def subset(self, positions: Sequence[int]) -> ModeResult:
+        """The same mode over the queries at ``positions`` only."""
+        return ModeResult(self.mode, pick(self.ranks, positions))
+
+    def to_dict(self, *, ranks: bool = True) -> dict[str, Any]:
+        """JSON-ready form (without the per-query ranks unless ``ranks``)."""
+        out: dict[str, Any] = {
             "n": self.n,
             "recall": {str(k): self.recall(k).to_dict() for k in RECALL_KS},
             "mrr": self.mrr.to_dict(),
-            "ranks": self.ranks,
         }
+        return out | {"ranks": self.ranks} if ranks else out
 
 
 @dataclass
@@ -267,8 +275,12 @@ NO_THRESHOLD = 2.0
 
 
 def default_thresholds(current: float) -> list[float]:
-    """0.30 to 0.90 in steps of 0.025, plus the configured threshold."""
-    grid = {round(0.30 + 0.025 * i, 4) for i in range(25)}
+    """0.30 to 0.90 in steps of 0.025, plus the configured threshold; for a model whose
+    thresholds sit below 0.3 (multilingual-e5), 0.05 to 0.35 in steps of 0.005."""
+    if current >= 0.3:
+        grid = {round(0.30 + 0.025 * i, 4) for i in range(25)}
+    else:
+        grid = {round(0.05 + 0.005 * i, 4) for i in range(61)}
     return sorted(grid | {round(current, 4)})
 
 
@@ -442,6 +454,71 @@ class KeptResult:
         }
 
 
+@dataclass(frozen=True)
+class PhrasingFigures:
+    """Retrieval and the gate over one subset of queries: a language group's, one phrasing or all.
+
+    Attributes:
+        phrasing: ``all``, ``doc`` or ``ticket``.
+        queries: in-domain queries in the subset.
+        modes: recall and MRR per retrieval mode, over the subset.
+        gate: each in-domain gate outcome at the evaluated threshold, over the subset.
+    """
+
+    phrasing: str
+    queries: int
+    modes: dict[str, ModeResult]
+    gate: dict[str, Proportion]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the per-query ranks are the run's own, in ``query_order``)."""
+        return {
+            "queries": self.queries,
+            "modes": {m: r.to_dict(ranks=False) for m, r in self.modes.items()},
+            "gate": {name: p.to_dict() for name, p in self.gate.items()},
+        }
+
+
+@dataclass(frozen=True)
+class LanguageFigures:
+    """Every figure of one language group (``evaluation.languages``).
+
+    Attributes:
+        language: an ISO 639-1 code, or ``cross-lingual``.
+        questions: in-domain questions in the group.
+        destroyed: the group's needles in the corpus and in no chunk, over its questions.
+        phrasings: all phrasings, then each (empty without in-domain questions).
+        ood_questions: out-of-domain questions in the group.
+        ood: each out-of-domain gate outcome over them; ``None`` for the
+            cross-lingual group.
+    """
+
+    language: str
+    questions: int
+    destroyed: Proportion
+    phrasings: list[PhrasingFigures]
+    ood_questions: int
+    ood: dict[str, Proportion] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "questions": self.questions,
+            "destroyed": self.destroyed.to_dict(),
+            "phrasings": {f.phrasing: f.to_dict() for f in self.phrasings},
+            "ood_questions": self.ood_questions,
+            "ood": {n: p.to_dict() for n, p in self.ood.items()} if self.ood is not None else None,
+        }
+
+
+def _shares(outcomes: dict[str, list[bool]], positions: Sequence[int]) -> dict[str, Proportion]:
+    """Each per-query outcome as a proportion over the queries at ``positions``."""
+    return {
+        name: Proportion(sum(pick(values, positions)), len(positions))
+        for name, values in outcomes.items()
+    }
+
+
 @dataclass
 class EvalResult:
     """Everything ``kb eval`` measured (``to_dict`` is what ``--json`` prints)."""
@@ -466,12 +543,72 @@ class EvalResult:
         return len(self.questions) * len(PHRASINGS)
 
     def queries(self) -> list[dict[str, str]]:
-        """The in-domain queries in evaluation order (question id, phrasing, text)."""
+        """The in-domain queries in evaluation order (question id, phrasing, text).
+
+        A question with a ``lang`` adds it and its ``doc_lang``.
+        """
         return [
             {"question_id": q.id, "phrasing": p, "text": text}
+            | ({"lang": q.lang, "doc_lang": q.doc_lang or q.lang} if q.lang else {})
             for q in self.questions
             for p, text in zip(PHRASINGS, q.phrasings(), strict=True)
         ]
+
+    def modes(self) -> dict[str, ModeResult]:
+        """The product's modes, and ``final`` (the order passages reach the asker in) if measured."""
+        modes = dict(self.product.modes)
+        if self.kept is not None:
+            final = self.kept.reranked or self.kept.ordered or modes[Mode.HYBRID.value]
+            modes[FINAL_MODE] = ModeResult(FINAL_MODE, final.ranks)
+        return modes
+
+    def gate_outcomes(self) -> tuple[dict[str, list[bool]], dict[str, list[bool]]]:
+        """Per-query gate outcomes at the evaluated threshold: ``(in-domain, out-of-domain)``.
+
+        ``refused`` and ``bluffs`` are read from the best candidate distances
+        (nothing passes exactly when the best is over the threshold), the rest
+        are ``gate.per_query`` (the outcomes and the kept passages).
+        """
+        g = self.gate
+        per_query = g.outcomes.per_query() if g.outcomes is not None else {}
+        in_domain = {"refused": [d is None or d > g.threshold for d in g.in_domain_best]}
+        in_domain |= per_query.get("in_domain", {})
+        if self.kept is not None:
+            in_domain |= self.kept.per_query()
+        ood = {"bluffs": [d is not None and d <= g.threshold for d in g.ood_best]}
+        return in_domain, ood | per_query.get("ood", {})
+
+    def language_groups(self) -> list[LanguageGroup]:
+        """The language groups of the queries and out-of-domain questions (none without ``lang``)."""
+        langs = [(q.lang, q.doc_lang) for q in self.questions for _ in PHRASINGS]
+        return language_groups(langs, [o.lang for o in self.ood_questions])
+
+    def by_language(self) -> list[LanguageFigures]:
+        """Every figure per language group, by phrasing, with the run's intervals."""
+        return [self._language_figures(group) for group in self.language_groups()]
+
+    def _language_figures(self, group: LanguageGroup) -> LanguageFigures:
+        """Recall, MRR, destroyed needles and the gate's outcomes over one group."""
+        modes, (in_domain, ood) = self.modes(), self.gate_outcomes()
+        phrasings = [q["phrasing"] for q in self.queries()]
+        asked = sorted({i // len(PHRASINGS) for i in group.queries})
+        ids = {self.questions[i].id for i in asked}
+        return LanguageFigures(
+            language=group.name,
+            questions=len(asked),
+            destroyed=Proportion(sum(1 for d in self.product.destroyed if d in ids), len(asked)),
+            phrasings=[
+                PhrasingFigures(
+                    phrasing,
+                    len(positions),
+                    {m: r.subset(positions) for m, r in modes.items()},
+                    _shares(in_domain, positions),
+                )
+                for phrasing, positions in group.by_phrasing(phrasings)
+            ],
+            ood_questions=len(group.ood or ()),
+            ood=_shares(ood, group.ood) if group.ood is not None else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form of every number.
@@ -487,8 +624,7 @@ class EvalResult:
             gate["current"].update(self.kept.current())
             per_query = gate.setdefault("per_query", {}).setdefault("in_domain", {})
             per_query.update(self.kept.per_query())
-            final = self.kept.reranked or self.kept.ordered or self.product.modes[Mode.HYBRID.value]
-            product["modes"][FINAL_MODE] = ModeResult(FINAL_MODE, final.ranks).to_dict()
+            product["modes"][FINAL_MODE] = self.modes()[FINAL_MODE].to_dict()
         return {
             "corpus": self.corpus,
             "embedding_model": self.embedding_model,
@@ -506,5 +642,6 @@ class EvalResult:
             "strategies": {n: s.to_dict() for n, s in self.strategies.items()},
             "strategy_tests": [t.to_dict() for t in self.strategy_tests],
             "query_order": self.queries(),
+            "by_language": {f.language: f.to_dict() for f in self.by_language()},
             "seconds": round(self.seconds, 2),
         }

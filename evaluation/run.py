@@ -341,6 +341,7 @@ def _analyse_gate(
                 "best_distance": _best(cs),
                 "closest": f"{top.document} > {top.section}" if top else None,
             }
+            | ({"lang": o.lang} if o.lang else {})
         )
     return GateAnalysis(
         threshold=threshold,

@@ -6,7 +6,8 @@ chunk's own ``content`` contains the whole needle, so the set is only as good
 as its needles: a needle that occurs twice can be "found" in the wrong place, one
 inside a heading line is never part of any chunk's content (the chunker puts
 headings in the contextual header instead), and a phrasing that quotes its
-needle turns the test into string matching. This module catches those mistakes.
+needle turns the test into string matching. This module catches those mistakes,
+and malformed optional language fields (``lang``, ``doc_lang``: ISO 639-1 codes).
 
 Run it as ``python -m evaluation.set_check DIR`` (or ``--set NAME``); without
 either it checks the default evaluation set bundled with the package.
@@ -43,6 +44,19 @@ converted, so that its needles can be checked here without indexing anything.
 """
 
 QUESTION_FIELDS = ("id", "needle", "doc_phrasing", "ticket_phrasing")
+LANG_FIELD = "lang"
+DOC_LANG_FIELD = "doc_lang"
+_ISO_639_1_CODES = (
+    "aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu "
+    "cv cy da de dv dz ee el en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi "
+    "ho hr ht hu hy hz ia id ie ig ii ik io is it iu ja jv ka kg ki kj kk kl km kn ko kr ks "
+    "ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na nb nd ne ng nl "
+    "nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl "
+    "sm sn so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve "
+    "vi vo wa wo xh yi yo za zh zu"
+)
+ISO_639_1 = frozenset(_ISO_639_1_CODES.split())
+"""The two-letter ISO 639-1 language codes (as ``iso-codes`` lists them), lower case."""
 OOD_FIELDS = ("id", "question")
 OOD_KINDS = frozenset({"adjacent", "near_miss", "far"})
 NEEDLE_MIN_CHARS = 10
@@ -177,6 +191,35 @@ def _read_jsonl(
     return records
 
 
+def language_problems(record: dict[str, Any], *, ood: bool = False) -> list[str]:
+    """Problems of a record's optional language fields (``lang``, and ``doc_lang`` unless ``ood``).
+
+    Each, when present, must be a lower-case ISO 639-1 code (``en``, ``cs``);
+    ``doc_lang`` (the language of the document holding the needle, by default
+    ``lang``) needs ``lang``. An out-of-domain question has no document, so no
+    ``doc_lang``.
+
+    Args:
+        record: one parsed JSONL object.
+        ood: the record is an out-of-domain question.
+
+    Returns:
+        One sentence per problem, without the file and line.
+    """
+    problems: list[str] = []
+    for name in (LANG_FIELD, DOC_LANG_FIELD):
+        value = record.get(name)
+        if value is not None and value not in ISO_639_1:
+            hint = " (lower case)" if isinstance(value, str) and value.lower() in ISO_639_1 else ""
+            problems.append(f"{name} {value!r} is not an ISO 639-1 language code{hint}")
+    if DOC_LANG_FIELD in record:
+        if ood:
+            problems.append(f"{DOC_LANG_FIELD} is for in-domain questions only")
+        elif LANG_FIELD not in record:
+            problems.append(f"{DOC_LANG_FIELD} without {LANG_FIELD}")
+    return problems
+
+
 def _occurrences(needle: str, texts: dict[str, str]) -> list[tuple[str, int]]:
     """Every (document, offset) where ``needle`` starts, overlapping matches included."""
     found: list[tuple[str, int]] = []
@@ -195,7 +238,7 @@ def _check_question(
     headings: dict[str, set[int]],
 ) -> list[str]:
     """Problems of one question whose required fields are present."""
-    problems: list[str] = []
+    problems = [f"{where}: {p}" for p in language_problems(record)]
     needle: str = record["needle"]
     doc: str = record["doc_phrasing"]
     ticket: str = record["ticket_phrasing"]
@@ -245,15 +288,16 @@ def check_evalset(
     once in the whole corpus (after newline normalisation) and not within a
     heading line; the two phrasings of a question differ and neither contains
     its needle; OOD ``kind``, when given, is ``adjacent``, ``near_miss`` or
-    ``far``; and there are enough questions and OOD questions, and, when
+    ``far``; ``lang`` and ``doc_lang``, when given, are ISO 639-1 codes and
+    ``doc_lang`` comes with ``lang`` (``language_problems``); and there are enough questions and OOD questions, and, when
     ``min_per_kind`` is set, every OOD question has a kind and each kind
     has at least that many.
 
     Args:
         corpus_dir: folder of corpus documents (``.md``, ``.markdown``, ``.txt``).
         questions: ``questions.jsonl`` with ``id``, ``needle``, ``doc_phrasing``,
-            ``ticket_phrasing``.
-        ood: ``ood.jsonl`` with ``id``, ``question`` and optionally ``kind``.
+            ``ticket_phrasing``, optionally ``lang`` and ``doc_lang``.
+        ood: ``ood.jsonl`` with ``id``, ``question``, optionally ``kind`` and ``lang``.
         min_questions: the fewest questions accepted.
         min_ood: the fewest OOD questions accepted; ``None`` means ``min_questions``.
         min_per_kind: the fewest OOD questions of each kind accepted (0: kinds optional).
@@ -281,6 +325,7 @@ def check_evalset(
         kind = record.get("kind")
         if kind is not None and kind not in OOD_KINDS:
             problems.append(f"{where}: kind {kind!r} is not one of {', '.join(sorted(OOD_KINDS))}")
+        problems.extend(f"{where}: {p}" for p in language_problems(record, ood=True))
         key = record["question"].strip().casefold()
         if key in seen_questions:
             problems.append(f"{where}: same question as line {seen_questions[key]}")

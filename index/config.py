@@ -142,8 +142,12 @@ class IndexConfig:
         data_dir: folder of the SQLite database, the derived index files and the originals.
         database_url: a ``postgresql://`` URL of the database shared by replicas
             (originals included); empty: SQLite in ``data_dir``. A secret: never in a repr.
-        embedding_model: ``bundled:all-MiniLM-L6-v2``, a local folder, a model
+        embedding_model: ``bundled:all-MiniLM-L6-v2``, ``multilingual`` (the
+            multilingual preset, ``index.embed.e5``), a local folder, a model
             name, or ``openai:<model>`` for ``embedding_endpoint``.
+        query_prefix: put before every question; ``None``: the model family's
+            (``index.embed.base.family_prefixes``), ``""``: nothing.
+        document_prefix: put before every passage, likewise.
         embedding_endpoint: the endpoint of an ``openai:`` model.
         encoder_runtime: what runs a local model: ``onnx`` (an export kept in
             ``encoders/`` in the data dir) or ``torch``; the vectors agree.
@@ -173,6 +177,8 @@ class IndexConfig:
     data_dir: Path = DEFAULT_DATA_DIR
     database_url: str = field(default="", repr=False)
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    query_prefix: str | None = None
+    document_prefix: str | None = None
     encoder_runtime: str = DEFAULT_ENCODER_RUNTIME
     encoder_cache: Path | None = None
     search_engine: str = "local"

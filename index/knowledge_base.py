@@ -46,6 +46,7 @@ from index.ingest import (
     over_reading_limit,
     prepare_document,
 )
+from index.language_fit import LanguageFit, language_fit
 from index.models import EVERYONE, AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
 from index.records import AuditEntry, ChunkRow, DocumentFacts, DocumentRow, Stamp
@@ -168,6 +169,7 @@ class KnowledgeBase:
         self.messages = self.store.messages
         self.used_states = self.store.used_states
         self.embedder = embedder or load_embedder(config)
+        self._fit: tuple[int, LanguageFit] | None = None
         stamped = self.store.stamped_dimensions(self.embedder.name)
         if stamped is not None:
             self.embedder.expect_dimensions(stamped)
@@ -327,7 +329,18 @@ class KnowledgeBase:
             "index": self.search_index.check(),
             "query_map": self.query_adapters.status(),
             "read_only": self.store.read_only,
+            "languages": self.language_fit().to_dict(),
         }
+
+    def language_fit(self) -> LanguageFit:
+        """The languages of the searchable passages against the running model (``index.language_fit``).
+
+        Counted once per store generation: ``/readyz`` asks every few seconds.
+        """
+        generation = self.store.generation
+        if self._fit is None or self._fit[0] != generation:
+            self._fit = (generation, language_fit(self.store.language_counts(), self.embedder.name))
+        return self._fit[1]
 
     # ------------------------------------------------------------------ adding
 
@@ -500,6 +513,7 @@ class KnowledgeBase:
                 kind=ex.kind,
                 text_length=len(ex.text),
                 page_starts=",".join(map(str, ex.page_starts)) if ex.page_starts else None,
+                language=prepared.language,
             ),
         )
 

@@ -77,6 +77,8 @@ class Chunk:
         text: contextual header + content; what is embedded and BM25-indexed.
         section: ``Section > Subsection`` path ("" before the first heading).
         page: 1-based page of ``start`` for paged documents, else ``None``.
+        language: the language its content is written in (``index.languages``;
+            its document's when the passage alone cannot tell), ``None`` when unknown.
     """
 
     ordinal: int
@@ -86,6 +88,7 @@ class Chunk:
     text: str
     section: str
     page: int | None = None
+    language: str | None = None
 
 
 @dataclass(frozen=True)

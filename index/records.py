@@ -53,6 +53,8 @@ class DocumentRow:
         publish: how it may become searchable (who added it where).
         replaced_by: for a ``replaced`` version, the document that replaced it.
         worker: while ``indexing``, the lock id of the process indexing it (``index.storage.workers``).
+        language: the language most of its passages are written in (ISO 639-1,
+            ``index.languages``); ``None`` until indexed or when none could be told.
     """
 
     id: int
@@ -81,6 +83,7 @@ class DocumentRow:
     publish: Publish = Publish.DIRECT
     replaced_by: int | None = None
     worker: str | None = None
+    language: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DocumentRow:
@@ -99,6 +102,7 @@ class DocumentFacts:
     kind: str
     text_length: int
     page_starts: str | None
+    language: str | None = None
 
 
 @dataclass(frozen=True)
@@ -271,6 +275,7 @@ class ChunkRow:
     page: int | None
     content: str
     text: str
+    language: str | None = None
 
 
 @dataclass(frozen=True)

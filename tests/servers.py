@@ -659,13 +659,19 @@ class MockSlackAPI(_LocalServer):
         name: str | None = None,
         deleted: bool = False,
         is_bot: bool = False,
+        locale: str | None = "en-US",
     ) -> JSONDict:
         """Define what ``users.info`` says about ``user_id``; returns the user object.
 
-        Users not defined here exist as ordinary members (not admin, not owner).
+        Users not defined here exist as ordinary members (not admin, not owner) of
+        locale ``en-US``. ``locale`` is in the answer only when the caller asks with
+        ``include_locale`` (as in Slack); ``None``: Slack knows none for this person.
         """
         user = self._user_object(user_id, name=name)
         user.update(is_admin=is_admin, is_owner=is_owner, deleted=deleted, is_bot=is_bot)
+        user.pop("locale", None)
+        if locale is not None:
+            user["locale"] = locale
         self._users[user_id] = user
         return user
 
@@ -1049,6 +1055,7 @@ class MockSlackAPI(_LocalServer):
             "tz": "Europe/Berlin",
             "tz_label": "Central European Time",
             "tz_offset": 3600,
+            "locale": "en-US",
             "profile": {
                 "real_name": name.title(),
                 "display_name": name,
@@ -1316,7 +1323,11 @@ class MockSlackAPI(_LocalServer):
         user_id = str(params.get("user", ""))
         if not user_id:
             return {"ok": False, "error": "user_not_found"}
-        return {"ok": True, "user": self._users.get(user_id) or self._user_object(user_id)}
+        user = dict(self._users.get(user_id) or self._user_object(user_id))
+        # Slack sends ``user.locale`` only to callers that ask (include_locale=true).
+        if str(params.get("include_locale", "")).lower() not in ("1", "true"):
+            user.pop("locale", None)
+        return {"ok": True, "user": user}
 
     def _m_usergroups_users_list(self, params: JSONDict) -> JSONDict:
         members = self._usergroups.get(str(params.get("usergroup", "")))

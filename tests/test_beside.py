@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from bot.cli import main
 from bot.slack import messages
 from bot.slack.blocks import render_answer
+from bot.slack.words import words_for
 from core.answer import Answer, Engine, Outcome, SourceRef, build_engine
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT, MAX_RELATED, beside_answer
@@ -251,18 +252,22 @@ def _answered(beside: list[SourceRef], outcome: Outcome = Outcome.ANSWERED) -> A
     "outcome", [Outcome.ANSWERED, Outcome.UNSUPPORTED, Outcome.MODEL_UNAVAILABLE]
 )
 def test_slack_lists_the_passages_beside_an_answer_under_their_own_label(outcome: Outcome) -> None:
-    rendered = render_answer(_answered([_passage(2), _passage(3)], outcome))
+    rendered = render_answer(_answered([_passage(2), _passage(3)], outcome), words=words_for("en"))
     (block,) = [b for b in rendered.blocks if messages.BESIDE_HEADER in json.dumps(b)]
     assert block["type"] == "context"
     found = BESIDE_LINK_RE.findall(block["elements"][0]["text"])
     assert [url for url, _ in found] == [_passage(2).url, _passage(3).url]
     # Numbers belong to the answer's citations; these are unnumbered.
     assert all("[" not in label for _, label in found)
-    assert messages.BESIDE_HEADER not in json.dumps(render_answer(_answered([])).blocks)
+    assert messages.BESIDE_HEADER not in json.dumps(
+        render_answer(_answered([]), words=words_for("en")).blocks
+    )
 
 
 def test_hostile_names_beside_an_answer_stay_inert() -> None:
-    rendered = render_answer(_answered([_passage(2, document=HOSTILE, section=HOSTILE)]))
+    rendered = render_answer(
+        _answered([_passage(2, document=HOSTILE, section=HOSTILE)]), words=words_for("en")
+    )
     text = json.dumps(rendered.blocks)
     for token in ("<!channel>", "<@U123>", "<https://evil.example", "<#C1>"):
         assert token not in text
@@ -273,7 +278,7 @@ def test_long_names_beside_an_answer_drop_a_link_rather_than_cut_one() -> None:
     # Names are cut to a display length, but "<" escapes to four characters.
     long = "<" * 1400
     passages = [_passage(n, document=long, section=long) for n in (2, 3, 4)]
-    rendered = render_answer(_answered(passages))
+    rendered = render_answer(_answered(passages), words=words_for("en"))
     (block,) = [b for b in rendered.blocks if messages.BESIDE_HEADER in json.dumps(b)]
     text = block["elements"][0]["text"]
     # Slack's limit, not the module's copy: a text object holds at most 3000 characters
@@ -288,7 +293,7 @@ def test_long_names_beside_an_answer_drop_a_link_rather_than_cut_one() -> None:
 def test_a_link_too_long_for_slack_is_left_out_and_the_next_still_shown() -> None:
     # Longer than the 3000 characters Slack allows a text object (see above).
     too_long = replace(_passage(3), url="https://kb.example/d/3?t=" + "a" * 3000)
-    rendered = render_answer(_answered([_passage(2), too_long, _passage(4)]))
+    rendered = render_answer(_answered([_passage(2), too_long, _passage(4)]), words=words_for("en"))
     (block,) = [b for b in rendered.blocks if messages.BESIDE_HEADER in json.dumps(b)]
     found = BESIDE_LINK_RE.findall(block["elements"][0]["text"])
     assert [url for url, _ in found] == [_passage(2).url, _passage(4).url]

@@ -322,7 +322,7 @@ def test_scale_compose_runs_replicas_over_postgres_and_qdrant() -> None:
     for service in replicas.values():
         env = service["environment"]
         assert service["build"]["dockerfile"] == "deploy/Dockerfile"
-        assert service["build"]["args"]["KB_EXTRAS"] == "scale"
+        assert service["build"]["args"]["KB_EXTRAS"] == "multilingual,scale"
         assert (
             env["KB_DATABASE_URL"].startswith("postgresql://")
             and "@postgres:" in env["KB_DATABASE_URL"]

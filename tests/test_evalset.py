@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.inputs import EvalSetError, bundled_set, bundled_set_names
+from evaluation.inputs import (
+    EvalSetError,
+    bundled_set,
+    bundled_set_names,
+    load_ood,
+    load_questions,
+)
 from evaluation.set_check import (
     BUNDLED_EVALSET,
     BUNDLED_MIN_PER_KIND,
@@ -351,6 +357,67 @@ def test_ood_kinds_are_counted_when_asked(tmp_path: Path) -> None:
     ]
 
 
+def test_language_fields_are_accepted(tmp_path: Path) -> None:
+    root = _make_set(
+        tmp_path,
+        [
+            _question("q1", "deploys from the release branch every Tuesday", lang="cs"),
+            _question("q2", "Each widget may hold at most 500 gadgets.", lang="da", doc_lang="en"),
+            _question("q3", "Rollbacks take about four minutes", lang="en", doc_lang="en"),
+            _question("q4", "need no approval"),
+        ],
+        ood=[
+            {"id": "o1", "question": "Comment cuisiner une paella ?", "kind": "far", "lang": "fr"},
+            {"id": "o2", "question": "Cum îmi reînnoiesc pașaportul?", "lang": "ro"},
+            {"id": "o3", "question": "How do I cook paella?"},
+        ],
+    )
+    assert _problems(root) == []
+    questions = load_questions(root / "questions.jsonl")
+    assert [(q.lang, q.doc_lang, q.cross_lingual) for q in questions] == [
+        ("cs", "cs", False),  # doc_lang defaults to lang
+        ("da", "en", True),
+        ("en", "en", False),
+        ("", "", False),
+    ]
+    assert [o.lang for o in load_ood(root / "ood.jsonl")] == ["fr", "ro", ""]
+
+
+def test_bad_language_fields_are_reported(tmp_path: Path) -> None:
+    root = _make_set(
+        tmp_path,
+        [
+            _question("upper", "deploys from the release branch every Tuesday", lang="EN"),
+            _question("three", "Each widget may hold at most 500 gadgets.", lang="ces"),
+            _question("unknown", "Rollbacks take about four minutes", lang="xx"),
+            _question("orphan", "need no approval", doc_lang="en"),
+            {**_question("number", "The widget service deploys"), "lang": 5},  # type: ignore[dict-item]
+        ],
+        ood=[
+            {"id": "o1", "question": "How do I cook paella?", "lang": "fr", "doc_lang": "en"},
+            {"id": "o2", "question": "How do I renew a passport?", "lang": "Fr"},
+        ],
+    )
+    assert _problems(root) == [
+        "questions.jsonl:1 (upper): lang 'EN' is not an ISO 639-1 language code (lower case)",
+        "questions.jsonl:2 (three): lang 'ces' is not an ISO 639-1 language code",
+        "questions.jsonl:3 (unknown): lang 'xx' is not an ISO 639-1 language code",
+        "questions.jsonl:4 (orphan): doc_lang without lang",
+        "questions.jsonl:5 (number): lang 5 is not an ISO 639-1 language code",
+        "ood.jsonl:1 (o1): doc_lang is for in-domain questions only",
+        "ood.jsonl:2 (o2): lang 'Fr' is not an ISO 639-1 language code (lower case)",
+    ]
+    with pytest.raises(EvalSetError, match=r"questions.jsonl:1: lang 'EN' is not an ISO 639-1"):
+        load_questions(root / "questions.jsonl")
+    with pytest.raises(EvalSetError, match=r"ood.jsonl:1: doc_lang is for in-domain questions"):
+        load_ood(root / "ood.jsonl")
+    (root / "questions.jsonl").write_text(
+        json.dumps(_question("orphan", "need no approval", doc_lang="en")) + "\n"
+    )
+    with pytest.raises(EvalSetError, match="doc_lang without lang"):
+        load_questions(root / "questions.jsonl")
+
+
 def test_minimum_sizes(tmp_path: Path) -> None:
     root = _make_set(tmp_path, [_question("q1", "Each widget may hold at most 500 gadgets.")])
     assert _check(root, min_questions=1) == []
@@ -396,7 +463,8 @@ def test_main_reports_ok_and_problems(tmp_path: Path, capsys: pytest.CaptureFixt
     assert capsys.readouterr().out.endswith("(pip-black)\n")
     with pytest.raises(SystemExit):
         main(["--set", "no-such-set"])
-    assert "bundled: pip-black" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "bundled: " in err and "pip-black" in err.partition("bundled: ")[2]
 
     assert main([str(EVALMINI)]) == 1
     assert "at least 30 needed" in capsys.readouterr().out

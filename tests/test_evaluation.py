@@ -170,6 +170,18 @@ def test_report_and_plot_are_written(mini: dict[str, Any]) -> None:
     assert (mini["out"] / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_set_without_languages_has_no_language_breakdown(mini: dict[str, Any]) -> None:
+    data = mini["data"]
+    assert data["by_language"] == {}
+    assert all(set(q) == {"question_id", "phrasing", "text"} for q in data["query_order"])
+    assert all(
+        set(o) == {"id", "question", "kind", "best_distance", "closest"}
+        for o in data["gate"]["ood"]
+    )
+    report = (mini["out"] / "eval.md").read_text(encoding="utf-8")
+    assert "By language" not in report and "cross-lingual" not in report
+
+
 def test_unknown_files_are_reported_not_raised(tmp_path: Path) -> None:
     bad = tmp_path / "q.jsonl"
     bad.write_text('{"id": "x", "needle": "", "doc_phrasing": "a", "ticket_phrasing": "b"}\n')
@@ -209,8 +221,10 @@ def test_eval_pairs_a_run_with_a_saved_baseline(mini: dict[str, Any], tmp_path: 
     assert all(r["only_a"] == r["only_b"] == 0 for r in comparison["retrieval"])
     refused = next(g for g in comparison["gate"]["rows"] if g["name"] == "refused")
     assert refused["paired"] and refused["p"] == 1.0
+    assert comparison["by_language"] == {"retrieval": [], "gate": []}  # no lang in evalmini
     report = (tmp_path / "eval.md").read_text(encoding="utf-8")
     assert "| mode | metric | baseline | this run | this run vs baseline | p |" in report
+    assert "by language" not in report
 
 
 def test_a_baseline_of_other_questions_fails_before_indexing(

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
+from bot.settings import Settings
 from core.retrieve import Candidate
 from evaluation.calibrate import write_env
 from evaluation.outcomes import Replay, propose_related, related_sweep
@@ -180,7 +181,15 @@ def test_calibrate_proposes_and_writes_both_thresholds(tmp_path: Path) -> None:
     assert env.read_text().splitlines() == [
         f"KB_THRESHOLD={threshold:g}",
         f"KB_RELATED_THRESHOLD={related:g}",
+        # The model they were measured with: with another one they are not used.
+        'KB_THRESHOLD_MODEL="sentence-transformers/all-MiniLM-L6-v2"',
     ]
+    written = Settings(_env_file=str(env))  # type: ignore[call-arg]
+    assert (
+        written.thresholds().answer == threshold and written.thresholds().origin == "KB_THRESHOLD"
+    )
+    switched = Settings(_env_file=str(env), KB_EMBEDDING_MODEL="multilingual")  # type: ignore[call-arg]
+    assert switched.thresholds().answer != threshold and "not used" in switched.thresholds().origin
 
 
 def test_eval_says_whether_a_query_map_ordered_the_candidates(run: dict[str, Any]) -> None:

@@ -191,9 +191,14 @@ async def test_a_refusal_never_scores_term_proximity(
 ) -> None:
     calls: list[str] = []
 
-    def counted(question: str, texts: Sequence[str], window: int = WINDOW) -> list[float]:
+    def counted(
+        question: str,
+        texts: Sequence[str],
+        window: int = WINDOW,
+        languages: Sequence[str | None] | None = None,
+    ) -> list[float]:
         calls.append(question)
-        return term_proximity(question, texts, window)
+        return term_proximity(question, texts, window, languages)
 
     # Observed, not replaced: the real function still gives every score.
     monkeypatch.setattr(core.retrieve, "term_proximity", counted)

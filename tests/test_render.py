@@ -22,6 +22,7 @@ from bot.slack.blocks import (
     upload_modal,
 )
 from bot.slack.blocks.mrkdwn import link_citations, split_mrkdwn
+from bot.slack.words import words_for
 from core.answer import Answer, Outcome, SourceRef
 
 URL = "https://kb.example/d/{n}?t=tok.en-{n}#char=0,10"
@@ -109,7 +110,7 @@ def test_answer_lists_only_cited_sources_with_short_quotes() -> None:
     long_quote = "word " * 200
     cited = _source(1, quote=long_quote)
     uncited = _source(2, quote="Never shown.", document="Other doc")
-    r = render_answer(_answer("Yes [1].", [cited], kept=[cited, uncited]))
+    r = render_answer(_answer("Yes [1].", [cited], kept=[cited, uncited]), words=words_for("en"))
     sources = [t for t in _section_texts(r) if t.startswith(messages.SOURCES_HEADER)]
     assert len(sources) == 1
     assert "Handbook" in sources[0] and "Other doc" not in _all_text(r)
@@ -125,7 +126,7 @@ def test_everything_from_model_and_documents_is_escaped() -> None:
         _answer(f"Model says {HOSTILE}.", [], Outcome.UNSUPPORTED, kept=[source]),
         _answer(messages.EVIDENCE_FALLBACK, [source], Outcome.MODEL_UNAVAILABLE),
     ):
-        r = render_answer(answer)
+        r = render_answer(answer, words=words_for("en"))
         everything = _all_text(r)
         for forbidden in FORBIDDEN:
             assert forbidden not in everything, (answer.outcome, forbidden)
@@ -137,7 +138,7 @@ def test_long_answer_is_split_within_block_kit_limits() -> None:
     sources = [_source(i) for i in range(1, 5)]
     paragraph = " ".join(f"Sentence {i} about claims & receipts [{i % 4 + 1}]." for i in range(40))
     text = "\n\n".join([paragraph] * 12)
-    r = render_answer(_answer(text, sources))
+    r = render_answer(_answer(text, sources), words=words_for("en"))
     _check_limits(r)
     sections = _section_texts(r)
     assert len([s for s in sections if not s.startswith(messages.SOURCES_HEADER)]) > 3
@@ -147,7 +148,7 @@ def test_long_answer_is_split_within_block_kit_limits() -> None:
 
 def test_huge_answer_is_truncated_to_fifty_blocks() -> None:
     text = ("A very long line without paragraph breaks & more " * 4000) + " [1]"
-    r = render_answer(_answer(text, [_source(1)]))
+    r = render_answer(_answer(text, [_source(1)]), words=words_for("en"))
     _check_limits(r)
     assert len(r.blocks) == 50  # Slack's limit of a message, filled
     assert messages.TRUNCATED in _all_text(r)
@@ -166,7 +167,9 @@ def test_split_never_cuts_links_or_entities() -> None:
 
 
 def test_unsupported_answer_is_flagged() -> None:
-    r = render_answer(_answer("I think so.", [], Outcome.UNSUPPORTED, kept=[]))
+    r = render_answer(
+        _answer("I think so.", [], Outcome.UNSUPPORTED, kept=[]), words=words_for("en")
+    )
     assert r.blocks[0]["type"] == "context"
     assert messages.UNSUPPORTED_WARNING in _all_text(r)
     assert messages.UNSUPPORTED_WARNING in r.text
@@ -176,7 +179,7 @@ def test_unsupported_answer_is_flagged() -> None:
 def test_uncited_answer_shows_the_passages_it_was_given_as_not_cited() -> None:
     kept = [_source(n, quote=f"Passage number {n}.") for n in range(1, 6)]
     text = "The knowledge base does not say how long data is kept."
-    r = render_answer(_answer(text, [], Outcome.UNSUPPORTED, kept=kept))
+    r = render_answer(_answer(text, [], Outcome.UNSUPPORTED, kept=kept), words=words_for("en"))
     _check_limits(r)
     sections = _section_texts(r)
     assert sections[0] == text
@@ -194,14 +197,16 @@ def test_uncited_answer_shows_the_passages_it_was_given_as_not_cited() -> None:
 
 
 def test_refusal_explains_how_to_add_documents() -> None:
-    r = render_answer(_answer("", [], Outcome.REFUSED))
+    r = render_answer(_answer("", [], Outcome.REFUSED), words=words_for("en"))
     assert "/kb-upload" in r.text and "nothing on this" in r.text
     assert "|[" not in _all_text(r)
 
 
 def test_evidence_is_marked_as_no_answer_with_links() -> None:
     kept = [_source(1), _source(2, quote="VPN DNS is 10.20.0.53.")]
-    r = render_answer(_answer(messages.EVIDENCE_FALLBACK, kept, Outcome.MODEL_UNAVAILABLE))
+    r = render_answer(
+        _answer(messages.EVIDENCE_FALLBACK, kept, Outcome.MODEL_UNAVAILABLE), words=words_for("en")
+    )
     assert "No answer generated" in r.blocks[0]["text"]["text"]
     assert r.text.startswith("No answer generated")
     assert f"<{URL.format(n=2)}|[2]>" in _all_text(r) and "10.20.0.53" in _all_text(r)
@@ -209,12 +214,14 @@ def test_evidence_is_marked_as_no_answer_with_links() -> None:
 
 
 def test_markdown_bold_and_headings_become_mrkdwn() -> None:
-    r = render_answer(_answer("## Steps\n**Submit** the claim [1].", [_source(1)]))
+    r = render_answer(
+        _answer("## Steps\n**Submit** the claim [1].", [_source(1)]), words=words_for("en")
+    )
     assert _section_texts(r)[0].startswith("*Steps*\n*Submit* the claim")
 
 
 def test_feedback_buttons_carry_the_query_id() -> None:
-    r = render_answer(_answer("Yes [1].", [_source(1)]))
+    r = render_answer(_answer("Yes [1].", [_source(1)]), words=words_for("en"))
     (block,) = [b for b in r.blocks if b["type"] == "context_actions"]
     element = block["elements"][0]
     assert element["type"] == "feedback_buttons"
@@ -225,15 +232,15 @@ def test_feedback_buttons_carry_the_query_id() -> None:
 
 @pytest.mark.parametrize("text", ["", "Partial <!here> answer [1", "x" * 5000])
 def test_partial_answer_is_escaped_and_bounded(text: str) -> None:
-    r = render_partial(text)
+    r = render_partial(text, words=words_for("en"))
     _check_limits(r)
     assert "<!here>" not in _all_text(r)
 
 
 def test_upload_status_and_modal() -> None:
-    r = render_upload_status("failed", retry_document_id=7)
+    r = render_upload_status("failed", retry_document_id=7, words=words_for("en"))
     assert r.blocks[1]["elements"][0]["value"] == "7"
-    modal = upload_modal('{"channel": "C1"}', channel_scope_allowed=True)
+    modal = upload_modal('{"channel": "C1"}', channel_scope_allowed=True, words=words_for("en"))
     # slack_sdk's View checks the modal (a title within 24 characters...) and each block in it.
     View(**modal).to_dict()
     assert modal["private_metadata"] == '{"channel": "C1"}'
@@ -243,7 +250,10 @@ def test_a_notice_or_status_longer_than_a_section_is_split_never_refused() -> No
     # A failure reason can quote a long name or a document's words: the status still renders,
     # in sections within Slack's 3000 characters of a text object, and says all of it.
     reason = "Sheet *Budget* could not be read: " + "cell A1 is a formula; " * 400
-    for r in (render_notice(reason), render_upload_status(reason, retry_document_id=3)):
+    for r in (
+        render_notice(reason),
+        render_upload_status(reason, retry_document_id=3, words=words_for("en")),
+    ):
         _check_limits(r)
         sections = [b["text"]["text"] for b in r.blocks if b["type"] == "section"]
         assert len(sections) == 3
@@ -271,7 +281,7 @@ def _bare_urls_outside_code(text: str) -> list[str]:
     ],
 )
 def test_urls_the_model_wrote_are_inert_text(answer_text: str) -> None:
-    rendered = render_answer(_answer(answer_text, [_source(1)]))
+    rendered = render_answer(_answer(answer_text, [_source(1)]), words=words_for("en"))
     # The only links are the server's citation links.
     assert all(link.startswith("https://kb.example/d/") for link in _links(rendered))
     for block_text in [rendered.text, *(json.dumps(b) for b in rendered.blocks)]:
@@ -281,7 +291,8 @@ def test_urls_the_model_wrote_are_inert_text(answer_text: str) -> None:
 def test_a_url_quoted_verbatim_from_a_cited_passage_stays_as_written() -> None:
     passage = "The VPN portal is https://vpn.corp.example/start for everyone."
     rendered = render_answer(
-        _answer("Use https://vpn.corp.example/start [1].", [_source(1, quote=passage)])
+        _answer("Use https://vpn.corp.example/start [1].", [_source(1, quote=passage)]),
+        words=words_for("en"),
     )
     section = rendered.blocks[0]["text"]["text"]
     assert "Use https://vpn.corp.example/start" in section
@@ -289,7 +300,7 @@ def test_a_url_quoted_verbatim_from_a_cited_passage_stays_as_written() -> None:
 
 
 def test_streamed_partial_answers_make_urls_inert_too() -> None:
-    rendered = render_partial("Go to https://evil.example now")
+    rendered = render_partial("Go to https://evil.example now", words=words_for("en"))
     assert _bare_urls_outside_code(rendered.blocks[0]["text"]["text"]) == []
     assert _bare_urls_outside_code(rendered.text) == []
 
@@ -306,7 +317,9 @@ def _texts(rendered: Rendered) -> list[dict[str, Any]]:
 def test_a_title_or_section_carrying_a_url_is_no_link() -> None:
     hostile = "IT notice: reset SSO at https://sso-reset.evil.example/login"
     source = _source(1, document=hostile)
-    rendered = render_answer(_answer("Reset it as the notice says [1].", [source]))
+    rendered = render_answer(
+        _answer("Reset it as the notice says [1].", [source]), words=words_for("en")
+    )
     assert all(link.startswith("https://kb.example/d/") for link in _links(rendered))
     for block_text in (json.dumps(b) for b in rendered.blocks):
         assert _bare_urls_outside_code(block_text) == []
@@ -318,7 +331,9 @@ def test_a_title_or_section_carrying_a_url_is_no_link() -> None:
 def test_a_passage_of_characters_that_escape_long_still_fits_slack(outcome: Outcome) -> None:
     # "&" is "&amp;" once escaped: a 600-character quote would become 3,000.
     sources = [_source(n, quote="&" * 700) for n in (1, 2, 3, 4)]
-    rendered = render_answer(_answer("Yes [1][2][3][4].", sources, outcome=outcome, kept=sources))
+    rendered = render_answer(
+        _answer("Yes [1][2][3][4].", sources, outcome=outcome, kept=sources), words=words_for("en")
+    )
     # A text object holds at most 3000 characters
     # (https://docs.slack.dev/reference/block-kit/composition-objects/text-object).
     assert all(len(t["text"]) <= 3000 for t in _texts(rendered))

@@ -16,6 +16,7 @@ import yaml
 
 from bot.slack import messages
 from bot.slack.agent import suggested_prompts
+from bot.slack.words import words_for
 from core.answer import Engine, Outcome, build_engine
 from index.knowledge_base import KnowledgeBase
 from tests.conftest_bot import make_settings
@@ -61,7 +62,7 @@ async def engine(
 async def test_every_suggested_prompt_is_answered_by_the_sample_documents(
     sample_kb: KnowledgeBase, engine: Engine
 ) -> None:
-    drawn = [p["message"] for p in suggested_prompts(sample_kb)]
+    drawn = [p["message"] for p in suggested_prompts(sample_kb, words=words_for("en"))]
     assert len(drawn) == 4, "one prompt per sample document"
     questions = list(dict.fromkeys([*manifest_prompts(), *drawn, help_example()]))
     for question in questions:

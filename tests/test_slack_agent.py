@@ -10,6 +10,7 @@ import pytest
 
 from bot.slack import messages
 from bot.slack.agent import Viewing, suggested_prompts, viewed_channel
+from bot.slack.words import words_for
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -126,13 +127,15 @@ async def test_prompts_add_the_viewed_channels_documents_for_its_members(
 
 
 async def test_prompts_leave_out_documents_that_are_not_searched(bot: Bot) -> None:
-    assert {p["title"] for p in suggested_prompts(bot.kb)} == EVERYONES_TITLES
+    assert {
+        p["title"] for p in suggested_prompts(bot.kb, words=words_for("en"))
+    } == EVERYONES_TITLES
     handbook = bot.kb.find("handbook.md")
     # Indexed with another model: stale, not searched until a reindex.
     bot.kb.store.update_document(handbook.id, embedding_model="another-model")
-    assert {p["title"] for p in suggested_prompts(bot.kb)} == EVERYONES_TITLES - {
-        "Employee handbook"
-    }
+    assert {
+        p["title"] for p in suggested_prompts(bot.kb, words=words_for("en"))
+    } == EVERYONES_TITLES - {"Employee handbook"}
 
 
 async def test_messages_tab_greets_only_once(bot: Bot) -> None:

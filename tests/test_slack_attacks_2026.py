@@ -38,6 +38,7 @@ from bot.slack.blocks.home import clip
 from bot.slack.config import SlackConfig
 from bot.slack.people.directory import Directory
 from bot.slack.people.roles import Roles
+from bot.slack.words import words_for
 from core.calibration import CalibrationRecord
 from core.gaps import knowledge_gaps
 from index.config import IndexConfig
@@ -214,7 +215,8 @@ def test_a_persons_backticks_never_leave_a_link_outside_code(text: str) -> None:
                     question=text,
                     outcome="answered",
                     answer=text,
-                )
+                ),
+                words=words_for("en"),
             ).blocks
         ),
     ]
@@ -380,7 +382,7 @@ def test_a_time_out_of_range_in_a_saved_record_still_shows_the_tab() -> None:
         calibration=Calibration(0.6, 0.6, record),
     )
     member = MemberHome(documents=0, chunks=0, channel_documents=0, uploads=())
-    text = json.dumps(home_view(member, admin)["blocks"])
+    text = json.dumps(home_view(member, admin, words=words_for("en"))["blocks"])
     assert "queries.jsonl" in text
 
 
@@ -464,7 +466,8 @@ def test_bidi_overrides_never_reach_slack() -> None:
             question=spoof,
             outcome="answered",
             answer=spoof,
-        )
+        ),
+        words=words_for("en"),
     )
     for shown in (
         json.dumps(rendered.blocks),

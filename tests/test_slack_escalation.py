@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from bot.slack import escalation, messages
 from bot.slack.blocks import ASK_A_PERSON_ACTION_ID, render_answer, render_notice
+from bot.slack.words import words_for
 from core.answer import Answer, Outcome
 from index.storage.store import Store
 
@@ -114,12 +115,17 @@ async def test_answers_and_refusals_carry_the_button_only_with_the_setting(
 def test_the_button_is_rendered_for_every_logged_outcome_and_never_for_notices() -> None:
     for outcome in Outcome:
         answer = Answer("q", outcome, "text [1]", grounded=False, model_called=False, query_id=7)
-        rendered = render_answer(answer, ask_a_person=True)
+        rendered = render_answer(answer, ask_a_person=True, words=words_for("en"))
         button = _ask_button({"blocks": rendered.blocks})
         assert button is not None and button["value"] == "7", outcome
-        assert _ask_button({"blocks": render_answer(answer).blocks}) is None
+        assert _ask_button({"blocks": render_answer(answer, words=words_for("en")).blocks}) is None
     unlogged = Answer("q", Outcome.REFUSED, "", grounded=False, model_called=False)
-    assert _ask_button({"blocks": render_answer(unlogged, ask_a_person=True).blocks}) is None
+    assert (
+        _ask_button(
+            {"blocks": render_answer(unlogged, ask_a_person=True, words=words_for("en")).blocks}
+        )
+        is None
+    )
     assert _ask_button({"blocks": render_notice(messages.ERROR_GENERIC).blocks}) is None
 
 
@@ -182,7 +188,7 @@ async def test_a_dm_question_is_handed_off_by_its_asker_without_a_thread_link(bo
     assert reply["text"] == messages.hand_off_posted(f"<#{ESCALATION}>", direct=True)
     (post,) = _handed_off(bot)
     shown = _shown(post)
-    assert messages.HAND_OFF_DM_PLACE in shown and "API keys rotated" in shown
+    assert "in a direct message with me" in shown and "API keys rotated" in shown
     assert messages.hand_off_reply_directly(f"<@{USER_ID}>") in shown
     assert not bot.slack.calls("chat.getPermalink"), "nobody else can open a DM's thread"
 

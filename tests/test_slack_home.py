@@ -27,6 +27,7 @@ from bot.slack.blocks import (
     parse_page_value,
 )
 from bot.slack.home import GapCache, thread_url, workspace_url
+from bot.slack.words import words_for
 from core.calibration import CalibrationRecord, RateRow, save_calibration
 from core.gaps import Gap
 from index.knowledge_base import KnowledgeBase, ReindexReport
@@ -445,6 +446,7 @@ async def test_gap_cache_keeps_a_result_or_a_failure_while_fresh() -> None:
     view = home_view(
         MemberHome(0, 0, 0, []),
         AdminHome([], [], False, None, {}, [], 0, Calibration(0.6, 0.6, None), gaps_failed=True),
+        words=words_for("en"),
     )
     assert messages.HOME_GAPS_FAILED in _part(view, messages.HOME_GAPS_HEADER)
 
@@ -619,7 +621,7 @@ def test_the_fullest_view_stays_within_block_kit_limits() -> None:
     notice = "x" * 4000 + "\n\n" + "y" * 9000
     # The first page, and a page past the end, which shows the last one.
     for pages, page in ((Pages(), 1), (Pages({s: 10_000 for s in Section}), 12)):
-        view = home_view(member, admin, pages=pages, notice=notice)
+        view = home_view(member, admin, pages=pages, notice=notice, words=words_for("en"))
         assert _view_errors(view) == []
         text = _text(view)
         for raw in ("<!channel>", "<@U1>", "<@U2>", "<@U3>", "<!here>", "<!everyone>", "<!subteam"):

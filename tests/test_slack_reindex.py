@@ -11,6 +11,7 @@ import pytest
 
 from bot.slack import messages
 from bot.slack.reindex import render_reindex_report
+from bot.slack.words import words_for
 from index.knowledge_base import FailedDocument, ReindexReport
 from index.models import DocState
 from index.records import DocumentRow
@@ -45,12 +46,16 @@ def _indexed_at(bot: Bot) -> dict[int, float]:
 
 async def test_non_admin_gets_an_ephemeral_refusal_and_nothing_runs(make_bot: BotFactory) -> None:
     bot = await make_bot(admin_users=ADMIN_ID)
+    # A workspace admin in Slack: refused all the same, Slack's admins are not admins here.
+    bot.slack.set_user(USER_ID, is_admin=True)
     before = _indexed_at(bot)
     assert await _reindex(bot, USER_ID) == messages.REINDEX_NOT_ADMIN
     await bot.idle()
     assert bot.slack.responses() == []
     assert _indexed_at(bot) == before
-    assert bot.slack.calls("users.info") == [], "Slack admins are not consulted when disabled"
+    # users.info is asked once, for the person's locale (the language of the refusal).
+    (asked,) = bot.slack.calls("users.info")
+    assert asked["include_locale"] == "1"
 
 
 async def test_configured_admin_gets_progress_and_the_final_report(make_bot: BotFactory) -> None:
@@ -148,7 +153,8 @@ def _failed(doc_id: int, name: str, reason: str) -> FailedDocument:
 def test_report_lists_failures_escaped_and_bounded() -> None:
     failed = [_failed(i, f"<!channel> doc {i}.pdf", "bad <@U1> bytes") for i in range(12)]
     text = render_reindex_report(
-        ReindexReport(documents=3, chunks=9, failed=failed, stale_before=2, stale_after=0)
+        ReindexReport(documents=3, chunks=9, failed=failed, stale_before=2, stale_after=0),
+        words=words_for("en"),
     )
     assert "3 documents, 9 chunks; 12 failed; stale documents before 2, after 0" in text
     assert "<!channel>" not in text and "<@U1>" not in text and "&lt;!channel&gt;" in text

@@ -20,6 +20,7 @@ from bot.slack.uploads import (
     check_download_url,
     download,
 )
+from bot.slack.words import words_for
 from index.models import Publish
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -349,14 +350,19 @@ async def test_same_file_twice_is_reported_as_already_there(bot: Bot) -> None:
     ],
 )
 def test_download_hosts(url: str, allowed: bool) -> None:
-    assert (check_download_url(url, "http://127.0.0.1:8080/api/") is None) is allowed
+    assert (
+        check_download_url(url, "http://127.0.0.1:8080/api/", words=words_for("en")) is None
+    ) is allowed
 
 
 @pytest.mark.parametrize(
     "url", ["https://[files.slack.com/f", "https://files.slack.com:port/f", "http://[::1:8080/x"]
 )
 async def test_a_download_link_that_does_not_parse_is_a_reason(url: str) -> None:
-    assert check_download_url(url, "http://127.0.0.1:8080/api/") == messages.DOWNLOAD_BAD_URL
+    assert (
+        check_download_url(url, "http://127.0.0.1:8080/api/", words=words_for("en"))
+        == messages.DOWNLOAD_BAD_URL
+    )
     file = SlackFile(id="F1", name="a.pdf", mimetype="", filetype="pdf", url=url, size=10)
     async with aiohttp.ClientSession() as session:
         with pytest.raises(DownloadFailed) as caught:
@@ -366,6 +372,7 @@ async def test_a_download_link_that_does_not_parse_is_a_reason(url: str) -> None
                 token=DEFAULT_BOT_TOKEN,
                 max_bytes=1000,
                 api_url="http://127.0.0.1:8080/",
+                words=words_for("en"),
             )
     assert str(caught.value) == messages.DOWNLOAD_BAD_URL
 
@@ -375,7 +382,9 @@ def _client(bot: Bot) -> AsyncWebClient:
 
 
 def _request() -> UploadRequest:
-    return UploadRequest(channel=CHANNEL_ID, user=USER_ID, scope="*", publish=Publish.DIRECT)
+    return UploadRequest(
+        channel=CHANNEL_ID, user=USER_ID, scope="*", publish=Publish.DIRECT, words=words_for("en")
+    )
 
 
 async def test_a_redirect_to_a_location_that_does_not_parse_is_a_reason(
@@ -394,5 +403,12 @@ async def test_a_redirect_to_a_location_that_does_not_parse_is_a_reason(
     )
     async with aiohttp.ClientSession() as session:
         with pytest.raises(DownloadFailed) as caught:
-            await download(session, file, token=DEFAULT_BOT_TOKEN, max_bytes=1000, api_url=base)
+            await download(
+                session,
+                file,
+                token=DEFAULT_BOT_TOKEN,
+                max_bytes=1000,
+                api_url=base,
+                words=words_for("en"),
+            )
     assert str(caught.value) == messages.DOWNLOAD_BAD_URL

@@ -62,6 +62,7 @@ MIGRATION_NAMES = [
     "0011_query_log_beside",
     "0012_posted_messages",
     "0013_used_signin_states",
+    "0014_languages",
 ]
 
 

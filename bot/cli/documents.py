@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from bot.cli.base import ProgressBar, emit, json_option, main, open_kb
+from bot.cli.base import ProgressBar, emit, json_option, main, open_kb, settings_of
 from index.models import EVERYONE, DocState
 from index.records import DocumentRow
 
@@ -22,6 +22,7 @@ SUMMARY_FIELDS = (
     "name",
     "title",
     "kind",
+    "language",
     "state",
     "chunk_count",
     "scope",
@@ -114,7 +115,11 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
         "skipped": result.skipped,
         "chunks": result.chunks,
     }
+    fit = kb.language_fit()
+    data["languages"] = fit.to_dict()
     emit(data, as_json, text)
+    if fit.advice and not as_json:
+        click.echo(f"warning: {fit.advice}", err=True)
     if (result.failed or result.refused) and not as_json:
         ctx.exit(1)
 
@@ -123,7 +128,7 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
 @json_option()
 @click.pass_context
 def docs(ctx: click.Context, as_json: bool) -> None:
-    """List documents with their state, chunk count, scope and whether they are stale.
+    """List documents with their state, chunk count, language, scope and whether they are stale.
 
     Example: kb docs --json
     """
@@ -138,8 +143,8 @@ def docs(ctx: click.Context, as_json: bool) -> None:
             state = r["state"] + (" (stale)" if r["stale"] else "")
             extra = f"  {r['failure_reason']}" if r["failure_reason"] else ""
             click.echo(
-                f"{r['id']:>5}  {state:<16} {r['chunk_count']:>5} chunks  {r['scope']:<10} "
-                f"{r['name']}{extra}"
+                f"{r['id']:>5}  {state:<16} {r['chunk_count']:>5} chunks  "
+                f"{r['language'] or '-':<3} {r['scope']:<10} {r['name']}{extra}"
             )
 
     emit(rows, as_json, text)
@@ -288,6 +293,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
     Example: kb status --json
     """
     st = open_kb(ctx).status()
+    thresholds = settings_of(ctx).thresholds()
+    st["thresholds"] = {
+        "answer": thresholds.answer,
+        "related": thresholds.related,
+        "calibrated_for": thresholds.model,
+        "origin": thresholds.origin,
+        "calibrated": thresholds.calibrated,
+    }
 
     def text() -> None:
         by_state = ", ".join(f"{k} {v}" for k, v in st["by_state"].items())
@@ -297,6 +310,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"chunks          {st['chunks']}")
         click.echo(f"stale           {st['stale']}")
         click.echo(f"model           {st['embedding_model']} ({st['dimensions']} d)")
+        for_model = f" for {thresholds.model}" if thresholds.model else ""
+        click.echo(
+            f"thresholds      answer {thresholds.answer:.3f}, related {thresholds.related:.3f}"
+            f" ({thresholds.origin}{for_model})"
+        )
+        shares = st["languages"]["shares"]
+        listed = ", ".join(f"{code} {share:.0%}" for code, share in shares.items()) or "-"
+        click.echo(f"languages       {listed}")
+        if st["languages"]["advice"]:
+            click.echo(f"WRONG MODEL     {st['languages']['advice']}")
         click.echo(f"indexes in sync {st['index']['in_sync']}")
         if st["index"]["degraded"]:
             click.echo(f"DEGRADED        {st['index']['degraded']}")

@@ -14,6 +14,7 @@ from bot.settings import Settings
 from evaluation import DEFAULT_MAX_BLUFF_RATE
 from evaluation.set_check import DEFAULT_SET
 from evaluation.strategies import STRATEGIES
+from index.embed import model_name
 
 if TYPE_CHECKING:  # evaluation pulls in the engine and the model: only when a command runs
     from evaluation.compare import Side
@@ -338,7 +339,8 @@ def export_disliked(ctx: click.Context, out: Path) -> None:
     type=click.FloatRange(0.001, 0.5),
     default=0.025,
     show_default=True,
-    help="Spacing of the thresholds tried (0.20 to 1.00).",
+    help="Spacing of the thresholds tried (0.20 to 1.00; for a model whose thresholds are "
+    "below 0.3, such as multilingual, a fifth of it from 0.05 to 0.40).",
 )
 @output_file_option(
     "--write-env",
@@ -382,7 +384,7 @@ def calibrate(
     from evaluation.report import render_calibration
 
     settings = settings_of(ctx)
-    grid = cal.calibration_grid(step)
+    grid = cal.calibration_grid_for(settings.engine_config().threshold, step)
     store: Store | None = None
     if from_log is not None:
         if set_name or corpus or questions or ood:
@@ -397,7 +399,7 @@ def calibrate(
             inside,
             outside,
             top_k=settings.top_k,
-            current_threshold=settings.threshold,
+            current_threshold=settings.engine_config().threshold,  # the model's when unset
             max_bluff_rate=max_bluff_rate,
             thresholds=grid,
         )
@@ -411,13 +413,19 @@ def calibrate(
         result = cal.from_evaluation(evaluation, max_bluff_rate=max_bluff_rate)
     emit(result.to_dict(), as_json, lambda: click.echo(render_calibration(result), nl=False))
     if result.proposed is not None and env_path is not None:
-        cal.write_env(env_path, result.proposed.threshold, result.proposed_related)
+        cal.write_env(
+            env_path,
+            result.proposed.threshold,
+            result.proposed_related,
+            model=model_name(settings.embedding_model),
+        )
         if not as_json:
             value = cal.format_threshold(result.proposed.threshold)
             click.echo(f"Wrote {cal.THRESHOLD_ENV}={value} to {env_path}.")
             if result.proposed_related is not None:
                 related = cal.format_threshold(result.proposed_related)
                 click.echo(f"Wrote {cal.RELATED_ENV}={related} to {env_path}.")
+            click.echo(f"Wrote {cal.MODEL_ENV} (the model they were measured with) to {env_path}.")
     if not no_save:
         from core.calibration import save_calibration
 

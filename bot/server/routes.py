@@ -404,6 +404,8 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
         "store": {**_store_facts(kb), "reachable": True, "generation": index["generation"]},
         "engine": kb.config.search_engine,
         "embedding_model": kb.embedder.name,
+        # Counted once per store generation; its advice says when the model is the wrong one.
+        "languages": kb.language_fit().to_dict(),
         "documents": kb.document_count(),
         "chunks": index["chunks"],
         "reindex_running": kb.reindex_running(),

@@ -40,9 +40,9 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import messages
 from bot.slack.blocks import render_notice
 from bot.slack.people import Directory
+from bot.slack.words import Languages, Words
 from index.knowledge_base import KnowledgeBase
 from index.models import EVERYONE, DocState
 from index.names import display_name
@@ -136,14 +136,18 @@ class Viewing:
 
 
 def suggested_prompts(
-    kb: KnowledgeBase, scopes: frozenset[str] = frozenset(), limit: int = MAX_PROMPTS
+    kb: KnowledgeBase,
+    scopes: frozenset[str] = frozenset(),
+    limit: int = MAX_PROMPTS,
+    *,
+    words: Words,
 ) -> list[dict[str, str]]:
     """Questions about the newest documents the asker may read, one per document.
 
     Documents for everyone, and those of ``scopes`` (the channel the asker views
     and is a member of) first. Each names the document's title and its first
     section, words the document itself holds, so that the knowledge base has an
-    answer to it.
+    answer to it. They are worded in ``words``, the asker's language.
     """
     # Stale documents (indexed with another model) are not searched until a reindex.
     stale = {d.id for d in kb.stale_documents()}
@@ -156,7 +160,7 @@ def suggested_prompts(
     prompts = []
     for doc in documents[:limit]:
         title = display_name(doc.title or doc.name, PROMPT_TITLE_CHARS)
-        message = messages.suggested_question(title, _first_section(kb, doc.id))
+        message = words.suggested_question(title, _first_section(kb, doc.id))
         prompts.append({"title": title, "message": message[:PROMPT_MESSAGE_CHARS]})
     return prompts
 
@@ -178,14 +182,20 @@ class Agent:
     Args:
         kb: the knowledge base the prompts are drawn from.
         directory: Slack's answers about channel members, cached.
+        languages: the words each person is greeted in.
         viewing: what each person is viewing (a fresh one when omitted).
     """
 
     def __init__(
-        self, kb: KnowledgeBase, directory: Directory, viewing: Viewing | None = None
+        self,
+        kb: KnowledgeBase,
+        directory: Directory,
+        languages: Languages,
+        viewing: Viewing | None = None,
     ) -> None:
         self.kb = kb
         self.directory = directory
+        self.languages = languages
         self.viewing = viewing or Viewing()
 
     async def messages_tab_opened(self, client: AsyncWebClient, event: dict[str, Any]) -> None:
@@ -195,12 +205,13 @@ class Agent:
             self.viewing.see(user, viewed_channel(event["app_context"]))
         if not channel:
             return
+        words = await self.languages.of(client, user)
         scopes = await self._scopes_of(client, user, self.viewing.channel(user))
-        prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes)
+        prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes, words=words)
         if await self._first_visit(client, channel):
-            await self._greet(client, channel, None, has_documents=bool(prompts))
+            await self._greet(client, channel, None, words, has_documents=bool(prompts))
         if prompts:
-            await self._offer(client, channel, None, prompts)
+            await self._offer(client, channel, None, prompts, words)
 
     async def assistant_thread_started(
         self, client: AsyncWebClient, thread: dict[str, Any]
@@ -211,11 +222,12 @@ class Agent:
         if not (channel and thread_ts):
             return
         user = str(thread.get("user_id", ""))
+        words = await self.languages.of(client, user)
         scopes = await self._scopes_of(client, user, self.viewing.channel(user))
-        prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes)
-        await self._greet(client, channel, thread_ts, has_documents=bool(prompts))
+        prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes, words=words)
+        await self._greet(client, channel, thread_ts, words, has_documents=bool(prompts))
         if prompts:
-            await self._offer(client, channel, thread_ts, prompts)
+            await self._offer(client, channel, thread_ts, prompts, words)
 
     def assistant_context_changed(self, thread: dict[str, Any]) -> None:
         """Remember the channel an assistant thread's person views (``context.channel_id``)."""
@@ -274,9 +286,15 @@ class Agent:
         return not history.get("messages")
 
     async def _greet(
-        self, client: AsyncWebClient, channel: str, thread_ts: str | None, *, has_documents: bool
+        self,
+        client: AsyncWebClient,
+        channel: str,
+        thread_ts: str | None,
+        words: Words,
+        *,
+        has_documents: bool,
     ) -> None:
-        text = messages.AGENT_GREETING if has_documents else messages.AGENT_GREETING_EMPTY
+        text = words.AGENT_GREETING if has_documents else words.AGENT_GREETING_EMPTY
         notice = render_notice(text)
         await client.chat_postMessage(channel=channel, thread_ts=thread_ts, **notice.as_kwargs())
 
@@ -286,13 +304,14 @@ class Agent:
         channel: str,
         thread_ts: str | None,
         prompts: list[dict[str, str]],
+        words: Words,
     ) -> None:
         try:
             await client.assistant_threads_setSuggestedPrompts(
                 channel_id=channel,
                 thread_ts=thread_ts,
                 prompts=prompts,
-                title=messages.PROMPTS_TITLE,
+                title=words.PROMPTS_TITLE,
             )
         except SlackApiError as exc:
             # Without assistant:write, or on a surface that has no prompts: the greeting stands.

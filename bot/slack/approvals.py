@@ -24,7 +24,6 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import messages
 from bot.slack.blocks import (
     Rendered,
     escape,
@@ -36,6 +35,7 @@ from bot.slack.blocks import (
 )
 from bot.slack.config import SlackConfig
 from bot.slack.people import Roles
+from bot.slack.words import Languages, Words
 from core.answer import Engine
 from core.links import passage_url
 from index.errors import KBError, NotAwaitingApproval
@@ -94,15 +94,24 @@ class Approvals:
         config: where requests go (``approvals_channel`` or the admins' DMs).
         roles: who is an admin.
         engine: signs the link to the whole document.
+        languages: the words of each person; requests, which several admins may
+            read and any one of them decides, are in the default language
+            (``KB_DEFAULT_LANGUAGE``), and so is the decision written on them.
     """
 
     def __init__(
-        self, kb: KnowledgeBase, config: SlackConfig, roles: Roles, engine: Engine
+        self,
+        kb: KnowledgeBase,
+        config: SlackConfig,
+        roles: Roles,
+        engine: Engine,
+        languages: Languages,
     ) -> None:
         self.kb = kb
         self.config = config
         self.roles = roles
         self.engine = engine
+        self.languages = languages
 
     # ------------------------------------------------------------ requests
 
@@ -155,6 +164,7 @@ class Approvals:
             url=self._url(doc),
             value=ticket.encode(),
             recent=recent,
+            words=self.languages.default,
         )
 
     def _url(self, doc: DocumentRow) -> str:
@@ -175,11 +185,13 @@ class Approvals:
         if ticket is None:
             log.warning("ignoring an approval click with a malformed value %r", value)
             return
-        if not await self.roles.is_admin(client, user):
+        admin = await self.roles.is_admin(client, user)
+        words = await self.languages.of(client, user)  # the clicker's, told alone
+        if not admin:
             log.info(
                 "%s (not an admin) clicked on the request for document %s", user, ticket.document_id
             )
-            await _tell_clicker(client, channel, user, messages.APPROVAL_NOT_ADMIN)
+            await _tell_clicker(client, channel, user, words.APPROVAL_NOT_ADMIN)
             return
         posted = self.kb.messages
         doc_id = ticket.document_id
@@ -193,22 +205,25 @@ class Approvals:
                 channel,
                 ts,
             )
-            await _tell_clicker(client, channel, user, messages.BUTTON_NOT_HERE)
+            await _tell_clicker(client, channel, user, words.BUTTON_NOT_HERE)
             return
         try:
             decision = await asyncio.to_thread(self._decide, doc_id, user, approve)
         except NotAwaitingApproval as exc:
-            text = messages.approval_decided_already(escape(str(exc)))
+            text = words.approval_decided_already(escape(str(exc)))
             await _tell_clicker(client, channel, user, text)
             return
         copies = await asyncio.to_thread(posted.of, doc_id, APPROVAL)
         for copy in copies:  # every admin's copy, not only the one clicked
             with contextlib.suppress(SlackApiError):
                 await client.chat_update(
-                    channel=copy.channel, ts=copy.ts, **_decided(decision).as_kwargs()
+                    channel=copy.channel,
+                    ts=copy.ts,
+                    **_decided(decision, self.languages.default).as_kwargs(),
                 )
         statuses = await asyncio.to_thread(posted.of, doc_id, STATUS)
-        await _tell_uploader(client, statuses, decision)
+        uploader = await self.languages.of(client, decision.document.uploader)
+        await _tell_uploader(client, statuses, decision, uploader)
 
     def _decide(self, doc_id: int, admin: str, approve: bool) -> _Decision:
         if not approve:
@@ -217,14 +232,14 @@ class Approvals:
         return _Decision(published.document, True, admin, replaced=len(published.replaced))
 
 
-def _decided(decision: _Decision) -> Rendered:
+def _decided(decision: _Decision, words: Words) -> Rendered:
     """The approval request once decided: who decided what, and no buttons any more."""
     doc = decision.document
     name = escape(display_name(doc.name))
     admin, uploader = mention(decision.admin), mention(doc.uploader)
     if decision.approved:
-        return render_notice(messages.approval_approved(admin, name, uploader, decision.replaced))
-    return render_notice(messages.approval_rejected(admin, name, uploader))
+        return render_notice(words.approval_approved(admin, name, uploader, decision.replaced))
+    return render_notice(words.approval_rejected(admin, name, uploader))
 
 
 async def _post(
@@ -245,18 +260,18 @@ async def _tell_clicker(client: AsyncWebClient, channel: str, user: str, text: s
 
 
 async def _tell_uploader(
-    client: AsyncWebClient, statuses: list[PostedMessage], decision: _Decision
+    client: AsyncWebClient, statuses: list[PostedMessage], decision: _Decision, words: Words
 ) -> None:
     """Update the uploader's status message and tell them by DM (best effort: logged, never raised)."""
     doc = decision.document
     name, admin = escape(display_name(doc.name)), mention(decision.admin)
     if decision.approved:
-        text = messages.upload_approved(name, doc.chunk_count, admin)
+        text = words.upload_approved(name, doc.chunk_count, admin)
         if decision.replaced:
-            text += " " + messages.UPLOAD_REPLACED
+            text += " " + words.UPLOAD_REPLACED
     else:
-        text = messages.upload_rejected(name, admin)
-    rendered = render_upload_status(text)
+        text = words.upload_rejected(name, admin)
+    rendered = render_upload_status(text, words=words)
     # The status the bot recorded, never one a button's value names.
     for status in statuses:
         try:

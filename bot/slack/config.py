@@ -17,6 +17,8 @@ DEFAULT_MAX_UPLOADS_PER_USER = 3
 # redelivery, short enough that Slack's redelivery a minute later finds a dead replica's
 # claim lapsed.
 DEFAULT_CLAIM_LEASE = 15.0
+# The bot's words for a person whose Slack locale and question tell no language.
+DEFAULT_LANGUAGE = "en"
 # Public channels are C..., private ones C... (newer) or G... (older); never a DM (D...).
 _CHANNEL_ID_RE = re.compile(r"[CG][A-Z0-9]{2,}")
 
@@ -53,6 +55,8 @@ class SlackConfig:
             workspace allows it; off: always post, then edit.
         claim_lease: seconds a replica's claim on a Slack event lasts unrenewed
             (``bot.slack.deliveries``).
+        default_language: the catalog language (``bot.slack.words``) of messages
+            for several people, and of a person whose locale and question tell none.
     """
 
     # Secrets never in a repr: a repr ends up in tracebacks and logs.
@@ -70,6 +74,7 @@ class SlackConfig:
     max_uploads_per_user: int = DEFAULT_MAX_UPLOADS_PER_USER
     streaming: bool = True
     claim_lease: float = DEFAULT_CLAIM_LEASE
+    default_language: str = DEFAULT_LANGUAGE
 
     @property
     def missing(self) -> list[str]:

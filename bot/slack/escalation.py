@@ -42,7 +42,6 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import messages
 from bot.slack.blocks import (
     HandOff,
     mark_handed_off,
@@ -52,6 +51,7 @@ from bot.slack.blocks import (
     scope_label,
 )
 from bot.slack.reply import SLACK_FAILURES, slack_failure
+from bot.slack.words import Languages, Words
 from core.answer import Outcome
 from index.errors import QueryNotFound
 from index.models import EVERYONE
@@ -81,6 +81,7 @@ async def ask_a_person(
     store: Store,
     channel: str,
     audience: Audience,
+    languages: Languages,
     body: dict[str, Any],
     action: dict[str, Any],
     client: AsyncWebClient,
@@ -88,21 +89,26 @@ async def ask_a_person(
     respond: Respond,
 ) -> None:
     """The "Ask a person" button clicked: hand the question off to ``channel`` (empty: the
-    feature is off) once, if the clicker may."""
+    feature is off) once, if the clicker may.
+
+    The clicker is told in their language; the channel, read by several people, is
+    told in the default one (``KB_DEFAULT_LANGUAGE``).
+    """
+    words = await languages.of(client, str((body.get("user") or {}).get("id", "")))
     if not channel:
-        await _tell(respond, messages.HAND_OFF_OFF)
+        await _tell(respond, words.HAND_OFF_OFF)
         return
     if not audience.serves_clicker(body, context):
         # Slack Connect: people of another organisation hand nothing to this one's staff.
         log.warning("refused a hand-off clicked by a person of another organisation")
-        await _tell(respond, messages.EXTERNAL_ASKER)
+        await _tell(respond, words.EXTERNAL_ASKER)
         return
     value = str(action.get("value", ""))
     query_id = parse_query_id(value)
     if query_id is None:
         log.warning("ignoring an Ask-a-person click with a malformed value %r", value[:40])
         return
-    await _hand_off(store, client, body, query_id, channel, respond)
+    await _hand_off(store, client, body, query_id, channel, respond, words, languages.default)
 
 
 async def _hand_off(
@@ -112,13 +118,16 @@ async def _hand_off(
     query_id: int,
     channel: str,
     respond: Respond,
+    words: Words,
+    channel_words: Words,
 ) -> None:
-    """Hand question ``query_id`` off to ``channel`` if the clicker may, once; tell the clicker."""
+    """Hand question ``query_id`` off to ``channel`` if the clicker may, once; tell the clicker
+    (in ``words``; the channel in ``channel_words``)."""
     clicker = str((body.get("user") or {}).get("id", ""))
     try:
         record = await asyncio.to_thread(store.queries.get, query_id)
     except QueryNotFound:
-        await _tell(respond, messages.HAND_OFF_UNKNOWN)
+        await _tell(respond, words.HAND_OFF_UNKNOWN)
         return
     where = str((body.get("container") or {}).get("channel_id", ""))
     if not _may_hand_off(record, clicker, where):
@@ -130,13 +139,13 @@ async def _hand_off(
             record.channel,
             where,
         )
-        await _tell(respond, messages.HAND_OFF_NOT_YOURS)
+        await _tell(respond, words.HAND_OFF_NOT_YOURS)
         return
     claim = await asyncio.to_thread(
         store.escalations.claim, query_id, clicker, stale_after=CLAIM_LEASE
     )
     if claim is None:
-        await _tell_already(store, respond, query_id, channel)
+        await _tell_already(store, respond, query_id, channel, words)
         return
     hold = _Hold(store, claim)
     renewal = asyncio.get_running_loop().create_task(hold.keep(), name="renew hand-off claim")
@@ -149,7 +158,7 @@ async def _hand_off(
             log.warning("question %s: the hand-off claim was taken over; not posting", query_id)
             text = ""
         else:
-            ts, text = await _post(client, channel, view, query_id)
+            ts, text = await _post(client, channel, view, query_id, words, channel_words)
         if ts is not None and not await asyncio.to_thread(
             store.escalations.mark_sent, query_id, channel, ts, user=clicker
         ):
@@ -159,12 +168,14 @@ async def _hand_off(
         # A no-op once sent; unsent (refused, or an error on the way), a later click may try again.
         await hold.stop(renewal)
     if not text:
-        await _tell_already(store, respond, query_id, channel)
+        await _tell_already(store, respond, query_id, channel, words)
         return
     await _tell(respond, text)
     if ts is not None:
-        note = messages.hand_off_marked(scope_label(channel), mention(clicker), direct=view.direct)
-        await _mark_answer(client, body, note)
+        note = words.hand_off_marked(
+            scope_label(channel, words), mention(clicker), direct=view.direct
+        )
+        await _mark_answer(client, body, note, words)
 
 
 def _may_hand_off(record: QueryRecord, clicker: str, where: str) -> bool:
@@ -254,21 +265,28 @@ async def _withdraw(client: AsyncWebClient, channel: str, ts: str, query_id: int
 
 
 async def _post(
-    client: AsyncWebClient, channel: str, view: HandOff, query_id: int
+    client: AsyncWebClient,
+    channel: str,
+    view: HandOff,
+    query_id: int,
+    words: Words,
+    channel_words: Words,
 ) -> tuple[str | None, str]:
     """Post the hand-off in ``channel``: its ``ts`` (``None`` when Slack refused) and what the
     clicker is told."""
     try:
-        posted = await client.chat_postMessage(channel=channel, **render_hand_off(view).as_kwargs())
+        posted = await client.chat_postMessage(
+            channel=channel, **render_hand_off(view, words=channel_words).as_kwargs()
+        )
     except SLACK_FAILURES as exc:
         reason = slack_failure(exc)
         log.warning("question %s not handed off to %s: %s", query_id, channel, reason)
         if isinstance(exc, SlackApiError) and reason in _CHANNEL_REFUSALS:
-            return None, messages.hand_off_not_in_channel(scope_label(channel))
-        return None, messages.HAND_OFF_FAILED
+            return None, words.hand_off_not_in_channel(scope_label(channel, words))
+        return None, words.HAND_OFF_FAILED
     log.info("question %s handed off to %s by %s", query_id, channel, view.by)
     ts = str(posted.get("ts") or "") or "posted"
-    return ts, messages.hand_off_posted(scope_label(channel), direct=view.direct)
+    return ts, words.hand_off_posted(scope_label(channel, words), direct=view.direct)
 
 
 async def _permalink(client: AsyncWebClient, record: QueryRecord) -> str | None:
@@ -286,7 +304,9 @@ async def _permalink(client: AsyncWebClient, record: QueryRecord) -> str | None:
     return str(link) if isinstance(link, str) and link.startswith("https://") else None
 
 
-async def _mark_answer(client: AsyncWebClient, body: dict[str, Any], note: str) -> None:
+async def _mark_answer(
+    client: AsyncWebClient, body: dict[str, Any], note: str, words: Words
+) -> None:
     """Replace the button under the answer with ``note`` (best effort: the hand-off was posted)."""
     container, message = body.get("container") or {}, body.get("message") or {}
     blocks = message.get("blocks")
@@ -296,19 +316,21 @@ async def _mark_answer(client: AsyncWebClient, body: dict[str, Any], note: str) 
         await client.chat_update(
             channel=str(container.get("channel_id", "")),
             ts=str(container["message_ts"]),
-            text=str(message.get("text") or messages.ASK_A_PERSON),
+            text=str(message.get("text") or words.ASK_A_PERSON),
             blocks=mark_handed_off(blocks, note),
         )
     except SLACK_FAILURES as exc:
         log.info("the answer's button was not replaced: %s", slack_failure(exc))
 
 
-async def _tell_already(store: Store, respond: Respond, query_id: int, channel: str) -> None:
+async def _tell_already(
+    store: Store, respond: Respond, query_id: int, channel: str, words: Words
+) -> None:
     """A later click: where, and by whom, the question was handed off."""
     sent = await asyncio.to_thread(store.escalations.get, query_id)
-    by = mention(sent.user) if sent else messages.HAND_OFF_SOMEONE
+    by = mention(sent.user) if sent else words.HAND_OFF_SOMEONE
     where = sent.channel if sent and sent.channel else channel
-    await _tell(respond, messages.hand_off_already(scope_label(where), by))
+    await _tell(respond, words.hand_off_already(scope_label(where, words), by))
 
 
 async def _tell(respond: Respond, text: str) -> None:

@@ -35,7 +35,7 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import escalation, messages, questions
+from bot.slack import escalation, questions
 from bot.slack.blocks import (
     APPROVE_ACTION_ID,
     ASK_A_PERSON_ACTION_ID,
@@ -60,6 +60,7 @@ from bot.slack.deliveries import DELIVERY_KEYS, delivery_keys
 from bot.slack.reply import REPLY_KEY, stop_stream
 from bot.slack.services import Services
 from bot.slack.uploads import StatusMessage, UploadRequest
+from bot.slack.words import WORDS_KEY, Words
 from index.embed import EmbeddingModelUnavailable
 from index.errors import KBError
 from index.models import EVERYONE
@@ -81,7 +82,7 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_reindex(app, services)
     _register_feedback(app, services)
     _register_escalation(app, services)
-    _register_errors(app)
+    _register_errors(app, services)
 
 
 def _register_dedupe(app: AsyncApp, services: Services) -> None:
@@ -159,10 +160,14 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
         ack: Callable[..., Awaitable[None]], body: dict[str, Any], client: AsyncWebClient
     ) -> None:
         await ack()
-        # trigger_id expires 3 s after the command: open the modal before anything else.
+        # trigger_id expires 3 s after the command: open the modal before anything else
+        # (the person's language is one users.info at most, bounded by LOCALE_TIMEOUT_SECONDS).
         channel = str(body.get("channel_id", ""))
+        words = await services.languages.of(client, str(body.get("user_id", "")))
         view = upload_modal(
-            json.dumps({"channel": channel}), channel_scope_allowed=_is_channel(channel)
+            json.dumps({"channel": channel}),
+            channel_scope_allowed=_is_channel(channel),
+            words=words,
         )
         await client.views_open(trigger_id=body["trigger_id"], view=view)
 
@@ -175,15 +180,12 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
     ) -> None:
         values = view.get("state", {}).get("values", {})
         files = _input(values, UPLOAD_FILES_BLOCK).get("files") or []
+        words = await services.languages.of(client, str((body.get("user") or {}).get("id", "")))
         if not files:
-            await ack(
-                response_action="errors", errors={UPLOAD_FILES_BLOCK: messages.UPLOAD_NO_FILE}
-            )
+            await ack(response_action="errors", errors={UPLOAD_FILES_BLOCK: words.UPLOAD_NO_FILE})
             return
         if not services.audience.serves_submitter(body):
-            await ack(
-                response_action="errors", errors={UPLOAD_FILES_BLOCK: messages.EXTERNAL_ASKER}
-            )
+            await ack(response_action="errors", errors={UPLOAD_FILES_BLOCK: words.EXTERNAL_ASKER})
             return
         await ack()
         user = str(body["user"]["id"])
@@ -193,7 +195,12 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
         title = (_input(values, UPLOAD_TITLE_BLOCK).get("value") or "").strip() or None
         publish = await services.roles.publish_mode(client, user, scope)
         request = UploadRequest(
-            channel=channel or user, user=user, scope=scope, publish=publish, title=title
+            channel=channel or user,
+            user=user,
+            scope=scope,
+            publish=publish,
+            words=words,
+            title=title,
         )
         await services.uploader.ingest(client, list(files), request)
 
@@ -221,11 +228,12 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
             log.warning("ignoring a Retry with a malformed value %r", value[:40])
             return
         user = str((body.get("user") or {}).get("id", ""))
+        words = await services.languages.of(client, user)
         if not await _may_retry(services, client, user, int(value)):
             # The value is the clicker's to forge: a document's name is not shown to just anyone.
             log.warning("%s may not retry document %s", user, value)
             await respond(
-                text=messages.RETRY_NOT_YOURS, response_type="ephemeral", replace_original=False
+                text=words.RETRY_NOT_YOURS, response_type="ephemeral", replace_original=False
             )
             return
         recorded = await asyncio.to_thread(
@@ -242,10 +250,10 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
                 status.ts,
             )
             await respond(
-                text=messages.BUTTON_NOT_HERE, response_type="ephemeral", replace_original=False
+                text=words.BUTTON_NOT_HERE, response_type="ephemeral", replace_original=False
             )
             return
-        await services.uploader.retry(status, int(value))
+        await services.uploader.retry(status, int(value), words)
 
 
 async def _may_retry(services: Services, client: AsyncWebClient, user: str, doc_id: int) -> bool:
@@ -268,6 +276,7 @@ async def _ingest_shared_files(
         user=user,
         scope=EVERYONE,
         publish=await services.roles.publish_mode(client, user, EVERYONE),
+        words=await services.languages.of(client, user, str(event.get("text") or "")),
         thread_ts=str(event.get("thread_ts") or event["ts"]),
     )
     await services.uploader.ingest(client, list(event.get("files") or []), request)
@@ -337,18 +346,20 @@ def _register_reindex(app: AsyncApp, services: Services) -> None:
         respond: Callable[..., Awaitable[Any]],
     ) -> None:
         user = str(body.get("user_id", ""))
-        if not await services.roles.is_admin(client, user):
-            await ack(text=messages.REINDEX_NOT_ADMIN)
+        admin = await services.roles.is_admin(client, user)
+        words = await services.languages.of(client, user)  # the same users.info, remembered
+        if not admin:
+            await ack(text=words.REINDEX_NOT_ADMIN)
             return
         if not await services.reindexer.claim():
-            await ack(text=messages.REINDEX_RUNNING)
+            await ack(text=words.REINDEX_RUNNING)
             return
-        await ack(text=messages.REINDEX_STARTED)
+        await ack(text=words.REINDEX_STARTED)
 
         async def report(text: str) -> None:
             await respond(text=text, response_type="ephemeral", replace_original=True)
 
-        await services.reindexer.run(report, actor=user)
+        await services.reindexer.run(report, actor=user, words=words)
 
 
 # ---------------------------------------------------------------- feedback
@@ -360,9 +371,11 @@ def _register_feedback(app: AsyncApp, services: Services) -> None:
         ack: Callable[..., Awaitable[None]],
         body: dict[str, Any],
         action: dict[str, Any],
+        client: AsyncWebClient,
         respond: Callable[..., Awaitable[Any]],
     ) -> None:
         await ack()
+        words = await services.languages.of(client, str((body.get("user") or {}).get("id", "")))
         parsed = parse_feedback_value(str(action.get("value", "")))
         if parsed is None:
             log.warning("ignoring feedback with a malformed value %r", action.get("value"))
@@ -372,12 +385,10 @@ def _register_feedback(app: AsyncApp, services: Services) -> None:
             await asyncio.to_thread(services.kb.feedback.add, query_id, value, body["user"]["id"])
         except KBError:
             await respond(
-                text=messages.FEEDBACK_UNKNOWN, response_type="ephemeral", replace_original=False
+                text=words.FEEDBACK_UNKNOWN, response_type="ephemeral", replace_original=False
             )
             return
-        thanks = (
-            messages.FEEDBACK_THANKS_POSITIVE if value > 0 else messages.FEEDBACK_THANKS_NEGATIVE
-        )
+        thanks = words.FEEDBACK_THANKS_POSITIVE if value > 0 else words.FEEDBACK_THANKS_NEGATIVE
         await respond(text=thanks, response_type="ephemeral", replace_original=False)
 
 
@@ -456,6 +467,7 @@ def _register_escalation(app: AsyncApp, services: Services) -> None:
             services.kb.store,
             services.config.escalation_channel,
             services.audience,
+            services.languages,
             body,
             action,
             client,
@@ -508,7 +520,7 @@ def _register_home(app: AsyncApp, services: Services) -> None:
 # ---------------------------------------------------------------- errors
 
 
-def _register_errors(app: AsyncApp) -> None:
+def _register_errors(app: AsyncApp, services: Services) -> None:
     @app.error
     async def on_error(
         error: Exception,
@@ -518,17 +530,18 @@ def _register_errors(app: AsyncApp) -> None:
         respond: Callable[..., Awaitable[Any]] | None,
     ) -> None:
         log.error("Slack listener failed: %s", error, exc_info=error)
+        words = context.get(WORDS_KEY) or services.languages.default
         try:
-            await _tell_user(body, context, client, respond, _failure_text(error))
+            await _tell_user(body, context, client, respond, _failure_text(error, words))
         except Exception:  # the person is unreachable; the log has the cause
             log.exception("could not tell the user about the failure")
 
 
-def _failure_text(error: Exception) -> str:
+def _failure_text(error: Exception, words: Words) -> str:
     """What the person is told: the cause when it is one they can wait out, never a trace."""
     if isinstance(error, EmbeddingModelUnavailable):
-        return messages.ERROR_SEARCH_UNAVAILABLE
-    return messages.ERROR_GENERIC
+        return words.ERROR_SEARCH_UNAVAILABLE
+    return words.ERROR_GENERIC
 
 
 async def _tell_user(
@@ -536,7 +549,7 @@ async def _tell_user(
     context: AsyncBoltContext,
     client: AsyncWebClient,
     respond: Callable[..., Awaitable[Any]] | None,
-    text: str = messages.ERROR_GENERIC,
+    text: str,
 ) -> None:
     """Reply with a friendly message where the failed request came from (never a trace)."""
     notice = render_notice(text)

@@ -34,7 +34,6 @@ from urllib.parse import urlsplit
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import messages
 from bot.slack.blocks import (
     ADMIN_SECTIONS,
     FIRST_PAGES,
@@ -60,6 +59,7 @@ from bot.slack.people import Roles
 from bot.slack.reindex import Reindexer
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.uploads import StatusMessage, Uploader
+from bot.slack.words import Languages, Words
 from core.answer import Engine
 from core.calibration import last_calibration
 from core.errors import LinkSecretUnavailable
@@ -158,6 +158,7 @@ class Home:
         roles: who is an admin.
         uploader: retries failed uploads (one indexing at a time, with the uploads).
         reindexer: the reindex ``/kb-reindex`` runs.
+        languages: the words each person's Home tab is in.
     """
 
     def __init__(
@@ -167,12 +168,14 @@ class Home:
         roles: Roles,
         uploader: Uploader,
         reindexer: Reindexer,
+        languages: Languages,
     ) -> None:
         self.kb = kb
         self.engine = engine
         self.roles = roles
         self.uploader = uploader
         self.reindexer = reindexer
+        self.languages = languages
         self.gaps = GapCache(self._gaps_of_the_window)
         self._workspace_url: str | None = None
         self._shown: OrderedDict[str, Pages] = OrderedDict()
@@ -202,7 +205,8 @@ class Home:
         admin = await self.roles.is_admin(client, user)
         member = await asyncio.to_thread(member_home, self.kb, user)
         admin_home = await self._admin_home(client, user, pages) if admin else None
-        view = home_view(member, admin_home, pages=pages, notice=notice)
+        words = await self.languages.of(client, user)
+        view = home_view(member, admin_home, words=words, pages=pages, notice=notice)
         try:
             await client.views_publish(user_id=user, view=view)
         except SLACK_FAILURES as exc:
@@ -215,7 +219,8 @@ class Home:
         if not user:
             return
         try:
-            await client.views_publish(user_id=user, view=external_view())
+            words = await self.languages.of(client, user)
+            await client.views_publish(user_id=user, view=external_view(words))
         except SLACK_FAILURES as exc:
             log.warning("could not publish the Home tab of %s: %s", user, slack_failure(exc))
 
@@ -284,7 +289,12 @@ class Home:
             "disliked": disliked,
             "disliked_total": disliked_total,
             "calibration": Calibration(
-                config.threshold, config.related_threshold, last_calibration(self.kb.store)
+                config.threshold,
+                config.related_threshold,
+                last_calibration(self.kb.store),
+                model=config.thresholds_model,
+                origin=config.thresholds_origin,
+                language_advice=self.kb.language_fit().advice,
             ),
         }
 
@@ -346,30 +356,33 @@ class Home:
         if not (raw.isascii() and raw.isdigit() and len(raw) < 19):
             log.warning("ignoring a Home Retry with a malformed value %r", raw[:40])
             return
+        words = await self.languages.of(client, user)
         doc = await self._document(int(raw))
         if doc is None:
-            await self.publish(client, user, pages=pages, notice=messages.RETRY_GONE)
+            await self.publish(client, user, pages=pages, notice=words.RETRY_GONE)
             return
         readable = await self._readable(client, user, [doc])
         if doc.state not in (DocState.FAILED, DocState.PENDING):
-            await self.publish(client, user, pages=pages, notice=_outcome(doc, readable))
+            await self.publish(client, user, pages=pages, notice=_outcome(doc, readable, words))
             return
         named = readable_by(doc, readable)
-        retrying = messages.home_retrying(_name(doc, readable), message=named)
+        retrying = words.home_retrying(_name(doc, readable, words), message=named)
         await self.publish(client, user, pages=pages, notice=retrying)
         # No message to edit on the Home tab: the status goes to the admin's DM, unless it
         # would name a channel's document to an admin who is not in that channel.
         status = StatusMessage(client, user, None) if named else _Unreported(client, user, None)
         try:
-            await self.uploader.retry(status, doc.id)
+            await self.uploader.retry(status, doc.id, words)
         except KBError as exc:
             # Refused on purpose (a full disk...): the reason is one the admin can act on.
             log.warning("retrying document %s from the Home tab failed: %s", doc.id, exc)
-            notice = messages.home_retried(_name(doc, readable), DocState.FAILED, escape(str(exc)))
+            notice = words.home_retried(
+                _name(doc, readable, words), DocState.FAILED, escape(str(exc))
+            )
             await self.publish(client, user, notice=notice)
             return
         after = await self._document(doc.id)
-        notice = messages.RETRY_GONE if after is None else _outcome(after, readable)
+        notice = words.RETRY_GONE if after is None else _outcome(after, readable, words)
         await self.publish(client, user, notice=notice)
 
     async def reindex(self, client: AsyncWebClient, user: str, metadata: Any) -> None:
@@ -377,17 +390,18 @@ class Home:
         pages = Pages.from_metadata(metadata)
         if not await self._admin_or_refuse(client, user, pages):
             return
+        words = await self.languages.of(client, user)
         if not await self.reindexer.claim():
-            await self.publish(client, user, pages=pages, notice=messages.REINDEX_RUNNING)
+            await self.publish(client, user, pages=pages, notice=words.REINDEX_RUNNING)
             return
-        await self.publish(client, user, pages=pages, notice=messages.REINDEX_STARTED)
+        await self.publish(client, user, pages=pages, notice=words.REINDEX_STARTED)
         reports: list[str] = []
 
         async def report(text: str) -> None:
             reports.append(text)
             await self.publish(client, user, notice=text)
 
-        result = await self.reindexer.run(report, actor=user)
+        result = await self.reindexer.run(report, actor=user, words=words)
         if result is not None and reports:
             await _tell(client, user, reports[-1])
 
@@ -395,7 +409,8 @@ class Home:
         if await self.roles.is_admin(client, user):
             return True
         log.warning("refused an admin's Home button clicked by %s, who is not an admin", user)
-        await _tell(client, user, messages.HOME_NOT_ADMIN)
+        words = await self.languages.of(client, user)
+        await _tell(client, user, words.HOME_NOT_ADMIN)
         await self.publish(client, user, pages=pages)
         return False
 
@@ -484,15 +499,17 @@ class _Unreported(StatusMessage):
         return None
 
 
-def _outcome(doc: DocumentRow, readable: frozenset[str]) -> str:
+def _outcome(doc: DocumentRow, readable: frozenset[str], words: Words) -> str:
     named = readable_by(doc, readable)
     reason = escape(doc.failure_reason or "") if doc.state == DocState.FAILED and named else ""
-    return messages.home_retried(_name(doc, readable), doc.state.value, reason)
+    return words.home_retried(_name(doc, readable, words), doc.state.value, reason)
 
 
-def _name(doc: DocumentRow, readable: frozenset[str]) -> str:
+def _name(doc: DocumentRow, readable: frozenset[str], words: Words) -> str:
     """``doc``'s name in a notice, or only its channel for an admin not in it."""
-    return escape(doc.name) if readable_by(doc, readable) else document_label(doc, readable)
+    if readable_by(doc, readable):
+        return escape(doc.name)
+    return document_label(doc, readable, words)
 
 
 async def _tell(client: AsyncWebClient, user: str, text: str) -> None:

@@ -17,12 +17,12 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.conversation import Turn
-from bot.slack import messages
 from bot.slack.blocks import render_notice
 from bot.slack.people import Place
 from bot.slack.reply import SlackReply
 from bot.slack.services import Services
 from bot.slack.thread import SlackThread
+from bot.slack.words import WORDS_KEY
 from core.answer import Asker
 from index.search import OnlyScopes
 
@@ -88,7 +88,8 @@ async def served_place(
     if services.audience.serves(place):
         return place
     log.info("not serving %s: a person of another organisation", event.get("user"))
-    notice = render_notice(messages.EXTERNAL_ASKER)
+    words = await services.languages.of(client, event.get("user"), str(event.get("text") or ""))
+    notice = render_notice(words.EXTERNAL_ASKER)
     thread_ts = str(event.get("thread_ts") or event["ts"])
     await client.chat_postMessage(
         channel=str(event["channel"]), thread_ts=thread_ts, **notice.as_kwargs()
@@ -108,10 +109,13 @@ async def answer(
     place = await served_place(services, client, body, event)
     if place is None:
         return
+    question = strip_mention(str(event.get("text", "")), context.bot_user_id)
+    words = await services.languages.of(client, event.get("user"), question)
+    context[WORDS_KEY] = words  # the error handler speaks the asker's language too
     note = None
     if services.audience.channel_only(place):
         # Everyone in the channel reads the answer, people of other organisations included.
-        scopes, note = OnlyScopes(scopes), messages.SHARED_CHANNEL_NOTE
+        scopes, note = OnlyScopes(scopes), words.SHARED_CHANNEL_NOTE
     channel = str(event["channel"])
     thread_ts = str(event.get("thread_ts") or event["ts"])
     in_thread = bool(event.get("thread_ts"))
@@ -124,7 +128,7 @@ async def answer(
         bot_id=context.bot_id,
     )
     turn = Turn(
-        question=strip_mention(str(event.get("text", "")), context.bot_user_id),
+        question=question,
         scopes=scopes,
         asker=Asker(user=event.get("user"), channel=channel, thread_id=thread_ts),
         follow_up=in_thread,
@@ -133,6 +137,7 @@ async def answer(
     reply = SlackReply(
         client,
         context,
+        words=words,
         channel=channel,
         thread_ts=thread_ts,
         note=note,

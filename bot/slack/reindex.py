@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from bot.slack import messages
 from bot.slack.blocks import audit_lines, escape
+from bot.slack.words import Words
 from index.errors import ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
 from index.records import AuditEntry
@@ -67,10 +67,10 @@ class Reindexer:
             return False
         return True
 
-    async def run(self, report: Report, *, actor: str) -> ReindexReport | None:
+    async def run(self, report: Report, *, actor: str, words: Words) -> ReindexReport | None:
         """Rebuild the index (after :meth:`claim`); ``report`` gets progress and the final report.
 
-        ``actor`` (who asked) is recorded in the audit log.
+        ``actor`` (who asked) is recorded in the audit log; ``words``: their language.
 
         The claim is released when the reindex ends, however it ends.
 
@@ -92,13 +92,13 @@ class Reindexer:
             if event != "reindex" or now - last < self.progress_seconds:
                 return
             last = now
-            text = messages.reindex_progress(int(info["index"]) + 1, int(info["total"]))
+            text = words.reindex_progress(int(info["index"]) + 1, int(info["total"]))
             loop.call_soon_threadsafe(send, text)
 
         try:
             result = await asyncio.to_thread(self.kb.reindex, progress=progress, actor=actor)
         except ReindexInProgress:
-            await report(messages.REINDEX_RUNNING)
+            await report(words.REINDEX_RUNNING)
             return None
         finally:
             self._running = False
@@ -106,14 +106,16 @@ class Reindexer:
             await asyncio.sleep(0)
             await asyncio.gather(*pending, return_exceptions=True)
         recent = await asyncio.to_thread(self.kb.audit_log.entries, RECENT_CHANGES)
-        await report(render_reindex_report(result, recent=recent))
+        await report(render_reindex_report(result, words=words, recent=recent))
         return result
 
 
-def render_reindex_report(report: ReindexReport, *, recent: Sequence[AuditEntry] = ()) -> str:
+def render_reindex_report(
+    report: ReindexReport, *, words: Words, recent: Sequence[AuditEntry] = ()
+) -> str:
     """The final ``/kb-reindex`` message (failure reasons escaped), then the ``recent`` changes."""
     lines = [
-        messages.reindex_done(
+        words.reindex_done(
             report.documents,
             report.chunks,
             len(report.failed),
@@ -123,13 +125,13 @@ def render_reindex_report(report: ReindexReport, *, recent: Sequence[AuditEntry]
     ]
     for failure in report.failed[:MAX_REPORTED_FAILURES]:
         reason = failure.reason or failure.document.failure_reason or ""
-        lines.append(messages.reindex_failure_line(escape(failure.document.name), escape(reason)))
+        lines.append(words.reindex_failure_line(escape(failure.document.name), escape(reason)))
     if len(report.failed) > MAX_REPORTED_FAILURES:
-        lines.append(messages.reindex_more_failures(len(report.failed) - MAX_REPORTED_FAILURES))
+        lines.append(words.reindex_more_failures(len(report.failed) - MAX_REPORTED_FAILURES))
     for skip in report.skipped[:MAX_REPORTED_FAILURES]:
-        lines.append(messages.reindex_skipped_line(escape(skip.document.name), escape(skip.reason)))
+        lines.append(words.reindex_skipped_line(escape(skip.document.name), escape(skip.reason)))
     if len(report.skipped) > MAX_REPORTED_FAILURES:
-        lines.append(messages.reindex_more_skipped(len(report.skipped) - MAX_REPORTED_FAILURES))
+        lines.append(words.reindex_more_skipped(len(report.skipped) - MAX_REPORTED_FAILURES))
     if recent:
-        lines += ["", messages.APPROVAL_RECENT_HEADER, *audit_lines(recent)]
+        lines += ["", words.APPROVAL_RECENT_HEADER, *audit_lines(recent, words)]
     return "\n".join(lines)

@@ -63,8 +63,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.conversation import STREAM_UPDATE_SECONDS
-from bot.slack import messages
 from bot.slack.blocks import Rendered, render_answer, render_notice, render_partial, stream_markdown
+from bot.slack.words import Words
 from core.answer import Answer
 
 log = logging.getLogger(__name__)
@@ -273,6 +273,7 @@ class SlackReply:
         client: the Web API client.
         context: the listener's bolt context; told where the answer is being
             shown, so the error handler can replace it if anything fails afterwards.
+        words: the asker's language (``bot.slack.words``).
         channel: where the question was asked.
         thread_ts: the thread the reply goes in.
         note: server-written mrkdwn shown above the answer.
@@ -287,6 +288,7 @@ class SlackReply:
         client: AsyncWebClient,
         context: AsyncBoltContext,
         *,
+        words: Words,
         channel: str,
         thread_ts: str,
         note: str | None = None,
@@ -297,6 +299,7 @@ class SlackReply:
     ) -> None:
         self.client = client
         self.context = context
+        self.words = words
         self.channel = channel
         self.thread_ts = thread_ts
         self.note = note
@@ -316,7 +319,7 @@ class SlackReply:
 
     async def help(self) -> None:
         """Post how to ask, in the thread."""
-        notice = render_notice(messages.EMPTY_QUESTION)
+        notice = render_notice(self.words.EMPTY_QUESTION)
         await self.client.chat_postMessage(
             channel=self.channel, thread_ts=self.thread_ts, **notice.as_kwargs()
         )
@@ -329,7 +332,7 @@ class SlackReply:
                 await self.client.assistant_threads_setStatus(
                     channel_id=self.channel,
                     thread_ts=self.thread_ts,
-                    status=messages.STATUS_SEARCHING,
+                    status=self.words.STATUS_SEARCHING,
                 )
             return
         except SLACK_FAILURES as exc:
@@ -339,7 +342,7 @@ class SlackReply:
                 slack_failure(exc),
             )
         try:
-            await self._post(render_notice(messages.PLACEHOLDER))
+            await self._post(render_notice(self.words.PLACEHOLDER))
         except SLACK_FAILURES as exc:
             # The answer is worth computing all the same: final() posts it.
             log.warning(
@@ -362,7 +365,7 @@ class SlackReply:
         if self._paced and not self._due(EDIT_SECONDS):
             return
         self._last_shown = time.monotonic()
-        rendered = render_partial(text)
+        rendered = render_partial(text, words=self.words)
         try:
             if self.ts is None:
                 await self._post(rendered)
@@ -376,7 +379,9 @@ class SlackReply:
 
     async def final(self, answer: Answer) -> None:
         """Replace the answer so far (or the placeholder) with the rendered answer, or post it."""
-        rendered = render_answer(answer, note=self.note, ask_a_person=self.ask_a_person)
+        rendered = render_answer(
+            answer, words=self.words, note=self.note, ask_a_person=self.ask_a_person
+        )
         await self._end_stream()
         placeholder = self.ts
         if placeholder is not None:

@@ -15,6 +15,7 @@ from bot.slack.people import Audience, Directory, Roles
 from bot.slack.reindex import Reindexer
 from bot.slack.reply import Streaming
 from bot.slack.uploads import Jobs, Uploader
+from bot.slack.words import Languages
 from core.answer import Engine
 from index.knowledge_base import KnowledgeBase
 
@@ -34,6 +35,7 @@ class Services:
     conversation: Conversation
     audience: Audience
     agent: Agent
+    languages: Languages
     # Delivery records decide whether an event is answered at all: their own
     # threads, so they never queue behind embedding and retrieval work.
     ack_executor: ThreadPoolExecutor = field(
@@ -45,7 +47,9 @@ class Services:
 
     def __post_init__(self) -> None:
         self.deliveries = Deliveries(self.kb.store, self.ack_executor, self.config.claim_lease)
-        self.home = Home(self.kb, self.engine, self.roles, self.uploader, self.reindexer)
+        self.home = Home(
+            self.kb, self.engine, self.roles, self.uploader, self.reindexer, self.languages
+        )
 
     @classmethod
     def open(cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine) -> Services:
@@ -53,7 +57,8 @@ class Services:
         jobs = Jobs()
         directory = Directory()
         roles = Roles(config, directory)
-        approvals = Approvals(kb, config, roles, engine)
+        languages = Languages(directory, config.default_language)
+        approvals = Approvals(kb, config, roles, engine, languages)
         return cls(
             config=config,
             kb=kb,
@@ -65,6 +70,7 @@ class Services:
             reindexer=Reindexer(kb),
             conversation=Conversation(engine),
             audience=Audience(config, directory),
-            agent=Agent(kb, directory),
+            agent=Agent(kb, directory, languages),
+            languages=languages,
             streaming=Streaming(config.streaming),
         )

@@ -22,8 +22,8 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import messages
 from bot.slack.reply import SLACK_FAILURES, slack_failure
+from bot.slack.words import translated_everywhere
 from core.prompt import HISTORY_MESSAGES, Role, ThreadMessage
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class SlackThread:
             return None
         text = str(message.get("text") or "")
         if self._is_mine(message):
-            if text == messages.PLACEHOLDER:
+            if text in translated_everywhere("PLACEHOLDER"):  # whoever it was for
                 return None
             return ThreadMessage(Role.ASSISTANT, _cut(_plain(text)))
         if message.get("bot_id") or message.get("subtype") == "bot_message":

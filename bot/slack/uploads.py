@@ -41,11 +41,11 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import messages
 from bot.slack.approvals import Approvals
 from bot.slack.blocks import Rendered, escape, render_upload_status
 from bot.slack.config import SlackConfig
 from bot.slack.reply import SLACK_FAILURES, slack_failure
+from bot.slack.words import Words
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import Added, KnowledgeBase
 from index.models import DocState, Publish
@@ -111,10 +111,9 @@ class SlackFile:
             size=int(size) if isinstance(size, int) else None,
         )
 
-    @property
-    def label(self) -> str:
+    def label(self, words: Words) -> str:
         """How the file is named to people (escaped): its name, never its id."""
-        return escape(self.name) if self.name else messages.UNNAMED_FILE
+        return escape(self.name) if self.name else words.UNNAMED_FILE
 
     @property
     def expects_html(self) -> bool:
@@ -129,7 +128,7 @@ class SlackFile:
 # ---------------------------------------------------------------- downloading
 
 
-def check_download_url(url: str, api_url: str) -> str | None:
+def check_download_url(url: str, api_url: str, *, words: Words) -> str | None:
     """Why ``url`` may not be fetched with the bot token, or ``None`` when it may.
 
     Allowed: ``https`` on ``*.slack.com``, or the exact scheme, host and port
@@ -139,7 +138,7 @@ def check_download_url(url: str, api_url: str) -> str | None:
         parts = urlsplit(url)
         host, port = (parts.hostname or "").lower(), parts.port
     except ValueError:  # "https://[files.slack.com/f", a port that is no number
-        return messages.DOWNLOAD_BAD_URL
+        return words.DOWNLOAD_BAD_URL
     if parts.scheme == "https" and host.endswith(".slack.com"):
         return None
     api = urlsplit(api_url)
@@ -149,7 +148,7 @@ def check_download_url(url: str, api_url: str) -> str | None:
         and parts.scheme == api.scheme
         and port == api.port
     )
-    return None if same_as_api else messages.download_bad_host(host)
+    return None if same_as_api else words.download_bad_host(host)
 
 
 async def download(
@@ -159,8 +158,9 @@ async def download(
     token: str,
     max_bytes: int,
     api_url: str,
+    words: Words,
 ) -> bytes:
-    """Fetch a private Slack file with the bot token.
+    """Fetch a private Slack file with the bot token (failure reasons in ``words``).
 
     Redirects are followed by hand so that every hop is checked against the
     allowed hosts before the token is sent to it.
@@ -170,54 +170,56 @@ async def download(
             the file, a file over ``max_bytes``, or a network failure.
     """
     if file.size is not None and file.size > max_bytes:
-        raise DownloadFailed(messages.download_too_large(max_bytes))
+        raise DownloadFailed(words.download_too_large(max_bytes))
     url = file.url
     if not url:
-        raise DownloadFailed(messages.DOWNLOAD_NO_URL)
+        raise DownloadFailed(words.DOWNLOAD_NO_URL)
     headers = {"Authorization": f"Bearer {token}"}
     try:
         for _ in range(MAX_REDIRECTS + 1):
-            reason = check_download_url(url, api_url)
+            reason = check_download_url(url, api_url, words=words)
             if reason:
                 raise DownloadFailed(reason)
             async with session.get(url, headers=headers, allow_redirects=False) as resp:
                 if resp.status in {301, 302, 303, 307, 308} and "Location" in resp.headers:
-                    url = _redirect_target(url, resp.headers["Location"])
+                    url = _redirect_target(url, resp.headers["Location"], words)
                     continue
-                return await _read_body(resp, file, max_bytes)
+                return await _read_body(resp, file, max_bytes, words)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise DownloadFailed(messages.download_unreachable(type(exc).__name__)) from exc
-    raise DownloadFailed(messages.DOWNLOAD_TOO_MANY_REDIRECTS)
+        raise DownloadFailed(words.download_unreachable(type(exc).__name__)) from exc
+    raise DownloadFailed(words.DOWNLOAD_TOO_MANY_REDIRECTS)
 
 
-def _redirect_target(url: str, location: str) -> str:
+def _redirect_target(url: str, location: str, words: Words) -> str:
     """Where a redirect points; a ``Location`` that is not a URL is the download's failure."""
     try:
         return urljoin(url, location)
     except ValueError as exc:  # "https://[bad" and the like: the server's answer is malformed
-        raise DownloadFailed(messages.DOWNLOAD_BAD_URL) from exc
+        raise DownloadFailed(words.DOWNLOAD_BAD_URL) from exc
 
 
-async def _read_body(resp: aiohttp.ClientResponse, file: SlackFile, max_bytes: int) -> bytes:
+async def _read_body(
+    resp: aiohttp.ClientResponse, file: SlackFile, max_bytes: int, words: Words
+) -> bytes:
     if resp.status != 200:
-        raise DownloadFailed(messages.download_status(resp.status))
+        raise DownloadFailed(words.download_status(resp.status))
     if resp.content_length is not None and resp.content_length > max_bytes:
-        raise DownloadFailed(messages.download_too_large(max_bytes))
+        raise DownloadFailed(words.download_too_large(max_bytes))
     html_type = resp.content_type == "text/html"
     if html_type and not file.expects_html:
-        raise DownloadFailed(messages.DOWNLOAD_LOGIN_PAGE)
+        raise DownloadFailed(words.DOWNLOAD_LOGIN_PAGE)
     data = bytearray()
     async for chunk in resp.content.iter_chunked(_CHUNK):
         data.extend(chunk)
         if len(data) > max_bytes:
             # Stop reading: the rest of an oversized file is never buffered.
-            raise DownloadFailed(messages.download_too_large(max_bytes))
+            raise DownloadFailed(words.download_too_large(max_bytes))
     body = bytes(data)
     if file.expects_html:
         if _is_login_page(body):
-            raise DownloadFailed(messages.DOWNLOAD_LOGIN_PAGE)
+            raise DownloadFailed(words.DOWNLOAD_LOGIN_PAGE)
     elif _looks_like_html(body):
-        raise DownloadFailed(messages.DOWNLOAD_LOGIN_PAGE)
+        raise DownloadFailed(words.DOWNLOAD_LOGIN_PAGE)
     return body
 
 
@@ -460,6 +462,7 @@ class UploadRequest:
     user: str
     scope: str
     publish: Publish
+    words: Words  # the uploader's: every status of these files is theirs to read
     title: str | None = None
     thread_ts: str | None = None
 
@@ -514,7 +517,10 @@ class Uploader:
         for obj in files:
             status = await post_status(
                 client,
-                render_upload_status(messages.upload_queued(SlackFile.from_payload(obj).label)),
+                render_upload_status(
+                    request.words.upload_queued(SlackFile.from_payload(obj).label(request.words)),
+                    words=request.words,
+                ),
                 channel=request.channel,
                 thread_ts=request.thread_ts,
                 fallback_user=request.user,
@@ -523,28 +529,29 @@ class Uploader:
             tasks.append(self.jobs.spawn(coro, name=f"ingest {obj.get('id', '?')}"))
         return tasks
 
-    async def retry(self, status: StatusMessage, document_id: int) -> None:
-        """Index a failed document again from its stored original and report on ``status``."""
+    async def retry(self, status: StatusMessage, document_id: int, words: Words) -> None:
+        """Index a failed document again from its stored original and report on ``status``
+        (in ``words``, the clicker's)."""
         try:
             row = await asyncio.to_thread(self.kb.document, document_id)
         except DocumentNotFound:
             # Removed meanwhile (by an admin, or failed documents expiring).
-            await status.settle(render_upload_status(messages.RETRY_GONE))
+            await status.settle(render_upload_status(words.RETRY_GONE, words=words))
             return
         if row.state not in (DocState.FAILED, DocState.PENDING):
             # Decided meanwhile (a retry never publishes nor brings back a version).
-            await status.settle(_settled_status(row))
+            await status.settle(_settled_status(row, words))
             return
         name = escape(row.name)
         async with self._turns.hold(row.uploader):
-            await status.show(render_upload_status(messages.upload_indexing(name)))
+            await status.show(render_upload_status(words.upload_indexing(name), words=words))
             try:
                 row = await asyncio.to_thread(self.kb.retry, document_id)
             except DocumentNotFound:
                 # Removed while the retry waited for its turn.
-                await status.settle(render_upload_status(messages.RETRY_GONE))
+                await status.settle(render_upload_status(words.RETRY_GONE, words=words))
                 return
-        await status.settle(await self._final_status(status, row))
+        await status.settle(await self._final_status(status, row, words))
         await _remember(self.kb, status, document_id)
 
     async def _ingest_one(
@@ -556,50 +563,52 @@ class Uploader:
         title: str | None,
     ) -> None:
         file = SlackFile.from_payload(obj)
+        words = request.words
         document_id: int | None = None
         try:
-            async with self._user_slot(request.user, status, file):
-                file, data = await self._fetch(client, status, file)
-                waiting = render_upload_status(messages.upload_waiting(file.label))
+            async with self._user_slot(request.user, status, file, words):
+                file, data = await self._fetch(client, status, file, words)
+                waiting = render_upload_status(words.upload_waiting(file.label(words)), words=words)
                 async with self._turns.hold(request.user, on_wait=lambda: status.show(waiting)):
                     added = await self._add(data, file, request, title)
                     document_id = added.document.id
-                    final = await self._index(status, added)
+                    final = await self._index(status, added, words)
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
-            text = messages.upload_failed(file.label, escape(exc.reason))
-            final = render_upload_status(text + "\n" + messages.UPLOAD_AGAIN)
+            text = words.upload_failed(file.label(words), escape(exc.reason))
+            final = render_upload_status(text + "\n" + words.UPLOAD_AGAIN, words=words)
         except KBError as exc:
             # Refused on purpose (a full disk, the free-space floor...): the reason is the message.
             log.warning("ingesting Slack file %s failed: %s", file.id, exc)
-            final = _unexpected_status(file.label, exc, document_id)
+            final = _unexpected_status(file.label(words), exc, document_id, words)
         except Exception as exc:
             # The request that started this job is long answered: report here, not to bolt.
             log.exception("ingesting Slack file %s failed", file.id)
-            final = _unexpected_status(file.label, exc, document_id)
+            final = _unexpected_status(file.label(words), exc, document_id, words)
         await status.settle(final)
         await _remember(self.kb, status, document_id)
 
     @contextlib.asynccontextmanager
     async def _user_slot(
-        self, user: str, status: StatusMessage, file: SlackFile
+        self, user: str, status: StatusMessage, file: SlackFile, words: Words
     ) -> AsyncIterator[None]:
         if self._slots.full(user):
-            text = messages.upload_waiting_for_yours(file.label, self._slots.per_user)
-            await status.show(render_upload_status(text))
+            text = words.upload_waiting_for_yours(file.label(words), self._slots.per_user)
+            await status.show(render_upload_status(text, words=words))
         async with self._slots.hold(user):
             yield
 
     async def _fetch(
-        self, client: AsyncWebClient, status: StatusMessage, file: SlackFile
+        self, client: AsyncWebClient, status: StatusMessage, file: SlackFile, words: Words
     ) -> tuple[SlackFile, bytes]:
         """The file's details and bytes, within the download deadline."""
         seconds = self.config.download_timeout
-        await status.show(render_upload_status(messages.upload_downloading(file.label)))
+        shown = words.upload_downloading(file.label(words))
+        await status.show(render_upload_status(shown, words=words))
         asked = False
         try:
             async with asyncio.timeout(seconds):
-                file = await self._complete(client, file)
+                file = await self._complete(client, file, words)
                 asked = True
                 data = await download(
                     self._http(),
@@ -607,9 +616,10 @@ class Uploader:
                     token=self.config.bot_token,
                     max_bytes=self.kb.config.max_upload_bytes,
                     api_url=self.config.api_url,
+                    words=words,
                 )
         except TimeoutError as exc:
-            late = messages.download_timed_out if asked else messages.file_info_timed_out
+            late = words.download_timed_out if asked else words.file_info_timed_out
             raise DownloadFailed(late(seconds)) from exc
         return file, data
 
@@ -626,42 +636,46 @@ class Uploader:
             publish=request.publish,
         )
 
-    async def _index(self, status: StatusMessage, added: Added) -> Rendered:
+    async def _index(self, status: StatusMessage, added: Added, words: Words) -> Rendered:
         row = added.document
         if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
-            return _settled_status(row, duplicate=True)
-        await status.show(render_upload_status(messages.upload_indexing(escape(row.name))))
+            return _settled_status(row, words, duplicate=True)
+        shown = words.upload_indexing(escape(row.name))
+        await status.show(render_upload_status(shown, words=words))
         row = await asyncio.to_thread(self.kb.index_document, row.id)
-        return await self._final_status(status, row)
+        return await self._final_status(status, row, words)
 
-    async def _final_status(self, status: StatusMessage, row: DocumentRow) -> Rendered:
+    async def _final_status(
+        self, status: StatusMessage, row: DocumentRow, words: Words
+    ) -> Rendered:
         """What became of a document just indexed; asks for an approval when it needs one."""
         name = escape(row.name)
         if row.state == DocState.FAILED:
-            reason = escape(row.failure_reason or "unknown reason")
+            # The index layer's reason: an English sentence inside the translated frame.
+            reason = escape(row.failure_reason or "") or words.UNKNOWN_REASON
             return render_upload_status(
-                messages.upload_failed(name, reason), retry_document_id=row.id
+                words.upload_failed(name, reason), words=words, retry_document_id=row.id
             )
         placement = await asyncio.to_thread(self.kb.placement, row.id)
         if row.state == DocState.AWAITING_APPROVAL:
             delivered = await self.approvals.request(
                 status.client, placement, status_channel=status.channel, status_ts=status.ts or ""
             )
-            notes = [messages.UPLOAD_AWAITING_REPLACES] if placement.beside else []
-            notes += [] if delivered else [messages.UPLOAD_AWAITING_NOBODY]
-            return _with_notes(messages.upload_awaiting(name, row.chunk_count), notes)
-        notes = [messages.UPLOAD_REPLACED] if placement.replaced else []
-        notes += [messages.UPLOAD_BESIDE] if placement.beside else []
-        return _with_notes(messages.upload_indexed(name, row.chunk_count), notes)
+            notes = [words.UPLOAD_AWAITING_REPLACES] if placement.beside else []
+            notes += [] if delivered else [words.UPLOAD_AWAITING_NOBODY]
+            return _with_notes(words.upload_awaiting(name, row.chunk_count), notes, words)
+        notes = [words.UPLOAD_REPLACED] if placement.replaced else []
+        notes += [words.UPLOAD_BESIDE] if placement.beside else []
+        return _with_notes(words.upload_indexed(name, row.chunk_count), notes, words)
 
-    async def _complete(self, client: AsyncWebClient, file: SlackFile) -> SlackFile:
+    async def _complete(self, client: AsyncWebClient, file: SlackFile, words: Words) -> SlackFile:
         """Ask ``files.info`` for the download link (and name) when an event left it out."""
         if file.url or not file.id:
             return file
         try:
             resp = await client.files_info(file=file.id)
         except SLACK_FAILURES as exc:
-            raise DownloadFailed(messages.file_info_failed(slack_failure(exc))) from exc
+            raise DownloadFailed(words.file_info_failed(slack_failure(exc))) from exc
         return SlackFile.from_payload(dict(resp["file"]))
 
     def _http(self) -> aiohttp.ClientSession:
@@ -680,25 +694,30 @@ async def _remember(kb: KnowledgeBase, status: StatusMessage, document_id: int |
         log.warning("status message of document %s not recorded: %s", document_id, exc)
 
 
-def _unexpected_status(label: str, exc: Exception, document_id: int | None) -> Rendered:
-    """A failure nobody planned for: its reason when it has one for people, and a Retry once stored."""
-    reason = escape(str(exc)) if isinstance(exc, KBError) else messages.UPLOAD_UNEXPECTED
-    text = messages.upload_failed(label, reason)
+def _unexpected_status(
+    label: str, exc: Exception, document_id: int | None, words: Words
+) -> Rendered:
+    """A failure nobody planned for: its reason when it has one for people, and a Retry once stored.
+
+    A ``KBError``'s reason is the index layer's English sentence, shown inside the
+    translated status."""
+    reason = escape(str(exc)) if isinstance(exc, KBError) else words.UPLOAD_UNEXPECTED
+    text = words.upload_failed(label, reason)
     if document_id is None:
-        return render_upload_status(text + "\n" + messages.UPLOAD_AGAIN)
-    return render_upload_status(text, retry_document_id=document_id)
+        return render_upload_status(text + "\n" + words.UPLOAD_AGAIN, words=words)
+    return render_upload_status(text, words=words, retry_document_id=document_id)
 
 
-def _with_notes(text: str, notes: list[str]) -> Rendered:
-    return render_upload_status(" ".join([text, *notes]))
+def _with_notes(text: str, notes: list[str], words: Words) -> Rendered:
+    return render_upload_status(" ".join([text, *notes]), words=words)
 
 
-def _settled_status(row: DocumentRow, *, duplicate: bool = False) -> Rendered:
+def _settled_status(row: DocumentRow, words: Words, *, duplicate: bool = False) -> Rendered:
     """The status of a document that this upload or retry leaves as it is."""
     name = escape(row.name)
     if row.state == DocState.AWAITING_APPROVAL:
-        return render_upload_status(messages.upload_awaiting_duplicate(name))
+        return render_upload_status(words.upload_awaiting_duplicate(name), words=words)
     if row.state == DocState.INDEXED:
-        text = messages.upload_duplicate if duplicate else messages.upload_indexed
-        return render_upload_status(text(name, row.chunk_count))
-    return render_upload_status(messages.upload_state(name, row.state))
+        text = words.upload_duplicate if duplicate else words.upload_indexed
+        return render_upload_status(text(name, row.chunk_count), words=words)
+    return render_upload_status(words.upload_state(name, row.state), words=words)

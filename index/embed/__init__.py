@@ -1,8 +1,11 @@
 """Embedding models: one ``Embedder`` contract; ONNX Runtime, PyTorch and remote implementations.
 
-Operators may name a local folder or a sentence-transformers model name in
-``KB_EMBEDDING_MODEL`` instead of the bundled copy, or ``openai:<model>`` for an
-OpenAI-compatible embeddings endpoint (``index.embed.remote``). A local model
+Operators may name ``multilingual`` (multilingual-e5-small, ``index.embed.e5``),
+a local folder or a sentence-transformers model name in ``KB_EMBEDDING_MODEL``
+instead of the bundled copy, or ``openai:<model>`` for an OpenAI-compatible
+embeddings endpoint (``index.embed.remote``). Asymmetric models are given their
+family's question and passage prefixes (``Prefixes``), unless the operator
+sets their own. A local model
 runs with ONNX Runtime (``index.embed.onnx``, the default) or PyTorch
 (``index.embed.pytorch``); both give the same vectors. ``load_embedder`` picks
 the implementation from ``KB_EMBEDDING_MODEL`` and ``KB_ENCODER_RUNTIME``; each
@@ -17,8 +20,13 @@ from index.embed.base import (
     DEFAULT_BATCH_SIZE,
     Embedder,
     EmbeddingModelUnavailable,
+    Prefixes,
+    Role,
+    chosen_prefixes,
+    family_prefixes,
     resolve_model,
 )
+from index.embed.e5 import MULTILINGUAL_MODEL_NAME, MULTILINGUAL_PRESET
 
 if TYPE_CHECKING:
     from index.config import IndexConfig
@@ -29,8 +37,15 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "Embedder",
     "EmbeddingModelUnavailable",
+    "MULTILINGUAL_MODEL_NAME",
+    "MULTILINGUAL_PRESET",
+    "Prefixes",
+    "Role",
+    "chosen_prefixes",
+    "family_prefixes",
     "load_embedder",
     "load_offline",
+    "model_name",
     "resolve_model",
 ]
 
@@ -45,8 +60,15 @@ def load_embedder(config: IndexConfig) -> Embedder:
     from index.config import ENCODER_RUNTIMES
     from index.embed.remote import REMOTE_PREFIX, RemoteEmbedder
 
-    if config.embedding_model.startswith(REMOTE_PREFIX):
-        return RemoteEmbedder(config.embedding_model, config.embedding_endpoint)
+    spec = config.embedding_model
+    if spec.strip().lower() == MULTILINGUAL_PRESET:
+        from index.embed.e5 import E5Embedder
+
+        return E5Embedder(spec, prefixes=_operator_prefixes(config, MULTILINGUAL_MODEL_NAME))
+    base = spec[len(REMOTE_PREFIX) :] if spec.startswith(REMOTE_PREFIX) else resolve_model(spec)[0]
+    prefixes = _operator_prefixes(config, base) or chosen_prefixes(base, None, None)
+    if spec.startswith(REMOTE_PREFIX):
+        return RemoteEmbedder(spec, config.embedding_endpoint, prefixes)
     if config.encoder_runtime not in ENCODER_RUNTIMES:
         raise EmbeddingModelUnavailable(
             f"KB_ENCODER_RUNTIME is {config.encoder_runtime!r}; set it to 'onnx' or 'torch'."
@@ -55,7 +77,23 @@ def load_embedder(config: IndexConfig) -> Embedder:
         from index.embed.onnx import ENCODERS_DIR, OnnxEmbedder
 
         cache = config.encoder_cache or config.data_dir / ENCODERS_DIR
-        return OnnxEmbedder(config.embedding_model, cache)
+        return OnnxEmbedder(spec, cache, prefixes=prefixes)
     from index.embed.pytorch import LocalEmbedder
 
-    return LocalEmbedder(config.embedding_model)
+    return LocalEmbedder(spec, prefixes=prefixes)
+
+
+def _operator_prefixes(config: IndexConfig, model: str) -> Prefixes | None:
+    """The prefixes the operator set (each unset one the family's), or ``None`` if neither is set."""
+    if config.query_prefix is None and config.document_prefix is None:
+        return None
+    return chosen_prefixes(model, config.query_prefix, config.document_prefix)
+
+
+def model_name(spec: str) -> str:
+    """The name ``spec`` (a ``KB_EMBEDDING_MODEL`` value) is known by, without loading it."""
+    if spec.strip().lower() == MULTILINGUAL_PRESET:
+        return MULTILINGUAL_MODEL_NAME
+    from index.embed.remote import REMOTE_PREFIX
+
+    return spec if spec.startswith(REMOTE_PREFIX) else resolve_model(spec)[0]

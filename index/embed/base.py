@@ -11,9 +11,11 @@ model from disk only.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -25,6 +27,80 @@ BUNDLED_PREFIX = "bundled:"
 # with an operator's download of the same model.
 BUNDLED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_BATCH_SIZE = 64
+
+Role = Literal["query", "document"]
+"""What a text is to an asymmetric model: a question, or a passage searched for answers."""
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    """The text an asymmetric model expects before a question and before a passage.
+
+    e5 models are trained on ``query: ...`` / ``passage: ...``, bge-*-v1.5 and
+    arctic-embed on an instruction before the question only, nomic-embed on
+    ``search_query: `` / ``search_document: ``; without them their vectors are
+    markedly worse. A symmetric model (all-MiniLM-L6-v2) has none.
+    """
+
+    query: str = ""
+    document: str = ""
+
+    def of(self, role: Role) -> str:
+        """The prefix of ``role``."""
+        return self.query if role == "query" else self.document
+
+    def add(self, texts: Sequence[str], role: Role) -> list[str]:
+        """``texts`` as the model is given them in ``role``."""
+        prefix = self.of(role)
+        return [prefix + t for t in texts] if prefix else list(texts)
+
+
+# The instruction bge-*-en-v1.5, mxbai-embed-large-v1 and snowflake-arctic-embed
+# (v1, v1.5) put before a question, as their model cards give it.
+_RETRIEVAL_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+# Families by the model's name (a hub name, a local folder's name, an endpoint's
+# model), first match wins; each model card's own prefixes.
+_FAMILIES: tuple[tuple[re.Pattern[str], Prefixes], ...] = (
+    (
+        re.compile(r"(^|[/:_-])(multilingual-)?e5-(small|base|large)"),
+        Prefixes("query: ", "passage: "),
+    ),
+    (re.compile(r"nomic-embed-text"), Prefixes("search_query: ", "search_document: ")),
+    (re.compile(r"bge-(small|base|large)-en-v1\.5"), Prefixes(_RETRIEVAL_INSTRUCTION, "")),
+    (
+        re.compile(r"arctic-embed-(xs|s|m|l)(-long)?(-v1\.5)?$"),
+        Prefixes(_RETRIEVAL_INSTRUCTION, ""),
+    ),
+    (re.compile(r"mxbai-embed-large-v1"), Prefixes(_RETRIEVAL_INSTRUCTION, "")),
+)
+
+
+def family_prefixes(name: str) -> Prefixes:
+    """The prefixes the model family ``name`` belongs to was trained with; none if unknown."""
+    lowered = name.lower()
+    for pattern, prefixes in _FAMILIES:
+        if pattern.search(lowered):
+            return prefixes
+    return Prefixes()
+
+
+def chosen_prefixes(name: str, query: str | None, document: str | None) -> Prefixes:
+    """The family's prefixes for ``name``, each replaced by the operator's when given (``""``: none)."""
+    known = family_prefixes(name)
+    return Prefixes(
+        query=known.query if query is None else query,
+        document=known.document if document is None else document,
+    )
+
+
+def stamp_name(name: str, prefixes: Prefixes) -> str:
+    """What documents embedded by model ``name`` with ``prefixes`` are stamped with.
+
+    A passage prefix changes every document vector, so it is part of the
+    stamp: switching it makes the old vectors stale (``kb reindex``) instead
+    of searching two kinds together. The question prefix changes no stored vector.
+    """
+    return f"{name} [passage prefix {prefixes.document!r}]" if prefixes.document else name
 
 
 class EmbeddingModelUnavailable(KBError):
@@ -41,6 +117,7 @@ class Embedder(Protocol):
 
     spec: str
     name: str
+    prefixes: Prefixes
 
     @property
     def loaded(self) -> bool:
@@ -68,7 +145,8 @@ class Embedder(Protocol):
         ...
 
     def count_tokens(self, text: str) -> int:
-        """Tokens the encoder sees for ``text`` (never fewer than it really sees)."""
+        """Tokens the encoder sees for ``text`` as a passage, its prefix included
+        (never fewer than it really sees)."""
         ...
 
     def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
@@ -79,14 +157,19 @@ class Embedder(Protocol):
         self,
         texts: Sequence[str],
         *,
+        role: Role = "document",
         batch_size: int = DEFAULT_BATCH_SIZE,
         on_batch: Callable[[int], None] | None = None,
     ) -> np.ndarray:
-        """Embed ``texts`` as an ``(n, dim)`` float32 array of unit vectors."""
+        """Embed ``texts`` as an ``(n, dim)`` float32 array of unit vectors.
+
+        ``role`` says what the texts are (passages, or questions compared with
+        each other or with passages); the model's ``prefixes`` for it are added.
+        """
         ...
 
     def encode_query(self, text: str) -> np.ndarray:
-        """Embed one query as a ``(dim,)`` unit vector."""
+        """Embed one question (role ``query``) as a ``(dim,)`` unit vector."""
         ...
 
 

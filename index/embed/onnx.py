@@ -45,7 +45,15 @@ from typing import Any
 
 import numpy as np
 
-from index.embed.base import DEFAULT_BATCH_SIZE, EmbeddingModelUnavailable, resolve_model
+from index.embed.base import (
+    DEFAULT_BATCH_SIZE,
+    EmbeddingModelUnavailable,
+    Prefixes,
+    Role,
+    chosen_prefixes,
+    resolve_model,
+    stamp_name,
+)
 from index.files import private_dir, write_atomic
 
 # Bumped when the exported graph changes shape (inputs, outputs, attention, fusion).
@@ -495,6 +503,8 @@ class OnnxEmbedder:
         threads: ONNX Runtime's intra-op threads.
         spinning: let them spin-wait between operators (ONNX Runtime's own
             default; off here, see ``DEFAULT_THREADS``; the benchmark compares).
+        prefixes: what questions and passages are prefixed with; ``None``: the
+            model family's (``index.embed.base.family_prefixes``).
     """
 
     def __init__(
@@ -504,9 +514,12 @@ class OnnxEmbedder:
         *,
         threads: int = DEFAULT_THREADS,
         spinning: bool = False,
+        prefixes: Prefixes | None = None,
     ) -> None:
         self.spec = spec
-        self.name, self._load_from = resolve_model(spec)
+        model, self._load_from = resolve_model(spec)
+        self.prefixes = prefixes or chosen_prefixes(model, None, None)
+        self.name = stamp_name(model, self.prefixes)
         self._cache_dir = cache_dir
         self._threads = threads
         self._spinning = spinning
@@ -594,8 +607,9 @@ class OnnxEmbedder:
         """The encoder window in word-pieces (special tokens included)."""
         return self.layout.max_seq_length
 
-    def _texts(self, texts: Sequence[str]) -> list[str]:
-        return [t.lower() for t in texts] if self.layout.do_lower_case else list(texts)
+    def _texts(self, texts: Sequence[str], role: Role = "document") -> list[str]:
+        given = self.prefixes.add(texts, role)
+        return [t.lower() for t in given] if self.layout.do_lower_case else given
 
     def count_tokens(self, text: str) -> int:
         """Word-pieces the encoder sees for ``text``, special tokens included."""
@@ -611,10 +625,12 @@ class OnnxEmbedder:
         self,
         texts: Sequence[str],
         *,
+        role: Role = "document",
         batch_size: int = DEFAULT_BATCH_SIZE,
         on_batch: Callable[[int], None] | None = None,
     ) -> np.ndarray:
-        """Embed ``texts`` as an ``(n, dim)`` float32 array of unit vectors, in their order.
+        """Embed ``texts`` (``role``: see ``Embedder.encode``) as an ``(n, dim)`` float32
+        array of unit vectors, in their order.
 
         Texts are batched by token length (``similar_length_batches``), so a
         batch pads to nearly nothing.
@@ -622,7 +638,7 @@ class OnnxEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        encodings = self._tokenizers[0].encode_batch(self._texts(texts))
+        encodings = self._tokenizers[0].encode_batch(self._texts(texts, role))
         for chosen in similar_length_batches([len(e.ids) for e in encodings], batch_size):
             out[chosen] = self._embed([encodings[i] for i in chosen])
             if on_batch:
@@ -643,8 +659,8 @@ class OnnxEmbedder:
         return normalized(pool(tokens, feeds["attention_mask"], self.layout.pooling))
 
     def encode_query(self, text: str) -> np.ndarray:
-        """Embed one query as a ``(dim,)`` unit vector."""
-        return self.encode([text])[0]
+        """Embed one question as a ``(dim,)`` unit vector."""
+        return self.encode([text], role="query")[0]
 
 
 if __name__ == "__main__":

@@ -15,8 +15,12 @@ import numpy as np
 from index.embed.base import (
     DEFAULT_BATCH_SIZE,
     EmbeddingModelUnavailable,
+    Prefixes,
+    Role,
+    chosen_prefixes,
     load_offline,
     resolve_model,
+    stamp_name,
 )
 
 
@@ -26,11 +30,15 @@ class LocalEmbedder:
     Args:
         spec: a ``KB_EMBEDDING_MODEL`` value.
         device: torch device; the product runs on CPU.
+        prefixes: what questions and passages are prefixed with; ``None``: the
+            model family's (``index.embed.base.family_prefixes``).
     """
 
-    def __init__(self, spec: str, *, device: str = "cpu") -> None:
+    def __init__(self, spec: str, *, device: str = "cpu", prefixes: Prefixes | None = None) -> None:
         self.spec = spec
-        self.name, self._load_from = resolve_model(spec)
+        model, self._load_from = resolve_model(spec)
+        self.prefixes = prefixes or chosen_prefixes(model, None, None)
+        self.name = stamp_name(model, self.prefixes)
         self._device = device
 
     @cached_property
@@ -62,24 +70,23 @@ class LocalEmbedder:
         return int(self._model.max_seq_length)
 
     def count_tokens(self, text: str) -> int:
-        """Word-pieces the encoder sees for ``text``, special tokens included."""
-        return len(
-            self._model.tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"]
-        )
+        """Word-pieces the encoder sees for ``text`` as a passage, prefix and special tokens
+        included."""
+        return self.count_tokens_many([text])[0]
 
     def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
         """``count_tokens`` of each text, in one batched tokenizer call."""
         if not texts:
             return []
-        ids = self._model.tokenizer(list(texts), add_special_tokens=True, truncation=False)[
-            "input_ids"
-        ]
+        given = self.prefixes.add(texts, "document")
+        ids = self._model.tokenizer(given, add_special_tokens=True, truncation=False)["input_ids"]
         return [len(x) for x in ids]
 
     def encode(
         self,
         texts: Sequence[str],
         *,
+        role: Role = "document",
         batch_size: int = DEFAULT_BATCH_SIZE,
         on_batch: Callable[[int], None] | None = None,
     ) -> np.ndarray:
@@ -87,6 +94,7 @@ class LocalEmbedder:
 
         Args:
             texts: the texts to embed.
+            role: what they are (``Embedder.encode``); its prefix is added.
             batch_size: texts per forward pass.
             on_batch: called with the number of texts done after each batch (progress bars).
         """
@@ -94,7 +102,7 @@ class LocalEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         parts = []
         for i in range(0, len(texts), batch_size):
-            batch = list(texts[i : i + batch_size])
+            batch = self.prefixes.add(texts[i : i + batch_size], role)
             vecs = self._model.encode(
                 batch,
                 batch_size=batch_size,
@@ -108,5 +116,5 @@ class LocalEmbedder:
         return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
 
     def encode_query(self, text: str) -> np.ndarray:
-        """Embed one query as a ``(dim,)`` unit vector."""
-        return self.encode([text])[0]
+        """Embed one question as a ``(dim,)`` unit vector."""
+        return self.encode([text], role="query")[0]

@@ -34,7 +34,14 @@ import numpy as np
 import openai
 
 from index.config import EmbeddingEndpoint
-from index.embed.base import DEFAULT_BATCH_SIZE, EmbeddingModelUnavailable
+from index.embed.base import (
+    DEFAULT_BATCH_SIZE,
+    EmbeddingModelUnavailable,
+    Prefixes,
+    Role,
+    chosen_prefixes,
+    stamp_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +63,20 @@ class RemoteEmbedder:
         endpoint: where the endpoint is, its key, batching, time and retry limits.
     """
 
-    def __init__(self, spec: str, endpoint: EmbeddingEndpoint) -> None:
+    def __init__(
+        self, spec: str, endpoint: EmbeddingEndpoint, prefixes: Prefixes | None = None
+    ) -> None:
         if not spec.startswith(REMOTE_PREFIX) or not spec[len(REMOTE_PREFIX) :].strip():
             raise EmbeddingModelUnavailable(
                 f"{spec!r} names no model: use KB_EMBEDDING_MODEL=openai:<model name>."
             )
         self.spec = spec
-        self.name = spec
         self.model = spec[len(REMOTE_PREFIX) :].strip()
+        # The endpoint is sent the texts with the family's prefixes (an e5 or
+        # nomic model served as is); an endpoint that adds its own is told
+        # none with KB_EMBEDDING_QUERY_PREFIX= and KB_EMBEDDING_DOCUMENT_PREFIX=.
+        self.prefixes = prefixes or chosen_prefixes(self.model, None, None)
+        self.name = stamp_name(spec, self.prefixes)
         self.endpoint = endpoint
         self._dim: int | None = endpoint.dimensions or None
         self._confirmed = False
@@ -106,8 +119,9 @@ class RemoteEmbedder:
         return self.endpoint.max_tokens
 
     def count_tokens(self, text: str) -> int:
-        """An upper bound of the model's tokens: one per UTF-8 byte, plus the special tokens."""
-        return len(text.encode("utf-8")) + SPECIAL_TOKENS
+        """An upper bound of the model's tokens for ``text`` as a passage: one per UTF-8 byte
+        of it and its prefix, plus the special tokens."""
+        return len((self.prefixes.document + text).encode("utf-8")) + SPECIAL_TOKENS
 
     def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
         """``count_tokens`` of each text."""
@@ -117,25 +131,27 @@ class RemoteEmbedder:
         self,
         texts: Sequence[str],
         *,
+        role: Role = "document",
         batch_size: int = DEFAULT_BATCH_SIZE,
         on_batch: Callable[[int], None] | None = None,
     ) -> np.ndarray:
-        """Embed ``texts`` in batches of ``EmbeddingEndpoint.batch_size`` (``batch_size`` is
-        the local model's knob and is not used here)."""
+        """Embed ``texts`` (``role``: see ``Embedder.encode``) in batches of
+        ``EmbeddingEndpoint.batch_size`` (``batch_size`` is the local model's knob and is
+        not used here)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         size = max(1, self.endpoint.batch_size)
         parts = []
         for i in range(0, len(texts), size):
-            batch = list(texts[i : i + size])
+            batch = self.prefixes.add(texts[i : i + size], role)
             parts.append(self._embed_batch(batch))
             if on_batch:
                 on_batch(len(batch))
         return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
 
     def encode_query(self, text: str) -> np.ndarray:
-        """Embed one query as a ``(dim,)`` unit vector."""
-        return self.encode([text])[0]
+        """Embed one question as a ``(dim,)`` unit vector."""
+        return self.encode([text], role="query")[0]
 
     # ------------------------------------------------------------------ internals
 

@@ -7,7 +7,7 @@ result and moves the document through its states.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from index.ingest.chunk import CHUNKER_VERSION, chunk_document
 from index.ingest.extract import EXTRACTOR_VERSION, extract
 from index.ingest.isolated import read_isolated
 from index.ingest.sentences import SENTENCES_VERSION, embed_sentences
+from index.languages import passage_languages
 from index.models import Chunking, Extracted
 
 # Stamped on every document: bump when chunking, headers or extraction change
@@ -42,6 +43,8 @@ class Prepared:
     token_counts: list[int]
     # Per chunk, its sentences' vectors (``None``: one sentence); see index.ingest.sentences.
     sentence_vectors: list[np.ndarray | None] | None = None
+    # The language most of its passages are in (index.languages), None when none was told.
+    language: str | None = None
 
 
 def prepare_document(
@@ -124,11 +127,19 @@ def prepare_document(
             f"{filename} has no text to index (it may contain only headings or whitespace).",
             filename=filename,
         )
+    chunking, language = with_languages(chunking)
     texts = [c.text for c in chunking.chunks]
     vectors = embedder.encode(texts, on_batch=on_batch)
     token_counts = embedder.count_tokens_many(texts)
     sentence_vectors = embed_sentences(embedder, chunking.chunks)
-    return Prepared(extracted, chunking, vectors, token_counts, sentence_vectors)
+    return Prepared(extracted, chunking, vectors, token_counts, sentence_vectors, language)
+
+
+def with_languages(chunking: Chunking) -> tuple[Chunking, str | None]:
+    """``chunking`` with each chunk's language set, and the document's (``index.languages``)."""
+    languages, document = passage_languages([c.content for c in chunking.chunks])
+    chunks = [replace(c, language=code) for c, code in zip(chunking.chunks, languages, strict=True)]
+    return replace(chunking, chunks=chunks), document
 
 
 __all__ = ["EXTRACTOR_VERSION", "PIPELINE_VERSION", "Prepared", "prepare_document"]

@@ -17,7 +17,7 @@ from index.search.fusion import DEFAULT_DEPTH, FUSION, RRF_K, Fusion, fuse, rrf,
 from index.search.local import LocalSearchIndex
 from index.search.qdrant import QdrantSearchIndex
 from index.search.query_map import QueryAdapters
-from index.search.tokens import ANALYZER
+from index.search.tokens import ANALYZER, query_languages, question_language
 
 if TYPE_CHECKING:
     from index.storage import Store
@@ -40,6 +40,8 @@ __all__ = [
     "Snapshot",
     "fuse",
     "open_search_index",
+    "query_languages",
+    "question_language",
     "rrf",
     "score_fusion",
 ]

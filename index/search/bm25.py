@@ -49,6 +49,8 @@ class BM25Index:
         chunk_ids: the id of each chunk (unique).
         texts: the text of each chunk, aligned with ``chunk_ids``; turned into
             terms by ``analyzer``.
+        languages: the language of each chunk (``Analyzer.document_terms``);
+            ``None``: all analysed by English rules.
         k1: term-frequency saturation.
         b: length normalisation.
         analyzer: how texts and queries become terms (the product's by default;
@@ -66,11 +68,12 @@ class BM25Index:
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
         analyzer: Analyzer = ANALYZER,
+        languages: Sequence[str | None] | None = None,
     ) -> None:
         if len(chunk_ids) != len(texts):
             raise ValueError(f"{len(chunk_ids)} chunk ids but {len(texts)} texts.")
         ids = np.array(chunk_ids, dtype=np.int64).reshape(-1)  # a copy: it is made read-only
-        vocab, doc_len, indptr, postings, tf = _invert([analyzer.document_terms(t) for t in texts])
+        vocab, doc_len, indptr, postings, tf = _invert(_analysed(analyzer, texts, languages))
         self._setup(ids, vocab, doc_len, indptr, postings, tf, k1=k1, b=b, analyzer=analyzer)
 
     def _setup(
@@ -118,6 +121,7 @@ class BM25Index:
         remove_ids: Sequence[int] | np.ndarray,
         add_ids: Sequence[int] | np.ndarray,
         add_texts: Sequence[str],
+        add_languages: Sequence[str | None] | None = None,
     ) -> BM25Index:
         """A new index with some chunks removed and others added; this one is left unchanged.
 
@@ -130,6 +134,7 @@ class BM25Index:
             remove_ids: ids to drop; ids not in the index are ignored.
             add_ids: ids of the new chunks, none of them left in the index.
             add_texts: their texts, aligned with ``add_ids``.
+            add_languages: their languages (``None``: English rules for all).
 
         Returns:
             The new index, its chunk ids in ascending order (as a build from the
@@ -145,7 +150,7 @@ class BM25Index:
         new_ids = np.array(add_ids, dtype=np.int64).reshape(-1)
         ids = np.concatenate([self._ids[keep], new_ids])
         vocab, new_len, new_indptr, new_postings, new_tf = _invert(
-            [self.analyzer.document_terms(t) for t in add_texts], dict(self._vocab)
+            _analysed(self.analyzer, add_texts, add_languages), dict(self._vocab)
         )
         # Renumber every chunk by its rank in id order: survivors keep their
         # relative order, so their (term, position) keys stay sorted.
@@ -167,11 +172,18 @@ class BM25Index:
             ids[order], vocab, doc_len, terms, positions, tf, k1=self.k1, b=self.b, an=self.analyzer
         )
 
-    def search(self, query: str, k: int, allowed: Allowed = None) -> list[tuple[int, float]]:
+    def search(
+        self,
+        query: str,
+        k: int,
+        allowed: Allowed = None,
+        languages: Sequence[str | None] = (None,),
+    ) -> list[tuple[int, float]]:
         """The ``k`` best chunks for ``query``, best first; ties go to the lower chunk id.
 
         Args:
-            query: the question, analysed like the chunks (``Analyzer.query_terms``).
+            query: the question, analysed like the chunks (``Analyzer.query_terms``)
+                in ``languages`` (``index.search.tokens.query_languages``).
             k: how many results at most.
             allowed: if given, only these chunks (ids, or a predicate on the id)
                 are ranked, so a narrow scope still gets its full ``k``.
@@ -180,7 +192,7 @@ class BM25Index:
             ``(chunk_id, score)`` pairs, only chunks with a score above zero
             (i.e. sharing at least one term with the query).
         """
-        return self.search_terms(self.analyzer.query_terms(query), k, allowed)
+        return self.search_terms(self.analyzer.query_terms(query, languages), k, allowed)
 
     def search_terms(
         self, terms: Sequence[str], k: int, allowed: Allowed = None
@@ -354,6 +366,16 @@ class BM25Index:
             analyzer=analyzer,
         )
         return index, generation
+
+
+def _analysed(
+    analyzer: Analyzer, texts: Sequence[str], languages: Sequence[str | None] | None
+) -> list[list[str]]:
+    if languages is None:
+        return [analyzer.document_terms(t) for t in texts]
+    if len(languages) != len(texts):
+        raise ValueError(f"{len(texts)} texts but {len(languages)} languages.")
+    return [analyzer.document_terms(t, c) for t, c in zip(texts, languages, strict=True)]
 
 
 def _invert(

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,8 @@ class Snapshot:
         chunk_ids: sorted chunk ids in both indexes.
         scopes: scope of each chunk, aligned with ``chunk_ids``.
         generation: the store generation this snapshot reflects.
+        languages: language of each chunk (``None`` where unknown), aligned with
+            ``chunk_ids``; ``None``: not read (every chunk unknown).
         versions: version of each chunk (``Store.searchable_chunk_versions``),
             aligned with ``chunk_ids``; ``None`` when unknown, and then the
             next refresh rebuilds instead of updating.
@@ -61,6 +64,23 @@ class Snapshot:
     scopes: np.ndarray
     generation: int
     versions: np.ndarray | None = None
+    languages: np.ndarray | None = None
+
+    @cached_property
+    def corpus_languages(self) -> frozenset[str]:
+        """The languages the snapshot's chunks are written in (those told)."""
+        if self.languages is None:
+            return frozenset()
+        return frozenset(c for c in set(self.languages.tolist()) if c)
+
+    def languages_of(self, chunk_ids: Sequence[int]) -> dict[int, str | None]:
+        """The language of each of ``chunk_ids`` that is in the snapshot."""
+        if self.languages is None or not len(chunk_ids):
+            return {}
+        wanted = np.asarray(chunk_ids, dtype=np.int64)
+        at = np.searchsorted(self.chunk_ids, wanted).clip(0, max(len(self) - 1, 0))
+        found = self.chunk_ids[at] == wanted
+        return {int(c): self.languages[i] for c, i, f in zip(wanted, at, found, strict=True) if f}
 
     def allowed_ids(self, scopes: frozenset[str] | None) -> np.ndarray | None:
         """Chunk ids visible to ``scopes``; ``None`` when every chunk is visible.
@@ -265,15 +285,22 @@ class DerivedIndexes:
         ):
             log.warning("derived indexes disagree with SQLite: rebuilding")
             return None
-        return Snapshot(vectors, bm25, expected, self._scopes_for(expected), generation, versions)
+        scopes, languages = self._scopes_and_languages(expected)
+        return Snapshot(vectors, bm25, expected, scopes, generation, versions, languages)
 
-    def _scopes_for(self, ids: np.ndarray) -> np.ndarray:
-        rows = dict(
-            self.store.db.execute(
-                "SELECT c.id, d.scope FROM chunks c JOIN documents d ON d.id = c.document_id"
+    def _scopes_and_languages(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = {
+            int(cid): (scope, language)
+            for cid, scope, language in self.store.db.execute(
+                "SELECT c.id, d.scope, c.language FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id"
             ).fetchall()
+        }
+        pairs = [rows[int(i)] for i in ids]
+        return (
+            np.array([p[0] for p in pairs], dtype=object),
+            np.array([p[1] for p in pairs], dtype=object),
         )
-        return np.array([rows[int(i)] for i in ids], dtype=object)
 
     def _rebuild_locked(self) -> Snapshot:
         # Read the generation first: if a write lands while we read rows, the
@@ -285,8 +312,10 @@ class DerivedIndexes:
         vectors = VectorIndex(self.dimensions)
         if rows.ids.size:
             vectors.add(rows.ids, rows.vectors)
-        bm25 = BM25Index(rows.ids, rows.texts)
-        snap = Snapshot(vectors, bm25, rows.ids, rows.scopes, generation, rows.versions)
+        bm25 = BM25Index(rows.ids, rows.texts, languages=rows.languages.tolist())
+        snap = Snapshot(
+            vectors, bm25, rows.ids, rows.scopes, generation, rows.versions, rows.languages
+        )
         self._persist(snap)
         log.info("derived indexes rebuilt: %d chunks at generation %d", len(snap), generation)
         return snap
@@ -367,6 +396,7 @@ class _Rows:
     ids: np.ndarray
     scopes: np.ndarray
     texts: list[str]
+    languages: np.ndarray
     vectors: np.ndarray
     versions: np.ndarray
 
@@ -375,6 +405,7 @@ class _Rows:
         ids: list[int] = []
         scopes: list[str] = []
         texts: list[str] = []
+        languages: list[str | None] = []
         # One growing buffer: each row's blob is freed once copied, so reading
         # holds the vectors once (views of every blob, then a stacked copy,
         # held them twice: 300 MB at 100k chunks before FAISS's own copy).
@@ -391,12 +422,14 @@ class _Rows:
             ids.append(int(row["id"]))
             scopes.append(row["scope"])
             texts.append(row["text"])
+            languages.append(row.get("language"))
             vectors += row["vector"]
             versions.append(float(row["version"]))
         return cls(
             ids=np.array(ids, dtype=np.int64),
             scopes=np.array(scopes, dtype=object),
             texts=texts,
+            languages=np.array(languages, dtype=object),
             vectors=np.frombuffer(vectors, dtype=np.float32).reshape(len(ids), dim),
             versions=np.array(versions, dtype=np.float64),
         )
@@ -417,12 +450,20 @@ def _apply(
 
     return Snapshot(
         vectors=current.vectors.updated(removed, rows.ids, rows.vectors),
-        bm25=current.bm25.updated(removed, rows.ids, rows.texts),
+        bm25=current.bm25.updated(removed, rows.ids, rows.texts, rows.languages.tolist()),
         chunk_ids=merged(current.chunk_ids, rows.ids),
         scopes=merged(current.scopes, rows.scopes),
         generation=generation,
         versions=merged(versions, rows.versions),
+        languages=merged(_languages(current), rows.languages),
     )
+
+
+def _languages(snap: Snapshot) -> np.ndarray:
+    """``snap``'s chunk languages, ``None`` for each when they were not read."""
+    if snap.languages is not None:
+        return snap.languages
+    return np.full(len(snap), None, dtype=object)
 
 
 def _diff(

@@ -94,6 +94,24 @@ def fuse(
 
 
 DistancesFor = Callable[[np.ndarray, list[int]], dict[int, float]]
+LanguagesOf = Callable[[list[int]], dict[int, str | None]]
+
+
+def same_language(
+    sparse: Sequence[tuple[int, float]], question: str | None, languages_of: LanguagesOf
+) -> list[tuple[int, float]]:
+    """BM25's hits without the passages written in another language than the question.
+
+    Shared words across languages are names, commands and loanwords: they say
+    nothing about whether a Danish passage answers a French question, so BM25
+    cannot vouch for it there (the dense leg of a multilingual model still
+    can). Kept when the question's language is unclear (``None``) or the
+    passage's unknown.
+    """
+    if question is None or not sparse:
+        return list(sparse)
+    of = languages_of([cid for cid, _ in sparse])
+    return [(cid, score) for cid, score in sparse if of.get(cid) in (None, question)]
 
 
 def fused_candidates(

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from index.search.contract import Candidate, Mode
-from index.search.derived import DerivedIndexes
-from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, fused_candidates
+from index.search.derived import DerivedIndexes, Snapshot
+from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, fused_candidates, same_language
 from index.search.query_map import QueryAdapters
+from index.search.tokens import query_languages, question_language
 
 
 class LocalSearchIndex:
@@ -57,7 +58,7 @@ class LocalSearchIndex:
         dense = snap.vectors.search(query_vector, depth, allowed) if mode != Mode.BM25 else []
         if cutoff is not None and mode == Mode.HYBRID and not _within(dense, cutoff):
             mode = Mode.DENSE
-        sparse = snap.bm25.search(query_text, depth, allowed) if mode != Mode.DENSE else []
+        sparse = self._sparse(snap, query_text, depth, allowed) if mode != Mode.DENSE else []
         return fused_candidates(
             dense,
             sparse,
@@ -68,6 +69,14 @@ class LocalSearchIndex:
             query_vector=query_vector,
             distances_for=snap.vectors.distances_for,
         )
+
+    def _sparse(
+        self, snap: Snapshot, query_text: str, depth: int, allowed: np.ndarray | None
+    ) -> list[tuple[int, float]]:
+        """BM25's hits, the question analysed in its languages, vouching only in its own."""
+        corpus = snap.corpus_languages
+        found = snap.bm25.search(query_text, depth, allowed, query_languages(query_text, corpus))
+        return same_language(found, question_language(query_text, corpus), snap.languages_of)
 
     def open(self) -> int:
         """See ``SearchIndex.open``."""

@@ -44,20 +44,41 @@ English words with Snowball's Porter2 stemmer, so ``installing`` finds
 
 Identifiers are never stemmed and never stop words: ``store_true`` stays
 ``store_true`` (its parts are words, and are stemmed like words).
+
+**Other languages.** A passage is analysed in its own language (``Chunk.language``,
+told at ingest by ``index.languages``): its words lose their diacritics and are
+then stemmed with that language's Snowball stemmer where one exists (Czech,
+Danish, French, Romanian, German, Spanish and 30 more), so a question typed
+without háčky, čárky or virgule (``prikaz``, ``fisier``) gets exactly the terms
+of the written form (``příkaz``, ``fișier``; ``ş`` and ``ș`` are one letter), and
+``fișierele`` finds ``fișier``::
+
+    >>> ANALYZER.document_terms("Fișierele se șterg cu rm.", "ro")
+    ['fisier', 'se', 'sterg', 'cu', 'rm']
+
+Folding comes before stemming on purpose: the stemmer then sees the same
+letters whether the asker typed them or not. English passages (and those whose
+language nobody could tell) are analysed as before. A question is analysed in
+its language when that is clear among the knowledge base's languages
+(``query_languages``), else in each of them, every distinct term kept once per
+word, so a short question still meets the passages of any of them.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import Stemmer
 
+from index.languages import ENGLISH, detect, fold_diacritics
+
 # Bump on any change to the rules (here or in ``ANALYZER``): saved BM25 indexes
 # record it and are rebuilt when it differs, since their vocabulary would no
 # longer match queries.
-TOKENIZER_VERSION = 2
+TOKENIZER_VERSION = 3
 
 # Scripts written without spaces between words (Han, Hiragana, Katakana and
 # their compatibility / extension blocks). Hangul is spaced, so it is not here.
@@ -173,6 +194,21 @@ STOP_WORDS = LUCENE_STOP_WORDS | frozenset((
 ))  # fmt: skip
 
 _STEMMER = Stemmer.Stemmer("english")
+# ISO 639-1 code -> Snowball algorithm (PyStemmer's names). English has its own
+# rules above; a language not here is folded but not stemmed.
+SNOWBALL = {
+    "ar": "arabic", "ca": "catalan", "cs": "czech", "da": "danish", "de": "german",
+    "el": "greek", "eo": "esperanto", "es": "spanish", "et": "estonian", "eu": "basque",
+    "fa": "persian", "fi": "finnish", "fr": "french", "ga": "irish", "hi": "hindi",
+    "hu": "hungarian", "hy": "armenian", "id": "indonesian", "it": "italian",
+    "lt": "lithuanian", "ne": "nepali", "nl": "dutch", "no": "norwegian", "pl": "polish",
+    "pt": "portuguese", "ro": "romanian", "ru": "russian", "sr": "serbian", "sv": "swedish",
+    "ta": "tamil", "tr": "turkish", "yi": "yiddish",
+}  # fmt: skip
+# A question's language counts as clear at this probability among the
+# knowledge base's languages; below it the question is analysed in each.
+QUERY_CONFIDENCE = 0.9
+_STEMMERS: dict[str, Stemmer.Stemmer] = {}
 
 
 def _stemmable(term: str) -> bool:
@@ -207,24 +243,85 @@ class Analyzer:
             f":header={self.header_weight}:stop={words}"
         )
 
-    def query_terms(self, text: str) -> list[str]:
-        """The terms of a question."""
-        return self._terms(tokenize(text), drop=self.stop_words)
+    def query_terms(self, text: str, languages: Sequence[str | None] = (None,)) -> list[str]:
+        """The terms of a question analysed in each of ``languages`` (``None``: English rules).
 
-    def document_terms(self, text: str) -> list[str]:
-        """The terms of a chunk's text (header line first, then content)."""
+        With several languages each word gives each distinct term it has in
+        them, once (``query_languages`` says which to use).
+        """
+        tokens = tokenize(text)
+        if len(languages) == 1:
+            return self._terms(tokens, drop=self.stop_words, language=languages[0])
+        out: list[str] = []
+        for token in tokens:
+            variants = (self._terms([token], drop=self.stop_words, language=c) for c in languages)
+            out.extend(dict.fromkeys(t for v in variants for t in v))
+        return out
+
+    def document_terms(self, text: str, language: str | None = None) -> list[str]:
+        """The terms of a chunk's text (header line first, then content), in its ``language``."""
         drop = self.stop_words if self.stop_documents else frozenset()
-        terms = self._terms(tokenize(text), drop=drop)
+        terms = self._terms(tokenize(text), drop=drop, language=language)
         if self.header_weight > 1:
-            header = self._terms(tokenize(text.split("\n", 1)[0]), drop=drop)
+            header = self._terms(tokenize(text.split("\n", 1)[0]), drop=drop, language=language)
             terms.extend(header * (self.header_weight - 1))
         return terms
 
-    def _terms(self, tokens: list[str], *, drop: frozenset[str]) -> list[str]:
+    def _terms(self, tokens: list[str], *, drop: frozenset[str], language: str | None) -> list[str]:
+        if language not in (None, ENGLISH):
+            return self._foreign_terms(tokens, language)
         kept = [t for t in tokens if t not in drop] if drop else tokens
         if not self.stem:
             return kept
         return [_STEMMER.stemWord(t) if _stemmable(t) else t for t in kept]
+
+    def _foreign_terms(self, tokens: list[str], language: str) -> list[str]:
+        # English stop words are English: no list is applied here (BM25's IDF
+        # weighs the common words of these languages down).
+        folded = [fold_diacritics(t) for t in tokens]
+        stemmer = _stemmer(language) if self.stem else None
+        if stemmer is None:
+            return folded
+        return [stemmer.stemWord(t) if t.isalpha() else t for t in folded]
+
+
+def _stemmer(language: str) -> Stemmer.Stemmer | None:
+    algorithm = SNOWBALL.get(language)
+    if algorithm is None:
+        return None
+    stemmer = _STEMMERS.get(algorithm)
+    if stemmer is None:  # made on first use, like ``_STEMMER`` shared by every caller
+        stemmer = _STEMMERS.setdefault(algorithm, Stemmer.Stemmer(algorithm))
+    return stemmer
+
+
+def question_language(text: str, corpus: Collection[str]) -> str | None:
+    """A question's language when it is clear, among ``corpus`` (a knowledge base's
+    languages) and English, or clearly another; ``None`` otherwise, and always for a
+    knowledge base with no language but English (nothing to tell apart)."""
+    known = [c for c in corpus if c and c != ENGLISH]
+    if not known:
+        return None
+    found = detect(text, among=[*known, ENGLISH])
+    if found is not None and (found.confidence >= QUERY_CONFIDENCE or found.code not in known):
+        return found.code
+    return None
+
+
+def query_languages(text: str, corpus: Collection[str]) -> list[str | None]:
+    """The languages a question is analysed in, given the languages its knowledge base holds.
+
+    Its own language when it is clear (``question_language``); otherwise every
+    language of ``corpus``. ``None`` stands for English rules (an English-only
+    knowledge base's questions are analysed as they always were).
+    """
+    known = sorted(c for c in corpus if c and c != ENGLISH)
+    if not known:
+        return [None]
+    code = question_language(text, corpus)
+    if code is not None:
+        return [None if code == ENGLISH else code]
+    return [None, *known]
 
 
 # The product's analysis; ``PLAIN`` is the tokeniser alone (version 1's terms).

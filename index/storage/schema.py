@@ -268,6 +268,16 @@ def _used_signin_states(db: Database) -> None:
     db.execute("CREATE INDEX used_states_expires_at ON used_states(expires_at)")
 
 
+@MIGRATIONS(name="0014_languages")
+def _languages(db: Database) -> None:
+    # The language of each passage and of its document (index.languages): BM25
+    # analyses a passage with its language's stemmer, and `kb status` tells an
+    # admin which languages the knowledge base holds. NULL: indexed before, or
+    # no language could be told; such passages are analysed as before.
+    db.execute("ALTER TABLE documents ADD COLUMN language TEXT")
+    db.execute("ALTER TABLE chunks ADD COLUMN language TEXT")
+
+
 def _dialect(db: Database) -> str:
     # A migration runs on sqlite-utils' Database, or on index.storage.database's Postgres connection.
     return "sqlite" if isinstance(db, Database) else "postgresql"

@@ -465,8 +465,8 @@ class Store:
     ) -> int:
         cur = db.execute(
             """INSERT INTO chunks (document_id, ordinal, section, start, "end", page,
-                                   content, text, token_count, vector, sentence_vectors)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
+                                   content, text, token_count, vector, sentence_vectors, language)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
             [
                 doc_id,
                 c.ordinal,
@@ -479,6 +479,7 @@ class Store:
                 int(tokens),
                 np.asarray(vector, dtype=np.float32).tobytes(),
                 to_blob(sentences),
+                c.language,
             ],
         )
         return int(cur.fetchone()[0])
@@ -594,11 +595,38 @@ class Store:
         """A document's chunks (without vectors), in order."""
         return list(
             self.db.query(
-                """SELECT id, ordinal, section, start, "end", page, content, text, token_count
+                """SELECT id, ordinal, section, start, "end", page, content, text, token_count,
+                          language
                    FROM chunks WHERE document_id = ? ORDER BY ordinal""",
                 [doc_id],
             )
         )
+
+    def chunk_languages(self) -> frozenset[str]:
+        """The languages the searchable documents' passages are written in (those told)."""
+        rows = self.db.execute(
+            """SELECT DISTINCT c.language FROM chunks c JOIN documents d ON d.id = c.document_id
+               WHERE d.state = 'indexed' AND c.language IS NOT NULL"""
+        ).fetchall()
+        return frozenset(r[0] for r in rows)
+
+    def languages_of_chunks(self, ids: Sequence[int]) -> dict[int, str | None]:
+        """The language of each of the given chunks that exists."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.db.execute(
+            f"SELECT id, language FROM chunks WHERE id IN ({marks})", list(ids)
+        ).fetchall()
+        return {int(cid): language for cid, language in rows}
+
+    def language_counts(self) -> dict[str | None, int]:
+        """How many searchable passages each language has (``None``: not told), most first."""
+        rows = self.db.execute(
+            """SELECT c.language, COUNT(*) FROM chunks c JOIN documents d ON d.id = c.document_id
+               WHERE d.state = 'indexed' GROUP BY c.language ORDER BY COUNT(*) DESC"""
+        ).fetchall()
+        return {language: int(n) for language, n in rows}
 
     def sentence_vectors(self, ids: Sequence[int]) -> dict[int, np.ndarray]:
         """The sentence vectors of the given chunks that have them (``index.ingest.sentences``)."""
@@ -619,7 +647,7 @@ class Store:
         marks = ",".join("?" * len(ids))
         rows = self.db.query(
             f"""SELECT c.id, c.document_id, d.title, d.name, d.kind, d.scope, c.ordinal,
-                       c.section, c.start, c."end", c.page, c.content, c.text
+                       c.section, c.start, c."end", c.page, c.content, c.text, c.language
                 FROM chunks c JOIN documents d ON d.id = c.document_id
                 WHERE c.id IN ({marks}) AND d.state = 'indexed'""",
             list(ids),
@@ -638,6 +666,7 @@ class Store:
                 page=r["page"],
                 content=r["content"],
                 text=r["text"],
+                language=r["language"],
             )
             for r in rows
         }
@@ -645,7 +674,8 @@ class Store:
     def searchable_chunks(
         self, embedding_model: str, dimensions: int, ids: Sequence[int] | None = None
     ) -> Iterator[dict[str, Any]]:
-        """Chunks that may be searched with vectors of this model: id, scope, text, vector, version.
+        """Chunks that may be searched with vectors of this model: id, scope, text, language,
+        vector, version.
 
         Chunks of documents stamped with another model are left out, so a query
         never mixes vectors from two models. ``version`` is as in
@@ -656,7 +686,7 @@ class Store:
             dimensions: its vector size.
             ids: if given, only these chunks (those not searchable are left out).
         """
-        query = f"""SELECT c.id, d.scope, c.text, c.vector, {_CHUNK_VERSION} AS version
+        query = f"""SELECT c.id, d.scope, c.text, c.language, c.vector, {_CHUNK_VERSION} AS version
                     FROM chunks c JOIN documents d ON d.id = c.document_id
                     WHERE {_SEARCHABLE}"""
         if ids is None:

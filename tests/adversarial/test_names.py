@@ -17,6 +17,7 @@ import pytest
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from bot.slack.blocks import render_answer  # noqa: E402
+from bot.slack.words import words_for  # noqa: E402
 from core.answer import Answer, Outcome, SourceRef  # noqa: E402
 from index.config import IndexConfig  # noqa: E402
 from index.embed import Embedder  # noqa: E402
@@ -96,6 +97,6 @@ def test_answers_show_clean_document_names() -> None:
         sources=[source],
         kept=[source],
     )
-    shown = json.loads(json.dumps(render_answer(answer).blocks))
+    shown = json.loads(json.dumps(render_answer(answer, words=words_for("en")).blocks))
     text = json.dumps(shown, ensure_ascii=False)
     assert "\u202e" not in text and "\u2066" not in text

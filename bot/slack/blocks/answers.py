@@ -21,7 +21,6 @@ from slack_sdk.models.blocks import (
     FeedbackButtonsElement,
 )
 
-from bot.slack import messages
 from bot.slack.blocks.actions import ASK_A_PERSON_ACTION_ID, FEEDBACK_ACTION_ID
 from bot.slack.blocks.elements import (
     Rendered,
@@ -47,7 +46,8 @@ from bot.slack.blocks.mrkdwn import (
     shorten,
     split_mrkdwn,
 )
-from core.answer import Answer, Outcome, SourceRef
+from bot.slack.words import Words
+from core.answer import UNSIGNED_LINKS_TEXT, Answer, Outcome, SourceRef
 from core.gate import MAX_RELATED
 
 # Slack's 50 blocks of a message.
@@ -57,63 +57,72 @@ EVIDENCE_QUOTE_CHARS = 600
 
 
 def render_answer(
-    answer: Answer, *, note: str | None = None, ask_a_person: bool = False
+    answer: Answer, *, words: Words, note: str | None = None, ask_a_person: bool = False
 ) -> Rendered:
     """Render any outcome of :meth:`core.answer.Engine.ask` as a Slack message.
 
-    ``note`` is server-written mrkdwn shown above the answer (for example why
+    ``words``: the asker's language. ``note`` is server-written mrkdwn shown above the answer (for example why
     fewer documents were searched). ``ask_a_person`` adds the button that hands
     the question to people (``KB_ESCALATION_CHANNEL``) to a logged answer.
     """
-    notes = [n for n in (note, answer.links_note and escape(answer.links_note)) if n]
+    notes = [n for n in (note, _links_note(answer, words)) if n]
     head: list[Block] = [context("\n".join(notes))] if notes else []
-    tail = [*_beside(answer), *_tail(answer, ask_a_person)]
+    tail = [*_beside(answer, words), *_tail(answer, ask_a_person, words)]
     if answer.outcome == Outcome.REFUSED:
-        return _render_refusal(head, tail)
+        return _render_refusal(head, tail, words)
     if answer.outcome == Outcome.MODEL_UNAVAILABLE:
-        return _render_evidence(answer, head, tail)
+        return _render_evidence(answer, head, tail, words)
     if answer.outcome == Outcome.RELATED:
-        return _render_related(answer, head, tail)
+        return _render_related(answer, head, tail, words)
     if answer.outcome == Outcome.UNSUPPORTED:
-        return _render_uncited(answer, head, tail)
-    return _render_answered(answer, head, tail)
+        return _render_uncited(answer, head, tail, words)
+    return _render_answered(answer, head, tail, words)
 
 
-def _beside(answer: Answer) -> list[Block]:
+def _links_note(answer: Answer, words: Words) -> str | None:
+    """The engine's note about links, in the asker's language when the catalogs have it."""
+    if not answer.links_note:
+        return None
+    if answer.links_note == UNSIGNED_LINKS_TEXT:
+        return words.UNSIGNED_LINKS
+    return escape(answer.links_note)
+
+
+def _beside(answer: Answer, words: Words) -> list[Block]:
     """The passages shown beside an answer, one link each, labelled as not used for it."""
     if not answer.beside:
         return []
-    text = messages.BESIDE_HEADER
+    text = words.BESIDE_HEADER
     for s in answer.beside:
-        line = f"\n• {linked(s.url, _where(s))}"
+        line = f"\n• {linked(s.url, _where(s, words))}"
         if len(text) + len(line) <= SECTION_LIMIT:
             text += line  # a link is never cut: one that does not fit is left out
-    return [context(text)] if text != messages.BESIDE_HEADER else []
+    return [context(text)] if text != words.BESIDE_HEADER else []
 
 
-def _tail(answer: Answer, ask_a_person: bool) -> list[Block]:
+def _tail(answer: Answer, ask_a_person: bool, words: Words) -> list[Block]:
     """Feedback buttons and, when asked for, "Ask a person": only under a logged answer."""
     if answer.query_id is None:
         return []
     if ask_a_person:
-        return [_feedback(answer.query_id), _ask_a_person(answer.query_id)]
-    return [_feedback(answer.query_id)]
+        return [_feedback(answer.query_id, words), _ask_a_person(answer.query_id, words)]
+    return [_feedback(answer.query_id, words)]
 
 
-def _render_answered(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
+def _render_answered(
+    answer: Answer, head: list[Block], tail: list[Block], words: Words
+) -> Rendered:
     body = split_mrkdwn(from_markdown(link_citations(answer.answer, answer.sources)))
-    source_lines = [_source_line(s, QUOTE_CHARS) for s in answer.sources]
-    sources = (
-        [section(t) for t in pack(source_lines, messages.SOURCES_HEADER)] if source_lines else []
-    )
-    blocks = _assemble(head, body or [messages.EMPTY_ANSWER], [*sources, *tail])
+    source_lines = [_source_line(s, QUOTE_CHARS, words) for s in answer.sources]
+    sources = [section(t) for t in pack(source_lines, words.SOURCES_HEADER)] if source_lines else []
+    blocks = _assemble(head, body or [words.EMPTY_ANSWER], [*sources, *tail], words)
     text = fit(
         from_markdown(inert_links(answer.answer, cited_text(answer.sources))), FALLBACK_LIMIT
     )
-    return Rendered.build(text or messages.EMPTY_ANSWER, blocks)
+    return Rendered.build(text or words.EMPTY_ANSWER, blocks)
 
 
-def _render_uncited(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
+def _render_uncited(answer: Answer, head: list[Block], tail: list[Block], words: Words) -> Rendered:
     """The model's text under a warning, then the passages it was given as possibly related.
 
     An answer that cites nothing is most often the model saying the passages do
@@ -121,36 +130,38 @@ def _render_uncited(answer: Answer, head: list[Block], tail: list[Block]) -> Ren
     what the asker can check the text against. They are labelled as not cited,
     never as sources.
     """
-    head = [*head, context(messages.UNSUPPORTED_WARNING)]
+    head = [*head, context(words.UNSUPPORTED_WARNING)]
     body = split_mrkdwn(from_markdown(link_citations(answer.answer, [])))
     passages = answer.kept[:MAX_RELATED]
-    lines = [_source_line(s, QUOTE_CHARS) for s in passages]
+    lines = [_source_line(s, QUOTE_CHARS, words) for s in passages]
     shown = (
-        [section(messages.UNCITED_HEADER), context(messages.UNCITED_REASON)]
+        [section(words.UNCITED_HEADER), context(words.UNCITED_REASON)]
         + [section(t) for t in pack(lines, "")]
         if lines
         else []
     )
-    blocks = _assemble(head, body or [messages.EMPTY_ANSWER], [*shown, *tail])
+    blocks = _assemble(head, body or [words.EMPTY_ANSWER], [*shown, *tail], words)
     plain = from_markdown(inert_links(answer.answer))
     if passages:
-        plain += f"\n{messages.UNCITED_FALLBACK}\n" + _passages_text(passages)
-    return Rendered.build(fit(f"{messages.UNSUPPORTED_WARNING}\n{plain}", FALLBACK_LIMIT), blocks)
+        plain += f"\n{words.UNCITED_FALLBACK}\n" + _passages_text(passages)
+    return Rendered.build(fit(f"{words.UNSUPPORTED_WARNING}\n{plain}", FALLBACK_LIMIT), blocks)
 
 
-def _render_refusal(head: list[Block], tail: list[Block]) -> Rendered:
-    return Rendered.build(messages.REFUSAL, [*head, section(messages.REFUSAL), *tail])
+def _render_refusal(head: list[Block], tail: list[Block], words: Words) -> Rendered:
+    return Rendered.build(words.REFUSAL, [*head, section(words.REFUSAL), *tail])
 
 
-def _render_evidence(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
-    labels = (messages.EVIDENCE_HEADER, messages.EVIDENCE_REASON, messages.EVIDENCE_FALLBACK)
-    return _render_passages(answer.kept or answer.sources, labels, head, tail)
+def _render_evidence(
+    answer: Answer, head: list[Block], tail: list[Block], words: Words
+) -> Rendered:
+    labels = (words.EVIDENCE_HEADER, words.EVIDENCE_REASON, words.EVIDENCE_FALLBACK)
+    return _render_passages(answer.kept or answer.sources, labels, head, tail, words)
 
 
-def _render_related(answer: Answer, head: list[Block], tail: list[Block]) -> Rendered:
+def _render_related(answer: Answer, head: list[Block], tail: list[Block], words: Words) -> Rendered:
     # Shown the way evidence is, under its own label: these passages are not an answer.
-    labels = (messages.RELATED_HEADER, messages.RELATED_REASON, messages.RELATED_FALLBACK)
-    return _render_passages(answer.sources, labels, head, tail)
+    labels = (words.RELATED_HEADER, words.RELATED_REASON, words.RELATED_FALLBACK)
+    return _render_passages(answer.sources, labels, head, tail, words)
 
 
 def _render_passages(
@@ -158,11 +169,12 @@ def _render_passages(
     labels: tuple[str, str, str],
     head: list[Block],
     tail: list[Block],
+    words: Words,
 ) -> Rendered:
     header, reason, fallback = labels
     head = [*head, section(header), context(reason)]
-    lines = [_source_line(s, EVIDENCE_QUOTE_CHARS) for s in passages]
-    blocks = _assemble(head, pack(lines, ""), tail)
+    lines = [_source_line(s, EVIDENCE_QUOTE_CHARS, words) for s in passages]
+    blocks = _assemble(head, pack(lines, ""), tail, words)
     return Rendered.build(fit(f"{fallback}\n{_passages_text(passages)}", FALLBACK_LIMIT), blocks)
 
 
@@ -176,57 +188,58 @@ def _passages_text(passages: Sequence[SourceRef]) -> str:
     )
 
 
-def _assemble(head: list[Block], body: list[str], tail: list[Block]) -> list[Block]:
+def _assemble(head: list[Block], body: list[str], tail: list[Block], words: Words) -> list[Block]:
     """``head`` + sections of ``body`` + ``tail``, cutting ``body`` to stay within 50 blocks."""
     room = MAX_BLOCKS - len(head) - len(tail)
     sections: list[Block] = [section(t) for t in body]
     if len(sections) > room:
-        sections = [*sections[: room - 1], context(messages.TRUNCATED)]
+        sections = [*sections[: room - 1], context(words.TRUNCATED)]
     return [*head, *sections, *tail]
 
 
 # ---------------------------------------------------------------- sources
 
 
-def _source_heading(s: SourceRef) -> str:
-    return f"{linked(s.url, f'[{s.n}]')} " + _where(s, bold=True)
+def _source_heading(s: SourceRef, words: Words) -> str:
+    return f"{linked(s.url, f'[{s.n}]')} " + _where(s, words, bold=True)
 
 
-def _where(s: SourceRef, *, bold: bool = False) -> str:
+def _where(s: SourceRef, words: Words, *, bold: bool = False) -> str:
     """A passage's document, section and page, escaped: ``Handbook › Expenses · p. 2``."""
-    document = label(s.document) or messages.UNNAMED_PASSAGE
+    document = label(s.document) or words.UNNAMED_PASSAGE
     parts = [f"*{document}*" if bold else document]
     where = label(s.section)
     if where:
         parts.append("› " + where)
     if s.page is not None:
-        parts.append(f"· p. {s.page}")
+        parts.append("· " + words.page(s.page))
     return " ".join(parts)
 
 
-def _source_line(s: SourceRef, quote_chars: int) -> str:
+def _source_line(s: SourceRef, quote_chars: int, words: Words) -> str:
     shown = quote(s.quote, quote_chars)
-    return f"{_source_heading(s)}\n> {shown}" if shown else _source_heading(s)
+    heading = _source_heading(s, words)
+    return f"{heading}\n> {shown}" if shown else heading
 
 
 # ---------------------------------------------------------------- under an answer
 
 
-def _feedback(query_id: int) -> Block:
+def _feedback(query_id: int, words: Words) -> Block:
     def feedback_button(text: str, value: str) -> FeedbackButtonObject:
         return FeedbackButtonObject(text=plain_text(text), value=value)
 
     buttons = FeedbackButtonsElement(
         action_id=FEEDBACK_ACTION_ID,
-        positive_button=feedback_button(messages.FEEDBACK_POSITIVE, f"positive:{query_id}"),
-        negative_button=feedback_button(messages.FEEDBACK_NEGATIVE, f"negative:{query_id}"),
+        positive_button=feedback_button(words.FEEDBACK_POSITIVE, f"positive:{query_id}"),
+        negative_button=feedback_button(words.FEEDBACK_NEGATIVE, f"negative:{query_id}"),
     )
     return ContextActionsBlock(elements=[buttons])
 
 
-def _ask_a_person(query_id: int) -> Block:
+def _ask_a_person(query_id: int, words: Words) -> Block:
     # Its own block: a context_actions block holds only feedback and icon buttons.
-    return actions([button(ASK_A_PERSON_ACTION_ID, messages.ASK_A_PERSON, str(query_id))])
+    return actions([button(ASK_A_PERSON_ACTION_ID, words.ASK_A_PERSON, str(query_id))])
 
 
 def parse_query_id(value: str) -> int | None:
@@ -248,15 +261,15 @@ def parse_feedback_value(value: str) -> tuple[int, int] | None:
 # ---------------------------------------------------------------- while it is written
 
 
-def render_partial(text: str) -> Rendered:
+def render_partial(text: str, *, words: Words) -> Rendered:
     """The placeholder while the model is still writing (no links yet: citations are unresolved)."""
     text = inert_links(text)
     body = (fit(from_markdown(text), SECTION_LIMIT - 1) if text.strip() else "") or escape(
-        messages.PLACEHOLDER
+        words.PLACEHOLDER
     )
     return Rendered.build(
-        fit(text, FALLBACK_LIMIT) or messages.PLACEHOLDER,
-        [section(body), context(messages.WRITING)],
+        fit(text, FALLBACK_LIMIT) or words.PLACEHOLDER,
+        [section(body), context(words.WRITING)],
     )
 
 

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 
 from slack_sdk.models.blocks import Block, ConfirmObject
 
-from bot.slack import messages
 from bot.slack.blocks.actions import APPROVE_ACTION_ID, REJECT_ACTION_ID
 from bot.slack.blocks.elements import (
     Rendered,
@@ -32,6 +31,7 @@ from bot.slack.blocks.mrkdwn import (
     safe_url,
     scope_label,
 )
+from bot.slack.words import Words
 from index.names import display_name
 from index.records import AuditEntry, DocumentRow
 
@@ -40,33 +40,33 @@ MAX_LISTED_VERSIONS = 3
 APPROVAL_BLOCK_ID = "kb_approval"
 
 
-def audit_lines(entries: Sequence[AuditEntry]) -> list[str]:
+def audit_lines(entries: Sequence[AuditEntry], words: Words) -> list[str]:
     """One line per change, newest first; actors as code, so a list of changes pings nobody."""
     lines = []
     for e in entries:
         when = datetime.fromtimestamp(e.at, UTC).strftime("%Y-%m-%d %H:%M UTC")
-        action = messages.AUDIT_ACTIONS.get(str(e.action), str(e.action))
-        document = _document_label(e.document_id, e.name, e.scope)
-        lines.append(messages.audit_line(when, code(e.actor), action, document))
+        action = words.AUDIT_ACTIONS.get(str(e.action), str(e.action))
+        document = _document_label(e.document_id, e.name, e.scope, words)
+        lines.append(words.audit_line(when, code(e.actor), action, document))
     return lines
 
 
-def _document_label(doc_id: int | None, name: str, scope: str) -> str:
+def _document_label(doc_id: int | None, name: str, scope: str, words: Words) -> str:
     if doc_id is None:
         return ""
-    return f"*{escape(display_name(name))}* #{doc_id} ({scope_label(scope)})"
+    return f"*{escape(display_name(name))}* #{doc_id} ({scope_label(scope, words)})"
 
 
-def _approval_buttons(doc: DocumentRow, value: str) -> Block:
+def _approval_buttons(doc: DocumentRow, value: str, words: Words) -> Block:
     confirm = ConfirmObject(
-        title=plain_text(messages.REJECT_CONFIRM_TITLE),
-        text=plain_text(messages.reject_confirm_text(display_name(doc.name))),
-        confirm=plain_text(messages.REJECT_CONFIRM_YES),
-        deny=plain_text(messages.REJECT_CONFIRM_NO),
+        title=plain_text(words.REJECT_CONFIRM_TITLE),
+        text=plain_text(words.reject_confirm_text(display_name(doc.name))),
+        confirm=plain_text(words.REJECT_CONFIRM_YES),
+        deny=plain_text(words.REJECT_CONFIRM_NO),
         style="danger",
     )
-    reject = button(REJECT_ACTION_ID, messages.REJECT, value, "danger", confirm=confirm)
-    approve = button(APPROVE_ACTION_ID, messages.APPROVE, value, "primary")
+    reject = button(REJECT_ACTION_ID, words.REJECT, value, "danger", confirm=confirm)
+    approve = button(APPROVE_ACTION_ID, words.APPROVE, value, "primary")
     return actions([approve, reject], block_id=APPROVAL_BLOCK_ID)
 
 
@@ -78,6 +78,7 @@ def render_approval_request(
     url: str,
     value: str,
     recent: Sequence[AuditEntry],
+    words: Words,
 ) -> Rendered:
     """The message asking the admins to approve or reject ``doc``.
 
@@ -87,25 +88,28 @@ def render_approval_request(
         url: a link to the whole document in the viewer.
         value: what the buttons carry back (``bot.slack.approvals.Ticket``).
         recent: the latest audit entries, for context.
+        words: the admins' language (``KB_DEFAULT_LANGUAGE``: a request goes to several).
     """
     name = label(doc.name)
-    head = messages.approval_request(
-        mention(doc.uploader), name, scope_label(doc.scope), doc.chunk_count
+    head = words.approval_request(
+        mention(doc.uploader), name, scope_label(doc.scope, words), doc.chunk_count
     )
     blocks: list[Block] = [section(head)]
     if doc.title and doc.title != doc.name:
         # Answers cite a document by its title: the admin approves that too.
-        blocks.append(context(messages.approval_title(label(doc.title))))
+        blocks.append(context(words.approval_title(label(doc.title))))
     if beside:
         listed = [
-            f"*{escape(display_name(d.name))}* #{d.id} from {code(d.uploader)}"
+            words.approval_version(escape(display_name(d.name)), d.id, code(d.uploader))
             for d in beside[:MAX_LISTED_VERSIONS]
         ]
-        blocks.append(section(messages.approval_replaces(listed)))
+        blocks.append(section(words.approval_replaces(listed)))
     shown = quote(inert_links(preview), PREVIEW_CHARS)
-    link = f"<{safe_url(url)}|{messages.APPROVAL_OPEN}>"
+    link = f"<{safe_url(url)}|{words.APPROVAL_OPEN}>"
     blocks.append(section(f"> {shown}\n{link}" if shown else link))
-    blocks.append(_approval_buttons(doc, value))
+    blocks.append(_approval_buttons(doc, value, words))
     if recent:
-        blocks += [section(t) for t in pack(audit_lines(recent), messages.APPROVAL_RECENT_HEADER)]
+        blocks += [
+            section(t) for t in pack(audit_lines(recent, words), words.APPROVAL_RECENT_HEADER)
+        ]
     return Rendered.build(head, blocks)

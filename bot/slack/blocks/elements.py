@@ -29,7 +29,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from bot.slack.blocks.mrkdwn import SECTION_LIMIT
+from bot.slack.blocks.mrkdwn import BUTTON_LIMIT, HEADER_LIMIT, SECTION_LIMIT, shorten
 
 # A block as Slack takes it and sends it back: JSON.
 BlockDict = dict[str, Any]
@@ -81,8 +81,8 @@ def context(text: str) -> ContextBlock:
 
 
 def header(text: str, *, emoji: bool | None = None) -> HeaderBlock:
-    """A header block (plain text, larger and bold)."""
-    return HeaderBlock(text=plain_text(text, emoji=emoji))
+    """A header block (plain text, larger and bold), shortened to Slack's 150 characters."""
+    return HeaderBlock(text=plain_text(shorten(text, HEADER_LIMIT), emoji=emoji))
 
 
 def divider() -> DividerBlock:
@@ -99,10 +99,11 @@ def button(
     emoji: bool | None = None,
     confirm: ConfirmObject | None = None,
 ) -> ButtonElement:
-    """A button element carrying ``value`` back under ``action_id``."""
+    """A button element carrying ``value`` back under ``action_id`` (``label`` shortened to
+    Slack's 75 characters: a translation can be longer than the English)."""
     return ButtonElement(
         action_id=action_id,
-        text=plain_text(label, emoji=emoji),
+        text=plain_text(shorten(label, BUTTON_LIMIT), emoji=emoji),
         value=value,
         style=style,
         confirm=confirm,

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.slack import messages
 from bot.slack.blocks.actions import ASK_A_PERSON_ACTION_ID
 from bot.slack.blocks.elements import BlockDict, Rendered, context, section
 from bot.slack.blocks.mrkdwn import (
@@ -23,6 +22,7 @@ from bot.slack.blocks.mrkdwn import (
     safe_url,
     scope_label,
 )
+from bot.slack.words import Words
 from core.answer import Outcome
 
 HAND_OFF_QUESTION_CHARS = 1500
@@ -56,28 +56,28 @@ class HandOff:
         return self.channel.startswith("D")
 
 
-def render_hand_off(h: HandOff) -> Rendered:
+def render_hand_off(h: HandOff, *, words: Words) -> Rendered:
     """The message handing ``h`` to people: who asked where, the question, the bot's reply, a link.
 
     The question and the answer were written by a person and a model: escaped,
     their links inert, so nothing in them mentions, pings or links anyone.
     """
-    asker = mention(h.asker) if h.asker else messages.HAND_OFF_SOMEONE
-    place = messages.HAND_OFF_DM_PLACE if h.direct else f"in {scope_label(h.channel)}"
-    head = [messages.HAND_OFF_TITLE, messages.hand_off_asked(asker, place)]
+    asker = mention(h.asker) if h.asker else None
+    place = None if h.direct else scope_label(h.channel, words)
+    head = [words.HAND_OFF_TITLE, words.hand_off_asked(asker, place)]
     if h.by != h.asker:
-        head.append(messages.hand_off_by(mention(h.by)))
+        head.append(words.hand_off_by(mention(h.by)))
     question = quote(inert_links(h.question), HAND_OFF_QUESTION_CHARS) if h.question else ""
     if h.direct:
-        follow_up = messages.hand_off_reply_directly(asker)
+        follow_up = words.hand_off_reply_directly(asker or words.HAND_OFF_SOMEONE)
     elif h.permalink:
-        follow_up = f"<{safe_url(h.permalink)}|{messages.HAND_OFF_OPEN_THREAD}>"
+        follow_up = f"<{safe_url(h.permalink)}|{words.HAND_OFF_OPEN_THREAD}>"
     else:
-        follow_up = messages.HAND_OFF_NO_LINK
+        follow_up = words.HAND_OFF_NO_LINK
     blocks = [
         section("\n".join(head)),
-        section(f"> {question}" if question else messages.HAND_OFF_QUESTION_WITHHELD),
-        section(_hand_off_reply(h)),
+        section(f"> {question}" if question else words.HAND_OFF_QUESTION_WITHHELD),
+        section(_hand_off_reply(h, words)),
         section(follow_up),
     ]
     return Rendered.build(fit(" ".join(head[1:]), FALLBACK_LIMIT), blocks)
@@ -102,22 +102,20 @@ def _holds_ask_a_person(block: BlockDict) -> bool:
     )
 
 
-def _hand_off_reply(h: HandOff) -> str:
+def _hand_off_reply(h: HandOff, words: Words) -> str:
     """What the bot replied, as the escalation channel may see it."""
     fixed = {
-        Outcome.RELATED: messages.HAND_OFF_RELATED,
-        Outcome.REFUSED: messages.HAND_OFF_REFUSED,
-        Outcome.MODEL_UNAVAILABLE: messages.HAND_OFF_EVIDENCE,
+        Outcome.RELATED: words.HAND_OFF_RELATED,
+        Outcome.REFUSED: words.HAND_OFF_REFUSED,
+        Outcome.MODEL_UNAVAILABLE: words.HAND_OFF_EVIDENCE,
     }
     if h.outcome in fixed:
         return fixed[Outcome(h.outcome)]
     if h.answer is None:
-        return messages.HAND_OFF_ANSWER_WITHHELD
+        return words.HAND_OFF_ANSWER_WITHHELD
     label = (
-        messages.HAND_OFF_UNSUPPORTED
-        if h.outcome == Outcome.UNSUPPORTED
-        else messages.HAND_OFF_ANSWERED
+        words.HAND_OFF_UNSUPPORTED if h.outcome == Outcome.UNSUPPORTED else words.HAND_OFF_ANSWERED
     )
     room = SECTION_LIMIT - len(label) - 1
-    answer = fit(from_markdown(inert_links(h.answer)), room) or messages.EMPTY_ANSWER
+    answer = fit(from_markdown(inert_links(h.answer)), room) or words.EMPTY_ANSWER
     return f"{label}\n{answer}"

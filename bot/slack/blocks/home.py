@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
 
-from bot.slack import messages
 from bot.slack.blocks.actions import (
     HOME_CALLBACK_ID,
     HOME_NEXT_ACTION_ID,
@@ -41,6 +40,7 @@ from bot.slack.blocks.mrkdwn import (
     scope_label,
     split_mrkdwn,
 )
+from bot.slack.words import Words
 from index.models import EVERYONE
 from index.names import display_name
 from index.records import DocumentRow
@@ -205,6 +205,11 @@ class Calibration:
     threshold: float
     related_threshold: float
     record: CalibrationRecord | None
+    # The model the thresholds were calibrated for ("": none) and where they come from.
+    model: str = ""
+    origin: str = ""
+    # What to change when the documents' languages are not the model's (English), or None.
+    language_advice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -261,7 +266,7 @@ def _packed(lines: Sequence[str]) -> list[Block]:
     return [section_block(t) for t in pack(lines, clip_lines=True)]
 
 
-def _pager(section: Section, page: int, count: int, total: int) -> list[Block]:
+def _pager(section: Section, page: int, count: int, total: int, words: Words) -> list[Block]:
     """Where a list is, and Previous / Next while there is somewhere to go."""
     if count <= 1:
         return []
@@ -269,22 +274,24 @@ def _pager(section: Section, page: int, count: int, total: int) -> list[Block]:
     if page > 0:
         buttons.append(
             button(
-                HOME_PREVIOUS_ACTION_ID, messages.HOME_PREVIOUS, f"{section}:{page - 1}", emoji=True
+                HOME_PREVIOUS_ACTION_ID, words.HOME_PREVIOUS, f"{section}:{page - 1}", emoji=True
             )
         )
     if page < count - 1:
         buttons.append(
-            button(HOME_NEXT_ACTION_ID, messages.HOME_NEXT, f"{section}:{page + 1}", emoji=True)
+            button(HOME_NEXT_ACTION_ID, words.HOME_NEXT, f"{section}:{page + 1}", emoji=True)
         )
     return [
-        context(messages.home_page(page + 1, count, total)),
+        context(words.home_page(page + 1, count, total)),
         actions(buttons, block_id=f"kb_home_pages_{section}"),
     ]
 
 
-def _paged(section: Section, items: Sequence[T], pages: Pages) -> tuple[Sequence[T], list[Block]]:
+def _paged(
+    section: Section, items: Sequence[T], pages: Pages, words: Words
+) -> tuple[Sequence[T], list[Block]]:
     shown, page, count = page_of(items, section, pages)
-    return shown, _pager(section, page, count, len(items))
+    return shown, _pager(section, page, count, len(items), words)
 
 
 # ---------------------------------------------------------------- the view
@@ -294,18 +301,20 @@ def home_view(
     member: MemberHome,
     admin: AdminHome | None,
     *,
+    words: Words,
     pages: Pages = FIRST_PAGES,
     notice: str | None = None,
 ) -> dict[str, Any]:
     """The Home tab for ``views.publish``; the admins' sections only when ``admin`` is given.
 
-    ``notice`` is server-written mrkdwn shown first (the outcome of a button).
+    ``words``: the person's language. ``notice`` is server-written mrkdwn shown first
+    (the outcome of a button).
     """
-    blocks = [*_notice(notice), *_member_blocks(member, pages)]
+    blocks = [*_notice(notice), *_member_blocks(member, pages, words)]
     if admin is not None:
-        blocks += _admin_blocks(admin, pages)
+        blocks += _admin_blocks(admin, pages, words)
     if len(blocks) > MAX_HOME_BLOCKS:
-        blocks = [*blocks[: MAX_HOME_BLOCKS - 1], context(messages.HOME_SHORTENED)]
+        blocks = [*blocks[: MAX_HOME_BLOCKS - 1], context(words.HOME_SHORTENED)]
     return View(
         type="home",
         callback_id=HOME_CALLBACK_ID,
@@ -314,9 +323,9 @@ def home_view(
     ).to_dict()
 
 
-def external_view() -> dict[str, Any]:
+def external_view(words: Words) -> dict[str, Any]:
     """The Home tab for a person of another organisation (Slack Connect): nothing it holds."""
-    blocks = [header(messages.HOME_TITLE, emoji=True), section_block(messages.EXTERNAL_ASKER)]
+    blocks = [header(words.HOME_TITLE, emoji=True), section_block(words.EXTERNAL_ASKER)]
     return View(type="home", callback_id=HOME_CALLBACK_ID, blocks=blocks).to_dict()
 
 
@@ -327,39 +336,43 @@ def _notice(notice: str | None) -> list[Block]:
     return [section_block(p) for p in pieces[:NOTICE_BLOCKS]]
 
 
-def _member_blocks(member: MemberHome, pages: Pages) -> list[Block]:
-    refresh = button(HOME_REFRESH_ACTION_ID, messages.HOME_REFRESH, "refresh", emoji=True)
+def _member_blocks(member: MemberHome, pages: Pages, words: Words) -> list[Block]:
+    refresh = button(HOME_REFRESH_ACTION_ID, words.HOME_REFRESH, "refresh", emoji=True)
     head = [
-        header(messages.HOME_TITLE, emoji=True),
-        context(messages.home_counts(member.documents, member.chunks, member.channel_documents)),
-        section_block(messages.HOME_ASK),
-        section_block(messages.HOME_UPLOAD, accessory=refresh),
+        header(words.HOME_TITLE, emoji=True),
+        context(words.home_counts(member.documents, member.chunks, member.channel_documents)),
+        section_block(words.HOME_ASK),
+        section_block(words.HOME_UPLOAD, accessory=refresh),
         divider(),
-        header(messages.HOME_UPLOADS_HEADER, emoji=True),
+        header(words.HOME_UPLOADS_HEADER, emoji=True),
     ]
     if not member.uploads:
-        return [*head, context(messages.HOME_NO_UPLOADS)]
-    shown, pager = _paged(Section.UPLOADS, member.uploads, pages)
-    return [*head, *_packed([_upload_line(d) for d in shown]), *pager]
+        return [*head, context(words.HOME_NO_UPLOADS)]
+    shown, pager = _paged(Section.UPLOADS, member.uploads, pages, words)
+    return [*head, *_packed([_upload_line(d, words) for d in shown]), *pager]
 
 
-def _upload_line(doc: DocumentRow) -> str:
-    state = messages.HOME_STATES.get(doc.state.value, doc.state.value)
+def _upload_line(doc: DocumentRow, words: Words) -> str:
+    state = words.HOME_STATES.get(doc.state.value, doc.state.value)
     reason = clip(doc.failure_reason or "", REASON_CHARS) if doc.state == "failed" else ""
-    return messages.home_upload_line(
-        clip(doc.name, NAME_CHARS), state, _when(doc.created_at), scope_label(doc.scope), reason
+    return words.home_upload_line(
+        clip(doc.name, NAME_CHARS),
+        state,
+        _when(doc.created_at),
+        scope_label(doc.scope, words),
+        reason,
     )
 
 
-def _admin_blocks(admin: AdminHome, pages: Pages) -> list[Block]:
+def _admin_blocks(admin: AdminHome, pages: Pages, words: Words) -> list[Block]:
     return [
         divider(),
-        header(messages.HOME_ADMIN_HEADER, emoji=True),
-        *_failed_blocks(admin.failed, pages, admin.readable),
-        *_stale_blocks(admin.stale, admin.reindex_running, pages, admin.readable),
-        *_gap_blocks(admin.gaps, admin.gaps_failed, admin.gap_links, pages),
-        *_disliked_blocks(admin.disliked, admin.disliked_total, pages),
-        *_calibration_blocks(admin.calibration),
+        header(words.HOME_ADMIN_HEADER, emoji=True),
+        *_failed_blocks(admin.failed, pages, admin.readable, words),
+        *_stale_blocks(admin.stale, admin.reindex_running, pages, admin.readable, words),
+        *_gap_blocks(admin.gaps, admin.gaps_failed, admin.gap_links, pages, words),
+        *_disliked_blocks(admin.disliked, admin.disliked_total, pages, words),
+        *_calibration_blocks(admin.calibration, words),
     ]
 
 
@@ -368,47 +381,49 @@ def readable_by(doc: DocumentRow, readable: frozenset[str]) -> bool:
     return doc.scope == EVERYONE or doc.scope in readable
 
 
-def document_label(doc: DocumentRow, readable: frozenset[str]) -> str:
+def document_label(doc: DocumentRow, readable: frozenset[str], words: Words) -> str:
     """``doc``'s name as shown (escaped), or only its channel for someone not in it."""
     if readable_by(doc, readable):
         return clip(doc.name, NAME_CHARS)
-    return messages.home_channel_document(scope_label(doc.scope), doc.id)
+    return words.home_channel_document(scope_label(doc.scope, words), doc.id)
 
 
 def _failed_blocks(
-    failed: Sequence[DocumentRow], pages: Pages, readable: frozenset[str]
+    failed: Sequence[DocumentRow], pages: Pages, readable: frozenset[str], words: Words
 ) -> list[Block]:
-    head = [header(messages.HOME_FAILED_HEADER, emoji=True)]
+    head = [header(words.HOME_FAILED_HEADER, emoji=True)]
     if not failed:
-        return [*head, context(messages.HOME_NO_FAILED)]
-    shown, pager = _paged(Section.FAILED, failed, pages)
+        return [*head, context(words.HOME_NO_FAILED)]
+    shown, pager = _paged(Section.FAILED, failed, pages, words)
     rows = []
     for doc in shown:
         reason = clip(doc.failure_reason or "", REASON_CHARS)
-        text = messages.home_failed_line(
-            document_label(doc, readable),
+        text = words.home_failed_line(
+            document_label(doc, readable, words),
             mention(doc.uploader),
             _when(doc.updated_at),
-            reason if readable_by(doc, readable) else messages.HOME_REASON_WITHHELD,
+            reason if readable_by(doc, readable) else words.HOME_REASON_WITHHELD,
         )
-        retry = button(
-            HOME_RETRY_ACTION_ID, messages.HOME_RETRY, str(doc.id), "primary", emoji=True
-        )
+        retry = button(HOME_RETRY_ACTION_ID, words.HOME_RETRY, str(doc.id), "primary", emoji=True)
         rows.append(section_block(text, accessory=retry))
     return [*head, *rows, *pager]
 
 
 def _stale_blocks(
-    stale: Sequence[DocumentRow], running: bool, pages: Pages, readable: frozenset[str]
+    stale: Sequence[DocumentRow],
+    running: bool,
+    pages: Pages,
+    readable: frozenset[str],
+    words: Words,
 ) -> list[Block]:
-    head = [header(messages.HOME_STALE_HEADER, emoji=True)]
-    status: list[Block] = [context(messages.HOME_REINDEX_RUNNING_NOW)] if running else []
+    head = [header(words.HOME_STALE_HEADER, emoji=True)]
+    status: list[Block] = [context(words.HOME_REINDEX_RUNNING_NOW)] if running else []
     if not stale:
-        return [*head, context(messages.HOME_NO_STALE), *status]
-    shown, pager = _paged(Section.STALE, stale, pages)
+        return [*head, context(words.HOME_NO_STALE), *status]
+    shown, pager = _paged(Section.STALE, stale, pages, words)
     lines = [
-        messages.home_stale_line(
-            document_label(d, readable),
+        words.home_stale_line(
+            document_label(d, readable, words),
             "`" + clip(d.embedding_model or "?", NAME_CHARS).replace("`", "'") + "`",
             _when(d.indexed_at),
         )
@@ -418,30 +433,30 @@ def _stale_blocks(
         action = status
     else:
         reindex = button(
-            HOME_REINDEX_ACTION_ID, messages.HOME_REINDEX, "reindex", "primary", emoji=True
+            HOME_REINDEX_ACTION_ID, words.HOME_REINDEX, "reindex", "primary", emoji=True
         )
         action = [actions([reindex], block_id="kb_home_reindex")]
-    summary = section_block(messages.home_stale_summary(len(stale)))
+    summary = section_block(words.home_stale_summary(len(stale)))
     return [*head, summary, *_packed(lines), *pager, *action]
 
 
 def _gap_blocks(
-    gaps: Sequence[Gap] | None, failed: bool, links: Mapping[int, str], pages: Pages
+    gaps: Sequence[Gap] | None, failed: bool, links: Mapping[int, str], pages: Pages, words: Words
 ) -> list[Block]:
-    head = [header(messages.HOME_GAPS_HEADER, emoji=True), context(messages.HOME_GAPS_INTRO)]
+    head = [header(words.HOME_GAPS_HEADER, emoji=True), context(words.HOME_GAPS_INTRO)]
     if gaps is None:
-        pending = messages.HOME_GAPS_FAILED if failed else messages.HOME_GAPS_PENDING
+        pending = words.HOME_GAPS_FAILED if failed else words.HOME_GAPS_PENDING
         return [*head, context(pending)]
     if not gaps:
-        return [*head, context(messages.HOME_NO_GAPS)]
-    shown, pager = _paged(Section.GAPS, gaps, pages)
-    return [*head, *[section_block(_gap_text(g, links)) for g in shown], *pager]
+        return [*head, context(words.HOME_NO_GAPS)]
+    shown, pager = _paged(Section.GAPS, gaps, pages, words)
+    return [*head, *[section_block(_gap_text(g, links, words)) for g in shown], *pager]
 
 
-def _gap_text(gap: Gap, links: Mapping[int, str]) -> str:
-    outcomes = ", ".join(messages.home_gap_outcome(o, n) for o, n in gap.outcomes)
+def _gap_text(gap: Gap, links: Mapping[int, str], words: Words) -> str:
+    outcomes = ", ".join(words.home_gap_outcome(o, n) for o, n in gap.outcomes)
     lines = [
-        messages.home_gap(
+        words.home_gap(
             clip(gap.question, QUESTION_CHARS),
             gap.count,
             outcomes,
@@ -450,60 +465,66 @@ def _gap_text(gap: Gap, links: Mapping[int, str]) -> str:
         )
     ]
     if gap.examples:
-        lines.append(messages.home_gap_examples([clip(e, EXAMPLE_CHARS) for e in gap.examples]))
-    lines.append(_closest(gap, links))
+        lines.append(words.home_gap_examples([clip(e, EXAMPLE_CHARS) for e in gap.examples]))
+    lines.append(_closest(gap, links, words))
     return "\n".join(lines)
 
 
-def _closest(gap: Gap, links: Mapping[int, str]) -> str:
+def _closest(gap: Gap, links: Mapping[int, str], words: Words) -> str:
     row = gap.closest
     if row is None or gap.distance is None:
-        return messages.HOME_GAP_NO_PASSAGE
+        return words.HOME_GAP_NO_PASSAGE
     distance = f"{gap.distance:.3f}"
     url = links.get(row.id)
     if url is None:
         # A channel's passage: where it is, never what it says or is called.
-        where = messages.home_gap_channel_passage(scope_label(row.scope))
-        return messages.home_gap_closest(where, distance)
+        where = words.home_gap_channel_passage(scope_label(row.scope, words))
+        return words.home_gap_closest(where, distance)
     label = clip(row.document, NAME_CHARS)
     section = row.section.split(" > ")[-1].strip() if row.section else ""
     if section:
         label += " › " + clip(section, SECTION_CHARS)
     link = f"<{safe_url(url)}|{label.replace('|', '¦')}>"
-    return messages.home_gap_closest(link, distance)
+    return words.home_gap_closest(link, distance)
 
 
-def _disliked_blocks(disliked: Sequence[Disliked], total: int, pages: Pages) -> list[Block]:
-    head = [header(messages.HOME_DISLIKED_HEADER, emoji=True)]
+def _disliked_blocks(
+    disliked: Sequence[Disliked], total: int, pages: Pages, words: Words
+) -> list[Block]:
+    head = [header(words.HOME_DISLIKED_HEADER, emoji=True)]
     if not disliked:
-        return [*head, context(messages.HOME_NO_DISLIKED)]
+        return [*head, context(words.HOME_NO_DISLIKED)]
     page = page_number(Section.DISLIKED, total, pages)
-    pager = _pager(Section.DISLIKED, page, page_count(Section.DISLIKED, total), total)
-    return [*head, *_packed([_disliked_line(d) for d in disliked]), *pager]
+    pager = _pager(Section.DISLIKED, page, page_count(Section.DISLIKED, total), total, words)
+    return [*head, *_packed([_disliked_line(d, words) for d in disliked]), *pager]
 
 
-def _disliked_line(d: Disliked) -> str:
+def _disliked_line(d: Disliked, words: Words) -> str:
     if d.thread_url:
-        where = f"<{safe_url(d.thread_url)}|{messages.HOME_THREAD}>"
+        where = f"<{safe_url(d.thread_url)}|{words.HOME_THREAD}>"
     else:
-        where = messages.HOME_IN_A_DM if d.direct else "—"
-    line = messages.home_disliked_line(
+        where = words.HOME_IN_A_DM if d.direct else "—"
+    line = words.home_disliked_line(
         clip(d.question, QUESTION_CHARS), clip(d.outcome, 40), d.dislikes, _when(d.at), where
     )
-    answer = messages.HOME_ANSWER_WITHHELD if d.withheld else clip(d.answer, ANSWER_CHARS)
+    answer = words.HOME_ANSWER_WITHHELD if d.withheld else clip(d.answer, ANSWER_CHARS)
     return f"{line}\n> {answer}" if answer else line
 
 
-def _calibration_blocks(calibration: Calibration) -> list[Block]:
+def _calibration_blocks(calibration: Calibration, words: Words) -> list[Block]:
     threshold = calibration.threshold
     related = calibration.related_threshold
-    lines = [messages.home_thresholds(threshold, related if related > threshold else None)]
+    lines = [words.home_thresholds(threshold, related if related > threshold else None)]
+    if calibration.origin:
+        lines.append(words.home_thresholds_model(calibration.model, calibration.origin))
+    if calibration.language_advice:
+        lines.append(words.home_wrong_model(calibration.language_advice))
     record = calibration.record
     if record is None:
-        lines.append(messages.HOME_NO_CALIBRATION)
+        lines.append(words.HOME_NO_CALIBRATION)
     else:
         lines.append(
-            messages.home_calibrated(
+            words.home_calibrated(
                 _when(record.at),
                 "`" + clip(record.source, NAME_CHARS).replace("`", "'") + "`",
                 record.max_bluff_rate,
@@ -512,15 +533,15 @@ def _calibration_blocks(calibration: Calibration) -> list[Block]:
             )
         )
         row = record.rates_at(threshold)
-        lines.append(_rates(threshold, row) if row else messages.home_no_rates(threshold))
-    return [header(messages.HOME_CALIBRATION_HEADER, emoji=True), section_block("\n".join(lines))]
+        lines.append(_rates(threshold, row, words) if row else words.home_no_rates(threshold))
+    return [header(words.HOME_CALIBRATION_HEADER, emoji=True), section_block("\n".join(lines))]
 
 
 def _threshold(value: float | None) -> str:
     return f"{value:.3f}" if value is not None else "none"
 
 
-def _rates(threshold: float, row: RateRow) -> str:
-    bluffs = messages.home_rate(row.bluffs, row.ood, *row.bluff_interval)
-    refused = messages.home_rate(row.refused, row.in_domain, *row.refused_interval)
-    return messages.home_rates(threshold, bluffs, refused)
+def _rates(threshold: float, row: RateRow, words: Words) -> str:
+    bluffs = words.home_rate(row.bluffs, row.ood, *row.bluff_interval)
+    refused = words.home_rate(row.refused, row.in_domain, *row.refused_interval)
+    return words.home_rates(threshold, bluffs, refused)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from bot.slack import messages
+from bot.slack.words import Words
 from core.answer import SourceRef
 from core.citations import citation_spans
 from index.models import EVERYONE
@@ -24,6 +24,10 @@ from index.names import display_name
 # is kept as short, so a notification never carries more than a section would.
 SECTION_LIMIT = 3000
 FALLBACK_LIMIT = 3000
+# Slack's limits on plain-text labels: a button's text, a header's, a modal's title and buttons.
+BUTTON_LIMIT = 75
+HEADER_LIMIT = 150
+MODAL_TITLE_LIMIT = 24
 
 _ESCAPES = str.maketrans(
     {
@@ -274,8 +278,8 @@ def mention(user_id: str) -> str:
     return f"<@{user_id}>" if is_user_id(user_id) else code(user_id)
 
 
-def scope_label(scope: str) -> str:
+def scope_label(scope: str, words: Words) -> str:
     """Who may see a document: "everyone" or the channel (a channel link notifies nobody)."""
     if scope == EVERYONE:
-        return messages.EVERYONE_LABEL
+        return words.EVERYONE_LABEL
     return f"<#{scope}>" if _CHANNEL_ID_RE.fullmatch(scope) else code(scope)

@@ -1,6 +1,7 @@
 """What Slack says about people, groups and channels, asked once and remembered briefly.
 
-``users.info`` (is this person an admin, which organisation are they from),
+``users.info`` (is this person an admin, which organisation are they from,
+which locale they use Slack in),
 ``usergroups.users.list`` (who is in a publishers group) and
 ``conversations.members`` (may this person see a channel's documents) are asked
 by several parts of the bot; a burst of questions or uploads costs one call.
@@ -66,7 +67,8 @@ class Directory:
         """The ``users.info`` user object, or ``None`` when Slack could not say."""
 
         async def ask() -> dict[str, Any]:
-            resp = await client.users_info(user=user_id)
+            # The locale too (``user.locale``, "fr-FR"): the language the person is spoken to in.
+            resp = await client.users_info(user=user_id, include_locale=True)
             return dict(resp.get("user") or {})
 
         return await _remembered(self._users, user_id, self.user_ttl_seconds, ask, self.capacity)

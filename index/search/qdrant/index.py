@@ -60,7 +60,7 @@ from index.models import EVERYONE
 from index.search.bm25 import DEFAULT_B, DEFAULT_K1
 from index.search.contract import Candidate, Mode
 from index.search.derived import OnlyScopes
-from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, fused_candidates
+from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, fused_candidates, same_language
 from index.search.qdrant.engine import (
     QdrantEngine,
     QdrantPoint,
@@ -70,7 +70,7 @@ from index.search.qdrant.engine import (
 from index.search.qdrant.engines import open_engine, release_embedded
 from index.search.qdrant.sparse import bm25_values, query_sparse
 from index.search.query_map import QueryAdapters
-from index.search.tokens import ANALYZER
+from index.search.tokens import ANALYZER, query_languages, question_language
 from index.storage import Store
 
 if TYPE_CHECKING:
@@ -375,10 +375,13 @@ class QdrantSearchIndex:
             hits = self.engine.dense(self.alias, _floats(query_vector), visible, depth)
             dense = _ranked([(cid, _distance(cos)) for cid, cos in hits], ascending=True)
         if mode != Mode.DENSE:
-            indices, values = query_sparse(query_text)
+            corpus = self.store.chunk_languages()
+            indices, values = query_sparse(query_text, query_languages(query_text, corpus))
             if indices:
                 hits = self.engine.sparse(self.alias, indices, values, visible, depth)
                 sparse = _ranked([(cid, score) for cid, score in hits if score > 0])
+                question = question_language(query_text, corpus)
+                sparse = same_language(sparse, question, self.store.languages_of_chunks)
         return fused_candidates(
             dense,
             sparse,
@@ -489,7 +492,7 @@ class QdrantSearchIndex:
         build = f"{alias}-{uuid.uuid4().hex[:8]}"
         engine.create(build, self.dimensions)
         rows = list(self._rows(None))
-        lengths = [len(ANALYZER.document_terms(r["text"])) for r in rows]
+        lengths = [len(ANALYZER.document_terms(r["text"], r.get("language"))) for r in rows]
         avgdl = sum(lengths) / len(lengths) if sum(lengths) else 1.0
         contents = _Contents({}, {})
         self._upsert(build, rows, avgdl, contents)
@@ -566,7 +569,7 @@ def _marker_fits(marker: dict[str, Any]) -> bool:
 
 
 def _point(row: dict[str, Any], avgdl: float) -> QdrantPoint:
-    terms = ANALYZER.document_terms(row["text"])
+    terms = ANALYZER.document_terms(row["text"], row.get("language"))
     indices, values = bm25_values(terms, avgdl)
     cid = int(row["id"])
     return QdrantPoint(

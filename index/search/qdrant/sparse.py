@@ -23,9 +23,12 @@ def term_index(term: str) -> int:
     return int.from_bytes(hashlib.blake2b(term.encode("utf-8"), digest_size=4).digest(), "big")
 
 
-def query_sparse(text: str) -> tuple[list[int], list[float]]:
-    """A question's sparse vector: each term's count (rank-bm25 counts a repeated term each time)."""
-    counts = Counter(term_index(t) for t in ANALYZER.query_terms(text))
+def query_sparse(
+    text: str, languages: Sequence[str | None] = (None,)
+) -> tuple[list[int], list[float]]:
+    """A question's sparse vector, analysed in ``languages``: each term's count (rank-bm25
+    counts a repeated term each time)."""
+    counts = Counter(term_index(t) for t in ANALYZER.query_terms(text, languages))
     return list(counts), [float(c) for c in counts.values()]
 
 

@@ -1,0 +1,76 @@
+"""The multilingual preset's costs beside the default model's, measured in one run.
+
+    query        embedder.encode_query(question) for the bundled set's questions,
+                 the two models alternating question by question (p50, p95)
+    bare         embedder.encode(chunk texts) of the set's corpus: the encoder alone
+    ingestion    KnowledgeBase.ingest_paths(corpus) into a fresh data dir: reading,
+                 chunking, language detection, both embeddings, SQLite, the indexes
+
+Prints chunks per second of each and ingestion's share of the bare encoder's
+throughput (the bar: >= 0.9x).
+
+Run: python -m bench.multilingual [--set manpages-l10n] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from bench.machine import describe as machine
+from evaluation.set_check import bundled_sets
+from index.config import IndexConfig
+from index.embed import load_embedder
+from index.knowledge_base import KnowledgeBase
+
+MODELS = ("bundled:all-MiniLM-L6-v2", "multilingual")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--set", default="manpages-l10n")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    folder = bundled_sets()[args.set]
+    rows = [json.loads(line) for line in (folder / "questions.jsonl").open(encoding="utf-8")]
+    questions = [r[f"{p}_phrasing"] for r in rows for p in ("doc", "ticket")]
+    print(f"# {args.set}: {len(questions)} questions; {machine()}")
+    embedders = {m: load_embedder(IndexConfig(embedding_model=m)) for m in MODELS}
+    for e in embedders.values():
+        e.encode_query("warm up")
+    times: dict[str, list[float]] = {m: [] for m in MODELS}
+    for _ in range(args.repeat):
+        for q in questions:
+            for model, embedder in embedders.items():
+                t = time.perf_counter()
+                embedder.encode_query(q)
+                times[model].append((time.perf_counter() - t) * 1000)
+    for model, ms in times.items():
+        print(f"query {model:<28} p50 {_pct(ms, 0.5):6.1f} ms  p95 {_pct(ms, 0.95):6.1f} ms")
+    for model, embedder in embedders.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            config = IndexConfig(data_dir=Path(tmp), embedding_model=model, min_free_bytes=0)
+            kb = KnowledgeBase(config, embedder=embedder)
+            t = time.perf_counter()
+            result = kb.ingest_paths([folder / "corpus"])
+            ingested = result.chunks / (time.perf_counter() - t)
+            texts = [c["text"] for d in kb.documents() for c in kb.store.chunk_rows(d.id)]
+        t = time.perf_counter()
+        embedder.encode(texts)
+        bare = len(texts) / (time.perf_counter() - t)
+        print(
+            f"ingest {model:<27} bare {bare:6.1f} chunks/s  ingestion {ingested:6.1f} chunks/s"
+            f"  ratio {ingested / bare:.2f}x  ({len(texts)} chunks)"
+        )
+
+
+if __name__ == "__main__":
+    main()

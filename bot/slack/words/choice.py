@@ -1,0 +1,103 @@
+"""Which language a person is spoken to in: their Slack locale, else their question's, else the default.
+
+In order: the person's Slack locale (``users.info`` with ``include_locale``,
+remembered with the rest of that answer by :class:`bot.slack.people.Directory`)
+when a catalog has its language (``fr-FR`` -> ``fr``); else the language the
+text they wrote is in (``index.languages.detect_language`` among the catalogs'
+languages); else ``KB_DEFAULT_LANGUAGE``. Messages for several people (a
+channel, the approvals channel) are in the default language.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Collection
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.people import Directory
+from bot.slack.words.catalogs import available_languages, translations
+from bot.slack.words.sentences import Words
+from index.languages import detect_language
+
+__all__ = [
+    "LOCALE_TIMEOUT_SECONDS",
+    "Languages",
+    "choose_language",
+    "language_of_locale",
+    "words_for",
+]
+
+# Slack slower than this to say who someone is: their words follow the next rule, so that
+# a modal still opens within its trigger's 3 s and no answer waits on a locale.
+LOCALE_TIMEOUT_SECONDS = 1.0
+_USER_ID_RE = re.compile(r"[UW][A-Z0-9]{2,}")
+
+
+def words_for(code: str) -> Words:
+    """The bot's words in ``code`` (a catalog's language).
+
+    Raises:
+        KeyError: no catalog has ``code``.
+    """
+    return Words(code, translations(code))
+
+
+def language_of_locale(locale: str | None, available: Collection[str]) -> str | None:
+    """The catalog language of a Slack locale (``fr-FR``, ``cs_CZ``, ``da``), or ``None``."""
+    code = (locale or "").replace("_", "-").split("-")[0].strip().lower()
+    return code if code in available else None
+
+
+def choose_language(
+    *, locale: str | None, text: str, default: str, available: Collection[str]
+) -> str:
+    """The language for a person of Slack ``locale`` who wrote ``text``."""
+    found = language_of_locale(locale, available)
+    if found is None and text.strip():
+        detected = detect_language(text, among=sorted(available))
+        found = detected if detected in available else None
+    return found or default
+
+
+class Languages:
+    """The words each person is spoken to in.
+
+    Args:
+        directory: what Slack says about people (their locale among it).
+        default: the language for messages to several people, and for a person
+            whose locale and question tell nothing (``KB_DEFAULT_LANGUAGE``).
+    """
+
+    def __init__(self, directory: Directory, default: str) -> None:
+        self.directory = directory
+        self.available = available_languages()
+        self.default = words_for(default)
+
+    async def of(self, client: AsyncWebClient, user_id: str | None, text: str = "") -> Words:
+        """The words for ``user_id``, who wrote ``text`` (a question; empty when none)."""
+        locale = await self.locale(client, user_id)
+        if language_of_locale(locale, self.available) is None and text.strip():
+            # The detector is a small model: kept off the event loop.
+            code = await asyncio.to_thread(self._choose, locale, text)
+        else:
+            code = self._choose(locale, "")
+        return words_for(code)
+
+    async def locale(self, client: AsyncWebClient, user_id: str | None) -> str | None:
+        """The person's Slack locale, or ``None`` when Slack does not say."""
+        if not user_id or not _USER_ID_RE.fullmatch(user_id):
+            return None  # nobody, or not a person of Slack (``cli``)
+        try:
+            async with asyncio.timeout(LOCALE_TIMEOUT_SECONDS):
+                user = await self.directory.user(client, user_id)
+        except TimeoutError:
+            return None
+        locale = (user or {}).get("locale")
+        return str(locale) if locale else None
+
+    def _choose(self, locale: str | None, text: str) -> str:
+        return choose_language(
+            locale=locale, text=text, default=self.default.lang, available=self.available
+        )

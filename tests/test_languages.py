@@ -1,0 +1,222 @@
+"""Telling languages apart, and BM25 reading each one: real detector, real stemmers, real index."""
+
+from __future__ import annotations
+
+import pytest
+
+from index.languages import (
+    MIN_LETTERS,
+    detect,
+    detect_language,
+    fold_diacritics,
+    language_shares,
+    passage_languages,
+)
+from index.search.bm25 import BM25Index
+from index.search.fusion import same_language
+from index.search.tokens import ANALYZER, query_languages, question_language
+
+CORPUS = ("en", "cs", "da", "fr", "ro")
+
+# Real sentences of the kind the knowledge base holds, one per language.
+SENTENCES = {
+    "cs": "Příkaz chmod mění přístupová práva souborů a adresářů podle zadaného režimu.",
+    "da": "Kommandoen sletter brugeren fra systemet og fjerner hjemmemappen, hvis den er tom.",
+    "fr": "La commande supprime le fichier indiqué et affiche un message si elle échoue.",
+    "ro": "Comanda șterge fișierele indicate și afișează un mesaj dacă operația eșuează.",
+    "en": "The command removes the given files and prints a message when it fails.",
+}
+
+
+@pytest.mark.parametrize("code", sorted(SENTENCES))
+def test_a_sentence_is_told_in_its_language(code: str) -> None:
+    assert detect_language(SENTENCES[code]) == code
+    assert detect_language(SENTENCES[code], among=CORPUS) == code
+
+
+@pytest.mark.parametrize(
+    ("question", "code"),
+    [
+        ("jak nastavim prava souboru", "cs"),  # Czech typed without háčky and čárky
+        ("cum sterg un fisier", "ro"),  # Romanian typed without virgule
+        ("hvordan sletter jeg en bruger", "da"),
+        ("comment supprimer un fichier", "fr"),
+        ("how do I delete a file", "en"),
+    ],
+)
+def test_a_short_question_is_told_among_the_knowledge_bases_languages(
+    question: str, code: str
+) -> None:
+    found = detect(question, among=CORPUS)
+    assert found is not None and found.code == code
+
+
+def test_text_too_short_or_without_words_is_not_told() -> None:
+    assert len("ssh -X") < MIN_LETTERS
+    assert detect("ssh -X") is None
+    assert detect("1234 5678 90 == 42 ;; {}") is None
+    assert detect("") is None
+
+
+def test_another_script_is_not_forced_into_a_european_language() -> None:
+    # Chinese among European languages: none of them is in the running.
+    assert detect("如何删除文件并清空回收站", among=CORPUS) is None
+    # Arabic the detector is sure of is Arabic, though the knowledge base has none.
+    found = detect("كيف أحذف ملفا من الخادم", among=CORPUS)
+    assert found is not None and found.code == "ar"
+
+
+def test_diacritics_fold_to_the_letters_people_type() -> None:
+    assert fold_diacritics("příkaz") == "prikaz"
+    # Romanian's comma-below and the older cedilla spellings are one letter.
+    assert fold_diacritics("fișier") == fold_diacritics("fişier") == "fisier"
+    assert fold_diacritics("ţară") == fold_diacritics("țară") == "tara"
+    # Letters that are not a base letter with a mark stay.
+    assert fold_diacritics("søg æble") == "søg æble"
+
+
+def test_a_document_has_the_language_of_most_of_its_passages() -> None:
+    french = SENTENCES["fr"] * 4
+    code = 'for f in *.txt; do\n  rm -f -- "$f"\ndone\n'
+    english_section = SENTENCES["en"] * 4
+    languages, document = passage_languages([french, code, french, english_section])
+    assert document == "fr"
+    # The code block reads as the manual's French; a whole English section is English.
+    assert languages == ["fr", "fr", "fr", "en"]
+
+
+def test_a_document_nobody_can_read_has_no_language() -> None:
+    languages, document = passage_languages(["1 2 3 4", "--- +++ @@"])
+    assert document is None and languages == [None, None]
+
+
+def test_shares_are_of_the_weight_in_told_languages() -> None:
+    assert language_shares(["cs", "en", None, "cs"], [1, 2, 5, 1]) == {"cs": 0.5, "en": 0.5}
+
+
+# ---------------------------------------------------------------- analysis
+
+
+def test_a_question_without_diacritics_gets_the_terms_of_the_written_words() -> None:
+    written = ANALYZER.document_terms("Příkaz chmod mění přístupová práva souborů.", "cs")
+    typed = ANALYZER.query_terms("prikaz chmod meni pristupova prava souboru", ["cs"])
+    assert set(typed) <= set(written)
+    ro_comma = ANALYZER.document_terms("Fișierele se șterg cu rm.", "ro")
+    ro_cedilla = ANALYZER.document_terms("Fişierele se şterg cu rm.", "ro")
+    assert ro_comma == ro_cedilla == ANALYZER.query_terms("fisierele se sterg cu rm", ["ro"])
+
+
+def test_each_language_is_stemmed_with_its_own_stemmer() -> None:
+    assert ANALYZER.query_terms("fișierele", ["ro"]) == ANALYZER.query_terms("fișier", ["ro"])
+    assert ANALYZER.query_terms("brugerne", ["da"]) == ANALYZER.query_terms("bruger", ["da"])
+    assert ANALYZER.query_terms("répertoires", ["fr"]) == ANALYZER.query_terms("repertoire", ["fr"])
+    # Identifiers are kept whole in every language.
+    assert "--recursive" in ANALYZER.document_terms("Použijte --recursive.", "cs")
+
+
+def test_english_and_unknown_passages_are_analysed_as_before() -> None:
+    text = "How do I stop pip from caching wheels?"
+    assert ANALYZER.document_terms(text) == ANALYZER.document_terms(text, "en")
+    assert ANALYZER.query_terms(text) == ["stop", "pip", "cach", "wheel"]
+    assert ANALYZER.query_terms(text, [None]) == ANALYZER.query_terms(text)
+
+
+def test_an_unclear_question_is_analysed_in_each_language_each_term_once() -> None:
+    terms = ANALYZER.query_terms("soubory", [None, "cs"])
+    # Each rule set's own term: Porter2's "soubori", the Czech stemmer's "soubor".
+    assert terms == ANALYZER.query_terms("soubory", [None]) + ANALYZER.query_terms(
+        "soubory", ["cs"]
+    )
+    assert terms[0] != terms[1]
+    assert len(set(terms)) == len(terms)
+
+
+def test_the_questions_languages_come_from_the_knowledge_base() -> None:
+    assert query_languages("cum sterg fisierele vechi de pe server", {"ro", "cs", "en"}) == ["ro"]
+    # A question nobody can tell is read in every language of the knowledge base.
+    assert query_languages("ssh -X", {"ro", "cs"}) == [None, "cs", "ro"]
+    # An English-only knowledge base reads every question as it always did.
+    assert query_languages("jak nastavim prava souboru", {"en"}) == [None]
+    assert question_language("jak nastavim prava souboru", {"en"}) is None
+    assert question_language("jak nastavim prava souboru", {"cs", "en"}) == "cs"
+
+
+# ---------------------------------------------------------------- BM25 across languages
+
+
+def _mixed_index() -> BM25Index:
+    texts = [
+        "Oprávnění\nPříkaz chmod mění přístupová práva souborů.",
+        "Tilladelser\nKommandoen chmod ændrer filernes adgangsrettigheder.",
+        "Drepturi\nComanda chmod schimbă drepturile de acces ale fișierelor.",
+        "Permissions\nThe chmod command changes the access rights of files.",
+    ]
+    return BM25Index([1, 2, 3, 4], texts, languages=["cs", "da", "ro", "en"])
+
+
+def test_a_czech_question_typed_without_diacritics_finds_the_czech_passage() -> None:
+    index = _mixed_index()
+    question = "jak zmenim prava souboru"
+    hits = index.search(question, 4, languages=query_languages(question, {"cs", "da", "ro", "en"}))
+    assert hits[0][0] == 1
+
+
+def test_a_romanian_question_without_virgule_finds_the_romanian_passage() -> None:
+    index = _mixed_index()
+    question = "cum schimb drepturile fisierelor"
+    hits = index.search(question, 4, languages=query_languages(question, {"cs", "da", "ro", "en"}))
+    assert hits[0][0] == 3
+
+
+def test_bm25_cannot_vouch_for_a_passage_in_another_language() -> None:
+    index = _mixed_index()
+    question = "comment changer les droits avec chmod"
+    hits = index.search(question, 4, languages=["fr"])
+    # Every passage shares "chmod" with the French question...
+    assert {cid for cid, _ in hits} == {1, 2, 3, 4}
+    languages = {1: "cs", 2: "da", 3: "ro", 4: "en"}
+    kept = same_language(hits, "fr", lambda ids: {i: languages[i] for i in ids})
+    # ...but none is French, so the lexical leg vouches for none of them.
+    assert kept == []
+    # An unclear question, or passages of unknown language, keep BM25's word.
+    assert same_language(hits, None, lambda ids: {i: languages[i] for i in ids}) == hits
+    assert same_language(hits, "fr", lambda ids: {}) == hits
+
+
+def test_a_saved_index_built_in_several_languages_loads_with_its_terms(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    index = _mixed_index()
+    path = tmp_path / "bm25.npz"
+    index.save(path, generation=3)
+    loaded, generation = BM25Index.load(path)
+    assert generation == 3
+    question = "jak zmenim prava souboru"
+    assert loaded.search(question, 4, languages=["cs"]) == index.search(
+        question, 4, languages=["cs"]
+    )
+
+
+def test_updating_an_index_analyses_the_new_passages_in_their_language() -> None:
+    index = _mixed_index()
+    updated = index.updated(
+        [4], [5], ["Droits\nLa commande chmod modifie les droits des fichiers."], ["fr"]
+    )
+    fresh = BM25Index(
+        [1, 2, 3, 5],
+        [
+            "Oprávnění\nPříkaz chmod mění přístupová práva souborů.",
+            "Tilladelser\nKommandoen chmod ændrer filernes adgangsrettigheder.",
+            "Drepturi\nComanda chmod schimbă drepturile de acces ale fișierelor.",
+            "Droits\nLa commande chmod modifie les droits des fichiers.",
+        ],
+        languages=["cs", "da", "ro", "fr"],
+    )
+    question = "modifier les droits du fichier"
+    assert updated.search(question, 4, languages=["fr"]) == fresh.search(
+        question, 4, languages=["fr"]
+    )
+    assert updated.search(question, 4, languages=["fr"])[0][0] == 5
+
+
+def test_languages_must_match_the_texts() -> None:
+    with pytest.raises(ValueError, match="languages"):
+        BM25Index([1, 2], ["a b", "c d"], languages=["cs"])

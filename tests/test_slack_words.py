@@ -1,0 +1,338 @@
+"""The bot's own words in the asker's language: complete catalogs, Slack's limits, the choice."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+from babel.messages.extract import extract_from_file
+
+from bot.settings import Settings
+from bot.slack.blocks import render_answer, render_hand_off, render_upload_status, upload_modal
+from bot.slack.blocks.elements import button, context, header, section
+from bot.slack.blocks.hand_off import HandOff
+from bot.slack.words import (
+    SOURCE_LANGUAGE,
+    Words,
+    available_languages,
+    choose_language,
+    language_of_locale,
+    words_for,
+)
+from bot.slack.words.catalogs import catalog
+from core.answer import Answer, Outcome, SourceRef
+
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
+from tests.servers import USER_ID, app_mention_event  # noqa: E402
+
+LANGUAGES = ("cs", "da", "en", "fr", "ro")
+SENTENCES = Path(__file__).resolve().parents[1] / "bot" / "slack" / "words" / "sentences.py"
+
+# Slack's documented limits (Block Kit reference: button element, header block, section
+# block, modal view, confirmation dialog object, option object).
+BUTTON_TEXT = 75
+HEADER_TEXT = 150
+SECTION_TEXT = 3000
+MODAL_TITLE = 24
+CONFIRM_TITLE = 100
+CONFIRM_TEXT = 300
+CONFIRM_BUTTON = 30
+OPTION_TEXT = 75
+INPUT_LABEL = 2000
+
+# Which fixed sentences Slack shows as what (the rest are mrkdwn in sections or context).
+BUTTONS = (
+    "FEEDBACK_POSITIVE",
+    "FEEDBACK_NEGATIVE",
+    "ASK_A_PERSON",
+    "UPLOAD_RETRY",
+    "APPROVE",
+    "REJECT",
+    "HOME_REFRESH",
+    "HOME_PREVIOUS",
+    "HOME_NEXT",
+    "HOME_RETRY",
+    "HOME_REINDEX",
+)
+HEADERS = (
+    "HOME_TITLE",
+    "HOME_UPLOADS_HEADER",
+    "HOME_ADMIN_HEADER",
+    "HOME_FAILED_HEADER",
+    "HOME_STALE_HEADER",
+    "HOME_GAPS_HEADER",
+    "HOME_DISLIKED_HEADER",
+    "HOME_CALIBRATION_HEADER",
+)
+MODAL_BUTTONS = ("UPLOAD_MODAL_TITLE", "UPLOAD_MODAL_SUBMIT", "UPLOAD_MODAL_CLOSE")
+CONFIRM_BUTTONS = ("REJECT_CONFIRM_YES", "REJECT_CONFIRM_NO")
+
+
+def _fields(text: str) -> set[tuple[str, str]]:
+    """The ``{name:spec}`` fields of a ``str.format`` template."""
+    return {(f, spec or "") for _, f, spec, _ in string.Formatter().parse(text) if f is not None}
+
+
+def _ids(entry: Any) -> tuple[str, ...]:
+    return entry.id if isinstance(entry.id, tuple) else (entry.id,)
+
+
+# ---------------------------------------------------------------- the catalogs
+
+
+def test_every_language_of_the_people_served_has_a_catalog() -> None:
+    assert available_languages() == frozenset(LANGUAGES)
+
+
+def test_the_english_catalog_holds_exactly_the_sentences_of_the_code() -> None:
+    keywords = {"N_": None, "_": None, "ngettext": (1, 2)}
+    found = extract_from_file("python", str(SENTENCES), keywords=keywords)
+    in_code = {m if isinstance(m, tuple) else (m,) for _, m, _, _ in found}
+    in_catalog = {_ids(m) for m in catalog(SOURCE_LANGUAGE) if m.id}
+    assert in_catalog == in_code, "regenerate bot/locale/en (see docs/operating.md, Languages)"
+
+
+@pytest.mark.parametrize("lang", [c for c in LANGUAGES if c != SOURCE_LANGUAGE])
+def test_every_sentence_is_translated_with_the_same_placeholders(lang: str) -> None:
+    translated = {_ids(m): m for m in catalog(lang) if m.id}
+    for entry in catalog(SOURCE_LANGUAGE):
+        if not entry.id:
+            continue
+        ids = _ids(entry)
+        assert ids in translated, f"{lang}: no translation of {ids[0]!r}"
+        found = translated[ids]
+        assert not found.fuzzy, f"{lang}: fuzzy translation of {ids[0]!r}"
+        forms = found.string if isinstance(found.string, tuple) else (found.string,)
+        assert all(forms), f"{lang}: empty translation of {ids[0]!r}"
+        wanted = set().union(*(_fields(i) for i in ids))
+        shown = set().union(*(_fields(f) for f in forms))
+        assert shown == wanted, f"{lang}: {ids[0]!r} has {shown}, not {wanted}"
+        for form in forms:
+            assert _fields(form) <= wanted, f"{lang}: {form!r}"
+            # Slack mrkdwn survives translation: commands, emoji and bold marks.
+            for token in ("`/kb-upload`", "`/kb-reindex`", "`kb approve`", ":warning:"):
+                if token in ids[0]:
+                    assert token in form, f"{lang}: {token} lost in {form!r}"
+            assert form.count("*") == ids[0].count("*"), f"{lang}: bold marks of {form!r}"
+
+
+@pytest.mark.parametrize("lang", [c for c in LANGUAGES if c != SOURCE_LANGUAGE])
+def test_translations_are_not_english(lang: str) -> None:
+    english, words = words_for(SOURCE_LANGUAGE), words_for(lang)
+    for name in (*BUTTONS, "PLACEHOLDER", "REFUSAL", "EVIDENCE_HEADER", "RELATED_HEADER"):
+        assert getattr(words, name) != getattr(english, name), f"{lang}: {name}"
+    # Plural forms follow the language: Czech and Romanian have three.
+    assert len({words.upload_indexed("x", n).replace(str(n), "N") for n in (1, 3, 25)}) == (
+        3 if lang in ("cs", "ro") else 2
+    )
+
+
+# ---------------------------------------------------------------- Slack's limits
+
+
+def _every_text(words: Words) -> list[str]:
+    """Every fixed sentence, and every method's with sample fields, in ``words``."""
+    texts: list[str] = []
+    for name, _ in inspect.getmembers(Words):
+        if name.startswith("_"):
+            continue
+        got = getattr(words, name)
+        if isinstance(got, str):
+            texts.append(got)
+        elif isinstance(got, dict):
+            texts += list(got.values())
+        elif callable(got) and name not in ("ngettext",):
+            texts += _called(got)
+    return texts
+
+
+def _called(method: Any) -> list[str]:
+    """``method`` called with long sample values, with counts 1, 3 and 25."""
+    out = []
+    for n in (1, 3, 25):
+        args: dict[str, Any] = {}
+        for p in inspect.signature(method).parameters.values():
+            annotation = str(p.annotation)
+            if "int" in annotation:
+                args[p.name] = n
+            elif "float" in annotation:
+                args[p.name] = 0.675
+            elif "bool" in annotation:
+                args[p.name] = n == 1
+            elif "list" in annotation:
+                args[p.name] = ["*A document name*", "*Another one*"]
+            else:
+                args[p.name] = "x" * 40
+        out.append(method(**args))
+    return out
+
+
+def _walk(obj: Any) -> list[dict[str, Any]]:
+    """Every dict inside a Block Kit payload."""
+    if isinstance(obj, dict):
+        return [obj, *[d for v in obj.values() for d in _walk(v)]]
+    if isinstance(obj, list):
+        return [d for v in obj for d in _walk(v)]
+    return []
+
+
+def _check_limits(payload: Any) -> None:
+    for d in _walk(payload):
+        if d.get("type") == "button":
+            assert len(d["text"]["text"]) <= BUTTON_TEXT, d
+        if d.get("type") == "header":
+            assert len(d["text"]["text"]) <= HEADER_TEXT, d
+        if d.get("type") == "section" and "text" in d:
+            assert len(d["text"]["text"]) <= SECTION_TEXT, d
+        if d.get("type") == "modal":
+            for key in ("title", "submit", "close"):
+                assert len(d[key]["text"]) <= MODAL_TITLE, d[key]
+        if "confirm" in d and "deny" in d:
+            assert len(d["title"]["text"]) <= CONFIRM_TITLE
+            assert len(d["text"]["text"]) <= CONFIRM_TEXT
+            assert len(d["confirm"]["text"]) <= CONFIRM_BUTTON
+            assert len(d["deny"]["text"]) <= CONFIRM_BUTTON
+        if d.get("type") == "input":
+            assert len(d["label"]["text"]) <= INPUT_LABEL
+
+
+def _source(n: int) -> SourceRef:
+    return SourceRef(
+        n=n,
+        chunk_id=n,
+        document_id=n,
+        document="Handbook",
+        section="Expenses",
+        page=2,
+        start=0,
+        end=10,
+        url=f"https://kb.example/d/{n}",
+        quote="Submit claims within 30 days.",
+        distance=0.2,
+    )
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_sentence_in_every_language_fits_slacks_limits(lang: str) -> None:
+    words = words_for(lang)
+    for text in _every_text(words):
+        _check_limits(section(text).to_dict())
+        _check_limits(context(text).to_dict())
+        _check_limits(render_upload_status(text, words=words, retry_document_id=1).blocks)
+    for name in BUTTONS:
+        shown = button("a", getattr(words, name), "v").to_dict()
+        _check_limits(shown)
+        assert shown["text"]["text"] == getattr(words, name), f"{lang}: {name} was shortened"
+    for name in HEADERS:
+        shown = header(getattr(words, name)).to_dict()
+        assert shown["text"]["text"] == getattr(words, name), f"{lang}: {name} was shortened"
+    for name in (*MODAL_BUTTONS, *CONFIRM_BUTTONS):
+        assert len(getattr(words, name)) <= min(MODAL_TITLE, CONFIRM_BUTTON), f"{lang}: {name}"
+    _check_limits(upload_modal("{}", channel_scope_allowed=True, words=words))
+    for outcome in Outcome:
+        answer = Answer(
+            question="q",
+            outcome=outcome,
+            answer="Claims are due in 30 days [1].",
+            grounded=outcome == Outcome.ANSWERED,
+            model_called=outcome != Outcome.REFUSED,
+            sources=[_source(1), _source(2)],
+            kept=[_source(1), _source(2)],
+            query_id=42,
+        )
+        _check_limits(render_answer(answer, words=words, ask_a_person=True).blocks)
+    hand_off = HandOff("U0ASKER001", "U0OTHER001", "C0CHANNEL1", "q", "answered", "a", None)
+    _check_limits(render_hand_off(hand_off, words=words).blocks)
+
+
+# ---------------------------------------------------------------- which language
+
+
+def test_a_locale_names_its_language_when_a_catalog_has_it() -> None:
+    available = available_languages()
+    assert language_of_locale("fr-FR", available) == "fr"
+    assert language_of_locale("cs_CZ", available) == "cs"
+    assert language_of_locale("da", available) == "da"
+    assert language_of_locale("ja-JP", available) is None
+    assert language_of_locale(None, available) is None
+
+
+CZECH = "Kolik dní mám na podání žádosti o proplacení cestovních výdajů?"
+
+
+def test_locale_then_question_then_default() -> None:
+    available = available_languages()
+    choose = choose_language
+    assert choose(locale="fr-FR", text=CZECH, default="en", available=available) == "fr"
+    assert choose(locale="ja-JP", text=CZECH, default="en", available=available) == "cs"
+    assert choose(locale=None, text=CZECH, default="da", available=available) == "cs"
+    assert choose(locale="ja-JP", text="ok?", default="da", available=available) == "da"
+    assert choose(locale=None, text="", default="ro", available=available) == "ro"
+
+
+def test_the_default_language_must_have_a_catalog() -> None:
+    assert Settings(_env_file=None, KB_DEFAULT_LANGUAGE="FR").default_language == "fr"
+    with pytest.raises(ValueError, match="KB_DEFAULT_LANGUAGE"):
+        Settings(_env_file=None, KB_DEFAULT_LANGUAGE="ja")
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _shown(message: dict[str, Any]) -> str:
+    return json.dumps(message.get("blocks") or [], ensure_ascii=False) + str(message.get("text"))
+
+
+def _feedback_labels(message: dict[str, Any]) -> tuple[str, str]:
+    (buttons,) = [
+        e
+        for d in _walk(message.get("blocks"))
+        for e in d.get("elements") or []
+        if isinstance(e, dict) and e.get("type") == "feedback_buttons"
+    ]
+    return buttons["positive_button"]["text"]["text"], buttons["negative_button"]["text"]["text"]
+
+
+async def test_a_french_locale_gets_french_words_around_the_answer(bot: Bot) -> None:
+    bot.slack.set_user(USER_ID, locale="fr-FR")
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    french = words_for("fr")
+    assert _feedback_labels(answer) == (french.FEEDBACK_POSITIVE, french.FEEDBACK_NEGATIVE)
+    assert french.SOURCES_HEADER in _shown(answer)
+    (status,) = bot.slack.calls("assistant.threads.setStatus")
+    assert status["status"] == french.STATUS_SEARCHING
+    (asked,) = {str(c.get("include_locale")) for c in bot.slack.calls("users.info")}
+    assert asked.lower() in ("1", "true")
+
+
+async def test_no_locale_and_a_czech_question_gets_czech_words(bot: Bot) -> None:
+    bot.slack.set_user(USER_ID, locale=None)
+    await bot.event(app_mention_event(CZECH))
+    answer = await bot.answer()
+    czech = words_for("cs")
+    assert _feedback_labels(answer) == (czech.FEEDBACK_POSITIVE, czech.FEEDBACK_NEGATIVE)
+    assert "Helpful" not in _shown(answer)
+
+
+async def test_a_locale_without_a_catalog_falls_back_to_the_question_then_the_default(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(default_language="da")
+    bot.slack.set_user(USER_ID, locale="ja-JP")
+    await bot.event(app_mention_event(CZECH))
+    czech = words_for("cs")
+    assert _feedback_labels(await bot.answer()) == (
+        czech.FEEDBACK_POSITIVE,
+        czech.FEEDBACK_NEGATIVE,
+    )
+    await bot.event(app_mention_event("ok?"))
+    danish = words_for("da")
+    second = await bot.answer(count=2)
+    assert _feedback_labels(second) == (danish.FEEDBACK_POSITIVE, danish.FEEDBACK_NEGATIVE)
