@@ -37,8 +37,8 @@ from evaluation.set_check import bundled_sets
 from index.config import IndexConfig
 from index.knowledge_base import KnowledgeBase
 from index.search import LocalSearchIndex, Mode
-from index.search.fusion import FUSION, Fusion
-from index.search.tokens import query_languages, question_language
+from index.search.fusion import FUSION, Fusion, fuse
+from index.search.tokens import query_languages
 
 K = 4
 Search = Callable[[np.ndarray, str], list[int]]
@@ -69,8 +69,6 @@ def _levers(kb: KnowledgeBase) -> dict[str, Search]:
         corpus = snap.corpus_languages
         sparse = snap.bm25.search(q, 25, None, query_languages(q, corpus))
         dense = snap.vectors.search(v, 25, None)
-        from index.search.fusion import fuse
-
         return [cid for cid, _ in fuse(dense, sparse, FUSION)[:K]]
 
     return {
@@ -119,7 +117,6 @@ def run(set_name: str, model: str, data_dir: Path) -> None:
         wins = sum(b and not a for a, b in zip(base, by_group["all"], strict=True))
         losses = sum(a and not b for a, b in zip(base, by_group["all"], strict=True))
         print(f"{name} vs product: +{wins}/-{losses} of {len(base)} queries")
-    _ = question_language  # the product's vouching rule, measured by ``no-vouch``
 
 
 def _all_chunks(kb: KnowledgeBase) -> dict[int, object]:

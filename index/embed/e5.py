@@ -129,7 +129,7 @@ class E5Embedder:
         """Embed ``texts`` (``role``: see ``Embedder.encode``) as ``(n, dim)`` unit vectors."""
         out = np.zeros((len(texts), _DIMENSIONS), dtype=np.float32)
         for start in range(0, len(texts), max(1, batch_size)):
-            batch = [t for t in texts[start : start + batch_size]]
+            batch = list(texts[start : start + batch_size])
             out[start : start + len(batch)] = self._checked(
                 self._model.encode(batch, is_query=role == "query"), len(batch)
             )

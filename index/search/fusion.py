@@ -25,7 +25,7 @@ DEFAULT_DEPTH = 25
 
 @dataclass(frozen=True)
 class Fusion:
-    """How the dense and BM25 lists become one (``bench/levers.py`` measures the choices).
+    """How the dense and BM25 lists become one (``bench/languages.py`` measures the choices).
 
     Attributes:
         method: ``rrf`` sums ``weight / (k + rank)``; ``score`` sums each leg's
