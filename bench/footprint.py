@@ -4,8 +4,10 @@ For each knowledge-base size (empty, 10k and 100k chunks) a data dir is filled
 once: chunk texts recombine the bundled evaluation corpus's real sentences
 (``bench.query.synthetic_chunks``), vectors are random unit vectors (memory and
 the flat scan do not depend on their values), stamped as the running
-configuration stamps documents, so the server loads every chunk. Then, in
-rounds alternating the runtimes, ``kb serve`` starts on it (Slack off), and this
+configuration stamps documents, so the server loads every chunk (the
+multilingual preset gets a data dir of its own, stamped for its model). Then, in
+rounds alternating the configurations (``onnx`` and ``torch``: MiniLM on each
+runtime; ``multilingual``: the multilingual preset), ``kb serve`` starts on it (Slack off), and this
 measures:
 
     start-to-ready  seconds from the process's start to ``/readyz`` answering 200
@@ -17,7 +19,7 @@ FAISS flat index and of the BM25 postings (resident growth while each is
 built, and the bytes of their arrays), beside the server's growth from the
 empty knowledge base: a copy of the vectors held twice would show there.
 
-Run: python -m bench.footprint [--sizes 10000,100000] [--rounds 3]
+Run: python -m bench.footprint [--sizes 10000,100000] [--rounds 3] [--runtimes onnx,multilingual]
 """
 
 from __future__ import annotations
@@ -39,22 +41,29 @@ import numpy as np
 from bench.machine import describe as machine
 from bench.query import corpus_chunks, synthetic_chunks
 
-RUNTIMES = ("onnx", "torch")
+# Each configuration: its settings for ``kb serve`` and the embedding model its data
+# dir is stamped with (a data dir stamped for another model would not be loaded).
+CONFIGS: dict[str, tuple[dict[str, str], str]] = {
+    "onnx": ({"KB_ENCODER_RUNTIME": "onnx"}, "bundled:all-MiniLM-L6-v2"),
+    "torch": ({"KB_ENCODER_RUNTIME": "torch"}, "bundled:all-MiniLM-L6-v2"),
+    "multilingual": ({"KB_EMBEDDING_MODEL": "multilingual"}, "multilingual"),
+}
+RUNTIMES = tuple(CONFIGS)
 DIM = 384
 DOC_CHUNKS = 1000
 READY_TIMEOUT_S = 600.0
 
 
-def fill(data_dir: Path, n: int, cache: Path) -> None:
-    """A data dir of ``n`` searchable chunks in documents of ``DOC_CHUNKS``."""
+def fill(data_dir: Path, n: int, cache: Path, model: str = "bundled:all-MiniLM-L6-v2") -> None:
+    """A data dir of ``n`` searchable chunks in documents of ``DOC_CHUNKS``, stamped for ``model``."""
     from index.config import IndexConfig
-    from index.embed.onnx import OnnxEmbedder
+    from index.embed import load_embedder
     from index.knowledge_base import KnowledgeBase
     from index.models import EVERYONE, Chunk
     from index.storage.store import NewDocument
 
-    config = IndexConfig(data_dir=data_dir, encoder_cache=cache)
-    kb = KnowledgeBase(config, embedder=OnnxEmbedder(config.embedding_model, cache))
+    config = IndexConfig(data_dir=data_dir, encoder_cache=cache, embedding_model=model)
+    kb = KnowledgeBase(config, embedder=load_embedder(config))
     texts = synthetic_chunks(corpus_chunks(), n)
     rng = np.random.default_rng(n)
     for start in range(0, n, DOC_CHUNKS):
@@ -104,9 +113,9 @@ def serve_once(data_dir: Path, runtime: str, cache: Path) -> tuple[float, float]
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "KB_DATA_DIR": str(data_dir),
-        "KB_ENCODER_RUNTIME": runtime,
         "KB_ENCODER_CACHE": str(cache),
         "KB_LOG_LEVEL": "WARNING",
+        **CONFIGS[runtime][0],
     }
     t = time.perf_counter()
     proc = subprocess.Popen(
@@ -174,34 +183,39 @@ def main() -> None:
     )
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runtimes", default=",".join(RUNTIMES), help="of: " + ", ".join(RUNTIMES))
     args = ap.parse_args()
     sizes = [0, *(int(s) for s in args.sizes.split(","))]
+    runtimes = [r for r in args.runtimes.split(",") if r]
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="kb-bench-footprint-") as tmp:
         root = Path(tmp)
         cache = root / "encoders"
-        dirs = {}
+        dirs: dict[tuple[str, int], Path] = {}
         for n in sizes:
-            dirs[n] = root / f"kb-{n}" / "kb-data"
-            dirs[n].parent.mkdir()
-            fill(dirs[n], n, cache)
-            for runtime in RUNTIMES:  # first starts: index files and the export are made
-                serve_once(dirs[n], runtime, cache)
+            for model in dict.fromkeys(CONFIGS[r][1] for r in runtimes):
+                folder = root / f"kb-{n}-{len(dirs)}" / "kb-data"
+                folder.parent.mkdir()
+                fill(folder, n, cache, model)
+                dirs[(model, n)] = folder
+            for runtime in runtimes:  # first starts: index files and the export are made
+                serve_once(dirs[(CONFIGS[runtime][1], n)], runtime, cache)
         runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
         for _ in range(args.rounds):
             for n in sizes:
-                for runtime in RUNTIMES:
-                    runs.setdefault((runtime, n), []).append(serve_once(dirs[n], runtime, cache))
+                for runtime in runtimes:
+                    folder = dirs[(CONFIGS[runtime][1], n)]
+                    runs.setdefault((runtime, n), []).append(serve_once(folder, runtime, cache))
     print(f"\nkb serve, warm start, medians of {args.rounds} rounds (Slack off)")
     print(f"{'chunks':>8} {'runtime':>8} {'ready s':>9} {'RSS MB':>8}")
     for n in sizes:
-        for runtime in RUNTIMES:
+        for runtime in runtimes:
             ready = statistics.median(r[0] for r in runs[(runtime, n)])
             rss = statistics.median(r[1] for r in runs[(runtime, n)])
             print(f"{n:>8,} {runtime:>8} {ready:>9.2f} {rss:>8.0f}")
     largest = sizes[-1]
     mem = index_memory(largest)
-    for runtime in RUNTIMES:
+    for runtime in runtimes:
         grown = statistics.median(r[1] for r in runs[(runtime, largest)]) - statistics.median(
             r[1] for r in runs[(runtime, 0)]
         )

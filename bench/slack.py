@@ -3,17 +3,24 @@
 Slack gives an app 3 seconds to acknowledge an event and retries otherwise, so
 the endpoint must answer fast even while it is busy answering earlier
 questions. This runs the real server (``bot.app.create_app``) on loopback with
-a small knowledge base, twice side by side: answers streamed natively
-(``KB_SLACK_STREAMING=auto``) and posted then edited (``off``). Both point
-their Web API client at one local mock Slack and their model at one local
+a small knowledge base, three times side by side: answers streamed natively
+(``KB_SLACK_STREAMING=auto``), posted then edited (``off``), and an agent
+app's answers in its Messages tab (``agent``: streamed, as agent sessions
+with their steps shown). They point their Web API client at a local mock Slack
+(the agent's its own, which takes agent sessions) and their model at one local
 OpenAI-compatible server that writes its answer a word every ``--word-ms``
 after ``--first-token-ms`` (a model's pace, not the instant reply of a stub).
-Rounds of ``--concurrency`` signed ``app_mention`` events go to each server in
-turn, and for each mode the bench measures:
+Rounds of ``--concurrency`` signed events (``app_mention``; direct messages
+for the agent) go to each server in turn, and for each mode the bench measures:
 
 * ack latency: from sending the request to receiving the HTTP response;
+* first sign of work: from sending the request to the first call that shows
+  the question is being worked on (the thread's status, the agent session's
+  ``processing``, a stream or a placeholder), every question;
+* first step (agent): to the stream that shows the search step;
 * first text: from sending the request to the first call at the mock Slack
-  carrying the answer's words (``chat.startStream`` when streaming, else the
+  carrying the answer's words (``chat.startStream`` when streaming, the first
+  ``chat.appendStream`` with text in a stream its steps started, else the
   first ``chat.postMessage`` in the thread), questions the model answers only;
 * final: from sending the request to the message with the finished answer
   (posted, or edited into the message that showed it being written;
@@ -64,11 +71,21 @@ from tests.servers import (  # noqa: E402
     OpenAICompatServer,
     app_mention_event,
     event_body,
+    message_im_event,
     slack_headers,
 )
 
 TARGET_P99_MS = 300.0
-MODES = ("auto", "off")  # KB_SLACK_STREAMING: streamed natively, posted then edited
+# KB_SLACK_STREAMING: streamed natively, posted then edited; and an agent app's DMs.
+MODES = ("auto", "off", "agent")
+_SIGNS = frozenset(
+    {
+        "assistant.threads.setStatus",
+        "agents.sessions.setStatus",
+        "chat.startStream",
+        "chat.postMessage",
+    }
+)
 DOCUMENTS = {
     "handbook.md": b"# Employee handbook\n\n## Expenses\n\nSubmit expense claims within 30 days, "
     b"with a photo of every receipt attached.\n\n## VPN\n\nWhen internal sites do not load over the "
@@ -170,6 +187,8 @@ class Timings:
     """When each question of a round showed its first words and its finished answer (ms)."""
 
     first_text: list[float] = field(default_factory=list)
+    first_sign: list[float] = field(default_factory=list)
+    first_step: list[float] = field(default_factory=list)
     final: list[float] = field(default_factory=list)
     calls_while_writing: list[int] = field(default_factory=list)
     streamed: int = 0
@@ -197,10 +216,15 @@ def timings(slack: TimedSlackAPI, sent: list[Sent]) -> Timings:
             at for at, m, p in calls if m in {"chat.postMessage", "chat.update"} and _is_final(p)
         )
         out.final.append((final - question.at) * 1000)
+        out.first_sign.append((min(at for at, m, _ in calls if m in _SIGNS) - question.at) * 1000)
+        steps = [at for at, m, p in calls if m == "chat.startStream" and p.get("chunks")]
+        if steps:
+            out.first_step.append((steps[0] - question.at) * 1000)
         if not question.model:
             continue
         words = [at for at, m, p in calls if _carries_words(m, p)]
-        out.first_text.append((min(words) - question.at) * 1000)
+        # Past the shared append budget a stream shows no words until the answer itself.
+        out.first_text.append((min(words, default=final) - question.at) * 1000)
         out.streamed += any(m == "chat.startStream" for _, m, _ in calls)
         writing = {"chat.appendStream", "chat.update"}
         out.calls_while_writing.append(sum(m in writing and at < final for at, m, _ in calls))
@@ -208,7 +232,8 @@ def timings(slack: TimedSlackAPI, sent: list[Sent]) -> Timings:
 
 
 def _carries_words(method: str, params: dict[str, Any]) -> bool:
-    if method == "chat.startStream":
+    if method in {"chat.startStream", "chat.appendStream"}:
+        # A stream an agent session started with its steps gets its words appended.
         return bool(params.get("markdown_text"))
     return method == "chat.postMessage" and params.get("text") != messages.PLACEHOLDER
 
@@ -219,9 +244,12 @@ async def _round(
     slack: TimedSlackAPI,
     concurrency: int,
     timeout: float,
+    *,
+    direct: bool = False,
 ) -> dict[str, float]:
     before = len(answers(slack))
-    events = [app_mention_event(QUESTIONS[i % len(QUESTIONS)]) for i in range(concurrency)]
+    ask = message_im_event if direct else app_mention_event
+    events = [ask(QUESTIONS[i % len(QUESTIONS)]) for i in range(concurrency)]
     sent = [
         Sent(str(e["ts"]), e["text"].split("> ", 1)[-1] not in REFUSED, time.perf_counter())
         for e in events
@@ -238,6 +266,10 @@ async def _round(
         "ack_p50_ms": statistics.median(acks),
         "ack_p99_ms": percentile(acks, 99),
         "ack_max_ms": max(acks),
+        "first_sign_p50_ms": statistics.median(shown.first_sign),
+        "first_sign_p95_ms": percentile(shown.first_sign, 95),
+        "first_step_p50_ms": statistics.median(shown.first_step) if shown.first_step else math.nan,
+        "first_step_p95_ms": percentile(shown.first_step, 95) if shown.first_step else math.nan,
         "first_text_p50_ms": statistics.median(shown.first_text),
         "first_text_p90_ms": percentile(shown.first_text, 90),
         "final_p50_ms": statistics.median(shown.final),
@@ -251,6 +283,7 @@ async def _round(
 def bench_settings(
     data_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer, streaming: str = "auto"
 ) -> Settings:
+    streaming = "auto" if streaming == "agent" else streaming
     """The bot's settings against the local Slack and model servers."""
     return Settings.model_validate(
         {
@@ -297,8 +330,11 @@ async def run(
     with tempfile.TemporaryDirectory(prefix="kb-bench-slack-") as tmp:
         async with (
             TimedSlackAPI() as slack,
+            TimedSlackAPI() as agent_slack,
             OpenAICompatServer(reply=MODEL_ANSWER) as llm,
         ):
+            agent_slack.agent_app = True
+            slacks = {"auto": slack, "off": slack, "agent": agent_slack}
             llm.trickle(word_ms / 1000)
             llm.delay(first_token_ms / 1000)
             embedder: Embedder | None = None
@@ -306,7 +342,7 @@ async def run(
             runners: list[web.AppRunner] = []
             try:
                 for mode in MODES:
-                    settings = bench_settings(Path(tmp) / mode, slack, llm, mode)
+                    settings = bench_settings(Path(tmp) / mode, slacks[mode], llm, mode)
                     kb = loaded_kb(settings, embedder)
                     embedder = kb.embedder
                     runner, urls[mode] = await serve(settings, kb)
@@ -317,16 +353,31 @@ async def run(
                     # cold burst is reported on its own, the medians are steady state.
                     cold: dict[str, dict[str, float]] = {}
                     for mode in MODES:
-                        await _round(session, urls[mode], slack, 1, round_timeout)
+                        direct = mode == "agent"
+                        await _round(
+                            session, urls[mode], slacks[mode], 1, round_timeout, direct=direct
+                        )
                         cold[mode] = await _round(
-                            session, urls[mode], slack, concurrency, round_timeout
+                            session,
+                            urls[mode],
+                            slacks[mode],
+                            concurrency,
+                            round_timeout,
+                            direct=direct,
                         )
                     # The modes take turns, so a busy moment of the machine hits both.
                     results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
                     for _ in range(rounds):
                         for mode in MODES:
                             results[mode].append(
-                                await _round(session, urls[mode], slack, concurrency, round_timeout)
+                                await _round(
+                                    session,
+                                    urls[mode],
+                                    slacks[mode],
+                                    concurrency,
+                                    round_timeout,
+                                    direct=mode == "agent",
+                                )
                             )
             finally:
                 for runner in runners:
@@ -348,12 +399,14 @@ async def run(
     }
 
 
-LABELS = {"auto": "streaming", "off": "post + edit"}
+LABELS = {"auto": "streaming", "off": "post + edit", "agent": "agent session + steps"}
 
 
 def _line(label: str, r: dict[str, float]) -> str:
     return (
-        f"  {label:<24} ack p50 {r['ack_p50_ms']:6.1f} p99 {r['ack_p99_ms']:6.1f} ms | "
+        f"  {label:<34} ack p50 {r['ack_p50_ms']:6.1f} p99 {r['ack_p99_ms']:6.1f} ms | "
+        f"first sign p50 {r['first_sign_p50_ms']:5.0f} p95 {r['first_sign_p95_ms']:5.0f} ms | "
+        f"first step p50 {r['first_step_p50_ms']:5.0f} p95 {r['first_step_p95_ms']:5.0f} ms | "
         f"first text p50 {r['first_text_p50_ms']:6.0f} p90 {r['first_text_p90_ms']:6.0f} ms | "
         f"final p50 {r['final_p50_ms']:6.0f} p90 {r['final_p90_ms']:6.0f} ms | "
         f"{r['calls_while_writing']:.0f} calls while writing, "

@@ -10,7 +10,8 @@ database, so what other processes commit (``kb ingest``, ``kb rm``,
 ``kb reindex``, another replica) is searchable within ``KB_SYNC_SECONDS`` plus
 one refresh. With ``KB_VIEWER_AUTH=slack`` the
 viewer opens documents only for people signed in with Slack
-(``bot.slack.people.signin``). ``run_server(settings)`` runs it.
+(``bot.slack.people.signin``). With ``KB_MCP=on`` agents reach the knowledge
+base as MCP tools at ``/mcp`` (``bot.mcp``). ``run_server(settings)`` runs it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import mcp
 from bot.server import routes
 from bot.settings import Settings
 from bot.slack import app as slack
@@ -83,8 +85,30 @@ def create_app(
         app, max(routes.DEFAULT_MAX_BEHIND_SECONDS, BEHIND_ROUNDS * settings.sync_seconds)
     )
     app[SLACK_MODE] = slack.attach(app, slack_config, services, slack_client)
+    if settings.mcp:
+        _attach_mcp(app, settings, engine, slack_client)
+    routes.add_readiness_info(app, "mcp", settings.mcp)
     app.cleanup_ctx.append(_services_ctx)
     return app
+
+
+def _attach_mcp(
+    app: web.Application, settings: Settings, engine: Engine, client: AsyncWebClient | None
+) -> None:
+    """Serve the MCP endpoint (``KB_MCP=on``); the caller's channels are asked of Slack."""
+    config = mcp.McpConfig(
+        calls_per_minute=settings.mcp_calls_per_minute,
+        slack_signing_secret=(
+            settings.slack_signing_secret.get_secret_value() if settings.mcp_slack_identity else ""
+        ),
+    )
+    people = mcp.slack_people(app, settings.slack_config(), client)
+    mcp.attach(app, engine, config, people)
+    log.info(
+        "MCP server at %s (callers' channels %s)",
+        mcp.MCP_PATH,
+        "asked of Slack" if people else "unknown without SLACK_BOT_TOKEN: documents for everyone",
+    )
 
 
 async def _services_ctx(app: web.Application) -> AsyncIterator[None]:

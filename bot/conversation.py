@@ -4,10 +4,14 @@ A surface (Slack today) turns its payload into a :class:`Turn` and hands a
 :class:`Reply` that knows how to show things there; :class:`Conversation`
 does the rest in the same order everywhere: help for an empty question, a
 progress indicator, the thread's earlier messages as history (as the surface
-has the thread, else as the query log has it), the engine's
+has the thread, else as the query log has it), the steps of the work as the
+engine reaches them (a surface may show them or not), the engine's
 answer streamed at a bounded rate (by the conversation, or by a surface that
 paces its own native stream), and the final answer in place of the
-progress. A second surface (Microsoft Teams, a web chat) is one new package
+progress. A turn cancelled while the engine works (the asker pressed Stop)
+tells the reply, which marks what it showed as stopped, and the cancellation
+goes on; once the engine has its answer the turn finishes as it would
+have. A second surface (Microsoft Teams, a web chat) is one new package
 that implements ``Reply`` and builds ``Turn``; nothing here changes.
 """
 
@@ -20,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from core.answer import Answer, Asker, Engine
+from core.answer import Answer, Asker, Engine, Step
 from core.prompt import ThreadMessage
 
 log = logging.getLogger(__name__)
@@ -51,8 +55,17 @@ class Reply(Protocol):
     async def partial(self, text: str) -> None:
         """Show the answer as written so far (citations not yet resolved)."""
 
+    async def step(self, step: Step) -> None:
+        """Show a step of the work (searching, what was found, writing); a surface may ignore it."""
+
     async def final(self, answer: Answer) -> None:
         """Replace the progress indicator with the engine's answer."""
+
+    async def stopped(self) -> None:
+        """The turn was stopped before its answer was complete: say so where the work was shown.
+
+        What was shown stays; nothing else is shown for this turn afterwards.
+        """
 
 
 class Thread(Protocol):
@@ -102,20 +115,25 @@ class Conversation:
         if not turn.question:
             await reply.help()
             return None
-        await reply.progress()
-        history = await self._history(turn)
-        show = (
-            reply.partial
-            if reply.paces_itself()
-            else _throttled(reply.partial, self.stream_update_seconds)
-        )
-        answer = await self.engine.ask(
-            turn.question,
-            scopes=turn.scopes,
-            history=history,
-            asker=turn.asker,
-            on_delta=show,
-        )
+        try:
+            await reply.progress()
+            history = await self._history(turn)
+            show = (
+                reply.partial
+                if reply.paces_itself()
+                else _throttled(reply.partial, self.stream_update_seconds)
+            )
+            answer = await self.engine.ask(
+                turn.question,
+                scopes=turn.scopes,
+                history=history,
+                asker=turn.asker,
+                on_delta=show,
+                on_step=reply.step,
+            )
+        except asyncio.CancelledError:
+            await reply.stopped()
+            raise
         await reply.final(answer)
         return answer
 

@@ -50,6 +50,7 @@ _MULTILINE_KEYS = frozenset({"exception", "stack"})
 # Web API client logs whole bodies at DEBUG: people's messages of the threads it reads.
 NOISY_LOGGERS = (
     "httpx",
+    "markdown_it",
     "httpx2",
     "sentence_transformers",
     "faiss",

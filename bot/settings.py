@@ -454,6 +454,22 @@ class Settings(BaseSettings):
         "Seconds between two checks of the running server for changes other processes committed (kb ingest, kb rm, kb reindex, another replica); such a change is searchable within about this long.",
         gt=0,
     )
+    mcp: bool = _setting(
+        False,
+        "KB_MCP",
+        "Serve the knowledge base to agents as an MCP server at /mcp (Streamable HTTP) on the same port (on/true or off/false). Each call needs a token from kb mcp-token create (or Slack's signed identity, KB_MCP_SLACK_IDENTITY) and searches what that person may read (docs/mcp.md).",
+    )
+    mcp_calls_per_minute: int = _setting(
+        60,
+        "KB_MCP_CALLS_PER_MINUTE",
+        "Requests to /mcp one token (or one Slack person) may make in any minute, per replica; more get HTTP 429 with Retry-After.",
+        ge=1,
+    )
+    mcp_slack_identity: bool = _setting(
+        False,
+        "KB_MCP_SLACK_IDENTITY",
+        "Also serve /mcp requests the Slackbot MCP client signs with the app's signing secret (Slack identity auth), as the person Slack names in the call. Needs SLACK_SIGNING_SECRET and KB_MCP=on.",
+    )
     admin_users: str = _setting(
         "",
         "KB_ADMIN_USERS",
@@ -576,6 +592,8 @@ class Settings(BaseSettings):
             ]
             if missing:
                 raise ValueError(f"KB_VIEWER_AUTH=slack needs {', '.join(missing)}")
+        if self.mcp_slack_identity and not self.slack_signing_secret.get_secret_value().strip():
+            raise ValueError("KB_MCP_SLACK_IDENTITY=on needs SLACK_SIGNING_SECRET")
         if self.max_kept < self.top_k:
             raise ValueError(
                 f"KB_MAX_KEPT ({self.max_kept}) must be at least KB_TOP_K ({self.top_k})"

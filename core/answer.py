@@ -11,7 +11,11 @@ The invariants this module keeps:
   labelled ``grounded=False``, never an exception;
 * the passages beside an answer (``Answer.beside``: ranked among its best but
   too far to write from) are shown as possibly related, never given to the model;
-* every question is logged with its outcome, kept chunks and timings.
+* every question is logged with its outcome, kept chunks and timings; a
+  question whose answer is cancelled midway (the person pressed Stop) is logged
+  as ``stopped``, with what had been written so far, and the cancellation goes on;
+* the steps of the work are reported as they happen (``on_step``: searching,
+  what was found, writing), as plain data a surface may show.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -69,6 +73,48 @@ class Outcome(StrEnum):
     RELATED = "related"  # nothing passed the gate; possibly related passages shown, no model
     MODEL_UNAVAILABLE = "model_unavailable"  # evidence shown instead of an answer
     UNSUPPORTED = "unsupported"  # the model answered but cited nothing valid
+    STOPPED = "stopped"  # the asker stopped it before it was finished (what was written is logged)
+
+
+class StepKind(StrEnum):
+    """A step of the work on one question, in the order they happen."""
+
+    SEARCHING = "searching"  # retrieval started
+    FOUND = "found"  # passages passed the gate; the answer is written from them
+    NOTHING_FOUND = "nothing_found"  # nothing passed the gate: no model call
+    WRITING = "writing"  # the model is writing the answer
+    DONE = "done"  # the reply is complete (nothing left to stop); it is logged next
+
+
+@dataclass(frozen=True)
+class StepSource:
+    """A document the answer is written from: its name and the link to its first kept passage."""
+
+    document: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the engine is doing, for a surface to show while the answer is on its way.
+
+    Attributes:
+        kind: which step.
+        passages: ``FOUND``: how many passages the answer is written from;
+            ``NOTHING_FOUND``: how many possibly related passages are shown instead.
+        documents: how many documents those passages come from.
+        sources: ``FOUND``: each of those documents once, in the passages' order,
+            with a signed link (documents whose link cannot be signed are left out).
+    """
+
+    kind: StepKind
+    passages: int = 0
+    documents: int = 0
+    sources: tuple[StepSource, ...] = ()
+
+
+OnStep = Callable[[Step], Awaitable[None]]
+"""Called with each :class:`Step` as the work on a question reaches it."""
 
 
 @dataclass(frozen=True)
@@ -127,11 +173,17 @@ class _Kept:
 
 @dataclass(frozen=True)
 class Asker:
-    """Who asked, and where (for the query log)."""
+    """Who asked, and where (for the query log).
+
+    ``surface`` is where: ``slack``, ``cli`` for ``kb ask``, or ``mcp`` for an
+    agent's tool call, whose ``client`` is the name of the token it came with.
+    """
 
     user: str | None = None
     channel: str | None = None
     thread_id: str | None = None
+    surface: str = "slack"
+    client: str | None = None
 
 
 class Engine:
@@ -187,6 +239,7 @@ class Engine:
         history: Sequence[ThreadMessage] = (),
         asker: Asker = Asker(),
         on_delta: OnDelta | None = None,
+        on_step: OnStep | None = None,
     ) -> Answer:
         """Answer ``question`` from the passages visible to ``scopes`` (``None``: all).
 
@@ -198,15 +251,42 @@ class Engine:
                 follow-ups find context.
             asker: who asked, for the log.
             on_delta: receives the answer text while the model streams it.
+            on_step: receives each :class:`Step` of the work as it is reached.
+
+        Cancelled (the asker stopped it), the question is logged as ``stopped``
+        with what was written so far, and the cancellation goes on.
         """
-        timings: dict[str, float] = {}
-        t0 = time.perf_counter()
+        trace = _Trace()
+        try:
+            answer = await self._answer(question, scopes, history, on_delta, on_step, trace)
+        except asyncio.CancelledError:
+            await asyncio.to_thread(self._log_stopped, question, trace, scopes, asker)
+            raise
+        answer.query_id = await asyncio.to_thread(
+            self._log, answer, trace.candidates, scopes, asker
+        )
+        return answer
+
+    async def _answer(
+        self,
+        question: str,
+        scopes: frozenset[str] | None,
+        history: Sequence[ThreadMessage],
+        on_delta: OnDelta | None,
+        on_step: OnStep | None,
+        trace: _Trace,
+    ) -> Answer:
+        """Everything :meth:`ask` does but the log; ``trace`` follows how far it got."""
+        report = on_step or _no_step
+        timings = trace.timings
+        t0 = trace.started
+        await report(Step(StepKind.SEARCHING))
         query = _retrieval_query(question, history)
         vector = await asyncio.to_thread(self.kb.embedder.encode_query, query)
         timings["embed"] = _ms_since(t0)
         t = time.perf_counter()
         seen = self.kb.search_index.generation
-        candidates = await self._search(vector, query, scopes)
+        candidates = trace.candidates = await self._search(vector, query, scopes)
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()
         kept = await self._keep(query, vector, candidates, timings)
@@ -215,21 +295,43 @@ class Engine:
             # The snapshot named chunks another process had just replaced or
             # removed (a reindex, a removal): ask the store as it is now.
             t = time.perf_counter()
-            candidates = await self._search(vector, query, scopes)
+            candidates = trace.candidates = await self._search(vector, query, scopes)
             kept = await self._keep(query, vector, candidates, timings)
             timings["refresh"] = _ms_since(t)
+        trace.kept = kept.passages
         if not kept.passages:
             answer = await self._not_answered(question, candidates)
+            await report(_passages_step(StepKind.NOTHING_FOUND, answer.sources))
         else:
+            await report(_passages_step(StepKind.FOUND, kept.passages))
             beside = await self._beside(kept)
-            answer = await self._generate(question, kept.passages, history, on_delta, timings)
+            answer = await self._generate(
+                question, kept.passages, history, on_delta, on_step, trace
+            )
             answer.beside = beside
         if any(not s.url for s in [*answer.sources, *answer.kept, *answer.beside]):
             answer.links_note = UNSIGNED_LINKS_TEXT
         timings["total"] = _ms_since(t0)
         answer.timings_ms = timings
-        answer.query_id = await asyncio.to_thread(self._log, answer, candidates, scopes, asker)
+        await report(Step(StepKind.DONE))
         return answer
+
+    def _log_stopped(
+        self, question: str, trace: _Trace, scopes: frozenset[str] | None, asker: Asker
+    ) -> None:
+        """Log a question stopped midway, with the passages kept and the text written so far."""
+        trace.timings["total"] = _ms_since(trace.started)
+        stopped = Answer(
+            question,
+            Outcome.STOPPED,
+            trace.written,
+            grounded=False,
+            model_called=trace.model_called,
+            kept=trace.kept,
+            timings_ms=trace.timings,
+        )
+        log.info("question stopped after %.0f ms", trace.timings["total"])
+        self._log(stopped, trace.candidates, scopes, asker)
 
     async def _search(
         self, vector: np.ndarray, query: str, scopes: frozenset[str] | None
@@ -414,16 +516,21 @@ class Engine:
         kept: list[SourceRef],
         history: Sequence[ThreadMessage],
         on_delta: OnDelta | None,
-        timings: dict[str, float],
+        on_step: OnStep | None,
+        trace: _Trace,
     ) -> Answer:
+        timings = trace.timings
         sources = [
             Source(n=s.n, document=s.document, locator=_locator(s), content=s.quote) for s in kept
         ]
         language = await asyncio.to_thread(self._question_language, question)
         messages = build_messages(question, sources, history=history, language=language)
+        if self.llm.configured:
+            trace.model_called = True
+            await (on_step or _no_step)(Step(StepKind.WRITING))
         t = time.perf_counter()
         try:
-            text = await self.llm.complete(messages, on_delta=on_delta)
+            text = await self.llm.complete(messages, on_delta=_tracked(on_delta, trace))
         except LLMUnavailable as exc:
             timings["llm"] = _ms_since(t)
             # Not configured is a choice (evidence-only mode); a failing endpoint is a problem.
@@ -456,27 +563,28 @@ class Engine:
             invalid_citations=list(resolved.invalid),
         )
 
+    def passage_link(self, row: ChunkRow) -> str:
+        """The signed viewer link into ``row``'s passage, the one every surface shows.
+
+        Raises ``LinkSecretUnavailable`` while the link secret cannot be read or made.
+        """
+        return passage_url(
+            self.config.link_base_url,
+            row.document_id,
+            self.signer.token(row.document_id, row.scope),
+            start=row.start,
+            end=row.end,
+            page=row.page,
+            is_pdf=row.kind == "pdf",
+        )
+
     def _source_ref(self, n: int, cand: Candidate, row: ChunkRow, columns: str = "") -> SourceRef:
-        is_pdf = row.kind == "pdf"
         try:
-            token = self.signer.token(row.document_id, row.scope)
+            url = self.passage_link(row)
         except LinkSecretUnavailable as exc:
             # The passage is still the evidence; only its link waits for the secret.
             log.warning("passage links cannot be signed, sources shown without them: %s", exc)
-            token = ""
-        url = (
-            passage_url(
-                self.config.link_base_url,
-                row.document_id,
-                token,
-                start=row.start,
-                end=row.end,
-                page=row.page,
-                is_pdf=is_pdf,
-            )
-            if token
-            else ""
-        )
+            url = ""
         return SourceRef(
             n=n,
             chunk_id=row.id,
@@ -517,12 +625,55 @@ class Engine:
             answer=answer.answer,
             nearest=_nearest(candidates),
             beside=[(s.chunk_id, s.distance) for s in answer.beside],
+            surface=asker.surface,
+            client=asker.client,
         )
         try:
             return self.kb.queries.log(record)
         except StorageError as exc:
             log.warning("question answered but not logged: %s", exc)
             return None
+
+
+@dataclass
+class _Trace:
+    """How far the work on one question got: what it is logged with if it is stopped."""
+
+    started: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+    candidates: list[Candidate] = field(default_factory=list)
+    kept: list[SourceRef] = field(default_factory=list)
+    model_called: bool = False
+    written: str = ""  # the answer as streamed so far
+
+
+async def _no_step(step: Step) -> None:
+    return None
+
+
+def _tracked(on_delta: OnDelta | None, trace: _Trace) -> OnDelta | None:
+    """``on_delta`` that also keeps the text so far in ``trace`` (``None`` stays ``None``:
+    the model is then asked for its answer in one piece)."""
+    if on_delta is None:
+        return None
+    show = on_delta
+
+    async def tracked(text: str) -> None:
+        trace.written = text
+        await show(text)
+
+    return tracked
+
+
+def _passages_step(kind: StepKind, passages: Sequence[SourceRef]) -> Step:
+    """A step naming ``passages``: how many, from how many documents, each document once."""
+    sources: dict[int, StepSource] = {}
+    documents = set()
+    for p in passages:
+        documents.add(p.document_id)
+        if p.url and p.document_id not in sources:
+            sources[p.document_id] = StepSource(p.document, p.url)
+    return Step(kind, len(passages), len(documents), tuple(sources.values()))
 
 
 def _nearest(candidates: Sequence[Candidate]) -> tuple[int, float] | None:

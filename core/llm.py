@@ -3,7 +3,8 @@
 This module is the one boundary where the client's exceptions are translated:
 whatever goes wrong (no endpoint, refused connection, timeout, 5xx, a
 rejected key) becomes ``LLMUnavailable`` with a reason for the log, and the
-engine shows the evidence instead of an answer.
+engine shows the evidence instead of an answer. A cancellation is not a
+failure: it goes through untranslated, and a streamed request is closed on the way.
 """
 
 from __future__ import annotations
@@ -136,8 +137,10 @@ class LLM:
                     text += piece
                     await on_delta(text)
             finally:
-                # Closed here, even when a deadline cuts the stream short: left to the
-                # garbage collector, its connection is closed late and logged as an error.
+                # Closed here, even when a deadline cuts the stream short or the caller is
+                # cancelled (the asker pressed Stop): the request's connection closes at
+                # once and the endpoint stops writing. Left to the garbage collector, it
+                # would close late and be logged as an error.
                 await stream.close()
         return _answer_text(text)
 

@@ -30,6 +30,7 @@ all of them (a test keeps the list complete)::
     ├── SyncConfigError              (index.sync.sources) a sync source or its config file is malformed
     ├── QueryAdapterError            (index.search.query_map) a stored query map cannot be read
     ├── StoreMigrationError          (index.storage.migrate) kb migrate-store could not move a knowledge base; nothing committed
+    ├── McpTokenError                (index.storage.mcp_tokens) an MCP token cannot be issued or revoked as asked
     ├── AnswerError                  (core.errors) the answer engine's errors
     │   ├── LLMUnavailable           the model endpoint is missing, refused, timed out or 5xx
     │   ├── BadLinkToken             a passage link's token is tampered, expired or for another doc
@@ -38,6 +39,8 @@ all of them (a test keeps the list complete)::
     ├── EvalSetError                 (evaluation.inputs) an evaluation file is missing or malformed
     │   └── ComparisonError          (evaluation.compare) two results that cannot be paired query by query
     ├── DownloadFailed               (bot.slack.uploads) a Slack file could not be downloaded
+    ├── BadToolCall                  (bot.mcp.tools) an MCP tool call's arguments cannot be used
+    ├── NotServed                    (bot.mcp.people) the person an MCP call runs as is of another organisation
     └── AccessCheckUnavailable       (bot.server.readers) who may read a document cannot be checked now
 
 Foreign exceptions (sqlite3, FAISS, pypdf) are translated where they occur,

@@ -123,6 +123,8 @@ class QueryRecord:
             whatever the outcome (a refusal's near miss, for the knowledge gaps).
         beside: ``(chunk id, distance)`` of each possibly related passage an
             answer listed beside its sources (never given to the model).
+        surface: where it was asked: ``slack``, or ``mcp`` (a tool call of an agent).
+        client: for ``mcp``, the name of the token the call came with.
     """
 
     question: str
@@ -140,6 +142,8 @@ class QueryRecord:
     answer: str | None = None
     nearest: tuple[int, float] | None = None
     beside: Sequence[tuple[int, float]] = ()
+    surface: str = "slack"
+    client: str | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The columns' values (lists and mappings as JSON)."""
@@ -159,6 +163,8 @@ class QueryRecord:
             "answer": self.answer,
             "nearest": json.dumps(list(self.nearest)) if self.nearest else None,
             "beside": json.dumps([list(b) for b in self.beside]) if self.beside else None,
+            "surface": self.surface,
+            "client": self.client,
         }
 
     @classmethod
@@ -180,6 +186,8 @@ class QueryRecord:
             answer=row["answer"],
             nearest=_pair(row["nearest"]),
             beside=tuple((int(c), float(d)) for c, d in json.loads(row["beside"] or "[]")),
+            surface=row["surface"],
+            client=row["client"],
         )
 
 

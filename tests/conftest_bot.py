@@ -327,7 +327,8 @@ class Bot:
 def _is_answer(method: str, params: dict[str, Any]) -> bool:
     if method not in {"chat.postMessage", "chat.update"}:
         return False
-    blocks = json.dumps(params.get("blocks", []))
+    # Not ASCII-escaped: the sentences compared below hold "…".
+    blocks = json.dumps(params.get("blocks", []), ensure_ascii=False)
     if FEEDBACK_ACTION_ID in blocks:
         return True
     # An answer that could not be logged has no feedback buttons; it is still an edit.

@@ -46,6 +46,16 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.test_utils import TestServer
 from slack_sdk.errors import SlackObjectFormationError
 from slack_sdk.models.blocks import Block
+from slack_sdk.models.messages.chunk import Chunk
+from slack_sdk.models.metadata import (
+    EntityActionButton,
+    EntityActions,
+    EntityAttributes,
+    EntityCustomField,
+    EntityMetadata,
+    EntityPayload,
+    EntityTitle,
+)
 from slack_sdk.models.views import View
 
 __all__ = [
@@ -66,6 +76,7 @@ __all__ = [
     "USER_ID",
     "MockSlackAPI",
     "OpenAICompatServer",
+    "agent_session_stopped_event",
     "app_mention_event",
     "block_actions_body",
     "button_action",
@@ -264,6 +275,7 @@ _JSON_FIELDS = frozenset(
         "attachments",
         "blocks",
         "chunks",
+        "error",
         "loading_messages",
         "metadata",
         "prompts",
@@ -506,6 +518,10 @@ class MockSlackAPI(_LocalServer):
         self._user_tokens: dict[str, _Grant] = {}
         self._caller_token = ""
         self._members: dict[str, list[str]] = {}
+        self._shared_links: dict[tuple[str, str], set[str]] = {}
+        self._entity_triggers: dict[str, str] = {}
+        self.unfurls: dict[tuple[str, str], list[JSONDict]] = {}
+        """Work Object entities ``chat.unfurl`` attached, by ``(channel, ts)`` or ``("unfurl_id", id)``."""
         self.bot_token = bot_token
         self.app_token = app_token
         self.team_id = team_id
@@ -513,6 +529,11 @@ class MockSlackAPI(_LocalServer):
         self.bot_id = bot_id
         self.app_id = app_id
         self.validate = validate
+        self.agent_app = False
+        """Whether the app is declared as an agent in Slack's app settings: only then do
+        ``agents.sessions.*`` work (otherwise ``not_allowed``)."""
+        self.sessions: dict[tuple[str, str], JSONDict] = {}
+        """Agent sessions by ``(channel, thread_ts)``: ``status``, ``title``, ``initiator_user_id``."""
         self.log: list[tuple[str, JSONDict]] = []
         """Every accepted call, in order, as ``(method, params)``."""
         self.rejected: list[tuple[str, JSONDict, str]] = []
@@ -769,6 +790,33 @@ class MockSlackAPI(_LocalServer):
         """Define who ``conversations.members`` lists for ``channel`` (unknown channels: ``channel_not_found``)."""
         self._members[channel] = list(user_ids)
 
+    def share_links(self, event: JSONDict) -> None:
+        """Remember that Slack sent ``event`` (a ``link_shared``): ``chat.unfurl`` may unfurl its links.
+
+        As in Slack, ``chat.unfurl`` answers ``cannot_unfurl_url`` for a URL that
+        was not in a ``link_shared`` event for that message (or composer ``unfurl_id``).
+        """
+        urls = {
+            str(link.get("url", "")) for link in event.get("links") or [] if isinstance(link, dict)
+        }
+        # chat.unfurl names the message by unfurl_id and source, or by channel and ts.
+        self._shared_links.setdefault(("unfurl_id", str(event.get("unfurl_id", ""))), set()).update(
+            urls
+        )
+        if event.get("source") != "composer":
+            key = (str(event.get("channel", "")), str(event.get("message_ts", "")))
+            self._shared_links.setdefault(key, set()).update(urls)
+
+    def entity_trigger(self, external_ref_id: str) -> str:
+        """A ``trigger_id`` as in an ``entity_details_requested`` event for the entity ``external_ref_id``.
+
+        ``entity.presentDetails`` accepts it only with metadata for that entity
+        (``entity_metadata_does_not_match_trigger`` otherwise) or an ``error``.
+        """
+        trigger = _trigger_id()
+        self._entity_triggers[trigger] = external_ref_id
+        return trigger
+
     def rate_limit(self, method: str, retry_after: int = 1, times: int = 1) -> None:
         """Answer the next ``times`` calls to ``method`` with 429 and ``Retry-After``."""
         self._overrides.setdefault(method, []).append(
@@ -822,6 +870,19 @@ class MockSlackAPI(_LocalServer):
             k: event[k] for k in ("text", "user", "ts", "thread_ts", "team") if k in event
         }
         self.people_messages[(str(event["channel"]), str(event["ts"]))] = {"type": "message", **msg}
+
+    def press_stop(self, channel: str, thread_ts: str) -> list[str]:
+        """What Slack does when a person clicks an agent session's Stop: the app's streams
+        in progress in that thread are stopped; their ``ts``, for the ``agent_session_stopped``
+        event's ``streaming_message_ts`` (:func:`agent_session_stopped_event`)."""
+        channel = self._channel_for(channel)
+        stopped = []
+        for (c, ts), msg in self.messages.items():
+            in_thread = c == channel and msg.get("thread_ts") == thread_ts
+            if in_thread and msg.get("streaming_state") == "in_progress":
+                msg["streaming_state"] = "completed"
+                stopped.append(ts)
+        return stopped
 
     def on(self, method: str, handler: Callable[[JSONDict], JSONDict]) -> None:
         """Answer ``method`` with ``handler(params)`` instead of the built-in shape."""
@@ -1179,6 +1240,27 @@ class MockSlackAPI(_LocalServer):
             return {"ok": False, "error": "msg_too_long"}
         return None
 
+    def _chunks_error(self, params: JSONDict) -> JSONDict | None:
+        """Slack's check of a streaming call's ``chunks`` (:func:`_chunk_errors`), or ``None``."""
+        if "chunks" not in params:
+            return None
+        errors = _chunk_errors(params["chunks"])
+        if not errors:
+            return None
+        return {
+            "ok": False,
+            "error": "invalid_arguments",
+            "response_metadata": {"messages": [f"[ERROR] {e}" for e in errors]},
+        }
+
+    @staticmethod
+    def _add_chunks(msg: JSONDict, params: JSONDict) -> None:
+        """Keep a stream's chunks on its message; their markdown text joins the message's text."""
+        for chunk in params.get("chunks") or []:
+            msg.setdefault("chunks", []).append(chunk)
+            if chunk.get("type") == "markdown_text":
+                msg["text"] = str(msg.get("text", "")) + str(chunk.get("text", ""))
+
     def _streaming_message(self, params: JSONDict) -> tuple[JSONDict | None, JSONDict | None]:
         """The message a streaming call names and still streams, or Slack's error for it."""
         channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
@@ -1205,27 +1287,38 @@ class MockSlackAPI(_LocalServer):
             for field_name in ("recipient_user_id", "recipient_team_id"):
                 if not params.get(field_name):
                     return {"ok": False, "error": f"missing_{field_name}"}
-        error = self._stream_text_errors(params, required=False)
+        error = self._stream_text_errors(params, required=False) or self._chunks_error(params)
         if error:
             return error
+        if params.get("task_display_mode", "timeline") not in ("timeline", "plan"):
+            return {"ok": False, "error": "invalid_arguments"}
         ts = slack_ts()
         msg = self._message({"text": params.get("markdown_text", ""), **params}, ts)
         msg["streaming_state"] = "in_progress"
+        self._add_chunks(msg, params)
         self.messages[(channel, ts)] = msg
         return {"ok": True, "channel": channel, "ts": ts}
 
     def _m_chat_appendStream(self, params: JSONDict) -> JSONDict:
+        """Text, or chunks (as the SDK's stream helper sends them), added to a stream."""
         msg, error = self._streaming_message(params)
-        error = error or self._stream_text_errors(params, required=True)
+        required = "chunks" not in params
+        error = error or self._stream_text_errors(params, required=required)
+        error = error or self._chunks_error(params)
         if error or msg is None:
             return error or {"ok": False, "error": "message_not_found"}
-        msg["text"] = str(msg.get("text", "")) + str(params["markdown_text"])
+        msg["text"] = str(msg.get("text", "")) + str(params.get("markdown_text", ""))
+        self._add_chunks(msg, params)
         return {"ok": True, "channel": params["channel"], "ts": msg["ts"]}
 
     def _m_chat_stopStream(self, params: JSONDict) -> JSONDict:
         """Ends the stream; ``markdown_text`` is appended, ``blocks`` go below the streamed text."""
         msg, error = self._streaming_message(params)
         error = error or self._stream_text_errors(params, required=False)
+        error = error or self._chunks_error(params)
+        status = params.get("session_status")
+        if not error and status is not None and status not in _SESSION_STATUSES:
+            error = {"ok": False, "error": "invalid_arguments"}
         if not error and self.validate and "blocks" in params:
             errors = _block_errors(params["blocks"], max_blocks=50)
             if errors:
@@ -1235,7 +1328,11 @@ class MockSlackAPI(_LocalServer):
         msg["text"] = str(msg.get("text", "")) + str(params.get("markdown_text", ""))
         if "blocks" in params:
             msg["blocks"] = [*msg.get("blocks", []), *params["blocks"]]
+        self._add_chunks(msg, params)
         msg["streaming_state"] = "completed"
+        session = self.sessions.get((str(params["channel"]), str(msg.get("thread_ts", ""))))
+        if session is not None:
+            session["status"] = status or "active"  # Slack's default for a stopped stream
         return {"ok": True, "channel": params["channel"], "ts": msg["ts"], "message": dict(msg)}
 
     def _m_chat_postEphemeral(self, params: JSONDict) -> JSONDict:
@@ -1348,6 +1445,46 @@ class MockSlackAPI(_LocalServer):
         if len(prompts) > 4 or not all(_is_prompt(p) for p in prompts):
             return {"ok": False, "error": "invalid_arguments"}
         return {"ok": True}
+
+    def _session_key(self, params: JSONDict) -> tuple[tuple[str, str] | None, str | None]:
+        """The agent session a call names, or Slack's error: sessions are an agent app's, by thread."""
+        if not self.agent_app:
+            return None, "not_allowed"  # the app is not declared as an agent
+        channel, thread_ts = str(params.get("channel_id") or ""), str(params.get("thread_ts") or "")
+        if not channel:
+            return None, "channel_not_found"
+        if not thread_ts:
+            return None, "invalid_arguments"  # thread-based sessions need their thread
+        return (self._channel_for(channel), thread_ts), None
+
+    def _m_agents_sessions_setStatus(self, params: JSONDict) -> JSONDict:
+        """Set a session's status, creating it (with its title and initiator) if needed."""
+        key, error = self._session_key(params)
+        if error or key is None:
+            return {"ok": False, "error": error}
+        status, title = params.get("status"), params.get("title")
+        if status not in _SESSION_STATUSES:
+            return {"ok": False, "error": "invalid_arguments"}
+        # The title: at most 200 characters, used only when the session is created.
+        if title is not None and (not isinstance(title, str) or len(title) > 200):
+            return {"ok": False, "error": "invalid_arguments"}
+        session = self.sessions.setdefault(
+            key, {"title": title or "", "initiator_user_id": params.get("initiator_user_id")}
+        )
+        session["status"] = status
+        return {"ok": True, "status": status, "title": session["title"]}
+
+    def _m_agents_sessions_rename(self, params: JSONDict) -> JSONDict:
+        key, error = self._session_key(params)
+        if error or key is None:
+            return {"ok": False, "error": error}
+        title = params.get("title")
+        if not isinstance(title, str) or not 1 <= len(title) <= 200:
+            return {"ok": False, "error": "invalid_arguments"}
+        if key not in self.sessions:
+            return {"ok": False, "error": "session_not_found"}  # (unverified name)
+        self.sessions[key]["title"] = title
+        return {"ok": True, "title": title}
 
     def _m_conversations_history(self, params: JSONDict) -> JSONDict:
         """The channel's top-level messages the bot posted, newest first."""
@@ -1474,6 +1611,67 @@ class MockSlackAPI(_LocalServer):
             "response_metadata": {"next_cursor": next_cursor},
         }
 
+    def _m_chat_unfurl(self, params: JSONDict) -> JSONDict:
+        error = self._unfurl_target_error(params)
+        if error:
+            return {"ok": False, "error": error}
+        if "unfurls" not in params and "metadata" not in params:
+            return {"ok": False, "error": "missing_unfurls"}
+        metadata = params.get("metadata", {"entities": []})
+        entities = metadata.get("entities") if isinstance(metadata, dict) else None
+        if not isinstance(entities, list):
+            return {"ok": False, "error": "invalid_metadata_format"}
+        errors = [e for entity in entities for e in _entity_errors(entity, unfurl=True)]
+        if errors:
+            return {"ok": False, "error": "error_processing_metadata", "errors": errors}
+        key = _unfurl_key(params)
+        shared = self._shared_links.get(key)
+        if shared is None:
+            return {
+                "ok": False,
+                "error": "invalid_unfurl_id" if key[0] == "unfurl_id" else "cannot_find_message",
+            }
+        urls = [str(e["app_unfurl_url"]) for e in entities] + list(params.get("unfurls") or {})
+        if not urls or any(url not in shared for url in urls):
+            return {"ok": False, "error": "cannot_unfurl_url"}
+        self.unfurls.setdefault(key, []).extend(entities)
+        return {"ok": True}
+
+    @staticmethod
+    def _unfurl_target_error(params: JSONDict) -> str | None:
+        """Both ``channel`` and ``ts``, or both ``unfurl_id`` and ``source`` (a valid one)."""
+        if params.get("unfurl_id") or params.get("source"):
+            if not params.get("unfurl_id"):
+                return "missing_unfurl_id"
+            if not params.get("source"):
+                return "missing_source"
+            return None if params["source"] in _UNFURL_SOURCES else "invalid_source"
+        if not params.get("channel"):
+            return "missing_channel"
+        return None if params.get("ts") else "missing_ts"
+
+    def _m_entity_presentDetails(self, params: JSONDict) -> JSONDict:
+        ref = self._entity_triggers.get(str(params.get("trigger_id") or ""))
+        if ref is None:
+            return {"ok": False, "error": "invalid_trigger_id"}
+        if params.get("user_auth_required") in (True, 1, "1", "true") and not params.get(
+            "user_auth_url"
+        ):
+            return {"ok": False, "error": "user_auth_url_missing"}
+        if "error" in params:
+            error = params["error"]
+            ok = isinstance(error, dict) and error.get("status") in _DETAILS_ERROR_STATUSES
+            return {"ok": True} if ok else {"ok": False, "error": "invalid_arguments"}
+        metadata = params.get("metadata")
+        if metadata is None:
+            return {"ok": False, "error": "invalid_arguments"}
+        errors = _entity_errors(metadata, unfurl=False)
+        if errors:
+            return {"ok": False, "error": "invalid_metadata", "errors": errors}
+        if str(metadata["external_ref"]["id"]) != ref:
+            return {"ok": False, "error": "entity_metadata_does_not_match_trigger"}
+        return {"ok": True}
+
     def _m_files_info(self, params: JSONDict) -> JSONDict:
         stored = self._files.get(str(params.get("file", "")))
         if stored is None:
@@ -1486,10 +1684,155 @@ class MockSlackAPI(_LocalServer):
         }
 
 
+# Work Objects (https://docs.slack.dev/messaging/work-objects-implementation and the reference
+# pages of chat.unfurl and entity.presentDetails): the error statuses presentDetails takes,
+# and the most actions an entity shows.
+_DETAILS_ERROR_STATUSES = frozenset(
+    {
+        "restricted",
+        "internal_error",
+        "not_found",
+        "custom",
+        "custom_partial_view",
+        "timeout",
+        "edit_error",
+    }
+)
+_UNFURL_SOURCES = frozenset({"composer", "conversations_history"})
+_PRIMARY_ACTIONS = 2
+_OVERFLOW_ACTIONS = 5
+
+
+def _unfurl_key(params: JSONDict) -> tuple[str, str]:
+    """The message a ``chat.unfurl`` call names: ``("unfurl_id", id)``, else ``(channel, ts)``."""
+    if params.get("unfurl_id"):
+        return ("unfurl_id", str(params["unfurl_id"]))
+    return (str(params.get("channel", "")), str(params.get("ts", "")))
+
+
+def _entity_errors(entity: Any, *, unfurl: bool) -> list[str]:
+    """What Slack would refuse in one Work Object entity, checked with ``slack_sdk.models``."""
+    if not isinstance(entity, Mapping):
+        return ["entity must be an object"]
+    errors = []
+    # "The exact URL posted in the source message. Required in metadata passed to chat.unfurl."
+    if unfurl and not entity.get("app_unfurl_url"):
+        errors.append("missing required field: app_unfurl_url")
+    error = _sdk_error(lambda: EntityMetadata(**entity).to_dict())
+    if error:
+        return [*errors, error]
+    if not str((entity.get("external_ref") or {}).get("id") or ""):
+        errors.append("missing required field: external_ref.id")
+    payload = entity.get("entity_payload")
+    error = _sdk_error(lambda: EntityPayload(**payload).to_dict())
+    if error or not isinstance(payload, Mapping):
+        return [*errors, error or "entity_payload must be an object"]
+    return errors + _payload_errors(payload)
+
+
+def _payload_errors(payload: Mapping[str, Any]) -> list[str]:
+    attributes = payload.get("attributes")
+    errors = [
+        e
+        for e in (
+            _sdk_error(lambda: EntityAttributes(**attributes).to_dict()),
+            _sdk_error(lambda: EntityTitle(**attributes["title"]).to_dict()),
+        )
+        if e
+    ]
+    if not errors and not str(attributes["title"].get("text") or ""):
+        errors.append("missing required field: attributes.title.text")
+    for custom in payload.get("custom_fields") or []:
+        error = _sdk_error(lambda custom=custom: EntityCustomField(**custom).to_dict())
+        if error:
+            errors.append(error)
+    return errors + _action_errors(payload.get("actions"))
+
+
+def _action_errors(actions: Any) -> list[str]:
+    if actions is None:
+        return []
+    error = _sdk_error(lambda: EntityActions(**actions).to_dict())
+    if error:
+        return [error]
+    errors = []
+    for kind, most in (
+        ("primary_actions", _PRIMARY_ACTIONS),
+        ("overflow_actions", _OVERFLOW_ACTIONS),
+    ):
+        buttons = actions.get(kind) or []
+        if len(buttons) > most:
+            errors.append(f"{kind}: at most {most} actions")
+        for button in buttons:
+            error = _sdk_error(lambda button=button: EntityActionButton(**button).to_dict())
+            if error:
+                errors.append(error)
+                continue
+            # Max lengths from the actions table of the Work Objects reference.
+            for key, most_chars in (("action_id", 255), ("value", 2000), ("url", 3000)):
+                if len(str(button.get(key) or "")) > most_chars:
+                    errors.append(f"{kind}.{key}: at most {most_chars} characters")
+    return errors
+
+
 # --------------------------------------------------------------------------- OpenAI
 
 
 Reply = str | Callable[[list[JSONDict]], str]
+
+
+# agents.sessions.setStatus's statuses, and chat.stopStream's session_status.
+_SESSION_STATUSES = frozenset({"active", "processing", "suspended", "closed"})
+_TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
+
+
+def _chunk_errors(chunks: Any) -> list[str]:
+    """What Slack's streaming reference says is wrong with ``chunks``: each a known type with
+    its fields (``task_update``: ``id``, ``title``, a status, URL ``sources``; ``plan_update``:
+    ``title``; ``markdown_text``: ``text``, at most 12,000 characters; ``blocks``: valid blocks)."""
+    if not isinstance(chunks, list) or not chunks:
+        return ["chunks must be a non-empty array"]
+    errors = []
+    for i, chunk in enumerate(chunks):
+        if not isinstance(chunk, dict) or chunk.get("type") not in _CHUNK_FIELDS:
+            errors.append(f"chunks[{i}]: unknown chunk type")
+            continue
+        kind = chunk["type"]
+        missing = [f for f in _CHUNK_FIELDS[kind] if not chunk.get(f)]
+        if missing:
+            errors.append(f"chunks[{i}]: {kind} needs {', '.join(missing)}")
+            continue
+        errors += [f"chunks[{i}]: {e}" for e in _chunk_field_errors(chunk)]
+    return errors
+
+
+_CHUNK_FIELDS = {
+    "markdown_text": ("text",),
+    "task_update": ("id", "title", "status"),
+    "plan_update": ("title",),
+    "blocks": ("blocks",),
+}
+
+
+def _chunk_field_errors(chunk: JSONDict) -> list[str]:
+    kind = chunk["type"]
+    if kind == "markdown_text" and len(str(chunk["text"])) > 12000:
+        return ["markdown_text is longer than 12,000 characters"]
+    if kind == "blocks":
+        return _block_errors(chunk["blocks"], max_blocks=50)
+    if kind == "task_update":
+        if chunk["status"] not in _TASK_STATUSES:
+            return [f"task_update status {chunk['status']!r}"]
+        for source in chunk.get("sources") or []:
+            if not isinstance(source, dict):
+                return ["task_update sources are url elements"]
+            url = source.get("url")
+            if source.get("type") != "url" or not source.get("text") or not isinstance(url, str):
+                return ["task_update sources are url elements with text"]
+            if urlsplit(url).scheme not in ("http", "https"):
+                return [f"task_update source url {url!r}"]
+    error = _sdk_error(lambda: Chunk.parse(chunk).to_dict())  # type: ignore[union-attr]
+    return [error] if error else []
 
 
 def _ts_key(ts: str) -> tuple[int, int]:
@@ -1556,6 +1899,9 @@ class OpenAICompatServer(_LocalServer):
         self._drop: int | None = 0
         self._raw: tuple[bytes, str] | None = None
         self._trickle = 0.0
+        self._hold: int | None = None
+        self.disconnects: list[float] = []
+        """When (``time.perf_counter()``) a client went away in the middle of a streamed answer."""
         self._cond = asyncio.Condition()
         self.embedding_requests: list[JSONDict] = []
         """Parsed JSON bodies of the embedding requests, oldest first."""
@@ -1588,6 +1934,43 @@ class OpenAICompatServer(_LocalServer):
         """Stream each piece of the answer ``seconds`` after the previous one; 0 to stop."""
         self._trickle = seconds
 
+    def hold_after(self, pieces: int | None) -> None:
+        """Stream the first ``pieces`` pieces of each answer, then send nothing more until the
+        client goes away (noted in :attr:`disconnects`); ``None`` to stop."""
+        self._hold = pieces
+
+    async def wait_for_disconnect(self, count: int = 1, timeout: float = WAIT_SECONDS) -> float:
+        """Wait until ``count`` clients went away mid-answer; when the last of them did."""
+        await _wait_until(
+            lambda: len(self.disconnects) >= count,
+            self._cond,
+            timeout,
+            lambda: f"expected {count} client(s) to go away, saw {len(self.disconnects)}",
+        )
+        return self.disconnects[count - 1]
+
+    async def _until_gone(self, response: web.StreamResponse) -> None:
+        """Hold a streamed answer until its client closes the connection.
+
+        The test server cancels a handler whose client went away (an SSE comment
+        every 5 ms, which clients skip, also finds out if it does not).
+        """
+        try:
+            while not self._closing.is_set():
+                await response.write(b": waiting\n\n")
+                await self._sleep(0.005)
+        except ConnectionError:
+            await self._note_disconnect()
+        except asyncio.CancelledError:
+            if not self._closing.is_set():
+                await self._note_disconnect()
+            raise
+
+    async def _note_disconnect(self) -> None:
+        self.disconnects.append(time.perf_counter())
+        async with self._cond:
+            self._cond.notify_all()
+
     def answer_raw(self, body: bytes, content_type: str) -> None:
         """Answer every completion request with status 200 and exactly ``body``, until :meth:`reset`.
 
@@ -1600,6 +1983,8 @@ class OpenAICompatServer(_LocalServer):
         self._fail = None
         self._raw = None
         self._trickle = 0.0
+        self._hold = None
+        self.disconnects.clear()
         self._delay = 0.0
         self._drop = 0
         self.requests.clear()
@@ -1793,8 +2178,14 @@ class OpenAICompatServer(_LocalServer):
         events.append(chunk({}, "stop"))
         if usage is not None:
             events.append({**chunk({}, None), "choices": [], "usage": usage})
+        pieces = 0
         for event in events:
-            if self._trickle and event["choices"] and event["choices"][0]["delta"].get("content"):
+            content = bool(event["choices"] and event["choices"][0]["delta"].get("content"))
+            if content and self._hold is not None and pieces >= self._hold:
+                await self._until_gone(response)
+                return response
+            pieces += content
+            if self._trickle and content:
                 await self._sleep(self._trickle)
             await response.write(f"data: {json.dumps(event)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
@@ -1974,6 +2365,28 @@ def message_im_event(text: str, *, channel: str = DM_CHANNEL_ID, **fields: Any) 
     ``fields``: ``user``, ``ts``, ``thread_ts``, ``team`` (the person's own team).
     """
     return {**_user_message("message", text, channel=channel, **fields), "channel_type": "im"}
+
+
+def agent_session_stopped_event(
+    channel: str,
+    thread_ts: str,
+    *,
+    user: str = USER_ID,
+    streaming_message_ts: Iterable[str] = (),
+) -> JSONDict:
+    """``agent_session_stopped``: ``user`` clicked Stop on the agent session of that thread.
+
+    ``streaming_message_ts``: the app's streams Slack stopped at the click
+    (:meth:`MockSlackAPI.press_stop`); empty when none was streaming.
+    """
+    return {
+        "type": "agent_session_stopped",
+        "channel": channel,
+        "thread_ts": thread_ts,
+        "user": user,
+        "streaming_message_ts": list(streaming_message_ts),
+        "event_ts": slack_ts(),
+    }
 
 
 def file_share_event(

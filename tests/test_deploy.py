@@ -39,6 +39,8 @@ SCOPES = {
     "groups:read",
     "im:history",
     "im:write",
+    "links:read",
+    "links:write",
     "usergroups:read",
     "users:read",
 }
@@ -46,9 +48,12 @@ BOT_EVENTS = [
     "app_mention",
     "app_context_changed",
     "app_home_opened",
+    "agent_session_stopped",
     "message.channels",
     "message.groups",
     "message.im",
+    "link_shared",
+    "entity_details_requested",
 ]
 # Each history scope comes with the message event it receives.
 EVENT_SCOPES = {
@@ -61,7 +66,14 @@ EVENT_SCOPES = {
 ALLOWED_KEYS: dict[str, set[str]] = {
     "": {"_metadata", "display_information", "features", "oauth_config", "settings"},
     "display_information": {"name", "description", "background_color", "long_description"},
-    "features": {"app_home", "bot_user", "slash_commands", "agent_view", "shortcuts"},
+    "features": {
+        "app_home",
+        "bot_user",
+        "slash_commands",
+        "agent_view",
+        "shortcuts",
+        "unfurl_domains",
+    },
     "features.app_home": {
         "home_tab_enabled",
         "messages_tab_enabled",
@@ -201,6 +213,22 @@ def test_manifest_lets_readers_sign_in_with_slack(variant: str) -> None:
     assert oauth["scopes"]["user"] == SIGN_IN_SCOPES.split()
     (redirect,) = oauth["redirect_urls"]
     assert redirect.startswith("https://") and redirect.endswith(CALLBACK_PATH)
+
+
+@pytest.mark.parametrize("variant", ["socket", "http"])
+def test_manifest_unfurls_passage_links_as_work_objects(variant: str) -> None:
+    m = load_manifest(variant)
+    # link_shared needs links:read and the domain; chat.unfurl needs links:write
+    # (docs.slack.dev, "Unfurling links in messages"); entity_details_requested needs no scope.
+    assert {"links:read", "links:write"} <= set(m["oauth_config"]["scopes"]["bot"])
+    assert {"link_shared", "entity_details_requested"} <= set(
+        m["settings"]["event_subscriptions"]["bot_events"]
+    )
+    (domain,) = m["features"]["unfurl_domains"]
+    # The viewer's host (kb.example.com, as in every URL of the manifests): no scheme, port or path.
+    (redirect,) = m["oauth_config"]["redirect_urls"]
+    assert domain == urlsplit(redirect).hostname
+    assert re.fullmatch(r"(?![.-])[-a-z0-9.]+[a-z0-9]", domain) and "." in domain
 
 
 def test_socket_manifest_has_no_public_endpoint() -> None:

@@ -63,6 +63,7 @@ MIGRATION_NAMES = [
     "0012_posted_messages",
     "0013_used_signin_states",
     "0014_languages",
+    "0015_mcp_tokens",
 ]
 
 
@@ -105,6 +106,7 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         "escalations",
         "posted_messages",
         "used_states",
+        "mcp_tokens",
     }
     doc = store.document(7)
     assert (doc.name, doc.title, doc.state, doc.chunk_count) == (

@@ -11,6 +11,7 @@ from core.links import parse_char_fragment
 from tests.browser import Browser, require_chromium, requires_chromium
 from tests.conftest_bot import IN_DOMAIN, Bot, links
 from tests.servers import app_mention_event
+from tests.test_viewer_render import SYNTAX, shown
 
 pytestmark = [pytest.mark.browser, requires_chromium]
 
@@ -33,17 +34,25 @@ async def test_cited_passage_is_highlighted_and_scrolled_into_view(
     doc_id = int(parts.path.rsplit("/", 1)[-1])
     span = parse_char_fragment(parts.fragment)
     assert span is not None
-    quote = bot.kb.canonical_text(doc_id)[span[0] : span[1]]
+    text = bot.kb.canonical_text(doc_id)
+    quote = text[span[0] : span[1]]
+    # The page is formatted: the passage's blocks are highlighted, not the blank lines
+    # or marks between them (tests/test_viewer_render.py).
+    highlighted = shown(text, bot.kb.store.document(doc_id).kind, span[0], span[1])
     async with Browser(window=(900, 300)) as browser:
         await browser.goto(_local(bot, url))
         await browser.wait_for("document.body.dataset.highlight !== undefined")
         state = await browser.evaluate(
-            "({hl: document.getElementById('hl')?.textContent ?? null,"
+            "({hl: [...document.querySelectorAll('mark.hl')].map(m => m.textContent).join(''),"
             " highlight: document.body.dataset.highlight,"
             " top: document.getElementById('hl')?.getBoundingClientRect().top ?? null,"
             " h: window.innerHeight})"
         )
-        assert state["hl"] == quote and quote
+        assert state["hl"] == highlighted and highlighted
+        # What is not highlighted of the quote is whitespace and marks, never words.
+        rest = iter(quote)
+        unshown = [c for h in highlighted for c in iter(lambda: next(rest), h)]
+        assert set(unshown + list(rest)) <= SYNTAX
         assert state["highlight"] == f"{span[0]},{span[1]}"
         assert 0 <= state["top"] < state["h"], "the passage is not in view"
         shot = await browser.screenshot(tmp_path / "viewer.png")

@@ -1,8 +1,9 @@
 """The document viewer in a real headless Chromium: exact highlight, scrolling, safety.
 
-The template is filled the way the server fills it (``str.replace`` of escaped
-values) and served with its static assets from a local aiohttp server, so what
-is checked here is what a reader's browser does with a citation link.
+The template is filled by the server's own ``fill_viewer`` (a plain-text
+document: one ``<pre>``) and served with its static assets from a local aiohttp
+server, so what is checked here is what a reader's browser does with a citation
+link. Formatted documents are checked in ``tests/test_viewer_render.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from bot.server.routes import fill_viewer
 from tests import browser as browser_module
 from tests.browser import (
     Browser,
@@ -32,7 +34,9 @@ from tests.browser import (
 pytestmark = pytest.mark.browser
 
 STATIC = Path(__file__).resolve().parent.parent / "bot" / "server" / "static"
-PLACEHOLDERS = {"title", "meta", "file_url", "text", "ocr_pages"}
+PLACEHOLDERS = {
+    "title", "meta", "file_url", "text_url", "doc_class", "length", "body", "ocr_pages",
+}  # fmt: skip
 
 TITLE = "Handbook <script>document.body.dataset.pwned = 'title'</script> & co"
 # A document that tries everything: markup that must stay text, a CRLF, astral
@@ -60,28 +64,16 @@ D = C + len(EMOJI_RANGE)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def fill(template: str, values: dict[str, str]) -> str:
-    """Fill the template as the server does: escape, and keep carriage returns as references."""
-    out = template
-    for name, value in values.items():
-        escaped = html.escape(value, quote=True)
-        if name == "text":
-            escaped = escaped.replace("\r", "&#13;")
-        out = out.replace("{{" + name + "}}", escaped)
-    return out
-
-
 @pytest.fixture
 async def doc_url() -> AsyncIterator[str]:
     """URL of the filled viewer for :data:`TEXT`, served with the real static files."""
-    page = fill(
-        (STATIC / "viewer.html").read_text(encoding="utf-8"),
-        {
-            "title": TITLE,
-            "meta": "handbook.md - indexed 2026-11-29",
-            "file_url": "/d/7/file?t=abc&x=1",
-            "text": TEXT,
-        },
+    page = fill_viewer(
+        title=TITLE,
+        meta="handbook.txt - indexed 2026-11-29",
+        file_url="/d/7/file?t=abc&x=1",
+        text=TEXT,
+        kind="txt",
+        text_url="/d/7/text?t=abc&x=1",
     )
 
     async def viewer(request: web.Request) -> web.Response:
@@ -152,10 +144,15 @@ def test_missing_chromium_fails_in_ci(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 
 def test_template_contract() -> None:
-    """Exactly the documented placeholders; the text placeholder follows a newline after <pre>."""
+    """Exactly the documented placeholders, each documented; the body alone in the document element."""
     template = (STATIC / "viewer.html").read_text(encoding="utf-8")
     assert set(re.findall(r"\{\{(\w+)\}\}", template)) == PLACEHOLDERS
-    assert '<pre id="doc" class="document">\n{{text}}</pre>' in template
+    comment = template.split("-->", 1)[0]
+    assert all(re.search(rf"^    {name} ", comment, re.M) for name in PLACEHOLDERS)
+    assert (
+        '<div id="doc" class="document {{doc_class}}" data-length="{{length}}">{{body}}</div>'
+        in (template)
+    )
     assert not re.search(r"(src|href)=\"(https?:)?//", template), "no external resources"
     forbidden = (STATIC / "forbidden.html").read_text(encoding="utf-8")
     assert "{{" not in forbidden and "<script" not in forbidden

@@ -4,10 +4,20 @@
 commands to the group when imported: ``documents`` (ingest, docs, show,
 chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
 reject), ``answering`` (ask, serve), ``evaluation`` (eval, calibrate,
-export-disliked), ``syncing`` (sync) and ``storage`` (migrate-store).
+export-disliked), ``syncing`` (sync), ``storage`` (migrate-store) and ``mcp``
+(mcp-token create, list, revoke).
 """
 
-from bot.cli import answering, documents, evaluation, publishing, storage, syncing
+from bot.cli import answering, documents, evaluation, mcp, publishing, storage, syncing
 from bot.cli.base import main
 
-__all__ = ["answering", "documents", "evaluation", "main", "publishing", "storage", "syncing"]
+__all__ = [
+    "answering",
+    "documents",
+    "evaluation",
+    "main",
+    "mcp",
+    "publishing",
+    "storage",
+    "syncing",
+]

@@ -33,13 +33,17 @@ def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: boo
 
     Example: kb ask "How do I rotate the API key?" --json
     """
-    from core.answer import build_engine
+    from core.answer import Asker, build_engine
 
     engine = build_engine(settings_of(ctx).engine_config(), open_kb(ctx))
 
     async def run() -> Answer:
         try:
-            return await engine.ask(question, scopes=frozenset(scopes) if scopes else None)
+            return await engine.ask(
+                question,
+                scopes=frozenset(scopes) if scopes else None,
+                asker=Asker(surface="cli"),
+            )
         finally:
             await engine.aclose()
 

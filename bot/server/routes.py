@@ -1,10 +1,12 @@
 """Web routes: the document viewer behind citation links, the original files, health checks.
 
-``GET /d/{id}?t=<token>`` shows a document's canonical text (the page's script
-highlights the ``#char=a,b`` range); ``GET /d/{id}/file?t=<token>`` serves the
-original (PDFs inline, so ``#page=N`` works). A token that is tampered with,
-expired or issued for another document gets the same static 403 page whether
-or not the document exists, so links cannot be used to enumerate documents.
+``GET /d/{id}?t=<token>`` shows a document's canonical text, formatted by
+``bot.server.render`` (the page's script highlights the ``#char=a,b`` range);
+``GET /d/{id}/text?t=<token>`` serves that text as it is, as text/plain, and
+``GET /d/{id}/file?t=<token>`` the original (PDFs inline, so ``#page=N``
+works). A token that is tampered with, expired or issued for another document
+gets the same static 403 page whether or not the document exists, so links
+cannot be used to enumerate documents.
 
 When sign-in is required (a ``bot.server.readers.ReaderGate`` is registered), a
 link alone opens nothing: a browser without a session is sent to sign in first,
@@ -38,6 +40,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from bot.server.readers import READER_GATE, AccessCheckUnavailable, Reader
+from bot.server.render import render_document
 from core.answer import Engine
 from core.errors import BadLinkToken
 from index.errors import DocumentNotFound, KBError
@@ -120,31 +123,40 @@ FORBIDDEN_PAGE = _template("forbidden.html")
 FORBIDDEN_CSP = _forbidden_csp(FORBIDDEN_PAGE)
 
 
-def _escape_text(text: str) -> str:
-    # A raw CR would be turned into LF by the HTML parser and shift every later offset.
-    return html.escape(text, quote=True).replace("\r", "&#13;")
-
-
 def fill_viewer(
-    *, title: str, meta: str, file_url: str, text: str, ocr_pages: Sequence[int] = ()
+    *,
+    title: str,
+    meta: str,
+    file_url: str,
+    text: str,
+    kind: str = "txt",
+    text_url: str = "",
+    ocr_pages: Sequence[int] = (),
 ) -> str:
     """The viewer page for one document; every value is escaped here.
 
-    ``ocr_pages``: the pages OCR read (``index.ingest.ocr.ocr_pages``), which the page names.
+    Args:
+        title: the document's title.
+        meta: one line about it (name, when indexed).
+        file_url: the link to the original file.
+        text: the canonical text, rendered for ``kind`` (``bot.server.render``).
+        kind: the document's detected type (``md``, ``html``, ``pdf``, ...).
+        text_url: the link to the canonical text as text/plain.
+        ocr_pages: the pages OCR read (``index.ingest.ocr.ocr_pages``), which the page names.
     """
+    rendered = render_document(text, kind)
     values = {
         "title": html.escape(title, quote=True),
         "meta": html.escape(meta, quote=True),
         "file_url": html.escape(file_url, quote=True),
-        "text": _escape_text(text),
+        "text_url": html.escape(text_url, quote=True),
+        "doc_class": f"formatted {rendered.layout}" if rendered.formatted else "plain",
+        "length": str(rendered.length),
+        "body": rendered.html,
         "ocr_pages": ",".join(str(int(n)) for n in ocr_pages),
     }
-    # One pass, so a value that happens to contain "{{text}}" is never substituted again.
-    return re.sub(
-        r"\{\{(title|meta|file_url|text|ocr_pages)\}\}",
-        lambda m: values[m.group(1)],
-        VIEWER_TEMPLATE,
-    )
+    # One pass, so a value that happens to contain "{{body}}" is never substituted again.
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], VIEWER_TEMPLATE)
 
 
 def _ocr_pages(doc: DocumentRow, text: str) -> list[int]:
@@ -327,18 +339,45 @@ async def viewer(request: web.Request) -> web.Response:
         text = await asyncio.to_thread(kb.canonical_text, doc_id)
     except DocumentNotFound:
         return simple_page(404, PAGE_NOT_FOUND)
-    page = fill_viewer(
+    # Relative (from /d/<id>), like the page's assets, so a path prefix keeps working.
+    query = f"?t={quote(token, safe='')}"
+    page = await asyncio.to_thread(
+        fill_viewer,
         title=doc.title or doc.name,
         meta=_meta(doc),
-        # Relative (from /d/<id>), like the page's assets, so a path prefix keeps working.
-        file_url=f"{doc_id}/file?t={quote(token, safe='')}",
+        file_url=f"{doc_id}/file{query}",
         text=text,
+        kind=doc.kind,
+        text_url=f"{doc_id}/text{query}",
         ocr_pages=_ocr_pages(doc, text),
     )
     return web.Response(
         text=page,
         content_type="text/html",
         headers={"Content-Security-Policy": VIEWER_CSP, **PRIVATE_HEADERS},
+    )
+
+
+async def canonical_text(request: web.Request) -> web.Response:
+    """``GET /d/{id}/text?t=...``: the canonical text exactly as stored, as text/plain.
+
+    It is the text every ``#char=a,b`` counts in, so a citation can be checked
+    against it; served like an original shown as text (sandboxed, never run).
+    """
+    kb = request.app[KB]
+    try:
+        doc, _ = await _linked_document(request)
+        text = await asyncio.to_thread(kb.canonical_text, doc.id)
+    except DocumentNotFound:
+        return simple_page(404, PAGE_NOT_FOUND)
+    name = f"{Path(doc.name).stem or 'document'}.txt"
+    headers = {
+        "Content-Disposition": f"inline; filename*=UTF-8''{quote(name, safe='')}",
+        "Content-Security-Policy": TEXT_FILE_CSP,
+        **PRIVATE_HEADERS,
+    }
+    return web.Response(
+        body=text.encode("utf-8"), content_type="text/plain", charset="utf-8", headers=headers
     )
 
 
@@ -482,6 +521,7 @@ def setup(app: web.Application) -> None:
     app.on_response_prepare.append(_security_headers)
     app.router.add_get("/d/{id}", viewer)
     app.router.add_get("/d/{id}/file", original_file)
+    app.router.add_get("/d/{id}/text", canonical_text)
     app.router.add_get("/static/{name}", static_asset)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

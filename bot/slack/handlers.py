@@ -13,7 +13,8 @@ Registered on a bolt ``AsyncApp`` by :func:`register`, with the ``Services`` of
 * ``/kb-reindex`` for admins;
 * feedback buttons under answers, and "Ask a person" (``bot.slack.escalation``);
 * agent messaging: the Messages tab opened, the channel a person views, and
-  the older assistant pane's threads (``bot.slack.agent``);
+  the older assistant pane's threads (``bot.slack.agent``); the Stop button of
+  an agent session (``agent_session_stopped``: ``bot.slack.sessions``);
 * the Home tab opened, and its buttons (``bot.slack.home``);
 * one global middleware that drops Slack's redeliveries to this process at
   once, while the shared database's record of them is written after the
@@ -35,7 +36,7 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import escalation, questions
+from bot.slack import escalation, questions, unfurls
 from bot.slack.blocks import (
     APPROVE_ACTION_ID,
     ASK_A_PERSON_ACTION_ID,
@@ -59,6 +60,7 @@ from bot.slack.blocks import (
 from bot.slack.deliveries import DELIVERY_KEYS, delivery_keys
 from bot.slack.reply import REPLY_KEY, stop_stream
 from bot.slack.services import Services
+from bot.slack.sessions import stop_request
 from bot.slack.uploads import StatusMessage, UploadRequest
 from bot.slack.words import WORDS_KEY, Words
 from index.embed import EmbeddingModelUnavailable
@@ -82,6 +84,7 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_reindex(app, services)
     _register_feedback(app, services)
     _register_escalation(app, services)
+    unfurls.register(app, services)  # passage links as Work Objects (bot.slack.unfurls)
     _register_errors(app, services)
 
 
@@ -437,6 +440,15 @@ def _register_agent(app: AsyncApp, services: Services) -> None:
     @app.event("assistant_thread_context_changed")
     async def on_assistant_context(event: dict[str, Any]) -> None:
         services.agent.assistant_context_changed(event.get("assistant_thread") or {})
+
+    @app.event("agent_session_stopped")
+    async def on_session_stopped(event: dict[str, Any]) -> None:
+        # Not claimed in the shared database: only the process answering can stop it.
+        request = stop_request(event)
+        if request is None:
+            log.warning("ignoring an agent_session_stopped event that names no thread or person")
+            return
+        services.turns.stop(request)
 
 
 async def _serves(

@@ -64,7 +64,6 @@ from core.answer import Engine
 from core.calibration import last_calibration
 from core.errors import LinkSecretUnavailable
 from core.gaps import Gap, knowledge_gaps
-from core.links import passage_url
 from index.errors import DocumentNotFound, KBError, QueryNotFound
 from index.knowledge_base import KnowledgeBase
 from index.models import EVERYONE, DocState
@@ -306,18 +305,9 @@ class Home:
             if row is None or row.scope != EVERYONE:
                 continue
             try:
-                token = self.engine.signer.token(row.document_id, row.scope)
+                links[row.id] = self.engine.passage_link(row)
             except LinkSecretUnavailable:
                 continue  # no secret yet (a full disk): the gap is listed without its link
-            links[row.id] = passage_url(
-                self.engine.config.link_base_url,
-                row.document_id,
-                token,
-                start=row.start,
-                end=row.end,
-                page=row.page,
-                is_pdf=row.kind == "pdf",
-            )
         return links
 
     async def _workspace(self, client: AsyncWebClient) -> str | None:

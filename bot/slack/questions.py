@@ -3,7 +3,9 @@
 A question is an ``app_mention`` (answered in its thread), a direct message, or
 a follow-up in a thread the bot already answered in; each becomes a
 ``bot.conversation.Turn``, answered through a ``SlackReply``. People of other
-organisations (Slack Connect) are told they are not served.
+organisations (Slack Connect) are told they are not served. Each answer runs
+as a turn of its thread (``bot.slack.sessions``), which Slack's Stop button
+can cancel.
 """
 
 from __future__ import annotations
@@ -145,5 +147,17 @@ async def answer(
         recipient_user_id=event.get("user"),
         recipient_team_id=event.get("user_team") or event.get("team") or body.get("team_id"),
         ask_a_person=bool(services.config.escalation_channel),
+        # The agent surface (the app's Messages tab) answers as agent sessions, with Stop.
+        title=question if event.get("channel_type") == "im" else None,
+        follow_up=in_thread,
     )
-    await services.conversation.answer(turn, reply)
+    try:
+        await services.turns.run(
+            channel,
+            thread_ts,
+            event.get("user"),
+            services.conversation.answer(turn, reply),
+            stoppable=reply.stoppable,
+        )
+    finally:
+        await reply.end_session()  # a turn that failed leaves no session processing

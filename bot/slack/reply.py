@@ -47,6 +47,22 @@ Slack failing to show progress never costs the answer: a placeholder, stream or
 edit that failed (deleted, rate-limited past the retries, Slack down for a
 moment) is skipped, and the answer is posted as a new message in the thread,
 the half-written one deleted.
+
+An agent app (declared as an agent in Slack's app settings) answers each
+question as an **agent session**: ``agents.sessions.setStatus`` sets it
+``processing`` beside the status (Slack then shows a Stop button), titled with
+the question (at most ``SESSION_TITLE_CHARS``; ``agents.sessions.rename``
+corrects the title of a session Slack already had for a new question); the
+answer's end sets it ``active`` again (``session_status`` of
+``chat.stopStream``, or ``agents.sessions.setStatus`` for an answer not
+streamed). In a session the answer's stream starts at once, with the steps of
+the work as task cards (``bot.slack.blocks.steps``): searching, what was found
+(the documents, linked), writing; the text follows in the same message. A
+Stop (``bot.slack.sessions``) cancels the turn; :meth:`SlackReply.stopped`
+then ends the stream and leaves what was shown, marked as stopped, and posts
+nothing more. Where Slack refuses sessions (not an agent app) or the steps'
+chunks, that is remembered like a refused stream (:class:`Refusals`) and the
+turn goes on as without them: the status, then the text.
 """
 
 from __future__ import annotations
@@ -56,6 +72,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 from slack_bolt.async_app import AsyncBoltContext
@@ -63,16 +80,28 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.conversation import STREAM_UPDATE_SECONDS
-from bot.slack.blocks import Rendered, render_answer, render_notice, render_partial, stream_markdown
+from bot.slack.blocks import (
+    STEP_DISPLAY_MODE,
+    Rendered,
+    render_answer,
+    render_notice,
+    render_partial,
+    render_stopped,
+    step_chunks,
+    stream_markdown,
+)
 from bot.slack.words import Words
-from core.answer import Answer
+from core.answer import Answer, Step, StepKind
+from index.names import display_name
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "REPLY_KEY",
+    "SESSION_TITLE_CHARS",
     "SLACK_FAILURES",
     "STREAM_TEXT_LIMIT",
+    "Refusals",
     "SlackReply",
     "Streaming",
     "settled_text",
@@ -81,6 +110,8 @@ __all__ = [
 ]
 
 STATUS_TIMEOUT_SECONDS = 3.0
+# agents.sessions.setStatus and .rename take a title of 1 to 200 characters.
+SESSION_TITLE_CHARS = 200
 REPLY_KEY = "kb_reply"  # bolt context key: where a failing listener should report
 # What a Web API call raises once its retries are spent: Slack's refusal, or no answer at all.
 SLACK_FAILURES = (SlackApiError, aiohttp.ClientError, TimeoutError)
@@ -153,16 +184,27 @@ def slack_failure(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-async def stop_stream(client: AsyncWebClient, channel: str, ts: str) -> bool:
+async def stop_stream(
+    client: AsyncWebClient,
+    channel: str,
+    ts: str,
+    *,
+    session_status: str | None = None,
+    chunks: list[Any] | None = None,
+) -> bool:
     """Stop the stream of message ``ts`` so that it can be edited; failures are only logged.
 
-    Already stopped (Slack ends streams after a few minutes), unreachable, or
-    rate-limited past ``STOP_TIMEOUT_SECONDS``: the edit that follows, or a new
-    message, still shows what it must.
+    Already stopped (Slack ends streams after a few minutes, and at a Stop),
+    unreachable, or rate-limited past ``STOP_TIMEOUT_SECONDS``: the edit that
+    follows, or a new message, still shows what it must. ``session_status``:
+    the agent session's status from then on (``None``: no session, or leave it);
+    ``chunks``: the last ones to show (a step held back for a call of the stream).
     """
     try:
         async with asyncio.timeout(STOP_TIMEOUT_SECONDS):
-            await client.chat_stopStream(channel=channel, ts=ts)
+            await client.chat_stopStream(
+                channel=channel, ts=ts, session_status=session_status, chunks=chunks
+            )
         return True
     except SLACK_FAILURES as exc:
         log.info("could not stop the stream in %s: %s", channel, slack_failure(exc))
@@ -179,6 +221,16 @@ async def _stop_and_delete(client: AsyncWebClient, channel: str, ts: str, delay:
         log.warning("a half-written answer stays in %s: %s", channel, slack_failure(exc))
 
 
+def session_title(question: str) -> str:
+    """An agent session's title for ``question``: one line, at most ``SESSION_TITLE_CHARS``."""
+    return display_name(question, SESSION_TITLE_CHARS)
+
+
+# Agent session statuses (agents.sessions.setStatus): working, with Slack's Stop
+# button; and done for now, waiting for the person (chat.stopStream's default).
+SESSION_PROCESSING = "processing"
+SESSION_ACTIVE = "active"
+
 # Clean-ups running in the background, referenced until they end.
 _CLEANUPS: set[asyncio.Task[None]] = set()
 
@@ -189,8 +241,48 @@ def settled_text(text: str) -> str:
     return text[: last.start()] if last else ""
 
 
+class Refusals:
+    """What Slack refused of one feature, remembered per kind of conversation (DMs, channels).
+
+    Off for an hour when the feature is missing (no such method, scope or
+    surface: until someone changes the app), for half a minute after a rate
+    limit, a timeout or a failure of Slack's own; an error about one channel
+    or message only changes nothing.
+
+    Args:
+        feature: what is remembered, for the log ("streaming", "agent sessions").
+        clock: seconds, monotonic.
+    """
+
+    def __init__(self, feature: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.feature = feature
+        self._clock = clock
+        self._off_until: dict[str, float] = {}
+
+    def available(self, channel: str) -> bool:
+        """Whether to try the feature in ``channel``."""
+        return self._clock() >= self._off_until.get(_kind(channel), 0.0)
+
+    def refused(self, channel: str, exc: BaseException, *, for_good: bool = False) -> None:
+        """Remember a failed call; ``for_good``: any refusal Slack gave means the feature is missing."""
+        error = slack_failure(exc)
+        if error in _UNSUPPORTED:
+            pause = UNSUPPORTED_SECONDS
+        elif error in _TRANSIENT or not isinstance(exc, SlackApiError) or _server_error(exc):
+            pause = TRANSIENT_SECONDS
+        elif for_good:
+            pause = UNSUPPORTED_SECONDS
+        else:
+            return  # about this channel or message only (archived, not in channel...)
+        self._off_until[_kind(channel)] = self._clock() + pause
+        log.info("%s off for %.0f s in %s channels: %s", self.feature, pause, _kind(channel), error)
+
+
 class Streaming:
     """Whether this process streams answers natively: the setting and what Slack said.
+
+    Also what Slack said about agent sessions (:attr:`sessions`) and the steps'
+    chunks (:attr:`steps`), which the same replies use.
 
     Args:
         enabled: ``KB_SLACK_STREAMING`` is ``auto``.
@@ -207,26 +299,21 @@ class Streaming:
         """Seconds an append may take before the stream is given up."""
         self.cleanup_seconds = CLEANUP_SECONDS
         """When a stream that would not stop is stopped and deleted again."""
-        self._clock = clock
-        self._off_until: dict[str, float] = {}
+        self.sessions = Refusals("agent sessions", clock)
+        """Whether Slack takes agent sessions (an agent app's; sessions need no streaming)."""
+        self.steps = Refusals("steps", clock)
+        """Whether Slack takes the steps' task chunks in a stream."""
+        self._streams = Refusals("streaming", clock)
         self._appends = _Budget(APPEND_BURST, APPENDS_PER_MINUTE, clock)
         self._starts = _Budget(STREAM_BURST, STREAMS_PER_MINUTE, clock)
 
     def available(self, channel: str) -> bool:
         """Whether to try a stream in ``channel`` (DMs and channels are remembered apart)."""
-        return self.enabled and self._clock() >= self._off_until.get(_kind(channel), 0.0)
+        return self.enabled and self._streams.available(channel)
 
     def refused(self, channel: str, exc: BaseException) -> None:
         """Remember a failed streaming call: off for an hour, half a minute, or not at all."""
-        error = slack_failure(exc)
-        if error in _UNSUPPORTED:
-            pause = UNSUPPORTED_SECONDS
-        elif error in _TRANSIENT or not isinstance(exc, SlackApiError) or _server_error(exc):
-            pause = TRANSIENT_SECONDS
-        else:
-            return  # about this channel or message only (archived, not in channel...)
-        self._off_until[_kind(channel)] = self._clock() + pause
-        log.info("streaming off for %.0f s in %s channels: %s", pause, _kind(channel), error)
+        self._streams.refused(channel, exc)
 
     def take_append(self) -> bool:
         """Spend one append of the shared budget; ``False`` when it is spent for now."""
@@ -281,6 +368,8 @@ class SlackReply:
         recipient_user_id, recipient_team_id: who asked, and their team; Slack
             needs both to stream in a channel.
         ask_a_person: the answer gets the "Ask a person" button (``KB_ESCALATION_CHANNEL``).
+        title: the question, to title the agent session with; ``None``: no session.
+        follow_up: asked in a thread that may have a session already (its title stays).
     """
 
     def __init__(
@@ -296,6 +385,8 @@ class SlackReply:
         recipient_user_id: str | None = None,
         recipient_team_id: str | None = None,
         ask_a_person: bool = False,
+        title: str | None = None,
+        follow_up: bool = False,
     ) -> None:
         self.client = client
         self.context = context
@@ -316,6 +407,13 @@ class SlackReply:
         self._writing_since: float | None = None  # the model's first piece
         self._unstopped = False  # a stream Slack would not stop
         self._last_shown = -float("inf")
+        self.title = session_title(title) if title else ""
+        self.follow_up = follow_up
+        self._session = False  # an agent session of this turn is processing
+        self._steps = True  # the steps may still be shown (no refusal in this turn)
+        self._finishing = False  # the answer is complete: a Stop no longer stops it
+        self._shown_text = ""  # the answer's text as shown so far (before escaping)
+        self._held: list[Any] = []  # a step's chunks waiting for the next call of the stream
 
     async def help(self) -> None:
         """Post how to ask, in the thread."""
@@ -325,7 +423,11 @@ class SlackReply:
         )
 
     async def progress(self) -> None:
-        """Set the thread's status; post a placeholder only where Slack refuses the status."""
+        """Open the agent session (where Slack has them) and set the thread's status at once;
+        post a placeholder only where Slack refuses the status."""
+        await asyncio.gather(self._open_session(), self._set_status())
+
+    async def _set_status(self) -> None:
         try:
             # A slow status must not hold the answer back: the placeholder then does its job.
             async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
@@ -367,12 +469,8 @@ class SlackReply:
         self._last_shown = time.monotonic()
         rendered = render_partial(text, words=self.words)
         try:
-            if self.ts is None:
-                await self._post(rendered)
-            else:
-                await self.client.chat_update(
-                    channel=self.channel, ts=self.ts, **rendered.as_kwargs()
-                )
+            await self._show(rendered)
+            self._shown_text = text
         except SLACK_FAILURES as exc:
             # A lost progress update must not lose the answer that follows it.
             log.warning("progress update failed: %s", slack_failure(exc))
@@ -382,7 +480,14 @@ class SlackReply:
         rendered = render_answer(
             answer, words=self.words, note=self.note, ask_a_person=self.ask_a_person
         )
+        self._finishing = True
         await self._end_stream()
+        try:
+            await self._show_final(rendered)
+        finally:
+            await self.end_session()
+
+    async def _show_final(self, rendered: Rendered) -> None:
         placeholder = self.ts
         if placeholder is not None:
             try:
@@ -403,6 +508,159 @@ class SlackReply:
             except SLACK_FAILURES:
                 if self._unstopped:
                     self._clean_up_later(placeholder)
+
+    def stoppable(self) -> bool:
+        """Whether a Stop still stops this turn: not once its answer is complete."""
+        return not self._finishing
+
+    async def step(self, step: Step) -> None:
+        """Show a step of the work as a task card in the answer's stream (agent sessions only).
+
+        The first step starts the stream. What the search found is held and
+        goes with the next step, writing, in one append (the appends are a budget
+        the answer's words share), or with the stream's stop when no model writes
+        (a refusal). Where Slack refuses the chunks the steps stop for this turn
+        (and are not tried again for a while); the status, then the text, show
+        the progress as without them.
+        """
+        if step.kind is StepKind.DONE:
+            self._finishing = True
+            return
+        if not self._shows_steps():
+            return
+        assert self.streaming is not None
+        ts = self.stream_ts
+        chunks = step_chunks(step, words=self.words, first=ts is None)
+        if not chunks:
+            return
+        if ts is None:
+            await self._start_steps(chunks)
+            return
+        if step.kind is not StepKind.WRITING:
+            self._held = chunks
+            return
+        chunks, self._held = [*self._held, *chunks], []
+        if not self.streaming.take_append():
+            return  # over the shared budget: a step is not worth an answer's appends
+        try:
+            async with asyncio.timeout(self.streaming.append_timeout):
+                await self.client.chat_appendStream(channel=self.channel, ts=ts, chunks=chunks)
+        except SLACK_FAILURES as exc:
+            log.warning("showing a step failed (%s): editing the answer", slack_failure(exc))
+            self.streaming.steps.refused(self.channel, exc, for_good=True)
+            self._steps = False
+            await self._abandon_stream()
+
+    def _shows_steps(self) -> bool:
+        """Whether this turn shows its steps: in an agent session that streams, until refused."""
+        return (
+            self._session
+            and self._steps
+            and self.streaming is not None
+            and self.streaming.steps.available(self.channel)
+            and self._streams()
+        )
+
+    async def _start_steps(self, chunks: list[Any]) -> None:
+        """Start the answer's stream with its first step; refused, the status stays."""
+        assert self.streaming is not None
+        if not self.streaming.take_start():
+            self._steps = False
+            return  # over the streams' budget: the text will post and edit
+        try:
+            started = await self.client.chat_startStream(
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                chunks=chunks,
+                task_display_mode=STEP_DISPLAY_MODE,
+                recipient_user_id=self.recipient_user_id or None,
+                recipient_team_id=self.recipient_team_id or None,
+            )
+        except SLACK_FAILURES as exc:
+            log.info(
+                "no steps in %s (%s): the status shows the progress",
+                self.channel,
+                slack_failure(exc),
+            )
+            self.streaming.steps.refused(self.channel, exc, for_good=True)
+            self._steps = False
+            return
+        self._started(str(started["ts"]))
+
+    async def stopped(self) -> None:
+        """The asker pressed Stop: what was shown stays, marked as stopped; nothing more is posted.
+
+        The stream (if any) is stopped first (Slack may have stopped it at the
+        click already), its message or the one being edited then shows the text
+        it had with "Stopped."; with nothing shown yet, "Stopped." is posted in
+        the thread, as Slack asks an agent to confirm a stop. The session goes
+        back to ``active``.
+        """
+        self._finishing = True
+        await self._end_stream()
+        try:
+            await self._show(render_stopped(self._shown_text, words=self.words))
+        except SLACK_FAILURES as exc:
+            log.warning(
+                "could not mark the stopped answer in %s: %s", self.channel, slack_failure(exc)
+            )
+        finally:
+            await self.end_session()
+
+    async def _open_session(self) -> None:
+        """Set this turn's agent session ``processing`` (Slack shows Stop), titled with the question."""
+        if not (self.title and self.streaming and self.streaming.sessions.available(self.channel)):
+            return
+        try:
+            async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
+                opened = await self.client.agents_sessions_setStatus(
+                    channel_id=self.channel,
+                    thread_ts=self.thread_ts,
+                    status=SESSION_PROCESSING,
+                    title=self.title,
+                    initiator_user_id=self.recipient_user_id or None,
+                )
+        except SLACK_FAILURES as exc:
+            log.info("no agent session in %s (%s)", self.channel, slack_failure(exc))
+            self.streaming.sessions.refused(self.channel, exc)
+            return
+        self._session = True
+        if "missing_agent_session_stopped_event_subscription" in str(opened.get("warning", "")):
+            log.warning(
+                "Slack shows no Stop button: subscribe the app to the agent_session_stopped "
+                "event (docs/stop-and-steps.md)"
+            )
+        titled = opened.get("title")
+        if not self.follow_up and isinstance(titled, str) and titled and titled != self.title:
+            await self._rename_session()
+
+    async def _rename_session(self) -> None:
+        """Retitle a session Slack had for this thread already with this new question."""
+        try:
+            async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
+                await self.client.agents_sessions_rename(
+                    channel_id=self.channel, thread_ts=self.thread_ts, title=self.title
+                )
+        except SLACK_FAILURES as exc:
+            log.info(
+                "the agent session in %s keeps its title: %s", self.channel, slack_failure(exc)
+            )
+
+    async def end_session(self) -> None:
+        """Set the session ``active`` again, unless that was done (the answer shown, the stream's stop)."""
+        if not self._session:
+            return
+        self._session = False
+        try:
+            async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
+                await self.client.agents_sessions_setStatus(
+                    channel_id=self.channel, thread_ts=self.thread_ts, status=SESSION_ACTIVE
+                )
+        except SLACK_FAILURES as exc:
+            # Slack leaves a session processing until told: the Stop button stays, harmless.
+            log.warning(
+                "the agent session in %s stays processing: %s", self.channel, slack_failure(exc)
+            )
 
     def _clean_up_later(self, ts: str) -> None:
         delay = self.streaming.cleanup_seconds if self.streaming else CLEANUP_SECONDS
@@ -439,7 +697,10 @@ class SlackReply:
             return True  # coalesced: the next append carries this text too
         markdown = stream_markdown(settled_text(text))
         if self.stream_ts is None:
-            return await self._start_stream(markdown)
+            started = await self._start_stream(markdown)
+            if self.stream_ts is not None:
+                self._shown_text = settled_text(text)
+            return started
         if not markdown.startswith(self._streamed):
             if not self._rewritten:
                 log.debug("the model rewrote streamed text; the final answer replaces it")
@@ -461,6 +722,7 @@ class SlackReply:
             await self._abandon_stream()
             return False
         self._streamed = markdown
+        self._shown_text = settled_text(text)
         return True
 
     async def _start_stream(self, markdown: str) -> bool:
@@ -487,11 +749,14 @@ class SlackReply:
             self.streaming.refused(self.channel, exc)
             self._stream_failed = True
             return False
-        self.stream_ts = str(started["ts"])
+        self._started(str(started["ts"]))
         self._last_shown = time.monotonic()
         self._streamed = markdown[:STREAM_TEXT_LIMIT]
-        self.context[REPLY_KEY] = {"channel": self.channel, "ts": self.stream_ts, "stream": True}
         return True
+
+    def _started(self, ts: str) -> None:
+        self.stream_ts = ts
+        self.context[REPLY_KEY] = {"channel": self.channel, "ts": ts, "stream": True}
 
     async def _abandon_stream(self) -> None:
         """Stop a stream that failed; its message goes on as the fallback's."""
@@ -505,7 +770,24 @@ class SlackReply:
         ts, self.stream_ts = self.stream_ts, None
         self.ts = ts
         self.context[REPLY_KEY] = {"channel": self.channel, "ts": ts}
-        self._unstopped = not await stop_stream(self.client, self.channel, ts)
+        # A stop sets the session active unless told otherwise (Slack's default):
+        # a stream given up midway leaves it processing, with its Stop button.
+        status = None
+        if self._session:
+            status = SESSION_ACTIVE if self._finishing else SESSION_PROCESSING
+        chunks, self._held = self._held, []
+        self._unstopped = not await stop_stream(
+            self.client, self.channel, ts, session_status=status, chunks=chunks or None
+        )
+        if status == SESSION_ACTIVE and not self._unstopped:
+            self._session = False  # the stop ended the session's processing
+
+    async def _show(self, rendered: Rendered) -> None:
+        """Post ``rendered`` in the thread, or edit the message shown so far into it."""
+        if self.ts is None:
+            await self._post(rendered)
+        else:
+            await self.client.chat_update(channel=self.channel, ts=self.ts, **rendered.as_kwargs())
 
     async def _post(self, rendered: Rendered) -> None:
         """Post in the thread; the error handler then reports failures on this message."""

@@ -14,6 +14,7 @@ from bot.slack.home import Home
 from bot.slack.people import Audience, Directory, Roles
 from bot.slack.reindex import Reindexer
 from bot.slack.reply import Streaming
+from bot.slack.sessions import Turns
 from bot.slack.uploads import Jobs, Uploader
 from bot.slack.words import Languages
 from core.answer import Engine
@@ -44,6 +45,7 @@ class Services:
     deliveries: Deliveries = field(init=False)
     home: Home = field(init=False)
     streaming: Streaming = field(default_factory=Streaming)
+    turns: Turns = field(default_factory=Turns)
 
     def __post_init__(self) -> None:
         self.deliveries = Deliveries(self.kb.store, self.ack_executor, self.config.claim_lease)

@@ -3,8 +3,8 @@
 ``Store`` (``store``) keeps documents, chunks, originals (``originals``) and
 ``meta``, and holds its parts over the same database: the query log
 (``query_log``), feedback, Slack deliveries, the audit log, hand-offs, the bot's
-messages about each document (``messages``: ``STATUS`` and ``APPROVAL``) and
-used sign-in states (``used_states``).
+messages about each document (``messages``: ``STATUS`` and ``APPROVAL``),
+used sign-in states (``used_states``) and the MCP clients' tokens (``mcp_tokens``).
 ``database`` is the contract the two databases (``sqlite``, ``postgres``)
 implement and ``connect`` picks one; ``schema`` is the migrations, ``workers``
 the indexing locks, ``migrate`` ``kb migrate-store``.
@@ -12,6 +12,7 @@ the indexing locks, ``migrate`` ``kb migrate-store``.
 
 from __future__ import annotations
 
+from index.storage.mcp_tokens import McpToken, McpTokenError, McpTokens
 from index.storage.messages import APPROVAL, STATUS, PostedMessage
 from index.storage.migrate import migrate_store
 from index.storage.store import NewDocument, Store
@@ -19,6 +20,9 @@ from index.storage.used_states import UsedStates
 
 __all__ = [
     "APPROVAL",
+    "McpToken",
+    "McpTokenError",
+    "McpTokens",
     "NewDocument",
     "PostedMessage",
     "STATUS",

@@ -9,7 +9,7 @@ that has shipped is never edited; a change to the schema is a new one at the end
 
 The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
 ``query_log``, ``feedback``, ``deliveries``, ``meta``, ``audit``,
-``escalations``, ``posted_messages`` and ``used_states``. At most one live document (any state but ``replaced``) has
+``escalations``, ``posted_messages``, ``used_states`` and ``mcp_tokens``. At most one live document (any state but ``replaced``) has
 given bytes in a given scope.
 """
 
@@ -276,6 +276,27 @@ def _languages(db: Database) -> None:
     # no language could be told; such passages are analysed as before.
     db.execute("ALTER TABLE documents ADD COLUMN language TEXT")
     db.execute("ALTER TABLE chunks ADD COLUMN language TEXT")
+
+
+@MIGRATIONS(name="0015_mcp_tokens")
+def _mcp_tokens(db: Database) -> None:
+    # Bearer tokens of MCP clients (index.storage.mcp_tokens): only their SHA-256 is
+    # kept; a revoked one stays, so a name in the query log always means one token.
+    db.execute(
+        """CREATE TABLE mcp_tokens (
+            name TEXT PRIMARY KEY,
+            token_sha256 TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL,
+            scopes TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL,
+            revoked_at REAL
+        )"""
+    )
+    # Where a question came from: every question before this one came from Slack
+    # (or kb ask); an MCP call names its token in `client`.
+    db.execute("ALTER TABLE query_log ADD COLUMN surface TEXT NOT NULL DEFAULT 'slack'")
+    db.execute("ALTER TABLE query_log ADD COLUMN client TEXT")
 
 
 def _dialect(db: Database) -> str:

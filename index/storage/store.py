@@ -47,6 +47,7 @@ from index.storage.database import Connection, Database
 from index.storage.deliveries import DeliveryLog
 from index.storage.escalations import Escalations
 from index.storage.feedback import Feedback
+from index.storage.mcp_tokens import McpTokens
 from index.storage.messages import PostedMessages
 from index.storage.originals import OriginalFiles, open_originals
 from index.storage.part import Clock
@@ -98,8 +99,9 @@ class Store:
     and claimed, ``index.storage.deliveries``), ``audit_log``
     (``index.storage.audit``), ``escalations`` (hand-offs to people,
     ``index.storage.escalations``), ``messages`` (the bot's messages about a
-    document, ``index.storage.messages``) and ``used_states`` (sign-in states
-    used, ``index.storage.used_states``).
+    document, ``index.storage.messages``), ``used_states`` (sign-in states
+    used, ``index.storage.used_states``) and ``mcp_tokens`` (the MCP clients'
+    bearer tokens, ``index.storage.mcp_tokens``).
 
     Args:
         data_dir: the data directory (derived files; with SQLite also the
@@ -136,6 +138,7 @@ class Store:
         self.escalations = Escalations(self.database, clock)
         self.messages = PostedMessages(self.database, clock)
         self.used_states = UsedStates(self.database, clock)
+        self.mcp_tokens = McpTokens(self.database, clock)
 
     def _private_sqlite_files(self) -> None:
         # SQLite gives its -wal and -shm files the database file's permissions.

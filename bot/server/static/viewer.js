@@ -9,6 +9,15 @@
  * and ignored. Positions count Unicode code points, like Python's str, NOT the
  * UTF-16 units JavaScript strings use: an emoji before the range is one position.
  *
+ * The server writes the document (bot/server/render.py) as elements whose text
+ * is in <span data-start="s" data-end="e"> pieces, each holding exactly
+ * text[s:e] of the canonical text, in document order; the characters no span
+ * holds are syntax (a heading's "## ", list bullets, table pipes) and are not
+ * shown. #doc's data-length is the text's length in code points. A range is
+ * highlighted as the shown text it covers: each piece of a span inside it is
+ * wrapped in <mark class="hl"> (the first one id="hl"); a position, or a range
+ * that covers syntax only, is an empty <mark class="point"> where it falls.
+ *
  * Fragments never reach the server, which is why this runs in the browser.
  * Results are exposed on <body> for tests and tooling:
  *   data-ready="true"       the script ran
@@ -24,12 +33,12 @@
   if (!doc) {
     return;
   }
-  // The server puts the whole canonical text into one text node; keep it so
-  // that every highlight starts again from the untouched text.
-  var text = doc.textContent || "";
+  // Every highlight starts again from the document as the server wrote it.
+  var pristine = doc.cloneNode(true);
+  var length = Number(doc.getAttribute("data-length")) || 0;
   var notice = document.getElementById("notice");
   var jump = document.getElementById("jump");
-  var codePointCount = null;
+  var marks = [];
 
   function isHighSurrogate(unit) {
     return unit >= 0xd800 && unit <= 0xdbff;
@@ -39,41 +48,14 @@
     return unit >= 0xdc00 && unit <= 0xdfff;
   }
 
-  /* Number of code points in the text (a surrogate pair counts once). */
-  function countCodePoints() {
-    if (codePointCount === null) {
-      var n = 0;
-      for (var i = 0; i < text.length; i++) {
-        if (!(isLowSurrogate(text.charCodeAt(i)) && i > 0 && isHighSurrogate(text.charCodeAt(i - 1)))) {
-          n++;
-        }
-      }
-      codePointCount = n;
-    }
-    return codePointCount;
-  }
-
-  /* UTF-16 offsets of two code point positions (start <= end), in one pass. */
-  function toUnits(start, end) {
+  /* UTF-16 offset in `s` of the code point position `cp` (the end of `s` past it). */
+  function unitOf(s, cp) {
     var unit = 0;
-    var cp = 0;
-    var startUnit = start === 0 ? 0 : -1;
-    while (cp < end) {
-      if (unit >= text.length) {
-        return null;
-      }
-      var step = 1;
-      if (isHighSurrogate(text.charCodeAt(unit)) && unit + 1 < text.length &&
-          isLowSurrogate(text.charCodeAt(unit + 1))) {
-        step = 2;
-      }
-      unit += step;
-      cp++;
-      if (cp === start) {
-        startUnit = unit;
-      }
+    for (var n = 0; n < cp && unit < s.length; n++) {
+      unit += isHighSurrogate(s.charCodeAt(unit)) && unit + 1 < s.length &&
+        isLowSurrogate(s.charCodeAt(unit + 1)) ? 2 : 1;
     }
-    return [startUnit, unit];
+    return unit;
   }
 
   /* The code point range named by the fragment, or null when there is none or it is invalid. */
@@ -97,7 +79,6 @@
     if (hasComma && a === "" && b === "") {
       return null;  // "char=," names nothing either
     }
-    var length = countCodePoints();
     var start = a === "" ? 0 : Number(a);
     var end = !hasComma ? start : (b === "" ? length : Number(b));
     if (!isFinite(start) || !isFinite(end) || start > end || end > length) {
@@ -115,13 +96,96 @@
   }
 
   function reset() {
-    doc.replaceChildren(document.createTextNode(text));
+    doc.replaceChildren.apply(doc, Array.prototype.slice.call(pristine.cloneNode(true).childNodes));
+    marks = [];
   }
 
-  function scrollToMark(mark) {
+  function bounds(span) {
+    return [Number(span.getAttribute("data-start")), Number(span.getAttribute("data-end"))];
+  }
+
+  /* Index of the first span ending after position `at` (spans are in document order). */
+  function firstEndingAfter(spans, at) {
+    var lo = 0;
+    var hi = spans.length;
+    while (lo < hi) {
+      var mid = (lo + hi) >> 1;
+      if (bounds(spans[mid])[1] > at) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  }
+
+  /* Wrap code points [from, to) of a span's text in a new mark (the first: id "hl"); return it. */
+  function wrap(span, from, to, className, first) {
+    var node = span.firstChild;
+    var text = node ? node.data : "";
+    var a = unitOf(text, from);
+    var b = unitOf(text, to);
+    var mark = document.createElement("mark");
+    if (first) {
+      mark.id = "hl";
+      mark.tabIndex = -1;
+    }
+    mark.className = className;
+    mark.textContent = text.slice(a, b);
+    if (!node) {
+      span.appendChild(mark);
+      return mark;
+    }
+    var rest = node.splitText(a);
+    rest.data = text.slice(b);
+    span.insertBefore(mark, rest);
+    return mark;
+  }
+
+  /* Marks over the shown text of [start, end); an empty point mark when none is shown. */
+  function highlight(start, end, point) {
+    var spans = doc.querySelectorAll("span[data-start]");
+    var i = firstEndingAfter(spans, start);
+    var found = [];
+    for (var k = i; !point && k < spans.length; k++) {
+      var se = bounds(spans[k]);
+      if (se[0] >= end) {
+        break;
+      }
+      found.push(wrap(spans[k], Math.max(start, se[0]) - se[0], Math.min(end, se[1]) - se[0], "hl",
+        !found.length));
+    }
+    if (!found.length && spans.length) {
+      // Where the position falls, or the first shown character after the syntax it names.
+      var span = spans[Math.min(i, spans.length - 1)];
+      var se2 = bounds(span);
+      var at = i < spans.length ? Math.max(0, start - se2[0]) : se2[1] - se2[0];
+      var mark = wrap(span, at, at, "hl point", true);
+      mark.setAttribute("aria-label", "cited position");
+      found.push(mark);
+    }
+    return found;
+  }
+
+  function scrollToMarks() {
+    if (!marks.length) {
+      return;
+    }
+    // Sideways first, for a passage in a wide table; then its middle to the window's.
+    marks[0].scrollIntoView({ block: "nearest", inline: "nearest", behavior: "instant" });
+    var top = Infinity;
+    var bottom = -Infinity;
+    marks.forEach(function (mark) {
+      var r = mark.getBoundingClientRect();
+      top = Math.min(top, r.top);
+      bottom = Math.max(bottom, r.bottom);
+    });
+    var h = window.innerHeight;
+    // A passage taller than the window starts near its top, so its first line is read first.
+    var offset = bottom - top <= h ? (top + bottom) / 2 - h / 2 : top - h / 10;
     // "instant" rather than smooth: the passage is where the reader wants to
     // be, and the recorded position is then final when it is written down.
-    mark.scrollIntoView({ block: "center", inline: "nearest", behavior: "instant" });
+    window.scrollTo({ top: Math.max(0, window.scrollY + offset), left: window.scrollX, behavior: "instant" });
     document.body.dataset.scrolled = String(Math.round(window.scrollY));
   }
 
@@ -145,30 +209,17 @@
       document.body.dataset.ready = "true";
       return;
     }
-    var units = toUnits(range.start, range.end);
-    if (!units) {
+    marks = highlight(range.start, range.end, range.point || range.start === range.end);
+    if (!marks.length) {
       document.body.dataset.highlight = "none";
       document.body.dataset.ready = "true";
       return;
     }
-    var mark = document.createElement("mark");
-    mark.id = "hl";
-    mark.tabIndex = -1;
-    mark.textContent = text.slice(units[0], units[1]);
-    if (range.point || units[0] === units[1]) {
-      mark.className = "point";
-      mark.setAttribute("aria-label", "cited position");
-    }
-    doc.replaceChildren(
-      document.createTextNode(text.slice(0, units[0])),
-      mark,
-      document.createTextNode(text.slice(units[1]))
-    );
     showNotice("");
     document.body.dataset.highlight = range.point ? String(range.start) : range.start + "," + range.end;
-    scrollToMark(mark);
+    scrollToMarks();
     // Move keyboard and screen-reader focus to the passage without another scroll.
-    mark.focus({ preventScroll: true });
+    marks[0].focus({ preventScroll: true });
     if (jump) {
       jump.hidden = false;
     }
@@ -190,12 +241,7 @@
   }
 
   if (jump) {
-    jump.addEventListener("click", function () {
-      var mark = document.getElementById("hl");
-      if (mark) {
-        scrollToMark(mark);
-      }
-    });
+    jump.addEventListener("click", scrollToMarks);
   }
   window.addEventListener("hashchange", apply);
   noteOcrPages();

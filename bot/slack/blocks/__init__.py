@@ -6,8 +6,10 @@ small builders (``slack_sdk.models``) and :class:`Rendered`, the message they
 make up; ``actions`` the ids Slack sends back that the handlers match on. Then
 one module per thing shown: ``answers`` (every outcome of a question, the answer
 being written, notices, feedback and "Ask a person"), ``hand_off`` (a question
-handed to people), ``uploads`` (a file's status, the ``/kb-upload`` modal),
-``approvals`` (approval requests, audit lines) and ``home`` (the Home tab).
+handed to people), ``steps`` (the steps of an answer as streaming chunks, an
+answer stopped midway), ``uploads`` (a file's status, the ``/kb-upload`` modal),
+``approvals`` (approval requests, audit lines), ``home`` (the Home tab) and
+``entities`` (a passage link as a Work Object: its unfurl and flexpane).
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ from bot.slack.blocks.answers import (
 )
 from bot.slack.blocks.approvals import audit_lines, render_approval_request
 from bot.slack.blocks.elements import Rendered
+from bot.slack.blocks.entities import (
+    OPEN_VIEWER_ACTION_ID,
+    Passage,
+    details_error,
+    passage_entity,
+    restricted_entity,
+    unavailable_entity,
+    unfurl_metadata,
+)
 from bot.slack.blocks.hand_off import HandOff, mark_handed_off, render_hand_off
 from bot.slack.blocks.home import (
     ADMIN_SECTIONS,
@@ -57,6 +68,7 @@ from bot.slack.blocks.home import (
     readable_by,
 )
 from bot.slack.blocks.mrkdwn import escape, is_user_id, mention, scope_label, stream_markdown
+from bot.slack.blocks.steps import STEP_DISPLAY_MODE, render_stopped, step_chunks
 from bot.slack.blocks.uploads import render_upload_status, upload_modal
 
 __all__ = [
@@ -74,11 +86,14 @@ __all__ = [
     "HOME_RETRY_ACTION_ID",
     "HandOff",
     "MemberHome",
+    "OPEN_VIEWER_ACTION_ID",
     "PAGE_SIZES",
     "Pages",
+    "Passage",
     "REJECT_ACTION_ID",
     "RETRY_ACTION_ID",
     "Rendered",
+    "STEP_DISPLAY_MODE",
     "Section",
     "UPLOAD_CALLBACK_ID",
     "UPLOAD_FILES_BLOCK",
@@ -86,6 +101,7 @@ __all__ = [
     "UPLOAD_VISIBILITY_BLOCK",
     "VISIBILITY_CHANNEL",
     "audit_lines",
+    "details_error",
     "document_label",
     "escape",
     "external_view",
@@ -98,14 +114,20 @@ __all__ = [
     "parse_feedback_value",
     "parse_page_value",
     "parse_query_id",
+    "passage_entity",
     "readable_by",
     "render_answer",
     "render_approval_request",
     "render_hand_off",
     "render_notice",
     "render_partial",
+    "render_stopped",
     "render_upload_status",
+    "restricted_entity",
     "scope_label",
+    "step_chunks",
     "stream_markdown",
+    "unavailable_entity",
+    "unfurl_metadata",
     "upload_modal",
 ]

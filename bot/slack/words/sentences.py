@@ -929,3 +929,41 @@ class Words:
             state=shown,
             reason=reason.rstrip("."),
         )
+
+    # ------------------------------------------------------------ Work Objects (passage links)
+
+    ENTITY_PASSAGE = N_("Passage")
+    ENTITY_OPEN_VIEWER = N_("Open in the viewer")
+    ENTITY_UNAVAILABLE = N_("This passage is no longer in the knowledge base.")
+    ENTITY_RESTRICTED = N_("A passage from a channel's documents")
+    ENTITY_SECTION = N_("Section")
+    ENTITY_PAGE = N_("Page")
+    ENTITY_BEFORE = N_("Passage before")
+    ENTITY_AFTER = N_("Passage after")
+
+    def entity_page(self, page: int) -> str:
+        """Where a passage is in a PDF, as an entity's display id."""
+        return self._("Page {page}", page=page)
+
+    # ------------------------------------------------------------ the steps of an answer, Stop
+
+    STEPS_TITLE = N_("Answering from the knowledge base")
+    STEP_NOTHING_FOUND = N_("Nothing in the knowledge base is close enough")
+    STOPPED = N_("Stopped.")
+
+    def step_found(self, passages: int, documents: int) -> str:
+        """The search step done: how many passages the answer is written from, in how many documents."""
+        if documents == 1:
+            return self.ngettext(
+                "Found {passages} passage in one document",
+                "Found {passages} passages in one document",
+                passages,
+                passages=passages,
+            )
+        return self.ngettext(
+            "Found {passages} passage in {documents} documents",
+            "Found {passages} passages in {documents} documents",
+            passages,
+            passages=passages,
+            documents=documents,
+        )

@@ -1,0 +1,29 @@
+"""The MCP surface: the knowledge base as tools for agents (``kb serve`` with ``KB_MCP=on``).
+
+``server`` is the ``/mcp`` endpoint (the official SDK behind a door that
+refuses, authenticates and rate-limits), ``tools`` the two tools
+(``search_knowledge_base``, ``ask_knowledge_base``), ``auth`` who may call
+(bearer tokens from ``kb mcp-token``, or Slack's signed identity), ``people``
+which documents the caller may search, ``slack_people`` the Slack answers to
+that, ``limits`` the per-caller rate limit.
+"""
+
+from __future__ import annotations
+
+from bot.mcp.people import People, Person
+from bot.mcp.server import MAX_BODY_BYTES, MCP_PATH, McpConfig, McpEndpoint, attach
+from bot.mcp.slack_people import SlackPeople, slack_people
+from bot.mcp.tools import MAX_QUERY_CHARS
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_QUERY_CHARS",
+    "MCP_PATH",
+    "McpConfig",
+    "McpEndpoint",
+    "People",
+    "Person",
+    "SlackPeople",
+    "attach",
+    "slack_people",
+]

@@ -1,0 +1,322 @@
+"""The MCP endpoint: ``POST /mcp`` on the bot's web server (Streamable HTTP, stateless JSON).
+
+The official SDK (``mcp``) speaks the protocol: an ``MCPServer`` with the two
+tools (``bot.mcp.tools``), whose ``StreamableHTTPSessionManager`` runs stateless
+with JSON responses (every POST is answered with one JSON body, no session to
+keep, any replica can take any call). This module is the door in front of it,
+in aiohttp, so nothing reaches the SDK before it passed:
+
+1. a query string is refused (400): a token in a URL ends up in logs and
+   histories, so none is ever read from one (and the access log never writes
+   query strings, ``bot.server.routes.AccessLogger``);
+2. a body over ``MAX_BODY_BYTES`` is refused (413) before it is read whole;
+3. the caller must be a bearer token an admin issued, or (``KB_MCP_SLACK_IDENTITY``)
+   a request Slack signed (``bot.mcp.auth``); anything else gets a bare 401
+   with ``WWW-Authenticate: Bearer``, saying nothing about why;
+4. at most ``KB_MCP_CALLS_PER_MINUTE`` requests per caller (429, ``Retry-After``).
+
+Then the verified body and caller are handed to the SDK as one ASGI request
+(the caller in the ASGI scope, where the tools read it). The body has been
+read once already (to check a Slack signature over its exact bytes), so it is
+replayed to the SDK from memory rather than streamed through a mounted ASGI app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from bot.mcp.auth import Caller, SlackSignatures, bearer_token, slack_identity
+from bot.mcp.limits import CallLimiter
+from bot.mcp.people import People
+from bot.mcp.tools import CALLER_SCOPE_KEY, Tools, register_tools
+from core.answer import Engine
+from index.storage import McpTokens
+
+log = logging.getLogger(__name__)
+# The SDK logs every stateless request's end at INFO ("Terminating session: None"):
+# the access log already has one line per request.
+logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
+
+__all__ = ["MAX_BODY_BYTES", "MCP_PATH", "McpConfig", "McpEndpoint", "attach"]
+
+MCP_PATH = "/mcp"
+# A tool call is a question and a few fields; 64 KiB is room for any of them
+# and keeps a flood of large bodies from costing memory.
+MAX_BODY_BYTES = 64 * 1024
+INSTRUCTIONS = (
+    "Tools over the company's knowledge base. Answers and passages come only from its "
+    "documents, with links into the exact passage. When a tool says the knowledge base has "
+    "nothing on a question, tell the person so; do not answer from elsewhere."
+)
+# JSON-RPC's code for a request the server will not process (the SDK's own errors use it too).
+_INVALID_REQUEST = -32600
+_RATE_LIMITED = -32029
+
+
+@dataclass(frozen=True)
+class McpConfig:
+    """What the MCP endpoint needs.
+
+    Attributes:
+        calls_per_minute: requests one caller may make in any minute.
+        slack_signing_secret: with it, requests Slack signed are served as the
+            person they name (Slack identity auth); empty: bearer tokens only.
+    """
+
+    calls_per_minute: int = 60
+    slack_signing_secret: str = ""
+
+
+MCP_ENDPOINT: web.AppKey[McpEndpoint] = web.AppKey("mcp_endpoint")
+
+
+class McpEndpoint:
+    """The door to the SDK's session manager: refuse, authenticate, limit, pass on.
+
+    Args:
+        manager: the SDK's session manager (stateless, JSON).
+        tokens: the issued bearer tokens.
+        config: the rate limit and the Slack signing secret.
+        limiter: counts calls per caller (one with ``config``'s limit by default).
+    """
+
+    def __init__(
+        self,
+        manager: StreamableHTTPSessionManager,
+        tokens: McpTokens,
+        config: McpConfig,
+        *,
+        limiter: CallLimiter | None = None,
+    ) -> None:
+        self.manager = manager
+        self.tokens = tokens
+        self.limiter = limiter or CallLimiter(config.calls_per_minute)
+        self.signatures = (
+            SlackSignatures(config.slack_signing_secret) if config.slack_signing_secret else None
+        )
+        self._limited: set[str] = set()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Answer one HTTP request to ``/mcp``."""
+        if request.query_string:
+            # The query string is neither read nor logged: it may hold a token.
+            return _rpc_error(
+                400,
+                "The MCP endpoint takes no query string: send the token in the "
+                "Authorization header (Bearer).",
+            )
+        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+            return _too_large()
+        token = bearer_token(request.headers.get("Authorization"))
+        if token is None and self.signatures is None:
+            return _unauthorized()
+        body = await _body(request)
+        if body is None:
+            return _too_large()
+        caller = await self._caller(request, token, body)
+        if caller is None:
+            return _unauthorized()
+        wait = self.limiter.admit(caller.key)
+        if wait is None:
+            self._limited.discard(caller.key)
+        else:
+            if caller.key not in self._limited:
+                # Once per burst, not once per refused request.
+                log.info("MCP caller %s is over its rate limit", caller.client)
+                self._limited.add(caller.key)
+            return _rpc_error(
+                429,
+                f"Too many calls: at most {self.limiter.per_minute} a minute for this caller. "
+                f"Try again in {wait} s.",
+                code=_RATE_LIMITED,
+                headers={"Retry-After": str(wait)},
+            )
+        return await _asgi(self.manager, request, body, caller)
+
+    async def _caller(self, request: web.Request, token: str | None, body: bytes) -> Caller | None:
+        if token is not None:
+            found = await asyncio.to_thread(self.tokens.verify, token)
+            return Caller(token=found) if found is not None else None
+        if self.signatures is not None and self.signatures.signed(body, request.headers):
+            return Caller(slack=slack_identity(body))
+        return None
+
+
+async def _body(request: web.Request) -> bytes | None:
+    """The request body, or ``None`` past ``MAX_BODY_BYTES`` (no more is read)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _rpc_error(
+    status: int,
+    message: str,
+    *,
+    code: int = _INVALID_REQUEST,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """A JSON-RPC error answer, which MCP clients show, with an HTTP status for the rest."""
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _too_large() -> web.Response:
+    return _rpc_error(
+        413, f"The request is over {MAX_BODY_BYTES // 1024} KiB: send a shorter question."
+    )
+
+
+def _unauthorized() -> web.Response:
+    # Nothing about why (no token, unknown, revoked, expired): each looks the same.
+    return web.Response(status=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _asgi(
+    manager: StreamableHTTPSessionManager, request: web.Request, body: bytes, caller: Caller
+) -> web.Response:
+    """Hand one verified request to the SDK as ASGI, and its (single, JSON) answer back."""
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": f"{request.version.major}.{request.version.minor}",
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.raw_path.encode("latin-1"),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower(), v) for k, v in request.raw_headers],
+        # Optional in ASGI; the SDK needs neither.
+        "client": None,
+        "server": None,
+        CALLER_SCOPE_KEY: caller,
+    }
+    delivered = False
+    answered = _Answer()
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await answered.done.wait()
+        return {"type": "http.disconnect"}
+
+    try:
+        await manager.handle_request(scope, receive, answered.send)
+    finally:
+        answered.done.set()
+    return answered.response()
+
+
+class _Answer:
+    """What the SDK sent back for one request, gathered into one aiohttp response."""
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+        self.status = 500
+        self.headers: list[tuple[str, str]] = []
+        self.body: list[bytes] = []
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+            self.headers = [
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])
+            ]
+        elif message["type"] == "http.response.body":
+            self.body.append(bytes(message.get("body", b"")))
+
+    def response(self) -> web.Response:
+        # aiohttp sets the length and encoding of the body it sends itself.
+        headers = [(k, v) for k, v in self.headers if k.lower() not in _HOP_HEADERS]
+        return web.Response(status=self.status, body=b"".join(self.body), headers=headers)
+
+
+_HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
+
+
+@contextlib.asynccontextmanager
+async def _held(manager: StreamableHTTPSessionManager) -> AsyncIterator[None]:
+    """The session manager running in a task of its own while the context is open.
+
+    Its task group must be left by the task that entered it, and aiohttp may run
+    an app's start-up and clean-up in different tasks (its test server does).
+    """
+    started, stop = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with manager.run():
+            started.set()
+            await stop.wait()
+
+    task = asyncio.create_task(hold(), name="mcp-session-manager")
+    waiting = asyncio.create_task(started.wait())
+    await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        waiting.cancel()
+        task.result()  # the manager failed to start: raise its error
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
+def build_server(tools: Tools) -> MCPServer[Any]:
+    """The SDK's server with the knowledge base's tools."""
+    server: MCPServer[Any] = MCPServer(
+        "knowledge-base", title="Company knowledge base", instructions=INSTRUCTIONS
+    )
+    register_tools(server, tools)
+    return server
+
+
+def attach(
+    app: web.Application, engine: Engine, config: McpConfig, people: People | None
+) -> McpEndpoint:
+    """Serve the MCP endpoint at ``/mcp`` on ``app``, the tools over ``engine``.
+
+    Args:
+        app: the web application (Slack, the viewer, the health checks).
+        engine: the answer engine; its knowledge base's store holds the tokens.
+        config: the rate limit and Slack identity auth.
+        people: who belongs to the workspace and its channels; ``None``: nobody to ask.
+    """
+    server = build_server(Tools(engine, people))
+    server.streamable_http_app(
+        json_response=True,
+        stateless_http=True,
+        max_request_body_size=MAX_BODY_BYTES,
+        # Every call needs a token or Slack's signature, which a DNS-rebinding page lacks;
+        # checking the Host header would only break the public URL behind a proxy.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    manager = server.session_manager
+    endpoint = McpEndpoint(manager, engine.kb.store.mcp_tokens, config)
+
+    async def run_manager(app: web.Application) -> AsyncIterator[None]:
+        # Stateless: no session outlives its request, so stopping it loses nothing.
+        async with _held(manager):
+            yield
+
+    app[MCP_ENDPOINT] = endpoint
+    app.router.add_route("*", MCP_PATH, endpoint.handle)
+    app.cleanup_ctx.append(run_manager)
+    return endpoint

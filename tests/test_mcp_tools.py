@@ -1,0 +1,170 @@
+"""The MCP tools over a real engine: the verdicts, the answer path's outcomes, the scopes.
+
+``bot.mcp.tools.Tools`` over the bundled sample corpus (real FAISS, BM25 and
+embedding model) and the local OpenAI-compatible server: between the two
+thresholds a search says "related only" and an ask shows possibly related
+passages, both without a model call; a model that is down still gives the
+passages; without Slack to ask, a token without scopes searches only the
+documents for everyone, and one with a channel scope that channel's too. And
+the bot's app in process: ``/mcp`` only with ``KB_MCP=on``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from bot.mcp import Person
+from bot.mcp.people import NotServed, People
+from bot.mcp.tools import SEARCHED, Tools
+from core.answer import Engine
+from core.retrieve import LocalBackend, Mode
+from index.knowledge_base import KnowledgeBase
+from tests.conftest_bot import FALCON, FALCON_Q, BotFactory, make_settings
+from tests.servers import CHANNEL_ID, DEFAULT_SIGNING_SECRET, OpenAICompatServer
+
+EngineFor = Callable[..., Engine]
+# A question the sample corpus has related passages for (tests/test_related.py).
+QUESTION = "How do I get reimbursed for a conference ticket?"
+USER = "U0ALICE001"
+EVERYONE_ONLY = Person(USER, None, "plain", None)
+IN_CHANNEL = Person(USER, None, "scoped", frozenset({CHANNEL_ID}))
+
+
+@pytest.fixture
+def kb(sample_kb: KnowledgeBase) -> KnowledgeBase:
+    return sample_kb
+
+
+def _best_distance(kb: KnowledgeBase, question: str) -> float:
+    vector = kb.embedder.encode_query(question)
+    found = LocalBackend(kb.indexes).search(vector, question, None, 20, Mode.HYBRID)
+    return min(c.distance for c in found)
+
+
+def _between(best: float) -> dict[str, float]:
+    """Thresholds that put a question whose best distance is ``best`` between them."""
+    return {"threshold": round(best - 0.02, 4), "related_threshold": round(best + 0.03, 4)}
+
+
+async def test_between_the_thresholds_a_search_says_related_only(
+    kb: KnowledgeBase, engine_for: EngineFor, openai_server: OpenAICompatServer
+) -> None:
+    between = _between(_best_distance(kb, QUESTION))
+    tools = Tools(engine_for(**between), None)
+    found = await tools.search(EVERYONE_ONLY, QUESTION, 5)
+    assert found.verdict == "related only" and "not an answer" in found.note
+    assert 1 <= len(found.passages) <= 5
+    assert not any(p.passes_gate for p in found.passages)
+    assert all(
+        between["threshold"] < p.distance <= between["related_threshold"] for p in found.passages
+    )
+    assert openai_server.requests == []
+    [row] = list(kb.store.db.query("SELECT outcome, surface, client FROM query_log"))
+    assert (row["outcome"], row["surface"], row["client"]) == ("related", "mcp", "plain")
+
+
+async def test_between_the_thresholds_an_ask_shows_related_passages_without_the_model(
+    kb: KnowledgeBase, engine_for: EngineFor, openai_server: OpenAICompatServer
+) -> None:
+    tools = Tools(engine_for(**_between(_best_distance(kb, QUESTION))), None)
+    answer = await tools.ask(EVERYONE_ONLY, QUESTION)
+    assert answer.outcome == "related" and not answer.model_called and not answer.grounded
+    assert answer.sources and all("#char=" in s.link for s in answer.sources)
+    assert openai_server.requests == []
+
+
+async def test_a_search_that_passes_the_gate_is_logged_as_searched(
+    kb: KnowledgeBase, engine_for: EngineFor
+) -> None:
+    best = _best_distance(kb, QUESTION)
+    tools = Tools(engine_for(threshold=best + 0.05, related_threshold=best + 0.1), None)
+    found = await tools.search(EVERYONE_ONLY, QUESTION, 2)
+    assert found.verdict == "answerable" and found.passages[0].passes_gate
+    assert len(found.passages) <= 2
+    [row] = list(kb.store.db.query("SELECT outcome, model_called FROM query_log"))
+    assert (row["outcome"], row["model_called"]) == (SEARCHED, 0)
+
+
+async def test_a_model_that_is_down_still_gives_the_passages(
+    kb: KnowledgeBase, engine_for: EngineFor, openai_server: OpenAICompatServer
+) -> None:
+    best = _best_distance(kb, QUESTION)
+    openai_server.fail_with(503)
+    tools = Tools(engine_for(threshold=best + 0.05), None)
+    answer = await tools.ask(EVERYONE_ONLY, QUESTION)
+    assert answer.outcome == "model_unavailable" and not answer.grounded
+    assert answer.sources and all(s.link for s in answer.sources)
+
+
+async def test_without_slack_only_a_tokens_own_scopes_reach_a_channel(
+    kb: KnowledgeBase, engine_for: EngineFor
+) -> None:
+    kb.ingest_bytes(FALCON, "falcon.md", uploader="fixture", scope=CHANNEL_ID)
+    tools = Tools(engine_for(threshold=0.6), None)
+    plain = await tools.search(EVERYONE_ONLY, FALCON_Q, 20)
+    assert all(p.document != "Project Falcon" for p in plain.passages)
+    scoped = await tools.search(IN_CHANNEL, FALCON_Q, 5)
+    assert scoped.verdict == "answerable" and scoped.passages[0].document == "Project Falcon"
+
+
+class _Nobody(People):
+    """A workspace that serves nobody: an outsider's call."""
+
+    async def served(self, user_id: str, team_id: str | None) -> bool:
+        return False
+
+    async def member_channels(self, user_id: str, channels: object) -> frozenset[str]:
+        raise AssertionError("an outsider's channels are never asked for")
+
+
+async def test_a_person_the_workspace_does_not_serve_gets_nothing_logged(
+    kb: KnowledgeBase, engine_for: EngineFor
+) -> None:
+    tools = Tools(engine_for(), _Nobody())
+    with pytest.raises(NotServed, match="KB_ALLOW_EXTERNAL"):
+        await tools.search(IN_CHANNEL, QUESTION, 5)
+    assert list(kb.store.db.query("SELECT id FROM query_log")) == []
+
+
+# ------------------------------------------------------------------ KB_MCP off and on
+
+
+async def test_with_mcp_off_there_is_no_endpoint(make_bot: BotFactory) -> None:
+    bot = await make_bot()
+    resp = await bot.http.post("/mcp", data=b"{}", headers={"Content-Type": "application/json"})
+    assert resp.status == 404
+    ready = await (await bot.http.get("/readyz")).json()
+    assert ready["mcp"] is False
+
+
+async def test_with_mcp_on_the_app_serves_it_beside_the_viewer(make_bot: BotFactory) -> None:
+    bot = await make_bot(mcp=True)
+    token, _ = bot.kb.store.mcp_tokens.issue("in-process", user_id=USER)
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}})
+    resp = await bot.http.post("/mcp", data=body, headers=headers)
+    assert resp.status == 200
+    listed = await resp.json()
+    assert listed["id"] == 7
+    assert {t["name"] for t in listed["result"]["tools"]} == {
+        "search_knowledge_base",
+        "ask_knowledge_base",
+    }
+    assert (await bot.http.get("/readyz")).status == 200
+    assert (await bot.http.post("/mcp", data=body)).status == 401
+
+
+def test_kb_mcp_reads_on_and_slack_identity_needs_the_signing_secret() -> None:
+    assert make_settings(mcp="on").mcp is True and make_settings(mcp="off").mcp is False
+    with pytest.raises(ValueError, match="KB_MCP_SLACK_IDENTITY=on needs SLACK_SIGNING_SECRET"):
+        make_settings(mcp="on", mcp_slack_identity="on")
+    assert make_settings(
+        mcp_slack_identity="on", slack_signing_secret=DEFAULT_SIGNING_SECRET
+    ).mcp_slack_identity

@@ -1,0 +1,420 @@
+"""Agent sessions and their Stop button, through the real bolt app (signed HTTP events).
+
+A question asked in the agent surface (the app's Messages tab) runs as an agent
+session; a Stop (``agent_session_stopped``) cancels the turn at once, closing
+the model's streamed request. The local model server writes a few words and
+then holds its answer until the client goes away, so the tests see when the
+connection closes; the mock Slack plays the click (it stops the app's streams
+in the thread) and keeps each session's status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from bot.app import create_app
+from bot.settings import Settings
+from bot.slack import messages
+from bot.slack.blocks import FEEDBACK_ACTION_ID
+from bot.slack.reply import SESSION_TITLE_CHARS
+from bot.slack.sessions import Stop, StopRequest, Turns, stop_request
+from core.answer import Outcome
+from core.gaps import knowledge_gaps
+from index.knowledge_base import KnowledgeBase
+
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
+from tests.servers import (  # noqa: E402
+    DM_CHANNEL_ID,
+    USER_ID,
+    MockSlackAPI,
+    OpenAICompatServer,
+    agent_session_stopped_event,
+    app_mention_event,
+    closed_port_url,
+    message_im_event,
+)
+from tests.test_slack_streaming import streamed_text  # noqa: E402
+
+# The stop must close the model's request within half a second of Slack's event.
+STOP_SECONDS = 0.5
+LONG_ANSWER = " ".join(["Claims are due within thirty days of the purchase."] * 6) + " [1]."
+OTHER_USER = "U0OTHER001"
+
+
+def as_agent(bot: Bot) -> None:
+    """The app is declared an agent (Slack then takes its sessions); streams keep up at once."""
+    bot.slack.agent_app = True
+    bot.llm.set_reply(lambda _: LONG_ANSWER)
+    bot.services.streaming.append_seconds = 0.0
+    bot.services.streaming.first_text_seconds = 0.0
+
+
+async def wait_until(condition: Any, what: str, timeout: float = 15.0) -> None:
+    """Poll ``condition`` until it holds (a ceiling, not a sleep standing in for an event)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+async def ask_and_hold(bot: Bot, pieces: int = 3) -> dict[str, Any]:
+    """Ask in the DM; the model writes ``pieces`` pieces and holds. Returns the question's event."""
+    as_agent(bot)
+    bot.llm.hold_after(pieces)
+    event = message_im_event(IN_DOMAIN)
+    await bot.event(event)
+    if pieces:
+        await wait_until(lambda: streamed_text(bot).strip(), "the first words streamed")
+    else:
+        await bot.llm.wait_for_requests()
+    return event
+
+
+def logged(bot: Bot) -> list[Any]:
+    """Every question of the query log, oldest first, as recorded."""
+    rows = bot.kb.queries.by_outcome([o.value for o in Outcome], since=0.0, limit=50)
+    return [bot.kb.queries.get(r.id) for r in reversed(rows)]
+
+
+def thread_messages(bot: Bot, thread: str) -> list[dict[str, Any]]:
+    return [
+        m
+        for (c, _), m in bot.slack.messages.items()
+        if c == DM_CHANNEL_ID and m.get("thread_ts") == thread
+    ]
+
+
+# ---------------------------------------------------------------- Stop
+
+
+async def test_stop_cancels_the_model_at_once_and_leaves_what_was_shown(bot: Bot) -> None:
+    event = await ask_and_hold(bot)
+    thread = str(event["ts"])
+    assert bot.slack.sessions[(DM_CHANNEL_ID, thread)]["status"] == "processing"
+    shown = streamed_text(bot)
+    calls_before = len(bot.slack.log)
+
+    stopped = bot.slack.press_stop(DM_CHANNEL_ID, thread)
+    assert stopped, "the answer was streaming when Stop was clicked"
+    clicked = time.perf_counter()
+    await bot.event(
+        agent_session_stopped_event(DM_CHANNEL_ID, thread, streaming_message_ts=stopped)
+    )
+    closed = await bot.llm.wait_for_disconnect()
+    assert closed - clicked < STOP_SECONDS, (
+        f"the model's request closed {closed - clicked:.3f} s later"
+    )
+    await bot.idle()
+
+    # What was shown stays, marked stopped; nothing else is posted in the thread.
+    (message,) = thread_messages(bot, thread)
+    assert message["ts"] == stopped[0]
+    blocks = json.dumps(message["blocks"], ensure_ascii=False)
+    assert messages.STOPPED in blocks and shown.split()[0] in blocks
+    assert FEEDBACK_ACTION_ID not in blocks and messages.SOURCES_HEADER not in blocks
+    after = [m for m, _ in bot.slack.log[calls_before:]]
+    assert "chat.postMessage" not in after
+    assert after.count("chat.update") == 1
+    assert len(bot.llm.requests) == 1
+    # The session is no longer processing (Slack leaves that to the app).
+    assert bot.slack.sessions[(DM_CHANNEL_ID, thread)]["status"] == "active"
+    (record,) = logged(bot)
+    assert record.outcome == Outcome.STOPPED.value == "stopped"
+    assert record.model_called and record.kept
+    assert record.answer and shown.split()[0] in record.answer
+    assert record.thread_id == thread and record.user == USER_ID
+    # Stopping is the asker's choice, not something the knowledge base lacks.
+    assert knowledge_gaps(bot.kb, since=0.0) == []
+
+
+async def test_stop_before_the_first_word_says_stopped(bot: Bot) -> None:
+    event = await ask_and_hold(bot, pieces=0)
+    thread = str(event["ts"])
+    clicked = time.perf_counter()
+    stopped = bot.slack.press_stop(DM_CHANNEL_ID, thread)
+    await bot.event(
+        agent_session_stopped_event(DM_CHANNEL_ID, thread, streaming_message_ts=stopped)
+    )
+    closed = await bot.llm.wait_for_disconnect()
+    assert closed - clicked < STOP_SECONDS
+    await bot.idle()
+    (message,) = thread_messages(bot, thread)
+    assert message["text"] == messages.STOPPED
+    (record,) = logged(bot)
+    assert record.outcome == "stopped" and record.answer == ""
+
+
+async def test_stop_without_streaming_marks_the_edited_answer(make_bot: BotFactory) -> None:
+    bot = await make_bot(slack_streaming="off")  # a session needs no stream: Stop still works
+    as_agent(bot)
+    bot.services.conversation.stream_update_seconds = 0.0
+    bot.llm.hold_after(3)
+    event = message_im_event(IN_DOMAIN)
+    thread = str(event["ts"])
+    await bot.event(event)
+    (posted,) = await bot.slack.wait_for("chat.postMessage")
+    assert posted["text"].startswith("Claims")
+    await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread))
+    await bot.llm.wait_for_disconnect()
+    await bot.idle()
+    (message,) = thread_messages(bot, thread)
+    blocks = json.dumps(message["blocks"], ensure_ascii=False)
+    assert messages.STOPPED in blocks and "Claims" in blocks and messages.WRITING not in blocks
+    assert not bot.slack.calls("chat.startStream")
+    assert bot.slack.sessions[(DM_CHANNEL_ID, thread)]["status"] == "active"
+    assert [r.outcome for r in logged(bot)] == ["stopped"]
+
+
+async def test_a_stop_after_the_answer_changes_nothing(bot: Bot) -> None:
+    as_agent(bot)
+    event = message_im_event(IN_DOMAIN)
+    thread = str(event["ts"])
+    await bot.event(event)
+    answer = await bot.answer()
+    await bot.idle()
+    before = (list(bot.slack.log), copy.deepcopy(bot.slack.messages))
+
+    await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread))
+    await bot.idle()
+    assert (list(bot.slack.log), copy.deepcopy(bot.slack.messages)) == before
+    assert FEEDBACK_ACTION_ID in json.dumps(answer["blocks"])
+    assert [r.outcome for r in logged(bot)] == ["answered"]
+    assert bot.slack.sessions[(DM_CHANNEL_ID, thread)]["status"] == "active"
+
+
+async def test_a_repeated_stop_is_harmless(bot: Bot) -> None:
+    event = await ask_and_hold(bot)
+    thread = str(event["ts"])
+    stopped = bot.slack.press_stop(DM_CHANNEL_ID, thread)
+    stop = agent_session_stopped_event(DM_CHANNEL_ID, thread, streaming_message_ts=stopped)
+    await bot.event(stop, event_id="EvStop0001")
+    await bot.event(stop, event_id="EvStop0001", retry_num=1)  # Slack's redelivery: dropped
+    await bot.event({**stop, "event_ts": str(float(stop["event_ts"]) + 0.5)})  # a second click
+    await bot.llm.wait_for_disconnect()
+    await bot.idle()
+    (message,) = thread_messages(bot, thread)
+    assert messages.STOPPED in json.dumps(message["blocks"], ensure_ascii=False)
+    assert len(bot.slack.calls("chat.update")) == 1
+    assert [r.outcome for r in logged(bot)] == ["stopped"]
+    assert messages.ERROR_GENERIC not in json.dumps(bot.slack.log, ensure_ascii=False)
+
+
+async def test_someone_elses_stop_is_ignored_and_logged(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    as_agent(bot)
+    bot.llm.trickle(0.02)
+    event = message_im_event(IN_DOMAIN)
+    thread = str(event["ts"])
+    await bot.event(event)
+    await wait_until(lambda: streamed_text(bot).strip(), "the first words streamed")
+    with caplog.at_level(logging.WARNING, logger="bot.slack.sessions"):
+        await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread, user=OTHER_USER))
+        answer = await bot.answer()
+        await bot.idle()
+    assert any(OTHER_USER in r.getMessage() for r in caplog.records)
+    assert bot.llm.disconnects == []
+    assert FEEDBACK_ACTION_ID in json.dumps(answer["blocks"])
+    assert [r.outcome for r in logged(bot)] == ["answered"]
+
+
+@pytest.mark.parametrize(
+    "malformed",
+    [
+        {"type": "agent_session_stopped"},
+        {"type": "agent_session_stopped", "channel": DM_CHANNEL_ID, "user": USER_ID},
+        {
+            "type": "agent_session_stopped",
+            "channel": DM_CHANNEL_ID,
+            "thread_ts": 17,
+            "user": USER_ID,
+        },
+        {
+            "type": "agent_session_stopped",
+            "channel": [DM_CHANNEL_ID],
+            "thread_ts": "1.2",
+            "user": USER_ID,
+        },
+        {
+            "type": "agent_session_stopped",
+            "channel": DM_CHANNEL_ID,
+            "thread_ts": "1" * 500,
+            "user": USER_ID,
+        },
+    ],
+)
+async def test_a_malformed_stop_is_answered_and_ignored(
+    bot: Bot, malformed: dict[str, Any]
+) -> None:
+    as_agent(bot)
+    bot.llm.trickle(0.01)
+    event = message_im_event(IN_DOMAIN)
+    await bot.event(event)
+    resp = await bot.event(malformed)
+    assert resp.status == 200
+    answer = await bot.answer()
+    await bot.idle()
+    assert FEEDBACK_ACTION_ID in json.dumps(answer["blocks"])
+    assert messages.ERROR_GENERIC not in json.dumps(bot.slack.log, ensure_ascii=False)
+    assert [r.outcome for r in logged(bot)] == ["answered"]
+
+
+# ---------------------------------------------------------------- the session itself
+
+
+async def test_the_session_is_titled_with_the_question_within_slacks_limit(bot: Bot) -> None:
+    as_agent(bot)
+    question = "How long do I have to submit an expense claim " + "really " * 60 + "?"
+    event = message_im_event(question)
+    await bot.event(event)
+    await bot.answer()
+    await bot.idle()
+    opened = bot.slack.calls("agents.sessions.setStatus")[0]
+    assert opened["status"] == "processing" and opened["thread_ts"] == str(event["ts"])
+    assert opened["initiator_user_id"] == USER_ID
+    assert 1 <= len(opened["title"]) <= SESSION_TITLE_CHARS == 200
+    assert question.startswith(opened["title"].rstrip("…").rstrip())
+    assert bot.slack.calls("agents.sessions.rename") == []
+    # The session opened before anything was shown, and the status was set too.
+    methods = bot.slack.methods()
+    assert methods.index("agents.sessions.setStatus") < methods.index("chat.startStream")
+    assert "assistant.threads.setStatus" in methods
+
+
+async def test_a_session_slack_already_had_is_retitled_for_a_new_question(bot: Bot) -> None:
+    as_agent(bot)
+    event = message_im_event(IN_DOMAIN)
+    thread = str(event["ts"])
+    bot.slack.sessions[(DM_CHANNEL_ID, thread)] = {"title": "Untitled", "status": "active"}
+    await bot.event(event)
+    await bot.answer()
+    await bot.idle()
+    (renamed,) = bot.slack.calls("agents.sessions.rename")
+    assert renamed["title"] == IN_DOMAIN and renamed["thread_ts"] == thread
+    assert bot.slack.sessions[(DM_CHANNEL_ID, thread)]["title"] == IN_DOMAIN
+
+
+async def test_without_agent_sessions_the_answer_goes_on_as_before(bot: Bot) -> None:
+    # Not declared an agent: Slack refuses sessions; that is asked once, then remembered.
+    bot.llm.set_reply(lambda _: LONG_ANSWER)
+    for n in (1, 2):
+        event = message_im_event(IN_DOMAIN)
+        await bot.event(event)
+        answer = await bot.answer(n)
+        await bot.idle()
+        assert FEEDBACK_ACTION_ID in json.dumps(answer["blocks"])
+    refused = [e for m, _, e in bot.slack.rejected if m.startswith("agents.sessions")]
+    assert refused == ["not_allowed"]
+    assert bot.slack.calls("assistant.threads.setStatus")
+    assert not any(p.get("chunks") for p in bot.slack.calls("chat.startStream"))
+
+
+async def test_a_channel_question_opens_no_session(bot: Bot) -> None:
+    as_agent(bot)
+    await bot.event(app_mention_event(IN_DOMAIN))
+    await bot.answer()
+    await bot.idle()
+    assert bot.slack.calls("agents.sessions.setStatus", include_rejected=True) == []
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def test_a_stop_request_needs_a_thread_and_a_person() -> None:
+    good = {"channel": "D1", "thread_ts": "1.2", "user": "U1", "streaming_message_ts": []}
+    assert stop_request(good) == StopRequest("D1", "1.2", "U1")
+    for bad in ({}, {**good, "user": ""}, {**good, "thread_ts": 1.2}, "D1", None):
+        assert stop_request(bad) is None
+
+
+async def test_the_registry_tells_a_late_stop_from_an_unknown_thread() -> None:
+    now = [0.0]
+    turns = Turns(clock=lambda: now[0], finished_ttl=60.0)
+
+    async def work() -> str:
+        return "done"
+
+    assert await turns.run("D1", "1.2", "U1", work()) == "done"
+    assert turns.running("D1", "1.2") == 0
+    assert turns.stop(StopRequest("D1", "1.2", "U1")) is Stop.FINISHED
+    assert turns.stop(StopRequest("D1", "9.9", "U1")) is Stop.NOT_RUNNING
+    now[0] = 61.0
+    assert turns.stop(StopRequest("D1", "1.2", "U1")) is Stop.NOT_RUNNING
+
+
+async def test_a_stop_once_the_answer_is_complete_lets_it_finish() -> None:
+    turns = Turns()
+    release = asyncio.Event()
+
+    async def work() -> str:
+        await release.wait()
+        return "shown"
+
+    running = asyncio.ensure_future(turns.run("D1", "1.2", "U1", work(), stoppable=lambda: False))
+    await asyncio.sleep(0)
+    assert turns.stop(StopRequest("D1", "1.2", "U1")) is Stop.FINISHING
+    release.set()
+    assert await running == "shown"
+
+
+async def test_a_stop_cancels_only_the_askers_turns() -> None:
+    turns = Turns()
+    never = asyncio.Event()
+    mine = asyncio.ensure_future(turns.run("C1", "1.2", "U1", never.wait()))
+    theirs = asyncio.ensure_future(turns.run("C1", "1.2", "U2", never.wait()))
+    await asyncio.sleep(0)
+    assert turns.stop(StopRequest("C1", "1.2", "U1")) is Stop.STOPPED
+    assert await mine is None  # stopped by its asker: no exception for the listener
+    assert turns.stop(StopRequest("C1", "1.2", "U1")) is Stop.NOT_THE_ASKER
+    assert not theirs.done() and turns.running("C1", "1.2") == 1
+    theirs.cancel()
+
+
+async def test_a_failed_answer_leaves_no_session_processing(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    # The embeddings endpoint goes away after indexing: the question fails in the engine.
+    settings = settings_for(
+        data_dir=tmp_path / "kb",
+        embedding_model="openai:test-embed",
+        embedding_base_url=closed_port_url(),
+        embedding_max_retries=0,
+        slack_streaming="off",  # no stream whose stop would end the session by itself
+    )
+    up = settings.index_config()
+    up = replace(up, embedding_endpoint=replace(up.embedding_endpoint, base_url=llm.url))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+    indexed = await asyncio.to_thread(KnowledgeBase, up)
+    await asyncio.to_thread(indexed.ingest_paths, [docs])
+    indexed.store.db.conn.close()
+    app = create_app(settings, kb=await asyncio.to_thread(KnowledgeBase, settings.index_config()))
+    bot = Bot(await aiohttp_client(app), app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+    slack.agent_app = True
+    event = message_im_event("Where can I leave my bicycle?")
+    await bot.event(event)
+    await bot.idle()
+    told = [c["text"] for c in slack.calls("chat.postMessage")]
+    assert messages.ERROR_SEARCH_UNAVAILABLE in told
+    opened, ended = slack.calls("agents.sessions.setStatus")
+    assert (opened["status"], ended["status"]) == ("processing", "active")
+    assert slack.sessions[(DM_CHANNEL_ID, str(event["ts"]))]["status"] == "active"
