@@ -8,11 +8,12 @@ has the thread, else as the query log has it), the steps of the work as the
 engine reaches them (a surface may show them or not), the engine's
 answer streamed at a bounded rate (by the conversation, or by a surface that
 paces its own native stream), and the final answer in place of the
-progress. A turn cancelled while the engine works (the asker pressed Stop)
-tells the reply, which marks what it showed as stopped, and the cancellation
-goes on; once the engine has its answer the turn finishes as it would
-have. A second surface (Microsoft Teams, a web chat) is one new package
-that implements ``Reply`` and builds ``Turn``; nothing here changes.
+progress. A turn cancelled before its answer is complete (the asker pressed
+Stop) is logged as stopped (by the engine once it has the question) and tells
+the reply, which marks what it showed as stopped, and the cancellation goes
+on; once the engine has its answer the turn finishes as it would have. A
+second surface (Microsoft Teams, a web chat) is one new package that
+implements ``Reply`` and builds ``Turn``; nothing here changes.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class Conversation:
         if not turn.question:
             await reply.help()
             return None
+        asked = False  # the engine logs a turn stopped once it has it
         try:
             await reply.progress()
             history = await self._history(turn)
@@ -123,6 +125,7 @@ class Conversation:
                 if reply.paces_itself()
                 else _throttled(reply.partial, self.stream_update_seconds)
             )
+            asked = True
             answer = await self.engine.ask(
                 turn.question,
                 scopes=turn.scopes,
@@ -132,6 +135,8 @@ class Conversation:
                 on_step=reply.step,
             )
         except asyncio.CancelledError:
+            if not asked:
+                await self.engine.stopped(turn.question, scopes=turn.scopes, asker=turn.asker)
             await reply.stopped()
             raise
         await reply.final(answer)

@@ -44,6 +44,10 @@ MIN_SECRET_LENGTH = 6
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 # A citation link's token is its access credential: any ?t= / &t= value (also HTML-escaped &amp;t=).
 _LINK_TOKEN_RE = re.compile(r"(?<=[?&;]t=)[^\s&#'\"<>|\\)\]},]+")
+# An MCP bearer token wherever it shows up (a path someone pasted it into, an error):
+# the URL-safe base64 after index.storage.mcp_tokens.TOKEN_PREFIX (spelled out here so
+# that configuring logs imports no storage; tests/test_mcp_tokens.py checks they agree).
+_MCP_TOKEN_RE = re.compile(r"kbmcp_[A-Za-z0-9_\-]+")
 # Keys whose value is a multi-line text the renderer prints as is.
 _MULTILINE_KEYS = frozenset({"exception", "stack"})
 # Libraries that log every request at INFO drown the product's own events; Slack's
@@ -76,7 +80,7 @@ def _escape_lines(text: str) -> str:
 
 
 class Redactor:
-    """Replaces citation-link tokens and the given secrets with ``[redacted]``."""
+    """Replaces citation-link tokens, MCP tokens and the given secrets with ``[redacted]``."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         values = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
@@ -86,7 +90,7 @@ class Redactor:
         """``text`` without tokens or secrets."""
         if self._secrets is not None:
             text = self._secrets.sub(REDACTED, text)
-        return _LINK_TOKEN_RE.sub(REDACTED, text)
+        return _MCP_TOKEN_RE.sub(REDACTED, _LINK_TOKEN_RE.sub(REDACTED, text))
 
 
 # ---------------------------------------------------------------- tracebacks

@@ -468,7 +468,7 @@ class Settings(BaseSettings):
     mcp_slack_identity: bool = _setting(
         False,
         "KB_MCP_SLACK_IDENTITY",
-        "Also serve /mcp requests the Slackbot MCP client signs with the app's signing secret (Slack identity auth), as the person Slack names in the call. Needs SLACK_SIGNING_SECRET and KB_MCP=on.",
+        "Also serve /mcp requests the Slackbot MCP client signs with the app's signing secret (Slack identity auth), as the person Slack names in the call. Needs SLACK_SIGNING_SECRET, SLACK_BOT_TOKEN and KB_MCP=on.",
     )
     admin_users: str = _setting(
         "",
@@ -592,8 +592,19 @@ class Settings(BaseSettings):
             ]
             if missing:
                 raise ValueError(f"KB_VIEWER_AUTH=slack needs {', '.join(missing)}")
-        if self.mcp_slack_identity and not self.slack_signing_secret.get_secret_value().strip():
-            raise ValueError("KB_MCP_SLACK_IDENTITY=on needs SLACK_SIGNING_SECRET")
+        if self.mcp_slack_identity:
+            # The signature says the call came from Slack; the bot token lets the
+            # person it names be looked up (workspace, deactivated, channels).
+            missing = [
+                name
+                for name, value in (
+                    ("SLACK_SIGNING_SECRET", self.slack_signing_secret.get_secret_value()),
+                    ("SLACK_BOT_TOKEN", self.slack_config().bot_token),
+                )
+                if not value.strip()
+            ]
+            if missing:
+                raise ValueError(f"KB_MCP_SLACK_IDENTITY=on needs {', '.join(missing)}")
         if self.max_kept < self.top_k:
             raise ValueError(
                 f"KB_MAX_KEPT ({self.max_kept}) must be at least KB_TOP_K ({self.top_k})"

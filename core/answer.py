@@ -267,6 +267,12 @@ class Engine:
         )
         return answer
 
+    async def stopped(
+        self, question: str, *, scopes: frozenset[str] | None = None, asker: Asker = Asker()
+    ) -> None:
+        """Log ``question`` as ``stopped`` before :meth:`ask` began (the asker stopped it first)."""
+        await asyncio.to_thread(self._log_stopped, question, _Trace(), scopes, asker)
+
     async def _answer(
         self,
         question: str,
@@ -526,8 +532,8 @@ class Engine:
         language = await asyncio.to_thread(self._question_language, question)
         messages = build_messages(question, sources, history=history, language=language)
         if self.llm.configured:
-            trace.model_called = True
             await (on_step or _no_step)(Step(StepKind.WRITING))
+            trace.model_called = True  # not before: a stop while the step is shown calls no model
         t = time.perf_counter()
         try:
             text = await self.llm.complete(messages, on_delta=_tracked(on_delta, trace))

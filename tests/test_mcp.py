@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -577,3 +578,221 @@ async def test_a_slack_signed_call_naming_nobody_is_refused_as_a_tool_error(
     status, _, response = await _post(served, body, _slack_signed(body))
     result = json.loads(response)["result"]
     assert result["isError"] and "names no Slack person" in json.dumps(result)
+
+
+# ------------------------------------------------------------------ the door, attacked
+
+
+@on_server
+@pytest.mark.parametrize(
+    ("method", "accept"),
+    [("GET", "text/event-stream"), ("DELETE", "application/json"), ("PUT", "application/json")],
+)
+async def test_only_post_is_served_and_a_get_for_an_event_stream_is_not_held_open(
+    served: Served, method: str, accept: str
+) -> None:
+    headers = {**served.auth("bob"), "Accept": accept}
+    timeout = aiohttp.ClientTimeout(total=20)
+    async with served.http.request(method, served.mcp, headers=headers, timeout=timeout) as resp:
+        assert resp.status == 405
+        assert resp.headers["Allow"] == "POST"
+        assert "only POST" in (await resp.json())["error"]["message"]
+
+
+@on_server
+@pytest.mark.parametrize("variant", ["bearer {t}", "BEARER {t}", "  Bearer   {t}  "])
+async def test_the_bearer_scheme_is_read_in_any_case_and_spacing(
+    served: Served, variant: str
+) -> None:
+    headers = {**JSON_RPC_HEADERS, "Authorization": variant.format(t=served.tokens["bob"])}
+    status, _, _ = await _post(served, _rpc("tools/list"), headers)
+    assert status == 200
+
+
+@on_server
+@pytest.mark.parametrize(
+    "variant", ["Bearer{t}", "Token {t}", "Bearer {t}x", "Bearer {upper}", "Bearer {hash}"]
+)
+async def test_a_mangled_token_or_its_hash_gets_a_bare_401(served: Served, variant: str) -> None:
+    token = served.tokens["bob"]
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    authorization = variant.format(t=token, upper=token.upper(), hash=f"kbmcp_{digest}")
+    headers = {**JSON_RPC_HEADERS, "Authorization": authorization}
+    status, _, body = await _post(served, _rpc("tools/list"), headers)
+    assert (status, body) == (401, b"")
+
+
+@on_server
+async def test_two_authorization_headers_are_refused_whichever_comes_first(
+    served: Served,
+) -> None:
+    good, bad = f"Bearer {served.tokens['bob']}", "Bearer kbmcp_not-a-token"
+    for first, second in [(good, bad), (bad, good), (good, good)]:
+        headers = [("Authorization", first), ("Authorization", second), *JSON_RPC_HEADERS.items()]
+        async with served.http.post(served.mcp, data=_rpc("tools/list"), headers=headers) as resp:
+            assert resp.status == 401 and await resp.read() == b""
+
+
+@on_server
+async def test_a_bad_token_is_refused_before_its_body_arrives(served: Served) -> None:
+    host, port = urlsplit(served.url).hostname, urlsplit(served.url).port
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        # Promises 60000 bytes, sends 10 and waits: the 401 comes without the rest.
+        writer.write(
+            b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer kbmcp_not-a-token\r\nContent-Length: 60000\r\n\r\n"
+            b'{"jsonrpc"'
+        )
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), timeout=20)
+    finally:
+        writer.close()
+    assert status_line.startswith(b"HTTP/1.1 401")
+
+
+@on_server
+async def test_a_batch_is_refused_in_a_sentence(served: Served) -> None:
+    batch = b"[" + _rpc("tools/list") + b"," + _rpc("tools/list", id_=2) + b"]"
+    status, _, body = await _post(served, batch, served.auth("bob"))
+    assert status == 400
+    assert "one JSON-RPC message per request" in json.loads(body)["error"]["message"]
+
+
+@on_server
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"query": "expenses", "limit": 1000}, "less than or equal to 20"),
+        ({"query": "expenses", "limit": 0}, "greater than or equal to 1"),
+        ({"query": "expenses", "limit": -5}, "greater than or equal to 1"),
+        ({"query": "expenses", "limit": "lots"}, "limit"),
+        ({"query": 123}, "valid string"),
+        ({"query": ["expenses"]}, "valid string"),
+        ({}, "query"),
+    ],
+)
+async def test_bad_tool_arguments_are_tool_errors_naming_the_argument(
+    served: Served, arguments: dict[str, Any], named: str
+) -> None:
+    body = _tool_call("search_knowledge_base", **arguments)
+    status, _, response = await _post(served, body, served.auth("bob"))
+    assert status == 200
+    result = json.loads(response)["result"]
+    assert result["isError"] and named in result["content"][0]["text"]
+
+
+@on_server
+@pytest.mark.parametrize(
+    "query", ["expenses\x00receipts", '" OR 1=1 -- NEAR(*) ^', "\u202eexpenses\ufeff", "経費 🧾"]
+)
+async def test_odd_characters_in_a_query_are_searched_as_text(served: Served, query: str) -> None:
+    status, _, response = await _post(
+        served, _tool_call("search_knowledge_base", query=query), served.auth("bob")
+    )
+    assert status == 200
+    result = json.loads(response)["result"]
+    assert not result["isError"]
+    assert result["structuredContent"]["verdict"] in {"answerable", "related only", "nothing close"}
+
+
+@on_server
+@pytest.mark.parametrize(
+    ("method", "listed"),
+    [
+        ("resources/list", "resources"),
+        ("resources/templates/list", "resourceTemplates"),
+        ("prompts/list", "prompts"),
+    ],
+)
+async def test_no_resource_or_prompt_lists_a_document(
+    served: Served, method: str, listed: str
+) -> None:
+    status, _, response = await _post(served, _rpc(method), served.auth("carol"))
+    assert status == 200
+    assert json.loads(response)["result"][listed] == []
+
+
+@on_server
+async def test_a_token_revoked_while_the_server_runs_is_refused_at_once(served: Served) -> None:
+    store = Store(served.data_dir)
+    try:
+        token, _ = store.mcp_tokens.issue("revoked-live", user_id=BOB)
+        headers = {**JSON_RPC_HEADERS, "Authorization": f"Bearer {token}"}
+        status, _, _ = await _post(served, _rpc("tools/list"), headers)
+        assert status == 200
+        store.mcp_tokens.revoke("revoked-live")
+    finally:
+        store.close()
+    status, _, body = await _post(served, _rpc("tools/list"), headers)
+    assert (status, body) == (401, b"")
+
+
+@on_server
+@pytest.mark.parametrize("age_s", [301, -301])
+async def test_a_slack_signature_outside_five_minutes_gets_401(served: Served, age_s: int) -> None:
+    body = _slack_tool_call("search_knowledge_base", CAROL, TEAM_ID, query=FALCON_Q)
+    signed = sign_slack_request(DEFAULT_SIGNING_SECRET, body, timestamp=int(time.time()) - age_s)
+    status, _, response = await _post(served, body, {**signed, **JSON_RPC_HEADERS})
+    assert (status, response) == (401, b"")
+    # The same body signed now is served: only the timestamp was wrong.
+    status, _, _ = await _post(served, body, _slack_signed(body))
+    assert status == 200
+
+
+@on_server
+async def test_a_slack_signature_header_that_is_not_slacks_gets_401_not_500(
+    served: Served,
+) -> None:
+    bad_timestamp = {
+        **JSON_RPC_HEADERS,
+        "X-Slack-Request-Timestamp": "not-a-number",
+        "X-Slack-Signature": "v0=00",
+    }
+    status, _, _ = await _post(served, _rpc("tools/list"), bad_timestamp)
+    assert status == 401
+    not_utf8 = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "x": "\xff"}'
+    status, _, _ = await _post(served, not_utf8, _slack_signed(not_utf8))
+    assert status == 401
+
+
+@on_server
+async def test_no_answer_or_log_line_repeats_a_token(served: Served) -> None:
+    token = served.tokens["carol"]
+    requests = [
+        (_rpc("tools/list"), {**JSON_RPC_HEADERS, "Authorization": f"Bearer {token}x"}),
+        (_rpc("tools/list"), {**JSON_RPC_HEADERS, "Authorization": f"Basic {token}"}),
+        (b"[" + _rpc("tools/list") + b"]", served.auth("carol")),
+        (b'{"jsonrpc": ', served.auth("carol")),
+        (_tool_call("nope"), served.auth("carol")),
+        (_tool_call("search_knowledge_base", query=""), served.auth("carol")),
+        (_rpc("tools/list"), {**served.auth("carol"), "Accept": "text/event-stream"}),
+    ]
+    answers = [await _post(served, body, headers) for body, headers in requests]
+    assert [status for status, _, _ in answers] == [401, 401, 400, 400, 200, 200, 406]
+    for _, response_headers, response in answers:
+        assert token not in response.decode() + json.dumps(response_headers)
+    served_log = served.log.read_text(encoding="utf-8", errors="replace")
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    assert token not in served_log and digest not in served_log
+    assert DEFAULT_SIGNING_SECRET not in served_log
+
+
+@on_server
+async def test_the_token_of_a_person_slack_has_deactivated_is_served_no_more(
+    served: Served,
+) -> None:
+    departed = "U0GONE0001"
+    served.slack.set_user(departed, deleted=True)
+    store = Store(served.data_dir)
+    try:
+        token, _ = store.mcp_tokens.issue("departed", user_id=departed, scopes=(CHANNEL_ID,))
+    finally:
+        store.close()
+    headers = {**JSON_RPC_HEADERS, "Authorization": f"Bearer {token}"}
+    body = _tool_call("search_knowledge_base", query=FALCON_Q)
+    status, _, response = await _post(served, body, headers)
+    assert status == 200
+    result = json.loads(response)["result"]
+    assert result["isError"] and "only members of its own Slack workspace" in json.dumps(result)
+    assert not any(r["user"] == departed for r in _logged(served))

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
+from bot.logs import REDACTED, Redactor
 from bot.mcp.limits import WINDOW_SECONDS, CallLimiter
 from index.storage import McpTokenError
 from index.storage.store import Store
@@ -206,3 +207,43 @@ def test_the_limit_admits_n_calls_in_any_minute_per_caller() -> None:
     fake.now += 40
     # The first three calls left the window; one more is admitted, then the limit holds.
     assert [limiter.admit("a") for _ in range(4)] == [None, None, None, WINDOW_SECONDS]
+
+
+@pytest.mark.parametrize("days", [float("inf"), float("nan")])
+def test_an_endless_or_undefined_expiry_is_refused(store: Store, days: float) -> None:
+    with pytest.raises(McpTokenError, match="positive number of days"):
+        store.mcp_tokens.issue("forever", user_id=USER, expires_in_days=days)
+    assert store.mcp_tokens.tokens() == []
+
+
+@pytest.mark.parametrize(
+    "presented",
+    [
+        "kbmcp_" + "A" * 195,  # longer than any token: refused without a lookup
+        " kbmcp_x",
+        "KBMCP_x",
+        "kbmcp_x\x00",
+    ],
+)
+def test_a_tokens_hash_or_a_variant_of_it_is_refused(store: Store, presented: str) -> None:
+    token, _ = store.mcp_tokens.issue("real", user_id=USER)
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    for attempt in (
+        presented,
+        digest,
+        "kbmcp_" + digest,
+        token + "\x00",
+        token.upper(),
+        token[:-1],
+    ):
+        assert store.mcp_tokens.verify(attempt) is None
+    assert store.mcp_tokens.verify(token) is not None
+
+
+def test_a_token_is_redacted_from_any_log_line(store: Store) -> None:
+    # A token pasted into a path (/mcp/<token>) reaches the access log as text.
+    tokens = [store.mcp_tokens.issue(f"t{i}", user_id=USER)[0] for i in range(20)]
+    line = " ".join(f"GET /mcp/{t} 404;" for t in tokens)
+    redacted = Redactor()(line)
+    assert not any(t in redacted for t in tokens)
+    assert redacted.count(REDACTED) == len(tokens)

@@ -11,19 +11,21 @@ the bot's app in process: ``/mcp`` only with ``KB_MCP=on``.
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import json
 from collections.abc import Callable
 
 import pytest
 
-from bot.mcp import Person
+from bot.mcp import MAX_BODY_BYTES, MCP_ENDPOINT, Person
 from bot.mcp.people import NotServed, People
 from bot.mcp.tools import SEARCHED, Tools
 from core.answer import Engine
 from core.retrieve import LocalBackend, Mode
 from index.knowledge_base import KnowledgeBase
 from tests.conftest_bot import FALCON, FALCON_Q, BotFactory, make_settings
-from tests.servers import CHANNEL_ID, DEFAULT_SIGNING_SECRET, OpenAICompatServer
+from tests.servers import CHANNEL_ID, DEFAULT_BOT_TOKEN, DEFAULT_SIGNING_SECRET, OpenAICompatServer
 
 EngineFor = Callable[..., Engine]
 # A question the sample corpus has related passages for (tests/test_related.py).
@@ -161,10 +163,87 @@ async def test_with_mcp_on_the_app_serves_it_beside_the_viewer(make_bot: BotFact
     assert (await bot.http.post("/mcp", data=body)).status == 401
 
 
-def test_kb_mcp_reads_on_and_slack_identity_needs_the_signing_secret() -> None:
+def test_kb_mcp_reads_on_and_slack_identity_needs_the_signing_secret_and_bot_token() -> None:
     assert make_settings(mcp="on").mcp is True and make_settings(mcp="off").mcp is False
-    with pytest.raises(ValueError, match="KB_MCP_SLACK_IDENTITY=on needs SLACK_SIGNING_SECRET"):
+    needs = "KB_MCP_SLACK_IDENTITY=on needs SLACK_SIGNING_SECRET, SLACK_BOT_TOKEN"
+    with pytest.raises(ValueError, match=needs):
         make_settings(mcp="on", mcp_slack_identity="on")
+    # Without the bot token nobody a signed call names could be looked up.
+    with pytest.raises(ValueError, match="KB_MCP_SLACK_IDENTITY=on needs SLACK_BOT_TOKEN \\["):
+        make_settings(mcp_slack_identity="on", slack_signing_secret=DEFAULT_SIGNING_SECRET)
     assert make_settings(
-        mcp_slack_identity="on", slack_signing_secret=DEFAULT_SIGNING_SECRET
+        mcp_slack_identity="on",
+        slack_signing_secret=DEFAULT_SIGNING_SECRET,
+        slack_bot_token=DEFAULT_BOT_TOKEN,
     ).mcp_slack_identity
+
+
+# ------------------------------------------------------------------ the door, in process
+
+
+def _door_headers(token: str) -> dict[str, str]:
+    return {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+
+
+async def test_a_token_that_expires_between_two_calls_is_refused_at_the_second(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(mcp=True)
+    tokens = bot.kb.store.mcp_tokens
+    token, _ = tokens.issue("day-pass", user_id=USER, expires_in_days=1)
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    assert (await bot.http.post("/mcp", data=body, headers=_door_headers(token))).status == 200
+    issued_at = tokens.clock()
+    tokens.clock = lambda: issued_at + 86400 + 1
+    refused = await bot.http.post("/mcp", data=body, headers=_door_headers(token))
+    assert refused.status == 401 and await refused.read() == b""
+
+
+async def test_a_body_that_does_not_arrive_in_time_gets_408(make_bot: BotFactory) -> None:
+    bot = await make_bot(mcp=True)
+    token, _ = bot.kb.store.mcp_tokens.issue("slow", user_id=USER)
+    bot.app[MCP_ENDPOINT].body_seconds = 0.5
+    reader, writer = await asyncio.open_connection("127.0.0.1", bot.http.port)
+    try:
+        head = "".join(f"{k}: {v}\r\n" for k, v in _door_headers(token).items())
+        writer.write(
+            f"POST /mcp HTTP/1.1\r\nHost: x\r\n{head}Content-Length: 1000\r\n\r\n".encode()
+            + b'{"jsonrpc"'
+        )
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), timeout=20)
+    finally:
+        writer.close()
+    assert status_line.startswith(b"HTTP/1.1 408")
+
+
+async def test_without_slack_to_ask_a_slack_signed_person_is_not_served(
+    kb: KnowledgeBase, engine_for: EngineFor
+) -> None:
+    # Slack signed for someone of some workspace; nothing can say it is this one.
+    signed_for = Person(USER, "T0OTHER001", "slack", None)
+    tools = Tools(engine_for(), None)
+    with pytest.raises(NotServed, match="SLACK_BOT_TOKEN"):
+        await tools.search(signed_for, QUESTION, 5)
+    with pytest.raises(NotServed, match="SLACK_BOT_TOKEN"):
+        await tools.ask(signed_for, QUESTION)
+    assert list(kb.store.db.query("SELECT id FROM query_log")) == []
+
+
+async def test_a_compressed_body_that_inflates_past_the_limit_gets_413(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(mcp=True)
+    token, _ = bot.kb.store.mcp_tokens.issue("zipped", user_id=USER)
+    padded = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}, "x": "0" * 2**22}
+    bomb = gzip.compress(json.dumps(padded).encode())
+    assert len(bomb) < MAX_BODY_BYTES  # small on the wire, four MiB once inflated
+    headers = {**_door_headers(token), "Content-Encoding": "gzip"}
+    refused = await bot.http.post("/mcp", data=bomb, headers=headers)
+    assert refused.status == 413
+    small = gzip.compress(json.dumps({**padded, "x": ""}).encode())
+    assert (await bot.http.post("/mcp", data=small, headers=headers)).status == 200

@@ -17,8 +17,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
-from bot.slack.blocks import FEEDBACK_ACTION_ID
+from bot.slack.blocks import FEEDBACK_ACTION_ID, step_chunks
 from bot.slack.words import words_for
+from core.answer import Step, StepKind, StepSource
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -216,3 +217,19 @@ async def test_the_mock_refuses_chunks_slack_would_refuse(chunk: dict[str, Any])
             channel=DM_CHANNEL_ID, thread_ts=slack_ts(), chunks=[good]
         )
         assert started["ok"]
+
+
+def test_hostile_document_names_stay_one_short_line_in_the_found_step() -> None:
+    hostile = "<!channel> *bold* `code`\x07\x1b[31m\u202e\r\nsecond line " + "x" * 300
+    sources = tuple(StepSource(f"{hostile}{n}", f"{PUBLIC_URL}/d/{n}?s=1") for n in range(12))
+    (task,) = [
+        c.to_dict()
+        for c in step_chunks(Step(StepKind.FOUND, 12, 12, sources), words=words_for("en"))
+    ]
+    assert len(task["sources"]) == 8  # a card names a handful of documents, not all
+    for source in task["sources"]:
+        label = source["text"]
+        assert 1 <= len(label) <= 80
+        assert not any(ord(ch) < 32 or ch == "\u202e" for ch in label)
+        assert source["url"].startswith(PUBLIC_URL + "/d/")
+    assert task["title"] == words_for("en").step_found(12, 12)

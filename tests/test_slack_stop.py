@@ -418,3 +418,213 @@ async def test_a_failed_answer_leaves_no_session_processing(
     opened, ended = slack.calls("agents.sessions.setStatus")
     assert (opened["status"], ended["status"]) == ("processing", "active")
     assert slack.sessions[(DM_CHANNEL_ID, str(event["ts"]))]["status"] == "active"
+
+
+# ---------------------------------------------------------------- races
+
+
+async def test_a_late_click_for_an_earlier_answer_does_not_stop_the_next_question(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    as_agent(bot)
+    first = message_im_event(IN_DOMAIN)
+    thread = str(first["ts"])
+    await bot.event(first)
+    await bot.answer()
+    await bot.idle()
+    # A click on the first answer's Stop that Slack delivers only once a follow-up
+    # in the same thread is being answered: its event_ts is older than the follow-up.
+    late = agent_session_stopped_event(DM_CHANNEL_ID, thread)
+    bot.llm.hold_after(3)
+    await bot.event(message_im_event(IN_DOMAIN, thread_ts=thread))
+    await bot.llm.wait_for_requests(2)
+    with caplog.at_level(logging.INFO, logger="bot.slack.sessions"):
+        await bot.event(late)
+        await wait_until(
+            lambda: any("before its question" in r.getMessage() for r in caplog.records),
+            "the late click to be handled",
+        )
+    assert bot.llm.disconnects == []
+    assert bot.services.turns.running(DM_CHANNEL_ID, thread) == 1
+    # A click made now stops the follow-up.
+    await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread))
+    await bot.llm.wait_for_disconnect()
+    await bot.idle()
+    assert [r.outcome for r in logged(bot)] == ["answered", "stopped"]
+
+
+def test_a_stop_request_keeps_when_it_was_clicked() -> None:
+    event = {"channel": "D1", "thread_ts": "1.2", "user": "U1", "event_ts": "1782234671.3926"}
+    assert stop_request(event) == StopRequest("D1", "1.2", "U1", (1782234671, 392600000))
+    for bad in ("soon", "1.2.3", "-1.0", 17.5, "1" * 40):
+        assert stop_request({**event, "event_ts": bad}) == StopRequest("D1", "1.2", "U1")
+
+
+async def test_the_registry_ignores_a_click_older_than_the_question() -> None:
+    turns = Turns()
+    never = asyncio.Event()
+    running = asyncio.ensure_future(
+        turns.run("D1", "1.2", "U1", never.wait(), asked="1782234700.000200")
+    )
+    await asyncio.sleep(0)
+    older = StopRequest("D1", "1.2", "U1", (1782234700, 100000))
+    assert turns.stop(older) is Stop.FINISHED and not running.done()
+    newer = StopRequest("D1", "1.2", "U1", (1782234700, 300000))
+    assert turns.stop(newer) is Stop.STOPPED
+    assert await running is None
+    assert turns.running("D1", "1.2") == 0
+
+
+async def test_a_stop_while_the_thread_is_read_is_logged_and_never_calls_the_model(
+    bot: Bot,
+) -> None:
+    as_agent(bot)
+    first = message_im_event(IN_DOMAIN)
+    thread = str(first["ts"])
+    await bot.event(first)
+    await bot.answer()
+    await bot.idle()
+    calls_before = len(bot.slack.log)
+    bot.slack.stall("conversations.replies", 60.0)  # Slack slow to return the thread
+    await bot.event(message_im_event(IN_DOMAIN, thread_ts=thread))
+    await wait_until(
+        lambda: bot.slack.methods()[calls_before:].count("agents.sessions.setStatus") == 1,
+        "the follow-up's session to be processing",
+    )
+    await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread))
+    await bot.idle()
+    assert len(bot.llm.requests) == 1  # the first question's only
+    assert bot.slack.sessions[(DM_CHANNEL_ID, thread)]["status"] == "active"
+    assert [r.outcome for r in logged(bot)] == ["answered", "stopped"]
+    stopped = logged(bot)[-1]
+    assert not stopped.model_called and stopped.answer == "" and stopped.thread_id == thread
+
+
+def stalled_call_arrived(bot: Bot, method: str) -> bool:
+    """Whether the call :meth:`MockSlackAPI.stall` holds has reached the mock (it records it later)."""
+    return bot.slack._overrides[method][-1].remaining == 0
+
+
+async def test_a_stop_while_the_writing_step_is_shown_logs_no_model_call(bot: Bot) -> None:
+    as_agent(bot)
+    bot.slack.stall("chat.appendStream", 60.0)  # the first append: what was found, and writing
+    event = message_im_event(IN_DOMAIN)
+    thread = str(event["ts"])
+    await bot.event(event)
+    await wait_until(lambda: stalled_call_arrived(bot, "chat.appendStream"), "the writing step")
+    await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread))
+    await bot.idle()
+    assert bot.llm.requests == []
+    (record,) = logged(bot)
+    assert record.outcome == "stopped" and record.kept and not record.model_called
+
+
+async def test_a_stop_while_the_answer_is_being_shown_lets_it_finish(bot: Bot) -> None:
+    as_agent(bot)
+    bot.slack.stall("chat.stopStream", 1.0)  # the answer complete, its stream being stopped
+    event = message_im_event(IN_DOMAIN)
+    thread = str(event["ts"])
+    await bot.event(event)
+    await wait_until(lambda: stalled_call_arrived(bot, "chat.stopStream"), "the answer's end")
+    await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread))
+    answer = await bot.answer()
+    await bot.idle()
+    assert FEEDBACK_ACTION_ID in json.dumps(answer["blocks"])
+    assert messages.STOPPED not in json.dumps(bot.slack.log, ensure_ascii=False)
+    assert [r.outcome for r in logged(bot)] == ["answered"]
+    assert bot.slack.sessions[(DM_CHANNEL_ID, thread)]["status"] == "active"
+
+
+async def test_a_stop_while_the_stream_starts_ends_that_stream_and_posts_nothing_else(
+    bot: Bot,
+) -> None:
+    as_agent(bot)
+    bot.slack.stall("chat.startStream", 1.0)  # Slack slow to start the steps' stream
+    event = message_im_event(IN_DOMAIN)
+    thread = str(event["ts"])
+    await bot.event(event)
+    await wait_until(lambda: stalled_call_arrived(bot, "chat.startStream"), "the stream's start")
+    await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread))
+    await bot.idle()
+    # The stream Slack started after all is the one marked stopped; no second message.
+    (message,) = thread_messages(bot, thread)
+    assert message.get("streaming_state") == "completed"
+    assert messages.STOPPED in json.dumps(message, ensure_ascii=False)
+    assert bot.slack.calls("chat.postMessage") == []
+    assert bot.llm.requests == []
+    assert [r.outcome for r in logged(bot)] == ["stopped"]
+
+
+async def test_a_stop_names_one_thread_of_one_channel() -> None:
+    turns = Turns()
+    never = asyncio.Event()
+    here = asyncio.ensure_future(turns.run("D1", "1.2", "U1", never.wait()))
+    there = asyncio.ensure_future(turns.run("D2", "1.2", "U1", never.wait()))
+    other_thread = asyncio.ensure_future(turns.run("D1", "1.3", "U1", never.wait()))
+    await asyncio.sleep(0)
+    assert turns.stop(StopRequest("D2", "1.2", "U1")) is Stop.STOPPED
+    assert await there is None
+    assert not here.done() and not other_thread.done()
+    assert (turns.running("D1", "1.2"), turns.running("D1", "1.3")) == (1, 1)
+    here.cancel()
+    other_thread.cancel()
+    for task in (here, other_thread):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    # A cancellation that is not a stop (a shutdown) goes on, and nothing stays registered.
+    assert (turns.running("D1", "1.2"), turns.running("D1", "1.3")) == (0, 0)
+
+
+def test_a_stop_request_names_slack_ids_only() -> None:
+    good = {"channel": "D1", "thread_ts": "1782234671.392669", "user": "U1"}
+    assert stop_request(good) == StopRequest("D1", "1782234671.392669", "U1")
+    forged = [
+        {**good, "user": "U1\nERROR forged log line"},
+        {**good, "channel": "D1 C2"},
+        {**good, "thread_ts": "1.2\n"},
+        {**good, "thread_ts": "soon"},
+        {**good, "user": "U" * 33},
+    ]
+    for bad in forged:
+        assert stop_request(bad) is None
+
+
+async def test_a_stop_while_the_session_opens_leaves_it_active(bot: Bot) -> None:
+    as_agent(bot)
+    bot.slack.stall("agents.sessions.setStatus", 1.0)  # Slack's answer to "processing" is slow
+    event = message_im_event(IN_DOMAIN)
+    thread = str(event["ts"])
+    await bot.event(event)
+    await wait_until(
+        lambda: stalled_call_arrived(bot, "agents.sessions.setStatus"), "the session to open"
+    )
+    await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread))
+    await bot.idle()
+    # Slack may have set it processing already: it is set active again, not left with Stop.
+    assert bot.slack.calls("agents.sessions.setStatus")[-1]["status"] == "active"
+    assert bot.slack.sessions[(DM_CHANNEL_ID, thread)]["status"] == "active"
+    assert bot.llm.requests == []
+    assert [r.outcome for r in logged(bot)] == ["stopped"]
+
+
+async def test_a_stop_while_the_first_words_are_posted_marks_that_message(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(slack_streaming="off")  # the answer is posted, then edited
+    as_agent(bot)
+    bot.services.conversation.stream_update_seconds = 0.0
+    bot.llm.hold_after(3)
+    bot.slack.stall("chat.postMessage", 1.0)  # Slack slow to post the first words
+    event = message_im_event(IN_DOMAIN)
+    thread = str(event["ts"])
+    await bot.event(event)
+    await wait_until(lambda: stalled_call_arrived(bot, "chat.postMessage"), "the first post")
+    await bot.event(agent_session_stopped_event(DM_CHANNEL_ID, thread))
+    await bot.llm.wait_for_disconnect()
+    await bot.idle()
+    # The message Slack posted after the click shows its words, marked stopped; no other.
+    (message,) = thread_messages(bot, thread)
+    blocks = json.dumps(message["blocks"], ensure_ascii=False)
+    assert "Claims" in blocks and messages.STOPPED in blocks
+    assert len(bot.slack.calls("chat.postMessage")) == 1
+    assert [r.outcome for r in logged(bot)] == ["stopped"]

@@ -11,13 +11,14 @@ that, ``limits`` the per-caller rate limit.
 from __future__ import annotations
 
 from bot.mcp.people import People, Person
-from bot.mcp.server import MAX_BODY_BYTES, MCP_PATH, McpConfig, McpEndpoint, attach
+from bot.mcp.server import MAX_BODY_BYTES, MCP_ENDPOINT, MCP_PATH, McpConfig, McpEndpoint, attach
 from bot.mcp.slack_people import SlackPeople, slack_people
 from bot.mcp.tools import MAX_QUERY_CHARS
 
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_QUERY_CHARS",
+    "MCP_ENDPOINT",
     "MCP_PATH",
     "McpConfig",
     "McpEndpoint",

@@ -96,7 +96,11 @@ class SlackSignatures:
 
     def signed(self, body: bytes, headers: Any) -> bool:
         """Whether ``body`` with ``headers`` carries a valid, recent Slack signature."""
-        return self._verifier.is_valid_request(body, dict(headers))
+        try:
+            return self._verifier.is_valid_request(body, dict(headers))
+        except ValueError:
+            # A timestamp that is not a number, or a body that is not UTF-8: not Slack's.
+            return False
 
 
 def slack_identity(body: bytes) -> SlackIdentity | None:

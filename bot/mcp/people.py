@@ -82,6 +82,13 @@ async def scopes_of(person: Person, people: People | None, kb: KnowledgeBase) ->
         NotServed: the person belongs to another organisation (or Slack cannot say).
         AccessCheckUnavailable: Slack cannot be asked right now.
     """
+    if people is None and person.team_id is not None:
+        # Slack signed for a person of some workspace, and without Slack to ask
+        # nothing says it is this one: unknown grants nothing.
+        raise NotServed(
+            "This knowledge base cannot tell which workspace a Slack person belongs to "
+            "without SLACK_BOT_TOKEN, so it answers no Slack-signed call: an admin sets it."
+        )
     if people is not None and not await people.served(person.user_id, person.team_id):
         raise NotServed(
             "This knowledge base answers only members of its own Slack workspace; "

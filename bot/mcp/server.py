@@ -9,11 +9,15 @@ in aiohttp, so nothing reaches the SDK before it passed:
 1. a query string is refused (400): a token in a URL ends up in logs and
    histories, so none is ever read from one (and the access log never writes
    query strings, ``bot.server.routes.AccessLogger``);
-2. a body over ``MAX_BODY_BYTES`` is refused (413) before it is read whole;
-3. the caller must be a bearer token an admin issued, or (``KB_MCP_SLACK_IDENTITY``)
-   a request Slack signed (``bot.mcp.auth``); anything else gets a bare 401
-   with ``WWW-Authenticate: Bearer``, saying nothing about why;
-4. at most ``KB_MCP_CALLS_PER_MINUTE`` requests per caller (429, ``Retry-After``).
+2. only POST is served (405 otherwise): stateless JSON has no event stream to
+   GET and no session to DELETE;
+3. a body over ``MAX_BODY_BYTES`` is refused (413) before it is read whole, and
+   one not sent within ``BODY_SECONDS`` gets 408;
+4. the caller must be a bearer token an admin issued (checked before the body
+   is read), or (``KB_MCP_SLACK_IDENTITY``) a request Slack signed
+   (``bot.mcp.auth``); anything else, two ``Authorization`` headers included,
+   gets a bare 401 with ``WWW-Authenticate: Bearer``, saying nothing about why;
+5. at most ``KB_MCP_CALLS_PER_MINUTE`` requests per caller (429, ``Retry-After``).
 
 Then the verified body and caller are handed to the SDK as one ASGI request
 (the caller in the ASGI scope, where the tools read it). The body has been
@@ -28,7 +32,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from mcp.server.mcpserver import MCPServer
@@ -40,19 +44,29 @@ from bot.mcp.limits import CallLimiter
 from bot.mcp.people import People
 from bot.mcp.tools import CALLER_SCOPE_KEY, Tools, register_tools
 from core.answer import Engine
-from index.storage import McpTokens
+from index.storage import McpToken, McpTokens
 
 log = logging.getLogger(__name__)
 # The SDK logs every stateless request's end at INFO ("Terminating session: None"):
 # the access log already has one line per request.
 logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
 
-__all__ = ["MAX_BODY_BYTES", "MCP_PATH", "McpConfig", "McpEndpoint", "attach"]
+__all__ = [
+    "BODY_SECONDS",
+    "MAX_BODY_BYTES",
+    "MCP_ENDPOINT",
+    "MCP_PATH",
+    "McpConfig",
+    "McpEndpoint",
+    "attach",
+]
 
 MCP_PATH = "/mcp"
 # A tool call is a question and a few fields; 64 KiB is room for any of them
 # and keeps a flood of large bodies from costing memory.
 MAX_BODY_BYTES = 64 * 1024
+# A body that has not arrived whole by then is not coming (or is held back on purpose).
+BODY_SECONDS = 30.0
 INSTRUCTIONS = (
     "Tools over the company's knowledge base. Answers and passages come only from its "
     "documents, with links into the exact passage. When a tool says the knowledge base has "
@@ -88,6 +102,9 @@ class McpEndpoint:
         tokens: the issued bearer tokens.
         config: the rate limit and the Slack signing secret.
         limiter: counts calls per caller (one with ``config``'s limit by default).
+
+    Attributes:
+        body_seconds: how long a request's body may take to arrive (tests shorten it).
     """
 
     def __init__(
@@ -105,51 +122,97 @@ class McpEndpoint:
             SlackSignatures(config.slack_signing_secret) if config.slack_signing_secret else None
         )
         self._limited: set[str] = set()
+        self.body_seconds = BODY_SECONDS
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Answer one HTTP request to ``/mcp``."""
-        if request.query_string:
-            # The query string is neither read nor logged: it may hold a token.
-            return _rpc_error(
-                400,
-                "The MCP endpoint takes no query string: send the token in the "
-                "Authorization header (Bearer).",
-            )
-        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            return _too_large()
-        token = bearer_token(request.headers.get("Authorization"))
-        if token is None and self.signatures is None:
+        refused = _refused(request)
+        if refused is not None:
+            return refused
+        token = await self._token(request)
+        if token is False:
             return _unauthorized()
-        body = await _body(request)
+        try:
+            async with asyncio.timeout(self.body_seconds):
+                body = await _body(request)
+        except TimeoutError:
+            return _rpc_error(408, f"The request body took over {self.body_seconds:g} s to send.")
         if body is None:
             return _too_large()
-        caller = await self._caller(request, token, body)
+        caller = self._caller(request, token, body)
         if caller is None:
             return _unauthorized()
-        wait = self.limiter.admit(caller.key)
-        if wait is None:
-            self._limited.discard(caller.key)
-        else:
-            if caller.key not in self._limited:
-                # Once per burst, not once per refused request.
-                log.info("MCP caller %s is over its rate limit", caller.client)
-                self._limited.add(caller.key)
-            return _rpc_error(
-                429,
-                f"Too many calls: at most {self.limiter.per_minute} a minute for this caller. "
-                f"Try again in {wait} s.",
-                code=_RATE_LIMITED,
-                headers={"Retry-After": str(wait)},
-            )
+        if body.lstrip()[:1] == b"[":
+            # MCP dropped JSON-RPC batches (2025-06-18); the SDK would answer with a
+            # validation error about unions.
+            return _rpc_error(400, "Send one JSON-RPC message per request: batches are not taken.")
+        limited = self._limited_answer(caller)
+        if limited is not None:
+            return limited
         return await _asgi(self.manager, request, body, caller)
 
-    async def _caller(self, request: web.Request, token: str | None, body: bytes) -> Caller | None:
+    async def _token(self, request: web.Request) -> McpToken | None | Literal[False]:
+        """The bearer token of ``request``; ``None`` without one; ``False``: refuse now.
+
+        Refused before the body is read, so an unknown caller cannot hold the
+        connection open by sending a body slowly.
+        """
+        authorization = request.headers.getall("Authorization", [])
+        if len(authorization) > 1:
+            # Two credentials: a proxy may check one and this server use the other.
+            return False
+        token = bearer_token(authorization[0] if authorization else None)
+        if token is None:
+            return None if self.signatures is not None else False
+        found = await asyncio.to_thread(self.tokens.verify, token)
+        return found if found is not None else False
+
+    def _caller(self, request: web.Request, token: McpToken | None, body: bytes) -> Caller | None:
         if token is not None:
-            found = await asyncio.to_thread(self.tokens.verify, token)
-            return Caller(token=found) if found is not None else None
+            return Caller(token=token)
         if self.signatures is not None and self.signatures.signed(body, request.headers):
             return Caller(slack=slack_identity(body))
         return None
+
+    def _limited_answer(self, caller: Caller) -> web.Response | None:
+        """The 429 for a caller over its rate limit; ``None``: the call is admitted."""
+        wait = self.limiter.admit(caller.key)
+        if wait is None:
+            self._limited.discard(caller.key)
+            return None
+        if caller.key not in self._limited:
+            # Once per burst, not once per refused request.
+            log.info("MCP caller %s is over its rate limit", caller.client)
+            self._limited.add(caller.key)
+        return _rpc_error(
+            429,
+            f"Too many calls: at most {self.limiter.per_minute} a minute for this caller. "
+            f"Try again in {wait} s.",
+            code=_RATE_LIMITED,
+            headers={"Retry-After": str(wait)},
+        )
+
+
+def _refused(request: web.Request) -> web.Response | None:
+    """The answer to a request refused before its credentials are looked at; ``None``: go on."""
+    if request.query_string:
+        # The query string is neither read nor logged: it may hold a token.
+        return _rpc_error(
+            400,
+            "The MCP endpoint takes no query string: send the token in the "
+            "Authorization header (Bearer).",
+        )
+    if request.method != "POST":
+        # Stateless JSON has no event stream to GET (the SDK would hold a GET open
+        # forever) and no session to DELETE.
+        return _rpc_error(
+            405,
+            "The MCP endpoint takes only POST (stateless, JSON answers; no event stream).",
+            headers={"Allow": "POST"},
+        )
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        return _too_large()
+    return None
 
 
 async def _body(request: web.Request) -> bytes | None:

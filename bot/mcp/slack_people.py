@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
@@ -56,21 +57,32 @@ class SlackPeople(People):
         self.directory = directory
 
     async def served(self, user_id: str, team_id: str | None) -> bool:
-        """Members of this workspace, and everyone when ``KB_ALLOW_EXTERNAL`` is on."""
+        """Members of this workspace, and everyone when ``KB_ALLOW_EXTERNAL`` is on.
+
+        A token's person (``team_id`` unknown) is looked up, and one Slack has
+        deactivated is served no more, whatever their organisation: leaving the
+        company ends their tokens too (within ``users.info``'s cache).
+        """
+        user: dict[str, Any] = {}
+        if team_id is None:
+            user = await self.directory.user(self.client, user_id) or {}
+            if user.get("deleted"):
+                return False
         if self.allow_external:
             return True
         home = await self.workspace.team_id()
-        team = team_id or await self._team_of(user_id)
+        team = team_id or _team_of(user)
         return bool(home and team == home)
 
     async def member_channels(self, user_id: str, channels: Sequence[str]) -> frozenset[str]:
         """Those of ``channels`` whose members Slack lists ``user_id`` among."""
         return frozenset([c for c in channels if user_id in await self.members.of(c)])
 
-    async def _team_of(self, user_id: str) -> str | None:
-        user = await self.directory.user(self.client, user_id) or {}
-        team = user.get("team_id") or (user.get("profile") or {}).get("team")
-        return str(team) if team else None
+
+def _team_of(user: dict[str, Any]) -> str | None:
+    """The team of a ``users.info`` user object; ``None`` when it names none."""
+    team = user.get("team_id") or (user.get("profile") or {}).get("team")
+    return str(team) if team else None
 
 
 def slack_people(

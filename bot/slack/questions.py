@@ -158,6 +158,7 @@ async def answer(
             event.get("user"),
             services.conversation.answer(turn, reply),
             stoppable=reply.stoppable,
+            asked=str(event["ts"]),
         )
     finally:
         await reply.end_session()  # a turn that failed leaves no session processing

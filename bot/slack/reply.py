@@ -414,6 +414,10 @@ class SlackReply:
         self._finishing = False  # the answer is complete: a Stop no longer stops it
         self._shown_text = ""  # the answer's text as shown so far (before escaping)
         self._held: list[Any] = []  # a step's chunks waiting for the next call of the stream
+        # A call creating this turn's message (a stream, a post) that a Stop interrupted, the
+        # text it shows, and whether it is a stream: Slack may create it all the same, and
+        # that message is the one to mark stopped.
+        self._interrupted: tuple[asyncio.Future[Any], str, bool] | None = None
 
     async def help(self) -> None:
         """Post how to ask, in the thread."""
@@ -469,7 +473,7 @@ class SlackReply:
         self._last_shown = time.monotonic()
         rendered = render_partial(text, words=self.words)
         try:
-            await self._show(rendered)
+            await self._show(rendered, text)
             self._shown_text = text
         except SLACK_FAILURES as exc:
             # A lost progress update must not lose the answer that follows it.
@@ -568,7 +572,8 @@ class SlackReply:
             self._steps = False
             return  # over the streams' budget: the text will post and edit
         try:
-            started = await self.client.chat_startStream(
+            started = await self._creating(
+                "",
                 channel=self.channel,
                 thread_ts=self.thread_ts,
                 chunks=chunks,
@@ -597,6 +602,7 @@ class SlackReply:
         back to ``active``.
         """
         self._finishing = True
+        await self._created_meanwhile()
         await self._end_stream()
         try:
             await self._show(render_stopped(self._shown_text, words=self.words))
@@ -611,6 +617,9 @@ class SlackReply:
         """Set this turn's agent session ``processing`` (Slack shows Stop), titled with the question."""
         if not (self.title and self.streaming and self.streaming.sessions.available(self.channel)):
             return
+        # From the request on: Slack may show Stop before it answers, and a Stop
+        # then must still set the session active again.
+        self._session = True
         try:
             async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
                 opened = await self.client.agents_sessions_setStatus(
@@ -621,10 +630,10 @@ class SlackReply:
                     initiator_user_id=self.recipient_user_id or None,
                 )
         except SLACK_FAILURES as exc:
+            self._session = False
             log.info("no agent session in %s (%s)", self.channel, slack_failure(exc))
             self.streaming.sessions.refused(self.channel, exc)
             return
-        self._session = True
         if "missing_agent_session_stopped_event_subscription" in str(opened.get("warning", "")):
             log.warning(
                 "Slack shows no Stop button: subscribe the app to the agent_session_stopped "
@@ -697,7 +706,7 @@ class SlackReply:
             return True  # coalesced: the next append carries this text too
         markdown = stream_markdown(settled_text(text))
         if self.stream_ts is None:
-            started = await self._start_stream(markdown)
+            started = await self._start_stream(markdown, settled_text(text))
             if self.stream_ts is not None:
                 self._shown_text = settled_text(text)
             return started
@@ -725,7 +734,7 @@ class SlackReply:
         self._shown_text = settled_text(text)
         return True
 
-    async def _start_stream(self, markdown: str) -> bool:
+    async def _start_stream(self, markdown: str, shown: str) -> bool:
         if not markdown.strip():
             return True  # no whole word yet: the status stays
         assert self.streaming is not None
@@ -734,7 +743,8 @@ class SlackReply:
             self._stream_failed = True
             return False
         try:
-            started = await self.client.chat_startStream(
+            started = await self._creating(
+                shown,
                 channel=self.channel,
                 thread_ts=self.thread_ts,
                 markdown_text=markdown[:STREAM_TEXT_LIMIT],
@@ -753,6 +763,39 @@ class SlackReply:
         self._last_shown = time.monotonic()
         self._streamed = markdown[:STREAM_TEXT_LIMIT]
         return True
+
+    async def _creating(self, shown: str, *, stream: bool = True, **kwargs: Any) -> Any:
+        """``chat.startStream`` (or ``chat.postMessage``); a Stop meanwhile leaves the call to
+        :meth:`stopped` to finish.
+
+        Only this turn's wait is cancelled, not the request: a message Slack
+        creates after the click is then marked stopped like any other, not left
+        behind (a stream still writing) above a second one. ``shown``: the text
+        the message starts with.
+        """
+        method = self.client.chat_startStream if stream else self.client.chat_postMessage
+        call = asyncio.ensure_future(method(**kwargs))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            self._interrupted = (call, shown, stream)
+            raise
+
+    async def _created_meanwhile(self) -> None:
+        """Take on the message whose creation a Stop interrupted, once Slack has answered."""
+        if self._interrupted is None:
+            return
+        (call, shown, stream), self._interrupted = self._interrupted, None
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT_SECONDS):
+                created = await call
+        except SLACK_FAILURES:
+            return  # no message: "Stopped." is posted
+        if stream:
+            self._started(str(created["ts"]))
+        else:
+            self._posted(str(created["ts"]))
+        self._shown_text = shown
 
     def _started(self, ts: str) -> None:
         self.stream_ts = ts
@@ -782,17 +825,25 @@ class SlackReply:
         if status == SESSION_ACTIVE and not self._unstopped:
             self._session = False  # the stop ended the session's processing
 
-    async def _show(self, rendered: Rendered) -> None:
+    async def _show(self, rendered: Rendered, shown: str = "") -> None:
         """Post ``rendered`` in the thread, or edit the message shown so far into it."""
         if self.ts is None:
-            await self._post(rendered)
+            await self._post(rendered, shown)
         else:
             await self.client.chat_update(channel=self.channel, ts=self.ts, **rendered.as_kwargs())
 
-    async def _post(self, rendered: Rendered) -> None:
-        """Post in the thread; the error handler then reports failures on this message."""
-        posted = await self.client.chat_postMessage(
-            channel=self.channel, thread_ts=self.thread_ts, **rendered.as_kwargs()
+    async def _post(self, rendered: Rendered, shown: str = "") -> None:
+        """Post in the thread (``shown``: the answer's text it shows); the error handler then
+        reports failures on this message."""
+        posted = await self._creating(
+            shown,
+            stream=False,
+            channel=self.channel,
+            thread_ts=self.thread_ts,
+            **rendered.as_kwargs(),
         )
-        self.ts = str(posted["ts"])
-        self.context[REPLY_KEY] = {"channel": self.channel, "ts": self.ts}
+        self._posted(str(posted["ts"]))
+
+    def _posted(self, ts: str) -> None:
+        self.ts = ts
+        self.context[REPLY_KEY] = {"channel": self.channel, "ts": ts}

@@ -14,7 +14,10 @@ A stop is acted on only when it is the asker's, for a turn still working:
 * someone else's click (a channel thread is everyone's to see) is ignored and logged;
 * a turn whose answer is complete (its reply said so: ``stoppable`` is false)
   finishes as it would have; a stop after it ended finds nothing to stop;
-* a repeated stop for a turn already stopping changes nothing.
+* a repeated stop for a turn already stopping changes nothing;
+* a click made before a turn's question was asked (``event_ts`` before the
+  question's ``ts``: a late or repeated click for an earlier answer in the same
+  thread) does not stop it.
 
 What is remembered lives in this process: with several replicas a stop may
 reach one that is not answering the question, and is then only logged. Turns
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -43,9 +47,9 @@ T = TypeVar("T")
 # Long enough to recognise a click that raced the end of the answer.
 FINISHED_TTL_SECONDS = 600.0
 MAX_FINISHED = 10_000
-# Slack's thread timestamps ("1782234671.392669"), channel and user ids.
-_TS_MAX = 32
-_ID_MAX = 32
+# Slack's timestamps ("1782234671.392669"), channel and user ids ("D0123ABC", "U0123ABC").
+_TS_RE = re.compile(r"(\d{1,12})(?:\.(\d{1,9}))?")
+_ID_RE = re.compile(r"[A-Z0-9]{1,32}")
 
 
 class Stop(StrEnum):
@@ -66,24 +70,35 @@ class StopRequest:
     channel: str
     thread_ts: str
     user: str
+    clicked: tuple[int, int] | None = None  # the click's ``event_ts``, when Slack gave one
+
+
+def _ts_order(ts: object) -> tuple[int, int] | None:
+    """A Slack timestamp (``"1782234671.392669"``) as something to compare; ``None`` if it is not one."""
+    match = _TS_RE.fullmatch(ts) if isinstance(ts, str) else None
+    if match is None:
+        return None
+    return int(match[1]), int((match[2] or "").ljust(9, "0"))
+
+
+def _is(pattern: re.Pattern[str], value: object) -> bool:
+    return isinstance(value, str) and pattern.fullmatch(value) is not None
 
 
 def stop_request(event: Any) -> StopRequest | None:
     """The stop an ``agent_session_stopped`` event asks for; ``None`` when it names no thread and person.
 
     Slack documents ``channel``, ``thread_ts`` and ``user`` as strings; anything
-    else (missing, empty, another type, absurdly long) is not a stop to act on.
+    else (missing, empty, another type, not an id or a timestamp) is not a stop
+    to act on, nor written to the log.
     """
     if not isinstance(event, dict):
         return None
     channel, thread_ts, user = event.get("channel"), event.get("thread_ts"), event.get("user")
-    fields = (channel, thread_ts, user)
-    if not all(isinstance(f, str) and f for f in fields):
+    if not (_is(_ID_RE, channel) and _is(_TS_RE, thread_ts) and _is(_ID_RE, user)):
         return None
     assert isinstance(channel, str) and isinstance(thread_ts, str) and isinstance(user, str)
-    if len(channel) > _ID_MAX or len(user) > _ID_MAX or len(thread_ts) > _TS_MAX:
-        return None
-    return StopRequest(channel, thread_ts, user)
+    return StopRequest(channel, thread_ts, user, _ts_order(event.get("event_ts")))
 
 
 @dataclass(eq=False)
@@ -91,7 +106,14 @@ class _Turn:
     task: asyncio.Future[Any]
     asker: str | None
     stoppable: Callable[[], bool]
+    asked: tuple[int, int] | None = None  # the question's message ``ts``
     stopping: bool = False
+
+    def asked_after(self, request: StopRequest) -> bool:
+        """Whether the question was asked after the click: the click was for an earlier turn."""
+        if self.asked is None or request.clicked is None:
+            return False
+        return self.asked > request.clicked
 
 
 @dataclass
@@ -120,14 +142,17 @@ class Turns:
         work: Awaitable[T],
         *,
         stoppable: Callable[[], bool] = lambda: True,
+        asked: str | None = None,
     ) -> T | None:
         """Run ``work`` as a turn of that thread; ``None`` when its asker stopped it.
 
         ``stoppable`` says whether a stop should still cancel it (false once its
-        answer is complete). A cancellation from outside (a shutdown) goes on as usual.
+        answer is complete); ``asked``: the question's message ``ts`` (a click
+        made before it is not for this turn). A cancellation from outside (a
+        shutdown) goes on as usual.
         """
         key = (channel, thread_ts)
-        turn = _Turn(asyncio.ensure_future(work), asker, stoppable)
+        turn = _Turn(asyncio.ensure_future(work), asker, stoppable, _ts_order(asked))
         self._running.setdefault(key, []).append(turn)
         try:
             return await turn.task
@@ -153,8 +178,12 @@ class Turns:
                 request.channel,
             )
             return Stop.NOT_THE_ASKER
+        current = [t for t in mine if not t.asked_after(request)]
+        if not current:
+            log.info("stop in %s clicked before its question was asked: ignored", request.channel)
+            return Stop.FINISHED
         outcome = Stop.ALREADY_STOPPING
-        for turn in mine:
+        for turn in current:
             if turn.stopping or turn.task.done():
                 continue
             if not turn.stoppable():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import re
 import secrets
 from dataclasses import dataclass
@@ -194,5 +195,6 @@ def _check(name: str, user_id: str, scopes: tuple[str, ...], expires_in_days: fl
             )
         if not _CHANNEL.fullmatch(scope):
             raise McpTokenError(f"{scope[:80]!r} is not a Slack channel id (C... or G...).")
-    if expires_in_days is not None and not expires_in_days > 0:
+    if expires_in_days is not None and not (expires_in_days > 0 and math.isfinite(expires_in_days)):
+        # inf would be stored, and written to --json as Infinity, which is not JSON.
         raise McpTokenError("--expires-days must be a positive number of days.")
