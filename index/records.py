@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from index.models import AuditAction, DocState, Publish
@@ -19,6 +19,7 @@ __all__ = [
     "AUDIT_COLUMNS",
     "DOCUMENT_COLUMNS",
     "QUERY_COLUMNS",
+    "AskedQuestion",
     "AuditEntry",
     "ChunkRow",
     "DislikedAnswer",
@@ -123,7 +124,8 @@ class QueryRecord:
             whatever the outcome (a refusal's near miss, for the knowledge gaps).
         beside: ``(chunk id, distance)`` of each possibly related passage an
             answer listed beside its sources (never given to the model).
-        surface: where it was asked: ``slack``, or ``mcp`` (a tool call of an agent).
+        surface: where it was asked: ``slack``, ``cli`` (``kb ask``), or ``mcp`` (a tool
+            call of an agent).
         client: for ``mcp``, the name of the token the call came with.
     """
 
@@ -200,6 +202,25 @@ def _pair(raw: str | None) -> tuple[int, float] | None:
 
 
 QUERY_COLUMNS = tuple(f.name for f in fields(QueryRecord))
+
+
+@dataclass(frozen=True)
+class AskedQuestion:
+    """One row of the query log as ``kb questions`` lists it: who asked what, where, and when.
+
+    Attributes:
+        id: its row of the query log.
+        at: when it was asked (Unix time).
+        record: what was logged.
+    """
+
+    id: int
+    at: float
+    record: QueryRecord
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its fields as plain data (for ``--json``)."""
+        return {"id": self.id, "at": self.at, **asdict(self.record)}
 
 
 @dataclass(frozen=True)

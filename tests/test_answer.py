@@ -233,6 +233,9 @@ def test_kb_ask_json_has_the_documented_fields(kb: KnowledgeBase) -> None:
     ):
         assert key in data["sources"][0]
     assert set(data["timings_ms"]) >= {"embed", "retrieve", "gate", "total"}
+    # The query log says the question came from the command line, not from Slack.
+    logged = kb.store.queries.get(data["query_id"])
+    assert (logged.surface, logged.client) == ("cli", None)
 
 
 # ---------------------------------------------------------------- malformed and slow models

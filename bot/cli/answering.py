@@ -1,8 +1,9 @@
-"""``kb`` commands that answer: ask a question from a shell, serve the bot."""
+"""``kb`` commands that answer: ask a question from a shell, see who asked what, serve the bot."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import click
@@ -11,8 +12,12 @@ from bot.cli.base import emit, json_option, main, open_kb, settings_of
 
 if TYPE_CHECKING:  # the engine (and the model client) load only when a question is asked
     from core.answer import Answer, SourceRef
+    from index.records import AskedQuestion
 
 QUOTE_CHARS = 240
+QUESTIONS_LIMIT = 50
+# Where questions are asked (core.answer.Asker.surface).
+SURFACES = ("slack", "cli", "mcp")
 
 
 @main.command()
@@ -83,6 +88,59 @@ def _print_passages(passages: list[SourceRef], *, numbered: bool = True) -> None
         click.echo(f"    {quote[:QUOTE_CHARS]}{'…' if len(quote) > QUOTE_CHARS else ''}")
         if s.url:
             click.echo(f"    {s.url}")
+
+
+@main.command()
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=QUESTIONS_LIMIT,
+    show_default=True,
+    help="How many of the latest questions to show.",
+)
+@click.option(
+    "--surface",
+    type=click.Choice(SURFACES),
+    default=None,
+    help="Only the questions asked there (default: everywhere).",
+)
+@json_option("Print the questions as JSON, with everything the query log holds.")
+@click.pass_context
+def questions(ctx: click.Context, limit: int, surface: str | None, as_json: bool) -> None:
+    """Show who asked what: the latest questions, newest first, on every surface.
+
+    Each line has the time, where it was asked (slack, cli, or mcp with the
+    name of the agent's token), who asked (a Slack user id) and in which
+    channel, the outcome (answered, related, refused, stopped...) and the
+    question.
+
+    Example: kb questions --surface mcp --limit 20
+    """
+    from index.storage import Store
+
+    # The log only: no need to load the embedding model for this.
+    asked = Store(settings_of(ctx).data_dir).queries.latest(limit, surface=surface)
+
+    def text() -> None:
+        if not asked:
+            click.echo("No questions asked yet.")
+        for q in asked:
+            click.echo(_question_line(q))
+
+    emit([q.to_dict() for q in asked], as_json, text)
+
+
+def _question_line(q: AskedQuestion) -> str:
+    from bot.logs import escape
+
+    r = q.record
+    when = datetime.fromtimestamp(q.at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    where = f"{r.surface}:{r.client}" if r.client else r.surface
+    # The question is whatever a person or an agent typed: shown inert, on one line.
+    question = escape(" ".join(r.question.split()))
+    short = question[:QUOTE_CHARS] + ("…" if len(question) > QUOTE_CHARS else "")
+    parts = [f"{q.id:>6}", when, f"{where:<18}", f"{r.user or '-':<12}", f"{r.channel or '-':<12}"]
+    return "  ".join([*parts, f"{r.outcome:<17}", short])
 
 
 @main.command()

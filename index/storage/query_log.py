@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from index.errors import QueryNotFound
-from index.records import QUERY_COLUMNS, LoggedQuestion, QueryRecord
+from index.records import QUERY_COLUMNS, AskedQuestion, LoggedQuestion, QueryRecord
 from index.storage.part import StorePart
 
 __all__ = ["QueryLog", "quoted"]
@@ -36,6 +36,20 @@ class QueryLog(StorePart):
         if not rows:
             raise QueryNotFound(query_id)
         return QueryRecord.from_row(rows[0])
+
+    def latest(self, limit: int, *, surface: str | None = None) -> list[AskedQuestion]:
+        """The ``limit`` questions asked last (only those asked on ``surface``, if given), newest first."""
+        columns = quoted(QUERY_COLUMNS)
+        where, params = ("WHERE surface = ?", [surface]) if surface else ("", [])
+        rows = self.db.query(
+            f"""SELECT id, created_at, {columns} FROM query_log {where}
+                ORDER BY created_at DESC, id DESC LIMIT ?""",
+            [*params, limit],
+        )
+        return [
+            AskedQuestion(int(r["id"]), float(r["created_at"]), QueryRecord.from_row(r))
+            for r in rows
+        ]
 
     def by_outcome(
         self,
