@@ -16,6 +16,8 @@ Registered on a bolt ``AsyncApp`` by :func:`register`, with the ``Services`` of
   the older assistant pane's threads (``bot.slack.agent``); the Stop button of
   an agent session (``agent_session_stopped``: ``bot.slack.sessions``);
 * the Home tab opened, and its buttons (``bot.slack.home``);
+* passage links posted in a conversation, shown as Work Objects, and their
+  flexpane (``link_shared``, ``entity_details_requested``: ``bot.slack.unfurls``);
 * one global middleware that drops Slack's redeliveries to this process at
   once, while the shared database's record of them is written after the
   acknowledgement (``bot.slack.deliveries``), and one error handler.
@@ -45,6 +47,7 @@ from bot.slack.blocks import (
     HOME_REFRESH_ACTION_ID,
     HOME_REINDEX_ACTION_ID,
     HOME_RETRY_ACTION_ID,
+    OPEN_VIEWER_ACTION_ID,
     REJECT_ACTION_ID,
     RETRY_ACTION_ID,
     UPLOAD_CALLBACK_ID,
@@ -84,7 +87,7 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_reindex(app, services)
     _register_feedback(app, services)
     _register_escalation(app, services)
-    unfurls.register(app, services)  # passage links as Work Objects (bot.slack.unfurls)
+    _register_unfurls(app, services)
     _register_errors(app, services)
 
 
@@ -530,6 +533,36 @@ def _register_home(app: AsyncApp, services: Services) -> None:
 
 
 # ---------------------------------------------------------------- errors
+
+
+def _register_unfurls(app: AsyncApp, services: Services) -> None:
+    """Passage links as Work Objects: the card (``link_shared``) and its flexpane."""
+    unfurling = unfurls.Unfurls(services)
+
+    @app.event("link_shared")
+    async def on_link_shared(
+        body: dict[str, Any],
+        event: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
+    ) -> None:
+        if await _claimed(services, context):
+            await unfurling.link_shared(client, body, event, context)
+
+    @app.event("entity_details_requested")
+    async def on_entity_details_requested(
+        body: dict[str, Any],
+        event: dict[str, Any],
+        context: AsyncBoltContext,
+        client: AsyncWebClient,
+    ) -> None:
+        if await _claimed(services, context):
+            await unfurling.details_requested(client, body, event, context)
+
+    @app.action(OPEN_VIEWER_ACTION_ID)
+    async def on_open_viewer(ack: Callable[..., Awaitable[None]]) -> None:
+        # The button opens its URL in the browser; Slack still wants the click acknowledged.
+        await ack()
 
 
 def _register_errors(app: AsyncApp, services: Services) -> None:

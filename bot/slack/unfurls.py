@@ -39,19 +39,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
-from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.models.metadata import EntityMetadata
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.blocks import (
-    OPEN_VIEWER_ACTION_ID,
     Passage,
     details_error,
     passage_entity,
@@ -59,7 +58,6 @@ from bot.slack.blocks import (
     unavailable_entity,
     unfurl_metadata,
 )
-from bot.slack.deliveries import DELIVERY_KEYS
 from bot.slack.services import Services
 from bot.slack.words import Words, language_of_locale, words_for
 from core.errors import BadLinkToken
@@ -77,7 +75,6 @@ __all__ = [
     "Where",
     "parse_link",
     "readable_here",
-    "register",
 ]
 
 # Links looked at in one event: a bound of ours on a hostile payload (Slack sends a few).
@@ -517,40 +514,3 @@ async def _call(request: Awaitable[Any]) -> None:
         log.warning("Slack refused the Work Object: %s", exc.response.get("error", "unknown_error"))
     except (aiohttp.ClientError, TimeoutError) as exc:
         log.warning("Slack could not be reached with a Work Object: %s", type(exc).__name__)
-
-
-# ---------------------------------------------------------------- listeners
-
-
-def register(app: AsyncApp, services: Services) -> None:
-    """Attach the ``link_shared`` and ``entity_details_requested`` listeners to ``app``."""
-    unfurls = Unfurls(services)
-
-    async def claimed(context: AsyncBoltContext) -> bool:
-        # As every event listener: a redelivery, or another replica's, is answered once.
-        return await services.deliveries.claim(list(context.get(DELIVERY_KEYS) or []))
-
-    @app.event("link_shared")
-    async def on_link_shared(
-        body: dict[str, Any],
-        event: dict[str, Any],
-        context: AsyncBoltContext,
-        client: AsyncWebClient,
-    ) -> None:
-        if await claimed(context):
-            await unfurls.link_shared(client, body, event, context)
-
-    @app.event("entity_details_requested")
-    async def on_entity_details_requested(
-        body: dict[str, Any],
-        event: dict[str, Any],
-        context: AsyncBoltContext,
-        client: AsyncWebClient,
-    ) -> None:
-        if await claimed(context):
-            await unfurls.details_requested(client, body, event, context)
-
-    @app.action(OPEN_VIEWER_ACTION_ID)
-    async def on_open_viewer(ack: Callable[[], Awaitable[None]]) -> None:
-        # The button opens its URL in the browser; Slack still wants the click acknowledged.
-        await ack()
