@@ -29,11 +29,13 @@ from urllib.parse import urlencode
 
 from itsdangerous import (
     BadData,
+    BadSignature,
     SignatureExpired,
     Signer,
     TimestampSigner,
     URLSafeTimedSerializer,
 )
+from itsdangerous.encoding import base64_decode, base64_encode
 
 from core.errors import BadLinkToken, LinkSecretUnavailable
 
@@ -213,6 +215,34 @@ class _SecretSerializer(URLSafeTimedSerializer):
         """The unsigners, keyed with the secret (``LinkSecretUnavailable`` while there is none)."""
         self._rekey()
         return super().iter_unsigners(salt)
+
+    def loads(self, s: str | bytes, *args: Any, **kwargs: Any) -> Any:
+        """Like the base class, refusing any spelling but the one :meth:`dumps` writes.
+
+        Raises:
+            BadSignature: a part is not in canonical URL-safe base64.
+        """
+        _require_canonical(s if isinstance(s, str) else s.decode("utf-8", "replace"))
+        return super().loads(s, *args, **kwargs)
+
+
+def _require_canonical(token: str) -> None:
+    """Refuse a token whose parts decode to the right bytes from another spelling.
+
+    The last character of unpadded base64 carries unused bits: without this
+    check a token and up to 15 variants of it (the last letter changed) all
+    verify, so "the same link" would have several spellings and a changed
+    token could pass as untouched.
+    """
+    for part in token.split("."):
+        if not part:
+            continue  # a compressed payload starts with "."
+        try:
+            canonical = base64_encode(base64_decode(part)).decode("ascii")
+        except BadData as exc:
+            raise BadSignature("a part is not URL-safe base64") from exc
+        if canonical != part:
+            raise BadSignature("a part is not in canonical base64")
 
 
 def _unpack(payload: object) -> tuple[int, str]:

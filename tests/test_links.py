@@ -71,6 +71,25 @@ def test_tampered_token_is_refused(signer: LinkSigner) -> None:
         signer.verify(token[:-1] + last, 1)
 
 
+def test_a_token_has_one_spelling(signer: LinkSigner) -> None:
+    # Unpadded base64 leaves unused bits in the last letter: the other letters that
+    # decode to the same signature must not verify either.
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    for document_id in range(1, 21):
+        token = signer.token(document_id, "C1")
+        assert signer.verify(token, document_id) == "C1"
+        accepted = []
+        for letter in alphabet.replace(token[-1], ""):
+            try:
+                signer.verify(token[:-1] + letter, document_id)
+            except BadLinkToken:
+                continue
+            accepted.append(letter)
+        assert accepted == [], token
+        with pytest.raises(BadLinkToken, match="tampered"):
+            signer.verify(token.replace(".", ".=", 1), document_id)
+
+
 def test_forged_payload_is_refused(signer: LinkSigner) -> None:
     # Swap in the payload of a token for another document, keeping the signature.
     payload_2 = signer.token(2, "C1").split(".", 1)[0]
