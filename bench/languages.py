@@ -6,10 +6,12 @@ runs the product's own search (``LocalSearchIndex``) and counts whether a
 passage holding the needle is among the first 4 (R@4), per question language,
 phrasing and cross-lingual group. Levers:
 
-    product      the product's search as configured (fusion, language-aware BM25)
+    product      the product's search as configured (fusion, language-aware BM25, BM25's
+                 hits in other languages than the question's as a list of their own)
     rrf          reciprocal rank fusion (k 60, both legs weight 1) instead of the score fusion
     score-1.0    score fusion with BM25 weighing as much as the dense leg
-    no-vouch     BM25 also vouches for passages in another language than the question
+    own-only     BM25's hits in the question's language only (the others dropped)
+    one-list     BM25's hits in every language in one list
     dense        the dense leg alone
     bm25         the BM25 leg alone
 
@@ -37,11 +39,11 @@ from evaluation.set_check import bundled_sets
 from index.config import IndexConfig
 from index.knowledge_base import KnowledgeBase
 from index.search import LocalSearchIndex, Mode
-from index.search.fusion import FUSION, Fusion, fuse
-from index.search.tokens import query_languages
+from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, fused_candidates
 
 K = 4
 Search = Callable[[np.ndarray, str], list[int]]
+Lexical = tuple[list[tuple[int, float]], list[tuple[int, float]]]
 
 
 def _questions(folder: Path) -> list[dict[str, str]]:
@@ -65,17 +67,35 @@ def _levers(kb: KnowledgeBase) -> dict[str, Search]:
         engine = LocalSearchIndex(base.indexes, fusion=fusion, adapters=base.adapters)
         return lambda v, q: [c.chunk_id for c in engine.search(v, q, None, K, mode)]
 
-    def unvouched(v: np.ndarray, q: str) -> list[int]:
-        corpus = snap.corpus_languages
-        sparse = snap.bm25.search(q, 25, None, query_languages(q, corpus))
-        dense = snap.vectors.search(v, 25, None)
-        return [cid for cid, _ in fuse(dense, sparse, FUSION)[:K]]
+    def lexical(keep: Callable[[Lexical], Lexical]) -> Search:
+        def search(v: np.ndarray, q: str) -> list[int]:
+            own, foreign = keep(base._sparse(snap, q, DEFAULT_DEPTH, None))
+            dense = snap.vectors.search(v, DEFAULT_DEPTH, None)
+            found = fused_candidates(
+                dense,
+                own,
+                FUSION,
+                K,
+                Mode.HYBRID,
+                adapters=base.adapters,
+                query_vector=v,
+                distances_for=snap.vectors.distances_for,
+                foreign=foreign,
+            )
+            return [c.chunk_id for c in found]
+
+        return search
+
+    def one_list(lists: Lexical) -> Lexical:
+        merged = sorted(lists[0] + lists[1], key=lambda hit: -hit[1])[:DEFAULT_DEPTH]
+        return merged, []
 
     return {
         "product": with_fusion(FUSION),
         "rrf": with_fusion(Fusion(method="rrf")),
         "score-1.0": with_fusion(replace(FUSION, sparse=1.0)),
-        "no-vouch": unvouched,
+        "own-only": lexical(lambda lists: (lists[0], [])),
+        "one-list": lexical(one_list),
         "dense": with_fusion(FUSION, Mode.DENSE),
         "bm25": with_fusion(FUSION, Mode.BM25),
     }

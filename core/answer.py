@@ -306,7 +306,7 @@ class Engine:
             timings["refresh"] = _ms_since(t)
         trace.kept = kept.passages
         if not kept.passages:
-            answer = await self._not_answered(question, candidates)
+            answer = await self._not_answered(question, query, vector, candidates, timings)
             await report(_passages_step(StepKind.NOTHING_FOUND, answer.sources))
         else:
             await report(_passages_step(StepKind.FOUND, kept.passages))
@@ -413,7 +413,8 @@ class Engine:
     def _answer_ordered(
         self, query: str, vector: np.ndarray, candidates: list[Candidate]
     ) -> list[Candidate]:
-        # Only after the gate has passed: the refusal path never reads sentences or texts.
+        # Only for passages close enough to answer from or to show as related: a
+        # plain refusal never reads sentences or texts.
         cfg = self.config
         return answer_order(
             candidates,
@@ -493,9 +494,27 @@ class Engine:
                 columns[row.id] = named
         return columns
 
-    async def _not_answered(self, question: str, candidates: list[Candidate]) -> Answer:
-        """Nothing passed the gate: possibly related passages, or the plain refusal."""
-        near = related(candidates, related_threshold=self.config.related_threshold)
+    async def _not_answered(
+        self,
+        question: str,
+        query: str,
+        vector: np.ndarray,
+        candidates: list[Candidate],
+        timings: dict[str, float],
+    ) -> Answer:
+        """Nothing passed the gate: possibly related passages, or the plain refusal.
+
+        The related passages are chosen in the order an answer keeps its
+        passages in (``answer_order``): the passage that would have been cited
+        first is shown first. A plain refusal reads nothing more.
+        """
+        cfg = self.config
+        near = related(candidates, related_threshold=cfg.related_threshold)
+        if len(near) > 1 and cfg.reorders_answers:
+            t = time.perf_counter()
+            ordered = await asyncio.to_thread(self._answer_ordered, query, vector, candidates)
+            near = related(ordered, related_threshold=cfg.related_threshold)
+            timings["order"] = _ms_since(t)
         shown, _ = await self._source_refs(near)
         if shown:
             return Answer(

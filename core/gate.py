@@ -58,7 +58,7 @@ def gate(
 def related(
     candidates: Sequence[Candidate], *, related_threshold: float, limit: int = MAX_RELATED
 ) -> list[Candidate]:
-    """Up to ``limit`` candidates within ``related_threshold``, in fused order.
+    """Up to ``limit`` candidates within ``related_threshold``, in the order given.
 
     Meant for a question nothing passed the gate for: these are shown as
     possibly related, never given to the model.

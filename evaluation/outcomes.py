@@ -67,8 +67,9 @@ class Replay:
         margin: how close to the best those must be.
         kept_order: per in-domain query, the order an answer keeps its passages
             in when it differs from the fused one (``core.retrieve.answer_order``
-            once the gate has passed); ``None``: fused order. Whether a query is
-            answered does not depend on it, and related passages keep fused order.
+            once the gate has passed, and the related passages' order when it
+            has not); ``None``: fused order. Whether a query is answered, or
+            shown related passages, does not depend on it.
     """
 
     in_domain: Sequence[Sequence[Candidate]]
@@ -119,7 +120,7 @@ class Replay:
             ordered = self.kept_order[i] if self.kept_order is not None else cands
             kept = self.kept(ordered, threshold)
             fixed = self.fixed(ordered, threshold)
-            near = [] if kept else related(cands, related_threshold=related_threshold)
+            near = [] if kept else related(ordered, related_threshold=related_threshold)
             also = self.beside_answer(ordered, threshold, related_threshold) if kept else []
             ans.append(bool(kept))
             rel.append(bool(near))

@@ -13,7 +13,7 @@ from index.languages import (
     passage_languages,
 )
 from index.search.bm25 import BM25Index
-from index.search.fusion import same_language
+from index.search.fusion import FUSION, Fusion, by_language, fuse
 from index.search.tokens import ANALYZER, query_languages, question_language
 
 CORPUS = ("en", "cs", "da", "fr", "ro")
@@ -168,19 +168,38 @@ def test_a_romanian_question_without_virgule_finds_the_romanian_passage() -> Non
     assert hits[0][0] == 3
 
 
-def test_bm25_cannot_vouch_for_a_passage_in_another_language() -> None:
+def test_bm25_hits_in_another_language_are_a_list_of_their_own() -> None:
     index = _mixed_index()
     question = "comment changer les droits avec chmod"
     hits = index.search(question, 4, languages=["fr"])
     # Every passage shares "chmod" with the French question...
     assert {cid for cid, _ in hits} == {1, 2, 3, 4}
     languages = {1: "cs", 2: "da", 3: "ro", 4: "en"}
-    kept = same_language(hits, "fr", lambda ids: {i: languages[i] for i in ids})
-    # ...but none is French, so the lexical leg vouches for none of them.
-    assert kept == []
-    # An unclear question, or passages of unknown language, keep BM25's word.
-    assert same_language(hits, None, lambda ids: {i: languages[i] for i in ids}) == hits
-    assert same_language(hits, "fr", lambda ids: {}) == hits
+    own, other = by_language(hits, "fr", lambda ids: {i: languages[i] for i in ids})
+    # ...none is French: they stay BM25's hits, apart from the question's language's.
+    assert own == []
+    assert other == hits
+    # An unclear question, or passages of unknown language, keep one list.
+    assert by_language(hits, None, lambda ids: {i: languages[i] for i in ids}) == (hits, [])
+    assert by_language(hits, "fr", lambda ids: {}) == (hits, [])
+    mixed = by_language(hits, "cs", lambda ids: {i: languages[i] for i in ids})
+    assert mixed == ([h for h in hits if h[0] == 1], [h for h in hits if h[0] != 1])
+
+
+def test_a_passage_another_language_matches_cannot_crowd_out_the_questions_own() -> None:
+    # BM25 scores a Danish passage matched by a shared command far above the
+    # French ones matched by the question's words; dense has 10 a little before 11.
+    dense = [(10, 0.20), (11, 0.22), (20, 0.40)]
+    french = [(11, 3.0), (10, 2.0)]
+    danish = [(20, 9.0), (21, 1.0)]
+    in_one_list = sorted(french + danish, key=lambda hit: -hit[1])
+    # In one list the Danish score squashes the French ones: BM25's choice of 11 is lost.
+    assert [cid for cid, _ in fuse(dense, in_one_list, FUSION)] == [10, 11, 20, 21]
+    # Apart, the French words decide between the French passages, and the Danish
+    # passage still counts, after them.
+    assert [cid for cid, _ in fuse(dense, french, FUSION, danish)] == [11, 10, 20, 21]
+    # Rank fusion takes the other languages' list as one more list.
+    assert [cid for cid, _ in fuse([], french, Fusion(), danish)] == [11, 20, 10, 21]
 
 
 def test_a_saved_index_built_in_several_languages_loads_with_its_terms(tmp_path) -> None:  # type: ignore[no-untyped-def]

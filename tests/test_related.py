@@ -16,7 +16,7 @@ from bot.slack import messages
 from core.answer import RELATED_TEXT, Engine, Outcome, build_engine
 from core.config import EngineConfig, LLMConfig
 from core.gate import MAX_RELATED, gate, related
-from core.retrieve import Candidate, LocalBackend, Mode
+from core.retrieve import Candidate, LocalBackend, Mode, answer_order
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
@@ -92,6 +92,30 @@ async def test_between_the_thresholds_related_passages_and_no_model_call(
     assert [cid for cid, _ in row.kept] == [s.chunk_id for s in answer.sources]
     assert kb.feedback.add(answer.query_id or 0, -1, "U1") > 0
     assert kb.feedback.disliked_questions()[0]["question"] == QUESTION
+
+
+async def test_related_passages_come_in_the_order_an_answer_keeps_its_passages(
+    kb: KnowledgeBase, engine_for: EngineFor
+) -> None:
+    best = _best_distance(kb, QUESTION)
+    engine = engine_for(threshold=best - 0.02, related_threshold=best + 0.15)
+    cfg = engine.config
+    vector = kb.embedder.encode_query(QUESTION)
+    fused = LocalBackend(kb.indexes).search(vector, QUESTION, None, 20, Mode.HYBRID)
+    ordered = answer_order(
+        fused,
+        vector,
+        QUESTION,
+        kb.store,
+        sentence_weight=cfg.sentence_weight,
+        proximity_weight=cfg.proximity_weight,
+    )
+    by_fusion = [c.chunk_id for c in related(fused, related_threshold=cfg.related_threshold)]
+    by_answer = [c.chunk_id for c in related(ordered, related_threshold=cfg.related_threshold)]
+    assert by_fusion != by_answer  # this question's passages are ordered otherwise
+    answer = await engine.ask(QUESTION)
+    assert answer.outcome == Outcome.RELATED
+    assert [s.chunk_id for s in answer.sources] == by_answer
 
 
 async def test_below_both_thresholds_the_plain_refusal(

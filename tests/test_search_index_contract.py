@@ -78,11 +78,12 @@ def _add(
     *,
     scope: str = "*",
     model: str | None = None,
+    language: str | None = None,
 ) -> list[int]:
-    """A document of ``texts`` (one chunk each), indexed; its chunk ids."""
+    """A document of ``texts`` (one chunk each, in ``language``), indexed; its chunk ids."""
     name = f"doc{next(_names)}"
     doc_id = store.insert_document(NewDocument(name=name, sha256=name, size=1, scope=scope))
-    chunks = [Chunk(i, 0, len(t), t, t, "") for i, t in enumerate(texts)]
+    chunks = [Chunk(i, 0, len(t), t, t, "", language=language) for i, t in enumerate(texts)]
     return store.commit_indexed(
         doc_id,
         chunks,
@@ -326,3 +327,30 @@ def test_the_engine_is_chosen_by_configuration(
         Settings(_env_file=None)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="Unknown search engine 'elsewhere'"):
         open_search_index(store, embedding_model=embedder.name, dimensions=1, engine="elsewhere")
+
+
+@pytest.mark.parametrize("mode", ["bm25", "hybrid"])
+def test_a_passage_in_another_language_sharing_the_command_is_not_crowded_out(
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex], mode: str
+) -> None:
+    # Forty French passages share the question's French words, more than BM25's
+    # depth (each a little longer: scores in a strict order); one Danish passage
+    # shares only the command.
+    _add(
+        store,
+        embedder,
+        [f"Les droits des fichiers changent{' aussi' * i}." for i in range(40)],
+        language="fr",
+    )
+    (danish,) = _add(
+        store, embedder, ["Kommandoen chmod ændrer filernes adgangsrettigheder."], language="da"
+    )
+    index = make(store)
+    index.open()
+    question = "Comment changer les droits des fichiers avec chmod ?"
+    found = index.search(embedder.encode_query(question), question, None, 30, Mode(mode))
+    assert danish in [c.chunk_id for c in found]
+    french = [c for c in found if c.chunk_id != danish]
+    # The French passages' own BM25 list is intact beside it.
+    assert len(french) == 29
+    assert all(c.sparse_rank is not None for c in french[:20])

@@ -36,7 +36,8 @@ class Candidate:
             only BM25 found, so the gate can judge every candidate alike.
         score: fused score (higher is better; its scale depends on ``Fusion``).
         dense_rank: 1-based rank in the dense list, if it was there.
-        sparse_rank: 1-based rank in the BM25 list, if it was there.
+        sparse_rank: 1-based rank in the BM25 list it was in (the question's
+            language's or the others', ``index.search.fusion.by_language``), if any.
     """
 
     chunk_id: int

@@ -82,6 +82,25 @@ class Snapshot:
         found = self.chunk_ids[at] == wanted
         return {int(c): self.languages[i] for c, i, f in zip(wanted, at, found, strict=True) if f}
 
+    def ids_in_other_languages(self, language: str, allowed: np.ndarray | None) -> np.ndarray:
+        """Chunk ids written in a known language other than ``language``, among ``allowed`` (``None``: all)."""
+        if self.languages is None:
+            return np.empty(0, dtype=np.int64)
+        other = self._other_language_mask(language)
+        ids = self.chunk_ids[other]
+        return ids if allowed is None else np.intersect1d(ids, allowed, assume_unique=True)
+
+    def _other_language_mask(self, language: str) -> np.ndarray:
+        masks = self._masks_by_language
+        if language not in masks:  # a race only computes one twice
+            found = self.languages.tolist() if self.languages is not None else []
+            masks[language] = np.array([c is not None and c != language for c in found], bool)
+        return masks[language]
+
+    @cached_property
+    def _masks_by_language(self) -> dict[str, np.ndarray]:
+        return {}
+
     def allowed_ids(self, scopes: frozenset[str] | None) -> np.ndarray | None:
         """Chunk ids visible to ``scopes``; ``None`` when every chunk is visible.
 

@@ -83,13 +83,25 @@ def score_fusion(
 
 
 def fuse(
-    dense: Sequence[tuple[int, float]], sparse: Sequence[tuple[int, float]], fusion: Fusion
+    dense: Sequence[tuple[int, float]],
+    sparse: Sequence[tuple[int, float]],
+    fusion: Fusion,
+    foreign: Sequence[tuple[int, float]] = (),
 ) -> list[tuple[int, float]]:
-    """One list from the dense ``(id, distance)`` and BM25 ``(id, score)`` lists, best first."""
+    """One list from the dense ``(id, distance)`` and BM25 ``(id, score)`` lists, best first.
+
+    ``foreign`` holds BM25's hits in other languages than the question's
+    (``by_language``): a list of its own, weighed as BM25 is, so that a
+    passage another language's words match cannot crowd out the question's
+    own language, and one a shared name or command matches still counts.
+    """
     if fusion.method == "score":
         similarity = [(cid, -d) for cid, d in dense]  # any decreasing map: it is normalised
-        return score_fusion([similarity, sparse], [fusion.dense, fusion.sparse])
-    pairs = [(lst, w) for lst, w in ((dense, fusion.dense), (sparse, fusion.sparse)) if lst]
+        return score_fusion(
+            [similarity, sparse, foreign], [fusion.dense, fusion.sparse, fusion.sparse]
+        )
+    legs = ((dense, fusion.dense), (sparse, fusion.sparse), (foreign, fusion.sparse))
+    pairs = [(lst, w) for lst, w in legs if lst]
     return rrf([[cid for cid, _ in lst] for lst, _ in pairs], fusion.k, [w for _, w in pairs])
 
 
@@ -97,21 +109,24 @@ DistancesFor = Callable[[np.ndarray, list[int]], dict[int, float]]
 LanguagesOf = Callable[[list[int]], dict[int, str | None]]
 
 
-def same_language(
+def by_language(
     sparse: Sequence[tuple[int, float]], question: str | None, languages_of: LanguagesOf
-) -> list[tuple[int, float]]:
-    """BM25's hits without the passages written in another language than the question.
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """BM25's hits split into those in the question's language and those in another.
 
-    Shared words across languages are names, commands and loanwords: they say
-    nothing about whether a Danish passage answers a French question, so BM25
-    cannot vouch for it there (the dense leg of a multilingual model still
-    can). Kept when the question's language is unclear (``None``) or the
-    passage's unknown.
+    Shared words across languages are names, commands, options and loanwords,
+    beside a few short words two languages happen to spell alike: among the
+    question's own language's hits a Danish passage matched by them would
+    outrank French passages matched by the question's words, so it goes to the
+    other list (``fuse``'s ``foreign``). Everything is the question's when its
+    language is unclear (``None``), and so is a passage whose language is unknown.
     """
     if question is None or not sparse:
-        return list(sparse)
+        return list(sparse), []
     of = languages_of([cid for cid, _ in sparse])
-    return [(cid, score) for cid, score in sparse if of.get(cid) in (None, question)]
+    own = [(cid, score) for cid, score in sparse if of.get(cid) in (None, question)]
+    other = [(cid, score) for cid, score in sparse if of.get(cid) not in (None, question)]
+    return own, other
 
 
 def fused_candidates(
@@ -124,25 +139,29 @@ def fused_candidates(
     adapters: QueryAdapters | None,
     query_vector: np.ndarray,
     distances_for: DistancesFor,
+    foreign: Sequence[tuple[int, float]] = (),
 ) -> list[Candidate]:
     """The best ``k`` of the legs' fusion as candidates, each with its distance and leg ranks.
 
     Every engine's search ends here once its two legs have run: ``dense`` holds
     the dense leg's ``(chunk id, distance)``, nearest first, ``sparse`` BM25's
-    ``(chunk id, score)``, best first; ``distances_for`` gives the distance of a
-    chunk only BM25 found.
+    ``(chunk id, score)``, best first, in the question's language, ``foreign``
+    BM25's in the others (``by_language``); ``distances_for`` gives the
+    distance of a chunk only BM25 found.
     """
     adapter = adapters.current() if adapters is not None and mode == Mode.HYBRID else None
     if adapter is None or not dense or k <= 0:
-        fused = fuse(dense, sparse, fusion)[:k]
+        fused = fuse(dense, sparse, fusion, foreign)[:k]
     else:
-        fused = _mapped_fusion(dense, sparse, fusion, k, adapter.apply(query_vector), distances_for)
+        mapped = adapter.apply(query_vector)
+        fused = _mapped_fusion(dense, sparse, foreign, fusion, k, mapped, distances_for)
     distances = dict(dense)
     missing = [cid for cid, _ in fused if cid not in distances]
     if missing:
         distances.update(distances_for(query_vector, missing))
     dense_rank = {cid: i for i, (cid, _) in enumerate(dense, start=1)}
-    sparse_rank = {cid: i for i, (cid, _) in enumerate(sparse, start=1)}
+    sparse_rank = {cid: i for i, (cid, _) in enumerate(foreign, start=1)}
+    sparse_rank |= {cid: i for i, (cid, _) in enumerate(sparse, start=1)}
     return [
         Candidate(
             chunk_id=cid,
@@ -158,6 +177,7 @@ def fused_candidates(
 def _mapped_fusion(
     dense: Sequence[tuple[int, float]],
     sparse: Sequence[tuple[int, float]],
+    foreign: Sequence[tuple[int, float]],
     fusion: Fusion,
     k: int,
     mapped_query: np.ndarray,
@@ -172,10 +192,11 @@ def _mapped_fusion(
     among the ``k`` (in the last place if the map would drop it), so the gate
     refuses exactly what the model's distances refuse.
     """
-    pool = list(dict.fromkeys([cid for cid, _ in dense] + [cid for cid, _ in sparse]))
+    lexical = [cid for cid, _ in sparse] + [cid for cid, _ in foreign]
+    pool = list(dict.fromkeys([cid for cid, _ in dense] + lexical))
     found = distances_for(mapped_query, pool)
     leg = sorted(found.items(), key=lambda kv: kv[1])[: len(dense)]
-    fused = fuse(leg, sparse, fusion)
+    fused = fuse(leg, sparse, fusion, foreign)
     top = fused[:k]
     nearest = dense[0][0]
     if all(cid != nearest for cid, _ in top):

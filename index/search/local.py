@@ -10,7 +10,7 @@ import numpy as np
 
 from index.search.contract import Candidate, Mode
 from index.search.derived import DerivedIndexes, Snapshot
-from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, fused_candidates, same_language
+from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, by_language, fused_candidates
 from index.search.query_map import QueryAdapters
 from index.search.tokens import query_languages, question_language
 
@@ -58,7 +58,9 @@ class LocalSearchIndex:
         dense = snap.vectors.search(query_vector, depth, allowed) if mode != Mode.BM25 else []
         if cutoff is not None and mode == Mode.HYBRID and not _within(dense, cutoff):
             mode = Mode.DENSE
-        sparse = self._sparse(snap, query_text, depth, allowed) if mode != Mode.DENSE else []
+        sparse, foreign = (
+            self._sparse(snap, query_text, depth, allowed) if mode != Mode.DENSE else ([], [])
+        )
         return fused_candidates(
             dense,
             sparse,
@@ -68,15 +70,28 @@ class LocalSearchIndex:
             adapters=self.adapters,
             query_vector=query_vector,
             distances_for=snap.vectors.distances_for,
+            foreign=foreign,
         )
 
     def _sparse(
         self, snap: Snapshot, query_text: str, depth: int, allowed: np.ndarray | None
-    ) -> list[tuple[int, float]]:
-        """BM25's hits, the question analysed in its languages, vouching only in its own."""
+    ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+        """BM25's hits in the question's language, and its best ``depth`` in the others.
+
+        The others get a search of their own: among the first ``depth`` hits of
+        all languages the question's own language's words crowd them out.
+        """
         corpus = snap.corpus_languages
-        found = snap.bm25.search(query_text, depth, allowed, query_languages(query_text, corpus))
-        return same_language(found, question_language(query_text, corpus), snap.languages_of)
+        languages = query_languages(query_text, corpus)
+        found = snap.bm25.search(query_text, depth, allowed, languages)
+        question = question_language(query_text, corpus)
+        own, _ = by_language(found, question, snap.languages_of)
+        if question is None:
+            return own, []
+        others = snap.ids_in_other_languages(question, allowed)
+        if not others.size:
+            return own, []
+        return own, snap.bm25.search(query_text, depth, others, languages)
 
     def open(self) -> int:
         """See ``SearchIndex.open``."""

@@ -60,7 +60,7 @@ from index.models import EVERYONE
 from index.search.bm25 import DEFAULT_B, DEFAULT_K1
 from index.search.contract import Candidate, Mode
 from index.search.derived import OnlyScopes
-from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, fused_candidates, same_language
+from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, by_language, fused_candidates
 from index.search.qdrant.engine import (
     QdrantEngine,
     QdrantPoint,
@@ -94,6 +94,9 @@ REBUILD_POLL_SECONDS = 0.5
 # Health asks the engine whether it answers (within ``engines.PROBE_TIMEOUT_SECONDS``
 # on a server) at most once per PROBE_CACHE_SECONDS (/readyz is probed often).
 PROBE_CACHE_SECONDS = 5.0
+# How much deeper the sparse leg looks when the question's language is clear, to
+# find the hits in the knowledge base's other languages (see ``_sparse``).
+FOREIGN_DEPTH = 4
 # The meta key of the knowledge base's id in the store.
 KB_ID_KEY = "search_collection_id"
 
@@ -371,17 +374,12 @@ class QdrantSearchIndex:
         depth = max(k, self.depth)
         dense: list[tuple[int, float]] = []
         sparse: list[tuple[int, float]] = []
+        foreign: list[tuple[int, float]] = []
         if mode != Mode.BM25:
             hits = self.engine.dense(self.alias, _floats(query_vector), visible, depth)
             dense = _ranked([(cid, _distance(cos)) for cid, cos in hits], ascending=True)
         if mode != Mode.DENSE:
-            corpus = self.store.chunk_languages()
-            indices, values = query_sparse(query_text, query_languages(query_text, corpus))
-            if indices:
-                hits = self.engine.sparse(self.alias, indices, values, visible, depth)
-                sparse = _ranked([(cid, score) for cid, score in hits if score > 0])
-                question = question_language(query_text, corpus)
-                sparse = same_language(sparse, question, self.store.languages_of_chunks)
+            sparse, foreign = self._sparse(query_text, visible, depth)
         return fused_candidates(
             dense,
             sparse,
@@ -391,7 +389,29 @@ class QdrantSearchIndex:
             adapters=self.adapters,
             query_vector=query_vector,
             distances_for=self.distances_for,
+            foreign=foreign,
         )
+
+    def _sparse(
+        self, query_text: str, visible: list[str] | None, depth: int
+    ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+        """BM25's hits in the question's language, and in the others (``by_language``).
+
+        The points carry no language, so the others' are those among the first
+        ``FOREIGN_DEPTH`` times ``depth`` hits (the local engine searches them
+        apart: its lists can differ here when the question's language holds
+        many more matches).
+        """
+        corpus = self.store.chunk_languages()
+        indices, values = query_sparse(query_text, query_languages(query_text, corpus))
+        if not indices:
+            return [], []
+        question = question_language(query_text, corpus)
+        wide = depth if question is None else FOREIGN_DEPTH * depth
+        hits = self.engine.sparse(self.alias, indices, values, visible, wide)
+        found = _ranked([(cid, score) for cid, score in hits if score > 0])
+        own, other = by_language(found, question, self.store.languages_of_chunks)
+        return own[:depth], other[:depth]
 
     @_engine_call
     def distances_for(self, query_vector: np.ndarray, chunk_ids: Sequence[int]) -> dict[int, float]:
