@@ -354,3 +354,25 @@ def test_a_passage_in_another_language_sharing_the_command_is_not_crowded_out(
     # The French passages' own BM25 list is intact beside it.
     assert len(french) == 29
     assert all(c.sparse_rank is not None for c in french[:20])
+
+
+def test_the_other_languages_search_keeps_to_the_askers_scopes(
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
+) -> None:
+    _add(store, embedder, ["Les droits des fichiers changent avec chmod."], language="fr")
+    (danish,) = _add(
+        store,
+        embedder,
+        ["Kommandoen chmod ændrer filernes adgangsrettigheder."],
+        scope="C1",
+        language="da",
+    )
+    index = make(store)
+    index.open()
+    question = "Comment changer les droits des fichiers avec chmod ?"
+    vector = embedder.encode_query(question)
+    for mode in (Mode.BM25, Mode.HYBRID):
+        elsewhere = index.search(vector, question, frozenset({"C2"}), 10, mode)
+        assert danish not in [c.chunk_id for c in elsewhere]
+        member = index.search(vector, question, frozenset({"C1"}), 10, mode)
+        assert danish in [c.chunk_id for c in member]

@@ -87,8 +87,13 @@ class Snapshot:
         if self.languages is None:
             return np.empty(0, dtype=np.int64)
         other = self._other_language_mask(language)
-        ids = self.chunk_ids[other]
-        return ids if allowed is None else np.intersect1d(ids, allowed, assume_unique=True)
+        if allowed is None:
+            return self.chunk_ids[other]
+        # A mask over the sorted ids: np.intersect1d costs ~10 ms at 100k chunks.
+        at = np.searchsorted(self.chunk_ids, allowed).clip(0, max(len(self) - 1, 0))
+        visible = np.zeros(len(self), dtype=bool)
+        visible[at[self.chunk_ids[at] == allowed]] = True
+        return self.chunk_ids[other & visible]
 
     def _other_language_mask(self, language: str) -> np.ndarray:
         masks = self._masks_by_language
