@@ -376,3 +376,23 @@ def test_the_other_languages_search_keeps_to_the_askers_scopes(
         assert danish not in [c.chunk_id for c in elsewhere]
         member = index.search(vector, question, frozenset({"C1"}), 10, mode)
         assert danish in [c.chunk_id for c in member]
+
+
+def test_passages_in_the_questions_language_are_not_crowded_out_by_a_shared_command(
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
+) -> None:
+    # Thirty Danish passages each match the rare command; sixty French ones the
+    # question's French words, which score lower.
+    _add(store, embedder, [f"Kommandoen chmod nummer {i}." for i in range(30)], language="da")
+    french = _add(
+        store,
+        embedder,
+        [f"Les fichiers du système sont rangés dans un dossier, note {i}." for i in range(60)],
+        language="fr",
+    )
+    index = make(store)
+    index.open()
+    question = "Comment changer les droits des fichiers avec chmod ?"
+    vector = embedder.encode_query(question)
+    found = index.search(vector, question, None, 20, Mode.BM25)
+    assert sum(c.chunk_id in french for c in found) >= 8

@@ -10,7 +10,7 @@ import numpy as np
 
 from index.search.contract import Candidate, Mode
 from index.search.derived import DerivedIndexes, Snapshot
-from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, by_language, fused_candidates
+from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, fused_candidates
 from index.search.query_map import QueryAdapters
 from index.search.tokens import query_languages, question_language
 
@@ -76,22 +76,21 @@ class LocalSearchIndex:
     def _sparse(
         self, snap: Snapshot, query_text: str, depth: int, allowed: np.ndarray | None
     ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-        """BM25's hits in the question's language, and its best ``depth`` in the others.
+        """BM25's best ``depth`` in the question's language, and in the others (``by_language``).
 
-        The others get a search of their own: among the first ``depth`` hits of
-        all languages the question's own language's words crowd them out.
+        Each list is searched among its own passages: in one search either
+        language's hits can fill all ``depth`` places.
         """
         corpus = snap.corpus_languages
         languages = query_languages(query_text, corpus)
-        found = snap.bm25.search(query_text, depth, allowed, languages)
         question = question_language(query_text, corpus)
-        own, _ = by_language(found, question, snap.languages_of)
         if question is None:
-            return own, []
-        others = snap.ids_in_other_languages(question, allowed)
-        if not others.size:
-            return own, []
-        return own, snap.bm25.search(query_text, depth, others, languages)
+            return snap.bm25.search(query_text, depth, allowed, languages), []
+        own, others = snap.ids_by_language(question, allowed)
+        return (
+            snap.bm25.search(query_text, depth, own, languages) if own.size else [],
+            snap.bm25.search(query_text, depth, others, languages) if others.size else [],
+        )
 
     def open(self) -> int:
         """See ``SearchIndex.open``."""

@@ -397,17 +397,17 @@ class QdrantSearchIndex:
     ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
         """BM25's hits in the question's language, and in the others (``by_language``).
 
-        The points carry no language, so the others' are those among the first
-        ``FOREIGN_DEPTH`` times ``depth`` hits (the local engine searches them
-        apart: its lists can differ here when the question's language holds
-        many more matches).
+        The points carry no language, so both lists are cut from the first
+        ``FOREIGN_DEPTH`` times ``depth`` hits (the local engine searches each
+        among its own passages: the lists differ only when one language's hits
+        fill all of those places).
         """
         corpus = self.store.chunk_languages()
         indices, values = query_sparse(query_text, query_languages(query_text, corpus))
         if not indices:
             return [], []
         question = question_language(query_text, corpus)
-        wide = depth if question is None else FOREIGN_DEPTH * depth
+        wide = depth if question is None or not corpus - {question} else FOREIGN_DEPTH * depth
         hits = self.engine.sparse(self.alias, indices, values, visible, wide)
         found = _ranked([(cid, score) for cid, score in hits if score > 0])
         own, other = by_language(found, question, self.store.languages_of_chunks)
