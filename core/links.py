@@ -222,6 +222,7 @@ class _SecretSerializer(URLSafeTimedSerializer):
         Raises:
             BadSignature: a part is not in canonical URL-safe base64.
         """
+        self._rekey()  # no secret yet: that is said first, whatever the token
         _require_canonical(s if isinstance(s, str) else s.decode("utf-8", "replace"))
         return super().loads(s, *args, **kwargs)
 

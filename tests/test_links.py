@@ -307,6 +307,8 @@ def test_a_kept_secret_that_cannot_be_created_yet_leaves_links_unsigned_until_it
         signer.token(1, "C1")
     with pytest.raises(BadLinkToken, match="cannot be checked"):
         signer.verify("anything", 1)
+    with pytest.raises(BadLinkToken, match="cannot be checked"):
+        signer.verify("AB.AB.AB", 1)  # not canonical base64: still, no secret is said first
 
     blocker.unlink()  # the directory can be made now: the next use creates the secret
     token = signer.token(1, "C1")
