@@ -28,6 +28,8 @@ from typing import Any, Self
 import aiohttp
 import pytest
 
+from tests.environment import in_ci
+
 __all__ = [
     "MISSING_REASON",
     "Browser",
@@ -85,11 +87,6 @@ def chromium_path() -> str | None:
         if found:
             return found
     return "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
-
-
-def in_ci() -> bool:
-    """True when running in CI (``CI`` set to anything but empty/0/false)."""
-    return os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}
 
 
 def should_skip() -> bool:

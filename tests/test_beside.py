@@ -285,7 +285,11 @@ def test_long_names_beside_an_answer_drop_a_link_rather_than_cut_one() -> None:
     # (https://api.slack.com/reference/block-kit/composition-objects#text).
     assert len(text) <= 3000
     found = BESIDE_LINK_RE.findall(text)
-    assert 1 <= len(found) < len(passages)
+    # Links are dropped only when the next would not fit (each is as long as the first).
+    first_url, first_label = found[0]
+    link = len(f"• <{first_url}|{first_label}>")
+    assert len(found) < len(passages)
+    assert len(text) + 1 + link > 3000
     assert [url for url, _ in found] == [p.url for p in passages[: len(found)]]
     assert text.count("• <") == len(found)  # no link left open
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
+from tests.environment import cannot_run_here
 
 # Enough documents that the kill lands long before the last, each a few chunks long
 # (the kill lands while one is being embedded); few enough to ingest the rest quickly after.
@@ -145,7 +145,7 @@ def test_indexing_killed_in_a_container_is_recovered_by_the_next_pid_1(
 ) -> None:
     reason = _unshare_reason()
     if reason:
-        pytest.skip(reason)
+        cannot_run_here(reason)
     data_dir = tmp_path / "data"
     big = tmp_path / "big.md"
     big.write_text(

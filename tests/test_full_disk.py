@@ -32,8 +32,8 @@ from index.errors import DiskFull, DiskSpaceLow
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.storage.sqlite import _REOPEN_SECONDS, SQLiteDatabase
-from tests.browser import in_ci
 from tests.clocks import FakeTime
+from tests.environment import cannot_run_here
 
 HANDBOOK = b"# Handbook\n\nExpense claims are due within 30 days of purchase.\n"
 
@@ -46,18 +46,11 @@ def _mountable() -> str | None:
     return None
 
 
-def _cannot(reason: str) -> None:
-    """Skip on a developer machine; in CI a full disk that was never tried proves nothing."""
-    if in_ci():
-        pytest.fail(f"{reason} (CI is set, so this is an error)")
-    pytest.skip(reason)
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     reason = _mountable()
     if reason:
-        _cannot(reason)
+        cannot_run_here(reason)
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
     done = subprocess.run(
@@ -66,7 +59,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         text=True,
     )
     if done.returncode != 0:
-        _cannot(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        cannot_run_here(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
         yield mount_point
     finally:

@@ -15,7 +15,7 @@ from bot.cli import main
 from bot.slack import messages
 from core.answer import RELATED_TEXT, Engine, Outcome, build_engine
 from core.config import EngineConfig, LLMConfig
-from core.gate import MAX_RELATED, gate, related
+from core.gate import gate, related
 from core.retrieve import Candidate, LocalBackend, Mode, answer_order
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -31,6 +31,13 @@ def _best_distance(kb: KnowledgeBase, question: str) -> float:
     vector = kb.embedder.encode_query(question)
     found = LocalBackend(kb.indexes).search(vector, question, None, 20, Mode.HYBRID)
     return min(c.distance for c in found)
+
+
+def _related_count(kb: KnowledgeBase, question: str, related_threshold: float) -> int:
+    """How many passages within ``related_threshold`` are shown (at most ``MAX_RELATED``)."""
+    vector = kb.embedder.encode_query(question)
+    found = LocalBackend(kb.indexes).search(vector, question, None, 20, Mode.HYBRID)
+    return len(related(found, related_threshold=related_threshold))
 
 
 def _between(best: float) -> dict[str, float]:
@@ -80,7 +87,8 @@ async def test_between_the_thresholds_related_passages_and_no_model_call(
     assert answer.answer == RELATED_TEXT
     assert answer.grounded is False and answer.model_called is False
     assert openai_server.requests == []
-    assert 1 <= len(answer.sources) <= MAX_RELATED and answer.kept == []
+    shown = _related_count(kb, QUESTION, engine.config.related_threshold)
+    assert len(answer.sources) == shown >= 1 and answer.kept == []
     assert [s.n for s in answer.sources] == list(range(1, len(answer.sources) + 1))
     assert all(s.distance <= engine.config.related_threshold for s in answer.sources)
     assert any("conference" in s.quote.lower() for s in answer.sources)
@@ -188,6 +196,7 @@ async def test_slack_shows_related_passages_labelled_with_links_and_no_model_cal
     kb = KnowledgeBase(IndexConfig(data_dir=fixture_data_dir), embedder=embedder)
     try:
         between = _between(_best_distance(kb, IN_DOMAIN))
+        shown = _related_count(kb, IN_DOMAIN, between["related_threshold"])
     finally:
         kb.store.db.conn.close()
     bot: Bot = await make_bot(**between)
@@ -200,7 +209,7 @@ async def test_slack_shows_related_passages_labelled_with_links_and_no_model_cal
     assert messages.RELATED_HEADER in text and messages.RELATED_REASON in text
     assert answer["text"].startswith(messages.RELATED_FALLBACK)
     found = links(answer)
-    assert 1 <= len(found) <= MAX_RELATED
+    assert len(found) == shown >= 1
     url = found[0][0]
     assert url.startswith(PUBLIC_URL + "/d/")
     parts = urlsplit(url)
