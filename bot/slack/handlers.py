@@ -532,7 +532,7 @@ def _register_home(app: AsyncApp, services: Services) -> None:
     app.action(HOME_REINDEX_ACTION_ID)(clicked(reindex))
 
 
-# ---------------------------------------------------------------- errors
+# ---------------------------------------------------------------- Work Objects
 
 
 def _register_unfurls(app: AsyncApp, services: Services) -> None:
@@ -563,6 +563,9 @@ def _register_unfurls(app: AsyncApp, services: Services) -> None:
     async def on_open_viewer(ack: Callable[..., Awaitable[None]]) -> None:
         # The button opens its URL in the browser; Slack still wants the click acknowledged.
         await ack()
+
+
+# ---------------------------------------------------------------- errors
 
 
 def _register_errors(app: AsyncApp, services: Services) -> None:
