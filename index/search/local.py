@@ -87,6 +87,8 @@ class LocalSearchIndex:
         if question is None:
             return snap.bm25.search(query_text, depth, allowed, languages), []
         own, others = snap.ids_by_language(question, allowed)
+        if not others.size:  # one language: the plain search, no id list to match
+            return snap.bm25.search(query_text, depth, allowed, languages), []
         return (
             snap.bm25.search(query_text, depth, own, languages) if own.size else [],
             snap.bm25.search(query_text, depth, others, languages) if others.size else [],
