@@ -54,7 +54,6 @@ from core.config import (
 from core.links import SECRET_FILENAME
 from core.thresholds import Thresholds, thresholds_in_force
 from index.config import (
-    DEFAULT_CHUNK_BUDGET,
     DEFAULT_DATA_DIR,
     DEFAULT_EMBEDDING_BATCH_SIZE,
     DEFAULT_EMBEDDING_MAX_RETRIES,
@@ -248,10 +247,11 @@ class Settings(BaseSettings):
         "Documents read at once, each by a warm reader process (and uploads indexed at once, shared fairly between people: nobody holds them all). 0: min(2, CPU cores).",
         ge=0,
     )
-    chunk_budget: int = _setting(
-        DEFAULT_CHUNK_BUDGET,
+    chunk_budget: int | None = _setting(
+        None,
         "KB_CHUNK_BUDGET",
-        "Chunk size budget in characters; paragraphs are never cut unless one is over it.",
+        "Chunk size budget in characters; paragraphs are never cut unless one is over it. Unset: the embedding model's, 768 for `multilingual` (its window is 512 tokens) and 512 for every other model. Documents keep the passages they were cut into until `kb reindex`.",
+        gt=0,
     )
     keep_versions: int = _setting(
         DEFAULT_KEEP_VERSIONS,
@@ -336,7 +336,7 @@ class Settings(BaseSettings):
     related_threshold: float | None = _setting(
         None,
         "KB_RELATED_THRESHOLD",
-        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 3 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Beside an answer, up to 3 of its best-ranked passages that were too far to answer from but closer than this are listed the same way (never given to the model). At or below KB_THRESHOLD: off. Unset: the running model's calibrated value. `kb calibrate` proposes it.",
+        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 4 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Beside an answer, those of its first KB_TOP_K passages (up to 4) that were too far to answer from but closer than this are listed the same way (never given to the model). At or below KB_THRESHOLD: off. Unset: the running model's calibrated value. `kb calibrate` proposes it.",
     )
     threshold_model: str = _setting(
         "",

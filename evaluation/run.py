@@ -78,7 +78,7 @@ from evaluation.results import (
 )
 from evaluation.strategies import PRODUCT, STRATEGIES, Chunker, make_chunker
 from index.config import IndexConfig
-from index.embed import Embedder
+from index.embed import Embedder, passage_budget
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
@@ -493,7 +493,7 @@ def evaluate(
         questions=list(questions),
         ood_questions=list(ood),
         embedding_model=embedder.name,
-        chunk_budget=index.chunk_budget,
+        chunk_budget=passage_budget(index),
         product=product,
         query_map=query_map,
         mode_tests=_mode_tests(product),
@@ -549,7 +549,7 @@ def _compare_strategies(
             on_stage(name)
         chunker = make_chunker(
             name,
-            budget=index.chunk_budget,
+            budget=passage_budget(index),
             count_tokens=embedder.count_tokens,
             max_tokens=embedder.max_tokens,
         )

@@ -17,7 +17,14 @@ DEFAULT_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
 DEFAULT_ENCODER_RUNTIME = "onnx"
 ENCODER_RUNTIMES = ("onnx", "torch")
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+# Characters a passage is packed up to, per model (``index.embed.passage_budget``):
+# 512 for MiniLM, whose window is 256 tokens (the seed study's strategy E), and
+# for any model an operator brings. The multilingual preset reads 512 tokens;
+# its passages of 768 characters found the needle more often on both
+# multilingual sets (final R@4 +16/-10 and +15/-10 against 512, 1,024 mixed;
+# docs/evaluation.md, "Passages of 768 characters for the multilingual preset").
 DEFAULT_CHUNK_BUDGET = 512
+MULTILINGUAL_CHUNK_BUDGET = 768
 DEFAULT_KEEP_VERSIONS = 5
 # A 2,000-page manual passes; one document cannot tie up the indexing slot for
 # more than a few minutes (5,000 full chunks take about 2.5 minutes to embed on 2 cores).
@@ -157,7 +164,8 @@ class IndexConfig:
             empty, an embedded engine in the data dir (one process at a time).
         qdrant_api_key: the Qdrant server's API key; never in a repr.
         max_upload_bytes: largest document accepted.
-        chunk_budget: chunk size budget in characters.
+        chunk_budget: chunk size budget in characters; ``None``: the model's
+            (``index.embed.passage_budget``).
         keep_versions: versions kept of each document name and scope: the
             current one and the earlier ones ``KnowledgeBase.restore`` can bring back.
         max_pages: most pages one PDF may have, checked before any text is extracted.
@@ -185,7 +193,7 @@ class IndexConfig:
     qdrant_url: str = ""
     qdrant_api_key: str = field(default="", repr=False)
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
-    chunk_budget: int = DEFAULT_CHUNK_BUDGET
+    chunk_budget: int | None = None
     keep_versions: int = DEFAULT_KEEP_VERSIONS
     max_pages: int = DEFAULT_MAX_PAGES
     max_chunks: int = DEFAULT_MAX_CHUNKS

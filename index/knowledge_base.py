@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from index.config import IndexConfig
-from index.embed import Embedder, load_embedder
+from index.embed import Embedder, load_embedder, passage_budget
 from index.errors import (
     DocumentNotFound,
     ExtractionError,
@@ -456,7 +456,7 @@ class KnowledgeBase:
             doc.name,
             embedder=self.embedder,
             max_bytes=self.config.max_upload_bytes,
-            budget=self.config.chunk_budget,
+            budget=passage_budget(self.config),
             max_pages=self.config.max_pages,
             max_chunks=self.config.max_chunks,
             max_text_chars=self.config.max_text_chars,

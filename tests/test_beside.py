@@ -69,7 +69,7 @@ def test_no_passing_passage_is_shown_beside_an_answer() -> None:
 def test_beside_shows_at_most_the_related_limit() -> None:
     cands = _cands(0.3, *([0.55] * 10))
     near = beside_answer(cands, threshold=0.5, related_threshold=0.6, within=11)
-    assert len(near) == MAX_RELATED and _ids(near) == [2, 3, 4]
+    assert len(near) == MAX_RELATED and _ids(near) == [2, 3, 4, 5]
 
 
 # ---------------------------------------------------------------- the engine
@@ -97,8 +97,9 @@ async def test_an_answer_shows_the_close_passages_it_could_not_use_and_never_giv
 
     assert answer.outcome == Outcome.ANSWERED and len(answer.kept) == 1
     # The related threshold (1.5) takes in every candidate, so of the answer's
-    # first top_k (4) all but the one that passed are listed, up to the limit.
-    assert len(answer.beside) == MAX_RELATED
+    # first top_k (4) all but the one that passed are listed (the limit is higher).
+    assert engine.config.top_k - 1 <= MAX_RELATED
+    assert len(answer.beside) == engine.config.top_k - 1
     assert {s.chunk_id for s in answer.beside}.isdisjoint(s.chunk_id for s in answer.kept)
     assert all(engine.config.threshold < s.distance for s in answer.beside)
     for s in answer.beside:
@@ -321,7 +322,7 @@ async def test_slack_answer_links_the_passages_beside_it_to_the_viewer(
     assert re.findall(r"^\[(\d+)\] ", user, re.M) == ["1"]  # one passage passed: one source
     (block,) = [b for b in answer["blocks"] if messages.BESIDE_HEADER in json.dumps(b)]
     found = BESIDE_LINK_RE.findall(block["elements"][0]["text"])
-    assert len(found) == MAX_RELATED  # as in the engine's test above: 3 of its first 4
+    assert len(found) == 3  # as in the engine's test above: 3 of its first 4
     # The links are the passages the query log says were listed, in their order.
     (feedback,) = [b for b in answer["blocks"] if b["type"] == "context_actions"]
     query_id = int(feedback["elements"][0]["negative_button"]["value"].split(":")[1])

@@ -29,6 +29,7 @@ from index.embed import (
     Prefixes,
     family_prefixes,
     load_embedder,
+    passage_budget,
 )
 from index.embed.e5 import E5Embedder
 from index.embed.onnx import OnnxEmbedder
@@ -242,6 +243,36 @@ def test_settings_give_the_engine_the_running_models_thresholds() -> None:
     assert config.thresholds_model == MULTILINGUAL_MODEL_NAME
     default = Settings(_env_file=None).engine_config()  # type: ignore[call-arg]
     assert (default.threshold, default.related_threshold) == BUNDLED[MINILM]
+
+
+def test_each_model_cuts_passages_to_its_own_budget() -> None:
+    preset = Settings(_env_file=None, KB_EMBEDDING_MODEL="multilingual")  # type: ignore[call-arg]
+    assert passage_budget(preset.index_config()) == 768
+    default = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert passage_budget(default.index_config()) == 512
+    chosen = Settings(_env_file=None, KB_EMBEDDING_MODEL="multilingual", KB_CHUNK_BUDGET="300")  # type: ignore[call-arg]
+    assert passage_budget(chosen.index_config()) == 300
+    with pytest.raises(ValueError, match="KB_CHUNK_BUDGET"):
+        Settings(_env_file=None, KB_CHUNK_BUDGET="0")  # type: ignore[call-arg]
+
+
+async def test_the_preset_packs_paragraphs_past_minilms_budget(
+    tmp_path: Path, e5: E5Embedder
+) -> None:
+    # Ten 90-character paragraphs: 512 characters hold five, 768 hold eight.
+    paragraph = (
+        "Záloha serveru se dělá každou noc ve dvě hodiny a trvá obvykle necelou hodinu času."
+    )
+    text = "# Zálohy\n\n" + "\n\n".join(f"{i}. {paragraph}" for i in range(10)) + "\n"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "zalohy.md").write_text(text, encoding="utf-8")
+    config = IndexConfig(data_dir=tmp_path / "kb", embedding_model="multilingual")
+    kb = await asyncio.to_thread(KnowledgeBase, config, embedder=e5)
+    await asyncio.to_thread(kb.ingest_paths, [tmp_path / "docs" / "zalohy.md"])
+    (doc,) = kb.documents()
+    sizes = [len(c["content"]) for c in kb.store.chunk_rows(doc.id)]
+    assert max(sizes) > 512 and all(s <= 768 for s in sizes)
+    assert len(sizes) == 2
 
 
 # ---------------------------------------------------------------- a knowledge base in Czech

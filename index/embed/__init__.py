@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from index.config import DEFAULT_CHUNK_BUDGET, MULTILINGUAL_CHUNK_BUDGET
 from index.embed.base import (
     DEFAULT_BATCH_SIZE,
     Embedder,
@@ -46,6 +47,7 @@ __all__ = [
     "load_embedder",
     "load_offline",
     "model_name",
+    "passage_budget",
     "resolve_model",
 ]
 
@@ -88,6 +90,15 @@ def _operator_prefixes(config: IndexConfig, model: str) -> Prefixes | None:
     if config.query_prefix is None and config.document_prefix is None:
         return None
     return chosen_prefixes(model, config.query_prefix, config.document_prefix)
+
+
+def passage_budget(config: IndexConfig) -> int:
+    """Characters a passage is packed up to: ``chunk_budget``, else the model's own."""
+    if config.chunk_budget is not None:
+        return config.chunk_budget
+    if config.embedding_model.strip().lower() == MULTILINGUAL_PRESET:
+        return MULTILINGUAL_CHUNK_BUDGET
+    return DEFAULT_CHUNK_BUDGET
 
 
 def model_name(spec: str) -> str:
