@@ -24,6 +24,7 @@ from bot.slack.blocks import (
 from bot.slack.blocks.mrkdwn import link_citations, split_mrkdwn
 from bot.slack.words import words_for
 from core.answer import Answer, Outcome, SourceRef
+from core.gate import MAX_RELATED
 
 URL = "https://kb.example/d/{n}?t=tok.en-{n}#char=0,10"
 HOSTILE = "<!channel> <!here> <@U123> <https://evil.example|click> & <#C1>"
@@ -185,10 +186,11 @@ def test_uncited_answer_shows_the_passages_it_was_given_as_not_cited() -> None:
     assert sections[0] == text
     header = sections.index(messages.UNCITED_HEADER)
     listed = "\n".join(sections[header + 1 :])
-    # A pointer, not a reading list: the first three, each with its link.
-    for n in (1, 2, 3):
+    # A pointer, not a reading list: the first MAX_RELATED (4), each with its link.
+    assert MAX_RELATED == 4
+    for n in (1, 2, 3, 4):
         assert f"Passage number {n}." in listed and URL.format(n=n) in listed
-    assert "Passage number 4." not in _all_text(r)
+    assert "Passage number 5." not in _all_text(r)
     assert messages.SOURCES_HEADER not in _all_text(r)
     assert messages.UNCITED_REASON in _all_text(r)
     assert r.text.startswith(messages.UNSUPPORTED_WARNING)
