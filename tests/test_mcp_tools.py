@@ -19,9 +19,10 @@ from collections.abc import Callable
 import pytest
 
 from bot.mcp import MAX_BODY_BYTES, MCP_ENDPOINT, Person
-from bot.mcp.people import NotServed, People
+from bot.mcp.people import NotServed, People, scopes_of
 from bot.mcp.tools import SEARCHED, Tools
 from core.answer import Engine
+from core.gate import related
 from core.retrieve import LocalBackend, Mode
 from index.knowledge_base import KnowledgeBase
 from tests.conftest_bot import FALCON, FALCON_Q, BotFactory, make_settings
@@ -58,7 +59,11 @@ async def test_between_the_thresholds_a_search_says_related_only(
     tools = Tools(engine_for(**between), None)
     found = await tools.search(EVERYONE_ONLY, QUESTION, 5)
     assert found.verdict == "related only" and "not an answer" in found.note
-    assert 1 <= len(found.passages) <= 5
+    engine = tools.engine
+    scopes = await scopes_of(EVERYONE_ONLY, None, engine.kb)
+    candidates = await asyncio.to_thread(engine.retrieve, QUESTION, scopes=scopes, k=25)
+    near = related(candidates, related_threshold=between["related_threshold"], limit=5)
+    assert len(found.passages) == len(near) > 0
     assert not any(p.passes_gate for p in found.passages)
     assert all(
         between["threshold"] < p.distance <= between["related_threshold"] for p in found.passages
