@@ -4,7 +4,10 @@
                  the two models alternating question by question (p50, p95)
     bare         embedder.encode(chunk texts) of the set's corpus: the encoder alone
     bare+sent    the encoder over everything ingestion embeds: the chunk texts and
-                 each chunk's sentences (index.ingest.sentences, a ranking signal)
+                 each chunk's sentences (index.ingest.sentences, a ranking signal),
+                 and with a sparse head the chunk texts' latent terms (index.embed.latent)
+    latent       the sparse head's pass over a question (encode_latent), which the
+                 answer order makes once a question passes the gate
     ingestion    KnowledgeBase.ingest_paths(corpus) into a fresh data dir: reading,
                  chunking, language detection, both embeddings, SQLite, the indexes
 
@@ -27,7 +30,7 @@ from pathlib import Path
 from bench.machine import describe as machine
 from evaluation.set_check import bundled_sets
 from index.config import IndexConfig
-from index.embed import load_embedder
+from index.embed import latent_encoder, load_embedder
 from index.ingest.sentences import sentence_texts
 from index.knowledge_base import KnowledgeBase
 
@@ -52,14 +55,22 @@ def main() -> None:
     for e in embedders.values():
         e.encode_query("warm up")
     times: dict[str, list[float]] = {m: [] for m in MODELS}
+    heads = {m: h for m, e in embedders.items() if (h := latent_encoder(e)) is not None}
+    latent: dict[str, list[float]] = {m: [] for m in heads}
     for _ in range(args.repeat):
         for q in questions:
             for model, embedder in embedders.items():
                 t = time.perf_counter()
                 embedder.encode_query(q)
                 times[model].append((time.perf_counter() - t) * 1000)
+                if model in heads:
+                    t = time.perf_counter()
+                    heads[model].encode_latent([q])
+                    latent[model].append((time.perf_counter() - t) * 1000)
     for model, ms in times.items():
         print(f"query {model:<28} p50 {_pct(ms, 0.5):6.1f} ms  p95 {_pct(ms, 0.95):6.1f} ms")
+    for model, ms in latent.items():
+        print(f"latent {model:<27} p50 {_pct(ms, 0.5):6.1f} ms  p95 {_pct(ms, 0.95):6.1f} ms")
     for model, embedder in embedders.items():
         with tempfile.TemporaryDirectory() as tmp:
             config = IndexConfig(data_dir=Path(tmp), embedding_model=model, min_free_bytes=0)
@@ -76,6 +87,8 @@ def main() -> None:
         t = time.perf_counter()
         embedder.encode(texts)
         embedder.encode(sorted(sentences, key=len))
+        if model in heads:
+            heads[model].encode_latent(texts)
         with_sentences = len(texts) / (time.perf_counter() - t)
         print(
             f"ingest {model:<27} bare {bare:6.1f} chunks/s  bare+sent {with_sentences:6.1f}"

@@ -42,6 +42,7 @@ from bot.slack.words import available_languages
 from core.config import (
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_KEEP_MARGIN,
+    DEFAULT_LATENT_WEIGHT,
     DEFAULT_LINK_TTL_DAYS,
     DEFAULT_LLM_DEADLINE,
     DEFAULT_MAX_KEPT,
@@ -320,6 +321,13 @@ class Settings(BaseSettings):
         DEFAULT_PROXIMITY_WEIGHT,
         "KB_PROXIMITY_WEIGHT",
         "In that order, the share of the question's terms a passage holds together (its best window of about two sentences, 0 to 1) is weighted this much too. 0 turns it off; the gate never uses it.",
+        ge=0,
+        le=10,
+    )
+    latent_weight: float = _setting(
+        DEFAULT_LATENT_WEIGHT,
+        "KB_LATENT_WEIGHT",
+        "With a model that has a sparse head (multilingual), the similarity of a passage's latent terms to the question's (features of the model that hold across languages, 0 to 1 over the candidates) is weighted this much too in that order; each passage's are stored at ingest and a question's computed only once it passes the gate (about one more query embedding). 0 turns it off and stops storing them; other models have none.",
         ge=0,
         le=10,
     )
@@ -648,6 +656,7 @@ class Settings(BaseSettings):
             max_chunks=self.max_chunks,
             max_text_chars=self.max_text_chars,
             query_adapter=self.query_adapter,
+            latent_terms=self.latent_weight > 0,
             embedding_endpoint=self.embedding_endpoint(),
             ocr=OcrConfig(
                 language=self.ocr_language,
@@ -698,6 +707,7 @@ class Settings(BaseSettings):
             keep_margin=self.keep_margin,
             sentence_weight=self.sentence_weight,
             proximity_weight=self.proximity_weight,
+            latent_weight=self.latent_weight,
             reranker=self.reranker,
             link_base_url=self.link_base_url,
             link_secret=self.link_secret.get_secret_value(),

@@ -39,6 +39,7 @@ from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker, RerankerUnavailable, rerank
 from core.retrieve import Candidate, Mode, RetrievalBackend, answer_order
+from index.embed import latent_encoder
 from index.errors import DocumentNotFound, StorageError
 from index.ingest import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
@@ -423,6 +424,8 @@ class Engine:
             self.kb.store,
             sentence_weight=cfg.sentence_weight,
             proximity_weight=cfg.proximity_weight,
+            latent_weight=cfg.latent_weight,
+            latent=latent_encoder(self.kb.embedder),
         )
 
     async def _reranked(

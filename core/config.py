@@ -34,6 +34,10 @@ DEFAULT_SENTENCE_WEIGHT = 0.5
 # both sets, the one no query loses by on either (docs/evaluation.md,
 # "Retrieval: term proximity in the answer order"); 0 turns it off.
 DEFAULT_PROXIMITY_WEIGHT = 0.2
+# The weight of the candidates' latent terms (index.embed.latent) in that order, for a
+# model with a sparse head (the multilingual preset; no other model has one).
+# Measured on both multilingual sets, 0.1-0.75 (docs/evaluation.md, "Languages").
+DEFAULT_LATENT_WEIGHT = 0.3
 DEFAULT_LINK_BASE_URL = "http://localhost:3000"
 DEFAULT_LINK_TTL_DAYS = 90
 DEFAULT_FIRST_TOKEN_TIMEOUT = 20.0
@@ -76,6 +80,9 @@ class EngineConfig:
             their order once the gate has passed (``core.retrieve.sentence_order``); 0: off.
         proximity_weight: weight of the share of the question's terms each
             candidate holds together, in that order (``core.proximity``); 0: off.
+        latent_weight: weight of the candidates' latent terms' similarity to the
+            question's, in that order (``index.embed.latent``), with a model that
+            has a sparse head; 0: off.
         reranker: a CrossEncoder name or local folder that orders the passages
             that passed the gate; empty: fused order.
         link_base_url: where citation links point (no trailing slash).
@@ -93,6 +100,7 @@ class EngineConfig:
     keep_margin: float = DEFAULT_KEEP_MARGIN
     sentence_weight: float = DEFAULT_SENTENCE_WEIGHT
     proximity_weight: float = DEFAULT_PROXIMITY_WEIGHT
+    latent_weight: float = DEFAULT_LATENT_WEIGHT
     reranker: str = ""
     link_base_url: str = DEFAULT_LINK_BASE_URL
     link_secret: str = field(default="", repr=False)
@@ -102,4 +110,4 @@ class EngineConfig:
     @property
     def reorders_answers(self) -> bool:
         """Whether a passed question's candidates are re-ordered (``core.retrieve.answer_order``)."""
-        return self.sentence_weight > 0 or self.proximity_weight > 0
+        return self.sentence_weight > 0 or self.proximity_weight > 0 or self.latent_weight > 0

@@ -12,8 +12,9 @@ Every search goes through ``index.search.local.SearchIndex`` (here also
 engine are two implementations of one contract; the fusion is defined there.
 
 Once the gate has passed a question, ``answer_order`` orders its candidates
-for the answer with two more legs of the candidates alone: their best
-sentences and their term proximity (``core.proximity``).
+for the answer with more legs of the candidates alone: their best
+sentences, their term proximity (``core.proximity``) and, with a model that
+has a sparse head, their latent terms (``index.embed.latent``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.proximity import term_proximity
+from index.embed import LatentEncoder
 from index.search import (
     DEFAULT_DEPTH,
     FUSION,
@@ -56,6 +58,7 @@ __all__ = [
     "Mode",
     "RetrievalBackend",
     "answer_order",
+    "latent_order_leg",
     "fuse",
     "rrf",
     "score_fusion",
@@ -91,15 +94,19 @@ def answer_order(
     *,
     sentence_weight: float,
     proximity_weight: float,
+    latent_weight: float = 0.0,
+    latent: LatentEncoder | None = None,
 ) -> list[Candidate]:
     """The candidates in the order an answer keeps its passages from, once the gate has passed.
 
-    Beside the fused score, two legs of the candidates alone, each weighted:
-    their best sentences (``sentence_order``) and the share of the question's
-    terms each holds together (``core.proximity``, already on a 0 to 1 scale,
-    so a difference in words all candidates share stays small). A weight of 0
-    leaves its leg out and reads nothing for it. As with ``sentence_order``,
-    only the order changes.
+    Beside the fused score, up to three legs of the candidates alone, each
+    weighted: their best sentences (``sentence_order``), the share of the
+    question's terms each holds together (``core.proximity``, already on a 0 to
+    1 scale, so a difference in words all candidates share stays small) and,
+    with a model that has a sparse head (``latent``), their latent terms'
+    similarity to the question's (``latent_order_leg``). A weight of 0 leaves
+    its leg out and reads nothing for it. As with ``sentence_order``, only the
+    order changes.
     """
     if len(candidates) < 2:
         return list(candidates)
@@ -114,7 +121,31 @@ def answer_order(
         texts = [rows[cid].text if cid in rows else "" for cid in ids]
         languages = [rows[cid].language if cid in rows else None for cid in ids]
         legs.append((term_proximity(query, texts, languages=languages), proximity_weight))
+    if latent_weight > 0 and latent is not None:
+        values = latent_order_leg(ids, query, store, latent)
+        if values is not None:
+            legs.append((values, latent_weight))
     return _reordered(candidates, legs)
+
+
+def latent_order_leg(
+    ids: Sequence[int], query: str, store: Store, latent: LatentEncoder
+) -> list[float] | None:
+    """Each candidate's latent terms' similarity to the question's, min-max normalised.
+
+    ``None`` (the leg is left out) unless every candidate has latent terms:
+    a passage indexed before they were stored, or by a model without a sparse
+    head, would otherwise lose to its neighbours for want of them. The
+    question's are computed only here, once its candidates have them.
+    """
+    stored = store.latent_terms(list(ids))
+    if len(stored) < len(ids):
+        return None
+    found = latent.encode_latent([query])
+    if not found:
+        return None
+    question = found[0]
+    return _min_max([stored[cid].similarity(question) for cid in ids])
 
 
 def _best_sentences(

@@ -33,6 +33,7 @@ from core.rerank import Reranker, rerank
 from core.retrieve import Candidate, Mode, answer_order
 from evaluation.results import DEPTH, KeptResult, ModeResult
 from evaluation.stats import Proportion
+from index.embed import latent_encoder
 from index.knowledge_base import KnowledgeBase
 
 
@@ -74,6 +75,8 @@ def measure_kept(
                 kb.store,
                 sentence_weight=engine.sentence_weight,
                 proximity_weight=engine.proximity_weight,
+                latent_weight=engine.latent_weight,
+                latent=latent_encoder(kb.embedder),
             )
             ordered.append(next((i for i, c in enumerate(cands, 1) if c.chunk_id in ids), None))
             kept = _gate(cands, engine, threshold) if kept else kept

@@ -78,7 +78,7 @@ from evaluation.results import (
 )
 from evaluation.strategies import PRODUCT, STRATEGIES, Chunker, make_chunker
 from index.config import IndexConfig
-from index.embed import Embedder, passage_budget
+from index.embed import Embedder, latent_encoder, passage_budget
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
@@ -400,6 +400,8 @@ def _answer_ordered(
             kb.store,
             sentence_weight=engine.sentence_weight,
             proximity_weight=engine.proximity_weight,
+            latent_weight=engine.latent_weight,
+            latent=latent_encoder(kb.embedder),
         )
         for cs, text, vec in zip(cands, texts, vectors, strict=True)
     ]

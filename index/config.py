@@ -180,6 +180,8 @@ class IndexConfig:
         extract: the limits of reading one document in a reader process;
             ``None``: read in this process, without limits (tools that trust their files).
         query_adapter: fit and apply the knowledge base's query map (``index.search.query_map``).
+        latent_terms: store each passage's latent terms when the model has a sparse
+            head (``index.embed.latent``); a second encoder pass per passage.
     """
 
     data_dir: Path = DEFAULT_DATA_DIR
@@ -201,6 +203,7 @@ class IndexConfig:
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
     failed_retention_days: float = DEFAULT_FAILED_RETENTION_DAYS
     query_adapter: bool = True
+    latent_terms: bool = True
     embedding_endpoint: EmbeddingEndpoint = field(default_factory=EmbeddingEndpoint)
     ocr: OcrConfig = field(default_factory=OcrConfig)
     extract: ExtractLimits | None = field(default_factory=ExtractLimits)

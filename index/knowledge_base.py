@@ -466,6 +466,7 @@ class KnowledgeBase:
             ocr=self.config.ocr,
             limits=self.config.extract,
             owner=doc.uploader if owner is None else owner,
+            latent_terms=self.config.latent_terms,
         )
 
     def _place(self, doc: DocumentRow, prepared: Prepared) -> None:
@@ -508,6 +509,7 @@ class KnowledgeBase:
             window_splits=prepared.chunking.window_splits,
             state=state,
             sentence_vectors=prepared.sentence_vectors,
+            latent_terms=prepared.latent_terms,
             facts=DocumentFacts(
                 title=doc.title or display_name(ex.title),
                 kind=ex.kind,

