@@ -38,8 +38,7 @@ from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker, RerankerUnavailable, rerank
-from core.retrieve import Candidate, Mode, RetrievalBackend, answer_order
-from index.embed import latent_encoder
+from core.retrieve import Candidate, Mode, RetrievalBackend, configured_order, reorders_answers
 from index.errors import DocumentNotFound, StorageError
 from index.ingest import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
@@ -365,7 +364,7 @@ class Engine:
         """
         cfg = self.config
         passed = self._gate(candidates)
-        if passed and cfg.reorders_answers:
+        if passed and reorders_answers(cfg, self.kb.embedder):
             t = time.perf_counter()
             candidates = await asyncio.to_thread(self._answer_ordered, query, vector, candidates)
             passed = self._gate(candidates)
@@ -416,16 +415,8 @@ class Engine:
     ) -> list[Candidate]:
         # Only for passages close enough to answer from or to show as related: a
         # plain refusal never reads sentences or texts.
-        cfg = self.config
-        return answer_order(
-            candidates,
-            vector,
-            query,
-            self.kb.store,
-            sentence_weight=cfg.sentence_weight,
-            proximity_weight=cfg.proximity_weight,
-            latent_weight=cfg.latent_weight,
-            latent=latent_encoder(self.kb.embedder),
+        return configured_order(
+            candidates, vector, query, self.kb.store, self.config, self.kb.embedder
         )
 
     async def _reranked(
@@ -513,7 +504,7 @@ class Engine:
         """
         cfg = self.config
         near = related(candidates, related_threshold=cfg.related_threshold)
-        if len(near) > 1 and cfg.reorders_answers:
+        if len(near) > 1 and reorders_answers(cfg, self.kb.embedder):
             t = time.perf_counter()
             ordered = await asyncio.to_thread(self._answer_ordered, query, vector, candidates)
             near = related(ordered, related_threshold=cfg.related_threshold)

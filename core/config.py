@@ -106,8 +106,3 @@ class EngineConfig:
     link_secret: str = field(default="", repr=False)
     link_ttl_days: int = DEFAULT_LINK_TTL_DAYS
     llm: LLMConfig = field(default_factory=LLMConfig)
-
-    @property
-    def reorders_answers(self) -> bool:
-        """Whether a passed question's candidates are re-ordered (``core.retrieve.answer_order``)."""
-        return self.sentence_weight > 0 or self.proximity_weight > 0 or self.latent_weight > 0

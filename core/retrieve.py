@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.proximity import term_proximity
-from index.embed import LatentEncoder
+from index.embed import LatentEncoder, latent_encoder
 from index.search import (
     DEFAULT_DEPTH,
     FUSION,
@@ -41,6 +41,7 @@ from index.search import (
 )
 
 if TYPE_CHECKING:
+    from core.config import EngineConfig
     from index.storage import Store
 
 # The search interface and its local engine live in ``index.search.local``;
@@ -58,8 +59,10 @@ __all__ = [
     "Mode",
     "RetrievalBackend",
     "answer_order",
+    "configured_order",
     "latent_order_leg",
     "fuse",
+    "reorders_answers",
     "rrf",
     "score_fusion",
     "sentence_order",
@@ -126,6 +129,36 @@ def answer_order(
         if values is not None:
             legs.append((values, latent_weight))
     return _reordered(candidates, legs)
+
+
+def reorders_answers(config: EngineConfig, embedder: object) -> bool:
+    """Whether ``configured_order`` has a leg to weigh with ``config`` and ``embedder``.
+
+    The latent leg counts only with an embedder that has a sparse head.
+    """
+    latent = config.latent_weight > 0 and latent_encoder(embedder) is not None
+    return config.sentence_weight > 0 or config.proximity_weight > 0 or latent
+
+
+def configured_order(
+    candidates: Sequence[Candidate],
+    query_vector: np.ndarray,
+    query: str,
+    store: Store,
+    config: EngineConfig,
+    embedder: object,
+) -> list[Candidate]:
+    """``answer_order`` with ``config``'s weights and ``embedder``'s sparse head, if it has one."""
+    return answer_order(
+        candidates,
+        query_vector,
+        query,
+        store,
+        sentence_weight=config.sentence_weight,
+        proximity_weight=config.proximity_weight,
+        latent_weight=config.latent_weight,
+        latent=latent_encoder(embedder),
+    )
 
 
 def latent_order_leg(

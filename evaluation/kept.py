@@ -30,10 +30,9 @@ import numpy as np
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT, gate
 from core.rerank import Reranker, rerank
-from core.retrieve import Candidate, Mode, answer_order
+from core.retrieve import Candidate, Mode, configured_order, reorders_answers
 from evaluation.results import DEPTH, KeptResult, ModeResult
 from evaluation.stats import Proportion
-from index.embed import latent_encoder
 from index.knowledge_base import KnowledgeBase
 
 
@@ -64,20 +63,12 @@ def measure_kept(
     reranked: list[int | None] = []
     ordered: list[int | None] = []
     times: list[float] = []
+    reorders = reorders_answers(engine, kb.embedder)
     for text, vector, ids in zip(texts, vectors, correct, strict=True):
         cands = backend.search(vector, text, None, engine.top_k * CANDIDATES_PER_KEPT, Mode.HYBRID)
         kept = _gate(cands, engine, threshold)
-        if engine.reorders_answers:
-            cands = answer_order(
-                cands,
-                vector,
-                text,
-                kb.store,
-                sentence_weight=engine.sentence_weight,
-                proximity_weight=engine.proximity_weight,
-                latent_weight=engine.latent_weight,
-                latent=latent_encoder(kb.embedder),
-            )
+        if reorders:
+            cands = configured_order(cands, vector, text, kb.store, engine, kb.embedder)
             ordered.append(next((i for i, c in enumerate(cands, 1) if c.chunk_id in ids), None))
             kept = _gate(cands, engine, threshold) if kept else kept
         if reranker is not None and kept:
@@ -97,7 +88,7 @@ def measure_kept(
         first=first,
         reranked=ModeResult("reranked", reranked) if reranker is not None else None,
         rerank_ms=times if reranker is not None else None,
-        ordered=ModeResult("ordered", ordered) if engine.reorders_answers else None,
+        ordered=ModeResult("ordered", ordered) if reorders else None,
     )
 
 

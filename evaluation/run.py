@@ -56,7 +56,7 @@ from tqdm import tqdm
 
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT
-from core.retrieve import Candidate, Mode, answer_order
+from core.retrieve import Candidate, Mode, configured_order, reorders_answers
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
 from evaluation.kept import measure_kept
 from evaluation.outcomes import Replay, related_sweep
@@ -78,7 +78,7 @@ from evaluation.results import (
 )
 from evaluation.strategies import PRODUCT, STRATEGIES, Chunker, make_chunker
 from index.config import IndexConfig
-from index.embed import Embedder, latent_encoder, passage_budget
+from index.embed import Embedder, passage_budget
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
@@ -390,19 +390,10 @@ def _answer_ordered(
     engine: EngineConfig,
 ) -> list[list[Candidate]] | None:
     """The candidates in the order an answer keeps them (``Engine.ask`` after the gate)."""
-    if not engine.reorders_answers:
+    if not reorders_answers(engine, kb.embedder):
         return None
     return [
-        answer_order(
-            cs,
-            vec,
-            text,
-            kb.store,
-            sentence_weight=engine.sentence_weight,
-            proximity_weight=engine.proximity_weight,
-            latent_weight=engine.latent_weight,
-            latent=latent_encoder(kb.embedder),
-        )
+        configured_order(cs, vec, text, kb.store, engine, kb.embedder)
         for cs, text, vec in zip(cands, texts, vectors, strict=True)
     ]
 

@@ -10,12 +10,14 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from core.retrieve import Candidate, answer_order, latent_order_leg
+from core.config import EngineConfig
+from core.retrieve import Candidate, answer_order, latent_order_leg, reorders_answers
 from index.config import IndexConfig
 from index.embed import LatentTerms, latent_encoder
 from index.embed.e5 import E5Embedder
@@ -278,3 +280,10 @@ def test_candidates_without_latent_terms_leave_the_leg_out_and_the_question_unre
         latent=head,
     )
     assert [c.chunk_id for c in found] == ids and head.asked == []
+
+
+def test_the_latent_weight_alone_reorders_only_with_a_sparse_head(e5: E5Embedder) -> None:
+    latent_only = EngineConfig(sentence_weight=0.0, proximity_weight=0.0, latent_weight=0.3)
+    assert reorders_answers(latent_only, e5)
+    assert not reorders_answers(latent_only, OnnxEmbedder.__new__(OnnxEmbedder))
+    assert not reorders_answers(replace(latent_only, latent_weight=0.0), e5)

@@ -141,12 +141,7 @@ def _heading_of(kb: KnowledgeBase, chunk_id: int) -> str:
 
 
 def _weights(proximity: float, sentences: float = 0.0) -> dict[str, float]:
-    return {
-        "threshold": 0.55,
-        "sentence_weight": sentences,
-        "proximity_weight": proximity,
-        "latent_weight": 0.0,
-    }
+    return {"threshold": 0.55, "sentence_weight": sentences, "proximity_weight": proximity}
 
 
 async def test_proximity_reorders_an_answers_passages_and_nothing_else(
@@ -282,7 +277,7 @@ def test_kb_evals_gate_replay_orders_by_proximity_alone(kb: KnowledgeBase) -> No
             [cands],
             [QUESTION],
             vector[None, :],
-            EngineConfig(sentence_weight=0.0, proximity_weight=0.0, latent_weight=0.0),
+            EngineConfig(sentence_weight=0.0, proximity_weight=0.0),
         )
         is None
     )
@@ -301,9 +296,7 @@ def test_kb_evals_kept_passages_follow_the_same_order(kb: KnowledgeBase) -> None
     vectors = kb.embedder.encode_query(QUESTION)[None, :]
 
     def first_kept(weight: float) -> list[bool]:
-        engine = EngineConfig(
-            threshold=0.55, sentence_weight=0.0, proximity_weight=weight, latent_weight=0.0
-        )
+        engine = EngineConfig(threshold=0.55, sentence_weight=0.0, proximity_weight=weight)
         kept = measure_kept(
             kb, [QUESTION], vectors, [scattered], engine, threshold=0.55, reranker=None
         )

@@ -154,7 +154,6 @@ def _engine(kb: KnowledgeBase, url: str, weight: float) -> Engine:
         threshold=0.55,
         sentence_weight=weight,
         proximity_weight=0.0,  # the sentence leg alone (tests/test_proximity.py: both)
-        latent_weight=0.0,
     )
     engine = build_engine(config, kb)
     _OPEN.append(engine)
