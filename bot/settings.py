@@ -470,7 +470,7 @@ class Settings(BaseSettings):
     mcp_calls_per_minute: int = _setting(
         60,
         "KB_MCP_CALLS_PER_MINUTE",
-        "Requests to /mcp one token (or one Slack person) may make in any minute, per replica; more get HTTP 429 with Retry-After.",
+        "Requests to /mcp one person may make in any minute, all their tokens and Slack-signed calls together, counted per replica; more get HTTP 429 with Retry-After.",
         ge=1,
     )
     mcp_slack_identity: bool = _setting(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -67,6 +68,7 @@ on_server = pytest.mark.asyncio(loop_scope="module")
 
 ALICE = "U0ALICE001"  # a token scoped to CHANNEL_ID
 BOB = "U0BOB00001"  # no scopes, in no channel
+BURSTY = "U0BURST001"  # sends a burst of calls
 CAROL = "U0CAROL001"  # no scopes, a member of CHANNEL_ID
 OUTSIDER = "U0EXTERN01"  # of another organisation
 OTHER_TEAM = "T0OTHER001"
@@ -108,7 +110,7 @@ def _issue_tokens(data_dir: Path, kb: KnowledgeBase) -> dict[str, str]:
         "alice": tokens.issue("alice-falcon", user_id=ALICE, scopes=(CHANNEL_ID,))[0],
         "bob": tokens.issue("bob", user_id=BOB)[0],
         "carol": tokens.issue("carol", user_id=CAROL)[0],
-        "burst": tokens.issue("burst", user_id=BOB)[0],
+        "burst": tokens.issue("burst", user_id=BURSTY)[0],
         "outsider": tokens.issue("outsider", user_id=OUTSIDER)[0],
         "revoked": tokens.issue("revoked", user_id=ALICE)[0],
     }
@@ -228,9 +230,15 @@ async def _call(served: Served, token: str, tool: str, **arguments: Any) -> Any:
         return await session.call_tool(tool, arguments)
 
 
-def _rpc(method: str, params: dict[str, Any] | None = None, id_: int = 1) -> bytes:
+_request_ids = itertools.count(1)
+
+
+def _rpc(method: str, params: dict[str, Any] | None = None, id_: int | None = None) -> bytes:
+    # A new id each time, as a client numbers its requests: a Slack signature over the
+    # same bytes in the same second is one request, and a second one is a replay.
+    number = next(_request_ids) if id_ is None else id_
     return json.dumps(
-        {"jsonrpc": "2.0", "id": id_, "method": method, "params": params or {}}
+        {"jsonrpc": "2.0", "id": number, "method": method, "params": params or {}}
     ).encode()
 
 
@@ -507,7 +515,7 @@ async def test_a_thousand_calls_in_a_second_are_rate_limited(served: Served) -> 
     waited = time.monotonic() - started
     assert 60 - math.ceil(waited) - 1 <= int(limited[1]["Retry-After"]) <= 60
     assert f"at most {CALLS_PER_MINUTE} a minute" in json.loads(limited[2])["error"]["message"]
-    # Another token is not held up by this one's burst.
+    # Another person's token is not held up by this one's burst.
     status, _, _ = await _post(served, body, served.auth("bob"))
     assert status == 200
     assert time.monotonic() - started < 60  # the window had not passed: the limit did this

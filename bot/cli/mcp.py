@@ -1,8 +1,8 @@
 """``kb mcp-token``: issue, list and revoke the bearer tokens of MCP clients (``KB_MCP=on``).
 
-A token runs its calls as one Slack person: the channels given with ``--scope``
-(and the documents for everyone), or, without ``--scope``, the channels that
-person is a member of. It is printed once, when created; the store keeps only
+A token runs its calls as one Slack person: the documents for everyone and
+those of the channels that person is a member of, narrowed with ``--scope`` to
+some of them (a scope never adds a channel the person is not in). It is printed once, when created; the store keeps only
 its hash (``index.storage.mcp_tokens``).
 """
 
@@ -32,8 +32,8 @@ def mcp_token() -> None:
     "scopes",
     multiple=True,
     metavar="CHANNEL",
-    help="A channel id (C.../G...) whose documents it may search; repeat for more. "
-    "None: the channels the person is a member of.",
+    help="Narrow the token to this channel id (C.../G...): of the channels the person is a "
+    "member of, it searches only these; repeat for more. None: all of them.",
 )
 @click.option(
     "--expires-days",
@@ -111,7 +111,9 @@ def revoke(ctx: click.Context, name: str, as_json: bool) -> None:
 
 
 def _scopes_text(scopes: tuple[str, ...]) -> str:
-    return "channels " + ", ".join(scopes) if scopes else "the person's channels"
+    if not scopes:
+        return "the person's channels"
+    return "the person's channels among " + ", ".join(scopes)
 
 
 def _expiry_text(expires_at: float | None) -> str:

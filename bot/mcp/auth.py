@@ -11,7 +11,10 @@ Two ways in, and no other:
   five minutes old refused), and puts the asking person in the tool call's
   ``params._meta.slack`` (``user_id``, ``team_id``). That identity is believed
   only in a request whose signature checks out; in a bearer-token request it is
-  ignored, so a token holder cannot pose as someone else.
+  ignored, so a token holder cannot pose as someone else. A signature is
+  accepted once: the endpoint records each one in the shared store until its
+  window is over (``bot.mcp.server``), so a captured request replayed to any
+  replica is refused.
 
 Anything else is refused before the MCP SDK sees the request.
 """
@@ -27,6 +30,7 @@ from slack_sdk.signature import SignatureVerifier
 from index.storage import McpToken
 
 __all__ = [
+    "SIGNATURE_WINDOW_SECONDS",
     "SLACK_CLIENT",
     "Caller",
     "SlackIdentity",
@@ -37,6 +41,9 @@ __all__ = [
 
 # The client name the query log shows for calls Slack signed.
 SLACK_CLIENT = "slack"
+# Slack's window: a request whose timestamp is further than five minutes from
+# now, either way, is refused (slack_sdk's SignatureVerifier checks it).
+SIGNATURE_WINDOW_SECONDS = 5 * 60
 
 
 @dataclass(frozen=True)
@@ -62,11 +69,16 @@ class Caller:
 
     @property
     def key(self) -> str:
-        """Who the rate limit counts the call against."""
+        """Who the rate limit counts the call against: the person, however they came in.
+
+        Every token of one user id and the Slack-signed calls naming it share one
+        count, so holding several tokens buys no more calls. Slack-signed
+        requests that name nobody (tool discovery) share one count of their own.
+        """
         if self.token is not None:
-            return f"token:{self.token.name}"
+            return f"person:{self.token.user_id}"
         if self.slack is not None:
-            return f"slack:{self.slack.team_id}:{self.slack.user_id}"
+            return f"person:{self.slack.user_id}"
         return "slack:anonymous"
 
     @property
@@ -94,13 +106,15 @@ class SlackSignatures:
     def __init__(self, signing_secret: str) -> None:
         self._verifier = SignatureVerifier(signing_secret)
 
-    def signed(self, body: bytes, headers: Any) -> bool:
-        """Whether ``body`` with ``headers`` carries a valid, recent Slack signature."""
+    def verified(self, body: bytes, headers: Any) -> str | None:
+        """The Slack signature ``body`` carries in ``headers`` if it is valid and recent, else ``None``."""
+        named = {str(k).lower(): str(v) for k, v in headers.items()}
         try:
-            return self._verifier.is_valid_request(body, dict(headers))
+            valid = self._verifier.is_valid_request(body, named)
         except ValueError:
             # A timestamp that is not a number, or a body that is not UTF-8: not Slack's.
-            return False
+            return None
+        return named["x-slack-signature"] if valid else None
 
 
 def slack_identity(body: bytes) -> SlackIdentity | None:

@@ -1,9 +1,11 @@
-"""How often one caller may call the MCP server: at most N calls in any minute.
+"""How often one person may call the MCP server: at most N calls in any minute.
 
-A sliding window per caller (a token's name, or a Slack person), kept in this
-process: each replica counts its own calls, so behind a load balancer spreading
-calls over R replicas a caller gets up to R times the limit. Memory is bounded
-by the limit per caller, and callers silent for a minute are forgotten.
+A sliding window per caller key (``bot.mcp.auth.Caller.key``: the person's
+user id, shared by all their tokens and the Slack-signed calls naming them),
+kept in this process: each replica counts its own calls, so behind a load
+balancer spreading calls over R replicas a person gets up to R times the limit.
+Memory is bounded by the limit per caller, and callers silent for a minute are
+forgotten.
 """
 
 from __future__ import annotations

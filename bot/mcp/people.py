@@ -1,12 +1,13 @@
 """Who a tool call runs as, and which documents that person may search.
 
 A call runs as a person (``Person``): the token's, or the one Slack signed for.
-What they may search is the documents for everyone plus some channels' documents:
-
-* a token issued with ``--scope`` channels: exactly those channels;
-* otherwise the channels of the knowledge base's documents that the person is a
-  member of, asked of Slack (``People``, ``bot.mcp.slack_people``: the viewer's
-  cached ``conversations.members`` check); without Slack to ask, none.
+What they may search is the documents for everyone plus the channels of the
+knowledge base's documents that the person is a member of now, asked of Slack
+(``People``, ``bot.mcp.slack_people``: the viewer's cached
+``conversations.members`` check). A token issued with ``--scope`` channels only
+narrows that to those of its channels: a scope never grants a channel its
+person is not in. Without Slack to ask, nobody can say who is in a channel, so
+every call searches the documents for everyone only, scoped tokens included.
 
 People of another organisation get nothing unless ``KB_ALLOW_EXTERNAL`` is on,
 and a person Slack cannot place counts as another organisation: unknown grants
@@ -40,7 +41,7 @@ class Person:
         user_id: their Slack user id.
         team_id: the workspace Slack said they asked from; ``None``: not said (a token).
         client: the token's name, or ``slack`` (for the query log).
-        channels: the channels a token was issued for; ``None``: their memberships.
+        channels: the channels a token was narrowed to (``--scope``); ``None``: not narrowed.
     """
 
     user_id: str
@@ -76,7 +77,8 @@ def person_of(caller: Caller) -> Person | None:
 
 
 async def scopes_of(person: Person, people: People | None, kb: KnowledgeBase) -> frozenset[str]:
-    """The channel scopes ``person`` may search (documents for everyone come with any).
+    """The channel scopes ``person`` may search (documents for everyone come with any):
+    the channels they are a member of, narrowed to a token's own, if it has any.
 
     Raises:
         NotServed: the person belongs to another organisation (or Slack cannot say).
@@ -94,11 +96,12 @@ async def scopes_of(person: Person, people: People | None, kb: KnowledgeBase) ->
             "This knowledge base answers only members of its own Slack workspace; "
             "an admin can allow people of other organisations with KB_ALLOW_EXTERNAL."
         )
-    if person.channels is not None:
-        return person.channels
     if people is None:
+        # Nobody to ask who is in a channel: a token's scopes alone grant nothing.
         return frozenset()
     channels = await asyncio.to_thread(_channel_scopes, kb)
+    if person.channels is not None:
+        channels = [c for c in channels if c in person.channels]
     return await people.member_channels(person.user_id, channels)
 
 

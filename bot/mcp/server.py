@@ -16,8 +16,13 @@ in aiohttp, so nothing reaches the SDK before it passed:
 4. the caller must be a bearer token an admin issued (checked before the body
    is read), or (``KB_MCP_SLACK_IDENTITY``) a request Slack signed
    (``bot.mcp.auth``); anything else, two ``Authorization`` headers included,
-   gets a bare 401 with ``WWW-Authenticate: Bearer``, saying nothing about why;
-5. at most ``KB_MCP_CALLS_PER_MINUTE`` requests per caller (429, ``Retry-After``).
+   gets a bare 401 with ``WWW-Authenticate: Bearer``, saying nothing about why.
+   A Slack signature is accepted once: it is claimed in the store's used values
+   (``index.storage.used_states``, shared by every replica, the room that refuses
+   a replayed sign-in) until its five-minute window is over, and a request that
+   comes again gets a 401 saying so, with a log line;
+5. at most ``KB_MCP_CALLS_PER_MINUTE`` requests per person, all their tokens and
+   Slack-signed calls together (429, ``Retry-After``).
 
 Then the verified body and caller are handed to the SDK as one ASGI request
 (the caller in the ASGI scope, where the tools read it). The body has been
@@ -39,12 +44,19 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from bot.mcp.auth import Caller, SlackSignatures, bearer_token, slack_identity
+from bot.mcp.auth import (
+    SIGNATURE_WINDOW_SECONDS,
+    Caller,
+    SlackSignatures,
+    bearer_token,
+    slack_identity,
+)
 from bot.mcp.limits import CallLimiter
 from bot.mcp.people import People
 from bot.mcp.tools import CALLER_SCOPE_KEY, Tools, register_tools
 from core.answer import Engine
-from index.storage import McpToken, McpTokens
+from index.errors import KBError
+from index.storage import McpToken, McpTokens, UsedStates
 
 log = logging.getLogger(__name__)
 # The SDK logs every stateless request's end at INFO ("Terminating session: None"):
@@ -75,6 +87,15 @@ INSTRUCTIONS = (
 # JSON-RPC's code for a request the server will not process (the SDK's own errors use it too).
 _INVALID_REQUEST = -32600
 _RATE_LIMITED = -32029
+# How an accepted Slack signature is kept among the store's used values (beside sign-in states).
+_SIGNATURE_CLAIM = "mcp-slack-signature:"
+# A signature is valid while its timestamp is within the window of now, either way: one
+# stamped up to a window ahead stays valid for two windows from its first use.
+_SIGNATURE_KEPT_SECONDS = 2 * SIGNATURE_WINDOW_SECONDS
+REPLAYED = (
+    "This Slack-signed request was received before: each signature is accepted once. "
+    "Send a new request."
+)
 
 
 @dataclass(frozen=True)
@@ -94,14 +115,19 @@ class McpConfig:
 MCP_ENDPOINT: web.AppKey[McpEndpoint] = web.AppKey("mcp_endpoint")
 
 
+class _Replayed(Exception):
+    """A Slack signature that was accepted before, on this replica or another."""
+
+
 class McpEndpoint:
     """The door to the SDK's session manager: refuse, authenticate, limit, pass on.
 
     Args:
         manager: the SDK's session manager (stateless, JSON).
         tokens: the issued bearer tokens.
+        used: the store's values used once (accepted Slack signatures are claimed there).
         config: the rate limit and the Slack signing secret.
-        limiter: counts calls per caller (one with ``config``'s limit by default).
+        limiter: counts calls per person (one with ``config``'s limit by default).
 
     Attributes:
         body_seconds: how long a request's body may take to arrive (tests shorten it).
@@ -111,12 +137,14 @@ class McpEndpoint:
         self,
         manager: StreamableHTTPSessionManager,
         tokens: McpTokens,
+        used: UsedStates,
         config: McpConfig,
         *,
         limiter: CallLimiter | None = None,
     ) -> None:
         self.manager = manager
         self.tokens = tokens
+        self.used = used
         self.limiter = limiter or CallLimiter(config.calls_per_minute)
         self.signatures = (
             SlackSignatures(config.slack_signing_secret) if config.slack_signing_secret else None
@@ -139,7 +167,10 @@ class McpEndpoint:
             return _rpc_error(408, f"The request body took over {self.body_seconds:g} s to send.")
         if body is None:
             return _too_large()
-        caller = self._caller(request, token, body)
+        try:
+            caller = await self._caller(request, token, body)
+        except _Replayed:
+            return _unauthorized(REPLAYED)
         if caller is None:
             return _unauthorized()
         if body.lstrip()[:1] == b"[":
@@ -167,12 +198,33 @@ class McpEndpoint:
         found = await asyncio.to_thread(self.tokens.verify, token)
         return found if found is not None else False
 
-    def _caller(self, request: web.Request, token: McpToken | None, body: bytes) -> Caller | None:
+    async def _caller(
+        self, request: web.Request, token: McpToken | None, body: bytes
+    ) -> Caller | None:
+        """Who sent ``request``; ``None``: nobody known.
+
+        Raises:
+            _Replayed: the request carries a Slack signature accepted before.
+        """
         if token is not None:
             return Caller(token=token)
-        if self.signatures is not None and self.signatures.signed(body, request.headers):
-            return Caller(slack=slack_identity(body))
-        return None
+        signature = self.signatures.verified(body, request.headers) if self.signatures else None
+        if signature is None:
+            return None
+        try:
+            first = await asyncio.to_thread(
+                self.used.claim, _SIGNATURE_CLAIM + signature, ttl_seconds=_SIGNATURE_KEPT_SECONDS
+            )
+        except KBError as exc:
+            # Not known to be unused: refused, never let through.
+            log.error("Slack signatures used before cannot be checked (%s): request refused", exc)
+            return None
+        if not first:
+            log.warning(
+                "refused a replayed Slack-signed MCP request: its signature was used before"
+            )
+            raise _Replayed
+        return Caller(slack=slack_identity(body))
 
     def _limited_answer(self, caller: Caller) -> web.Response | None:
         """The 429 for a caller over its rate limit; ``None``: the call is admitted."""
@@ -182,12 +234,12 @@ class McpEndpoint:
             return None
         if caller.key not in self._limited:
             # Once per burst, not once per refused request.
-            log.info("MCP caller %s is over its rate limit", caller.client)
+            log.info("MCP calls of %s (%s) are over the rate limit", caller.key, caller.client)
             self._limited.add(caller.key)
         return _rpc_error(
             429,
-            f"Too many calls: at most {self.limiter.per_minute} a minute for this caller. "
-            f"Try again in {wait} s.",
+            f"Too many calls: at most {self.limiter.per_minute} a minute for this person, "
+            f"all their tokens together. Try again in {wait} s.",
             code=_RATE_LIMITED,
             headers={"Retry-After": str(wait)},
         )
@@ -245,8 +297,16 @@ def _too_large() -> web.Response:
     )
 
 
-def _unauthorized() -> web.Response:
-    # Nothing about why (no token, unknown, revoked, expired): each looks the same.
+def _unauthorized(message: str = "") -> web.Response:
+    # Nothing about why (no token, unknown, revoked, expired): each looks the same. Only a
+    # replay is named: whoever sent it holds a signature that was valid, so it tells them nothing.
+    if message:
+        body = {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": _INVALID_REQUEST, "message": message},
+        }
+        return web.json_response(body, status=401, headers={"WWW-Authenticate": "Bearer"})
     return web.Response(status=401, headers={"WWW-Authenticate": "Bearer"})
 
 
@@ -372,7 +432,8 @@ def attach(
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager
-    endpoint = McpEndpoint(manager, engine.kb.store.mcp_tokens, config)
+    store = engine.kb.store
+    endpoint = McpEndpoint(manager, store.mcp_tokens, store.used_states, config)
 
     async def run_manager(app: web.Application) -> AsyncIterator[None]:
         # Stateless: no session outlives its request, so stopping it loses nothing.

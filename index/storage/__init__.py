@@ -4,7 +4,8 @@
 ``meta``, and holds its parts over the same database: the query log
 (``query_log``), feedback, Slack deliveries, the audit log, hand-offs, the bot's
 messages about each document (``messages``: ``STATUS`` and ``APPROVAL``),
-used sign-in states (``used_states``) and the MCP clients' tokens (``mcp_tokens``).
+values accepted once (``used_states``: sign-in states, MCP requests' Slack signatures)
+and the MCP clients' tokens (``mcp_tokens``).
 ``database`` is the contract the two databases (``sqlite``, ``postgres``)
 implement and ``connect`` picks one; ``schema`` is the migrations, ``workers``
 the indexing locks, ``migrate`` ``kb migrate-store``.

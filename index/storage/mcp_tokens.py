@@ -50,8 +50,8 @@ class McpToken:
     Attributes:
         name: what the admin called it; the query log names calls by it.
         user_id: the Slack user the calls run as.
-        scopes: the channels whose documents it may search, besides the
-            documents for everyone; empty: the channels the person is a member of.
+        scopes: the channels it is narrowed to: of the channels its person is
+            a member of, only these (``bot.mcp.people``); empty: all of them.
         expires_at: seconds since the epoch after which it is refused; ``None``: never.
         revoked_at: when it was revoked; ``None``: it is not.
     """

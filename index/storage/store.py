@@ -100,8 +100,9 @@ class Store:
     and claimed, ``index.storage.deliveries``), ``audit_log``
     (``index.storage.audit``), ``escalations`` (hand-offs to people,
     ``index.storage.escalations``), ``messages`` (the bot's messages about a
-    document, ``index.storage.messages``), ``used_states`` (sign-in states
-    used, ``index.storage.used_states``) and ``mcp_tokens`` (the MCP clients'
+    document, ``index.storage.messages``), ``used_states`` (values accepted
+    once: sign-in states, MCP requests' Slack signatures;
+    ``index.storage.used_states``) and ``mcp_tokens`` (the MCP clients'
     bearer tokens, ``index.storage.mcp_tokens``).
 
     Args:

@@ -1,7 +1,10 @@
-"""Sign-in ``state`` values already used: a replayed OAuth callback is refused by every replica.
+"""Values accepted once: a replayed sign-in callback or Slack-signed request is refused by every replica.
 
-``store.used_states`` holds them, each until it expires (a state older than
-that is refused for its age anyway, so forgetting it then loses nothing).
+``store.used_states`` holds them: the viewer's sign-in ``state`` values
+(``bot.slack.people.signin``) and the Slack signatures of MCP requests
+(``bot.mcp.server``, prefixed so the two never meet), each until it expires
+(a value older than that is refused for its age anyway, so forgetting it then
+loses nothing).
 """
 
 from __future__ import annotations
@@ -12,10 +15,10 @@ __all__ = ["UsedStates"]
 
 
 class UsedStates(StorePart):
-    """Claiming states once (table ``used_states``; ``store.used_states``)."""
+    """Claiming values once (table ``used_states``; ``store.used_states``)."""
 
     def claim(self, state: str, *, ttl_seconds: float) -> bool:
-        """``True`` the first time ``state`` is claimed; ``False`` for a replay, on any replica.
+        """``True`` the first time ``state`` (any value) is claimed; ``False`` for a replay, on any replica.
 
         The claim is kept ``ttl_seconds``; expired claims are dropped here too.
         """
