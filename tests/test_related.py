@@ -221,7 +221,9 @@ async def test_slack_shows_related_passages_labelled_with_links_and_no_model_cal
     value = feedback["elements"][0]["negative_button"]["value"]
     body = block_actions_body(
         [feedback_action("kb_feedback", value)],
-        message_ts=answer["ts"],
+        # The clicked message as Slack sends it: the answer, in the question's thread.
+        message=bot.slack.messages[(answer["channel"], answer["ts"])],
+        thread_ts=answer["thread_ts"],
         response_url=bot.slack.response_url("fb"),
     )
     assert (await bot.post(body)).status == 200

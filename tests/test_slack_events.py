@@ -274,7 +274,9 @@ async def test_feedback_click_is_stored_and_acknowledged(bot: Bot) -> None:
     value = feedback["elements"][0]["negative_button"]["value"]
     body = block_actions_body(
         [feedback_action("kb_feedback", value)],
-        message_ts=answer["ts"],
+        # The clicked message as Slack sends it: the answer, in the question's thread.
+        message=bot.slack.messages[(answer["channel"], answer["ts"])],
+        thread_ts=answer["thread_ts"],
         response_url=bot.slack.response_url("fb"),
     )
     resp = await bot.post(body)

@@ -11,7 +11,8 @@ Registered on a bolt ``AsyncApp`` by :func:`register`, with the ``Services`` of
   how they may become searchable (``bot.slack.people.roles``);
 * the Approve and Reject buttons of approval requests (``bot.slack.approvals``);
 * ``/kb-reindex`` for admins;
-* feedback buttons under answers, and "Ask a person" (``bot.slack.escalation``);
+* feedback buttons under answers (``bot.slack.feedback``), and "Ask a person"
+  (``bot.slack.escalation``);
 * agent messaging: the Messages tab opened, the channel a person views, and
   the older assistant pane's threads (``bot.slack.agent``); the Stop button of
   an agent session (``agent_session_stopped``: ``bot.slack.sessions``);
@@ -38,7 +39,7 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack import escalation, questions, unfurls
+from bot.slack import escalation, feedback, questions, unfurls
 from bot.slack.blocks import (
     APPROVE_ACTION_ID,
     ASK_A_PERSON_ACTION_ID,
@@ -56,7 +57,6 @@ from bot.slack.blocks import (
     UPLOAD_VISIBILITY_BLOCK,
     VISIBILITY_CHANNEL,
     Pages,
-    parse_feedback_value,
     render_notice,
     upload_modal,
 )
@@ -381,20 +381,23 @@ def _register_feedback(app: AsyncApp, services: Services) -> None:
         respond: Callable[..., Awaitable[Any]],
     ) -> None:
         await ack()
-        words = await services.languages.of(client, str((body.get("user") or {}).get("id", "")))
-        parsed = parse_feedback_value(str(action.get("value", "")))
-        if parsed is None:
-            log.warning("ignoring feedback with a malformed value %r", action.get("value"))
-            return
-        query_id, value = parsed
+        click = feedback.Click.of(body, action)
+        words = await services.languages.of(client, click.user)
         try:
-            await asyncio.to_thread(services.kb.feedback.add, query_id, value, body["user"]["id"])
+            # Written only where the answer was posted, by someone who could see it.
+            thumb = await feedback.record_thumb(
+                services.kb, services.audience.directory, client, click
+            )
         except KBError:
             await respond(
                 text=words.FEEDBACK_UNKNOWN, response_type="ephemeral", replace_original=False
             )
             return
-        thanks = words.FEEDBACK_THANKS_POSITIVE if value > 0 else words.FEEDBACK_THANKS_NEGATIVE
+        if thumb is None:
+            return
+        thanks = (
+            words.FEEDBACK_THANKS_POSITIVE if thumb.value > 0 else words.FEEDBACK_THANKS_NEGATIVE
+        )
         await respond(text=thanks, response_type="ephemeral", replace_original=False)
 
 

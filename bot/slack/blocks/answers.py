@@ -253,9 +253,10 @@ def parse_feedback_value(value: str) -> tuple[int, int] | None:
     """``(query id, +1 or -1)`` from a feedback button's value, or ``None`` if malformed."""
     kind, _, qid = value.partition(":")
     sign = {"positive": 1, "negative": -1}.get(kind)
-    if sign is None or not qid.isdigit():
+    query_id = parse_query_id(qid)
+    if sign is None or query_id is None:
         return None
-    return int(qid), sign
+    return query_id, sign
 
 
 # ---------------------------------------------------------------- while it is written
