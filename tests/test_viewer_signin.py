@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
+import re
 import time
 from http.cookies import SimpleCookie
 from pathlib import Path
@@ -189,15 +191,82 @@ async def test_an_expired_session_goes_back_to_sign_in(make_bot: BotFactory) -> 
     assert resp.status == 302 and LOGIN_PATH in resp.headers["Location"]
 
 
-async def test_sign_out_ends_the_session(bot: Bot) -> None:
+_SIGN_OUT_FORM = re.compile(
+    r'<form class="signout" id="signout" method="post" action="([^"]*)">'
+    r'<input type="hidden" name="token" value="([^"]*)">'
+)
+
+
+def _sign_out_form(page: str) -> tuple[str, str]:
+    """The action and token of a page's Sign out button."""
+    found = _SIGN_OUT_FORM.search(page)
+    assert found is not None, "the page has a Sign out button"
+    return html.unescape(found[1]), html.unescape(found[2])
+
+
+async def test_the_viewers_sign_out_button_ends_the_session(bot: Bot) -> None:
     handbook = bot.kb.store.find_document("handbook.md")
     await sign_in(bot)
-    assert (await bot.http.get(link(bot, handbook))).status == 200
-    resp = await bot.http.post(LOGOUT_PATH)
+    page = await bot.http.get(link(bot, handbook))
+    assert page.status == 200
+    assert "form-action 'self'" in page.headers["Content-Security-Policy"]
+    action, token = _sign_out_form(await page.text())
+    assert action == "../auth/logout"  # from /d/<id>, as a path prefix needs
+    resp = await bot.http.post(LOGOUT_PATH, data={"token": token})
     assert resp.status == 200 and "signed out" in await resp.text()
     assert session_cookie(bot) is None
     resp = await bot.http.get(link(bot, handbook), allow_redirects=False)
     assert resp.status == 302
+
+
+async def test_a_get_of_the_sign_out_address_shows_the_button_and_signs_nobody_out(
+    bot: Bot,
+) -> None:
+    handbook = bot.kb.store.find_document("handbook.md")
+    await sign_in(bot)
+    page = await bot.http.get(LOGOUT_PATH)
+    assert page.status == 200
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    assert "Set-Cookie" not in page.headers
+    action, token = _sign_out_form(await page.text())
+    assert action == "logout"
+    assert session_cookie(bot) is not None
+    assert (await bot.http.get(link(bot, handbook))).status == 200
+    # Its button works like the viewer's.
+    assert (await bot.http.post(LOGOUT_PATH, data={"token": token})).status == 200
+    assert session_cookie(bot) is None
+    assert "not signed in" in await (await bot.http.get(LOGOUT_PATH)).text()
+
+
+@pytest.mark.parametrize("token", [None, "", "forged", "another-session"])
+async def test_a_post_without_this_sessions_token_signs_nobody_out(
+    bot: Bot, token: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    handbook = bot.kb.store.find_document("handbook.md")
+    if token == "another-session":
+        # A token the server issued, for the session of someone else (or an earlier one).
+        use_session(bot, forge_session(bot, ("U0SOMEONE1", TEAM_ID)))
+        _, token = _sign_out_form(await (await bot.http.get(LOGOUT_PATH)).text())
+    await sign_in(bot)
+    mine = session_cookie(bot)
+    data = {} if token is None else {"token": token}
+    with caplog.at_level("WARNING", logger="bot.slack.people.signin"):
+        resp = await bot.http.post(LOGOUT_PATH, data=data)
+    assert resp.status == 403
+    assert "did not come from the knowledge base's own page" in html.unescape(await resp.text())
+    assert "Set-Cookie" not in resp.headers, "the cookie is not touched"
+    assert session_cookie(bot) == mine
+    assert (await bot.http.get(link(bot, handbook))).status == 200
+    assert any("refused a sign-out" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_sign_out_token_never_shows_the_session_cookie(bot: Bot) -> None:
+    await sign_in(bot)
+    cookie = session_cookie(bot)
+    assert cookie
+    page = await (await bot.http.get(LOGOUT_PATH)).text()
+    _, token = _sign_out_form(page)
+    assert cookie not in page and cookie.split(".")[-1] not in token
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,19 @@ The session cookie is signed (a key derived from the link secret), holds the
 reader's user and team ids and nothing secret, and expires after a few hours;
 ending it in one browser does not revoke a copy of the cookie elsewhere, which
 is why it is short-lived and HttpOnly.
+
+Signing out is a form posted to :data:`SIGN_OUT_PATH` from the server's own
+pages, never a plain link: the cookie is ``SameSite=Lax`` (a page of another
+site posts without it), and the form carries a token tied to the session
+(:meth:`Sessions.form_token`, signed with a key of its own), which a page of
+another origin cannot read, so neither a link, an image nor a forged form on
+any other page signs a reader out.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -27,9 +36,11 @@ from index.errors import KBError
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "FORM_PURPOSE",
     "READER_GATE",
     "SESSION_COOKIE",
     "SESSION_PURPOSE",
+    "SIGN_OUT_PATH",
     "AccessCheckUnavailable",
     "CookiePolicy",
     "Reader",
@@ -41,6 +52,10 @@ __all__ = [
 SESSION_COOKIE = "kb_session"
 # The salt of the session's signing key: a session never verifies as a link or a sign-in state.
 SESSION_PURPOSE = "kb-viewer-session"
+# The salt of the key that signs a session's form token (sign-out): it never verifies as a session.
+FORM_PURPOSE = "kb-viewer-form"
+# Where a signed-in reader posts to sign out (the identity surface serves it).
+SIGN_OUT_PATH = "/auth/logout"
 _MAX_LOCAL_PATH = 4096
 
 
@@ -105,14 +120,21 @@ class Sessions:
 
     Args:
         serializer: signs the cookie (see ``core.links.LinkSigner.derived``).
+        forms: signs the session's form tokens (a key of another purpose, :data:`FORM_PURPOSE`).
         ttl_seconds: how long a session lasts after sign-in.
         cookies: the cookie attributes.
     """
 
     def __init__(
-        self, serializer: URLSafeTimedSerializer, *, ttl_seconds: int, cookies: CookiePolicy
+        self,
+        serializer: URLSafeTimedSerializer,
+        *,
+        forms: URLSafeTimedSerializer,
+        ttl_seconds: int,
+        cookies: CookiePolicy,
     ) -> None:
         self._serializer = serializer
+        self._forms = forms
         self.ttl_seconds = ttl_seconds
         self.cookies = cookies
 
@@ -145,6 +167,27 @@ class Sessions:
         """Sign the browser out."""
         self.cookies.delete(response, SESSION_COOKIE)
 
+    def form_token(self, request: web.Request) -> str | None:
+        """A token for a form of ``request``'s session (sign-out); ``None`` without a session.
+
+        It is bound to this very session cookie (a digest of it, signed), so it
+        is worth nothing with another session, and it lasts as long as one.
+        """
+        if self.reader(request) is None:
+            return None
+        return str(self._forms.dumps(_digest(request.cookies[SESSION_COOKIE])))
+
+    def form_token_matches(self, request: web.Request, token: str) -> bool:
+        """Whether ``token`` came from a form of ``request``'s own, valid session."""
+        if self.reader(request) is None or not token:
+            return False
+        try:
+            bound = self._forms.loads(token, max_age=self.ttl_seconds)
+        except BadData:
+            return False
+        expected = _digest(request.cookies[SESSION_COOKIE])
+        return isinstance(bound, str) and hmac.compare_digest(bound, expected)
+
 
 class ReaderGate(ABC):
     """Decides who may read what when sign-in is required (registered under :data:`READER_GATE`)."""
@@ -165,6 +208,11 @@ class ReaderGate(ABC):
 
 
 READER_GATE: web.AppKey[ReaderGate] = web.AppKey("reader_gate")
+
+
+def _digest(cookie: str) -> str:
+    """What a form token binds to: the session cookie, hashed (the token shows no part of it)."""
+    return hashlib.sha256(cookie.encode()).hexdigest()
 
 
 def local_path(value: str) -> str | None:

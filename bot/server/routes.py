@@ -11,7 +11,8 @@ cannot be used to enumerate documents.
 When sign-in is required (a ``bot.server.readers.ReaderGate`` is registered), a
 link alone opens nothing: a browser without a session is sent to sign in first,
 whatever the link, and a signed-in person who may not read the link's scope gets
-that same 403 page.
+that same 403 page. The viewer then shows a Sign out button: a form posting the
+session's token (``bot.server.readers``), the only way a reader is signed out.
 
 Errors are rendered in one middleware: a ``KBError`` with a ``status``
 attribute becomes a page (JSON outside ``/d/`` and ``/auth/``) with that status; anything
@@ -39,7 +40,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from bot.server.readers import READER_GATE, AccessCheckUnavailable, Reader
+from bot.server.readers import READER_GATE, SIGN_OUT_PATH, AccessCheckUnavailable, Reader
 from bot.server.render import render_document
 from core.answer import Engine
 from core.errors import BadLinkToken
@@ -59,6 +60,7 @@ __all__ = [
     "add_readiness_info",
     "set_max_behind",
     "setup",
+    "sign_out_form",
     "simple_page",
 ]
 
@@ -80,10 +82,11 @@ STATIC_ASSETS = {
     "signin.js": "text/javascript",
 }
 
-# The viewer's script and style are files on this server: nothing inline may run.
+# The viewer's script and style are files on this server: nothing inline may run. Its one
+# form (Sign out) posts to this server.
 VIEWER_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 # An original shown as text must never run anything, even if it is HTML.
 TEXT_FILE_CSP = "default-src 'none'; sandbox; frame-ancestors 'none'"
@@ -132,6 +135,7 @@ def fill_viewer(
     kind: str = "txt",
     text_url: str = "",
     ocr_pages: Sequence[int] = (),
+    sign_out_token: str = "",
 ) -> str:
     """The viewer page for one document; every value is escaped here.
 
@@ -143,6 +147,8 @@ def fill_viewer(
         kind: the document's detected type (``md``, ``html``, ``pdf``, ...).
         text_url: the link to the canonical text as text/plain.
         ocr_pages: the pages OCR read (``index.ingest.ocr.ocr_pages``), which the page names.
+        sign_out_token: the reader's session's form token; the page then has a
+            Sign out button (none without it: no session to end).
     """
     rendered = render_document(text, kind)
     values = {
@@ -154,6 +160,8 @@ def fill_viewer(
         "length": str(rendered.length),
         "body": rendered.html,
         "ocr_pages": ",".join(str(int(n)) for n in ocr_pages),
+        # From /d/<id>, like the assets: a path prefix keeps working.
+        "signout": sign_out_form(".." + SIGN_OUT_PATH, sign_out_token) if sign_out_token else "",
     }
     # One pass, so a value that happens to contain "{{body}}" is never substituted again.
     return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], VIEWER_TEMPLATE)
@@ -164,6 +172,15 @@ def _ocr_pages(doc: DocumentRow, text: str) -> list[int]:
     if doc.kind != "pdf" or not doc.page_starts:
         return []
     return ocr_pages(text, [int(s) for s in doc.page_starts.split(",")])
+
+
+def sign_out_form(action: str, token: str) -> str:
+    """The Sign out button: a form posting the session's ``token`` to ``action`` (both escaped)."""
+    return (
+        f'<form class="signout" id="signout" method="post" action="{html.escape(action)}">'
+        f'<input type="hidden" name="token" value="{html.escape(token)}">'
+        '<button class="button" type="submit">Sign out</button></form>'
+    )
 
 
 def simple_page(status: int, message: str) -> web.Response:
@@ -322,6 +339,12 @@ def _signed_in_reader(request: web.Request) -> Reader | None:
     return reader
 
 
+def _sign_out_token(request: web.Request) -> str:
+    """The form token of the reader's session when sign-in is required; ``""`` otherwise."""
+    gate = request.app.get(READER_GATE)
+    return (gate.sessions.form_token(request) or "") if gate is not None else ""
+
+
 def _meta(doc: DocumentRow) -> str:
     parts = [doc.name]
     if doc.indexed_at:
@@ -350,6 +373,7 @@ async def viewer(request: web.Request) -> web.Response:
         kind=doc.kind,
         text_url=f"{doc_id}/text{query}",
         ocr_pages=_ocr_pages(doc, text),
+        sign_out_token=_sign_out_token(request),
     )
     return web.Response(
         text=page,

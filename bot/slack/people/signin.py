@@ -11,6 +11,9 @@
    ``openid.connect.userInfo`` names, provided the id_token carries this browser's
    nonce and both name this workspace. A session cookie is set
    (``bot.server.readers``) and the browser goes back to ``next``.
+4. Signing out is a POST to ``/auth/logout`` carrying the session's form token
+   (the viewer's Sign out button); a GET there only shows that button, so a
+   link, an image or another site's form signs nobody out.
 
 The id_token's signature (RS256, keys at slack.com/openid/connect/keys) is not
 checked: the token comes straight from Slack's token endpoint over TLS, in
@@ -50,8 +53,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.server import routes
 from bot.server.readers import (
+    FORM_PURPOSE,
     READER_GATE,
     SESSION_PURPOSE,
+    SIGN_OUT_PATH,
     AccessCheckUnavailable,
     CookiePolicy,
     Reader,
@@ -91,7 +96,7 @@ __all__ = [
 LOGIN_PATH = "/auth/slack/login"
 START_PATH = "/auth/slack/start"
 CALLBACK_PATH = "/auth/slack/callback"
-LOGOUT_PATH = "/auth/logout"
+LOGOUT_PATH = SIGN_OUT_PATH
 STATE_COOKIE = "kb_signin"
 STATE_PURPOSE = "kb-signin-state"
 STATE_TTL_SECONDS = 600
@@ -106,10 +111,18 @@ _PAGE_CSP = (
     "default-src 'none'; script-src 'self'; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'"
 )
+# The sign-out page: its one form posts to this server; never in a frame (no clickjacking).
+_SIGN_OUT_CSP = "default-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 SIGN_IN_TITLE = "Sign in with Slack to read this document"
 SIGNED_IN = "You are signed in. Open the citation link again to read the document."
 SIGNED_OUT = "You are signed out of the knowledge base."
+SIGN_OUT_TITLE = "Sign out of the knowledge base?"
+NOT_SIGNED_IN = "You are not signed in to the knowledge base."
+FOREIGN_SIGN_OUT = (
+    "This sign-out did not come from the knowledge base's own page, so nothing changed. "
+    "To sign out, use the Sign out button on a document's page."
+)
 BAD_NEXT = "This sign-in link is not valid. Open the citation link again."
 STALE_SIGN_IN = (
     "This sign-in expired or was started in another browser. Open the citation link again."
@@ -354,10 +367,43 @@ class SignIn:
         self._cookies.delete(response, STATE_COOKIE, path=_STATE_COOKIE_PATH)
         return response
 
-    async def logout(self, request: web.Request) -> web.Response:
-        """``GET|POST /auth/logout``: end this browser's session."""
+    async def sign_out_page(self, request: web.Request) -> web.Response:
+        """``GET /auth/logout``: the Sign out button (a GET signs nobody out)."""
+        token = self._readers.sessions.form_token(request)
+        if token is None:
+            return routes.simple_page(200, NOT_SIGNED_IN)
+        body = (
+            '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            '<meta name="referrer" content="no-referrer"><title>Knowledge base</title></head>'
+            f"<body><main><h1>{html.escape(SIGN_OUT_TITLE)}</h1>"
+            # Relative to /auth/logout: a path prefix keeps working.
+            f"{routes.sign_out_form('logout', token)}</main></body></html>"
+        )
+        return web.Response(
+            text=body,
+            content_type="text/html",
+            # Cache-Control: private, no-store comes with every /auth/ page (bot.server.routes).
+            headers={"Content-Security-Policy": _SIGN_OUT_CSP},
+        )
+
+    async def sign_out(self, request: web.Request) -> web.Response:
+        """``POST /auth/logout``: end this browser's session, if the form carries its token.
+
+        Only a valid token touches the cookie: a post without one changes nothing,
+        not even a cookie the browser did not send.
+        """
+        sessions = self._readers.sessions
+        reader = sessions.reader(request)
+        if reader is None:
+            return routes.simple_page(200, NOT_SIGNED_IN)
+        form = await request.post()
+        token = form.get("token")
+        if not (isinstance(token, str) and sessions.form_token_matches(request, token)):
+            log.warning("refused a sign-out of %s without its session's token", reader.user_id)
+            return routes.simple_page(403, FOREIGN_SIGN_OUT)
+        log.info("%s signed out of the viewer", reader.user_id)
         response = routes.simple_page(200, SIGNED_OUT)
-        self._readers.sessions.end(response)
+        sessions.end(response)
         return response
 
     # ------------------------------------------------------------ the steps
@@ -490,6 +536,7 @@ def attach(
     bot_client = client or web_client(slack, logger=_api_log)
     sessions = Sessions(
         signer.derived(SESSION_PURPOSE),
+        forms=signer.derived(FORM_PURPOSE),
         ttl_seconds=config.session_seconds,
         cookies=CookiePolicy.for_public_url(config.public_url),
     )
@@ -509,6 +556,6 @@ def attach(
     app.router.add_get(LOGIN_PATH, flow.login)
     app.router.add_get(START_PATH, flow.start)
     app.router.add_get(CALLBACK_PATH, flow.callback)
-    app.router.add_route("GET", LOGOUT_PATH, flow.logout)
-    app.router.add_route("POST", LOGOUT_PATH, flow.logout)
+    app.router.add_get(LOGOUT_PATH, flow.sign_out_page)
+    app.router.add_post(LOGOUT_PATH, flow.sign_out)
     return readers
