@@ -5,7 +5,7 @@ refuses, authenticates and rate-limits), ``tools`` the two tools
 (``search_knowledge_base``, ``ask_knowledge_base``), ``auth`` who may call
 (bearer tokens from ``kb mcp-token``, or Slack's signed identity), ``people``
 which documents the caller may search, ``slack_people`` the Slack answers to
-that, ``limits`` the per-caller rate limit.
+that, ``limits`` the rate limit per person.
 """
 
 from __future__ import annotations
