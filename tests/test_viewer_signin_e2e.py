@@ -56,23 +56,31 @@ async def _wait_for_viewer(browser: Browser, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_a_citation_link_signs_in_with_slack_and_lands_on_the_passage(
+@pytest.fixture
+async def served(
     aiohttp_client: Callable[..., Awaitable[TestClient]],
     settings_for: Callable[..., Settings],
     embedder: Embedder,
     slack: MockSlackAPI,
     llm: OpenAICompatServer,
     fixture_data_dir: Path,
-    tmp_path: Path,
-) -> None:
+) -> tuple[Bot, str]:
+    """The bot with sign-in on, and its public URL: where it listens, since the browser
+    follows the real redirects."""
     require_chromium()
-    # The browser follows the real redirects, so the public URL is where this server listens.
     port = urlsplit(closed_port_url("/")).port
     public = f"http://127.0.0.1:{port}"
     settings = settings_for(public_url=public, **SIGN_IN)
     app = create_bot_app(settings, embedder, fixture_data_dir)
     http = await aiohttp_client(app, server_kwargs={"host": "127.0.0.1", "port": port})
-    bot = Bot(http, app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+    return Bot(http, app, slack, llm, settings, frozenset(asyncio.all_tasks())), public
+
+
+async def test_a_citation_link_signs_in_with_slack_and_lands_on_the_passage(
+    served: tuple[Bot, str], tmp_path: Path
+) -> None:
+    bot, public = served
+    slack = bot.slack
     slack.set_members(CHANNEL_ID, [USER_ID, "U0SOMEONE1"])
     slack.sign_in_as(USER_ID)
 
@@ -155,22 +163,12 @@ async def _text_at(browser: Browser, path: str, timeout: float = 20.0) -> str:
 
 
 async def test_only_the_viewers_sign_out_button_signs_a_reader_out(
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    served: tuple[Bot, str],
     aiohttp_server: Callable[..., Awaitable[TestServer]],
-    settings_for: Callable[..., Settings],
-    embedder: Embedder,
-    slack: MockSlackAPI,
-    llm: OpenAICompatServer,
-    fixture_data_dir: Path,
     tmp_path: Path,
 ) -> None:
-    require_chromium()
-    port = urlsplit(closed_port_url("/")).port
-    public = f"http://127.0.0.1:{port}"
-    settings = settings_for(public_url=public, **SIGN_IN)
-    app = create_bot_app(settings, embedder, fixture_data_dir)
-    http = await aiohttp_client(app, server_kwargs={"host": "127.0.0.1", "port": port})
-    bot = Bot(http, app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+    bot, public = served
+    slack = bot.slack
     slack.sign_in_as(USER_ID)
     handbook = bot.kb.store.find_document("handbook.md")
     url = f"{public}/d/{handbook.id}?t={bot.services.engine.signer.token(handbook.id, '*')}"
@@ -184,7 +182,7 @@ async def test_only_the_viewers_sign_out_button_signs_a_reader_out(
     attacker.router.add_get("/quiet", attack)
     attacker.router.add_get("/form", attack)
     other = await aiohttp_server(attacker, host="127.0.0.1")
-    assert other.port != port
+    assert other.port != urlsplit(public).port
 
     async with Browser(window=(900, 400)) as browser:
         await browser.goto(url)
