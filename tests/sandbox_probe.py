@@ -35,21 +35,22 @@ from index.ingest import sandbox
 def main(confinement: str, attempts: str) -> None:
     """Confine this process to ``confinement`` and run ``attempts``."""
     tries = json.loads(attempts)
-    # A socket made before confinement: only Landlock's TCP rule stands in its way.
-    early = socket.socket() if any(kind == "tcp_early" for kind, _ in tries) else None
+    # Sockets made before confinement: only Landlock's rules (TCP, the abstract UNIX
+    # scope) stand in their way, not the seccomp filter on making one.
+    early = {"tcp_early": socket.socket(), "abstract_early": socket.socket(socket.AF_UNIX)}
     if confinement:
         sandbox.confine(sandbox.Confinement.from_json(confinement))
     print(json.dumps([_outcome(kind, arg, early) for kind, arg in tries]))
 
 
-def _outcome(kind: str, arg: Any, early: socket.socket | None) -> dict[str, Any]:
+def _outcome(kind: str, arg: Any, early: dict[str, socket.socket]) -> dict[str, Any]:
     try:
         return {"ok": _attempt(kind, arg, early)}
     except OSError as exc:
         return {"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno))}
 
 
-def _attempt(kind: str, arg: Any, early: socket.socket | None) -> Any:
+def _attempt(kind: str, arg: Any, early: dict[str, socket.socket]) -> Any:
     match kind:
         case "read":
             return Path(arg).read_text(errors="replace")
@@ -70,9 +71,11 @@ def _attempt(kind: str, arg: Any, early: socket.socket | None) -> Any:
             with socket.create_connection(("127.0.0.1", arg), timeout=5):
                 return True
         case "tcp_early":
-            assert early is not None
-            early.settimeout(5)
-            early.connect(("127.0.0.1", arg))
+            early[kind].settimeout(5)
+            early[kind].connect(("127.0.0.1", arg))
+            return True
+        case "abstract_early":
+            early[kind].connect("\0" + arg)
             return True
         case "udp":
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:

@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -33,7 +34,7 @@ from pydantic import ValidationError
 from index.config import ExtractLimits, IndexConfig, OcrConfig
 from index.embed import Embedder
 from index.ingest.isolated import ReaderPool, _reader_env
-from index.ingest.sandbox import ReaderSandbox, kernel_support
+from index.ingest.sandbox import MAX_FILE_BYTES, ReaderSandbox, kernel_support
 from index.knowledge_base import KnowledgeBase
 from tests.conftest_bot import BotFactory, make_settings
 from tests.docs_factory import text_pdf
@@ -109,6 +110,10 @@ def test_a_reader_cannot_read_write_run_or_connect_beyond_what_reading_needs(
     unix = socket.socket(socket.AF_UNIX)
     unix.bind(unix_path)
     unix.listen()
+    abstract_name = f"kb-test-{os.getpid()}-{tmp_path.name}"
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind("\0" + abstract_name)
+    abstract.listen()
     outside = tmp_path / "outside"
     outside.mkdir()
     attempts = [
@@ -125,6 +130,7 @@ def test_a_reader_cannot_read_write_run_or_connect_beyond_what_reading_needs(
         ["tcp_early", tcp.getsockname()[1]],
         ["udp", udp.getsockname()[1]],
         ["unix", unix_path],
+        ["abstract_early", abstract_name],
         ["signal", os.getpid()],
     ]
     temp_dir = tmp_path / "reader-temp"
@@ -139,6 +145,7 @@ def test_a_reader_cannot_read_write_run_or_connect_beyond_what_reading_needs(
     tcp.accept()[0].close()  # the unconfined connections, taken before the confined run
     tcp.accept()[0].close()
     unix.accept()[0].close()
+    abstract.accept()[0].close()
     udp.recvfrom(100)
 
     confined = _probe(temp_dir, [*attempts, *own], confined=True)
@@ -149,12 +156,11 @@ def test_a_reader_cannot_read_write_run_or_connect_beyond_what_reading_needs(
         {"ok": "written by a reader"},
     ], "its own temporary directory stays writable"
     assert not (data_dir / "planted").exists() and not (outside / "planted").exists()
-    for server in (tcp, unix, udp):
+    for server in (tcp, unix, abstract, udp):
         server.setblocking(False)
-    with pytest.raises(BlockingIOError):
-        tcp.accept()
-    with pytest.raises(BlockingIOError):
-        unix.accept()
+    for listening in (tcp, unix, abstract):
+        with pytest.raises(BlockingIOError):
+            listening.accept()
     with pytest.raises(BlockingIOError):
         udp.recvfrom(100)
 
@@ -208,8 +214,13 @@ def test_the_pool_reads_with_confined_readers_and_removes_their_temporary_direct
     assert "Expense reports are due on Fridays." in extracted.text
     (reader,) = pool._idle
     status = _status(reader.proc.pid)
-    # Seen from outside: the reader gained no privilege and runs under a seccomp filter.
+    # Seen from outside: the reader gained no privilege and runs under a seccomp filter,
+    # with no core dump, no file over a gigabyte and a few hundred files open at most.
     assert status["NoNewPrivs"].strip() == "1" and status["Seccomp"].strip() == "2"
+    limits = Path(f"/proc/{reader.proc.pid}/limits").read_text()
+    assert re.search(r"Max core file size\s+0\s+0\s", limits)
+    assert re.search(rf"Max file size\s+{MAX_FILE_BYTES}\s+{MAX_FILE_BYTES}\s", limits)
+    assert re.search(r"Max open files\s+256\s+256\s", limits)
     (temp_dir,) = set(Path(tempfile.gettempdir()).glob("kb-reader-*")) - before
     assert reader.proc.pid and temp_dir.is_dir()
     pool.close()
@@ -282,3 +293,29 @@ async def test_the_server_says_at_start_and_in_readyz_whether_readers_are_confin
     assert (
         ready["reader_sandbox"]["confined"] is True and ready["reader_sandbox"]["sockets"] == "none"
     )
+
+
+def test_a_reader_that_cannot_confine_itself_reads_nothing(tmp_path: Path) -> None:
+    # Landlock holds only the thread that asks (and what it starts later): a reader
+    # with a second thread already running refuses to read rather than half-confine.
+    confinement = ReaderSandbox("auto").confinement(str(tmp_path))
+    assert confinement is not None
+    code = (
+        "import sys, threading, time; "
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); "
+        "from index.ingest.isolated import serve; serve(0, 1, sys.argv[1])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, confinement.to_json()],
+        cwd=ROOT,
+        env={**_reader_env(str(ROOT)), "TMPDIR": str(tmp_path)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "the document reader could not confine itself" in done.stderr
+    assert "not with 2 threads" in done.stderr
+    assert done.stdout == "", "it never said it was ready"
