@@ -205,7 +205,8 @@ def _why_no_landlock(code: int | None) -> str:
         )
     return (
         f"the Landlock system calls are refused here ({os.strerror(code or 0)}): a "
-        "container's seccomp profile may block them"
+        "seccomp profile may block them (a container's, or a systemd unit's "
+        "SystemCallFilter)"
     )
 
 
