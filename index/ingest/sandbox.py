@@ -345,7 +345,10 @@ def _measurement_dirs() -> tuple[str, ...]:
     current = coverage.Coverage.current() if coverage is not None else None
     if current is None:
         return ()
-    directory = Path(current.config.data_file).resolve().parent
+    # Relative to where it was started, the configuration's directory (tests change theirs).
+    config_file = current.config.config_file
+    started_in = Path(config_file).resolve().parent if config_file else Path.cwd()
+    directory = (started_in / current.config.data_file).parent
     directory.mkdir(parents=True, exist_ok=True)
     return (str(directory),)
 
