@@ -15,27 +15,48 @@ this process versus a round trip through a reader.
 Prints documents/s and chunks/s medians and the ratio reader/in-process
 (target >= 0.95), and the ingesting process's peak resident memory.
 
-Run: python -m bench.reading [--rounds 5]
+Then what confining the readers costs (``index.ingest.sandbox``), alternately
+in each round, with a fresh pool of one reader per side:
+
+    unconfined  KB_READER_SANDBOX=off
+    sandboxed   KB_READER_SANDBOX=required: Landlock, the seccomp filter, the limits
+
+a reader's start (the interpreter, its imports, the confinement and a tiny
+document), its first read of each document of a mixed set (the extractors'
+own imports), then each document read again by that warm reader: a PDF with a
+text layer and a Word file of 10 pages, a workbook of 2 sheets and a deck of 20
+slides (``bench.ingest_formats``), and a scanned page read by Tesseract when it
+is installed. Prints the medians side by side and the ratio sandboxed/unconfined.
+
+Run: python -m bench.reading [--rounds 5] [--sandbox-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from bench.ingest import peak_rss_mb
+from bench.ingest_formats import deck, pdf, word, workbook
 from bench.machine import describe as machine
+from bench.ocr import scanned_pdf
 from bench.query import BUNDLED, EVALSET
-from index.config import ExtractLimits, IndexConfig
+from index.config import ExtractLimits, IndexConfig, OcrConfig
 from index.embed.onnx import OnnxEmbedder
 from index.ingest.extract import extract
-from index.ingest.isolated import read_isolated
+from index.ingest.isolated import ReaderPool, read_isolated
+from index.ingest.sandbox import kernel_support
 from index.knowledge_base import KnowledgeBase
 
 SIDES: dict[str, ExtractLimits | None] = {"in-process": None, "reader": ExtractLimits()}
+SANDBOX_SIDES = {
+    "unconfined": ExtractLimits(sandbox="off"),
+    "sandboxed": ExtractLimits(sandbox="required"),
+}
 
 
 def main() -> None:
@@ -43,7 +64,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--sandbox-only", action="store_true", help="only what confining costs")
     args = ap.parse_args()
+    if args.sandbox_only:
+        print(f"machine: {machine()}")
+        sandbox_costs(args.rounds)
+        return
     corpus = EVALSET / "corpus"
     files = [(p.name, p.read_bytes()) for p in sorted(corpus.iterdir())]
     print(f"machine: {machine()}")
@@ -79,6 +105,7 @@ def main() -> None:
         ratio = statistics.median(rates["reader"]) / statistics.median(rates["in-process"])
         print(f"{label} reader/in-process: {ratio:.2f}")
     print(f"peak RSS of this process: {peak_rss_mb():.0f} MB")
+    sandbox_costs(args.rounds)
 
 
 def read_rate(files: list[tuple[str, bytes]], limits: ExtractLimits | None) -> float:
@@ -90,6 +117,55 @@ def read_rate(files: list[tuple[str, bytes]], limits: ExtractLimits | None) -> f
         else:
             read_isolated(data, name, limits=limits, max_bytes=10**8, max_pages=10**4)
     return len(files) / (time.perf_counter() - t)
+
+
+def sandbox_costs(rounds: int) -> None:
+    """A reader's start and each document's read, unconfined and sandboxed, side by side."""
+    support = kernel_support()
+    print(f"\nreaders confined: Landlock ABI {support.landlock_abi}, seccomp {support.seccomp}")
+    if not support.landlock_abi:
+        print(f"no sandboxed side: {support.reason}")
+        return
+    documents = {
+        "PDF, 10 pages": ("bench.pdf", pdf(10)),
+        "Word, 10 pages": ("bench.docx", word(10)),
+        "Excel, 2 sheets": ("bench.xlsx", workbook(2)),
+        "PowerPoint, 20 slides": ("bench.pptx", deck(20)),
+    }
+    if shutil.which(OcrConfig().tesseract_cmd):
+        documents["scanned page (OCR)"] = ("scan.pdf", scanned_pdf(1, 150))
+    rows = ["reader start", "first reads, in all", *documents]
+    seconds: dict[str, dict[str, list[float]]] = {
+        side: {row: [] for row in rows} for side in SANDBOX_SIDES
+    }
+    for _ in range(rounds):
+        for side, limits in SANDBOX_SIDES.items():
+            pool = ReaderPool(1)
+            seconds[side]["reader start"].append(read_seconds(pool, limits, "warm.md", b"# w\n"))
+            first = [read_seconds(pool, limits, name, data) for name, data in documents.values()]
+            seconds[side]["first reads, in all"].append(sum(first))
+            for row, (name, data) in documents.items():
+                seconds[side][row].append(read_seconds(pool, limits, name, data))
+            pool.close()
+    print(f"\n{'median ms':<24}{'unconfined':>12}{'sandboxed':>12}{'ratio':>8}")
+    for row in rows:
+        off, on = (statistics.median(seconds[side][row]) * 1000 for side in SANDBOX_SIDES)
+        print(f"{row:<24}{off:>12.1f}{on:>12.1f}{on / off:>8.2f}")
+
+
+def read_seconds(pool: ReaderPool, limits: ExtractLimits, name: str, data: bytes) -> float:
+    """Seconds one document takes to read through ``pool``."""
+    t = time.perf_counter()
+    pool.read(
+        data,
+        name,
+        limits=limits,
+        max_bytes=10**8,
+        max_pages=10**4,
+        max_text_chars=10**8,
+        ocr=OcrConfig(),
+    )
+    return time.perf_counter() - t
 
 
 if __name__ == "__main__":

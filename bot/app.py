@@ -11,7 +11,9 @@ database, so what other processes commit (``kb ingest``, ``kb rm``,
 one refresh. With ``KB_VIEWER_AUTH=slack`` the
 viewer opens documents only for people signed in with Slack
 (``bot.slack.people.signin``). With ``KB_MCP=on`` agents reach the knowledge
-base as MCP tools at ``/mcp`` (``bot.mcp``). ``run_server(settings)`` runs it.
+base as MCP tools at ``/mcp`` (``bot.mcp``). Whether the document readers are
+confined (``KB_READER_SANDBOX``) is logged at start and kept in ``/readyz``.
+``run_server(settings)`` runs it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bot.slack.services import Services
 from core.answer import Engine, build_engine
 from core.rerank import RerankerUnavailable
 from index.errors import KBError
+from index.ingest import readers_status
 from index.knowledge_base import KnowledgeBase
 
 log = logging.getLogger(__name__)
@@ -88,8 +91,22 @@ def create_app(
     if settings.mcp:
         _attach_mcp(app, settings, engine, slack_client)
     routes.add_readiness_info(app, "mcp", settings.mcp)
+    _report_readers(app, settings.reader_sandbox)
     app.cleanup_ctx.append(_services_ctx)
     return app
+
+
+def _report_readers(app: web.Application, mode: str) -> None:
+    """Say once, at start, what a parser exploit in a document reader could reach;
+    ``/readyz`` keeps saying it (``reader_sandbox``)."""
+    facts = readers_status(mode)
+    routes.add_readiness_info(app, "reader_sandbox", facts)
+    if facts["confined"]:
+        log.info("%s", facts["summary"])
+    elif mode == "required":
+        log.error("%s", facts["summary"])
+    else:
+        log.warning("%s", facts["summary"])
 
 
 def _attach_mcp(

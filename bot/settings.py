@@ -75,6 +75,7 @@ from index.config import (
     DEFAULT_OCR_LANGUAGE,
     DEFAULT_OCR_MAX_PAGES,
     DEFAULT_OCR_PAGE_TIMEOUT,
+    DEFAULT_READER_SANDBOX,
     DEFAULT_TESSERACT_CMD,
     EmbeddingEndpoint,
     ExtractLimits,
@@ -247,6 +248,11 @@ class Settings(BaseSettings):
         "KB_EXTRACT_WORKERS",
         "Documents read at once, each by a warm reader process (and uploads indexed at once, shared fairly between people: nobody holds them all). 0: min(2, CPU cores).",
         ge=0,
+    )
+    reader_sandbox: Literal["auto", "required", "off"] = _setting(
+        DEFAULT_READER_SANDBOX,
+        "KB_READER_SANDBOX",
+        "How the reader processes are confined before they read a document (Landlock and a seccomp filter): they read only what reading needs, write only their own temporary directory and open no socket, so a parser exploit cannot reach the data dir, .env or the network. `auto`: confined where the kernel has Landlock (Linux 5.13+), otherwise read unconfined, said at start and in /readyz and `kb status`; `required`: documents fail, naming this setting, rather than be read unconfined; `off`: never confined.",
     )
     chunk_budget: int | None = _setting(
         None,
@@ -668,6 +674,7 @@ class Settings(BaseSettings):
                 memory_mb=self.extract_memory_mb,
                 timeout=self.extract_timeout,
                 workers=self.extract_workers,
+                sandbox=self.reader_sandbox,
             ),
         )
 

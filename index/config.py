@@ -75,6 +75,10 @@ DEFAULT_TESSERACT_CMD = "tesseract"
 DEFAULT_EXTRACT_MEMORY_MB = 768
 DEFAULT_EXTRACT_TIMEOUT = 120.0
 DEFAULT_EXTRACT_WORKERS = 0
+# Readers confine themselves with Landlock and a seccomp filter (index.ingest.sandbox):
+# auto where the kernel can, required (never read unconfined) or off.
+READER_SANDBOX_MODES = ("auto", "required", "off")
+DEFAULT_READER_SANDBOX = "auto"
 
 
 @dataclass(frozen=True)
@@ -129,11 +133,14 @@ class ExtractLimits:
             Tesseract spends on scanned pages is not counted: ``OcrConfig.page_timeout``
             bounds each page.
         workers: reader processes, the most documents read at once; 0: min(2, CPU cores).
+        sandbox: how readers are confined (``index.ingest.sandbox``): ``auto`` where the
+            kernel can, ``required`` (read nothing unconfined) or ``off``.
     """
 
     memory_mb: int = DEFAULT_EXTRACT_MEMORY_MB
     timeout: float = DEFAULT_EXTRACT_TIMEOUT
     workers: int = DEFAULT_EXTRACT_WORKERS
+    sandbox: str = DEFAULT_READER_SANDBOX
 
     @property
     def pool_size(self) -> int:

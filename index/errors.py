@@ -90,6 +90,10 @@ class ReadingLimit(OverLimit):
         self.kind = kind
 
 
+class ReadersUnconfined(KBError):
+    """``KB_READER_SANDBOX=required`` and the document readers cannot be confined here."""
+
+
 class CorruptDocument(ExtractionError):
     """The file claims a type but its bytes are damaged, encrypted or not that type."""
 

@@ -45,6 +45,7 @@ from index.ingest import (
     Prepared,
     over_reading_limit,
     prepare_document,
+    readers_status,
 )
 from index.language_fit import LanguageFit, language_fit
 from index.models import EVERYONE, AuditAction, Chunking, DocState, Extracted, Publish
@@ -330,6 +331,10 @@ class KnowledgeBase:
             "query_map": self.query_adapters.status(),
             "read_only": self.store.read_only,
             "languages": self.language_fit().to_dict(),
+            # What a parser exploit in a reader could reach; None: read in this process.
+            "reader_sandbox": (
+                readers_status(self.config.extract.sandbox) if self.config.extract else None
+            ),
         }
 
     def language_fit(self) -> LanguageFit:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import yaml
 
 from bot.slack.people.signin import CALLBACK_PATH
 from bot.slack.people.signin import SCOPES as SIGN_IN_SCOPES
+from tests.environment import cannot_run_here
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -309,12 +312,17 @@ def test_compose_file() -> None:
     assert named <= set(compose.get("volumes") or {})
 
 
-def test_systemd_unit() -> None:
+def _unit(name: str) -> dict[str, list[str]]:
     settings: dict[str, list[str]] = {}
-    for line in (DEPLOY / "kb.service").read_text(encoding="utf-8").splitlines():
+    for line in (DEPLOY / name).read_text(encoding="utf-8").splitlines():
         if "=" in line and not line.startswith(("#", ";")):
             key, value = line.split("=", 1)
             settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+def test_systemd_unit() -> None:
+    settings = _unit("kb.service")
     assert settings["User"] == ["kb"]
     assert settings["WorkingDirectory"] and settings["EnvironmentFile"]
     assert settings["ExecStart"][0].endswith("/bin/kb serve")
@@ -325,6 +333,30 @@ def test_systemd_unit() -> None:
         v.split("=", 1)[1] for v in settings["Environment"] if v.startswith("KB_DATA_DIR=")
     )
     assert any(data_dir.startswith(p) for p in settings["ReadWritePaths"])
+
+
+def _syscalls(name: str) -> set[str]:
+    """A system call, or every one of a systemd group (``@...``) as systemd expands it."""
+    if not name.startswith("@"):
+        return {name}
+    listed = subprocess.run(
+        ["systemd-analyze", "syscall-filter", name], capture_output=True, text=True, check=True
+    ).stdout.splitlines()[1:]
+    entries = [line.strip() for line in listed if line.strip() and not line.strip().startswith("#")]
+    return set().union(*(_syscalls(entry) for entry in entries))
+
+
+@pytest.mark.parametrize("unit", ["kb.service", "kb-sync.service"])
+def test_the_systemd_units_let_the_document_readers_confine_themselves(unit: str) -> None:
+    if shutil.which("systemd-analyze") is None:
+        cannot_run_here("systemd-analyze is not installed: the units' filters cannot be expanded")
+    allowed: set[str] = set()
+    for value in _unit(unit)["SystemCallFilter"]:
+        names = set().union(*(_syscalls(n) for n in value.removeprefix("~").split()))
+        allowed = allowed - names if value.startswith("~") else allowed | names
+    # index.ingest.sandbox: Landlock's three calls, and prctl for no_new_privs and seccomp.
+    needed = {"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self", "prctl"}
+    assert needed - allowed == set()
 
 
 SCALE = DEPLOY / "compose.scale.yaml"

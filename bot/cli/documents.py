@@ -325,5 +325,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"DEGRADED        {st['index']['degraded']}")
         if st["read_only"]:
             click.echo(f"READ-ONLY       {st['read_only']}")
+        if sandbox := st["reader_sandbox"]:
+            click.echo(f"readers         {sandbox['summary']}")
 
     emit(st, as_json, text)

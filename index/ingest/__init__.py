@@ -4,7 +4,8 @@
 for scanned pages), Office files (``office``, ``office_zip``, ``sheets``);
 ``chunk`` cuts the canonical text at its boundaries with a contextual header;
 ``pipeline`` runs the stages, embedding included, without touching the database;
-``isolated`` reads untrusted bytes in reader processes with memory and time limits.
+``isolated`` reads untrusted bytes in reader processes with memory and time limits,
+each confined by ``sandbox`` to what reading needs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from index.ingest.extract import EXTRACTOR_VERSION, FOLDER_SUFFIXES, SUPPORTED_S
 from index.ingest.isolated import over_reading_limit
 from index.ingest.ocr import ocr_pages
 from index.ingest.pipeline import PIPELINE_VERSION, Prepared, prepare_document
+from index.ingest.sandbox import readers_status
 from index.ingest.sentences import from_blob, to_blob
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "ocr_pages",
     "over_reading_limit",
     "prepare_document",
+    "readers_status",
     "sheet_columns",
     "to_blob",
 ]

@@ -21,7 +21,10 @@ owner holds all of them, so one person's slow document never holds up
 everyone else's.
 
 The reader's environment holds no secret (no token, no key): only what
-Python, the extractors and Tesseract need.
+Python, the extractors and Tesseract need. Before it reads anything it confines
+itself (``index.ingest.sandbox``, ``ExtractLimits.sandbox``): it reads only what
+reading needs, writes only its own temporary directory (made here, removed when
+it stops) and opens no socket.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ import math
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter, deque
@@ -55,6 +60,7 @@ from index.errors import (
     TooLarge,
     UnsupportedType,
 )
+from index.ingest.sandbox import Confinement, ReaderSandbox, SandboxFailed, confine
 from index.models import Extracted
 
 log = logging.getLogger(__name__)
@@ -150,23 +156,37 @@ class _Job:
 
 
 class _Reader:
-    """One reader process and the two pipes to it."""
+    """One reader process, the two pipes to it and its temporary directory."""
 
-    def __init__(self) -> None:
+    def __init__(self, sandbox: ReaderSandbox) -> None:
+        self.sandbox = sandbox
+        self.temp_dir = tempfile.mkdtemp(prefix="kb-reader-")
+        try:
+            confinement = sandbox.confinement(self.temp_dir)
+        except BaseException:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            raise
         job_r, job_w = os.pipe()
         out_r, out_w = os.pipe()
         root = str(Path(__file__).resolve().parents[2])
-        code = f"from index.ingest.isolated import serve; serve({job_r}, {out_w})"
+        code = (
+            "import sys; from index.ingest.isolated import serve; "
+            f"serve({job_r}, {out_w}, sys.argv[1])"
+        )
+        spec = confinement.to_json() if confinement else ""
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", code],
+                [sys.executable, "-c", code, spec],
                 pass_fds=(job_r, out_w),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 cwd=root,
-                env=_reader_env(root),
+                env={**_reader_env(root), "TMPDIR": self.temp_dir},
                 start_new_session=True,  # a Ctrl-C in the terminal is the parent's to handle
             )
+        except BaseException:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            raise
         finally:
             os.close(job_r)
             os.close(out_w)
@@ -260,6 +280,8 @@ class _Reader:
         for conn in (self.jobs, self.results):
             with contextlib.suppress(OSError):
                 conn.close()
+        if not self.alive():  # what it wrote goes with it
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def _reader_env(root: str) -> dict[str, str]:
@@ -302,7 +324,7 @@ class ReaderPool:
             return self._busy
 
     @contextlib.contextmanager
-    def _reader(self, owner: str) -> Iterator[_Reader]:
+    def _reader(self, owner: str, sandbox: ReaderSandbox) -> Iterator[_Reader]:
         ticket = object()
         with self._cond:
             self._queues.setdefault(owner, deque()).append(ticket)
@@ -312,10 +334,11 @@ class ReaderPool:
             self._granted.discard(ticket)
             reader = self._idle.pop() if self._idle else None
         try:
-            if reader is None or not reader.alive():
-                if reader is not None:
-                    reader.close()
-                reader = _Reader()
+            if reader is not None and (not reader.alive() or reader.sandbox != sandbox):
+                _stop(reader)
+                reader = None
+            if reader is None:
+                reader = _Reader(sandbox)
             yield reader
         finally:
             keep = reader is not None and not reader.retire and reader.alive()
@@ -383,7 +406,8 @@ class ReaderPool:
             cpu_seconds=limits.timeout,
         )
         ocr_timeout = (ocr or OcrConfig()).page_timeout
-        with self._reader(owner) as reader:
+        sandbox = ReaderSandbox(limits.sandbox, (ocr or OcrConfig()).tesseract_cmd)
+        with self._reader(owner, sandbox) as reader:
             try:
                 return reader.run(job, name, limits, ocr_timeout)
             except (BrokenPipeError, ConnectionResetError):
@@ -412,6 +436,7 @@ def _stop(reader: _Reader) -> None:
         reader.proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         reader.kill()
+    reader.close()  # exited: its temporary directory goes
 
 
 def _display_name(filename: str) -> str:
@@ -466,8 +491,14 @@ def read_isolated(
 # ---------------------------------------------------------------- the reader's side
 
 
-def serve(jobs_fd: int, results_fd: int) -> None:
-    """The reader process: read documents from ``jobs_fd`` until it closes."""
+def serve(jobs_fd: int, results_fd: int, confinement: str = "") -> None:
+    """The reader process: confine itself to ``confinement`` (``Confinement.to_json``;
+    empty: unconfined), then read documents from ``jobs_fd`` until it closes."""
+    if confinement:
+        try:
+            confine(Confinement.from_json(confinement))
+        except SandboxFailed as exc:  # asked for, it is never skipped: the server says why
+            sys.exit(f"the document reader could not confine itself: {exc}")
     from index.ingest.extract import extract
     from index.ingest.ocr import listening_to_tesseract
 
