@@ -59,7 +59,7 @@ from index.search import (
     Snapshot,
     open_search_index,
 )
-from index.storage import NewDocument, Store
+from index.storage import INTERRUPTED, NewDocument, Store
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,7 @@ class KnowledgeBase:
         self.escalations = self.store.escalations
         self.messages = self.store.messages
         self.used_states = self.store.used_states
+        self.uploads = self.store.uploads
         self.embedder = embedder or load_embedder(config)
         self._fit: tuple[int, LanguageFit] | None = None
         stamped = self.store.stamped_dimensions(self.embedder.name)
@@ -591,6 +592,26 @@ class KnowledgeBase:
         if doc.state not in (DocState.FAILED, DocState.PENDING):
             return doc
         return self.index_document(doc_id, progress=progress)
+
+    def resume(self, doc_id: int, *, again: bool = True) -> DocumentRow:
+        """Finish a document whose indexing never ended: ``pending``, or interrupted (the
+        process indexing it died); one that ended is returned as it is.
+
+        Interrupted work is first recorded as such (``failed``, retryable), then
+        indexed from the stored original, unless ``again`` is false (a document
+        whose indexing keeps killing the processes that take it up). ``indexing``
+        by a live process (a Retry elsewhere) is indexed here too: each commit is
+        whole, so the document ends in one state, never between two.
+        """
+        self._recover()
+        doc = self.store.document(doc_id)
+        if not again and doc.state == DocState.PENDING:
+            self._fail(doc_id, INTERRUPTED)
+            return self.store.document(doc_id)
+        interrupted = doc.state == DocState.FAILED and doc.failure_reason == INTERRUPTED
+        if not again or not (interrupted or doc.state in (DocState.PENDING, DocState.INDEXING)):
+            return doc
+        return self.index_document(doc_id)
 
     def remove(self, doc_id: int, *, actor: str = "cli", refresh: bool = True) -> DocumentRow:
         """Delete a document and its chunks from SQLite and both indexes.

@@ -65,6 +65,7 @@ MIGRATION_NAMES = [
     "0014_languages",
     "0015_mcp_tokens",
     "0016_latent_terms",
+    "0017_uploads",
 ]
 
 
@@ -108,6 +109,7 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         "posted_messages",
         "used_states",
         "mcp_tokens",
+        "uploads",
     }
     doc = store.document(7)
     assert (doc.name, doc.title, doc.state, doc.chunk_count) == (

@@ -4,8 +4,8 @@
 ``meta``, and holds its parts over the same database: the query log
 (``query_log``), feedback, Slack deliveries, the audit log, hand-offs, the bot's
 messages about each document (``messages``: ``STATUS`` and ``APPROVAL``),
-values accepted once (``used_states``: sign-in states, MCP requests' Slack signatures)
-and the MCP clients' tokens (``mcp_tokens``).
+values accepted once (``used_states``: sign-in states, MCP requests' Slack signatures),
+the MCP clients' tokens (``mcp_tokens``) and the uploads in progress (``uploads``).
 ``database`` is the contract the two databases (``sqlite``, ``postgres``)
 implement and ``connect`` picks one; ``schema`` is the migrations, ``workers``
 the indexing locks, ``migrate`` ``kb migrate-store``.
@@ -16,11 +16,13 @@ from __future__ import annotations
 from index.storage.mcp_tokens import McpToken, McpTokenError, McpTokens
 from index.storage.messages import APPROVAL, STATUS, PostedMessage
 from index.storage.migrate import migrate_store
-from index.storage.store import NewDocument, Store
+from index.storage.store import INTERRUPTED, NewDocument, Store
+from index.storage.uploads import Upload
 from index.storage.used_states import UsedStates
 
 __all__ = [
     "APPROVAL",
+    "INTERRUPTED",
     "McpToken",
     "McpTokenError",
     "McpTokens",
@@ -28,6 +30,7 @@ __all__ = [
     "PostedMessage",
     "STATUS",
     "Store",
+    "Upload",
     "UsedStates",
     "migrate_store",
 ]

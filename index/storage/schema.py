@@ -9,7 +9,8 @@ that has shipped is never edited; a change to the schema is a new one at the end
 
 The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
 ``query_log``, ``feedback``, ``deliveries``, ``meta``, ``audit``,
-``escalations``, ``posted_messages``, ``used_states`` and ``mcp_tokens``. At most one live document (any state but ``replaced``) has
+``escalations``, ``posted_messages``, ``used_states``, ``mcp_tokens`` and
+``uploads``. At most one live document (any state but ``replaced``) has
 given bytes in a given scope.
 """
 
@@ -305,6 +306,33 @@ def _latent_terms(db: Database) -> None:
     # blob; NULL for a model without one and for chunks indexed before: the answer
     # order then leaves that leg out.
     db.execute("ALTER TABLE chunks ADD COLUMN latent_terms BLOB")
+
+
+@MIGRATIONS(name="0017_uploads")
+def _uploads(db: Database) -> None:
+    # Who holds a delivery's claim (bot.slack.deliveries): only its holder renews it
+    # or marks it answered, so a holder that lost it to a takeover finds out.
+    # NULL: claimed before holders were recorded.
+    db.execute("ALTER TABLE deliveries ADD COLUMN holder TEXT")
+    # The files of an upload until each is indexed or failed with its uploader told
+    # (index.storage.uploads): what a replica taking over the delivery's claim resumes.
+    db.execute(
+        """CREATE TABLE uploads (
+            delivery TEXT NOT NULL,
+            file_id TEXT NOT NULL,
+            claim_keys TEXT NOT NULL,
+            request TEXT NOT NULL,
+            status_channel TEXT,
+            status_ts TEXT,
+            document_id INTEGER,
+            position INTEGER NOT NULL DEFAULT 0,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            done_at REAL,
+            PRIMARY KEY (delivery, file_id)
+        )"""
+    )
+    db.execute("CREATE INDEX uploads_open ON uploads(delivery) WHERE done_at IS NULL")
 
 
 def _dialect(db: Database) -> str:
