@@ -8,7 +8,8 @@ URL needed). Without Slack credentials the viewer and health checks still run
 and the log says which settings are missing. A background task follows the
 database, so what other processes commit (``kb ingest``, ``kb rm``,
 ``kb reindex``, another replica) is searchable within ``KB_SYNC_SECONDS`` plus
-one refresh. With ``KB_VIEWER_AUTH=slack`` the
+one refresh; another takes over the uploads a dead replica left unfinished
+(``KB_UPLOAD_SWEEP_SECONDS``, and at start-up). With ``KB_VIEWER_AUTH=slack`` the
 viewer opens documents only for people signed in with Slack
 (``bot.slack.people.signin``). With ``KB_MCP=on`` agents reach the knowledge
 base as MCP tools at ``/mcp`` (``bot.mcp``). Whether the document readers are
@@ -137,13 +138,17 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await asyncio.to_thread(services.kb.query_adapters.refit_if_due)
     await asyncio.to_thread(load_embedding_model, services.kb)
     await asyncio.to_thread(load_reranker, services.engine)
-    follower = asyncio.create_task(
-        follow_store(services.kb, app[SYNC_SECONDS]), name="follow-store"
-    )
+    loops = [asyncio.create_task(follow_store(services.kb, app[SYNC_SECONDS]), name="follow-store")]
+    bolt = app.get(slack.BOLT)
+    if bolt is not None:
+        # Uploads a replica that died (this one, before a restart) left unfinished.
+        sweep = services.uploader.keep_taking_over(bolt.client, services.config.upload_sweep)
+        loops.append(asyncio.create_task(sweep, name="take-over-uploads"))
     yield
-    follower.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await follower
+    for loop in loops:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
     try:
         await asyncio.wait_for(services.jobs.drain(), SHUTDOWN_GRACE_SECONDS)
     except TimeoutError:

@@ -34,6 +34,7 @@ from bot.slack.config import (
     DEFAULT_LANGUAGE,
     DEFAULT_MAX_UPLOADS_PER_USER,
     DEFAULT_SLACK_API_URL,
+    DEFAULT_UPLOAD_SWEEP,
     SignInConfig,
     SlackConfig,
     is_channel_id,
@@ -534,7 +535,13 @@ class Settings(BaseSettings):
     slack_claim_lease: float = _setting(
         DEFAULT_CLAIM_LEASE,
         "KB_SLACK_CLAIM_LEASE",
-        "Seconds a replica's claim on a Slack event lasts unless renewed: the replica answering renews it every third of this, so a replica that died mid-answer loses it this long after, and Slack's next redelivery is answered by another replica. Shorter: a faster hand-over; a replica stalled longer than this may answer beside the one that took over.",
+        "Seconds a replica's claim on a Slack event or an upload lasts unless renewed: the replica answering renews it every third of this, so a replica that died mid-answer loses it this long after, and Slack's next redelivery is answered by another replica; its uploads are finished by another within this plus KB_UPLOAD_SWEEP_SECONDS. Shorter: a faster hand-over; a replica stalled longer than this may answer beside the one that took over.",
+        gt=0,
+    )
+    upload_sweep_seconds: float = _setting(
+        DEFAULT_UPLOAD_SWEEP,
+        "KB_UPLOAD_SWEEP_SECONDS",
+        "Seconds between two looks of each replica for uploads whose claim lapsed (the replica working on them died): one of them takes such an upload over, edits its status message and finishes its document. Also done at start-up.",
         gt=0,
     )
     default_language: str = _setting(
@@ -747,6 +754,7 @@ class Settings(BaseSettings):
             max_uploads_per_user=self.max_uploads_per_user,
             streaming=self.slack_streaming == "auto",
             claim_lease=self.slack_claim_lease,
+            upload_sweep=self.upload_sweep_seconds,
             default_language=self.default_language,
         )
 

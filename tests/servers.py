@@ -232,6 +232,16 @@ class _LocalServer:
             await asyncio.wait_for(self._closing.wait(), timeout=seconds)
 
 
+async def _until_set(gate: asyncio.Event, closing: asyncio.Event) -> None:
+    """Wait until ``gate`` is set, or the server is closing."""
+    waits = [asyncio.create_task(gate.wait()), asyncio.create_task(closing.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
 async def _wait_until(
     predicate: Callable[[], bool], cond: asyncio.Condition, timeout: float, what: Callable[[], str]
 ) -> None:
@@ -559,6 +569,9 @@ class MockSlackAPI(_LocalServer):
         self._files: dict[str, tuple[JSONDict, bytes]] = {}
         self._overrides: dict[str, list[_Override]] = {}
         self._trickles: dict[str, tuple[float, int]] = {}
+        self._download_holds: dict[str, asyncio.Event] = {}
+        self.held_downloads: list[str] = []
+        """Files whose download was held open (:meth:`hold_download`), in order."""
         self._handlers: dict[str, Callable[[JSONDict], JSONDict]] = {}
         self._cond = asyncio.Condition()
         for user_id in admins:
@@ -855,6 +868,28 @@ class MockSlackAPI(_LocalServer):
         """Serve the file ``file_id`` ``piece`` bytes at a time, ``seconds`` apart (a slow link)."""
         self._trickles[file_id] = (seconds, piece)
 
+    def hold_download(self, file_id: str) -> None:
+        """Hold the downloads of ``file_id`` open, nothing sent, until :meth:`release_downloads`.
+
+        A process downloading it is then stopped at a known point (to be killed there).
+        """
+        self._download_holds[file_id] = asyncio.Event()
+
+    def release_downloads(self) -> None:
+        """Let every held download go on (and forget the holds not reached yet)."""
+        for gate in self._download_holds.values():
+            gate.set()
+        self._download_holds.clear()
+
+    async def wait_for_held_download(self, file_id: str, timeout: float = WAIT_SECONDS) -> None:
+        """Wait until a download of ``file_id`` is being held (:meth:`hold_download`)."""
+        await _wait_until(
+            lambda: file_id in self.held_downloads,
+            self._cond,
+            timeout,
+            lambda: f"no download of {file_id} was held; downloads so far: {self.downloads}",
+        )
+
     def add_person_message(self, event: JSONDict) -> None:
         """Keep a person's message (a ``message`` or ``app_mention`` event) as Slack would.
 
@@ -1022,6 +1057,12 @@ class MockSlackAPI(_LocalServer):
         if stored is None:
             return web.Response(status=404, text="file not found")
         obj, data = stored
+        gate = self._download_holds.get(file_id)
+        if gate is not None:
+            self.held_downloads.append(file_id)
+            async with self._cond:
+                self._cond.notify_all()
+            await _until_set(gate, self._closing)
         headers = {}
         if "/download/" in request.path:
             headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{quote(obj['name'])}"
@@ -1905,6 +1946,9 @@ class OpenAICompatServer(_LocalServer):
         self._cond = asyncio.Condition()
         self.embedding_requests: list[JSONDict] = []
         """Parsed JSON bodies of the embedding requests, oldest first."""
+        self._embeddings_gate: asyncio.Event | None = None
+        self.held_embedding_requests = 0
+        """How many embedding requests were held open (:meth:`hold_embeddings`)."""
         self.embedding_dim = 64
         self.retry_after: float | None = None
         """When set, a failure answer carries this ``Retry-After`` (seconds)."""
@@ -1992,6 +2036,30 @@ class OpenAICompatServer(_LocalServer):
         self.embedding_requests.clear()
         self.embedding_dim = 64
         self.retry_after = None
+
+    def hold_embeddings(self) -> None:
+        """Hold every embedding request open, nothing answered, until :meth:`release_embeddings`.
+
+        A process indexing a document is then stopped at a known point (to be killed there).
+        """
+        self._embeddings_gate = asyncio.Event()
+
+    def release_embeddings(self) -> None:
+        """Answer the held embedding requests, and the next ones at once."""
+        if self._embeddings_gate is not None:
+            self._embeddings_gate.set()
+        self._embeddings_gate = None
+
+    async def wait_for_held_embeddings(self, count: int = 1, timeout: float = WAIT_SECONDS) -> None:
+        """Wait until ``count`` embedding requests are being held (:meth:`hold_embeddings`)."""
+        await _wait_until(
+            lambda: self.held_embedding_requests >= count,
+            self._cond,
+            timeout,
+            lambda: (
+                f"expected {count} held embedding request(s), got {self.held_embedding_requests}"
+            ),
+        )
 
     async def wait_for_requests(
         self, count: int = 1, timeout: float = WAIT_SECONDS
@@ -2119,6 +2187,12 @@ class OpenAICompatServer(_LocalServer):
                 400, "We could not parse the JSON body of your request.", "invalid_request_error"
             )
         self.embedding_requests.append(body)
+        gate = self._embeddings_gate
+        if gate is not None:
+            self.held_embedding_requests += 1
+            async with self._cond:
+                self._cond.notify_all()
+            await _until_set(gate, self._closing)
         injected = await self._injected_reply(request)
         if injected is not None:
             return injected

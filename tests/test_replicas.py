@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -28,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -41,7 +38,7 @@ from index.embed import Embedder
 from index.errors import DocumentNotFound
 from index.knowledge_base import KnowledgeBase
 from index.records import DocumentRow
-from index.storage import APPROVAL, STATUS, PostedMessage
+from index.storage import APPROVAL, STATUS, PostedMessage, Upload
 from index.storage.store import Store
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -50,20 +47,18 @@ from tests.clocks import FakeTime  # noqa: E402
 from tests.conftest_bot import (  # noqa: E402
     HANDBOOK,
     IN_DOMAIN,
-    LINK_SECRET,
     SECURITY,
     THRESHOLD,
     default_reply,
 )
 from tests.postgres import create_database  # noqa: E402
+from tests.replicas import Replica, replica_env, start_replica, until_ready  # noqa: E402
 from tests.servers import (  # noqa: E402
     DEFAULT_OPENAI_API_KEY,
     DEFAULT_SIGNING_SECRET,
-    USER_ID,
     MockSlackAPI,
     OpenAICompatServer,
     app_mention_event,
-    closed_port_url,
     event_body,
     file_share_event,
     slack_headers,
@@ -76,10 +71,16 @@ REPLICAS = 3
 SYNC_SECONDS = 0.25
 # Short, so that a killed replica's claim lapses within the test (15 s by default).
 CLAIM_LEASE_S = 2.0
+REPLICA_SETTINGS = {
+    "KB_THRESHOLD": str(THRESHOLD),
+    "KB_SYNC_SECONDS": str(SYNC_SECONDS),
+    "KB_SLACK_STREAMING": "off",
+    "KB_LLM_MAX_RETRIES": "0",
+    "KB_SLACK_CLAIM_LEASE": str(CLAIM_LEASE_S),
+}
 # KB_SYNC_SECONDS plus one incremental refresh of a few chunks (docs/benchmarks.md), with
 # room for a 2-core machine running three replicas and other tests.
 FOLLOW_BOUND_S = 3.0
-START_TIMEOUT_S = 90.0
 ANSWER_TIMEOUT_S = 20.0
 # How long a duplicate answer gets to show up after the expected ones did.
 SETTLE_S = 1.0
@@ -98,23 +99,6 @@ QUESTIONS = [
     "What does a conference ticket need?",
     "When do laptops lock?",
 ]
-
-
-@dataclass
-class Replica:
-    """One ``kb serve`` process and where it listens."""
-
-    name: str
-    port: int
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def events(self) -> str:
-        return f"{self.url}/slack/events"
 
 
 @dataclass
@@ -143,67 +127,6 @@ class Cluster:
             return resp.status, await resp.json()
 
 
-def _replica_env(
-    data_dir: Path, database_url: str, slack: MockSlackAPI, llm: OpenAICompatServer
-) -> dict[str, str]:
-    # The session's ONNX export of the model (tests/conftest.py) is shared, not redone.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("KB_", "SLACK_", "OPENAI_")) or k == "KB_ENCODER_CACHE"
-    }
-    env.update(
-        {
-            "HF_HUB_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "KB_DATA_DIR": str(data_dir),
-            "KB_DATABASE_URL": database_url,
-            "SLACK_BOT_TOKEN": slack.bot_token,
-            "SLACK_SIGNING_SECRET": DEFAULT_SIGNING_SECRET,
-            "SLACK_API_URL": slack.api_url,
-            "OPENAI_BASE_URL": llm.url,
-            "OPENAI_API_KEY": DEFAULT_OPENAI_API_KEY,
-            "KB_LINK_SECRET": LINK_SECRET,
-            "KB_THRESHOLD": str(THRESHOLD),
-            "KB_SYNC_SECONDS": str(SYNC_SECONDS),
-            "KB_ADMIN_USERS": USER_ID,
-            "KB_SLACK_ADMINS_ARE_ADMINS": "false",
-            "KB_SLACK_STREAMING": "off",
-            "KB_LLM_MAX_RETRIES": "0",
-            "KB_SLACK_CLAIM_LEASE": str(CLAIM_LEASE_S),
-        }
-    )
-    return env
-
-
-def _start(name: str, env: dict[str, str], logs: Path) -> Replica:
-    port = int(urlsplit(closed_port_url()).port or 0)
-    with (logs / f"{name}.log").open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "serve", "--port", str(port)],
-            env=env,
-            cwd=logs,  # no .env of the repository
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return Replica(name, port, proc)
-
-
-async def _until_ready(cluster: Cluster, replica: Replica) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    last: object = "no answer"
-    while time.monotonic() < deadline:
-        assert replica.proc.poll() is None, f"{replica.name} exited with {replica.proc.returncode}"
-        try:
-            status, last = await cluster.readiness(replica)
-        except aiohttp.ClientError as exc:
-            status, last = 0, exc
-        if status == 200:
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{replica.name} not ready after {START_TIMEOUT_S} s: {last}")
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=["sqlite", "postgres"])
 async def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
@@ -227,11 +150,11 @@ async def cluster(
         for name in ("replica-a", "replica-b", "replica-c"):
             # SQLite: the one data dir is the store. Postgres: each its own, as on its own machine.
             data_dir = config.data_dir if not database_url else root / name
-            env = _replica_env(data_dir, database_url, slack, llm)
-            replicas.append(_start(name, env, root))
+            env = replica_env(data_dir, database_url, slack, llm, REPLICA_SETTINGS)
+            replicas.append(start_replica(name, env, root))
         cluster = Cluster(replicas, slack, llm, config, http)
         try:
-            await asyncio.gather(*(_until_ready(cluster, r) for r in replicas))
+            await asyncio.gather(*(until_ready(r, http) for r in replicas))
             yield cluster
         finally:
             for replica in replicas:
@@ -473,7 +396,7 @@ async def test_a_claim_is_renewed_while_its_task_runs_and_answered_when_it_ends(
         async def answer() -> bool:
             won = await deliveries.claim(list(KEYS))
             await answered.wait()  # a slow answer: three leases long (below)
-            return won
+            return won is not None
 
         task = asyncio.create_task(answer())
         await fake.sleeping(1)  # claimed: its renewal waits for its first turn
@@ -485,6 +408,69 @@ async def test_a_claim_is_renewed_while_its_task_runs_and_answered_when_it_ends(
     # The answered mark is written after the task ends, by the pool the block waited for.
     fake.now += LEASE * 1.5
     assert not other.deliveries.claim(KEYS, lease_seconds=LEASE)
+
+
+def test_a_holder_whose_claim_was_taken_over_neither_renews_nor_answers_it(
+    tmp_path: Path, database_url: str
+) -> None:
+    fake = FakeTime()
+    stalled, other = _stores(tmp_path, database_url, fake)
+    assert stalled.deliveries.claim(KEYS, lease_seconds=LEASE, holder="a")
+    assert stalled.deliveries.renew(KEYS, "a")
+    fake.now += LEASE * 1.2  # its holder stalled past the lease
+    assert other.deliveries.claim(KEYS, lease_seconds=LEASE, holder="b")
+    assert not stalled.deliveries.renew(KEYS, "a")
+    assert not stalled.deliveries.finish(KEYS, "a")
+    fake.now += LEASE * 0.5  # neither the renewal nor the finish gave it back to "a"
+    assert not stalled.deliveries.claim(KEYS, lease_seconds=LEASE, holder="c")
+    assert other.deliveries.finish(KEYS, "b")
+    fake.now += LEASE * 2
+    assert not stalled.deliveries.claim(KEYS, lease_seconds=LEASE, holder="c")
+
+
+def test_a_claim_let_go_by_its_holder_is_taken_at_once(tmp_path: Path, database_url: str) -> None:
+    fake = FakeTime()
+    holder, other = _stores(tmp_path, database_url, fake)
+    assert holder.deliveries.claim(KEYS, lease_seconds=LEASE, holder="a")
+    other.deliveries.release(KEYS, "b")  # not its claim: nothing changes
+    assert not other.deliveries.claim(KEYS, lease_seconds=LEASE, holder="b")
+    holder.deliveries.release(KEYS, "a")  # a replica shutting down mid-upload
+    assert other.deliveries.claim(KEYS, lease_seconds=LEASE, holder="b")
+    assert not holder.deliveries.renew(KEYS, "a")
+
+
+def test_an_uploads_files_are_recorded_once_and_offered_for_takeover_once_its_claim_lapsed(
+    tmp_path: Path, database_url: str
+) -> None:
+    fake = FakeTime()
+    first, second = _stores(tmp_path, database_url, fake)
+    keys = ["event:Ev9"]
+    assert first.deliveries.claim(keys, lease_seconds=LEASE, holder="a")
+    one, two = first.uploads.record(keys, [("F1", {"n": 1}), ("F2", {"n": 2})])
+    first.uploads.set_status(one, "D1", "1.000100")
+    first.uploads.set_document(one, 7)
+    assert first.uploads.started(one) == 1
+    fake.now += LEASE * 0.5
+    assert first.deliveries.renew(keys, "a")
+    fake.now += LEASE * 0.75
+    assert second.uploads.lapsed(lease_seconds=LEASE) == [], "renewed: its holder is alive"
+    fake.now += LEASE * 0.5  # its holder died
+    assert second.uploads.lapsed(lease_seconds=LEASE) == [tuple(keys)]
+
+    # Taking it over records nothing new: the first holder's files, with their steps.
+    assert second.deliveries.claim(keys, lease_seconds=LEASE, holder="b")
+    assert second.uploads.record(keys, [("F1", {"n": 99}), ("F2", {"n": 99})]) == [
+        Upload("event:Ev9", "F1", ("event:Ev9",), {"n": 1}, "D1", "1.000100", 7, attempts=1),
+        Upload("event:Ev9", "F2", ("event:Ev9",), {"n": 2}),
+    ]
+    assert second.uploads.lapsed(lease_seconds=LEASE) == []
+    assert second.uploads.started(one) == 2
+    second.uploads.settle(one)
+    fake.now += LEASE * 2  # "b" died too, with one file done
+    assert first.uploads.lapsed(lease_seconds=LEASE) == [tuple(keys)]
+    assert [u.done for u in first.uploads.of(keys)] == [True, False]
+    first.uploads.settle(two)
+    assert first.uploads.lapsed(lease_seconds=LEASE) == [], "every file done: nothing to take"
 
 
 # ------------------------------------------------------------------ shared by every replica

@@ -17,6 +17,10 @@ DEFAULT_MAX_UPLOADS_PER_USER = 3
 # redelivery, short enough that Slack's redelivery a minute later finds a dead replica's
 # claim lapsed.
 DEFAULT_CLAIM_LEASE = 15.0
+# Each replica looks this often for uploads whose claim lapsed (their replica died): a
+# dead replica's upload is finished within the lease plus this (20 s). A look is one
+# read of the few files not done yet, so a short period costs nothing worth counting.
+DEFAULT_UPLOAD_SWEEP = 5.0
 # The bot's words for a person whose Slack locale and question tell no language.
 DEFAULT_LANGUAGE = "en"
 # Public channels are C..., private ones C... (newer) or G... (older); never a DM (D...).
@@ -55,6 +59,8 @@ class SlackConfig:
             workspace allows it; off: always post, then edit.
         claim_lease: seconds a replica's claim on a Slack event lasts unrenewed
             (``bot.slack.deliveries``).
+        upload_sweep: seconds between two looks for uploads whose claim lapsed
+            (``bot.slack.uploads.Uploader.take_over``).
         default_language: the catalog language (``bot.slack.words``) of messages
             for several people, and of a person whose locale and question tell none.
     """
@@ -74,6 +80,7 @@ class SlackConfig:
     max_uploads_per_user: int = DEFAULT_MAX_UPLOADS_PER_USER
     streaming: bool = True
     claim_lease: float = DEFAULT_CLAIM_LEASE
+    upload_sweep: float = DEFAULT_UPLOAD_SWEEP
     default_language: str = DEFAULT_LANGUAGE
 
     @property

@@ -60,7 +60,7 @@ from bot.slack.blocks import (
     render_notice,
     upload_modal,
 )
-from bot.slack.deliveries import DELIVERY_KEYS, delivery_keys
+from bot.slack.deliveries import CLAIM, DELIVERY_KEYS, Claim, delivery_keys
 from bot.slack.reply import REPLY_KEY, stop_stream
 from bot.slack.services import Services
 from bot.slack.sessions import stop_request
@@ -108,9 +108,14 @@ def _register_dedupe(app: AsyncApp, services: Services) -> None:
 
 
 async def _claimed(services: Services, context: AsyncBoltContext) -> bool:
-    """Whether this process answers the event (after the ack: another replica may have it)."""
+    """Whether this process answers the event (after the ack: another replica may have it).
+
+    The claim won is in ``context[CLAIM]``, for work that outlives the listener (an upload).
+    """
     keys = list(context.get(DELIVERY_KEYS) or [])
-    if await services.deliveries.claim(keys):
+    claim = await services.deliveries.claim(keys)
+    if claim is not None:
+        context[CLAIM] = claim
         return True
     log.info("another process handles Slack event %s", ", ".join(keys))
     return False
@@ -143,7 +148,8 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
         if subtype == "file_share":
             claimed = direct and await _claimed(services, context)
             if claimed and await questions.served_place(services, client, body, event):
-                await _ingest_shared_files(services, client, event)
+                # Held until every file is done: a redelivery after this process died resumes them.
+                await _ingest_shared_files(services, client, event, context.get(CLAIM))
             return
         if not direct and not await questions.is_follow_up(services, context, event):
             return
@@ -272,7 +278,7 @@ async def _may_retry(services: Services, client: AsyncWebClient, user: str, doc_
 
 
 async def _ingest_shared_files(
-    services: Services, client: AsyncWebClient, event: dict[str, Any]
+    services: Services, client: AsyncWebClient, event: dict[str, Any], claim: Claim | None
 ) -> None:
     """Files sent to the bot in a DM: for everyone (after an approval, unless a publisher
     sent them); statuses go in the DM thread."""
@@ -285,7 +291,7 @@ async def _ingest_shared_files(
         words=await services.languages.of(client, user, str(event.get("text") or "")),
         thread_ts=str(event.get("thread_ts") or event["ts"]),
     )
-    await services.uploader.ingest(client, list(event.get("files") or []), request)
+    await services.uploader.ingest(client, list(event.get("files") or []), request, claim)
 
 
 def _input(values: dict[str, Any], block_id: str) -> dict[str, Any]:

@@ -38,17 +38,14 @@ class Services:
     agent: Agent
     languages: Languages
     # Delivery records decide whether an event is answered at all: their own
-    # threads, so they never queue behind embedding and retrieval work.
-    ack_executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-ack")
-    )
-    deliveries: Deliveries = field(init=False)
+    # threads (ack_executor), so they never queue behind embedding and retrieval work.
+    ack_executor: ThreadPoolExecutor
+    deliveries: Deliveries
     home: Home = field(init=False)
     streaming: Streaming = field(default_factory=Streaming)
     turns: Turns = field(default_factory=Turns)
 
     def __post_init__(self) -> None:
-        self.deliveries = Deliveries(self.kb.store, self.ack_executor, self.config.claim_lease)
         self.home = Home(
             self.kb, self.engine, self.roles, self.uploader, self.reindexer, self.languages
         )
@@ -61,12 +58,14 @@ class Services:
         roles = Roles(config, directory)
         languages = Languages(directory, config.default_language)
         approvals = Approvals(kb, config, roles, engine, languages)
+        ack_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-ack")
+        deliveries = Deliveries(kb.store, ack_executor, config.claim_lease)
         return cls(
             config=config,
             kb=kb,
             engine=engine,
             jobs=jobs,
-            uploader=Uploader(kb, config, jobs, approvals),
+            uploader=Uploader(kb, config, jobs, approvals, deliveries),
             roles=roles,
             approvals=approvals,
             reindexer=Reindexer(kb),
@@ -75,4 +74,6 @@ class Services:
             agent=Agent(kb, directory, languages),
             languages=languages,
             streaming=Streaming(config.streaming),
+            ack_executor=ack_executor,
+            deliveries=deliveries,
         )

@@ -31,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -44,14 +45,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack.approvals import Approvals
 from bot.slack.blocks import Rendered, escape, render_upload_status
 from bot.slack.config import SlackConfig
+from bot.slack.deliveries import Claim, Deliveries
 from bot.slack.reply import SLACK_FAILURES, slack_failure
-from bot.slack.words import Words
+from bot.slack.words import Words, words_for
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import Added, KnowledgeBase
 from index.models import DocState, Publish
 from index.names import display_name
 from index.records import DocumentRow
-from index.storage import STATUS
+from index.storage import APPROVAL, STATUS, Upload
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ MAX_REDIRECTS = 3
 _CHUNK = 64 * 1024
 _HTML_SUFFIXES = (".html", ".htm")
 _BOM = b"\xef\xbb\xbf"
+_T = TypeVar("_T")
 
 
 class DownloadFailed(KBError):
@@ -453,6 +456,11 @@ class FairTurns:
 
 # ---------------------------------------------------------------- ingestion
 
+# A takeover that finds a file's indexing already started this many times fails it
+# (retryable) instead of indexing it again: a document that kills the process
+# indexing it must not kill every replica in turn.
+MAX_ATTEMPTS = 3
+
 
 @dataclass(frozen=True)
 class UploadRequest:
@@ -465,6 +473,45 @@ class UploadRequest:
     words: Words  # the uploader's: every status of these files is theirs to read
     title: str | None = None
     thread_ts: str | None = None
+    retry: bool = False  # a Retry of a stored document, not a new file
+
+    def record(self, obj: dict[str, Any], *, title: str | None) -> dict[str, Any]:
+        """What resuming the file ``obj`` of this request takes (``index.storage.uploads``)."""
+        return {
+            "channel": self.channel,
+            "user": self.user,
+            "scope": self.scope,
+            "publish": self.publish.value,
+            "language": self.words.lang,
+            "title": title,
+            "thread_ts": self.thread_ts,
+            "retry": self.retry,
+            "file": asdict(SlackFile.from_payload(obj)),
+        }
+
+
+def _resumable(upload: Upload, default_language: str) -> tuple[UploadRequest, SlackFile]:
+    """The request and the file an upload was recorded with (``UploadRequest.record``).
+
+    Raises:
+        KeyError, TypeError, ValueError: a record this code cannot read.
+    """
+    record = upload.request
+    try:
+        words = words_for(str(record["language"]))
+    except KeyError:  # a catalog since removed
+        words = words_for(default_language)
+    request = UploadRequest(
+        channel=str(record["channel"]),
+        user=str(record["user"]),
+        scope=str(record["scope"]),
+        publish=Publish(record["publish"]),
+        words=words,
+        title=record.get("title"),
+        thread_ts=record.get("thread_ts"),
+        retry=bool(record.get("retry")),
+    )
+    return request, SlackFile(**record["file"])
 
 
 class Uploader:
@@ -478,20 +525,35 @@ class Uploader:
     ``config.max_uploads_per_user`` per person, each within
     ``config.download_timeout`` seconds.
 
+    An upload is done when each of its files is indexed, or failed with its
+    uploader told. Until then the claim on the delivery that brought it (a
+    Slack event, a ``/kb-upload`` submission) is held and renewed
+    (``bot.slack.deliveries``), and its files are recorded in the store
+    (``index.storage.uploads``) with each step reached: a process that takes
+    the claim over after this one died (``take_over``) edits the same status
+    message and finishes the same document.
+
     Args:
         kb: the knowledge base.
         config: the bot token (downloads are authenticated), the Web API URL and the upload limits.
         jobs: where background work is held.
         approvals: asks the admins about documents that need their approval.
+        deliveries: the claims on deliveries, shared by every process on the store.
     """
 
     def __init__(
-        self, kb: KnowledgeBase, config: SlackConfig, jobs: Jobs, approvals: Approvals
+        self,
+        kb: KnowledgeBase,
+        config: SlackConfig,
+        jobs: Jobs,
+        approvals: Approvals,
+        deliveries: Deliveries,
     ) -> None:
         self.kb = kb
         self.config = config
         self.jobs = jobs
         self.approvals = approvals
+        self.deliveries = deliveries
         self._session: aiohttp.ClientSession | None = None
         limits = kb.config.extract
         self._turns = FairTurns(limits.pool_size if limits is not None else 1)
@@ -509,29 +571,131 @@ class Uploader:
             self._session = None
 
     async def ingest(
-        self, client: AsyncWebClient, files: list[dict[str, Any]], request: UploadRequest
+        self,
+        client: AsyncWebClient,
+        files: list[dict[str, Any]],
+        request: UploadRequest,
+        claim: Claim | None = None,
     ) -> list[asyncio.Task[Any]]:
-        """Post a ``queued`` status per file and start its background ingestion."""
-        tasks = []
+        """Post a ``queued`` status per file and start its background ingestion.
+
+        ``claim`` is the delivery that brought the files (a claim of their own
+        when none: a ``/kb-upload`` submission is never redelivered); it is held
+        until every file is done. When that delivery's files were recorded
+        already (a redelivery taking over from a process that died), those are
+        resumed instead.
+        """
+        claim = claim or await self.deliveries.take([f"upload:{secrets.token_hex(8)}"])
+        if claim is None:  # a fresh key is never held: nothing to do if it were
+            return []
+        claim.detach()
         title = request.title if len(files) == 1 else None
-        for obj in files:
-            status = await post_status(
-                client,
-                render_upload_status(
-                    request.words.upload_queued(SlackFile.from_payload(obj).label(request.words)),
-                    words=request.words,
-                ),
-                channel=request.channel,
-                thread_ts=request.thread_ts,
-                fallback_user=request.user,
-            )
-            coro = self._ingest_one(client, status, obj, request, title)
-            tasks.append(self.jobs.spawn(coro, name=f"ingest {obj.get('id', '?')}"))
+        recorded = [
+            (str(obj.get("id") or f"#{i}"), request.record(obj, title=title))
+            for i, obj in enumerate(files)
+        ]
+        try:
+            uploads = await asyncio.to_thread(self.kb.uploads.record, claim.keys, recorded)
+        except KBError as exc:
+            # A full disk: the files are uploaded all the same, without a takeover if this dies.
+            log.warning("upload of %s not recorded: %s", ", ".join(claim.keys), exc)
+            uploads = [Upload(min(claim.keys), key, claim.keys, rec) for key, rec in recorded]
+        return await self._start(client, claim, uploads)
+
+    async def take_over(self, client: AsyncWebClient) -> int:
+        """Resume the uploads whose claims nobody renews (their process died); how many deliveries.
+
+        Each is claimed first: of several processes sweeping at once, one takes it.
+        """
+        lapsed = await asyncio.to_thread(
+            self.kb.uploads.lapsed, lease_seconds=self.deliveries.lease_seconds
+        )
+        taken = 0
+        for keys in lapsed:
+            claim = await self.deliveries.take(list(keys))
+            if claim is None:
+                continue
+            uploads = await asyncio.to_thread(self.kb.uploads.of, keys)
+            log.info("taking over the upload of %s from a process that stopped", ", ".join(keys))
+            await self._start(client, claim, uploads)
+            taken += 1
+        return taken
+
+    async def keep_taking_over(self, client: AsyncWebClient, every: float) -> None:
+        """``take_over`` now (a restart after a crash), then every ``every`` seconds.
+
+        Slack redelivers an event at most three times, and a ``/kb-upload``
+        submission never: this is what finishes a dead process's uploads.
+        """
+        failing = False
+        while True:
+            try:
+                await self.take_over(client)
+            except Exception:  # the next round may succeed: keep sweeping
+                if not failing:
+                    log.warning("cannot look for uploads to take over", exc_info=True)
+                failing = True
+            else:
+                failing = False
+            await asyncio.sleep(every)
+
+    async def _start(
+        self, client: AsyncWebClient, claim: Claim, uploads: list[Upload]
+    ) -> list[asyncio.Task[Any]]:
+        """Start each file not done yet; the claim ends once they all have."""
+        tasks = []
+        for upload in uploads:
+            if upload.done:
+                continue
+            try:
+                request, file = _resumable(upload, self.config.default_language)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.error("upload of %s cannot be resumed (%r); dropped", upload.file_id, exc)
+                await self._note(self.kb.uploads.settle, upload)
+                continue
+            status = await self._status(client, upload, request, file)
+            coro = self._ingest_one(claim, status, upload, request, file)
+            tasks.append(self.jobs.spawn(coro, name=f"ingest {upload.file_id}"))
+        self.jobs.spawn(self._hold(claim, tasks), name=f"hold {', '.join(claim.keys)}")
         return tasks
+
+    async def _status(
+        self, client: AsyncWebClient, upload: Upload, request: UploadRequest, file: SlackFile
+    ) -> StatusMessage:
+        """The file's status message: the one already posted for it, or a new ``queued`` one."""
+        if upload.status_channel and upload.status_ts:
+            return StatusMessage(
+                client, upload.status_channel, upload.status_ts, thread_ts=request.thread_ts
+            )
+        words = request.words
+        status = await post_status(
+            client,
+            render_upload_status(words.upload_queued(file.label(words)), words=words),
+            channel=request.channel,
+            thread_ts=request.thread_ts,
+            fallback_user=request.user,
+        )
+        if status.ts is not None:
+            await self._note(self.kb.uploads.set_status, upload, status.channel, status.ts)
+        return status
+
+    async def _hold(self, claim: Claim, tasks: list[asyncio.Task[Any]]) -> None:
+        """End ``claim`` once every file's task has: answered when all are done, else let go."""
+        done = False
+        try:
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            done = all(result is True for result in results)
+        finally:
+            # Cancelled (shutting down) or a file not done: another process takes it over.
+            await (claim.finish() if done else claim.let_go())
 
     async def retry(self, status: StatusMessage, document_id: int, words: Words) -> None:
         """Index a failed document again from its stored original and report on ``status``
-        (in ``words``, the clicker's)."""
+        (in ``words``, the clicker's).
+
+        A Retry on its status message is an upload of its own until it is done: claimed,
+        recorded and, if this process dies, finished by the one that takes it over.
+        """
         try:
             row = await asyncio.to_thread(self.kb.document, document_id)
         except DocumentNotFound:
@@ -542,37 +706,78 @@ class Uploader:
             # Decided meanwhile (a retry never publishes nor brings back a version).
             await status.settle(_settled_status(row, words))
             return
+        if status.ts is None:  # reported elsewhere (the Home tab): nothing to resume
+            await self._retry_here(status, row, words)
+            return
+        claim = await self.deliveries.take([f"retry:{secrets.token_hex(8)}"])
+        if claim is None:  # a fresh key is never held
+            return
+        claim.detach()
+        request = UploadRequest(
+            status.channel, row.uploader, row.scope, row.publish, words, retry=True
+        )
+        recorded = [(str(row.id), request.record({"name": row.name}, title=None))]
+        try:
+            [upload] = await asyncio.to_thread(self.kb.uploads.record, claim.keys, recorded)
+            await asyncio.to_thread(self.kb.uploads.set_status, upload, status.channel, status.ts)
+            await asyncio.to_thread(self.kb.uploads.set_document, upload, row.id)
+        except KBError as exc:  # a full disk: retried all the same, unguarded if this dies
+            log.warning("retry of document %s not recorded: %s", row.id, exc)
+            await claim.let_go()
+            await self._retry_here(status, row, words)
+            return
+        upload = replace(
+            upload, status_channel=status.channel, status_ts=status.ts, document_id=row.id
+        )
+        # Awaited: the Retry's caller reports once it is done (failures are the task's to log).
+        await asyncio.gather(
+            *await self._start(status.client, claim, [upload]), return_exceptions=True
+        )
+
+    async def _retry_here(self, status: StatusMessage, row: DocumentRow, words: Words) -> None:
+        """Retry ``row`` in this task, reporting on ``status`` (no claim, no record)."""
         name = escape(row.name)
         async with self._turns.hold(row.uploader):
             await status.show(render_upload_status(words.upload_indexing(name), words=words))
             try:
-                row = await asyncio.to_thread(self.kb.retry, document_id)
+                row = await asyncio.to_thread(self.kb.retry, row.id)
             except DocumentNotFound:
                 # Removed while the retry waited for its turn.
                 await status.settle(render_upload_status(words.RETRY_GONE, words=words))
                 return
         await status.settle(await self._final_status(status, row, words))
-        await _remember(self.kb, status, document_id)
+        await _remember(self.kb, status, row.id)
 
     async def _ingest_one(
         self,
-        client: AsyncWebClient,
+        claim: Claim,
         status: StatusMessage,
-        obj: dict[str, Any],
+        upload: Upload,
         request: UploadRequest,
-        title: str | None,
-    ) -> None:
-        file = SlackFile.from_payload(obj)
+        file: SlackFile,
+    ) -> bool:
+        """Take one file as far as it goes; whether it is done (``False``: taken over meanwhile)."""
         words = request.words
-        document_id: int | None = None
+        document_id = upload.document_id
+        attempts = await self._note(self.kb.uploads.started, upload)
         try:
             async with self._user_slot(request.user, status, file, words):
-                file, data = await self._fetch(client, status, file, words)
                 waiting = render_upload_status(words.upload_waiting(file.label(words)), words=words)
-                async with self._turns.hold(request.user, on_wait=lambda: status.show(waiting)):
-                    added = await self._add(data, file, request, title)
-                    document_id = added.document.id
-                    final = await self._index(status, added, words)
+                if document_id is None:
+                    file, data = await self._fetch(status.client, status, file, words)
+                    async with self._turns.hold(request.user, on_wait=lambda: status.show(waiting)):
+                        added = await self._add(data, file, request)
+                        document_id = added.document.id
+                        await self._note(self.kb.uploads.set_document, upload, document_id)
+                        final = await self._index(status, added, words)
+                else:
+                    # A Retry, or stored by a process that stopped: from the stored original.
+                    again = attempts is None or attempts <= MAX_ATTEMPTS
+                    retry = request.retry and (attempts or 1) == 1
+                    async with self._turns.hold(request.user, on_wait=lambda: status.show(waiting)):
+                        final = await self._resume(
+                            status, document_id, words, again=again, retry=retry
+                        )
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
             text = words.upload_failed(file.label(words), escape(exc.reason))
@@ -585,8 +790,24 @@ class Uploader:
             # The request that started this job is long answered: report here, not to bolt.
             log.exception("ingesting Slack file %s failed", file.id)
             final = _unexpected_status(file.label(words), exc, document_id, words)
-        await status.settle(final)
-        await _remember(self.kb, status, document_id)
+        if not claim.held:
+            log.warning("upload of %s was taken over by another process: it reports", file.id)
+            return False
+        try:
+            await status.settle(final)
+            await _remember(self.kb, status, document_id)
+        finally:
+            # Even when reporting failed unexpectedly: a takeover would only fail the same way.
+            await self._note(self.kb.uploads.settle, upload)
+        return True
+
+    async def _note(self, write: Callable[..., _T], *args: Any) -> _T | None:
+        """One step of an upload recorded in the store; ``None`` when it could not be (logged)."""
+        try:
+            return await asyncio.to_thread(write, *args)
+        except KBError as exc:  # a full disk: the upload goes on, unguarded if this process dies
+            log.warning("upload step not recorded: %s", exc)
+            return None
 
     @contextlib.asynccontextmanager
     async def _user_slot(
@@ -623,16 +844,14 @@ class Uploader:
             raise DownloadFailed(late(seconds)) from exc
         return file, data
 
-    async def _add(
-        self, data: bytes, file: SlackFile, request: UploadRequest, title: str | None
-    ) -> Added:
+    async def _add(self, data: bytes, file: SlackFile, request: UploadRequest) -> Added:
         return await asyncio.to_thread(
             self.kb.add_bytes,
             data,
             file.name,
             uploader=request.user,
             scope=request.scope,
-            title=title,
+            title=request.title,
             publish=request.publish,
         )
 
@@ -644,6 +863,25 @@ class Uploader:
         await status.show(render_upload_status(shown, words=words))
         row = await asyncio.to_thread(self.kb.index_document, row.id)
         return await self._final_status(status, row, words)
+
+    async def _resume(
+        self, status: StatusMessage, document_id: int, words: Words, *, again: bool, retry: bool
+    ) -> Rendered:
+        """What becomes of a stored document: retried (a failure indexed again), or resumed
+        where another process left it (``KnowledgeBase.resume``)."""
+        try:
+            row = await asyncio.to_thread(self.kb.document, document_id)
+            shown = words.upload_indexing(escape(row.name))
+            await status.show(render_upload_status(shown, words=words))
+            if retry:
+                row = await asyncio.to_thread(self.kb.retry, document_id)
+            else:
+                row = await asyncio.to_thread(self.kb.resume, document_id, again=again)
+        except DocumentNotFound:  # removed meanwhile
+            return render_upload_status(words.RETRY_GONE, words=words)
+        if row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL, DocState.FAILED):
+            return await self._final_status(status, row, words)
+        return _settled_status(row, words)
 
     async def _final_status(
         self, status: StatusMessage, row: DocumentRow, words: Words
@@ -658,7 +896,9 @@ class Uploader:
             )
         placement = await asyncio.to_thread(self.kb.placement, row.id)
         if row.state == DocState.AWAITING_APPROVAL:
-            delivered = await self.approvals.request(
+            # Asked already by a process that stopped before it reported: not asked twice.
+            asked = await asyncio.to_thread(self.kb.messages.of, row.id, APPROVAL)
+            delivered = bool(asked) or await self.approvals.request(
                 status.client, placement, status_channel=status.channel, status_ts=status.ts or ""
             )
             notes = [words.UPLOAD_AWAITING_REPLACES] if placement.beside else []
