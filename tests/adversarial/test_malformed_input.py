@@ -71,7 +71,13 @@ def _get(path: str, headers: dict[str, str] | None = None) -> Send:
 
 
 def _signed(body: bytes, *, json_body: bool | None = None) -> Send:
-    return _post(body, slack_headers(DEFAULT_SIGNING_SECRET, body, json_body=json_body))
+    # Signed when sent, not when this module is loaded: a long run would otherwise send
+    # timestamps past Slack's five minutes.
+    async def send(bot: Bot) -> aiohttp.ClientResponse:
+        headers = slack_headers(DEFAULT_SIGNING_SECRET, body, json_body=json_body)
+        return await bot.http.post(EVENTS, data=body, headers=headers)
+
+    return send
 
 
 def _with_timestamp(timestamp: str | None, signature: str | None = None) -> Send:
