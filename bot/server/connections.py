@@ -61,6 +61,8 @@ from bot.server.limits import HttpLimits, connection_cap
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "BUSY",
+    "REPORTED",
     "ConnectionGuard",
     "GuardedHandler",
     "GuardedRunner",

@@ -58,7 +58,7 @@ from tests.servers import (
 ANSWER_WAIT_S = 10.0
 CLOSE_WAIT_S = 10.0
 # Short deadlines, so that the tests wait on them.
-SHORT = 0.5
+SHORT = 1.0
 # A deadline the test never reaches: what happens before it is the server's choice.
 LONG = 120.0
 
