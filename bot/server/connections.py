@@ -66,6 +66,7 @@ __all__ = [
     "ConnectionGuard",
     "GuardedHandler",
     "GuardedRunner",
+    "accept_failures",
     "raise_open_file_limit",
     "serve",
 ]
@@ -449,7 +450,7 @@ def raise_open_file_limit() -> tuple[int, int]:
     return soft, hard
 
 
-def _accept_failures(
+def accept_failures(
     faults: ClientFaults,
 ) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
     """The event loop's exception handler: accept() out of resources is one counted line."""
@@ -502,7 +503,7 @@ async def serve(
         else f" (KB_HTTP_MAX_CONNECTIONS={limits.max_connections} lowered to keep descriptors "
         "for the server's own files; raise the hard open-file limit to serve more)",
     )
-    loop.set_exception_handler(_accept_failures(faults))
+    loop.set_exception_handler(accept_failures(faults))
     await runner.setup()
     stop = asyncio.Event()
     try:

@@ -94,6 +94,11 @@ class ClientFaults:
         current.counted += 1
         self._flush_later()
 
+    def seen(self, fault: Fault) -> int:
+        """How many of ``fault`` were reported in its current window."""
+        window = self._windows.get(fault)
+        return 0 if window is None else window.shown + window.counted
+
     def flush(self) -> None:
         """Log the counts of every window that has ended (and, at shutdown, of every window)."""
         self._flush = None

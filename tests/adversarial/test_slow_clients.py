@@ -26,6 +26,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -417,3 +418,46 @@ async def test_a_flood_of_client_faults_leaves_a_few_counted_lines_and_no_traceb
         kind = [line for line in lines if sentence in line]
         assert len(kind) == 4, kind  # three on their own, then the count of the rest
         assert f": {count - 3} more in the last" in kind[-1]
+
+
+def test_accept_failing_for_want_of_descriptors_is_a_counted_line_not_a_traceback_each() -> None:
+    # A process out of descriptors whatever the cap (something else of it holds them all):
+    # asyncio's accept() fails and retries, its failures reported to the server's handler.
+    script = """
+import asyncio, os, resource, socket, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from bot.logs import configure_logging
+from bot.server.connections import accept_failures
+from bot.server.faults import ClientFaults, Fault
+
+async def main():
+    configure_logging("INFO")
+    faults = ClientFaults()
+    asyncio.get_running_loop().set_exception_handler(accept_failures(faults))
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    held = []
+    while True:
+        try:
+            held.append(os.dup(0))
+        except OSError:
+            break
+    async with asyncio.timeout(20):
+        while faults.seen(Fault.ACCEPT_FAILED) < 50:
+            await asyncio.sleep(0.01)
+    faults.close()
+
+asyncio.run(main())
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    assert "Traceback" not in done.stderr
+    failed = [line for line in lines if "could not accept a connection" in line]
+    # Three on their own, each saying why, then one count of the rest.
+    assert len(failed) == 4 and all("Too many open files" in line for line in failed[:3])
+    assert re.search(r": \d+ more in the last", failed[-1])
