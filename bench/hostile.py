@@ -11,13 +11,27 @@ the server's peak resident memory above its size before the file (goal: under
 server, which costs what its passages cost),
 and how long the other member's small upload took (goal: under 10 s).
 
-Run: python -m bench.hostile
+A second part attacks the web server's doors (``python -m bench.hostile
+connections``): ``kb serve`` runs in a process of its own whose open-file limit
+is 1,024 (soft and hard, ``resource.setrlimit``), with its default limits.
+1,100 connections each send half a request (the head cut short, or a body
+promised and not sent), at once; then a health check and a signed Slack event
+are timed, each on a connection of its own (goal: under 1 s each). Reported
+per shape: those two times, how the half-sent connections ended (closed to make
+room, or at their deadline, ``KB_HTTP_HEADER_TIMEOUT`` / ``KB_HTTP_BODY_TIMEOUT``),
+the most descriptors the server held, and what its log grew by.
+
+Run: python -m bench.hostile [files|connections]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 import re
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +50,7 @@ from tests.servers import (  # noqa: E402
     USER_ID,
     MockSlackAPI,
     OpenAICompatServer,
+    app_mention_event,
     event_body,
     file_share_event,
     slack_headers,
@@ -151,9 +166,193 @@ async def send(
         assert resp.status == 200, await resp.text()
 
 
+# ---------------------------------------------------------------- the doors
+
+ROOT = Path(__file__).resolve().parent.parent
+HALF_OPEN = 1100
+OPEN_FILES = 1024
+GOAL_ANSWER_S = 1.0
+DEADLINE_S = 10.0  # KB_HTTP_HEADER_TIMEOUT and KB_HTTP_BODY_TIMEOUT's default
+SHAPES = {
+    "head cut short": b"GET /healthz HTTP/1.1\r\nHost: kb\r\nX-Slow: ",
+    "body not sent": b"POST /slack/events HTTP/1.1\r\nHost: kb\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 1000\r\n\r\n{",
+}
+# kb serve as an operator runs it, in a process whose open-file limit is 1,024.
+SERVE = f"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, ({OPEN_FILES}, {OPEN_FILES}))
+from bot.cli import main
+sys.argv = ["kb", "serve"]
+main()
+"""
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def descriptors(pid: int) -> int:
+    """How many files the process ``pid`` has open."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def half_open(
+    port: int, data: bytes
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """A connection that sent ``data`` and nothing more; ``None`` if none could be opened."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+        writer.write(data)
+        return reader, writer
+    except (OSError, TimeoutError):
+        return None
+
+
+async def ended(reader: asyncio.StreamReader, started: float) -> tuple[float, bytes]:
+    """When (seconds after ``started``) the server closed the connection, and what it said."""
+    try:
+        said = await asyncio.wait_for(reader.read(), DEADLINE_S * 3)
+    except (OSError, TimeoutError):
+        said = b"(still open)"
+    return time.perf_counter() - started, said
+
+
+async def timed(port: int, request: bytes) -> tuple[float, str]:
+    """Seconds from connecting to the answer's status line, and that line."""
+    started = time.perf_counter()
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 30)
+        writer.write(request)
+        line = await asyncio.wait_for(reader.readline(), 30)
+        writer.close()
+    except (OSError, TimeoutError) as exc:
+        return time.perf_counter() - started, type(exc).__name__
+    return time.perf_counter() - started, line.decode().strip()
+
+
+def signed_event() -> bytes:
+    """A signed ``app_mention`` as Slack posts it, closing its connection."""
+    body = event_body(app_mention_event("How long do I have to submit an expense claim?"))
+    headers = {**slack_headers(DEFAULT_SIGNING_SECRET, body), "Connection": "close"}
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return (
+        f"POST /slack/events HTTP/1.1\r\nHost: kb\r\n{head}Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def attack(port: int, pid: int, log: Path, shape: str) -> None:
+    """One shape of half-sent requests against the server; print what it cost."""
+    log_before = log.stat().st_size
+    most_fds = descriptors(pid)
+    started = time.perf_counter()
+    readers = await asyncio.gather(*(half_open(port, SHAPES[shape]) for _ in range(HALF_OPEN)))
+    # The writers are kept: a connection is the client's to hold until the server closes it.
+    opened = [r for r in readers if r is not None]
+    endings = [asyncio.create_task(ended(r, started)) for r, _ in opened]
+    most_fds = max(most_fds, descriptors(pid))
+    health, health_line = await timed(
+        port, b"GET /healthz HTTP/1.1\r\nHost: kb\r\nConnection: close\r\n\r\n"
+    )
+    event, event_line = await timed(port, signed_event())
+    while not all(e.done() for e in endings):
+        most_fds = max(most_fds, descriptors(pid))
+        await asyncio.sleep(0.05)
+    results = [e.result() for e in endings]
+    for _, writer in opened:
+        writer.close()
+    made_room = sum(1 for at, _ in results if at < DEADLINE_S * 0.9)
+    at_deadline = [at for at, said in results if at >= DEADLINE_S * 0.9 and said != b"(still open)"]
+    still_open = sum(1 for _, said in results if said == b"(still open)")
+    grew = log.stat().st_size - log_before
+    print(
+        f"{shape:<16}{len(opened):>6}{health:>9.3f}s {health_line[:15]:<16}{event:>7.3f}s "
+        f"{event_line[:15]:<16}{made_room:>6}{len(at_deadline):>6} (last {max(at_deadline, default=0):.1f} s)"
+        f"{still_open:>6}{most_fds:>6}{grew / 1024:>8.1f} KB"
+    )
+
+
+async def doors() -> None:
+    """1,100 half-sent requests against kb serve limited to 1,024 descriptors, per shape."""
+    with tempfile.TemporaryDirectory(prefix="kb-bench-doors-") as tmp:
+        async with MockSlackAPI() as slack, OpenAICompatServer(reply="ok [1]") as llm:
+            settings = bench_settings(Path(tmp) / "kb", slack, llm)
+            loaded_kb(settings).store.close()
+            port = free_port()
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith(("KB_", "SLACK_"))},
+                "PYTHONPATH": str(ROOT),
+                "KB_DATA_DIR": str(settings.data_dir),
+                "KB_PORT": str(port),
+                "SLACK_BOT_TOKEN": slack.bot_token,
+                "SLACK_SIGNING_SECRET": DEFAULT_SIGNING_SECRET,
+                "SLACK_API_URL": slack.api_url,
+                "OPENAI_BASE_URL": llm.url,
+                "OPENAI_API_KEY": llm.api_key or "",
+                "KB_THRESHOLD": "0.6",
+            }
+            if "KB_ENCODER_CACHE" in os.environ:
+                env["KB_ENCODER_CACHE"] = os.environ["KB_ENCODER_CACHE"]
+            log = Path(tmp) / "serve.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", SERVE], env=env, cwd=tmp, stdout=out, stderr=out
+                )
+            try:
+                await until_ready(port, proc)
+                print(
+                    f"kb serve: open-file limit {OPEN_FILES}, started with {descriptors(proc.pid)} open"
+                )
+                print(
+                    f"{'half-sent':<16}{'open':>6}{'/healthz':>10} {'':<16}{'event':>8} {'':<16}"
+                    f"{'room':>6}{'dline':>6}{'':>12}{'open':>6}{'fds':>6}{'log':>11}"
+                )
+                for shape in SHAPES:
+                    await attack(port, proc.pid, log, shape)
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            print(
+                f"log at the end: {log.stat().st_size / 1024:.1f} KB, "
+                f"{log.read_bytes().count(b'Traceback')} tracebacks"
+            )
+    print(
+        f"goals: /healthz and a signed event under {GOAL_ANSWER_S:.0f} s each; every "
+        "half-sent connection closed (to make room, or at its deadline); a log of a few lines"
+    )
+
+
+async def until_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
+    """Wait until kb serve answers /healthz (it loads its model first)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kb serve exited with {proc.returncode}")
+        _, line = await timed(
+            port, b"GET /healthz HTTP/1.1\r\nHost: kb\r\nConnection: close\r\n\r\n"
+        )
+        if " 200 " in line:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"kb serve did not answer within {TIMEOUT_S} s")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("part", nargs="?", choices=["files", "connections"], default=None)
+    part = parser.parse_args().part
     print(f"machine: {machine()}")
-    asyncio.run(run())
+    if part in (None, "files"):
+        asyncio.run(run())
+    if part in (None, "connections"):
+        asyncio.run(doors())
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import mcp
-from bot.server import routes
+from bot.server import bodies, connections, routes
 from bot.settings import Settings
 from bot.slack import app as slack
 from bot.slack.people import signin
@@ -76,7 +76,9 @@ def create_app(
     engine = engine or build_engine(settings.engine_config(), kb)
     slack_config = settings.slack_config()
     services = Services.open(slack_config, kb, engine)
-    app = web.Application(middlewares=routes.MIDDLEWARES)
+    # Each route's own body size is bodies.limit_body's; this is the one for the rest.
+    app = web.Application(middlewares=routes.MIDDLEWARES, client_max_size=bodies.DEFAULT_MAX_BODY)
+    bodies.setup(app, settings.http_limits())
     app[routes.KB] = kb
     app[routes.ENGINE] = engine
     app[SERVICES] = services
@@ -222,7 +224,12 @@ async def follow_store(kb: KnowledgeBase, every: float) -> None:
 
 
 def run_server(settings: Settings) -> None:
-    """Serve until interrupted: Slack (Socket Mode or HTTP events), the viewer and health checks."""
+    """Serve until interrupted: Slack (Socket Mode or HTTP events), the viewer and health checks.
+
+    Every client is held to ``settings.http_limits()``: the connections by
+    ``bot.server.connections`` (a cap, the request head's deadline), bodies by
+    ``bot.server.bodies`` (the same on every route, Socket Mode or not).
+    """
     app = create_app(settings)
     slack.enable_socket_mode(app)
     mode = app[SLACK_MODE]
@@ -233,4 +240,13 @@ def run_server(settings: Settings) -> None:
         f", events at {slack.EVENTS_PATH}" if mode == "http" else "",
         settings.link_base_url,
     )
-    web.run_app(app, port=settings.port, print=None, access_log_class=routes.AccessLogger)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(
+            connections.serve(
+                app,
+                limits=app[bodies.LIMITS],
+                faults=app[bodies.FAULTS],
+                port=settings.port,
+                access_log_class=routes.AccessLogger,
+            )
+        )

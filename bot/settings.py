@@ -28,6 +28,13 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.server.limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    HttpLimits,
+)
 from bot.slack.config import (
     DEFAULT_CLAIM_LEASE,
     DEFAULT_DOWNLOAD_TIMEOUT,
@@ -463,6 +470,30 @@ class Settings(BaseSettings):
         "KB_PORT",
         "Port of the web server (Slack events, document viewer, /healthz).",
     )
+    http_header_timeout: float = _setting(
+        DEFAULT_HEADER_TIMEOUT,
+        "KB_HTTP_HEADER_TIMEOUT",
+        "Seconds a client of the web server has to send a whole request head, from opening its connection (or from the first byte of a later request on it); a slower one gets 408 and is closed, one that sent nothing is closed.",
+        gt=0,
+    )
+    http_body_timeout: float = _setting(
+        DEFAULT_BODY_TIMEOUT,
+        "KB_HTTP_BODY_TIMEOUT",
+        "Seconds a request's body has to arrive whole after its head, on every route (Slack events, /mcp, the viewer); a slower one gets 408 and its connection is closed.",
+        gt=0,
+    )
+    http_keepalive_timeout: float = _setting(
+        DEFAULT_KEEPALIVE_TIMEOUT,
+        "KB_HTTP_KEEPALIVE_TIMEOUT",
+        "Seconds an idle connection is kept open between two requests. Keep it longer than the idle timeout of a proxy or load balancer in front of the server.",
+        gt=0,
+    )
+    http_max_connections: int = _setting(
+        DEFAULT_MAX_CONNECTIONS,
+        "KB_HTTP_MAX_CONNECTIONS",
+        "Connections the web server keeps open at once. Past it, a new connection takes the place of the one that has waited longest on its client; when every one is busy with a request, it gets 503 with Retry-After. Lowered at start when the process's open-file limit would not leave room for its own files (the log says so).",
+        ge=1,
+    )
     sync_seconds: float = _setting(
         1.0,
         "KB_SYNC_SECONDS",
@@ -756,6 +787,15 @@ class Settings(BaseSettings):
             claim_lease=self.slack_claim_lease,
             upload_sweep=self.upload_sweep_seconds,
             default_language=self.default_language,
+        )
+
+    def http_limits(self) -> HttpLimits:
+        """What one client of the web server may hold of it (``bot.server.limits``)."""
+        return HttpLimits(
+            header_timeout=self.http_header_timeout,
+            body_timeout=self.http_body_timeout,
+            keepalive_timeout=self.http_keepalive_timeout,
+            max_connections=self.http_max_connections,
         )
 
     def signin_config(self) -> SignInConfig:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import pytest
 
-from bot.mcp import MAX_BODY_BYTES, MCP_ENDPOINT, Person
+from bot.mcp import MAX_BODY_BYTES, Person
 from bot.mcp.people import NotServed, People, scopes_of
 from bot.mcp.tools import SEARCHED, Tools
 from core.answer import Engine
@@ -214,9 +214,8 @@ async def test_a_token_that_expires_between_two_calls_is_refused_at_the_second(
 
 
 async def test_a_body_that_does_not_arrive_in_time_gets_408(make_bot: BotFactory) -> None:
-    bot = await make_bot(mcp=True)
+    bot = await make_bot(mcp=True, http_body_timeout=0.5)
     token, _ = bot.kb.store.mcp_tokens.issue("slow", user_id=USER)
-    bot.app[MCP_ENDPOINT].body_seconds = 0.5
     reader, writer = await asyncio.open_connection("127.0.0.1", bot.http.port)
     try:
         head = "".join(f"{k}: {v}\r\n" for k, v in _door_headers(token).items())

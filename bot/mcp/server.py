@@ -12,7 +12,8 @@ in aiohttp, so nothing reaches the SDK before it passed:
 2. only POST is served (405 otherwise): stateless JSON has no event stream to
    GET and no session to DELETE;
 3. a body over ``MAX_BODY_BYTES`` is refused (413) before it is read whole, and
-   one not sent within ``BODY_SECONDS`` gets 408;
+   one not sent within ``KB_HTTP_BODY_TIMEOUT`` gets 408 (``bot.server.bodies``,
+   as on every route, in JSON-RPC's words here);
 4. the caller must be a bearer token an admin issued (checked before the body
    is read), or (``KB_MCP_SLACK_IDENTITY``) a request Slack signed
    (``bot.mcp.auth``); anything else, two ``Authorization`` headers included,
@@ -35,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -54,6 +55,7 @@ from bot.mcp.auth import (
 from bot.mcp.limits import CallLimiter
 from bot.mcp.people import People
 from bot.mcp.tools import CALLER_SCOPE_KEY, Tools, register_tools
+from bot.server import bodies
 from core.answer import Engine
 from index.errors import KBError
 from index.storage import McpToken, McpTokens, UsedStates
@@ -64,7 +66,6 @@ log = logging.getLogger(__name__)
 logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
 
 __all__ = [
-    "BODY_SECONDS",
     "MAX_BODY_BYTES",
     "MCP_ENDPOINT",
     "MCP_PATH",
@@ -77,8 +78,6 @@ MCP_PATH = "/mcp"
 # A tool call is a question and a few fields; 64 KiB is room for any of them
 # and keeps a flood of large bodies from costing memory.
 MAX_BODY_BYTES = 64 * 1024
-# A body that has not arrived whole by then is not coming (or is held back on purpose).
-BODY_SECONDS = 30.0
 INSTRUCTIONS = (
     "Tools over the company's knowledge base. Answers and passages come only from its "
     "documents, with links into the exact passage. When a tool says the knowledge base has "
@@ -128,9 +127,6 @@ class McpEndpoint:
         used: the store's values used once (accepted Slack signatures are claimed there).
         config: the rate limit and the Slack signing secret.
         limiter: counts calls per person (one with ``config``'s limit by default).
-
-    Attributes:
-        body_seconds: how long a request's body may take to arrive (tests shorten it).
     """
 
     def __init__(
@@ -150,7 +146,6 @@ class McpEndpoint:
             SlackSignatures(config.slack_signing_secret) if config.slack_signing_secret else None
         )
         self._limited: set[str] = set()
-        self.body_seconds = BODY_SECONDS
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Answer one HTTP request to ``/mcp``."""
@@ -160,13 +155,8 @@ class McpEndpoint:
         token = await self._token(request)
         if token is False:
             return _unauthorized()
-        try:
-            async with asyncio.timeout(self.body_seconds):
-                body = await _body(request)
-        except TimeoutError:
-            return _rpc_error(408, f"The request body took over {self.body_seconds:g} s to send.")
-        if body is None:
-            return _too_large()
+        # Its size and the time it may take are bot.server.bodies' (MAX_BODY_BYTES here).
+        body = await request.read()
         try:
             caller = await self._caller(request, token, body)
         except _Replayed:
@@ -262,21 +252,7 @@ def _refused(request: web.Request) -> web.Response | None:
             "The MCP endpoint takes only POST (stateless, JSON answers; no event stream).",
             headers={"Allow": "POST"},
         )
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        return _too_large()
     return None
-
-
-async def _body(request: web.Request) -> bytes | None:
-    """The request body, or ``None`` past ``MAX_BODY_BYTES`` (no more is read)."""
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 def _rpc_error(
@@ -291,10 +267,9 @@ def _rpc_error(
     return web.json_response(body, status=status, headers=headers)
 
 
-def _too_large() -> web.Response:
-    return _rpc_error(
-        413, f"The request is over {MAX_BODY_BYTES // 1024} KiB: send a shorter question."
-    )
+def _refusal(status: int, message: str, headers: Mapping[str, str]) -> web.Response:
+    """How ``bot.server.bodies`` refuses a request here (too large, too slow, busy): in JSON-RPC."""
+    return _rpc_error(status, message, headers=dict(headers))
 
 
 def _unauthorized(message: str = "") -> web.Response:
@@ -442,5 +417,6 @@ def attach(
 
     app[MCP_ENDPOINT] = endpoint
     app.router.add_route("*", MCP_PATH, endpoint.handle)
+    bodies.limit_body(app, MCP_PATH, MAX_BODY_BYTES, _refusal)
     app.cleanup_ctx.append(run_manager)
     return endpoint

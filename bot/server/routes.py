@@ -40,6 +40,8 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
+from bot.server import bodies
+from bot.server.connections import REPORTED
 from bot.server.readers import READER_GATE, SIGN_OUT_PATH, AccessCheckUnavailable, Reader
 from bot.server.render import render_document
 from core.answer import Engine
@@ -250,7 +252,8 @@ def _error_response(request: web.Request, status: int, message: str) -> web.Resp
     return web.json_response({"error": message}, status=status)
 
 
-MIDDLEWARES = [error_middleware]
+# The bodies' door inside: it answers clients' faults itself, before anything here sees them.
+MIDDLEWARES = [error_middleware, bodies.middleware]
 
 
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -265,10 +268,17 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 
 
 class AccessLogger(AbstractAccessLogger):
-    """One line per request, without the query string: citation links carry access tokens."""
+    """One line per request, without the query string: citation links carry access tokens.
+
+    A client's fault the server already logged (a body too slow or too large, a
+    malformed request, a client gone: ``bot.server.faults``) has that line only,
+    counted once they repeat, so an attacker cannot fill the log a line a request.
+    """
 
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
         """Log method, path, status, size and duration."""
+        if request.get(REPORTED):
+            return
         self.logger.info(
             "%s %s %s %s bytes %.1f ms",
             request.method,

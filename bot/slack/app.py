@@ -27,7 +27,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.server import routes
+from bot.server import bodies, routes
 from bot.slack import inbound
 from bot.slack.config import SlackConfig
 from bot.slack.handlers import register
@@ -49,6 +49,10 @@ __all__ = [
 BOLT = web.AppKey("bolt", AsyncApp)
 SLACK_CONFIG = web.AppKey("slack_config", SlackConfig)
 EVENTS_PATH = "/slack/events"
+# Slack documents no largest request. The largest it sends are interactions carrying
+# a whole view (100 blocks of up to 3,000 characters each), form-encoded: under 1 MiB,
+# the size aiohttp takes by default, which this route kept.
+MAX_BODY_BYTES = 1024 * 1024
 # Retries per kind of failure. Each backs off (0.5 s, 1 s) or waits Slack's Retry-After.
 SLACK_RETRIES = 2
 # Bolt's AsyncApp reads these from the environment and, when both are set,
@@ -72,6 +76,7 @@ def attach(
     # open would accept whatever carries a valid signature, so there is none.
     if mode != "socket":
         app.router.add_post(EVENTS_PATH, _slack_events)
+        bodies.limit_body(app, EVENTS_PATH, MAX_BODY_BYTES)
     routes.add_readiness_info(app, "slack", mode)
     return mode
 
