@@ -28,6 +28,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import mcp
+from bot.access import Access, slack_access
 from bot.server import bodies, connections, routes
 from bot.settings import Settings
 from bot.slack import app as slack
@@ -75,7 +76,9 @@ def create_app(
     kb = kb or (engine.kb if engine is not None else KnowledgeBase(settings.index_config()))
     engine = engine or build_engine(settings.engine_config(), kb)
     slack_config = settings.slack_config()
-    services = Services.open(slack_config, kb, engine)
+    # Who may read what, one rule and one membership cache for every surface.
+    access = slack_access(settings.access_config(), slack_client)
+    services = Services.open(slack_config, kb, engine, access)
     # Each route's own body size is bodies.limit_body's; this is the one for the rest.
     app = web.Application(middlewares=routes.MIDDLEWARES, client_max_size=bodies.DEFAULT_MAX_BODY)
     bodies.setup(app, settings.http_limits())
@@ -84,7 +87,7 @@ def create_app(
     app[SERVICES] = services
     routes.setup(app)
     if settings.viewer_auth == "slack":
-        signin.attach(app, settings.signin_config(), slack_config, engine.signer, slack_client)
+        signin.attach(app, settings.signin_config(), slack_config, engine.signer, access)
     routes.add_readiness_info(app, "viewer_auth", settings.viewer_auth)
     app[SYNC_SECONDS] = settings.sync_seconds
     routes.set_max_behind(
@@ -92,7 +95,7 @@ def create_app(
     )
     app[SLACK_MODE] = slack.attach(app, slack_config, services, slack_client)
     if settings.mcp:
-        _attach_mcp(app, settings, engine, slack_client)
+        _attach_mcp(app, settings, engine, access)
     routes.add_readiness_info(app, "mcp", settings.mcp)
     _report_readers(app, settings.reader_sandbox)
     app.cleanup_ctx.append(_services_ctx)
@@ -112,9 +115,7 @@ def _report_readers(app: web.Application, mode: str) -> None:
         log.warning("%s", facts["summary"])
 
 
-def _attach_mcp(
-    app: web.Application, settings: Settings, engine: Engine, client: AsyncWebClient | None
-) -> None:
+def _attach_mcp(app: web.Application, settings: Settings, engine: Engine, access: Access) -> None:
     """Serve the MCP endpoint (``KB_MCP=on``); the caller's channels are asked of Slack."""
     config = mcp.McpConfig(
         calls_per_minute=settings.mcp_calls_per_minute,
@@ -122,7 +123,8 @@ def _attach_mcp(
             settings.slack_signing_secret.get_secret_value() if settings.mcp_slack_identity else ""
         ),
     )
-    people = mcp.slack_people(app, settings.slack_config(), client)
+    # Without a bot token nobody can say who is in a channel (or a Slack person's workspace).
+    people = access if access.directory is not None else None
     mcp.attach(app, engine, config, people)
     log.info(
         "MCP server at %s (callers' channels %s)",

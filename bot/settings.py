@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.access import AccessConfig
 from bot.server.limits import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
@@ -787,6 +788,14 @@ class Settings(BaseSettings):
             claim_lease=self.slack_claim_lease,
             upload_sweep=self.upload_sweep_seconds,
             default_language=self.default_language,
+        )
+
+    def access_config(self) -> AccessConfig:
+        """What the access rule needs (who may read what, on every surface)."""
+        return AccessConfig(
+            bot_token=self.slack_bot_token.get_secret_value(),
+            api_url=self.slack_api_url,
+            allow_external=self.allow_external,
         )
 
     def http_limits(self) -> HttpLimits:

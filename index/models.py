@@ -12,6 +12,15 @@ EVERYONE = "*"  # the scope of a document every channel may see
 ALL_SCOPES = "*all*"
 
 
+class OnlyScopes(frozenset[str]):
+    """Scopes that do **not** bring the documents for everyone with them.
+
+    A plain set of scopes always sees the everyone-scoped documents too. This
+    one is for a place where even those must stay out: a channel shared with
+    other organisations sees only what was added to that channel.
+    """
+
+
 class DocState(StrEnum):
     """Life cycle of a document row."""
 

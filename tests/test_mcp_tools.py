@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 import pytest
 
+from bot.access import Access, Profile
 from bot.mcp import MAX_BODY_BYTES, Person
-from bot.mcp.people import NotServed, People, scopes_of
+from bot.mcp.people import NotServed, scopes_of
 from bot.mcp.tools import SEARCHED, Tools
 from core.answer import Engine
 from core.gate import related
@@ -122,20 +123,23 @@ async def test_without_slack_no_token_reaches_a_channel_not_even_one_scoped_to_i
     ]
 
 
-class _Nobody(People):
-    """A workspace that serves nobody: an outsider's call."""
+class _Nobody:
+    """A directory in which every caller belongs to another workspace: an outsider's call."""
 
-    async def served(self, user_id: str, team_id: str | None) -> bool:
-        return False
+    async def home_team(self) -> str:
+        return "T0HOME0001"
 
-    async def member_channels(self, user_id: str, channels: object) -> frozenset[str]:
+    async def profile(self, user_id: str) -> Profile:
+        return Profile(team_id="T0ELSEWHERE")
+
+    async def channel_members(self, channel: str) -> frozenset[str]:
         raise AssertionError("an outsider's channels are never asked for")
 
 
 async def test_a_person_the_workspace_does_not_serve_gets_nothing_logged(
     kb: KnowledgeBase, engine_for: EngineFor
 ) -> None:
-    tools = Tools(engine_for(), _Nobody())
+    tools = Tools(engine_for(), Access(_Nobody(), allow_external=False))
     with pytest.raises(NotServed, match="KB_ALLOW_EXTERNAL"):
         await tools.search(IN_CHANNEL, QUESTION, 5)
     assert list(kb.store.db.query("SELECT id FROM query_log")) == []

@@ -160,7 +160,7 @@ async def test_a_channels_failed_and_stale_documents_are_named_only_to_its_membe
     falcon = bot.kb.store.find_document("falcon.md")
     bot.kb.store.update_document(falcon.id, pipeline_version="chunker-old")
     bot.slack.set_members(CHANNEL_ID, [USER_ID])
-    bot.services.roles.directory.channel_ttl_seconds = 0.0  # membership asked on each view
+    bot.services.access.members.ttl_seconds = 0.0  # membership asked on each view
 
     view = await open_home(bot, ADMIN_ID)
     text = _text(view)

@@ -4,14 +4,15 @@
 commands to the group when imported: ``documents`` (ingest, docs, show,
 chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
 reject), ``answering`` (ask, serve), ``evaluation`` (eval, calibrate,
-export-disliked), ``syncing`` (sync), ``storage`` (migrate-store) and ``mcp``
-(mcp-token create, list, revoke).
+export-disliked), ``syncing`` (sync), ``storage`` (migrate-store), ``mcp``
+(mcp-token create, list, revoke) and ``access`` (access explain).
 """
 
-from bot.cli import answering, documents, evaluation, mcp, publishing, storage, syncing
+from bot.cli import access, answering, documents, evaluation, mcp, publishing, storage, syncing
 from bot.cli.base import main
 
 __all__ = [
+    "access",
     "answering",
     "documents",
     "evaluation",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bot.cli.access import NO_TOKEN_NOTE, open_access, scopes_as
 from bot.cli.base import emit, json_option, main, open_kb, settings_of
 
 if TYPE_CHECKING:  # the engine (and the model client) load only when a question is asked
@@ -28,26 +29,46 @@ SURFACES = ("slack", "cli", "mcp")
     multiple=True,
     help="Channel ids whose documents may be used (repeatable); default: all documents.",
 )
+@click.option(
+    "--as",
+    "as_user",
+    default=None,
+    metavar="USER",
+    help="Answer as this Slack user (U...) would be answered: the documents for everyone and "
+    "those of the channels they are a member of now (asked of Slack with SLACK_BOT_TOKEN; "
+    "without it, the documents for everyone only); --scope narrows those channels.",
+)
 @json_option("Print the full answer as JSON.")
 @click.pass_context
-def ask(ctx: click.Context, question: str, scopes: tuple[str, ...], as_json: bool) -> None:
+def ask(
+    ctx: click.Context,
+    question: str,
+    scopes: tuple[str, ...],
+    as_user: str | None,
+    as_json: bool,
+) -> None:
     """Ask a question; prints the answer with its cited passages.
 
     Answers as Slack would. With --json: the outcome, the answer, grounded,
     model_called, its sources, the passages kept, and timings_ms.
 
-    Example: kb ask "How do I rotate the API key?" --json
+    Example: kb ask "How do I rotate the API key?" --as U0123ABCD --json
     """
     from core.answer import Asker, build_engine
 
-    engine = build_engine(settings_of(ctx).engine_config(), open_kb(ctx))
+    kb = open_kb(ctx)
+    access = open_access(ctx) if as_user else None
+    if access is not None and access.members is None:
+        click.echo(NO_TOKEN_NOTE.format(user=as_user), err=True)
+    engine = build_engine(settings_of(ctx).engine_config(), kb)
 
     async def run() -> Answer:
         try:
+            searched = frozenset(scopes) if scopes else None
+            if access is not None and as_user:
+                searched = await scopes_as(access, kb, as_user, scopes)
             return await engine.ask(
-                question,
-                scopes=frozenset(scopes) if scopes else None,
-                asker=Asker(surface="cli"),
+                question, scopes=searched, asker=Asker(user=as_user, surface="cli")
             )
         finally:
             await engine.aclose()

@@ -4,15 +4,14 @@
 refuses, authenticates and rate-limits), ``tools`` the two tools
 (``search_knowledge_base``, ``ask_knowledge_base``), ``auth`` who may call
 (bearer tokens from ``kb mcp-token``, or Slack's signed identity), ``people``
-which documents the caller may search, ``slack_people`` the Slack answers to
-that, ``limits`` the rate limit per person.
+which documents the caller may search (the access rule, ``bot.access``),
+``limits`` the rate limit per person. It imports nothing of the Slack surface.
 """
 
 from __future__ import annotations
 
 from bot.mcp.people import People, Person
 from bot.mcp.server import MAX_BODY_BYTES, MCP_ENDPOINT, MCP_PATH, McpConfig, McpEndpoint, attach
-from bot.mcp.slack_people import SlackPeople, slack_people
 from bot.mcp.tools import MAX_QUERY_CHARS
 
 __all__ = [
@@ -24,7 +23,5 @@ __all__ = [
     "McpEndpoint",
     "People",
     "Person",
-    "SlackPeople",
     "attach",
-    "slack_people",
 ]

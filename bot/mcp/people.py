@@ -1,13 +1,14 @@
 """Who a tool call runs as, and which documents that person may search.
 
 A call runs as a person (``Person``): the token's, or the one Slack signed for.
-What they may search is the documents for everyone plus the channels of the
-knowledge base's documents that the person is a member of now, asked of Slack
-(``People``, ``bot.mcp.slack_people``: the viewer's cached
-``conversations.members`` check). A token issued with ``--scope`` channels only
-narrows that to those of its channels: a scope never grants a channel its
-person is not in. Without Slack to ask, nobody can say who is in a channel, so
-every call searches the documents for everyone only, scoped tokens included.
+What they may search is the access rule's (``bot.access``, the one every
+surface asks): the documents for everyone plus the channels of the knowledge
+base's documents that the person is a member of now, asked of Slack
+(``conversations.members``, the cache the viewer and the Slack surface share).
+A token issued with ``--scope`` channels only narrows that to those of its
+channels: a scope never grants a channel its person is not in. Without Slack
+to ask, nobody can say who is in a channel, so every call searches the
+documents for everyone only, scoped tokens included.
 
 People of another organisation get nothing unless ``KB_ALLOW_EXTERNAL`` is on,
 and a person Slack cannot place counts as another organisation: unknown grants
@@ -17,20 +18,18 @@ nothing.
 from __future__ import annotations
 
 import asyncio
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bot.access import Access, NotServed
+from bot.access import Person as Reader
 from bot.mcp.auth import Caller
-from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.models import EVERYONE, DocState
 
 __all__ = ["NotServed", "People", "Person", "person_of", "scopes_of"]
 
-
-class NotServed(KBError):
-    """The person a tool call runs as may not use this knowledge base (another organisation)."""
+# What a tool call asks who may read what: the access rule (``None``: nobody to ask).
+People = Access
 
 
 @dataclass(frozen=True)
@@ -48,18 +47,6 @@ class Person:
     team_id: str | None
     client: str
     channels: frozenset[str] | None
-
-
-class People(ABC):
-    """What the workspace says about people: who belongs to it, who is in which channel."""
-
-    @abstractmethod
-    async def served(self, user_id: str, team_id: str | None) -> bool:
-        """Whether ``user_id`` (who asked from ``team_id``, when known) is served at all."""
-
-    @abstractmethod
-    async def member_channels(self, user_id: str, channels: Sequence[str]) -> frozenset[str]:
-        """Those of ``channels`` that ``user_id`` is a member of."""
 
 
 def person_of(caller: Caller) -> Person | None:
@@ -84,27 +71,31 @@ async def scopes_of(person: Person, people: People | None, kb: KnowledgeBase) ->
         NotServed: the person belongs to another organisation (or Slack cannot say).
         AccessCheckUnavailable: Slack cannot be asked right now.
     """
-    if people is None and person.team_id is not None:
-        # Slack signed for a person of some workspace, and without Slack to ask
-        # nothing says it is this one: unknown grants nothing.
-        raise NotServed(
-            "This knowledge base cannot tell which workspace a Slack person belongs to "
-            "without SLACK_BOT_TOKEN, so it answers no Slack-signed call: an admin sets it."
-        )
-    if people is not None and not await people.served(person.user_id, person.team_id):
-        raise NotServed(
-            "This knowledge base answers only members of its own Slack workspace; "
-            "an admin can allow people of other organisations with KB_ALLOW_EXTERNAL."
-        )
-    if people is None:
+    access = people if people is not None else Access(None, allow_external=False)
+    served = await access.served(Reader(person.user_id, person.team_id))
+    if not served.allowed:
+        raise NotServed(_NO_SLACK if access.directory is None else _OTHER_ORGANISATION)
+    if access.members is None:
         # Nobody to ask who is in a channel: a token's scopes alone grant nothing.
         return frozenset()
     channels = await asyncio.to_thread(_channel_scopes, kb)
     if person.channels is not None:
         channels = [c for c in channels if c in person.channels]
-    return await people.member_channels(person.user_id, channels)
+    return await access.search_scopes(Reader(person.user_id), None, channels, strict=True)
 
 
 def _channel_scopes(kb: KnowledgeBase) -> list[str]:
     """The channels some searchable document belongs to, sorted."""
     return sorted({d.scope for d in kb.store.documents(DocState.INDEXED)} - {EVERYONE})
+
+
+# Slack signed for a person of some workspace, and without Slack to ask
+# nothing says it is this one: unknown grants nothing.
+_NO_SLACK = (
+    "This knowledge base cannot tell which workspace a Slack person belongs to "
+    "without SLACK_BOT_TOKEN, so it answers no Slack-signed call: an admin sets it."
+)
+_OTHER_ORGANISATION = (
+    "This knowledge base answers only members of its own Slack workspace; "
+    "an admin can allow people of other organisations with KB_ALLOW_EXTERNAL."
+)

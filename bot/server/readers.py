@@ -31,7 +31,8 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from itsdangerous import BadData, URLSafeTimedSerializer
 
-from index.errors import KBError
+# Who may read what is the access rule's: its "cannot say now" is the viewer's 503.
+from bot.access import AccessCheckUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,6 @@ FORM_PURPOSE = "kb-viewer-form"
 # Where a signed-in reader posts to sign out (the identity surface serves it).
 SIGN_OUT_PATH = "/auth/logout"
 _MAX_LOCAL_PATH = 4096
-
-
-class AccessCheckUnavailable(KBError):
-    """Who may read a document could not be checked now (the identity provider is unreachable)."""
-
-    status = 503
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ thread. There:
 * ``app_context_changed`` says which channel the person is looking at; it is
   remembered for a few minutes (:class:`Viewing`). A question asked in the DM
   meanwhile may also use that channel's documents, but only when the asker is
-  a member of the channel (``conversations.members``, remembered for a minute
-  in ``bot.slack.people.directory``): anyone else gets the documents for everyone
+  a member of the channel (the access rule, ``bot.access``: ``conversations.members``,
+  remembered for a minute): anyone else gets the documents for everyone
   alone. A DM message that carries its own ``app_context`` uses that instead.
   What is remembered lives in this process: with several replicas a question
   may reach one that never saw the change, and then only the message's own
@@ -36,12 +36,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import Access, Person
 from bot.slack.blocks import render_notice
-from bot.slack.people import Directory
 from bot.slack.words import Languages, Words
 from index.knowledge_base import KnowledgeBase
 from index.models import EVERYONE, DocState
@@ -181,7 +180,7 @@ class Agent:
 
     Args:
         kb: the knowledge base the prompts are drawn from.
-        directory: Slack's answers about channel members, cached.
+        access: who may read which channel's documents.
         languages: the words each person is greeted in.
         viewing: what each person is viewing (a fresh one when omitted).
     """
@@ -189,12 +188,12 @@ class Agent:
     def __init__(
         self,
         kb: KnowledgeBase,
-        directory: Directory,
+        access: Access,
         languages: Languages,
         viewing: Viewing | None = None,
     ) -> None:
         self.kb = kb
-        self.directory = directory
+        self.access = access
         self.languages = languages
         self.viewing = viewing or Viewing()
 
@@ -206,7 +205,7 @@ class Agent:
         if not channel:
             return
         words = await self.languages.of(client, user)
-        scopes = await self._scopes_of(client, user, self.viewing.channel(user))
+        scopes = await self._scopes_of(user, self.viewing.channel(user))
         prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes, words=words)
         if await self._first_visit(client, channel):
             await self._greet(client, channel, None, words, has_documents=bool(prompts))
@@ -223,7 +222,7 @@ class Agent:
             return
         user = str(thread.get("user_id", ""))
         words = await self.languages.of(client, user)
-        scopes = await self._scopes_of(client, user, self.viewing.channel(user))
+        scopes = await self._scopes_of(user, self.viewing.channel(user))
         prompts = await asyncio.to_thread(suggested_prompts, self.kb, scopes, words=words)
         await self._greet(client, channel, thread_ts, words, has_documents=bool(prompts))
         if prompts:
@@ -243,39 +242,24 @@ class Agent:
         if isinstance(user, str) and user:
             self.viewing.see(user, viewed_channel(event.get("context")))
 
-    async def dm_scopes(self, client: AsyncWebClient, event: dict[str, Any]) -> frozenset[str]:
-        """The channel scopes a question asked in the DM may use.
+    def viewed(self, event: dict[str, Any]) -> list[str]:
+        """The channel a DM question's asker is viewing, whose documents it may use too.
 
-        The channel the asker is viewing, when they are one of its members;
-        otherwise none (the documents for everyone are always used).
+        The message's own ``app_context`` when it carries one, else the last
+        one seen for the asker; its documents are used only for a member of it
+        (:meth:`bot.access.Access.search_scopes` checks).
         """
-        user = str(event.get("user", ""))
         if "app_context" in event:
             channel = viewed_channel(event["app_context"])
         else:
-            channel = self.viewing.channel(user)
-        return await self._scopes_of(client, user, channel)
+            channel = self.viewing.channel(str(event.get("user", "")))
+        return [channel] if channel else []
 
-    async def _scopes_of(
-        self, client: AsyncWebClient, user: str, channel: str | None
-    ) -> frozenset[str]:
+    async def _scopes_of(self, user: str, channel: str | None) -> frozenset[str]:
         """``{channel}`` when ``user`` is one of its members, else none."""
         if not (user and channel):
             return frozenset()
-        if not await self._is_member(client, user, channel):
-            log.info("%s views %s without being a member: not its documents", user, channel)
-            return frozenset()
-        log.info("%s views %s, a member: its documents are used too", user, channel)
-        return frozenset({channel})
-
-    async def _is_member(self, client: AsyncWebClient, user: str, channel: str) -> bool:
-        try:
-            members = await self.directory.channel_members(client, channel)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("could not check who is in %s: %s", channel, exc)
-            return False
-        # Unknown grants nothing.
-        return members is not None and user in members
+        return await self.access.readable_channels(Person(user), [channel])
 
     async def _first_visit(self, client: AsyncWebClient, channel: str) -> bool:
         try:

@@ -19,14 +19,9 @@ from typing import Any
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
-from slack_sdk.http_retry.async_handler import AsyncRetryHandler
-from slack_sdk.http_retry.builtin_async_handlers import (
-    AsyncConnectionErrorRetryHandler,
-    AsyncRateLimitErrorRetryHandler,
-    AsyncServerErrorRetryHandler,
-)
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import access
 from bot.server import bodies, routes
 from bot.slack import inbound
 from bot.slack.config import SlackConfig
@@ -42,7 +37,6 @@ __all__ = [
     "attach",
     "build_bolt",
     "enable_socket_mode",
-    "retry_handlers",
     "web_client",
 ]
 
@@ -53,8 +47,6 @@ EVENTS_PATH = "/slack/events"
 # a whole view (100 blocks of up to 3,000 characters each), form-encoded: under 1 MiB,
 # the size aiohttp takes by default, which this route kept.
 MAX_BODY_BYTES = 1024 * 1024
-# Retries per kind of failure. Each backs off (0.5 s, 1 s) or waits Slack's Retry-After.
-SLACK_RETRIES = 2
 # Bolt's AsyncApp reads these from the environment and, when both are set,
 # becomes a multi-workspace OAuth app; here they serve the viewer's sign-in only.
 _BOLT_OAUTH_ENV = ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET")
@@ -103,26 +95,7 @@ def build_bolt(
 
 def web_client(config: SlackConfig, **kwargs: Any) -> AsyncWebClient:
     """A Web API client for the bot token at ``SLACK_API_URL``, retrying what is worth retrying."""
-    return AsyncWebClient(
-        token=config.bot_token, base_url=config.api_url, retry_handlers=retry_handlers(), **kwargs
-    )
-
-
-def retry_handlers() -> list[AsyncRetryHandler]:
-    """What a Web API call is retried on: what Slack marks as transient.
-
-    A dropped or refused connection, HTTP 429 (after its ``Retry-After``), and
-    HTTP 500 or 503, Slack's own failures. Answers with ``"ok": false`` and HTTP
-    200 (``message_not_found``, ``channel_not_found``...) are never retried: the
-    same call would fail the same way. A retried 500 may post a message twice
-    if Slack had posted it before failing; a question never answered is worse.
-    """
-    # The async client retries only connection errors unless told otherwise.
-    return [
-        AsyncConnectionErrorRetryHandler(max_retry_count=SLACK_RETRIES),
-        AsyncRateLimitErrorRetryHandler(max_retry_count=SLACK_RETRIES),
-        AsyncServerErrorRetryHandler(max_retry_count=SLACK_RETRIES),
-    ]
+    return access.web_client(config.bot_token, config.api_url, **kwargs)
 
 
 @contextlib.contextmanager

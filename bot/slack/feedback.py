@@ -13,8 +13,8 @@ to forge, so a click is written only when it is bound to that answer:
   conversation, or a question asked on another surface (MCP, ``kb ask``: no
   channel), never matches;
 * the clicker could see that answer: in a DM only its asker (nobody else is in
-  it); in a channel its asker or a member of the channel now
-  (``conversations.members``, the directory's cache; a channel Slack cannot
+  it); in a channel its asker or a member of the channel now (the access
+  rule's ``conversations.members``, ``bot.access``; a channel Slack cannot
   answer for admits only the asker).
 
 Anything else is ignored: a log line, nothing written, and nothing said to the
@@ -28,10 +28,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from slack_sdk.web.async_client import AsyncWebClient
-
+from bot.access import Access, Person
 from bot.slack.blocks import parse_feedback_value
-from bot.slack.people import Directory
 from index.knowledge_base import KnowledgeBase
 from index.records import QueryRecord
 
@@ -70,9 +68,7 @@ class Thumb:
     value: int
 
 
-async def record_thumb(
-    kb: KnowledgeBase, directory: Directory, client: AsyncWebClient, click: Click
-) -> Thumb | None:
+async def record_thumb(kb: KnowledgeBase, access: Access, click: Click) -> Thumb | None:
     """Write ``click``'s thumb if it is bound to the answer it names; ``None`` when ignored.
 
     Raises:
@@ -96,7 +92,7 @@ async def record_thumb(
             record.thread_id,
         )
         return None
-    if not await _could_see(record, click.user, directory, client):
+    if not await _could_see(record, click.user, access):
         log.warning(
             "ignoring feedback by %s on question %s: they cannot see its answer in %s",
             click.user,
@@ -115,9 +111,7 @@ def _where_it_was_posted(record: QueryRecord, click: Click) -> bool:
     return (click.channel, click.thread) == (record.channel, record.thread_id)
 
 
-async def _could_see(
-    record: QueryRecord, user: str, directory: Directory, client: AsyncWebClient
-) -> bool:
+async def _could_see(record: QueryRecord, user: str, access: Access) -> bool:
     """``user`` could see the answer: its asker, or (in a channel) one of the channel's members."""
     if not user:
         return False
@@ -125,5 +119,4 @@ async def _could_see(
         return True
     if not record.channel or record.channel.startswith("D"):
         return False  # a DM holds only its asker and the bot
-    members = await directory.channel_members(client, record.channel)
-    return members is not None and user in members
+    return (await access.in_channel(Person(user), record.channel)).allowed

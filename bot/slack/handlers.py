@@ -131,8 +131,7 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
     ) -> None:
         if not await _claimed(services, context):
             return
-        scopes = frozenset({str(event["channel"])})
-        await questions.answer(services, client, context, body, event, scopes=scopes)
+        await questions.answer(services, client, context, body, event)
 
     @app.event("message")
     async def on_message(
@@ -155,12 +154,9 @@ def _register_questions(app: AsyncApp, services: Services) -> None:
             return
         if not await _claimed(services, context):
             return
-        if direct:
-            # The DM's own documents are everyone's, plus those of a channel the asker views.
-            scopes = await services.agent.dm_scopes(client, event)
-        else:
-            scopes = frozenset({str(event["channel"])})
-        await questions.answer(services, client, context, body, event, scopes=scopes)
+        # The DM's own documents are everyone's, plus those of a channel the asker views.
+        viewed = services.agent.viewed(event) if direct else []
+        await questions.answer(services, client, context, body, event, offered=viewed)
 
 
 # ---------------------------------------------------------------- uploads
@@ -391,9 +387,7 @@ def _register_feedback(app: AsyncApp, services: Services) -> None:
         words = await services.languages.of(client, click.user)
         try:
             # Written only where the answer was posted, by someone who could see it.
-            thumb = await feedback.record_thumb(
-                services.kb, services.audience.directory, client, click
-            )
+            thumb = await feedback.record_thumb(services.kb, services.access, click)
         except KBError:
             await respond(
                 text=words.FEEDBACK_UNKNOWN, response_type="ephemeral", replace_original=False

@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import Access, Person
 from bot.slack.blocks import (
     ADMIN_SECTIONS,
     FIRST_PAGES,
@@ -158,6 +158,7 @@ class Home:
         uploader: retries failed uploads (one indexing at a time, with the uploads).
         reindexer: the reindex ``/kb-reindex`` runs.
         languages: the words each person's Home tab is in.
+        access: which channels' documents an admin may see named.
     """
 
     def __init__(
@@ -168,8 +169,10 @@ class Home:
         uploader: Uploader,
         reindexer: Reindexer,
         languages: Languages,
+        access: Access,
     ) -> None:
         self.kb = kb
+        self.access = access
         self.engine = engine
         self.roles = roles
         self.uploader = uploader
@@ -240,25 +243,14 @@ class Home:
             gaps=shown,
             gaps_failed=isinstance(gaps, Exception),
             gap_links=self._gap_links(shown or []),
-            readable=await self._readable(client, user, listed),
+            readable=await self._readable(user, listed),
             **admin,
         )
 
-    async def _readable(
-        self, client: AsyncWebClient, user: str, docs: Sequence[DocumentRow]
-    ) -> frozenset[str]:
-        """The channels of ``docs`` that ``user`` is a member of (Slack asked, cached briefly)."""
-        readable = set()
-        for scope in sorted({d.scope for d in docs} - {EVERYONE}):
-            try:
-                members = await self.roles.directory.channel_members(client, scope)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                log.warning("could not check who is in %s: %s", scope, type(exc).__name__)
-                members = None
-            # Unknown grants nothing.
-            if members is not None and user in members:
-                readable.add(scope)
-        return frozenset(readable)
+    async def _readable(self, user: str, docs: Sequence[DocumentRow]) -> frozenset[str]:
+        """The channels of ``docs`` that ``user`` is a member of (the access rule; unknown: none)."""
+        scopes = sorted({d.scope for d in docs} - {EVERYONE})
+        return await self.access.readable_channels(Person(user), scopes)
 
     def _gaps_of_the_window(self) -> list[Gap]:
         return knowledge_gaps(self.kb, since=time.time() - GAP_DAYS * 86400, limit=MAX_GAPS)
@@ -351,7 +343,7 @@ class Home:
         if doc is None:
             await self.publish(client, user, pages=pages, notice=words.RETRY_GONE)
             return
-        readable = await self._readable(client, user, [doc])
+        readable = await self._readable(user, [doc])
         if doc.state not in (DocState.FAILED, DocState.PENDING):
             await self.publish(client, user, pages=pages, notice=_outcome(doc, readable, words))
             return

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import Person, Where
 from bot.conversation import Turn
 from bot.slack.blocks import render_notice
 from bot.slack.people import Place
@@ -26,7 +28,6 @@ from bot.slack.services import Services
 from bot.slack.thread import SlackThread
 from bot.slack.words import WORDS_KEY
 from core.answer import Asker
-from index.search import OnlyScopes
 
 log = logging.getLogger(__name__)
 
@@ -106,19 +107,29 @@ async def answer(
     body: dict[str, Any],
     event: dict[str, Any],
     *,
-    scopes: frozenset[str],
+    offered: Sequence[str] = (),
 ) -> None:
+    """Answer the question of ``event`` where it was asked.
+
+    ``offered``: channels whose documents it may use too, for an asker who is
+    a member of them (a DM's viewed channel); a channel's own are always used.
+    """
     place = await served_place(services, client, body, event)
     if place is None:
         return
     question = strip_mention(str(event.get("text", "")), context.bot_user_id)
     words = await services.languages.of(client, event.get("user"), question)
     context[WORDS_KEY] = words  # the error handler speaks the asker's language too
-    note = None
-    if services.audience.channel_only(place):
-        # Everyone in the channel reads the answer, people of other organisations included.
-        scopes, note = OnlyScopes(scopes), words.SHARED_CHANNEL_NOTE
     channel = str(event["channel"])
+    # Who reads the answer: everyone in the channel, or in a DM the asker alone.
+    where = Where(
+        channel=None if event.get("channel_type") == "im" else channel,
+        shared=place.shared_channel,
+    )
+    person = Person(str(event.get("user") or ""))
+    scopes = await services.access.search_scopes(person, where, offered)
+    # People of other organisations read it too: only the channel's own documents.
+    note = words.SHARED_CHANNEL_NOTE if services.access.only_its_own(where) else None
     thread_ts = str(event.get("thread_ts") or event["ts"])
     in_thread = bool(event.get("thread_ts"))
     thread = SlackThread(

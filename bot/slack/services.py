@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from bot.access import Access
 from bot.conversation import Conversation
 from bot.slack.agent import Agent
 from bot.slack.approvals import Approvals
@@ -27,6 +28,7 @@ class Services:
 
     config: SlackConfig
     kb: KnowledgeBase
+    access: Access
     engine: Engine
     jobs: Jobs
     uploader: Uploader
@@ -47,12 +49,20 @@ class Services:
 
     def __post_init__(self) -> None:
         self.home = Home(
-            self.kb, self.engine, self.roles, self.uploader, self.reindexer, self.languages
+            self.kb,
+            self.engine,
+            self.roles,
+            self.uploader,
+            self.reindexer,
+            self.languages,
+            self.access,
         )
 
     @classmethod
-    def open(cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine) -> Services:
-        """Wire the services around an opened knowledge base and engine."""
+    def open(
+        cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine, access: Access
+    ) -> Services:
+        """Wire the services around an opened knowledge base, engine and access rule."""
         jobs = Jobs()
         directory = Directory()
         roles = Roles(config, directory)
@@ -63,6 +73,7 @@ class Services:
         return cls(
             config=config,
             kb=kb,
+            access=access,
             engine=engine,
             jobs=jobs,
             uploader=Uploader(kb, config, jobs, approvals, deliveries),
@@ -71,7 +82,7 @@ class Services:
             reindexer=Reindexer(kb),
             conversation=Conversation(engine),
             audience=Audience(config, directory),
-            agent=Agent(kb, directory, languages),
+            agent=Agent(kb, access, languages),
             languages=languages,
             streaming=Streaming(config.streaming),
             ack_executor=ack_executor,

@@ -50,6 +50,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.models.metadata import EntityMetadata
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import Person, Where, shown_at, visible
 from bot.slack.blocks import (
     Passage,
     details_error,
@@ -209,27 +210,9 @@ def _with_fragment(link: PassageLink, fragment: str) -> PassageLink | None:
 # ---------------------------------------------------------------- who reads
 
 
-@dataclass(frozen=True)
-class Where:
-    """The conversation an unfurl is shown in.
-
-    Attributes:
-        channel: its id; ``None`` in the message composer (not posted yet).
-        shared: people of other organisations are in it (Slack Connect).
-    """
-
-    channel: str | None
-    shared: bool
-
-
 def readable_here(scope: str, where: Where, *, allow_external: bool) -> bool:
-    """Whether everyone in ``where`` may read the documents of ``scope``."""
-    if where.shared and not allow_external:
-        # As for answers: a conversation with another organisation reads only its own documents.
-        return where.channel is not None and scope == where.channel
-    if scope == EVERYONE:
-        return True
-    return where.channel is not None and scope == where.channel
+    """Whether everyone in ``where`` may read the documents of ``scope`` (the access rule)."""
+    return visible(shown_at(where, allow_external=allow_external), scope)
 
 
 # ---------------------------------------------------------------- resolving
@@ -366,7 +349,7 @@ class Unfurls:
         )
         if not readable_here(resolved.scope, where, allow_external=self._allow_external):
             return "restricted"
-        if not await self._reads(client, user, resolved.scope):
+        if not await self._reads(user, resolved.scope):
             return "restricted"
         words = await self._words_of(client, user, event.get("user_locale"))
         return passage_entity(resolved.passage, words, unfurl_url=None, details=True)
@@ -385,15 +368,14 @@ class Unfurls:
             return None
         return link
 
-    async def _reads(self, client: AsyncWebClient, user: str, scope: str) -> bool:
+    async def _reads(self, user: str, scope: str) -> bool:
         """Whether ``user`` may read documents of ``scope`` (a channel's: a member of it now)."""
         if scope == EVERYONE:
             return True
-        members = await self.services.audience.directory.channel_members(client, scope)
-        if members is None or user not in members:
-            log.info("no flexpane for %s: not known to be a member of %s", user, scope)
-            return False
-        return True
+        decision = await self.services.access.in_channel(Person(user), scope)
+        if not decision.allowed:
+            log.info("no flexpane for %s: %s", user, decision.reason)
+        return decision.allowed
 
     async def _words_of(self, client: AsyncWebClient, user: str, locale: object) -> Words:
         """The person's words: the locale Slack sent with the event, else their profile's."""

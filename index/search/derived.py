@@ -20,7 +20,7 @@ import numpy as np
 
 from index.errors import IndexOutOfSync, KBError
 from index.files import private_dir
-from index.models import EVERYONE
+from index.models import EVERYONE, OnlyScopes
 from index.search.bm25 import BM25Index
 from index.search.vectors import VectorIndex
 from index.storage import Store
@@ -30,15 +30,6 @@ log = logging.getLogger(__name__)
 # A refresh changing more than this share of the chunks rebuilds from scratch:
 # merging then costs about as much as building, and a rebuild is simpler.
 MAX_UPDATE_SHARE = 0.5
-
-
-class OnlyScopes(frozenset[str]):
-    """Scopes that do **not** bring the documents for everyone with them.
-
-    A plain set of scopes always sees the everyone-scoped documents too. This
-    one is for a place where even those must stay out: a channel shared with
-    other organisations sees only what was added to that channel.
-    """
 
 
 @dataclass(frozen=True)

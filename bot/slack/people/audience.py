@@ -18,6 +18,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import admitted
 from bot.slack.config import SlackConfig
 from bot.slack.people.directory import Directory
 
@@ -61,7 +62,7 @@ class Audience:
             team = await self._team_of(client, str(event["user"]))
         return Place(
             # A team nobody could tell counts as another organisation: unknown grants nothing.
-            external_asker=not (home and team and team == home),
+            external_asker=not admitted(team, home, allow_external=False),
             shared_channel=bool(body.get("is_ext_shared_channel")),
         )
 
@@ -74,7 +75,7 @@ class Audience:
         view = body.get("view") or {}
         home = view.get("app_installed_team_id") or _home_team(body)
         user_team = (body.get("user") or {}).get("team_id")
-        return self.allow_external or bool(home and user_team and user_team == home)
+        return admitted(user_team, home, allow_external=self.allow_external)
 
     def serves_clicker(self, body: dict[str, Any], context: Any) -> bool:
         """Whether the person who clicked a button in a message is served.
@@ -86,15 +87,11 @@ class Audience:
         result = getattr(context, "authorize_result", None)
         home = getattr(result, "team_id", None) or _home_team(body)
         user_team = (body.get("user") or {}).get("team_id")
-        return self.allow_external or bool(home and user_team and user_team == home)
+        return admitted(user_team, home, allow_external=self.allow_external)
 
     def serves(self, place: Place) -> bool:
         """Whether a question asked at ``place`` gets an answer from the knowledge base."""
         return self.allow_external or not place.external_asker
-
-    def channel_only(self, place: Place) -> bool:
-        """Whether only the channel's own documents may be used for an answer posted there."""
-        return not self.allow_external and place.shared_channel
 
     async def _team_of(self, client: AsyncWebClient, user_id: str) -> str | None:
         user = await self.directory.user(client, user_id) or {}

@@ -1,12 +1,12 @@
-"""What Slack says about people, groups and channels, asked once and remembered briefly.
+"""What Slack says about people and groups, asked once and remembered briefly.
 
 ``users.info`` (is this person an admin, which organisation are they from,
-which locale they use Slack in),
-``usergroups.users.list`` (who is in a publishers group) and
-``conversations.members`` (may this person see a channel's documents) are asked
+which locale they use Slack in) and
+``usergroups.users.list`` (who is in a publishers group) are asked
 by several parts of the bot; a burst of questions or uploads costs one call.
 A failed call is remembered by nobody and answered as "unknown", so callers
-decide what unknown means (it never grants a right).
+decide what unknown means (it never grants a right). Who is in a channel is
+the access rule's to ask (``bot.access``: one cache for every surface).
 """
 
 from __future__ import annotations
@@ -22,28 +22,24 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Directory", "channel_member_ids"]
+__all__ = ["Directory"]
 
 T = TypeVar("T")
 
 USER_CACHE_SECONDS = 300.0
 GROUP_CACHE_SECONDS = 60.0
-# Short: someone removed from a channel soon stops getting its documents.
-CHANNEL_CACHE_SECONDS = 60.0
 # Answers remembered of each kind; a workspace has more people, the oldest are asked again.
 MAX_REMEMBERED = 10_000
 
 
 class Directory:
-    """A short-lived cache in front of ``users.info``, ``usergroups.users.list`` and
-    ``conversations.members``.
+    """A short-lived cache in front of ``users.info`` and ``usergroups.users.list``.
 
     Args:
         user_ttl_seconds: how long a person's ``users.info`` answer is remembered.
         group_ttl_seconds: how long a user group's members are remembered.
-        channel_ttl_seconds: how long a channel's members are remembered.
-        capacity: the most answers remembered of each kind (people, groups,
-            channels); past it the oldest are forgotten, so a long-running
+        capacity: the most answers remembered of each kind (people, groups);
+            past it the oldest are forgotten, so a long-running
             process in a large workspace holds a bounded amount.
     """
 
@@ -52,16 +48,13 @@ class Directory:
         *,
         user_ttl_seconds: float = USER_CACHE_SECONDS,
         group_ttl_seconds: float = GROUP_CACHE_SECONDS,
-        channel_ttl_seconds: float = CHANNEL_CACHE_SECONDS,
         capacity: int = MAX_REMEMBERED,
     ) -> None:
         self.capacity = capacity
         self.user_ttl_seconds = user_ttl_seconds
         self.group_ttl_seconds = group_ttl_seconds
-        self.channel_ttl_seconds = channel_ttl_seconds
         self._users: dict[str, tuple[dict[str, Any], float]] = {}
         self._groups: dict[str, tuple[frozenset[str], float]] = {}
-        self._channels: dict[str, tuple[frozenset[str], float]] = {}
 
     async def user(self, client: AsyncWebClient, user_id: str) -> dict[str, Any] | None:
         """The ``users.info`` user object, or ``None`` when Slack could not say."""
@@ -81,40 +74,6 @@ class Directory:
             return frozenset(str(u) for u in resp.get("users") or [])
 
         return await _remembered(self._groups, group, self.group_ttl_seconds, ask, self.capacity)
-
-    async def channel_members(self, client: AsyncWebClient, channel: str) -> frozenset[str] | None:
-        """The user ids in ``channel``, or ``None`` when Slack could not say.
-
-        A channel the bot cannot see (a private one it is not in) has no known members.
-        """
-
-        async def ask() -> frozenset[str]:
-            try:
-                return await channel_member_ids(client, channel)
-            except SlackApiError as exc:
-                if exc.response.get("error") == "channel_not_found":
-                    return frozenset()
-                raise
-
-        return await _remembered(
-            self._channels, channel, self.channel_ttl_seconds, ask, self.capacity
-        )
-
-
-async def channel_member_ids(client: AsyncWebClient, channel: str) -> frozenset[str]:
-    """Every member of ``channel``, from ``conversations.members`` page by page.
-
-    Raises:
-        SlackApiError: Slack refused (``channel_not_found`` when the bot cannot see it).
-    """
-    members: set[str] = set()
-    cursor: str | None = None
-    while True:
-        page = await client.conversations_members(channel=channel, cursor=cursor, limit=1000)
-        members.update(str(m) for m in page.get("members") or [])
-        cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
-        if cursor is None:
-            return frozenset(members)
 
 
 async def _remembered(

@@ -24,9 +24,10 @@ key fetch and cache and no assurance. The identity comes from
 the id_token adds its audience and nonce, which tie the answer to this app and to
 the browser that started the sign-in. The access token is used once and dropped.
 
-Who reads what (:class:`SlackReaders`): anyone signed in to this workspace reads
-the documents for everyone; a channel's documents need membership of that
-channel (``conversations.members`` with the bot token, remembered for a minute).
+Who reads what (:class:`SlackReaders`) is the access rule's (``bot.access``):
+anyone signed in to this workspace reads the documents for everyone; a
+channel's documents need membership of that channel (``conversations.members``
+with the bot token, remembered for a minute in the cache every surface shares).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
@@ -51,25 +52,22 @@ from itsdangerous import BadData, URLSafeTimedSerializer
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import SLACK_UNREACHABLE, Access, AccessCheckUnavailable, Memberships, Person
 from bot.server import routes
 from bot.server.readers import (
     FORM_PURPOSE,
     READER_GATE,
     SESSION_PURPOSE,
     SIGN_OUT_PATH,
-    AccessCheckUnavailable,
     CookiePolicy,
     Reader,
     ReaderGate,
     Sessions,
     local_path,
 )
-from bot.slack.app import web_client
 from bot.slack.config import SignInConfig, SlackConfig
-from bot.slack.people.directory import channel_member_ids
 from core.links import LinkSigner
 from index.errors import KBError
-from index.models import EVERYONE
 from index.storage import UsedStates
 
 log = logging.getLogger(__name__)
@@ -86,9 +84,7 @@ __all__ = [
     "SCOPES",
     "START_PATH",
     "STATE_COOKIE",
-    "ChannelMembers",
     "SlackReaders",
-    "Workspace",
     "attach",
     "authorize_url",
 ]
@@ -100,7 +96,6 @@ LOGOUT_PATH = SIGN_OUT_PATH
 STATE_COOKIE = "kb_signin"
 STATE_PURPOSE = "kb-signin-state"
 STATE_TTL_SECONDS = 600
-MEMBERS_TTL_SECONDS = 60.0
 SCOPES = "openid profile"
 TEAM_CLAIM = "https://slack.com/team_id"
 USER_CLAIM = "https://slack.com/user_id"
@@ -130,7 +125,6 @@ STALE_SIGN_IN = (
 CANCELLED = "Sign-in was cancelled in Slack."
 NOT_CONFIRMED = "Slack did not confirm your sign-in. Open the citation link again."
 OTHER_WORKSPACE = "You signed in to another Slack workspace than this knowledge base's."
-SLACK_UNREACHABLE = "Slack cannot be reached to check who you are. Try again in a minute."
 
 
 def authorize_url(api_url: str) -> str:
@@ -154,105 +148,47 @@ def _error(exc: SlackApiError) -> str:
 # ---------------------------------------------------------------- who reads what
 
 
-class Workspace:
-    """The bot's own workspace, as ``auth.test`` reports it: asked once, then remembered."""
+class SlackReaders(ReaderGate):
+    """People signed in with Slack read what the access rule lets them (``bot.access``)."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
-        self._client = client
-        self._team_id = ""
+    def __init__(self, sessions: Sessions, access: Access, public_url: str) -> None:
+        if access.directory is None or access.members is None:
+            raise ValueError("Sign in with Slack needs SLACK_BOT_TOKEN to check who reads what.")
+        self.sessions = sessions
+        self.access = access
+        self._public_url = public_url.rstrip("/")
+
+    @property
+    def members(self) -> Memberships:
+        """Who is in each channel: the cache every surface shares."""
+        assert self.access.members is not None  # checked when built
+        return self.access.members
 
     async def team_id(self) -> str:
-        """The workspace's team id.
+        """The workspace the knowledge base serves (``auth.test``, asked once).
 
         Raises:
             AccessCheckUnavailable: Slack cannot be reached or refuses the bot token.
         """
-        if not self._team_id:
-            try:
-                response = await _ask(self._client.auth_test())
-            except SlackApiError as exc:
-                log.error("auth.test failed (%s): check SLACK_BOT_TOKEN", _error(exc))
-                raise AccessCheckUnavailable(SLACK_UNREACHABLE) from exc
-            self._team_id = str(response.get("team_id") or "")
-        return self._team_id
-
-
-class ChannelMembers:
-    """Who is in a channel, from ``conversations.members``, remembered for ``ttl`` seconds.
-
-    A minute is short enough that someone removed from a channel soon stops
-    reading its documents, and long enough that a page and its PDF cost one lookup.
-    """
-
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        *,
-        ttl: float = MEMBERS_TTL_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._client = client
-        self._ttl = ttl
-        self.clock = clock
-        self._cache: dict[str, tuple[float, frozenset[str]]] = {}
-
-    async def of(self, channel: str) -> frozenset[str]:
-        """The user ids of ``channel``'s members (none when the bot cannot see the channel).
-
-        Raises:
-            AccessCheckUnavailable: Slack cannot be reached or answered an unexpected error.
-        """
-        now = self.clock()
-        cached = self._cache.get(channel)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        members = await self._fetch(channel)
-        self._cache[channel] = (now + self._ttl, members)
-        return members
-
-    async def _fetch(self, channel: str) -> frozenset[str]:
-        try:
-            return await _ask(channel_member_ids(self._client, channel))
-        except SlackApiError as exc:
-            return self._unknown_channel(channel, exc)
-
-    @staticmethod
-    def _unknown_channel(channel: str, exc: SlackApiError) -> frozenset[str]:
-        if _error(exc) == "channel_not_found":
-            # A private channel the bot is not in, or a deleted one: nobody is known to be in it.
-            log.info("conversations.members: channel %s not found by the bot", channel)
-            return frozenset()
-        log.warning(
-            "conversations.members failed for %s (%s): the bot needs channels:read and "
-            "groups:read to check who may read a channel's documents",
-            channel,
-            _error(exc),
-        )
-        raise AccessCheckUnavailable(SLACK_UNREACHABLE) from exc
-
-
-class SlackReaders(ReaderGate):
-    """People signed in with Slack read the documents for everyone and those of their channels."""
-
-    def __init__(
-        self, sessions: Sessions, workspace: Workspace, members: ChannelMembers, public_url: str
-    ) -> None:
-        self.sessions = sessions
-        self.workspace = workspace
-        self.members = members
-        self._public_url = public_url.rstrip("/")
+        assert self.access.directory is not None  # checked when built
+        return await self.access.directory.home_team()
 
     def login_url(self, next_path: str) -> str:
         """The sign-in page, absolute on the public URL (a path prefix keeps working)."""
         return f"{self._public_url}{LOGIN_PATH}?{urlencode({'next': next_path})}"
 
     async def may_read(self, reader: Reader, scope: str) -> bool:
-        """Members of this workspace read ``*``; a channel's scope needs its membership too."""
-        if reader.team_id != await self.workspace.team_id():
-            return False
-        if scope == EVERYONE:
-            return True
-        return reader.user_id in await self.members.of(scope)
+        """Members of this workspace read ``*``; a channel's scope needs its membership too.
+
+        Raises:
+            AccessCheckUnavailable: who is in the channel cannot be known now.
+        """
+        decision = await self.access.may_read(Person(reader.user_id, reader.team_id), scope)
+        if decision.unknown:
+            raise AccessCheckUnavailable(SLACK_UNREACHABLE)
+        if not decision.allowed:
+            log.info("%s may not read scope %s: %s", reader.user_id, scope, decision.reason)
+        return decision.allowed
 
 
 # ---------------------------------------------------------------- the sign-in flow
@@ -338,7 +274,7 @@ class SignIn:
             "nonce": pending.nonce,
             "redirect_uri": self._redirect_uri,
             # Skips Slack's workspace picker: only this workspace's people may read.
-            "team": await self._readers.workspace.team_id(),
+            "team": await self._readers.team_id(),
         }
         response = web.Response(
             status=302, headers={"Location": f"{self._authorize_url}?{urlencode(params)}"}
@@ -475,7 +411,7 @@ class SignIn:
         reader = Reader(user_id=_user(info), team_id=str(info.get(TEAM_CLAIM) or ""))
         if (_user(claims), str(claims.get(TEAM_CLAIM) or "")) != (reader.user_id, reader.team_id):
             raise _Refused(403, NOT_CONFIRMED, "the id_token and userInfo name different people")
-        if not reader.user_id or reader.team_id != await self._readers.workspace.team_id():
+        if not reader.user_id or reader.team_id != await self._readers.team_id():
             raise _Refused(403, OTHER_WORKSPACE, f"{reader.user_id} of team {reader.team_id!r}")
         return reader
 
@@ -522,27 +458,24 @@ def attach(
     config: SignInConfig,
     slack: SlackConfig,
     signer: LinkSigner,
-    client: AsyncWebClient | None = None,
+    access: Access,
 ) -> SlackReaders:
     """Require Slack sign-in for the viewer of ``app``: register the gate and ``/auth/`` routes.
 
     Args:
         app: the web application (``bot.server.routes`` already set up).
         config: the app's OAuth credentials, the public URL, the session's lifetime.
-        slack: the bot token (``auth.test``, ``conversations.members``) and the API URL.
+        slack: the Web API's address (Slack's authorize page is on its host).
         signer: the link signer, whose secret keys the session and sign-in cookies.
-        client: a Web API client with the bot token; one is built from ``slack`` otherwise.
+        access: who reads what (over Slack, with the bot token).
     """
-    bot_client = client or web_client(slack, logger=_api_log)
     sessions = Sessions(
         signer.derived(SESSION_PURPOSE),
         forms=signer.derived(FORM_PURPOSE),
         ttl_seconds=config.session_seconds,
         cookies=CookiePolicy.for_public_url(config.public_url),
     )
-    readers = SlackReaders(
-        sessions, Workspace(bot_client), ChannelMembers(bot_client), config.public_url
-    )
+    readers = SlackReaders(sessions, access, config.public_url)
     flow = SignIn(
         config,
         api_url=slack.api_url,

@@ -1,0 +1,65 @@
+"""Who may read what: one room every surface asks, whatever the surface.
+
+``rule`` is the rule (:class:`Access`: who is served, ``may_read``, the
+scopes a search is filtered by; :class:`Person`, who reads), ``members`` the
+one cache of who is in each channel, ``directory`` the contract a directory of
+people and places fulfils, ``slack`` Slack as that directory (and the Web API
+client), ``config`` what the room needs. Slack answers and related passages,
+the Home tab, Work Objects, the viewer, MCP tools, feedback clicks and
+``kb ask --as`` all ask it; ``kb access explain`` says what it decided and why.
+It imports no surface: neither ``bot.slack``, ``bot.server``, ``bot.mcp`` nor
+the command line.
+"""
+
+from __future__ import annotations
+
+from bot.access.config import AccessConfig
+from bot.access.directory import AccessCheckUnavailable, Directory, Profile
+from bot.access.members import MEMBERS_TTL_SECONDS, Memberships
+from bot.access.rule import (
+    Access,
+    Decision,
+    NotServed,
+    Person,
+    Readable,
+    Rule,
+    Where,
+    admitted,
+    only_its_own,
+    shown_at,
+    visible,
+)
+from bot.access.slack import (
+    SLACK_UNREACHABLE,
+    SlackDirectory,
+    channel_member_ids,
+    retry_handlers,
+    slack_access,
+    web_client,
+)
+
+__all__ = [
+    "MEMBERS_TTL_SECONDS",
+    "SLACK_UNREACHABLE",
+    "Access",
+    "AccessCheckUnavailable",
+    "AccessConfig",
+    "Decision",
+    "Directory",
+    "Memberships",
+    "NotServed",
+    "Person",
+    "Profile",
+    "Readable",
+    "Rule",
+    "SlackDirectory",
+    "Where",
+    "admitted",
+    "channel_member_ids",
+    "only_its_own",
+    "retry_handlers",
+    "shown_at",
+    "slack_access",
+    "visible",
+    "web_client",
+]

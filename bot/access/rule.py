@@ -1,0 +1,390 @@
+"""Who may read what: one rule, asked by every surface.
+
+A person (:class:`Person`) reads a document when
+
+1. they are served at all: of the organisation the knowledge base serves (the
+   directory's home workspace), or anyone when ``KB_ALLOW_EXTERNAL`` is on; a
+   person whose workspace nobody can tell, or whom the directory says is
+   deactivated, is not;
+2. every restriction the document carries admits them: a document for everyone
+   (scope ``*``) admits everyone served; a channel's document admits the
+   channel's members now (:class:`bot.access.members.Memberships`). A
+   source's permissions (users, groups, domain, public in the organisation)
+   are one more restriction of the same kind: a document may carry a channel
+   scope, a source's permissions, or both, and each must admit the person;
+3. when the words are shown where others read them too (:class:`Where`: an
+   answer or a Work Object in a channel), that place may read the document:
+   a channel reads its own documents and those for everyone, and a
+   conversation shared with another organisation (Slack Connect) only its own,
+   unless ``KB_ALLOW_EXTERNAL`` is on.
+
+Unknown is hidden: a membership the directory cannot give now, a workspace
+nobody can tell, a document whose permissions are not known, admit nobody.
+
+A search is filtered before the gate by the scopes :meth:`Access.search_scopes`
+returns (a refusal never reveals what a hidden document holds): the place's
+own channel, and those of the channels offered (the channel a DM's asker is
+viewing; every channel of the knowledge base for a tool call or ``kb ask --as``)
+that the person is a member of now.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from bot.access.directory import AccessCheckUnavailable, Directory
+from bot.access.members import Memberships
+from index.errors import KBError
+from index.models import EVERYONE, OnlyScopes
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Access",
+    "NotServed",
+    "Decision",
+    "Person",
+    "Readable",
+    "Rule",
+    "Where",
+    "admitted",
+    "only_its_own",
+    "shown_at",
+    "visible",
+]
+
+NO_DIRECTORY = (
+    "Nobody can say who is in a channel without SLACK_BOT_TOKEN: an admin sets it, "
+    "and until then only the documents for everyone are read."
+)
+
+
+class NotServed(KBError):
+    """The person is not served by this knowledge base (another organisation, or deactivated)."""
+
+
+@dataclass(frozen=True)
+class Person:
+    """Who reads.
+
+    Today a Slack user; a source's identities (matched by verified email) join
+    them here when documents carry a source's permissions.
+
+    Attributes:
+        user_id: their Slack user id.
+        team_id: the workspace Slack said they act from; ``None``: not said,
+            the directory is asked.
+    """
+
+    user_id: str
+    team_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where the words are shown, and so who else reads them.
+
+    Where the person reads alone (a DM, the viewer, a tool call, the command
+    line) there is no ``Where``: ``None``.
+
+    Attributes:
+        channel: the channel whose people all read them (an answer, an unfurl
+            posted there); ``None``: a conversation not known yet (a message
+            being written).
+        shared: people of other organisations are there too (Slack Connect).
+    """
+
+    channel: str | None = None
+    shared: bool = False
+
+
+class Readable(Protocol):
+    """A document as the rule sees it: the restrictions it carries."""
+
+    @property
+    def scope(self) -> str:
+        """``*`` (everyone) or the channel it belongs to."""
+
+
+class Rule(StrEnum):
+    """Which part of the rule decided."""
+
+    EVERYONE = "everyone"
+    CHANNEL = "channel"
+    PLACE = "place"
+    ORGANISATION = "organisation"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a person may read something, and why.
+
+    Attributes:
+        allowed: they may.
+        rule: the part of the rule that decided.
+        reason: the why, as a sentence (for the log and ``kb access explain``).
+        channel: the channel the decision is about, if any.
+        member: the person is in it as the directory says now; ``None``: not asked or unknown.
+        unknown: the directory could not say, so it is hidden.
+    """
+
+    allowed: bool
+    rule: Rule
+    reason: str
+    channel: str | None = None
+    member: bool | None = None
+    unknown: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON."""
+        return {**asdict(self), "rule": str(self.rule)}
+
+
+def admitted(team: str | None, home: str | None, *, allow_external: bool) -> bool:
+    """The organisation part of the rule: ``team`` is the served one, or everyone is served.
+
+    A team nobody could tell counts as another organisation: unknown grants nothing.
+    """
+    return allow_external or bool(home and team and team == home)
+
+
+def visible(scopes: frozenset[str] | None, scope: str) -> bool:
+    """Whether a search filtered by ``scopes`` sees documents of ``scope``.
+
+    Documents for everyone come with any scopes, unless they are :class:`OnlyScopes`;
+    ``None`` sees everything.
+    """
+    if scopes is None:
+        return True
+    if isinstance(scopes, OnlyScopes):
+        return scope in scopes
+    return scope == EVERYONE or scope in scopes
+
+
+def only_its_own(where: Where | None, *, allow_external: bool) -> bool:
+    """Whether only the place's own documents may be shown at ``where`` (Slack Connect)."""
+    return where is not None and where.shared and not allow_external
+
+
+def shown_at(where: Where | None, *, allow_external: bool) -> frozenset[str]:
+    """The scopes everyone at ``where`` may read, before anyone's own channels.
+
+    A channel's own documents (everyone reading there is in it: Slack lets only
+    its members post there), with those for everyone; in a place shared with
+    another organisation only its own (an :class:`OnlyScopes`).
+    """
+    own = frozenset({where.channel}) if where is not None and where.channel else frozenset()
+    return OnlyScopes(own) if only_its_own(where, allow_external=allow_external) else own
+
+
+class Access:
+    """The rule, over a directory of people and places (none: nobody can say who is where).
+
+    Args:
+        directory: who is who and in which channel; ``None`` without one (no bot token).
+        allow_external: serve people of other organisations too (``KB_ALLOW_EXTERNAL``).
+        members: the channel members cache; one over ``directory`` by default.
+    """
+
+    def __init__(
+        self,
+        directory: Directory | None,
+        *,
+        allow_external: bool,
+        members: Memberships | None = None,
+    ) -> None:
+        self.directory = directory
+        self.allow_external = allow_external
+        self.members = members or (Memberships(directory) if directory is not None else None)
+
+    # ------------------------------------------------------------ people
+
+    async def served(self, person: Person) -> Decision:
+        """Whether ``person`` is served at all (the organisation part of the rule).
+
+        Without a directory a person named by an admin (a token, the command
+        line: no workspace said) is taken as of this workspace; one who says
+        their workspace cannot be checked and is not served.
+
+        Raises:
+            AccessCheckUnavailable: the directory cannot say which workspace it serves.
+        """
+        if self.directory is None:
+            if person.team_id is None:
+                return Decision(True, Rule.ORGANISATION, _UNCHECKED.format(user=person.user_id))
+            return Decision(False, Rule.ORGANISATION, _NO_WORKSPACE, unknown=True)
+        team, profile = person.team_id, None
+        if team is None:
+            profile = await self.directory.profile(person.user_id)
+            if profile is not None and profile.deleted:
+                return Decision(False, Rule.ORGANISATION, _DEACTIVATED.format(user=person.user_id))
+            team = profile.team_id if profile is not None else None
+        if self.allow_external:
+            return Decision(True, Rule.ORGANISATION, _EXTERNAL_ALLOWED)
+        if team is None:
+            return Decision(
+                False, Rule.ORGANISATION, _NO_TEAM.format(user=person.user_id), unknown=True
+            )
+        home = await self.directory.home_team()
+        if admitted(team, home, allow_external=False):
+            return Decision(True, Rule.ORGANISATION, _OURS.format(user=person.user_id, team=home))
+        return Decision(
+            False, Rule.ORGANISATION, _OTHER.format(user=person.user_id, team=team or "unknown")
+        )
+
+    async def in_channel(self, person: Person, channel: str) -> Decision:
+        """Whether ``person`` is in ``channel`` now, as the directory says (unknown: not)."""
+        if self.members is None:
+            return Decision(False, Rule.CHANNEL, NO_DIRECTORY, channel=channel, unknown=True)
+        try:
+            members = await self.members.of(channel)
+        except AccessCheckUnavailable as exc:
+            log.warning("who is in %s cannot be known now: %s", channel, exc)
+            reason = _UNKNOWN_MEMBERS.format(channel=channel, why=exc)
+            return Decision(False, Rule.CHANNEL, reason, channel=channel, unknown=True)
+        member = person.user_id in members
+        reason = (_MEMBER if member else _NOT_MEMBER).format(user=person.user_id, channel=channel)
+        return Decision(member, Rule.CHANNEL, reason, channel=channel, member=member)
+
+    # ------------------------------------------------------------ documents
+
+    def shown_at(self, where: Where | None) -> frozenset[str]:
+        """The scopes everyone at ``where`` may read (see :func:`shown_at`)."""
+        return shown_at(where, allow_external=self.allow_external)
+
+    def only_its_own(self, where: Where | None) -> bool:
+        """Whether only the place's own documents may be shown there (Slack Connect)."""
+        return only_its_own(where, allow_external=self.allow_external)
+
+    async def may_read(
+        self, person: Person, document: Readable | str, where: Where | None = None
+    ) -> Decision:
+        """Whether ``person`` may read ``document`` (or documents of that scope) at ``where``.
+
+        ``where``: the place the words are shown to others too; ``None``: to ``person`` alone.
+
+        Raises:
+            AccessCheckUnavailable: the directory cannot say which workspace it serves.
+        """
+        return (await self.explain(person, document, where))[-1]
+
+    async def explain(
+        self, person: Person, document: Readable | str, where: Where | None = None
+    ) -> list[Decision]:
+        """The checks :meth:`may_read` makes, in order: the first refusal, or the last, decides.
+
+        Raises:
+            AccessCheckUnavailable: the directory cannot say which workspace it serves.
+        """
+        scope = document if isinstance(document, str) else document.scope
+        checks = [await self.served(person)]
+        if checks[-1].allowed and where is not None:
+            checks.append(self._at(scope, where))
+        if checks[-1].allowed:
+            if scope == EVERYONE:
+                checks.append(Decision(True, Rule.EVERYONE, _FOR_EVERYONE))
+            else:
+                checks.append(await self.in_channel(person, scope))
+        return checks
+
+    async def readable_channels(
+        self, person: Person, channels: Iterable[str], *, strict: bool = False
+    ) -> frozenset[str]:
+        """Those of ``channels`` whose documents ``person`` may read: the ones they are in now.
+
+        The caller has checked that ``person`` is served. A channel whose
+        members cannot be known is left out, or with ``strict`` raises (the
+        caller tells the person to try again).
+
+        Raises:
+            AccessCheckUnavailable: ``strict``, and a channel's members cannot be known.
+        """
+        readable = set()
+        for channel in dict.fromkeys(channels):
+            if self.members is None:
+                break  # nobody can say who is in a channel: none is readable
+            try:
+                members = await self.members.of(channel)
+            except AccessCheckUnavailable as exc:
+                if strict:
+                    raise
+                log.warning(
+                    "who is in %s cannot be known now, so it adds nothing: %s", channel, exc
+                )
+                continue
+            if person.user_id in members:
+                readable.add(channel)
+        return frozenset(readable)
+
+    async def search_scopes(
+        self,
+        person: Person,
+        where: Where | None = None,
+        offered: Iterable[str] = (),
+        *,
+        strict: bool = False,
+    ) -> frozenset[str]:
+        """The scopes a search for ``person``, shown at ``where``, is filtered by.
+
+        :meth:`shown_at` ``where``, plus those of the ``offered`` channels
+        ``person`` is a member of now; an :class:`OnlyScopes` in a place
+        shared with another organisation. The caller has checked that
+        ``person`` is served.
+
+        Raises:
+            AccessCheckUnavailable: ``strict``, and a channel's members cannot be known.
+        """
+        shown = self.shown_at(where)
+        rest = [c for c in offered if c != EVERYONE and c not in shown]
+        channels = shown | await self.readable_channels(person, rest, strict=strict)
+        return OnlyScopes(channels) if self.only_its_own(where) else frozenset(channels)
+
+    def _at(self, scope: str, where: Where) -> Decision:
+        """Whether everyone at ``where`` may read documents of ``scope``."""
+        place = where.channel or "a conversation not posted yet"
+        if visible(self.shown_at(where), scope):
+            return Decision(True, Rule.PLACE, _SHOWN.format(place=place), channel=where.channel)
+        if self.only_its_own(where):
+            return Decision(False, Rule.PLACE, _SHARED.format(place=place), channel=where.channel)
+        reason = _NOT_THERE.format(channel=scope, place=place)
+        return Decision(False, Rule.PLACE, reason, channel=where.channel)
+
+
+_UNCHECKED = (
+    "{user} was named by an admin (a token or the command line) and nobody can check "
+    "their workspace without SLACK_BOT_TOKEN: they are served the documents for everyone."
+)
+_NO_WORKSPACE = (
+    "Nobody can say which workspace a Slack person belongs to without SLACK_BOT_TOKEN, "
+    "so a person who says theirs is not served."
+)
+_NO_TEAM = (
+    "Slack could not say which workspace {user} belongs to, so they are not served "
+    "(unknown is hidden)."
+)
+_DEACTIVATED = "Slack says {user} is deactivated: they are served no more."
+_EXTERNAL_ALLOWED = "KB_ALLOW_EXTERNAL is on: people of every organisation are served."
+_OURS = "{user} belongs to workspace {team}, the one the knowledge base serves."
+_OTHER = (
+    "{user} belongs to another organisation (team {team}); KB_ALLOW_EXTERNAL is off, "
+    "so they are not served."
+)
+_FOR_EVERYONE = "It is a document for everyone, and everyone served reads those."
+_MEMBER = "It belongs to channel {channel}, and Slack lists {user} among its members now."
+_NOT_MEMBER = (
+    "It belongs to channel {channel}, and Slack does not list {user} among its members now."
+)
+_UNKNOWN_MEMBERS = (
+    "It belongs to channel {channel}, and who is in it cannot be known now ({why}): "
+    "unknown is hidden."
+)
+_NOT_THERE = "It belongs to channel {channel}, and it is not shown in {place}."
+_SHOWN = "{place} shows the documents for everyone and its own."
+_SHARED = (
+    "{place} is shared with another organisation: only its own documents are shown there "
+    "(KB_ALLOW_EXTERNAL is off)."
+)

@@ -1,0 +1,185 @@
+"""Slack as the directory of people and places, asked with the bot token through the Web API.
+
+``auth.test`` (the workspace served, asked once), ``users.info`` (a person's
+workspace and whether they are deactivated, remembered five minutes) and
+``conversations.members`` (page by page; remembered by
+:class:`bot.access.members.Memberships`, not here). A channel the bot cannot
+see (a private one it is not in, a deleted one) has no known members. Slack out
+of reach, or an error it should not give, is :class:`AccessCheckUnavailable`.
+
+The Web API client every part of the bot uses is built here too
+(:func:`web_client`), with what it retries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import aiohttp
+from cachetools import TTLCache
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.access.config import AccessConfig
+from bot.access.directory import AccessCheckUnavailable, Profile
+from bot.access.rule import Access
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+# The SDK logs each call's arguments and whole responses at DEBUG: the directory's
+# client logs at INFO at most, whatever the root says.
+_api_log = logging.getLogger(f"{__name__}.api")
+_api_log.setLevel(logging.INFO)
+
+__all__ = [
+    "SLACK_UNREACHABLE",
+    "SlackDirectory",
+    "channel_member_ids",
+    "retry_handlers",
+    "slack_access",
+    "web_client",
+]
+
+# Retries per kind of failure. Each backs off (0.5 s, 1 s) or waits Slack's Retry-After.
+SLACK_RETRIES = 2
+PROFILE_TTL_SECONDS = 300.0
+MAX_PROFILES = 10_000
+SLACK_UNREACHABLE = "Slack cannot be reached to check who you are. Try again in a minute."
+
+
+def web_client(token: str, api_url: str, **kwargs: Any) -> AsyncWebClient:
+    """A Web API client for ``token`` at ``api_url``, retrying what is worth retrying."""
+    return AsyncWebClient(token=token, base_url=api_url, retry_handlers=retry_handlers(), **kwargs)
+
+
+def retry_handlers() -> list[AsyncRetryHandler]:
+    """What a Web API call is retried on: what Slack marks as transient.
+
+    A dropped or refused connection, HTTP 429 (after its ``Retry-After``), and
+    HTTP 500 or 503, Slack's own failures. Answers with ``"ok": false`` and HTTP
+    200 (``message_not_found``, ``channel_not_found``...) are never retried: the
+    same call would fail the same way. A retried 500 may post a message twice
+    if Slack had posted it before failing; a question never answered is worse.
+    """
+    # The async client retries only connection errors unless told otherwise.
+    return [
+        AsyncConnectionErrorRetryHandler(max_retry_count=SLACK_RETRIES),
+        AsyncRateLimitErrorRetryHandler(max_retry_count=SLACK_RETRIES),
+        AsyncServerErrorRetryHandler(max_retry_count=SLACK_RETRIES),
+    ]
+
+
+async def channel_member_ids(client: AsyncWebClient, channel: str) -> frozenset[str]:
+    """Every member of ``channel``, from ``conversations.members`` page by page.
+
+    Raises:
+        SlackApiError: Slack refused (``channel_not_found`` when the bot cannot see it).
+    """
+    members: set[str] = set()
+    cursor: str | None = None
+    while True:
+        page = await client.conversations_members(channel=channel, cursor=cursor, limit=1000)
+        members.update(str(m) for m in page.get("members") or [])
+        cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+        if cursor is None:
+            return frozenset(members)
+
+
+async def _ask(call: Awaitable[T]) -> T:
+    """Await a Web API call; Slack out of reach becomes :class:`AccessCheckUnavailable`."""
+    try:
+        return await call
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise AccessCheckUnavailable(SLACK_UNREACHABLE) from exc
+
+
+def _error(exc: SlackApiError) -> str:
+    return str(exc.response.get("error", "unknown_error"))
+
+
+class SlackDirectory:
+    """The :class:`bot.access.directory.Directory` of one Slack workspace.
+
+    Args:
+        client: a Web API client with the bot token.
+    """
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+        self._team_id = ""
+        self._profiles: TTLCache[str, Profile] = TTLCache(
+            maxsize=MAX_PROFILES, ttl=PROFILE_TTL_SECONDS
+        )
+
+    async def home_team(self) -> str:
+        """The workspace's team id, from ``auth.test``: asked once, then remembered.
+
+        Raises:
+            AccessCheckUnavailable: Slack cannot be reached or refuses the bot token.
+        """
+        if not self._team_id:
+            try:
+                response = await _ask(self.client.auth_test())
+            except SlackApiError as exc:
+                log.error("auth.test failed (%s): check SLACK_BOT_TOKEN", _error(exc))
+                raise AccessCheckUnavailable(SLACK_UNREACHABLE) from exc
+            self._team_id = str(response.get("team_id") or "")
+        return self._team_id
+
+    async def profile(self, user_id: str) -> Profile | None:
+        """``users.info``'s workspace and deactivation of ``user_id``; ``None`` if Slack cannot say."""
+        cached = self._profiles.get(user_id)
+        if cached is not None:
+            return cached
+        try:
+            response = await _ask(self.client.users_info(user=user_id))
+        except (SlackApiError, AccessCheckUnavailable) as exc:
+            log.warning("Slack could not tell about %s: %s", user_id, type(exc).__name__)
+            return None
+        user = dict(response.get("user") or {})
+        team = user.get("team_id") or (user.get("profile") or {}).get("team")
+        profile = Profile(team_id=str(team) if team else None, deleted=bool(user.get("deleted")))
+        self._profiles[user_id] = profile
+        return profile
+
+    async def channel_members(self, channel: str) -> frozenset[str]:
+        """The user ids of ``channel``'s members (none when the bot cannot see the channel).
+
+        Raises:
+            AccessCheckUnavailable: Slack cannot be reached or answered an unexpected error.
+        """
+        try:
+            return await _ask(channel_member_ids(self.client, channel))
+        except SlackApiError as exc:
+            if _error(exc) == "channel_not_found":
+                # A private channel the bot is not in, or a deleted one: nobody is known to be in it.
+                log.info("conversations.members: channel %s not found by the bot", channel)
+                return frozenset()
+            log.warning(
+                "conversations.members failed for %s (%s): the bot needs channels:read and "
+                "groups:read to check who may read a channel's documents",
+                channel,
+                _error(exc),
+            )
+            raise AccessCheckUnavailable(SLACK_UNREACHABLE) from exc
+
+
+def slack_access(config: AccessConfig, client: AsyncWebClient | None = None) -> Access:
+    """The rule over ``config``'s Slack workspace; without a bot token, over no directory.
+
+    Args:
+        config: the bot token, the Web API's address, whether other organisations are served.
+        client: a Web API client with the bot token; one is built from ``config`` otherwise.
+    """
+    if not config.bot_token:
+        return Access(None, allow_external=config.allow_external)
+    bot = client or web_client(config.bot_token, config.api_url, logger=_api_log)
+    return Access(SlackDirectory(bot), allow_external=config.allow_external)
