@@ -91,16 +91,25 @@ def cli_md() -> str:
         lines.append(f"| [`kb {name}`](#{anchor('kb ' + name)}) | {summary} |")
     lines += ["", "## `kb`", "", "```text", main.get_help(root), "```"]
     for name in names:
-        command = main.commands[name]
-        ctx = click.Context(
-            command,
-            info_name=name,
-            parent=root,
-            terminal_width=HELP_WIDTH,
-            max_content_width=HELP_WIDTH,
-        )
-        lines += ["", f"## `kb {name}`", "", "```text", command.get_help(ctx), "```"]
+        lines += _help(main.commands[name], name, root, "##")
     return _symbolic("\n".join(lines) + "\n")
+
+
+def _help(command: click.Command, name: str, parent: click.Context, level: str) -> list[str]:
+    """The section of ``command`` as ``--help`` prints it; a group's commands below it."""
+    ctx = click.Context(
+        command,
+        info_name=name,
+        parent=parent,
+        terminal_width=HELP_WIDTH,
+        max_content_width=HELP_WIDTH,
+    )
+    title = ctx.command_path.removeprefix(parent.find_root().info_name or "").strip()
+    lines = ["", f"{level} `kb {title}`", "", "```text", command.get_help(ctx), "```"]
+    if isinstance(command, click.Group):
+        for sub in command.list_commands(ctx):
+            lines += _help(command.commands[sub], sub, ctx, level + "#")
+    return lines
 
 
 # The product's packages, in the order of the dependency direction (bot -> core -> index).

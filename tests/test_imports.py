@@ -124,3 +124,36 @@ async def test_kb_serve_does_not_load_pytorch(data_dir: Path, tmp_path: Path) ->
             proc.wait(timeout=30)
     assert "onnxruntime" in maps  # the encoder really is loaded ...
     assert "libtorch" not in maps and "/torch/" not in maps  # ... and PyTorch is not
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [
+        ["bot.mcp"],
+        ["bot.server.routes", "bot.server.readers", "bot.server.render"],
+        ["bot.access"],
+    ],
+)
+def test_mcp_the_web_server_and_the_access_rule_do_not_import_the_slack_surface(
+    modules: list[str], tmp_path: Path
+) -> None:
+    """MCP tools, the viewer and the rule they ask stand without the Slack surface (bolt,
+    its listeners, its Block Kit): checked in a fresh interpreter, by ``sys.modules``."""
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted(m for m in sys.modules\n"
+        "    if m == 'bot.slack' or m.startswith(('bot.slack.', 'slack_bolt')))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []

@@ -41,11 +41,23 @@ def _within(module: str, forbidden: set[str]) -> bool:
         # Surface-neutral parts of bot/: a second chat surface reuses them as they are.
         ("bot/conversation.py", {"bot.slack", "bot.server", "bot.cli", "slack_bolt", "slack_sdk"}),
         ("bot/server", {"bot.slack", "bot.cli", "slack_bolt", "slack_sdk", "evaluation"}),
+        # Who may read what: every surface asks it, it asks none of them.
+        (
+            "bot/access",
+            {"bot.slack", "bot.server", "bot.mcp", "bot.cli", "bot.conversation", "slack_bolt"},
+        ),
+        ("bot/mcp", {"bot.slack", "bot.cli", "slack_bolt", "evaluation"}),
     ],
 )
 def test_imports_flow_bot_core_index(package: str, forbidden: set[str]) -> None:
     bad = sorted((f, m) for f, m in _imports(package) if _within(m, forbidden))
     assert bad == []
+
+
+def test_in_the_access_rule_only_the_slack_directory_speaks_to_slack() -> None:
+    # The rule, its cache and its contracts are Slack's no more than a source's.
+    users = {f for f, m in _imports("bot/access") if _within(m, {"slack_sdk", "aiohttp"})}
+    assert users == {"bot/access/slack.py"}
 
 
 def test_in_index_only_the_embeddings_endpoint_imports_openai() -> None:

@@ -378,10 +378,7 @@ _MEMBER = "It belongs to channel {channel}, and Slack lists {user} among its mem
 _NOT_MEMBER = (
     "It belongs to channel {channel}, and Slack does not list {user} among its members now."
 )
-_UNKNOWN_MEMBERS = (
-    "It belongs to channel {channel}, and who is in it cannot be known now ({why}): "
-    "unknown is hidden."
-)
+_UNKNOWN_MEMBERS = "It belongs to channel {channel}. {why} Unknown is hidden."
 _NOT_THERE = "It belongs to channel {channel}, and it is not shown in {place}."
 _SHOWN = "{place} shows the documents for everyone and its own."
 _SHARED = (

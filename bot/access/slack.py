@@ -53,6 +53,7 @@ SLACK_RETRIES = 2
 PROFILE_TTL_SECONDS = 300.0
 MAX_PROFILES = 10_000
 SLACK_UNREACHABLE = "Slack cannot be reached to check who you are. Try again in a minute."
+MEMBERS_UNKNOWN = "Slack cannot say now who is in the channel ({why}). Try again in a minute."
 
 
 def web_client(token: str, api_url: str, **kwargs: Any) -> AsyncWebClient:
@@ -157,7 +158,9 @@ class SlackDirectory:
             AccessCheckUnavailable: Slack cannot be reached or answered an unexpected error.
         """
         try:
-            return await _ask(channel_member_ids(self.client, channel))
+            return await channel_member_ids(self.client, channel)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise AccessCheckUnavailable(MEMBERS_UNKNOWN.format(why="unreachable")) from exc
         except SlackApiError as exc:
             if _error(exc) == "channel_not_found":
                 # A private channel the bot is not in, or a deleted one: nobody is known to be in it.
@@ -169,7 +172,7 @@ class SlackDirectory:
                 channel,
                 _error(exc),
             )
-            raise AccessCheckUnavailable(SLACK_UNREACHABLE) from exc
+            raise AccessCheckUnavailable(MEMBERS_UNKNOWN.format(why=_error(exc))) from exc
 
 
 def slack_access(config: AccessConfig, client: AsyncWebClient | None = None) -> Access:
