@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin")
+pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin", "tests.home_tab")
 
 from bot.access import (  # noqa: E402
     Access,
@@ -34,6 +34,7 @@ from bot.access import (  # noqa: E402
 from bot.cli import main  # noqa: E402
 from index.models import EVERYONE, OnlyScopes  # noqa: E402
 from index.records import DocumentRow  # noqa: E402
+from tests.adversarial.test_forged_feedback import _click, _feedback_value, _posted  # noqa: E402
 from tests.conftest_bot import FALCON_Q, IN_DOMAIN, Bot, BotFactory  # noqa: E402
 from tests.home_tab import open_home  # noqa: E402
 from tests.servers import (  # noqa: E402
@@ -43,9 +44,7 @@ from tests.servers import (  # noqa: E402
     TEAM_ID,
     MockSlackAPI,
     app_mention_event,
-    block_actions_body,
     event_body,
-    feedback_action,
     message_im_event,
 )
 from tests.signin import SIGN_IN, link, sign_in  # noqa: E402
@@ -198,20 +197,11 @@ async def _feedback(bot: Bot) -> dict[str, bool]:
     """ASKER's answer in CHANNEL_ID: whose thumbs on it are written."""
     await bot.event(app_mention_event(IN_DOMAIN, channel=CHANNEL_ID, user=ASKER))
     answer = await bot.answer(len(PEOPLE) + 1)
-    (message,) = [m for (_, ts), m in bot.slack.messages.items() if ts == answer["ts"]]
-    (buttons,) = [b for b in answer["blocks"] if b["type"] == "context_actions"]
-    value = str(buttons["elements"][0]["positive_button"]["value"])
+    message, value = _posted(bot, answer), _feedback_value(answer, "positive")
     for person in PEOPLE:
-        body = block_actions_body(
-            [feedback_action("kb_feedback", value)],
-            user_id=person,
-            channel_id=CHANNEL_ID,
-            message=message,
-            thread_ts=message.get("thread_ts"),
-            response_url=bot.slack.response_url(person),
+        await _click(
+            bot, value, user=person, channel=CHANNEL_ID, message=message, response_id=person
         )
-        assert (await bot.post(body)).status == 200
-        await bot.idle()
     marked = {r["user"] for r in bot.kb.store.db.query('SELECT "user" FROM feedback')}
     return {person: person in marked for person in PEOPLE}
 

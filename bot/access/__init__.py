@@ -32,9 +32,11 @@ from bot.access.rule import (
 from bot.access.slack import (
     SLACK_UNREACHABLE,
     SlackDirectory,
+    ask_slack,
     channel_member_ids,
     retry_handlers,
     slack_access,
+    slack_error,
     web_client,
 )
 
@@ -55,11 +57,13 @@ __all__ = [
     "SlackDirectory",
     "Where",
     "admitted",
+    "ask_slack",
     "channel_member_ids",
     "only_its_own",
     "retry_handlers",
     "shown_at",
     "slack_access",
+    "slack_error",
     "visible",
     "web_client",
 ]

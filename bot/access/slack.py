@@ -42,9 +42,11 @@ _api_log.setLevel(logging.INFO)
 __all__ = [
     "SLACK_UNREACHABLE",
     "SlackDirectory",
+    "ask_slack",
     "channel_member_ids",
     "retry_handlers",
     "slack_access",
+    "slack_error",
     "web_client",
 ]
 
@@ -94,7 +96,7 @@ async def channel_member_ids(client: AsyncWebClient, channel: str) -> frozenset[
             return frozenset(members)
 
 
-async def _ask(call: Awaitable[T]) -> T:
+async def ask_slack(call: Awaitable[T]) -> T:
     """Await a Web API call; Slack out of reach becomes :class:`AccessCheckUnavailable`."""
     try:
         return await call
@@ -102,7 +104,8 @@ async def _ask(call: Awaitable[T]) -> T:
         raise AccessCheckUnavailable(SLACK_UNREACHABLE) from exc
 
 
-def _error(exc: SlackApiError) -> str:
+def slack_error(exc: SlackApiError) -> str:
+    """The error code Slack answered with (``channel_not_found``...)."""
     return str(exc.response.get("error", "unknown_error"))
 
 
@@ -128,9 +131,9 @@ class SlackDirectory:
         """
         if not self._team_id:
             try:
-                response = await _ask(self.client.auth_test())
+                response = await ask_slack(self.client.auth_test())
             except SlackApiError as exc:
-                log.error("auth.test failed (%s): check SLACK_BOT_TOKEN", _error(exc))
+                log.error("auth.test failed (%s): check SLACK_BOT_TOKEN", slack_error(exc))
                 raise AccessCheckUnavailable(SLACK_UNREACHABLE) from exc
             self._team_id = str(response.get("team_id") or "")
         return self._team_id
@@ -141,7 +144,7 @@ class SlackDirectory:
         if cached is not None:
             return cached
         try:
-            response = await _ask(self.client.users_info(user=user_id))
+            response = await ask_slack(self.client.users_info(user=user_id))
         except (SlackApiError, AccessCheckUnavailable) as exc:
             log.warning("Slack could not tell about %s: %s", user_id, type(exc).__name__)
             return None
@@ -162,7 +165,7 @@ class SlackDirectory:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise AccessCheckUnavailable(MEMBERS_UNKNOWN.format(why="unreachable")) from exc
         except SlackApiError as exc:
-            if _error(exc) == "channel_not_found":
+            if slack_error(exc) == "channel_not_found":
                 # A private channel the bot is not in, or a deleted one: nobody is known to be in it.
                 log.info("conversations.members: channel %s not found by the bot", channel)
                 return frozenset()
@@ -170,9 +173,9 @@ class SlackDirectory:
                 "conversations.members failed for %s (%s): the bot needs channels:read and "
                 "groups:read to check who may read a channel's documents",
                 channel,
-                _error(exc),
+                slack_error(exc),
             )
-            raise AccessCheckUnavailable(MEMBERS_UNKNOWN.format(why=_error(exc))) from exc
+            raise AccessCheckUnavailable(MEMBERS_UNKNOWN.format(why=slack_error(exc))) from exc
 
 
 def slack_access(config: AccessConfig, client: AsyncWebClient | None = None) -> Access:

@@ -41,18 +41,24 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-import aiohttp
 from aiohttp import web
 from itsdangerous import BadData, URLSafeTimedSerializer
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.access import SLACK_UNREACHABLE, Access, AccessCheckUnavailable, Memberships, Person
+from bot.access import (
+    SLACK_UNREACHABLE,
+    Access,
+    AccessCheckUnavailable,
+    Memberships,
+    Person,
+    ask_slack,
+    slack_error,
+)
 from bot.server import routes
 from bot.server.readers import (
     FORM_PURPOSE,
@@ -71,7 +77,6 @@ from index.errors import KBError
 from index.storage import UsedStates
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 # The SDK logs whole responses at DEBUG, and the token exchange's carries the
 # reader's access token: these clients log at INFO at most, whatever the root says.
 _api_log = logging.getLogger(f"{__name__}.api")
@@ -131,18 +136,6 @@ def authorize_url(api_url: str) -> str:
     """Slack's OpenID authorize page, on the host of the Web API (``SLACK_API_URL``)."""
     parts = urlsplit(api_url)
     return f"{parts.scheme}://{parts.netloc}/openid/connect/authorize"
-
-
-async def _ask(call: Awaitable[T]) -> T:
-    """Await Web API calls; Slack out of reach becomes :class:`AccessCheckUnavailable`."""
-    try:
-        return await call
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise AccessCheckUnavailable(SLACK_UNREACHABLE) from exc
-
-
-def _error(exc: SlackApiError) -> str:
-    return str(exc.response.get("error", "unknown_error"))
 
 
 # ---------------------------------------------------------------- who reads what
@@ -389,7 +382,7 @@ class SignIn:
         try:
             # The credentials as form fields, which Slack documents for this method:
             # the SDK's openid_connect_token sends them with aiohttp's deprecated BasicAuth.
-            tokens = await _ask(
+            tokens = await ask_slack(
                 self._client.api_call(
                     "openid.connect.token",
                     data={
@@ -402,11 +395,11 @@ class SignIn:
                 )
             )
             claims = _claims(str(tokens.get("id_token") or ""))
-            info = await _ask(
+            info = await ask_slack(
                 self._client.openid_connect_userInfo(token=str(tokens.get("access_token") or ""))
             )
         except SlackApiError as exc:
-            raise _Refused(403, NOT_CONFIRMED, f"Slack answered {_error(exc)}") from exc
+            raise _Refused(403, NOT_CONFIRMED, f"Slack answered {slack_error(exc)}") from exc
         self._check_claims(claims, nonce)
         reader = Reader(user_id=_user(info), team_id=str(info.get(TEAM_CLAIM) or ""))
         if (_user(claims), str(claims.get(TEAM_CLAIM) or "")) != (reader.user_id, reader.team_id):
