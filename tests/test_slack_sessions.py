@@ -25,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.blocks import FEEDBACK_ACTION_ID
+from bot.slack.reply import UNSUPPORTED_SECONDS, Streaming
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -45,7 +46,7 @@ from tests.servers import (  # noqa: E402
 )
 from tests.test_slack_agent import home_opened_event  # noqa: E402
 from tests.test_slack_stop import LONG_ANSWER, as_agent, wait_until  # noqa: E402
-from tests.test_slack_streaming import bot_messages_in, streamed_text  # noqa: E402
+from tests.test_slack_streaming import _error, bot_messages_in, streamed_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PLACES: dict[str, tuple[Callable[..., dict[str, Any]], str]] = {
@@ -327,6 +328,20 @@ async def test_suggested_prompts_slack_removed_leave_the_greeting_and_are_asked_
     assert greeting["text"] == messages.AGENT_GREETING
     assert rejected(bot, "assistant.threads.setSuggestedPrompts") == [REMOVED]
     assert messages.ERROR_GENERIC not in everything_posted(bot.slack)
+
+
+def test_a_session_refused_for_one_thread_is_tried_again_any_other_refusal_is_not() -> None:
+    now = [0.0]
+    sessions = Streaming(clock=lambda: now[0]).sessions
+    # About that conversation only (the bot left it, it was archived): the next one tries.
+    for error in ("channel_not_found", "not_in_channel", "is_archived", "invalid_thread_ts"):
+        sessions.refused(CHANNEL_ID, _error(error), for_good=True)
+        assert sessions.available(CHANNEL_ID)
+    # Any other refusal, even one Slack has not documented, means no sessions for an hour.
+    sessions.refused(CHANNEL_ID, _error("not_an_agent_app"), for_good=True)
+    assert not sessions.available(CHANNEL_ID) and sessions.available(DM_CHANNEL_ID)
+    now[0] = UNSUPPORTED_SECONDS
+    assert sessions.available(CHANNEL_ID)
 
 
 # Each assistant.threads method the bot may call, and the agents.sessions method that
