@@ -3,15 +3,18 @@
 Slack gives an app 3 seconds to acknowledge an event and retries otherwise, so
 the endpoint must answer fast even while it is busy answering earlier
 questions. This runs the real server (``bot.app.create_app``) on loopback with
-a small knowledge base, three times side by side: answers streamed natively
-(``KB_SLACK_STREAMING=auto``), posted then edited (``off``), and an agent
-app's answers in its Messages tab (``agent``: streamed, as agent sessions
-with their steps shown). They point their Web API client at a local mock Slack
-(the agent's its own, which takes agent sessions) and their model at one local
-OpenAI-compatible server that writes its answer a word every ``--word-ms``
-after ``--first-token-ms`` (a model's pace, not the instant reply of a stub).
-Rounds of ``--concurrency`` signed events (``app_mention``; direct messages
-for the agent) go to each server in turn, and for each mode the bench measures:
+a small knowledge base, four times side by side: answers streamed natively
+(``KB_SLACK_STREAMING=auto``), posted then edited (``off``), both by an app
+that is not an agent (Slack refuses its sessions: the thread's status shows the
+work), and an agent app's answers in its Messages tab (``agent``) and in a
+channel (``agent-channel``), streamed as agent sessions with their steps shown.
+They point their Web API client at a local mock Slack (the agent's its own,
+which takes agent sessions) and their model at one local OpenAI-compatible
+server that writes its answer a word every ``--word-ms`` after
+``--first-token-ms`` (a model's pace, not the instant reply of a stub). Rounds
+of ``--concurrency`` signed events (``app_mention``; direct messages for the
+agent's Messages tab) go to each server in turn, and for each mode the bench
+measures:
 
 * ack latency: from sending the request to receiving the HTTP response;
 * first sign of work: from sending the request to the first call that shows
@@ -76,8 +79,9 @@ from tests.servers import (  # noqa: E402
 )
 
 TARGET_P99_MS = 300.0
-# KB_SLACK_STREAMING: streamed natively, posted then edited; and an agent app's DMs.
-MODES = ("auto", "off", "agent")
+# KB_SLACK_STREAMING: streamed natively, posted then edited; and an agent app's DMs and
+# channel mentions.
+MODES = ("auto", "off", "agent", "agent-channel")
 _SIGNS = frozenset(
     {
         "assistant.threads.setStatus",
@@ -283,7 +287,7 @@ async def _round(
 def bench_settings(
     data_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer, streaming: str = "auto"
 ) -> Settings:
-    streaming = "auto" if streaming == "agent" else streaming
+    streaming = "auto" if streaming.startswith("agent") else streaming
     """The bot's settings against the local Slack and model servers."""
     return Settings.model_validate(
         {
@@ -335,6 +339,7 @@ async def run(
         ):
             agent_slack.agent_app = True
             slacks = {"auto": slack, "off": slack, "agent": agent_slack}
+            slacks["agent-channel"] = agent_slack
             llm.trickle(word_ms / 1000)
             llm.delay(first_token_ms / 1000)
             embedder: Embedder | None = None
@@ -399,7 +404,12 @@ async def run(
     }
 
 
-LABELS = {"auto": "streaming", "off": "post + edit", "agent": "agent session + steps"}
+LABELS = {
+    "auto": "streaming",
+    "off": "post + edit",
+    "agent": "agent session + steps",
+    "agent-channel": "agent session + steps, channel",
+}
 
 
 def _line(label: str, r: dict[str, float]) -> str:

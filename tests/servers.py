@@ -440,6 +440,7 @@ class _Override:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering
     passthrough: bool = False  # after the delay, answer as usual
+    late: float = 0.0  # passthrough: seconds between doing what the call asks and answering
 
 
 @dataclass(frozen=True)
@@ -542,8 +543,11 @@ class MockSlackAPI(_LocalServer):
         self.agent_app = False
         """Whether the app is declared as an agent in Slack's app settings: only then do
         ``agents.sessions.*`` work (otherwise ``not_allowed``)."""
+        self.stop_subscribed = True
+        """Whether the app subscribes to ``agent_session_stopped`` (else sessions warn)."""
         self.sessions: dict[tuple[str, str], JSONDict] = {}
         """Agent sessions by ``(channel, thread_ts)``: ``status``, ``title``, ``initiator_user_id``."""
+        self._session_log: list[tuple[tuple[str, str], str]] = []
         self.log: list[tuple[str, JSONDict]] = []
         """Every accepted call, in order, as ``(method, params)``."""
         self.rejected: list[tuple[str, JSONDict, str]] = []
@@ -595,6 +599,15 @@ class MockSlackAPI(_LocalServer):
         if include_rejected:
             out += [p for m, p, _ in self.rejected if method is None or m == method]
         return out
+
+    def session_statuses(self, channel: str, thread_ts: str) -> list[str]:
+        """The statuses the app set for the agent session of ``thread_ts``, in order.
+
+        Slack documents two ways: ``agents.sessions.setStatus``, and the
+        ``session_status`` of the ``chat.stopStream`` ending a stream in the thread.
+        """
+        key = (self._channel_for(channel), thread_ts)
+        return [status for where, status in self._session_log if where == key]
 
     def methods(self) -> list[str]:
         """Names of the accepted calls in order, e.g. to check a status came before the answer."""
@@ -864,6 +877,13 @@ class MockSlackAPI(_LocalServer):
             _Override(remaining=times, delay=seconds, passthrough=True)
         )
 
+    def answer_late(self, method: str, seconds: float, times: int | None = 1) -> None:
+        """Do what the next ``times`` calls to ``method`` ask at once, but answer them
+        ``seconds`` later (Slack acted on a request whose answer the client gave up on)."""
+        self._overrides.setdefault(method, []).append(
+            _Override(remaining=times, passthrough=True, late=seconds)
+        )
+
     def trickle(self, file_id: str, seconds: float, piece: int = 64) -> None:
         """Serve the file ``file_id`` ``piece`` bytes at a time, ``seconds`` apart (a slow link)."""
         self._trickles[file_id] = (seconds, piece)
@@ -930,6 +950,7 @@ class MockSlackAPI(_LocalServer):
         self.downloads.clear()
         self._response_posts.clear()
         self.socket_acks.clear()
+        self._session_log.clear()
 
     # ------------------------------------------------------------ the server
 
@@ -1024,12 +1045,14 @@ class MockSlackAPI(_LocalServer):
             await self._record(method, params, auth_error)
             return self._json({"ok": False, "error": auth_error})
 
+        late = 0.0
         for override in self._overrides.get(method, []):
             if override.remaining is None or override.remaining > 0:
                 if override.remaining is not None:
                     override.remaining -= 1
                 await self._sleep(override.delay)
                 if override.passthrough:
+                    late = override.late
                     break
                 await self._record(method, params, str(override.body.get("error", override.status)))
                 return self._json(override.body, status=override.status, headers=override.headers)
@@ -1041,6 +1064,7 @@ class MockSlackAPI(_LocalServer):
             body = answer(params) if answer else {"ok": True}
         error = None if body.get("ok") else str(body.get("error", "error"))
         await self._record(method, params, error)
+        await self._sleep(late)
         headers = {"X-Slack-Req-Id": _next_id("req")}
         if "warning" in body:
             headers["X-Slack-Warning"] = str(body["warning"])
@@ -1371,9 +1395,13 @@ class MockSlackAPI(_LocalServer):
             msg["blocks"] = [*msg.get("blocks", []), *params["blocks"]]
         self._add_chunks(msg, params)
         msg["streaming_state"] = "completed"
-        session = self.sessions.get((str(params["channel"]), str(msg.get("thread_ts", ""))))
+        key = (self._channel_for(str(params["channel"])), str(msg.get("thread_ts", "")))
+        if status is not None:
+            self._session_log.append((key, str(status)))
+        session = self.sessions.get(key)
         if session is not None:
-            session["status"] = status or "active"  # Slack's default for a stopped stream
+            # Without session_status: as if Slack's default were active (unverified).
+            session["status"] = status or "active"
         return {"ok": True, "channel": params["channel"], "ts": msg["ts"], "message": dict(msg)}
 
     def _m_chat_postEphemeral(self, params: JSONDict) -> JSONDict:
@@ -1474,7 +1502,15 @@ class MockSlackAPI(_LocalServer):
         return {"ok": True, "users": list(members)}
 
     def _m_assistant_threads_setStatus(self, params: JSONDict) -> JSONDict:
+        """The thread's status: ``channel_id``, ``thread_ts`` and ``status`` required (an empty
+        status clears it), at most 10 ``loading_messages``. Slack removes the method in
+        February 2027 (then ``unknown_method``: :meth:`fail`)."""
         if not params.get("channel_id") or not params.get("thread_ts"):
+            return {"ok": False, "error": "invalid_arguments"}
+        if not isinstance(params.get("status"), str):
+            return {"ok": False, "error": "invalid_arguments"}
+        loading = params.get("loading_messages", [])
+        if not isinstance(loading, list) or len(loading) > 10:
             return {"ok": False, "error": "invalid_arguments"}
         return {"ok": True}
 
@@ -1490,7 +1526,8 @@ class MockSlackAPI(_LocalServer):
     def _session_key(self, params: JSONDict) -> tuple[tuple[str, str] | None, str | None]:
         """The agent session a call names, or Slack's error: sessions are an agent app's, by thread."""
         if not self.agent_app:
-            return None, "not_allowed"  # the app is not declared as an agent
+            # The app is not declared as an agent (Slack's error for it is unverified).
+            return None, "not_allowed"
         channel, thread_ts = str(params.get("channel_id") or ""), str(params.get("thread_ts") or "")
         if not channel:
             return None, "channel_not_found"
@@ -1499,21 +1536,32 @@ class MockSlackAPI(_LocalServer):
         return (self._channel_for(channel), thread_ts), None
 
     def _m_agents_sessions_setStatus(self, params: JSONDict) -> JSONDict:
-        """Set a session's status, creating it (with its title and initiator) if needed."""
+        """Set a session's status, creating it (with its title and initiator) if needed.
+
+        As Slack's reference says: ``status`` one of ``active``, ``processing``,
+        ``suspended``, ``closed`` (anything else: ``invalid_arguments``); ``title`` at
+        most 200 characters and ``initiator_user_id`` used only when the session is
+        created; an app not subscribed to ``agent_session_stopped`` (see
+        :attr:`stop_subscribed`) gets the warning
+        ``missing_agent_session_stopped_event_subscription``.
+        """
         key, error = self._session_key(params)
         if error or key is None:
             return {"ok": False, "error": error}
         status, title = params.get("status"), params.get("title")
         if status not in _SESSION_STATUSES:
             return {"ok": False, "error": "invalid_arguments"}
-        # The title: at most 200 characters, used only when the session is created.
         if title is not None and (not isinstance(title, str) or len(title) > 200):
             return {"ok": False, "error": "invalid_arguments"}
         session = self.sessions.setdefault(
             key, {"title": title or "", "initiator_user_id": params.get("initiator_user_id")}
         )
         session["status"] = status
-        return {"ok": True, "status": status, "title": session["title"]}
+        self._session_log.append((key, str(status)))
+        answer: JSONDict = {"ok": True, "status": status, "title": session["title"]}
+        if not self.stop_subscribed:
+            answer["warning"] = "missing_agent_session_stopped_event_subscription"
+        return answer
 
     def _m_agents_sessions_rename(self, params: JSONDict) -> JSONDict:
         key, error = self._session_key(params)

@@ -197,6 +197,9 @@ def test_manifest_uses_agent_messaging(variant: str) -> None:
     assert "assistant_view" not in m["features"]
     events = m["settings"]["event_subscriptions"]["bot_events"]
     assert {"app_home_opened", "app_context_changed", "message.im"} <= set(events)
+    # Slack removes the assistant view's events in February 2027; sessions need their Stop.
+    assert not {"assistant_thread_started", "assistant_thread_context_changed"} & set(events)
+    assert "agent_session_stopped" in events
     assert m["features"]["app_home"]["messages_tab_enabled"] is True
 
 

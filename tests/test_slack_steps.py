@@ -2,8 +2,8 @@
 
 Through the real bolt app (signed HTTP events) against the mock Slack Web API,
 which checks every chunk the way Slack's streaming reference describes them,
-and the local model server. Steps belong to agent sessions (the app's Messages
-tab, an app declared as an agent).
+and the local model server. Steps belong to agent sessions (an app declared as
+an agent: its Messages tab and channel threads alike).
 """
 
 from __future__ import annotations
@@ -135,8 +135,12 @@ async def test_steps_refused_fall_back_to_the_status_and_are_not_asked_again(bot
     (refused,) = [p for m, p, _ in bot.slack.rejected if m == "chat.startStream"]
     assert refused["chunks"], "the refused start carried the steps"
     assert tasks(bot) == [], "no step was shown"
-    # The status showed the progress, and both answers streamed their text as before.
-    assert len(bot.slack.calls("assistant.threads.setStatus")) == 2
+    # The session showed the progress, and both answers streamed their text as before.
+    opened = [
+        c for c in bot.slack.calls("agents.sessions.setStatus") if c["status"] == "processing"
+    ]
+    assert len(opened) == 2
+    assert bot.slack.calls("assistant.threads.setStatus") == []
     starts = bot.slack.calls("chat.startStream")
     assert len(starts) == 2 and all(s["markdown_text"] and "chunks" not in s for s in starts)
 

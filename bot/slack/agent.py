@@ -21,9 +21,10 @@ thread. There:
   may reach one that never saw the change, and then only the message's own
   context counts.
 
-Apps still on the assistant view (``features.assistant_view``) keep working:
-``assistant_thread_started`` greets the new thread with the same prompts, and
-it and ``assistant_thread_context_changed`` tell which channel the person views.
+Apps still on the assistant view (``features.assistant_view``) keep working
+until Slack removes it in February 2027: ``assistant_thread_started`` greets
+the new thread with the same prompts, and it and
+``assistant_thread_context_changed`` tell which channel the person views.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.access import Access, Person
 from bot.slack.blocks import render_notice
+from bot.slack.reply import SLACK_FAILURES, Refusals, slack_failure
 from bot.slack.words import Languages, Words
 from index.knowledge_base import KnowledgeBase
 from index.models import EVERYONE, DocState
@@ -196,6 +198,8 @@ class Agent:
         self.access = access
         self.languages = languages
         self.viewing = viewing or Viewing()
+        self.prompts = Refusals("suggested prompts")
+        """Whether Slack takes suggested prompts (``assistant.threads.setSuggestedPrompts``)."""
 
     async def messages_tab_opened(self, client: AsyncWebClient, event: dict[str, Any]) -> None:
         """Greet a first visit, and offer prompts (``app_home_opened`` on the Messages tab)."""
@@ -290,6 +294,12 @@ class Agent:
         prompts: list[dict[str, str]],
         words: Words,
     ) -> None:
+        # Slack has no agents.* successor for this method (slack-sdk 3.48 has none, agent
+        # view keeps using it) and does not list it among those it removes in February
+        # 2027. Refused or removed (unknown_method), that is remembered for an hour and
+        # the greeting stands alone.
+        if not self.prompts.available(channel):
+            return
         try:
             await client.assistant_threads_setSuggestedPrompts(
                 channel_id=channel,
@@ -297,6 +307,7 @@ class Agent:
                 prompts=prompts,
                 title=words.PROMPTS_TITLE,
             )
-        except SlackApiError as exc:
+        except SLACK_FAILURES as exc:
             # Without assistant:write, or on a surface that has no prompts: the greeting stands.
-            log.warning("assistant.threads.setSuggestedPrompts failed: %s", exc)
+            log.warning("assistant.threads.setSuggestedPrompts failed: %s", slack_failure(exc))
+            self.prompts.refused(channel, exc)

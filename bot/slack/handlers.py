@@ -61,9 +61,9 @@ from bot.slack.blocks import (
     upload_modal,
 )
 from bot.slack.deliveries import CLAIM, DELIVERY_KEYS, Claim, delivery_keys
-from bot.slack.reply import REPLY_KEY, stop_stream
+from bot.slack.reply import REPLY_KEY, set_session_active, stop_stream
 from bot.slack.services import Services
-from bot.slack.sessions import stop_request
+from bot.slack.sessions import Stop, stop_request
 from bot.slack.uploads import StatusMessage, UploadRequest
 from bot.slack.words import WORDS_KEY, Words
 from index.embed import EmbeddingModelUnavailable
@@ -448,13 +448,17 @@ def _register_agent(app: AsyncApp, services: Services) -> None:
         services.agent.assistant_context_changed(event.get("assistant_thread") or {})
 
     @app.event("agent_session_stopped")
-    async def on_session_stopped(event: dict[str, Any]) -> None:
+    async def on_session_stopped(event: dict[str, Any], client: AsyncWebClient) -> None:
         # Not claimed in the shared database: only the process answering can stop it.
         request = stop_request(event)
         if request is None:
             log.warning("ignoring an agent_session_stopped event that names no thread or person")
             return
-        services.turns.stop(request)
+        if services.turns.stop(request) is Stop.NOT_RUNNING:
+            # No answer of this process works there (it ended with a restart, or another
+            # replica has it): Slack leaves the session processing until the app says
+            # otherwise, and nothing here would.
+            await set_session_active(client, request.channel, request.thread_ts)
 
 
 async def _serves(

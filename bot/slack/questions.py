@@ -5,7 +5,7 @@ a follow-up in a thread the bot already answered in; each becomes a
 ``bot.conversation.Turn``, answered through a ``SlackReply``. People of other
 organisations (Slack Connect) are told they are not served. Each answer runs
 as a turn of its thread (``bot.slack.sessions``), which Slack's Stop button
-can cancel.
+can cancel, and ends with its agent session ``active``, however it ended.
 """
 
 from __future__ import annotations
@@ -158,8 +158,8 @@ async def answer(
         recipient_user_id=event.get("user"),
         recipient_team_id=event.get("user_team") or event.get("team") or body.get("team_id"),
         ask_a_person=bool(services.config.escalation_channel),
-        # The agent surface (the app's Messages tab) answers as agent sessions, with Stop.
-        title=question if event.get("channel_type") == "im" else None,
+        # Every answer is an agent session where Slack takes them (an agent app's), with Stop.
+        title=question,
         follow_up=in_thread,
     )
     try:

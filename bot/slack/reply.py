@@ -1,11 +1,18 @@
-"""A conversation turn shown in a Slack thread: a status, then the answer as it is written.
+"""A conversation turn shown in a Slack thread: a sign of work, then the answer as it is written.
 
-Implements ``bot.conversation.Reply``. The thread's status ("is searching the
-knowledge base…", ``assistant.threads.setStatus``, which ``chat:write`` allows
-in channel threads and DMs alike) is set first and nothing is posted until the
-answer has text: Slack clears the status as soon as the bot posts in the
-thread. Where Slack refuses the status, a placeholder message shows the
-progress instead.
+Implements ``bot.conversation.Reply``. The first sign of work is the turn's
+**agent session** set ``processing`` (``agents.sessions.setStatus``: Slack
+shows that the app is working, with a Stop button); Slack takes sessions from
+apps declared as agents, in DMs and channel threads alike. Where Slack refuses
+them (not an agent app, no such method, a missing scope or token type), the
+thread's status stands in ("is searching the knowledge base…",
+``assistant.threads.setStatus``, cleared by Slack when the bot posts; Slack
+removes it in February 2027, with ``features.assistant_view``); where Slack
+refuses that too, a placeholder message. Each refusal is remembered by the
+process (:class:`Refusals`), so a removed method is not asked on every turn.
+Nothing is posted before the answer has text. The bot calls no
+``assistant.threads.setTitle``: a session's title is its question
+(``agents.sessions.setStatus``'s ``title``, ``agents.sessions.rename``).
 
 The answer then appears as the model writes it, in one of two ways:
 
@@ -48,21 +55,22 @@ edit that failed (deleted, rate-limited past the retries, Slack down for a
 moment) is skipped, and the answer is posted as a new message in the thread,
 the half-written one deleted.
 
-An agent app (declared as an agent in Slack's app settings) answers each
-question as an **agent session**: ``agents.sessions.setStatus`` sets it
-``processing`` beside the status (Slack then shows a Stop button), titled with
-the question (at most ``SESSION_TITLE_CHARS``; ``agents.sessions.rename``
-corrects the title of a session Slack already had for a new question); the
-answer's end sets it ``active`` again (``session_status`` of
-``chat.stopStream``, or ``agents.sessions.setStatus`` for an answer not
-streamed). In a session the answer's stream starts at once, with the steps of
-the work as task cards (``bot.slack.blocks.steps``): searching, what was found
-(the documents, linked), writing; the text follows in the same message. A
-Stop (``bot.slack.sessions``) cancels the turn; :meth:`SlackReply.stopped`
-then ends the stream and leaves what was shown, marked as stopped, and posts
-nothing more. Where Slack refuses sessions (not an agent app) or the steps'
-chunks, that is remembered like a refused stream (:class:`Refusals`) and the
-turn goes on as without them: the status, then the text.
+In an agent session the question titles the session (at most
+``SESSION_TITLE_CHARS``; ``agents.sessions.rename`` corrects the title of a
+session Slack already had for a new question), and the session **always ends
+``active``**, whatever happens to the turn: ``session_status`` of the
+answer's ``chat.stopStream``, or ``agents.sessions.setStatus`` (an answer not
+streamed, a stream Slack would not stop, a Stop, a failure anywhere in the
+turn: :meth:`SlackReply.end_session`). Slack leaves a session ``processing``
+until told; a stream given up midway keeps it ``processing`` (and its Stop)
+until the answer is shown. In a session the answer's stream starts at once,
+with the steps of the work as task cards (``bot.slack.blocks.steps``):
+searching, what was found (the documents, linked), writing; the text follows
+in the same message. A Stop (``bot.slack.sessions``) cancels the turn;
+:meth:`SlackReply.stopped` then ends the stream and leaves what was shown,
+marked as stopped, and posts nothing more. Where Slack refuses the steps'
+chunks, that is remembered like a refused stream and the turn goes on without
+them.
 """
 
 from __future__ import annotations
@@ -104,11 +112,14 @@ __all__ = [
     "Refusals",
     "SlackReply",
     "Streaming",
+    "set_session_active",
     "settled_text",
     "slack_failure",
     "stop_stream",
 ]
 
+# A sign of work (a session's status, the thread's) Slack has not taken by then is given up:
+# the answer must not wait for it.
 STATUS_TIMEOUT_SECONDS = 3.0
 # agents.sessions.setStatus and .rename take a title of 1 to 200 characters.
 SESSION_TITLE_CHARS = 200
@@ -174,6 +185,19 @@ _TRANSIENT = frozenset(
         "team_added_to_org",
     }
 )
+# Refusals about one conversation or message only (archived, bot not a member...): they
+# say nothing about whether Slack has the feature, even when any other refusal would.
+_ABOUT_ONE_CONVERSATION = frozenset(
+    {
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "invalid_thread_ts",
+        "thread_not_found",
+        "message_not_found",
+        "user_not_in_channel",
+    }
+)
 _LAST_WORD_RE = re.compile(r"\S+\s*$")
 
 
@@ -227,9 +251,33 @@ def session_title(question: str) -> str:
 
 
 # Agent session statuses (agents.sessions.setStatus): working, with Slack's Stop
-# button; and done for now, waiting for the person (chat.stopStream's default).
+# button; and done for now, waiting for the person.
 SESSION_PROCESSING = "processing"
 SESSION_ACTIVE = "active"
+
+
+async def set_session_active(
+    client: AsyncWebClient,
+    channel: str,
+    thread_ts: str,
+    *,
+    timeout: float = STATUS_TIMEOUT_SECONDS,
+) -> bool:
+    """Set the agent session of ``thread_ts`` ``active`` (``agents.sessions.setStatus``).
+
+    Slack leaves a session ``processing`` (its Stop button shown) until the app
+    says otherwise. A failure is only logged: ``False``.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await client.agents_sessions_setStatus(
+                channel_id=channel, thread_ts=thread_ts, status=SESSION_ACTIVE
+            )
+        return True
+    except SLACK_FAILURES as exc:
+        log.warning("the agent session in %s stays processing: %s", channel, slack_failure(exc))
+        return False
+
 
 # Clean-ups running in the background, referenced until they end.
 _CLEANUPS: set[asyncio.Task[None]] = set()
@@ -270,7 +318,7 @@ class Refusals:
             pause = UNSUPPORTED_SECONDS
         elif error in _TRANSIENT or not isinstance(exc, SlackApiError) or _server_error(exc):
             pause = TRANSIENT_SECONDS
-        elif for_good:
+        elif for_good and error not in _ABOUT_ONE_CONVERSATION:
             pause = UNSUPPORTED_SECONDS
         else:
             return  # about this channel or message only (archived, not in channel...)
@@ -281,8 +329,9 @@ class Refusals:
 class Streaming:
     """Whether this process streams answers natively: the setting and what Slack said.
 
-    Also what Slack said about agent sessions (:attr:`sessions`) and the steps'
-    chunks (:attr:`steps`), which the same replies use.
+    Also what Slack said about agent sessions (:attr:`sessions`), the thread's
+    status (:attr:`statuses`) and the steps' chunks (:attr:`steps`), which the
+    same replies use.
 
     Args:
         enabled: ``KB_SLACK_STREAMING`` is ``auto``.
@@ -299,8 +348,12 @@ class Streaming:
         """Seconds an append may take before the stream is given up."""
         self.cleanup_seconds = CLEANUP_SECONDS
         """When a stream that would not stop is stopped and deleted again."""
+        self.status_timeout = STATUS_TIMEOUT_SECONDS
+        """Seconds a session's or the thread's status may take before the turn goes on."""
         self.sessions = Refusals("agent sessions", clock)
         """Whether Slack takes agent sessions (an agent app's; sessions need no streaming)."""
+        self.statuses = Refusals("the thread status (assistant.threads.setStatus)", clock)
+        """Whether Slack takes the thread's status, the fallback where it refuses sessions."""
         self.steps = Refusals("steps", clock)
         """Whether Slack takes the steps' task chunks in a stream."""
         self._streams = Refusals("streaming", clock)
@@ -427,26 +480,12 @@ class SlackReply:
         )
 
     async def progress(self) -> None:
-        """Open the agent session (where Slack has them) and set the thread's status at once;
-        post a placeholder only where Slack refuses the status."""
-        await asyncio.gather(self._open_session(), self._set_status())
-
-    async def _set_status(self) -> None:
-        try:
-            # A slow status must not hold the answer back: the placeholder then does its job.
-            async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
-                await self.client.assistant_threads_setStatus(
-                    channel_id=self.channel,
-                    thread_ts=self.thread_ts,
-                    status=self.words.STATUS_SEARCHING,
-                )
+        """Show at once that the question is being worked on: the agent session set
+        ``processing`` where Slack takes sessions, else the thread's status, else a placeholder."""
+        if await self._open_session():
             return
-        except SLACK_FAILURES as exc:
-            log.info(
-                "no thread status in %s (%s): posting a placeholder",
-                self.channel,
-                slack_failure(exc),
-            )
+        if await self._set_status():
+            return
         try:
             await self._post(render_notice(self.words.PLACEHOLDER))
         except SLACK_FAILURES as exc:
@@ -454,6 +493,35 @@ class SlackReply:
             log.warning(
                 "could not post the placeholder in %s: %s", self.channel, slack_failure(exc)
             )
+
+    async def _set_status(self) -> bool:
+        """The thread's status (``assistant.threads.setStatus``); ``False`` where Slack refuses it.
+
+        Only where Slack refuses agent sessions: this method is their
+        predecessor, which Slack removes in February 2027. A refusal (a removed
+        method answers ``unknown_method``) is remembered like a refused session.
+        """
+        statuses = self.streaming.statuses if self.streaming else None
+        if statuses is not None and not statuses.available(self.channel):
+            return False
+        try:
+            # A slow status must not hold the answer back: the placeholder then does its job.
+            async with asyncio.timeout(self._status_timeout()):
+                await self.client.assistant_threads_setStatus(
+                    channel_id=self.channel,
+                    thread_ts=self.thread_ts,
+                    status=self.words.STATUS_SEARCHING,
+                )
+            return True
+        except SLACK_FAILURES as exc:
+            log.info(
+                "no thread status in %s (%s): posting a placeholder",
+                self.channel,
+                slack_failure(exc),
+            )
+            if statuses is not None:
+                statuses.refused(self.channel, exc, for_good=True)
+            return False
 
     def paces_itself(self) -> bool:
         """Whether this turn streams natively: :meth:`partial` then gets every piece.
@@ -613,15 +681,16 @@ class SlackReply:
         finally:
             await self.end_session()
 
-    async def _open_session(self) -> None:
-        """Set this turn's agent session ``processing`` (Slack shows Stop), titled with the question."""
+    async def _open_session(self) -> bool:
+        """Set this turn's agent session ``processing`` (Slack shows Stop), titled with the
+        question; ``False`` when Slack did not take it (the thread's status then stands in)."""
         if not (self.title and self.streaming and self.streaming.sessions.available(self.channel)):
-            return
+            return False
         # From the request on: Slack may show Stop before it answers, and a Stop
         # then must still set the session active again.
         self._session = True
         try:
-            async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
+            async with asyncio.timeout(self.streaming.status_timeout):
                 opened = await self.client.agents_sessions_setStatus(
                     channel_id=self.channel,
                     thread_ts=self.thread_ts,
@@ -630,10 +699,14 @@ class SlackReply:
                     initiator_user_id=self.recipient_user_id or None,
                 )
         except SLACK_FAILURES as exc:
-            self._session = False
             log.info("no agent session in %s (%s)", self.channel, slack_failure(exc))
-            self.streaming.sessions.refused(self.channel, exc)
-            return
+            # Any refusal but one about this thread means no sessions here (an app not
+            # declared an agent, a method Slack does not have): the status stands in.
+            self.streaming.sessions.refused(self.channel, exc, for_good=True)
+            # Refused, there is no session; not answered in time, Slack may have set it
+            # processing all the same, and the turn's end sets it active.
+            self._session = not isinstance(exc, SlackApiError)
+            return False
         if "missing_agent_session_stopped_event_subscription" in str(opened.get("warning", "")):
             log.warning(
                 "Slack shows no Stop button: subscribe the app to the agent_session_stopped "
@@ -642,11 +715,12 @@ class SlackReply:
         titled = opened.get("title")
         if not self.follow_up and isinstance(titled, str) and titled and titled != self.title:
             await self._rename_session()
+        return True
 
     async def _rename_session(self) -> None:
         """Retitle a session Slack had for this thread already with this new question."""
         try:
-            async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
+            async with asyncio.timeout(self._status_timeout()):
                 await self.client.agents_sessions_rename(
                     channel_id=self.channel, thread_ts=self.thread_ts, title=self.title
                 )
@@ -656,20 +730,20 @@ class SlackReply:
             )
 
     async def end_session(self) -> None:
-        """Set the session ``active`` again, unless that was done (the answer shown, the stream's stop)."""
+        """Set the session ``active`` again, unless that was done (the answer shown, the stream's stop).
+
+        Called at the end of every turn, however it ended (the answer shown, a
+        Stop, an exception anywhere in it).
+        """
         if not self._session:
             return
         self._session = False
-        try:
-            async with asyncio.timeout(STATUS_TIMEOUT_SECONDS):
-                await self.client.agents_sessions_setStatus(
-                    channel_id=self.channel, thread_ts=self.thread_ts, status=SESSION_ACTIVE
-                )
-        except SLACK_FAILURES as exc:
-            # Slack leaves a session processing until told: the Stop button stays, harmless.
-            log.warning(
-                "the agent session in %s stays processing: %s", self.channel, slack_failure(exc)
-            )
+        await set_session_active(
+            self.client, self.channel, self.thread_ts, timeout=self._status_timeout()
+        )
+
+    def _status_timeout(self) -> float:
+        return self.streaming.status_timeout if self.streaming else STATUS_TIMEOUT_SECONDS
 
     def _clean_up_later(self, ts: str) -> None:
         delay = self.streaming.cleanup_seconds if self.streaming else CLEANUP_SECONDS
@@ -813,8 +887,8 @@ class SlackReply:
         ts, self.stream_ts = self.stream_ts, None
         self.ts = ts
         self.context[REPLY_KEY] = {"channel": self.channel, "ts": ts}
-        # A stop sets the session active unless told otherwise (Slack's default):
-        # a stream given up midway leaves it processing, with its Stop button.
+        # The stop says what the session is from then on: active once the answer is
+        # complete; a stream given up midway leaves it processing, with its Stop button.
         status = None
         if self._session:
             status = SESSION_ACTIVE if self._finishing else SESSION_PROCESSING
