@@ -8,6 +8,8 @@ the sizes are those of the measured attacks (see ``tests/test_hostile_files.py``
     aliased_sheets_xlsx   one sheet part listed many times in workbook.xml
     aliased_slides_pptx   many sldIds pointing at one slide of long text
     styled_docx           thousands of styles and of paragraphs that use them
+    merged_table_docx     a table whose first column is one cell merged down every row
+    one_word_paragraphs_docx  thousands of one-letter paragraphs
     quoted_spaces_csv     a quote, tens of thousands of spaces, a quote
 """
 
@@ -21,6 +23,7 @@ from collections.abc import Callable
 
 import docx
 import openpyxl
+from docx.table import _Cell
 import pptx
 from pptx.util import Inches
 
@@ -261,6 +264,27 @@ def styled_docx(styles: int = 4000, paragraphs: int = 4000) -> bytes:
     return rewrite(_saved(d), {"word/styles.xml": add_styles, "word/document.xml": use_styles})
 
 
+def merged_table_docx(rows: int = 400, columns: int = 3) -> bytes:
+    """A Word table of ``rows`` rows whose first column is one cell merged down all of them."""
+    d = docx.Document()
+    table = d.add_table(rows=rows, cols=columns)
+    for r, row in enumerate(table.rows):
+        tcs = row._tr.tc_lst
+        for c, tc in enumerate(tcs[1:], 1):
+            _Cell(tc, table).text = f"r{r}c{c}"
+        tcs[0].vMerge = "restart" if r == 0 else "continue"
+    _Cell(table.rows[0]._tr.tc_lst[0], table).text = "Merged down every row"
+    return _saved(d)
+
+
+def one_word_paragraphs_docx(paragraphs: int = 4000) -> bytes:
+    """A Word file of ``paragraphs`` paragraphs of one letter each (71 KB for 4,000)."""
+    d = docx.Document()
+    for _ in range(paragraphs):
+        d.add_paragraph("w")
+    return _saved(d)
+
+
 def plain_docx(paragraphs: int = 20_000) -> bytes:
     """A Word file of ``paragraphs`` short paragraphs in the default style."""
     d = docx.Document()
@@ -282,6 +306,8 @@ __all__ = [
     "aliased_slides_pptx",
     "copied_sheets_xlsx",
     "long_slide_pptx",
+    "merged_table_docx",
+    "one_word_paragraphs_docx",
     "plain_docx",
     "quoted_spaces_csv",
     "rewrite",
