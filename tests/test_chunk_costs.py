@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from index.ingest.chunk import chunk_document, sentence_ends
 from index.ingest.extract import extract
-from index.ingest.sentences import MIN_CHARS, sentence_texts, sentences
+from index.ingest.sentences import MIN_CHARS, MIN_SENTENCES_CAP, sentence_texts, sentences
 from index.models import Extracted
 from tests import hostile
 from tests.steps import assert_linear
@@ -60,7 +60,10 @@ def test_one_word_paragraphs_are_embedded_as_sentences_of_their_share() -> None:
     embedded = [t for c in chunks for t in sentence_texts(c.text, c.content)]
     # One sentence vector per MIN_CHARS characters at most, not one per paragraph (4,000).
     assert len(embedded) <= len(doc.text) // MIN_CHARS < 4000 // 4
-    assert all(len(sentences(c.content)) <= max(1, len(c.content) // MIN_CHARS) for c in chunks)
+    assert all(
+        len(sentences(c.content)) <= max(MIN_SENTENCES_CAP, len(c.content) // MIN_CHARS)
+        for c in chunks
+    )
     # Every word is still in a sentence, in order.
     assert sum(s.split().count("w") for c in chunks for s in sentences(c.content)) == 4000
 

@@ -14,11 +14,12 @@ ends (the chunker's own pattern), whitespace collapsed; a piece under
 ``MIN_CHARS`` characters joins its neighbour ("e.g." is no sentence). A chunk
 of one sentence has no sentence vectors: its chunk vector says the same.
 
-A chunk has at most one sentence per ``MIN_CHARS`` characters of its content:
-past that (a chunk of 170 one-word paragraphs, each its own piece) consecutive
-sentences are joined into that many, so a document's sentence vectors cost at
-most one embedding per 20 characters, whatever its shape. No chunk of the
-bundled evaluation sets comes near it (at most 25 sentences in 768 characters).
+A chunk has at most one sentence per ``MIN_CHARS`` characters of its content
+(``MIN_SENTENCES_CAP`` in a shorter one): past that (a chunk of 170 one-word
+paragraphs, each its own piece) consecutive sentences are joined into that many,
+so a full chunk embeds at most one sentence per 20 characters, whatever its
+shape. No chunk of the bundled evaluation sets reaches it (at most 25 sentences
+in 768 characters; 4 in a chunk of 67).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 # the same chunk would get other sentence vectors.
 SENTENCES_VERSION = "1"
 MIN_CHARS = 20
+# A short chunk (a list of related links) keeps up to this many sentences whatever its length.
+MIN_SENTENCES_CAP = 8
 
 
 def sentences(content: str) -> list[str]:
@@ -51,7 +54,7 @@ def sentences(content: str) -> list[str]:
             pos = end
         pieces.append(text[pos:])
         out += _joined([" ".join(p.split()) for p in pieces if p.strip()])
-    return _at_most(out, max(1, len(content) // MIN_CHARS))
+    return _at_most(out, max(MIN_SENTENCES_CAP, len(content) // MIN_CHARS))
 
 
 def _at_most(parts: list[str], most: int) -> list[str]:
@@ -119,6 +122,7 @@ def from_blob(blob: bytes, dimensions: int) -> np.ndarray:
 
 __all__ = [
     "MIN_CHARS",
+    "MIN_SENTENCES_CAP",
     "SENTENCES_VERSION",
     "embed_sentences",
     "from_blob",
