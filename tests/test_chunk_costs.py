@@ -18,12 +18,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from index.embed import Embedder
+from index.errors import OverLimit
 from index.ingest.chunk import chunk_document, sentence_ends
 from index.ingest.extract import extract
+from index.ingest.pipeline import prepare_document
 from index.ingest.sentences import MIN_CHARS, MIN_SENTENCES_CAP, sentence_texts, sentences
-from index.models import Extracted
+from index.models import Chunking, Extracted
 from tests import hostile
-from tests.steps import assert_linear
+from tests.steps import assert_linear, steps
 
 # The pattern sentence ends were found with: backtracking, so quadratic on a run of marks.
 REFERENCE = re.compile(r"[.!?…]+[\"'”’»)\]]*(?=\s)|[。！？]+[」』”’）)]*")
@@ -89,3 +92,19 @@ def test_chunking_is_linear_in_every_shape(shape: str) -> None:
             sentences(chunk.content)
 
     assert_linear(chunked, 500)
+
+
+def test_a_file_of_bare_headings_is_refused_after_twice_its_passages_of_them(
+    embedder: Embedder,
+) -> None:
+    text = "# h\n" * 100_000
+    done: list[Chunking] = []
+    # Refused after 201 headings, not after walking 100,000 (millions of steps).
+    steps(lambda: done.append(chunk_document(Extracted(text, "T", "md"), max_chunks=100)), 200_000)
+    assert done[0].chunks == [] and done[0].too_many_headings == 2 * 100
+    honest = "\n\n".join(f"# Part {i}\n\nWhat part {i} says." for i in range(100))
+    assert len(chunk_document(Extracted(honest, "T", "md"), max_chunks=100).chunks) == 100
+    with pytest.raises(OverLimit, match=r"more than 20 headings.*KB_MAX_CHUNKS"):
+        prepare_document(
+            text.encode(), "h.md", embedder=embedder, max_bytes=10**7, budget=512, max_chunks=10
+        )
