@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import docx
+import pptx
 import pytest
 from docx.oxml.ns import nsdecls
 from docx.oxml.styles import CT_Styles
@@ -29,7 +30,7 @@ from index.ingest.office import TextBudget
 from tests import hostile
 from tests.docs_factory import text_pdf
 from tests.steps import assert_linear
-from tests.test_office import _saved, _word_markup_docx
+from tests.test_office import _saved, _word_markup_docx, onboarding_pptx
 
 OVER_TEXT = r"over the limit of {:,} characters of text per document.*KB_MAX_TEXT_CHARS"
 
@@ -139,6 +140,19 @@ def test_a_long_slide_just_under_the_text_limit_is_read() -> None:
     assert extract(data, "deck.pptx", max_text_chars=len(text)).text == text
     with pytest.raises(OverLimit):
         extract(data, "deck.pptx", max_text_chars=len(text) - 1)
+
+
+def test_placeholders_take_their_layouts_positions_in_linear_steps() -> None:
+    files = {n: hostile.placeholders_pptx(n) for n in (40, 160)}
+    assert_linear(lambda n: extract(files[n], "placeholders.pptx"), 40)
+    # The reading order is python-pptx's own: by top, then left, inherited where unset.
+    for data in (files[40], onboarding_pptx(), hostile.long_slide_pptx(4096)):
+        for slide in pptx.Presentation(io.BytesIO(data)).slides:
+            positions = office._Positions(slide)
+            shapes = list(slide.shapes)
+            assert [positions.of(s) for s in shapes] == [(s.top or 0, s.left or 0) for s in shapes]
+    text = extract(files[40], "placeholders.pptx").text
+    assert all(f"Item {i}" in text for i in range(40))
 
 
 # --- Word
