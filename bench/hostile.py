@@ -11,7 +11,18 @@ the server's peak resident memory above its size before the file (goal: under
 server, which costs what its passages cost),
 and how long the other member's small upload took (goal: under 10 s).
 
-A second part attacks the web server's doors (``python -m bench.hostile
+The shapes part (``shapes``) prints what a document's shape costs, each shape at ``n`` and ``4n`` units side
+by side (medians of a few runs; linear work shows a ratio near 4): the viewer's
+formatting (``bot.server.render``), chunking and sentence splitting
+(``index.ingest.chunk``, ``sentences``), a Word table merged down its rows and
+a Word file of one-word paragraphs (``index.ingest.office``), and a scanned page
+listing its one image under 8 names (``index.ingest.ocr``, Tesseract's runs
+counted). Then, before the uploads, the running server opens the worst Markdown
+block shape of 400,000 characters (one paragraph of one-letter lines) through
+``/d/<id>``: the first open and the median of the next (goal: under 1 s), with
+``/readyz`` asked meanwhile.
+
+Another part attacks the web server's doors (``python -m bench.hostile
 connections``): ``kb serve`` runs in a process of its own whose open-file limit
 is 1,024 (soft and hard, ``resource.setrlimit``), with its default limits.
 1,100 connections each send half a request (the head cut short, or a body
@@ -21,27 +32,37 @@ per shape: those two times, how the half-sent connections ended (closed to make
 room, or at their deadline, ``KB_HTTP_HEADER_TIMEOUT`` / ``KB_HTTP_BODY_TIMEOUT``),
 the most descriptors the server held, and what its log grew by.
 
-Run: python -m bench.hostile [files|connections]
+Run: python -m bench.hostile [shapes|files|connections]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import aiohttp
 
 from bench.machine import describe as machine
 from bench.slack import bench_settings, loaded_kb, serve
+from bot.server import routes
+from bot.server.render import render_document
+from index.ingest.chunk import chunk_document
+from index.ingest.extract import extract
+from index.ingest.sentences import sentences
+from index.knowledge_base import KnowledgeBase
+from index.models import Extracted
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests import hostile  # noqa: E402
@@ -55,6 +76,7 @@ from tests.servers import (  # noqa: E402
     file_share_event,
     slack_headers,
 )
+from tests.test_ocr import scanned_pdf  # noqa: E402
 
 OTHER_USER = "U0OTHER001"
 GOAL_RSS_MB = 100
@@ -118,6 +140,7 @@ async def run() -> None:
                 async with aiohttp.ClientSession() as http:
                     await send(http, url, slack, "warm.md", b"# Warm\n\nup\n", OTHER_USER)
                     await until(lambda: final(slack, "warm.md"), [])
+                    await viewer_opens(http, url.removesuffix("/slack/events"), runner.app, kb)
                     idle = rss_mb()
                     print(f"idle server: {idle:.0f} MB resident")
                     print(
@@ -145,9 +168,128 @@ async def run() -> None:
                             f"{name:<22}{len(data) / 1024:>7.0f}K{ended:>10}{took + beside:>7.1f}s"
                             f"{grew:>7.0f}M{beside:>7.1f}s"
                         )
+                    print(
+                        f"goals: +RSS under {GOAL_RSS_MB} MB, the other member's upload "
+                        f"under {GOAL_BESIDE_S} s"
+                    )
             finally:
                 await runner.cleanup()
-    print(f"goals: +RSS under {GOAL_RSS_MB} MB, the other member's upload under {GOAL_BESIDE_S} s")
+
+
+# ---------------------------------------------------------------- shapes
+
+GOAL_VIEWER_S = 1.0
+WORST_BLOCK_CHARS = 400_000
+REPEATS = 3
+
+
+def _docx_chunks(data: bytes) -> None:
+    doc = extract(data, "shape.docx")
+    for chunk in chunk_document(doc).chunks:
+        sentences(chunk.content)
+
+
+def _md_chunks(text: str) -> None:
+    for chunk in chunk_document(Extracted(text=text, title="T", kind="md")).chunks:
+        sentences(chunk.content)
+
+
+# name: (units at n, build the input for k units, the work on it)
+SHAPES: dict[str, tuple[int, Callable[[int], object], Callable[[object], object]]] = {
+    "viewer: one-letter lines": (1_000, lambda k: "w\n" * k, lambda t: render_document(t, "md")),
+    "viewer: numbered items": (1_000, lambda k: "1. a\n" * k, lambda t: render_document(t, "md")),
+    "viewer: '![' run": (1_500, lambda k: "![a" * k, lambda t: render_document(t, "md")),
+    "viewer: one-word blocks": (1_000, lambda k: "w\n\n" * k, lambda t: render_document(t, "docx")),
+    "chunk: dots, no space": (20_000, lambda k: "." * k, _md_chunks),
+    "chunk: empty sections": (20_000, lambda k: "# h\n" * k, _md_chunks),
+    "chunk: one-letter lines": (20_000, lambda k: "w\n" * k, _md_chunks),
+    "word: merged table rows": (300, hostile.merged_table_docx, _docx_chunks),
+    "word: one-word paragraphs": (1_000, hostile.one_word_paragraphs_docx, _docx_chunks),
+}
+
+
+def median_s(work: Callable[[], object], repeats: int = REPEATS) -> float:
+    """The median wall time of ``work()``, in seconds."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def shapes() -> None:
+    """Each shape at n and 4n units, medians side by side."""
+    print(f"\n{'shape':<28}{'n':>8}{'at n':>9}{'at 4n':>9}{'ratio':>7}")
+    for name, (n, build, work) in SHAPES.items():
+        small, large = build(n), build(4 * n)
+        at_n = median_s(lambda small=small, work=work: work(small))
+        at_4n = median_s(lambda large=large, work=work: work(large))
+        print(f"{name:<28}{n:>8,}{at_n:>8.3f}s{at_4n:>8.3f}s{at_4n / at_n:>7.1f}")
+    print("linear work: a ratio near 4 (the quadratic shapes before were near 16)")
+    ocr_page()
+
+
+def ocr_page() -> None:
+    """A scanned page listing its one image under 8 names: Tesseract's runs and the time."""
+    import pytesseract
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import NameObject
+
+    writer = PdfWriter()
+    writer.append(PdfReader(io.BytesIO(scanned_pdf(["The spare key is kept at the desk."]))))
+    xobjects = writer.pages[0]["/Resources"]["/XObject"]
+    (image,) = [xobjects.raw_get(k) for k in xobjects]
+    for n in range(1, 8):
+        xobjects[NameObject(f"/Alias{n}")] = image
+    out = io.BytesIO()
+    writer.write(out)
+    runs = []
+    real = pytesseract.image_to_string
+
+    def counted(*args: object, **kwargs: object) -> str:
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    pytesseract.image_to_string = counted
+    try:
+        took = median_s(lambda: extract(out.getvalue(), "aliases.pdf"), 1)
+    finally:
+        pytesseract.image_to_string = real
+    print(f"OCR: one image under 8 names on a page: {len(runs)} Tesseract run(s), {took:.1f} s")
+
+
+async def viewer_opens(
+    http: aiohttp.ClientSession, base: str, app: object, kb: KnowledgeBase
+) -> None:
+    """The server opens the worst Markdown block shape of 400k characters, /readyz meanwhile."""
+    text = "w\n" * (WORST_BLOCK_CHARS // 2)
+    doc = kb.ingest_bytes(text.encode(), "worst-block.md", uploader="bench").document
+    token = app[routes.ENGINE].signer.token(doc.id, "*")
+    link = f"{base}/d/{doc.id}?t={quote(token, safe='')}"
+    times = []
+    for _ in range(1 + 5):
+        started = time.perf_counter()
+        opening = asyncio.ensure_future(http.get(link))
+        ready_started = time.perf_counter()
+        async with http.get(f"{base}/readyz") as ready:
+            await ready.read()
+        ready_took = time.perf_counter() - ready_started
+        async with await opening as resp:
+            page = await resp.text()
+            assert resp.status == 200, resp.status
+        times.append(time.perf_counter() - started)
+    layout = "formatted" if "document formatted" in page else "plain"
+    print(
+        f"viewer: {len(text):,}-character paragraph of one-letter lines ({layout}): first open "
+        f"{times[0]:.3f} s, median of the next {statistics.median(times[1:]):.3f} s, "
+        f"/readyz meanwhile {ready_took:.3f} s (goal: under {GOAL_VIEWER_S:g} s)"
+    )
+    costliest = "1. a\n" * 10_000  # at MAX_FORMATTING_WORK: the costliest text still formatted
+    print(
+        f"viewer: costliest shape still formatted ({len(costliest):,} characters of one-letter "
+        f"numbered items), formatted cold: {median_s(lambda: render_document(costliest, 'md')):.3f} s"
+    )
 
 
 _sent = 0
@@ -346,9 +488,11 @@ async def until_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", nargs="?", choices=["files", "connections"], default=None)
+    parser.add_argument("part", nargs="?", choices=["shapes", "files", "connections"], default=None)
     part = parser.parse_args().part
     print(f"machine: {machine()}")
+    if part in (None, "shapes"):
+        shapes()
     if part in (None, "files"):
         asyncio.run(run())
     if part in (None, "connections"):

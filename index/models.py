@@ -108,8 +108,11 @@ class Chunking:
         chunks: the chunks, in document order.
         window_splits: how many chunks had to be split further because their
             embedded ``text`` would not fit the encoder's word-piece window.
+        too_many_headings: the most headings it could have, when the document
+            had more and was not chunked (``index.ingest.chunk.HEADINGS_PER_PASSAGE``).
     """
 
     chunks: list[Chunk]
     window_splits: int = 0
     notes: list[str] = field(default_factory=list)
+    too_many_headings: int | None = None

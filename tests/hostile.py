@@ -7,7 +7,10 @@ the sizes are those of the measured attacks (see ``tests/test_hostile_files.py``
     shared_string_xlsx    one long shared string, referenced by many cells
     aliased_sheets_xlsx   one sheet part listed many times in workbook.xml
     aliased_slides_pptx   many sldIds pointing at one slide of long text
+    placeholders_pptx     a slide of placeholders whose positions come from a large layout
     styled_docx           thousands of styles and of paragraphs that use them
+    merged_table_docx     a table whose first column is one cell merged down every row
+    one_word_paragraphs_docx  thousands of one-letter paragraphs
     quoted_spaces_csv     a quote, tens of thousands of spaces, a quote
 """
 
@@ -22,6 +25,8 @@ from collections.abc import Callable
 import docx
 import openpyxl
 import pptx
+from docx.table import _Cell
+from pptx.oxml import parse_xml
 from pptx.util import Inches
 
 KB = 1024
@@ -226,6 +231,43 @@ def aliased_slides_pptx(
     )
 
 
+def placeholders_pptx(placeholders: int = 250) -> bytes:
+    """One slide of ``placeholders`` placeholders without a position, of a layout of as many.
+
+    Each takes its position from the layout placeholder of its index, which
+    python-pptx looks for by scanning every layout shape.
+    """
+    prs = pptx.Presentation()
+    layout = prs.slide_layouts[6]
+    p = 'xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"'
+    a = 'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main"'
+    for i in range(placeholders):
+        # Every third layout placeholder has no position either: the master's is used.
+        where = (
+            ""
+            if i % 3 == 0
+            else f'<a:xfrm><a:off x="{i * 7}" y="{i * 5 % 97}"/><a:ext cx="9" cy="9"/></a:xfrm>'
+        )
+        layout.shapes._spTree.append(
+            parse_xml(
+                f'<p:sp {p} {a}><p:nvSpPr><p:cNvPr id="{1000 + i}" name="L{i}"/><p:cNvSpPr/>'
+                f'<p:nvPr><p:ph type="body" idx="{100 + i}"/></p:nvPr></p:nvSpPr>'
+                f"<p:spPr>{where}</p:spPr></p:sp>"
+            )
+        )
+    slide = prs.slides.add_slide(layout)
+    for i in range(placeholders):
+        slide.shapes._spTree.append(
+            parse_xml(
+                f'<p:sp {p} {a}><p:nvSpPr><p:cNvPr id="{5000 + i}" name="S{i}"/><p:cNvSpPr/>'
+                f'<p:nvPr><p:ph type="body" idx="{100 + placeholders - 1 - i}"/></p:nvPr>'
+                f"</p:nvSpPr><p:spPr/><p:txBody><a:bodyPr/><a:p><a:r><a:t>Item {i}</a:t>"
+                "</a:r></a:p></p:txBody></p:sp>"
+            )
+        )
+    return _saved(prs)
+
+
 # --- Word
 
 
@@ -261,6 +303,27 @@ def styled_docx(styles: int = 4000, paragraphs: int = 4000) -> bytes:
     return rewrite(_saved(d), {"word/styles.xml": add_styles, "word/document.xml": use_styles})
 
 
+def merged_table_docx(rows: int = 400, columns: int = 3) -> bytes:
+    """A Word table of ``rows`` rows whose first column is one cell merged down all of them."""
+    d = docx.Document()
+    table = d.add_table(rows=rows, cols=columns)
+    for r, row in enumerate(table.rows):
+        tcs = row._tr.tc_lst
+        for c, tc in enumerate(tcs[1:], 1):
+            _Cell(tc, table).text = f"r{r}c{c}"
+        tcs[0].vMerge = "restart" if r == 0 else "continue"
+    _Cell(table.rows[0]._tr.tc_lst[0], table).text = "Merged down every row"
+    return _saved(d)
+
+
+def one_word_paragraphs_docx(paragraphs: int = 4000) -> bytes:
+    """A Word file of ``paragraphs`` paragraphs of one letter each (71 KB for 4,000)."""
+    d = docx.Document()
+    for _ in range(paragraphs):
+        d.add_paragraph("w")
+    return _saved(d)
+
+
 def plain_docx(paragraphs: int = 20_000) -> bytes:
     """A Word file of ``paragraphs`` short paragraphs in the default style."""
     d = docx.Document()
@@ -282,6 +345,9 @@ __all__ = [
     "aliased_slides_pptx",
     "copied_sheets_xlsx",
     "long_slide_pptx",
+    "merged_table_docx",
+    "one_word_paragraphs_docx",
+    "placeholders_pptx",
     "plain_docx",
     "quoted_spaces_csv",
     "rewrite",

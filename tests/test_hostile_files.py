@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import docx
+import pptx
 import pytest
+from docx.oxml.ns import nsdecls
 from docx.oxml.styles import CT_Styles
 from docx.styles.styles import Styles
 from pypdf import PageObject
@@ -27,7 +29,8 @@ from index.ingest.extract import extract
 from index.ingest.office import TextBudget
 from tests import hostile
 from tests.docs_factory import text_pdf
-from tests.test_office import _saved, _word_markup_docx
+from tests.steps import assert_linear
+from tests.test_office import _saved, _word_markup_docx, onboarding_pptx
 
 OVER_TEXT = r"over the limit of {:,} characters of text per document.*KB_MAX_TEXT_CHARS"
 
@@ -139,6 +142,19 @@ def test_a_long_slide_just_under_the_text_limit_is_read() -> None:
         extract(data, "deck.pptx", max_text_chars=len(text) - 1)
 
 
+def test_placeholders_take_their_layouts_positions_in_linear_steps() -> None:
+    files = {n: hostile.placeholders_pptx(n) for n in (40, 160)}
+    assert_linear(lambda n: extract(files[n], "placeholders.pptx"), 40)
+    # The reading order is python-pptx's own: by top, then left, inherited where unset.
+    for data in (files[40], onboarding_pptx(), hostile.long_slide_pptx(4096)):
+        for slide in pptx.Presentation(io.BytesIO(data)).slides:
+            positions = office._Positions(slide)
+            shapes = list(slide.shapes)
+            assert [positions.of(s) for s in shapes] == [(s.top or 0, s.left or 0) for s in shapes]
+    text = extract(files[40], "placeholders.pptx").text
+    assert all(f"Item {i}" in text for i in range(40))
+
+
 # --- Word
 
 
@@ -161,6 +177,56 @@ def test_styles_are_resolved_once_per_document_not_per_paragraph(
     assert doc.text.count("of the handbook.") == 4000
     assert len(tables) == 1  # one table of 4,000 styles ...
     assert [len(s) for s in scans] == [0, 0, 0, 0]  # ... and no scan of them per paragraph
+
+
+def test_a_table_merged_down_many_rows_is_read_in_linear_steps() -> None:
+    files = {rows: hostile.merged_table_docx(rows) for rows in (100, 400)}
+    assert len(files[400]) < 50 * 1024
+    assert_linear(lambda rows: extract(files[rows], "merged.docx"), 100)
+    text = extract(files[400], "merged.docx").text
+    # The merged cell is shown on every row it spans, once per row, as python-docx lists it.
+    assert text.count("Merged down every row | ") == 400 and "r399c2" in text
+
+
+def _merged_tables() -> docx.document.Document:
+    d = docx.Document()
+    t = d.add_table(rows=6, cols=5)
+    for r, row in enumerate(t.rows):
+        for c, cell in enumerate(row.cells):
+            cell.text = f"{r}.{c}"
+    t.cell(0, 0).merge(t.cell(2, 1))  # a block spanning rows and columns
+    t.cell(1, 3).merge(t.cell(4, 3))  # a column merged down
+    t.cell(3, 0).merge(t.cell(3, 2))  # a row merged across
+    t.cell(5, 1).merge(t.cell(5, 4))
+    inner = t.cell(4, 4).add_table(rows=3, cols=2)
+    inner.cell(0, 0).merge(inner.cell(2, 0))
+    late = d.add_table(rows=3, cols=3)  # rows that start after the first grid column
+    for r, row in enumerate(late.rows):
+        for cell in row.cells:
+            cell.text = f"late {r}"
+        row._tr.get_or_add_trPr().append(
+            docx.oxml.parse_xml(f'<w:gridBefore {nsdecls("w")} w:val="1"/>')
+        )
+        row._tr.remove(row._tr.tc_lst[-1])
+    late.rows[0]._tr.tc_lst[0].vMerge = "restart"
+    late.rows[1]._tr.tc_lst[0].vMerge = "continue"
+    return docx.Document(io.BytesIO(_saved(d)))
+
+
+def test_table_cells_are_those_python_docx_lists() -> None:
+    d = _merged_tables()
+    tables = [*d.tables, d.tables[0].cell(4, 4).tables[0]]
+    for table in tables:
+        mine = list(office._row_cells(table))
+        assert mine == [[cell._tc for cell in row.cells] for row in table.rows]
+    assert any(len(set(map(id, row))) < len(row) for row in office._row_cells(tables[0]))
+    # A merge that continues from no row above is a damaged table, for both.
+    first = tables[2].rows[0]._tr.tc_lst[0]
+    first.vMerge = "continue"
+    with pytest.raises(ValueError, match="no tr above"):
+        [row.cells for row in tables[2].rows]
+    with pytest.raises(ValueError, match="no tr above"):
+        list(office._row_cells(tables[2]))
 
 
 def test_style_names_are_those_python_docx_resolves() -> None:

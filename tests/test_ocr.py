@@ -12,12 +12,15 @@ import json
 import re
 from pathlib import Path
 
+import pytesseract
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
 from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
+from pypdf import PdfReader, PdfWriter
+from pypdf.generic import NameObject
 
 from bot.cli import main
 from bot.server.routes import _ocr_pages, fill_viewer
@@ -26,7 +29,15 @@ from index.config import IndexConfig, OcrConfig
 from index.embed import Embedder
 from index.errors import EmptyDocument, OverLimit, UnsupportedType
 from index.ingest.extract import extract
-from index.ingest.ocr import OCR_MARKER, UNREAD_MARKER, ocr_marker, ocr_pages, unread_marker
+from index.ingest.ocr import (
+    IMAGES_PER_OCR_PAGE,
+    MAX_IMAGES_PER_PAGE,
+    OCR_MARKER,
+    UNREAD_MARKER,
+    ocr_marker,
+    ocr_pages,
+    unread_marker,
+)
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from tests.browser import dump_dom, requires_chromium
@@ -265,3 +276,103 @@ async def test_the_viewer_names_the_pages_read_by_ocr(tmp_path: Path) -> None:
     assert note.group(2).startswith("Pages 2, 4: text read by OCR")
     assert 'data-ocr-pages=""' in quoted and 'data-ready="true"' in quoted
     assert re.search(r'<p class="notice" id="ocr" data-pages="" hidden="">\s*</p>', quoted)
+
+
+# --- one image, many names; many pages; many images
+
+
+def _aliased(pdf: bytes, names: int, pages: int = 1) -> bytes:
+    """``pdf``'s one scanned page, its image listed under ``names`` names, on ``pages`` pages."""
+    reader = PdfReader(io.BytesIO(pdf))
+    writer = PdfWriter()
+    for _ in range(pages):
+        page = writer.add_page(reader.pages[0])
+    xobjects = writer.pages[0]["/Resources"]["/XObject"]
+    (image,) = [xobjects.raw_get(k) for k in xobjects]
+    for n in range(1, names):
+        xobjects[NameObject(f"/Alias{n}")] = image
+    for page in writer.pages[1:]:
+        page[NameObject("/Resources")] = writer.pages[0]["/Resources"]
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def _tesseract_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count Tesseract's runs (each still runs)."""
+    runs: list[int] = []
+    real = pytesseract.image_to_string
+
+    def counted(*args: object, **kwargs: object) -> str:
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pytesseract, "image_to_string", counted)
+    return runs
+
+
+def test_an_image_listed_under_many_names_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _aliased(scanned_pdf([NEEDLE + "."]), names=8)
+    assert len(PdfReader(io.BytesIO(data)).pages[0].images) == 8  # pypdf lists it 8 times
+    runs = _tesseract_runs(monkeypatch)
+    text = extract(data, "aliases.pdf").text
+    assert len(runs) == 1
+    assert text.count("Mirela Vostok") == 1
+
+
+def test_an_image_shown_on_many_pages_is_read_once_and_each_page_has_its_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = _aliased(scanned_pdf([NEEDLE + "."]), names=2, pages=5)
+    runs = _tesseract_runs(monkeypatch)
+    doc = extract(data, "repeated.pdf")
+    assert len(runs) == 1
+    assert ocr_pages(doc.text, doc.page_starts or ()) == [1, 2, 3, 4, 5]
+    assert doc.text.count("Mirela Vostok") == 5
+
+
+def test_pages_past_the_image_bounds_are_left_unread_saying_which(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs = _tesseract_runs(monkeypatch)
+    # A page of more distinct images than a scan has is not read, image by image, for minutes.
+    crowded = _many_images_pdf(MAX_IMAGES_PER_PAGE + 1)
+    with pytest.raises(OverLimit, match=f"{MAX_IMAGES_PER_PAGE + 1} images on one page"):
+        extract(crowded, "crowded.pdf")
+    # A document reads at most IMAGES_PER_OCR_PAGE images per page KB_OCR_MAX_PAGES allows.
+    busy = _many_images_pdf(IMAGES_PER_OCR_PAGE + 1)
+    with pytest.raises(OverLimit, match=r"images read per document.*KB_OCR_MAX_PAGES"):
+        extract(busy, "busy.pdf", ocr=OcrConfig(max_pages=1))
+    assert runs == []
+    # Beside a text page, the page is indexed unread, saying why.
+    mixed = PdfWriter()
+    mixed.append(PdfReader(io.BytesIO(text_pdf(["Opening hours are eight to six on weekdays."]))))
+    mixed.append(PdfReader(io.BytesIO(crowded)))
+    doc = extract(_written(mixed), "mixed.pdf")
+    assert (
+        unread_marker(
+            2,
+            f"{MAX_IMAGES_PER_PAGE + 1} images on one page, over the "
+            f"{MAX_IMAGES_PER_PAGE} read per page",
+        )
+        in doc.text
+    )
+    assert runs == []
+
+
+def _many_images_pdf(images: int, pages: int = 1) -> bytes:
+    """``pages`` pages of ``images`` distinct small scans each (different pixels)."""
+    pdf = FPDF()
+    for p in range(pages):
+        pdf.add_page()
+        for i in range(images):
+            picture = io.BytesIO()
+            Image.new("L", (80, 80), color=(p * images + i) % 250).save(picture, "PNG")
+            pdf.image(picture, x=5 + (i % 10) * 20, y=5 + (i // 10) * 20, w=18, h=18)
+    return bytes(pdf.output())
+
+
+def _written(writer: PdfWriter) -> bytes:
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()

@@ -11,10 +11,13 @@ its rectangle says (pixels of a screenshot).
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
+import logging
 import random
 import re
+import threading
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
@@ -28,14 +31,21 @@ from PIL import Image
 # As tests/adversarial/test_viewer_access.py does: whichever module imports it first.
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin")
 
-from bot.server.render import MAX_FORMATTED_CHARS, render_document  # noqa: E402
-from bot.server.routes import fill_viewer  # noqa: E402
+from bot.server.render import (  # noqa: E402
+    MAX_FORMATTED_CHARS,
+    MAX_FORMATTING_WORK,
+    Formatter,
+    formatting_work,
+    render_document,
+)
+from bot.server.routes import FORMATTER, fill_viewer  # noqa: E402
 from bot.slack.people.signin import LOGIN_PATH  # noqa: E402
 from index.ingest.extract import extract  # noqa: E402
 from tests.browser import Browser, requires_chromium  # noqa: E402
 from tests.conftest_bot import PUBLIC_URL, Bot, BotFactory  # noqa: E402
 from tests.servers import CHANNEL_ID, USER_ID  # noqa: E402
 from tests.signin import SIGN_IN, link, sign_in  # noqa: E402
+from tests.steps import assert_linear, steps  # noqa: E402
 from tests.test_office import onboarding_pptx, policy_docx, rota_xlsx  # noqa: E402
 
 HOSTILE_HEADING = "Tricks <img src=x onerror=\"document.body.dataset.pwned='img'\">"
@@ -319,6 +329,119 @@ def test_any_markdown_keeps_the_span_contract(lines: list[str], crlf: bool) -> N
 @given(st.lists(BLOCK_LINES, max_size=25), st.sampled_from(["html", "docx", "pptx", "xlsx", "csv"]))
 def test_any_extracted_text_keeps_the_span_contract(lines: list[str], kind: str) -> None:
     assert_span_contract("\n".join(lines), kind)
+
+
+# ---------------------------------------------------------------- cost
+
+# Shapes a small hostile document can take, each as ``n`` of its units; at 4n
+# every one is still formatted (within MAX_FORMATTING_WORK).
+COSTLY_SHAPES: dict[str, tuple[str, Callable[[int], str]]] = {
+    "one paragraph of one-letter lines": ("md", lambda n: "w\n" * n),
+    "long lines": ("md", lambda n: "\n".join(f"{'policy ' * 300}{i}" for i in range(n // 20))),
+    "hard breaks": ("md", lambda n: "a  \n" * n),
+    "deeply nested lists": ("md", lambda n: "".join("  " * (i % 30) + "- a\n" for i in range(n))),
+    "deeply nested quotes": ("md", lambda n: "".join(">" * (i % 8) + " a\n" for i in range(n))),
+    "many stars": ("md", lambda n: "*a" * n),
+    "many underscores": ("md", lambda n: "_a " * n),
+    "many backticks": ("md", lambda n: "`a" * n),
+    "many brackets": ("md", lambda n: "![a" * (n // 2)),
+    "table rows": ("md", lambda n: "|a|b|\n|-|-|\n" + "|a|b|\n" * (n // 3)),
+    "headings": ("md", lambda n: "# h\n" * n),
+    "numbered items": ("md", lambda n: "1. a\n" * n),
+    "one-word blocks": ("docx", lambda n: "w\n\n" * (n // 2)),
+    "escaped lines": ("html", lambda n: "\\# h\n\n" * (n // 2)),
+    "list items": ("pptx", lambda n: "".join("  " * (i % 20) + "- a\n\n" for i in range(n // 2))),
+}
+
+
+@pytest.fixture
+def quiet_parser() -> None:
+    """markdown-it-py's debug lines off, as the product's logging has them (``bot.logs``):
+    the session records every line at DEBUG, which would cost more than the parse."""
+    logging.getLogger("markdown_it").setLevel(logging.WARNING)  # undone by record_every_log
+
+
+@pytest.mark.usefixtures("quiet_parser")
+@pytest.mark.parametrize("shape", COSTLY_SHAPES)
+def test_formatting_is_linear_in_every_costly_shape(shape: str) -> None:
+    kind, build = COSTLY_SHAPES[shape]
+    n = 150
+    assert render_document(build(4 * n), kind).formatted  # the formatter's work is what is counted
+    assert_linear(lambda k: render_document(build(k), kind), n)
+
+
+@pytest.mark.usefixtures("quiet_parser")
+def test_a_text_too_costly_to_format_is_shown_plain_at_once_with_exact_offsets() -> None:
+    # The worst Markdown block: one paragraph of one-letter lines (quadratic to format before).
+    text = "w\n" * 40_000
+    assert len(text) <= MAX_FORMATTED_CHARS and formatting_work(text) > MAX_FORMATTING_WORK
+    rendered: list[object] = []
+    work = steps(lambda: rendered.append(render_document(text, "md")), limit=10_000)
+    page = render_document(text, "md")
+    assert not page.formatted and page.length == len(text)
+    assert page.html == f'<pre><span data-start="0" data-end="{len(text)}">{text}</span></pre>'
+    assert work < 1_000  # counted in C, refused before any parsing
+    just_under = "w\n" * (MAX_FORMATTING_WORK // 4)
+    assert formatting_work(just_under) <= MAX_FORMATTING_WORK
+    assert render_document(just_under, "md").formatted
+
+
+async def test_one_text_opened_at_once_is_formatted_once_then_cached() -> None:
+    formatter = Formatter()
+    try:
+        first, second = await asyncio.gather(
+            formatter.render(HANDBOOK, "md"), formatter.render(HANDBOOK, "md")
+        )
+        assert first is second and first.formatted  # one formatting for both
+        assert await formatter.render(HANDBOOK, "md") is first  # then the cached copy
+        assert formatter.pending == 0
+        changed = await formatter.render(HANDBOOK + "\nA new line.", "md")
+        assert changed is not first and "A new line." in changed.html  # a new version, anew
+    finally:
+        formatter.close()
+
+
+async def test_the_cache_is_bounded_in_characters() -> None:
+    one = render_document(HANDBOOK, "md")
+    formatter = Formatter(cached_chars=one.length + len(one.html) + 10)
+    try:
+        first = await formatter.render(HANDBOOK, "md")
+        assert await formatter.render(HANDBOOK, "md") is first
+        await formatter.render(PASSAGE * 3, "md")  # no room for both
+        assert await formatter.render(HANDBOOK, "md") is not first
+    finally:
+        formatter.close()
+
+
+@pytest.mark.usefixtures("quiet_parser")
+async def test_opening_costly_documents_never_delays_health_checks(bot: Bot) -> None:
+    """The viewer formats on its own thread: however many pages are being formatted,
+    ``/healthz`` and ``/readyz`` (which use the default executor, as searches and
+    answers do) answer at once."""
+    documents = [
+        bot.kb.ingest_bytes((f"# Costly {i}\n\n" + "w\n" * 300).encode(), f"c{i}.md").document
+        for i in range(8)  # more than the default executor's threads on a small machine
+    ]
+    formatter = bot.app[FORMATTER]
+    release = threading.Event()
+    # The formatter's one thread is busy (as with a long formatting) until the test says.
+    busy = asyncio.ensure_future(formatter.run(release.wait, 60))
+    opens = [asyncio.ensure_future(bot.http.get(_link(bot, d.id))) for d in documents]
+    try:
+        async with asyncio.timeout(60):
+            while formatter.pending < 1 + len(documents):  # every page waits for formatting
+                await asyncio.sleep(0.01)
+        for path in ("/healthz", "/readyz"):
+            async with asyncio.timeout(10):
+                resp = await bot.http.get(path)
+            assert resp.status == 200, (path, await resp.text())
+        assert not any(o.done() for o in opens)
+    finally:
+        release.set()
+    await busy
+    for page in await asyncio.gather(*opens):
+        assert page.status == 200
+        assert 'class="document formatted markdown"' in await page.text()
 
 
 # ---------------------------------------------------------------- the server

@@ -11,7 +11,6 @@ blocks of cells become one table. Text is shown as spans (``bot.server.spans``).
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -157,7 +156,9 @@ class _BlockWriter:
     def _table_rows(self, blocks: list[_Block], i: int) -> list[int]:
         """The lines of the one-line blocks of cells from ``blocks[i]`` on."""
         rows = []
-        for block in itertools.islice(blocks, i, None):
+        # Indexed, not islice: islice walks from the list's start on every call.
+        for k in range(i, len(blocks)):
+            block = blocks[k]
             line = self.lines.line(block.first)
             if block.first != block.last or _CELL_SEPARATOR not in line or _ITEM.match(line):
                 break

@@ -53,8 +53,12 @@ class ContentMap:
     def spans(self, i: int, j: int) -> Iterator[tuple[int, int]]:
         """The canonical text's ranges holding content ``[i, j)``, newlines included."""
         n = max(0, bisect.bisect_right(self._starts, i) - 1)
+        # Only the lines the range reaches: a block's text is asked for piece by piece,
+        # so walking on to the block's last line each time would cost lines x pieces.
         while n < len(self.lines) and i < j:
             begin, source, length = self.lines[n]
+            if begin >= j:
+                return
             a, b = max(i, begin), min(j, begin + length)
             if a < b:
                 yield source + a - begin, source + b - begin

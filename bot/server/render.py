@@ -20,7 +20,18 @@ By kind:
   extractors write, read by their own rules (``bot.server.blocks``), not as
   Markdown, which would also take the document's own ``*`` for markup.
 - anything else (plain text, PDF, OCR'd pages), and any document over
-  ``MAX_FORMATTED_CHARS``: the whole text in one span in a ``<pre>``, as written.
+  ``MAX_FORMATTED_CHARS`` or ``MAX_FORMATTING_WORK``: the whole text in one
+  span in a ``<pre>``, as written (the highlight works the same).
+
+Cost: formatting is linear in the text, but markdown-it-py and the writers pay
+tens of microseconds for each line and each markup character, so a document
+made of little else (one paragraph of 200,000 one-letter lines, a line of
+``[``) would take seconds for a few hundred kilobytes. ``formatting_work``
+counts them first, in C, and past the bound the text is shown plain.
+``Formatter`` formats on a thread of its own (never the default executor that
+health checks, searches and answers use), each version of a text once
+(a small LRU cache bounded in characters), and a text asked for again while it
+is being formatted waits for that one formatting.
 
 A code fence's info string (its language) is shown above the code. Nothing of
 the document becomes markup: its ``<script>`` is text in a span.
@@ -28,11 +39,14 @@ the document becomes markup: its ``<script>`` is text in a span.
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
+from cachetools import LRUCache
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
@@ -40,20 +54,39 @@ from bot.server.blocks import write_blocks
 from bot.server.inline import ContentMap, Part, inline_parts
 from bot.server.spans import Lines, SpanWriter, locate
 
-__all__ = ["FORMATTED_KINDS", "MAX_FORMATTED_CHARS", "Rendered", "render_document"]
+__all__ = [
+    "FORMATTED_KINDS",
+    "MAX_FORMATTED_CHARS",
+    "MAX_FORMATTING_WORK",
+    "Formatter",
+    "Rendered",
+    "formatting_work",
+    "render_document",
+]
 
 MARKDOWN_KINDS = frozenset({"md"})
 # The kinds whose text the extractors write as Markdown-like blocks.
 BLOCK_KINDS = frozenset({"html", "docx", "pptx", "xlsx", "csv"})
 FORMATTED_KINDS = MARKDOWN_KINDS | BLOCK_KINDS
-# Past this many characters a document is shown as plain text: markdown-it-py
-# and the writer take about 1.6 s for 400,000 characters of Markdown (measured),
-# on every open the cache below has no copy for, and a browser lays out such a
-# page slowly too.
+# Past this many characters a document is shown as plain text: a browser lays
+# out such a page slowly, formatted.
 MAX_FORMATTED_CHARS = 400_000
-# The last documents formatted (a reader opens several links into one document):
-# at most about 3 MB each, text and HTML.
-_CACHED_DOCUMENTS = 8
+# Past this much work (``formatting_work``) too: about 20 to 55 us each on a
+# loaded 2-core machine for the costliest shapes (lists of one-letter items, a
+# line of "![", one-letter lines), so at most about a second; the longest
+# Markdown file bundled here (docs/evaluation.md, 129,000 characters) is 14,800.
+MAX_FORMATTING_WORK = 20_000
+# What markdown-it-py stops at: its inline rules' terminator characters, and
+# line ends (counted twice: a line costs a block rule pass besides).
+_MARKUP = "\n!#$%&*+-:<=>@[\\]^_`{}~|"
+# The documents formatted last (a reader opens several links into one
+# document), in characters of text and HTML together.
+CACHED_CHARS = 24_000_000
+# Threads formatting for the viewer: one, so that a burst of opens queues here
+# and no more than one core is ever spent on formatting.
+FORMATTING_THREADS = 1
+
+T = TypeVar("T")
 
 _ALIGN = re.compile(r"text-align:(left|center|right)")
 _WORD = re.compile(r"\w")
@@ -80,10 +113,33 @@ class Rendered:
         return self.layout != "plain"
 
 
+def formatting_work(text: str) -> int:
+    """What formatting ``text`` costs, in lines and markup characters (``MAX_FORMATTING_WORK``).
+
+    Counted in C (``str.count``), so a text too costly to format costs little to refuse.
+    """
+    return sum(text.count(mark) for mark in _MARKUP) + text.count("\n")
+
+
+def formattable(text: str, kind: str) -> bool:
+    """Whether a document of ``kind`` whose text is ``text`` is shown formatted."""
+    return (
+        kind in FORMATTED_KINDS
+        and len(text) <= MAX_FORMATTED_CHARS
+        and formatting_work(text) <= MAX_FORMATTING_WORK
+    )
+
+
 def render_document(text: str, kind: str) -> Rendered:
     """The viewer's HTML for a document of ``kind`` whose canonical text is ``text``."""
-    if kind in FORMATTED_KINDS and len(text) <= MAX_FORMATTED_CHARS:
-        return _formatted(text, kind)
+    if not formattable(text, kind):
+        return _plain(text)
+    if kind in MARKDOWN_KINDS:
+        return Rendered(_MarkdownWriter(text).write(), len(text), "markdown")
+    return Rendered(write_blocks(text), len(text), "blocks")
+
+
+def _plain(text: str) -> Rendered:
     out = SpanWriter(text)
     out.tag("<pre>")
     out.span(0, len(text))
@@ -91,11 +147,71 @@ def render_document(text: str, kind: str) -> Rendered:
     return Rendered(out.html(), len(text), "plain")
 
 
-@functools.lru_cache(maxsize=_CACHED_DOCUMENTS)
-def _formatted(text: str, kind: str) -> Rendered:
-    if kind in MARKDOWN_KINDS:
-        return Rendered(_MarkdownWriter(text).write(), len(text), "markdown")
-    return Rendered(write_blocks(text), len(text), "blocks")
+class Formatter:
+    """Formats documents for the viewer on its own thread, each version of a text once.
+
+    Only the event loop touches the cache and the formattings under way, so
+    neither needs a lock.
+    """
+
+    def __init__(self, threads: int = FORMATTING_THREADS, cached_chars: int = CACHED_CHARS) -> None:
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="kb-viewer-format")
+        self._cache: LRUCache[tuple[str, str], Rendered] = LRUCache(
+            cached_chars, getsizeof=_cached_size
+        )
+        self._under_way: dict[tuple[str, str], asyncio.Future[Rendered]] = {}
+        self._pending = 0
+
+    @property
+    def pending(self) -> int:
+        """Pieces of work queued or running on the formatter's thread."""
+        return self._pending
+
+    async def render(self, text: str, kind: str) -> Rendered:
+        """``render_document(text, kind)``, formatted on this formatter's thread or cached."""
+        if kind not in FORMATTED_KINDS or len(text) > MAX_FORMATTED_CHARS:
+            return await self.run(_plain, text)  # not hashed: it may be millions of characters
+        key = (kind, text)  # the text itself: a new version is a new key, never a stale page
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        future = self._under_way.get(key)
+        if future is None:
+            future = self._submit(render_document, text, kind)
+            self._under_way[key] = future
+            future.add_done_callback(lambda done: self._finished(key, done))
+        # Shielded: one reader closing the page must not cancel the others' formatting.
+        return await asyncio.shield(future)
+
+    async def run(self, work: Callable[..., T], *args: object) -> T:
+        """``work(*args)`` on this formatter's thread (the page around a formatted text)."""
+        return await self._submit(work, *args)
+
+    def _submit(self, work: Callable[..., T], *args: object) -> asyncio.Future[T]:
+        future = asyncio.get_running_loop().run_in_executor(self._executor, work, *args)
+        self._pending += 1
+        future.add_done_callback(self._one_less)
+        return future
+
+    def _one_less(self, _: object) -> None:
+        self._pending -= 1
+
+    def close(self) -> None:
+        """Stop formatting: queued work is dropped, the thread ends after the current one."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _finished(self, key: tuple[str, str], done: asyncio.Future[Rendered]) -> None:
+        self._under_way.pop(key, None)
+        if done.cancelled() or done.exception() is not None:
+            return
+        rendered = done.result()
+        if _cached_size(rendered) <= self._cache.maxsize:
+            self._cache[key] = rendered
+
+
+def _cached_size(rendered: Rendered) -> int:
+    # The key holds the text (``length`` characters), the value its HTML.
+    return rendered.length + len(rendered.html)
 
 
 # ---------------------------------------------------------------- Markdown

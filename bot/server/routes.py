@@ -43,7 +43,7 @@ from aiohttp.web_response import StreamResponse
 from bot.server import bodies
 from bot.server.connections import REPORTED
 from bot.server.readers import READER_GATE, SIGN_OUT_PATH, AccessCheckUnavailable, Reader
-from bot.server.render import render_document
+from bot.server.render import Formatter, Rendered, render_document
 from core.answer import Engine
 from core.errors import BadLinkToken
 from index.errors import DocumentNotFound, KBError
@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ENGINE",
+    "FORMATTER",
     "KB",
     "MIDDLEWARES",
     "AccessLogger",
@@ -68,6 +69,8 @@ __all__ = [
 
 KB = web.AppKey("kb", KnowledgeBase)
 ENGINE = web.AppKey("engine", Engine)
+# Formats the viewer's pages on a thread of its own (``bot.server.render.Formatter``).
+FORMATTER = web.AppKey("formatter", Formatter)
 STARTED = web.AppKey("started", float)
 ReadinessCheck = Callable[[], Awaitable[bool]]
 READINESS_CHECKS: web.AppKey[dict[str, ReadinessCheck]] = web.AppKey("readiness_checks")
@@ -138,6 +141,7 @@ def fill_viewer(
     text_url: str = "",
     ocr_pages: Sequence[int] = (),
     sign_out_token: str = "",
+    rendered: Rendered | None = None,
 ) -> str:
     """The viewer page for one document; every value is escaped here.
 
@@ -151,8 +155,9 @@ def fill_viewer(
         ocr_pages: the pages OCR read (``index.ingest.ocr.ocr_pages``), which the page names.
         sign_out_token: the reader's session's form token; the page then has a
             Sign out button (none without it: no session to end).
+        rendered: ``text`` already rendered (``Formatter.render``); rendered here if not.
     """
-    rendered = render_document(text, kind)
+    rendered = rendered or render_document(text, kind)
     values = {
         "title": html.escape(title, quote=True),
         "meta": html.escape(meta, quote=True),
@@ -368,28 +373,38 @@ async def viewer(request: web.Request) -> web.Response:
     kb = request.app[KB]
     try:
         doc, token = await _linked_document(request)
-        doc_id = doc.id
-        text = await asyncio.to_thread(kb.canonical_text, doc_id)
+        text = await asyncio.to_thread(kb.canonical_text, doc.id)
     except DocumentNotFound:
         return simple_page(404, PAGE_NOT_FOUND)
-    # Relative (from /d/<id>), like the page's assets, so a path prefix keeps working.
-    query = f"?t={quote(token, safe='')}"
-    page = await asyncio.to_thread(
-        fill_viewer,
-        title=doc.title or doc.name,
-        meta=_meta(doc),
-        file_url=f"{doc_id}/file{query}",
-        text=text,
-        kind=doc.kind,
-        text_url=f"{doc_id}/text{query}",
-        ocr_pages=_ocr_pages(doc, text),
-        sign_out_token=_sign_out_token(request),
-    )
+    # Formatting, and the page around it, on the formatter's own thread: never the
+    # default executor that health checks, searches and answers wait for.
+    formatter = request.app[FORMATTER]
+    rendered = await formatter.render(text, doc.kind)
+    page = await formatter.run(_viewer_page, doc, text, token, rendered, _sign_out_token(request))
     return web.Response(
-        text=page,
+        body=page,
         content_type="text/html",
+        charset="utf-8",
         headers={"Content-Security-Policy": VIEWER_CSP, **PRIVATE_HEADERS},
     )
+
+
+def _viewer_page(
+    doc: DocumentRow, text: str, token: str, rendered: Rendered, sign_out_token: str
+) -> bytes:
+    # Relative (from /d/<id>), like the page's assets, so a path prefix keeps working.
+    query = f"?t={quote(token, safe='')}"
+    return fill_viewer(
+        title=doc.title or doc.name,
+        meta=_meta(doc),
+        file_url=f"{doc.id}/file{query}",
+        text=text,
+        kind=doc.kind,
+        text_url=f"{doc.id}/text{query}",
+        ocr_pages=_ocr_pages(doc, text),
+        sign_out_token=sign_out_token,
+        rendered=rendered,
+    ).encode("utf-8")
 
 
 async def canonical_text(request: web.Request) -> web.Response:
@@ -552,6 +567,8 @@ def setup(app: web.Application) -> None:
     app[READINESS_CHECKS] = {}
     app[READINESS_INFO] = {}
     app[MAX_BEHIND] = DEFAULT_MAX_BEHIND_SECONDS
+    app[FORMATTER] = Formatter()
+    app.on_cleanup.append(_close_formatter)
     app.on_response_prepare.append(_security_headers)
     app.router.add_get("/d/{id}", viewer)
     app.router.add_get("/d/{id}/file", original_file)
@@ -559,3 +576,7 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/static/{name}", static_asset)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+
+
+async def _close_formatter(app: web.Application) -> None:
+    app[FORMATTER].close()

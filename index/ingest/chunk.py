@@ -42,6 +42,11 @@ HEADER_SEPARATOR = " > "
 # title is repeated in every chunk's header, so it is shortened.
 MAX_HEADING_CHARS = 200
 HEADING_KINDS = frozenset({"md", "html", "docx", "pptx", "xlsx"})
+# Headings read per passage a document may make (``max_chunks``): every heading is
+# a section to walk, text or none under it, so a file of bare "# h" lines (2.5
+# million in 10 MB) would cost the server seconds per hundred thousand while
+# making no passage at all. An honest document has about one heading a passage.
+HEADINGS_PER_PASSAGE = 2
 # Tables whose sections start with their header row (``index.ingest.sheets``).
 SHEET_KINDS = frozenset({"xlsx", "csv"})
 
@@ -60,7 +65,14 @@ _CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
 # Each piece ends on a non-space character, so backtracking is bounded by one
 # line's trailing spaces and the scan stays linear on a 5 MB single line.
 _PARAGRAPH = re.compile(r"\S(?:[^\n]*\S)?(?:[^\S\n]*\n[^\S\n]*\S(?:[^\n]*\S)?)*")
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’»)\]]*(?=\s)|[。！？]+[」』”’）)]*")
+# A sentence ends at a run of . ! ? … (and closing quotes or brackets) followed by
+# whitespace, or at a run of 。！？ (and their closers). Matched without the
+# whitespace check, which ``sentence_ends`` makes after: with it inside, a run of
+# 100,000 dots not followed by a space was tried again from each of its dots,
+# each try reading to the run's end (quadratic: 264 s for 80,000 characters).
+_SENTENCE_MARKS = re.compile(r"(?:[.!?…]+[\"'”’»)\]]*)|(?:[。！？]+[」』”’）)]*)")
+_FULL_STOPS = frozenset("。！？")
+_SPACE = re.compile(r"\s")
 _LINE = re.compile(r"\S(?:[^\n]*\S)?")
 _WORD = re.compile(r"\S+")
 _NON_SPACE = re.compile(r"\S")
@@ -85,11 +97,15 @@ class Heading:
     end: int
 
 
-def markdown_structure(text: str) -> tuple[list[Heading], list[Span]]:
+def markdown_structure(
+    text: str, max_headings: int | None = None
+) -> tuple[list[Heading], list[Span]]:
     """Return the ATX headings and the fenced code blocks of a Markdown text.
 
     Args:
         text: canonical text (``\\n`` newlines).
+        max_headings: when given, stop reading at heading ``max_headings + 1``
+            (enough for the caller to refuse the text).
 
     Returns:
         ``(headings, fences)`` in document order; a fence is ``(start, end)``
@@ -100,6 +116,8 @@ def markdown_structure(text: str) -> tuple[list[Heading], list[Span]]:
     fences: list[Span] = []
     fence: tuple[str, int, int] | None = None  # (marker char, marker length, start)
     for m in _CANDIDATE_LINE.finditer(text):
+        if max_headings is not None and len(headings) > max_headings:
+            return headings, fences
         start = m.start()
         line_end = text.find("\n", start)
         if line_end < 0:
@@ -153,7 +171,9 @@ def chunk_document(
             ``max_tokens`` are split further.
         max_tokens: the encoder window in word-pieces.
         max_chunks: when given, stop after ``max_chunks + 1`` chunks: enough
-            for the caller to refuse the document without paying for the rest.
+            for the caller to refuse the document without paying for the rest;
+            and read at most ``HEADINGS_PER_PASSAGE`` times as many headings:
+            past that, no chunk is made and ``too_many_headings`` says so.
 
     Returns:
         The chunks in document order; ``notes`` explains zero chunks, window
@@ -165,7 +185,11 @@ def chunk_document(
     if budget < 1 or max_tokens < 1:
         raise ValueError("budget and max_tokens must be positive")
     text = doc.text
-    headings, fences = markdown_structure(text) if doc.kind in HEADING_KINDS else ([], [])
+    most = None if max_chunks is None else HEADINGS_PER_PASSAGE * max_chunks
+    headings, fences = markdown_structure(text, most) if doc.kind in HEADING_KINDS else ([], [])
+    if most is not None and len(headings) > most:
+        note = f"More than {most:,} headings: the document is not chunked."
+        return Chunking(chunks=[], notes=[note], too_many_headings=most)
     splitter = _Splitter(text, fences)
     window = _Window(count_tokens, max_tokens) if count_tokens else None
     chunks: list[Chunk] = []
@@ -205,6 +229,8 @@ def _pieces(
     for start, end, path in _split_at_pages(
         _sections(doc.text, doc.title, headings), doc.page_starts
     ):
+        if not _NON_SPACE.search(doc.text, start, end):
+            continue  # a heading with nothing under it: no header to fit
         header = HEADER_SEPARATOR.join([doc.title, *path])
         columns = _header_row(doc, start, end)
         with_columns = HEADER_SEPARATOR.join([header, doc.text[columns[0] : columns[1]]])
@@ -285,8 +311,10 @@ def _split_at_pages(
     A citation links to ``#page=N``; a chunk straddling two pages would send
     the reader to a page holding only part of the quote.
     """
+    starts = page_starts or ()
     for start, end, path in sections:
-        cuts = [p for p in page_starts or () if start < p < end]
+        # The page starts inside the section, found by bisection rather than read each time.
+        cuts = list(starts[bisect_right(starts, start) : bisect_left(starts, end)])
         for a, b in zip([start, *cuts], [*cuts, end], strict=True):
             yield a, b, path
 
@@ -385,14 +413,26 @@ class _Splitter:
 
     def _sentences(self, start: int, end: int) -> Iterator[Span]:
         pos = start
-        for m in _SENTENCE_END.finditer(self.text, start, end):
-            first = _NON_SPACE.search(self.text, pos, m.start() + 1)
+        for a, b in sentence_ends(self.text, start, end):
+            first = _NON_SPACE.search(self.text, pos, a + 1)
             if first:
-                yield first.start(), m.end()
-            pos = m.end()
+                yield first.start(), b
+            pos = b
         first = _NON_SPACE.search(self.text, pos, end)
         if first:
             yield first.start(), end
+
+
+def sentence_ends(text: str, start: int = 0, end: int | None = None) -> Iterator[Span]:
+    """Where sentences end in ``text[start:end]``: each run of end marks, in linear time.
+
+    A run of ``.!?…`` counts only when whitespace follows it before ``end``;
+    a run of ``。！？`` always does.
+    """
+    stop = len(text) if end is None else end
+    for m in _SENTENCE_MARKS.finditer(text, start, stop):
+        if text[m.start()] in _FULL_STOPS or _SPACE.match(text, m.end(), stop):
+            yield m.span()
 
 
 def _matches(pattern: re.Pattern[str], text: str, start: int, end: int) -> Iterator[Span]:
@@ -463,10 +503,12 @@ class _Window:
 
 __all__ = [
     "CHUNKER_VERSION",
+    "HEADINGS_PER_PASSAGE",
     "HEADER_SEPARATOR",
     "Heading",
     "chunk_document",
     "heading_title",
     "markdown_structure",
+    "sentence_ends",
     "sheet_columns",
 ]

@@ -8,8 +8,17 @@ page, so the page's embedded images are read instead of rendering the page
 says which pages were read by OCR: the viewer shows it, citations quote it,
 and no column is needed to remember it.
 
+Each distinct image is read once per document: an image is known by its PDF
+object (an inline image by its pixels), so one image listed under many names on
+a page is read once there, and one image shown on many pages is read once and
+its text given to each of them. A page is read from at most
+``MAX_IMAGES_PER_PAGE`` distinct images and a document from at most
+``IMAGES_PER_OCR_PAGE`` times ``OcrConfig.max_pages`` (a scanner writes one a
+page); a page past either bound is left unread, saying which.
+
 A scanned page OCR could not read (Tesseract or the language missing, more
-scanned pages than ``OcrConfig.max_pages``, a page over ``OcrConfig.page_timeout``)
+scanned pages than ``OcrConfig.max_pages``, a page over ``OcrConfig.page_timeout``,
+more images than the bounds above)
 stays a page of its document, holding the line
 ``[page N: image only, not read: <why>]`` (``unread_marker``): the document's
 other pages are indexed with their page numbers, and the gap is visible
@@ -25,11 +34,13 @@ Errors (each a document's ``failed`` reason, never a crash):
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytesseract
 from PIL import Image
@@ -39,8 +50,11 @@ from index.errors import CorruptDocument, ExtractionError, OverLimit, Unsupporte
 
 if TYPE_CHECKING:
     from pypdf import PageObject
+    from pypdf._page import VirtualListImages
 
 __all__ = [
+    "IMAGES_PER_OCR_PAGE",
+    "MAX_IMAGES_PER_PAGE",
     "MIN_TEXT_LAYER_CHARS",
     "OCR_MARKER",
     "OCR_NOT_AVAILABLE",
@@ -58,6 +72,11 @@ __all__ = [
 MIN_TEXT_LAYER_CHARS = 20
 # Images smaller than this (icons, logos, rules) are not a scanned page.
 _MIN_IMAGE_SIDE = 64
+# A scanner writes one image a page (some a few strips); each distinct image is a
+# Tesseract run of its own, so a page of more is left unread rather than read for minutes.
+MAX_IMAGES_PER_PAGE = 16
+# Distinct images read per document, per page KB_OCR_MAX_PAGES allows.
+IMAGES_PER_OCR_PAGE = 2
 OCR_MARKER = re.compile(r"^\[page (\d+): text read by OCR\]$", re.MULTILINE)
 UNREAD_MARKER = re.compile(r"^\[page (\d+): image only, not read: ([^\]\n]+)\]$", re.MULTILINE)
 OCR_NOT_AVAILABLE = "OCR not available"
@@ -140,7 +159,8 @@ def read_pages(
         OverLimit: more scanned pages than the limit, and not ``has_text``.
         CorruptDocument: an image cannot be decoded, or Tesseract fails on it.
     """
-    scanned = [(i, images) for i, page in pages if (images := _page_images(page, name, filename))]
+    images = _PdfImages(name, filename)
+    scanned = [(i, found) for i, page in pages if (found := images.of_page(page))]
     if not scanned:
         return OcrPages()
     unread: dict[int, str] = {}
@@ -164,25 +184,123 @@ def read_pages(
         every = {i: OCR_NOT_AVAILABLE for i, _ in scanned} | unread
         return OcrPages(unread=dict(sorted(every.items())), failure=exc)
     texts: dict[int, str] = {}
-    for i, images in scanned:
+    read: dict[Hashable, str] = {}  # each distinct image's text, read once per document
+    most = IMAGES_PER_OCR_PAGE * config.max_pages
+    for i, found in scanned:
+        new = [image for image in found if image.key not in read]
+        if len(found) > MAX_IMAGES_PER_PAGE or len(read) + len(new) > most:
+            unread[i] = _too_many_images(len(found), most)
+            failure = failure or OverLimit(
+                f"Page {i + 1} of {name} is not read by OCR: {unread[i]}.", filename=filename
+            )
+            continue
         try:
-            texts[i] = _read_page(i, images, config, name, filename)
+            for image in new:
+                read[image.key] = _read_image(i, image.load(), config, name, filename)
         except OverLimit as exc:  # this page took too long; the next ones may not
             unread[i] = f"OCR took longer than {config.page_timeout:g} s (KB_OCR_TIMEOUT)"
             failure = failure or exc
+            continue
+        texts[i] = "\n\n".join(t for t in (read[image.key] for image in found) if t)
     return OcrPages(texts=texts, unread=dict(sorted(unread.items())), failure=failure)
 
 
-def _page_images(page: PageObject, name: str, filename: str) -> list[Image.Image]:
-    try:
-        images = [f.image for f in page.images]
-    except Exception as exc:  # pypdf and Pillow raise assorted errors on broken image streams
-        raise CorruptDocument(
-            f"{name} has a scanned page whose image cannot be decoded ({type(exc).__name__}). "
-            "Scan or export it again and upload the new copy.",
-            filename=filename,
-        ) from exc
-    return [im for im in images if im is not None and min(im.size) >= _MIN_IMAGE_SIDE]
+def _too_many_images(on_page: int, most: int) -> str:
+    if on_page > MAX_IMAGES_PER_PAGE:
+        return f"{on_page} images on one page, over the {MAX_IMAGES_PER_PAGE} read per page"
+    return (
+        f"over the {most:,} images read per document ({IMAGES_PER_OCR_PAGE} per page "
+        "KB_OCR_MAX_PAGES allows)"
+    )
+
+
+@dataclass(frozen=True)
+class _Image:
+    """One distinct image of a page: what it is known by, and how to decode it."""
+
+    key: Hashable
+    load: Callable[[], Image.Image]
+
+
+class _PdfImages:
+    """The distinct images of a PDF's pages, known without decoding them.
+
+    pypdf lists an image once per name it has on the page (``/Im1`` and
+    ``/Im2`` may be one object) and decodes it each time it is asked; here an
+    image is known by its object number and sized by its dictionary, and only
+    decoded when Tesseract reads it. An inline image (which pypdf has already
+    decoded, and which has no object) is known by its pixels.
+    """
+
+    def __init__(self, name: str, filename: str) -> None:
+        self.name = name
+        self.filename = filename
+
+    def of_page(self, page: PageObject) -> list[_Image]:
+        """The page's distinct images large enough to be a scan, in its order."""
+        try:
+            return self._of_page(page)
+        except Exception as exc:  # pypdf and Pillow raise assorted errors on broken streams
+            raise CorruptDocument(
+                f"{self.name} has a scanned page whose image cannot be decoded "
+                f"({type(exc).__name__}). Scan or export it again and upload the new copy.",
+                filename=self.filename,
+            ) from exc
+
+    def _of_page(self, page: PageObject) -> list[_Image]:
+        listed = page.images
+        out: list[_Image] = []
+        keys: set[Hashable] = set()
+        # The ids, not the images: iterating the list itself decodes every image.
+        for image_id in listed.keys():  # noqa: SIM118
+            key, size = _object(page, image_id)
+            if key is None:  # inline: no object to know it by
+                decoded = listed[image_id].image
+                if decoded is None:
+                    continue
+                key, size = _pixels_key(decoded), decoded.size
+            if key in keys:
+                continue
+            keys.add(key)
+            if size is None:  # no usable /Width and /Height: the image says
+                decoded = listed[image_id].image
+                size = decoded.size if decoded is not None else (0, 0)
+            if min(size) >= _MIN_IMAGE_SIDE:
+                out.append(_Image(key, functools.partial(_decoded, listed, image_id)))
+        return out
+
+
+def _decoded(listed: VirtualListImages, image_id: str | list[str]) -> Image.Image:
+    image = listed[image_id].image
+    if image is None:
+        raise ValueError(f"image {image_id} has no picture")
+    return image
+
+
+def _object(
+    page: PageObject, image_id: str | list[str]
+) -> tuple[Hashable | None, tuple[int, int] | None]:
+    """The PDF object an image id names, as ``(number, generation)``, and its stated size.
+
+    ``(None, None)`` for an inline image or one written directly into its
+    resources (no object number to know it by).
+    """
+    path = [image_id] if isinstance(image_id, str) else list(image_id)
+    if path[-1].startswith("~"):
+        return None, None
+    obj: Any = page
+    for name in path:
+        obj = obj["/Resources"].get_object()["/XObject"].get_object()[name].get_object()
+    ref = getattr(obj, "indirect_reference", None)
+    if ref is None:
+        return None, None
+    width, height = obj.get("/Width"), obj.get("/Height")
+    stated = isinstance(width, int) and isinstance(height, int)
+    return ("object", ref.idnum, ref.generation), (int(width), int(height)) if stated else None
+
+
+def _pixels_key(image: Image.Image) -> Hashable:
+    return ("pixels", image.mode, image.size, hashlib.sha256(image.tobytes()).digest())
 
 
 def _check_tesseract(config: OcrConfig, name: str, filename: str) -> None:
@@ -206,28 +324,24 @@ def _check_tesseract(config: OcrConfig, name: str, filename: str) -> None:
         )
 
 
-def _read_page(
-    index: int, images: list[Image.Image], config: OcrConfig, name: str, filename: str
-) -> str:
-    texts: list[str] = []
-    for image in images:
-        try:
-            with _tesseract_running():
-                raw = pytesseract.image_to_string(
-                    image, lang=config.language, timeout=config.page_timeout
-                )
-        except RuntimeError as exc:  # pytesseract's timeout is a bare RuntimeError
-            if "timeout" not in str(exc).lower():
-                raise _ocr_failed(name, filename, index, exc) from exc
-            raise OverLimit(
-                f"Page {index + 1} of {name} took longer than {config.page_timeout:g} s to read "
-                "by OCR. Scan it at a lower resolution, or ask an admin to raise KB_OCR_TIMEOUT.",
-                filename=filename,
-            ) from exc
-        except Exception as exc:  # TesseractError, Pillow conversion errors
+def _read_image(index: int, image: Image.Image, config: OcrConfig, name: str, filename: str) -> str:
+    """What Tesseract reads in one image of 0-based page ``index``."""
+    try:
+        with _tesseract_running():
+            raw = pytesseract.image_to_string(
+                image, lang=config.language, timeout=config.page_timeout
+            )
+    except RuntimeError as exc:  # pytesseract's timeout is a bare RuntimeError
+        if "timeout" not in str(exc).lower():
             raise _ocr_failed(name, filename, index, exc) from exc
-        texts.append(_tidy(raw))
-    return "\n\n".join(t for t in texts if t)
+        raise OverLimit(
+            f"Page {index + 1} of {name} took longer than {config.page_timeout:g} s to read "
+            "by OCR. Scan it at a lower resolution, or ask an admin to raise KB_OCR_TIMEOUT.",
+            filename=filename,
+        ) from exc
+    except Exception as exc:  # TesseractError, Pillow conversion errors
+        raise _ocr_failed(name, filename, index, exc) from exc
+    return _tidy(raw)
 
 
 # Told True before and False after each Tesseract run: the reader process

@@ -36,6 +36,8 @@ from docx import Document as open_docx
 from docx import types as t
 from docx.document import Document as DocxDocument
 from docx.oxml.ns import nsmap, qn
+from docx.oxml.simpletypes import ST_Merge
+from docx.oxml.table import CT_Row, CT_Tc
 from docx.oxml.xmlchemy import BaseOxmlElement
 from docx.styles import BabelFish
 from docx.table import Table as DocxTable
@@ -45,6 +47,7 @@ from lxml import etree
 from pptx import Presentation as open_pptx
 from pptx.shapes.base import BaseShape
 from pptx.shapes.group import GroupShape
+from pptx.shapes.placeholder import _InheritsDimensions
 from pptx.slide import Slide
 
 from index.config import DEFAULT_MAX_TEXT_CHARS
@@ -368,17 +371,73 @@ def _list_level(p: Paragraph, style: str) -> int | None:
 
 
 def _table_rows(table: DocxTable, word: _Word) -> Iterator[str]:
-    for row in table.rows:
+    for tcs in _row_cells(table):
         seen: set[int] = set()
         cells: list[str] = []
-        for cell in row.cells:
-            if id(cell._tc) in seen:  # a merged cell is listed once per grid column
+        for tc in tcs:
+            if id(tc) in seen:  # a merged cell is listed once per grid column
                 continue
-            seen.add(id(cell._tc))
-            cells.append(_cell_text(cell, word))
+            seen.add(id(tc))
+            cells.append(_cell_text(_Cell(tc, table), word))
         line = CELL_SEPARATOR.join(c for c in cells if c)
         if line:
             yield safe_line(line)
+
+
+def _row_cells(table: DocxTable) -> Iterator[list[CT_Tc]]:
+    """Each row's cells as python-docx's ``_Row.cells`` lists them, in one pass over the table.
+
+    A cell continuing a vertical merge stands for the cell that starts the
+    merge, once per grid column that one spans. python-docx finds that cell by
+    walking up the rows one XPath at a time (each scanning the rows before),
+    for every row of the merge: cubic in the rows of a merged column (400 rows
+    took 97 s). Here each row remembers the cell each of its cells shows.
+    """
+    above: _GridRow | None = None
+    for tr in table._tbl.tr_lst:
+        row = _GridRow(tr)
+        cells: list[CT_Tc] = []
+        for offset, tc in zip(row.offsets, row.tcs, strict=True):
+            shown = tc
+            if tc.vMerge == ST_Merge.CONTINUE:
+                if above is None:
+                    raise ValueError("no tr above topmost tr in w:tbl")
+                shown = above.shown[above.index_at(offset)]
+            row.shown.append(shown)
+            cells.extend([shown] * shown.grid_span)
+        yield cells
+        above = row
+
+
+class _GridRow:
+    """One table row: its cells, the grid column each starts at, and the cell each shows."""
+
+    def __init__(self, tr: CT_Row) -> None:
+        self.tr = tr
+        self.tcs: list[CT_Tc] = list(tr.tc_lst)
+        self.offsets: list[int] = []
+        offset = tr.grid_before
+        for tc in self.tcs:
+            self.offsets.append(offset)
+            offset += tc.grid_span
+        self.shown: list[CT_Tc] = []  # filled in as the row is read
+        # The first cell starting at each offset, as ``CT_Row.tc_at_grid_offset`` finds it
+        # while offsets only grow; with a negative span (a damaged file) that method decides.
+        self._first: dict[int, int] | None = {}
+        for i, tc in enumerate(self.tcs):
+            if tc.grid_span < 0:
+                self._first = None
+                break
+            self._first.setdefault(self.offsets[i], i)
+
+    def index_at(self, offset: int) -> int:
+        """The index of this row's cell at grid ``offset`` (ValueError if none starts there)."""
+        if self._first is None:
+            found = self.tr.tc_at_grid_offset(offset)
+            return next(i for i, tc in enumerate(self.tcs) if tc is found)
+        if offset not in self._first:
+            raise ValueError(f"no `tc` element at grid_offset={offset}")
+        return self._first[offset]
 
 
 def _cell_text(cell: _Cell, word: _Word) -> str:
@@ -467,7 +526,8 @@ def _slide_section(number: int, slide: Slide, budget: TextBudget) -> tuple[str, 
     if title_shape is not None:
         title = " ".join(_spent(title_shape.text_frame.text, budget).split())
     skip = title_shape.shape_id if title_shape is not None else None
-    blocks = [b for b in _shape_blocks(slide.shapes, skip, budget) if b]
+    positions = _Positions(slide)
+    blocks = [b for b in _shape_blocks(slide.shapes, skip, budget, positions) if b]
     if (
         slide.has_notes_slide
     ):  # one notes part may serve several slides: read, and counted, each time
@@ -486,13 +546,13 @@ def _spent(text: str, budget: TextBudget) -> str:
 
 
 def _shape_blocks(
-    shapes: Iterable[BaseShape], skip: int | None, budget: TextBudget
+    shapes: Iterable[BaseShape], skip: int | None, budget: TextBudget, positions: _Positions
 ) -> Iterator[str]:
-    for shape in sorted(shapes, key=_reading_position):
+    for shape in sorted(shapes, key=positions.of):
         if skip is not None and shape.shape_id == skip:
             continue
         if isinstance(shape, GroupShape):
-            yield from _shape_blocks(shape.shapes, None, budget)
+            yield from _shape_blocks(shape.shapes, None, budget, positions)
         elif getattr(shape, "has_table", False):
             for row in shape.table.rows:  # type: ignore[attr-defined]
                 line = CELL_SEPARATOR.join(
@@ -513,10 +573,56 @@ def _text_frame_block(shape: BaseShape, budget: TextBudget) -> str:
     return "\n".join(lines)
 
 
-def _reading_position(shape: BaseShape) -> tuple[int, int]:
-    # Placeholders without their own position inherit the layout's; shapes
-    # with none at all (rare) read first.
-    return (shape.top or 0, shape.left or 0)
+class _Positions:
+    """Where each shape of one slide starts, ``(top, left)``, as python-pptx says.
+
+    Placeholders without their own position inherit the layout's (and a layout's
+    the master's); shapes with none at all (rare) read first. python-pptx finds
+    a placeholder's layout placeholder by an XPath over every layout shape, for
+    each of ``top`` and ``left`` of each shape: 250 placeholders on a slide of
+    a layout of 250 took a minute. Here the layout is read once per slide and
+    each inherited position looked up once.
+    """
+
+    def __init__(self, slide: Slide) -> None:
+        self.slide = slide
+        self._layout: dict[int, BaseShape] | None = None
+        self._by_idx: dict[int, tuple[int | None, int | None]] = {}
+        self._by_type: dict[object, tuple[int | None, int | None]] = {}
+
+    def of(self, shape: BaseShape) -> tuple[int, int]:
+        """The shape's reading position: its top, then its left (0 when it has none)."""
+        element = shape._element
+        top, left = element.y, element.x
+        if isinstance(shape, _InheritsDimensions) and (top is None or left is None):
+            inherited_top, inherited_left = self._inherited(element.ph_idx)
+            top = inherited_top if top is None else top
+            left = inherited_left if left is None else left
+        return (top or 0, left or 0)
+
+    def _inherited(self, idx: int) -> tuple[int | None, int | None]:
+        if idx not in self._by_idx:
+            if self._layout is None:
+                self._layout = {}
+                layout = self.slide.slide_layout.placeholders
+                for placeholder in iter(layout):
+                    self._layout.setdefault(placeholder.element.ph_idx, placeholder)
+            base = self._layout.get(idx)
+            self._by_idx[idx] = (None, None) if base is None else self._layout_position(base)
+        return self._by_idx[idx]
+
+    def _layout_position(self, base: BaseShape) -> tuple[int | None, int | None]:
+        top, left = base._element.y, base._element.x
+        if top is None or left is None:
+            # A layout placeholder inherits from the master's of its type: once per type.
+            kind = base._element.ph_type
+            if kind not in self._by_type:
+                inherit = base._inherited_value
+                self._by_type[kind] = (inherit("top"), inherit("left"))
+            master_top, master_left = self._by_type[kind]
+            top = master_top if top is None else top
+            left = master_left if left is None else left
+        return top, left
 
 
 __all__ = [

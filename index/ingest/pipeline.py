@@ -119,6 +119,13 @@ def prepare_document(
             max_tokens=embedder.max_tokens,
             max_chunks=max_chunks,
         )
+    if chunking.too_many_headings is not None:
+        raise OverLimit(
+            f"{filename} is too long to index: it has more than "
+            f"{chunking.too_many_headings:,} headings, the limit per document (twice "
+            "KB_MAX_CHUNKS). Split it into smaller files, or ask an admin to raise KB_MAX_CHUNKS.",
+            filename=filename,
+        )
     if len(chunking.chunks) > max_chunks:
         raise OverLimit(
             f"{filename} is too long to index: it makes more than {max_chunks:,} passages, "
