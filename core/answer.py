@@ -1,6 +1,8 @@
-"""The answer engine: retrieve -> gate -> prompt -> model -> citations -> log.
+"""The answer engine: select passages -> prompt -> model -> citations -> log.
 
-The invariants this module keeps:
+The passages are chosen by ``core.selection.PassageSelector`` (search, gate,
+answer order, reranker), the one stage every surface calls. The invariants
+this module keeps:
 
 * nothing passes the gate -> **no model call**: the closest passages within
   the looser related threshold, labelled as possibly related (``related``),
@@ -33,17 +35,19 @@ import numpy as np
 from core.citations import resolve_citations
 from core.config import EngineConfig
 from core.errors import LinkSecretUnavailable, LLMUnavailable
-from core.gate import CANDIDATES_PER_KEPT, beside_answer, gate, related
+from core.gate import related
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
-from core.prompt import HISTORY_TURNS, Role, Source, ThreadMessage, as_thread, build_messages
-from core.rerank import Reranker, RerankerUnavailable, rerank
-from core.retrieve import Candidate, Mode, RetrievalBackend, configured_order, reorders_answers
+from core.prompt import HISTORY_TURNS, Source, ThreadMessage, as_thread, build_messages
+from core.rerank import Reranker
+from core.retrieve import Candidate, Mode, RetrievalBackend
+from core.selection import PassageSelector, Selection, retrieval_query
 from index.errors import DocumentNotFound, StorageError
 from index.ingest import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
 from index.languages import ENGLISH, detect
 from index.models import ALL_SCOPES
+from index.normal_form import plain
 from index.records import ChunkRow, QueryRecord
 from index.search import question_language
 
@@ -164,11 +168,11 @@ class Answer:
 
 @dataclass(frozen=True)
 class _Kept:
-    """What the gate let through for one question."""
+    """What the selection kept for one question, as linked passages."""
 
     passages: list[SourceRef]  # given to the model
-    order: list[Candidate]  # every candidate, in the order the passages were chosen in
-    missing: int  # passing chunks SQLite no longer has (the snapshot is behind)
+    selection: Selection  # the passages chosen, beside them, and every candidate in order
+    missing: int  # kept chunks SQLite no longer has (the snapshot is behind)
 
 
 @dataclass(frozen=True)
@@ -215,6 +219,7 @@ class Engine:
         self.llm = llm or LLM(config.llm)
         self.backend = backend or kb.search_index
         self.reranker = reranker or (Reranker(config.reranker) if config.reranker else None)
+        self.selector = PassageSelector(kb, config, backend=self.backend, reranker=self.reranker)
 
     def thread_history(self, channel: str, thread_id: str) -> list[ThreadMessage]:
         """A thread's earlier messages as the query log has them (its questions and answers)."""
@@ -227,7 +232,8 @@ class Engine:
     def retrieve(
         self, query: str, *, scopes: frozenset[str] | None, k: int, mode: Mode = Mode.HYBRID
     ) -> list[Candidate]:
-        """Fused candidates for ``query`` (no gate), best first."""
+        """Fused candidates for ``query`` (no gate), best first; searched in its normal form."""
+        query = plain(query)
         vector = self.kb.embedder.encode_query(query)
         return self.backend.search(vector, query, scopes, k, mode)
 
@@ -287,12 +293,12 @@ class Engine:
         timings = trace.timings
         t0 = trace.started
         await report(Step(StepKind.SEARCHING))
-        query = _retrieval_query(question, history)
-        vector = await asyncio.to_thread(self.kb.embedder.encode_query, query)
+        query = retrieval_query(question, history)
+        vector = await asyncio.to_thread(self.selector.vector, query)
         timings["embed"] = _ms_since(t0)
         t = time.perf_counter()
         seen = self.kb.search_index.generation
-        candidates = trace.candidates = await self._search(vector, query, scopes)
+        candidates = trace.candidates = await self._search(query, vector, scopes)
         timings["retrieve"] = _ms_since(t)
         t = time.perf_counter()
         kept = await self._keep(query, vector, candidates, timings)
@@ -301,12 +307,12 @@ class Engine:
             # The snapshot named chunks another process had just replaced or
             # removed (a reindex, a removal): ask the store as it is now.
             t = time.perf_counter()
-            candidates = trace.candidates = await self._search(vector, query, scopes)
+            candidates = trace.candidates = await self._search(query, vector, scopes)
             kept = await self._keep(query, vector, candidates, timings)
             timings["refresh"] = _ms_since(t)
         trace.kept = kept.passages
         if not kept.passages:
-            answer = await self._not_answered(question, query, vector, candidates, timings)
+            answer = await self._not_answered(question, kept.selection)
             await report(_passages_step(StepKind.NOTHING_FOUND, answer.sources))
         else:
             await report(_passages_step(StepKind.FOUND, kept.passages))
@@ -340,15 +346,9 @@ class Engine:
         self._log(stopped, trace.candidates, scopes, asker)
 
     async def _search(
-        self, vector: np.ndarray, query: str, scopes: frozenset[str] | None
+        self, query: str, vector: np.ndarray, scopes: frozenset[str] | None
     ) -> list[Candidate]:
-        k = self.config.top_k * CANDIDATES_PER_KEPT
-        # Nothing beyond both thresholds is shown: a question with no passage that
-        # close is refused whatever BM25 finds, so the engine may skip that leg.
-        cutoff = max(self.config.threshold, self.config.related_threshold)
-        return await asyncio.to_thread(
-            self.backend.search, vector, query, scopes, k, Mode.HYBRID, cutoff
-        )
+        return await asyncio.to_thread(self.selector.search, query, vector, scopes)
 
     async def _keep(
         self,
@@ -357,35 +357,17 @@ class Engine:
         candidates: list[Candidate],
         timings: dict[str, float],
     ) -> _Kept:
-        """What passes the gate: its passages, the candidates' order, and how many SQLite lacks.
-
-        The gate decides whether and how many; the candidates' best sentences,
-        then a reranker, choose which of the passing candidates those are.
-        """
-        cfg = self.config
-        passed = self._gate(candidates)
-        if passed and reorders_answers(cfg, self.kb.embedder):
-            t = time.perf_counter()
-            candidates = await asyncio.to_thread(self._answer_ordered, query, vector, candidates)
-            passed = self._gate(candidates)
-            timings["order"] = _ms_since(t)
-        if self.reranker is not None and passed:
-            passed = await self._reranked(query, candidates, passed, timings)
-        refs, missing = await self._source_refs(passed)
-        return _Kept(refs, candidates, missing)
+        """What the selection keeps, as linked passages, and how many of them SQLite lacks."""
+        selection = await asyncio.to_thread(self.selector.choose, query, vector, candidates)
+        timings.update(selection.timings)
+        refs, missing = await self._source_refs(selection.kept)
+        return _Kept(refs, selection, missing)
 
     async def _beside(self, kept: _Kept) -> list[SourceRef]:
         """The passages shown beside an answer written from ``kept``, numbered on from it."""
-        cfg = self.config
-        near = beside_answer(
-            kept.order,
-            threshold=cfg.threshold,
-            related_threshold=cfg.related_threshold,
-            within=cfg.top_k,
-        )
-        if not near:
+        if not kept.selection.near:
             return []
-        shown, _ = await self._source_refs(near, first=len(kept.passages) + 1)
+        shown, _ = await self._source_refs(kept.selection.near, first=len(kept.passages) + 1)
         return shown
 
     def _question_language(self, question: str) -> str | None:
@@ -399,58 +381,6 @@ class Engine:
             return question_language(question, corpus)
         found = detect(question)
         return found.code if found and found.confidence >= QUESTION_CONFIDENCE else None
-
-    def _gate(self, candidates: Sequence[Candidate]) -> list[Candidate]:
-        cfg = self.config
-        return gate(
-            candidates,
-            threshold=cfg.threshold,
-            top_k=cfg.top_k,
-            max_kept=cfg.max_kept,
-            margin=cfg.keep_margin,
-        )
-
-    def _answer_ordered(
-        self, query: str, vector: np.ndarray, candidates: list[Candidate]
-    ) -> list[Candidate]:
-        # Only for passages close enough to answer from or to show as related: a
-        # plain refusal never reads sentences or texts.
-        return configured_order(
-            candidates, vector, query, self.kb.store, self.config, self.kb.embedder
-        )
-
-    async def _reranked(
-        self,
-        query: str,
-        candidates: list[Candidate],
-        passed: list[Candidate],
-        timings: dict[str, float],
-    ) -> list[Candidate]:
-        """As many passing candidates as ``passed``, chosen by the reranker; ``passed`` if it fails."""
-        assert self.reranker is not None
-        reranker = self.reranker
-        t = time.perf_counter()
-
-        def choose() -> list[Candidate]:
-            ids = [c.chunk_id for c in candidates if c.distance <= self.config.threshold]
-            rows = self.kb.chunks_by_id(ids)
-            return rerank(
-                reranker,
-                query,
-                candidates,
-                rows,
-                threshold=self.config.threshold,
-                keep=len(passed),
-            )
-
-        try:
-            return await asyncio.to_thread(choose)
-        except RerankerUnavailable as exc:
-            # An answer in fused order beats no answer; the log says why.
-            log.warning("reranker unavailable, passages kept in fused order: %s", exc)
-            return passed
-        finally:
-            timings["rerank"] = _ms_since(t)
 
     async def _source_refs(
         self, passed: list[Candidate], *, first: int = 1
@@ -488,27 +418,18 @@ class Engine:
                 columns[row.id] = named
         return columns
 
-    async def _not_answered(
-        self,
-        question: str,
-        query: str,
-        vector: np.ndarray,
-        candidates: list[Candidate],
-        timings: dict[str, float],
-    ) -> Answer:
+    async def _not_answered(self, question: str, selection: Selection) -> Answer:
         """Nothing passed the gate: possibly related passages, or the plain refusal.
 
-        The related passages are chosen in the order an answer keeps its
-        passages in (``answer_order``): the passage that would have been cited
-        first is shown first. A plain refusal reads nothing more.
+        The related passages are the selection's (``core.selection``), in the
+        order an answer keeps its passages in: the passage that would have been
+        cited first is shown first.
         """
-        cfg = self.config
-        near = related(candidates, related_threshold=cfg.related_threshold)
-        if len(near) > 1 and reorders_answers(cfg, self.kb.embedder):
-            t = time.perf_counter()
-            ordered = await asyncio.to_thread(self._answer_ordered, query, vector, candidates)
-            near = related(ordered, related_threshold=cfg.related_threshold)
-            timings["order"] = _ms_since(t)
+        near = selection.near
+        if selection.kept:
+            # Every kept passage is gone from the store (removed meanwhile): what
+            # is close of the rest is at most possibly related.
+            near = related(selection.candidates, related_threshold=self.config.related_threshold)
         shown, _ = await self._source_refs(near)
         if shown:
             return Answer(
@@ -542,8 +463,9 @@ class Engine:
         sources = [
             Source(n=s.n, document=s.document, locator=_locator(s), content=s.quote) for s in kept
         ]
-        language = await asyncio.to_thread(self._question_language, question)
-        messages = build_messages(question, sources, history=history, language=language)
+        asked = plain(question)  # what was searched for: full-width letters folded, invisibles gone
+        language = await asyncio.to_thread(self._question_language, asked)
+        messages = build_messages(asked, sources, history=history, language=language)
         if self.llm.configured:
             await (on_step or _no_step)(Step(StepKind.WRITING))
             trace.model_called = True  # not before: a stop while the step is shown calls no model
@@ -699,25 +621,6 @@ def _nearest(candidates: Sequence[Candidate]) -> tuple[int, float] | None:
     """The closest candidate by distance (the gate's measure), whatever was kept."""
     best = min(candidates, key=lambda c: c.distance, default=None)
     return (best.chunk_id, round(best.distance, 4)) if best else None
-
-
-def _retrieval_query(question: str, history: Sequence[ThreadMessage]) -> str:
-    # A follow-up ("and on Windows?") means little alone; the question the bot
-    # last answered carries the topic (people's chatter since may not: the
-    # model reads it in the prompt, retrieval is not steered by it).
-    topic = _last_answered(history)
-    return f"{topic}\n{question}" if topic else question
-
-
-def _last_answered(history: Sequence[ThreadMessage]) -> str:
-    """The person's message the bot answered last; the last person's message if it never did."""
-    answered = False
-    for message in reversed(history):
-        if message.role == Role.ASSISTANT:
-            answered = True
-        elif answered:
-            return message.text
-    return next((m.text for m in reversed(history) if m.role == Role.USER), "")
 
 
 def _locator(s: SourceRef) -> str:

@@ -40,6 +40,7 @@ from typing import Any
 from core.calibration import CalibrationRecord, RateRow
 from core.gate import CANDIDATES_PER_KEPT
 from core.retrieve import Candidate, Mode
+from core.selection import retrieval_query
 from evaluation.inputs import EvalSetError, read_jsonl
 from evaluation.outcomes import (
     DEFAULT_MAX_HARD_REFUSED,
@@ -284,7 +285,8 @@ def from_log(
     """Calibrate on labelled logged questions searched against the running knowledge base."""
     backend = kb.search_index
 
-    def candidates(question: str) -> list[Candidate]:
+    def candidates(asked: str) -> list[Candidate]:
+        question = retrieval_query(asked)  # as the question was searched when it was asked
         vector = kb.embedder.encode_query(question)
         return backend.search(vector, question, None, top_k * CANDIDATES_PER_KEPT, Mode.HYBRID)
 

@@ -1,4 +1,7 @@
-"""The passages an answer is written from, as ``Engine.ask`` keeps them, reranker included.
+"""The passages an answer is written from, as every surface keeps them, reranker included.
+
+They are chosen by ``core.selection.PassageSelector``, the stage Slack, the
+MCP tools and ``kb ask`` call.
 
 Retrieval recall says whether the needle is among the fused candidates; what
 the asker gets is the few passages the gate keeps and, with ``KB_RERANKER``,
@@ -16,21 +19,20 @@ needle's rank when it reorders the whole top ``DEPTH`` of hybrid candidates
 With ``KB_SENTENCE_WEIGHT`` or ``KB_PROXIMITY_WEIGHT``, the passing candidates
 are chosen in the order their best sentences and term proximity give
 (``core.retrieve.answer_order``, after the gate, as the engine does), and the
-needle's rank in that order of the whole top ``DEPTH`` is the ``ordered``
-retrieval mode.
+needle's rank in that order of all the candidates is the ``ordered`` retrieval
+mode.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
 
 from core.config import EngineConfig
-from core.gate import CANDIDATES_PER_KEPT, gate
 from core.rerank import Reranker, rerank
-from core.retrieve import Candidate, Mode, configured_order, reorders_answers
+from core.retrieve import Candidate, Mode
+from core.selection import PassageSelector, Selection
 from evaluation.results import DEPTH, KeptResult, ModeResult
 from evaluation.stats import Proportion
 from index.knowledge_base import KnowledgeBase
@@ -46,41 +48,41 @@ def measure_kept(
     threshold: float,
     reranker: Reranker | None,
 ) -> KeptResult:
-    """Keep passages for every query as ``Engine.ask`` does and check for the needle.
+    """Keep passages for every query as every surface does and check for the needle.
 
     Args:
         kb: the indexed corpus.
-        texts: the in-domain queries.
+        texts: the in-domain queries (in their normal form, ``core.selection.retrieval_query``).
         vectors: their embeddings.
         correct: per query, the chunk ids holding its needle.
         engine: the gate's settings (``top_k``, ``max_kept``, ``keep_margin``).
         threshold: the threshold evaluated.
         reranker: the reranker, or ``None``.
     """
-    backend = kb.search_index
+    selector = PassageSelector(kb, engine, reranker=reranker)
     answerable: list[bool] = []
     first: list[bool] = []
     reranked: list[int | None] = []
     ordered: list[int | None] = []
     times: list[float] = []
-    reorders = reorders_answers(engine, kb.embedder)
+    reorders = selector.reorders()
     for text, vector, ids in zip(texts, vectors, correct, strict=True):
-        cands = backend.search(vector, text, None, engine.top_k * CANDIDATES_PER_KEPT, Mode.HYBRID)
-        kept = _gate(cands, engine, threshold)
+        selection = kept_selection(selector, text, vector, threshold=threshold)
+        kept = selection.kept
         if reorders:
-            cands = configured_order(cands, vector, text, kb.store, engine, kb.embedder)
-            ordered.append(next((i for i, c in enumerate(cands, 1) if c.chunk_id in ids), None))
-            kept = _gate(cands, engine, threshold) if kept else kept
-        if reranker is not None and kept:
-            started = time.perf_counter()
-            kept = _reranked(kb, reranker, text, cands, threshold, len(kept))
-            times.append(1000 * (time.perf_counter() - started))
+            # Every candidate in the answer order, a refused question's too.
+            ordered.append(_rank(selector.ordered(text, vector, selection.searched), ids))
+        if "rerank" in selection.timings:
+            times.append(selection.timings["rerank"])
         answerable.append(any(c.chunk_id in ids for c in kept))
         first.append(bool(kept) and kept[0].chunk_id in ids)
         if reranker is not None:
-            deep = backend.search(vector, text, None, DEPTH, Mode.HYBRID)
-            order = _reranked(kb, reranker, text, deep, float("inf"), len(deep))
-            reranked.append(next((i for i, c in enumerate(order, 1) if c.chunk_id in ids), None))
+            deep = kb.search_index.search(vector, selection.query, None, DEPTH, Mode.HYBRID)
+            rows = kb.store.chunks_by_id([c.chunk_id for c in deep])
+            order = rerank(
+                reranker, selection.query, deep, rows, threshold=float("inf"), keep=len(deep)
+            )
+            reranked.append(_rank(order, ids))
     return KeptResult(
         reranker=reranker.name if reranker else None,
         threshold=threshold,
@@ -92,26 +94,20 @@ def measure_kept(
     )
 
 
-def _gate(cands: Sequence[Candidate], engine: EngineConfig, threshold: float) -> list[Candidate]:
-    return gate(
-        cands,
-        threshold=threshold,
-        top_k=engine.top_k,
-        max_kept=engine.max_kept,
-        margin=engine.keep_margin,
-    )
+def kept_selection(
+    selector: PassageSelector, query: str, vector: np.ndarray, *, threshold: float
+) -> Selection:
+    """A query's passages as every surface chooses them (``PassageSelector``), at ``threshold``.
+
+    Every leg is searched, so that a refused question's candidates can be
+    ordered too (the ``ordered`` mode); what is kept and shown is the same.
+    """
+    candidates = selector.search(query, vector, None, every_leg=True)
+    return selector.choose(query, vector, candidates, threshold=threshold)
 
 
-def _reranked(
-    kb: KnowledgeBase,
-    reranker: Reranker,
-    text: str,
-    cands: Sequence[Candidate],
-    threshold: float,
-    keep: int,
-) -> list[Candidate]:
-    rows = kb.store.chunks_by_id([c.chunk_id for c in cands if c.distance <= threshold])
-    return rerank(reranker, text, cands, rows, threshold=threshold, keep=keep)
+def _rank(candidates: Sequence[Candidate], ids: set[int]) -> int | None:
+    return next((i for i, c in enumerate(candidates, 1) if c.chunk_id in ids), None)
 
 
 def render_kept(kept: KeptResult | None) -> str:

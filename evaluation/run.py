@@ -56,7 +56,8 @@ from tqdm import tqdm
 
 from core.config import EngineConfig
 from core.gate import CANDIDATES_PER_KEPT
-from core.retrieve import Candidate, Mode, configured_order, reorders_answers
+from core.retrieve import Candidate, Mode
+from core.selection import PassageSelector, retrieval_query
 from evaluation.inputs import PHRASINGS, EvalSetError, OODQuestion, Question
 from evaluation.kept import measure_kept
 from evaluation.outcomes import Replay, related_sweep
@@ -104,10 +105,12 @@ class _Queries:
 def _encode_queries(
     embedder: Embedder, questions: Sequence[Question], ood: Sequence[OODQuestion], progress: bool
 ) -> _Queries:
-    texts = [t for q in questions for t in q.phrasings()]
+    # Searched in their normal form (full-width letters folded, invisibles gone),
+    # as every surface searches a question (``core.selection.retrieval_query``).
+    texts = [retrieval_query(t) for q in questions for t in q.phrasings()]
     index = [i for i, _ in enumerate(questions) for _ in PHRASINGS]
-    ood_texts = [o.question for o in ood]
-    # One query at a time with ``encode_query``: the same call ``Engine.retrieve``
+    ood_texts = [retrieval_query(o.question) for o in ood]
+    # One query at a time with ``encode_query``: the same call the product
     # makes, so the vectors are exactly the product's.
     vecs = [
         embedder.encode_query(t)
@@ -389,12 +392,12 @@ def _answer_ordered(
     vectors: np.ndarray,
     engine: EngineConfig,
 ) -> list[list[Candidate]] | None:
-    """The candidates in the order an answer keeps them (``Engine.ask`` after the gate)."""
-    if not reorders_answers(engine, kb.embedder):
+    """The candidates in the order an answer keeps them (``PassageSelector`` after the gate)."""
+    selector = PassageSelector(kb, engine)
+    if not selector.reorders():
         return None
     return [
-        configured_order(cs, vec, text, kb.store, engine, kb.embedder)
-        for cs, text, vec in zip(cands, texts, vectors, strict=True)
+        selector.ordered(text, vec, cs) for cs, text, vec in zip(cands, texts, vectors, strict=True)
     ]
 
 

@@ -2,10 +2,10 @@
 
 No language model, no Slack. The top-level modules are public as they are:
 ``config`` (``IndexConfig``), ``errors`` (every error of the product),
-``models`` and ``records`` (plain data and typed rows), ``names`` and
-``knowledge_base`` (``KnowledgeBase``, what the layers above use). Each
-sub-package is a room with a face (its ``__init__``, ``__all__``) that others
-import from:
+``models`` and ``records`` (plain data and typed rows), ``names``,
+``normal_form`` (the form questions are searched in) and ``knowledge_base``
+(``KnowledgeBase``, what the layers above use). Each sub-package is a room
+with a face (its ``__init__``, ``__all__``) that others import from:
 
 * ``files``: the data dir's files (private modes, atomic replacement, free space);
 * ``ingest``: bytes -> canonical text -> chunks (and their sentences);

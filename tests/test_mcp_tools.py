@@ -62,8 +62,9 @@ async def test_between_the_thresholds_a_search_says_related_only(
     assert found.verdict == "related only" and "not an answer" in found.note
     engine = tools.engine
     scopes = await scopes_of(EVERYONE_ONLY, None, engine.kb)
-    candidates = await asyncio.to_thread(engine.retrieve, QUESTION, scopes=scopes, k=25)
-    near = related(candidates, related_threshold=between["related_threshold"], limit=5)
+    # The possibly related passages a Slack answer shows, in its order.
+    selection = await asyncio.to_thread(engine.selector.select, QUESTION, scopes)
+    near = related(selection.candidates, related_threshold=between["related_threshold"])
     assert len(found.passages) == len(near) > 0
     assert not any(p.passes_gate for p in found.passages)
     assert all(

@@ -26,6 +26,7 @@ from pptx.util import Inches
 
 from bot.cli import main
 from core.answer import build_engine
+from core.quoting import quoted
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.errors import CorruptDocument, EmptyDocument, OverLimit, UnsupportedType
@@ -854,7 +855,7 @@ async def test_the_model_reads_a_sheet_passage_below_its_header_with_the_column_
             assert block[1].endswith(
                 f" - {kept.section + ', ' if kept.section else ''}columns: {columns}"
             )
-            assert block[2] == kept.quote, "the quoted text stays exactly the passage"
+            assert block[2] == quoted(kept.quote), "the quoted text stays exactly the passage"
             first = [s for s in answer.kept if s.quote.startswith(columns)]
             assert all(not s.columns for s in first), "a passage with its header row needs none"
     finally:

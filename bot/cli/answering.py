@@ -81,11 +81,13 @@ def _print_answer(answer: Answer) -> None:
     from bot.slack.messages import BESIDE_HEADER, UNCITED_FALLBACK, UNSUPPORTED_WARNING
     from core.answer import Outcome
     from core.gate import MAX_RELATED
+    from core.quoting import escaped
 
     # The engine's text for a related outcome already says these are not an answer.
     if answer.outcome == Outcome.UNSUPPORTED:
         click.echo(UNSUPPORTED_WARNING.removeprefix(":warning: "))
-    click.echo(answer.answer)
+    # The model's words: no terminal control sequence, tag or entry of its own.
+    click.echo(escaped(answer.answer))
     if answer.outcome == Outcome.UNSUPPORTED and answer.kept:
         click.echo(f"\n{UNCITED_FALLBACK}")
         _print_passages(answer.kept[:MAX_RELATED])
@@ -101,12 +103,18 @@ def _print_answer(answer: Answer) -> None:
 
 
 def _print_passages(passages: list[SourceRef], *, numbered: bool = True) -> None:
+    from core.quoting import one_line, passage_lines, quoted
+
     for s in passages:
-        where = " › ".join(p for p in (s.section, f"p. {s.page}" if s.page else "") if p)
+        section = one_line(s.section)
+        where = " › ".join(p for p in (section, f"p. {s.page}" if s.page else "") if p)
         mark = f"[{s.n}]" if numbered else "-"
-        click.echo(f"{mark} {s.document}{' › ' + where if where else ''}  (d={s.distance:.3f})")
-        quote = " ".join(s.quote.split())
-        click.echo(f"    {quote[:QUOTE_CHARS]}{'…' if len(quote) > QUOTE_CHARS else ''}")
+        name = one_line(s.document)
+        click.echo(f"{mark} {name}{' › ' + where if where else ''}  (d={s.distance:.3f})")
+        # A passage as a document wrote it, on one quoted line: nothing in it passes for an entry.
+        quote = " ".join(" ".join(passage_lines(s.quote)).split())
+        short = f"{quote[:QUOTE_CHARS]}{'…' if len(quote) > QUOTE_CHARS else ''}"
+        click.echo(quoted(short, mark="    > "))
         if s.url:
             click.echo(f"    {s.url}")
 

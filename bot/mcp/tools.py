@@ -2,13 +2,22 @@
 
 ``search_knowledge_base`` returns passages (document, section, page, the quoted
 text, the signed link into the exact passage, the distance) and the gate's
-verdict, so the calling agent knows when the knowledge base has nothing:
+verdict, so the calling agent knows when the knowledge base has nothing. The
+passages are the ones a Slack answer to the same question is given and shown,
+in the same order: both choose them with ``core.selection.PassageSelector``.
 
-* ``answerable``: a passage passed the gate (``core.gate.gate``); the passages
-  within the looser related threshold are listed, ``passes_gate`` on those that passed;
-* ``related only``: nothing passed, the closest within the related threshold are
-  listed (``core.gate.related``), not an answer;
+* ``answerable``: a passage passed the gate; the passages an answer is written
+  from are listed first (``passes_gate``), then the ones shown beside it;
+* ``related only``: nothing passed, the possibly related passages are listed,
+  not an answer;
 * ``nothing close``: nothing within either threshold; no passages.
+
+The text a model reads (``search_text``, ``ask_text``) quotes every line of a
+passage, and of the answer, with ``core.quoting.quoted``, and puts names on one
+line with ``core.quoting.one_line``: no document can forge an entry, a link or
+the end of its quote. The structured content carries each passage exactly as
+its document says it (``canonical[start:end]``), a JSON string that cannot
+reach past its own field.
 
 ``ask_knowledge_base`` is the product's own answer path (``core.answer.Engine.ask``):
 the same gate (no model call on a refusal), the same prompt (the question is
@@ -36,9 +45,11 @@ from bot.mcp.auth import Caller
 from bot.mcp.people import People, Person, person_of, scopes_of
 from core.answer import Answer, Asker, Engine, SourceRef
 from core.errors import LinkSecretUnavailable
-from core.gate import CANDIDATES_PER_KEPT, gate, related
+from core.quoting import one_line, quoted
 from core.retrieve import Candidate
+from core.selection import Selection
 from index.errors import KBError, StorageError
+from index.normal_form import plain
 from index.records import ChunkRow, QueryRecord
 
 log = logging.getLogger(__name__)
@@ -95,7 +106,10 @@ class Passage(BaseModel):
         "'' when links cannot be signed right now."
     )
     distance: float = Field(description="Cosine distance to the query: lower is closer.")
-    passes_gate: bool = Field(description="Close enough to answer from.")
+    passes_gate: bool = Field(
+        description="One of the passages an answer is written from (it passes the refusal "
+        "gate); false: shown beside them, possibly related."
+    )
 
 
 class SearchResult(BaseModel):
@@ -103,7 +117,10 @@ class SearchResult(BaseModel):
 
     verdict: str = Field(description="'answerable', 'related only' or 'nothing close'.")
     note: str = Field(description="What the verdict means for the caller.")
-    passages: list[Passage]
+    passages: list[Passage] = Field(
+        description="The passages a Slack answer to the same question is given and shown, "
+        "in the same order: first the ones it is written from, then the possibly related."
+    )
 
 
 class Source(BaseModel):
@@ -151,11 +168,10 @@ class Tools:
         query = _checked(query)
         t0 = time.perf_counter()
         scopes = await scopes_of(person, self.people, self.engine.kb)
-        cfg = self.engine.config
-        k = max(limit, cfg.top_k) * CANDIDATES_PER_KEPT
-        candidates = await asyncio.to_thread(self.engine.retrieve, query, scopes=scopes, k=k)
-        verdict, shown = self._verdict(candidates, limit)
-        passages = await asyncio.to_thread(self._passages, shown)
+        selection = await asyncio.to_thread(self.engine.selector.select, query, scopes)
+        verdict = _verdict(selection)
+        shown = selection.shown[:limit]
+        passages = await asyncio.to_thread(self._passages, shown, selection.kept)
         result = SearchResult(verdict=verdict, note=_VERDICT_NOTES[verdict], passages=passages)
         elapsed = round((time.perf_counter() - t0) * 1000, 2)
         await asyncio.to_thread(self._log_search, person, query, scopes, result, shown, elapsed)
@@ -169,25 +185,9 @@ class Tools:
         answer = await self.engine.ask(question, scopes=scopes, asker=asker)
         return _ask_result(answer)
 
-    def _verdict(self, candidates: Sequence[Candidate], limit: int) -> tuple[str, list[Candidate]]:
-        cfg = self.engine.config
-        passed = gate(
-            candidates,
-            threshold=cfg.threshold,
-            top_k=cfg.top_k,
-            max_kept=cfg.max_kept,
-            margin=cfg.keep_margin,
-        )
-        near = related(candidates, related_threshold=cfg.related_threshold, limit=limit)
-        if passed:
-            # The gate's passages first, then the near ones it did not keep, in fused order.
-            rest = [c for c in near if c not in passed]
-            return ANSWERABLE, [*passed, *rest][:limit]
-        return (RELATED_ONLY, near) if near else (NOTHING_CLOSE, [])
-
-    def _passages(self, shown: Sequence[Candidate]) -> list[Passage]:
+    def _passages(self, shown: Sequence[Candidate], kept: Sequence[Candidate]) -> list[Passage]:
         rows = self.engine.kb.chunks_by_id([c.chunk_id for c in shown])
-        threshold = self.engine.config.threshold
+        written_from = {c.chunk_id for c in kept}
         return [
             Passage(
                 document=rows[c.chunk_id].document,
@@ -196,7 +196,7 @@ class Tools:
                 quote=rows[c.chunk_id].content,
                 link=self._link(rows[c.chunk_id]),
                 distance=round(c.distance, 4),
-                passes_gate=c.distance <= threshold,
+                passes_gate=c.chunk_id in written_from,
             )
             # A chunk replaced since the snapshot was taken is left out, as answers leave it.
             for c in shown
@@ -243,9 +243,15 @@ class Tools:
             log.warning("search answered but not logged: %s", exc)
 
 
+def _verdict(selection: Selection) -> str:
+    if selection.kept:
+        return ANSWERABLE
+    return RELATED_ONLY if selection.near else NOTHING_CLOSE
+
+
 def _checked(text: str) -> str:
     text = text.strip()
-    if not text:
+    if not plain(text).strip():
         raise BadToolCall("The query is empty: give the question or the words to search for.")
     if len(text) > MAX_QUERY_CHARS:
         raise BadToolCall(
@@ -283,19 +289,19 @@ def _ask_result(answer: Answer) -> AskResult:
 
 
 def _locator(section: str, page: int | None) -> str:
-    parts = [section] if section else []
+    parts = [one_line(section)] if section else []
     if page is not None:
         parts.append(f"page {page}")
-    return ", ".join(parts) or "beginning"
+    return ", ".join(p for p in parts if p) or "beginning"
 
 
 def search_text(result: SearchResult) -> str:
-    """What a model reads of a search: the verdict, then each passage with its link."""
+    """What a model reads of a search: the verdict, then each passage with its link, quoted."""
     lines = [f"Verdict: {result.verdict}. {result.note}"]
     for i, p in enumerate(result.passages, start=1):
         lines.append(
-            f"\n[{i}] {p.document} ({_locator(p.section, p.page)}), distance {p.distance}"
-            f"{'' if p.passes_gate else ', does not pass the gate'}\n{p.link}\n> {p.quote}"
+            f"\n[{i}] {one_line(p.document)} ({_locator(p.section, p.page)}), distance {p.distance}"
+            f"{'' if p.passes_gate else ', does not pass the gate'}\n{p.link}\n{quoted(p.quote)}"
         )
     if result.passages:
         lines.append(f"\n{_DATA_NOTE}")
@@ -303,8 +309,8 @@ def search_text(result: SearchResult) -> str:
 
 
 def ask_text(result: AskResult) -> str:
-    """What a model reads of an answer: the answer, then its numbered sources with links."""
-    lines = [result.answer]
+    """What a model reads of an answer: the answer, quoted, then its numbered sources with links."""
+    lines = ["Answer:", quoted(result.answer)]
     if result.sources:
         lines.append("\nSources:")
         lines += [_source_line(s) for s in result.sources]
@@ -319,7 +325,8 @@ def ask_text(result: AskResult) -> str:
 
 
 def _source_line(s: Source) -> str:
-    return f"[{s.n}] {s.document} ({_locator(s.section, s.page)}) {s.link}\n> {s.quote}"
+    where = _locator(s.section, s.page)
+    return f"[{s.n}] {one_line(s.document)} ({where}) {s.link}\n{quoted(s.quote)}"
 
 
 # ---------------------------------------------------------------- registration

@@ -11,8 +11,9 @@ Two entities carry none of a document's words: :func:`unavailable_entity` (a
 valid link to a document that is gone or no longer searchable) and
 :func:`restricted_entity` (a valid link shown where not everyone may read the
 document). What a document wrote is escaped (``mrkdwn.escape``), as everywhere
-the bot shows it, loses its control characters (a passage keeps its line breaks
-and tabs) and is cut to the limits below.
+the bot shows it, loses its control and invisible characters (a passage keeps
+its line breaks, every kind of them as one, and tabs: ``core.quoting.passage_lines``,
+the lines every output quotes) and is cut to the limits below.
 
 Limits: Slack's Work Objects reference gives 3000 characters for a text field
 (the most its editable plain-text input takes) and for an action's ``url``, 255
@@ -22,7 +23,6 @@ here.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +44,7 @@ from slack_sdk.models.metadata import (
 
 from bot.slack.blocks.mrkdwn import BUTTON_LIMIT, HEADER_LIMIT, fit
 from bot.slack.words import Words
+from core.quoting import passage_lines
 from index.names import display_name
 
 __all__ = [
@@ -76,9 +77,6 @@ DETAILS_ERRORS = frozenset(
         "edit_error",
     }
 )
-# C0 and C1 controls but the line break and the tab: a document's terminal escapes, bells
-# and backspaces would garble the card (titles and headings lose them in ``display_name``).
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -198,9 +196,9 @@ def _one_line(text: str, limit: int) -> str:
 
 
 def _multiline(text: str, limit: int) -> str:
-    """A passage as shown: its lines kept, control characters gone, escaped, within ``limit``."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n")
-    return fit(_CONTROL_RE.sub("", lines), limit)
+    """A passage as shown: its lines kept (every kind of line break as one), control and
+    invisible characters gone (``core.quoting.passage_lines``), escaped, within ``limit``."""
+    return fit("\n".join(passage_lines(text)), limit)
 
 
 def _text_field(text: str) -> EntityStringField | None:

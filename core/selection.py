@@ -1,0 +1,252 @@
+"""Which passages a question gets: one stage, called by every surface.
+
+Slack answers and ``kb ask`` (``core.answer.Engine.ask``), the MCP tools
+(``search_knowledge_base`` and ``ask_knowledge_base``) and ``kb eval``'s kept
+passages (``evaluation.kept``) all choose passages with
+:class:`PassageSelector`, so one question asked by one person gets the same
+passages in the same order wherever it is asked:
+
+1. **the query**: the question in its normal form (``index.normal_form.plain``:
+   full-width and other compatibility forms folded, invisible characters
+   removed), after the question a follow-up's thread last had answered;
+2. **the candidates**: its vector and the fused candidates visible to the
+   asker's scopes, ``top_k * CANDIDATES_PER_KEPT`` of them;
+3. **the gate** (``core.gate.gate``) decides whether an answer is written and
+   from how many passages;
+4. **the answer order** (``core.retrieve.configured_order``: best sentences,
+   term proximity, latent terms), once the gate has passed or more than one
+   passage is possibly related, decides which and in what order (the gate
+   applied again to that order);
+5. **the reranker** (``KB_RERANKER``), when there is one, chooses among the
+   passing candidates;
+6. **the passages shown beside them**: beside an answer, the ones ranked with
+   its best but too far to write from (``core.gate.beside_answer``); when
+   nothing passed, the possibly related ones (``core.gate.related``).
+
+A refused question reads nothing past step 3.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.config import EngineConfig
+from core.gate import CANDIDATES_PER_KEPT, beside_answer, gate, related
+from core.prompt import Role, ThreadMessage
+from core.rerank import Reranker, RerankerUnavailable, rerank
+from core.retrieve import Candidate, Mode, RetrievalBackend, configured_order, reorders_answers
+from index.knowledge_base import KnowledgeBase
+from index.normal_form import plain
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PassageSelector", "Selection", "retrieval_query"]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The passages one question gets, as chunk candidates (their rows are the caller's to read).
+
+    Attributes:
+        query: what was searched (the question's normal form, after a follow-up's topic).
+        searched: the fused candidates, as the search returned them.
+        candidates: the same, in the order passages are chosen from (the
+            answer order when it was applied, else fused).
+        kept: the passages an answer is written from, in order; empty: nothing
+            passed the gate, and no model is asked.
+        near: possibly related passages, never written from: beside the answer
+            when ``kept`` has passages, instead of one when it has none.
+        timings: milliseconds of the answer order (``order``) and the reranker
+            (``rerank``), when they ran.
+    """
+
+    query: str
+    searched: list[Candidate]
+    candidates: list[Candidate]
+    kept: list[Candidate]
+    near: list[Candidate]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def shown(self) -> list[Candidate]:
+        """Every passage a person is shown for the question, in order: ``kept``, then ``near``."""
+        return [*self.kept, *self.near]
+
+
+def retrieval_query(question: str, history: Sequence[ThreadMessage] = ()) -> str:
+    """What is searched for ``question``: its normal form, after the topic of its thread.
+
+    A follow-up ("and on Windows?") means little alone; the question the bot
+    last answered carries the topic (people's chatter since may not: the
+    model reads it in the prompt, retrieval is not steered by it).
+    """
+    topic = _last_answered(history)
+    return plain(f"{topic}\n{question}" if topic else question)
+
+
+class PassageSelector:
+    """Chooses the passages of a question from one knowledge base, the same for every surface.
+
+    Args:
+        kb: the knowledge base (its embedder and store).
+        config: the gate, the answer order's weights.
+        backend: the search index (``kb.search_index`` when omitted).
+        reranker: chooses among the passing passages; ``None``: the answer order decides.
+    """
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        config: EngineConfig,
+        *,
+        backend: RetrievalBackend | None = None,
+        reranker: Reranker | None = None,
+    ) -> None:
+        self.kb = kb
+        self.config = config
+        self.backend = backend or kb.search_index
+        self.reranker = reranker
+
+    def select(
+        self,
+        question: str,
+        scopes: frozenset[str] | None,
+        *,
+        history: Sequence[ThreadMessage] = (),
+    ) -> Selection:
+        """The passages ``question`` gets from the documents ``scopes`` may see (``None``: all)."""
+        query = retrieval_query(question, history)
+        vector = self.vector(query)
+        return self.choose(query, vector, self.search(query, vector, scopes))
+
+    def vector(self, query: str) -> np.ndarray:
+        """The query's embedding (a question's, for asymmetric models)."""
+        return self.kb.embedder.encode_query(query)
+
+    def search(
+        self,
+        query: str,
+        vector: np.ndarray,
+        scopes: frozenset[str] | None,
+        *,
+        every_leg: bool = False,
+    ) -> list[Candidate]:
+        """The fused candidates of ``query`` visible to ``scopes``, best first.
+
+        Nothing beyond both thresholds is shown: a question with no passage
+        that close is refused whatever BM25 finds, so the engine may skip that
+        leg (``every_leg``: search it all the same, for a measurement of the
+        order of candidates that are not shown).
+        """
+        cfg = self.config
+        cutoff = None if every_leg else max(cfg.threshold, cfg.related_threshold)
+        k = cfg.top_k * CANDIDATES_PER_KEPT
+        return self.backend.search(vector, query, scopes, k, Mode.HYBRID, cutoff)
+
+    def reorders(self) -> bool:
+        """Whether the answer order has a leg to weigh (else it is the fused order)."""
+        return reorders_answers(self.config, self.kb.embedder)
+
+    def ordered(
+        self, query: str, vector: np.ndarray, candidates: Sequence[Candidate]
+    ) -> list[Candidate]:
+        """``candidates`` in the answer order (as they are when it has no leg to weigh)."""
+        if not self.reorders():
+            return list(candidates)
+        return configured_order(
+            candidates, vector, query, self.kb.store, self.config, self.kb.embedder
+        )
+
+    def choose(
+        self,
+        query: str,
+        vector: np.ndarray,
+        candidates: Sequence[Candidate],
+        *,
+        threshold: float | None = None,
+    ) -> Selection:
+        """The passages kept and shown from ``candidates`` (``threshold``: another than the config's).
+
+        Only passages close enough to answer from or to show as related are
+        ordered: a plain refusal reads no sentences or texts.
+        """
+        cfg = self.config
+        limit = cfg.threshold if threshold is None else threshold
+        timings: dict[str, float] = {}
+        order = list(candidates)
+        kept = self._gate(order, limit)
+        near: list[Candidate]
+        if kept:
+            if self.reorders():
+                with _timed(timings, "order"):
+                    order = self.ordered(query, vector, order)
+                kept = self._gate(order, limit)
+            if self.reranker is not None:
+                with _timed(timings, "rerank"):
+                    kept = self._reranked(query, order, kept, limit)
+            near = beside_answer(
+                order, threshold=limit, related_threshold=cfg.related_threshold, within=cfg.top_k
+            )
+        else:
+            near = related(order, related_threshold=cfg.related_threshold)
+            if len(near) > 1 and self.reorders():
+                with _timed(timings, "order"):
+                    order = self.ordered(query, vector, order)
+                near = related(order, related_threshold=cfg.related_threshold)
+        return Selection(query, list(candidates), order, kept, near, timings)
+
+    def _gate(self, candidates: Sequence[Candidate], threshold: float) -> list[Candidate]:
+        cfg = self.config
+        return gate(
+            candidates,
+            threshold=threshold,
+            top_k=cfg.top_k,
+            max_kept=cfg.max_kept,
+            margin=cfg.keep_margin,
+        )
+
+    def _reranked(
+        self,
+        query: str,
+        candidates: list[Candidate],
+        passed: list[Candidate],
+        threshold: float,
+    ) -> list[Candidate]:
+        """As many passing candidates as ``passed``, chosen by the reranker; ``passed`` if it fails."""
+        assert self.reranker is not None
+        rows = self.kb.chunks_by_id([c.chunk_id for c in candidates if c.distance <= threshold])
+        try:
+            return rerank(
+                self.reranker, query, candidates, rows, threshold=threshold, keep=len(passed)
+            )
+        except RerankerUnavailable as exc:
+            # An answer in fused order beats no answer; the log says why.
+            log.warning("reranker unavailable, passages kept in fused order: %s", exc)
+            return passed
+
+
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    """Time the block into ``timings[name]``, in milliseconds."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = round((time.perf_counter() - started) * 1000, 2)
+
+
+def _last_answered(history: Sequence[ThreadMessage]) -> str:
+    """The person's message the bot answered last; the last person's message if it never did."""
+    answered = False
+    for message in reversed(history):
+        if message.role == Role.ASSISTANT:
+            answered = True
+        elif answered:
+            return message.text
+    return next((m.text for m in reversed(history) if m.role == Role.USER), "")

@@ -1,0 +1,82 @@
+"""Text in the form it is analysed and compared in: compatibility forms folded, invisible characters gone.
+
+A question typed in full-width letters (``ｈｏｗ ｄｏ Ｉ …``), in mathematical
+bold, or with zero-width characters between its letters means what its plain
+form means, but to the embedding model and BM25 it is other words: it would be
+refused. :func:`plain` is the form a question is searched in (and a document's
+text is *compared* in, never stored in: a passage's offsets are positions in
+its canonical text, which stays as it was read):
+
+* invisible format characters are removed: zero-width space (U+200B), word
+  joiner (U+2060), byte order mark (U+FEFF), soft hyphen, bidi embeddings,
+  overrides, isolates and marks, tag characters; the zero-width joiner and
+  non-joiner (U+200D, U+200C) only where they join nothing (see below);
+* control characters other than tab and line breaks become spaces;
+* then NFKC folds compatibility forms: full-width and half-width forms,
+  mathematical letters and digits, ligatures (``ﬁ``), circled and
+  superscript forms, the ideographic space.
+
+The joiner and the non-joiner spell words in Arabic, Persian, the Indic
+scripts and emoji sequences: between two letters or symbols of such a script
+they stay. Between Latin, Greek or Cyrillic letters (full-width and
+mathematical ones included), digits, spaces or punctuation they only hide a
+difference, and go.
+
+NFKC does not make a Cyrillic ``о`` a Latin ``o``: those are letters of
+another language, and a question in that language means them.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+__all__ = ["invisible", "plain", "visible"]
+
+_JOINERS = frozenset("\u200c\u200d")
+# Letters of these scripts never need a joiner; their look-alike forms neither.
+_NO_JOINING = ("LATIN", "GREEK", "CYRILLIC", "FULLWIDTH", "HALFWIDTH", "MATHEMATICAL", "DIGIT")
+# Control characters that are line breaks or a tab: kept, the text's own layout.
+_LAYOUT = frozenset("\t\n\v\f\r\x1c\x1d\x1e\x85")
+
+
+def invisible(ch: str) -> bool:
+    """Whether ``ch`` is a format character (Unicode category Cf): drawn as nothing at all.
+
+    Zero-width characters, the byte order mark, the soft hyphen, bidi controls
+    and tag characters (which spell invisible ASCII) are all Cf.
+    """
+    return unicodedata.category(ch) == "Cf"
+
+
+def visible(text: str) -> str:
+    """``text`` without its invisible characters (joiners kept where they join letters).
+
+    Nothing visible changes: no character is folded, and line breaks stay.
+    """
+    if text.isascii():
+        return text
+    return "".join(ch for i, ch in enumerate(text) if not invisible(ch) or _joining(text, i))
+
+
+def plain(text: str) -> str:
+    """``text`` as it is analysed: invisible characters removed, controls as spaces, NFKC."""
+    if text.isascii() and text.isprintable():
+        return text
+    shown = "".join(
+        " " if unicodedata.category(ch) == "Cc" and ch not in _LAYOUT else ch
+        for ch in visible(text)
+    )
+    return unicodedata.normalize("NFKC", shown)
+
+
+def _joining(text: str, i: int) -> bool:
+    """Whether ``text[i]`` is a joiner that shapes its neighbours (Arabic, Indic, emoji)."""
+    if text[i] not in _JOINERS or not 0 < i < len(text) - 1:
+        return False
+    return _needs_joiner(text[i - 1]) and _needs_joiner(text[i + 1])
+
+
+def _needs_joiner(ch: str) -> bool:
+    if ch.isascii() or unicodedata.category(ch)[0] not in "LMS":
+        return False
+    return not unicodedata.name(ch, "").startswith(_NO_JOINING)
