@@ -20,6 +20,7 @@ all of them (a test keeps the list complete)::
     ├── StorageError                 the data dir could not be written (an I/O error); nothing changed
     │   └── DiskFull                 the data dir's disk is full; nothing changed
     │       └── DiskSpaceLow         free space is under the floor: new documents are refused
+    ├── ReadersUnconfined            KB_READER_SANDBOX=required and the document readers cannot be confined
     ├── IndexOutOfSync               derived indexes disagree with SQLite
     ├── ReindexInProgress            a second reindex was asked for while one runs
     ├── AtomicWriteError             (index.files.atomic) a file could not be replaced
