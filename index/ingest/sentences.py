@@ -13,6 +13,10 @@ Sentences: the chunk's paragraphs (``index.ingest.chunk``'s pattern) cut at sent
 ends (the chunker's own pattern), whitespace collapsed; a piece under
 ``MIN_CHARS`` characters joins its neighbour ("e.g." is no sentence). A chunk
 of one sentence has no sentence vectors: its chunk vector says the same.
+
+An embedder that pools a passage's parts from its own pass
+(``index.embed.passages``) is given where each sentence lies instead
+(``sentence_spans``), and no sentence is embedded again.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from index.embed.passages import Span
 from index.ingest.chunk import _PARAGRAPH, _SENTENCE_END
 from index.models import Chunk
 
@@ -32,6 +37,9 @@ if TYPE_CHECKING:
 # the same chunk would get other sentence vectors.
 SENTENCES_VERSION = "1"
 MIN_CHARS = 20
+# Whether a sentence pooled from its passage's pass (``sentence_spans``) takes in the
+# heading path's tokens too, as a sentence embedded apart reads it.
+SPANS_WITH_HEADER = False
 
 
 def sentences(content: str) -> list[str]:
@@ -71,6 +79,43 @@ def sentence_texts(text: str, content: str) -> list[str]:
     return [f"{header}\n{s}" if header else s for s in parts]
 
 
+def sentence_spans(text: str, content: str, *, header: bool = SPANS_WITH_HEADER) -> list[Span]:
+    """Where each of ``sentence_texts``' sentences lies in the chunk's ``text``.
+
+    Each sentence is a range of ``text``; with ``header`` the chunk's heading
+    path is pooled with it, as ``sentence_texts`` puts the header before it. Empty
+    for a chunk of one sentence (or a text that does not end with its content).
+    """
+    if not text.endswith(content):
+        return []
+    offset = len(text) - len(content)
+    head: tuple[tuple[int, int], ...] = ((0, offset),) if header and offset else ()
+    ranges: list[tuple[int, int]] = []
+    for para in _PARAGRAPH.finditer(content):
+        piece_text = para.group()
+        bounds, pos = [], 0
+        for m in _SENTENCE_END.finditer(piece_text):
+            bounds.append((pos, m.end()))
+            pos = m.end()
+        bounds.append((pos, len(piece_text)))
+        # The same joining as ``_joined``, on each piece's collapsed length.
+        joined: list[tuple[int, int, int]] = []
+        for a, b in bounds:
+            size = len(" ".join(piece_text[a:b].split()))
+            if not size:
+                continue
+            if joined and (size < MIN_CHARS or joined[-1][2] < MIN_CHARS):
+                start, _, before = joined[-1]
+                joined[-1] = (start, b, before + 1 + size)
+            else:
+                joined.append((a, b, size))
+        at = offset + para.start()
+        ranges += [(at + a, at + b) for a, b, _ in joined]
+    if len(ranges) < 2:
+        return []
+    return [(*head, r) for r in ranges]
+
+
 def embed_sentences(embedder: Embedder, chunks: Sequence[Chunk]) -> list[np.ndarray | None]:
     """Each chunk's sentence vectors (``None`` for one sentence), embedded shortest first.
 
@@ -108,6 +153,7 @@ __all__ = [
     "SENTENCES_VERSION",
     "embed_sentences",
     "from_blob",
+    "sentence_spans",
     "sentence_texts",
     "sentences",
     "to_blob",
