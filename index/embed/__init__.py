@@ -42,8 +42,8 @@ from index.embed.base import load_offline
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "Embedder",
-    "Encoded",
     "EmbeddingModelUnavailable",
+    "Encoded",
     "LatentEncoder",
     "LatentTerms",
     "MULTILINGUAL_MODEL_NAME",
@@ -51,6 +51,7 @@ __all__ = [
     "PassageEncoder",
     "Prefixes",
     "Role",
+    "Span",
     "chosen_prefixes",
     "family_prefixes",
     "latent_encoder",
@@ -60,7 +61,6 @@ __all__ = [
     "passage_budget",
     "passage_encoder",
     "resolve_model",
-    "Span",
 ]
 
 

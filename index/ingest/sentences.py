@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from index.embed.passages import Span
+from index.embed import Span
 from index.ingest.chunk import _PARAGRAPH, _SENTENCE_END
 from index.models import Chunk
 
