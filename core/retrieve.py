@@ -174,7 +174,7 @@ def latent_order_leg(
     stored = store.latent_terms(list(ids))
     if len(stored) < len(ids):
         return None
-    found = latent.encode_latent([query])
+    found = latent.encode_latent([query], role="query")
     if not found:
         return None
     question = found[0]

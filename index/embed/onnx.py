@@ -238,7 +238,7 @@ def exported_model(model_dir: Path, cache_dir: Path) -> Path:
     missing = [lib for lib, version in stamp["versions"].items() if version == "absent"]
     if missing:
         return _earlier_export(cache_dir, slug, stamp, missing)
-    with _locked(cache_dir / f"{slug}-{key}.lock"):
+    with exclusive_lock(cache_dir / f"{slug}-{key}.lock"):
         # Another process may have exported while this one waited for the lock.
         if not target.exists():
             log.info("exporting the embedding model %s to ONNX (once) into %s", model_dir, target)
@@ -252,7 +252,8 @@ def exported_model(model_dir: Path, cache_dir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing): one process builds a cached file at a time."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -18,12 +18,12 @@ from index.config import (
     ExtractLimits,
     OcrConfig,
 )
-from index.embed import Embedder, LatentTerms, latent_encoder
+from index.embed import Embedder, LatentTerms, latent_encoder, passage_encoder
 from index.errors import EmptyDocument, OverLimit
 from index.ingest.chunk import CHUNKER_VERSION, chunk_document
 from index.ingest.extract import EXTRACTOR_VERSION, extract
 from index.ingest.isolated import read_isolated
-from index.ingest.sentences import SENTENCES_VERSION, embed_sentences
+from index.ingest.sentences import SENTENCES_VERSION, embed_sentences, sentence_spans
 from index.languages import passage_languages
 from index.models import Chunking, Extracted
 
@@ -140,11 +140,21 @@ def prepare_document(
         )
     chunking, language = with_languages(chunking)
     texts = [c.text for c in chunking.chunks]
-    vectors = embedder.encode(texts, on_batch=on_batch)
     token_counts = embedder.count_tokens_many(texts)
-    sentence_vectors = embed_sentences(embedder, chunking.chunks)
-    encoder = latent_encoder(embedder) if latent_terms else None
-    latents = encoder.encode_latent(texts) if encoder is not None else None
+    head = latent_encoder(embedder) if latent_terms else None
+    one_pass = passage_encoder(embedder)
+    if one_pass is not None:
+        encoded = one_pass.encode_passages(
+            texts,
+            [sentence_spans(c.text, c.content) for c in chunking.chunks],
+            latent=head is not None,
+            on_batch=on_batch,
+        )
+        vectors, sentence_vectors, latents = encoded.vectors, encoded.spans, encoded.latent
+    else:
+        vectors = embedder.encode(texts, on_batch=on_batch)
+        sentence_vectors = embed_sentences(embedder, chunking.chunks)
+        latents = head.encode_latent(texts) if head is not None else None
     return Prepared(extracted, chunking, vectors, token_counts, sentence_vectors, language, latents)
 
 

@@ -20,6 +20,10 @@ paragraphs, each its own piece) consecutive sentences are joined into that many,
 so a full chunk embeds at most one sentence per 20 characters, whatever its
 shape. No chunk of the bundled evaluation sets reaches it (at most 25 sentences
 in 768 characters; 4 in a chunk of 67).
+
+An embedder that pools a passage's parts from its own pass
+(``index.embed.passages``) is given where each sentence lies instead
+(``sentence_spans``), and no sentence is embedded again.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from index.embed import Span
 from index.ingest.chunk import _PARAGRAPH, sentence_ends
 from index.models import Chunk
 
@@ -41,39 +46,57 @@ SENTENCES_VERSION = "1"
 MIN_CHARS = 20
 # A short chunk (a list of related links) keeps up to this many sentences whatever its length.
 MIN_SENTENCES_CAP = 8
+# Whether a sentence pooled from its passage's pass (``sentence_spans``) takes in the
+# heading path's tokens too, as a sentence embedded apart reads it.
+SPANS_WITH_HEADER = False
 
 
 def sentences(content: str) -> list[str]:
     """The sentences of a chunk's content, in order."""
-    out: list[str] = []
+    return [" ".join(content[a:b].split()) for a, b in _sentence_ranges(content)]
+
+
+def _sentence_ranges(content: str) -> list[tuple[int, int]]:
+    """Where each of ``sentences``' sentences lies in ``content``: one splitter for both."""
+    ranges: list[tuple[int, int]] = []
     for para in _PARAGRAPH.finditer(content):
         text = para.group()
-        pieces, pos = [], 0
+        bounds, pos = [], 0
         for _, end in sentence_ends(text):
-            pieces.append(text[pos:end])
+            bounds.append((pos, end))
             pos = end
-        pieces.append(text[pos:])
-        out += _joined([" ".join(p.split()) for p in pieces if p.strip()])
-    return _at_most(out, max(MIN_SENTENCES_CAP, len(content) // MIN_CHARS))
+        bounds.append((pos, len(text)))
+        at = para.start()
+        ranges += [(at + a, at + b) for a, b in _joined(text, bounds)]
+    return _at_most(ranges, max(MIN_SENTENCES_CAP, len(content) // MIN_CHARS))
 
 
-def _at_most(parts: list[str], most: int) -> list[str]:
-    """``parts`` joined, in order, into ``most`` runs of nearly equal counts, if there are more."""
-    if len(parts) <= most:
-        return parts
-    n = len(parts)
-    return [" ".join(parts[i * n // most : (i + 1) * n // most]) for i in range(most)]
+def _at_most(ranges: list[tuple[int, int]], most: int) -> list[tuple[int, int]]:
+    """``ranges`` joined, in order, into ``most`` runs of nearly equal counts, if there are more."""
+    if len(ranges) <= most:
+        return ranges
+    n = len(ranges)
+    runs = [ranges[i * n // most : (i + 1) * n // most] for i in range(most)]
+    return [(run[0][0], run[-1][1]) for run in runs]
 
 
-def _joined(pieces: list[str]) -> list[str]:
-    """A paragraph's pieces, each short one joined to the one before (or after, if first)."""
-    out: list[str] = []
-    for piece in pieces:
-        if out and (len(piece) < MIN_CHARS or len(out[-1]) < MIN_CHARS):
-            out[-1] = f"{out[-1]} {piece}"
+def _joined(text: str, bounds: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A paragraph's pieces, each short one joined to the one before (or after, if first).
+
+    Lengths are of the pieces' words joined by single spaces, as ``sentences`` shows them;
+    blank pieces are left out.
+    """
+    out: list[tuple[int, int, int]] = []
+    for a, b in bounds:
+        size = len(" ".join(text[a:b].split()))
+        if not size:
+            continue
+        if out and (size < MIN_CHARS or out[-1][2] < MIN_CHARS):
+            start, _, before = out[-1]
+            out[-1] = (start, b, before + 1 + size)
         else:
-            out.append(piece)
-    return out
+            out.append((a, b, size))
+    return [(a, b) for a, b, _ in out]
 
 
 def sentence_texts(text: str, content: str) -> list[str]:
@@ -86,6 +109,23 @@ def sentence_texts(text: str, content: str) -> list[str]:
     if len(parts) < 2:
         return []
     return [f"{header}\n{s}" if header else s for s in parts]
+
+
+def sentence_spans(text: str, content: str, *, header: bool = SPANS_WITH_HEADER) -> list[Span]:
+    """Where each of ``sentence_texts``' sentences lies in the chunk's ``text``.
+
+    Each sentence is a range of ``text``; with ``header`` the chunk's heading
+    path is pooled with it, as ``sentence_texts`` puts the header before it. Empty
+    for a chunk of one sentence (or a text that does not end with its content).
+    """
+    if not text.endswith(content):
+        return []
+    offset = len(text) - len(content)
+    head: tuple[tuple[int, int], ...] = ((0, offset),) if header and offset else ()
+    ranges = _sentence_ranges(content)
+    if len(ranges) < 2:
+        return []
+    return [(*head, (offset + a, offset + b)) for a, b in ranges]
 
 
 def embed_sentences(embedder: Embedder, chunks: Sequence[Chunk]) -> list[np.ndarray | None]:
@@ -126,6 +166,7 @@ __all__ = [
     "SENTENCES_VERSION",
     "embed_sentences",
     "from_blob",
+    "sentence_spans",
     "sentence_texts",
     "sentences",
     "to_blob",
