@@ -212,6 +212,7 @@ def falcon(bot: Bot) -> tuple[DocumentRow, dict[str, Any]]:
 
 
 async def test_the_bots_citation_unfurls_as_the_exact_passage_with_its_section(bot: Bot) -> None:
+    bot.slack.agent_app = True  # so that no Slack call in this answer is refused
     await bot.event(app_mention_event(IN_DOMAIN))
     url = await _first_citation(bot)
     fragment = urlsplit(url).fragment
