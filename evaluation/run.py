@@ -489,7 +489,7 @@ def evaluate(
         questions=list(questions),
         ood_questions=list(ood),
         embedding_model=embedder.name,
-        chunk_budget=passage_budget(index),
+        chunk_budget=passage_budget(index, embedder),
         product=product,
         query_map=query_map,
         mode_tests=_mode_tests(product),
@@ -545,7 +545,7 @@ def _compare_strategies(
             on_stage(name)
         chunker = make_chunker(
             name,
-            budget=passage_budget(index),
+            budget=passage_budget(index, embedder),
             count_tokens=embedder.count_tokens,
             max_tokens=embedder.max_tokens,
         )

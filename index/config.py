@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_DATA_DIR = Path("kb-data")
-DEFAULT_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
+# The multilingual preset (``index.embed.e5``): the people this serves write Czech,
+# Danish, French and Romanian as well as English, and all-MiniLM-L6-v2 reads English
+# only. A knowledge base built on the earlier default keeps answering on it until
+# `kb reindex` (``index.kept_model``).
+DEFAULT_EMBEDDING_MODEL = "multilingual"
+PREVIOUS_DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
 # The local model's runtime: ONNX Runtime embeds a query in a fraction of
 # PyTorch's time and keeps PyTorch out of the server (bench/footprint.py).
 DEFAULT_ENCODER_RUNTIME = "onnx"

@@ -47,6 +47,7 @@ from index.ingest import (
     prepare_document,
     readers_status,
 )
+from index.kept_model import KeptModel, kept_model
 from index.language_fit import LanguageFit, language_fit
 from index.models import EVERYONE, AuditAction, Chunking, DocState, Extracted, Publish
 from index.names import display_name
@@ -147,6 +148,9 @@ class KnowledgeBase:
             loaded from ``config.embedding_model`` otherwise.
         chunker: replaces the product's chunker (the evaluation compares
             chunking strategies through this same ingestion code).
+        keep_earlier_model: open a knowledge base built on the earlier default
+            model on that model (``index.kept_model``); ``False`` (``kb reindex``):
+            on the configured one, so that a reindex moves it.
     """
 
     def __init__(
@@ -155,10 +159,18 @@ class KnowledgeBase:
         *,
         embedder: Embedder | None = None,
         chunker: Callable[[Extracted], Chunking] | None = None,
+        keep_earlier_model: bool = True,
     ) -> None:
-        self.config = config
         self.chunker = chunker
         self.store = Store(config.data_dir, database_url=config.database_url)
+        # The earlier default this knowledge base was built on and keeps running, if any.
+        self.kept_model: KeptModel | None = None
+        if embedder is None and keep_earlier_model:
+            self.kept_model = kept_model(config.embedding_model, self.store.stamped_models())
+        if self.kept_model is not None:
+            config = with_changes(config, embedding_model=self.kept_model.spec)
+            log.warning("%s", self.kept_model.note)
+        self.config = config
         # The store's parts, as the surfaces use them: what is asked and answered,
         # thumbs, Slack deliveries, the audit log, hand-offs to people, the messages
         # posted for documents, the viewer's used sign-in states.
@@ -325,6 +337,8 @@ class KnowledgeBase:
             "chunks": self.store.chunk_count(),
             "stale": len(self.stale_documents()),
             "embedding_model": self.embedder.name,
+            # The earlier default kept until `kb reindex`, and the note that says so.
+            "kept_model": self.kept_model.to_dict() if self.kept_model else None,
             "dimensions": self.embedder.dim,
             "pipeline_version": PIPELINE_VERSION,
             "extractor_version": EXTRACTOR_VERSION,
@@ -462,7 +476,7 @@ class KnowledgeBase:
             doc.name,
             embedder=self.embedder,
             max_bytes=self.config.max_upload_bytes,
-            budget=passage_budget(self.config),
+            budget=passage_budget(self.config, self.embedder),
             max_pages=self.config.max_pages,
             max_chunks=self.config.max_chunks,
             max_text_chars=self.config.max_text_chars,

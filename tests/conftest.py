@@ -53,12 +53,20 @@ _KEEP = {
 os.environ.setdefault("KB_ENCODER_CACHE", os.path.join(tempfile.gettempdir(), "kb-test-encoders"))
 
 
+# The model the suite runs on unless a test says otherwise: the bundled MiniLM, loaded
+# once per session (``embedder``), so that the tests' assertions do not follow the
+# product's default (the multilingual preset; tests of it and of the default name it).
+TEST_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
+
+
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """No test sees the developer's Slack/OpenAI/KB settings or a stray .env."""
+    """No test sees the developer's Slack/OpenAI/KB settings or a stray .env; every
+    ``kb`` a test runs is on ``TEST_EMBEDDING_MODEL``."""
     for key in list(os.environ):
         if key.startswith(("KB_", "SLACK_", "OPENAI_")) and key not in _KEEP:
             monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("KB_EMBEDDING_MODEL", TEST_EMBEDDING_MODEL)
     monkeypatch.chdir(tmp_path)
     yield
 

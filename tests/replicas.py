@@ -68,7 +68,8 @@ def replica_env(
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("KB_", "SLACK_", "OPENAI_")) or k == "KB_ENCODER_CACHE"
+        if not k.startswith(("KB_", "SLACK_", "OPENAI_"))
+        or k in ("KB_ENCODER_CACHE", "KB_EMBEDDING_MODEL")
     }
     env.update(
         {

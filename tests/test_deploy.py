@@ -435,3 +435,19 @@ def test_scale_compose_holds_no_secret_inline() -> None:
     # The replicas share one link secret, or links signed by one fail on the other.
     for service in _replicas(compose).values():
         assert service["environment"]["KB_LINK_SECRET"].startswith("${KB_LINK_SECRET:?")
+
+
+def test_every_apt_get_waits_for_the_package_lock() -> None:
+    """On a fresh machine another apt-get (unattended upgrades) may hold dpkg's lock: every
+    apt-get the scripts and the image run waits for it (``DPkg::Lock::Timeout``, apt.conf(5))
+    instead of failing with "Could not get lock"."""
+    calls = []
+    for path in [*(ROOT / "scripts").iterdir(), *DEPLOY.iterdir()]:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            code = line.split("#", 1)[0]
+            # What a person is told to run ("run 'sudo apt-get ...'") is not a call.
+            if "echo " not in code:
+                calls += [(path.name, call) for call in re.findall(r"apt-get\b[^&;|>]*", code)]
+    assert {name for name, _ in calls} >= {"setup", "Dockerfile"}
+    for name, call in calls:
+        assert call.startswith("apt-get -o DPkg::Lock::Timeout=600"), (name, call)

@@ -34,6 +34,7 @@ from index.embed.onnx import (
 from index.embed.pytorch import LocalEmbedder
 from index.ingest.chunk import chunk_document
 from index.ingest.extract import extract
+from tests.conftest import TEST_EMBEDDING_MODEL
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
 BUNDLED = "bundled:all-MiniLM-L6-v2"
@@ -281,11 +282,16 @@ def test_a_failed_export_says_why_and_leaves_no_file(tiny: Path, tmp_path: Path)
 
 
 def test_the_runtime_setting_picks_the_implementation(tmp_path: Path) -> None:
-    config = IndexConfig(data_dir=tmp_path, encoder_runtime="onnx")
+    config = IndexConfig(
+        data_dir=tmp_path, embedding_model=TEST_EMBEDDING_MODEL, encoder_runtime="onnx"
+    )
     assert isinstance(load_embedder(config), OnnxEmbedder)
-    assert isinstance(load_embedder(IndexConfig(encoder_runtime="torch")), LocalEmbedder)
+    assert isinstance(
+        load_embedder(IndexConfig(embedding_model=TEST_EMBEDDING_MODEL, encoder_runtime="torch")),
+        LocalEmbedder,
+    )
     with pytest.raises(EmbeddingModelUnavailable, match="KB_ENCODER_RUNTIME"):
-        load_embedder(IndexConfig(encoder_runtime="cuda"))
+        load_embedder(IndexConfig(embedding_model=TEST_EMBEDDING_MODEL, encoder_runtime="cuda"))
     with pytest.raises(ValueError, match="KB_ENCODER_RUNTIME|encoder_runtime"):
         Settings(_env_file=None, KB_ENCODER_RUNTIME="cuda")  # type: ignore[call-arg]
     settings = Settings(_env_file=None, KB_ENCODER_CACHE=str(tmp_path / "c"))  # type: ignore[call-arg]

@@ -28,6 +28,7 @@ from index.embed.remote import RemoteEmbedder
 from index.ingest.chunk import chunk_document
 from index.ingest.extract import extract
 from index.knowledge_base import KnowledgeBase
+from tests.conftest import TEST_EMBEDDING_MODEL
 from tests.servers import (
     DEFAULT_EMBEDDING_API_KEY,
     DEFAULT_OPENAI_API_KEY,
@@ -228,7 +229,10 @@ def test_settings_fall_back_to_the_model_endpoint() -> None:
 def test_the_model_setting_picks_the_implementation(embedder: Embedder) -> None:
     remote = load_embedder(IndexConfig(embedding_model="openai:text-embedding-3-small"))
     assert isinstance(remote, RemoteEmbedder) and remote.name == "openai:text-embedding-3-small"
-    assert isinstance(load_embedder(IndexConfig(encoder_runtime="torch")), LocalEmbedder)
+    assert isinstance(
+        load_embedder(IndexConfig(embedding_model=TEST_EMBEDDING_MODEL, encoder_runtime="torch")),
+        LocalEmbedder,
+    )
     with pytest.raises(EmbeddingModelUnavailable, match="names no model"):
         load_embedder(IndexConfig(embedding_model="openai:"))
 

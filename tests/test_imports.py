@@ -19,6 +19,7 @@ import pytest
 from index.config import IndexConfig
 from index.embed.onnx import OnnxEmbedder
 from index.knowledge_base import KnowledgeBase
+from tests.conftest import TEST_EMBEDDING_MODEL
 from tests.evalmini import EVALSET_OPTIONS
 from tests.servers import DEFAULT_SIGNING_SECRET, MockSlackAPI
 
@@ -33,7 +34,12 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data dir holding the sample documents, embedded with the ONNX runtime."""
     data = tmp_path_factory.mktemp("lean") / "kb-data"
     cache = Path(os.environ["KB_ENCODER_CACHE"])
-    config = IndexConfig(data_dir=data, encoder_runtime="onnx", encoder_cache=cache)
+    config = IndexConfig(
+        data_dir=data,
+        embedding_model=TEST_EMBEDDING_MODEL,
+        encoder_runtime="onnx",
+        encoder_cache=cache,
+    )
     kb = KnowledgeBase(config, embedder=OnnxEmbedder(config.embedding_model, cache))
     assert kb.ingest_paths([SAMPLE]).chunks > 0
     return data
@@ -47,6 +53,7 @@ def _env(data_dir: Path, **extra: str) -> dict[str, str]:
         "KB_DATA_DIR": str(data_dir),
         "KB_ENCODER_RUNTIME": "onnx",
         "KB_ENCODER_CACHE": os.environ["KB_ENCODER_CACHE"],
+        "KB_EMBEDDING_MODEL": TEST_EMBEDDING_MODEL,
         **extra,
     }
 

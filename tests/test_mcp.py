@@ -126,7 +126,8 @@ def _env(data_dir: Path, slack: MockSlackAPI, llm: OpenAICompatServer) -> dict[s
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("KB_", "SLACK_", "OPENAI_")) or k == "KB_ENCODER_CACHE"
+        if not k.startswith(("KB_", "SLACK_", "OPENAI_"))
+        or k in ("KB_ENCODER_CACHE", "KB_EMBEDDING_MODEL")
     }
     env.update(
         {

@@ -25,6 +25,7 @@ from core.thresholds import BUNDLED, MINILM, thresholds_in_force
 from index.config import EmbeddingEndpoint, IndexConfig
 from index.embed import (
     MULTILINGUAL_MODEL_NAME,
+    Embedder,
     EmbeddingModelUnavailable,
     Prefixes,
     family_prefixes,
@@ -36,6 +37,7 @@ from index.embed.onnx import OnnxEmbedder
 from index.embed.remote import RemoteEmbedder
 from index.knowledge_base import KnowledgeBase
 from index.language_fit import english_only, language_fit
+from tests.conftest import TEST_EMBEDDING_MODEL
 from tests.servers import OpenAICompatServer
 
 CZECH_DOCS = {
@@ -113,12 +115,21 @@ def test_a_local_models_prefixes_are_what_the_encoder_is_given(tmp_path: Path) -
 
 def test_the_operators_prefixes_replace_the_familys(tmp_path: Path) -> None:
     config = IndexConfig(
-        data_dir=tmp_path, query_prefix="Question: ", document_prefix="", encoder_cache=tmp_path
+        data_dir=tmp_path,
+        embedding_model=TEST_EMBEDDING_MODEL,
+        query_prefix="Question: ",
+        document_prefix="",
+        encoder_cache=tmp_path,
     )
     embedder = load_embedder(config)
     assert embedder.prefixes == Prefixes("Question: ", "")
     assert (
-        load_embedder(IndexConfig(data_dir=tmp_path, encoder_cache=tmp_path)).prefixes == Prefixes()
+        load_embedder(
+            IndexConfig(
+                data_dir=tmp_path, embedding_model=TEST_EMBEDDING_MODEL, encoder_cache=tmp_path
+            )
+        ).prefixes
+        == Prefixes()
     )
 
 
@@ -246,17 +257,17 @@ def test_settings_give_the_engine_the_running_models_thresholds() -> None:
     config = settings.engine_config()
     assert (config.threshold, config.related_threshold) == BUNDLED[MULTILINGUAL_MODEL_NAME]
     assert config.thresholds_model == MULTILINGUAL_MODEL_NAME
-    default = Settings(_env_file=None).engine_config()  # type: ignore[call-arg]
-    assert (default.threshold, default.related_threshold) == BUNDLED[MINILM]
+    minilm = Settings(_env_file=None, KB_EMBEDDING_MODEL=TEST_EMBEDDING_MODEL).engine_config()  # type: ignore[call-arg]
+    assert (minilm.threshold, minilm.related_threshold) == BUNDLED[MINILM]
 
 
-def test_each_model_cuts_passages_to_its_own_budget() -> None:
+def test_each_model_cuts_passages_to_its_own_budget(embedder: Embedder, e5: E5Embedder) -> None:
     preset = Settings(_env_file=None, KB_EMBEDDING_MODEL="multilingual")  # type: ignore[call-arg]
-    assert passage_budget(preset.index_config()) == 768
-    default = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert passage_budget(default.index_config()) == 512
+    assert passage_budget(preset.index_config(), e5) == 768
+    minilm = Settings(_env_file=None, KB_EMBEDDING_MODEL=TEST_EMBEDDING_MODEL)  # type: ignore[call-arg]
+    assert passage_budget(minilm.index_config(), embedder) == 512
     chosen = Settings(_env_file=None, KB_EMBEDDING_MODEL="multilingual", KB_CHUNK_BUDGET="300")  # type: ignore[call-arg]
-    assert passage_budget(chosen.index_config()) == 300
+    assert passage_budget(chosen.index_config(), e5) == 300
     with pytest.raises(ValueError, match="KB_CHUNK_BUDGET"):
         Settings(_env_file=None, KB_CHUNK_BUDGET="0")  # type: ignore[call-arg]
 

@@ -49,6 +49,7 @@ from index.storage.store import Store
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
 
+from tests.conftest import TEST_EMBEDDING_MODEL  # noqa: E402
 from tests.conftest_bot import ADMIN_ID, Bot, BotFactory  # noqa: E402
 from tests.home_tab import admin_bot, click_home, open_home  # noqa: E402
 from tests.query_factory import log_question  # noqa: E402
@@ -312,7 +313,9 @@ def test_one_persons_repeats_never_outrank_what_several_people_asked(
 def test_one_person_cannot_crowd_everyone_else_out_of_the_window(index_dir: Path) -> None:
     """The gaps read the newest questions only: one person's flood of distinct refused
     questions must not push out what everyone else asked."""
-    store = KnowledgeBase(IndexConfig(data_dir=index_dir)).store
+    store = KnowledgeBase(
+        IndexConfig(data_dir=index_dir, embedding_model=TEST_EMBEDDING_MODEL)
+    ).store
     now = time.time()
     for i in range(30):
         _ask(store, f"junk question number {i}", "U0SPAMMER1", now - i)

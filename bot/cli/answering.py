@@ -60,7 +60,7 @@ def ask(
     access = open_access(ctx) if as_user else None
     if access is not None and access.members is None:
         click.echo(NO_TOKEN_NOTE.format(user=as_user), err=True)
-    engine = build_engine(settings_of(ctx).engine_config(), kb)
+    engine = build_engine(settings_of(ctx).engine_config(kb.config.embedding_model), kb)
 
     async def run() -> Answer:
         try:

@@ -43,12 +43,18 @@ def settings_of(ctx: click.Context) -> Settings:
     return settings
 
 
-def open_kb(ctx: click.Context) -> KnowledgeBase:
-    """The knowledge base of the configured data dir, opened once per command."""
+def open_kb(ctx: click.Context, *, keep_earlier_model: bool = True) -> KnowledgeBase:
+    """The knowledge base of the configured data dir, opened once per command.
+
+    ``keep_earlier_model=False`` opens one built on the earlier default model on the
+    configured model instead (``kb reindex`` moves it: ``index.kept_model``).
+    """
     from index.knowledge_base import KnowledgeBase
 
     if "kb" not in ctx.obj:
-        ctx.obj["kb"] = KnowledgeBase(settings_of(ctx).index_config())
+        ctx.obj["kb"] = KnowledgeBase(
+            settings_of(ctx).index_config(), keep_earlier_model=keep_earlier_model
+        )
     kb: KnowledgeBase = ctx.obj["kb"]
     return kb
 

@@ -239,9 +239,12 @@ def reindex(ctx: click.Context, as_json: bool) -> None:
     The new index is built beside the live one, which keeps answering, then
     swapped in.
 
+    A knowledge base still on the earlier default model (all-MiniLM-L6-v2)
+    moves to the configured one; a running kb serve answers on it once restarted.
+
     Example: kb reindex
     """
-    kb = open_kb(ctx)
+    kb = open_kb(ctx, keep_earlier_model=False)
     bar = ProgressBar("doc", quiet=as_json)
 
     def progress(event: str, info: dict[str, Any]) -> None:
@@ -292,8 +295,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
     Example: kb status --json
     """
-    st = open_kb(ctx).status()
-    thresholds = settings_of(ctx).thresholds()
+    kb = open_kb(ctx)
+    st = kb.status()
+    thresholds = settings_of(ctx).thresholds(kb.config.embedding_model)
     st["thresholds"] = {
         "answer": thresholds.answer,
         "related": thresholds.related,
@@ -310,6 +314,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"chunks          {st['chunks']}")
         click.echo(f"stale           {st['stale']}")
         click.echo(f"model           {st['embedding_model']} ({st['dimensions']} d)")
+        if st["kept_model"]:
+            click.echo(f"EARLIER MODEL   {st['kept_model']['note']}")
         for_model = f" for {thresholds.model}" if thresholds.model else ""
         click.echo(
             f"thresholds      answer {thresholds.answer:.3f}, related {thresholds.related:.3f}"

@@ -492,6 +492,9 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
         "store": {**_store_facts(kb), "reachable": True, "generation": index["generation"]},
         "engine": kb.config.search_engine,
         "embedding_model": kb.embedder.name,
+        # Still ready: a knowledge base built on the earlier default answers on it until
+        # `kb reindex`; the note says so (index.kept_model).
+        "kept_model": kb.kept_model.to_dict() if kb.kept_model else None,
         # Counted once per store generation; its advice says when the model is the wrong one.
         "languages": kb.language_fit().to_dict(),
         "documents": kb.document_count(),

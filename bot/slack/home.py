@@ -286,6 +286,7 @@ class Home:
                 model=config.thresholds_model,
                 origin=config.thresholds_origin,
                 language_advice=self.kb.language_fit().advice,
+                kept_model=(kept.built_on, kept.default) if (kept := self.kb.kept_model) else None,
             ),
         }
 

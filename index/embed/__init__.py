@@ -109,11 +109,16 @@ def _operator_prefixes(config: IndexConfig, model: str) -> Prefixes | None:
     return chosen_prefixes(model, config.query_prefix, config.document_prefix)
 
 
-def passage_budget(config: IndexConfig) -> int:
-    """Characters a passage is packed up to: ``chunk_budget``, else the model's own."""
+def passage_budget(config: IndexConfig, embedder: Embedder) -> int:
+    """Characters a passage is packed up to: ``chunk_budget``, else the running model's own.
+
+    The embedder that runs decides, not ``config.embedding_model``: a knowledge
+    base kept on its earlier model (``index.kept_model``) or given an embedder
+    cuts passages for the model that reads them.
+    """
     if config.chunk_budget is not None:
         return config.chunk_budget
-    if config.embedding_model.strip().lower() == MULTILINGUAL_PRESET:
+    if embedder.name.startswith(MULTILINGUAL_MODEL_NAME):
         return MULTILINGUAL_CHUNK_BUDGET
     return DEFAULT_CHUNK_BUDGET
 

@@ -374,6 +374,16 @@ class Store:
         )
         return int(row["dimensions"]) if row else None
 
+    def stamped_models(self) -> dict[str, int]:
+        """How many indexed documents each embedding model's stamp is on, most first."""
+        rows = self.db.query(
+            """SELECT embedding_model, COUNT(*) AS n FROM documents
+               WHERE state = ? AND embedding_model IS NOT NULL
+               GROUP BY embedding_model ORDER BY n DESC""",
+            [DocState.INDEXED.value],
+        )
+        return {str(row["embedding_model"]): int(row["n"]) for row in rows}
+
     def stale_documents(self, stamp: Stamp) -> list[DocumentRow]:
         """Indexed documents stamped differently from ``stamp``."""
         return self._documents(

@@ -210,6 +210,9 @@ class Calibration:
     origin: str = ""
     # What to change when the documents' languages are not the model's (English), or None.
     language_advice: str | None = None
+    # The earlier default model the knowledge base was built on and still runs
+    # until `kb reindex` (index.kept_model), and the default it would move to.
+    kept_model: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -517,6 +520,8 @@ def _calibration_blocks(calibration: Calibration, words: Words) -> list[Block]:
     lines = [words.home_thresholds(threshold, related if related > threshold else None)]
     if calibration.origin:
         lines.append(words.home_thresholds_model(calibration.model, calibration.origin))
+    if calibration.kept_model:
+        lines.append(words.home_kept_model(*calibration.kept_model))
     if calibration.language_advice:
         lines.append(words.home_wrong_model(calibration.language_advice))
     record = calibration.record

@@ -844,6 +844,16 @@ class Words:
             "Calibrated for the embedding model `{model}` ({origin}).", model=model, origin=origin
         )
 
+    def home_kept_model(self, built_on: str, default: str) -> str:
+        """The knowledge base still answers on the earlier default model it was built on."""
+        return self._(
+            ":information_source: *This knowledge base was built on {built_on}* and answers "
+            "on it. Run `kb reindex` to move it to {default}, the default model, then restart "
+            "`kb serve`.",
+            built_on=built_on,
+            default=default,
+        )
+
     def home_wrong_model(self, advice: str) -> str:
         """The knowledge base holds languages its embedding model does not read (English advice)."""
         return self._(
