@@ -47,26 +47,26 @@ _KEEP = {
     "HF_HUB_OFFLINE",
     "TOKENIZERS_PARALLELISM",
     "KB_ENCODER_CACHE",
+    "KB_EMBEDDING_MODEL",
 }
+# The model the suite runs on unless a test says otherwise: the bundled MiniLM, loaded
+# once per session (``embedder``), so that the tests' assertions do not follow the
+# product's default (the multilingual preset; the tests of it and of the default unset
+# this). Set for the whole process, so that fixtures of any scope and every ``kb`` a
+# test starts run on it; never the developer's own setting.
+TEST_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
+os.environ["KB_EMBEDDING_MODEL"] = TEST_EMBEDDING_MODEL
 # One ONNX export of the bundled model for every test and session (keyed by the
 # model and library versions), not one per data dir.
 os.environ.setdefault("KB_ENCODER_CACHE", os.path.join(tempfile.gettempdir(), "kb-test-encoders"))
 
 
-# The model the suite runs on unless a test says otherwise: the bundled MiniLM, loaded
-# once per session (``embedder``), so that the tests' assertions do not follow the
-# product's default (the multilingual preset; tests of it and of the default name it).
-TEST_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
-
-
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """No test sees the developer's Slack/OpenAI/KB settings or a stray .env; every
-    ``kb`` a test runs is on ``TEST_EMBEDDING_MODEL``."""
+    """No test sees the developer's Slack/OpenAI/KB settings or a stray .env."""
     for key in list(os.environ):
         if key.startswith(("KB_", "SLACK_", "OPENAI_")) and key not in _KEEP:
             monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("KB_EMBEDDING_MODEL", TEST_EMBEDDING_MODEL)
     monkeypatch.chdir(tmp_path)
     yield
 
