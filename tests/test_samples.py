@@ -153,3 +153,18 @@ async def test_an_unrelated_czech_question_is_refused_without_calling_the_model(
     answer = await demo_engine.ask(UNRELATED_CZECH)
     assert answer.outcome == Outcome.REFUSED and not answer.sources
     assert llm.requests == []
+
+
+async def test_a_question_whose_language_cannot_be_told_is_answered_on_the_default_model(
+    demo_engine: Engine, llm: OpenAICompatServer
+) -> None:
+    from index.languages import detect_language
+
+    question = "shipit rollback --service api"
+    assert detect_language(question) is None
+    answer = await demo_engine.ask(question)
+    assert answer.outcome == Outcome.ANSWERED
+    assert answer.sources[0].document == "Deploying to Production"
+    (request,) = llm.requests
+    # No language named for the answer: the model is not told a wrong one.
+    assert "Write the answer in" not in request["messages"][-1]["content"]
