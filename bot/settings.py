@@ -354,7 +354,7 @@ class Settings(BaseSettings):
     threshold: float | None = _setting(
         None,
         "KB_THRESHOLD",
-        "Refusal gate: passages farther than this cosine distance are never used for an answer; if none is closer the model is not called (see KB_RELATED_THRESHOLD). Unset: the running model's calibrated value (all-MiniLM-L6-v2: 0.475; multilingual: docs/evaluation.md#thresholds-per-model). Used only with the model KB_THRESHOLD_MODEL names, when that is set.",
+        "Refusal gate: passages farther than this cosine distance are never used for an answer; if none is closer the model is not called (see KB_RELATED_THRESHOLD). Unset: the running model's calibrated value (all-MiniLM-L6-v2: 0.475; multilingual: see docs/evaluation.md). Used only with the model KB_THRESHOLD_MODEL names, when that is set.",
     )
     related_threshold: float | None = _setting(
         None,
