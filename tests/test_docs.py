@@ -10,6 +10,7 @@ import pytest
 from bot import docs
 from bot.cli import main
 from bot.settings import env_var_names
+from core.thresholds import BUNDLED
 
 ROOT = Path(__file__).resolve().parents[1]
 # The project's own pages; the corpora it is measured on (evaluation/sets/, the
@@ -66,6 +67,11 @@ def _relative_links(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_resolves(path: Path) -> None:
+    assert _broken(path) == []
+
+
+def _broken(path: Path) -> list[str]:
+    """The page's relative links to a missing file, or to a heading its page lacks."""
     broken = []
     for target in _relative_links(path):
         file, _, anchor = target.partition("#")
@@ -73,7 +79,7 @@ def test_every_relative_link_resolves(path: Path) -> None:
         missing = not resolved.exists()
         if missing or (anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved)):
             broken.append(target)
-    assert broken == []
+    return broken
 
 
 def _anchors(path: Path) -> set[str]:
@@ -93,6 +99,25 @@ def test_the_link_check_sees_a_broken_link(tmp_path: Path) -> None:
     page.write_text("# Top\n[here](missing.md) [site](https://example.com) [top](#top)\n")
     assert _relative_links(page) == ["missing.md", "#top"]
     assert _anchors(page) == {"top"}
+    assert _broken(page) == ["missing.md"]
+
+
+def test_the_link_check_reads_anchors_as_github_makes_them(tmp_path: Path) -> None:
+    (tmp_path / "studies").mkdir()
+    target = tmp_path / "studies" / "study.md"
+    target.write_text(
+        "# Ingestion: `python -m bench.ingest`\n## Results\n## Results\n```\n# not a heading\n```\n"
+    )
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[a](studies/study.md#ingestion-python--m-benchingest) [b](studies/study.md#results-1)\n"
+        "[c](studies/study.md#results-2) [d](studies/study.md#not-a-heading) [e](#gone)\n"
+    )
+    assert _broken(page) == [
+        "studies/study.md#results-2",
+        "studies/study.md#not-a-heading",
+        "#gone",
+    ]
 
 
 SETTING = re.compile(r"\b(?:KB|SLACK|OPENAI|QDRANT)_[A-Z0-9_]*[A-Z0-9]\b")
@@ -107,3 +132,30 @@ NOT_SETTINGS = {"KB_COVERAGE", "KB_TEST_POSTGRES_URL"} | {
 def test_every_setting_the_docs_name_exists(path: Path) -> None:
     named = set(SETTING.findall(path.read_text(encoding="utf-8")))
     assert sorted(named - set(env_var_names()) - NOT_SETTINGS) == []
+
+
+def test_every_study_is_in_the_index() -> None:
+    index = ROOT / "studies" / "README.md"
+    listed = {target.partition("#")[0] for target in _relative_links(index)}
+    pages = {p.name for p in (ROOT / "studies").glob("*.md")} - {"README.md"}
+    assert sorted(pages - listed) == []
+
+
+def _thresholds_table(text: str) -> dict[str, tuple[float, float]]:
+    """The rows of the "Thresholds per model" table: model -> (answer, related)."""
+    section = text.split("\n## Thresholds per model\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| ([0-9.]+) \| ([0-9.]+) \|", section, flags=re.M)
+    return {model: (float(answer), float(related)) for model, answer, related in rows}
+
+
+def test_the_thresholds_the_evaluation_states_are_the_codes() -> None:
+    stated = _thresholds_table((ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8"))
+    assert stated == {model: (a, r) for model, (a, r) in BUNDLED.items()}
+
+
+def test_the_thresholds_check_reads_the_table() -> None:
+    page = (
+        "# Page\n\n## Thresholds per model\n\n| model | answer | related | why |\n|---|---|---|---|\n"
+        "| `some/model` | 0.475 | 0.6 | because |\n\n## Next\n| `other` | 1 | 2 |\n"
+    )
+    assert _thresholds_table(page) == {"some/model": (0.475, 0.6)}
