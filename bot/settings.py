@@ -354,12 +354,12 @@ class Settings(BaseSettings):
     threshold: float | None = _setting(
         None,
         "KB_THRESHOLD",
-        "Refusal gate: passages farther than this cosine distance are never used for an answer; if none is closer the model is not called (see KB_RELATED_THRESHOLD). Unset: the running model's calibrated value (all-MiniLM-L6-v2: 0.475; multilingual: see docs/evaluation.md). Used only with the model KB_THRESHOLD_MODEL names, when that is set.",
+        "Refusal gate: a question is answered only when its closest passage is at most this cosine distance away; if none is that close the model is not called (see KB_RELATED_THRESHOLD). Unset: the running model's calibrated value (all-MiniLM-L6-v2: 0.475; multilingual: see docs/evaluation.md). Used only with the model KB_THRESHOLD_MODEL names, when that is set.",
     )
     related_threshold: float | None = _setting(
         None,
         "KB_RELATED_THRESHOLD",
-        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 4 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Beside an answer, those of its first KB_TOP_K passages (up to 4) that were too far to answer from but closer than this are listed the same way (never given to the model). At or below KB_THRESHOLD: off. Unset: the running model's calibrated value. `kb calibrate` proposes it.",
+        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 4 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Once the closest passage passes KB_THRESHOLD, the answer is written from its first KB_TOP_K passages closer than this; those of them a KB_RERANKER left out that were too far to pass KB_THRESHOLD are listed beside the answer the same way (never given to the model). At or below KB_THRESHOLD: off. Unset: the running model's calibrated value. `kb calibrate` proposes it.",
     )
     threshold_model: str = _setting(
         "",

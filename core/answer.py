@@ -11,8 +11,9 @@ this module keeps:
   actually cites are returned, renumbered in order of first appearance;
 * the model is unavailable -> the kept passages are returned as evidence,
   labelled ``grounded=False``, never an exception;
-* the passages beside an answer (``Answer.beside``: ranked among its best but
-  too far to write from) are shown as possibly related, never given to the model;
+* the passages beside an answer (``Answer.beside``: ranked among its best, too
+  far to pass alone, left out by the reranker) are shown as possibly related,
+  never given to the model;
 * every question is logged with its outcome, kept chunks and timings; a
   question whose answer is cancelled midway (the person pressed Stop) is logged
   as ``stopped``, with what had been written so far, and the cancellation goes on;

@@ -5,15 +5,21 @@ against questions the knowledge base should refuse (``kb eval``), decides
 whether any of it is close enough to answer from. When nothing passes, the
 engine does not call the model: the candidates within a second, looser
 threshold are shown as possibly related passages (``related``), and when none
-is within that either, the answer is "not in the knowledge base". When the
-gate does pass, the candidates ranked among the answer's best that were too far
-to answer from, but within the looser threshold, are shown beside the answer
-the same way (``beside_answer``), never given to the model.
+is within that either, the answer is "not in the knowledge base".
 
-The decision is the best candidate's cosine distance, nothing learned: other
-cheap signals (the margin to the query's typical distance to the corpus, the
-agreement of the dense and BM25 legs, combinations) separated in-domain from
-out-of-domain questions no better on the evaluation sets (docs/evaluation.md).
+Deciding and choosing are apart. The decision is the best candidate's cosine
+distance against the answer threshold, nothing learned: other cheap signals
+(the margin to the next passage, the agreement of the dense and BM25 legs, a
+logistic score of them) separated in-domain from out-of-domain questions no
+better on a set they were not fitted on (docs/evaluation.md,
+studies/2026-12-06-gate.md). Once the decision is made, the answer is written
+from the first ``top_k`` candidates, in the order given (the answer order),
+within the looser related threshold: the passage that answers is often ranked
+among the best but a little farther than the strict threshold, and a question
+the best passage already passed for is no bluff whatever else is read beside
+it. The candidates among the answer's first ranks it was not written from, and
+too far to pass on their own, are shown beside the answer (``beside_answer``),
+never given to the model.
 """
 
 from __future__ import annotations
@@ -41,21 +47,28 @@ def gate(
     top_k: int,
     max_kept: int = 0,
     margin: float = 0.0,
+    related_threshold: float = 0.0,
 ) -> list[Candidate]:
-    """The candidates an answer is written from, in fused order; empty: refuse.
+    """The candidates an answer is written from, in the order given; empty: refuse.
 
-    The first ``top_k`` whose distance is at most ``threshold``, then, up to
-    ``max_kept`` in all, the further passing ones within ``margin`` of the best:
-    when several passages are about equally close, the right one is often
-    ranked just past ``top_k``.
+    Empty unless some candidate's distance is at most ``threshold`` (the
+    decision). Then the first ``top_k`` within ``related_threshold`` (within
+    ``threshold`` when that is the looser), then, up to ``max_kept`` in all,
+    the further ones passing ``threshold`` within ``margin`` of the best: when
+    several passages are about equally close, the right one is often ranked
+    just past ``top_k``.
     """
     passed = [c for c in candidates if c.distance <= threshold]
-    head = passed[:top_k]
+    if not passed:
+        return []
+    within = max(threshold, related_threshold)
+    head = [c for c in candidates if c.distance <= within][:top_k]
     room = max_kept - len(head)
-    if not head or room <= 0:
+    if room <= 0:
         return head
     near = min(c.distance for c in passed) + margin
-    return head + [c for c in passed[top_k:] if c.distance <= near][:room]
+    chosen = {c.chunk_id for c in head}
+    return head + [c for c in passed if c.chunk_id not in chosen and c.distance <= near][:room]
 
 
 def related(
@@ -71,19 +84,26 @@ def related(
 
 def beside_answer(
     candidates: Sequence[Candidate],
+    kept: Sequence[Candidate],
     *,
     threshold: float,
     related_threshold: float,
     within: int,
     limit: int = MAX_RELATED,
 ) -> list[Candidate]:
-    """The possibly related passages shown beside an answer.
+    """The possibly related passages shown beside an answer written from ``kept``.
 
     The candidates among the first ``within`` (in the order the answer's
-    passages are chosen from, before any reranker) that are too far to pass
-    ``threshold`` but within ``related_threshold``: ranked as well as the
-    answer's own passages, only too far to write from, so often the passage the
-    asker needed. The distance alone excludes every passage the answer was
-    written from, and passing ones a reranker left out (a choice, not a distance).
+    passages are chosen from) that the answer was not written from, too far to
+    pass ``threshold`` but within ``related_threshold``: ranked as well as the
+    answer's own passages, so often the passage the asker needed. Without a
+    reranker ``gate`` keeps every such one, so there are none; a reranker's
+    choice leaves some out. Passing ones it left out are not shown (a choice,
+    not a distance).
     """
-    return [c for c in candidates[:within] if threshold < c.distance <= related_threshold][:limit]
+    chosen = {c.chunk_id for c in kept}
+    return [
+        c
+        for c in candidates[:within]
+        if c.chunk_id not in chosen and threshold < c.distance <= related_threshold
+    ][:limit]

@@ -11,17 +11,19 @@ passages in the same order wherever it is asked:
    removed), after the question a follow-up's thread last had answered;
 2. **the candidates**: its vector and the fused candidates visible to the
    asker's scopes, ``top_k * CANDIDATES_PER_KEPT`` of them;
-3. **the gate** (``core.gate.gate``) decides whether an answer is written and
-   from how many passages;
+3. **the gate** (``core.gate.gate``) decides whether an answer is written, on
+   the best candidate's distance against the answer threshold, and from
+   which passages: the first ``top_k`` within the related threshold;
 4. **the answer order** (``core.retrieve.configured_order``: best sentences,
    term proximity, latent terms), once the gate has passed or more than one
    passage is possibly related, decides which and in what order (the gate
    applied again to that order);
 5. **the reranker** (``KB_RERANKER``), when there is one, chooses among the
-   passing candidates;
+   candidates within the related threshold;
 6. **the passages shown beside them**: beside an answer, the ones ranked with
-   its best but too far to write from (``core.gate.beside_answer``); when
-   nothing passed, the possibly related ones (``core.gate.related``).
+   its best, too far to pass alone, that it was not written from
+   (``core.gate.beside_answer``); when nothing passed, the possibly related
+   ones (``core.gate.related``).
 
 A refused question reads nothing past step 3.
 """
@@ -189,9 +191,13 @@ class PassageSelector:
                 kept = self._gate(order, limit)
             if self.reranker is not None:
                 with _timed(timings, "rerank"):
-                    kept = self._reranked(query, order, kept, limit)
+                    kept = self._reranked(query, order, kept, self._within(limit))
             near = beside_answer(
-                order, threshold=limit, related_threshold=cfg.related_threshold, within=cfg.top_k
+                order,
+                kept,
+                threshold=limit,
+                related_threshold=cfg.related_threshold,
+                within=cfg.top_k,
             )
         else:
             near = related(order, related_threshold=cfg.related_threshold)
@@ -209,7 +215,12 @@ class PassageSelector:
             top_k=cfg.top_k,
             max_kept=cfg.max_kept,
             margin=cfg.keep_margin,
+            related_threshold=cfg.related_threshold,
         )
+
+    def _within(self, threshold: float) -> float:
+        """How far a passage an answer is written from may be, once ``threshold`` has passed."""
+        return max(threshold, self.config.related_threshold)
 
     def _reranked(
         self,
@@ -218,7 +229,7 @@ class PassageSelector:
         passed: list[Candidate],
         threshold: float,
     ) -> list[Candidate]:
-        """As many passing candidates as ``passed``, chosen by the reranker; ``passed`` if it fails."""
+        """As many candidates within ``threshold`` as ``passed``, chosen by the reranker; ``passed`` if it fails."""
         assert self.reranker is not None
         rows = self.kb.chunks_by_id([c.chunk_id for c in candidates if c.distance <= threshold])
         try:

@@ -81,22 +81,41 @@ class Replay:
     margin: float
     kept_order: Sequence[Sequence[Candidate]] | None = None
 
-    def kept(self, cands: Sequence[Candidate], threshold: float) -> list[Candidate]:
-        """The passages an answer is written from at ``threshold``."""
+    def kept(
+        self, cands: Sequence[Candidate], threshold: float, related_threshold: float = 0.0
+    ) -> list[Candidate]:
+        """The passages an answer is written from at the two thresholds."""
         return gate(
-            cands, threshold=threshold, top_k=self.top_k, max_kept=self.max_kept, margin=self.margin
+            cands,
+            threshold=threshold,
+            top_k=self.top_k,
+            max_kept=self.max_kept,
+            margin=self.margin,
+            related_threshold=related_threshold,
         )
 
-    def fixed(self, cands: Sequence[Candidate], threshold: float) -> list[Candidate]:
+    def fixed(
+        self, cands: Sequence[Candidate], threshold: float, related_threshold: float = 0.0
+    ) -> list[Candidate]:
         """The passages a fixed ``top_k`` would keep (before the adaptive number)."""
-        return gate(cands, threshold=threshold, top_k=self.top_k)
+        return gate(
+            cands, threshold=threshold, top_k=self.top_k, related_threshold=related_threshold
+        )
 
     def beside_answer(
-        self, cands: Sequence[Candidate], threshold: float, related_threshold: float
+        self,
+        cands: Sequence[Candidate],
+        kept: Sequence[Candidate],
+        threshold: float,
+        related_threshold: float,
     ) -> list[Candidate]:
         """The passages shown beside an answer, from the candidates in the order it keeps them."""
         return beside_answer(
-            cands, threshold=threshold, related_threshold=related_threshold, within=self.top_k
+            cands,
+            kept,
+            threshold=threshold,
+            related_threshold=related_threshold,
+            within=self.top_k,
         )
 
     def holds_needle(self, i: int, cands: Sequence[Candidate]) -> bool:
@@ -118,10 +137,10 @@ class Replay:
         fixed_chars: list[int] = []
         for i, cands in enumerate(self.in_domain):
             ordered = self.kept_order[i] if self.kept_order is not None else cands
-            kept = self.kept(ordered, threshold)
-            fixed = self.fixed(ordered, threshold)
+            kept = self.kept(ordered, threshold, related_threshold)
+            fixed = self.fixed(ordered, threshold, related_threshold)
             near = [] if kept else related(ordered, related_threshold=related_threshold)
-            also = self.beside_answer(ordered, threshold, related_threshold) if kept else []
+            also = self.beside_answer(ordered, kept, threshold, related_threshold) if kept else []
             ans.append(bool(kept))
             rel.append(bool(near))
             kept_needle.append(self.holds_needle(i, kept))

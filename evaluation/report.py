@@ -350,7 +350,8 @@ def _render_outcomes(result: EvalResult, *, markdown: bool) -> list[str]:
         "",
         "Needle shown: among the kept passages of an answer, the passages beside it or the "
         "related passages. Beside an answer: answers whose needle only the passages shown "
-        "beside them (ranked among the answer's best, too far to write from) showed. "
+        "beside them (ranked among the answer's best, too far to pass alone, left out by the "
+        "reranker) showed. "
         "Rescued: related outcomes that showed the needle.",
         "",
         h(f"Related threshold sweep (answer threshold {o.threshold:.3f})"),

@@ -293,6 +293,7 @@ def sweep(
     correct: Sequence[set[int]] | None = None,
     max_kept: int = 0,
     margin: float = 0.0,
+    related_threshold: float = 0.0,
 ) -> list[SweepRow]:
     """Gate every query's candidates at every threshold and count the outcomes.
 
@@ -305,13 +306,22 @@ def sweep(
             without it ``answerable`` and ``lost`` are not computed.
         max_kept: the gate's ``max_kept`` (more passages when as close as the best).
         margin: the gate's ``margin`` for those.
+        related_threshold: how far the passages an answer is written from may
+            be once the threshold has passed (``core.gate.gate``).
 
     Returns:
         One row per threshold, in increasing order.
     """
 
     def kept(cands: Sequence[Candidate], t: float) -> list[Candidate]:
-        return gate(cands, threshold=t, top_k=top_k, max_kept=max_kept, margin=margin)
+        return gate(
+            cands,
+            threshold=t,
+            top_k=top_k,
+            max_kept=max_kept,
+            margin=margin,
+            related_threshold=related_threshold,
+        )
 
     def answers(i: int, t: float) -> bool:
         assert correct is not None

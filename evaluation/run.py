@@ -330,6 +330,7 @@ def _analyse_gate(
         correct=per_query_correct,
         max_kept=engine.max_kept,
         margin=engine.keep_margin,
+        related_threshold=related_threshold,
     )
     replay = _replay(kb, cands[:n_in], cands[n_in:], per_query_correct, engine, ordered)
     rows_by_id = kb.store.chunks_by_id([c[0].chunk_id for c in cands[n_in:] if c])

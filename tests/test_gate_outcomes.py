@@ -59,32 +59,37 @@ def test_outcomes_replay_the_engines_decision() -> None:
     assert o.per_query()["in_domain"]["kept_fixed_top_k"] == o.fixed_needle
 
 
-def test_an_answers_needle_shown_beside_it_counts_as_shown_and_as_beside() -> None:
+def test_an_answer_is_written_from_its_top_ranks_within_the_related_threshold() -> None:
     in_domain = [
-        _cands((1, 0.30), (2, 0.50), (3, 0.55)),  # needle 2 within the answer's top 2, too far
+        _cands((1, 0.30), (2, 0.50), (3, 0.55)),  # needle 2 in the top 2, related, not passing
         _cands((4, 0.30), (5, 0.31), (6, 0.50)),  # needle 6 ranked below the top 2
         _cands((7, 0.30), (8, 0.65)),  # needle 8 beyond the related threshold
     ]
-    replay = Replay(in_domain, [], [{2}, {6}, {8}], {}, top_k=2, max_kept=2, margin=0.0)
+    ood = [_cands((1, 0.50), (2, 0.35)), _cands((3, 0.45), (4, 0.55))]
+    replay = Replay(in_domain, ood, [{2}, {6}, {8}], {}, top_k=2, max_kept=2, margin=0.0)
     o = replay.outcomes(0.4, 0.6)
-    assert o.answered == [True, True, True] and o.kept_needle == [False, False, False]
+    assert o.answered == [True, True, True] and o.kept_needle == [True, False, False]
+    assert o.kept_passages == [2, 2, 1]
     assert o.shown == [True, False, False]
-    assert o.shown_beside == [True, False, False]
-    assert o.beside_passages == [1, 0, 0]
-    assert o.per_query()["in_domain"]["beside"] == o.shown_beside
-    # With the related threshold at the answer threshold nothing is shown beside.
+    # Every related passage among an answer's first top_k is given to the model.
+    assert o.shown_beside == [False, False, False] and o.beside_passages == [0, 0, 0]
+    # The decision is the best distance's alone: 0.35 passes, 0.45 is only related.
+    assert o.bluffs == [True, False] and o.ood_related == [False, True]
+    # With the related threshold at the answer threshold only passing passages are given.
     off = replay.outcomes(0.4, 0.4)
-    assert off.shown == [False, False, False] and off.beside_passages == [0, 0, 0]
+    assert off.answered == o.answered and off.kept_needle == [False, False, False]
+    assert off.kept_passages == [1, 2, 1] and off.bluffs == o.bluffs
 
 
-def test_passages_beside_an_answer_follow_the_order_it_keeps_them_in() -> None:
+def test_an_answer_takes_its_passages_in_the_order_it_keeps_them_in() -> None:
     fused = _cands((1, 0.30), (2, 0.50), (3, 0.55))
     kept_order = [fused[0], fused[2], fused[1]]  # its best sentences put 3 before 2
-    replay = Replay(
-        [fused], [], [{2}], {}, top_k=2, max_kept=2, margin=0.0, kept_order=[kept_order]
+    ordered = Replay(
+        [fused], [], [{3}], {}, top_k=2, max_kept=2, margin=0.0, kept_order=[kept_order]
     )
-    o = replay.outcomes(0.4, 0.6)
-    assert o.shown == [False] and o.beside_passages == [1]
+    plain = Replay([fused], [], [{3}], {}, top_k=2, max_kept=2, margin=0.0)
+    assert ordered.outcomes(0.4, 0.6).kept_needle == [True]
+    assert plain.outcomes(0.4, 0.6).kept_needle == [False]
 
 
 def test_related_sweep_and_the_proposal_rule() -> None:
