@@ -416,3 +416,53 @@ def test_a_small_file_is_read_while_two_people_hold_every_reader_with_slow_ones(
             assert not thread.is_alive()
     finally:
         pool.close()
+
+
+def _opened_by_a_reader(path: Path) -> int | None:
+    """The write end of the FIFO ``path`` if a reader has it open to read, else ``None``."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # ENXIO: nobody reads it yet
+        return None
+
+
+def test_a_freed_reader_goes_to_the_person_holding_fewest(tmp_path: Path) -> None:
+    pool = ReaderPool(3, serve_with="tests.hostile_readers:held")  # at most 2 a person
+    names = ("u1-a", "u2-a", "u2-b", "u1-b", "u3-a")
+    fifo = {name: _fifo(tmp_path / name) for name in names}
+    threads = {
+        name: threading.Thread(target=_read, args=(pool, b"z" * 100_000, str(path), name[:2]))
+        for name, path in fifo.items()
+    }
+    opened: dict[str, int] = {}
+
+    def hold(name: str) -> None:
+        deadline = time.monotonic() + 30
+        while (fd := _opened_by_a_reader(fifo[name])) is None:
+            assert time.monotonic() < deadline, f"{name} was never read"
+            time.sleep(0.01)
+        opened[name] = fd
+
+    try:
+        for name in ("u1-a", "u2-a", "u2-b"):  # u1 holds one reader, u2 two: the pool is full
+            threads[name].start()
+            hold(name)
+        for name in ("u1-b", "u3-a"):  # u1 asks first, then u3, who holds none
+            threads[name].start()
+            deadline = time.monotonic() + 30
+            while pool.waiting() < ("u1-b", "u3-a").index(name) + 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        os.close(opened.pop("u2-a"))  # one of u2's documents is read: a reader is free
+        hold("u3-a")
+        assert _opened_by_a_reader(fifo["u1-b"]) is None  # u1 already holds one: it waits
+        assert pool.waiting() == 1
+    finally:
+        for fd in opened.values():
+            os.close(fd)
+        hold("u1-b")
+        os.close(opened.pop("u1-b"))
+        for thread in threads.values():
+            thread.join(30)
+        pool.close()
+    assert not any(thread.is_alive() for thread in threads.values())

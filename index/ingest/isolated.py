@@ -760,7 +760,9 @@ def serve(jobs_fd: int, results_fd: int, confinement: str = "") -> None:
 
 
 def _send(results: Connection, message: list[Any]) -> None:
-    results.send_bytes(json.dumps(message, ensure_ascii=False).encode())
+    # A PDF's broken character map can give a lone surrogate: kept as it is
+    # (``json.loads`` of bytes decodes with ``surrogatepass``).
+    results.send_bytes(json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
 def _fields(extracted: Extracted) -> dict[str, object]:
