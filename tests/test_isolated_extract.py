@@ -216,17 +216,16 @@ def test_a_document_over_the_time_limit_fails_and_the_server_stays_responsive(
     assert result["seconds"] < 15  # type: ignore[operator]
 
 
-def _dense_scan(pages: int) -> bytes:
-    """A scan of ``pages`` full 300 dpi pages of small print: seconds of Tesseract each."""
+def _dense_scan(pages: int, mark: str = "") -> bytes:
+    """A scan of ``pages`` full 300 dpi pages of small print: seconds of Tesseract each
+    (``mark`` on every line: two scans of other marks are other files)."""
     images = []
     font = ImageFont.load_default(size=30)
     for p in range(pages):
         page = Image.new("L", (2480, 3508), color=255)
         draw = ImageDraw.Draw(page)
         for i in range(90):
-            line = (
-                f"Page {p + 1} line {i}: taxi receipts go to Jonas Berg by the fifth working day."
-            )
+            line = f"Page {p + 1} line {i}{mark}: taxi receipts go to Jonas Berg by the fifth day."
             draw.text((120, 120 + i * 36), line, fill=0, font=font)
         images.append(page)
     out = io.BytesIO()
