@@ -32,7 +32,14 @@ per shape: those two times, how the half-sent connections ended (closed to make
 room, or at their deadline, ``KB_HTTP_HEADER_TIMEOUT`` / ``KB_HTTP_BODY_TIMEOUT``),
 the most descriptors the server held, and what its log grew by.
 
-Run: python -m bench.hostile [shapes|files|connections]
+The fairness part (``python -m bench.hostile fair``): two members each send a
+file that holds a reader for long (a scan of six pages of small print, read by
+Tesseract), and a third member then sends a 60-byte file, three times one after
+the other: the median seconds until the third member's file is indexed (goal:
+under 10 s), read in the readers' quick lane
+(``index.ingest.isolated.QUICK_LANE_BYTES``), and how many scans still read then.
+
+Run: python -m bench.hostile [shapes|files|connections|fair]
 """
 
 from __future__ import annotations
@@ -79,6 +86,7 @@ from tests.servers import (  # noqa: E402
 from tests.test_ocr import scanned_pdf  # noqa: E402
 
 OTHER_USER = "U0OTHER001"
+THIRD_USER = "U0THIRD001"
 GOAL_RSS_MB = 100
 GOAL_BESIDE_S = 10.0
 TIMEOUT_S = 180.0
@@ -172,6 +180,45 @@ async def run() -> None:
                         f"goals: +RSS under {GOAL_RSS_MB} MB, the other member's upload "
                         f"under {GOAL_BESIDE_S} s"
                     )
+            finally:
+                await runner.cleanup()
+
+
+async def fair() -> None:
+    """A 60-byte upload indexed while two other members' slow files read: median seconds."""
+    from tests.test_isolated_extract import _dense_scan
+
+    slow = {"scan-1.pdf": (_dense_scan(6), USER_ID), "scan-2.pdf": (_dense_scan(6), THIRD_USER)}
+    with tempfile.TemporaryDirectory(prefix="kb-bench-fair-") as tmp:
+        async with MockSlackAPI() as slack, OpenAICompatServer(reply="ok [1]") as llm:
+            settings = bench_settings(Path(tmp) / "kb", slack, llm).model_copy(
+                update={"publishers": f"{USER_ID},{OTHER_USER},{THIRD_USER}"}
+            )
+            kb = loaded_kb(settings)
+            runner, url = await serve(settings, kb)
+            try:
+                async with aiohttp.ClientSession() as http:
+                    await send(http, url, slack, "warm.md", b"# Warm\n\nup\n", OTHER_USER)
+                    await until(lambda: final(slack, "warm.md"), [])
+                    for name, (data, user) in slow.items():
+                        await send(http, url, slack, name, data, user)
+                    times, still_reading = [], []
+                    for n in range(3):
+                        small = f"lunch-{n}.txt"
+                        tiny = f"Lunch is at noon on day {n}; the canteen is on floor 2.".ljust(60)
+                        await send(http, url, slack, small, tiny.encode()[:60], OTHER_USER)
+                        times.append(await until(lambda s=small: final(slack, s), []))
+                        still_reading.append(sum(final(slack, name) is None for name in slow))
+                    print(
+                        f"fairness: a 60-byte upload beside two scans of 6 pages read by OCR: "
+                        f"median {statistics.median(times):.2f} s of {len(times)} (goal: under "
+                        f"{GOAL_BESIDE_S:g} s); scans still reading when each was indexed: "
+                        f"{still_reading}"
+                    )
+                    for name in slow:
+                        took = await until(lambda f=name: final(slack, f), [])
+                        ended = "failed" if ": failed:" in str(final(slack, name)) else "indexed"
+                        print(f"  {name}: {ended}, {took:.1f} s after the last small upload")
             finally:
                 await runner.cleanup()
 
@@ -488,7 +535,9 @@ async def until_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", nargs="?", choices=["shapes", "files", "connections"], default=None)
+    parser.add_argument(
+        "part", nargs="?", choices=["shapes", "files", "connections", "fair"], default=None
+    )
     part = parser.parse_args().part
     print(f"machine: {machine()}")
     if part in (None, "shapes"):
@@ -497,6 +546,8 @@ def main() -> None:
         asyncio.run(run())
     if part in (None, "connections"):
         asyncio.run(doors())
+    if part in (None, "fair"):
+        asyncio.run(fair())
 
 
 if __name__ == "__main__":

@@ -249,7 +249,7 @@ class Settings(BaseSettings):
     extract_timeout: float = _setting(
         DEFAULT_EXTRACT_TIMEOUT,
         "KB_EXTRACT_TIMEOUT",
-        "Seconds one document may take to read into text (wall clock and processor time); a slower one is stopped and fails, naming this setting. Tesseract's time on scanned pages is not counted: KB_OCR_TIMEOUT bounds each page.",
+        "Seconds one document may take to read into text (wall clock and processor time); a slower one is stopped and fails, naming this setting. Tesseract's time on scanned pages is counted too (KB_OCR_TIMEOUT also bounds each page): a scan over it fails or keeps the pages read in time.",
         gt=0,
     )
     extract_workers: int = _setting(
@@ -292,7 +292,7 @@ class Settings(BaseSettings):
     ocr_timeout: float = _setting(
         DEFAULT_OCR_PAGE_TIMEOUT,
         "KB_OCR_TIMEOUT",
-        "Seconds OCR may spend on one scanned page; a slower page is left unread, marked in the text, and a PDF with no other text fails, naming this setting.",
+        "Seconds OCR may spend on one scanned page, all its images together, within the document's KB_EXTRACT_TIMEOUT; a slower page is left unread, marked in the text, and a PDF with no other text fails, naming this setting.",
         gt=0,
     )
     ocr_max_pages: int = _setting(

@@ -75,8 +75,8 @@ DEFAULT_TESSERACT_CMD = "tesseract"
 # (measured here), so 768 MB is three times that, while two readers at their limit and
 # the server (about 600 MB with the ONNX model) still fit a 2 GB machine's memory.
 # 120 s is ten times what the slowest honest upload takes to read on a loaded
-# 2-core machine; Tesseract's time on scanned pages is not counted (KB_OCR_TIMEOUT
-# bounds each page). Workers 0: min(2, CPU cores).
+# 2-core machine; Tesseract's time on scanned pages is counted too (KB_OCR_TIMEOUT
+# also bounds each page). Workers 0: min(2, CPU cores), and one more reader for small files.
 DEFAULT_EXTRACT_MEMORY_MB = 768
 DEFAULT_EXTRACT_TIMEOUT = 120.0
 DEFAULT_EXTRACT_WORKERS = 0
@@ -135,8 +135,8 @@ class ExtractLimits:
             document (``RLIMIT_AS``), its interpreter included.
         timeout: seconds one document may take to read, on the wall clock (the
             reader is killed) and in processor time (``RLIMIT_CPU``); the time
-            Tesseract spends on scanned pages is not counted: ``OcrConfig.page_timeout``
-            bounds each page.
+            Tesseract spends on scanned pages is counted too (``OcrConfig.page_timeout``
+            also bounds each page).
         workers: reader processes, the most documents read at once; 0: min(2, CPU cores).
         sandbox: how readers are confined (``index.ingest.sandbox``): ``auto`` where the
             kernel can, ``required`` (read nothing unconfined) or ``off``.

@@ -10,6 +10,7 @@ all of them (a test keeps the list complete)::
     │   ├── TooLarge                 over the upload limit
     │   ├── OverLimit                more pages or chunks than one document may have
     │   │   └── ReadingLimit         reading it needed more memory or time than one document may take
+    │   ├── ReaderRefused            a reader process sent what a reader never sends
     │   └── CorruptDocument          damaged, encrypted, or not the type it claims
     ├── DocumentNotFound             no document matches a reference
     ├── NotAwaitingApproval          an approval or rejection of a document already decided
@@ -56,39 +57,76 @@ class KBError(Exception):
 
 
 class ExtractionError(KBError):
-    """A document's bytes could not be turned into text; ``reason`` says why."""
+    """A document's bytes could not be turned into text; ``reason`` says why.
 
-    def __init__(self, reason: str, *, filename: str | None = None) -> None:
+    ``kind`` says what failed as data (stored with the failure, ``failure_kind``):
+    each class has its own, and a limit names itself (``time``, ``memory``, ``pages``...);
+    ``limit`` is the value of that limit the document went over, when there is one.
+    Nothing reads ``reason`` back: it is for a person.
+    """
+
+    KIND = "unreadable"
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        filename: str | None = None,
+        kind: str | None = None,
+        limit: float | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.filename = filename
+        self.kind = kind or self.KIND
+        self.limit = limit
 
 
 class EmptyDocument(ExtractionError):
     """The file is empty or contains no extractable text."""
 
+    KIND = "empty"
+
 
 class UnsupportedType(ExtractionError):
     """The file is of a type the knowledge base cannot read."""
+
+    KIND = "unsupported"
 
 
 class TooLarge(ExtractionError):
     """The file is larger than the configured upload limit."""
 
+    KIND = "size"
+
 
 class OverLimit(ExtractionError):
     """The document has more pages or yields more chunks than the configured limits."""
+
+    KIND = "over_limit"
 
 
 class ReadingLimit(OverLimit):
     """Reading the document needed more memory or time than one document may take.
 
-    ``kind`` is ``memory``, ``time`` or ``crash`` (the reader process died).
+    ``kind`` is ``memory``, ``time`` or ``crash`` (the reader process died), ``limit``
+    the megabytes or seconds it was allowed.
     """
 
-    def __init__(self, reason: str, *, kind: str, filename: str | None = None) -> None:
-        super().__init__(reason, filename=filename)
-        self.kind = kind
+    def __init__(
+        self, reason: str, *, kind: str, limit: float, filename: str | None = None
+    ) -> None:
+        super().__init__(reason, filename=filename, kind=kind, limit=limit)
+
+
+class ReaderRefused(ExtractionError):
+    """A reader process sent what a reader never sends: not read, whatever it said.
+
+    Its messages are data (JSON) checked before use; one that is not what a
+    reader sends (another format, too big, the wrong shape) is refused unread.
+    """
+
+    KIND = "reader"
 
 
 class ReadersUnconfined(KBError):
@@ -97,6 +135,8 @@ class ReadersUnconfined(KBError):
 
 class CorruptDocument(ExtractionError):
     """The file claims a type but its bytes are damaged, encrypted or not that type."""
+
+    KIND = "corrupt"
 
 
 class DocumentNotFound(KBError):

@@ -60,7 +60,7 @@ from index.search import (
     Snapshot,
     open_search_index,
 )
-from index.storage import INTERRUPTED, NewDocument, Store
+from index.storage import INTERRUPTED, INTERRUPTED_KIND, NewDocument, Store
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +415,7 @@ class KnowledgeBase:
                 f"{name} is {size_text(len(data))}, over the {size_text(limit)} upload limit. "
                 "Split it into smaller files, or ask an admin to raise KB_MAX_UPLOAD_BYTES.",
                 filename=name,
+                limit=limit,
             )
         if not self.store.has_original(data):
             check_free_space(self.config.data_dir, self.config.min_free_bytes, len(data))
@@ -440,14 +441,14 @@ class KnowledgeBase:
             try:
                 self.store.mark_indexing(doc_id, holder)
                 self._place(doc, self._prepare(doc, progress))
-            except ExtractionError as exc:
-                failure = self._fail(doc_id, exc.reason)
             except KBError as exc:
-                failure = self._fail(doc_id, str(exc))
+                failure = self._fail(doc_id, *_failure(exc))
             except Exception as exc:  # one broken document must never stop a batch
                 log.exception("unexpected failure indexing document %s", doc_id)
                 failure = self._fail(
-                    doc_id, f"Unexpected error while indexing ({type(exc).__name__}: {exc})."
+                    doc_id,
+                    f"Unexpected error while indexing ({type(exc).__name__}: {exc}).",
+                    "unexpected",
                 )
         self._purge_failed()
         if refresh:
@@ -539,14 +540,21 @@ class KnowledgeBase:
             ),
         )
 
-    def _fail(self, doc_id: int, reason: str) -> str:
-        """Record that ``doc_id`` failed (if the disk lets us) and return the reason."""
-        log.info("document %s failed: %s", doc_id, reason)
+    def _fail(
+        self, doc_id: int, reason: str, kind: str | None = None, limit: float | None = None
+    ) -> str:
+        """Record that ``doc_id`` failed (if the disk lets us) and return the reason.
+
+        ``kind`` and ``limit`` are what failed, as data (``ExtractionError.kind``, ``limit``).
+        """
+        log.info("document %s failed (%s): %s", doc_id, kind, reason)
         try:
             self.store.update_document(
                 doc_id,
                 state=DocState.FAILED.value,
                 failure_reason=reason,
+                failure_kind=kind,
+                failure_limit=limit,
                 worker=None,
                 worker_pid=None,
             )
@@ -620,9 +628,9 @@ class KnowledgeBase:
         self._recover()
         doc = self.store.document(doc_id)
         if not again and doc.state == DocState.PENDING:
-            self._fail(doc_id, INTERRUPTED)
+            self._fail(doc_id, INTERRUPTED, INTERRUPTED_KIND)
             return self.store.document(doc_id)
-        interrupted = doc.state == DocState.FAILED and doc.failure_reason == INTERRUPTED
+        interrupted = doc.state == DocState.FAILED and doc.failure_kind == INTERRUPTED_KIND
         if not again or not (interrupted or doc.state in (DocState.PENDING, DocState.INDEXING)):
             return doc
         return self.index_document(doc_id)
@@ -789,21 +797,22 @@ class KnowledgeBase:
             skipped = (DocState.INDEXING, DocState.REPLACED)
             docs = [d for d in self.store.documents() if d.state not in skipped]
             docs = [d for d in docs if not self._known_over_limit(d, report)]
-            prepared: list[tuple[DocumentRow, Prepared | str]] = []
+            prepared: list[tuple[DocumentRow, Prepared | KBError]] = []
             for i, doc in enumerate(docs):
                 if progress:
                     progress("reindex", {"document": doc.name, "index": i, "total": len(docs)})
                 try:
                     prepared.append((doc, self._prepare(doc, None, owner="reindex")))
                 except KBError as exc:
-                    prepared.append((doc, getattr(exc, "reason", str(exc))))
+                    prepared.append((doc, exc))
             for doc, result in prepared:
-                if isinstance(result, str):
+                if isinstance(result, KBError):
                     # A document that was searchable stays searchable with its
                     # old chunks; the failure is reported, not applied.
+                    failure = _failure(result)
                     if doc.state not in _HAS_CHUNKS:
-                        self._fail(doc.id, result)
-                    report.failed.append(FailedDocument(self.store.document(doc.id), result))
+                        self._fail(doc.id, *failure)
+                    report.failed.append(FailedDocument(self.store.document(doc.id), failure[0]))
                     continue
                 if self._recommit(doc.id, result):
                     report.documents += 1
@@ -819,7 +828,7 @@ class KnowledgeBase:
         limits = self.config.extract
         if doc.state != DocState.FAILED or limits is None:
             return False
-        if not over_reading_limit(doc.failure_reason, limits):
+        if not over_reading_limit(doc.failure_kind, doc.failure_limit, limits, self.config.ocr):
             return False
         reason = f"not read again, it went over a reading limit before: {doc.failure_reason}"
         report.skipped.append(FailedDocument(doc, reason))
@@ -936,3 +945,10 @@ def _reindex_entry(report: ReindexReport, actor: str) -> AuditEntry:
             f"{report.documents} documents, {report.chunks} chunks, {len(report.failed)} failed"
         ),
     )
+
+
+def _failure(exc: KBError) -> tuple[str, str, float | None]:
+    """A failure's reason (for a person), kind and limit (data, ``failure_kind``)."""
+    if isinstance(exc, ExtractionError):
+        return exc.reason, exc.kind, exc.limit
+    return str(exc), "error", None

@@ -54,6 +54,10 @@ class AuditAction(StrEnum):
     PRUNE = "prune"  # an old replaced version deleted beyond ``IndexConfig.keep_versions``
 
 
+# Every ``Extracted.kind`` a reader may give.
+EXTRACTED_KINDS = frozenset({"md", "txt", "html", "pdf", "docx", "pptx", "xlsx", "csv"})
+
+
 @dataclass(frozen=True)
 class Extracted:
     """The canonical text of one document; every chunk offset refers to ``text``.

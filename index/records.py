@@ -42,6 +42,9 @@ class DocumentRow:
         kind: detected type (``md``, ``txt``, ``html``, ``pdf``); empty until indexed.
         scope: who may see it: ``index.models.EVERYONE`` or a channel id.
         failure_reason: why it is ``failed``, for a person.
+        failure_kind: what the failure was, as data (``index.errors.ExtractionError.kind``:
+            ``time``, ``memory``, ``pages``, ``corrupt``, ``interrupted``...).
+        failure_limit: the value of the limit it went over, when it went over one.
         window_splits: chunks split further to fit the encoder's window.
         text_length: length of the canonical text, in code points.
         page_starts: for paged documents, the comma-separated offsets where pages start.
@@ -85,6 +88,8 @@ class DocumentRow:
     replaced_by: int | None = None
     worker: str | None = None
     language: str | None = None
+    failure_kind: str | None = None
+    failure_limit: float | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DocumentRow:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from pathlib import Path
 
 import pytesseract
@@ -36,6 +37,7 @@ from index.ingest.ocr import (
     UNREAD_MARKER,
     ocr_marker,
     ocr_pages,
+    reading_until,
     unread_marker,
 )
 from index.knowledge_base import KnowledgeBase
@@ -376,3 +378,24 @@ def _written(writer: PdfWriter) -> bytes:
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
+
+
+def test_a_pages_images_share_the_pages_ocr_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = _tesseract_runs(monkeypatch)
+    # Sixteen small images, each read well within the page's limit: together over it.
+    data = _many_images_pdf(MAX_IMAGES_PER_PAGE)
+    with pytest.raises(OverLimit, match=r"Page 1 of crowded\.pdf took longer than 0\.5 s") as exc:
+        extract(data, "crowded.pdf", ocr=OcrConfig(page_timeout=0.5))
+    assert (exc.value.kind, exc.value.limit) == ("ocr_time", 0.5)
+    # Each image had the page's whole limit before: all sixteen were read.
+    assert 1 <= len(runs) < MAX_IMAGES_PER_PAGE
+
+
+def test_ocr_ends_by_the_documents_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = _tesseract_runs(monkeypatch)
+    data = _aliased(scanned_pdf([NEEDLE + "."]), names=1, pages=1)
+    with reading_until(time.monotonic(), 7.0), pytest.raises(OverLimit) as exc:
+        extract(data, "late.pdf", ocr=OcrConfig(page_timeout=60))
+    assert (exc.value.kind, exc.value.limit) == ("time", 7.0)
+    assert "late.pdf took longer than 7 s to read, OCR included" in exc.value.reason
+    assert runs == []  # the time was spent before OCR began: Tesseract never ran

@@ -66,6 +66,7 @@ MIGRATION_NAMES = [
     "0015_mcp_tokens",
     "0016_latent_terms",
     "0017_uploads",
+    "0018_failure_kind",
 ]
 
 

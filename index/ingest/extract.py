@@ -162,6 +162,7 @@ def _extract(
             f"{_megabytes(max_bytes, math.floor)} MB upload limit. Split it into smaller "
             "files, or ask an admin to raise KB_MAX_UPLOAD_BYTES.",
             filename=filename,
+            limit=max_bytes,
         )
     if not data:
         raise EmptyDocument(
@@ -667,6 +668,8 @@ def _too_many_pages(name: str, filename: str, max_pages: int, count: int | None)
         f"{name} is over the limit of {max_pages:,} pages per document (it has {pages}). "
         "Split it into smaller files, or ask an admin to raise KB_MAX_PAGES.",
         filename=filename,
+        kind="pages",
+        limit=max_pages,
     )
 
 

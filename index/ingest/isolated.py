@@ -8,17 +8,25 @@ runs ``index.ingest.extract.extract`` under ``RLIMIT_AS`` (``memory_mb``) and
 ``RLIMIT_CPU`` (``timeout``) while the parent watches the wall clock and kills
 it at ``timeout``. Only the ``Extracted`` text comes back: the server's memory
 never grows with what reading cost. A document over a limit fails with
-``ReadingLimit``, a reason a person can act on; the reader is replaced and
-nothing else is affected. Tesseract's time on scanned pages is not counted
-(the reader says when it runs, ``index.ingest.ocr.listening_to_tesseract``):
-each page has its own limit (``KB_OCR_TIMEOUT``), so honest OCR of many pages
-is never cut short.
+``ReadingLimit``, a reason a person can act on and its ``kind`` and ``limit``
+as data; the reader is replaced and nothing else is affected. The clock runs
+while Tesseract reads scanned pages: OCR is paid from the document's one
+budget (``index.ingest.ocr.reading_until`` ends each run by the document's
+deadline, so a scan over it fails saying so rather than being killed).
 
-At most ``ExtractLimits.pool_size`` documents are read at once. A reader is
-handed out fairly: round-robin across owners (the person who added the
-document, or ``reindex``), and while the pool has more than one reader no
-owner holds all of them, so one person's slow document never holds up
-everyone else's.
+What a reader sends is data, never code: each message is JSON
+(``Connection.send_bytes``), at most ``message_cap`` bytes, and its shape is
+checked (``_checked``) before anything is taken from it. A reader that sends
+anything else (a pickle, malformed JSON, too many bytes, the wrong shape) is
+killed and its document fails with ``ReaderRefused``: a parser exploit in the
+reader gains nothing in the server.
+
+At most ``ExtractLimits.pool_size`` documents are read at once, and one more
+small document (``QUICK_LANE_BYTES``) in a lane of its own, so a small upload
+is never queued behind big slow ones. A reader is handed out fairly: the
+waiting owner (the person who added the document, or ``reindex``) holding the
+fewest readers goes first, round-robin among equals, and while the pool has
+more than one reader no owner holds all of them.
 
 The reader's environment holds no secret (no token, no key): only what
 Python, the extractors and Tesseract need. Before it reads anything it confines
@@ -31,10 +39,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
+import json
 import logging
 import math
 import os
-import re
 import resource
 import shutil
 import signal
@@ -44,7 +53,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -56,25 +65,42 @@ from index.errors import (
     EmptyDocument,
     ExtractionError,
     OverLimit,
+    ReaderRefused,
     ReadingLimit,
     TooLarge,
     UnsupportedType,
 )
 from index.ingest.sandbox import Confinement, ReaderSandbox, SandboxFailed, confine
-from index.models import Extracted
+from index.models import EXTRACTED_KINDS, Extracted
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReaderPool", "over_reading_limit", "read_isolated", "reader_pool"]
+__all__ = [
+    "QUICK_LANE_BYTES",
+    "ReaderPool",
+    "message_cap",
+    "over_reading_limit",
+    "read_isolated",
+    "reader_pool",
+]
 
 # A reader reads this many documents, then a fresh one takes its place (a
 # long-lived interpreter's heap only grows).
 _JOBS_PER_READER = 200
 # Seconds a new reader may take to start (imports); never counted against a document.
 _START_TIMEOUT = 120.0
-# Beyond KB_OCR_TIMEOUT, what one Tesseract run may take before the reader is killed
-# (pytesseract kills Tesseract itself at the page timeout).
-_OCR_GRACE = 15.0
+# A document's OCR stops this much before its deadline (never more than this share of
+# it), so the reader says so itself rather than being killed.
+_OCR_MARGIN = 2.0
+_OCR_MARGIN_SHARE = 0.1
+# A document of at most this many bytes may be read in the quick lane, beside the
+# pool, when every reader of the pool is busy; a small file is read in a second.
+QUICK_LANE_BYTES = 64 * 1024
+# Readers of the quick lane.
+_QUICK_READERS = 1
+_POOL, _QUICK = "pool", "quick"
+# The program a reader runs: ``module:function`` taking (jobs fd, results fd, confinement).
+_SERVE = "index.ingest.isolated:serve"
 # The environment a reader gets: what Python, the extractors and Tesseract read.
 _ENV_PASSED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TESSDATA_PREFIX")
 _ENV_PREFIXES = ("OMP_", "COVERAGE_")
@@ -90,10 +116,36 @@ _ERRORS: dict[str, type[ExtractionError]] = {
     )
 }
 
-# The sentences a limit failure's reason holds; ``over_reading_limit`` reads them back.
-_MEMORY = re.compile(r"needed more than (\d+) MB of memory to read")
-_TIME = re.compile(r"took longer than (\d+(?:\.\d+)?) s to read")
-_CRASH = re.compile(r"stopped the document reader \(\w+\) with (\d+) MB of memory")
+# The kinds a reader may give each error it sends (the parent's own, time, memory
+# and crash, are never taken from a reader).
+_ERROR_KINDS: dict[str, frozenset[str]] = {
+    "ExtractionError": frozenset({"unreadable"}),
+    "EmptyDocument": frozenset({"empty"}),
+    "UnsupportedType": frozenset({"unsupported"}),
+    "TooLarge": frozenset({"size"}),
+    "OverLimit": frozenset({"over_limit", "pages", "text", "ocr_pages", "ocr_time", "time"}),
+    "CorruptDocument": frozenset({"corrupt"}),
+}
+# The most characters of a reason or a log line a reader may send.
+_MOST_REASON_CHARS = 4_000
+# Bytes of a message beyond its text: the JSON around it, a page map, a title.
+_MESSAGE_OVERHEAD = 1 << 20
+_LOG_LEVELS = frozenset(
+    {logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL}
+)
+# A limit failure ``kb reindex`` skips while the limit is not higher: each kind's limit now.
+_SKIPPED_LIMITS: dict[str, Callable[[ExtractLimits, OcrConfig], float]] = {
+    "memory": lambda limits, ocr: limits.memory_mb,
+    "crash": lambda limits, ocr: limits.memory_mb,
+    "time": lambda limits, ocr: limits.timeout,
+    "ocr_time": lambda limits, ocr: ocr.page_timeout,
+}
+
+
+def message_cap(max_text_chars: int, max_pages: int) -> int:
+    """The most bytes one message of a reader may have: a text of ``max_text_chars``
+    characters, each escaped at its longest in JSON (six bytes), and its page map."""
+    return 6 * max_text_chars + 24 * max_pages + _MESSAGE_OVERHEAD
 
 
 def memory_reason(name: str, limits: ExtractLimits) -> str:
@@ -123,21 +175,19 @@ def crash_reason(name: str, limits: ExtractLimits, how: str) -> str:
     )
 
 
-def over_reading_limit(reason: str | None, limits: ExtractLimits) -> bool:
-    """Whether a failure ``reason`` says reading went over a limit that is not higher now.
+def over_reading_limit(
+    kind: str | None, limit: float | None, limits: ExtractLimits, ocr: OcrConfig | None = None
+) -> bool:
+    """Whether a failure of ``kind`` over ``limit`` went over a limit that is not higher now.
 
     A document whose stored bytes needed more memory or time than allowed
     would need them again: ``kb reindex`` skips it until its limit is raised.
+    Both are data stored with the failure; its reason (prose) is never read.
     """
-    if not reason:
+    now = _SKIPPED_LIMITS.get(kind or "")
+    if now is None or limit is None:
         return False
-    # The reason starts with the document's name, which its uploader chose: only the
-    # last sentence of the kind is the reader's own.
-    if memory := _MEMORY.findall(reason) or _CRASH.findall(reason):
-        return limits.memory_mb <= int(memory[-1])
-    if time_taken := _TIME.findall(reason):
-        return limits.timeout <= float(time_taken[-1])
-    return False
+    return now(limits, ocr or OcrConfig()) <= limit
 
 
 # ---------------------------------------------------------------- the parent's side
@@ -154,11 +204,33 @@ class _Job:
     memory_mb: int
     cpu_seconds: float
 
+    def head(self) -> bytes:
+        """Everything but the bytes, as JSON (the bytes follow as a message of their own)."""
+        fields = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "data"
+        }
+        fields["ocr"] = dataclasses.asdict(self.ocr) if self.ocr else None
+        return json.dumps(fields).encode()
+
+    @classmethod
+    def from_messages(cls, head: bytes, data: bytes) -> _Job:
+        fields = json.loads(head)
+        ocr = fields.pop("ocr")
+        return cls(data=data, ocr=OcrConfig(**ocr) if ocr else None, **fields)
+
+
+class _Refused(Exception):
+    """What a reader sent is not what a reader sends; ``what`` says how."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
 
 class _Reader:
     """One reader process, the two pipes to it and its temporary directory."""
 
-    def __init__(self, sandbox: ReaderSandbox) -> None:
+    def __init__(self, sandbox: ReaderSandbox, serve_with: str = _SERVE) -> None:
         self.sandbox = sandbox
         self.temp_dir = tempfile.mkdtemp(prefix="kb-reader-")
         try:
@@ -169,10 +241,8 @@ class _Reader:
         job_r, job_w = os.pipe()
         out_r, out_w = os.pipe()
         root = str(Path(__file__).resolve().parents[2])
-        code = (
-            "import sys; from index.ingest.isolated import serve; "
-            f"serve({job_r}, {out_w}, sys.argv[1])"
-        )
+        module, function = serve_with.split(":")
+        code = f"import sys; from {module} import {function}; {function}({job_r}, {out_w}, sys.argv[1])"
         spec = confinement.to_json() if confinement else ""
         try:
             self.proc = subprocess.Popen(
@@ -199,75 +269,89 @@ class _Reader:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, job: _Job, name: str, limits: ExtractLimits, ocr_timeout: float) -> Extracted:
-        """Read one document; raises its ExtractionError, or ReadingLimit over a limit."""
+    def run(self, job: _Job, name: str, limits: ExtractLimits) -> Extracted:
+        """Read one document; raises its ExtractionError, ``ReadingLimit`` over a limit,
+        ``ReaderRefused`` when the reader sends what a reader never sends."""
         if not self.ready:
             self._await_ready()
-        self.jobs.send(job)
+        self.jobs.send_bytes(job.head())
+        self.jobs.send_bytes(job.data)
         self.done += 1
-        remaining = limits.timeout
-        in_ocr = False
+        deadline = time.monotonic() + limits.timeout
+        cap = message_cap(job.max_text_chars, job.max_pages)
         while True:
-            started = time.monotonic()
-            wait = ocr_timeout + _OCR_GRACE if in_ocr else max(remaining, 0.0)
-            arrived = self.results.poll(wait)
-            if not in_ocr:
-                remaining -= time.monotonic() - started
-            if not arrived:
+            if not self.results.poll(max(deadline - time.monotonic(), 0.0)):
                 self.kill()
-                raise ReadingLimit(time_reason(name, limits), kind="time", filename=job.filename)
+                raise ReadingLimit(
+                    time_reason(name, limits),
+                    kind="time",
+                    limit=limits.timeout,
+                    filename=job.filename,
+                )
             try:
-                message = self.results.recv()
-            except (EOFError, OSError):
-                raise self._died(name, job.filename, limits) from None
+                message = _checked(self._receive(cap), job)
+            except _Died as died:
+                raise _died_reason(died.code, name, job.filename, limits) from None
+            except _Refused as refused:
+                self.kill()
+                log.warning("the document reader of %s was refused: %s", job.filename, refused.what)
+                raise ReaderRefused(
+                    refused_reason(name, refused.what), filename=job.filename
+                ) from None
             match message:
-                case ("ocr", bool(running)):
-                    in_ocr = running
                 case ("log", int(level), str(logger), str(text)):
                     _relog(level, logger, text)
                 case ("ok", Extracted() as extracted, bool(retire)):
                     self.retire = retire
                     return extracted
-                case ("error", str(kind), str(reason), bool(retire)):
+                case ("error", ExtractionError() as error, bool(retire)):
                     self.retire = retire
-                    raise _ERRORS.get(kind, ExtractionError)(reason, filename=job.filename)
+                    raise error
                 case ("memory",):
                     self.retire = True
                     raise ReadingLimit(
-                        memory_reason(name, limits), kind="memory", filename=job.filename
+                        memory_reason(name, limits),
+                        kind="memory",
+                        limit=limits.memory_mb,
+                        filename=job.filename,
                     )
-                case ("crash", str(kind), str(text)):
+                case _:  # ("crash", kind, text): checked, nothing else is left
                     self.retire = True
-                    raise RuntimeError(f"the document reader raised {kind}: {text}")
-                case _:
-                    self.kill()
-                    raise RuntimeError(f"the document reader sent {type(message).__name__}")
+                    raise RuntimeError(f"the document reader raised {message[1]}: {message[2]}")
+
+    def _receive(self, cap: int) -> object:
+        """The next message, decoded as JSON; raises ``_Refused`` for anything else."""
+        try:
+            raw = self.results.recv_bytes(cap)
+        except EOFError:
+            raise self._died() from None
+        except OSError as exc:
+            if not self.alive() or "bad message length" not in str(exc):
+                raise self._died() from None
+            raise _Refused(f"a message of more than {cap:,} bytes") from None
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise _Refused(f"a message that is not JSON ({type(exc).__name__})") from None
 
     def _await_ready(self) -> None:
         if not self.results.poll(_START_TIMEOUT):
             self.kill()
             raise RuntimeError(f"the document reader did not start in {_START_TIMEOUT:g} s")
         try:
-            message = self.results.recv()
+            raw = self.results.recv_bytes(64)
         except (EOFError, OSError):
             code = self.proc.wait()
             raise RuntimeError(f"the document reader could not start (exit {code})") from None
-        if message != ("ready",):
+        if raw != b'["ready"]':
             self.kill()
             raise RuntimeError("the document reader started wrong")
         self.ready = True
 
-    def _died(self, name: str, filename: str, limits: ExtractLimits) -> ReadingLimit:
+    def _died(self) -> _Died:
         code = self.proc.wait()
         self.retire = True
-        if code == -signal.SIGXCPU:
-            return ReadingLimit(time_reason(name, limits), kind="time", filename=filename)
-        how = f"exit {code}"
-        if code < 0:
-            with contextlib.suppress(ValueError):
-                how = signal.Signals(-code).name
-        log.warning("the document reader died reading %s (%s)", filename, how)
-        return ReadingLimit(crash_reason(name, limits, how), kind="crash", filename=filename)
+        return _Died(code)
 
     def kill(self) -> None:
         self.retire = True
@@ -284,6 +368,115 @@ class _Reader:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
+class _Died(Exception):
+    """The reader process ended while reading; ``code`` is its exit status."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _died_reason(code: int, name: str, filename: str, limits: ExtractLimits) -> ReadingLimit:
+    if code == -signal.SIGXCPU:
+        return ReadingLimit(
+            time_reason(name, limits), kind="time", limit=limits.timeout, filename=filename
+        )
+    how = f"exit {code}"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            how = signal.Signals(-code).name
+    log.warning("the document reader died reading %s (%s)", filename, how)
+    return ReadingLimit(
+        crash_reason(name, limits, how), kind="crash", limit=limits.memory_mb, filename=filename
+    )
+
+
+def refused_reason(name: str, what: str) -> str:
+    """Why a document whose reader sent what a reader never sends failed."""
+    return (
+        f"{name} was not read: its document reader sent {what}, which a reader never "
+        "sends. The file may be made to attack the reader; check where it came from "
+        "before uploading it again."
+    )
+
+
+def _checked(message: object, job: _Job) -> tuple[Any, ...]:
+    """``message`` as the tuple it stands for, if it has the shape of one a reader sends.
+
+    Raises:
+        _Refused: anything else.
+    """
+    match message:
+        case ["log", int(level), str(logger), str(text)] if (
+            level in _LOG_LEVELS and len(logger) <= 200 and len(text) <= _MOST_REASON_CHARS
+        ):
+            return ("log", level, logger, text)
+        case ["ok", dict() as fields, bool(retire)]:
+            return ("ok", _extracted(fields), retire)
+        case ["error", str(cls), str(reason), str(kind), bool(retire)] if (
+            kind in _ERROR_KINDS.get(cls, ()) and len(reason) <= _MOST_REASON_CHARS
+        ):
+            # The limit is the one this side gave the reader, never one it claims.
+            error = _ERRORS[cls](reason, filename=job.filename, kind=kind, limit=_given(kind, job))
+            return ("error", error, retire)
+        case ["memory"]:
+            return ("memory",)
+        case ["crash", str(kind), str(text)] if len(kind) <= 200 and len(text) <= 500:
+            return ("crash", kind, text)
+    raise _Refused(f"a message of the wrong shape ({_shape(message)})")
+
+
+def _extracted(fields: dict[str, object]) -> Extracted:
+    match fields:
+        case {"text": str(text), "title": str(title), "kind": str(kind), "page_starts": starts} if (
+            len(fields) == 4 and kind in EXTRACTED_KINDS and _page_map(starts, len(text))
+        ):
+            return Extracted(
+                text=text,
+                title=title,
+                kind=kind,
+                page_starts=tuple(starts) if isinstance(starts, list) else None,
+            )
+    raise _Refused(f"a text of the wrong shape ({_shape(fields)})")
+
+
+def _page_map(starts: object, length: int) -> bool:
+    """Whether ``starts`` is a page map of a text of ``length``: none, or offsets from 0 up."""
+    if starts is None:
+        return True
+    if not isinstance(starts, list) or not starts or starts[0] != 0:
+        return False
+    if any(type(o) is not int for o in starts):
+        return False
+    return all(a <= b for a, b in zip(starts, starts[1:], strict=False)) and starts[-1] <= length
+
+
+def _given(kind: str, job: _Job) -> float | None:
+    """The limit of ``kind`` the reader was given for ``job``, if it is one."""
+    ocr = job.ocr or OcrConfig()
+    given: dict[str, float] = {
+        "time": job.cpu_seconds,
+        "pages": job.max_pages,
+        "text": job.max_text_chars,
+        "size": job.max_bytes,
+        "ocr_time": ocr.page_timeout,
+        "ocr_pages": ocr.max_pages,
+    }
+    return given.get(kind)
+
+
+def _shape(value: object) -> str:
+    """What ``value`` is, in a few words for the log (never its content)."""
+    if isinstance(value, list):
+        head = (
+            f" {value[0]!r}" if value and isinstance(value[0], str) and len(value[0]) < 20 else ""
+        )
+        return f"a list of {len(value)}{head}"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} keys"
+    return type(value).__name__
+
+
 def _reader_env(root: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in _ENV_PASSED or k.startswith(_ENV_PREFIXES)}
     path = os.environ.get("PYTHONPATH")
@@ -294,23 +487,36 @@ def _reader_env(root: str) -> dict[str, str]:
     return env
 
 
+@dataclass(eq=False)
+class _Ticket:
+    """One read waiting for a reader: whether it may take the quick lane, and the lane
+    it was granted (``None`` while it waits)."""
+
+    small: bool
+    lane: str | None = None
+
+
 class ReaderPool:
-    """At most ``size`` warm reader processes, handed out fairly among owners.
+    """At most ``size`` warm reader processes, and one more for small documents,
+    handed out fairly among owners.
 
     An owner waits when every reader is busy, or when it already holds
     ``size - 1`` of them (``size`` > 1) so that one is always left for someone
-    else; waiting owners are served round-robin.
+    else. Of the owners waiting, the one holding the fewest readers goes first,
+    round-robin among equals. A document of at most ``QUICK_LANE_BYTES`` may also
+    take the quick lane, a reader of its own beside the pool's, when the pool is
+    busy: a person's small upload is never queued behind others' slow files.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, serve_with: str = _SERVE) -> None:
         self.size = max(1, size)
+        self.serve_with = serve_with
         self.per_owner = max(1, self.size - 1)
         self._cond = threading.Condition()
         self._idle: list[_Reader] = []
-        self._busy = 0
+        self._busy = {_POOL: 0, _QUICK: 0}
         self._held: Counter[str] = Counter()
-        self._queues: dict[str, deque[object]] = {}  # each waiting owner's tickets, in turn order
-        self._granted: set[object] = set()
+        self._queues: dict[str, deque[_Ticket]] = {}  # each waiting owner's tickets, in turn order
         self._closed = False
 
     def waiting(self) -> int:
@@ -321,24 +527,23 @@ class ReaderPool:
     def reading(self) -> int:
         """How many documents are being read now."""
         with self._cond:
-            return self._busy
+            return sum(self._busy.values())
 
     @contextlib.contextmanager
-    def _reader(self, owner: str, sandbox: ReaderSandbox) -> Iterator[_Reader]:
-        ticket = object()
+    def _reader(self, owner: str, sandbox: ReaderSandbox, *, small: bool) -> Iterator[_Reader]:
+        ticket = _Ticket(small)
         with self._cond:
             self._queues.setdefault(owner, deque()).append(ticket)
             self._dispatch()
-            while ticket not in self._granted:
+            while ticket.lane is None:
                 self._cond.wait()
-            self._granted.discard(ticket)
             reader = self._idle.pop() if self._idle else None
         try:
             if reader is not None and (not reader.alive() or reader.sandbox != sandbox):
                 _stop(reader)
                 reader = None
             if reader is None:
-                reader = _Reader(sandbox)
+                reader = _Reader(sandbox, self.serve_with)
             yield reader
         finally:
             keep = reader is not None and not reader.retire and reader.alive()
@@ -347,7 +552,7 @@ class ReaderPool:
             if reader is not None and not keep:
                 _stop(reader)
             with self._cond:
-                self._busy -= 1
+                self._busy[ticket.lane] -= 1
                 self._held[owner] -= 1
                 if not self._held[owner]:
                     del self._held[owner]
@@ -358,24 +563,35 @@ class ReaderPool:
                 self._dispatch()
 
     def _dispatch(self) -> None:
-        """Grant free readers to waiting owners, round-robin (called holding the lock)."""
+        """Grant free readers to waiting owners, fewest held first (called holding the lock)."""
         granted = False
-        while self._busy < self.size:
-            owner = next(
-                (o for o in self._queues if self._held[o] < self.per_owner),
-                None,
-            )
-            if owner is None:
-                break
+        while (grant := self._next()) is not None:
+            owner, ticket, lane = grant
             queue = self._queues.pop(owner)
-            self._granted.add(queue.popleft())
+            queue.remove(ticket)
             if queue:
                 self._queues[owner] = queue  # to the back of the turn order
-            self._busy += 1
+            ticket.lane = lane
+            self._busy[lane] += 1
             self._held[owner] += 1
             granted = True
         if granted:
             self._cond.notify_all()
+
+    def _next(self) -> tuple[str, _Ticket, str] | None:
+        """The owner, ticket and lane to grant next, if a reader is free for one."""
+        # Stable: among owners holding as many, the turn order decides.
+        owners = sorted(self._queues, key=lambda o: self._held[o])
+        if self._busy[_POOL] < self.size:
+            for owner in owners:
+                if self._held[owner] < self.per_owner:
+                    return owner, self._queues[owner][0], _POOL
+        if self._busy[_QUICK] < _QUICK_READERS:
+            for owner in owners:
+                small = next((t for t in self._queues[owner] if t.small), None)
+                if small is not None:
+                    return owner, small, _QUICK
+        return None
 
     def read(
         self,
@@ -405,11 +621,10 @@ class ReaderPool:
             memory_mb=limits.memory_mb,
             cpu_seconds=limits.timeout,
         )
-        ocr_timeout = (ocr or OcrConfig()).page_timeout
         sandbox = ReaderSandbox(limits.sandbox, (ocr or OcrConfig()).tesseract_cmd)
-        with self._reader(owner, sandbox) as reader:
+        with self._reader(owner, sandbox, small=len(data) <= QUICK_LANE_BYTES) as reader:
             try:
-                return reader.run(job, name, limits, ocr_timeout)
+                return reader.run(job, name, limits)
             except (BrokenPipeError, ConnectionResetError):
                 # The reader was gone before it took the document (killed from outside).
                 reader.kill()
@@ -500,26 +715,21 @@ def serve(jobs_fd: int, results_fd: int, confinement: str = "") -> None:
         except SandboxFailed as exc:  # asked for, it is never skipped: the server says why
             sys.exit(f"the document reader could not confine itself: {exc}")
     from index.ingest.extract import extract
-    from index.ingest.ocr import listening_to_tesseract
+    from index.ingest.ocr import reading_until
 
     jobs = Connection(jobs_fd, writable=False)
     results = Connection(results_fd, readable=False)
     logging.getLogger().addHandler(_ToParent(results))
     started_size = _address_space()
-    results.send(("ready",))
+    _send(results, ["ready"])
     while True:
         try:
-            job = jobs.recv()
+            job = _Job.from_messages(jobs.recv_bytes(), jobs.recv_bytes())
         except (EOFError, OSError):
             return
-        if not isinstance(job, _Job):
-            return
-        reply: tuple[Any, ...]
+        reply: list[Any]
         try:
-            with (
-                _limits(job),
-                listening_to_tesseract(lambda running: results.send(("ocr", running))),
-            ):
+            with _limits(job), reading_until(*_ocr_deadline(job.cpu_seconds)):
                 extracted = extract(
                     job.data,
                     job.filename,
@@ -528,20 +738,47 @@ def serve(jobs_fd: int, results_fd: int, confinement: str = "") -> None:
                     max_text_chars=job.max_text_chars,
                     ocr=job.ocr,
                 )
-            reply = ("ok", extracted, _grown(started_size))
+            reply = ["ok", _fields(extracted), _grown(started_size)]
         except MemoryError:
-            reply = ("memory",)
+            reply = ["memory"]
         except ExtractionError as exc:
             if _caused_by_memory(exc):
-                reply = ("memory",)
+                reply = ["memory"]
             else:
-                reply = ("error", type(exc).__name__, exc.reason, _grown(started_size))
+                reason = exc.reason[:_MOST_REASON_CHARS]
+                name = type(exc).__name__ if type(exc).__name__ in _ERRORS else "ExtractionError"
+                kind = (
+                    exc.kind if exc.kind in _ERROR_KINDS[name] else next(iter(_ERROR_KINDS[name]))
+                )
+                reply = ["error", name, reason, kind, _grown(started_size)]
         except Exception as exc:  # a bug in an extractor: the parent logs it
-            reply = ("crash", type(exc).__name__, str(exc)[:500])
+            reply = ["crash", type(exc).__name__[:200], str(exc)[:500]]
         del job
-        results.send(reply)
+        _send(results, reply)
         if reply[0] in ("memory", "crash"):
             return
+
+
+def _send(results: Connection, message: list[Any]) -> None:
+    # A PDF's broken character map can give a lone surrogate: kept as it is
+    # (``json.loads`` of bytes decodes with ``surrogatepass``).
+    results.send_bytes(json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def _fields(extracted: Extracted) -> dict[str, object]:
+    return {
+        "text": extracted.text,
+        "title": extracted.title,
+        "kind": extracted.kind,
+        "page_starts": list(extracted.page_starts) if extracted.page_starts is not None else None,
+    }
+
+
+def _ocr_deadline(seconds: float) -> tuple[float, float]:
+    """When OCR stops for a document of ``seconds``: a little before the parent's clock
+    runs out, so the reader says so itself."""
+    margin = min(_OCR_MARGIN, seconds * _OCR_MARGIN_SHARE)
+    return time.monotonic() + seconds - margin, seconds
 
 
 class _ToParent(logging.Handler):
@@ -553,7 +790,9 @@ class _ToParent(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.results.send(("log", record.levelno, record.name, record.getMessage()[:2000]))
+            level = record.levelno if record.levelno in _LOG_LEVELS else logging.WARNING
+            message = ["log", level, record.name[:200], record.getMessage()[:2000]]
+            _send(self.results, message)
         except Exception:  # a log line must never fail the document
             self.handleError(record)
 

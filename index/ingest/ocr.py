@@ -11,14 +11,17 @@ and no column is needed to remember it.
 Each distinct image is read once per document: an image is known by its PDF
 object (an inline image by its pixels), so one image listed under many names on
 a page is read once there, and one image shown on many pages is read once and
-its text given to each of them. A page is read from at most
+its text given to each of them. Tesseract's time is counted: a page's images
+share ``OcrConfig.page_timeout``, and inside a reader process
+(``index.ingest.isolated``) every run also ends by the document's own deadline
+(``reading_until``), so OCR is paid from the one budget the document has. A page is read from at most
 ``MAX_IMAGES_PER_PAGE`` distinct images and a document from at most
 ``IMAGES_PER_OCR_PAGE`` times ``OcrConfig.max_pages`` (a scanner writes one a
 page); a page past either bound is left unread, saying which.
 
 A scanned page OCR could not read (Tesseract or the language missing, more
 scanned pages than ``OcrConfig.max_pages``, a page over ``OcrConfig.page_timeout``,
-more images than the bounds above)
+the document's reading time spent, more images than the bounds above)
 stays a page of its document, holding the line
 ``[page N: image only, not read: <why>]`` (``unread_marker``): the document's
 other pages are indexed with their page numbers, and the gap is visible
@@ -27,8 +30,9 @@ wherever its text is. Only a document of which no page has text fails
 
 Errors (each a document's ``failed`` reason, never a crash):
     UnsupportedType: Tesseract or the configured language is not installed.
-    OverLimit: more pages need OCR than ``OcrConfig.max_pages``, or one page
-        took longer than ``OcrConfig.page_timeout``.
+    OverLimit: more pages need OCR than ``OcrConfig.max_pages`` (kind ``ocr_pages``),
+        one page took longer than ``OcrConfig.page_timeout`` (``ocr_time``), or the
+        document's reading time was spent (``time``).
     CorruptDocument: an image that cannot be decoded, or Tesseract failing on it.
 """
 
@@ -36,7 +40,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import re
+import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,11 +66,11 @@ __all__ = [
     "OCR_NOT_AVAILABLE",
     "UNREAD_MARKER",
     "OcrPages",
-    "listening_to_tesseract",
     "needs_ocr",
     "ocr_marker",
     "ocr_pages",
     "read_pages",
+    "reading_until",
     "unread_marker",
 ]
 
@@ -170,6 +176,8 @@ def read_pages(
             f"{name} has {len(scanned):,} scanned pages, over the limit of {config.max_pages:,} "
             "pages read by OCR per document. Split it, or ask an admin to raise KB_OCR_MAX_PAGES.",
             filename=filename,
+            kind="ocr_pages",
+            limit=config.max_pages,
         )
         if not has_text:
             raise failure
@@ -194,11 +202,21 @@ def read_pages(
                 f"Page {i + 1} of {name} is not read by OCR: {unread[i]}.", filename=filename
             )
             continue
+        if _document_spent():
+            # The document's time is spent: no page after this one is read either.
+            unread |= {j: _SPENT for j, _ in scanned if j >= i and j not in unread}
+            failure = failure or _time_spent(name, filename)
+            break
+        page_deadline = time.monotonic() + config.page_timeout
         try:
             for image in new:
-                read[image.key] = _read_image(i, image.load(), config, name, filename)
+                read[image.key] = _read_image(i, image, config, page_deadline, name, filename)
         except OverLimit as exc:  # this page took too long; the next ones may not
-            unread[i] = f"OCR took longer than {config.page_timeout:g} s (KB_OCR_TIMEOUT)"
+            unread[i] = (
+                _SPENT
+                if exc.kind == "time"
+                else f"OCR took longer than {config.page_timeout:g} s (KB_OCR_TIMEOUT)"
+            )
             failure = failure or exc
             continue
         texts[i] = "\n\n".join(t for t in (read[image.key] for image in found) if t)
@@ -324,53 +342,75 @@ def _check_tesseract(config: OcrConfig, name: str, filename: str) -> None:
         )
 
 
-def _read_image(index: int, image: Image.Image, config: OcrConfig, name: str, filename: str) -> str:
-    """What Tesseract reads in one image of 0-based page ``index``."""
+def _read_image(
+    index: int, image: _Image, config: OcrConfig, page_deadline: float, name: str, filename: str
+) -> str:
+    """What Tesseract reads in one image of 0-based page ``index``, by the page's and
+    the document's deadlines (whichever comes first ends the run)."""
+    document = _document_deadline[0] if _document_deadline else math.inf
+    seconds = min(page_deadline, document) - time.monotonic()
+    if seconds <= 0:  # pytesseract sets no timeout at all for 0 or less
+        if document <= page_deadline:
+            raise _time_spent(name, filename)
+        raise _page_over(index, config, name, filename)
     try:
-        with _tesseract_running():
-            raw = pytesseract.image_to_string(
-                image, lang=config.language, timeout=config.page_timeout
-            )
+        raw = pytesseract.image_to_string(image.load(), lang=config.language, timeout=seconds)
     except RuntimeError as exc:  # pytesseract's timeout is a bare RuntimeError
         if "timeout" not in str(exc).lower():
             raise _ocr_failed(name, filename, index, exc) from exc
-        raise OverLimit(
-            f"Page {index + 1} of {name} took longer than {config.page_timeout:g} s to read "
-            "by OCR. Scan it at a lower resolution, or ask an admin to raise KB_OCR_TIMEOUT.",
-            filename=filename,
-        ) from exc
+        if document <= page_deadline:
+            raise _time_spent(name, filename) from exc
+        raise _page_over(index, config, name, filename) from exc
     except Exception as exc:  # TesseractError, Pillow conversion errors
         raise _ocr_failed(name, filename, index, exc) from exc
     return _tidy(raw)
 
 
-# Told True before and False after each Tesseract run: the reader process
-# (index.ingest.isolated) stops its wall clock meanwhile, as OCR has its own
-# per-page limit. One listener per process; none outside a reader process.
-_tesseract_listener: Callable[[bool], None] | None = None
+def _page_over(index: int, config: OcrConfig, name: str, filename: str) -> OverLimit:
+    return OverLimit(
+        f"Page {index + 1} of {name} took longer than {config.page_timeout:g} s to read "
+        "by OCR. Scan it at a lower resolution, or ask an admin to raise KB_OCR_TIMEOUT.",
+        filename=filename,
+        kind="ocr_time",
+        limit=config.page_timeout,
+    )
+
+
+_SPENT = "the document's reading time was spent (KB_EXTRACT_TIMEOUT)"
+
+
+def _time_spent(name: str, filename: str) -> OverLimit:
+    seconds = _document_deadline[1] if _document_deadline else 0.0
+    return OverLimit(
+        f"{name} took longer than {seconds:g} s to read, OCR included, the limit per "
+        "document (KB_EXTRACT_TIMEOUT). Scan it at a lower resolution (or split it) and "
+        "upload the new copy, or ask an admin to raise KB_EXTRACT_TIMEOUT.",
+        filename=filename,
+        kind="time",
+        limit=seconds,
+    )
+
+
+# The monotonic time by which the document being read must be read, and the seconds
+# it was given: set by the reader process (index.ingest.isolated) around each document.
+# None outside a reader: each page still has its own limit.
+_document_deadline: tuple[float, float] | None = None
 
 
 @contextmanager
-def listening_to_tesseract(listener: Callable[[bool], None]) -> Iterator[None]:
-    """Call ``listener(True)`` before and ``listener(False)`` after each Tesseract run inside."""
-    global _tesseract_listener
-    _tesseract_listener = listener
+def reading_until(deadline: float, seconds: float) -> Iterator[None]:
+    """Inside, every Tesseract run ends by ``deadline`` (``time.monotonic``), the end of
+    the ``seconds`` the document has; scanned pages left then are not read."""
+    global _document_deadline
+    _document_deadline = (deadline, seconds)
     try:
         yield
     finally:
-        _tesseract_listener = None
+        _document_deadline = None
 
 
-@contextmanager
-def _tesseract_running() -> Iterator[None]:
-    listener = _tesseract_listener
-    if listener is not None:
-        listener(True)
-    try:
-        yield
-    finally:
-        if listener is not None:
-            listener(False)
+def _document_spent() -> bool:
+    return _document_deadline is not None and time.monotonic() >= _document_deadline[0]
 
 
 def _ocr_failed(name: str, filename: str, index: int, exc: Exception) -> CorruptDocument:

@@ -150,6 +150,8 @@ class TextBudget:
             f"{self.name} is over the limit of {self.limit:,} characters of text per document "
             f"({has}). Split it into smaller files, or ask an admin to raise KB_MAX_TEXT_CHARS.",
             filename=self.filename,
+            kind="text",
+            limit=self.limit,
         )
 
 
@@ -484,6 +486,8 @@ def pptx_document(
                 f"{len(slides):,}). Split it into smaller files, or ask an admin to raise "
                 "KB_MAX_PAGES.",
                 filename=filename,
+                kind="pages",
+                limit=max_slides,
             )
         _refuse_aliased_slides(slides, name, filename)
         sections = [_slide_section(n, slide, budget) for n, slide in enumerate(slides, 1)]

@@ -125,6 +125,8 @@ def prepare_document(
             f"{chunking.too_many_headings:,} headings, the limit per document (twice "
             "KB_MAX_CHUNKS). Split it into smaller files, or ask an admin to raise KB_MAX_CHUNKS.",
             filename=filename,
+            kind="chunks",
+            limit=max_chunks,
         )
     if len(chunking.chunks) > max_chunks:
         raise OverLimit(
@@ -132,6 +134,8 @@ def prepare_document(
             "the limit per document. Split it into smaller files, or ask an admin to raise "
             "KB_MAX_CHUNKS.",
             filename=filename,
+            kind="chunks",
+            limit=max_chunks,
         )
     if not chunking.chunks:
         raise EmptyDocument(

@@ -16,13 +16,14 @@ from __future__ import annotations
 from index.storage.mcp_tokens import McpToken, McpTokenError, McpTokens
 from index.storage.messages import APPROVAL, STATUS, PostedMessage
 from index.storage.migrate import migrate_store
-from index.storage.store import INTERRUPTED, NewDocument, Store
+from index.storage.store import INTERRUPTED, INTERRUPTED_KIND, NewDocument, Store
 from index.storage.uploads import Upload
 from index.storage.used_states import UsedStates
 
 __all__ = [
     "APPROVAL",
     "INTERRUPTED",
+    "INTERRUPTED_KIND",
     "McpToken",
     "McpTokenError",
     "McpTokens",

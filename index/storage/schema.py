@@ -335,6 +335,20 @@ def _uploads(db: Database) -> None:
     db.execute("CREATE INDEX uploads_open ON uploads(delivery) WHERE done_at IS NULL")
 
 
+@MIGRATIONS(name="0018_failure_kind")
+def _failure_kind(db: Database) -> None:
+    # What a failure was, as data (index.errors.ExtractionError.kind: time, memory,
+    # pages, corrupt...), and the value of the limit it went over; `kb reindex` skips a
+    # document by these, never by reading its reason. Failures recorded before have
+    # neither: such a document is read once more and fails with both.
+    db.execute("ALTER TABLE documents ADD COLUMN failure_kind TEXT")
+    db.execute("ALTER TABLE documents ADD COLUMN failure_limit REAL")
+    db.execute(
+        "UPDATE documents SET failure_kind = 'interrupted' WHERE failure_reason = ?",
+        ["Indexing was interrupted before it finished; retry it."],
+    )
+
+
 def _dialect(db: Database) -> str:
     # A migration runs on sqlite-utils' Database, or on index.storage.database's Postgres connection.
     return "sqlite" if isinstance(db, Database) else "postgresql"

@@ -67,6 +67,8 @@ _SEARCHABLE = "d.state = 'indexed' AND d.embedding_model = ? AND d.dimensions = 
 _CHUNK_VERSION = "COALESCE(d.indexed_at, -1.0)"
 _ID_BATCH = 500
 INTERRUPTED = "Indexing was interrupted before it finished; retry it."
+# The ``failure_kind`` of an interrupted document.
+INTERRUPTED_KIND = "interrupted"
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ _SELECT_DOCUMENTS = f"SELECT {', '.join(DOCUMENT_COLUMNS)} FROM documents"
 # What update_document may change: id and created_at are fixed, the store sets updated_at.
 _UPDATABLE = frozenset(DOCUMENT_COLUMNS) - {"id", "created_at", "updated_at"}
 
-__all__ = ["INTERRUPTED", "NewDocument", "Store"]
+__all__ = ["INTERRUPTED", "INTERRUPTED_KIND", "NewDocument", "Store"]
 
 
 class Store:
@@ -458,6 +460,8 @@ class Store:
                 {
                     "state": state.value,
                     "failure_reason": None,
+                    "failure_kind": None,
+                    "failure_limit": None,
                     "replaced_by": None,
                     "chunk_count": len(ids),
                     "window_splits": window_splits,
@@ -840,6 +844,8 @@ class Store:
             worker=holder,
             worker_pid=os.getpid(),
             failure_reason=None,
+            failure_kind=None,
+            failure_limit=None,
         )
 
     def recover_interrupted(self) -> list[int]:
@@ -863,6 +869,8 @@ class Store:
                 doc_id,
                 state=DocState.FAILED.value,
                 failure_reason=INTERRUPTED,
+                failure_kind=INTERRUPTED_KIND,
+                failure_limit=None,
                 worker=None,
                 worker_pid=None,
             )
