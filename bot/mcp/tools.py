@@ -62,9 +62,11 @@ from index.records import ChunkRow, QueryRecord
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ASK_TOOL",
     "CALLER_SCOPE_KEY",
     "MAX_QUERY_CHARS",
     "SEARCHED",
+    "SEARCH_TOOL",
     "AskResult",
     "BadToolCall",
     "SearchResult",
@@ -72,6 +74,8 @@ __all__ = [
     "register_tools",
 ]
 
+SEARCH_TOOL = "search_knowledge_base"
+ASK_TOOL = "ask_knowledge_base"
 # Where the HTTP layer leaves the verified caller in the request's ASGI scope.
 CALLER_SCOPE_KEY = "kb.mcp.caller"
 SURFACE = "mcp"
@@ -446,7 +450,7 @@ def register_tools(server: MCPServer[Any], tools: Tools) -> None:
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(
-        name="search_knowledge_base",
+        name=SEARCH_TOOL,
         title="Search the knowledge base",
         description=SEARCH_DESCRIPTION,
         annotations=read_only,
@@ -474,7 +478,7 @@ def register_tools(server: MCPServer[Any], tools: Tools) -> None:
         return _result(search_text(found.result), found.result, blocks)
 
     @server.tool(
-        name="ask_knowledge_base",
+        name=ASK_TOOL,
         title="Ask the knowledge base",
         description=ASK_DESCRIPTION,
         annotations=read_only,
