@@ -1764,8 +1764,8 @@ class MockSlackAPI(_LocalServer):
 
     def _skill_fields_error(self, params: JSONDict) -> JSONDict | None:
         """Slack's answer to a skill's fields it refuses; ``None`` when they are taken."""
-        for field, limit in _SKILL_LIMITS.items():
-            if len(str(params.get(field) or "")) > limit:
+        for name, limit in _SKILL_LIMITS.items():
+            if len(str(params.get(name) or "")) > limit:
                 return {"ok": False, "error": "invalid_arguments"}
         servers = params.get("mcp_servers")
         if servers is None:
@@ -1803,15 +1803,15 @@ class MockSlackAPI(_LocalServer):
         if refused is not None:
             return refused
         # Only the inputs sent are changed.
-        for field in (
+        for name in (
             "display_name",
             "description",
             "example_prompt",
             "instructions",
             "mcp_servers",
         ):
-            if field in params:
-                skill[field] = params[field]
+            if name in params:
+                skill[name] = params[name]
         return {"ok": True, "skill": self._skill_object(skill["id"])}
 
     def _m_slackbot_skills_list(self, params: JSONDict) -> JSONDict:
