@@ -34,6 +34,7 @@ from bot.settings import Settings
 from bot.slack import app as slack
 from bot.slack.people import signin
 from bot.slack.services import Services
+from bot.slack.slackbot import SlackbotBlocks
 from core.answer import Engine, build_engine
 from core.rerank import RerankerUnavailable
 from index.errors import KBError
@@ -95,7 +96,8 @@ def create_app(
     )
     app[SLACK_MODE] = slack.attach(app, slack_config, services, slack_client)
     if settings.mcp:
-        _attach_mcp(app, settings, engine, access)
+        blocks = SlackbotBlocks(slack_client or slack.web_client(slack_config), services.languages)
+        _attach_mcp(app, settings, engine, access, blocks)
     routes.add_readiness_info(app, "mcp", settings.mcp)
     _report_readers(app, settings.reader_sandbox)
     app.cleanup_ctx.append(_services_ctx)
@@ -115,8 +117,15 @@ def _report_readers(app: web.Application, mode: str) -> None:
         log.warning("%s", facts["summary"])
 
 
-def _attach_mcp(app: web.Application, settings: Settings, engine: Engine, access: Access) -> None:
-    """Serve the MCP endpoint (``KB_MCP=on``); the caller's channels are asked of Slack."""
+def _attach_mcp(
+    app: web.Application,
+    settings: Settings,
+    engine: Engine,
+    access: Access,
+    blocks: SlackbotBlocks,
+) -> None:
+    """Serve the MCP endpoint (``KB_MCP=on``); the caller's channels are asked of Slack,
+    and Slackbot is shown the Slack surface's own blocks (``blocks``)."""
     config = mcp.McpConfig(
         calls_per_minute=settings.mcp_calls_per_minute,
         slack_signing_secret=(
@@ -125,7 +134,7 @@ def _attach_mcp(app: web.Application, settings: Settings, engine: Engine, access
     )
     # Without a bot token nobody can say who is in a channel (or a Slack person's workspace).
     people = access if access.directory is not None else None
-    mcp.attach(app, engine, config, people)
+    mcp.attach(app, engine, config, people, blocks)
     log.info(
         "MCP server at %s (callers' channels %s)",
         mcp.MCP_PATH,

@@ -461,6 +461,11 @@ class Settings(BaseSettings):
         "SLACK_CLIENT_SECRET",
         "Client secret of the Slack app, for Sign in with Slack in the viewer only (KB_VIEWER_AUTH=slack).",
     )
+    slack_skill_token: SecretStr = _setting(
+        SecretStr(""),
+        "SLACK_SKILL_TOKEN",
+        "User token (xoxp-...) of the person who owns the organisation's Slackbot skill; only kb slackbot-skill uses it, the bot never does.",
+    )
     slack_api_url: str = _setting(
         DEFAULT_SLACK_API_URL,
         "SLACK_API_URL",

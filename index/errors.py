@@ -43,6 +43,7 @@ all of them (a test keeps the list complete)::
     ├── DownloadFailed               (bot.slack.uploads) a Slack file could not be downloaded
     ├── BadToolCall                  (bot.mcp.tools) an MCP tool call's arguments cannot be used
     ├── NotServed                    (bot.mcp.people) the person an MCP call runs as is of another organisation
+    ├── SkillRefused                 (bot.cli.slackbot) Slack did not create or update the Slackbot skill
     └── AccessCheckUnavailable       (bot.server.readers) who may read a document cannot be checked now
 
 Foreign exceptions (sqlite3, FAISS, pypdf) are translated where they occur,

@@ -117,6 +117,10 @@ DEFAULT_EMBEDDING_API_KEY = "sk-canary-embeddings-6a2f90c4"
 # The Slack app's OAuth credentials, for Sign in with Slack.
 CLIENT_ID = "1111111111.2222222222"
 DEFAULT_CLIENT_SECRET = "canary-client-secret-7d1e9b44"
+# A user token of the person who owns the organisation's Slackbot skill.
+DEFAULT_SKILL_TOKEN = "xoxp-canary-skill-owner-4f2b7c90"
+# The MCP server the app declares (its key under mcp_servers in the manifest).
+MCP_SERVER_ID = "knowledge-base"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
 UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"
@@ -266,6 +270,12 @@ _APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 # secret, and userInfo takes the access token that exchange returned.
 _CLIENT_METHODS = frozenset({"openid.connect.token"})
 _USER_TOKEN_METHODS = frozenset({"openid.connect.userInfo"})
+# Slackbot skills: a user token only (docs.slack.dev/reference/methods/slackbot.skills.create).
+_SKILL_METHODS = frozenset(
+    {"slackbot.skills.create", "slackbot.skills.update", "slackbot.skills.list"}
+)
+# Its limits on a skill's fields, in characters.
+_SKILL_LIMITS = {"display_name": 255, "description": 400, "example_prompt": 200}
 _TEAM_CLAIM = "https://slack.com/team_id"
 _USER_CLAIM = "https://slack.com/user_id"
 # What the browser sees after clicking "Allow" on Slack's consent page: a new
@@ -287,6 +297,7 @@ _JSON_FIELDS = frozenset(
         "chunks",
         "error",
         "loading_messages",
+        "mcp_servers",
         "metadata",
         "prompts",
         "unfurls",
@@ -577,6 +588,12 @@ class MockSlackAPI(_LocalServer):
         self.held_downloads: list[str] = []
         """Files whose download was held open (:meth:`hold_download`), in order."""
         self._handlers: dict[str, Callable[[JSONDict], JSONDict]] = {}
+        self.skill_token = DEFAULT_SKILL_TOKEN
+        """The user token of the Slackbot skills' owner (the skill methods take no other)."""
+        self.mcp_server_ids = {MCP_SERVER_ID}
+        """The MCP servers the app declares: a skill may bind only these, of this app."""
+        self.skills: dict[str, JSONDict] = {}
+        """Slackbot skills by id, with their instructions."""
         self._cond = asyncio.Condition()
         for user_id in admins:
             self.set_user(user_id, is_admin=True)
@@ -1018,6 +1035,10 @@ class MockSlackAPI(_LocalServer):
         if method in _USER_TOKEN_METHODS:
             self._caller_token = token
             return None if token in self._user_tokens else "invalid_auth"
+        if method in _SKILL_METHODS:
+            if token == self.skill_token:
+                return None
+            return "not_allowed_token_type" if token == self.bot_token else "invalid_auth"
         expected = self.app_token if method in _APP_TOKEN_METHODS else self.bot_token
         if token == expected:
             return None
@@ -1738,6 +1759,76 @@ class MockSlackAPI(_LocalServer):
         if not params.get("channel"):
             return "missing_channel"
         return None if params.get("ts") else "missing_ts"
+
+    # --------------------------------------------------------- Slackbot skills
+
+    def _skill_fields_error(self, params: JSONDict) -> JSONDict | None:
+        """Slack's answer to a skill's fields it refuses; ``None`` when they are taken."""
+        for name, limit in _SKILL_LIMITS.items():
+            if len(str(params.get(name) or "")) > limit:
+                return {"ok": False, "error": "invalid_arguments"}
+        servers = params.get("mcp_servers")
+        if servers is None:
+            return None
+        if not isinstance(servers, list) or not all(isinstance(s, dict) for s in servers):
+            return {"ok": False, "error": "invalid_arguments"}
+        invalid = [
+            s
+            for s in servers
+            if s.get("app_id") != self.app_id or s.get("server_id") not in self.mcp_server_ids
+        ]
+        if invalid:
+            return {"ok": False, "error": "invalid_arguments", "invalid_mcp_servers": invalid}
+        return None
+
+    def _m_slackbot_skills_create(self, params: JSONDict) -> JSONDict:
+        if not params.get("display_name"):
+            return {"ok": False, "error": "invalid_arguments"}
+        if bool(params.get("instructions")) == bool(params.get("canvas_id")):
+            # Exactly one of instructions or canvas_id.
+            return {"ok": False, "error": "invalid_arguments"}
+        refused = self._skill_fields_error(params)
+        if refused is not None:
+            return refused
+        skill_id = _next_id("F")
+        fields = ("display_name", "description", "example_prompt", "instructions", "mcp_servers")
+        self.skills[skill_id] = {"id": skill_id, **{f: params[f] for f in fields if f in params}}
+        return {"ok": True, "skill": self._skill_object(skill_id)}
+
+    def _m_slackbot_skills_update(self, params: JSONDict) -> JSONDict:
+        skill = self.skills.get(str(params.get("skill_id", "")))
+        if skill is None:
+            return {"ok": False, "error": "invalid_arguments"}
+        refused = self._skill_fields_error(params)
+        if refused is not None:
+            return refused
+        # Only the inputs sent are changed.
+        for name in (
+            "display_name",
+            "description",
+            "example_prompt",
+            "instructions",
+            "mcp_servers",
+        ):
+            if name in params:
+                skill[name] = params[name]
+        return {"ok": True, "skill": self._skill_object(skill["id"])}
+
+    def _m_slackbot_skills_list(self, params: JSONDict) -> JSONDict:
+        # Instructions are not listed; a page of ``limit`` (default 20), then next_cursor.
+        ids = sorted(self.skills)
+        start = int(params.get("cursor") or 0)
+        limit = int(params.get("limit") or 20)
+        page = ids[start : start + limit]
+        more = start + limit < len(ids)
+        return {
+            "ok": True,
+            "skills": [self._skill_object(i) for i in page],
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
+        }
+
+    def _skill_object(self, skill_id: str) -> JSONDict:
+        return {k: v for k, v in self.skills[skill_id].items() if k != "instructions"}
 
     def _m_entity_presentDetails(self, params: JSONDict) -> JSONDict:
         ref = self._entity_triggers.get(str(params.get("trigger_id") or ""))

@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
+from bot.mcp import MCP_PATH, SERVER_ID
 from bot.slack.people.signin import CALLBACK_PATH
 from bot.slack.people.signin import SCOPES as SIGN_IN_SCOPES
 from tests.environment import cannot_run_here
@@ -44,6 +45,7 @@ SCOPES = {
     "im:write",
     "links:read",
     "links:write",
+    "mcp:connect",
     "usergroups:read",
     "users:read",
 }
@@ -67,7 +69,14 @@ EVENT_SCOPES = {
 
 # Keys the manifest schema 1.0.0 allows where this bot uses them (it rejects others).
 ALLOWED_KEYS: dict[str, set[str]] = {
-    "": {"_metadata", "display_information", "features", "oauth_config", "settings"},
+    "": {
+        "_metadata",
+        "display_information",
+        "features",
+        "oauth_config",
+        "settings",
+        "mcp_servers",
+    },
     "display_information": {"name", "description", "background_color", "long_description"},
     "features": {
         "app_home",
@@ -188,6 +197,33 @@ def test_manifest_is_valid_for_slacks_schema(variant: str) -> None:
     bad["features"]["agent_view"]["agent_description"] = "x" * 301
     bad["features"]["agent_view"]["suggested_prompts"] *= 2
     assert len(list(validator.iter_errors(bad))) == 2
+
+
+@pytest.mark.parametrize("variant", ["socket", "http"])
+def test_manifest_declares_the_mcp_server_for_slackbot(variant: str) -> None:
+    m = load_manifest(variant)
+    # One server, Slackbot calling it as the asking person: signed with the app's
+    # signing secret (slack_identity_auth), the bot scope mcp:connect
+    # (docs.slack.dev/ai/slackbot-mcp-client).
+    assert list(m["mcp_servers"]) == [SERVER_ID]
+    server = m["mcp_servers"][SERVER_ID]
+    assert server == {
+        "url": f"https://kb.example.com{MCP_PATH}",
+        "auth_type": "slack_identity_auth",
+    }
+    assert "mcp:connect" in m["oauth_config"]["scopes"]["bot"]
+    # On the viewer's host, like every URL of the manifests.
+    assert urlsplit(server["url"]).hostname in m["features"]["unfurl_domains"]
+
+
+@pytest.mark.parametrize("variant", ["socket", "http"])
+def test_the_schema_refuses_an_mcp_server_slack_would_refuse(variant: str) -> None:
+    schema = json.loads((MANIFEST_SCHEMA / "manifest.schema.1.0.0.json").read_text("utf-8"))
+    validator = jsonschema.Draft7Validator(schema)
+    for field, value in [("auth_type", "bearer"), ("url", "http://kb.example.com/mcp")]:
+        bad = load_manifest(variant)
+        bad["mcp_servers"][SERVER_ID][field] = value
+        assert len(list(validator.iter_errors(bad))) == 1, field
 
 
 @pytest.mark.parametrize("variant", ["socket", "http"])

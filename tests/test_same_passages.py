@@ -8,7 +8,9 @@ app), through the MCP endpoint of the same app by the official MCP client
 ``kb eval``'s kept passages (``evaluation.kept.kept_selection``). What each
 surface gives or shows (the passages an answer is written from, then any
 beside it; or the possibly related ones) must be the same chunks in the same
-order. The questions include ones whose answer order differs from the fused
+order. Slackbot is also shown Block Kit beside the text: for an answer, the
+very blocks the bot posted in Slack (its buttons aside), for a search the same
+passages numbered ``[1]``, ``[2]``... with the same links. The questions include ones whose answer order differs from the fused
 order, one between the thresholds, one nothing is close to, and questions
 typed in full-width letters or with zero-width characters, which are searched
 in their plain form.
@@ -18,15 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import json
 import re
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Generator
+from typing import Any, cast
 
 import httpx2
 from click.testing import CliRunner
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, RequestParamsMeta
 
 from bot.cli import main
 from core.selection import PassageSelector, retrieval_query
@@ -35,7 +39,13 @@ from index.knowledge_base import KnowledgeBase
 from index.normal_form import plain
 from tests.conftest import SAMPLE
 from tests.conftest_bot import IN_DOMAIN, OUT_OF_DOMAIN, PAGER, THRESHOLD, Bot, BotFactory
-from tests.servers import CHANNEL_ID, app_mention_event
+from tests.servers import (
+    CHANNEL_ID,
+    DEFAULT_SIGNING_SECRET,
+    TEAM_ID,
+    app_mention_event,
+    sign_slack_request,
+)
 
 ASKER = "U0SAMEPASS"
 RELATED_THRESHOLD = 0.75
@@ -69,10 +79,16 @@ QUESTIONS = (
     zero_width(VPN),
 )
 _LINK = re.compile(r"/d/(\d+)\?[^#]*#char=(\d+),(\d+)$")
+# A citation in mrkdwn: ``<url|[n]>``.
+_CITATION = re.compile(r"<([^|<>]+)\|\[(\d+)\]>")
+# What Slackbot sends of the asking person with each call (Slack identity auth).
+AS_ASKER = cast(RequestParamsMeta, {"slack": {"user_id": ASKER, "team_id": TEAM_ID}})
+# Blocks only the bot's own messages carry: buttons whose clicks reach its listeners.
+_BUTTONS = {"context_actions", "actions"}
 
 
 async def _bot(make_bot: BotFactory) -> Bot:
-    bot = await make_bot(mcp=True, related_threshold=RELATED_THRESHOLD)
+    bot = await make_bot(mcp=True, mcp_slack_identity=True, related_threshold=RELATED_THRESHOLD)
     assert bot.kb.ingest_paths([SAMPLE]).chunks > 0
     bot.slack.set_members(CHANNEL_ID, [ASKER])
     return bot
@@ -89,6 +105,60 @@ async def _mcp(bot: Bot) -> AsyncIterator[ClientSession]:
     ):
         await session.initialize()
         yield session
+
+
+class SlackSigned(httpx2.Auth):
+    """Signs each request as Slack signs Slackbot's MCP calls: HMAC of its exact body."""
+
+    requires_request_body = True
+
+    def __init__(self, secret: str = DEFAULT_SIGNING_SECRET) -> None:
+        self.secret = secret
+
+    def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response]:
+        request.headers.update(sign_slack_request(self.secret, request.content))
+        yield request
+
+
+@contextlib.asynccontextmanager
+async def slackbot(bot: Bot, secret: str = DEFAULT_SIGNING_SECRET) -> AsyncIterator[ClientSession]:
+    """The official MCP client calling the bot's endpoint as Slackbot does."""
+    url = str(bot.http.make_url("/mcp"))
+    async with (
+        httpx2.AsyncClient(auth=SlackSigned(secret), timeout=60) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def blocks_of(result: CallToolResult) -> list[dict[str, Any]]:
+    """The Block Kit a tool result carries for Slackbot (``_meta.slack.blocks``)."""
+    assert result.meta is not None, result
+    blocks: list[dict[str, Any]] = result.meta["slack"]["blocks"]
+    return blocks
+
+
+def mrkdwn_of(blocks: list[dict[str, Any]]) -> str:
+    """Every mrkdwn text of ``blocks``, in order (sections, then context elements)."""
+    texts = []
+    for block in blocks:
+        if "text" in block:
+            texts.append(block["text"]["text"])
+        texts += [e["text"] for e in block.get("elements", []) if "text" in e]
+    return "\n".join(texts)
+
+
+def cited_links(blocks: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """Each ``<url|[n]>`` citation of ``blocks``, in order: its number and its (unescaped) URL."""
+    return [(int(n), html.unescape(url)) for url, n in _CITATION.findall(mrkdwn_of(blocks))]
+
+
+def _unsigned(blocks: list[dict[str, Any]]) -> str:
+    """``blocks`` as JSON with each link's token left out: signed a second apart, two
+    links into one passage differ only by it."""
+    return re.sub(r"\?t=[^#|\"]*", "", json.dumps(blocks))
 
 
 def _logged(kb: KnowledgeBase, surface: str, question: str) -> list[int]:
@@ -110,10 +180,39 @@ def _chunk_of(kb: KnowledgeBase, link: str) -> int:
     return int(row["id"])
 
 
-async def _slack(bot: Bot, question: str, count: int) -> list[int]:
+async def _slack(bot: Bot, question: str, count: int) -> tuple[list[int], list[dict[str, Any]]]:
+    """What the bot's answer in Slack was given and shown, and the blocks it posted."""
     await bot.event(app_mention_event(question, user=ASKER))
-    await bot.answer(count)  # logged before it is shown
-    return _logged(bot.kb, "slack", question)
+    shown = await bot.answer(count)  # logged before it is shown
+    posted = [b for b in shown["blocks"] if b["type"] not in _BUTTONS]
+    return _logged(bot.kb, "slack", question), posted
+
+
+async def _slackbot_search(bot: Bot, session: ClientSession, question: str) -> list[int]:
+    result = await session.call_tool(
+        "search_knowledge_base", {"query": question, "limit": 20}, meta=AS_ASKER
+    )
+    assert not result.is_error, result.content
+    passages = result.structured_content["passages"]  # type: ignore[index]
+    links = cited_links(blocks_of(result))
+    # The blocks number the passages as the text does, each linked where its passage is.
+    assert [n for n, _ in links] == list(range(1, len(passages) + 1))
+    assert [url for _, url in links] == [p["link"] for p in passages]
+    for n, p in enumerate(passages, start=1):
+        assert f"[{n}] " in result.content[0].text and p["link"] in result.content[0].text  # type: ignore[union-attr]
+    return [_chunk_of(bot.kb, url) for _, url in links]
+
+
+async def _slackbot_ask(
+    bot: Bot, session: ClientSession, question: str
+) -> tuple[list[int], list[dict[str, Any]]]:
+    result = await session.call_tool("ask_knowledge_base", {"question": question}, meta=AS_ASKER)
+    assert not result.is_error, result.content
+    blocks = blocks_of(result)
+    # Its sources' links are the ones its text gives.
+    for _, url in cited_links(blocks):
+        assert url in result.content[0].text  # type: ignore[union-attr]
+    return _logged(bot.kb, "mcp", question), blocks
 
 
 async def _mcp_search(bot: Bot, session: ClientSession, question: str) -> list[int]:
@@ -154,17 +253,22 @@ async def test_every_surface_gives_one_question_the_same_passages_in_the_same_or
 ) -> None:
     bot = await _bot(make_bot)
     seen: dict[str, list[int]] = {}
-    async with _mcp(bot) as session:
+    async with _mcp(bot) as session, slackbot(bot) as as_slackbot:
         for i, question in enumerate(QUESTIONS, start=1):
-            slack = await _slack(bot, question, i)
+            slack, posted = await _slack(bot, question, i)
+            asked, shown = await _slackbot_ask(bot, as_slackbot, question)
             surfaces = {
                 "mcp search": await _mcp_search(bot, session, question),
                 "mcp ask": await _mcp_ask(bot, session, question),
+                "slackbot search": await _slackbot_search(bot, as_slackbot, question),
+                "slackbot ask": asked,
                 "kb ask": await _kb_ask(bot, question),
                 "kb eval": _evaluated(bot, question),
             }
             for surface, passages in surfaces.items():
                 assert passages == slack, (surface, question)
+            # Slackbot is shown what the bot posted: the same blocks, citations and links.
+            assert _unsigned(shown) == _unsigned(posted), question
             seen[question] = slack
     # The comparison is between real lists: answers written from passages only
     # the related threshold let in, a question nothing is close to, and the odd

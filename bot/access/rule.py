@@ -203,12 +203,15 @@ class Access:
 
     # ------------------------------------------------------------ people
 
-    async def served(self, person: Person) -> Decision:
+    async def served(self, person: Person, *, known: bool = False) -> Decision:
         """Whether ``person`` is served at all (the organisation part of the rule).
 
         Without a directory a person named by an admin (a token, the command
         line: no workspace said) is taken as of this workspace; one who says
-        their workspace cannot be checked and is not served.
+        their workspace cannot be checked and is not served. ``known``: the
+        directory must know the person too, though their workspace was said (a
+        request Slack signed names a user id the server cannot otherwise check):
+        one it cannot find, or deactivated, is not served.
 
         Raises:
             AccessCheckUnavailable: the directory cannot say which workspace it serves.
@@ -218,11 +221,15 @@ class Access:
                 return Decision(True, Rule.ORGANISATION, _UNCHECKED.format(user=person.user_id))
             return Decision(False, Rule.ORGANISATION, _NO_WORKSPACE, unknown=True)
         team, profile = person.team_id, None
-        if team is None:
+        if team is None or known:
             profile = await self.directory.profile(person.user_id)
             if profile is not None and profile.deleted:
                 return Decision(False, Rule.ORGANISATION, _DEACTIVATED.format(user=person.user_id))
-            team = profile.team_id if profile is not None else None
+            if profile is None and team is not None:
+                return Decision(
+                    False, Rule.ORGANISATION, _UNKNOWN.format(user=person.user_id), unknown=True
+                )
+            team = team or (profile.team_id if profile is not None else None)
         if self.allow_external:
             return Decision(True, Rule.ORGANISATION, _EXTERNAL_ALLOWED)
         if team is None:
@@ -367,6 +374,7 @@ _NO_TEAM = (
     "(unknown is hidden)."
 )
 _DEACTIVATED = "Slack says {user} is deactivated: they are served no more."
+_UNKNOWN = "Slack does not know {user}, so they are not served (unknown is hidden)."
 _EXTERNAL_ALLOWED = "KB_ALLOW_EXTERNAL is on: people of every organisation are served."
 _OURS = "{user} belongs to workspace {team}, the one the knowledge base serves."
 _OTHER = (

@@ -5,10 +5,21 @@ commands to the group when imported: ``documents`` (ingest, docs, show,
 chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
 reject), ``answering`` (ask, serve), ``evaluation`` (eval, calibrate,
 export-disliked), ``syncing`` (sync), ``storage`` (migrate-store), ``mcp``
-(mcp-token create, list, revoke) and ``access`` (access explain).
+(mcp-token create, list, revoke), ``slackbot`` (slackbot-skill) and ``access``
+(access explain).
 """
 
-from bot.cli import access, answering, documents, evaluation, mcp, publishing, storage, syncing
+from bot.cli import (
+    access,
+    answering,
+    documents,
+    evaluation,
+    mcp,
+    publishing,
+    slackbot,
+    storage,
+    syncing,
+)
 from bot.cli.base import main
 
 __all__ = [
@@ -19,6 +30,7 @@ __all__ = [
     "main",
     "mcp",
     "publishing",
+    "slackbot",
     "storage",
     "syncing",
 ]

@@ -72,7 +72,9 @@ async def scopes_of(person: Person, people: People | None, kb: KnowledgeBase) ->
         AccessCheckUnavailable: Slack cannot be asked right now.
     """
     access = people if people is not None else Access(None, allow_external=False)
-    served = await access.served(Reader(person.user_id, person.team_id))
+    # Slack signed the workspace, and names a user id: that person must exist there too.
+    signed = person.team_id is not None
+    served = await access.served(Reader(person.user_id, person.team_id), known=signed)
     if not served.allowed:
         raise NotServed(_NO_SLACK if access.directory is None else _OTHER_ORGANISATION)
     if access.members is None:

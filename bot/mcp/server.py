@@ -52,6 +52,7 @@ from bot.mcp.auth import (
     bearer_token,
     slack_identity,
 )
+from bot.mcp.blocks import SlackbotBlocks
 from bot.mcp.limits import CallLimiter
 from bot.mcp.people import People
 from bot.mcp.tools import CALLER_SCOPE_KEY, Tools, register_tools
@@ -387,7 +388,11 @@ def build_server(tools: Tools) -> MCPServer[Any]:
 
 
 def attach(
-    app: web.Application, engine: Engine, config: McpConfig, people: People | None
+    app: web.Application,
+    engine: Engine,
+    config: McpConfig,
+    people: People | None,
+    blocks: SlackbotBlocks | None = None,
 ) -> McpEndpoint:
     """Serve the MCP endpoint at ``/mcp`` on ``app``, the tools over ``engine``.
 
@@ -396,8 +401,9 @@ def attach(
         engine: the answer engine; its knowledge base's store holds the tokens.
         config: the rate limit and Slack identity auth.
         people: who belongs to the workspace and its channels; ``None``: nobody to ask.
+        blocks: the Block Kit Slackbot is shown beside the text; ``None``: text only.
     """
-    server = build_server(Tools(engine, people))
+    server = build_server(Tools(engine, people, blocks))
     server.streamable_http_app(
         json_response=True,
         stateless_http=True,

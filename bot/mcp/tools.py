@@ -26,6 +26,11 @@ passages and evidence when the model is down. Both run as the person the call
 came from (``bot.mcp.people``) and land in the query log with surface ``mcp``
 and the token's name; a search logs ``searched``, ``related`` or ``refused``,
 so the knowledge gaps count the searches that found nothing too.
+
+Both declare ``_meta.slack.supportsBlockKit``: to Slackbot (a call Slack signed)
+they also return Block Kit in the result's ``_meta.slack.blocks``, the Slack
+surface's own blocks for the same answer or passages (``bot.mcp.blocks``): the
+same ``[n]`` citations linked to the same passages, escaped the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -42,6 +48,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from bot.mcp.auth import Caller
+from bot.mcp.blocks import SUPPORTS_BLOCK_KIT, Block, SlackbotBlocks, slack_meta
 from bot.mcp.people import People, Person, person_of, scopes_of
 from core.answer import Answer, Asker, Engine, SourceRef
 from core.errors import LinkSecretUnavailable
@@ -55,9 +62,11 @@ from index.records import ChunkRow, QueryRecord
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ASK_TOOL",
     "CALLER_SCOPE_KEY",
     "MAX_QUERY_CHARS",
     "SEARCHED",
+    "SEARCH_TOOL",
     "AskResult",
     "BadToolCall",
     "SearchResult",
@@ -65,6 +74,8 @@ __all__ = [
     "register_tools",
 ]
 
+SEARCH_TOOL = "search_knowledge_base"
+ASK_TOOL = "ask_knowledge_base"
 # Where the HTTP layer leaves the verified caller in the request's ASGI scope.
 CALLER_SCOPE_KEY = "kb.mcp.caller"
 SURFACE = "mcp"
@@ -157,50 +168,69 @@ class Tools:
     Args:
         engine: the answer engine (its knowledge base, gate and link signer).
         people: who belongs to the workspace and its channels; ``None``: nobody to ask.
+        blocks: the Slack surface's Block Kit for Slackbot; ``None``: text only.
     """
 
-    def __init__(self, engine: Engine, people: People | None) -> None:
+    def __init__(
+        self, engine: Engine, people: People | None, blocks: SlackbotBlocks | None = None
+    ) -> None:
         self.engine = engine
         self.people = people
+        self.blocks = blocks
 
     async def search(self, person: Person, query: str, limit: int) -> SearchResult:
         """Passages for ``query`` visible to ``person``, with the gate's verdict; logged."""
+        return (await self.found(person, query, limit)).result
+
+    async def found(self, person: Person, query: str, limit: int) -> Found:
+        """What :meth:`search` returns, with the passages as the blocks show them."""
         query = _checked(query)
         t0 = time.perf_counter()
         scopes = await scopes_of(person, self.people, self.engine.kb)
         selection = await asyncio.to_thread(self.engine.selector.select, query, scopes)
         verdict = _verdict(selection)
         shown = selection.shown[:limit]
-        passages = await asyncio.to_thread(self._passages, shown, selection.kept)
+        refs = await asyncio.to_thread(self._refs, shown)
+        written_from = {c.chunk_id for c in selection.kept}
+        passages = [_passage(r, r.chunk_id in written_from) for r in refs]
         result = SearchResult(verdict=verdict, note=_VERDICT_NOTES[verdict], passages=passages)
         elapsed = round((time.perf_counter() - t0) * 1000, 2)
         await asyncio.to_thread(self._log_search, person, query, scopes, result, shown, elapsed)
-        return result
+        kept = [r for r in refs if r.chunk_id in written_from]
+        return Found(result, kept, [r for r in refs if r.chunk_id not in written_from])
 
     async def ask(self, person: Person, question: str) -> AskResult:
         """The engine's answer to ``question`` for ``person`` (logged by the engine)."""
+        return _ask_result(await self.answer(person, question))
+
+    async def answer(self, person: Person, question: str) -> Answer:
+        """The engine's own answer to ``question`` for ``person``, as every surface gets it."""
         question = _checked(question)
         scopes = await scopes_of(person, self.people, self.engine.kb)
         asker = Asker(user=person.user_id, surface=SURFACE, client=person.client)
-        answer = await self.engine.ask(question, scopes=scopes, asker=asker)
-        return _ask_result(answer)
+        return await self.engine.ask(question, scopes=scopes, asker=asker)
 
-    def _passages(self, shown: Sequence[Candidate], kept: Sequence[Candidate]) -> list[Passage]:
+    async def search_blocks(self, person: Person, query: str, found: Found) -> list[Block] | None:
+        """Slackbot's blocks for a search; ``None`` for a caller that is not Slackbot."""
+        # Only a call Slack signed names a workspace: a token's person has none.
+        if self.blocks is None or person.team_id is None:
+            return None
+        return await self.blocks.search(found.written_from, found.beside, person.user_id, query)
+
+    async def answer_blocks(self, person: Person, answer: Answer) -> list[Block] | None:
+        """Slackbot's blocks for an answer; ``None`` for a caller that is not Slackbot."""
+        if self.blocks is None or person.team_id is None:
+            return None
+        return await self.blocks.answer(answer, person.user_id)
+
+    def _refs(self, shown: Sequence[Candidate]) -> list[SourceRef]:
+        """The shown passages numbered 1.. in their order, each with the link a Slack answer shows."""
         rows = self.engine.kb.chunks_by_id([c.chunk_id for c in shown])
-        written_from = {c.chunk_id for c in kept}
+        # A chunk replaced since the snapshot was taken is left out, as answers leave it.
+        present = [c for c in shown if c.chunk_id in rows]
         return [
-            Passage(
-                document=rows[c.chunk_id].document,
-                section=rows[c.chunk_id].section,
-                page=rows[c.chunk_id].page,
-                quote=rows[c.chunk_id].content,
-                link=self._link(rows[c.chunk_id]),
-                distance=round(c.distance, 4),
-                passes_gate=c.chunk_id in written_from,
-            )
-            # A chunk replaced since the snapshot was taken is left out, as answers leave it.
-            for c in shown
-            if c.chunk_id in rows
+            _ref(n, c, rows[c.chunk_id], self._link(rows[c.chunk_id]))
+            for n, c in enumerate(present, 1)
         ]
 
     def _link(self, row: ChunkRow) -> str:
@@ -241,6 +271,43 @@ class Tools:
             self.engine.kb.queries.log(record)
         except StorageError as exc:
             log.warning("search answered but not logged: %s", exc)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A search's result, and its passages (numbered as the result lists them) for the blocks."""
+
+    result: SearchResult
+    written_from: list[SourceRef]
+    beside: list[SourceRef]
+
+
+def _ref(n: int, c: Candidate, row: ChunkRow, link: str) -> SourceRef:
+    return SourceRef(
+        n=n,
+        chunk_id=row.id,
+        document_id=row.document_id,
+        document=row.document,
+        section=row.section,
+        page=row.page,
+        start=row.start,
+        end=row.end,
+        url=link,
+        quote=row.content,
+        distance=round(c.distance, 4),
+    )
+
+
+def _passage(ref: SourceRef, passes_gate: bool) -> Passage:
+    return Passage(
+        document=ref.document,
+        section=ref.section,
+        page=ref.page,
+        quote=ref.quote,
+        link=ref.url,
+        distance=ref.distance,
+        passes_gate=passes_gate,
+    )
 
 
 def _verdict(selection: Selection) -> str:
@@ -369,15 +436,25 @@ def _person(ctx: Context) -> Person:
     return person
 
 
+def _result(text: str, result: BaseModel, blocks: list[Block] | None) -> CallToolResult:
+    """A tool's result: the text a model reads, the structured content, and Slackbot's blocks."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=result.model_dump(mode="json"),
+        _meta=slack_meta(blocks) if blocks is not None else None,
+    )
+
+
 def register_tools(server: MCPServer[Any], tools: Tools) -> None:
     """Add ``search_knowledge_base`` and ``ask_knowledge_base`` to ``server``."""
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(
-        name="search_knowledge_base",
+        name=SEARCH_TOOL,
         title="Search the knowledge base",
         description=SEARCH_DESCRIPTION,
         annotations=read_only,
+        meta=SUPPORTS_BLOCK_KIT,
     )
     async def search_knowledge_base(
         query: Annotated[
@@ -392,20 +469,20 @@ def register_tools(server: MCPServer[Any], tools: Tools) -> None:
             int, Field(ge=1, le=MAX_LIMIT, description="At most this many passages.")
         ] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, SearchResult]:
+        person = _person(ctx)
         try:
-            result = await tools.search(_person(ctx), query, limit)
+            found = await tools.found(person, query, limit)
         except KBError as exc:
             raise ToolError(str(exc)) from exc
-        return CallToolResult(
-            content=[TextContent(type="text", text=search_text(result))],
-            structured_content=result.model_dump(mode="json"),
-        )
+        blocks = await tools.search_blocks(person, query, found)
+        return _result(search_text(found.result), found.result, blocks)
 
     @server.tool(
-        name="ask_knowledge_base",
+        name=ASK_TOOL,
         title="Ask the knowledge base",
         description=ASK_DESCRIPTION,
         annotations=read_only,
+        meta=SUPPORTS_BLOCK_KIT,
     )
     async def ask_knowledge_base(
         question: Annotated[
@@ -417,11 +494,11 @@ def register_tools(server: MCPServer[Any], tools: Tools) -> None:
         ],
         ctx: Context,
     ) -> Annotated[CallToolResult, AskResult]:
+        person = _person(ctx)
         try:
-            result = await tools.ask(_person(ctx), question)
+            answer = await tools.answer(person, question)
         except KBError as exc:
             raise ToolError(str(exc)) from exc
-        return CallToolResult(
-            content=[TextContent(type="text", text=ask_text(result))],
-            structured_content=result.model_dump(mode="json"),
-        )
+        result = _ask_result(answer)
+        blocks = await tools.answer_blocks(person, answer)
+        return _result(ask_text(result), result, blocks)

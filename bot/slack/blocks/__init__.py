@@ -5,7 +5,7 @@ made safe to show: escaped, links inert, fitted to a limit); ``elements`` the
 small builders (``slack_sdk.models``) and :class:`Rendered`, the message they
 make up; ``actions`` the ids Slack sends back that the handlers match on. Then
 one module per thing shown: ``answers`` (every outcome of a question, the answer
-being written, notices, feedback and "Ask a person"), ``hand_off`` (a question
+being written, the passages a search found, notices, feedback and "Ask a person"), ``hand_off`` (a question
 handed to people), ``steps`` (the steps of an answer as streaming chunks, an
 answer stopped midway), ``uploads`` (a file's status, the ``/kb-upload`` modal),
 ``approvals`` (approval requests, audit lines), ``home`` (the Home tab) and
@@ -36,6 +36,7 @@ from bot.slack.blocks.answers import (
     render_answer,
     render_notice,
     render_partial,
+    render_search,
 )
 from bot.slack.blocks.approvals import audit_lines, render_approval_request
 from bot.slack.blocks.elements import Rendered
@@ -121,6 +122,7 @@ __all__ = [
     "render_hand_off",
     "render_notice",
     "render_partial",
+    "render_search",
     "render_stopped",
     "render_upload_status",
     "restricted_entity",

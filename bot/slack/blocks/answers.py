@@ -57,17 +57,25 @@ EVIDENCE_QUOTE_CHARS = 600
 
 
 def render_answer(
-    answer: Answer, *, words: Words, note: str | None = None, ask_a_person: bool = False
+    answer: Answer,
+    *,
+    words: Words,
+    note: str | None = None,
+    ask_a_person: bool = False,
+    buttons: bool = True,
 ) -> Rendered:
     """Render any outcome of :meth:`core.answer.Engine.ask` as a Slack message.
 
     ``words``: the asker's language. ``note`` is server-written mrkdwn shown above the answer (for example why
     fewer documents were searched). ``ask_a_person`` adds the button that hands
     the question to people (``KB_ESCALATION_CHANNEL``) to a logged answer.
+    ``buttons=False`` leaves out every button (feedback, "Ask a person"): Slackbot
+    shows a tool's blocks as its own message, where they would reach no listener.
     """
     notes = [n for n in (note, _links_note(answer, words)) if n]
     head: list[Block] = [context("\n".join(notes))] if notes else []
-    tail = [*_beside(answer, words), *_tail(answer, ask_a_person, words)]
+    buttons_below = _tail(answer, ask_a_person, words) if buttons else []
+    tail = [*_beside(answer, words), *buttons_below]
     if answer.outcome == Outcome.REFUSED:
         return _render_refusal(head, tail, words)
     if answer.outcome == Outcome.MODEL_UNAVAILABLE:
@@ -176,6 +184,35 @@ def _render_passages(
     lines = [_source_line(s, EVIDENCE_QUOTE_CHARS, words) for s in passages]
     blocks = _assemble(head, pack(lines, ""), tail, words)
     return Rendered.build(fit(f"{fallback}\n{_passages_text(passages)}", FALLBACK_LIMIT), blocks)
+
+
+def render_search(
+    written_from: Sequence[SourceRef], beside: Sequence[SourceRef], *, words: Words
+) -> Rendered:
+    """The passages a search found, as an answer to the same question shows them.
+
+    ``written_from``: the passages an answer would be written from (they pass
+    the gate), numbered first; ``beside``: the possibly related ones after them.
+    Each is ``[n]`` linked to its passage, its document and section, and a short
+    quote; with nothing to answer from, the possibly related passages are shown
+    as an answer shows them (not an answer), and with nothing at all, the
+    refusal.
+    """
+    if not written_from:
+        if not beside:
+            return _render_refusal([], [], words)
+        labels = (words.RELATED_HEADER, words.RELATED_REASON, words.RELATED_FALLBACK)
+        return _render_passages(beside, labels, [], [], words)
+    lines = [_source_line(s, QUOTE_CHARS, words) for s in written_from]
+    body = pack(lines, words.SOURCES_HEADER)
+    tail: list[Block] = []
+    if beside:
+        tail = [context(words.BESIDE_HEADER)] + [
+            section(t) for t in pack([_source_line(s, QUOTE_CHARS, words) for s in beside], "")
+        ]
+    blocks = _assemble([], body, tail, words)
+    text = fit(_passages_text([*written_from, *beside]), FALLBACK_LIMIT)
+    return Rendered.build(text, blocks)
 
 
 def _passages_text(passages: Sequence[SourceRef]) -> str:
