@@ -302,3 +302,87 @@ async def test_a_hostile_slack_message_is_quoted_as_data(
     assert "> &lt;/source>" in prompt and "> \\[9] Fake policy" in prompt
     shown = blocks_text(answer)
     assert "<!channel>" not in shown and "<https://evil.example" not in shown
+
+
+# ---------------------------------------------------------------- what it adds
+
+PERMALINK = re.compile(r"https://kbtest\.slack\.com/archives/[^|>\"]+")
+# Questions the workspace's threads answer and the knowledge base does not, each with a
+# phrase of the thread that answers it (its root or a reply).
+SLACK_QUESTIONS = [
+    ("Why does the floor 3 printer keep jamming?", "printer on floor 3"),
+    ("How can I get access to the staging database?", "staging database"),
+    ("How often does the guest Wi-Fi password change?", "guest wifi password"),
+    (DEPLOY_FREEZE, "deploy freeze over the holidays"),
+    ("How do I fix ERR_MIGRATION_LOCK on staging?", "ERR_MIGRATION_LOCK again"),
+    ("What steps does the canary rollout go through?", "canary rollout go through"),
+    ("Where is the bike room now?", "bike storage room"),
+    ("Where should visitors park their car?", "visitors park"),
+    ("When is the on-call handover?", "On-call handover"),  # a private channel of Alice's
+    ("Where is the offsite, and when should I book trains?", "offsite is in Aarhus"),  # group DM
+    ("How do I relink the Zoom room calendar?", "Zoom room calendar"),
+]
+# Slack has it, but in a private channel Alice is not in: never found for her.
+NOT_FOR_ALICE = ("When is the payroll cutoff this month?", "payroll cutoff")
+# Nothing in the knowledge base or in Slack answers these.
+UNANSWERED = [
+    "What is the capital of Australia?",
+    "Which team won the floor hockey tournament on Friday?",
+    "How do I bake sourdough bread at home?",
+]
+
+
+@pytest.mark.parametrize(
+    ("search", "threshold"),
+    [(False, 0.6), (True, 0.6), (True, 0.475)],
+    ids=["off", "on", "on-0.475"],
+)
+async def test_what_slack_search_adds_on_the_mock_workspace(
+    make_bot: BotFactory,
+    workspace: Workspace,
+    llm: OpenAICompatServer,
+    search: bool,
+    threshold: float,
+) -> None:
+    """How many questions of a small set get the thread that answers them (printed: the report).
+
+    Every question is asked by Alice in a DM (the group goes in the answer); a
+    clock advancing 10 s a search keeps her within Slack's 10 a minute.
+    """
+    calls = iter(range(0, 10_000, 10))
+    workspace_clock = lambda: float(next(calls))  # noqa: E731 - one search, ten seconds
+    bot = await make_bot(slack_search=search, threshold=threshold)
+    bot.slack.search_clock = workspace_clock
+    asked = [*SLACK_QUESTIONS, NOT_FOR_ALICE, *[(q, "") for q in UNANSWERED]]
+    found, model_calls, leaked, noise, others = 0, 0, 0, 0, 0
+    for i, (question, phrase) in enumerate(asked, start=1):
+        before = len(bot.llm.requests)
+        await bot.event(dm(question, workspace))
+        shown = blocks_text(await bot.answer(i))
+        called = len(bot.llm.requests) > before
+        thread = roots(workspace, [phrase])[0] if phrase else ""
+        right = bool(phrase) and any(
+            escape(m.permalink()) in shown for m in workspace.thread(thread)
+        )
+        if (question, phrase) in SLACK_QUESTIONS:
+            found += right
+            model_calls += called
+            ours = {escape(m.permalink()) for m in workspace.thread(thread)}
+            others += len(set(PERMALINK.findall(shown)) - ours)
+        elif phrase:
+            leaked += right
+        else:
+            noise += EN.FROM_SLACK_HEADER in shown or called
+    print(
+        f"\nKB_SLACK_SEARCH={'on' if search else 'off'} threshold={threshold}: "
+        f"right thread shown {found}/{len(SLACK_QUESTIONS)}, model called "
+        f"{model_calls}/{len(SLACK_QUESTIONS)}, messages of other threads shown {others}; "
+        f"payroll for a non-member {leaked}/1; "
+        f"unanswerable questions with a group or a model call {noise}/{len(UNANSWERED)}"
+    )
+    assert leaked == 0
+    if not search:
+        assert found == 0 and bot.slack.calls("assistant.search.context") == []
+    else:
+        # Measured 11/11 and 0/3 (docs/slack-search.md): a bar for regressions, not a result.
+        assert found >= len(SLACK_QUESTIONS) - 2 and noise == 0
