@@ -504,6 +504,10 @@ class MockSlackAPI(_LocalServer):
     its claims through :attr:`id_token_overrides`); ``openid.connect.userInfo``
     answers for that access token. ``conversations.members`` pages through the
     members set with :meth:`set_members`.
+
+    Real-time Search: ``assistant.search.context`` searches :attr:`workspace`
+    (``tests/slack_workspace.py``: as the ``action_token``'s person, or public
+    channels only, per person rate-limited on :attr:`search_clock`).
     """
 
     def __init__(

@@ -58,8 +58,48 @@ EVERYONE = (ALICE, BOB, CAROL, DAVE)
 
 _WORD = re.compile(r"[a-z0-9_]+(?:[-.][a-z0-9_]+)*")
 _STOP = frozenset(
-    "a an and are at be by can do does for from how i in is it me my of on or the there this to "
-    "we what when where who why will with you your our any anyone get".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "the",
+        "there",
+        "this",
+        "to",
+        "we",
+        "what",
+        "when",
+        "where",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+        "our",
+        "any",
+        "anyone",
+        "get",
+    ]
 )
 
 
