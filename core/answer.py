@@ -713,7 +713,11 @@ class _OutsideSearch:
         """What it found (``None``: no search asked for)."""
         if self._task is None:
             return None
-        return await self._task
+        try:
+            return await self._task
+        except Exception:  # a surface's bug must cost its group only, never the answer
+            log.exception("the search outside the knowledge base failed")
+            return Found(failure="error")
 
     def cancel(self) -> None:
         """Stop it if it still runs (the question was stopped, or failed elsewhere)."""

@@ -34,14 +34,18 @@ from tests.servers import TEAM_ID, USER_ID
 
 __all__ = [
     "ALICE",
+    "ALICE_BOB",
     "BOB",
     "CAROL",
     "DAVE",
     "SEARCHES_PER_MINUTE",
     "Channel",
     "Message",
+    "REORG_SECRET",
+    "SALARY_SECRET",
     "Workspace",
     "company_workspace",
+    "roots",
 ]
 
 # docs.slack.dev/reference/methods/assistant.search.context, "Rate limiting": "For most

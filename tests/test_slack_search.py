@@ -34,6 +34,7 @@ from tests.servers import (
 )
 from tests.slack_workspace import (
     ALICE,
+    ALICE_BOB,
     BOB,
     REORG_SECRET,
     SALARY_SECRET,
@@ -386,3 +387,22 @@ async def test_what_slack_search_adds_on_the_mock_workspace(
     else:
         # Measured 11/11 and 0/3 (docs/slack-search.md): a bar for regressions, not a result.
         assert found >= len(SLACK_QUESTIONS) - 2 and noise == 0
+
+
+async def test_in_a_channel_the_model_never_reads_slack_even_when_it_answers(
+    make_bot: BotFactory, workspace: Workspace
+) -> None:
+    """The knowledge base answers in the channel; a close DM of the asker's goes to them alone."""
+    secret = "Between us: my expense claims are late again, submit yours within 30 days."
+    workspace.messages.append(Message(ALICE_BOB, "1764100000.000100", BOB, secret))
+    bot = await make_bot(slack_search=True)
+    await bot.event(mention(IN_DOMAIN, workspace))
+    answer = await bot.answer()
+    (ephemeral,) = await bot.slack.wait_for("chat.postEphemeral")
+    await bot.idle()
+
+    assert bot.llm.requests and "Employee handbook" in blocks_text(answer)  # the model answered
+    assert "my expense claims are late" in blocks_text(ephemeral) and ephemeral["user"] == ALICE
+    assert "my expense claims are late" not in prompts(bot)
+    assert "my expense claims are late" not in shown_to_the_channel(bot)
+    assert EN.FROM_SLACK_HEADER not in blocks_text(answer)
