@@ -338,7 +338,15 @@ class Engine:
             await report(_passages_step(StepKind.NOTHING_FOUND, answer.sources))
         else:
             found = _passages_step(StepKind.FOUND, kept.passages)
-            await report(replace(found, passages=found.passages + len(quoted)))
+            # Each conversation the quoted messages come from counts as a document.
+            places = {o.passage.place for o in quoted}
+            await report(
+                replace(
+                    found,
+                    passages=found.passages + len(quoted),
+                    documents=found.documents + len(places),
+                )
+            )
             beside = await self._beside(kept)
             answer = await self._generate(
                 question, kept.passages, history, on_delta, on_step, trace, quoted
