@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.answer import Answer, Asker, Engine, Step
+from core.outside import OutsideSearch
 from core.prompt import ThreadMessage
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,10 @@ class Turn:
         thread: reads that thread on the platform, so that people's messages the
             bot did not answer count too; without it (or when it fails) the query
             log's questions and answers of the thread are the history.
+        outside: a search of the platform itself as the asker, beside the
+            knowledge base (``core.outside``); ``None``: none.
+        read_alone: only the asker reads the answer (a direct message): what
+            ``outside`` finds may be given to the model; else it never is.
     """
 
     question: str
@@ -95,6 +100,8 @@ class Turn:
     asker: Asker
     follow_up: bool = False
     thread: Thread | None = None
+    outside: OutsideSearch | None = None
+    read_alone: bool = False
 
 
 class Conversation:
@@ -133,6 +140,8 @@ class Conversation:
                 asker=turn.asker,
                 on_delta=show,
                 on_step=reply.step,
+                outside=turn.outside,
+                quote_outside=turn.read_alone,
             )
         except asyncio.CancelledError:
             if not asked:

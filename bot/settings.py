@@ -569,6 +569,11 @@ class Settings(BaseSettings):
         "KB_SLACK_STREAMING",
         "How answers appear while the model writes them: 'auto' streams them natively (chat.startStream) where the workspace allows it, else posts and edits the message about once a second; 'off' always posts and edits.",
     )
+    slack_search: bool = _setting(
+        False,
+        "KB_SLACK_SEARCH",
+        "Also search Slack's own messages for each question asked in Slack, as the person asking (Real-time Search, assistant.search.context with the event's action_token; the search:read.* scopes): what is close shows as its own group, 'From Slack', to the asker alone, and is never stored. Without an action_token, public channels only (docs/slack-search.md).",
+    )
     slack_claim_lease: float = _setting(
         DEFAULT_CLAIM_LEASE,
         "KB_SLACK_CLAIM_LEASE",
@@ -800,6 +805,7 @@ class Settings(BaseSettings):
             claim_lease=self.slack_claim_lease,
             upload_sweep=self.upload_sweep_seconds,
             default_language=self.default_language,
+            search=self.slack_search,
         )
 
     def access_config(self) -> AccessConfig:

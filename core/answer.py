@@ -18,7 +18,12 @@ this module keeps:
   question whose answer is cancelled midway (the person pressed Stop) is logged
   as ``stopped``, with what had been written so far, and the cancellation goes on;
 * the steps of the work are reported as they happen (``on_step``: searching,
-  what was found, writing), as plain data a surface may show.
+  what was found, writing), as plain data a surface may show;
+* a search outside the knowledge base as the asker (``outside``: Slack's
+  messages) runs beside retrieval and is its own group (``Answer.outside``),
+  gated by the same distance; the model reads it only when the surface says
+  the asker alone reads the answer, and then the answer's text is not logged
+  (``core.outside`` has the rules).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -39,6 +44,7 @@ from core.errors import LinkSecretUnavailable, LLMUnavailable
 from core.gate import related
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
+from core.outside import Found, Outside, OutsideRef, OutsideSearch, close_passages
 from core.prompt import HISTORY_TURNS, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker
 from core.retrieve import Candidate, Mode, RetrievalBackend
@@ -161,6 +167,9 @@ class Answer:
     model_error: str | None = None
     links_note: str | None = None
     """Set when the passages' links could not be signed (``url`` is then empty): why."""
+    outside: Outside | None = None
+    """What a search outside the knowledge base as the asker found (``core.outside``), its own
+    group; ``None``: there was no such search."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -247,6 +256,8 @@ class Engine:
         asker: Asker = Asker(),
         on_delta: OnDelta | None = None,
         on_step: OnStep | None = None,
+        outside: OutsideSearch | None = None,
+        quote_outside: bool = False,
     ) -> Answer:
         """Answer ``question`` from the passages visible to ``scopes`` (``None``: all).
 
@@ -259,16 +270,22 @@ class Engine:
             asker: who asked, for the log.
             on_delta: receives the answer text while the model streams it.
             on_step: receives each :class:`Step` of the work as it is reached.
+            outside: also searches there, as the asker (``core.outside``).
+            quote_outside: the asker alone reads the answer: what ``outside``
+                finds close may be given to the model as sources.
 
         Cancelled (the asker stopped it), the question is logged as ``stopped``
         with what was written so far, and the cancellation goes on.
         """
         trace = _Trace()
+        search = _OutsideSearch(outside, question, quote=quote_outside)
         try:
-            answer = await self._answer(question, scopes, history, on_delta, on_step, trace)
+            answer = await self._answer(question, scopes, history, on_delta, on_step, trace, search)
         except asyncio.CancelledError:
             await asyncio.to_thread(self._log_stopped, question, trace, scopes, asker)
             raise
+        finally:
+            search.cancel()
         answer.query_id = await asyncio.to_thread(
             self._log, answer, trace.candidates, scopes, asker
         )
@@ -288,12 +305,14 @@ class Engine:
         on_delta: OnDelta | None,
         on_step: OnStep | None,
         trace: _Trace,
+        search: _OutsideSearch,
     ) -> Answer:
         """Everything :meth:`ask` does but the log; ``trace`` follows how far it got."""
         report = on_step or _no_step
         timings = trace.timings
         t0 = trace.started
         await report(Step(StepKind.SEARCHING))
+        search.start()  # beside retrieval: the two wait on different machines
         query = retrieval_query(question, history)
         vector = await asyncio.to_thread(self.selector.vector, query)
         timings["embed"] = _ms_since(t0)
@@ -312,16 +331,29 @@ class Engine:
             kept = await self._keep(query, vector, candidates, timings)
             timings["refresh"] = _ms_since(t)
         trace.kept = kept.passages
-        if not kept.passages:
+        group = await self._outside(search, vector, timings)
+        quoted = group.shown if group is not None and group.quoted else []
+        trace.outside_quoted = bool(quoted)
+        if not kept.passages and not quoted:
             answer = await self._not_answered(question, kept.selection)
             await report(_passages_step(StepKind.NOTHING_FOUND, answer.sources))
         else:
-            await report(_passages_step(StepKind.FOUND, kept.passages))
+            found = _passages_step(StepKind.FOUND, kept.passages)
+            # Each conversation the quoted messages come from counts as a document.
+            places = {o.passage.place for o in quoted}
+            await report(
+                replace(
+                    found,
+                    passages=found.passages + len(quoted),
+                    documents=found.documents + len(places),
+                )
+            )
             beside = await self._beside(kept)
             answer = await self._generate(
-                question, kept.passages, history, on_delta, on_step, trace
+                question, kept.passages, history, on_delta, on_step, trace, quoted
             )
             answer.beside = beside
+        answer.outside = _cited_outside(group, answer)
         if any(not s.url for s in [*answer.sources, *answer.kept, *answer.beside]):
             answer.links_note = UNSIGNED_LINKS_TEXT
         timings["total"] = _ms_since(t0)
@@ -332,12 +364,16 @@ class Engine:
     def _log_stopped(
         self, question: str, trace: _Trace, scopes: frozenset[str] | None, asker: Asker
     ) -> None:
-        """Log a question stopped midway, with the passages kept and the text written so far."""
+        """Log a question stopped midway, with the passages kept and the text written so far.
+
+        Written from passages found outside the knowledge base, the text is not
+        kept: it may quote them, and they are never stored.
+        """
         trace.timings["total"] = _ms_since(trace.started)
         stopped = Answer(
             question,
             Outcome.STOPPED,
-            trace.written,
+            "" if trace.outside_quoted else trace.written,
             grounded=False,
             model_called=trace.model_called,
             kept=trace.kept,
@@ -345,6 +381,25 @@ class Engine:
         )
         log.info("question stopped after %.0f ms", trace.timings["total"])
         self._log(stopped, trace.candidates, scopes, asker)
+
+    async def _outside(
+        self, search: _OutsideSearch, vector: np.ndarray, timings: dict[str, float]
+    ) -> Outside | None:
+        """The outside group: what the search found that the gate finds close (``core.outside``)."""
+        found = await search.result()
+        if found is None:
+            return None
+        t = time.perf_counter()
+        shown = await asyncio.to_thread(
+            close_passages,
+            self.kb.embedder,
+            vector,
+            found.passages,
+            threshold=self.config.threshold,
+            limit=self.config.top_k,
+        )
+        timings["outside"] = _ms_since(t)
+        return Outside(shown, found.reach, found.failure, quoted=search.quote)
 
     async def _search(
         self, query: str, vector: np.ndarray, scopes: frozenset[str] | None
@@ -459,11 +514,14 @@ class Engine:
         on_delta: OnDelta | None,
         on_step: OnStep | None,
         trace: _Trace,
+        outside: Sequence[OutsideRef] = (),
     ) -> Answer:
+        """The model's answer from ``kept``, then ``outside`` (numbered after them)."""
         timings = trace.timings
         sources = [
             Source(n=s.n, document=s.document, locator=_locator(s), content=s.quote) for s in kept
         ]
+        sources += [_outside_source(len(sources) + i, o) for i, o in enumerate(outside, start=1)]
         asked = plain(question)  # what was searched for: full-width letters folded, invisibles gone
         language = await asyncio.to_thread(self._question_language, asked)
         messages = build_messages(asked, sources, history=history, language=language)
@@ -489,10 +547,14 @@ class Engine:
                 model_error=exc.reason,
             )
         timings["llm"] = _ms_since(t)
-        resolved = resolve_citations(text, len(kept))
+        resolved = resolve_citations(text, len(sources))
         if resolved.invalid:
             log.info("citations pointing at no source (not linked): %s", resolved.invalid)
-        cited = [_renumber(kept[orig - 1], new) for new, orig in enumerate(resolved.cited, start=1)]
+        cited = [
+            _renumber(kept[orig - 1], new)
+            for new, orig in enumerate(resolved.cited, start=1)
+            if orig <= len(kept)
+        ]
         outcome = Outcome.UNSUPPORTED if resolved.unsupported else Outcome.ANSWERED
         return Answer(
             question,
@@ -503,6 +565,8 @@ class Engine:
             sources=cited,
             kept=kept,
             invalid_citations=list(resolved.invalid),
+            # The numbers only: _cited_outside puts them on the group.
+            outside=Outside(_numbered(outside, resolved.cited, first=len(kept) + 1)),
         )
 
     def passage_link(self, row: ChunkRow) -> str:
@@ -549,7 +613,13 @@ class Engine:
         scopes: frozenset[str] | None,
         asker: Asker,
     ) -> int | None:
-        """Log the question; ``None`` when the disk refuses (the answer matters more than its log)."""
+        """Log the question; ``None`` when the disk refuses (the answer matters more than its log).
+
+        Only the knowledge base's passages are logged; an answer the model wrote
+        from passages found outside it is logged without its text (``core.outside``).
+        """
+        outside = answer.outside
+        quoted_outside = outside is not None and outside.quoted and bool(outside.shown)
         record = QueryRecord(
             question=answer.question,
             scopes=sorted(scopes) if scopes is not None else [ALL_SCOPES],
@@ -564,7 +634,7 @@ class Engine:
             user=asker.user,
             channel=asker.channel,
             thread_id=asker.thread_id,
-            answer=answer.answer,
+            answer="" if quoted_outside and answer.model_called else answer.answer,
             nearest=_nearest(candidates),
             beside=[(s.chunk_id, s.distance) for s in answer.beside],
             surface=asker.surface,
@@ -587,6 +657,7 @@ class _Trace:
     kept: list[SourceRef] = field(default_factory=list)
     model_called: bool = False
     written: str = ""  # the answer as streamed so far
+    outside_quoted: bool = False  # the model reads passages found outside the knowledge base
 
 
 async def _no_step(step: Step) -> None:
@@ -632,6 +703,59 @@ def _locator(s: SourceRef) -> str:
         # The rows of a passage below its sheet's header row read only with their columns.
         parts.append(f"columns: {s.columns}")
     return ", ".join(parts) or "beginning"
+
+
+class _OutsideSearch:
+    """One question's search outside the knowledge base, run beside retrieval."""
+
+    def __init__(self, search: OutsideSearch | None, question: str, *, quote: bool) -> None:
+        self.search = search
+        self.question = question
+        self.quote = quote
+        self._task: asyncio.Task[Found] | None = None
+
+    def start(self) -> None:
+        if self.search is not None and self._task is None:
+            self._task = asyncio.create_task(self.search.search(plain(self.question)))
+
+    async def result(self) -> Found | None:
+        """What it found (``None``: no search asked for)."""
+        if self._task is None:
+            return None
+        try:
+            return await self._task
+        except Exception:  # a surface's bug must cost its group only, never the answer
+            log.exception("the search outside the knowledge base failed")
+            return Found(failure="error")
+
+    def cancel(self) -> None:
+        """Stop it if it still runs (the question was stopped, or failed elsewhere)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+def _outside_source(n: int, ref: OutsideRef) -> Source:
+    """A passage found outside the knowledge base as the model reads it: a numbered source."""
+    p = ref.passage
+    when = time.strftime("%Y-%m-%d", time.gmtime(p.posted))
+    return Source(n=n, document=f"Message by {p.author} in {p.place}", locator=when, content=p.text)
+
+
+def _numbered(
+    outside: Sequence[OutsideRef], cited: Sequence[int], *, first: int
+) -> list[OutsideRef]:
+    """``outside`` (numbered from ``first`` in the prompt) with their numbers in the answer."""
+    new = {orig: n for n, orig in enumerate(cited, start=1)}
+    return [replace(o, n=new.get(first + i, 0)) for i, o in enumerate(outside)]
+
+
+def _cited_outside(group: Outside | None, answer: Answer) -> Outside | None:
+    """The outside group of ``answer``: its passages with the numbers the answer cites them by."""
+    if group is None:
+        return None
+    if group.quoted and answer.outside is not None:
+        return replace(group, shown=answer.outside.shown)
+    return group
 
 
 def _renumber(s: SourceRef, n: int) -> SourceRef:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import PurePosixPath
-from typing import Any, Self
+from typing import Any, Protocol, Self
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -454,6 +454,12 @@ class _Override:
     late: float = 0.0  # passthrough: seconds between doing what the call asks and answering
 
 
+class _Searchable(Protocol):
+    """What Real-time Search searches: ``(body, HTTP status, Retry-After)`` for a call at ``now``."""
+
+    def search(self, params: JSONDict, now: float) -> tuple[JSONDict, int, float]: ...
+
+
 @dataclass(frozen=True)
 class _Grant:
     """Who approved a sign-in, for which nonce and redirect URI."""
@@ -509,6 +515,10 @@ class MockSlackAPI(_LocalServer):
     its claims through :attr:`id_token_overrides`); ``openid.connect.userInfo``
     answers for that access token. ``conversations.members`` pages through the
     members set with :meth:`set_members`.
+
+    Real-time Search: ``assistant.search.context`` searches :attr:`workspace`
+    (``tests/slack_workspace.py``: as the ``action_token``'s person, or public
+    channels only, per person rate-limited on :attr:`search_clock`).
     """
 
     def __init__(
@@ -594,6 +604,11 @@ class MockSlackAPI(_LocalServer):
         """The MCP servers the app declares: a skill may bind only these, of this app."""
         self.skills: dict[str, JSONDict] = {}
         """Slackbot skills by id, with their instructions."""
+        self.workspace: _Searchable | None = None
+        """What ``assistant.search.context`` searches (``tests/slack_workspace.py``); ``None``:
+        a workspace with no messages."""
+        self.search_clock: Callable[[], float] = time.monotonic
+        """Seconds for Real-time Search's per-person rate limit (tests pass a fake clock)."""
         self._cond = asyncio.Condition()
         for user_id in admins:
             self.set_user(user_id, is_admin=True)
@@ -1083,13 +1098,15 @@ class MockSlackAPI(_LocalServer):
         else:
             answer = getattr(self, "_m_" + method.replace(".", "_"), None)
             body = answer(params) if answer else {"ok": True}
+        # A method's answer with an HTTP status of its own (a rate limit): (status, headers).
+        status, extra = body.pop("_http", (200, {}))
         error = None if body.get("ok") else str(body.get("error", "error"))
         await self._record(method, params, error)
         await self._sleep(late)
-        headers = {"X-Slack-Req-Id": _next_id("req")}
+        headers = {"X-Slack-Req-Id": _next_id("req"), **extra}
         if "warning" in body:
             headers["X-Slack-Warning"] = str(body["warning"])
-        return self._json(body, headers=headers)
+        return self._json(body, status=status, headers=headers)
 
     async def _file(self, request: web.Request) -> web.StreamResponse:
         slug = request.match_info["slug"]
@@ -1430,6 +1447,19 @@ class MockSlackAPI(_LocalServer):
             return {"ok": False, "error": "user_not_in_channel"}
         error = self._message_errors(params)
         return error or {"ok": True, "message_ts": slack_ts()}
+
+    def _m_assistant_search_context(self, params: JSONDict) -> JSONDict:
+        """Real-time Search of :attr:`workspace`, as the ``action_token``'s person (or public only)."""
+        if self.workspace is None:
+            return {
+                "ok": True,
+                "results": {"messages": []},
+                "response_metadata": {"next_cursor": ""},
+            }
+        body, status, retry_after = self.workspace.search(params, self.search_clock())
+        if status != 200:
+            body["_http"] = (status, {"Retry-After": str(int(retry_after))})
+        return body
 
     def _m_chat_getPermalink(self, params: JSONDict) -> JSONDict:
         channel, ts = str(params.get("channel", "")), str(params.get("message_ts", ""))

@@ -30,7 +30,8 @@ COMMANDS = {"/kb-upload", "/kb-reindex"}
 # The minimum from SLACK.md, plus assistant:write (suggested prompts), im:write
 # (reporting results by DM), channels:read / groups:read (channel membership,
 # for the viewer's sign-in), usergroups:read (members of publisher groups), and
-# channels:history / groups:history: replies in the threads the bot answered in.
+# channels:history / groups:history: replies in the threads the bot answered in;
+# search:read.*: Slack's messages searched as the asker (KB_SLACK_SEARCH).
 SCOPES = {
     "app_mentions:read",
     "assistant:write",
@@ -46,6 +47,10 @@ SCOPES = {
     "links:read",
     "links:write",
     "mcp:connect",
+    "search:read.im",
+    "search:read.mpim",
+    "search:read.private",
+    "search:read.public",
     "usergroups:read",
     "users:read",
 }

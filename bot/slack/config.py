@@ -63,6 +63,8 @@ class SlackConfig:
             (``bot.slack.uploads.Uploader.take_over``).
         default_language: the catalog language (``bot.slack.words``) of messages
             for several people, and of a person whose locale and question tell none.
+        search: also search Slack's messages as the asker (Real-time Search,
+            ``bot.slack.search``) and show what is close as its own group.
     """
 
     # Secrets never in a repr: a repr ends up in tracebacks and logs.
@@ -82,6 +84,7 @@ class SlackConfig:
     claim_lease: float = DEFAULT_CLAIM_LEASE
     upload_sweep: float = DEFAULT_UPLOAD_SWEEP
     default_language: str = DEFAULT_LANGUAGE
+    search: bool = False
 
     @property
     def missing(self) -> list[str]:

@@ -140,12 +140,18 @@ async def answer(
         bot_user_id=context.bot_user_id,
         bot_id=context.bot_id,
     )
+    # Slack's messages found as the asker may be theirs alone (their DMs): the model
+    # reads them only for an answer nobody else reads; elsewhere they go to the
+    # asker alone, beside an answer written without them (SlackReply.final).
+    read_alone = where.channel is None
     turn = Turn(
         question=question,
         scopes=scopes,
         asker=Asker(user=event.get("user"), channel=channel, thread_id=thread_ts),
         follow_up=in_thread,
         thread=thread if in_thread else None,
+        outside=services.search.for_event(event) if services.search else None,
+        read_alone=read_alone,
     )
     reply = SlackReply(
         client,
@@ -161,6 +167,7 @@ async def answer(
         # Every answer is an agent session where Slack takes them (an agent app's), with Stop.
         title=question,
         follow_up=in_thread,
+        read_alone=read_alone,
     )
     try:
         await services.turns.run(

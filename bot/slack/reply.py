@@ -92,6 +92,7 @@ from bot.slack.blocks import (
     STEP_DISPLAY_MODE,
     Rendered,
     render_answer,
+    render_from_slack,
     render_notice,
     render_partial,
     render_stopped,
@@ -423,6 +424,9 @@ class SlackReply:
         ask_a_person: the answer gets the "Ask a person" button (``KB_ESCALATION_CHANNEL``).
         title: the question, to title the agent session with; ``None``: no session.
         follow_up: asked in a thread that may have a session already (its title stays).
+        read_alone: the asker alone reads the thread (a DM): the "From Slack" group
+            goes in the answer; elsewhere it goes to the asker alone, in a message
+            only they see (``chat.postEphemeral``), or nowhere.
     """
 
     def __init__(
@@ -440,8 +444,10 @@ class SlackReply:
         ask_a_person: bool = False,
         title: str | None = None,
         follow_up: bool = False,
+        read_alone: bool = False,
     ) -> None:
         self.client = client
+        self.read_alone = read_alone
         self.context = context
         self.words = words
         self.channel = channel
@@ -550,14 +556,41 @@ class SlackReply:
     async def final(self, answer: Answer) -> None:
         """Replace the answer so far (or the placeholder) with the rendered answer, or post it."""
         rendered = render_answer(
-            answer, words=self.words, note=self.note, ask_a_person=self.ask_a_person
+            answer,
+            words=self.words,
+            note=self.note,
+            ask_a_person=self.ask_a_person,
+            from_slack=self.read_alone,
         )
         self._finishing = True
         await self._end_stream()
         try:
             await self._show_final(rendered)
+            if not self.read_alone:
+                await self._from_slack_to_asker(answer)
         finally:
             await self.end_session()
+
+    async def _from_slack_to_asker(self, answer: Answer) -> None:
+        """The "From Slack" group, in a message only the asker sees; not shown when that fails.
+
+        Slack's messages were searched as the asker and may be theirs alone (their
+        DMs): where others read the thread, they go nowhere but to the asker.
+        """
+        group = render_from_slack(answer.outside, self.words)
+        if group is None or not self.recipient_user_id:
+            return
+        try:
+            await self.client.chat_postEphemeral(
+                channel=self.channel,
+                user=self.recipient_user_id,
+                thread_ts=self.thread_ts,
+                **group.as_kwargs(),
+            )
+        except SLACK_FAILURES as exc:
+            log.warning(
+                "the From Slack group was not shown in %s: %s", self.channel, slack_failure(exc)
+            )
 
     async def _show_final(self, rendered: Rendered) -> None:
         placeholder = self.ts

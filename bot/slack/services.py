@@ -15,6 +15,7 @@ from bot.slack.home import Home
 from bot.slack.people import Audience, Directory, Roles
 from bot.slack.reindex import Reindexer
 from bot.slack.reply import Streaming
+from bot.slack.search import SlackSearcher
 from bot.slack.sessions import Turns
 from bot.slack.uploads import Jobs, Uploader
 from bot.slack.words import Languages
@@ -46,6 +47,8 @@ class Services:
     home: Home = field(init=False)
     streaming: Streaming = field(default_factory=Streaming)
     turns: Turns = field(default_factory=Turns)
+    search: SlackSearcher | None = None
+    """Slack's messages searched as the asker (``KB_SLACK_SEARCH=on``); ``None``: off."""
 
     def __post_init__(self) -> None:
         self.home = Home(
@@ -87,4 +90,5 @@ class Services:
             streaming=Streaming(config.streaming),
             ack_executor=ack_executor,
             deliveries=deliveries,
+            search=SlackSearcher(config) if config.search else None,
         )

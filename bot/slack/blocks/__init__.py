@@ -8,8 +8,9 @@ one module per thing shown: ``answers`` (every outcome of a question, the answer
 being written, the passages a search found, notices, feedback and "Ask a person"), ``hand_off`` (a question
 handed to people), ``steps`` (the steps of an answer as streaming chunks, an
 answer stopped midway), ``uploads`` (a file's status, the ``/kb-upload`` modal),
-``approvals`` (approval requests, audit lines), ``home`` (the Home tab) and
-``entities`` (a passage link as a Work Object: its unfurl and flexpane).
+``approvals`` (approval requests, audit lines), ``home`` (the Home tab),
+``entities`` (a passage link as a Work Object: its unfurl and flexpane) and
+``from_slack`` (Slack's messages found as the asker, shown to the asker alone).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from bot.slack.blocks.entities import (
     unavailable_entity,
     unfurl_metadata,
 )
+from bot.slack.blocks.from_slack import render_from_slack
 from bot.slack.blocks.hand_off import HandOff, mark_handed_off, render_hand_off
 from bot.slack.blocks.home import (
     ADMIN_SECTIONS,
@@ -119,6 +121,7 @@ __all__ = [
     "readable_by",
     "render_answer",
     "render_approval_request",
+    "render_from_slack",
     "render_hand_off",
     "render_notice",
     "render_partial",

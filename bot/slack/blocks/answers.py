@@ -31,9 +31,11 @@ from bot.slack.blocks.elements import (
     plain_text,
     section,
 )
+from bot.slack.blocks.from_slack import from_slack_blocks
 from bot.slack.blocks.mrkdwn import (
     FALLBACK_LIMIT,
     SECTION_LIMIT,
+    Cited,
     cited_text,
     escape,
     fit,
@@ -49,6 +51,7 @@ from bot.slack.blocks.mrkdwn import (
 from bot.slack.words import Words
 from core.answer import UNSIGNED_LINKS_TEXT, Answer, Outcome, SourceRef
 from core.gate import MAX_RELATED
+from core.outside import OutsideRef
 
 # Slack's 50 blocks of a message.
 MAX_BLOCKS = 50
@@ -63,6 +66,7 @@ def render_answer(
     note: str | None = None,
     ask_a_person: bool = False,
     buttons: bool = True,
+    from_slack: bool = False,
 ) -> Rendered:
     """Render any outcome of :meth:`core.answer.Engine.ask` as a Slack message.
 
@@ -71,11 +75,14 @@ def render_answer(
     the question to people (``KB_ESCALATION_CHANNEL``) to a logged answer.
     ``buttons=False`` leaves out every button (feedback, "Ask a person"): Slackbot
     shows a tool's blocks as its own message, where they would reach no listener.
+    ``from_slack``: the message is read by the asker alone, and shows the "From
+    Slack" group (``answer.outside``) below the answer; never set it elsewhere.
     """
     notes = [n for n in (note, _links_note(answer, words)) if n]
     head: list[Block] = [context("\n".join(notes))] if notes else []
     buttons_below = _tail(answer, ask_a_person, words) if buttons else []
-    tail = [*_beside(answer, words), *buttons_below]
+    group = from_slack_blocks(answer.outside, words) if from_slack else []
+    tail = [*_beside(answer, words), *group, *buttons_below]
     if answer.outcome == Outcome.REFUSED:
         return _render_refusal(head, tail, words)
     if answer.outcome == Outcome.MODEL_UNAVAILABLE:
@@ -120,14 +127,20 @@ def _tail(answer: Answer, ask_a_person: bool, words: Words) -> list[Block]:
 def _render_answered(
     answer: Answer, head: list[Block], tail: list[Block], words: Words
 ) -> Rendered:
-    body = split_mrkdwn(from_markdown(link_citations(answer.answer, answer.sources)))
+    cited: list[Cited] = [*answer.sources, *_cited_outside(answer)]
+    body = split_mrkdwn(from_markdown(link_citations(answer.answer, cited)))
     source_lines = [_source_line(s, QUOTE_CHARS, words) for s in answer.sources]
     sources = [section(t) for t in pack(source_lines, words.SOURCES_HEADER)] if source_lines else []
     blocks = _assemble(head, body or [words.EMPTY_ANSWER], [*sources, *tail], words)
-    text = fit(
-        from_markdown(inert_links(answer.answer, cited_text(answer.sources))), FALLBACK_LIMIT
-    )
+    text = fit(from_markdown(inert_links(answer.answer, cited_text(cited))), FALLBACK_LIMIT)
     return Rendered.build(text or words.EMPTY_ANSWER, blocks)
+
+
+def _cited_outside(answer: Answer) -> list[OutsideRef]:
+    """The Slack messages the answer cites (the model read them only for the asker alone)."""
+    if answer.outside is None or not answer.outside.quoted:
+        return []
+    return [ref for ref in answer.outside.shown if ref.n]
 
 
 def _render_uncited(answer: Answer, head: list[Block], tail: list[Block], words: Words) -> Rendered:

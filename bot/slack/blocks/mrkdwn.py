@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Protocol
 
 from bot.slack.words import Words
-from core.answer import SourceRef
 from core.citations import citation_spans
 from index.models import EVERYONE
 from index.names import display_name
@@ -235,7 +235,26 @@ def _outside_tokens(text: str, cut: int) -> int:
 # ---------------------------------------------------------------- citations
 
 
-def link_citations(text: str, sources: Sequence[SourceRef]) -> str:
+class Cited(Protocol):
+    """A source an answer cites: a passage of the knowledge base, or a Slack message found as the asker."""
+
+    @property
+    def n(self) -> int:
+        """The number the answer cites it by."""
+        ...
+
+    @property
+    def url(self) -> str:
+        """The link a citation of it opens (empty: none)."""
+        ...
+
+    @property
+    def quote(self) -> str:
+        """Its text."""
+        ...
+
+
+def link_citations(text: str, sources: Sequence[Cited]) -> str:
     """Escape an answer and turn each citation group into links to its passages.
 
     Args:
@@ -260,7 +279,7 @@ def link_citations(text: str, sources: Sequence[SourceRef]) -> str:
     return "".join(out)
 
 
-def cited_text(sources: Sequence[SourceRef]) -> str:
+def cited_text(sources: Sequence[Cited]) -> str:
     """The cited passages' quotes: a link-like token found in them is the passage's, not the model's."""
     return "\n".join(s.quote for s in sources)
 

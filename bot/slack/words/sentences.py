@@ -136,6 +136,35 @@ class Words:
         """Where a passage of a PDF is (after its document and section)."""
         return self._("p. {page}", page=page)
 
+    # ------------------------------------------------------------ Slack's own messages (KB_SLACK_SEARCH)
+
+    FROM_SLACK_HEADER = N_("*From Slack*")
+    FROM_SLACK_AS_YOU = N_(
+        "Messages you can read in Slack, searched as you. Only you see them; nothing is stored."
+    )
+    FROM_SLACK_PUBLIC_ONLY = N_(
+        "Public channels only: Slack gave no permission to search as you. "
+        "Only you see them; nothing is stored."
+    )
+    FROM_SLACK_FALLBACK = N_("From Slack, only for you:")
+    FROM_SLACK_OPEN = N_("Open")
+    FROM_SLACK_RATELIMITED = N_(
+        "Slack's messages were not searched this time: Slack allows only a few searches a "
+        "minute. The rest of the answer is from the knowledge base; ask again in a minute."
+    )
+    FROM_SLACK_UNREACHABLE = N_(
+        "Slack's messages were not searched: Slack did not answer in time. "
+        "The rest of the answer is from the knowledge base."
+    )
+
+    def from_slack_refused(self, reason: str) -> str:
+        """Slack refused the search; ``reason`` is Slack's error code, already made inert."""
+        return self._(
+            "Slack's messages were not searched: Slack refused the search ({reason}). "
+            "The rest of the answer is from the knowledge base.",
+            reason=reason,
+        )
+
     # ------------------------------------------------------------ handing a question to a person
 
     ASK_A_PERSON = N_("Ask a person")

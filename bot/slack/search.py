@@ -1,0 +1,193 @@
+"""Slack's own messages as a source: Real-time Search as the person asking (``KB_SLACK_SEARCH=on``).
+
+Each question also calls ``assistant.search.context`` with the event's
+top-level ``action_token``: Slack then searches, as that person, the public
+and private channels, group DMs and DMs they can read (``search:read.public``,
+``.private``, ``.mpim``, ``.im``; DMs and group DMs only where each person has
+consented). An event without one (an app Slack does not treat as an agent)
+searches with the bot token alone, public channels only; the group says which
+(:data:`AS_ASKER`, :data:`PUBLIC_ONLY`). Slack stores nothing of the search,
+and neither does the bot (``core.outside``).
+
+Slack allows about 10 of these searches a minute per person (its reference
+for ``assistant.search.context``: "10+ requests per minute"). A search Slack
+refuses (``ratelimited``, ``not_allowed_token_type``, ``missing_scope``,
+``invalid_action_token``...), one it does not answer within
+:data:`SEARCH_TIMEOUT_SECONDS`, costs only the group, with a note
+(``Found.failure``); after ``ratelimited`` that person's searches wait out
+Slack's ``Retry-After`` without asking again. The search has a client of its
+own that never retries a rate limit: the answer must not wait a minute for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.config import SlackConfig
+from core.outside import Found, OutsidePassage
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "AS_ASKER",
+    "PUBLIC_ONLY",
+    "SEARCH_TIMEOUT_SECONDS",
+    "UNREACHABLE",
+    "SlackSearch",
+    "SlackSearcher",
+]
+
+AS_ASKER = "as_asker"  # with the event's action_token: what the asker can read
+PUBLIC_ONLY = "public_only"  # the bot token alone: public channels only
+UNREACHABLE = "unreachable"  # no answer from Slack in time (not an error code of Slack's)
+# Every kind of conversation a person reads; Slack returns only what the token may search.
+ASKERS_CHANNELS = ("public_channel", "private_channel", "mpim", "im")
+PUBLIC_CHANNELS = ("public_channel",)
+# Slack returns about 20 results a page; one page is all a question uses (the next
+# would spend one of the person's 10 searches a minute).
+RESULTS = 20
+# The answer waits this long for Slack's search at most, then goes on without it.
+SEARCH_TIMEOUT_SECONDS = 5.0
+# A message's text quoted to the model at most this long (a pasted log is not a source).
+MAX_TEXT_CHARS = 2000
+# Without a Retry-After, a person's searches wait this long after a rate limit.
+DEFAULT_PAUSE_SECONDS = 60.0
+
+
+class SlackSearcher:
+    """Real-time Search for this process: its client, and whose searches wait out a rate limit.
+
+    Args:
+        config: the bot token and the API's address.
+        clock: seconds, monotonic (tests pass their own).
+        timeout: seconds a search may take before the answer goes on without it.
+    """
+
+    def __init__(
+        self,
+        config: SlackConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        timeout: float = SEARCH_TIMEOUT_SECONDS,
+    ) -> None:
+        # Connection errors only: a rate-limited search is given up at once (the group
+        # says so), never retried after Slack's Retry-After while the answer waits.
+        self.client = AsyncWebClient(
+            token=config.bot_token,
+            base_url=config.api_url,
+            retry_handlers=[AsyncConnectionErrorRetryHandler(max_retry_count=1)],
+        )
+        self.timeout = timeout
+        self._clock = clock
+        self._paused_until: dict[str, float] = {}
+
+    def for_event(self, event: Mapping[str, Any]) -> SlackSearch:
+        """The search of one question: as its asker when the event carries an ``action_token``."""
+        token = event.get("action_token")
+        return SlackSearch(
+            self,
+            user=str(event.get("user") or ""),
+            action_token=token if isinstance(token, str) and token else None,
+        )
+
+    def paused(self, user: str) -> bool:
+        """Whether ``user``'s searches wait out a rate limit Slack reported."""
+        return self._clock() < self._paused_until.get(user, 0.0)
+
+    def pause(self, user: str, seconds: float) -> None:
+        """Ask nothing for ``user`` for ``seconds`` (Slack's ``Retry-After``)."""
+        self._paused_until[user] = self._clock() + seconds
+
+
+class SlackSearch:
+    """One question's search of Slack (``core.outside.OutsideSearch``)."""
+
+    def __init__(self, searcher: SlackSearcher, *, user: str, action_token: str | None) -> None:
+        self.searcher = searcher
+        self.user = user
+        self.action_token = action_token
+
+    @property
+    def reach(self) -> str:
+        """How far this search reaches: :data:`AS_ASKER` or :data:`PUBLIC_ONLY`."""
+        return AS_ASKER if self.action_token else PUBLIC_ONLY
+
+    async def search(self, query: str) -> Found:
+        """The messages ``query`` finds in Slack; a failure is ``Found.failure``, never raised."""
+        if self.searcher.paused(self.user):
+            return Found(reach=self.reach, failure="ratelimited")
+        try:
+            async with asyncio.timeout(self.searcher.timeout):
+                page = await self.searcher.client.assistant_search_context(
+                    query=query,
+                    action_token=self.action_token,
+                    channel_types=list(ASKERS_CHANNELS if self.action_token else PUBLIC_CHANNELS),
+                    content_types=["messages"],
+                    limit=RESULTS,
+                )
+        except SlackApiError as exc:
+            return self._refused(exc)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("Slack search unreachable: %s", type(exc).__name__)
+            return Found(reach=self.reach, failure=UNREACHABLE)
+        return Found(messages(page.data), reach=self.reach)
+
+    def _refused(self, exc: SlackApiError) -> Found:
+        error = str(exc.response.get("error") or exc.response.status_code)
+        if error == "ratelimited":
+            self.searcher.pause(self.user, _retry_after(exc))
+        log.warning("Slack search refused (%s, %s): only that group is lost", error, self.reach)
+        return Found(reach=self.reach, failure=error)
+
+
+def messages(data: Any) -> list[OutsidePassage]:
+    """The messages of an ``assistant.search.context`` answer, in Slack's order.
+
+    An entry without text, a permalink that is not https, an author or a
+    channel is left out: what cannot be opened or attributed is not shown.
+    """
+    results = data.get("results") if isinstance(data, Mapping) else None
+    found = results.get("messages") if isinstance(results, Mapping) else None
+    if not isinstance(found, list):
+        return []
+    return [p for p in (_passage(m) for m in found) if p is not None]
+
+
+def _passage(message: Any) -> OutsidePassage | None:
+    if not isinstance(message, Mapping):
+        return None
+    text, url = message.get("content"), message.get("permalink")
+    author, place = message.get("author_user_id"), message.get("channel_id")
+    if not all(isinstance(v, str) and v for v in (text, url, author, place)):
+        return None
+    if not str(url).startswith("https://"):
+        return None
+    try:
+        posted = float(message.get("message_ts") or 0)
+    except (TypeError, ValueError):
+        posted = 0.0
+    return OutsidePassage(
+        text=str(text)[:MAX_TEXT_CHARS],
+        author=str(author),
+        posted=posted,
+        url=str(url),
+        place=str(place),
+    )
+
+
+def _retry_after(exc: SlackApiError) -> float:
+    headers = getattr(exc.response, "headers", None) or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return max(1.0, float(value)) if value is not None else DEFAULT_PAUSE_SECONDS
+    except (TypeError, ValueError):
+        return DEFAULT_PAUSE_SECONDS
