@@ -63,6 +63,8 @@ class SlackConfig:
             (``bot.slack.uploads.Uploader.take_over``).
         default_language: the catalog language (``bot.slack.words``) of messages
             for several people, and of a person whose locale and question tell none.
+        canvas_channels: the channels whose canvases are documents (``bot.slack.canvases``).
+        canvas_sync: seconds between two syncs of their canvases; 0: events only.
     """
 
     # Secrets never in a repr: a repr ends up in tracebacks and logs.
@@ -82,6 +84,8 @@ class SlackConfig:
     claim_lease: float = DEFAULT_CLAIM_LEASE
     upload_sweep: float = DEFAULT_UPLOAD_SWEEP
     default_language: str = DEFAULT_LANGUAGE
+    canvas_channels: frozenset[str] = frozenset()
+    canvas_sync: float = 0.0
 
     @property
     def missing(self) -> list[str]:
