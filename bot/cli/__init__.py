@@ -5,15 +5,27 @@ commands to the group when imported: ``documents`` (ingest, docs, show,
 chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
 reject), ``answering`` (ask, serve), ``evaluation`` (eval, calibrate,
 export-disliked), ``syncing`` (sync), ``storage`` (migrate-store), ``mcp``
-(mcp-token create, list, revoke) and ``access`` (access explain).
+(mcp-token create, list, revoke), ``access`` (access explain) and ``canvases``
+(canvases sync).
 """
 
-from bot.cli import access, answering, documents, evaluation, mcp, publishing, storage, syncing
+from bot.cli import (
+    access,
+    answering,
+    canvases,
+    documents,
+    evaluation,
+    mcp,
+    publishing,
+    storage,
+    syncing,
+)
 from bot.cli.base import main
 
 __all__ = [
     "access",
     "answering",
+    "canvases",
     "documents",
     "evaluation",
     "main",

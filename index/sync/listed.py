@@ -14,7 +14,7 @@ listing that could not be had is the caller's to report, and removes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from index.errors import KBError
