@@ -176,7 +176,9 @@ async def test_kb_serve_polls_the_canvases_at_start_and_on_its_period(
     bot = await make_bot(canvas_channels=CHANNEL_ID, canvas_sync_seconds=0.05)
     await _until(lambda: len(canvas_docs(bot.kb)) == 1)
     slack.edit_canvas(canvas["id"], MOVED)
-    await _until(lambda: "Narwhal" in "".join(bot.kb.canonical_text(d.id) for d in canvas_docs(bot.kb)))
+    await _until(
+        lambda: "Narwhal" in "".join(bot.kb.canonical_text(d.id) for d in canvas_docs(bot.kb))
+    )
     slack.delete_canvas(canvas["id"])
     await _until(lambda: canvas_docs(bot.kb) == [])
 
@@ -195,9 +197,7 @@ async def _until(done: Any, timeout: float = 30.0) -> None:
 async def test_a_non_member_never_gets_a_canvas_passage_on_any_surface(
     make_bot: BotFactory,
 ) -> None:
-    bot = await make_bot(
-        **SIGN_IN, mcp=True, canvas_channels=CHANNEL_ID, canvas_sync_seconds=0
-    )
+    bot = await make_bot(**SIGN_IN, mcp=True, canvas_channels=CHANNEL_ID, canvas_sync_seconds=0)
     bot.slack.set_members(CHANNEL_ID, [MEMBER])
     canvas = bot.slack.add_canvas(CHANNEL_ID, "Release rota", DRILL)
     await changed(bot, file_change_event(canvas["id"]))
@@ -294,24 +294,35 @@ async def test_canvas_not_found_removes_it_and_a_huge_canvas_fails_keeping_the_o
     keeper = Canvases(kb, [CHANNEL_ID])
     kept = slack.add_canvas(CHANNEL_ID, "Release rota", DRILL)
     hidden = slack.add_canvas(CHANNEL_ID, "Secret plans", MOVED)
-    assert sorted((await keeper.sync(client, CHANNEL_ID)).added) == sorted([kept["id"], hidden["id"]])
+    assert sorted((await keeper.sync(client, CHANNEL_ID)).added) == sorted(
+        [kept["id"], hidden["id"]]
+    )
     (old,) = [d for d in canvas_docs(kb) if d.title == "Release rota"]
 
     # Listed, but the bot may no longer view it: Slack answers canvas_not_found.
     slack.on(
         "canvases.getContent",
-        lambda p: {"ok": False, "error": "canvas_not_found"}
-        if p["canvas_id"] == hidden["id"]
-        else {"ok": True, "content": "word " * 2_100_000},  # 10.5 MB of text
+        lambda p: (
+            {"ok": False, "error": "canvas_not_found"}
+            if p["canvas_id"] == hidden["id"]
+            else {"ok": True, "content": "word " * 2_100_000}
+        ),  # 10.5 MB of text
     )
     report = await keeper.sync(client, CHANNEL_ID)
     assert report.removed == [hidden["id"]]
     assert [k for k, _ in report.failed] == [kept["id"]]
-    assert "10,000,000 characters" in report.failed[0][1] and "KB_MAX_TEXT_CHARS" in report.failed[0][1]
+    assert (
+        "10,000,000 characters" in report.failed[0][1]
+        and "KB_MAX_TEXT_CHARS" in report.failed[0][1]
+    )
     assert [d.id for d in canvas_docs(kb)] == [old.id]  # the old version still answers
     assert "room Orca" in kb.canonical_text(old.id)
     failed = [d for d in kb.documents(DocState.FAILED) if d.name == old.name]
-    assert failed and failed[0].chunk_count == 0 and "KB_MAX_TEXT_CHARS" in str(failed[0].failure_reason)
+    assert (
+        failed
+        and failed[0].chunk_count == 0
+        and "KB_MAX_TEXT_CHARS" in str(failed[0].failure_reason)
+    )
 
 
 # ---------------------------------------------------------------- kb canvases sync

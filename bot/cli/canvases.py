@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from bot.cli.base import emit, json_option, main, open_kb, settings_of
 from bot.cli.syncing import print_reports
+
+if TYPE_CHECKING:
+    from index.sync import SourceReport
 
 
 @main.group()
@@ -49,7 +53,7 @@ def sync(ctx: click.Context, channels: tuple[str, ...], dry_run: bool, as_json: 
         raise click.UsageError("SLACK_BOT_TOKEN is not set: canvases are read with the bot token.")
     keeper = Canvases(open_kb(ctx), chosen)
 
-    async def run() -> list:  # type: ignore[type-arg]
+    async def run() -> list[SourceReport]:
         client = web_client(token, settings.slack_api_url)
         return [await keeper.sync(client, c, dry_run=dry_run) for c in chosen]
 
