@@ -33,6 +33,7 @@ COMMANDS = {"/kb-upload", "/kb-reindex"}
 SCOPES = {
     "app_mentions:read",
     "assistant:write",
+    "canvases:read",
     "channels:history",
     "channels:read",
     "chat:write",
@@ -57,6 +58,8 @@ BOT_EVENTS = [
     "message.im",
     "link_shared",
     "entity_details_requested",
+    "file_change",
+    "file_deleted",
 ]
 # Each history scope comes with the message event it receives.
 EVENT_SCOPES = {

@@ -41,6 +41,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.access import slack_error
+from bot.slack.uploads import Jobs
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
 from index.names import display_name
@@ -192,11 +193,16 @@ class Canvases:
     Args:
         kb: the knowledge base.
         channels: the channels whose canvases are documents (``KB_CANVAS_CHANNELS``).
+        jobs: where the syncs events start run (the server drains them on shutdown,
+            and logs their failures); their own tasks otherwise.
     """
 
-    def __init__(self, kb: KnowledgeBase, channels: Iterable[str]) -> None:
+    def __init__(
+        self, kb: KnowledgeBase, channels: Iterable[str], jobs: Jobs | None = None
+    ) -> None:
         self.kb = kb
         self.channels = frozenset(channels)
+        self.jobs = jobs or Jobs()
         self._running: dict[str, asyncio.Task[SourceReport]] = {}
         self._again: set[str] = set()
 
@@ -283,7 +289,7 @@ class Canvases:
         if running is not None and not running.done():
             self._again.add(channel)
             return running
-        task = asyncio.create_task(
+        task = self.jobs.spawn(
             self._sync_until_settled(client, channel), name=f"canvases-{channel}"
         )
         self._running[channel] = task

@@ -465,20 +465,34 @@ def _register_agent(app: AsyncApp, services: Services) -> None:
 
 
 def _register_canvases(app: AsyncApp, services: Services) -> None:
-    async def on_file(
+    # A canvas is a file: an edit arrives as file_change, a deletion as file_deleted.
+    @app.event("file_change")
+    async def on_file_change(
         event: dict[str, Any], client: AsyncWebClient, context: AsyncBoltContext
     ) -> None:
-        file_id = event.get("file_id") or (event.get("file") or {}).get("id")
-        if not services.canvases.channels or not isinstance(file_id, str) or not file_id:
-            return  # no channel's canvases are kept: a file's change concerns nothing here
-        if not await _claimed(services, context):
-            return
-        deleted = event.get("type") == "file_deleted"
-        await services.canvases.on_file_event(client, file_id, deleted=deleted)
+        await _canvas_changed(services, client, context, event, deleted=False)
 
-    # A canvas is a file: an edit arrives as file_change, a deletion as file_deleted.
-    app.event("file_change")(on_file)
-    app.event("file_deleted")(on_file)
+    @app.event("file_deleted")
+    async def on_file_deleted(
+        event: dict[str, Any], client: AsyncWebClient, context: AsyncBoltContext
+    ) -> None:
+        await _canvas_changed(services, client, context, event, deleted=True)
+
+
+async def _canvas_changed(
+    services: Services,
+    client: AsyncWebClient,
+    context: AsyncBoltContext,
+    event: dict[str, Any],
+    *,
+    deleted: bool,
+) -> None:
+    """Sync again the synced channel a changed or deleted canvas belongs to."""
+    file_id = event.get("file_id") or (event.get("file") or {}).get("id")
+    if not services.canvases.channels or not isinstance(file_id, str) or not file_id:
+        return  # no channel's canvases are kept: a file's change concerns nothing here
+    if await _claimed(services, context):
+        await services.canvases.on_file_event(client, file_id, deleted=deleted)
 
 
 async def _serves(

@@ -89,5 +89,5 @@ class Services:
             streaming=Streaming(config.streaming),
             ack_executor=ack_executor,
             deliveries=deliveries,
-            canvases=Canvases(kb, config.canvas_channels),
+            canvases=Canvases(kb, config.canvas_channels, jobs),
         )
