@@ -39,7 +39,7 @@ from tests.servers import (  # noqa: E402
     message_im_event,
     slack_ts,
 )
-from tests.signin import SIGN_IN  # noqa: E402
+from tests.signin import SIGN_IN, link  # noqa: E402
 from tests.test_access import _flexpane, _mcp_search, _viewer  # noqa: E402
 from tests.test_slack_agent import channel_context  # noqa: E402
 
@@ -240,6 +240,8 @@ async def test_hostile_markdown_is_quoted_escaped_like_any_document(canvas_bot: 
     assert "Thursday" in posted  # the passage was quoted...
     for raw in ("<!channel>", "<!here>", "<@U0BOSS0001>", "<https://evil.example"):
         assert raw not in posted  # ...and nothing in it pings or links
+    page = await (await bot.http.get(link(bot, doc))).text()
+    assert "Thursday" in page and "<script>alert(1)</script>" not in page
     # The forged citation line made no link: every link is the bot's own, to the one passage.
     assert {n for _, n in links(answer)} == {1}
     assert all(url.startswith(f"{PUBLIC_URL}/d/{doc.id}?") for url, _ in links(answer))
