@@ -11,6 +11,7 @@ the mock as Slack sends them (``ratelimited`` with HTTP 429 and Retry-After,
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 import time
@@ -110,6 +111,10 @@ async def test_an_edit_is_searchable_within_one_sync_and_a_deletion_removes_it(
     assert bot.kb.canonical_text(doc.id) == "# Release rota\n\n" + DRILL
     record = json.loads(bot.kb.store.get_meta(f"sync:canvases-{CHANNEL_ID}") or "{}")
     assert record["items"][canvas["id"]]["link"] == canvas["permalink"]
+    page = await (await bot.http.get(link(bot, doc))).text()
+    assert f'id="source" href="{html.escape(canvas["permalink"])}"' in page
+    handbook = bot.kb.store.find_document("handbook.md")
+    assert 'id="source"' not in await (await bot.http.get(link(bot, handbook))).text()
 
     await bot.event(app_mention_event(QUESTION, channel=CHANNEL_ID, user=MEMBER))
     cited = cited_text(bot, await bot.answer(1))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from index.sync.addresses import address_refusal
 from index.sync.fetch import DEFAULT_READ_TIMEOUT, DEFAULT_TOTAL_TIMEOUT, FetchPolicy
-from index.sync.listed import ItemFailed, ItemGone, ListedItem, sync_listed
+from index.sync.listed import ItemFailed, ItemGone, ListedItem, source_link, sync_listed
 from index.sync.sources import (
     DEFAULT_SYNC_UPLOADER,
     MAX_SYNC_URLS,
@@ -34,6 +34,7 @@ __all__ = [
     "address_refusal",
     "load_sources",
     "source_from_argument",
+    "source_link",
     "sync_listed",
     "sync_sources",
 ]

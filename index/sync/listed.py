@@ -14,15 +14,20 @@ listing that could not be had is the caller's to report, and removes nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
+from index.records import DocumentRow
 from index.sync.fetch import FetchFailed
 from index.sync.sources import Reader, SourceReport, SyncSource, _Run
 
-__all__ = ["ItemFailed", "ItemGone", "ListedItem", "sync_listed"]
+__all__ = ["ItemFailed", "ItemGone", "ListedItem", "source_link", "sync_listed"]
+
+# How a synced document's name begins: its source's id, then this (index.sync.sources).
+_SEPARATOR = " › "
 
 
 class ItemGone(FetchFailed):
@@ -101,3 +106,27 @@ class _ListedRun(_Run):
             if link:
                 record["link"] = link
         super()._save_record()
+
+
+def source_link(kb: KnowledgeBase, doc: DocumentRow) -> str | None:
+    """Where people open ``doc``'s item at its listed source (a canvas's permalink), if it has one.
+
+    Only the live document the source's record names gets it, and only an
+    ``https`` link: a document someone named like a source's gets none.
+    """
+    source_id, separator, _ = doc.name.partition(_SEPARATOR)
+    if not separator:
+        return None
+    raw = kb.store.get_meta(f"sync:{source_id}")
+    if raw is None:
+        return None
+    try:
+        items = json.loads(raw).get("items") or {}
+    except (ValueError, AttributeError):
+        return None
+    for item in items.values():
+        link = item.get("link") if isinstance(item, dict) else None
+        same = isinstance(item, dict) and str(item.get("doc")) == str(doc.id)
+        if same and isinstance(link, str) and link.startswith("https://"):
+            return link
+    return None
