@@ -31,6 +31,7 @@ and with ``kb canvases sync``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
@@ -268,8 +269,12 @@ class Canvases:
         return channels
 
     def _keeps(self, channel: str, file_id: str) -> bool:
+        """Whether ``channel``'s sync record names the canvas ``file_id``."""
         raw = self.kb.store.get_meta(f"sync:{source_of(channel).id}")
-        return raw is not None and f'"{file_id}"' in raw
+        try:
+            return raw is not None and file_id in (json.loads(raw).get("items") or {})
+        except (ValueError, AttributeError):
+            return False
 
     async def _channels_of(self, client: AsyncWebClient, file_id: str) -> set[str]:
         try:
