@@ -9,7 +9,8 @@ and the log says which settings are missing. A background task follows the
 database, so what other processes commit (``kb ingest``, ``kb rm``,
 ``kb reindex``, another replica) is searchable within ``KB_SYNC_SECONDS`` plus
 one refresh; another takes over the uploads a dead replica left unfinished
-(``KB_UPLOAD_SWEEP_SECONDS``, and at start-up). With ``KB_VIEWER_AUTH=slack`` the
+(``KB_UPLOAD_SWEEP_SECONDS``, and at start-up), and a third the canvases of
+``KB_CANVAS_CHANNELS`` (``KB_CANVAS_SYNC_SECONDS``, ``bot.slack.canvases``). With ``KB_VIEWER_AUTH=slack`` the
 viewer opens documents only for people signed in with Slack
 (``bot.slack.people.signin``). With ``KB_MCP=on`` agents reach the knowledge
 base as MCP tools at ``/mcp`` (``bot.mcp``). Whether the document readers are
@@ -157,6 +158,11 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
         # Uploads a replica that died (this one, before a restart) left unfinished.
         sweep = services.uploader.keep_taking_over(bolt.client, services.config.upload_sweep)
         loops.append(asyncio.create_task(sweep, name="take-over-uploads"))
+        canvases, every = services.canvases, services.config.canvas_sync
+        if canvases.channels and every > 0:
+            # The canvases of KB_CANVAS_CHANNELS, now and every KB_CANVAS_SYNC_SECONDS.
+            poll = canvases.keep_syncing(bolt.client, every)
+            loops.append(asyncio.create_task(poll, name="sync-canvases"))
     yield
     for loop in loops:
         loop.cancel()

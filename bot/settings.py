@@ -586,6 +586,17 @@ class Settings(BaseSettings):
         "Seconds between two looks of each replica for uploads whose claim lapsed (the replica working on them died): one of them takes such an upload over, edits its status message and finishes its document. Also done at start-up.",
         gt=0,
     )
+    canvas_channels: str = _setting(
+        "",
+        "KB_CANVAS_CHANNELS",
+        "Comma-separated channel ids whose canvases are documents of that channel, readable by its members only (docs/canvases.md). Needs the canvases:read and files:read scopes, and the bot in each channel. Empty: no canvas is read.",
+    )
+    canvas_sync_seconds: float = _setting(
+        600.0,
+        "KB_CANVAS_SYNC_SECONDS",
+        "Seconds between two syncs of the KB_CANVAS_CHANNELS canvases by kb serve (one at start too); 0: only on Slack's file_change and file_deleted events and kb canvases sync.",
+        ge=0,
+    )
     default_language: str = _setting(
         DEFAULT_LANGUAGE,
         "KB_DEFAULT_LANGUAGE",
@@ -678,6 +689,11 @@ class Settings(BaseSettings):
     def admin_user_ids(self) -> frozenset[str]:
         """The configured admin user ids."""
         return _ids(self.admin_users)
+
+    @property
+    def canvas_channel_ids(self) -> frozenset[str]:
+        """The channels whose canvases are synced."""
+        return _ids(self.canvas_channels)
 
     @property
     def publisher_ids(self) -> frozenset[str]:
@@ -806,6 +822,8 @@ class Settings(BaseSettings):
             upload_sweep=self.upload_sweep_seconds,
             default_language=self.default_language,
             search=self.slack_search,
+            canvas_channels=self.canvas_channel_ids,
+            canvas_sync=self.canvas_sync_seconds,
         )
 
     def access_config(self) -> AccessConfig:

@@ -592,6 +592,8 @@ class MockSlackAPI(_LocalServer):
         self._users: dict[str, JSONDict] = {}
         self._usergroups: dict[str, list[str]] = {}
         self._files: dict[str, tuple[JSONDict, bytes]] = {}
+        self._canvases: dict[str, str] = {}
+        self._channel_canvases: dict[str, str] = {}
         self._overrides: dict[str, list[_Override]] = {}
         self._trickles: dict[str, tuple[float, int]] = {}
         self._download_holds: dict[str, asyncio.Event] = {}
@@ -811,6 +813,74 @@ class MockSlackAPI(_LocalServer):
         }
         self._files[file_id] = (obj, data)
         return dict(obj)
+
+    def add_canvas(
+        self,
+        channel: str,
+        title: str,
+        markdown: str,
+        *,
+        file_id: str | None = None,
+        channel_canvas: bool = False,
+        user: str = USER_ID,
+    ) -> JSONDict:
+        """Create a canvas shared in ``channel`` and return its file object.
+
+        ``files.list`` lists it for the channel (``types=canvas``), ``files.info``
+        describes it, ``canvases.getContent`` returns ``markdown``; the channel
+        canvas (``channel_canvas``) is also ``conversations.info``'s
+        ``properties.canvas.file_id`` and is left out of ``files.list``, so that
+        only that property finds it.
+        """
+        file_id = file_id or _next_id("F")
+        now = int(time.time())
+        quoted = quote(title, safe="")
+        private = not channel.startswith("C")
+        obj: JSONDict = {
+            "id": file_id,
+            "created": now,
+            "timestamp": now,
+            "updated": now,
+            "name": title,
+            "title": title,
+            "mimetype": "application/vnd.slack-docs",
+            "filetype": "quip",
+            "pretty_type": "Canvas",
+            "user": user,
+            "user_team": self.team_id,
+            "editable": True,
+            "size": len(markdown.encode()),
+            "mode": "quip",
+            "is_external": False,
+            "is_public": not private,
+            "channels": [] if private else [channel],
+            "groups": [channel] if private else [],
+            "ims": [],
+            "url_private": f"https://example.slack.com/docs/{self.team_id}/{file_id}",
+            "permalink": f"https://example.slack.com/docs/{self.team_id}/{file_id}?title={quoted}",
+        }
+        self._files[file_id] = (obj, markdown.encode())
+        self._canvases[file_id] = markdown
+        if channel_canvas:
+            self._channel_canvases[channel] = file_id
+        return dict(obj)
+
+    def edit_canvas(self, file_id: str, markdown: str, *, title: str | None = None) -> None:
+        """Change a canvas's text (and title), as a person editing it in Slack does."""
+        obj, _ = self._files[file_id]
+        obj["updated"] = int(time.time())
+        if title is not None:
+            obj["title"] = obj["name"] = title
+        self._files[file_id] = (obj, markdown.encode())
+        self._canvases[file_id] = markdown
+
+    def delete_canvas(self, file_id: str) -> None:
+        """Delete a canvas: ``canvas_not_found`` from then on, listed nowhere."""
+        self._files.pop(file_id, None)
+        self._canvases.pop(file_id, None)
+        for channel, canvas in list(self._channel_canvases.items()):
+            if canvas == file_id:
+                del self._channel_canvases[channel]
 
     def sign_in_as(self, user_id: str | None, *, team_id: str | None = None) -> None:
         """Who signs in on the authorize page next (``None``: cancel), and to which team."""
@@ -1625,6 +1695,59 @@ class MockSlackAPI(_LocalServer):
             return {"ok": False, "error": "session_not_found"}  # (unverified name)
         self.sessions[key]["title"] = title
         return {"ok": True, "title": title}
+
+    def _m_canvases_getContent(self, params: JSONDict) -> JSONDict:
+        """The whole canvas in one string (docs.slack.dev/reference/methods/canvases.getContent)."""
+        if params.get("content_type") not in (None, "", "markdown"):
+            return {"ok": False, "error": "invalid_arguments"}
+        markdown = self._canvases.get(str(params.get("canvas_id", "")))
+        if markdown is None:
+            return {"ok": False, "error": "canvas_not_found"}
+        return {"ok": True, "content": markdown}
+
+    def _m_conversations_info(self, params: JSONDict) -> JSONDict:
+        """A channel object; ``properties.canvas`` names its channel canvas, if it has one."""
+        channel = str(params.get("channel", ""))
+        properties: JSONDict = {}
+        if channel in self._channel_canvases:
+            properties["canvas"] = {
+                "file_id": self._channel_canvases[channel],
+                "is_empty": False,
+                "quip_thread_id": "ABC123",
+            }
+        return {
+            "ok": True,
+            "channel": {
+                "id": channel,
+                "name": channel.lower(),
+                "is_channel": channel.startswith("C"),
+                "is_private": not channel.startswith("C"),
+                "properties": properties,
+            },
+        }
+
+    def _m_files_list(self, params: JSONDict) -> JSONDict:
+        """Files shared in ``channel`` of the ``types`` asked, paged by ``page`` and ``count``."""
+        channel = str(params.get("channel") or "")
+        types = {t for t in str(params.get("types") or "all").split(",") if t}
+        known = {"all", "spaces", "snippets", "images", "gdocs", "zips", "pdfs", "canvas"}
+        if types - known:
+            return {"ok": False, "error": "unknown_type"}
+        listed = [
+            dict(obj)
+            for file_id, (obj, _) in self._files.items()
+            if (not channel or channel in [*obj.get("channels", []), *obj.get("groups", [])])
+            and ("all" in types or ("canvas" in types and file_id in self._canvases))
+            and file_id not in self._channel_canvases.values()
+        ]
+        count = min(int(params.get("count") or 100), 1000)
+        page = max(int(params.get("page") or 1), 1)
+        pages = max((len(listed) + count - 1) // count, 1)
+        return {
+            "ok": True,
+            "files": listed[(page - 1) * count : page * count],
+            "paging": {"count": count, "total": len(listed), "page": page, "pages": pages},
+        }
 
     def _m_conversations_history(self, params: JSONDict) -> JSONDict:
         """The channel's top-level messages the bot posted, newest first."""

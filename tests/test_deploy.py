@@ -35,6 +35,7 @@ COMMANDS = {"/kb-upload", "/kb-reindex"}
 SCOPES = {
     "app_mentions:read",
     "assistant:write",
+    "canvases:read",
     "channels:history",
     "channels:read",
     "chat:write",
@@ -64,6 +65,8 @@ BOT_EVENTS = [
     "message.im",
     "link_shared",
     "entity_details_requested",
+    "file_change",
+    "file_deleted",
 ]
 # Each history scope comes with the message event it receives.
 EVENT_SCOPES = {

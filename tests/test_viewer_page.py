@@ -36,7 +36,7 @@ pytestmark = pytest.mark.browser
 STATIC = Path(__file__).resolve().parent.parent / "bot" / "server" / "static"
 PLACEHOLDERS = {
     "title", "meta", "file_url", "text_url", "doc_class", "length", "body", "ocr_pages",
-    "signout",
+    "signout", "source",
 }  # fmt: skip
 
 TITLE = "Handbook <script>document.body.dataset.pwned = 'title'</script> & co"

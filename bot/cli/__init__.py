@@ -5,13 +5,14 @@ commands to the group when imported: ``documents`` (ingest, docs, show,
 chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
 reject), ``answering`` (ask, serve), ``evaluation`` (eval, calibrate,
 export-disliked), ``syncing`` (sync), ``storage`` (migrate-store), ``mcp``
-(mcp-token create, list, revoke), ``slackbot`` (slackbot-skill) and ``access``
-(access explain).
+(mcp-token create, list, revoke), ``slackbot`` (slackbot-skill), ``access``
+(access explain) and ``canvases`` (canvases sync).
 """
 
 from bot.cli import (
     access,
     answering,
+    canvases,
     documents,
     evaluation,
     mcp,
@@ -25,6 +26,7 @@ from bot.cli.base import main
 __all__ = [
     "access",
     "answering",
+    "canvases",
     "documents",
     "evaluation",
     "main",

@@ -111,7 +111,7 @@ def sync(
     reports = sync_sources(kb, chosen, policy=policy, dry_run=dry_run, progress=progress)
     bar.close(last_step=True)
     data = {"dry_run": dry_run, "sources": [r.as_dict() for r in reports]}
-    emit(data, as_json, lambda: _print(reports, dry_run))
+    emit(data, as_json, lambda: print_reports(reports, dry_run))
     if not all(r.ok for r in reports):
         sys.exit(1)
 
@@ -141,7 +141,8 @@ def _sources(
     return chosen
 
 
-def _print(reports: list[SourceReport], dry_run: bool) -> None:
+def print_reports(reports: list[SourceReport], dry_run: bool) -> None:
+    """Each source's report for a person: what changed, failed or was skipped, then the counts."""
     would = "would be " if dry_run else ""
     for r in reports:
         click.echo(f"{r.source} ({r.location})")

@@ -50,6 +50,7 @@ from index.errors import DocumentNotFound, KBError
 from index.ingest import ocr_pages
 from index.knowledge_base import KnowledgeBase
 from index.records import DocumentRow
+from index.sync import source_link
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ def fill_viewer(
     ocr_pages: Sequence[int] = (),
     sign_out_token: str = "",
     rendered: Rendered | None = None,
+    source_url: str | None = None,
 ) -> str:
     """The viewer page for one document; every value is escaped here.
 
@@ -156,6 +158,8 @@ def fill_viewer(
         sign_out_token: the reader's session's form token; the page then has a
             Sign out button (none without it: no session to end).
         rendered: ``text`` already rendered (``Formatter.render``); rendered here if not.
+        source_url: where the document is opened at its source (a Slack canvas's
+            permalink, ``index.sync.source_link``); no such button without it.
     """
     rendered = rendered or render_document(text, kind)
     values = {
@@ -169,6 +173,7 @@ def fill_viewer(
         "ocr_pages": ",".join(str(int(n)) for n in ocr_pages),
         # From /d/<id>, like the assets: a path prefix keeps working.
         "signout": sign_out_form(".." + SIGN_OUT_PATH, sign_out_token) if sign_out_token else "",
+        "source": _source_button(source_url),
     }
     # One pass, so a value that happens to contain "{{body}}" is never substituted again.
     return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], VIEWER_TEMPLATE)
@@ -360,6 +365,13 @@ def _sign_out_token(request: web.Request) -> str:
     return (gate.sessions.form_token(request) or "") if gate is not None else ""
 
 
+def _source_button(url: str | None) -> str:
+    if not url:
+        return ""
+    href = html.escape(url, quote=True)
+    return f'<a class="button" id="source" href="{href}" rel="noopener noreferrer">Open at its source</a>'
+
+
 def _meta(doc: DocumentRow) -> str:
     parts = [doc.name]
     if doc.indexed_at:
@@ -376,11 +388,14 @@ async def viewer(request: web.Request) -> web.Response:
         text = await asyncio.to_thread(kb.canonical_text, doc.id)
     except DocumentNotFound:
         return simple_page(404, PAGE_NOT_FOUND)
+    source = await asyncio.to_thread(source_link, kb, doc)
     # Formatting, and the page around it, on the formatter's own thread: never the
     # default executor that health checks, searches and answers wait for.
     formatter = request.app[FORMATTER]
     rendered = await formatter.render(text, doc.kind)
-    page = await formatter.run(_viewer_page, doc, text, token, rendered, _sign_out_token(request))
+    page = await formatter.run(
+        _viewer_page, doc, text, token, rendered, _sign_out_token(request), source
+    )
     return web.Response(
         body=page,
         content_type="text/html",
@@ -390,7 +405,12 @@ async def viewer(request: web.Request) -> web.Response:
 
 
 def _viewer_page(
-    doc: DocumentRow, text: str, token: str, rendered: Rendered, sign_out_token: str
+    doc: DocumentRow,
+    text: str,
+    token: str,
+    rendered: Rendered,
+    sign_out_token: str,
+    source: str | None = None,
 ) -> bytes:
     # Relative (from /d/<id>), like the page's assets, so a path prefix keeps working.
     query = f"?t={quote(token, safe='')}"
@@ -404,6 +424,7 @@ def _viewer_page(
         ocr_pages=_ocr_pages(doc, text),
         sign_out_token=sign_out_token,
         rendered=rendered,
+        source_url=source,
     ).encode("utf-8")
 
 

@@ -65,6 +65,8 @@ class SlackConfig:
             for several people, and of a person whose locale and question tell none.
         search: also search Slack's messages as the asker (Real-time Search,
             ``bot.slack.search``) and show what is close as its own group.
+        canvas_channels: the channels whose canvases are documents (``bot.slack.canvases``).
+        canvas_sync: seconds between two syncs of their canvases; 0: events only.
     """
 
     # Secrets never in a repr: a repr ends up in tracebacks and logs.
@@ -85,6 +87,8 @@ class SlackConfig:
     upload_sweep: float = DEFAULT_UPLOAD_SWEEP
     default_language: str = DEFAULT_LANGUAGE
     search: bool = False
+    canvas_channels: frozenset[str] = frozenset()
+    canvas_sync: float = 0.0
 
     @property
     def missing(self) -> list[str]:

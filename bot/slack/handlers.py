@@ -19,6 +19,8 @@ Registered on a bolt ``AsyncApp`` by :func:`register`, with the ``Services`` of
 * the Home tab opened, and its buttons (``bot.slack.home``);
 * passage links posted in a conversation, shown as Work Objects, and their
   flexpane (``link_shared``, ``entity_details_requested``: ``bot.slack.unfurls``);
+* a canvas of a synced channel changed or deleted (``file_change``,
+  ``file_deleted``: ``bot.slack.canvases``);
 * one global middleware that drops Slack's redeliveries to this process at
   once, while the shared database's record of them is written after the
   acknowledgement (``bot.slack.deliveries``), and one error handler.
@@ -88,6 +90,7 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_feedback(app, services)
     _register_escalation(app, services)
     _register_unfurls(app, services)
+    _register_canvases(app, services)
     _register_errors(app, services)
 
 
@@ -459,6 +462,37 @@ def _register_agent(app: AsyncApp, services: Services) -> None:
             # replica has it): Slack leaves the session processing until the app says
             # otherwise, and nothing here would.
             await set_session_active(client, request.channel, request.thread_ts)
+
+
+def _register_canvases(app: AsyncApp, services: Services) -> None:
+    # A canvas is a file: an edit arrives as file_change, a deletion as file_deleted.
+    @app.event("file_change")
+    async def on_file_change(
+        event: dict[str, Any], client: AsyncWebClient, context: AsyncBoltContext
+    ) -> None:
+        await _canvas_changed(services, client, context, event, deleted=False)
+
+    @app.event("file_deleted")
+    async def on_file_deleted(
+        event: dict[str, Any], client: AsyncWebClient, context: AsyncBoltContext
+    ) -> None:
+        await _canvas_changed(services, client, context, event, deleted=True)
+
+
+async def _canvas_changed(
+    services: Services,
+    client: AsyncWebClient,
+    context: AsyncBoltContext,
+    event: dict[str, Any],
+    *,
+    deleted: bool,
+) -> None:
+    """Sync again the synced channel a changed or deleted canvas belongs to."""
+    file_id = event.get("file_id") or (event.get("file") or {}).get("id")
+    if not services.canvases.channels or not isinstance(file_id, str) or not file_id:
+        return  # no channel's canvases are kept: a file's change concerns nothing here
+    if await _claimed(services, context):
+        await services.canvases.on_file_event(client, file_id, deleted=deleted)
 
 
 async def _serves(

@@ -9,6 +9,7 @@ from bot.access import Access
 from bot.conversation import Conversation
 from bot.slack.agent import Agent
 from bot.slack.approvals import Approvals
+from bot.slack.canvases import Canvases
 from bot.slack.config import SlackConfig
 from bot.slack.deliveries import Deliveries
 from bot.slack.home import Home
@@ -44,6 +45,7 @@ class Services:
     # threads (ack_executor), so they never queue behind embedding and retrieval work.
     ack_executor: ThreadPoolExecutor
     deliveries: Deliveries
+    canvases: Canvases
     home: Home = field(init=False)
     streaming: Streaming = field(default_factory=Streaming)
     turns: Turns = field(default_factory=Turns)
@@ -91,4 +93,5 @@ class Services:
             ack_executor=ack_executor,
             deliveries=deliveries,
             search=SlackSearcher(config) if config.search else None,
+            canvases=Canvases(kb, config.canvas_channels, jobs),
         )

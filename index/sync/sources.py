@@ -103,6 +103,8 @@ class SyncSource:
         uploader: who the documents are credited to (a Slack user id, or a name).
         allow_hosts: hosts besides the source's own that redirects and
             sitemap entries may lead to.
+        origin: where the items come from when another part of the product lists
+            and reads them (``index.sync.listed``); none of folder, urls, sitemap then.
     """
 
     id: str
@@ -112,10 +114,13 @@ class SyncSource:
     scope: str = EVERYONE
     uploader: str = DEFAULT_SYNC_UPLOADER
     allow_hosts: frozenset[str] = field(default_factory=frozenset)
+    origin: str | None = None
 
     @property
     def location(self) -> str:
         """Where the source is, as recorded with what it created."""
+        if self.origin is not None:
+            return self.origin
         if self.folder is not None:
             return str(self.folder.resolve())
         # A list of URLs is the same source when URLs are added to it or dropped.
@@ -365,11 +370,16 @@ def _policy_of(source: SyncSource, policy: FetchPolicy) -> FetchPolicy:
 class _Run:
     """One run of one source."""
 
+    # Whether a listing of nothing means every item is gone. Not for a folder or a
+    # site (a share that failed to mount lists nothing too); a subclass whose
+    # listing comes from an answer that cannot be empty by accident says so.
+    empty_listing_is_final = False
+
     def __init__(
         self,
         kb: KnowledgeBase,
         source: SyncSource,
-        fetcher: Fetcher,
+        fetcher: Fetcher | None,
         dry_run: bool,
         progress: Progress | None,
         max_urls: int = MAX_SYNC_URLS,
@@ -391,7 +401,7 @@ class _Run:
         except (KBError, OSError) as exc:
             self.report.error = getattr(exc, "reason", None) or str(exc)
             return self.report
-        if not listing and self.items:
+        if not listing and self.items and not self.empty_listing_is_final:
             self.report.error = (
                 f"{self.source.location} lists nothing now; none of its {len(self.items)} "
                 "documents were removed (a share that failed to mount?). Remove them with kb rm "
@@ -455,9 +465,14 @@ class _Run:
 
         return read
 
+    def _web(self) -> Fetcher:
+        if self.fetcher is None:
+            raise SyncConfigError(f"The source {self.source.id} fetches nothing from the web.")
+        return self.fetcher
+
     def _url_reader(self, url: str) -> Reader:
         def read() -> tuple[bytes, str]:
-            fetched = self.fetcher.fetch(url)
+            fetched = self._web().fetch(url)
             return fetched.body, fetched.filename
 
         return read
@@ -470,7 +485,7 @@ class _Run:
         not lead ``kb sync`` to index another site through a child sitemap there.
         Lazily, within the run's budget of entries (``truncated`` says when it ran out).
         """
-        body = self.fetcher.fetch(sitemap, xml=True).body
+        body = self._web().fetch(sitemap, xml=True).body
         for i, (loc, is_index) in enumerate(_sitemap_entries(sitemap, body)):
             index = is_index and depth == 0  # a nested index's entries are taken as pages
             if i >= MAX_SITEMAP_URLS:
@@ -508,7 +523,7 @@ class _Run:
         """Whether ``url`` is on the host of the source's sitemap or an allowed host."""
         own = (urlsplit(self.source.sitemap or "").hostname or "").lower()
         host = (urlsplit(url).hostname or "").lower()
-        return host == own or host in self.fetcher.policy.allow_hosts
+        return host == own or host in self._web().policy.allow_hosts
 
     # ------------------------------------------------------------ items
 
@@ -544,6 +559,7 @@ class _Run:
                 name,
                 uploader=self.source.uploader,
                 scope=self.source.scope,
+                title=self._title(key),
                 publish=Publish.DIRECT,
             )
         except KBError as exc:
@@ -566,6 +582,10 @@ class _Run:
             # source's new scope, it still is, and nothing else would ever remove it.
             self._drop(record)
         done.append(key)
+
+    def _title(self, key: str) -> str | None:
+        """The title ``key``'s document is given; ``None``: the one its text holds."""
+        return None
 
     def _name(self, key: str, filename: str) -> str:
         shown = key.split("://", 1)[-1].rstrip("/").replace("/", _SEPARATOR)
