@@ -28,7 +28,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import mcp
-from bot.access import Access, slack_access
+from bot.access import Access, SourceGrants, slack_access
 from bot.server import bodies, connections, routes
 from bot.settings import Settings
 from bot.slack import app as slack
@@ -77,7 +77,7 @@ def create_app(
     engine = engine or build_engine(settings.engine_config(), kb)
     slack_config = settings.slack_config()
     # Who may read what, one rule and one membership cache for every surface.
-    access = slack_access(settings.access_config(), slack_client)
+    access = slack_access(settings.access_config(), slack_client, SourceGrants(kb.store))
     services = Services.open(slack_config, kb, engine, access)
     # Each route's own body size is bodies.limit_body's; this is the one for the rest.
     app = web.Application(middlewares=routes.MIDDLEWARES, client_max_size=bodies.DEFAULT_MAX_BODY)

@@ -117,6 +117,8 @@ DEFAULT_EMBEDDING_API_KEY = "sk-canary-embeddings-6a2f90c4"
 # The Slack app's OAuth credentials, for Sign in with Slack.
 CLIENT_ID = "1111111111.2222222222"
 DEFAULT_CLIENT_SECRET = "canary-client-secret-7d1e9b44"
+# The API token of the mock Confluence (tests/confluence_server.py).
+DEFAULT_CONFLUENCE_TOKEN = "atl-canary-confluence-4f8b2c61"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
 UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"

@@ -29,9 +29,10 @@ NO_TOKEN_NOTE = (
 
 def open_access(ctx: click.Context) -> Access:
     """The access rule of the configured workspace (over no directory without a bot token)."""
-    from bot.access import slack_access
+    from bot.access import SourceGrants, slack_access
 
-    return slack_access(settings_of(ctx).access_config())
+    grants = SourceGrants(open_kb(ctx).store)
+    return slack_access(settings_of(ctx).access_config(), grants=grants)
 
 
 async def scopes_as(
@@ -51,7 +52,7 @@ async def scopes_as(
     if not served.allowed:
         raise NotServed(served.reason)
     if access.members is None:
-        return frozenset()
+        return await access.source_scopes(person)
     indexed = await asyncio.to_thread(kb.store.documents, DocState.INDEXED)
     offered = sorted({d.scope for d in indexed} - {EVERYONE})
     if channels:
