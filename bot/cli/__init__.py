@@ -4,11 +4,21 @@
 commands to the group when imported: ``documents`` (ingest, docs, show,
 chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
 reject), ``answering`` (ask, serve), ``evaluation`` (eval, calibrate,
-export-disliked), ``syncing`` (sync), ``storage`` (migrate-store), ``mcp``
+export-disliked), ``syncing`` (sync), ``sources`` (source add, list, sync, remove), ``storage`` (migrate-store), ``mcp``
 (mcp-token create, list, revoke) and ``access`` (access explain).
 """
 
-from bot.cli import access, answering, documents, evaluation, mcp, publishing, storage, syncing
+from bot.cli import (
+    access,
+    answering,
+    documents,
+    evaluation,
+    mcp,
+    publishing,
+    sources,
+    storage,
+    syncing,
+)
 from bot.cli.base import main
 
 __all__ = [
@@ -19,6 +29,7 @@ __all__ = [
     "main",
     "mcp",
     "publishing",
+    "sources",
     "storage",
     "syncing",
 ]

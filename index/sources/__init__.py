@@ -29,7 +29,9 @@ from index.sources.kinds import KINDS, check_name, open_connector, settings_of, 
 from index.sources.sync import (
     SourceSyncReport,
     acl_of_scope,
+    document_source,
     remove_source_documents,
+    source_health,
     sync_source,
 )
 
@@ -48,10 +50,12 @@ __all__ = [
     "UNKNOWN_ACL",
     "acl_of_scope",
     "check_name",
+    "document_source",
     "is_source_scope",
     "open_connector",
     "remove_source_documents",
     "settings_of",
+    "source_health",
     "source_scope",
     "sync_source",
     "token_variable",

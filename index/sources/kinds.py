@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
 from index.sources.contract import Connector, SourceError
 from index.storage import SourceRow
 
@@ -56,6 +55,8 @@ def settings_of(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
         SourceError: an unknown kind, or settings it cannot use.
     """
     if kind == "confluence":
+        from index.sources.confluence import ConfluenceSettings  # its SDK loads when used
+
         checked = ConfluenceSettings.from_dict(settings).as_dict()
         if settings.get("token_file"):
             checked["token_file"] = str(settings["token_file"])
@@ -73,6 +74,8 @@ def open_connector(row: SourceRow, environ: Mapping[str, str], **options: Any) -
     """
     token = _token(row, environ)
     if row.kind == "confluence":
+        from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
+
         return ConfluenceConnector(ConfluenceSettings.from_dict(row.settings), token, **options)
     raise SourceError(f"Source {row.name} is of kind {row.kind!r}, which this version cannot sync.")
 

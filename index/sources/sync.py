@@ -50,7 +50,9 @@ log = logging.getLogger(__name__)
 __all__ = [
     "SourceSyncReport",
     "acl_of_scope",
+    "document_source",
     "remove_source_documents",
+    "source_health",
     "sync_source",
 ]
 
@@ -179,8 +181,9 @@ class _Run:
         self._prune(items)
         self._refresh_permissions()
         checkpoint = self.records.checkpoint(self.name)
-        self.report.mode = "load" if checkpoint is None else "poll"
-        batch = self.connector.load() if checkpoint is None else self.connector.poll(checkpoint)
+        # None: never synced; empty: a full load was asked for (kb source sync --full).
+        self.report.mode = "poll" if checkpoint else "load"
+        batch = self.connector.poll(checkpoint) if checkpoint else self.connector.load()
         seen: set[str] = set()
         for doc in batch.documents:
             if doc.item in seen:
@@ -302,3 +305,38 @@ class _Run:
 
 def _with(item: SourceItem, **changes: Any) -> SourceItem:
     return replace(item, **changes)
+
+
+def document_source(kb: KnowledgeBase, scope: str) -> dict[str, Any] | None:
+    """Where a synced document comes from, who may read it and when it was synced; ``None``
+    for a document not synced from a source (``kb show``, ``kb docs``)."""
+    item = kb.store.sources.item_of_scope(scope)
+    if item is None:
+        return None
+    acl = acl_of_scope(kb, scope)
+    return {
+        "source": item.source,
+        "item": item.item,
+        "url": item.url,
+        "title": item.title,
+        "version": item.version,
+        "synced_at": item.synced_at,
+        "acl_synced_at": item.acl_synced_at,
+        "acl": {"entries": [list(e) for e in acl.entries], "readers": acl.describe()},
+    }
+
+
+def source_health(kb: KnowledgeBase) -> list[dict[str, Any]]:
+    """Each source: whether its last run failed and why, and when one last succeeded
+    (``kb status``, ``/readyz``)."""
+    return [
+        {
+            "name": row.name,
+            "kind": row.kind,
+            "ok": row.last_error is None,
+            "last_error": row.last_error,
+            "last_good_at": row.last_good_at,
+            "last_run_at": row.last_run_at,
+        }
+        for row in kb.store.sources.all()
+    ]
