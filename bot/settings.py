@@ -576,6 +576,17 @@ class Settings(BaseSettings):
         "Seconds between two looks of each replica for uploads whose claim lapsed (the replica working on them died): one of them takes such an upload over, edits its status message and finishes its document. Also done at start-up.",
         gt=0,
     )
+    confluence_token: SecretStr = _setting(
+        SecretStr(""),
+        "KB_CONFLUENCE_TOKEN",
+        "The token kb source sync and kb serve read Confluence with (docs/sources.md): on Cloud an Atlassian API token of the account a source names with --user, on Data Center a personal access token. A source given --token-file reads that file instead. Never stored in the knowledge base.",
+    )
+    source_sync_minutes: float = _setting(
+        0.0,
+        "KB_SOURCE_SYNC_MINUTES",
+        "Minutes between two syncs of each source (kb source add) by kb serve, one replica at a time; a failing source is retried after its Retry-After or back-off and said on /readyz. 0: kb serve syncs none (run kb source sync from a timer instead).",
+        ge=0,
+    )
     default_language: str = _setting(
         DEFAULT_LANGUAGE,
         "KB_DEFAULT_LANGUAGE",

@@ -1,23 +1,25 @@
 """``kb source``: the places documents are synced from with their permissions (``index.sources``).
 
 ``kb source add confluence --url URL --space KEY`` records a source (never its
-credential: that stays in the environment, ``KB_SOURCE_<NAME>_TOKEN`` or
-``KB_CONFLUENCE_TOKEN``, or in a secret file it names); ``kb source list``
+credential: that stays in the settings, ``KB_CONFLUENCE_TOKEN``, or in a
+secret file it names); ``kb source list``
 shows each with its last run; ``kb source sync [NAME]`` runs them;
 ``kb source remove NAME`` removes one and its documents.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from bot.cli.base import emit, json_option, main, open_kb
+from bot.cli.base import emit, json_option, main, open_kb, settings_of
+
+if TYPE_CHECKING:
+    from bot.settings import Settings
 
 SYNC_FAILED_EXIT = 1
 
@@ -51,8 +53,7 @@ def source_group() -> None:
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="A file holding the token (default: the environment, KB_SOURCE_<NAME>_TOKEN or "
-    "KB_CONFLUENCE_TOKEN).",
+    help="A file holding the token (default: KB_CONFLUENCE_TOKEN).",
 )
 @click.option(
     "--organisation-group",
@@ -79,7 +80,8 @@ def add(
     Example: kb source add confluence --url https://example.atlassian.net/wiki --space ENG
     --user bot@example.com --organisation-group confluence-users
     """
-    from index.sources import check_name, settings_of, token_variable
+    from index.sources import TOKEN_SETTINGS, check_name
+    from index.sources import settings_of as checked
 
     name = check_name(name or f"{kind}-{space}".lower())
     settings: dict[str, Any] = {
@@ -90,14 +92,12 @@ def add(
     }
     if token_file is not None:
         settings["token_file"] = str(token_file.resolve())
-    row = open_kb(ctx).store.sources.add(name, kind, settings_of(kind, settings))
+    row = open_kb(ctx).store.sources.add(name, kind, checked(kind, settings))
     data = row.as_dict()
 
     def text() -> None:
         click.echo(f"Source {row.name} ({row.kind}) recorded: {url}, space {space}.")
-        where = (
-            row.settings.get("token_file") or f"{token_variable(row.name)} or KB_CONFLUENCE_TOKEN"
-        )
+        where = row.settings.get("token_file") or TOKEN_SETTINGS[row.kind]
         click.echo(f"Its token is read from {where} when it syncs: kb source sync {row.name}")
 
     emit(data, as_json, text)
@@ -147,12 +147,13 @@ def sync_command(ctx: click.Context, name: str | None, full: bool, as_json: bool
     from index.sources import open_connector, sync_source
 
     kb = open_kb(ctx)
+    tokens = source_tokens(settings_of(ctx))
     rows = [kb.store.sources.get(name)] if name else kb.store.sources.all()
     reports = []
     for row in rows:
         if full:
             kb.store.sources.set_checkpoint(row.name, "")
-        connector = open_connector(row, os.environ)
+        connector = open_connector(row, tokens)
         reports.append(sync_source(kb, row.name, connector).as_dict())
 
     def text() -> None:
@@ -189,6 +190,11 @@ def remove(ctx: click.Context, name: str, as_json: bool) -> None:
     removed = remove_source_documents(kb, name)
     data = {"source": name, "removed": removed}
     emit(data, as_json, lambda: click.echo(f"Source {name} removed, with its {removed} documents."))
+
+
+def source_tokens(settings: Settings) -> dict[str, str]:
+    """Each kind of source's token from the settings."""
+    return {"confluence": settings.confluence_token.get_secret_value()}
 
 
 def _when(at: float | None) -> str:

@@ -25,7 +25,7 @@ from index.sources.contract import (
     is_source_scope,
     source_scope,
 )
-from index.sources.kinds import KINDS, check_name, open_connector, settings_of, token_variable
+from index.sources.kinds import KINDS, TOKEN_SETTINGS, check_name, open_connector, settings_of
 from index.sources.sync import (
     SourceSyncReport,
     acl_of_scope,
@@ -47,6 +47,7 @@ __all__ = [
     "SourceError",
     "SourceFailed",
     "SourceSyncReport",
+    "TOKEN_SETTINGS",
     "UNKNOWN_ACL",
     "acl_of_scope",
     "check_name",
@@ -58,5 +59,4 @@ __all__ = [
     "source_health",
     "source_scope",
     "sync_source",
-    "token_variable",
 ]

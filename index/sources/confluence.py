@@ -273,16 +273,17 @@ class ConfluenceConnector:
         return f"{base}{webui}"
 
     def _search(self, cql: str) -> list[tuple[str, datetime | None]]:
-        """``(page id, last modified)`` of every result, in the order given, each once."""
+        """``(page id, last modified)`` of every result, in the order given (one listed
+        twice is given twice: the sync takes it once and says so)."""
 
         params = {"cql": cql, "limit": PAGE_SIZE, "expand": "content.version"}
-        found: dict[str, datetime | None] = {}
+        found: list[tuple[str, datetime | None]] = []
         for result in self._pages("rest/api/search", params):
             content = result.get("content") if isinstance(result, dict) else None
             if not isinstance(content, dict) or not isinstance(content.get("id"), str | int):
                 raise SourceFailed("Confluence's search answered a result that is not a page.")
-            found.setdefault(str(content["id"]), _when(result.get("lastModified")))
-        return list(found.items())
+            found.append((str(content["id"]), _when(result.get("lastModified"))))
+        return found
 
     def _pages(self, path: str, params: dict[str, Any]) -> Iterator[Any]:
         """Every result of a paged answer, following ``_links.next`` (relative to ``_links.base``).

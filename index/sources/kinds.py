@@ -2,9 +2,8 @@
 
 A source's settings are in the store (``store.sources``); its credential never
 is. It is read when the source is opened: from the secret file the settings
-name (``token_file``), else the environment variable ``KB_SOURCE_<NAME>_TOKEN``
-(the name upper-cased, ``-`` and ``.`` as ``_``), else the kind's own
-(``KB_CONFLUENCE_TOKEN``).
+name (``token_file``), else the kind's token from the product's settings
+(``KB_CONFLUENCE_TOKEN``), which the entry point passes in.
 """
 
 from __future__ import annotations
@@ -17,17 +16,12 @@ from typing import Any
 from index.sources.contract import Connector, SourceError
 from index.storage import SourceRow
 
-__all__ = [
-    "KINDS",
-    "check_name",
-    "open_connector",
-    "settings_of",
-    "token_variable",
-]
+__all__ = ["KINDS", "TOKEN_SETTINGS", "check_name", "open_connector", "settings_of"]
 
 KINDS = ("confluence",)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_KIND_TOKEN = {"confluence": "KB_CONFLUENCE_TOKEN"}
+# The setting holding each kind's token.
+TOKEN_SETTINGS = {"confluence": "KB_CONFLUENCE_TOKEN"}
 
 
 def check_name(name: str) -> str:
@@ -41,11 +35,6 @@ def check_name(name: str) -> str:
             f"{name!r} cannot name a source: letters, digits, '.', '_' and '-', at most 64."
         )
     return name
-
-
-def token_variable(name: str) -> str:
-    """The environment variable holding source ``name``'s own credential."""
-    return "KB_SOURCE_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper() + "_TOKEN"
 
 
 def settings_of(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
@@ -64,15 +53,18 @@ def settings_of(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
     raise SourceError(f"There is no source kind {kind!r}; the kinds: {', '.join(KINDS)}.")
 
 
-def open_connector(row: SourceRow, environ: Mapping[str, str], **options: Any) -> Connector:
+def open_connector(row: SourceRow, tokens: Mapping[str, str], **options: Any) -> Connector:
     """The connector of the configured source ``row``, with its credential.
+
+    ``tokens``: each kind's token from the settings (``{"confluence": ...}``); a
+    source's own secret file comes first.
 
     ``options`` go to the connector (``sleep``, ``budget_seconds``).
 
     Raises:
         SourceError: no credential, or settings it cannot use.
     """
-    token = _token(row, environ)
+    token = _token(row, tokens)
     if row.kind == "confluence":
         from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
 
@@ -80,7 +72,7 @@ def open_connector(row: SourceRow, environ: Mapping[str, str], **options: Any) -
     raise SourceError(f"Source {row.name} is of kind {row.kind!r}, which this version cannot sync.")
 
 
-def _token(row: SourceRow, environ: Mapping[str, str]) -> str:
+def _token(row: SourceRow, tokens: Mapping[str, str]) -> str:
     path = row.settings.get("token_file")
     if path:
         try:
@@ -89,10 +81,10 @@ def _token(row: SourceRow, environ: Mapping[str, str]) -> str:
             raise SourceError(
                 f"The secret file of source {row.name} cannot be read: {exc.strerror or exc}."
             ) from None
-    token = environ.get(token_variable(row.name)) or environ.get(_KIND_TOKEN.get(row.kind, ""), "")
+    token = tokens.get(row.kind, "")
     if not token:
         raise SourceError(
-            f"Source {row.name} has no credential: set {token_variable(row.name)} or "
-            f"{_KIND_TOKEN.get(row.kind, 'its token variable')}, or give it a token file."
+            f"Source {row.name} has no credential: set {TOKEN_SETTINGS.get(row.kind, 'its token')}, "
+            "or give the source a --token-file."
         )
     return token.strip()

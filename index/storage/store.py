@@ -55,8 +55,8 @@ from index.storage.part import Clock
 from index.storage.postgres import PostgresDatabase
 from index.storage.query_log import QueryLog
 from index.storage.schema import BUMP_GENERATION, MIGRATIONS
-from index.storage.sqlite import SQLiteDatabase
 from index.storage.sources import SourceRecords
+from index.storage.sqlite import SQLiteDatabase
 from index.storage.uploads import Uploads
 from index.storage.used_states import UsedStates
 from index.storage.workers import AdvisoryWorkerLock, FileWorkerLock, WorkerLock
