@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner, Result
 
 from bot.access import Access, Person, SlackDirectory, SourceGrants, Where, web_client
 from bot.cli import main
+from bot.server import routes
 from core.answer import Engine
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -33,6 +36,7 @@ from index.sources import (
     SourceSyncReport,
     is_source_scope,
     source_scope,
+    sync_due_sources,
     sync_source,
 )
 from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
@@ -483,3 +487,65 @@ def test_the_store_reads_who_may_read_on_sqlite_and_postgres(
     assert readable("x@partner.example") == {"pub", "domain"}
     records.delete("wiki")
     assert records.readable_scopes("bob@example.com") == frozenset()
+
+
+# ------------------------------------------------------------------ the schedule in kb serve
+
+
+async def test_a_due_source_is_synced_by_one_process_and_a_failing_one_shows_on_readyz(
+    kb: KnowledgeBase, confluence: MockConfluence, engine_for: Callable[..., Engine]
+) -> None:
+    waits = Waits()
+    settings = ConfluenceSettings(confluence.base, SPACE, ACCOUNT, ("confluence-users",))
+    kb.store.sources.add(SOURCE, "confluence", settings.as_dict())
+    tokens = {"confluence": DEFAULT_CONFLUENCE_TOKEN}
+    every = 300.0
+
+    def due() -> list[SourceSyncReport]:
+        return sync_due_sources(kb, tokens, every, clock=waits.clock, sleep=waits.sleep)
+
+    # Another replica holds the source's lock: this one leaves it alone, recording nothing.
+    with kb.store.exclusive(f"source-{SOURCE}") as held:
+        assert held
+        [busy] = await asyncio.to_thread(due)
+    assert busy.mode == "busy" and confluence.calls == []
+    assert kb.store.sources.get(SOURCE).last_run_at is None
+
+    [first] = await asyncio.to_thread(due)
+    assert first.mode == "load" and len(first.added) == 3
+    calls = len(confluence.calls)
+    assert await asyncio.to_thread(due) == []  # synced a moment ago: not due
+    assert len(confluence.calls) == calls
+
+    # Five minutes on, Confluence rate-limits with a Retry-After past the budget: the run
+    # stops at once, the source says so, and it is not asked again before that time.
+    waits.now += every
+    confluence.fail("/rest/api/search", 429, retry_after="900", times=1)
+    [limited] = await asyncio.to_thread(due)
+    assert limited.error is not None and limited.retry_after == 900.0
+    assert waits.waits == []
+    calls = len(confluence.calls)
+    waits.now += 600.0  # past the schedule, not past Retry-After
+    assert await asyncio.to_thread(due) == []
+    assert len(confluence.calls) == calls
+    waits.now += 300.0
+    [again] = await asyncio.to_thread(due)
+    assert again.error is None and again.mode == "poll"
+    again_at = kb.store.sources.get(SOURCE).last_good_at
+    confluence.token = "revoked"
+    waits.now += every
+    [revoked] = await asyncio.to_thread(due)
+    assert revoked.error is not None
+
+    engine = engine_for()
+    app = web.Application(middlewares=routes.MIDDLEWARES)
+    app[routes.KB] = kb
+    app[routes.ENGINE] = engine
+    routes.setup(app)
+    async with TestClient(TestServer(app)) as http:
+        ready = await (await http.get("/readyz")).json()
+    [health] = ready["sources"]
+    assert (health["name"], health["ok"]) == (SOURCE, False)
+    assert "refused the credentials" in health["last_error"]
+    assert health["last_good_at"] == again_at
+    assert DEFAULT_CONFLUENCE_TOKEN not in json.dumps(ready)

@@ -12,14 +12,11 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from bot.cli.base import emit, json_option, main, open_kb, settings_of
-
-if TYPE_CHECKING:
-    from bot.settings import Settings
 
 SYNC_FAILED_EXIT = 1
 
@@ -147,7 +144,7 @@ def sync_command(ctx: click.Context, name: str | None, full: bool, as_json: bool
     from index.sources import open_connector, sync_source
 
     kb = open_kb(ctx)
-    tokens = source_tokens(settings_of(ctx))
+    tokens = settings_of(ctx).source_tokens()
     rows = [kb.store.sources.get(name)] if name else kb.store.sources.all()
     reports = []
     for row in rows:
@@ -160,6 +157,9 @@ def sync_command(ctx: click.Context, name: str | None, full: bool, as_json: bool
         for r in reports:
             if r["error"]:
                 click.echo(f"{r['source']}: FAILED: {r['error']}")
+                continue
+            if r["mode"] == "busy":
+                click.echo(f"{r['source']}: another process is syncing it; left to it")
                 continue
             click.echo(
                 f"{r['source']} ({r['mode']}): {len(r['added'])} added, {len(r['changed'])} "
@@ -190,11 +190,6 @@ def remove(ctx: click.Context, name: str, as_json: bool) -> None:
     removed = remove_source_documents(kb, name)
     data = {"source": name, "removed": removed}
     emit(data, as_json, lambda: click.echo(f"Source {name} removed, with its {removed} documents."))
-
-
-def source_tokens(settings: Settings) -> dict[str, str]:
-    """Each kind of source's token from the settings."""
-    return {"confluence": settings.confluence_token.get_secret_value()}
 
 
 def _when(at: float | None) -> str:

@@ -32,6 +32,7 @@ from index.sources.sync import (
     document_source,
     remove_source_documents,
     source_health,
+    sync_due_sources,
     sync_source,
 )
 
@@ -58,5 +59,6 @@ __all__ = [
     "settings_of",
     "source_health",
     "source_scope",
+    "sync_due_sources",
     "sync_source",
 ]

@@ -32,6 +32,7 @@ The client logs at INFO at most (its DEBUG lines carry the Authorization header)
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import logging
@@ -297,7 +298,7 @@ class ConfluenceConnector:
             if url is None:
                 return
             answer = self._call(
-                lambda u=url, a=absolute, p=params: self.client.get(u, params=p, absolute=a)
+                functools.partial(self.client.get, url, params=params, absolute=absolute)
             )
             if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
                 raise SourceFailed("Confluence answered a list that is not JSON of results.")
@@ -306,10 +307,12 @@ class ConfluenceConnector:
         raise SourceFailed(f"Confluence gave more than {MAX_PAGES} pages of results; stopped.")
 
     def _next(self, links: object) -> str | None:
-        following = links.get("next") if isinstance(links, dict) else None
+        if not isinstance(links, dict):
+            return None
+        following = links.get("next")
         if not isinstance(following, str) or not following:
             return None
-        base = str((links or {}).get("base") or self.settings.url).rstrip("/")  # type: ignore[union-attr]
+        base = str(links.get("base") or self.settings.url).rstrip("/")
         url = following if "://" in following else base + "/" + following.lstrip("/")
         if _origin(url) != _origin(self.settings.url):
             raise SourceFailed("Confluence pointed the next page at another site; refused.")

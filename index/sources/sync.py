@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +43,7 @@ from index.sources.contract import (
     SourceFailed,
     source_scope,
 )
+from index.sources.kinds import open_connector
 from index.storage import SourceItem
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ __all__ = [
     "document_source",
     "remove_source_documents",
     "source_health",
+    "sync_due_sources",
     "sync_source",
 ]
 
@@ -63,7 +65,7 @@ UPLOADER_PREFIX = "source:"
 
 @dataclass
 class SourceSyncReport:
-    """What one run of a source did."""
+    """What one run of a source did (``mode`` ``busy``: another process was syncing it)."""
 
     source: str
     mode: str = ""
@@ -118,7 +120,8 @@ def sync_source(
     report = SourceSyncReport(name)
     with kb.store.exclusive(f"source-{name}") as acquired:
         if not acquired:
-            report.error = "another sync of this source is running; this one left it alone"
+            # Another process (a replica, a shell) is syncing it: nothing failed.
+            report.mode = "busy"
             return report
         try:
             _Run(kb, name, connector, report, clock).run()
@@ -127,8 +130,9 @@ def sync_source(
             report.retry_after = exc.retry_after
         finally:
             kb.refresh_search()
-    retry_at = clock() + report.retry_after if report.retry_after is not None else None
-    kb.store.sources.record_run(name, report.error, retry_at=retry_at)
+    now = clock()
+    retry_at = now + report.retry_after if report.retry_after is not None else None
+    kb.store.sources.record_run(name, report.error, retry_at=retry_at, at=now)
     if report.error:
         log.warning("source %s: %s", name, report.error)
     return report
@@ -340,3 +344,36 @@ def source_health(kb: KnowledgeBase) -> list[dict[str, Any]]:
         }
         for row in kb.store.sources.all()
     ]
+
+
+def sync_due_sources(
+    kb: KnowledgeBase,
+    tokens: Mapping[str, str],
+    every_seconds: float,
+    *,
+    clock: Callable[[], float] = time.time,
+    **options: Any,
+) -> list[SourceSyncReport]:
+    """Sync each source whose last run is ``every_seconds`` old and whose retry time has come.
+
+    What ``kb serve`` runs on its schedule, on every replica: a source synced
+    by another replica a moment ago is not due (its run is in the shared
+    store), and one another replica is syncing now is left to it (the lock).
+    A source that cannot be opened (no credential) is recorded as failing.
+    ``options`` go to each connector (``sleep``, ``budget_seconds``).
+    """
+    reports = []
+    for row in kb.store.sources.all():
+        now = clock()
+        if row.last_run_at is not None and now - row.last_run_at < every_seconds:
+            continue
+        if row.retry_at is not None and now < row.retry_at:
+            continue
+        try:
+            connector = open_connector(row, tokens, **options)
+        except KBError as exc:
+            kb.store.sources.record_run(row.name, str(exc), at=now)
+            reports.append(SourceSyncReport(row.name, error=str(exc)))
+            continue
+        reports.append(sync_source(kb, row.name, connector, clock=clock))
+    return reports

@@ -130,9 +130,16 @@ class SourceRecords(StorePart):
             for r in cursor.fetchall()
         ]
 
-    def record_run(self, name: str, error: str | None, *, retry_at: float | None = None) -> None:
-        """How a run of ``name`` ended: ``error`` ``None`` is a good run."""
-        now = self.clock()
+    def record_run(
+        self,
+        name: str,
+        error: str | None,
+        *,
+        retry_at: float | None = None,
+        at: float | None = None,
+    ) -> None:
+        """How a run of ``name`` ended (``at``, by default now): ``error`` ``None`` is a good run."""
+        now = self.clock() if at is None else at
         with self.transaction() as db:
             if error is None:
                 db.execute(
