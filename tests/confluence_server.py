@@ -50,6 +50,7 @@ class Page:
     read_groups: list[str] = field(default_factory=list)
     modified: datetime = field(default_factory=lambda: datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
     garbage: bool = False  # served without a title or a body
+    webui: str | None = None  # its _links.webui, when not the usual path
 
 
 @dataclass
@@ -209,7 +210,7 @@ class MockConfluence:
         }
 
     def _webui(self, page: Page) -> str:
-        return f"/spaces/{page.space}/pages/{page.id}"
+        return page.webui or f"/spaces/{page.space}/pages/{page.id}"
 
     def _content(self, page_id: str) -> tuple[int, dict[str, str], bytes]:
         page = self.pages.get(page_id)

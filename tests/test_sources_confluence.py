@@ -26,6 +26,8 @@ from click.testing import CliRunner, Result
 from bot.access import Access, Person, SlackDirectory, SourceGrants, Where, web_client
 from bot.cli import main
 from bot.server import routes
+from bot.slack.blocks.answers import render_answer
+from bot.slack.words import words_for
 from core.answer import Engine
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -218,6 +220,9 @@ async def test_a_restricted_page_is_never_searched_for_a_person_it_does_not_admi
     assert cited.origin == f"{confluence.base}/spaces/ENG/pages/102"
     text = kb.canonical_text(cited.document_id)
     assert text[cited.start : cited.end] == cited.quote
+    # In Slack, beside the passage's own link, a link to the page in Confluence.
+    shown = json.dumps(render_answer(answered, words=words_for("fr")).blocks, ensure_ascii=False)
+    assert f"<{cited.origin}|ouvrir l’original>" in shown
 
 
 async def test_a_permission_change_a_deletion_and_a_move_take_effect_within_one_sync(
@@ -549,3 +554,14 @@ async def test_a_due_source_is_synced_by_one_process_and_a_failing_one_shows_on_
     assert "refused the credentials" in health["last_error"]
     assert health["last_good_at"] == again_at
     assert DEFAULT_CONFLUENCE_TOKEN not in json.dumps(ready)
+
+
+def test_a_page_address_pointing_elsewhere_opens_on_the_configured_site(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    confluence.pages["101"].webui = "//evil.example/phish"
+    confluence.pages["102"].webui = "javascript:alert(1)"
+    run(kb, confluence)
+    items = kb.store.sources.items(SOURCE)
+    for item in ("101", "102"):
+        assert items[item].url == f"{confluence.base}/pages/viewpage.action?pageId={item}"

@@ -268,10 +268,11 @@ class ConfluenceConnector:
         )
 
     def _url_of(self, page: dict[str, Any]) -> str:
-        links = page.get("_links") or {}
-        webui = links.get("webui") or f"/pages/viewpage.action?pageId={page.get('id')}"
-        base = str(links.get("base") or self.settings.url).rstrip("/")
-        return f"{base}{webui}"
+        """The page's address on the configured site (a path the source gives, never a host)."""
+        webui = (page.get("_links") or {}).get("webui")
+        if not isinstance(webui, str) or not webui.startswith("/") or webui.startswith("//"):
+            webui = f"/pages/viewpage.action?pageId={quote(str(page.get('id')), safe='')}"
+        return self.settings.url.rstrip("/") + webui
 
     def _search(self, cql: str) -> list[tuple[str, datetime | None]]:
         """``(page id, last modified)`` of every result, in the order given (one listed
