@@ -565,3 +565,20 @@ def test_a_page_address_pointing_elsewhere_opens_on_the_configured_site(
     items = kb.store.sources.items(SOURCE)
     for item in ("101", "102"):
         assert items[item].url == f"{confluence.base}/pages/viewpage.action?pageId={item}"
+
+
+def test_a_run_stopped_midway_keeps_what_it_indexed_and_the_next_resumes(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    confluence.fail("/rest/api/content/103", 500, times=10)
+    stopped = run(kb, confluence, Waits(), budget=1.0)
+    assert stopped.error is not None and sorted(stopped.added) == ["101", "102"]
+    assert kb.store.sources.checkpoint(SOURCE) is None  # saved only once a batch is in
+    assert set(live_titles(kb)) == {"Office hours", "Nightjar"}
+
+    confluence.faults.clear()
+    resumed = run(kb, confluence)
+    assert resumed.error is None and resumed.mode == "load"
+    assert resumed.added == ["103"] and sorted(resumed.unchanged) == ["101", "102"]
+    assert kb.store.sources.checkpoint(SOURCE) is not None
+    assert kb.store.sources.get(SOURCE).last_error is None
