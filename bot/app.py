@@ -15,7 +15,9 @@ viewer opens documents only for people signed in with Slack
 (``bot.slack.people.signin``). With ``KB_MCP=on`` agents reach the knowledge
 base as MCP tools at ``/mcp`` (``bot.mcp``). Whether the document readers are
 confined (``KB_READER_SANDBOX``) is logged at start and kept in ``/readyz``.
-``run_server(settings)`` runs it.
+With ``KB_SOURCE_SYNC_MINUTES`` above 0 another syncs each source
+(``kb source add``) that often, one replica at a time; each source's state is
+in ``/readyz``. ``run_server(settings)`` runs it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import mcp
-from bot.access import Access, slack_access
+from bot.access import Access, SourceGrants, slack_access
 from bot.server import bodies, connections, routes
 from bot.settings import Settings
 from bot.slack import app as slack
@@ -41,6 +43,7 @@ from core.rerank import RerankerUnavailable
 from index.errors import KBError
 from index.ingest import readers_status
 from index.knowledge_base import KnowledgeBase
+from index.sources import sync_due_sources
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,10 @@ __all__ = ["SERVICES", "create_app", "run_server"]
 SERVICES = web.AppKey("services", Services)
 SLACK_MODE = web.AppKey("slack_mode", str)
 SYNC_SECONDS = web.AppKey("sync_seconds", float)
+# Seconds between two syncs of each source (0: none), and each kind's token.
+SOURCE_SCHEDULE: web.AppKey[tuple[float, dict[str, str]]] = web.AppKey("source_schedule")
+# How often a replica looks for a source that is due, whatever the schedule.
+SOURCE_LOOK_SECONDS = 60.0
 # Readiness tolerates the snapshot trailing the database this many sync rounds
 # (at least routes.DEFAULT_MAX_BEHIND_SECONDS): a slow refresh is not an outage.
 BEHIND_ROUNDS = 10
@@ -79,7 +86,7 @@ def create_app(
     engine = engine or build_engine(settings.engine_config(kb.config.embedding_model), kb)
     slack_config = settings.slack_config()
     # Who may read what, one rule and one membership cache for every surface.
-    access = slack_access(settings.access_config(), slack_client)
+    access = slack_access(settings.access_config(), slack_client, SourceGrants(kb.store))
     services = Services.open(slack_config, kb, engine, access)
     # Each route's own body size is bodies.limit_body's; this is the one for the rest.
     app = web.Application(middlewares=routes.MIDDLEWARES, client_max_size=bodies.DEFAULT_MAX_BODY)
@@ -92,6 +99,7 @@ def create_app(
         signin.attach(app, settings.signin_config(), slack_config, engine.signer, access)
     routes.add_readiness_info(app, "viewer_auth", settings.viewer_auth)
     app[SYNC_SECONDS] = settings.sync_seconds
+    app[SOURCE_SCHEDULE] = (settings.source_sync_minutes * 60, settings.source_tokens())
     routes.set_max_behind(
         app, max(routes.DEFAULT_MAX_BEHIND_SECONDS, BEHIND_ROUNDS * settings.sync_seconds)
     )
@@ -153,6 +161,10 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await asyncio.to_thread(load_embedding_model, services.kb)
     await asyncio.to_thread(load_reranker, services.engine)
     loops = [asyncio.create_task(follow_store(services.kb, app[SYNC_SECONDS]), name="follow-store")]
+    every, tokens = app[SOURCE_SCHEDULE]
+    if every > 0:
+        syncing = keep_sources_synced(services.kb, tokens, every)
+        loops.append(asyncio.create_task(syncing, name="sync-sources"))
     bolt = app.get(slack.BOLT)
     if bolt is not None:
         # Uploads a replica that died (this one, before a restart) left unfinished.
@@ -238,6 +250,21 @@ async def follow_store(kb: KnowledgeBase, every: float) -> None:
             if failing:
                 log.info("search index caught up with the database again")
             failing = False
+
+
+async def keep_sources_synced(kb: KnowledgeBase, tokens: dict[str, str], every: float) -> None:
+    """Sync each source once it is ``every`` seconds past its last run (``sync_due_sources``).
+
+    Every replica looks; the store says what is due and its lock lets one
+    replica sync a source at a time. A failing round is logged and the next
+    one tried: a source's failure is recorded on it (``/readyz``, ``kb source list``).
+    """
+    while True:
+        try:
+            await asyncio.to_thread(sync_due_sources, kb, tokens, every)
+        except Exception:  # the next round may succeed: keep syncing
+            log.warning("a round of source syncs failed; trying again later", exc_info=True)
+        await asyncio.sleep(min(every, SOURCE_LOOK_SECONDS))
 
 
 def run_server(settings: Settings) -> None:

@@ -597,6 +597,17 @@ class Settings(BaseSettings):
         "Seconds between two syncs of the KB_CANVAS_CHANNELS canvases by kb serve (one at start too); 0: only on Slack's file_change and file_deleted events and kb canvases sync.",
         ge=0,
     )
+    confluence_token: SecretStr = _setting(
+        SecretStr(""),
+        "KB_CONFLUENCE_TOKEN",
+        "The token kb source sync and kb serve read Confluence with (docs/sources.md): on Cloud an Atlassian API token of the account a source names with --user, on Data Center a personal access token. A source given --token-file reads that file instead. Never stored in the knowledge base.",
+    )
+    source_sync_minutes: float = _setting(
+        0.0,
+        "KB_SOURCE_SYNC_MINUTES",
+        "Minutes between two syncs of each source (kb source add) by kb serve, one replica at a time; a failing source is retried after its Retry-After or back-off and said on /readyz. 0: kb serve syncs none (run kb source sync from a timer instead).",
+        ge=0,
+    )
     default_language: str = _setting(
         DEFAULT_LANGUAGE,
         "KB_DEFAULT_LANGUAGE",
@@ -833,6 +844,10 @@ class Settings(BaseSettings):
             api_url=self.slack_api_url,
             allow_external=self.allow_external,
         )
+
+    def source_tokens(self) -> dict[str, str]:
+        """Each kind of source's token (``index.sources.open_connector``): never stored."""
+        return {"confluence": self.confluence_token.get_secret_value()}
 
     def http_limits(self) -> HttpLimits:
         """What one client of the web server may hold of it (``bot.server.limits``)."""

@@ -57,6 +57,7 @@ from index.models import ALL_SCOPES
 from index.normal_form import plain
 from index.records import ChunkRow, QueryRecord
 from index.search import question_language
+from index.sources import is_source_scope
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,9 @@ class SourceRef:
     distance: float
     columns: str = ""
     """A sheet passage below its header row: that row (the column names), for the model."""
+    origin: str = ""
+    """Where its document opens in the source it was synced from (a Confluence page); empty
+    for a document added here."""
 
 
 @dataclass
@@ -450,11 +454,25 @@ class Engine:
             columns = await asyncio.to_thread(
                 self._sheet_columns, [rows[c.chunk_id] for c in found]
             )
+        origins: dict[str, str] = {}
+        synced = {rows[c.chunk_id].scope for c in found} & {
+            r.scope for r in rows.values() if is_source_scope(r.scope)
+        }
+        if synced:
+            origins = await asyncio.to_thread(self._origins, synced)
         kept = [
-            self._source_ref(i, c, rows[c.chunk_id], columns.get(c.chunk_id, ""))
+            replace(
+                self._source_ref(i, c, rows[c.chunk_id], columns.get(c.chunk_id, "")),
+                origin=origins.get(rows[c.chunk_id].scope, ""),
+            )
             for i, c in enumerate(found, start=first)
         ]
         return kept, len(passed) - len(found)
+
+    def _origins(self, scopes: set[str]) -> dict[str, str]:
+        """Where each synced document of ``scopes`` opens in its source."""
+        found = {s: self.kb.store.sources.item_of_scope(s) for s in scopes}
+        return {s: item.url for s, item in found.items() if item is not None}
 
     def _sheet_columns(self, rows: Sequence[ChunkRow]) -> dict[int, str]:
         """For each sheet chunk below its header row, the column names its content lacks."""

@@ -33,6 +33,10 @@ all of them (a test keeps the list complete)::
     ├── QueryAdapterError            (index.search.query_map) a stored query map cannot be read
     ├── StoreMigrationError          (index.storage.migrate) kb migrate-store could not move a knowledge base; nothing committed
     ├── McpTokenError                (index.storage.mcp_tokens) an MCP token cannot be issued or revoked as asked
+    ├── UnknownSource                (index.storage.sources) no synced source has that name
+    ├── SourceError                  (index.sources.contract) a synced source is configured wrongly
+    ├── SourceFailed                 (index.sources.contract) a synced source cannot be read now
+    │   └── SourceCredentialsRejected  the source refused the credentials: an admin must act
     ├── AnswerError                  (core.errors) the answer engine's errors
     │   ├── LLMUnavailable           the model endpoint is missing, refused, timed out or 5xx
     │   ├── BadLinkToken             a passage link's token is tampered, expired or for another doc

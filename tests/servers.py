@@ -121,6 +121,8 @@ DEFAULT_CLIENT_SECRET = "canary-client-secret-7d1e9b44"
 DEFAULT_SKILL_TOKEN = "xoxp-canary-skill-owner-4f2b7c90"
 # The MCP server the app declares (its key under mcp_servers in the manifest).
 MCP_SERVER_ID = "knowledge-base"
+# The API token of the mock Confluence (tests/confluence_server.py).
+DEFAULT_CONFLUENCE_TOKEN = "atl-canary-confluence-4f8b2c61"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
 UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"

@@ -2,7 +2,8 @@
 
 ``rule`` is the rule (:class:`Access`: who is served, ``may_read``, the
 scopes a search is filtered by; :class:`Person`, who reads), ``members`` the
-one cache of who is in each channel, ``directory`` the contract a directory of
+one cache of who is in each channel, ``grants`` the synced documents'
+permissions as the store keeps them, ``directory`` the contract a directory of
 people and places fulfils, ``slack`` Slack as that directory (and the Web API
 client), ``config`` what the room needs. Slack answers and related passages,
 the Home tab, Work Objects, the viewer, MCP tools, feedback clicks and
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from bot.access.config import AccessConfig
 from bot.access.directory import AccessCheckUnavailable, Directory, Profile
+from bot.access.grants import SourceGrants
 from bot.access.members import MEMBERS_TTL_SECONDS, Memberships
 from bot.access.rule import (
     Access,
@@ -37,24 +39,26 @@ from bot.access.slack import (
     retry_handlers,
     slack_access,
     slack_error,
+    verified_email,
     web_client,
 )
 
 __all__ = [
-    "MEMBERS_TTL_SECONDS",
-    "SLACK_UNREACHABLE",
     "Access",
     "AccessCheckUnavailable",
     "AccessConfig",
     "Decision",
     "Directory",
+    "MEMBERS_TTL_SECONDS",
     "Memberships",
     "NotServed",
     "Person",
     "Profile",
     "Readable",
     "Rule",
+    "SLACK_UNREACHABLE",
     "SlackDirectory",
+    "SourceGrants",
     "Where",
     "admitted",
     "ask_slack",
@@ -64,6 +68,7 @@ __all__ = [
     "shown_at",
     "slack_access",
     "slack_error",
+    "verified_email",
     "visible",
     "web_client",
 ]

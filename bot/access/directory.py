@@ -4,7 +4,8 @@ Slack is the directory today (``bot.access.slack``): the workspace the bot
 serves (``auth.test``), a person's workspace and whether they are still active
 (``users.info``), a channel's members (``conversations.members``). A source's
 identities and groups are asked the same way when documents carry a source's
-permissions. Whatever cannot be answered raises :class:`AccessCheckUnavailable`,
+permissions: a person is matched to a source's identities by the email the
+directory verified. Whatever cannot be answered raises :class:`AccessCheckUnavailable`,
 and the rule treats it as unknown: unknown grants nothing.
 """
 
@@ -31,10 +32,13 @@ class Profile:
     Attributes:
         team_id: the workspace they belong to; ``None`` when it names none.
         deleted: deactivated (they left the organisation).
+        email: their email as the directory verified it (lower-cased); ``None``: none
+            verified, or not shown: they are matched to no source identity.
     """
 
     team_id: str | None
     deleted: bool = False
+    email: str | None = None
 
 
 class Directory(Protocol):

@@ -21,11 +21,21 @@ A person (:class:`Person`) reads a document when
 Unknown is hidden: a membership the directory cannot give now, a workspace
 nobody can tell, a document whose permissions are not known, admit nobody.
 
+A synced document (Confluence...) carries its source's permissions
+(:class:`index.sources.Acl`) and no channel: it admits a person whose email,
+as the directory verified it, is a user entry, whose email's domain is a
+domain entry, or who is a member of a group entry (the source's API expanded
+it); or everyone served, when it is public in the organisation. A person
+without a verified email reads only the public ones; permissions not read
+(``unknown``) admit nobody. Shown where others read too (an answer in a
+channel), only a public one: everyone there reads it.
+
 A search is filtered before the gate by the scopes :meth:`Access.search_scopes`
 returns (a refusal never reveals what a hidden document holds): the place's
 own channel, and those of the channels offered (the channel a DM's asker is
 viewing; every channel of the knowledge base for a tool call or ``kb ask --as``)
-that the person is a member of now.
+that the person is a member of now, and the synced documents they may read
+there (:meth:`Access.source_scopes`).
 """
 
 from __future__ import annotations
@@ -37,9 +47,11 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from bot.access.directory import AccessCheckUnavailable, Directory
+from bot.access.grants import SourceGrants
 from bot.access.members import Memberships
 from index.errors import KBError
 from index.models import EVERYONE, OnlyScopes
+from index.sources import Acl, is_source_scope
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +129,7 @@ class Rule(StrEnum):
     CHANNEL = "channel"
     PLACE = "place"
     ORGANISATION = "organisation"
+    SOURCE = "source"
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,7 @@ class Access:
         directory: who is who and in which channel; ``None`` without one (no bot token).
         allow_external: serve people of other organisations too (``KB_ALLOW_EXTERNAL``).
         members: the channel members cache; one over ``directory`` by default.
+        grants: the synced documents' permissions; ``None``: no synced document is read.
     """
 
     def __init__(
@@ -196,10 +210,12 @@ class Access:
         *,
         allow_external: bool,
         members: Memberships | None = None,
+        grants: SourceGrants | None = None,
     ) -> None:
         self.directory = directory
         self.allow_external = allow_external
         self.members = members or (Memberships(directory) if directory is not None else None)
+        self.grants = grants
 
     # ------------------------------------------------------------ people
 
@@ -289,14 +305,78 @@ class Access:
         """
         scope = document if isinstance(document, str) else document.scope
         checks = [await self.served(person)]
-        if checks[-1].allowed and where is not None:
+        if checks[-1].allowed and where is not None and is_source_scope(scope):
+            checks.append(await self._source_at(scope, where))
+        elif checks[-1].allowed and where is not None:
             checks.append(self._at(scope, where))
         if checks[-1].allowed:
             if scope == EVERYONE:
                 checks.append(Decision(True, Rule.EVERYONE, _FOR_EVERYONE))
+            elif is_source_scope(scope):
+                checks.append(await self.source_decision(person, scope))
             else:
                 checks.append(await self.in_channel(person, scope))
         return checks
+
+    # ------------------------------------------------------------ synced documents
+
+    async def email_of(self, person: Person) -> str | None:
+        """``person``'s email as the directory verified it; ``None``: none known."""
+        if self.directory is None:
+            return None
+        profile = await self.directory.profile(person.user_id)
+        return profile.email if profile is not None else None
+
+    async def source_decision(self, person: Person, scope: str) -> Decision:
+        """Whether the permissions of the synced document of ``scope`` admit ``person``."""
+        if self.grants is None:
+            return Decision(False, Rule.SOURCE, _NO_GRANTS, unknown=True)
+        acl = await self.grants.acl(scope)
+        if not acl.known:
+            return Decision(False, Rule.SOURCE, _ACL_UNKNOWN, unknown=True)
+        if acl.public:
+            return Decision(True, Rule.SOURCE, _ACL_PUBLIC)
+        email = await self.email_of(person)
+        if email is None:
+            return Decision(False, Rule.SOURCE, _NO_EMAIL.format(user=person.user_id))
+        return await self._admitted_by(acl, email, person)
+
+    async def _admitted_by(self, acl: Acl, email: str, person: Person) -> Decision:
+        user = person.user_id
+        if email in acl.users:
+            return Decision(True, Rule.SOURCE, _ACL_USER.format(user=user, email=email))
+        if email.rsplit("@", 1)[-1] in acl.domains:
+            return Decision(True, Rule.SOURCE, _ACL_DOMAIN.format(user=user, email=email))
+        assert self.grants is not None
+        groups = sorted({g for _, g in await self.grants.groups_of(email)} & acl.groups)
+        if groups:
+            reason = _ACL_GROUP.format(user=user, email=email, group=groups[0])
+            return Decision(True, Rule.SOURCE, reason)
+        return Decision(False, Rule.SOURCE, _ACL_NONE.format(user=user, email=email))
+
+    async def _source_at(self, scope: str, where: Where) -> Decision:
+        """Whether everyone at ``where`` may read the synced document of ``scope``: a public one."""
+        place = where.channel or "a conversation not posted yet"
+        if self.only_its_own(where):
+            return Decision(False, Rule.PLACE, _SHARED.format(place=place), channel=where.channel)
+        acl = await self.grants.acl(scope) if self.grants is not None else None
+        if acl is not None and acl.known and acl.public:
+            return Decision(
+                True, Rule.PLACE, _PUBLIC_THERE.format(place=place), channel=where.channel
+            )
+        return Decision(False, Rule.PLACE, _NAMED_PEOPLE.format(place=place), channel=where.channel)
+
+    async def source_scopes(self, person: Person, where: Where | None = None) -> frozenset[str]:
+        """The scopes of the synced documents ``person`` may read at ``where``.
+
+        Alone (``where`` ``None``): those their verified email, its domain or
+        their source groups are granted, and the public ones. Where others read
+        too: the public ones only; none in a place shared with another organisation.
+        """
+        if self.grants is None or self.only_its_own(where):
+            return frozenset()
+        email = await self.email_of(person) if where is None else None
+        return await self.grants.readable(email)
 
     async def readable_channels(
         self, person: Person, channels: Iterable[str], *, strict: bool = False
@@ -346,9 +426,11 @@ class Access:
             AccessCheckUnavailable: ``strict``, and a channel's members cannot be known.
         """
         shown = self.shown_at(where)
-        rest = [c for c in offered if c != EVERYONE and c not in shown]
+        rest = [c for c in offered if c != EVERYONE and c not in shown and not is_source_scope(c)]
         channels = shown | await self.readable_channels(person, rest, strict=strict)
-        return OnlyScopes(channels) if self.only_its_own(where) else frozenset(channels)
+        if self.only_its_own(where):
+            return OnlyScopes(channels)
+        return frozenset(channels | await self.source_scopes(person, where))
 
     def _at(self, scope: str, where: Where) -> Decision:
         """Whether everyone at ``where`` may read documents of ``scope``."""
@@ -389,6 +471,27 @@ _NOT_MEMBER = (
 _UNKNOWN_MEMBERS = "It belongs to channel {channel}. {why} Unknown is hidden."
 _NOT_THERE = "It belongs to channel {channel}, and it is not shown in {place}."
 _SHOWN = "{place} shows the documents for everyone and its own."
+_NO_GRANTS = "It was synced from a source, and no source permissions are known here: hidden."
+_ACL_UNKNOWN = (
+    "It was synced from a source whose permissions for it could not be read: "
+    "nobody reads it until they are (unknown is hidden)."
+)
+_ACL_PUBLIC = "Its source makes it public in the organisation: everyone served reads it."
+_NO_EMAIL = (
+    "Its source names the people who may read it, and the directory has no verified email "
+    "for {user} to match them by: they read only what is public in the organisation."
+)
+_ACL_USER = "Its source lets {email} read it, the verified email of {user}."
+_ACL_DOMAIN = "Its source lets the domain of {email} ({user}'s verified email) read it."
+_ACL_GROUP = "Its source lets group {group} read it, and {email} ({user}) is a member."
+_ACL_NONE = (
+    "Its source does not let {email} ({user}'s verified email) read it: not by name, "
+    "domain or group."
+)
+_PUBLIC_THERE = "It is public in the organisation, so {place} may show it."
+_NAMED_PEOPLE = (
+    "Its source lets only named people read it, and everyone in {place} would read it there."
+)
 _SHARED = (
     "{place} is shared with another organisation: only its own documents are shown there "
     "(KB_ALLOW_EXTERNAL is off)."

@@ -1,7 +1,8 @@
 """Slack as the directory of people and places, asked with the bot token through the Web API.
 
 ``auth.test`` (the workspace served, asked once), ``users.info`` (a person's
-workspace and whether they are deactivated, remembered five minutes) and
+workspace, whether they are deactivated, and their confirmed email, remembered
+five minutes) and
 ``conversations.members`` (page by page; remembered by
 :class:`bot.access.members.Memberships`, not here). A channel the bot cannot
 see (a private one it is not in, a deleted one) has no known members. Slack out
@@ -30,6 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.access.config import AccessConfig
 from bot.access.directory import AccessCheckUnavailable, Profile
+from bot.access.grants import SourceGrants
 from bot.access.rule import Access
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,7 @@ __all__ = [
     "retry_handlers",
     "slack_access",
     "slack_error",
+    "verified_email",
     "web_client",
 ]
 
@@ -150,7 +153,11 @@ class SlackDirectory:
             return None
         user = dict(response.get("user") or {})
         team = user.get("team_id") or (user.get("profile") or {}).get("team")
-        profile = Profile(team_id=str(team) if team else None, deleted=bool(user.get("deleted")))
+        profile = Profile(
+            team_id=str(team) if team else None,
+            deleted=bool(user.get("deleted")),
+            email=verified_email(user),
+        )
         self._profiles[user_id] = profile
         return profile
 
@@ -178,14 +185,34 @@ class SlackDirectory:
             raise AccessCheckUnavailable(MEMBERS_UNKNOWN.format(why=slack_error(exc))) from exc
 
 
-def slack_access(config: AccessConfig, client: AsyncWebClient | None = None) -> Access:
+def verified_email(user: dict[str, Any]) -> str | None:
+    """The email ``users.info`` shows for ``user``, when Slack has it confirmed.
+
+    ``profile.email`` needs the ``users:read.email`` scope; Slack marks an
+    address not confirmed yet with ``is_email_confirmed: false``, and a bot or
+    an unconfirmed address matches nobody.
+    """
+    email = (user.get("profile") or {}).get("email")
+    if not isinstance(email, str) or "@" not in email or user.get("is_bot"):
+        return None
+    if user.get("is_email_confirmed") is False:
+        return None
+    return email.strip().lower()
+
+
+def slack_access(
+    config: AccessConfig,
+    client: AsyncWebClient | None = None,
+    grants: SourceGrants | None = None,
+) -> Access:
     """The rule over ``config``'s Slack workspace; without a bot token, over no directory.
 
     Args:
         config: the bot token, the Web API's address, whether other organisations are served.
         client: a Web API client with the bot token; one is built from ``config`` otherwise.
+        grants: the synced documents' permissions; ``None``: nobody reads a synced document.
     """
     if not config.bot_token:
-        return Access(None, allow_external=config.allow_external)
+        return Access(None, allow_external=config.allow_external, grants=grants)
     bot = client or web_client(config.bot_token, config.api_url, logger=_api_log)
-    return Access(SlackDirectory(bot), allow_external=config.allow_external)
+    return Access(SlackDirectory(bot), allow_external=config.allow_external, grants=grants)

@@ -4,9 +4,9 @@
 commands to the group when imported: ``documents`` (ingest, docs, show,
 chunks, retry, rm, reindex, status), ``publishing`` (audit, restore, approve,
 reject), ``answering`` (ask, serve), ``evaluation`` (eval, calibrate,
-export-disliked), ``syncing`` (sync), ``storage`` (migrate-store), ``mcp``
-(mcp-token create, list, revoke), ``slackbot`` (slackbot-skill), ``access``
-(access explain) and ``canvases`` (canvases sync).
+export-disliked), ``syncing`` (sync), ``sources`` (source add, list, sync, remove),
+``storage`` (migrate-store), ``mcp`` (mcp-token create, list, revoke), ``slackbot``
+(slackbot-skill), ``access`` (access explain) and ``canvases`` (canvases sync).
 """
 
 from bot.cli import (
@@ -18,6 +18,7 @@ from bot.cli import (
     mcp,
     publishing,
     slackbot,
+    sources,
     storage,
     syncing,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "mcp",
     "publishing",
     "slackbot",
+    "sources",
     "storage",
     "syncing",
 ]

@@ -2,7 +2,8 @@
 
 ``kb access explain --user U… DOC`` says whether that person may read that
 document and why: whether they are served, the rule that decides (a document
-for everyone, a channel's members), the channel, their membership as Slack
+for everyone, a channel's members, a synced document's source permissions
+matched by the person's verified email), the channel, their membership as Slack
 says it now, or why it cannot be known (and so is hidden). ``kb ask --as U…``
 answers as that person. Both ask Slack with ``SLACK_BOT_TOKEN``, and say so
 when there is none.
@@ -29,9 +30,10 @@ NO_TOKEN_NOTE = (
 
 def open_access(ctx: click.Context) -> Access:
     """The access rule of the configured workspace (over no directory without a bot token)."""
-    from bot.access import slack_access
+    from bot.access import SourceGrants, slack_access
 
-    return slack_access(settings_of(ctx).access_config())
+    grants = SourceGrants(open_kb(ctx).store)
+    return slack_access(settings_of(ctx).access_config(), grants=grants)
 
 
 async def scopes_as(
@@ -51,7 +53,7 @@ async def scopes_as(
     if not served.allowed:
         raise NotServed(served.reason)
     if access.members is None:
-        return frozenset()
+        return await access.source_scopes(person)
     indexed = await asyncio.to_thread(kb.store.documents, DocState.INDEXED)
     offered = sorted({d.scope for d in indexed} - {EVERYONE})
     if channels:
@@ -98,15 +100,24 @@ def explain(
     Example: kb access explain --user U0123ABCD 12 --json
     """
     from bot.access import Person, Where
+    from index.sources import document_source
 
-    row = open_kb(ctx).find(doc)
+    kb = open_kb(ctx)
+    row = kb.find(doc)
+    origin = document_source(kb, row.scope)
     access = open_access(ctx)
     where = Where(channel=channel, shared=shared) if channel or shared else None
     checks = asyncio.run(access.explain(Person(user_id), row, where))
     decision = checks[-1]
     data: dict[str, Any] = {
         "user": user_id,
-        "document": {"id": row.id, "name": row.name, "scope": row.scope, "state": row.state},
+        "document": {
+            "id": row.id,
+            "name": row.name,
+            "scope": row.scope,
+            "state": row.state,
+            "source": origin,
+        },
         "where": _where(where),
         "may_read": decision.allowed,
         **{k: v for k, v in decision.to_dict().items() if k != "allowed"},
@@ -117,6 +128,8 @@ def explain(
     def text() -> None:
         verb = "may read" if decision.allowed else "may not read"
         click.echo(f"{user_id} {verb} document {row.id} ({row.name}).")
+        if origin is not None:
+            click.echo(f"  from {origin['source']}, read by {origin['acl']['readers']}")
         for check in checks:
             click.echo(f"  {'yes' if check.allowed else 'no ':<3}  {check.rule:<12} {check.reason}")
         if row.state != "indexed":

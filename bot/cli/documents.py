@@ -15,6 +15,7 @@ import click
 from bot.cli.base import ProgressBar, emit, json_option, main, open_kb, settings_of
 from index.models import EVERYONE, DocState
 from index.records import DocumentRow
+from index.sources import document_source, source_health
 
 # What a listing shows of a document row (the canonical text and worker pid stay out).
 SUMMARY_FIELDS = (
@@ -134,7 +135,10 @@ def docs(ctx: click.Context, as_json: bool) -> None:
     """
     kb = open_kb(ctx)
     stale = {d.id for d in kb.stale_documents()}
-    rows = [{**summary(d), "stale": d.id in stale} for d in kb.documents()]
+    rows = [
+        {**summary(d), "stale": d.id in stale, "source": document_source(kb, d.scope)}
+        for d in kb.documents()
+    ]
 
     def text() -> None:
         if not rows:
@@ -142,6 +146,8 @@ def docs(ctx: click.Context, as_json: bool) -> None:
         for r in rows:
             state = r["state"] + (" (stale)" if r["stale"] else "")
             extra = f"  {r['failure_reason']}" if r["failure_reason"] else ""
+            if r["source"]:
+                extra += f"  from {r['source']['source']}, read by {r['source']['acl']['readers']}"
             click.echo(
                 f"{r['id']:>5}  {state:<16} {r['chunk_count']:>5} chunks  "
                 f"{r['language'] or '-':<3} {r['scope']:<10} {r['name']}{extra}"
@@ -167,11 +173,18 @@ def show(ctx: click.Context, doc: str, text: bool, as_json: bool) -> None:
     if text:
         click.echo(kb.canonical_text(row.id), nl=False)
         return
-    fields = summary(row)
+    fields = {**summary(row), "source": document_source(kb, row.scope)}
 
     def lines() -> None:
         for k, v in fields.items():
-            click.echo(f"{k:>18}: {v}")
+            if k != "source":
+                click.echo(f"{k:>18}: {v}")
+        if origin := fields["source"]:
+            click.echo(f"{'source':>18}: {origin['source']} (item {origin['item']})")
+            click.echo(f"{'opens at':>18}: {origin['url']}")
+            click.echo(f"{'read by':>18}: {origin['acl']['readers']}")
+            click.echo(f"{'synced at':>18}: {origin['synced_at']}")
+            click.echo(f"{'permissions at':>18}: {origin['acl_synced_at']}")
 
     emit(fields, as_json, lines)
 
@@ -297,6 +310,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """
     kb = open_kb(ctx)
     st = kb.status()
+    st["sources"] = source_health(kb)
     thresholds = settings_of(ctx).thresholds(kb.config.embedding_model)
     st["thresholds"] = {
         "answer": thresholds.answer,
@@ -333,5 +347,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"READ-ONLY       {st['read_only']}")
         if sandbox := st["reader_sandbox"]:
             click.echo(f"readers         {sandbox['summary']}")
+        for source in st["sources"]:
+            state = "ok" if source["ok"] else f"FAILING: {source['last_error']}"
+            click.echo(f"source          {source['name']}: {state}")
 
     emit(st, as_json, text)

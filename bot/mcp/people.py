@@ -78,8 +78,9 @@ async def scopes_of(person: Person, people: People | None, kb: KnowledgeBase) ->
     if not served.allowed:
         raise NotServed(_NO_SLACK if access.directory is None else _OTHER_ORGANISATION)
     if access.members is None:
-        # Nobody to ask who is in a channel: a token's scopes alone grant nothing.
-        return frozenset()
+        # Nobody to ask who is in a channel: a token's scopes alone grant nothing, and
+        # nobody to ask a person's email: of the synced documents, the public ones.
+        return await access.source_scopes(Reader(person.user_id))
     channels = await asyncio.to_thread(_channel_scopes, kb)
     if person.channels is not None:
         channels = [c for c in channels if c in person.channels]

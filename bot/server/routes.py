@@ -51,6 +51,7 @@ from index.ingest import ocr_pages
 from index.knowledge_base import KnowledgeBase
 from index.records import DocumentRow
 from index.sync import source_link
+from index.sources import source_health
 
 log = logging.getLogger(__name__)
 
@@ -519,6 +520,8 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
         # Counted once per store generation; its advice says when the model is the wrong one.
         "languages": kb.language_fit().to_dict(),
         "documents": kb.document_count(),
+        # Each synced source: failing or not, why, and its last good sync (never a silent stall).
+        "sources": source_health(kb),
         "chunks": index["chunks"],
         "reindex_running": kb.reindex_running(),
         # Answering still works; uploads and removals will not until there is room.

@@ -5,7 +5,8 @@
 (``query_log``), feedback, Slack deliveries, the audit log, hand-offs, the bot's
 messages about each document (``messages``: ``STATUS`` and ``APPROVAL``),
 values accepted once (``used_states``: sign-in states, MCP requests' Slack signatures),
-the MCP clients' tokens (``mcp_tokens``) and the uploads in progress (``uploads``).
+the MCP clients' tokens (``mcp_tokens``), the uploads in progress (``uploads``) and
+the synced sources' records (``sources``).
 ``database`` is the contract the two databases (``sqlite``, ``postgres``)
 implement and ``connect`` picks one; ``schema`` is the migrations, ``workers``
 the indexing locks, ``migrate`` ``kb migrate-store``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from index.storage.mcp_tokens import McpToken, McpTokenError, McpTokens
 from index.storage.messages import APPROVAL, STATUS, PostedMessage
 from index.storage.migrate import migrate_store
+from index.storage.sources import SourceItem, SourceRecords, SourceRow, UnknownSource
 from index.storage.store import INTERRUPTED, INTERRUPTED_KIND, NewDocument, Store
 from index.storage.uploads import Upload
 from index.storage.used_states import UsedStates
@@ -30,7 +32,11 @@ __all__ = [
     "NewDocument",
     "PostedMessage",
     "STATUS",
+    "SourceItem",
+    "SourceRecords",
+    "SourceRow",
     "Store",
+    "UnknownSource",
     "Upload",
     "UsedStates",
     "migrate_store",

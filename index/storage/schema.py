@@ -9,8 +9,9 @@ that has shipped is never edited; a change to the schema is a new one at the end
 
 The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
 ``query_log``, ``feedback``, ``deliveries``, ``meta``, ``audit``,
-``escalations``, ``posted_messages``, ``used_states``, ``mcp_tokens`` and
-``uploads``. At most one live document (any state but ``replaced``) has
+``escalations``, ``posted_messages``, ``used_states``, ``mcp_tokens``,
+``uploads``, and the synced sources' ``sources``, ``source_checkpoints``,
+``source_items``, ``source_acl`` and ``source_group_members``. At most one live document (any state but ``replaced``) has
 given bytes in a given scope.
 """
 
@@ -347,6 +348,73 @@ def _failure_kind(db: Database) -> None:
         "UPDATE documents SET failure_kind = 'interrupted' WHERE failure_reason = ?",
         ["Indexing was interrupted before it finished; retry it."],
     )
+
+
+@MIGRATIONS(name="0019_sources")
+def _sources(db: Database) -> None:
+    # The places documents are synced from (index.sources): their settings (never a
+    # credential: those stay in the environment or a secret file), how the last run
+    # went and when one last succeeded (``kb source list``, ``/readyz``).
+    db.execute(
+        """CREATE TABLE sources (
+            name TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            settings TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            last_run_at REAL,
+            last_good_at REAL,
+            last_error TEXT,
+            retry_at REAL
+        )"""
+    )
+    # Where an incremental poll resumes: written in the run's last transaction, so a
+    # run killed midway resumes from the previous one and loses nothing.
+    db.execute(
+        """CREATE TABLE source_checkpoints (
+            source TEXT PRIMARY KEY,
+            checkpoint TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        )"""
+    )
+    # One row per item a source gave: the document it is now, where it opens in the
+    # source, and the scope every version of it is filed under.
+    db.execute(
+        """CREATE TABLE source_items (
+            source TEXT NOT NULL,
+            item TEXT NOT NULL,
+            scope TEXT NOT NULL UNIQUE,
+            document_id INTEGER,
+            url TEXT NOT NULL DEFAULT '',
+            title TEXT NOT NULL DEFAULT '',
+            version TEXT NOT NULL DEFAULT '',
+            sha256 TEXT NOT NULL DEFAULT '',
+            synced_at REAL NOT NULL,
+            acl_synced_at REAL,
+            PRIMARY KEY (source, item)
+        )"""
+    )
+    # A source document's permissions, by its scope: kind user (an email), group (a
+    # source group), domain (an email domain), public (everyone in the organisation),
+    # unknown (nobody). No row at all is unknown too.
+    db.execute(
+        """CREATE TABLE source_acl (
+            scope TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            principal TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (scope, kind, principal)
+        )"""
+    )
+    db.execute("CREATE INDEX source_acl_principal ON source_acl(kind, principal)")
+    # A source group's members by email, as the source's API expanded them last.
+    db.execute(
+        """CREATE TABLE source_group_members (
+            source TEXT NOT NULL,
+            group_name TEXT NOT NULL,
+            email TEXT NOT NULL,
+            PRIMARY KEY (source, group_name, email)
+        )"""
+    )
+    db.execute("CREATE INDEX source_group_email ON source_group_members(email)")
 
 
 def _dialect(db: Database) -> str:

@@ -55,6 +55,7 @@ from index.storage.part import Clock
 from index.storage.postgres import PostgresDatabase
 from index.storage.query_log import QueryLog
 from index.storage.schema import BUMP_GENERATION, MIGRATIONS
+from index.storage.sources import SourceRecords
 from index.storage.sqlite import SQLiteDatabase
 from index.storage.uploads import Uploads
 from index.storage.used_states import UsedStates
@@ -107,7 +108,8 @@ class Store:
     once: sign-in states, MCP requests' Slack signatures;
     ``index.storage.used_states``), ``mcp_tokens`` (the MCP clients'
     bearer tokens, ``index.storage.mcp_tokens``) and ``uploads`` (uploads in
-    progress, until each file is done: ``index.storage.uploads``).
+    progress, until each file is done: ``index.storage.uploads``) and ``sources`` (the
+    synced sources, their items and permissions: ``index.storage.sources``).
 
     Args:
         data_dir: the data directory (derived files; with SQLite also the
@@ -146,6 +148,7 @@ class Store:
         self.used_states = UsedStates(self.database, clock)
         self.mcp_tokens = McpTokens(self.database, clock)
         self.uploads = Uploads(self.database, clock)
+        self.sources = SourceRecords(self.database, clock)
 
     def _private_sqlite_files(self) -> None:
         # SQLite gives its -wal and -shm files the database file's permissions.

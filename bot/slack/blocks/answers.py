@@ -251,7 +251,11 @@ def _assemble(head: list[Block], body: list[str], tail: list[Block], words: Word
 
 
 def _source_heading(s: SourceRef, words: Words) -> str:
-    return f"{linked(s.url, f'[{s.n}]')} " + _where(s, words, bold=True)
+    heading = f"{linked(s.url, f'[{s.n}]')} " + _where(s, words, bold=True)
+    if s.origin:
+        # Synced from a source: where the document opens there too.
+        heading += f" · {linked(s.origin, words.OPEN_ORIGINAL)}"
+    return heading
 
 
 def _where(s: SourceRef, words: Words, *, bold: bool = False) -> str:

@@ -115,6 +115,8 @@ class Words:
     )
     UNCITED_FALLBACK = N_("Passages I was given, none of them cited:")
     SOURCES_HEADER = N_("*Sources*")
+    # Beside a passage of a document synced from a source (Confluence...): where it opens there.
+    OPEN_ORIGINAL = N_("open the original")
     # core.answer.UNSIGNED_LINKS_TEXT, the engine's note when links cannot be signed.
     UNSIGNED_LINKS = N_(
         "The sources are listed without links: the server cannot sign links right now "

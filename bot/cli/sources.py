@@ -1,0 +1,198 @@
+"""``kb source``: the places documents are synced from with their permissions (``index.sources``).
+
+``kb source add confluence --url URL --space KEY`` records a source (never its
+credential: that stays in the settings, ``KB_CONFLUENCE_TOKEN``, or in a
+secret file it names); ``kb source list``
+shows each with its last run; ``kb source sync [NAME]`` runs them;
+``kb source remove NAME`` removes one and its documents.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bot.cli.base import emit, json_option, main, open_kb, settings_of
+
+SYNC_FAILED_EXIT = 1
+
+
+@main.group("source")
+def source_group() -> None:
+    """Sources synced with their permissions (Confluence): add, list, sync, remove.
+
+    Example: kb source add confluence --url https://example.atlassian.net/wiki --space ENG
+    """
+
+
+@source_group.command("add")
+@click.argument("kind", type=click.Choice(["confluence"]))
+@click.option(
+    "--url",
+    required=True,
+    help="The site: https://NAME.atlassian.net/wiki, or the Data Center base URL.",
+)
+@click.option("--space", required=True, help="The space key.")
+@click.option(
+    "--name", default=None, help="What to call the source (default: KIND-SPACE, lower-cased)."
+)
+@click.option(
+    "--user",
+    default="",
+    help="Cloud: the account's email (its API token is the credential); empty: a Data Center "
+    "personal access token.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file holding the token (default: KB_CONFLUENCE_TOKEN).",
+)
+@click.option(
+    "--organisation-group",
+    "organisation_groups",
+    multiple=True,
+    help="A group that stands for everyone in the organisation (confluence-users); what it may "
+    "read is public in the organisation. Repeatable.",
+)
+@json_option("Print the recorded source as JSON.")
+@click.pass_context
+def add(
+    ctx: click.Context,
+    kind: str,
+    url: str,
+    space: str,
+    name: str | None,
+    user: str,
+    token_file: Path | None,
+    organisation_groups: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Record a source; its documents come with the next kb source sync.
+
+    Example: kb source add confluence --url https://example.atlassian.net/wiki --space ENG
+    --user bot@example.com --organisation-group confluence-users
+    """
+    from index.sources import TOKEN_SETTINGS, check_name
+    from index.sources import settings_of as checked
+
+    name = check_name(name or f"{kind}-{space}".lower())
+    settings: dict[str, Any] = {
+        "url": url,
+        "space": space,
+        "user": user,
+        "organisation_groups": list(organisation_groups),
+    }
+    if token_file is not None:
+        settings["token_file"] = str(token_file.resolve())
+    row = open_kb(ctx).store.sources.add(name, kind, checked(kind, settings))
+    data = row.as_dict()
+
+    def text() -> None:
+        click.echo(f"Source {row.name} ({row.kind}) recorded: {url}, space {space}.")
+        where = row.settings.get("token_file") or TOKEN_SETTINGS[row.kind]
+        click.echo(f"Its token is read from {where} when it syncs: kb source sync {row.name}")
+
+    emit(data, as_json, text)
+
+
+@source_group.command("list")
+@json_option("Print the sources as JSON.")
+@click.pass_context
+def list_sources(ctx: click.Context, as_json: bool) -> None:
+    """List the sources, their documents and how their last sync went.
+
+    Example: kb source list --json
+    """
+    kb = open_kb(ctx)
+    rows = [
+        {**row.as_dict(), "documents": len(kb.store.sources.items(row.name))}
+        for row in kb.store.sources.all()
+    ]
+
+    def text() -> None:
+        if not rows:
+            click.echo(
+                "No sources yet. Add one with: kb source add confluence --url URL --space KEY"
+            )
+        for r in rows:
+            state = "ok" if r["last_error"] is None else f"FAILING: {r['last_error']}"
+            click.echo(
+                f"{r['name']:<24} {r['kind']:<11} {r['documents']:>6} documents  "
+                f"last good sync {_when(r['last_good_at'])}  {state}"
+            )
+
+    emit(rows, as_json, text)
+
+
+@source_group.command("sync")
+@click.argument("name", required=False)
+@click.option("--full", is_flag=True, help="Load everything again instead of polling the changes.")
+@json_option("Print each source's report as JSON.")
+@click.pass_context
+def sync_command(ctx: click.Context, name: str | None, full: bool, as_json: bool) -> None:
+    """Sync one source, or all: prune what is gone, refresh permissions, fetch what changed.
+
+    Exits 1 when a source failed (its reason is in the report and in kb source list).
+
+    Example: kb source sync confluence-eng
+    """
+    from index.sources import open_connector, sync_source
+
+    kb = open_kb(ctx)
+    tokens = settings_of(ctx).source_tokens()
+    rows = [kb.store.sources.get(name)] if name else kb.store.sources.all()
+    reports = []
+    for row in rows:
+        if full:
+            kb.store.sources.set_checkpoint(row.name, "")
+        connector = open_connector(row, tokens)
+        reports.append(sync_source(kb, row.name, connector).as_dict())
+
+    def text() -> None:
+        for r in reports:
+            if r["error"]:
+                click.echo(f"{r['source']}: FAILED: {r['error']}")
+                continue
+            if r["mode"] == "busy":
+                click.echo(f"{r['source']}: another process is syncing it; left to it")
+                continue
+            click.echo(
+                f"{r['source']} ({r['mode']}): {len(r['added'])} added, {len(r['changed'])} "
+                f"changed, {r['unchanged']} unchanged, {len(r['removed'])} removed, "
+                f"{r['permissions']} permissions refreshed, {len(r['failed'])} failed"
+            )
+            for f in r["failed"]:
+                click.echo(f"  failed {f['item']}: {f['reason']}")
+
+    emit(reports, as_json, text)
+    if any(r["error"] for r in reports):
+        sys.exit(SYNC_FAILED_EXIT)
+
+
+@source_group.command("remove")
+@click.argument("name")
+@json_option("Print what was removed as JSON.")
+@click.pass_context
+def remove(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Remove a source and every document synced from it.
+
+    Example: kb source remove confluence-eng
+    """
+    from index.sources import remove_source_documents
+
+    kb = open_kb(ctx)
+    kb.store.sources.get(name)
+    removed = remove_source_documents(kb, name)
+    data = {"source": name, "removed": removed}
+    emit(data, as_json, lambda: click.echo(f"Source {name} removed, with its {removed} documents."))
+
+
+def _when(at: float | None) -> str:
+    if at is None:
+        return "never"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")

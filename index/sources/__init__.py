@@ -1,0 +1,64 @@
+"""Sources documents are synced from with their permissions: Confluence today, one contract for all.
+
+``contract`` is what every source gives (:class:`Connector`: a full load, a
+poll from a checkpoint, a slim listing to prune what was deleted, a separate
+permission sync; :class:`SourceDocument`, :class:`Acl`), ``sync`` one run of a
+source into the knowledge base through the upload path, ``kinds`` the kinds
+there are and how a configured one is opened with its credential,
+``confluence`` Confluence through ``atlassian-python-api``. Who a document's
+permissions admit is ``bot.access``'s to decide.
+"""
+
+from __future__ import annotations
+
+from index.sources.contract import (
+    SOURCE_SCOPE_PREFIX,
+    UNKNOWN_ACL,
+    Acl,
+    Batch,
+    Connector,
+    GroupMembers,
+    SourceCredentialsRejected,
+    SourceDocument,
+    SourceError,
+    SourceFailed,
+    is_source_scope,
+    source_scope,
+)
+from index.sources.kinds import KINDS, TOKEN_SETTINGS, check_name, open_connector, settings_of
+from index.sources.sync import (
+    SourceSyncReport,
+    acl_of_scope,
+    document_source,
+    remove_source_documents,
+    source_health,
+    sync_due_sources,
+    sync_source,
+)
+
+__all__ = [
+    "Acl",
+    "Batch",
+    "Connector",
+    "GroupMembers",
+    "KINDS",
+    "SOURCE_SCOPE_PREFIX",
+    "SourceCredentialsRejected",
+    "SourceDocument",
+    "SourceError",
+    "SourceFailed",
+    "SourceSyncReport",
+    "TOKEN_SETTINGS",
+    "UNKNOWN_ACL",
+    "acl_of_scope",
+    "check_name",
+    "document_source",
+    "is_source_scope",
+    "open_connector",
+    "remove_source_documents",
+    "settings_of",
+    "source_health",
+    "source_scope",
+    "sync_due_sources",
+    "sync_source",
+]

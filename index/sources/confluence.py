@@ -1,0 +1,543 @@
+"""Confluence (Cloud and Data Center) as a source, through ``atlassian-python-api``'s REST client.
+
+One space per source. What is read, all with the REST API v1 (``/rest/api``;
+on Cloud under ``/wiki``), which both Cloud and Data Center serve:
+
+* the listing and the changes: CQL ``space = "KEY" and type = page`` (plus
+  ``lastmodified >= "date"`` for a poll) through ``/rest/api/search``,
+  following ``_links.next`` page after page;
+* a page: ``/rest/api/content/{id}?expand=body.export_view,...`` — its
+  export view (the rendered HTML, macros expanded), else its storage format,
+  given to the product's HTML extractor as a page of its own;
+* who may read it: the space's read permission
+  (``/rest/api/space/{key}?expand=permissions``) and the read restrictions of
+  the page and of each of its ancestors
+  (``/rest/api/content/{id}/restriction/byOperation``), which Confluence
+  applies all together: a person reads a restricted page only when every
+  level admits them. A page with no restriction anywhere gets the space's
+  permission (its users, its groups; a group the admin names as the whole
+  organisation, or anonymous access, is public-in-organisation). A restricted
+  page gets the people every level admits, groups expanded to their members
+  (``/rest/api/group/{name}/member``). A person is known by the email
+  Confluence shows for them; one it hides (Cloud's profile visibility) admits
+  nobody. A level whose restrictions cannot be read makes the page unknown:
+  nobody reads it until they can be.
+
+Rate limits and failures: HTTP 429 waits ``Retry-After`` (or backs off), 5xx
+and dropped connections back off, 0.5 s doubling, all within one budget of
+seconds per call; past it the run fails saying when to retry. 401 and 403 are
+the credentials (expired, revoked, or missing a permission): no retry.
+The client logs at INFO at most (its DEBUG lines carry the Authorization header).
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import requests
+from atlassian.confluence.server import Server
+from atlassian.errors import ApiError
+
+from index.sources.contract import (
+    UNKNOWN_ACL,
+    Acl,
+    Batch,
+    GroupMembers,
+    SourceCredentialsRejected,
+    SourceDocument,
+    SourceError,
+    SourceFailed,
+)
+
+__all__ = [
+    "ConfluenceConnector",
+    "ConfluenceSettings",
+]
+
+# The SDK's DEBUG lines hold each request's headers (a token) and whole bodies.
+logging.getLogger("atlassian").setLevel(logging.INFO)
+log = logging.getLogger(__name__)
+
+# Results per search page: Confluence's own cap on CQL search pages with body expansions is
+# 50 (developer.atlassian.com, "Pagination" of the REST API v1); ids only allow it too.
+PAGE_SIZE = 50
+DEFAULT_BUDGET_SECONDS = 120.0
+FIRST_BACKOFF_SECONDS = 0.5
+MAX_ANCESTORS = 64
+# Pages of results one listing follows: 50 a page, a million pages per space at most.
+MAX_PAGES = 20_000
+_SPACE_KEY = re.compile(r"[A-Za-z0-9_~]{1,255}")
+
+
+@dataclass(frozen=True)
+class ConfluenceSettings:
+    """One Confluence space, as ``kb source add confluence`` records it (no credential).
+
+    Attributes:
+        url: the site: ``https://example.atlassian.net/wiki`` (Cloud) or the Data Center base.
+        space: the space key.
+        user: the account's email on Cloud (basic auth with an API token); empty: the
+            token is a Data Center personal access token (bearer).
+        organisation_groups: groups that stand for everyone in the organisation
+            (``confluence-users``...): what they may read is public in the organisation.
+    """
+
+    url: str
+    space: str
+    user: str = ""
+    organisation_groups: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not re.match(r"https?://[^/\s]+", self.url):
+            raise SourceError(f"{self.url!r} is not a Confluence address (https://...).")
+        if not _SPACE_KEY.fullmatch(self.space):
+            raise SourceError(f"{self.space!r} is not a Confluence space key.")
+
+    def as_dict(self) -> dict[str, Any]:
+        """As recorded in the store."""
+        return {
+            "url": self.url,
+            "space": self.space,
+            "user": self.user,
+            "organisation_groups": list(self.organisation_groups),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ConfluenceSettings:
+        """From :meth:`as_dict`."""
+        return cls(
+            url=str(data["url"]),
+            space=str(data["space"]),
+            user=str(data.get("user") or ""),
+            organisation_groups=tuple(data.get("organisation_groups") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class _Grant:
+    """Who one level (the space, or a page's restrictions) admits."""
+
+    users: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
+    public: bool = False
+
+
+@dataclass
+class _Budget:
+    """Seconds of waiting one call may spend on retries."""
+
+    seconds: float
+    spent: float = 0.0
+    tries: int = field(default=0)
+
+
+class ConfluenceConnector:
+    """A Confluence space as a :class:`index.sources.contract.Connector`.
+
+    Args:
+        settings: the site and the space.
+        token: the API token (Cloud) or personal access token (Data Center).
+        sleep: how a wait is waited (tests record it).
+        budget_seconds: the most one call waits for retries before the run fails.
+        timeout: seconds for one HTTP request.
+    """
+
+    kind = "confluence"
+
+    def __init__(
+        self,
+        settings: ConfluenceSettings,
+        token: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+        timeout: int = 30,
+    ) -> None:
+        if not token:
+            raise SourceError(
+                "No Confluence token: set KB_CONFLUENCE_TOKEN (or the secret file the source names)."
+            )
+        self.settings = settings
+        self.sleep = sleep
+        self.budget_seconds = budget_seconds
+        # The SDK's own retries are off: ours wait within a budget and say why they stopped.
+        common: dict[str, Any] = {
+            "timeout": timeout,
+            "backoff_and_retry": False,
+            "retry_with_header": False,
+        }
+        if settings.user:
+            self.client = Server(settings.url, username=settings.user, password=token, **common)
+        else:
+            self.client = Server(settings.url, token=token, **common)
+        self._space_grant: _Grant | None = None
+        self._members: dict[str, GroupMembers] = {}
+
+    # ------------------------------------------------------------ the contract
+
+    def load(self) -> Batch:
+        """Every page of the space."""
+        return self._changes(f'space = "{self.settings.space}" and type = page')
+
+    def poll(self, checkpoint: str) -> Batch:
+        """The pages changed since ``checkpoint``, with a day's overlap.
+
+        CQL compares ``lastmodified`` in the account's own time zone, to the
+        minute: a day earlier is sure to include every change; a page fetched
+        again with the same bytes is not indexed again.
+        """
+        since = _since(checkpoint)
+        day = (since - timedelta(days=1)).strftime("%Y-%m-%d")
+        cql = f'space = "{self.settings.space}" and type = page and lastmodified >= "{day}"'
+        return self._changes(cql, since)
+
+    def listing(self) -> frozenset[str]:
+        """The ids of every page of the space now (all pages of the search, or it raises)."""
+        return frozenset(
+            i for i, _ in self._search(f'space = "{self.settings.space}" and type = page')
+        )
+
+    def permissions(self, items: Iterable[str]) -> dict[str, Acl]:
+        """Each page's current Acl (unknown where it cannot be read)."""
+        self._space_grant = None
+        acls = {}
+        for item in items:
+            page = self._page(item, "ancestors,space")
+            acls[item] = UNKNOWN_ACL if page is None else self._acl(page)
+        return acls
+
+    def groups(self, names: Iterable[str]) -> list[GroupMembers]:
+        """The members of each group, by email."""
+        return [self._group(name) for name in names]
+
+    # ------------------------------------------------------------ pages
+
+    def _changes(self, cql: str, since: datetime | None = None) -> Batch:
+        self._space_grant = None
+        found = self._search(cql)
+        latest = max((m for _, m in found if m is not None), default=since)
+        checkpoint = json.dumps({"since": (latest or datetime.now(UTC)).isoformat()})
+        failed: list[tuple[str, str]] = []
+        return Batch(self._documents([i for i, _ in found], failed), checkpoint, failed)
+
+    def _documents(self, ids: list[str], failed: list[tuple[str, str]]) -> Iterator[SourceDocument]:
+        for item in ids:
+            page = self._page(item, "body.export_view,body.storage,version,space,ancestors")
+            if page is None:
+                continue  # deleted since it was listed: the next listing prunes it
+            try:
+                yield self._document(item, page)
+            except _Malformed as exc:
+                failed.append((item, str(exc)))
+
+    def _document(self, item: str, page: dict[str, Any]) -> SourceDocument:
+        title = page.get("title")
+        body = page.get("body")
+        if not isinstance(title, str) or not title.strip() or not isinstance(body, dict):
+            raise _Malformed("Confluence gave this page without a title or a body; it was skipped.")
+        space = (page.get("space") or {}).get("key")
+        if space != self.settings.space:
+            raise _Malformed(f"This page is in space {space!r} now, not {self.settings.space!r}.")
+        content = _body_html(body)
+        if content is None:
+            raise _Malformed("Confluence gave this page's body in no format it reads; skipped.")
+        data = (
+            '<!doctype html><html><head><meta charset="utf-8">'
+            f"<title>{html.escape(title)}</title></head><body>{content}</body></html>"
+        ).encode()
+        version = str((page.get("version") or {}).get("number", ""))
+        return SourceDocument(
+            item=item,
+            title=title.strip(),
+            url=self._url_of(page),
+            data=data,
+            filename=f"{_safe_name(title)}.html",
+            media_type="text/html",
+            acl=self._acl(page),
+            version=version,
+        )
+
+    def _url_of(self, page: dict[str, Any]) -> str:
+        """The page's address on the configured site (a path the source gives, never a host)."""
+        webui = (page.get("_links") or {}).get("webui")
+        if not isinstance(webui, str) or not webui.startswith("/") or webui.startswith("//"):
+            webui = f"/pages/viewpage.action?pageId={quote(str(page.get('id')), safe='')}"
+        return self.settings.url.rstrip("/") + webui
+
+    def _search(self, cql: str) -> list[tuple[str, datetime | None]]:
+        """``(page id, last modified)`` of every result, in the order given (one listed
+        twice is given twice: the sync takes it once and says so)."""
+
+        params = {"cql": cql, "limit": PAGE_SIZE, "expand": "content.version"}
+        found: list[tuple[str, datetime | None]] = []
+        for result in self._pages("rest/api/search", params):
+            content = result.get("content") if isinstance(result, dict) else None
+            if not isinstance(content, dict) or not isinstance(content.get("id"), str | int):
+                raise SourceFailed("Confluence's search answered a result that is not a page.")
+            found.append((str(content["id"]), _when(result.get("lastModified"))))
+        return found
+
+    def _pages(self, path: str, params: dict[str, Any]) -> Iterator[Any]:
+        """Every result of a paged answer, following ``_links.next`` (relative to ``_links.base``).
+
+        A next link to another site than the configured one is refused: the
+        credentials go only where the admin pointed them.
+        """
+        url: str | None = path
+        absolute = False
+        for _ in range(MAX_PAGES):
+            if url is None:
+                return
+            answer = self._call(
+                functools.partial(self.client.get, url, params=params, absolute=absolute)
+            )
+            if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
+                raise SourceFailed("Confluence answered a list that is not JSON of results.")
+            yield from answer["results"]
+            url, params, absolute = self._next(answer.get("_links")), {}, True
+        raise SourceFailed(f"Confluence gave more than {MAX_PAGES} pages of results; stopped.")
+
+    def _next(self, links: object) -> str | None:
+        if not isinstance(links, dict):
+            return None
+        following = links.get("next")
+        if not isinstance(following, str) or not following:
+            return None
+        base = str(links.get("base") or self.settings.url).rstrip("/")
+        url = following if "://" in following else base + "/" + following.lstrip("/")
+        if _origin(url) != _origin(self.settings.url):
+            raise SourceFailed("Confluence pointed the next page at another site; refused.")
+        return url
+
+    def _page(self, item: str, expand: str) -> dict[str, Any] | None:
+        page = self._call(lambda: self.client.get_page_by_id(item, expand=expand), missing=True)
+        if page is None:
+            return None
+        if not isinstance(page, dict):
+            raise SourceFailed(f"Confluence answered page {item} with something that is not JSON.")
+        return page
+
+    # ------------------------------------------------------------ permissions
+
+    def _acl(self, page: dict[str, Any]) -> Acl:
+        try:
+            space = self._space()
+            levels = [self._restrictions(str(page.get("id")))]
+            ancestors = page.get("ancestors") or []
+            for ancestor in ancestors[:MAX_ANCESTORS]:
+                levels.append(self._restrictions(str(ancestor.get("id"))))
+        except _Unreadable as exc:
+            log.warning("Confluence page %s: %s; nobody may read it", page.get("id"), exc)
+            return UNKNOWN_ACL
+        restricting = [level for level in levels if level is not None]
+        if not restricting:
+            return Acl(users=space.users, groups=space.groups, public=space.public)
+        allowed = None if space.public else self._people(space)
+        for level in restricting:
+            people = self._people(level)
+            allowed = people if allowed is None else allowed & people
+        return Acl(users=frozenset(allowed or ()))
+
+    def _space(self) -> _Grant:
+        if self._space_grant is None:
+            key = self.settings.space
+            space = self._call(
+                lambda: self.client.get_space(key, expand="permissions"), missing=True
+            )
+            if not isinstance(space, dict):
+                raise SourceFailed(f"Confluence has no space {key} this token can read.")
+            self._space_grant = self._space_read(space.get("permissions"))
+        return self._space_grant
+
+    def _space_read(self, permissions: object) -> _Grant:
+        if not isinstance(permissions, list):
+            raise _Unreadable("the space's permissions were not given")
+        users: set[str] = set()
+        groups: set[str] = set()
+        public = False
+        for permission in permissions:
+            operation = (permission or {}).get("operation") or {}
+            if operation.get("operation") != "read" or operation.get("targetType") != "space":
+                continue
+            public = public or bool(permission.get("anonymousAccess"))
+            subjects = permission.get("subjects") or {}
+            users.update(_emails((subjects.get("user") or {}).get("results")))
+            groups.update(_names((subjects.get("group") or {}).get("results")))
+        organisation = set(self.settings.organisation_groups)
+        public = public or bool(groups & organisation)
+        return _Grant(frozenset(users), frozenset(groups - organisation), public)
+
+    def _restrictions(self, content_id: str) -> _Grant | None:
+        """The page's read restrictions; ``None``: it has none."""
+        answer = self._call(
+            lambda: self.client.get_all_restrictions_for_content(content_id),
+            missing=True,
+            hidden=True,
+        )
+        if not isinstance(answer, dict):
+            raise _Unreadable(f"the restrictions of {content_id} could not be read")
+        read = ((answer.get("read") or {}).get("restrictions")) or {}
+        user_rows = (read.get("user") or {}).get("results") or []
+        group_rows = (read.get("group") or {}).get("results") or []
+        if not user_rows and not group_rows:
+            return None
+        return _Grant(frozenset(_emails(user_rows)), frozenset(_names(group_rows)))
+
+    def _people(self, grant: _Grant) -> frozenset[str]:
+        """The emails ``grant`` admits, its groups expanded (members hidden count as nobody)."""
+        people = set(grant.users)
+        for group in grant.groups:
+            people |= self._group(group).emails
+        return frozenset(people)
+
+    def _group(self, name: str) -> GroupMembers:
+        if name not in self._members:
+            emails: set[str] = set()
+            complete = True
+            try:
+                for row in self._pages(
+                    f"rest/api/group/{quote(name, safe='')}/member", {"limit": PAGE_SIZE}
+                ):
+                    email = next(_emails([row]), None)
+                    complete = complete and email is not None
+                    emails.update([email] if email else [])
+            except SourceFailed as exc:
+                if isinstance(exc, SourceCredentialsRejected):
+                    raise
+                log.warning("Confluence group %s: %s; its members count as nobody", name, exc)
+                complete = False
+            self._members[name] = GroupMembers(name, frozenset(emails), complete)
+        return self._members[name]
+
+    # ------------------------------------------------------------ calls
+
+    def _call(self, call: Callable[[], Any], *, missing: bool = False, hidden: bool = False) -> Any:
+        """``call()``, waiting out 429s, 5xx and dropped connections within the budget.
+
+        ``missing``: a 404 is ``None`` (a page deleted since it was listed), not a failure.
+        ``hidden``: a 403 is what Confluence will not show this account (:class:`_Unreadable`).
+
+        Raises:
+            SourceCredentialsRejected: 401 or 403.
+            SourceFailed: the budget is spent, or any other error.
+        """
+        budget = _Budget(self.budget_seconds)
+        while True:
+            try:
+                return call()
+            except (requests.HTTPError, ApiError) as exc:
+                response = _response_of(exc)
+                status = response.status_code if response is not None else 0
+                if status == 404 and missing:
+                    return None
+                if status == 403 and hidden:
+                    raise _Unreadable("Confluence will not show them to this account") from None
+                if status in (401, 403):
+                    raise SourceCredentialsRejected(
+                        f"Confluence refused the credentials (HTTP {status}): the token expired, "
+                        "was revoked, or cannot read this space. Make a new one and set it."
+                    ) from None
+                if status != 429 and status < 500:
+                    raise SourceFailed(f"Confluence answered HTTP {status}.") from None
+                wait = _retry_after(response) if status == 429 else None
+                why = f"HTTP {status}"
+            except (requests.ConnectionError, requests.Timeout):
+                wait, why = None, "unreachable"
+            self._wait(budget, wait, why)
+
+    def _wait(self, budget: _Budget, asked: float | None, why: str) -> None:
+        wait = asked if asked is not None else FIRST_BACKOFF_SECONDS * 2**budget.tries
+        if budget.spent + wait > budget.seconds:
+            raise SourceFailed(
+                f"Confluence kept failing ({why}) past the {budget.seconds:g} s retry budget; "
+                f"the next sync retries in {wait:g} s.",
+                retry_after=wait,
+            )
+        budget.tries += 1
+        budget.spent += wait
+        log.info("Confluence %s: waiting %.1f s before asking again", why, wait)
+        self.sleep(wait)
+
+
+class _Malformed(Exception):
+    """A page Confluence gave in a shape it should not have."""
+
+
+class _Unreadable(Exception):
+    """Permissions that could not be read: the page is unknown."""
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def _response_of(exc: Exception) -> requests.Response | None:
+    if isinstance(exc, requests.HTTPError):
+        return exc.response
+    reason = getattr(exc, "reason", None)
+    return reason.response if isinstance(reason, requests.HTTPError) else None
+
+
+def _retry_after(response: requests.Response | None) -> float | None:
+    value = response.headers.get("Retry-After") if response is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _emails(rows: object) -> Iterator[str]:
+    for row in rows if isinstance(rows, list) else []:
+        email = row.get("email") if isinstance(row, dict) else None
+        if isinstance(email, str) and "@" in email:
+            yield email.strip().lower()
+
+
+def _names(rows: object) -> Iterator[str]:
+    for row in rows if isinstance(rows, list) else []:
+        name = row.get("name") if isinstance(row, dict) else None
+        if isinstance(name, str) and name:
+            yield name
+
+
+def _body_html(body: dict[str, Any]) -> str | None:
+    for form in ("export_view", "storage"):
+        value = (body.get(form) or {}).get("value")
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def _when(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _since(checkpoint: str) -> datetime:
+    try:
+        found = _when(json.loads(checkpoint).get("since"))
+    except (ValueError, AttributeError):
+        found = None
+    if found is None:
+        raise SourceFailed("The saved checkpoint cannot be read; kb source sync --full reloads.")
+    return found
+
+
+def _safe_name(title: str) -> str:
+    return re.sub(r"[\\/\x00-\x1f]+", " ", title).strip()[:120] or "page"

@@ -1,0 +1,257 @@
+"""The connector contract: what a place documents live in (Confluence, a drive, Notion) gives.
+
+A :class:`Connector` answers four questions, each on its own so that each can
+run on its own schedule:
+
+* :meth:`Connector.load` — every document, from scratch (a first sync);
+* :meth:`Connector.poll` — what changed since a checkpoint it gave before;
+* :meth:`Connector.listing` — the ids of every document there now, and
+  nothing else (cheap): what is in the knowledge base and not in the listing
+  was deleted, or moved out of reach, and is removed;
+* :meth:`Connector.permissions` — the current :class:`Acl` of documents
+  already synced, and the members of the groups they name, without fetching
+  their content again.
+
+A :class:`SourceDocument` carries its bytes and media type, never text: the
+product extracts and chunks it itself, so every passage keeps exact offsets.
+It carries its :class:`Acl` too; a connector that cannot read a document's
+permissions gives :data:`UNKNOWN_ACL`, which admits nobody.
+
+Errors a connector raises are :class:`SourceFailed` (its ``retry_after``
+says when a rate-limited or failing source may be asked again) and
+:class:`SourceCredentialsRejected` (a token expired or revoked: no retry helps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from index.errors import KBError
+
+__all__ = [
+    "Acl",
+    "Batch",
+    "Connector",
+    "GroupMembers",
+    "SOURCE_SCOPE_PREFIX",
+    "SourceCredentialsRejected",
+    "SourceDocument",
+    "SourceError",
+    "SourceFailed",
+    "UNKNOWN_ACL",
+    "is_source_scope",
+    "source_scope",
+]
+
+# A synced document is filed under a scope of its own, never a channel's nor
+# everyone's: who reads it is its Acl's to say (bot.access asks the store).
+SOURCE_SCOPE_PREFIX = "source:"
+
+
+def source_scope(source: str, item: str) -> str:
+    """The scope every version of ``source``'s item ``item`` is filed under."""
+    return f"{SOURCE_SCOPE_PREFIX}{source}:{item}"
+
+
+def is_source_scope(scope: str) -> bool:
+    """Whether ``scope`` is a synced document's (its Acl decides), not a channel's."""
+    return scope.startswith(SOURCE_SCOPE_PREFIX)
+
+
+class SourceError(KBError):
+    """A source is configured wrongly (a bad name, URL, space, or no credentials)."""
+
+
+class SourceFailed(KBError):
+    """A source could not be read now (unreachable, 5xx, rate-limited, a malformed answer).
+
+    Attributes:
+        retry_after: seconds the source asked to wait (HTTP ``Retry-After``); ``None``: not said.
+    """
+
+    status = 502
+
+    def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class SourceCredentialsRejected(SourceFailed):
+    """The source refused the credentials (expired, revoked, too few scopes): an admin must act."""
+
+
+@dataclass(frozen=True)
+class Acl:
+    """Who may read a document, as its source says.
+
+    A person reads it when any entry admits them: their verified email is a
+    user entry, they are a member of a group entry, their email's domain is a
+    domain entry, or it is public in the organisation. ``known`` false: the
+    source's permissions could not be read, and it admits nobody.
+
+    Attributes:
+        users: emails, lower-cased.
+        groups: the source's group names (their members: :class:`GroupMembers`).
+        domains: email domains, lower-cased.
+        public: everyone in the organisation.
+        known: the permissions were read.
+    """
+
+    users: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
+    domains: frozenset[str] = frozenset()
+    public: bool = False
+    known: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        users: Iterable[str] = (),
+        groups: Iterable[str] = (),
+        domains: Iterable[str] = (),
+        *,
+        public: bool = False,
+    ) -> Acl:
+        """An Acl with emails and domains lower-cased and blanks left out."""
+        return cls(
+            users=frozenset(u.strip().lower() for u in users if u.strip()),
+            groups=frozenset(g for g in groups if g),
+            domains=frozenset(d.strip().lower().lstrip("@") for d in domains if d.strip()),
+            public=public,
+        )
+
+    @property
+    def entries(self) -> list[tuple[str, str]]:
+        """As ``(kind, principal)`` rows: ``user``, ``group``, ``domain``, ``public`` or ``unknown``."""
+        if not self.known:
+            return [("unknown", "")]
+        rows = [("public", "")] if self.public else []
+        rows += [("user", u) for u in sorted(self.users)]
+        rows += [("group", g) for g in sorted(self.groups)]
+        rows += [("domain", d) for d in sorted(self.domains)]
+        return rows
+
+    @classmethod
+    def from_entries(cls, rows: Iterable[tuple[str, str]]) -> Acl:
+        """From :attr:`entries` rows; none, or an ``unknown`` one, is :data:`UNKNOWN_ACL`."""
+        found: dict[str, set[str]] = {"user": set(), "group": set(), "domain": set()}
+        public = any_row = False
+        for kind, principal in rows:
+            any_row = True
+            if kind == "unknown":
+                return UNKNOWN_ACL
+            if kind == "public":
+                public = True
+            elif kind in found:
+                found[kind].add(principal)
+        if not any_row:
+            return UNKNOWN_ACL
+        return cls(
+            frozenset(found["user"]), frozenset(found["group"]), frozenset(found["domain"]), public
+        )
+
+    def describe(self) -> str:
+        """One line for people: who it admits."""
+        if not self.known:
+            return "unknown (nobody may read it until its permissions are read)"
+        parts = ["everyone in the organisation"] if self.public else []
+        parts += [f"user {u}" for u in sorted(self.users)]
+        parts += [f"group {g}" for g in sorted(self.groups)]
+        parts += [f"domain {d}" for d in sorted(self.domains)]
+        return ", ".join(parts) or "nobody"
+
+
+UNKNOWN_ACL = Acl(known=False)
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    """One document as a source gives it.
+
+    Attributes:
+        item: the source's own id for it, stable across edits, renames and moves.
+        title: what people call it.
+        url: where it opens in the source ("open in Confluence").
+        data: its bytes, as the product's extractor reads them.
+        filename: a name whose suffix says the format (``.html``, ``.pdf``...).
+        media_type: the bytes' media type.
+        acl: who may read it.
+        version: the source's version of it; the same version is not fetched twice.
+    """
+
+    item: str
+    title: str
+    url: str
+    data: bytes
+    filename: str
+    media_type: str
+    acl: Acl
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a load or a poll gives: documents, and where the next poll resumes.
+
+    Attributes:
+        documents: the documents changed (all of them for a load).
+        checkpoint: opaque to everyone but the connector; saved once the batch is in.
+        failed: items that could not be read, with the reason (kept as they were).
+    """
+
+    documents: Iterator[SourceDocument]
+    checkpoint: str
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GroupMembers:
+    """A source group's members by email; ``complete`` false: only some could be read."""
+
+    group: str
+    emails: frozenset[str]
+    complete: bool = True
+
+
+class Connector(Protocol):
+    """A place documents are synced from (see the module's docstring)."""
+
+    kind: str
+
+    def load(self) -> Batch:
+        """Every document there now, and the checkpoint to poll from.
+
+        Raises:
+            SourceFailed: the source cannot be read now.
+        """
+
+    def poll(self, checkpoint: str) -> Batch:
+        """The documents changed since ``checkpoint``, and the next checkpoint.
+
+        Raises:
+            SourceFailed: the source cannot be read now.
+        """
+
+    def listing(self) -> frozenset[str]:
+        """The ids of every document there now (complete, or it raises).
+
+        Raises:
+            SourceFailed: the source cannot list them all now.
+        """
+
+    def permissions(self, items: Iterable[str]) -> dict[str, Acl]:
+        """The current Acl of each of ``items`` (:data:`UNKNOWN_ACL` where unreadable).
+
+        Raises:
+            SourceFailed: the source cannot be read now.
+        """
+
+    def groups(self, names: Iterable[str]) -> list[GroupMembers]:
+        """The members of each group of ``names``, expanded by the source's API.
+
+        Raises:
+            SourceFailed: the source cannot be read now.
+        """

@@ -1,0 +1,379 @@
+"""One run of a source: prune what is gone, refresh permissions, then fetch what changed.
+
+The order is the one that shows least for least long:
+
+1. the slim listing: an item the knowledge base has and the source no longer
+   lists (deleted, or moved where the connector cannot see it) is removed now;
+   a listing that fails, or lists nothing while items are known, removes
+   nothing (a revoked token must not empty the knowledge base) and the run
+   fails, saying so;
+2. the permissions of every known item, and the members of every group they
+   name, replace the recorded ones: a page restricted since the last run is
+   hidden before anything else happens;
+3. a load (first run) or a poll from the checkpoint: each changed document's
+   permissions are written before its new version is indexed, and the new
+   version goes through the upload path (``KnowledgeBase.add_bytes`` then
+   ``index_document``: extraction, chunking, exact offsets, one transaction
+   replacing the older version); an item listed twice is taken once;
+4. the checkpoint is saved last: a run killed before that polls the same
+   changes again, and an unchanged version is not indexed twice.
+
+Each document is filed under a scope of its own (``contract.source_scope``)
+whose permissions ``store.sources`` keeps; who they admit is ``bot.access``'s
+to decide. Two runs of one source never overlap: the store's lock
+``source-<name>`` holds across processes and, on Postgres, machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from index.errors import DocumentNotFound, KBError
+from index.knowledge_base import KnowledgeBase
+from index.models import DocState, Publish
+from index.sources.contract import (
+    Acl,
+    Connector,
+    SourceDocument,
+    SourceFailed,
+    source_scope,
+)
+from index.sources.kinds import open_connector
+from index.storage import SourceItem
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "SourceSyncReport",
+    "acl_of_scope",
+    "document_source",
+    "remove_source_documents",
+    "source_health",
+    "sync_due_sources",
+    "sync_source",
+]
+
+_LIVE = (DocState.INDEXED, DocState.AWAITING_APPROVAL)
+# A source's documents are credited to it, not to a person.
+UPLOADER_PREFIX = "source:"
+
+
+@dataclass
+class SourceSyncReport:
+    """What one run of a source did (``mode`` ``busy``: another process was syncing it)."""
+
+    source: str
+    mode: str = ""
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    permissions: int = 0
+    repeated: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    error: str | None = None
+    retry_after: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The run ended without an error (an item may still have failed)."""
+        return self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON."""
+        return {
+            "source": self.source,
+            "mode": self.mode,
+            "added": self.added,
+            "changed": self.changed,
+            "unchanged": len(self.unchanged),
+            "removed": self.removed,
+            "permissions": self.permissions,
+            "repeated": self.repeated,
+            "failed": [{"item": i, "reason": r} for i, r in self.failed],
+            "error": self.error,
+            "retry_after": self.retry_after,
+        }
+
+
+def acl_of_scope(kb: KnowledgeBase, scope: str) -> Acl:
+    """The recorded permissions of the synced document filed under ``scope``."""
+    return Acl.from_entries(kb.store.sources.acl_rows(scope))
+
+
+def sync_source(
+    kb: KnowledgeBase,
+    name: str,
+    connector: Connector,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> SourceSyncReport:
+    """Run source ``name`` once through ``connector`` (see the module's docstring).
+
+    Never raises for the source's failures: the report and the source's record say them.
+    """
+    report = SourceSyncReport(name)
+    with kb.store.exclusive(f"source-{name}") as acquired:
+        if not acquired:
+            # Another process (a replica, a shell) is syncing it: nothing failed.
+            report.mode = "busy"
+            return report
+        try:
+            _Run(kb, name, connector, report, clock).run()
+        except SourceFailed as exc:
+            report.error = str(exc)
+            report.retry_after = exc.retry_after
+        finally:
+            kb.refresh_search()
+    now = clock()
+    retry_at = now + report.retry_after if report.retry_after is not None else None
+    kb.store.sources.record_run(name, report.error, retry_at=retry_at, at=now)
+    if report.error:
+        log.warning("source %s: %s", name, report.error)
+    return report
+
+
+def remove_source_documents(kb: KnowledgeBase, name: str, *, actor: str = "cli") -> int:
+    """Remove every document of source ``name`` and its records; how many were removed."""
+    removed = 0
+    for item in kb.store.sources.items(name).values():
+        removed += _remove_document(kb, item.document_id, actor=actor)
+    kb.store.sources.delete(name)
+    kb.refresh_search()
+    return removed
+
+
+def _remove_document(kb: KnowledgeBase, doc_id: int | None, *, actor: str) -> int:
+    if doc_id is None:
+        return 0
+    try:
+        row = kb.store.document(doc_id)
+    except DocumentNotFound:
+        return 0
+    if row.state == DocState.REPLACED:
+        return 0
+    kb.remove(row.id, actor=actor, refresh=False)
+    return 1
+
+
+class _Run:
+    """One run of one source."""
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        name: str,
+        connector: Connector,
+        report: SourceSyncReport,
+        clock: Callable[[], float],
+    ) -> None:
+        self.kb = kb
+        self.name = name
+        self.connector = connector
+        self.report = report
+        self.clock = clock
+        self.records = kb.store.sources
+        self.actor = f"{UPLOADER_PREFIX}{name}"
+
+    def run(self) -> None:
+        items = self.records.items(self.name)
+        self._prune(items)
+        self._refresh_permissions()
+        checkpoint = self.records.checkpoint(self.name)
+        # None: never synced; empty: a full load was asked for (kb source sync --full).
+        self.report.mode = "poll" if checkpoint else "load"
+        batch = self.connector.poll(checkpoint) if checkpoint else self.connector.load()
+        seen: set[str] = set()
+        for doc in batch.documents:
+            if doc.item in seen:
+                self.report.repeated.append(doc.item)
+                continue
+            seen.add(doc.item)
+            self._put(doc)
+        self.report.failed.extend(batch.failed)
+        self._refresh_groups()
+        self.records.set_checkpoint(self.name, batch.checkpoint)
+
+    # ------------------------------------------------------------ gone
+
+    def _prune(self, items: dict[str, SourceItem]) -> None:
+        if not items:
+            return
+        listed = self.connector.listing()
+        if not listed:
+            raise SourceFailed(
+                f"The source lists nothing now; none of its {len(items)} documents were removed "
+                "(credentials that lost their access?). kb source remove removes them if intended."
+            )
+        for item in sorted(set(items) - listed):
+            _remove_document(self.kb, items[item].document_id, actor=self.actor)
+            self.records.drop_item(self.name, item)
+            self.report.removed.append(item)
+
+    # ------------------------------------------------------------ permissions
+
+    def _refresh_permissions(self) -> None:
+        items = self.records.items(self.name)
+        if not items:
+            return
+        acls = self.connector.permissions(sorted(items))
+        for item, known in items.items():
+            acl = acls.get(item, Acl(known=False))
+            self.records.set_acl(known.scope, acl.entries)
+            self.report.permissions += 1
+
+    def _refresh_groups(self) -> None:
+        names: set[str] = set()
+        for item in self.records.items(self.name).values():
+            names.update(p for k, p in self.records.acl_rows(item.scope) if k == "group")
+        if not names:
+            return
+        for group in self.connector.groups(sorted(names)):
+            if group.complete:
+                self.records.set_group_members(self.name, group.group, group.emails)
+            else:
+                # Only some members could be read: nobody is added, and those recorded stay
+                # only as far as the new list confirms them (fail closed, never wider).
+                kept = self.records.group_members(self.name, group.group) & group.emails
+                self.records.set_group_members(self.name, group.group, kept)
+
+    # ------------------------------------------------------------ documents
+
+    def _put(self, doc: SourceDocument) -> None:
+        scope = source_scope(self.name, doc.item)
+        known = self.records.items(self.name).get(doc.item)
+        digest = hashlib.sha256(doc.data).hexdigest()
+        now = self.clock()
+        # The permissions first: an older version still searchable is restricted at once.
+        item = SourceItem(
+            source=self.name,
+            item=doc.item,
+            scope=scope,
+            document_id=known.document_id if known else None,
+            url=doc.url,
+            title=doc.title,
+            version=known.version if known else "",
+            sha256=known.sha256 if known else "",
+            synced_at=known.synced_at if known else now,
+            acl_synced_at=now,
+        )
+        self.records.put_item(item, doc.acl.entries)
+        if known and known.sha256 == digest and self._live(known.document_id):
+            self.records.put_item(_with(item, version=doc.version, synced_at=now), doc.acl.entries)
+            self.report.unchanged.append(doc.item)
+            return
+        row = self._index(doc, scope)
+        if row is None:
+            return
+        if known and known.document_id not in (None, row.id):
+            # Renamed: the older version has another name, so nothing replaced it.
+            _remove_document(self.kb, known.document_id, actor=self.actor)
+        done = _with(item, document_id=row.id, version=doc.version, sha256=digest, synced_at=now)
+        self.records.put_item(done, doc.acl.entries)
+        (self.report.changed if known else self.report.added).append(doc.item)
+
+    def _index(self, doc: SourceDocument, scope: str) -> Any:
+        try:
+            added = self.kb.add_bytes(
+                doc.data,
+                doc.filename,
+                uploader=self.actor,
+                scope=scope,
+                title=doc.title,
+                publish=Publish.DIRECT,
+            )
+        except KBError as exc:
+            self.report.failed.append((doc.item, getattr(exc, "reason", None) or str(exc)))
+            return None
+        row = added.document
+        if not (added.duplicate and row.state in _LIVE):
+            row = self.kb.index_document(row.id, refresh=False)
+        if row.state not in _LIVE:
+            self.report.failed.append((doc.item, row.failure_reason or f"ended {row.state}"))
+            return None
+        return row
+
+    def _live(self, doc_id: int | None) -> bool:
+        if doc_id is None:
+            return False
+        try:
+            return self.kb.store.document(doc_id).state in _LIVE
+        except DocumentNotFound:
+            return False
+
+
+def _with(item: SourceItem, **changes: Any) -> SourceItem:
+    return replace(item, **changes)
+
+
+def document_source(kb: KnowledgeBase, scope: str) -> dict[str, Any] | None:
+    """Where a synced document comes from, who may read it and when it was synced; ``None``
+    for a document not synced from a source (``kb show``, ``kb docs``)."""
+    item = kb.store.sources.item_of_scope(scope)
+    if item is None:
+        return None
+    acl = acl_of_scope(kb, scope)
+    return {
+        "source": item.source,
+        "item": item.item,
+        "url": item.url,
+        "title": item.title,
+        "version": item.version,
+        "synced_at": item.synced_at,
+        "acl_synced_at": item.acl_synced_at,
+        "acl": {"entries": [list(e) for e in acl.entries], "readers": acl.describe()},
+    }
+
+
+def source_health(kb: KnowledgeBase) -> list[dict[str, Any]]:
+    """Each source: whether its last run failed and why, and when one last succeeded
+    (``kb status``, ``/readyz``)."""
+    return [
+        {
+            "name": row.name,
+            "kind": row.kind,
+            "ok": row.last_error is None,
+            "last_error": row.last_error,
+            "last_good_at": row.last_good_at,
+            "last_run_at": row.last_run_at,
+        }
+        for row in kb.store.sources.all()
+    ]
+
+
+def sync_due_sources(
+    kb: KnowledgeBase,
+    tokens: Mapping[str, str],
+    every_seconds: float,
+    *,
+    clock: Callable[[], float] = time.time,
+    **options: Any,
+) -> list[SourceSyncReport]:
+    """Sync each source whose last run is ``every_seconds`` old and whose retry time has come.
+
+    What ``kb serve`` runs on its schedule, on every replica: a source synced
+    by another replica a moment ago is not due (its run is in the shared
+    store), and one another replica is syncing now is left to it (the lock).
+    A source that cannot be opened (no credential) is recorded as failing.
+    ``options`` go to each connector (``sleep``, ``budget_seconds``).
+    """
+    reports = []
+    for row in kb.store.sources.all():
+        now = clock()
+        if row.last_run_at is not None and now - row.last_run_at < every_seconds:
+            continue
+        if row.retry_at is not None and now < row.retry_at:
+            continue
+        try:
+            connector = open_connector(row, tokens, **options)
+        except KBError as exc:
+            kb.store.sources.record_run(row.name, str(exc), at=now)
+            reports.append(SourceSyncReport(row.name, error=str(exc)))
+            continue
+        reports.append(sync_source(kb, row.name, connector, clock=clock))
+    return reports

@@ -1,0 +1,331 @@
+"""A local Confluence Cloud REST API v1 (``/wiki/rest/api``), as its documentation describes it.
+
+Pages, spaces with their read permission, page read restrictions, groups and
+their members, and CQL search over ``space``, ``type`` and ``lastmodified``.
+What it follows of Confluence's documented behaviour:
+
+* pagination: ``start`` and ``limit``, the server capping ``limit`` at
+  :attr:`MockConfluence.page_cap` (Confluence caps it too and says what it
+  used), and ``_links.next`` relative to ``_links.base`` while more results
+  remain (developer.atlassian.com/cloud/confluence/rest/v1/intro/#pagination);
+* authentication: basic auth with an account email and API token; anything
+  else, or a token the test revoked, is HTTP 401;
+* rate limiting: HTTP 429 with ``Retry-After`` (seconds), queued by the test;
+  any other status (500s) the same way;
+* an unknown page is HTTP 404 with ``statusCode`` and ``message``.
+
+Every request is recorded (method, path, query) in :attr:`MockConfluence.calls`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from tests.servers import DEFAULT_CONFLUENCE_TOKEN, threaded_http_server
+
+ACCOUNT = "bot@example.com"
+SPACE = "ENG"
+
+
+@dataclass
+class Page:
+    """One page."""
+
+    id: str
+    title: str
+    body: str
+    space: str = SPACE
+    version: int = 1
+    parent: str | None = None
+    read_users: list[str] = field(default_factory=list)
+    read_groups: list[str] = field(default_factory=list)
+    modified: datetime = field(default_factory=lambda: datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
+    garbage: bool = False  # served without a title or a body
+    webui: str | None = None  # its _links.webui, when not the usual path
+
+
+@dataclass
+class Space:
+    """One space's read permission."""
+
+    key: str
+    users: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    anonymous: bool = False
+
+
+@dataclass
+class Fault:
+    """An answer queued for the next requests whose path contains ``path``."""
+
+    path: str
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b'{"statusCode": 500, "message": "Internal server error"}'
+    times: int = 1
+
+
+class MockConfluence:
+    """The server's state; :meth:`serve` runs it."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, Page] = {}
+        self.spaces: dict[str, Space] = {SPACE: Space(SPACE, groups=["confluence-users"])}
+        self.groups: dict[str, list[str]] = {"confluence-users": []}
+        self.hidden_emails: set[str] = set()  # people whose profile hides their email
+        self.token = DEFAULT_CONFLUENCE_TOKEN
+        self.faults: list[Fault] = []
+        self.calls: list[tuple[str, str, dict[str, str]]] = []
+        self.page_cap = 2
+        self.list_twice: str | None = None  # a page id the search lists twice
+        self.base = ""
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ the test's side
+
+    def page(self, page: Page) -> Page:
+        """Add or replace ``page``."""
+        self.pages[page.id] = page
+        return page
+
+    def fail(
+        self, path: str, status: int, *, retry_after: str | None = None, times: int = 1
+    ) -> None:
+        """Answer the next ``times`` requests to ``path`` with ``status``."""
+        headers = {"Retry-After": retry_after} if retry_after is not None else {}
+        body = json.dumps({"statusCode": status, "message": "failure"}).encode()
+        self.faults.append(Fault(path, status, headers, body, times))
+
+    def calls_to(self, fragment: str) -> list[tuple[str, str, dict[str, str]]]:
+        """The calls whose path holds ``fragment``."""
+        return [c for c in self.calls if fragment in c[1]]
+
+    @contextmanager
+    def serve(self) -> Iterator[str]:
+        """Serve on 127.0.0.1; yields the site URL (``http://127.0.0.1:port/wiki``)."""
+        mock = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                mock._answer(self)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        with threaded_http_server(Handler) as port:
+            self.base = f"http://127.0.0.1:{port}/wiki"
+            yield self.base
+
+    # ------------------------------------------------------------ answers
+
+    def _answer(self, request: BaseHTTPRequestHandler) -> None:
+        split = urlsplit(request.path)
+        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        with self._lock:
+            self.calls.append(("GET", split.path, query))
+            status, headers, body = self._route(request, split.path, query)
+        request.send_response(status)
+        request.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
+        for name, value in headers.items():
+            request.send_header(name, value)
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+
+    def _route(
+        self, request: BaseHTTPRequestHandler, path: str, query: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        if not self._authorised(request.headers.get("Authorization", "")):
+            return _json(401, {"statusCode": 401, "message": "Client must be authenticated"})
+        for fault in self.faults:
+            if fault.path in path and fault.times > 0:
+                fault.times -= 1
+                return fault.status, dict(fault.headers), fault.body
+        parts = path.removeprefix("/wiki/rest/api/").split("/")
+        if parts == ["search"]:
+            return _json(200, self._search(query))
+        if parts[0] == "content" and len(parts) == 2:
+            return self._content(parts[1])
+        if parts[0] == "content" and parts[2:] == ["restriction", "byOperation"]:
+            return self._restrictions(parts[1])
+        if parts[0] == "space" and len(parts) == 2 and parts[1] in self.spaces:
+            return _json(200, self._space(self.spaces[parts[1]]))
+        if parts[0] == "group" and parts[2:] == ["member"]:
+            return self._members(parts[1], query)
+        return _json(404, {"statusCode": 404, "message": f"No resource at {path}"})
+
+    def _authorised(self, header: str) -> bool:
+        if not header.startswith("Basic "):
+            return False
+        try:
+            user, _, token = base64.b64decode(header[6:]).decode().partition(":")
+        except ValueError:
+            return False
+        return user == ACCOUNT and token == self.token and bool(self.token)
+
+    def _search(self, query: dict[str, str]) -> dict[str, Any]:
+        cql = query.get("cql", "")
+        found = [p for p in self.pages.values() if _matches(cql, p)]
+        found.sort(key=lambda p: p.modified)
+        if self.list_twice is not None and self.list_twice in self.pages:
+            found.append(self.pages[self.list_twice])
+        start = int(query.get("start", "0"))
+        limit = min(int(query.get("limit", "25")), self.page_cap)
+        chunk = found[start : start + limit]
+        links: dict[str, str] = {"base": self.base, "context": "/wiki"}
+        if start + limit < len(found):
+            following = {**query, "start": str(start + limit), "limit": str(limit)}
+            links["next"] = "/rest/api/search?" + urlencode(following)
+        return {
+            "results": [self._result(p) for p in chunk],
+            "start": start,
+            "limit": limit,
+            "size": len(chunk),
+            "totalSize": len(found),
+            "cqlQuery": cql,
+            "_links": links,
+        }
+
+    def _result(self, page: Page) -> dict[str, Any]:
+        return {
+            "content": {
+                "id": page.id,
+                "type": "page",
+                "status": "current",
+                "title": page.title,
+                "version": {"number": page.version},
+                "_links": {"webui": self._webui(page)},
+            },
+            "title": page.title,
+            "lastModified": page.modified.isoformat().replace("+00:00", "Z"),
+        }
+
+    def _webui(self, page: Page) -> str:
+        return page.webui or f"/spaces/{page.space}/pages/{page.id}"
+
+    def _content(self, page_id: str) -> tuple[int, dict[str, str], bytes]:
+        page = self.pages.get(page_id)
+        if page is None:
+            return _json(404, {"statusCode": 404, "message": f"No content found with id {page_id}"})
+        if page.garbage:
+            return _json(200, {"id": page.id, "type": "page", "space": {"key": page.space}})
+        value = {"value": page.body, "representation": "export_view"}
+        return _json(
+            200,
+            {
+                "id": page.id,
+                "type": "page",
+                "status": "current",
+                "title": page.title,
+                "space": {"key": page.space},
+                "version": {"number": page.version},
+                "ancestors": [{"id": a.id, "title": a.title} for a in self._ancestors(page)],
+                "body": {"export_view": value},
+                "_links": {"webui": self._webui(page), "base": self.base},
+            },
+        )
+
+    def _ancestors(self, page: Page) -> list[Page]:
+        found: list[Page] = []
+        parent = self.pages.get(page.parent or "")
+        while parent is not None and parent not in found:
+            found.insert(0, parent)
+            parent = self.pages.get(parent.parent or "")
+        return found
+
+    def _restrictions(self, page_id: str) -> tuple[int, dict[str, str], bytes]:
+        page = self.pages.get(page_id)
+        if page is None:
+            return _json(404, {"statusCode": 404, "message": f"No content found with id {page_id}"})
+
+        def operation(name: str, users: list[str], groups: list[str]) -> dict[str, Any]:
+            return {
+                "operation": name,
+                "restrictions": {
+                    "user": {"results": [self._user(u) for u in users], "size": len(users)},
+                    "group": {
+                        "results": [{"type": "group", "name": g} for g in groups],
+                        "size": len(groups),
+                    },
+                },
+            }
+
+        return _json(
+            200,
+            {
+                "read": operation("read", page.read_users, page.read_groups),
+                "update": operation("update", [], []),
+            },
+        )
+
+    def _user(self, email: str) -> dict[str, Any]:
+        user: dict[str, Any] = {"type": "known", "accountId": f"acct-{email.split('@')[0]}"}
+        if email not in self.hidden_emails:
+            user["email"] = email
+        return user
+
+    def _space(self, space: Space) -> dict[str, Any]:
+        return {
+            "key": space.key,
+            "name": space.key,
+            "permissions": [
+                {
+                    "operation": {"operation": "read", "targetType": "space"},
+                    "subjects": {
+                        "user": {"results": [self._user(u) for u in space.users]},
+                        "group": {"results": [{"type": "group", "name": g} for g in space.groups]},
+                    },
+                    "anonymousAccess": space.anonymous,
+                    "unlicensedAccess": False,
+                },
+                {
+                    "operation": {"operation": "create", "targetType": "page"},
+                    "subjects": {"user": {"results": [self._user("everyone@example.com")]}},
+                    "anonymousAccess": False,
+                },
+            ],
+        }
+
+    def _members(self, group: str, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        if group not in self.groups:
+            return _json(404, {"statusCode": 404, "message": f"No group {group}"})
+        members = self.groups[group]
+        start = int(query.get("start", "0"))
+        limit = min(int(query.get("limit", "200")), self.page_cap)
+        chunk = members[start : start + limit]
+        links: dict[str, str] = {"base": self.base, "context": "/wiki"}
+        if start + limit < len(members):
+            following = urlencode({"start": start + limit, "limit": limit})
+            links["next"] = f"/rest/api/group/{group}/member?{following}"
+        answer = {"start": start, "limit": limit, "size": len(chunk), "_links": links}
+        return _json(200, {"results": [self._user(m) for m in chunk], **answer})
+
+
+def _matches(cql: str, page: Page) -> bool:
+    """The CQL this mock understands: ``space = "K" and type = page [and lastmodified >= "d"]``."""
+    clauses = [c.strip() for c in cql.split(" and ")]
+    for clause in clauses:
+        field_name, op, value = clause.split(" ", 2)
+        value = value.strip('"')
+        if field_name == "space" and page.space != value:
+            return False
+        if field_name == "type" and value != "page":
+            return False
+        if field_name == "lastmodified" and op == ">=":
+            since = datetime.fromisoformat(value).replace(tzinfo=UTC)
+            if page.modified < since:
+                return False
+    return True
+
+
+def _json(status: int, data: Any) -> tuple[int, dict[str, str], bytes]:
+    return status, {}, json.dumps(data).encode()

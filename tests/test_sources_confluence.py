@@ -1,0 +1,584 @@
+"""Confluence synced with its permissions, through ``atlassian-python-api``, from a local mock.
+
+The mock (``tests/confluence_server.py``) follows Confluence Cloud's REST API v1
+as documented: ``start``/``limit`` capped by the server with ``_links.next``,
+basic auth, 429 with ``Retry-After``, 404 for a page gone. The knowledge base
+is real (SQLite, FAISS, the bundled model), and so is the access rule: Slack's
+``users.info`` (the mock Slack Web API) gives each person's email, and a
+search is filtered by the scopes ``Access.search_scopes`` returns, before the
+gate and the model. Retries wait on a recorded clock, never a real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner, Result
+
+from bot.access import Access, Person, SlackDirectory, SourceGrants, Where, web_client
+from bot.cli import main
+from bot.server import routes
+from bot.slack.blocks.answers import render_answer
+from bot.slack.words import words_for
+from core.answer import Engine
+from index.config import IndexConfig
+from index.embed import Embedder
+from index.knowledge_base import KnowledgeBase
+from index.models import DocState
+from index.sources import (
+    Acl,
+    SourceSyncReport,
+    is_source_scope,
+    source_scope,
+    sync_due_sources,
+    sync_source,
+)
+from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
+from index.storage import SourceItem, Store
+from tests.confluence_server import ACCOUNT, SPACE, Fault, MockConfluence, Page, Space
+from tests.servers import DEFAULT_CONFLUENCE_TOKEN, DEFAULT_OPENAI_API_KEY, MockSlackAPI
+
+SOURCE = "confluence-eng"
+ALICE = "U0ALICE001"  # alice@example.com: in group eng
+BOB = "U0BOB00001"  # bob@example.com: in the organisation, not in eng
+CAROL = "U0CAROL001"  # carol@elsewhere.example: an email Confluence does not know
+NOMAIL = "U0NOMAIL01"  # Slack shows no confirmed email for them
+
+HOME = "Office hours: the Copenhagen office opens at eight and closes at six on weekdays."
+SECRET = "Project Nightjar: the launch budget is 4 million euros, approved by the board."
+CHILD = "Project Nightjar hiring: three engineers join the Nightjar team in March."
+SECRET_Q = "What is the launch budget of Project Nightjar?"
+
+
+def _page(page_id: str, title: str, text: str, **kw: Any) -> Page:
+    return Page(page_id, title, f"<h1>{title}</h1><p>{text}</p>", **kw)
+
+
+@pytest.fixture
+def confluence() -> Iterator[MockConfluence]:
+    mock = MockConfluence()
+    mock.groups["confluence-users"] = ["alice@example.com", "bob@example.com"]
+    mock.groups["eng"] = ["alice@example.com", "dave@example.com"]
+    mock.page(_page("101", "Office hours", HOME))
+    mock.page(_page("102", "Nightjar", SECRET, parent="101", read_groups=["eng"]))
+    mock.page(_page("103", "Nightjar hiring", CHILD, parent="102"))
+    with mock.serve():
+        yield mock
+
+
+@pytest.fixture
+def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
+    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+
+
+class Waits:
+    """The connector's sleep: records each wait and moves a clock, never sleeps."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.now = 2_000_000.0
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+
+def connector(
+    mock: MockConfluence, waits: Waits | None = None, budget: float = 30.0
+) -> ConfluenceConnector:
+    settings = ConfluenceSettings(mock.base, SPACE, ACCOUNT, ("confluence-users",))
+    return ConfluenceConnector(
+        settings,
+        DEFAULT_CONFLUENCE_TOKEN,
+        sleep=(waits or Waits()).sleep,
+        budget_seconds=budget,
+    )
+
+
+def run(
+    kb: KnowledgeBase, mock: MockConfluence, waits: Waits | None = None, **kw: Any
+) -> SourceSyncReport:
+    if not any(r.name == SOURCE for r in kb.store.sources.all()):
+        kb.store.sources.add(SOURCE, "confluence", {"url": mock.base, "space": SPACE})
+    clock = waits.clock if waits is not None else None
+    extra = {"clock": clock} if clock is not None else {}
+    return sync_source(kb, SOURCE, connector(mock, waits, **kw), **extra)
+
+
+def live_titles(kb: KnowledgeBase) -> dict[str, int]:
+    return {
+        d.title: d.id
+        for d in kb.documents()
+        if d.state == DocState.INDEXED and is_source_scope(d.scope)
+    }
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[MockSlackAPI]:
+    async with MockSlackAPI() as server:
+        server.set_user(ALICE, name="alice")
+        server.set_user(BOB, name="bob")
+        carol = server.set_user(CAROL, name="carol")
+        carol["profile"]["email"] = "carol@elsewhere.example"
+        nomail = server.set_user(NOMAIL, name="nomail")
+        nomail["is_email_confirmed"] = False
+        yield server
+
+
+def access_over(slack: MockSlackAPI, kb: KnowledgeBase) -> Access:
+    client = web_client(slack.bot_token, slack.api_url)
+    return Access(SlackDirectory(client), allow_external=False, grants=SourceGrants(kb.store))
+
+
+async def titles_searched(
+    engine: Engine, kb: KnowledgeBase, scopes: frozenset[str], question: str = SECRET_Q
+) -> set[str]:
+    """The titles of every document a search with ``scopes`` finds, before any gate."""
+    found = await asyncio.to_thread(engine.retrieve, question, scopes=scopes, k=50)
+    rows = kb.store.chunks_by_id([c.chunk_id for c in found])
+    return {kb.store.document(r.document_id).title for r in rows.values()}
+
+
+# ------------------------------------------------------------------ the vertical slice
+
+
+def test_a_space_is_loaded_page_by_page_with_each_pages_permissions(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    report = run(kb, confluence)
+
+    assert report.error is None and report.mode == "load"
+    assert sorted(report.added) == ["101", "102", "103"]
+    # The server capped each page of results at 2: the rest came by following _links.next.
+    searches = confluence.calls_to("/rest/api/search")
+    assert len(searches) >= 2 and searches[1][2]["start"] == "2"
+    assert set(live_titles(kb)) == {"Office hours", "Nightjar", "Nightjar hiring"}
+    acl = {
+        item: Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, item)))
+        for item in ("101", "102", "103")
+    }
+    # The space is read by confluence-users, named as the whole organisation.
+    assert acl["101"] == Acl(public=True)
+    # A restricted page and its child (restrictions are inherited): the group's members.
+    assert acl["102"] == Acl(users=frozenset({"alice@example.com", "dave@example.com"}))
+    assert acl["103"] == acl["102"]
+    item = kb.store.sources.items(SOURCE)["102"]
+    assert item.url == f"{confluence.base}/spaces/ENG/pages/102"
+    text = kb.canonical_text(item.document_id or 0)
+    assert SECRET in text
+
+    again = run(kb, confluence)
+    assert again.mode == "poll" and again.added == [] and again.changed == []
+    assert sorted(again.unchanged) == ["101", "102", "103"]
+
+
+async def test_a_restricted_page_is_never_searched_for_a_person_it_does_not_admit(
+    kb: KnowledgeBase,
+    confluence: MockConfluence,
+    slack: MockSlackAPI,
+    engine_for: Callable[..., Engine],
+) -> None:
+    await asyncio.to_thread(run, kb, confluence)
+    access = access_over(slack, kb)
+    engine = engine_for(threshold=2.0, related_threshold=2.0)
+
+    async def scopes(user: str, where: Where | None = None) -> frozenset[str]:
+        return await access.search_scopes(Person(user), where)
+
+    everything = {"Office hours", "Nightjar", "Nightjar hiring"}
+    assert await titles_searched(engine, kb, await scopes(ALICE)) == everything
+    for outsider in (BOB, CAROL, NOMAIL):
+        assert await titles_searched(engine, kb, await scopes(outsider)) == {"Office hours"}
+        answer = await engine.ask(SECRET_Q, scopes=await scopes(outsider))
+        shown = answer.sources + answer.kept + answer.beside
+        assert shown and {s.document for s in shown} == {"Office hours"}
+        assert not any("Nightjar" in s.quote or s.origin.endswith("/102") for s in shown)
+    # Shown in a channel everyone there reads: only what is public in the organisation.
+    in_channel = await scopes(ALICE, Where(channel="C0CHAN0001"))
+    assert await titles_searched(engine, kb, in_channel) == {"Office hours"}
+
+    # Related passages, never the model: the same filter comes first.
+    related = engine_for(threshold=0.0, related_threshold=2.0)
+    nearby = await related.ask(SECRET_Q, scopes=await scopes(BOB))
+    assert nearby.outcome == "related" and not nearby.model_called
+    assert {s.document for s in nearby.sources + nearby.kept + nearby.beside} == {"Office hours"}
+
+    answered = await engine.ask(SECRET_Q, scopes=await scopes(ALICE))
+    cited = answered.sources[0]
+    assert cited.document == "Nightjar" and "#char=" in cited.url
+    assert cited.origin == f"{confluence.base}/spaces/ENG/pages/102"
+    text = kb.canonical_text(cited.document_id)
+    assert text[cited.start : cited.end] == cited.quote
+    # In Slack, beside the passage's own link, a link to the page in Confluence.
+    shown = json.dumps(render_answer(answered, words=words_for("fr")).blocks, ensure_ascii=False)
+    assert f"<{cited.origin}|ouvrir l’original>" in shown
+
+
+async def test_a_permission_change_a_deletion_and_a_move_take_effect_within_one_sync(
+    kb: KnowledgeBase,
+    confluence: MockConfluence,
+    slack: MockSlackAPI,
+    engine_for: Callable[..., Engine],
+) -> None:
+    await asyncio.to_thread(run, kb, confluence)
+    access = access_over(slack, kb)
+    engine = engine_for(threshold=2.0, related_threshold=2.0)
+
+    async def seen(user: str) -> set[str]:
+        return await titles_searched(engine, kb, await access.search_scopes(Person(user)))
+
+    assert "Nightjar" in await seen(ALICE)
+    # Alice leaves the group; the public home page gets a restriction of its own.
+    confluence.groups["eng"] = ["dave@example.com"]
+    confluence.pages["101"].read_users = ["bob@example.com"]
+    report = await asyncio.to_thread(run, kb, confluence)
+    assert report.error is None and report.changed == []  # no content fetched again
+    assert await seen(ALICE) == set()
+    assert await seen(BOB) == {"Office hours"}
+
+    # Deleted, and moved to another space: gone in the next sync, documents and all.
+    nightjar = kb.store.sources.items(SOURCE)["102"].document_id
+    del confluence.pages["103"]
+    confluence.pages["101"].read_users = []
+    confluence.pages["101"].space = "HR"
+    confluence.spaces["HR"] = Space("HR", users=["bob@example.com"])
+    report = await asyncio.to_thread(run, kb, confluence)
+    assert sorted(report.removed) == ["101", "103"]
+    assert set(live_titles(kb)) == {"Nightjar"}
+    assert await seen(BOB) == set()
+    assert kb.store.document(nightjar or 0).state == DocState.INDEXED
+
+
+def test_an_edited_page_replaces_its_document_and_a_renamed_one_leaves_no_copy(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    run(kb, confluence)
+    before = live_titles(kb)
+    page = confluence.pages["101"]
+    page.title, page.version = "Opening hours", 2
+    page.body = "<p>Office hours: the Copenhagen office opens at nine now.</p>"
+    page.modified = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+
+    report = run(kb, confluence)
+
+    assert report.changed == ["101"]
+    titles = live_titles(kb)
+    assert set(titles) == {"Opening hours", "Nightjar", "Nightjar hiring"}
+    assert titles["Opening hours"] != before["Office hours"]
+    # The poll asked only for what changed since the last one (a day's overlap).
+    last = confluence.calls_to("/rest/api/search")[-1][2]["cql"]
+    assert 'lastmodified >= "2026-11-30"' in last
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def kb_cli(index_dir: Path, *args: str) -> Result:
+    return CliRunner().invoke(main, ["--data-dir", str(index_dir), *args])
+
+
+async def test_kb_source_add_sync_list_show_explain_ask_and_remove(
+    index_dir: Path,
+    confluence: MockConfluence,
+    slack: MockSlackAPI,
+    monkeypatch: pytest.MonkeyPatch,
+    openai_server: Any,
+) -> None:
+    monkeypatch.setenv("KB_CONFLUENCE_TOKEN", DEFAULT_CONFLUENCE_TOKEN)
+    monkeypatch.setenv("SLACK_BOT_TOKEN", slack.bot_token)
+    monkeypatch.setenv("SLACK_API_URL", slack.api_url)
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", DEFAULT_OPENAI_API_KEY)
+    monkeypatch.setenv("KB_THRESHOLD", "2.0")
+
+    def cli(*args: str) -> Result:
+        return kb_cli(index_dir, *args)
+
+    added = await asyncio.to_thread(
+        cli, "source", "add", "confluence", "--url", confluence.base, "--space", SPACE,
+        "--user", ACCOUNT, "--organisation-group", "confluence-users", "--json",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert json.loads(added.stdout)["name"] == SOURCE
+    twice = await asyncio.to_thread(
+        cli, "source", "add", "confluence", "--url", confluence.base, "--space", SPACE
+    )
+    assert twice.exit_code == 1 and "exists" in twice.output
+
+    synced = await asyncio.to_thread(cli, "source", "sync", "--json")
+    assert synced.exit_code == 0, synced.output
+    assert sorted(json.loads(synced.stdout)[0]["added"]) == ["101", "102", "103"]
+    listed = json.loads((await asyncio.to_thread(cli, "source", "list", "--json")).stdout)
+    assert [(r["name"], r["documents"], r["last_error"]) for r in listed] == [(SOURCE, 3, None)]
+
+    shown = await asyncio.to_thread(cli, "show", "Nightjar.html", "--json")
+    assert shown.exit_code == 0, shown.output
+    origin = json.loads(shown.stdout)["source"]
+    assert origin["url"] == f"{confluence.base}/spaces/ENG/pages/102"
+    assert origin["acl"]["entries"] == [["user", "alice@example.com"], ["user", "dave@example.com"]]
+    assert origin["synced_at"] > 0
+
+    explained = await asyncio.to_thread(
+        cli, "access", "explain", "--user", BOB, "Nightjar.html", "--json"
+    )
+    decision = json.loads(explained.stdout)
+    assert (decision["may_read"], decision["rule"]) == (False, "source")
+    assert "bob@example.com" in decision["reason"]
+    allowed = await asyncio.to_thread(
+        cli, "access", "explain", "--user", ALICE, "Nightjar.html", "--json"
+    )
+    assert json.loads(allowed.stdout)["may_read"] is True
+
+    asked = await asyncio.to_thread(cli, "ask", SECRET_Q, "--as", ALICE, "--json")
+    assert asked.exit_code == 0, asked.output
+    answer = json.loads(asked.stdout)
+    cited = answer["sources"][0]
+    assert cited["document"] == "Nightjar" and "#char=" in cited["url"]
+    assert cited["origin"] == f"{confluence.base}/spaces/ENG/pages/102"
+    denied = await asyncio.to_thread(cli, "ask", SECRET_Q, "--as", BOB, "--json")
+    assert denied.exit_code == 0, denied.output
+    refused = json.loads(denied.stdout)
+    passages = refused["sources"] + refused["kept"] + refused["beside"]
+    assert passages and {p["document"] for p in passages} == {"Office hours"}
+
+    removed = await asyncio.to_thread(cli, "source", "remove", SOURCE, "--json")
+    assert json.loads(removed.stdout) == {"source": SOURCE, "removed": 3}
+    docs = json.loads((await asyncio.to_thread(cli, "docs", "--json")).stdout)
+    assert [d for d in docs if d["state"] == "indexed"] == []
+
+
+def test_a_source_without_a_credential_says_where_to_put_it(
+    index_dir: Path, confluence: MockConfluence
+) -> None:
+    kb_cli(index_dir, "source", "add", "confluence", "--url", confluence.base, "--space", SPACE)
+    result = kb_cli(index_dir, "source", "sync")
+    assert result.exit_code == 1
+    assert "KB_CONFLUENCE_TOKEN" in result.output
+    bad = kb_cli(index_dir, "source", "add", "confluence", "--url", "ftp:x", "--space", "ENG")
+    assert bad.exit_code == 1 and "not a Confluence address" in bad.output
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_an_expired_token_fails_the_run_and_removes_nothing(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    run(kb, confluence)
+    confluence.token = "expired"
+    report = run(kb, confluence)
+    assert report.error is not None and "refused the credentials (HTTP 401)" in report.error
+    assert len(live_titles(kb)) == 3
+    row = kb.store.sources.get(SOURCE)
+    assert row.last_error == report.error and row.last_good_at is not None
+
+
+def test_429_waits_its_retry_after_and_500s_back_off_within_the_budget(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    waits = Waits()
+    confluence.fail("/rest/api/search", 429, retry_after="7")
+    confluence.fail("/rest/api/content/102", 503)
+    report = run(kb, confluence, waits)
+    assert report.error is None and len(report.added) == 3
+    assert waits.waits == [7.0, 0.5]
+
+    waits = Waits()
+    confluence.fail("/rest/api/search", 500, times=10)
+    failing = run(kb, confluence, waits, budget=3.0)
+    # Backing off 0.5 s, then 1 s; 2 s more would pass the 3 s budget: the run stops there.
+    assert waits.waits == [0.5, 1.0]
+    assert failing.error is not None and "3 s retry budget" in failing.error
+    row = kb.store.sources.get(SOURCE)
+    assert row.retry_at == waits.now + 2.0
+    assert row.last_good_at is not None and row.last_error == failing.error
+    assert len(live_titles(kb)) == 3
+
+
+def test_a_garbage_page_and_a_garbage_listing_are_refused_and_change_nothing(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    confluence.pages["103"].garbage = True
+    report = run(kb, confluence)
+    assert report.error is None
+    assert [item for item, _ in report.failed] == ["103"]
+    assert set(live_titles(kb)) == {"Office hours", "Nightjar"}
+
+    confluence.faults.append(Fault("/rest/api/search", 200, body=b"<html>Login</html>", times=5))
+    failing = run(kb, confluence)
+    assert failing.error is not None and "not JSON" in failing.error
+    assert set(live_titles(kb)) == {"Office hours", "Nightjar"}
+
+
+def test_an_item_listed_twice_is_synced_once(kb: KnowledgeBase, confluence: MockConfluence) -> None:
+    confluence.list_twice = "101"
+    report = run(kb, confluence)
+    assert report.repeated == ["101"]
+    assert sorted(report.added) == ["101", "102", "103"]
+    assert len(kb.store.sources.items(SOURCE)) == 3
+    assert len(live_titles(kb)) == 3
+
+
+def test_restrictions_the_api_will_not_show_hide_the_page_from_everyone(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    confluence.fail("/rest/api/content/103/restriction", 403, times=3)
+    run(kb, confluence)
+    scope = source_scope(SOURCE, "103")
+    assert Acl.from_entries(kb.store.sources.acl_rows(scope)).known is False
+    for email in ("alice@example.com", "dave@example.com", None):
+        assert scope not in kb.store.sources.readable_scopes(email)
+
+
+def test_a_person_confluence_hides_the_email_of_admits_nobody(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    confluence.hidden_emails.add("dave@example.com")
+    run(kb, confluence)
+    acl = Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, "102")))
+    assert acl.users == frozenset({"alice@example.com"})
+
+
+def test_a_next_link_to_another_site_is_refused(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    hostile = {"results": [], "_links": {"base": "http://evil.example/wiki", "next": "/rest/api/x"}}
+    confluence.faults.append(Fault("/rest/api/search", 200, body=json.dumps(hostile).encode()))
+    report = run(kb, confluence)
+    assert report.error is not None and "another site" in report.error
+    assert not any("evil" in c[1] for c in confluence.calls)
+
+
+# ------------------------------------------------------------------ the store, on both databases
+
+
+def test_the_store_reads_who_may_read_on_sqlite_and_postgres(
+    tmp_path: Path, database_url: str
+) -> None:
+    store = Store(tmp_path / "kb-data", database_url=database_url)
+    records = store.sources
+    records.add("wiki", "confluence", {"url": "https://x.example", "space": "A"})
+    rows = {
+        "pub": Acl(public=True),
+        "named": Acl.of(users=["A@Example.com"]),
+        "team": Acl.of(groups=["eng"]),
+        "domain": Acl.of(domains=["@partner.example"]),
+        "unknown": Acl(known=False),
+    }
+    for item, acl in rows.items():
+        scope = source_scope("wiki", item)
+        records.put_item(
+            SourceItem("wiki", item, scope, None, "", item, "", "", 1.0, 1.0), acl.entries
+        )
+    records.set_group_members("wiki", "eng", ["bob@example.com"])
+
+    def readable(email: str | None) -> set[str]:
+        return {s.rsplit(":", 1)[-1] for s in records.readable_scopes(email)}
+
+    assert readable(None) == {"pub"}
+    assert readable("a@example.com") == {"pub", "named"}
+    assert readable("bob@example.com") == {"pub", "team"}
+    assert readable("x@partner.example") == {"pub", "domain"}
+    records.delete("wiki")
+    assert records.readable_scopes("bob@example.com") == frozenset()
+
+
+# ------------------------------------------------------------------ the schedule in kb serve
+
+
+async def test_a_due_source_is_synced_by_one_process_and_a_failing_one_shows_on_readyz(
+    kb: KnowledgeBase, confluence: MockConfluence, engine_for: Callable[..., Engine]
+) -> None:
+    waits = Waits()
+    settings = ConfluenceSettings(confluence.base, SPACE, ACCOUNT, ("confluence-users",))
+    kb.store.sources.add(SOURCE, "confluence", settings.as_dict())
+    tokens = {"confluence": DEFAULT_CONFLUENCE_TOKEN}
+    every = 300.0
+
+    def due() -> list[SourceSyncReport]:
+        return sync_due_sources(kb, tokens, every, clock=waits.clock, sleep=waits.sleep)
+
+    # Another replica holds the source's lock: this one leaves it alone, recording nothing.
+    with kb.store.exclusive(f"source-{SOURCE}") as held:
+        assert held
+        [busy] = await asyncio.to_thread(due)
+    assert busy.mode == "busy" and confluence.calls == []
+    assert kb.store.sources.get(SOURCE).last_run_at is None
+
+    [first] = await asyncio.to_thread(due)
+    assert first.mode == "load" and len(first.added) == 3
+    calls = len(confluence.calls)
+    assert await asyncio.to_thread(due) == []  # synced a moment ago: not due
+    assert len(confluence.calls) == calls
+
+    # Five minutes on, Confluence rate-limits with a Retry-After past the budget: the run
+    # stops at once, the source says so, and it is not asked again before that time.
+    waits.now += every
+    confluence.fail("/rest/api/search", 429, retry_after="900", times=1)
+    [limited] = await asyncio.to_thread(due)
+    assert limited.error is not None and limited.retry_after == 900.0
+    assert waits.waits == []
+    calls = len(confluence.calls)
+    waits.now += 600.0  # past the schedule, not past Retry-After
+    assert await asyncio.to_thread(due) == []
+    assert len(confluence.calls) == calls
+    waits.now += 300.0
+    [again] = await asyncio.to_thread(due)
+    assert again.error is None and again.mode == "poll"
+    again_at = kb.store.sources.get(SOURCE).last_good_at
+    confluence.token = "revoked"
+    waits.now += every
+    [revoked] = await asyncio.to_thread(due)
+    assert revoked.error is not None
+
+    engine = engine_for()
+    app = web.Application(middlewares=routes.MIDDLEWARES)
+    app[routes.KB] = kb
+    app[routes.ENGINE] = engine
+    routes.setup(app)
+    async with TestClient(TestServer(app)) as http:
+        ready = await (await http.get("/readyz")).json()
+    [health] = ready["sources"]
+    assert (health["name"], health["ok"]) == (SOURCE, False)
+    assert "refused the credentials" in health["last_error"]
+    assert health["last_good_at"] == again_at
+    assert DEFAULT_CONFLUENCE_TOKEN not in json.dumps(ready)
+
+
+def test_a_page_address_pointing_elsewhere_opens_on_the_configured_site(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    confluence.pages["101"].webui = "//evil.example/phish"
+    confluence.pages["102"].webui = "javascript:alert(1)"
+    run(kb, confluence)
+    items = kb.store.sources.items(SOURCE)
+    for item in ("101", "102"):
+        assert items[item].url == f"{confluence.base}/pages/viewpage.action?pageId={item}"
+
+
+def test_a_run_stopped_midway_keeps_what_it_indexed_and_the_next_resumes(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    confluence.fail("/rest/api/content/103", 500, times=10)
+    stopped = run(kb, confluence, Waits(), budget=1.0)
+    assert stopped.error is not None and sorted(stopped.added) == ["101", "102"]
+    assert kb.store.sources.checkpoint(SOURCE) is None  # saved only once a batch is in
+    assert set(live_titles(kb)) == {"Office hours", "Nightjar"}
+
+    confluence.faults.clear()
+    resumed = run(kb, confluence)
+    assert resumed.error is None and resumed.mode == "load"
+    assert resumed.added == ["103"] and sorted(resumed.unchanged) == ["101", "102"]
+    assert kb.store.sources.checkpoint(SOURCE) is not None
+    assert kb.store.sources.get(SOURCE).last_error is None
