@@ -50,8 +50,8 @@ from index.errors import DocumentNotFound, KBError
 from index.ingest import ocr_pages
 from index.knowledge_base import KnowledgeBase
 from index.records import DocumentRow
-from index.sync import source_link
 from index.sources import source_health
+from index.sync import source_link
 
 log = logging.getLogger(__name__)
 
