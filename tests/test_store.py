@@ -67,6 +67,7 @@ MIGRATION_NAMES = [
     "0016_latent_terms",
     "0017_uploads",
     "0018_failure_kind",
+    "0019_sources",
 ]
 
 
