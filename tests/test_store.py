@@ -112,6 +112,11 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         "used_states",
         "mcp_tokens",
         "uploads",
+        "sources",
+        "source_checkpoints",
+        "source_items",
+        "source_acl",
+        "source_group_members",
     }
     doc = store.document(7)
     assert (doc.name, doc.title, doc.state, doc.chunk_count) == (
