@@ -29,6 +29,8 @@ all of them (a test keeps the list complete)::
     ├── EmbeddingModelUnavailable    (index.embed.base) the embedding model cannot be loaded or reached
     ├── SearchEngineUnavailable      (index.search.qdrant.engine) the search engine cannot be loaded, reached or opened
     ├── FetchFailed                  (index.sync.fetch) a URL refused by the fetch policy or not fetched
+    │   └── ItemGone                 (index.sync.listed) a listed item is gone from its source: its document goes
+    ├── ItemFailed                   (index.sync.listed) a listed item cannot be read now: its document stays
     ├── SyncConfigError              (index.sync.sources) a sync source or its config file is malformed
     ├── QueryAdapterError            (index.search.query_map) a stored query map cannot be read
     ├── StoreMigrationError          (index.storage.migrate) kb migrate-store could not move a knowledge base; nothing committed
@@ -48,6 +50,7 @@ all of them (a test keeps the list complete)::
     ├── BadToolCall                  (bot.mcp.tools) an MCP tool call's arguments cannot be used
     ├── NotServed                    (bot.mcp.people) the person an MCP call runs as is of another organisation
     ├── SkillRefused                 (bot.cli.slackbot) Slack did not create or update the Slackbot skill
+    ├── CanvasListingFailed          (bot.slack.canvases) a channel's canvases cannot be listed now
     └── AccessCheckUnavailable       (bot.server.readers) who may read a document cannot be checked now
 
 Foreign exceptions (sqlite3, FAISS, pypdf) are translated where they occur,
