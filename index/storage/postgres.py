@@ -11,6 +11,7 @@ configured: a SQLite-only install never needs psycopg.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -36,6 +37,19 @@ def _lock_key(name: str) -> int:
     """A 64-bit advisory-lock key for ``name`` (namespaced: other apps may share the server)."""
     digest = hashlib.sha256(f"slack-kb:{name}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _unlock_and_close(conn: Any, name: str) -> None:
+    """Release the advisory lock ``name`` held on ``conn``, then close it.
+
+    Unlocking first, rather than relying on the close: the server ends the
+    backend (and frees its locks) after the client has already returned, so
+    another replica asking at once could still find the lock held.
+    """
+    # A broken connection cannot unlock, but its close frees the lock anyway.
+    with contextlib.suppress(Exception):
+        conn.execute("SELECT pg_advisory_unlock(%s)", [_lock_key(name)])
+    conn.close()
 
 
 # SQLite's column types as Postgres spells them, in CREATE TABLE and ADD COLUMN.
@@ -270,7 +284,7 @@ class PostgresDatabase(Database):
         if not got:
             conn.close()
             return None
-        return conn.close
+        return lambda: _unlock_and_close(conn, name)
 
     @contextmanager
     def exclusive(self, name: str) -> Iterator[bool]:
