@@ -847,7 +847,9 @@ class Settings(BaseSettings):
 
     def source_tokens(self) -> dict[str, str]:
         """Each kind of source's token (``index.sources.open_connector``): never stored."""
-        return {"confluence": self.confluence_token.get_secret_value()}
+        return {
+            "confluence": self.confluence_token.get_secret_value(),
+        }
 
     def http_limits(self) -> HttpLimits:
         """What one client of the web server may hold of it (``bot.server.limits``)."""

@@ -29,29 +29,72 @@ def source_group() -> None:
     """
 
 
-@source_group.command("add")
-@click.argument("kind", type=click.Choice(["confluence"]))
+@source_group.group("add")
+def add_group() -> None:
+    """Record a source of one kind; its documents come with the next kb source sync.
+
+    Example: kb source add confluence --url https://example.atlassian.net/wiki --space ENG
+    """
+
+
+def name_option(default: str) -> Any:
+    """``--name``: what to call the source."""
+    return click.option(
+        "--name", default=None, help=f"What to call the source (default: {default}, lower-cased)."
+    )
+
+
+def token_file_option(setting: str) -> Any:
+    """``--token-file``: a secret file holding the source's credential."""
+    return click.option(
+        "--token-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=f"A file holding the credential (default: {setting}).",
+    )
+
+
+def record_source(
+    ctx: click.Context,
+    kind: str,
+    name: str,
+    settings: dict[str, Any],
+    token_file: Path | None,
+    as_json: bool,
+    where: str,
+) -> None:
+    """Check ``settings`` for ``kind``, record the source, and say where it reads its token."""
+    from index.sources import TOKEN_SETTINGS, check_name
+    from index.sources import settings_of as checked
+
+    name = check_name(name)
+    if token_file is not None:
+        settings["token_file"] = str(token_file.resolve())
+    row = open_kb(ctx).store.sources.add(name, kind, checked(kind, settings))
+
+    def text() -> None:
+        click.echo(f"Source {row.name} ({row.kind}) recorded: {where}.")
+        token = row.settings.get("token_file") or TOKEN_SETTINGS[row.kind]
+        click.echo(f"Its credential is read from {token} when it syncs: kb source sync {row.name}")
+
+    emit(row.as_dict(), as_json, text)
+
+
+@add_group.command("confluence")
 @click.option(
     "--url",
     required=True,
     help="The site: https://NAME.atlassian.net/wiki, or the Data Center base URL.",
 )
 @click.option("--space", required=True, help="The space key.")
-@click.option(
-    "--name", default=None, help="What to call the source (default: KIND-SPACE, lower-cased)."
-)
+@name_option("confluence-SPACE")
 @click.option(
     "--user",
     default="",
     help="Cloud: the account's email (its API token is the credential); empty: a Data Center "
     "personal access token.",
 )
-@click.option(
-    "--token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="A file holding the token (default: KB_CONFLUENCE_TOKEN).",
-)
+@token_file_option("KB_CONFLUENCE_TOKEN")
 @click.option(
     "--organisation-group",
     "organisation_groups",
@@ -61,9 +104,8 @@ def source_group() -> None:
 )
 @json_option("Print the recorded source as JSON.")
 @click.pass_context
-def add(
+def add_confluence(
     ctx: click.Context,
-    kind: str,
     url: str,
     space: str,
     name: str | None,
@@ -72,32 +114,26 @@ def add(
     organisation_groups: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Record a source; its documents come with the next kb source sync.
+    """A Confluence space (Cloud or Data Center).
 
     Example: kb source add confluence --url https://example.atlassian.net/wiki --space ENG
     --user bot@example.com --organisation-group confluence-users
     """
-    from index.sources import TOKEN_SETTINGS, check_name
-    from index.sources import settings_of as checked
-
-    name = check_name(name or f"{kind}-{space}".lower())
     settings: dict[str, Any] = {
         "url": url,
         "space": space,
         "user": user,
         "organisation_groups": list(organisation_groups),
     }
-    if token_file is not None:
-        settings["token_file"] = str(token_file.resolve())
-    row = open_kb(ctx).store.sources.add(name, kind, checked(kind, settings))
-    data = row.as_dict()
-
-    def text() -> None:
-        click.echo(f"Source {row.name} ({row.kind}) recorded: {url}, space {space}.")
-        where = row.settings.get("token_file") or TOKEN_SETTINGS[row.kind]
-        click.echo(f"Its token is read from {where} when it syncs: kb source sync {row.name}")
-
-    emit(data, as_json, text)
+    record_source(
+        ctx,
+        "confluence",
+        name or f"confluence-{space}".lower(),
+        settings,
+        token_file,
+        as_json,
+        f"{url}, space {space}",
+    )
 
 
 @source_group.command("list")

@@ -1,5 +1,8 @@
 """The kinds of source there are, and how a configured one is opened with its credential.
 
+A kind is one line of ``_KINDS``: its connector's module and classes, and the
+setting holding its token.
+
 A source's settings are in the store (``store.sources``); its credential never
 is. It is read when the source is opened: from the secret file the settings
 name (``token_file``), else the kind's token from the product's settings
@@ -8,20 +11,63 @@ name (``token_file``), else the kind's token from the product's settings
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from index.sources.contract import Connector, SourceError
 from index.storage import SourceRow
 
-__all__ = ["KINDS", "TOKEN_SETTINGS", "check_name", "open_connector", "settings_of"]
+__all__ = ["KINDS", "TOKEN_SETTINGS", "Kind", "check_name", "open_connector", "settings_of"]
 
-KINDS = ("confluence",)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of source: where its connector lives and which setting holds its token.
+
+    The module is imported only when a source of this kind is used, so that a
+    source's SDK loads only where it is configured.
+
+    Attributes:
+        name: what ``kb source add`` calls it.
+        token_setting: the setting holding the kind's credential (``KB_..._TOKEN``).
+        module: the module of its connector.
+        settings_class: in ``module``: what a source records, with ``from_dict``/``as_dict``.
+        connector_class: in ``module``: ``Connector(settings, token, **options)``.
+    """
+
+    name: str
+    token_setting: str
+    module: str
+    settings_class: str
+    connector_class: str
+
+    def load(self, attribute: str) -> Any:
+        """The class ``attribute`` names, from this kind's module."""
+        return getattr(importlib.import_module(self.module), attribute)
+
+
+# Every kind there is; a new source adds its line here.
+_KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        Kind(
+            "confluence",
+            "KB_CONFLUENCE_TOKEN",
+            "index.sources.confluence",
+            "ConfluenceSettings",
+            "ConfluenceConnector",
+        ),
+    )
+}
+KINDS = tuple(_KINDS)
 # The setting holding each kind's token.
-TOKEN_SETTINGS = {"confluence": "KB_CONFLUENCE_TOKEN"}
+TOKEN_SETTINGS = {name: kind.token_setting for name, kind in _KINDS.items()}
 
 
 def check_name(name: str) -> str:
@@ -43,14 +89,13 @@ def settings_of(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
     Raises:
         SourceError: an unknown kind, or settings it cannot use.
     """
-    if kind == "confluence":
-        from index.sources.confluence import ConfluenceSettings  # its SDK loads when used
-
-        checked = ConfluenceSettings.from_dict(settings).as_dict()
-        if settings.get("token_file"):
-            checked["token_file"] = str(settings["token_file"])
-        return checked
-    raise SourceError(f"There is no source kind {kind!r}; the kinds: {', '.join(KINDS)}.")
+    found = _KINDS.get(kind)
+    if found is None:
+        raise SourceError(f"There is no source kind {kind!r}; the kinds: {', '.join(KINDS)}.")
+    checked: dict[str, Any] = found.load(found.settings_class).from_dict(settings).as_dict()
+    if settings.get("token_file"):
+        checked["token_file"] = str(settings["token_file"])
+    return checked
 
 
 def open_connector(row: SourceRow, tokens: Mapping[str, str], **options: Any) -> Connector:
@@ -64,12 +109,15 @@ def open_connector(row: SourceRow, tokens: Mapping[str, str], **options: Any) ->
     Raises:
         SourceError: no credential, or settings it cannot use.
     """
+    found = _KINDS.get(row.kind)
+    if found is None:
+        raise SourceError(
+            f"Source {row.name} is of kind {row.kind!r}, which this version cannot sync."
+        )
     token = _token(row, tokens)
-    if row.kind == "confluence":
-        from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
-
-        return ConfluenceConnector(ConfluenceSettings.from_dict(row.settings), token, **options)
-    raise SourceError(f"Source {row.name} is of kind {row.kind!r}, which this version cannot sync.")
+    settings = found.load(found.settings_class).from_dict(row.settings)
+    connector: Connector = found.load(found.connector_class)(settings, token, **options)
+    return connector
 
 
 def _token(row: SourceRow, tokens: Mapping[str, str]) -> str:
