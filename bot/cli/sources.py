@@ -9,6 +9,7 @@ shows each with its last run; ``kb source sync [NAME]`` runs them;
 
 from __future__ import annotations
 
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,6 +134,79 @@ def add_confluence(
         token_file,
         as_json,
         f"{url}, space {space}",
+    )
+
+
+@add_group.command("sharepoint")
+@click.option("--tenant", required=True, help="The directory (tenant) id, or its domain.")
+@click.option("--client-id", required=True, help="The app registration's application (client) id.")
+@click.option(
+    "--site",
+    default="",
+    help="A SharePoint site's address (https://contoso.sharepoint.com/sites/NAME): its default "
+    "document library is synced.",
+)
+@click.option("--drive", default="", help="Or a drive's id (a OneDrive, another library).")
+@name_option("sharepoint-SITE or sharepoint-DRIVE")
+@token_file_option("KB_SHAREPOINT_CLIENT_SECRET")
+@click.option(
+    "--organisation-group",
+    "organisation_groups",
+    multiple=True,
+    help="A group id or site group name that stands for everyone in the organisation; what it "
+    "may read is public in the organisation. Repeatable.",
+)
+@click.option(
+    "--graph-url",
+    default="https://graph.microsoft.com/v1.0",
+    show_default=True,
+    help="Microsoft Graph (another for national clouds).",
+)
+@click.option(
+    "--authority-url",
+    default="https://login.microsoftonline.com",
+    show_default=True,
+    help="Microsoft's sign-in service (another for national clouds).",
+)
+@json_option("Print the recorded source as JSON.")
+@click.pass_context
+def add_sharepoint(
+    ctx: click.Context,
+    tenant: str,
+    client_id: str,
+    site: str,
+    drive: str,
+    name: str | None,
+    token_file: Path | None,
+    organisation_groups: tuple[str, ...],
+    graph_url: str,
+    authority_url: str,
+    as_json: bool,
+) -> None:
+    """A SharePoint site's document library, or a OneDrive or library by drive id (Microsoft Graph).
+
+    Example: kb source add sharepoint --tenant contoso.onmicrosoft.com --client-id GUID
+    --site https://contoso.sharepoint.com/sites/Eng
+    """
+    settings: dict[str, Any] = {
+        "tenant": tenant,
+        "client_id": client_id,
+        "site": site,
+        "drive": drive,
+        "organisation_groups": list(organisation_groups),
+        "graph_url": graph_url,
+        "authority_url": authority_url,
+    }
+    default = site.rstrip("/").rsplit("/", 1)[-1] if site else drive[-12:]
+    default = re.sub(r"[^a-z0-9._-]+", "-", default.lower()).strip("-.")
+    record_source(
+        ctx,
+        "sharepoint",
+        name or f"sharepoint-{default}".lower(),
+        settings,
+        token_file,
+        as_json,
+        site or f"drive {drive}",
     )
 
 

@@ -63,6 +63,13 @@ _KINDS: dict[str, Kind] = {
             "ConfluenceSettings",
             "ConfluenceConnector",
         ),
+        Kind(
+            "sharepoint",
+            "KB_SHAREPOINT_CLIENT_SECRET",
+            "index.sources.sharepoint",
+            "SharePointSettings",
+            "SharePointConnector",
+        ),
     )
 }
 KINDS = tuple(_KINDS)

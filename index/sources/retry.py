@@ -1,0 +1,72 @@
+"""Waiting out a source's rate limits and failures within a budget, the same way for every source.
+
+A call that meets HTTP 429, a 5xx or a dropped connection waits — the
+``Retry-After`` the source asked for, else 0.5 s doubling — and asks again, as
+long as the waits of that one call stay within a budget of seconds; past it the
+run fails saying when the source may be asked again (:class:`SourceFailed`'s
+``retry_after``). The wait itself is injectable, so tests record it on a clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from index.sources.contract import SourceFailed
+
+__all__ = ["FIRST_BACKOFF_SECONDS", "RetryBudget", "origin", "retry_after"]
+
+log = logging.getLogger(__name__)
+
+FIRST_BACKOFF_SECONDS = 0.5
+
+
+@dataclass
+class RetryBudget:
+    """The seconds of waiting one call may still spend on retries.
+
+    Attributes:
+        source: what people call the source ("Confluence"), for the messages.
+        seconds: the budget.
+        sleep: how a wait is waited (tests record it).
+    """
+
+    source: str
+    seconds: float
+    sleep: Callable[[float], None]
+    spent: float = 0.0
+    tries: int = 0
+
+    def wait(self, asked: float | None, why: str) -> None:
+        """Wait ``asked`` seconds (``None``: the next back-off) before the call is tried again.
+
+        Raises:
+            SourceFailed: the wait would pass the budget; ``retry_after`` is that wait.
+        """
+        wait = asked if asked is not None else FIRST_BACKOFF_SECONDS * 2**self.tries
+        if self.spent + wait > self.seconds:
+            raise SourceFailed(
+                f"{self.source} kept failing ({why}) past the {self.seconds:g} s retry budget; "
+                f"the next sync retries in {wait:g} s.",
+                retry_after=wait,
+            )
+        self.tries += 1
+        self.spent += wait
+        log.info("%s %s: waiting %.1f s before asking again", self.source, why, wait)
+        self.sleep(wait)
+
+
+def retry_after(value: str | None) -> float | None:
+    """An HTTP ``Retry-After`` in seconds; ``None`` when absent or not a number of seconds."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def origin(url: str) -> tuple[str, str]:
+    """``url``'s scheme and host (with port), lower-cased: where credentials may be sent."""
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()

@@ -1,0 +1,666 @@
+"""SharePoint and OneDrive as a source, through Microsoft Graph (``requests``, tokens by ``msal``).
+
+One drive per source: a SharePoint site's document library (its default one,
+found from the site's address) or any drive by its id (a OneDrive, another
+library). The app signs in as itself (client credentials, app-only), with
+``msal``; nothing acts as a person. What is read, all with Graph v1.0:
+
+* the changes: the drive's delta (``/drives/{id}/root/delta``), page after
+  page following ``@odata.nextLink``; its last page's ``@odata.deltaLink`` is
+  the checkpoint the next poll starts from. An item the delta lists twice is
+  taken as its last occurrence (Graph says the last one is current); one with
+  a ``deleted`` facet is gone (the listing prunes it); a move changes only its
+  ``parentReference`` (its id stays; its permissions are read again). Graph
+  answering 410 (the delta token expired) makes the poll a full load;
+* the listing: a full delta of ids, names and facets only, no content;
+* a file's bytes: ``/drives/{d}/items/{i}/content``, whose 302 points at a
+  short-lived download address, followed only to the Graph host or a
+  SharePoint/OneDrive host (``download_hosts``) and without the token (the
+  address carries its own authorisation). Only formats the product's extractor
+  reads are synced (Word, PowerPoint, Excel, PDF, HTML, Markdown, text, CSV);
+* who may read it: ``/drives/{d}/items/{i}/permissions`` (inherited ones
+  included). A person granted (``grantedToV2.user``, ``grantedToIdentitiesV2``)
+  is known by email; a group (``grantedToV2.group``) by its id, expanded with
+  ``/groups/{id}/transitiveMembers`` (``mail``, else ``userPrincipalName``);
+  a sharing link of scope ``organization`` or ``anonymous`` is public in the
+  organisation (anyone with an anonymous link may open it, so nobody in the
+  organisation is kept from it by hiding it here); a link of scope ``users``
+  admits its grantees. A SharePoint site group (``grantedToV2.siteGroup``)
+  cannot be expanded through Graph: it admits nobody unless the admin names it
+  as the whole organisation. Permissions that cannot be read make the file
+  unknown: nobody reads it until they can be.
+
+Rate limits and failures: HTTP 429 and 503 wait ``Retry-After`` (or back
+off), other 5xx and dropped connections back off, within a budget per call
+(:mod:`index.sources.retry`). A 401 gets one fresh token; a second 401, a 403,
+or a sign-in that refuses the app's secret fails the run: no retry helps.
+The secret and the tokens are never logged (``msal`` logs at INFO at most).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import msal
+import requests
+
+from index.sources.contract import (
+    UNKNOWN_ACL,
+    Acl,
+    Batch,
+    GroupMembers,
+    SourceCredentialsRejected,
+    SourceDocument,
+    SourceError,
+    SourceFailed,
+)
+from index.sources.retry import RetryBudget, origin, retry_after
+
+__all__ = [
+    "SharePointConnector",
+    "SharePointSettings",
+]
+
+# msal's DEBUG lines describe token requests; keep them out whatever the root level.
+logging.getLogger("msal").setLevel(logging.INFO)
+log = logging.getLogger(__name__)
+
+GRAPH_URL = "https://graph.microsoft.com/v1.0"
+AUTHORITY_URL = "https://login.microsoftonline.com"
+# Where Graph's 302 for a file's content may lead: SharePoint Online (and its national
+# clouds) and OneDrive's download hosts. The Graph host itself is always allowed.
+DOWNLOAD_HOSTS = ("sharepoint.com", "sharepoint.us", "sharepoint.de", "sharepoint.cn", "1drv.com")
+DEFAULT_BUDGET_SECONDS = 120.0
+# Pages of one delta, listing or permission list followed at most (200 items a page).
+MAX_PAGES = 20_000
+# A file larger than this is not downloaded (the knowledge base takes 20 MB uploads by default).
+MAX_FILE_BYTES = 64 * 1024 * 1024
+SUFFIXES = {
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    ".pdf": "application/pdf",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".md": "text/markdown",
+    ".txt": "text/plain",
+    ".csv": "text/csv",
+}
+# A site group's entry in an Acl: Graph cannot list its members.
+SITE_GROUP_PREFIX = "sitegroup:"
+_GUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
+_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,253}")
+_DRIVE = re.compile(r"[A-Za-z0-9!_.-]{1,256}")
+_REJECTED = {"invalid_client", "unauthorized_client", "invalid_grant", "invalid_scope"}
+
+
+@dataclass(frozen=True)
+class SharePointSettings:
+    """One drive, as ``kb source add sharepoint`` records it (never the secret).
+
+    Attributes:
+        tenant: the directory (tenant) id, or its domain (``contoso.onmicrosoft.com``).
+        client_id: the app registration's application (client) id.
+        site: a SharePoint site's address (``https://contoso.sharepoint.com/sites/Eng``):
+            its default document library is synced.
+        drive: or a drive's id (a OneDrive, another library).
+        organisation_groups: group ids or site group names that stand for everyone in the
+            organisation: what they may read is public in the organisation.
+        graph_url: Graph's base (another for national clouds).
+        authority_url: the sign-in service (another for national clouds).
+        download_hosts: host suffixes a file's download address may be on.
+    """
+
+    tenant: str
+    client_id: str
+    site: str = ""
+    drive: str = ""
+    organisation_groups: tuple[str, ...] = ()
+    graph_url: str = GRAPH_URL
+    authority_url: str = AUTHORITY_URL
+    download_hosts: tuple[str, ...] = DOWNLOAD_HOSTS
+
+    def __post_init__(self) -> None:
+        if not _TENANT.fullmatch(self.tenant):
+            raise SourceError(f"{self.tenant!r} is not a tenant id or domain.")
+        if not _GUID.fullmatch(self.client_id):
+            raise SourceError(
+                f"{self.client_id!r} is not an application (client) id: the app registration's "
+                "Overview page shows it (a GUID)."
+            )
+        if bool(self.site) == bool(self.drive):
+            raise SourceError("Give a SharePoint site's address (--site) or a drive id (--drive).")
+        if self.site and _site_path(self.site) is None:
+            raise SourceError(
+                f"{self.site!r} is not a SharePoint site address "
+                "(https://contoso.sharepoint.com/sites/NAME)."
+            )
+        if self.drive and not _DRIVE.fullmatch(self.drive):
+            raise SourceError(f"{self.drive!r} is not a drive id.")
+        for url in (self.graph_url, self.authority_url):
+            if not re.match(r"https://[^/\s]+", url):
+                raise SourceError(f"{url!r} is not an https address.")
+
+    def as_dict(self) -> dict[str, Any]:
+        """As recorded in the store."""
+        return {
+            "tenant": self.tenant,
+            "client_id": self.client_id,
+            "site": self.site,
+            "drive": self.drive,
+            "organisation_groups": list(self.organisation_groups),
+            "graph_url": self.graph_url,
+            "authority_url": self.authority_url,
+            "download_hosts": list(self.download_hosts),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SharePointSettings:
+        """From :meth:`as_dict`."""
+        return cls(
+            tenant=str(data.get("tenant") or ""),
+            client_id=str(data.get("client_id") or ""),
+            site=str(data.get("site") or ""),
+            drive=str(data.get("drive") or ""),
+            organisation_groups=tuple(data.get("organisation_groups") or ()),
+            graph_url=str(data.get("graph_url") or GRAPH_URL).rstrip("/"),
+            authority_url=str(data.get("authority_url") or AUTHORITY_URL).rstrip("/"),
+            download_hosts=tuple(data.get("download_hosts") or DOWNLOAD_HOSTS),
+        )
+
+
+class SharePointConnector:
+    """A SharePoint document library or a OneDrive as a :class:`index.sources.contract.Connector`.
+
+    Args:
+        settings: the tenant, the app and the drive.
+        token: the app's client secret.
+        sleep: how a wait is waited (tests record it).
+        budget_seconds: the most one call waits for retries before the run fails.
+        timeout: seconds for one HTTP request.
+    """
+
+    kind = "sharepoint"
+
+    def __init__(
+        self,
+        settings: SharePointSettings,
+        token: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+        timeout: int = 30,
+    ) -> None:
+        if not token:
+            raise SourceError(
+                "No SharePoint client secret: set KB_SHAREPOINT_CLIENT_SECRET "
+                "(or the secret file the source names)."
+            )
+        self.settings = settings
+        self.sleep = sleep
+        self.budget_seconds = budget_seconds
+        self.timeout = timeout
+        self.http = requests.Session()
+        self._secret = token
+        self._app: msal.ConfidentialClientApplication | None = None
+        self._drive_url = ""
+        self._members: dict[str, GroupMembers] = {}
+
+    # ------------------------------------------------------------ the contract
+
+    def load(self) -> Batch:
+        """Every file of the drive, and its delta link."""
+        try:
+            return self._changes(f"{self._drive()}/root/delta")
+        except _ResyncRequired:
+            raise SourceFailed("Microsoft Graph refused a fresh delta (HTTP 410).") from None
+
+    def poll(self, checkpoint: str) -> Batch:
+        """The files changed since ``checkpoint`` (a delta link); a full load when it expired."""
+        if not checkpoint.startswith(self.settings.graph_url + "/"):
+            raise SourceFailed(
+                "The saved checkpoint is not a Graph delta link; kb source sync --full reloads."
+            )
+        try:
+            return self._changes(checkpoint)
+        except _ResyncRequired:
+            log.info("SharePoint's delta link expired (HTTP 410): loading the drive again")
+            return self.load()
+
+    def listing(self) -> frozenset[str]:
+        """The ids of every file of the drive now (a full delta of ids, or it raises)."""
+        items, _ = self._delta(f"{self._drive()}/root/delta?$select=id,name,file,folder,deleted")
+        return frozenset(i for i, entry in items.items() if _file_name(entry) is not None)
+
+    def permissions(self, items: Iterable[str]) -> dict[str, Acl]:
+        """Each file's current Acl (unknown where it cannot be read)."""
+        return {item: self._acl(item) for item in items}
+
+    def groups(self, names: Iterable[str]) -> list[GroupMembers]:
+        """The members of each group, by email (a site group's cannot be read: nobody)."""
+        return [self._group(name) for name in names]
+
+    # ------------------------------------------------------------ files
+
+    def _changes(self, url: str) -> Batch:
+        items, delta_link = self._delta(url, resync=True)
+        failed: list[tuple[str, str]] = []
+        return Batch(self._documents(items, failed), delta_link, failed)
+
+    def _delta(self, url: str, *, resync: bool = False) -> tuple[dict[str, dict[str, Any]], str]:
+        """Each item of a delta by id (its last occurrence), and the delta link it ends with."""
+        items: dict[str, dict[str, Any]] = {}
+        last: dict[str, Any] = {}
+        for page in self._pages(url, resync=resync):
+            for entry in _values(page):
+                if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+                    raise SourceFailed("Microsoft Graph's delta answered an entry that is no item.")
+                if entry["id"] in items:
+                    log.info(
+                        "SharePoint's delta listed item %s twice; the last counts", entry["id"]
+                    )
+                    del items[entry["id"]]
+                items[entry["id"]] = entry
+            last = page
+        delta_link = last.get("@odata.deltaLink")
+        if not isinstance(delta_link, str) or not delta_link.startswith(self.settings.graph_url):
+            raise SourceFailed("Microsoft Graph ended the delta without a delta link of its own.")
+        return items, delta_link
+
+    def _documents(
+        self, items: dict[str, dict[str, Any]], failed: list[tuple[str, str]]
+    ) -> Iterator[SourceDocument]:
+        for item, entry in items.items():
+            name = _file_name(entry)
+            if name is None:
+                continue  # a folder, the root, a deleted item or a format not read
+            try:
+                data = self._content(item, entry)
+            except _Malformed as exc:
+                failed.append((item, str(exc)))
+                continue
+            if data is None:
+                continue  # deleted since it was listed: the next listing prunes it
+            suffix = PurePosixPath(name).suffix.lower()
+            yield SourceDocument(
+                item=item,
+                title=PurePosixPath(name).stem.strip() or name,
+                url=self._web_url(entry),
+                data=data,
+                filename=name,
+                media_type=SUFFIXES[suffix],
+                acl=self._acl(item),
+                version=str(entry.get("cTag") or entry.get("eTag") or ""),
+            )
+
+    def _content(self, item: str, entry: dict[str, Any]) -> bytes | None:
+        """The file's bytes, through the download address Graph redirects to."""
+        size = entry.get("size")
+        if isinstance(size, int) and size > MAX_FILE_BYTES:
+            raise _Malformed(f"{size} bytes is past the {MAX_FILE_BYTES} bytes a file may have.")
+        url = f"{self._drive()}/items/{quote(item, safe='')}/content"
+        response = self._call(url, missing=True)
+        if response is None:
+            return None
+        if response.is_redirect:
+            location = response.headers.get("Location") or ""
+            if not self._may_download_from(location):
+                raise _Malformed(
+                    "Graph pointed the file's download at an unexpected host; refused."
+                )
+            # The address is pre-authorised: the token is not sent there.
+            response = self._call(location, missing=True, signed=False)
+            if response is None:
+                return None
+        return _capped(response)
+
+    def _may_download_from(self, url: str) -> bool:
+        scheme, host = origin(url)
+        if (scheme, host) == origin(self.settings.graph_url):
+            return True
+        hostname = (urlsplit(url).hostname or "").lower()
+        return scheme == "https" and any(
+            hostname == h or hostname.endswith("." + h) for h in self.settings.download_hosts
+        )
+
+    def _web_url(self, entry: dict[str, Any]) -> str:
+        """The file's ``webUrl`` when on an expected host ("open in SharePoint"), else none."""
+        url = entry.get("webUrl")
+        if isinstance(url, str) and self._may_download_from(url):
+            return url
+        return ""
+
+    def _drive(self) -> str:
+        """The drive's Graph address, the site's default library found once."""
+        if not self._drive_url:
+            graph = self.settings.graph_url
+            drive = self.settings.drive
+            if not drive:
+                site = self._json(self._call(f"{graph}/sites/{_site_path(self.settings.site)}"))
+                library = self._json(self._call(f"{graph}/sites/{site.get('id')}/drive"))
+                drive = str(library.get("id") or "")
+                if not _DRIVE.fullmatch(drive):
+                    raise SourceFailed("Microsoft Graph gave the site's library without an id.")
+            self._drive_url = f"{graph}/drives/{quote(drive, safe='!')}"
+        return self._drive_url
+
+    # ------------------------------------------------------------ permissions
+
+    def _acl(self, item: str) -> Acl:
+        try:
+            rows = self._collect(
+                f"{self._drive()}/items/{quote(item, safe='')}/permissions", hidden=True
+            )
+        except _Unreadable as exc:
+            log.warning("SharePoint item %s: %s; nobody may read it", item, exc)
+            return UNKNOWN_ACL
+        users: set[str] = set()
+        groups: set[str] = set()
+        public = False
+        for row in rows:
+            if not isinstance(row, dict):
+                log.warning("SharePoint item %s: a permission that is no object; nobody", item)
+                return UNKNOWN_ACL
+            link = row.get("link")
+            if isinstance(link, dict):
+                scope = link.get("scope")
+                public = public or scope in ("organization", "anonymous")
+                if scope == "users":
+                    users.update(_identity_emails(row))
+                continue  # existingAccess, or a scope not known: it adds nobody
+            users.update(_identity_emails(row))
+            granted = row.get("grantedToV2") or row.get("grantedTo") or {}
+            for group in _granted_groups(granted):
+                if group[0] in self.settings.organisation_groups or (
+                    group[1] in self.settings.organisation_groups
+                ):
+                    public = True
+                else:
+                    groups.add(group[0])
+        return Acl.of(users=users, groups=groups, public=public)
+
+    def _group(self, name: str) -> GroupMembers:
+        if name not in self._members:
+            self._members[name] = self._expand(name)
+        return self._members[name]
+
+    def _expand(self, name: str) -> GroupMembers:
+        if name.startswith(SITE_GROUP_PREFIX) or not _DRIVE.fullmatch(name):
+            return GroupMembers(name, frozenset(), complete=False)
+        url = (
+            f"{self.settings.graph_url}/groups/{quote(name, safe='')}/transitiveMembers"
+            "?$select=id,mail,userPrincipalName"
+        )
+        emails: set[str] = set()
+        complete = True
+        try:
+            for row in self._collect(url, hidden=True):
+                if not isinstance(row, dict) or row.get("@odata.type") != "#microsoft.graph.user":
+                    continue  # nested groups' own entries, devices, apps: their people are listed
+                email = _member_email(row)
+                complete = complete and email is not None
+                emails.update([email] if email else [])
+        except (_Unreadable, SourceFailed) as exc:
+            if isinstance(exc, SourceCredentialsRejected):
+                raise
+            log.warning("SharePoint group %s: %s; its members count as nobody", name, exc)
+            complete = False
+        return GroupMembers(name, frozenset(emails), complete)
+
+    # ------------------------------------------------------------ calls
+
+    def _collect(self, url: str, *, hidden: bool = False) -> list[Any]:
+        """Every value of a paged answer (a 404 is none: the item went since it was listed)."""
+        return [v for page in self._pages(url, hidden=hidden, missing=True) for v in _values(page)]
+
+    def _pages(
+        self, url: str, *, hidden: bool = False, missing: bool = False, resync: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Each page of a paged answer, following ``@odata.nextLink`` on Graph's host only."""
+        following: str | None = url
+        for _ in range(MAX_PAGES):
+            if following is None:
+                return
+            response = self._call(following, hidden=hidden, missing=missing, resync=resync)
+            if response is None:
+                return
+            page = self._json(response)
+            if not isinstance(page.get("value"), list):
+                raise SourceFailed("Microsoft Graph answered a list that is not JSON of values.")
+            yield page
+            following = page.get("@odata.nextLink")
+            if following is not None and (
+                not isinstance(following, str)
+                or not following.startswith(self.settings.graph_url + "/")
+            ):
+                raise SourceFailed(
+                    "Microsoft Graph pointed the next page at another site; refused."
+                )
+        raise SourceFailed(f"Microsoft Graph gave more than {MAX_PAGES} pages; stopped.")
+
+    @staticmethod
+    def _json(response: requests.Response | None) -> dict[str, Any]:
+        try:
+            data = response.json() if response is not None else None
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise SourceFailed("Microsoft Graph answered something that is not JSON.")
+        return data
+
+    def _call(
+        self,
+        url: str,
+        *,
+        missing: bool = False,
+        hidden: bool = False,
+        resync: bool = False,
+        signed: bool = True,
+    ) -> requests.Response | None:
+        """GET ``url``, waiting out 429s, 5xx and dropped connections within the budget.
+
+        ``missing``: a 404 is ``None``. ``hidden``: a 403 or 404 is what Graph will not
+        show the app (:class:`_Unreadable`). ``resync``: a 410 is an expired delta link.
+        ``signed``: sent with the app's token (not to a pre-authorised download address).
+
+        Raises:
+            SourceCredentialsRejected: 401 twice (a fresh token too), or 403.
+            SourceFailed: the budget is spent, or any other error.
+        """
+        budget = RetryBudget("Microsoft Graph", self.budget_seconds, self.sleep)
+        fresh = False
+        while True:
+            headers = {"Authorization": f"Bearer {self._token()}"} if signed else {}
+            try:
+                response = self.http.get(
+                    url, headers=headers, timeout=self.timeout, allow_redirects=False, stream=True
+                )
+            except (requests.ConnectionError, requests.Timeout):
+                budget.wait(None, "unreachable")
+                continue
+            status = response.status_code
+            if status < 400:
+                return response
+            response.close()
+            if status == 401 and signed and not fresh:
+                self._forget_token()  # expired or revoked early: one fresh token
+                fresh = True
+                continue
+            if status == 404 and hidden:
+                raise _Unreadable("Graph does not show this item's permissions to the app")
+            if status == 404 and missing:
+                return None
+            if status == 403 and hidden:
+                raise _Unreadable("Graph will not show them to the app")
+            if status == 410 and resync:
+                raise _ResyncRequired()
+            if status in (401, 403) and signed:
+                raise SourceCredentialsRejected(
+                    f"Microsoft Graph refused the app's token (HTTP {status}): the app lost "
+                    "its permission to this drive (Sites.Selected or Files.Read.All), or its "
+                    "consent was revoked. Grant it again, or make a new client secret and set it."
+                )
+            if status in (401, 403):
+                raise _Malformed(f"The download address refused the request (HTTP {status}).")
+            if status != 429 and status < 500:
+                raise SourceFailed(f"Microsoft Graph answered HTTP {status}{_code(response)}.")
+            asked = retry_after(response.headers.get("Retry-After"))
+            budget.wait(asked if status in (429, 503) else None, f"HTTP {status}")
+
+    # ------------------------------------------------------------ tokens
+
+    def _token(self) -> str:
+        """An app-only access token for Graph (msal keeps it until it expires)."""
+        scope = "{}://{}/.default".format(*origin(self.settings.graph_url))
+        try:
+            result = self._client().acquire_token_for_client(scopes=[scope])
+        except (requests.RequestException, ValueError, RuntimeError) as exc:
+            raise SourceFailed(
+                f"Microsoft's sign-in service could not be asked for a token ({type(exc).__name__})."
+            ) from None
+        token = result.get("access_token") if isinstance(result, dict) else None
+        if isinstance(token, str) and token:
+            return token
+        error = str((result or {}).get("error") or "no token")
+        code = _aadsts((result or {}).get("error_description"))
+        if error in _REJECTED:
+            raise SourceCredentialsRejected(
+                f"Microsoft's sign-in refused the app ({error}{code}): the client secret expired "
+                "or was revoked, or the app is not in this tenant. Make a new secret and set "
+                "KB_SHAREPOINT_CLIENT_SECRET (or the source's secret file)."
+            )
+        raise SourceFailed(f"Microsoft's sign-in gave no token ({error}{code}).")
+
+    def _client(self) -> msal.ConfidentialClientApplication:
+        if self._app is None:
+            authority = f"{self.settings.authority_url}/{self.settings.tenant}"
+            try:
+                self._app = msal.ConfidentialClientApplication(
+                    self.settings.client_id,
+                    client_credential=self._secret,
+                    authority=authority,
+                    # The authority is the configured one, not checked with login.microsoftonline.com.
+                    instance_discovery=False,
+                    http_client=self.http,
+                )
+            except ValueError:
+                raise SourceCredentialsRejected(
+                    f"Microsoft's sign-in service knows no tenant {self.settings.tenant!r} at "
+                    f"{self.settings.authority_url}."
+                ) from None
+        return self._app
+
+    def _forget_token(self) -> None:
+        if self._app is not None:
+            self._app.remove_tokens_for_client()
+
+
+class _Malformed(Exception):
+    """A file that could not be taken (too large, its download refused or sent elsewhere)."""
+
+
+class _Unreadable(Exception):
+    """Permissions that could not be read: the file is unknown."""
+
+
+class _ResyncRequired(Exception):
+    """Graph no longer serves changes from this delta link (HTTP 410)."""
+
+
+def _values(page: dict[str, Any]) -> list[Any]:
+    values = page.get("value")
+    return values if isinstance(values, list) else []
+
+
+def _file_name(entry: dict[str, Any]) -> str | None:
+    """The file's name when it is a file the product reads (not deleted, not a folder)."""
+    if entry.get("deleted") is not None or not isinstance(entry.get("file"), dict):
+        return None
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip() or "/" in name or "\x00" in name:
+        return None
+    return name if PurePosixPath(name).suffix.lower() in SUFFIXES else None
+
+
+def _site_path(site: str) -> str | None:
+    """``host:/sites/NAME`` for Graph's ``/sites/{host}:/{path}``, from a site's address."""
+    parts = urlsplit(site if "://" in site else f"https://{site}")
+    host, path = (parts.hostname or ""), parts.path.rstrip("/")
+    if parts.scheme != "https" or not host or not re.fullmatch(r"(/[^/?#\s]+)*", path):
+        return None
+    return f"{host}:{path}" if path else host
+
+
+def _emails_of(identity: object) -> Iterator[str]:
+    """The emails of an identity set's person (``user``, ``siteUser``)."""
+    if not isinstance(identity, dict):
+        return
+    for kind in ("user", "siteUser"):
+        person = identity.get(kind)
+        email = person.get("email") if isinstance(person, dict) else None
+        if isinstance(email, str) and "@" in email:
+            yield email.strip().lower()
+
+
+def _identity_emails(row: dict[str, Any]) -> Iterator[str]:
+    """The people a permission names: ``grantedToV2`` and ``grantedToIdentitiesV2``."""
+    yield from _emails_of(row.get("grantedToV2") or row.get("grantedTo"))
+    for key in ("grantedToIdentitiesV2", "grantedToIdentities"):
+        identities = row.get(key)
+        for identity in identities if isinstance(identities, list) else []:
+            yield from _emails_of(identity)
+
+
+def _granted_groups(granted: object) -> Iterator[tuple[str, str]]:
+    """``(Acl group entry, display name)`` of the groups an identity set names."""
+    if not isinstance(granted, dict):
+        return
+    group = granted.get("group")
+    if isinstance(group, dict) and isinstance(group.get("id"), str) and group["id"]:
+        yield group["id"], str(group.get("displayName") or "")
+    site_group = granted.get("siteGroup")
+    if isinstance(site_group, dict) and (site_group.get("displayName") or site_group.get("id")):
+        name = str(site_group.get("displayName") or site_group.get("id"))
+        yield f"{SITE_GROUP_PREFIX}{name}", name
+
+
+def _member_email(row: dict[str, Any]) -> str | None:
+    """A member's email: ``mail``, else a ``userPrincipalName`` that is one (not a guest's)."""
+    for key in ("mail", "userPrincipalName"):
+        value = row.get(key)
+        if isinstance(value, str) and "@" in value and "#EXT#" not in value.upper():
+            return value.strip().lower()
+    return None
+
+
+def _capped(response: requests.Response) -> bytes:
+    """The body, refused past :data:`MAX_FILE_BYTES`."""
+    data = bytearray()
+    for chunk in response.iter_content(1 << 16):
+        data += chunk
+        if len(data) > MAX_FILE_BYTES:
+            response.close()
+            raise _Malformed(f"The file is past the {MAX_FILE_BYTES} bytes a file may have.")
+    return bytes(data)
+
+
+def _code(response: requests.Response) -> str:
+    """Graph's error code (``itemNotFound``...), for the message; never the whole body."""
+    try:
+        code = (response.json().get("error") or {}).get("code")
+    except (ValueError, AttributeError):
+        return ""
+    return f" ({code})" if isinstance(code, str) and re.fullmatch(r"\w{1,64}", code) else ""
+
+
+def _aadsts(description: object) -> str:
+    """The ``AADSTS…`` code a sign-in error starts with, for the message."""
+    found = re.match(r"(AADSTS\d+)", description) if isinstance(description, str) else None
+    return f", {found.group(1)}" if found else ""
