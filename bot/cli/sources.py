@@ -24,7 +24,7 @@ SYNC_FAILED_EXIT = 1
 
 @main.group("source")
 def source_group() -> None:
-    """Sources synced with their permissions (Confluence): add, list, sync, remove.
+    """Sources synced with their permissions (Confluence, SharePoint): add, list, sync, remove.
 
     Example: kb source add confluence --url https://example.atlassian.net/wiki --space ENG
     """
