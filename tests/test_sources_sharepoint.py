@@ -330,6 +330,7 @@ def test_an_expired_access_token_is_renewed_and_a_revoked_secret_fails_the_run(
     assert DEFAULT_SHAREPOINT_CLIENT_SECRET not in report.error
     assert DEFAULT_SHAREPOINT_CLIENT_SECRET not in caplog.text
     assert "graph-access-" not in caplog.text
+    assert "tempauth" not in caplog.text  # a download address authorises reading the file
 
 
 def test_a_token_graph_refuses_fails_the_run_and_removes_nothing(

@@ -68,8 +68,10 @@ __all__ = [
     "SharePointSettings",
 ]
 
-# msal's DEBUG lines describe token requests; keep them out whatever the root level.
+# msal's DEBUG lines describe token requests, and urllib3's hold every address asked for,
+# download addresses included, whose ``tempauth`` authorises reading the file for an hour.
 logging.getLogger("msal").setLevel(logging.INFO)
+logging.getLogger("urllib3.connectionpool").setLevel(logging.INFO)
 log = logging.getLogger(__name__)
 
 GRAPH_URL = "https://graph.microsoft.com/v1.0"
@@ -311,6 +313,7 @@ class SharePointConnector:
             return None
         if response.is_redirect:
             location = response.headers.get("Location") or ""
+            response.close()
             if not self._may_download_from(location):
                 raise _Malformed(
                     "Graph pointed the file's download at an unexpected host; refused."
