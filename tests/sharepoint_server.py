@@ -245,14 +245,18 @@ class MockSharePoint:
         query: dict[str, str],
         body: bytes,
     ) -> tuple[int, dict[str, str], bytes]:
-        if path.endswith("/v2.0/.well-known/openid-configuration"):
-            return _json(200, self._openid(path.split("/")[1]))
-        if path.endswith("/oauth2/v2.0/token") and method == "POST":
-            return self._token(body)
         for fault in self.faults:
             if fault.path in path and fault.times > 0:
                 fault.times -= 1
                 return fault.status, dict(fault.headers), fault.body
+        if path.endswith("/v2.0/.well-known/openid-configuration"):
+            tenant = path.split("/")[1]
+            if tenant != TENANT:
+                message = f"AADSTS90002: Tenant '{tenant}' not found."
+                return _json(400, {"error": "invalid_tenant", "error_description": message})
+            return _json(200, self._openid(tenant))
+        if path.endswith("/oauth2/v2.0/token") and method == "POST":
+            return self._token(body)
         if path.startswith("/download/"):
             return self._download(unquote(path.removeprefix("/download/")), query)
         header = request.headers.get("Authorization", "")

@@ -28,7 +28,13 @@ from core.answer import Engine
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.sources import Acl, SourceSyncReport, source_scope, sync_source
+from index.sources import (
+    Acl,
+    SourceCredentialsRejected,
+    SourceSyncReport,
+    source_scope,
+    sync_source,
+)
 from index.sources.sharepoint import SharePointConnector, SharePointSettings
 from tests.servers import DEFAULT_OPENAI_API_KEY, DEFAULT_SHAREPOINT_CLIENT_SECRET, MockSlackAPI
 from tests.sharepoint_server import (
@@ -331,6 +337,24 @@ def test_an_expired_access_token_is_renewed_and_a_revoked_secret_fails_the_run(
     assert DEFAULT_SHAREPOINT_CLIENT_SECRET not in caplog.text
     assert "graph-access-" not in caplog.text
     assert "tempauth" not in caplog.text  # a download address authorises reading the file
+
+
+def test_a_failing_sign_in_or_an_unknown_tenant_fails_the_run_and_removes_nothing(
+    kb: KnowledgeBase, graph: MockSharePoint
+) -> None:
+    run(kb, graph)
+    graph.fail("/oauth2/v2.0/token", 503)
+    report = run(kb, graph)
+    assert report.error is not None and "sign-in service gave no token" in report.error
+    assert len(live_titles(kb)) == 3
+
+    elsewhere = SharePointSettings(
+        "fabrikam.onmicrosoft.com", CLIENT_ID, site=SITE, graph_url=graph.graph,
+        authority_url=graph.base,
+    )  # fmt: skip
+    source = SharePointConnector(elsewhere, DEFAULT_SHAREPOINT_CLIENT_SECRET)
+    with pytest.raises(SourceCredentialsRejected, match="knows no tenant 'fabrikam"):
+        source.listing()
 
 
 def test_a_token_graph_refuses_fails_the_run_and_removes_nothing(

@@ -50,6 +50,7 @@ from urllib.parse import quote, urlsplit
 
 import msal
 import requests
+from msal.exceptions import MsalError
 
 from index.sources.contract import (
     UNKNOWN_ACL,
@@ -524,9 +525,12 @@ class SharePointConnector:
         scope = "{}://{}/.default".format(*origin(self.settings.graph_url))
         try:
             result = self._client().acquire_token_for_client(scopes=[scope])
-        except (requests.RequestException, ValueError, RuntimeError) as exc:
+        except (requests.RequestException, MsalError, ValueError, RuntimeError) as exc:
+            # msal keeps a failed answer for its Retry-After (on the real clock): asking again
+            # at once would not ask; the next sync does.
             raise SourceFailed(
-                f"Microsoft's sign-in service could not be asked for a token ({type(exc).__name__})."
+                f"Microsoft's sign-in service gave no token ({type(exc).__name__}): unreachable "
+                "or failing; the next sync asks again."
             ) from None
         token = result.get("access_token") if isinstance(result, dict) else None
         if isinstance(token, str) and token:
