@@ -72,6 +72,7 @@ class Item:
     version: int = 1
     changed: int = 0
     size: int | None = None  # what Graph says its size is, when not len(data)
+    web_url: str | None = None  # its webUrl, when not the library's usual address
 
 
 @dataclass
@@ -356,7 +357,8 @@ class MockSharePoint:
             "eTag": f'"{{{item.id}}},{item.version}"',
             "cTag": f'"c:{{{item.id}}},{item.version}"',
             "size": item.size if item.size is not None else len(item.data),
-            "webUrl": f"https://{SITE_HOST}{SITE_PATH}/Shared%20Documents/{quote(item.name)}",
+            "webUrl": item.web_url
+            or f"https://{SITE_HOST}{SITE_PATH}/Shared%20Documents/{quote(item.name)}",
             "parentReference": {"driveId": DRIVE_ID, "id": item.parent},
         }
         if item.id == "root":

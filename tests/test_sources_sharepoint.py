@@ -436,6 +436,17 @@ def test_a_file_too_large_is_skipped_and_said(kb: KnowledgeBase, graph: MockShar
     assert graph.calls_to("/items/C/content") == []
 
 
+def test_a_file_address_pointing_elsewhere_gives_no_link(
+    kb: KnowledgeBase, graph: MockSharePoint
+) -> None:
+    graph.items["A"].web_url = "javascript:alert(1)"
+    graph.items["B"].web_url = "https://evil.example/phish"
+    run(kb, graph)
+    items = kb.store.sources.items(SOURCE)
+    assert (items["A"].url, items["B"].url) == ("", "")
+    assert items["C"].url == f"{SITE}/Shared%20Documents/Nightjar%20hiring.txt"
+
+
 def test_settings_that_cannot_work_say_what_to_give() -> None:
     with pytest.raises(Exception, match="application \\(client\\) id"):
         SharePointSettings(TENANT, "not-a-guid", site=SITE)
@@ -443,6 +454,8 @@ def test_settings_that_cannot_work_say_what_to_give() -> None:
         SharePointSettings(TENANT, CLIENT_ID)
     with pytest.raises(Exception, match="not a SharePoint site address"):
         SharePointSettings(TENANT, CLIENT_ID, site="http://contoso.sharepoint.com/sites/x")
+    with pytest.raises(Exception, match="names no tenant"):
+        SharePointSettings("common", CLIENT_ID, site=SITE)
     drive = SharePointSettings(TENANT, CLIENT_ID, drive="b!abc")
     assert SharePointSettings.from_dict(drive.as_dict()) == drive
 
@@ -491,6 +504,15 @@ async def test_kb_source_add_sync_list_show_ask_and_remove(
     origin = json.loads(shown.stdout)["source"]
     assert origin["url"] == f"{SITE}/Shared%20Documents/Nightjar.md"
     assert origin["acl"]["entries"] == [["group", ENG]]
+
+    explained = await asyncio.to_thread(
+        cli, "access", "explain", "--user", BOB, "Nightjar.md", "--json"
+    )
+    assert json.loads(explained.stdout)["may_read"] is False
+    allowed = await asyncio.to_thread(
+        cli, "access", "explain", "--user", ALICE, "Nightjar.md", "--json"
+    )
+    assert json.loads(allowed.stdout)["may_read"] is True
 
     asked = await asyncio.to_thread(cli, "ask", SECRET_Q, "--as", ALICE, "--json")
     assert asked.exit_code == 0, asked.output

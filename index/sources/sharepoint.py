@@ -133,6 +133,11 @@ class SharePointSettings:
     def __post_init__(self) -> None:
         if not _TENANT.fullmatch(self.tenant):
             raise SourceError(f"{self.tenant!r} is not a tenant id or domain.")
+        if self.tenant.lower() in ("common", "organizations", "consumers"):
+            raise SourceError(
+                f"{self.tenant!r} names no tenant: an app signs in as itself only in its own "
+                "(the directory (tenant) id on the app registration's Overview page)."
+            )
         if not _GUID.fullmatch(self.client_id):
             raise SourceError(
                 f"{self.client_id!r} is not an application (client) id: the app registration's "
