@@ -41,7 +41,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.access import slack_error
+from bot.access import retry_after, slack_error
 from bot.slack.uploads import Jobs
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
@@ -149,8 +149,13 @@ def _refusal(method: str, channel: str, exc: SlackApiError) -> str:
         )
     if error == "channel_not_found":
         return f"The bot cannot see channel {channel} ({method}): invite it; nothing changed."
-    if error == "ratelimited":
-        return f"Slack still rate-limits {method} after waiting; the next sync tries again."
+    wait = retry_after(exc)
+    if wait is not None:
+        # The client waited out Retry-After as often as it retries: the next sync asks again.
+        return (
+            f"Slack still rate-limits {method} after waiting (next call in {wait:.0f} s); "
+            "the next sync tries again."
+        )
     return f"Slack answered {error} to {method} for {channel}; nothing changed."
 
 
