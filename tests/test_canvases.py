@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from slack_sdk.web.async_client import AsyncWebClient
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin")
 
@@ -253,12 +254,18 @@ async def test_hostile_markdown_is_quoted_escaped_like_any_document(canvas_bot: 
     assert all(url.startswith(f"{PUBLIC_URL}/d/{doc.id}?") for url, _ in links(answer))
 
 
+def _keeper(
+    slack: MockSlackAPI, index_dir: Path, embedder: Embedder
+) -> tuple[KnowledgeBase, AsyncWebClient, Canvases]:
+    """A knowledge base, a client of the mock Slack API, and the canvases of CHANNEL_ID kept in it."""
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    return kb, web_client(slack.bot_token, slack.api_url), Canvases(kb, [CHANNEL_ID])
+
+
 async def test_an_upload_named_like_a_canvas_and_the_canvas_never_replace_each_other(
     slack: MockSlackAPI, index_dir: Path, embedder: Embedder
 ) -> None:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    client = web_client(slack.bot_token, slack.api_url)
-    keeper = Canvases(kb, [CHANNEL_ID])
+    kb, client, keeper = _keeper(slack, index_dir, embedder)
     canvas = slack.add_canvas(CHANNEL_ID, "Release rota", DRILL)
     name = f"canvases-{CHANNEL_ID} › {canvas['id']}.md"  # the name its document gets
 
@@ -295,9 +302,7 @@ async def test_an_upload_named_like_a_canvas_and_the_canvas_never_replace_each_o
 async def test_slack_errors_fail_clearly_and_lose_nothing(
     slack: MockSlackAPI, index_dir: Path, embedder: Embedder
 ) -> None:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    client = web_client(slack.bot_token, slack.api_url)
-    keeper = Canvases(kb, [CHANNEL_ID])
+    kb, client, keeper = _keeper(slack, index_dir, embedder)
     canvas = slack.add_canvas(CHANNEL_ID, "Release rota", DRILL)
     assert (await keeper.sync(client, CHANNEL_ID)).added == [canvas["id"]]
     (doc,) = canvas_docs(kb)
