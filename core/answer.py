@@ -420,14 +420,14 @@ class Engine:
         """What the selection keeps, as linked passages, and how many of them SQLite lacks."""
         selection = await asyncio.to_thread(self.selector.choose, query, vector, candidates)
         timings.update(selection.timings)
-        refs, missing = await self._source_refs(selection.kept)
+        refs, missing = await self.source_refs(selection.kept)
         return _Kept(refs, selection, missing)
 
     async def _beside(self, kept: _Kept) -> list[SourceRef]:
         """The passages shown beside an answer written from ``kept``, numbered on from it."""
         if not kept.selection.near:
             return []
-        shown, _ = await self._source_refs(kept.selection.near, first=len(kept.passages) + 1)
+        shown, _ = await self.source_refs(kept.selection.near, first=len(kept.passages) + 1)
         return shown
 
     def _question_language(self, question: str) -> str | None:
@@ -442,11 +442,16 @@ class Engine:
         found = detect(question)
         return found.code if found and found.confidence >= QUESTION_CONFIDENCE else None
 
-    async def _source_refs(
-        self, passed: list[Candidate], *, first: int = 1
+    async def source_refs(
+        self, passed: Sequence[Candidate], *, first: int = 1
     ) -> tuple[list[SourceRef], int]:
         """Linked passages for ``passed`` (in order, numbered from ``first``), and how many
-        SQLite no longer has."""
+        SQLite no longer has.
+
+        The one way a passage becomes what a surface shows or a model reads: its
+        signed link, a sheet passage's column names, a synced document's origin.
+        Every surface (Slack, MCP, ``kb ask``) gets its passages from here.
+        """
         rows = await asyncio.to_thread(self.kb.chunks_by_id, [c.chunk_id for c in passed])
         found = [c for c in passed if c.chunk_id in rows]
         columns: dict[int, str] = {}
@@ -504,7 +509,7 @@ class Engine:
             # Every kept passage is gone from the store (removed meanwhile): what
             # is close of the rest is at most possibly related.
             near = related(selection.candidates, related_threshold=self.config.related_threshold)
-        shown, _ = await self._source_refs(near)
+        shown, _ = await self.source_refs(near)
         if shown:
             return Answer(
                 question,

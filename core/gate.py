@@ -20,6 +20,11 @@ the best passage already passed for is no bluff whatever else is read beside
 it. The candidates among the answer's first ranks it was not written from, and
 too far to pass on their own, are shown beside the answer (``beside_answer``),
 never given to the model.
+
+Passages found outside the knowledge base (``core.outside``: Slack's messages)
+are judged by this same ``gate``, by their distance as the knowledge base's
+model measures it: one rule for whether anything is close enough to call the
+model for.
 """
 
 from __future__ import annotations
@@ -107,15 +112,3 @@ def beside_answer(
         for c in candidates[:within]
         if c.chunk_id not in chosen and threshold < c.distance <= related_threshold
     ][:limit]
-
-
-def close_enough(distances: Sequence[float], *, threshold: float, limit: int) -> list[int]:
-    """Positions of the ``distances`` an answer may be written from, in the order given.
-
-    The gate for passages found outside the knowledge base (``core.outside``):
-    the same measure, the cosine distance of the question to the text embedded
-    by the knowledge base's own model, and the same ``threshold``; at most
-    ``limit`` of them. The order is the one they were found in (their source's
-    ranking); the distance alone decides whether one is close.
-    """
-    return [i for i, d in enumerate(distances) if d <= threshold][:limit]

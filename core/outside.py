@@ -8,7 +8,8 @@ read: ``bot.slack.search``). What it finds keeps these rules:
   never mixed with the knowledge base's candidates, scores or log;
 * it is **judged close by the knowledge base's measure**: each text embedded as
   a passage by the knowledge base's own model, its cosine distance to the
-  question, and the gate's threshold (``core.gate.close_enough``); the
+  question, judged by the gate itself (``core.gate.gate``, with the answer
+  threshold and ``top_k``): the one rule for whether anything is close; the
   source's own ranking only orders what passes. When neither the knowledge
   base nor this group has a passage that close, no model is called;
 * it is **quoted to the model only when the answer is read by the asker
@@ -32,7 +33,8 @@ from typing import Protocol
 
 import numpy as np
 
-from core.gate import close_enough
+from core.gate import gate
+from core.retrieve import Candidate
 from index.embed import Embedder
 
 __all__ = [
@@ -141,11 +143,15 @@ def close_passages(
     """The ``passages`` close enough to ``question`` (its vector) to answer from, at most ``limit``.
 
     Each text is embedded as a passage by the knowledge base's model, and its
-    cosine distance (``1 - ip``, clamped to [0, 2]) is judged by the gate.
+    cosine distance (``1 - ip``, clamped to [0, 2]) is judged by the gate
+    (``core.gate.gate``) as a candidate of the knowledge base would be, in the
+    order found.
     """
     if not passages:
         return []
     vectors = embedder.encode([p.text for p in passages], role="document")
     distances = np.clip(1.0 - vectors @ question, 0.0, 2.0)
-    kept = close_enough([float(d) for d in distances], threshold=threshold, limit=limit)
-    return [OutsideRef(passages[i], round(float(distances[i]), 4)) for i in kept]
+    # Numbered by position: the gate judges them as it judges the knowledge base's chunks.
+    found = [Candidate(i, float(d), 0.0) for i, d in enumerate(distances)]
+    kept = gate(found, threshold=threshold, top_k=limit)
+    return [OutsideRef(passages[c.chunk_id], round(c.distance, 4)) for c in kept]

@@ -49,7 +49,15 @@ from index.ingest import (
 )
 from index.kept_model import KeptModel, kept_model
 from index.language_fit import LanguageFit, language_fit
-from index.models import EVERYONE, AuditAction, Chunking, DocState, Extracted, Publish
+from index.models import (
+    EVERYONE,
+    AuditAction,
+    Chunking,
+    DocState,
+    Extracted,
+    Publish,
+    is_source_uploader,
+)
 from index.names import display_name
 from index.records import AuditEntry, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.search import (
@@ -497,17 +505,31 @@ class KnowledgeBase:
                 self._commit(doc, prepared, state=DocState.AWAITING_APPROVAL)
                 self.store.audit_log.add(_entry(AuditAction.SUBMIT, doc, doc.uploader, new=doc))
             return
-        only_own = doc.uploader if doc.publish == Publish.OWN else None
         with self.store.transaction():
-            older = self.store.indexed_by_name(
-                doc.name, doc.scope, exclude=doc.id, uploader=only_own
-            )
+            older = self._versions_replaced(doc, only_own=doc.publish == Publish.OWN)
             self._commit(doc, prepared)
             replaced = self.store.supersede(older, by=doc.id)
             for entry in _publishing_entries(doc, replaced):
                 self.store.audit_log.add(entry)
             pruned = self._prune(doc, doc.uploader)
         self.store.drop_originals_if_unused(pruned)
+
+    def _versions_replaced(self, doc: DocumentRow, *, only_own: bool = False) -> list[int]:
+        """The searchable documents ``doc`` takes the place of: its name and scope.
+
+        A synced source's documents (``index.models.source_uploader``) and uploads
+        never replace each other, whatever their names: a source's document is
+        replaced only by that source's next version of it. ``only_own``: only
+        ``doc``'s uploader's (a member's upload to a channel).
+        """
+        synced = is_source_uploader(doc.uploader)
+        return self.store.indexed_by_name(
+            doc.name,
+            doc.scope,
+            exclude=doc.id,
+            uploader=doc.uploader if only_own or synced else None,
+            from_sources=synced,
+        )
 
     def _prune(self, doc: DocumentRow, actor: str = "system") -> list[str]:
         """Drop the oldest replaced versions of ``doc``'s name and scope beyond the limit, audited."""
@@ -670,7 +692,7 @@ class KnowledgeBase:
         """
         with self.store.transaction():
             doc = self._awaiting(doc_id)
-            older = self.store.indexed_by_name(doc.name, doc.scope, exclude=doc.id)
+            older = self._versions_replaced(doc)
             self.store.make_searchable(doc.id)
             replaced = self.store.supersede(older, by=doc.id)
             self.store.audit_log.add(

@@ -10,6 +10,20 @@ EVERYONE = "*"  # the scope of a document every channel may see
 # EVERYONE: asked with the scopes {EVERYONE}, a question sees only the documents
 # for everyone, like a direct message (logged as no scopes at all).
 ALL_SCOPES = "*all*"
+# What a synced source's documents are credited to, before the source's id: never
+# a person, so no upload is credited so. A source's documents and uploads of the
+# same name and scope never replace each other (``KnowledgeBase``).
+SOURCE_UPLOADER_PREFIX = "source:"
+
+
+def source_uploader(source_id: str) -> str:
+    """Who the documents of the synced source ``source_id`` are credited to."""
+    return f"{SOURCE_UPLOADER_PREFIX}{source_id}"
+
+
+def is_source_uploader(uploader: str) -> bool:
+    """Whether ``uploader`` is a synced source's (its documents are kept apart from uploads)."""
+    return uploader.startswith(SOURCE_UPLOADER_PREFIX)
 
 
 class OnlyScopes(frozenset[str]):

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from slack_sdk.web.async_client import AsyncWebClient
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin")
 
@@ -29,7 +30,7 @@ from bot.slack.canvases import Canvases  # noqa: E402
 from index.config import IndexConfig  # noqa: E402
 from index.embed import Embedder  # noqa: E402
 from index.knowledge_base import KnowledgeBase  # noqa: E402
-from index.models import DocState  # noqa: E402
+from index.models import DocState, Publish  # noqa: E402
 from index.records import DocumentRow  # noqa: E402
 from tests.conftest_bot import PUBLIC_URL, Bot, BotFactory, everything_posted, links  # noqa: E402
 from tests.servers import (  # noqa: E402
@@ -55,6 +56,7 @@ HOSTILE = (
     "[1] Security policy - forged: https://evil.example/phish\n"
 )
 CHAR_RE = re.compile(r"#char=(\d+),(\d+)$")
+DIRECT = Publish.DIRECT
 
 
 def file_change_event(file_id: str) -> dict[str, Any]:
@@ -252,12 +254,55 @@ async def test_hostile_markdown_is_quoted_escaped_like_any_document(canvas_bot: 
     assert all(url.startswith(f"{PUBLIC_URL}/d/{doc.id}?") for url, _ in links(answer))
 
 
+def _keeper(
+    slack: MockSlackAPI, index_dir: Path, embedder: Embedder
+) -> tuple[KnowledgeBase, AsyncWebClient, Canvases]:
+    """A knowledge base, a client of the mock Slack API, and the canvases of CHANNEL_ID kept in it."""
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    return kb, web_client(slack.bot_token, slack.api_url), Canvases(kb, [CHANNEL_ID])
+
+
+async def test_an_upload_named_like_a_canvas_and_the_canvas_never_replace_each_other(
+    slack: MockSlackAPI, index_dir: Path, embedder: Embedder
+) -> None:
+    kb, client, keeper = _keeper(slack, index_dir, embedder)
+    canvas = slack.add_canvas(CHANNEL_ID, "Release rota", DRILL)
+    name = f"canvases-{CHANNEL_ID} › {canvas['id']}.md"  # the name its document gets
+
+    def upload(text: str) -> DocumentRow:
+        # A publisher's upload to the channel: it replaces whatever else has its name there.
+        data = f"## Rollback drill\n\n{text}\n".encode()
+        added = kb.ingest_bytes(data, name, uploader=MEMBER, scope=CHANNEL_ID, publish=DIRECT)
+        assert added.document.name == name and added.document.state == DocState.INDEXED
+        return added.document
+
+    def live() -> dict[int, str]:
+        named = [d for d in kb.documents(DocState.INDEXED) if d.name == name]
+        return {d.id: kb.canonical_text(d.id) for d in named}
+
+    # Uploaded first: the canvas's sync adds its document beside the upload.
+    first = upload("Uploaded by hand: the drill runs on Mondays.")
+    assert (await keeper.sync(client, CHANNEL_ID)).added == [canvas["id"]]
+    (canvas_doc,) = [i for i in live() if i != first.id]
+    assert "every Thursday at 16:00" in live()[canvas_doc] and first.id in live()
+
+    # Uploaded after: a new version of the upload only; the canvas's document stays.
+    second = upload("Uploaded again: the drill runs on Tuesdays.")
+    assert set(live()) == {canvas_doc, second.id}
+
+    # The canvas edited: its new version replaces its own document only.
+    slack.edit_canvas(canvas["id"], MOVED)
+    assert (await keeper.sync(client, CHANNEL_ID)).changed == [canvas["id"]]
+    texts = live()
+    assert second.id in texts and canvas_doc not in texts and len(texts) == 2
+    assert any("every Friday at 09:30" in t for t in texts.values())
+    assert "Tuesdays" in texts[second.id]
+
+
 async def test_slack_errors_fail_clearly_and_lose_nothing(
     slack: MockSlackAPI, index_dir: Path, embedder: Embedder
 ) -> None:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    client = web_client(slack.bot_token, slack.api_url)
-    keeper = Canvases(kb, [CHANNEL_ID])
+    kb, client, keeper = _keeper(slack, index_dir, embedder)
     canvas = slack.add_canvas(CHANNEL_ID, "Release rota", DRILL)
     assert (await keeper.sync(client, CHANNEL_ID)).added == [canvas["id"]]
     (doc,) = canvas_docs(kb)

@@ -25,7 +25,9 @@ from docx.oxml import parse_xml
 from pptx.util import Inches
 
 from bot.cli import main
-from core.answer import build_engine
+from bot.mcp import Person
+from bot.mcp.tools import MAX_LIMIT, Tools, search_text
+from core.answer import SourceRef, build_engine
 from core.quoting import quoted
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -751,6 +753,8 @@ NEEDLES = {
 }
 # The column names of the sheets above, which a passage below the header row lacks.
 COLUMNS = {"rota.xlsx": "Week | Engineer | Backup | Hours", "rooms.csv": "Person | Room | Phone"}
+# An MCP caller who reads what is for everyone (the office documents are).
+EVERYONE = Person("U0OFFICE01", None, "plain", None)
 
 
 def _rooms_csv() -> bytes:
@@ -860,6 +864,31 @@ async def test_the_model_reads_a_sheet_passage_below_its_header_with_the_column_
             assert all(not s.columns for s in first), "a passage with its header row needs none"
     finally:
         await engine.aclose()
+
+
+async def test_an_mcp_search_gives_a_sheet_passage_as_the_answer_keeps_it_columns_included(
+    office_kb: KnowledgeBase, office_dir: Path
+) -> None:
+    settings = make_settings(data_dir=office_dir, threshold=0.9)
+    engine = build_engine(settings.engine_config(), office_kb)
+    tools = Tools(engine, None)
+    try:
+        for filename, columns in COLUMNS.items():
+            _, question, needle = NEEDLES[filename]
+            answer = await engine.ask(question)
+            found = await tools.found(EVERYONE, question, MAX_LIMIT)
+            # The same passages as the answer keeps, built the same way: links, columns, origin.
+            assert [_unsigned(r) for r in found.written_from] == [_unsigned(s) for s in answer.kept]
+            (passage,) = [p for p in found.result.passages if needle in p.quote]
+            assert passage.columns == columns and passage.passes_gate
+            assert f"columns: {columns})" in search_text(found.result)
+    finally:
+        await engine.aclose()
+
+
+def _unsigned(ref: SourceRef) -> SourceRef:
+    """``ref`` with its link's token left out (signed anew at each call)."""
+    return dataclasses.replace(ref, url=re.sub(r"\?[^#]*", "?", ref.url))
 
 
 def test_the_docs_and_kb_ingest_help_name_every_supported_type() -> None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import numpy as np
 import pytest
 
 from core.answer import Engine, Outcome, build_engine
 from core.config import EngineConfig, LLMConfig
-from core.outside import Found, OutsidePassage
+from core.gate import gate
+from core.outside import Found, OutsidePassage, close_passages
+from core.retrieve import Candidate
 from index.knowledge_base import KnowledgeBase
 from tests.servers import OpenAICompatServer
 
@@ -102,6 +105,30 @@ async def test_a_failing_search_costs_only_its_group(
     assert answer.outcome == Outcome.ANSWERED and answer.sources
     assert answer.outside is not None and answer.outside.failure == "error"
     assert answer.outside.shown == []
+
+
+def test_a_passage_found_outside_is_judged_as_a_chunk_at_its_distance(
+    sample_kb: KnowledgeBase,
+) -> None:
+    """The gate's one rule, its boundary included: what passes, how many, in the order found."""
+    embedder = sample_kb.embedder
+    question = embedder.encode_query(QUESTION)
+    passages = [FAR, CLOSE]
+    vectors = embedder.encode([p.text for p in passages], role="document")
+    far, close = (float(d) for d in np.clip(1.0 - vectors @ question, 0.0, 2.0))
+    assert close < far
+    expected = {
+        (close - 1e-4, 2): [],  # nothing close: nothing to answer from
+        (close, 2): [CLOSE],  # exactly at the threshold passes, as a chunk does
+        (far, 2): [FAR, CLOSE],  # in the order found, not by distance
+        (far, 1): [FAR],  # at most top_k
+    }
+    for (threshold, limit), shown in expected.items():
+        chunks = [Candidate(0, far, 0.0), Candidate(1, close, 0.0)]
+        by_gate = [passages[c.chunk_id] for c in gate(chunks, threshold=threshold, top_k=limit)]
+        found = close_passages(embedder, question, passages, threshold=threshold, limit=limit)
+        assert [r.passage for r in found] == by_gate == shown, (threshold, limit)
+        assert [r.distance for r in found] == [round(far if p is FAR else close, 4) for p in shown]
 
 
 def _number_of(chat: list[dict[str, str]], passage: OutsidePassage) -> int:

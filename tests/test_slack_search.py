@@ -22,7 +22,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.blocks import escape
+from bot.slack.config import SlackConfig
+from bot.slack.search import SlackSearcher
 from bot.slack.words import words_for
+from tests.clocks import FakeTime
 from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory
 from tests.servers import (
     CHANNEL_ID,
@@ -272,6 +275,31 @@ async def test_slacks_rate_limit_costs_the_group_in_the_askers_language(
     assert len(bot.slack.calls("assistant.search.context", include_rejected=True)) == (
         SEARCHES_PER_MINUTE + 1
     )
+
+
+async def test_a_rate_limited_person_is_not_searched_until_slacks_retry_after_has_passed(
+    slack: MockSlackAPI, workspace: Workspace
+) -> None:
+    time = FakeTime()
+    slack.search_clock = time.clock  # Slack's window and the bot's pause on one recorded clock
+    searcher = SlackSearcher(
+        SlackConfig(bot_token=slack.bot_token, api_url=slack.api_url), clock=time.clock
+    )
+    search = searcher.for_event(dm(IN_DOMAIN, workspace))
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    for _ in range(SEARCHES_PER_MINUTE):  # this minute's searches, spent 20 s ago
+        await client.assistant_search_context(query="printer", action_token=search.action_token)
+    await time.advance(20)
+
+    assert (await search.search("printer")).failure == "ratelimited"
+    calls = len(slack.calls("assistant.search.context", include_rejected=True))
+    await time.advance(39)  # Slack's Retry-After was 40 s: not yet
+    assert (await search.search("printer")).failure == "ratelimited"
+    assert len(slack.calls("assistant.search.context", include_rejected=True)) == calls
+    await time.advance(1)
+    found = await search.search("printer")
+    assert found.failure is None and found.passages
+    assert len(slack.calls("assistant.search.context", include_rejected=True)) == calls + 1
 
 
 async def test_with_slack_search_off_slack_is_not_searched(bot: Bot, workspace: Workspace) -> None:

@@ -86,6 +86,24 @@ async def test_a_second_run_updates_the_skill_it_created(slack: MockSlackAPI) ->
     assert update["skill_id"] == skill_id
 
 
+async def test_a_rate_limited_call_waits_slacks_retry_after_and_past_the_retries_says_when(
+    slack: MockSlackAPI,
+) -> None:
+    slack.rate_limit("slackbot.skills.create", retry_after=0, times=1)
+    first = await _skill_command(slack, "--app-id", APP_ID)
+    assert first.exit_code == 0, first.output
+    assert [e for m, _, e in slack.rejected if m == "slackbot.skills.create"] == ["ratelimited"]
+    [skill_id] = slack.skills
+
+    # Still rate-limited after the client's two retries: when to try again, nothing changed.
+    slack.rate_limit("slackbot.skills.update", retry_after=0, times=3)
+    second = await _skill_command(slack, "--app-id", APP_ID)
+    assert second.exit_code != 0
+    assert "Slack is still rate-limiting skill calls: try again in 1 s." in second.output
+    assert len(slack.rejected) == 1 + 3 and slack.calls("slackbot.skills.update") == []
+    assert list(slack.skills) == [skill_id]
+
+
 async def test_the_skill_is_found_on_a_later_page_of_the_owners_skills(
     slack: MockSlackAPI,
 ) -> None:

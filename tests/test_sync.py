@@ -211,6 +211,10 @@ def test_a_source_id_is_never_reused_for_another_place(
         ('[[source]]\nid = "x"\nurls = ["file:///etc/passwd"]\n', "only http and https"),
         ("[[source]\n", "not valid TOML"),
         ('title = "no sources"\n', "has no [[source]] table"),
+        (
+            '[[source]]\nid = "x"\nfolder = "/tmp"\nuploader = "source:canvases-C0123"\n',
+            "uploader 'source:canvases-C0123' is reserved",
+        ),
     ],
 )
 def test_a_malformed_config_is_refused_before_anything_changes(

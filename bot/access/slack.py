@@ -9,7 +9,10 @@ see (a private one it is not in, a deleted one) has no known members. Slack out
 of reach, or an error it should not give, is :class:`AccessCheckUnavailable`.
 
 The Web API client every part of the bot uses is built here too
-(:func:`web_client`), with what it retries.
+(:func:`web_client`; :func:`blocking_web_client` for a command), with what it
+retries: slack_sdk's own retry handlers, which wait out a rate limit's
+``Retry-After``. A caller that must not wait (an answer in flight) gives up at
+once and asks :func:`retry_after` when Slack will take the call again.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 from cachetools import TTLCache
+from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -27,6 +31,12 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
+from slack_sdk.http_retry.builtin_handlers import (
+    ConnectionErrorRetryHandler,
+    RateLimitErrorRetryHandler,
+    ServerErrorRetryHandler,
+)
+from slack_sdk.http_retry.handler import RetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.access.config import AccessConfig
@@ -42,10 +52,14 @@ _api_log = logging.getLogger(f"{__name__}.api")
 _api_log.setLevel(logging.INFO)
 
 __all__ = [
+    "DEFAULT_RETRY_AFTER_SECONDS",
+    "RATE_LIMITED",
     "SLACK_UNREACHABLE",
     "SlackDirectory",
     "ask_slack",
+    "blocking_web_client",
     "channel_member_ids",
+    "retry_after",
     "retry_handlers",
     "slack_access",
     "slack_error",
@@ -55,6 +69,11 @@ __all__ = [
 
 # Retries per kind of failure. Each backs off (0.5 s, 1 s) or waits Slack's Retry-After.
 SLACK_RETRIES = 2
+# The error codes of a rate limit: most methods say ``ratelimited``, some newer ones
+# ``rate_limited``.
+RATE_LIMITED = frozenset({"ratelimited", "rate_limited"})
+# Slack's rate-limit windows are a minute: without a Retry-After, wait one.
+DEFAULT_RETRY_AFTER_SECONDS = 60.0
 PROFILE_TTL_SECONDS = 300.0
 MAX_PROFILES = 10_000
 SLACK_UNREACHABLE = "Slack cannot be reached to check who you are. Try again in a minute."
@@ -81,6 +100,34 @@ def retry_handlers() -> list[AsyncRetryHandler]:
         AsyncRateLimitErrorRetryHandler(max_retry_count=SLACK_RETRIES),
         AsyncServerErrorRetryHandler(max_retry_count=SLACK_RETRIES),
     ]
+
+
+def blocking_web_client(token: str, api_url: str) -> WebClient:
+    """A blocking Web API client (for a command), retrying what :func:`retry_handlers` retries."""
+    handlers: list[RetryHandler] = [
+        ConnectionErrorRetryHandler(max_retry_count=SLACK_RETRIES),
+        RateLimitErrorRetryHandler(max_retry_count=SLACK_RETRIES),
+        ServerErrorRetryHandler(max_retry_count=SLACK_RETRIES),
+    ]
+    return WebClient(token=token, base_url=api_url, retry_handlers=handlers)
+
+
+def retry_after(exc: SlackApiError) -> float | None:
+    """Seconds until Slack takes a call it rate-limited again (``Retry-After``); ``None``: it
+    refused for another reason.
+
+    For a caller that does not wait (the retry handlers wait for the others), or
+    one the handlers' retries ran out for. Without a usable ``Retry-After``:
+    :data:`DEFAULT_RETRY_AFTER_SECONDS`.
+    """
+    if exc.response.status_code != 429 and slack_error(exc) not in RATE_LIMITED:
+        return None
+    headers = exc.response.headers or {}
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    try:
+        return max(1.0, float(value)) if value is not None else DEFAULT_RETRY_AFTER_SECONDS
+    except (TypeError, ValueError):
+        return DEFAULT_RETRY_AFTER_SECONDS
 
 
 async def channel_member_ids(client: AsyncWebClient, channel: str) -> frozenset[str]:

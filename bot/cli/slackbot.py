@@ -18,6 +18,7 @@ import click
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot.access import blocking_web_client, retry_after
 from bot.cli.base import emit, json_option, main, settings_of
 from bot.mcp import SERVER_ID, SKILL, Skill, skill_file
 from index.errors import KBError
@@ -83,9 +84,9 @@ def _refusal(exc: SlackApiError) -> str:
     if error == "missing_scope":
         needed = exc.response.get("needed") or "the scope Slack names"
         return f"SLACK_SKILL_TOKEN lacks the scope {needed}: add it to the app's user scopes and reinstall."
-    if error in {"ratelimited", "rate_limited"}:
-        wait = exc.response.headers.get("Retry-After", "a few")
-        return f"Slack is rate-limiting skill calls: try again in {wait} seconds."
+    wait = retry_after(exc)
+    if wait is not None:
+        return f"Slack is still rate-limiting skill calls: try again in {wait:.0f} s."
     return _ERRORS.get(error, f"Slack refused the skill: {error}.")
 
 
@@ -130,7 +131,8 @@ def slackbot_skill(
             "Set SLACK_SKILL_TOKEN to a user token (xoxp-...) of the skill's owner, "
             "or write the skill to a file with --print."
         )
-    client = WebClient(token=token, base_url=settings.slack_api_url)
+    # A command may wait out Slack's Retry-After (twice) rather than fail.
+    client = blocking_web_client(token, settings.slack_api_url)
     done = publish_skill(client, SKILL, app_id, server_id)
     emit(
         done,

@@ -10,7 +10,10 @@ on every surface, through ``bot.access``. Its text is the canvas's title as a
 heading, then the canvas's markdown; citations (``#char=a,b``) count in that
 text. Its name is ``canvases-<channel> › <canvas id>.md`` (an id: titles change
 and repeat), its title the canvas's, and the channel's sync record keeps each
-canvas's permalink.
+canvas's permalink. It is credited to its source (``source:canvases-<channel>``,
+as a Confluence page is to its: ``index.models.source_uploader``), which no
+upload is: an upload of the same name in the channel is a document beside it,
+never its new version, and a canvas never replaces an upload.
 
 A sync of a channel is ``index.sync.listed``'s: content unchanged, nothing is
 indexed again (its sha256); changed, the new version replaces the old one
@@ -41,10 +44,11 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.access import slack_error
+from bot.access import retry_after, slack_error
 from bot.slack.uploads import Jobs
 from index.errors import KBError
 from index.knowledge_base import KnowledgeBase
+from index.models import source_uploader
 from index.names import display_name
 from index.sync import ItemFailed, ItemGone, ListedItem, SourceReport, SyncSource, sync_listed
 
@@ -52,7 +56,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 __all__ = [
-    "CANVAS_UPLOADER",
     "Canvas",
     "CanvasListingFailed",
     "Canvases",
@@ -61,7 +64,6 @@ __all__ = [
     "source_of",
 ]
 
-CANVAS_UPLOADER = "slack-canvases"
 # files.list pages by page and count (at most 100 a page in Slack's docs); a channel
 # with more than 50 pages of canvases is cut there, and nothing is removed then.
 FILES_PER_PAGE = 100
@@ -85,11 +87,14 @@ class Canvas:
 
 
 def source_of(channel: str) -> SyncSource:
-    """The sync source of ``channel``'s canvases: documents of that channel."""
+    """The sync source of ``channel``'s canvases: documents of that channel, credited to the source."""
+    source_id = f"canvases-{channel}"
     return SyncSource(
-        id=f"canvases-{channel}",
+        id=source_id,
         scope=channel,
-        uploader=CANVAS_UPLOADER,
+        # A source's credit, which no upload has: an upload named like a canvas never
+        # replaces it, nor does a canvas an upload (index.knowledge_base).
+        uploader=source_uploader(source_id),
         origin=f"Slack canvases of {channel}",
     )
 
@@ -149,8 +154,13 @@ def _refusal(method: str, channel: str, exc: SlackApiError) -> str:
         )
     if error == "channel_not_found":
         return f"The bot cannot see channel {channel} ({method}): invite it; nothing changed."
-    if error == "ratelimited":
-        return f"Slack still rate-limits {method} after waiting; the next sync tries again."
+    wait = retry_after(exc)
+    if wait is not None:
+        # The client waited out Retry-After as often as it retries: the next sync asks again.
+        return (
+            f"Slack still rate-limits {method} after waiting (next call in {wait:.0f} s); "
+            "the next sync tries again."
+        )
     return f"Slack answered {error} to {method} for {channel}; nothing changed."
 
 

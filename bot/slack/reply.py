@@ -87,6 +87,7 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import RATE_LIMITED
 from bot.conversation import STREAM_UPDATE_SECONDS
 from bot.slack.blocks import (
     STEP_DISPLAY_MODE,
@@ -175,10 +176,8 @@ _UNSUPPORTED = frozenset(
         "missing_recipient_team_id",
     }
 )
-_TRANSIENT = frozenset(
+_TRANSIENT = RATE_LIMITED | frozenset(
     {
-        "ratelimited",
-        "rate_limited",
         "fatal_error",
         "internal_error",
         "service_unavailable",

@@ -15,8 +15,9 @@ refuses (``ratelimited``, ``not_allowed_token_type``, ``missing_scope``,
 ``invalid_action_token``...), one it does not answer within
 :data:`SEARCH_TIMEOUT_SECONDS`, costs only the group, with a note
 (``Found.failure``); after ``ratelimited`` that person's searches wait out
-Slack's ``Retry-After`` without asking again. The search has a client of its
-own that never retries a rate limit: the answer must not wait a minute for it.
+Slack's ``Retry-After`` (``bot.access.retry_after``, the bot's one reading of
+it) without asking again. The search has a client of its own that never
+retries a rate limit: the answer must not wait a minute for it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import retry_after
 from bot.slack.config import SlackConfig
 from core.outside import Found, OutsidePassage
 
@@ -59,8 +61,6 @@ RESULTS = 20
 SEARCH_TIMEOUT_SECONDS = 5.0
 # A message's text quoted to the model at most this long (a pasted log is not a source).
 MAX_TEXT_CHARS = 2000
-# Without a Retry-After, a person's searches wait this long after a rate limit.
-DEFAULT_PAUSE_SECONDS = 60.0
 
 
 class SlackSearcher:
@@ -143,8 +143,9 @@ class SlackSearch:
 
     def _refused(self, exc: SlackApiError) -> Found:
         error = str(exc.response.get("error") or exc.response.status_code)
-        if error == "ratelimited":
-            self.searcher.pause(self.user, _retry_after(exc))
+        wait = retry_after(exc)
+        if wait is not None:
+            self.searcher.pause(self.user, wait)
         log.warning("Slack search refused (%s, %s): only that group is lost", error, self.reach)
         return Found(reach=self.reach, failure=error)
 
@@ -182,12 +183,3 @@ def _passage(message: Any) -> OutsidePassage | None:
         url=str(url),
         place=str(place),
     )
-
-
-def _retry_after(exc: SlackApiError) -> float:
-    headers = getattr(exc.response, "headers", None) or {}
-    value = headers.get("Retry-After") or headers.get("retry-after")
-    try:
-        return max(1.0, float(value)) if value is not None else DEFAULT_PAUSE_SECONDS
-    except (TypeError, ValueError):
-        return DEFAULT_PAUSE_SECONDS

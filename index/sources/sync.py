@@ -35,7 +35,7 @@ from typing import Any
 
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import KnowledgeBase
-from index.models import DocState, Publish
+from index.models import DocState, Publish, source_uploader
 from index.sources.contract import (
     Acl,
     Connector,
@@ -59,8 +59,6 @@ __all__ = [
 ]
 
 _LIVE = (DocState.INDEXED, DocState.AWAITING_APPROVAL)
-# A source's documents are credited to it, not to a person.
-UPLOADER_PREFIX = "source:"
 
 
 @dataclass
@@ -178,7 +176,7 @@ class _Run:
         self.report = report
         self.clock = clock
         self.records = kb.store.sources
-        self.actor = f"{UPLOADER_PREFIX}{name}"
+        self.actor = source_uploader(name)
 
     def run(self) -> None:
         items = self.records.items(self.name)

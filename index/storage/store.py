@@ -33,7 +33,7 @@ from index.embed import LatentTerms
 from index.errors import DatabaseUnavailable, DocumentNotFound
 from index.files import private_dir, private_file, tighten
 from index.ingest import from_blob, to_blob
-from index.models import EVERYONE, AuditAction, Chunk, DocState, Publish
+from index.models import EVERYONE, SOURCE_UPLOADER_PREFIX, AuditAction, Chunk, DocState, Publish
 from index.records import (
     DOCUMENT_COLUMNS,
     AuditEntry,
@@ -344,18 +344,29 @@ class Store:
         )
 
     def indexed_by_name(
-        self, name: str, scope: str, *, exclude: int, uploader: str | None = None
+        self,
+        name: str,
+        scope: str,
+        *,
+        exclude: int,
+        uploader: str | None = None,
+        from_sources: bool | None = None,
     ) -> list[int]:
         """Ids of other indexed documents with this name and scope (older versions).
 
         Args:
-            uploader: only those this person added.
+            uploader: only those this person (or synced source) added.
+            from_sources: only those a synced source added (``True``), or only
+                those it did not (``False``); ``None``: either.
         """
         where = "name = ? AND scope = ? AND id != ? AND state = ?"
         params: list[object] = [name, scope, exclude, DocState.INDEXED.value]
         if uploader is not None:
             where += " AND uploader = ?"
             params.append(uploader)
+        if from_sources is not None:
+            where += f" AND {'' if from_sources else 'NOT '}uploader LIKE ?"
+            params.append(f"{SOURCE_UPLOADER_PREFIX}%")
         rows = self.db.query(f"SELECT id FROM documents WHERE {where} ORDER BY id", params)
         return [int(r["id"]) for r in rows]
 

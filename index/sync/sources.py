@@ -55,7 +55,7 @@ import defusedxml.ElementTree as SafeElementTree
 from index.errors import DocumentNotFound, KBError
 from index.ingest import FOLDER_SUFFIXES
 from index.knowledge_base import KnowledgeBase, Progress
-from index.models import EVERYONE, DocState, Publish
+from index.models import EVERYONE, DocState, Publish, is_source_uploader
 from index.names import display_name
 from index.sync.addresses import is_ip_address
 from index.sync.fetch import Fetcher, FetchFailed, FetchPolicy, ascii_host, check_url
@@ -268,9 +268,20 @@ def _source(table: object, where: str) -> SyncSource:
         urls=tuple(urls),
         sitemap=_text(table, "sitemap", where) if kinds == ["sitemap"] else None,
         scope=_text(table, "scope", where, EVERYONE),
-        uploader=_text(table, "uploader", where, DEFAULT_SYNC_UPLOADER),
+        uploader=_uploader(table, where),
         allow_hosts=frozenset(h.lower() for h in hosts),
     )
+
+
+def _uploader(table: dict[str, Any], where: str) -> str:
+    """Who a source's documents are credited to: a person or a name, never a synced source's."""
+    uploader = _text(table, "uploader", where, DEFAULT_SYNC_UPLOADER)
+    if is_source_uploader(uploader):
+        raise SyncConfigError(
+            f"{where}: uploader {uploader!r} is reserved for the sources kb source add keeps; "
+            "give a Slack user id or a name."
+        )
+    return uploader
 
 
 def _text(table: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
