@@ -602,6 +602,11 @@ class Settings(BaseSettings):
         "KB_CONFLUENCE_TOKEN",
         "The token kb source sync and kb serve read Confluence with (docs/sources.md): on Cloud an Atlassian API token of the account a source names with --user, on Data Center a personal access token. A source given --token-file reads that file instead. Never stored in the knowledge base.",
     )
+    notion_token: SecretStr = _setting(
+        SecretStr(""),
+        "KB_NOTION_TOKEN",
+        "The internal integration secret kb source sync and kb serve read Notion with (docs/sources.md): the integration needs only the Read content capability (and Read user information including email addresses for --group workspace). A source given --token-file reads that file instead. Never stored in the knowledge base.",
+    )
     source_sync_minutes: float = _setting(
         0.0,
         "KB_SOURCE_SYNC_MINUTES",
@@ -849,6 +854,7 @@ class Settings(BaseSettings):
         """Each kind of source's token (``index.sources.open_connector``): never stored."""
         return {
             "confluence": self.confluence_token.get_secret_value(),
+            "notion": self.notion_token.get_secret_value(),
         }
 
     def http_limits(self) -> HttpLimits:

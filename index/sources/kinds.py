@@ -63,6 +63,9 @@ _KINDS: dict[str, Kind] = {
             "ConfluenceSettings",
             "ConfluenceConnector",
         ),
+        Kind(
+            "notion", "KB_NOTION_TOKEN", "index.sources.notion", "NotionSettings", "NotionConnector"
+        ),
     )
 }
 KINDS = tuple(_KINDS)
