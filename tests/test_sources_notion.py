@@ -515,3 +515,14 @@ def test_a_page_address_pointing_elsewhere_opens_on_notion(
     for item in (HOME_ID, SECRET_ID):
         assert items[item].url == f"https://www.notion.so/{item.replace('-', '')}"
     assert items[SUB_ID].url == "https://acme.notion.site/Kitchen-rules-4"
+
+
+def test_a_page_gone_between_its_listing_and_its_blocks_is_skipped_not_failed(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    gone = b'{"object":"error","status":404,"code":"object_not_found","message":"Could not find"}'
+    notion.faults.append(Fault(f"/v1/blocks/{SECRET_ID}/children", 404, body=gone))
+    report = run(kb, notion)
+    assert report.error is None and report.failed == []
+    assert sorted(report.added) == sorted([HOME_ID, ROW_ID, SUB_ID])
+    assert "Nightjar" not in live_titles(kb)

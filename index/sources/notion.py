@@ -317,15 +317,22 @@ class NotionConnector:
         return found
 
     def _list(
-        self, call: Callable[[dict[str, Any]], Any], *, missing: bool = False
+        self,
+        call: Callable[[dict[str, Any]], Any],
+        *,
+        missing: bool = False,
+        restricted: bool = False,
     ) -> Iterator[Any]:
         """Every result of a paginated answer, following ``next_cursor`` while ``has_more``.
 
-        ``missing``: ``object_not_found`` raises :class:`_Missing` (the object is gone).
+        ``missing``: ``object_not_found`` raises :class:`_Missing` (the object is gone);
+        ``restricted``: ``restricted_resource`` raises :class:`_Restricted`.
         """
         cursor: dict[str, Any] = {"page_size": PAGE_SIZE}
         for _ in range(MAX_PAGES):
-            answer = self._call(functools.partial(call, cursor), missing=missing)
+            answer = self._call(
+                functools.partial(call, cursor), missing=missing, restricted=restricted
+            )
             if answer is None:
                 raise _Missing()
             results = answer.get("results")
@@ -348,7 +355,7 @@ class NotionConnector:
         emails: set[str] = set()
         complete = True
         try:
-            for user in self._list(lambda cursor: self.client.users.list(**cursor)):
+            for user in self._list(self._users, restricted=True):
                 if not isinstance(user, dict) or user.get("type") != "person":
                     continue  # bots read nothing here
                 email = (user.get("person") or {}).get("email")
@@ -356,7 +363,7 @@ class NotionConnector:
                     emails.add(email.strip().lower())
                 else:
                     complete = False
-        except _CapabilityMissing:
+        except _Restricted:
             log.warning(
                 "Notion will not list the workspace's users to this integration (it needs the "
                 "'Read user information including email addresses' capability); %s admits nobody",
@@ -365,12 +372,19 @@ class NotionConnector:
             complete = False
         return GroupMembers(name, frozenset(emails), complete)
 
+    def _users(self, cursor: dict[str, Any]) -> Any:
+        return self.client.users.list(**cursor)
+
     # ------------------------------------------------------------ calls
 
-    def _call(self, call: Callable[[], Any], *, missing: bool = False) -> dict[str, Any] | None:
+    def _call(
+        self, call: Callable[[], Any], *, missing: bool = False, restricted: bool = False
+    ) -> dict[str, Any] | None:
         """``call()``, waiting out 429s, 5xx and dropped connections within the budget.
 
-        ``missing``: ``object_not_found`` is ``None`` (gone, or no longer shared).
+        ``missing``: ``object_not_found`` is ``None`` (gone, or no longer shared);
+        ``restricted``: ``restricted_resource`` raises :class:`_Restricted` (a capability
+        the integration was not given, for a call it can do without).
 
         Raises:
             SourceCredentialsRejected: ``unauthorized``, or ``restricted_resource``.
@@ -384,6 +398,8 @@ class NotionConnector:
                 code, status = str(getattr(exc.code, "value", exc.code)), exc.status
                 if code == "object_not_found" and missing:
                     return None
+                if code == "restricted_resource" and restricted:
+                    raise _Restricted() from None
                 _refuse(code, status)
                 wait = (
                     retry_after_seconds(exc.headers.get("retry-after")) if status == 429 else None
@@ -412,8 +428,8 @@ class _Missing(Exception):
     """An object gone since it was listed (``object_not_found``)."""
 
 
-class _CapabilityMissing(SourceCredentialsRejected):
-    """``restricted_resource``: the integration lacks a capability for this call."""
+class _Restricted(Exception):  # noqa: N818 (what Notion calls it)
+    """``restricted_resource`` where the call is optional: the integration lacks a capability."""
 
 
 def _refuse(code: str, status: int) -> None:
@@ -424,7 +440,7 @@ def _refuse(code: str, status: int) -> None:
             "regenerated, or is not an internal integration secret. Set the current one."
         )
     if code == "restricted_resource" or status == 403:
-        raise _CapabilityMissing(
+        raise SourceCredentialsRejected(
             "Notion says the integration may not do this (restricted_resource): give it the "
             "'Read content' capability in its settings (notion.so/profile/integrations)."
         )
@@ -544,7 +560,8 @@ def _render(blocks: list[dict[str, Any]]) -> str:
 
 
 def _block(kind: str, b: dict[str, Any]) -> str:
-    body = b.get(kind) if isinstance(b.get(kind), dict) else {}
+    found = b.get(kind)
+    body: dict[str, Any] = found if isinstance(found, dict) else {}
     words = _e(_plain(body.get("rich_text")))
     inner = _render(b.get("_children") or [])
     if kind in _HEADINGS:
