@@ -207,6 +207,9 @@ def test_every_shared_page_and_database_row_is_loaded_rendered_from_its_blocks(
     # The server capped each page of results at 2: the rest came by next_cursor.
     searches = notion.calls_to("/v1/search")
     assert any("start_cursor" in body for _, _, body in searches)
+    # A page's blocks too, 2 at a time, and the children of a block that has some.
+    home_calls = notion.calls_to(f"/v1/blocks/{HOME_ID}/children")
+    assert len(home_calls) == 6 and home_calls[1][2]["start_cursor"]
     # The row search had not indexed yet came from its data source's query.
     assert notion.calls_to(f"/v1/data_sources/{PROJECTS}/query")
     home = kb.store.sources.items(SOURCE)[HOME_ID]
