@@ -34,6 +34,7 @@ from index.models import DocState
 from index.sources import (
     Acl,
     SourceError,
+    SourceFailed,
     SourceSyncReport,
     is_source_scope,
     source_scope,
@@ -41,7 +42,12 @@ from index.sources import (
 )
 from index.sources.notion import NotionConnector, NotionSettings
 from tests.notion_server import Block, DataSource, Fault, MockNotion, Page, block, notion_id, text
-from tests.servers import DEFAULT_NOTION_TOKEN, DEFAULT_OPENAI_API_KEY, MockSlackAPI
+from tests.servers import (
+    DEFAULT_NOTION_TOKEN,
+    DEFAULT_OPENAI_API_KEY,
+    UNREACHABLE_RESPONSE_URL,
+    MockSlackAPI,
+)
 
 SOURCE = "notion"
 ALICE = "U0ALICE001"  # alice@example.com: a member of the workspace
@@ -410,6 +416,17 @@ async def test_kb_source_add_sync_list_ask_as_and_remove(
         (SOURCE, "notion", 4, None)
     ]
 
+    shown = await asyncio.to_thread(cli, "show", "Nightjar.html", "--json")
+    assert shown.exit_code == 0, shown.output
+    origin = json.loads(shown.stdout)["source"]
+    assert origin["url"] == f"https://www.notion.so/{SECRET_ID.replace('-', '')}"
+    assert origin["acl"]["entries"] == [["user", "alice@example.com"]]
+    explained = await asyncio.to_thread(
+        cli, "access", "explain", "--user", BOB, "Nightjar.html", "--json"
+    )
+    decision = json.loads(explained.stdout)
+    assert (decision["may_read"], decision["rule"]) == (False, "source")
+
     asked = await asyncio.to_thread(cli, "ask", SECRET_Q, "--as", ALICE, "--json")
     assert asked.exit_code == 0, asked.output
     cited = json.loads(asked.stdout)["sources"][0]
@@ -529,3 +546,14 @@ def test_a_page_gone_between_its_listing_and_its_blocks_is_skipped_not_failed(
     assert report.error is None and report.failed == []
     assert sorted(report.added) == sorted([HOME_ID, ROW_ID, SUB_ID])
     assert "Nightjar" not in live_titles(kb)
+
+
+def test_an_unreachable_api_backs_off_within_the_budget_then_says_so() -> None:
+    waits = Waits()
+    settings = NotionSettings(public=True, api_url=UNREACHABLE_RESPONSE_URL.rsplit("/", 1)[0])
+    unreachable = NotionConnector(
+        settings, DEFAULT_NOTION_TOKEN, sleep=waits.sleep, budget_seconds=3.0
+    )
+    with pytest.raises(SourceFailed, match=r"unreachable\) past the 3 s retry budget"):
+        unreachable.listing()
+    assert waits.waits == [0.5, 1.0]
