@@ -142,10 +142,12 @@ def connector(
     settings: NotionSettings = ALICE_ONLY,
     waits: Waits | None = None,
     budget: float = 30.0,
+    **options: Any,
 ) -> NotionConnector:
     settings = NotionSettings(**{**settings.__dict__, "api_url": mock.base})
+    sleep = (waits or Waits()).sleep
     return NotionConnector(
-        settings, DEFAULT_NOTION_TOKEN, sleep=(waits or Waits()).sleep, budget_seconds=budget
+        settings, DEFAULT_NOTION_TOKEN, sleep=sleep, budget_seconds=budget, **options
     )
 
 
@@ -557,3 +559,12 @@ def test_an_unreachable_api_backs_off_within_the_budget_then_says_so() -> None:
     with pytest.raises(SourceFailed, match=r"unreachable\) past the 3 s retry budget"):
         unreachable.listing()
     assert waits.waits == [0.5, 1.0]
+
+
+def test_a_page_of_too_many_blocks_is_skipped_and_said_the_others_sync(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    report = run(kb, notion, max_blocks=8)  # Office hours has 11 blocks, and 3 nested
+    assert report.error is None
+    assert report.failed == [(HOME_ID, "This page has more than 8 blocks; it was skipped.")]
+    assert set(live_titles(kb)) == ALL - {"Office hours"}

@@ -77,6 +77,9 @@ DEFAULT_BUDGET_SECONDS = 120.0
 MAX_PAGES = 20_000
 # Nesting followed inside one page; Notion's editor nests far less deep.
 MAX_DEPTH = 24
+# Blocks read of one page at most (a block is a paragraph, a list item, a table row...):
+# past it the page is skipped and said, rather than a run spent on one page.
+MAX_BLOCKS = 20_000
 # last_edited_time is rounded to the minute and search indexes with a lag: an hour's overlap.
 POLL_OVERLAP = timedelta(hours=1)
 # The one group Notion's API can expand: the workspace's members (users.list).
@@ -158,6 +161,7 @@ class NotionConnector:
         sleep: how a wait is waited (tests record it).
         budget_seconds: the most one call waits for retries before the run fails.
         timeout: seconds for one HTTP request.
+        max_blocks: the most blocks of one page read; a larger page is skipped and reported.
     """
 
     kind = "notion"
@@ -170,6 +174,7 @@ class NotionConnector:
         sleep: Callable[[float], None] = time.sleep,
         budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         timeout: int = 30,
+        max_blocks: int = MAX_BLOCKS,
     ) -> None:
         if not token:
             raise SourceError(
@@ -178,6 +183,7 @@ class NotionConnector:
         self.settings = settings
         self.sleep = sleep
         self.budget_seconds = budget_seconds
+        self.max_blocks = max_blocks
         # The SDK's own retries are off: ours wait within a budget and say why they stopped.
         self.client = Client(
             auth=token,
@@ -230,7 +236,7 @@ class NotionConnector:
             item = str(page["id"])
             try:
                 title = _title(page)
-                blocks = self._blocks(item, 0)
+                blocks = self._blocks(item, 0, [0])
             except _Malformed as exc:
                 failed.append((item, str(exc)))
                 continue
@@ -298,21 +304,25 @@ class NotionConnector:
             return []  # no longer shared since search listed it
         return rows
 
-    def _blocks(self, block_id: str, depth: int) -> list[dict[str, Any]] | None:
+    def _blocks(self, block_id: str, depth: int, read: list[int]) -> list[dict[str, Any]] | None:
         """The children of ``block_id``, each with its own under ``_children``; ``None``: the
-        page is not there (deleted or unshared since it was listed)."""
+        page is not there (deleted or unshared since it was listed). ``read[0]`` counts the
+        page's blocks read so far."""
         children = self.client.blocks.children.list
         found: list[dict[str, Any]] = []
         try:
             rows = list(self._list(lambda cursor: children(block_id, **cursor), missing=True))
         except _Missing:
             return None
+        read[0] += len(rows)
+        if read[0] > self.max_blocks:
+            raise _Malformed(f"This page has more than {self.max_blocks} blocks; it was skipped.")
         for row in rows:
             if not isinstance(row, dict) or not isinstance(row.get("type"), str):
                 raise _Malformed("Notion gave a block of this page that is not a block; skipped.")
             nested = row.get("has_children") and row["type"] not in _OWN_DOCUMENTS
             if nested and depth < MAX_DEPTH:
-                row = {**row, "_children": self._blocks(str(row.get("id")), depth + 1) or []}
+                row = {**row, "_children": self._blocks(str(row.get("id")), depth + 1, read) or []}
             found.append(row)
         return found
 
