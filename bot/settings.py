@@ -607,6 +607,11 @@ class Settings(BaseSettings):
         "KB_SHAREPOINT_CLIENT_SECRET",
         "The client secret of the Microsoft Entra app kb source sync and kb serve read SharePoint and OneDrive with through Microsoft Graph (docs/sources.md; app-only, Sites.Selected or Files.Read.All, and GroupMember.Read.All). A source given --token-file reads that file instead. Never stored in the knowledge base.",
     )
+    notion_token: SecretStr = _setting(
+        SecretStr(""),
+        "KB_NOTION_TOKEN",
+        "The internal integration secret kb source sync and kb serve read Notion with (docs/sources.md): the integration needs only the Read content capability (and Read user information including email addresses for --group workspace). A source given --token-file reads that file instead. Never stored in the knowledge base.",
+    )
     source_sync_minutes: float = _setting(
         0.0,
         "KB_SOURCE_SYNC_MINUTES",
@@ -855,6 +860,7 @@ class Settings(BaseSettings):
         return {
             "confluence": self.confluence_token.get_secret_value(),
             "sharepoint": self.sharepoint_client_secret.get_secret_value(),
+            "notion": self.notion_token.get_secret_value(),
         }
 
     def http_limits(self) -> HttpLimits:

@@ -125,6 +125,8 @@ MCP_SERVER_ID = "knowledge-base"
 DEFAULT_CONFLUENCE_TOKEN = "atl-canary-confluence-4f8b2c61"
 # The client secret of the app registration the mock Microsoft sign-in knows (tests/sharepoint_server.py).
 DEFAULT_SHAREPOINT_CLIENT_SECRET = "Xq8~canary-sharepoint-secret-2d9a61"
+# The internal integration secret of the mock Notion (tests/notion_server.py).
+DEFAULT_NOTION_TOKEN = "ntn_canary-notion-2b9d7e15"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
 UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"

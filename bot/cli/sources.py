@@ -1,8 +1,9 @@
 """``kb source``: the places documents are synced from with their permissions (``index.sources``).
 
-``kb source add confluence --url URL --space KEY`` records a source (never its
-credential: that stays in the settings, ``KB_CONFLUENCE_TOKEN``, or in a
-secret file it names); ``kb source list``
+``kb source add confluence --url URL --space KEY`` or ``kb source add notion
+--public`` records a source (never its credential: that stays in the settings,
+``KB_CONFLUENCE_TOKEN``, ``KB_NOTION_TOKEN``, or in a secret file it names);
+``kb source list``
 shows each with its last run; ``kb source sync [NAME]`` runs them;
 ``kb source remove NAME`` removes one and its documents.
 """
@@ -24,7 +25,7 @@ SYNC_FAILED_EXIT = 1
 
 @main.group("source")
 def source_group() -> None:
-    """Sources synced with their permissions (Confluence, SharePoint): add, list, sync, remove.
+    """Sources synced with their permissions (Confluence, SharePoint, Notion): add, list, sync, remove.
 
     Example: kb source add confluence --url https://example.atlassian.net/wiki --space ENG
     """
@@ -208,6 +209,60 @@ def add_sharepoint(
         as_json,
         site or f"drive {drive}",
     )
+
+
+@add_group.command("notion")
+@name_option("notion")
+@token_file_option("KB_NOTION_TOKEN")
+@click.option(
+    "--public", is_flag=True, help="Everyone in the organisation reads every page of the source."
+)
+@click.option(
+    "--user", "users", multiple=True, help="An email of a person who reads it. Repeatable."
+)
+@click.option(
+    "--group",
+    "groups",
+    multiple=True,
+    help="workspace: the workspace's members as Notion lists them, by email (Notion's API has "
+    "no other groups). Repeatable.",
+)
+@click.option(
+    "--domain", "domains", multiple=True, help="An email domain whose people read it. Repeatable."
+)
+@click.option(
+    "--api-url", default="https://api.notion.com", help="Notion's API (or a proxy in front of it)."
+)
+@json_option("Print the recorded source as JSON.")
+@click.pass_context
+def add_notion(
+    ctx: click.Context,
+    name: str | None,
+    token_file: Path | None,
+    public: bool,
+    users: tuple[str, ...],
+    groups: tuple[str, ...],
+    domains: tuple[str, ...],
+    api_url: str,
+    as_json: bool,
+) -> None:
+    """The pages and databases shared with a Notion integration.
+
+    Notion shows an integration no page's permissions: say who reads the source
+    with --public, --user, --group workspace or --domain; with none, nobody does.
+
+    Example: kb source add notion --name notion-eng --domain example.com
+    """
+    settings: dict[str, Any] = {
+        "public": public,
+        "users": list(users),
+        "groups": list(groups),
+        "domains": list(domains),
+        "api_url": api_url,
+    }
+    readers = "everyone in the organisation" if public else ", ".join([*users, *groups, *domains])
+    where = f"pages shared with the integration, read by {readers or 'nobody (none was named)'}"
+    record_source(ctx, "notion", name or "notion", settings, token_file, as_json, where)
 
 
 @source_group.command("list")

@@ -70,6 +70,9 @@ _KINDS: dict[str, Kind] = {
             "SharePointSettings",
             "SharePointConnector",
         ),
+        Kind(
+            "notion", "KB_NOTION_TOKEN", "index.sources.notion", "NotionSettings", "NotionConnector"
+        ),
     )
 }
 KINDS = tuple(_KINDS)
