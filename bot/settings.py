@@ -602,6 +602,11 @@ class Settings(BaseSettings):
         "KB_CONFLUENCE_TOKEN",
         "The token kb source sync and kb serve read Confluence with (docs/sources.md): on Cloud an Atlassian API token of the account a source names with --user, on Data Center a personal access token. A source given --token-file reads that file instead. Never stored in the knowledge base.",
     )
+    gdrive_credentials: SecretStr = _setting(
+        SecretStr(""),
+        "KB_GDRIVE_CREDENTIALS",
+        "The Google service account's JSON key (the whole key file's content) kb source sync and kb serve read Google Drive with (docs/sources.md), and the Directory API for groups. A source given --token-file reads that key file instead. Never stored in the knowledge base.",
+    )
     source_sync_minutes: float = _setting(
         0.0,
         "KB_SOURCE_SYNC_MINUTES",
@@ -849,6 +854,7 @@ class Settings(BaseSettings):
         """Each kind of source's token (``index.sources.open_connector``): never stored."""
         return {
             "confluence": self.confluence_token.get_secret_value(),
+            "gdrive": self.gdrive_credentials.get_secret_value(),
         }
 
     def http_limits(self) -> HttpLimits:

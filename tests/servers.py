@@ -123,6 +123,8 @@ DEFAULT_SKILL_TOKEN = "xoxp-canary-skill-owner-4f2b7c90"
 MCP_SERVER_ID = "knowledge-base"
 # The API token of the mock Confluence (tests/confluence_server.py).
 DEFAULT_CONFLUENCE_TOKEN = "atl-canary-confluence-4f8b2c61"
+# What every access token the mock Google token endpoint gives begins with (tests/gdrive_server.py).
+DEFAULT_GDRIVE_TOKEN = "ya29.canary-gdrive-7e2a91c5"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
 UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"

@@ -39,7 +39,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -58,6 +58,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, retry_after_seconds
 
 __all__ = [
     "ConfluenceConnector",
@@ -71,8 +72,6 @@ log = logging.getLogger(__name__)
 # Results per search page: Confluence's own cap on CQL search pages with body expansions is
 # 50 (developer.atlassian.com, "Pagination" of the REST API v1); ids only allow it too.
 PAGE_SIZE = 50
-DEFAULT_BUDGET_SECONDS = 120.0
-FIRST_BACKOFF_SECONDS = 0.5
 MAX_ANCESTORS = 64
 # Pages of results one listing follows: 50 a page, a million pages per space at most.
 MAX_PAGES = 20_000
@@ -130,15 +129,6 @@ class _Grant:
     users: frozenset[str] = frozenset()
     groups: frozenset[str] = frozenset()
     public: bool = False
-
-
-@dataclass
-class _Budget:
-    """Seconds of waiting one call may spend on retries."""
-
-    seconds: float
-    spent: float = 0.0
-    tries: int = field(default=0)
 
 
 class ConfluenceConnector:
@@ -431,7 +421,7 @@ class ConfluenceConnector:
             SourceCredentialsRejected: 401 or 403.
             SourceFailed: the budget is spent, or any other error.
         """
-        budget = _Budget(self.budget_seconds)
+        budget = RetryBudget("Confluence", self.budget_seconds, self.sleep)
         while True:
             try:
                 return call()
@@ -453,20 +443,7 @@ class ConfluenceConnector:
                 why = f"HTTP {status}"
             except (requests.ConnectionError, requests.Timeout):
                 wait, why = None, "unreachable"
-            self._wait(budget, wait, why)
-
-    def _wait(self, budget: _Budget, asked: float | None, why: str) -> None:
-        wait = asked if asked is not None else FIRST_BACKOFF_SECONDS * 2**budget.tries
-        if budget.spent + wait > budget.seconds:
-            raise SourceFailed(
-                f"Confluence kept failing ({why}) past the {budget.seconds:g} s retry budget; "
-                f"the next sync retries in {wait:g} s.",
-                retry_after=wait,
-            )
-        budget.tries += 1
-        budget.spent += wait
-        log.info("Confluence %s: waiting %.1f s before asking again", why, wait)
-        self.sleep(wait)
+            budget.wait(wait, why)
 
 
 class _Malformed(Exception):
@@ -490,11 +467,9 @@ def _response_of(exc: Exception) -> requests.Response | None:
 
 
 def _retry_after(response: requests.Response | None) -> float | None:
-    value = response.headers.get("Retry-After") if response is not None else None
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
+    return retry_after_seconds(
+        response.headers.get("Retry-After") if response is not None else None
+    )
 
 
 def _emails(rows: object) -> Iterator[str]:

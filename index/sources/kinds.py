@@ -63,6 +63,13 @@ _KINDS: dict[str, Kind] = {
             "ConfluenceSettings",
             "ConfluenceConnector",
         ),
+        Kind(
+            "gdrive",
+            "KB_GDRIVE_CREDENTIALS",
+            "index.sources.gdrive",
+            "GDriveSettings",
+            "GDriveConnector",
+        ),
     )
 }
 KINDS = tuple(_KINDS)
