@@ -26,7 +26,8 @@ What it follows of Google's documented behaviour:
 * ``members.list`` with ``includeDerivedMembership`` (nested groups' members
   too), ``maxResults``, ``pageToken``;
 * faults queued by the test: any status (429 with ``Retry-After``, 500s, 403
-  ``rateLimitExceeded``), or a body that is not JSON.
+  ``rateLimitExceeded``), a body that is not JSON, or a connection dropped
+  halfway through its answer (:data:`DROP`).
 
 Every API request is recorded (method, path, query) in :attr:`MockDrive.calls`.
 """
@@ -64,6 +65,10 @@ _EXPORTS = {
     SHEET: {"application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", "text/csv"},
     SLIDES: {"application/vnd.openxmlformats-officedocument.presentationml.presentation"},
 }
+
+
+# A fault's status that drops the connection halfway through a 200 instead of answering.
+DROP = 0
 
 
 @functools.cache
@@ -256,6 +261,13 @@ class MockDrive:
             else:
                 self.calls.append((method, split.path, query))
                 status, headers, data = self._route(request, split.path, query)
+        if status == DROP:  # the connection drops halfway through the answer
+            request.send_response(200)
+            request.send_header("Content-Length", "100")
+            request.end_headers()
+            request.wfile.write(b'{"files": [')
+            request.close_connection = True
+            return
         request.send_response(status)
         request.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
         for name, value in headers.items():

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 from openpyxl import Workbook
+from pptx import Presentation
 
 from bot.access import Person, Where
 from core.answer import Engine
@@ -35,8 +36,10 @@ from index.sources.gdrive import GDriveConnector, GDriveSettings
 from tests.gdrive_server import (
     DOC,
     DRIVE,
+    DROP,
     FOLDER,
     SHEET,
+    SLIDES,
     Fault,
     File,
     MockDrive,
@@ -270,6 +273,30 @@ def test_a_poll_from_the_page_token_picks_up_an_edit_and_a_new_file(
     assert acl_of(kb, "new") == Acl.of(users=[OWNER])
 
 
+def test_slides_are_exported_as_pptx_and_a_pdf_is_downloaded_as_it_is(
+    kb: KnowledgeBase, drive: MockDrive
+) -> None:
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[1])
+    slide.shapes.title.text = "Quarterly review"
+    slide.placeholders[1].text = "Revenue grew by nine percent in the third quarter."
+    out = io.BytesIO()
+    deck.save(out)
+    drive.put(File("deck", "Review", SLIDES, out.getvalue(), permissions=[]))
+    drive.put(File("memo", "memo", "text/markdown", b"# Memo\nThe fire drill is on Monday."))
+
+    report = run(kb, drive)
+
+    assert {"deck", "memo"} <= set(report.added) and report.failed == []
+    [export] = drive.calls_to("/drive/v3/files/deck/export")
+    assert export[2]["mimeType"].endswith("presentationml.presentation")
+    items = kb.store.sources.items(SOURCE)
+    assert "nine percent" in kb.canonical_text(items["deck"].document_id or 0)
+    assert kb.store.document(items["memo"].document_id or 0).name == "memo.md"
+    assert kb.store.document(items["deck"].document_id or 0).name == "Review.pptx"
+    assert [c[2].get("alt") for c in drive.calls if c[1] == "/drive/v3/files/memo"] == ["media"]
+
+
 def test_anyone_with_the_link_is_public_in_the_organisation_only_when_opted_in(
     drive: MockDrive,
 ) -> None:
@@ -432,9 +459,10 @@ def test_429_and_rate_limit_403_wait_and_500s_back_off_within_the_budget(
     drive.fail("/drive/v3/files", 429, retry_after="7")
     drive.fail("/drive/v3/files/night/export", 503)
     drive.fail("/drive/v3/files/home/permissions", 403, reason="userRateLimitExceeded")
+    drive.fail("/drive/v3/files/budget/export", DROP)
     report = run(kb, drive, waits)
     assert report.error is None and len(report.added) == 3
-    assert waits.waits == [7.0, 0.5, 0.5]
+    assert waits.waits == [7.0, 0.5, 0.5, 0.5]
 
     waits = Waits()
     drive.fail("/drive/v3/files", 500, times=10)

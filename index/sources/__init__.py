@@ -1,11 +1,13 @@
-"""Sources documents are synced from with their permissions: Confluence today, one contract for all.
+"""Sources documents are synced from with their permissions: Confluence, Google Drive, one contract.
 
 ``contract`` is what every source gives (:class:`Connector`: a full load, a
 poll from a checkpoint, a slim listing to prune what was deleted, a separate
 permission sync; :class:`SourceDocument`, :class:`Acl`), ``sync`` one run of a
 source into the knowledge base through the upload path, ``kinds`` the kinds
 there are and how a configured one is opened with its credential,
-``confluence`` Confluence through ``atlassian-python-api``. Who a document's
+``confluence`` Confluence through ``atlassian-python-api``, ``gdrive`` Google
+Drive through ``google-api-python-client``, ``retry`` the waiting out of rate
+limits and failures every connector shares. Who a document's
 permissions admit is ``bot.access``'s to decide.
 """
 

@@ -39,6 +39,7 @@ The client libraries log at INFO at most.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import re
@@ -487,7 +488,7 @@ class GDriveConnector:
                 ) from None
             except ValueError:
                 raise SourceFailed("Google Drive answered something that is not JSON.") from None
-            except (TransportError, httplib2.HttpLib2Error, OSError):
+            except (TransportError, httplib2.HttpLib2Error, http.client.HTTPException, OSError):
                 budget.wait(None, "unreachable")
             except GoogleAuthError:
                 raise SourceCredentialsRejected(
@@ -620,8 +621,9 @@ def _grant(row: object) -> tuple[str, str]:
     kind = row.get("type")
     if kind in ("user", "group"):
         email = row.get("emailAddress")
-        ok = isinstance(email, str) and "@" in email
-        return (kind, email.strip().lower()) if ok else ("", "")
+        if isinstance(email, str) and "@" in email:
+            return kind, email.strip().lower()
+        return "", ""
     if kind == "domain":
         domain = row.get("domain")
         return (
