@@ -31,7 +31,7 @@ from core.answer import Engine
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.sources import Acl, SourceSyncReport, source_scope, sync_source
+from index.sources import Acl, SourceError, SourceSyncReport, source_scope, sync_source
 from index.sources.gdrive import GDriveConnector, GDriveSettings
 from tests.gdrive_server import (
     DOC,
@@ -549,3 +549,34 @@ def test_drive_answers_only_the_scopes_the_key_asks_for(drive: MockDrive) -> Non
         frozenset({"https://www.googleapis.com/auth/drive.readonly"}),
         frozenset({"https://www.googleapis.com/auth/admin.directory.group.member.readonly"}),
     }
+
+
+def test_a_file_gone_between_listing_and_permissions_is_hidden_and_the_run_goes_on(
+    kb: KnowledgeBase, drive: MockDrive
+) -> None:
+    run(kb, drive)
+    drive.fail("/drive/v3/files/home/permissions", 404, reason="notFound")
+    report = run(kb, drive)
+    assert report.error is None and report.permissions == 3
+    assert acl_of(kb, "home").known is False
+    assert source_scope(SOURCE, "home") not in kb.store.sources.readable_scopes("bob@example.com")
+
+
+def test_a_drive_not_shared_with_the_account_says_to_share_it(
+    kb: KnowledgeBase, drive: MockDrive
+) -> None:
+    drive.fail("/drive/v3/files", 404, reason="notFound")
+    report = run(kb, drive)
+    assert report.error is not None and "share it with the service account" in report.error
+    assert kb.store.sources.items(SOURCE) == {}
+
+
+def test_a_key_that_cannot_sign_is_refused_before_any_request(drive: MockDrive) -> None:
+    key = json.loads(drive.key_file())
+    key["private_key"] = "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n"
+    with pytest.raises(SourceError, match="readable private_key") as raised:
+        GDriveConnector(settings(drive), json.dumps(key))
+    assert "bm90IGEga2V5" not in str(raised.value)
+    with pytest.raises(SourceError, match="service account's JSON key"):
+        GDriveConnector(settings(drive), json.dumps({**key, "type": "authorized_user"}))
+    assert drive.calls == [] and drive.tokens == {}

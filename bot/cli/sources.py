@@ -1,8 +1,9 @@
 """``kb source``: the places documents are synced from with their permissions (``index.sources``).
 
-``kb source add confluence --url URL --space KEY`` records a source (never its
-credential: that stays in the settings, ``KB_CONFLUENCE_TOKEN``, or in a
-secret file it names); ``kb source list``
+``kb source add confluence --url URL --space KEY`` (or ``gdrive --drive ID``)
+records a source (never its credential: that stays in the settings,
+``KB_CONFLUENCE_TOKEN``, ``KB_GDRIVE_CREDENTIALS``, or in a secret file it
+names); ``kb source list``
 shows each with its last run; ``kb source sync [NAME]`` runs them;
 ``kb source remove NAME`` removes one and its documents.
 """
@@ -23,7 +24,7 @@ SYNC_FAILED_EXIT = 1
 
 @main.group("source")
 def source_group() -> None:
-    """Sources synced with their permissions (Confluence): add, list, sync, remove.
+    """Sources synced with their permissions (Confluence, Google Drive): add, list, sync, remove.
 
     Example: kb source add confluence --url https://example.atlassian.net/wiki --space ENG
     """

@@ -283,11 +283,13 @@ class GDriveConnector:
             for row in rows:
                 yield _file(row)
 
-    def _pages(self, request: Callable[[str | None], Any]) -> Iterator[dict[str, Any]]:
-        """Each page of a listing, following ``nextPageToken``."""
+    def _pages(
+        self, request: Callable[[str | None], Any], *, hidden: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Each page of a listing, following ``nextPageToken`` (``hidden``: as :meth:`_call`)."""
         token: str | None = None
         for _ in range(MAX_PAGES):
-            answer = self._call(request(token))
+            answer = self._call(request(token), hidden=hidden)
             if not isinstance(answer, dict):
                 raise SourceFailed("Google Drive answered a listing that is not JSON.")
             yield answer
@@ -384,9 +386,7 @@ class GDriveConnector:
         )
 
     def _content(self, request: Any) -> bytes:
-        data = self._call(request, missing=True, item=True)
-        if data is None:
-            raise _Gone
+        data = self._call(request, item=True)
         if not isinstance(data, bytes):
             raise _Malformed("Google Drive gave this file's content as something not bytes.")
         return data
@@ -408,6 +408,7 @@ class GDriveConnector:
                     fields=fields,
                     supportsAllDrives=True,
                 ),
+                hidden=True,
             ):
                 rows = answer.get("permissions")
                 if not isinstance(rows, list):
@@ -422,6 +423,8 @@ class GDriveConnector:
                         domains.add(value)
                     elif kind == "anyone":
                         public = public or self.settings.anyone_public
+        except _Gone:
+            return UNKNOWN_ACL  # deleted since it was listed: the next listing prunes it
         except _Unreadable as exc:
             log.warning("Google Drive file %s: %s; nobody may read it", item, exc)
             return UNKNOWN_ACL
@@ -438,7 +441,8 @@ class GDriveConnector:
                         includeDerivedMembership=True,
                         maxResults=MEMBERS_PAGE_SIZE,
                         pageToken=token,
-                    )
+                    ),
+                    hidden=True,
                 ):
                     for row in answer.get("members") or []:
                         email = _member_email(row)
@@ -454,12 +458,13 @@ class GDriveConnector:
 
     # ------------------------------------------------------------ calls
 
-    def _call(self, request: Any, *, missing: bool = False, item: bool = False) -> Any:
+    def _call(self, request: Any, *, item: bool = False, hidden: bool = False) -> Any:
         """``request.execute()``, waiting out 429s, 5xx and dropped connections within the budget.
 
-        ``missing``: a 404 is ``None`` (a file deleted since it was listed), not a failure.
-        ``item``: a 403 for this one file (too large to export, not downloadable) skips it.
-        A 403 on a file's permissions is :class:`_Unreadable` (the file is unknown).
+        ``item``: the content of one file: a 404 is :class:`_Gone` (deleted since it was
+        listed), a 403 (too large to export, not downloadable) :class:`_Malformed` (skipped).
+        ``hidden``: permissions or members: a 404 is :class:`_Gone`, a 403 what Google will
+        not show this account (:class:`_Unreadable`).
 
         Raises:
             SourceCredentialsRejected: 401, a key the token endpoint refuses, another 403.
@@ -471,15 +476,13 @@ class GDriveConnector:
                 return request.execute()
             except HttpError as exc:
                 status, reason = exc.resp.status, _reason(exc)
-                if status == 404 and missing:
-                    return None
                 if status == 429 or (status == 403 and reason in _RATE_REASONS) or status >= 500:
                     asked = (
                         retry_after_seconds(exc.resp.get("retry-after")) if status < 500 else None
                     )
                     budget.wait(asked, f"HTTP {status}")
                     continue
-                raise self._refused(request, status, reason) from None
+                raise _refused(status, reason, item=item, hidden=hidden) from None
             except RefreshError as exc:
                 raise SourceCredentialsRejected(
                     "Google refused the service account's key "
@@ -495,25 +498,6 @@ class GDriveConnector:
                     "The service account's key cannot be used; make a new one and set it."
                 ) from None
 
-    def _refused(self, request: Any, status: int, reason: str) -> Exception:
-        """What an HTTP 4xx other than a rate limit means here."""
-        on_permissions = "/permissions" in str(getattr(request, "uri", ""))
-        if status == 403 and on_permissions:
-            return _Unreadable(f"Drive will not show its permissions to this account ({reason})")
-        if status == 403 and "/members" in str(getattr(request, "uri", "")):
-            return _Unreadable(f"the Directory API will not list its members ({reason})")
-        if status == 404 and "/members" in str(getattr(request, "uri", "")):
-            return _Gone()
-        if status == 403 and "/files/" in str(getattr(request, "uri", "")):
-            return _Malformed(f"Google Drive will not give this file ({reason}); skipped.")
-        if status in (401, 403):
-            return SourceCredentialsRejected(
-                f"Google refused the credentials (HTTP {status}, {reason}): the key was revoked, "
-                "or the account cannot read this drive or folder. Share it with the service "
-                "account (or its subject), or make a new key and set it."
-            )
-        return SourceFailed(f"Google Drive answered HTTP {status} ({reason}).")
-
 
 class _Malformed(Exception):
     """A file Drive gave in a shape it should not have, or would not give."""
@@ -525,6 +509,28 @@ class _Unreadable(Exception):
 
 class _Gone(Exception):
     """A file or group no longer there."""
+
+
+def _refused(status: int, reason: str, *, item: bool, hidden: bool) -> Exception:
+    """What an HTTP 4xx other than a rate limit means (``item``, ``hidden``: as ``_call``)."""
+    if status == 404 and (item or hidden):
+        return _Gone()
+    if status == 403 and hidden:
+        return _Unreadable(f"Google will not show them to this account ({reason})")
+    if status == 403 and item:
+        return _Malformed(f"Google Drive will not give this file ({reason}); skipped.")
+    if status in (401, 403):
+        return SourceCredentialsRejected(
+            f"Google refused the credentials (HTTP {status}, {reason}): the key was revoked, "
+            "or the account cannot read this drive or folder. Share it with the service "
+            "account (or its subject), or make a new key and set it."
+        )
+    if status == 404:
+        return SourceFailed(
+            f"Google Drive has no such shared drive or folder that this account can read "
+            f"(HTTP 404, {reason}): share it with the service account (or its subject)."
+        )
+    return SourceFailed(f"Google Drive answered HTTP {status} ({reason}).")
 
 
 def _credentials(key: str, subject: str) -> service_account.Credentials:
