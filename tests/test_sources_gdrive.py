@@ -489,6 +489,12 @@ def test_a_garbage_listing_is_refused_and_a_file_google_will_not_give_is_skipped
     failing = run(kb, drive)
     assert failing.error is not None and "not JSON" in failing.error
     assert set(live_titles(kb)) == {"Office hours", "Nightjar"}
+    # Only some files, and Drive says so: the others must not be taken for deleted.
+    partial = {"files": [drive.files["home"].as_json()], "incompleteSearch": True}
+    drive.faults.append(Fault("/drive/v3/files", 200, body=json.dumps(partial).encode()))
+    incomplete = run(kb, drive)
+    assert incomplete.error is not None and "listing is incomplete" in incomplete.error
+    assert set(live_titles(kb)) == {"Office hours", "Nightjar"}
     nameless = {"files": [{"id": "x1", "mimeType": DOC}]}
     drive.faults.append(Fault("/drive/v3/files", 200, body=json.dumps(nameless).encode()))
     refused = run(kb, drive)

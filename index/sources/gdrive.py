@@ -280,6 +280,9 @@ class GDriveConnector:
             rows = answer.get("files")
             if not isinstance(rows, list):
                 raise SourceFailed("Google Drive answered a listing without its files.")
+            if answer.get("incompleteSearch"):
+                # A listing that may miss files would remove them: this run removes nothing.
+                raise SourceFailed("Google Drive said its listing is incomplete; stopped.")
             for row in rows:
                 yield _file(row)
 
