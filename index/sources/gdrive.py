@@ -57,7 +57,7 @@ from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
 from index.config import DEFAULT_MAX_UPLOAD_BYTES
-from index.ingest.extract import SUPPORTED_SUFFIXES
+from index.ingest import SUPPORTED_SUFFIXES
 from index.sources.contract import (
     UNKNOWN_ACL,
     Acl,
