@@ -612,6 +612,11 @@ class Settings(BaseSettings):
         "KB_NOTION_TOKEN",
         "The internal integration secret kb source sync and kb serve read Notion with (docs/sources.md): the integration needs only the Read content capability (and Read user information including email addresses for --group workspace). A source given --token-file reads that file instead. Never stored in the knowledge base.",
     )
+    gdrive_credentials: SecretStr = _setting(
+        SecretStr(""),
+        "KB_GDRIVE_CREDENTIALS",
+        "The Google service account's JSON key (the whole key file's content) kb source sync and kb serve read Google Drive with (docs/sources.md), and the Directory API for groups. A source given --token-file reads that key file instead. Never stored in the knowledge base.",
+    )
     source_sync_minutes: float = _setting(
         0.0,
         "KB_SOURCE_SYNC_MINUTES",
@@ -861,6 +866,7 @@ class Settings(BaseSettings):
             "confluence": self.confluence_token.get_secret_value(),
             "sharepoint": self.sharepoint_client_secret.get_secret_value(),
             "notion": self.notion_token.get_secret_value(),
+            "gdrive": self.gdrive_credentials.get_secret_value(),
         }
 
     def http_limits(self) -> HttpLimits:

@@ -127,6 +127,8 @@ DEFAULT_CONFLUENCE_TOKEN = "atl-canary-confluence-4f8b2c61"
 DEFAULT_SHAREPOINT_CLIENT_SECRET = "Xq8~canary-sharepoint-secret-2d9a61"
 # The internal integration secret of the mock Notion (tests/notion_server.py).
 DEFAULT_NOTION_TOKEN = "ntn_canary-notion-2b9d7e15"
+# What every access token the mock Google token endpoint gives begins with (tests/gdrive_server.py).
+DEFAULT_GDRIVE_TOKEN = "ya29.canary-gdrive-7e2a91c5"
 # Port 1 (tcpmux) is never served on a test machine: a response_url left at its
 # default makes the bot fail fast and locally instead of calling hooks.slack.com.
 UNREACHABLE_RESPONSE_URL = "http://127.0.0.1:1/response-url-not-set"

@@ -4,6 +4,10 @@
 --public`` records a source (never its credential: that stays in the settings,
 ``KB_CONFLUENCE_TOKEN``, ``KB_NOTION_TOKEN``, or in a secret file it names);
 ``kb source list``
+``kb source add confluence --url URL --space KEY`` (or ``gdrive --drive ID``)
+records a source (never its credential: that stays in the settings,
+``KB_CONFLUENCE_TOKEN``, ``KB_GDRIVE_CREDENTIALS``, or in a secret file it
+names); ``kb source list``
 shows each with its last run; ``kb source sync [NAME]`` runs them;
 ``kb source remove NAME`` removes one and its documents.
 """
@@ -25,7 +29,7 @@ SYNC_FAILED_EXIT = 1
 
 @main.group("source")
 def source_group() -> None:
-    """Sources synced with their permissions (Confluence, SharePoint, Notion): add, list, sync, remove.
+    """Sources synced with their permissions (Confluence, Google Drive, SharePoint, Notion).
 
     Example: kb source add confluence --url https://example.atlassian.net/wiki --space ENG
     """
@@ -263,6 +267,64 @@ def add_notion(
     readers = "everyone in the organisation" if public else ", ".join([*users, *groups, *domains])
     where = f"pages shared with the integration, read by {readers or 'nobody (none was named)'}"
     record_source(ctx, "notion", name or "notion", settings, token_file, as_json, where)
+
+
+@add_group.command("gdrive")
+@click.option(
+    "--drive", default="", help="A shared drive's id (from its address: drive/folders/ID)."
+)
+@click.option(
+    "--folder", default="", help="A folder's id: only what is under it, at any depth, is synced."
+)
+@name_option("gdrive-DRIVE or gdrive-FOLDER")
+@click.option(
+    "--subject",
+    default="",
+    help="A user the service account acts as (domain-wide delegation); empty: the service "
+    "account itself, with the drive or folder shared with it.",
+)
+@click.option(
+    "--anyone-public",
+    is_flag=True,
+    help="A file anyone with its link may open is public in the organisation (default: such a "
+    "link admits nobody more than the file's other permissions).",
+)
+@click.option("--api-url", default="", help="Google's API base, for a proxy (default: Google's).")
+@token_file_option("KB_GDRIVE_CREDENTIALS")
+@json_option("Print the recorded source as JSON.")
+@click.pass_context
+def add_gdrive(
+    ctx: click.Context,
+    drive: str,
+    folder: str,
+    name: str | None,
+    subject: str,
+    anyone_public: bool,
+    api_url: str,
+    token_file: Path | None,
+    as_json: bool,
+) -> None:
+    """A Google shared drive, or a folder (read by a service account).
+
+    Example: kb source add gdrive --drive 0AEngDriveId --subject kb-reader@example.com
+    """
+    settings: dict[str, Any] = {
+        "drive": drive,
+        "folder": folder,
+        "subject": subject,
+        "anyone_public": anyone_public,
+        "api_url": api_url,
+    }
+    where = f"folder {folder}" if folder else f"shared drive {drive}"
+    record_source(
+        ctx,
+        "gdrive",
+        name or f"gdrive-{folder or drive}".lower(),
+        settings,
+        token_file,
+        as_json,
+        where,
+    )
 
 
 @source_group.command("list")

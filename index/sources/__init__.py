@@ -1,4 +1,4 @@
-"""Sources documents are synced from with their permissions: Confluence, SharePoint, Notion; one contract.
+"""Sources documents are synced from with their permissions: Confluence, Drive, SharePoint, Notion.
 
 ``contract`` is what every source gives (:class:`Connector`: a full load, a
 poll from a checkpoint, a slim listing to prune what was deleted, a separate
@@ -7,8 +7,9 @@ source into the knowledge base through the upload path, ``kinds`` the kinds
 there are and how a configured one is opened with its credential,
 ``confluence`` Confluence through ``atlassian-python-api``, ``sharepoint``
 SharePoint and OneDrive through Microsoft Graph (tokens by ``msal``),
-``notion`` Notion through ``notion-client``, ``retry`` the back-off within a
-budget they share. Who a document's
+``notion`` Notion through ``notion-client``, ``gdrive`` Google Drive through
+``google-api-python-client``, ``retry`` the back-off within a budget they
+share. Who a document's
 permissions admit is ``bot.access``'s to decide.
 """
 

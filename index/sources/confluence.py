@@ -58,7 +58,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.retry import RetryBudget, origin, retry_after
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, origin, retry_after
 
 __all__ = [
     "ConfluenceConnector",
@@ -72,7 +72,6 @@ log = logging.getLogger(__name__)
 # Results per search page: Confluence's own cap on CQL search pages with body expansions is
 # 50 (developer.atlassian.com, "Pagination" of the REST API v1); ids only allow it too.
 PAGE_SIZE = 50
-DEFAULT_BUDGET_SECONDS = 120.0
 MAX_ANCESTORS = 64
 # Pages of results one listing follows: 50 a page, a million pages per space at most.
 MAX_PAGES = 20_000

@@ -73,6 +73,13 @@ _KINDS: dict[str, Kind] = {
         Kind(
             "notion", "KB_NOTION_TOKEN", "index.sources.notion", "NotionSettings", "NotionConnector"
         ),
+        Kind(
+            "gdrive",
+            "KB_GDRIVE_CREDENTIALS",
+            "index.sources.gdrive",
+            "GDriveSettings",
+            "GDriveConnector",
+        ),
     )
 }
 KINDS = tuple(_KINDS)

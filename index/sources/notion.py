@@ -62,7 +62,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.retry import RetryBudget, retry_after
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, retry_after
 
 __all__ = ["WORKSPACE_GROUP", "NotionConnector", "NotionSettings", "render_page"]
 
@@ -72,7 +72,6 @@ _SDK_LOG = logging.getLogger("notion_client")
 API_URL = "https://api.notion.com"
 # Notion's own cap on page_size for every paginated endpoint.
 PAGE_SIZE = 100
-DEFAULT_BUDGET_SECONDS = 120.0
 # Pages of results one listing follows: 100 a page, two million results at most.
 MAX_PAGES = 20_000
 # Nesting followed inside one page; Notion's editor nests far less deep.

@@ -16,10 +16,18 @@ from urllib.parse import urlsplit
 
 from index.sources.contract import SourceFailed
 
-__all__ = ["FIRST_BACKOFF_SECONDS", "RetryBudget", "origin", "retry_after"]
+__all__ = [
+    "DEFAULT_BUDGET_SECONDS",
+    "FIRST_BACKOFF_SECONDS",
+    "RetryBudget",
+    "origin",
+    "retry_after",
+]
 
 log = logging.getLogger(__name__)
 
+# Seconds of waiting one call to a source may spend on retries, by default.
+DEFAULT_BUDGET_SECONDS = 120.0
 FIRST_BACKOFF_SECONDS = 0.5
 
 

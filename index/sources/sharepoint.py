@@ -62,7 +62,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.retry import RetryBudget, origin, retry_after
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, origin, retry_after
 
 __all__ = [
     "SharePointConnector",
@@ -80,7 +80,6 @@ AUTHORITY_URL = "https://login.microsoftonline.com"
 # Where Graph's 302 for a file's content may lead: SharePoint Online (and its national
 # clouds) and OneDrive's download hosts. The Graph host itself is always allowed.
 DOWNLOAD_HOSTS = ("sharepoint.com", "sharepoint.us", "sharepoint.de", "sharepoint.cn", "1drv.com")
-DEFAULT_BUDGET_SECONDS = 120.0
 # Pages of one delta, listing or permission list followed at most (200 items a page).
 MAX_PAGES = 20_000
 # A file larger than this is not downloaded (the knowledge base takes 20 MB uploads by default).

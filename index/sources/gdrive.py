@@ -1,0 +1,701 @@
+"""Google Drive as a source, through ``google-api-python-client`` and a service account.
+
+One shared drive, or one folder and everything under it, per source. What is
+read, with the Drive API v3 and, for groups, the Admin SDK Directory API (both
+built from the discovery documents the client ships: no network to build them):
+
+* the listing: ``files.list`` (``trashed = false``; a shared drive with
+  ``corpora=drive``, a folder folder by folder with ``'ID' in parents``),
+  following ``nextPageToken`` page after page;
+* the changes: ``changes.list`` from a page token, the checkpoint, until it
+  gives ``newStartPageToken`` (the next checkpoint); a first load takes
+  ``changes.getStartPageToken`` *before* listing, so nothing changed during
+  the load is missed. Deletions and trashing come as changes too, and the
+  slim listing, which no longer has them, removes them;
+* a document: Google Docs exported as HTML (``files.export``: headings,
+  lists and tables as written, read by the same HTML extractor as a page, so
+  each cited passage has exact offsets), Sheets as XLSX (every sheet: a CSV
+  export has only the first), Slides as PPTX (each slide's text in order; a
+  PDF export lays the text out by position); other files downloaded
+  (``files.get`` ``alt=media``) when the product's extractor reads their type;
+* who may read it: ``permissions.list`` (on a shared drive its members'
+  inherited permissions come too, each a reader): ``user`` → its email,
+  ``group`` → the group's email, its members expanded with the Directory API's
+  ``members.list`` (nested groups included), ``domain`` → the domain,
+  ``anyone`` (with the link) → public in the organisation only when the admin
+  said so for the source, otherwise it admits nobody more. Permissions Drive
+  will not show this account are unknown: nobody reads the file until they
+  can be read.
+
+Credentials: a service account's JSON key (its ``token_uri`` is where tokens
+come from), with domain-wide delegation to a ``subject`` when one is given;
+scopes ``drive.readonly`` and, for groups only, a separate token with
+``admin.directory.group.member.readonly``. Rate limits and failures: 429 and
+Drive's 403 ``rateLimitExceeded`` wait ``Retry-After`` or back off, 5xx and
+dropped connections back off, within one budget per call (``index.sources.retry``).
+401, a key the token endpoint refuses, and other 403s are the credentials: no retry.
+The client libraries log at INFO at most.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import google_auth_httplib2
+import httplib2
+from google.auth.exceptions import GoogleAuthError, RefreshError, TransportError
+from google.oauth2 import service_account
+from googleapiclient.discovery import build
+from googleapiclient.errors import HttpError
+
+from index.config import DEFAULT_MAX_UPLOAD_BYTES
+from index.ingest import SUPPORTED_SUFFIXES
+from index.sources.contract import (
+    UNKNOWN_ACL,
+    Acl,
+    Batch,
+    GroupMembers,
+    SourceCredentialsRejected,
+    SourceDocument,
+    SourceError,
+    SourceFailed,
+)
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, retry_after
+
+__all__ = [
+    "DRIVE_SCOPE",
+    "GROUPS_SCOPE",
+    "GDriveConnector",
+    "GDriveSettings",
+]
+
+# Their DEBUG lines hold request bodies (a signed assertion is good for an hour of tokens).
+for _name in ("googleapiclient", "google_auth_httplib2", "google.auth", "httplib2"):
+    logging.getLogger(_name).setLevel(logging.INFO)
+log = logging.getLogger(__name__)
+
+DRIVE_SCOPE = "https://www.googleapis.com/auth/drive.readonly"
+GROUPS_SCOPE = "https://www.googleapis.com/auth/admin.directory.group.member.readonly"
+# Drive's own most for files.list and permissions.list (developers.google.com/drive/api/reference).
+FILES_PAGE_SIZE = 1000
+PERMISSIONS_PAGE_SIZE = 100
+MEMBERS_PAGE_SIZE = 200
+MAX_PAGES = 20_000
+MAX_FOLDERS = 50_000
+FOLDER = "application/vnd.google-apps.folder"
+_XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+_PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+# Google's own formats: what each is exported as (see the module's docstring for why).
+EXPORTS = {
+    "application/vnd.google-apps.document": ("text/html", ".html"),
+    "application/vnd.google-apps.spreadsheet": (_XLSX, ".xlsx"),
+    "application/vnd.google-apps.presentation": (_PPTX, ".pptx"),
+}
+# Other files: the suffix their media type means, for a name that has none the extractor reads.
+_SUFFIX_OF_TYPE = {
+    "application/pdf": ".pdf",
+    "text/plain": ".txt",
+    "text/markdown": ".md",
+    "text/html": ".html",
+    "text/csv": ".csv",
+    _DOCX: ".docx",
+    _PPTX: ".pptx",
+    _XLSX: ".xlsx",
+}
+_FILE_FIELDS = "id,name,mimeType,trashed,parents,driveId,version,webViewLink,size"
+_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+# Where Drive opens files; a webViewLink elsewhere is not used as the link.
+_DRIVE_HOSTS = frozenset({"docs.google.com", "drive.google.com"})
+_RATE_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded"})
+
+
+@dataclass(frozen=True)
+class GDriveSettings:
+    """One shared drive, or one folder and what is under it (no credential).
+
+    Attributes:
+        drive: the shared drive's id; with ``folder``, the drive the folder is in.
+        folder: a folder's id: only what is under it (at any depth) is synced.
+        subject: the user the service account acts as (domain-wide delegation);
+            empty: the service account itself (the drive or folder is shared with it).
+        anyone_public: a file anyone with the link may open is public in the organisation;
+            false: such a link admits nobody more than the file's other permissions.
+        api_url: Google's API base (``https://www.googleapis.com``), for a proxy; empty: Google's.
+    """
+
+    drive: str = ""
+    folder: str = ""
+    subject: str = ""
+    anyone_public: bool = False
+    api_url: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.drive and not self.folder:
+            raise SourceError("A Google Drive source needs --drive (a shared drive) or --folder.")
+        for what, value in (("shared drive", self.drive), ("folder", self.folder)):
+            if value and not _ID.fullmatch(value):
+                raise SourceError(f"{value!r} is not a Google Drive {what} id.")
+        if self.subject and "@" not in self.subject:
+            raise SourceError(f"{self.subject!r} is not an email to act as (--subject).")
+        if self.api_url and not re.match(r"https?://[^/\s]+", self.api_url):
+            raise SourceError(f"{self.api_url!r} is not an API address (https://...).")
+
+    def as_dict(self) -> dict[str, Any]:
+        """As recorded in the store."""
+        return {
+            "drive": self.drive,
+            "folder": self.folder,
+            "subject": self.subject,
+            "anyone_public": self.anyone_public,
+            "api_url": self.api_url,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GDriveSettings:
+        """From :meth:`as_dict`."""
+        return cls(
+            drive=str(data.get("drive") or ""),
+            folder=str(data.get("folder") or ""),
+            subject=str(data.get("subject") or ""),
+            anyone_public=bool(data.get("anyone_public")),
+            api_url=str(data.get("api_url") or ""),
+        )
+
+
+class GDriveConnector:
+    """A shared drive or a folder as a :class:`index.sources.contract.Connector`.
+
+    Args:
+        settings: the drive or folder.
+        token: the service account's JSON key (its content).
+        sleep: how a wait is waited (tests record it).
+        budget_seconds: the most one call waits for retries before the run fails.
+        timeout: seconds for one HTTP request.
+    """
+
+    kind = "gdrive"
+
+    def __init__(
+        self,
+        settings: GDriveSettings,
+        token: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+        timeout: int = 30,
+    ) -> None:
+        self.settings = settings
+        self.sleep = sleep
+        self.budget_seconds = budget_seconds
+        credentials = _credentials(token, settings.subject)
+        self.drive = _service("drive", "v3", credentials, timeout, settings.api_url, "drive/v3/")
+        self.directory = _service(
+            "admin",
+            "directory_v1",
+            credentials.with_scopes([GROUPS_SCOPE]),
+            timeout,
+            settings.api_url,
+            "",
+        )
+        self._members: dict[str, GroupMembers] = {}
+
+    # ------------------------------------------------------------ the contract
+
+    def load(self) -> Batch:
+        """Every file, and the page token the changes are polled from.
+
+        The token is taken before the listing: a file changed while the load
+        runs comes again in the next poll (unchanged bytes are not indexed twice).
+        """
+        token = self._start_token()
+        failed: list[tuple[str, str]] = []
+        return Batch(self._documents(list(self._files()), failed), _checkpoint(token), failed)
+
+    def poll(self, checkpoint: str) -> Batch:
+        """The files changed since ``checkpoint`` (a ``changes.list`` page token)."""
+        changed, token = self._changes(_token_of(checkpoint))
+        wanted = self._in_scope(changed)
+        failed: list[tuple[str, str]] = []
+        return Batch(self._documents(wanted, failed), _checkpoint(token), failed)
+
+    def listing(self) -> frozenset[str]:
+        """The ids of every file synced from here now (all pages of the listing, or it raises)."""
+        return frozenset(f["id"] for f in self._files())
+
+    def permissions(self, items: Iterable[str]) -> dict[str, Acl]:
+        """Each file's current Acl (unknown where Drive will not show it)."""
+        return {item: self._acl(item) for item in items}
+
+    def groups(self, names: Iterable[str]) -> list[GroupMembers]:
+        """The members of each group (by its email), nested groups included, asked again."""
+        self._members.clear()
+        return [self._group(name) for name in names]
+
+    # ------------------------------------------------------------ files
+
+    def _files(self) -> Iterator[dict[str, Any]]:
+        """Every file here that the extractor reads, as ``files.list`` gives it (one listed
+        twice is given twice: the sync takes it once and says so)."""
+        if not self.settings.folder:
+            yield from (f for f in self._list("trashed = false") if _readable(f))
+            return
+        folders, seen = [self.settings.folder], {self.settings.folder}
+        while folders:
+            if len(seen) > MAX_FOLDERS:
+                raise SourceFailed(f"More than {MAX_FOLDERS} folders under the folder; stopped.")
+            parent = folders.pop()
+            for found in self._list(f"'{parent}' in parents and trashed = false"):
+                if found["mimeType"] == FOLDER:
+                    if found["id"] not in seen:  # a folder in two places is walked once
+                        seen.add(found["id"])
+                        folders.append(found["id"])
+                elif _readable(found):
+                    yield found
+
+    def _list(self, q: str) -> Iterator[dict[str, Any]]:
+        where: dict[str, Any] = {"corpora": "allDrives"}
+        if self.settings.drive:
+            where = {"corpora": "drive", "driveId": self.settings.drive}
+        fields = f"nextPageToken,files({_FILE_FIELDS})"
+        for answer in self._pages(
+            lambda token: self.drive.files().list(
+                q=q,
+                pageSize=FILES_PAGE_SIZE,
+                pageToken=token,
+                fields=fields,
+                includeItemsFromAllDrives=True,
+                supportsAllDrives=True,
+                **where,
+            )
+        ):
+            rows = answer.get("files")
+            if not isinstance(rows, list):
+                raise SourceFailed("Google Drive answered a listing without its files.")
+            if answer.get("incompleteSearch"):
+                # A listing that may miss files would remove them: this run removes nothing.
+                raise SourceFailed("Google Drive said its listing is incomplete; stopped.")
+            for row in rows:
+                yield _file(row)
+
+    def _pages(
+        self, request: Callable[[str | None], Any], *, hidden: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Each page of a listing, following ``nextPageToken`` (``hidden``: as :meth:`_call`)."""
+        token: str | None = None
+        for _ in range(MAX_PAGES):
+            answer = self._call(request(token), hidden=hidden)
+            if not isinstance(answer, dict):
+                raise SourceFailed("Google Drive answered a listing that is not JSON.")
+            yield answer
+            token = answer.get("nextPageToken")
+            if not token:
+                return
+        raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages; stopped.")
+
+    def _start_token(self) -> str:
+        args: dict[str, Any] = {"supportsAllDrives": True}
+        if self.settings.drive:
+            args["driveId"] = self.settings.drive
+        answer = self._call(self.drive.changes().getStartPageToken(**args))
+        token = answer.get("startPageToken") if isinstance(answer, dict) else None
+        if not isinstance(token, str) or not token:
+            raise SourceFailed("Google Drive gave no start page token for the changes.")
+        return token
+
+    def _changes(self, token: str) -> tuple[list[dict[str, Any]], str]:
+        """The files changed since page token ``token`` (the last change of each), and the
+        next token. Removed and trashed files are left out: the listing prunes them."""
+        args: dict[str, Any] = {"includeItemsFromAllDrives": True, "supportsAllDrives": True}
+        if self.settings.drive:
+            args["driveId"] = self.settings.drive
+        fields = f"nextPageToken,newStartPageToken,changes(fileId,removed,file({_FILE_FIELDS}))"
+        latest: dict[str, dict[str, Any] | None] = {}
+        for _ in range(MAX_PAGES):
+            answer = self._call(
+                self.drive.changes().list(
+                    pageToken=token, pageSize=FILES_PAGE_SIZE, fields=fields, **args
+                )
+            )
+            rows = answer.get("changes") if isinstance(answer, dict) else None
+            if not isinstance(rows, list):
+                raise SourceFailed("Google Drive answered changes that are not JSON of changes.")
+            for row in rows:
+                item, file = _change(row)
+                latest.pop(item, None)  # the last change of a file decides, in its order
+                latest[item] = file
+            if answer.get("newStartPageToken"):
+                files = [f for f in latest.values() if f is not None and not f["trashed"]]
+                return files, str(answer["newStartPageToken"])
+            token = answer.get("nextPageToken")
+            if not token:
+                raise SourceFailed("Google Drive's changes ended without the next page token.")
+        raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages of changes; stopped.")
+
+    def _in_scope(self, changed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The changed files this source syncs: of its drive, under its folder, of a type read."""
+        if self.settings.folder:
+            if not changed:
+                return []
+            under = self.listing()
+            return [f for f in changed if f["id"] in under]
+        return [f for f in changed if f.get("driveId") == self.settings.drive and _readable(f)]
+
+    def _documents(
+        self, files: list[dict[str, Any]], failed: list[tuple[str, str]]
+    ) -> Iterator[SourceDocument]:
+        for file in files:
+            try:
+                yield self._document(file)
+            except _Malformed as exc:
+                failed.append((file["id"], str(exc)))
+            except _Gone:
+                continue  # deleted since it was listed: the next listing prunes it
+
+    def _document(self, file: dict[str, Any]) -> SourceDocument:
+        item, name, mime = file["id"], file["name"].strip(), file["mimeType"]
+        size = file.get("size")
+        if size is not None and str(size).isdigit() and int(size) > DEFAULT_MAX_UPLOAD_BYTES:
+            raise _Malformed(
+                f"{name} is {int(size) // 2**20} MB, over the "
+                f"{DEFAULT_MAX_UPLOAD_BYTES // 2**20} MB a document may be; skipped."
+            )
+        acl = self._acl(item)
+        if mime in EXPORTS:
+            media_type, suffix = EXPORTS[mime]
+            data = self._content(self.drive.files().export_media(fileId=item, mimeType=media_type))
+            filename = f"{_safe_name(name)}{suffix}"
+        else:
+            filename = _filename(name, mime)
+            media_type = mime
+            data = self._content(self.drive.files().get_media(fileId=item, supportsAllDrives=True))
+        return SourceDocument(
+            item=item,
+            title=name,
+            url=_url_of(file),
+            data=data,
+            filename=filename,
+            media_type=media_type,
+            acl=acl,
+            version=str(file.get("version") or ""),
+        )
+
+    def _content(self, request: Any) -> bytes:
+        data = self._call(request, item=True)
+        if not isinstance(data, bytes):
+            raise _Malformed("Google Drive gave this file's content as something not bytes.")
+        return data
+
+    # ------------------------------------------------------------ permissions
+
+    def _acl(self, item: str) -> Acl:
+        fields = "nextPageToken,permissions(id,type,role,emailAddress,domain,deleted)"
+        users: set[str] = set()
+        groups: set[str] = set()
+        domains: set[str] = set()
+        public = False
+        try:
+            for answer in self._pages(
+                lambda token: self.drive.permissions().list(
+                    fileId=item,
+                    pageSize=PERMISSIONS_PAGE_SIZE,
+                    pageToken=token,
+                    fields=fields,
+                    supportsAllDrives=True,
+                ),
+                hidden=True,
+            ):
+                rows = answer.get("permissions")
+                if not isinstance(rows, list):
+                    raise _Unreadable("Drive answered permissions that are not a list")
+                for row in rows:
+                    kind, value = _grant(row)
+                    if kind == "user":
+                        users.add(value)
+                    elif kind == "group":
+                        groups.add(value)
+                    elif kind == "domain":
+                        domains.add(value)
+                    elif kind == "anyone":
+                        public = public or self.settings.anyone_public
+        except _Gone:
+            return UNKNOWN_ACL  # deleted since it was listed: the next listing prunes it
+        except _Unreadable as exc:
+            log.warning("Google Drive file %s: %s; nobody may read it", item, exc)
+            return UNKNOWN_ACL
+        return Acl.of(users, groups, domains, public=public)
+
+    def _group(self, name: str) -> GroupMembers:
+        if name not in self._members:
+            emails: set[str] = set()
+            complete = True
+            try:
+                for answer in self._pages(
+                    lambda token: self.directory.members().list(
+                        groupKey=name,
+                        includeDerivedMembership=True,
+                        maxResults=MEMBERS_PAGE_SIZE,
+                        pageToken=token,
+                    ),
+                    hidden=True,
+                ):
+                    for row in answer.get("members") or []:
+                        email = _member_email(row)
+                        complete = complete and email is not None
+                        emails.update([email] if email and email != "-" else [])
+            except (SourceFailed, _Unreadable, _Gone) as exc:
+                # A group the Directory API will not expand (no admin role, no scope, not
+                # there) admits nobody through it: closed, never wider.
+                log.warning("Google group %s: %s; its members count as nobody", name, exc)
+                complete = False
+            self._members[name] = GroupMembers(name, frozenset(emails), complete)
+        return self._members[name]
+
+    # ------------------------------------------------------------ calls
+
+    def _call(self, request: Any, *, item: bool = False, hidden: bool = False) -> Any:
+        """``request.execute()``, waiting out 429s, 5xx and dropped connections within the budget.
+
+        ``item``: the content of one file: a 404 is :class:`_Gone` (deleted since it was
+        listed), a 403 (too large to export, not downloadable) :class:`_Malformed` (skipped).
+        ``hidden``: permissions or members: a 404 is :class:`_Gone`, a 403 what Google will
+        not show this account (:class:`_Unreadable`).
+
+        Raises:
+            SourceCredentialsRejected: 401, a key the token endpoint refuses, another 403.
+            SourceFailed: the budget is spent, a garbage answer, any other error.
+        """
+        budget = RetryBudget("Google Drive", self.budget_seconds, self.sleep)
+        while True:
+            try:
+                return request.execute()
+            except HttpError as exc:
+                status, reason = exc.resp.status, _reason(exc)
+                if status == 429 or (status == 403 and reason in _RATE_REASONS) or status >= 500:
+                    asked = retry_after(exc.resp.get("retry-after")) if status < 500 else None
+                    budget.wait(asked, f"HTTP {status}")
+                    continue
+                raise _refused(status, reason, item=item, hidden=hidden) from None
+            except RefreshError as exc:
+                raise SourceCredentialsRejected(
+                    "Google refused the service account's key "
+                    f"({_first_line(exc)}): it was deleted or disabled, or domain-wide delegation "
+                    "does not grant these scopes. Make a new key and set it."
+                ) from None
+            except ValueError:
+                raise SourceFailed("Google Drive answered something that is not JSON.") from None
+            except (TransportError, httplib2.HttpLib2Error, http.client.HTTPException, OSError):
+                budget.wait(None, "unreachable")
+            except GoogleAuthError:
+                raise SourceCredentialsRejected(
+                    "The service account's key cannot be used; make a new one and set it."
+                ) from None
+
+
+class _Malformed(Exception):
+    """A file Drive gave in a shape it should not have, or would not give."""
+
+
+class _Unreadable(Exception):
+    """Permissions or members that could not be read."""
+
+
+class _Gone(Exception):
+    """A file or group no longer there."""
+
+
+def _refused(status: int, reason: str, *, item: bool, hidden: bool) -> Exception:
+    """What an HTTP 4xx other than a rate limit means (``item``, ``hidden``: as ``_call``)."""
+    if status == 404 and (item or hidden):
+        return _Gone()
+    if status == 403 and hidden:
+        return _Unreadable(f"Google will not show them to this account ({reason})")
+    if status == 403 and item:
+        return _Malformed(f"Google Drive will not give this file ({reason}); skipped.")
+    if status in (401, 403):
+        return SourceCredentialsRejected(
+            f"Google refused the credentials (HTTP {status}, {reason}): the key was revoked, "
+            "or the account cannot read this drive or folder. Share it with the service "
+            "account (or its subject), or make a new key and set it."
+        )
+    if status == 404:
+        return SourceFailed(
+            f"Google Drive has no such shared drive or folder that this account can read "
+            f"(HTTP 404, {reason}): share it with the service account (or its subject)."
+        )
+    return SourceFailed(f"Google Drive answered HTTP {status} ({reason}).")
+
+
+def _credentials(key: str, subject: str) -> service_account.Credentials:
+    """The service account's credentials, from its JSON key (never echoed back in errors)."""
+    try:
+        info = json.loads(key)
+    except ValueError:
+        info = None
+    if not isinstance(info, dict) or info.get("type") != "service_account":
+        raise SourceError(
+            "The Google Drive credential is not a service account's JSON key: put the whole "
+            "key file's content in KB_GDRIVE_CREDENTIALS, or give the source --token-file KEY.json."
+        )
+    try:
+        credentials = service_account.Credentials.from_service_account_info(
+            info, scopes=[DRIVE_SCOPE], subject=subject or None
+        )
+    except (ValueError, KeyError):
+        raise SourceError(
+            "The service account's JSON key lacks its client_email, token_uri or a readable "
+            "private_key; download a new key for it."
+        ) from None
+    return credentials
+
+
+def _service(
+    name: str, version: str, credentials: Any, timeout: int, api_url: str, path: str
+) -> Any:
+    options = {"api_endpoint": f"{api_url.rstrip('/')}/{path}"} if api_url else None
+    http = google_auth_httplib2.AuthorizedHttp(credentials, http=httplib2.Http(timeout=timeout))
+    return build(
+        name,
+        version,
+        http=http,
+        static_discovery=True,
+        cache_discovery=False,
+        client_options=options,
+    )
+
+
+def _file(row: object) -> dict[str, Any]:
+    """A file of a listing or a change, checked for the fields the sync needs."""
+    if not isinstance(row, dict):
+        raise SourceFailed("Google Drive answered a file that is not JSON.")
+    item, name, mime = row.get("id"), row.get("name"), row.get("mimeType")
+    if not isinstance(item, str) or not _ID.fullmatch(item):
+        raise SourceFailed("Google Drive answered a file without an id.")
+    if not isinstance(name, str) or not name.strip() or not isinstance(mime, str):
+        raise SourceFailed(f"Google Drive answered file {item} without a name or a type.")
+    return {**row, "trashed": bool(row.get("trashed"))}
+
+
+def _change(row: object) -> tuple[str, dict[str, Any] | None]:
+    """A change's file id and its file; ``None``: removed (deleted, or out of reach)."""
+    if not isinstance(row, dict) or not isinstance(row.get("fileId"), str):
+        raise SourceFailed("Google Drive answered a change without a file id.")
+    if row.get("removed") or row.get("file") is None:
+        return row["fileId"], None
+    return row["fileId"], _file(row["file"])
+
+
+def _readable(file: dict[str, Any]) -> bool:
+    """Whether the extractor reads what this file is, or is exported as."""
+    if file["mimeType"] in EXPORTS:
+        return True
+    return _suffix(file["name"], file["mimeType"]) is not None
+
+
+def _suffix(name: str, mime: str) -> str | None:
+    dot = name.rfind(".")
+    suffix = name[dot:].lower() if dot > 0 else ""
+    if suffix in SUPPORTED_SUFFIXES:
+        return suffix
+    return _SUFFIX_OF_TYPE.get(mime)
+
+
+def _filename(name: str, mime: str) -> str:
+    safe = _safe_name(name)
+    suffix = _suffix(name, mime) or ""
+    return safe if safe.lower().endswith(suffix) else f"{safe}{suffix}"
+
+
+def _grant(row: object) -> tuple[str, str]:
+    """One permission as ``(kind, principal)``; ``("", "")`` admits nobody.
+
+    Every role (reader, commenter, writer, organizer, owner...) reads. A
+    permission of a deleted account, or a person or group Drive shows without
+    an email, admits nobody.
+    """
+    if not isinstance(row, dict):
+        raise _Unreadable("Drive answered a permission that is not JSON")
+    if row.get("deleted"):
+        return "", ""
+    kind = row.get("type")
+    if kind in ("user", "group"):
+        email = row.get("emailAddress")
+        if isinstance(email, str) and "@" in email:
+            return kind, email.strip().lower()
+        return "", ""
+    if kind == "domain":
+        domain = row.get("domain")
+        return (
+            ("domain", domain.strip().lower()) if isinstance(domain, str) and domain else ("", "")
+        )
+    if kind == "anyone":
+        return "anyone", ""
+    return "", ""
+
+
+def _member_email(row: object) -> str | None:
+    """A member's email; ``None`` for one whose people cannot be listed (the whole customer);
+    ``"-"`` for a row that admits nobody itself (a nested group, whose members come too,
+    or a suspended account)."""
+    if not isinstance(row, dict):
+        return None
+    kind = row.get("type")
+    if kind == "CUSTOMER":
+        return None
+    if kind == "GROUP" or row.get("status") == "SUSPENDED":
+        return "-"
+    email = row.get("email")
+    return email.strip().lower() if isinstance(email, str) and "@" in email else None
+
+
+def _reason(exc: HttpError) -> str:
+    """Google's reason for an error (``rateLimitExceeded``...), from its JSON body."""
+    try:
+        error = json.loads(exc.content).get("error") or {}
+    except (ValueError, AttributeError):
+        return "no reason given"
+    errors = error.get("errors") if isinstance(error, dict) else None
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        return str(errors[0].get("reason") or error.get("status") or "no reason given")[:80]
+    return str(error.get("status") or "no reason given")[:80] if isinstance(error, dict) else ""
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc.args[0]) if exc.args else "refused"
+    return text.splitlines()[0][:160] if text else "refused"
+
+
+def _url_of(file: dict[str, Any]) -> str:
+    """Where the file opens in Drive: its ``webViewLink`` on Google's hosts, else by its id."""
+    link = file.get("webViewLink")
+    if isinstance(link, str):
+        parts = urlsplit(link)
+        if parts.scheme == "https" and parts.hostname in _DRIVE_HOSTS:
+            return link
+    return f"https://drive.google.com/open?id={quote(file['id'], safe='')}"
+
+
+def _checkpoint(token: str) -> str:
+    return json.dumps({"page_token": token})
+
+
+def _token_of(checkpoint: str) -> str:
+    try:
+        token = json.loads(checkpoint).get("page_token")
+    except (ValueError, AttributeError):
+        token = None
+    if not isinstance(token, str) or not token:
+        raise SourceFailed("The saved checkpoint cannot be read; kb source sync --full reloads.")
+    return token
+
+
+def _safe_name(title: str) -> str:
+    return re.sub(r"[\\/\x00-\x1f]+", " ", title).strip()[:120] or "file"
