@@ -742,6 +742,12 @@ class Words:
     HOME_ANSWER_WITHHELD = N_("_Written from a channel's documents: not shown here._")
     HOME_THREAD = N_("open the thread")
     HOME_REASON_WITHHELD = N_("_Why it failed is shown to the channel's members._")
+    HOME_SOURCES_HEADER = N_("Failing sources")
+    HOME_SOURCES_INTRO = N_(
+        "Their last sync failed. A sync is tried again on the schedule; `kb source sync NAME` "
+        "on the server tries it now, and `kb source list` shows every source."
+    )
+    HOME_NEVER = N_("never")
 
     def home_counts(self, documents: int, chunks: int, channel_documents: int) -> str:
         """How much the knowledge base holds (searchable documents only)."""
@@ -785,6 +791,16 @@ class Words:
             uploader=uploader,
             when=when,
             reason=reason,
+        )
+
+    def home_failing_source(self, name: str, kind: str, reason: str, last_good: str) -> str:
+        """A source whose last sync failed, for admins (``name`` and ``reason`` escaped)."""
+        return self._(
+            ":warning: *{name}* ({kind}) · last good sync: {last_good}\n{reason}",
+            name=name,
+            kind=kind,
+            reason=reason,
+            last_good=last_good,
         )
 
     def home_stale_summary(self, count: int) -> str:
