@@ -542,6 +542,25 @@ class Words:
             stale_after=stale_after,
         )
 
+    def reindex_moved(self, built_on: str, default: str) -> str:
+        """A reindex moved the knowledge base off the earlier default model it was kept on."""
+        return self._(
+            ":arrows_counterclockwise: The knowledge base moved from {built_on} to {default}, "
+            "the default model: questions are answered on it from now on.",
+            built_on=built_on,
+            default=default,
+        )
+
+    def reindex_not_moved(self, built_on: str, default: str) -> str:
+        """A reindex could not move the knowledge base off the earlier default model."""
+        return self._(
+            ":warning: The knowledge base stays on {built_on}: the documents below could not "
+            "be rebuilt on {default}, so nothing was changed. Fix or remove them, then run "
+            "`/kb-reindex` again.",
+            built_on=built_on,
+            default=default,
+        )
+
     def reindex_failure_line(self, name: str, reason: str) -> str:
         """One failed document in the report (both already escaped)."""
         return f"• *{name}*: {reason}"
@@ -895,8 +914,8 @@ class Words:
         """The knowledge base still answers on the earlier default model it was built on."""
         return self._(
             ":information_source: *This knowledge base was built on {built_on}* and answers "
-            "on it. Run `kb reindex` to move it to {default}, the default model, then restart "
-            "`kb serve`.",
+            "on it. `/kb-reindex` moves it to {default}, the default model, without a restart "
+            "(`kb reindex` on the server does too, then restart `kb serve`).",
             built_on=built_on,
             default=default,
         )
