@@ -26,9 +26,10 @@ import pytest
 from bot.slack import messages
 from core.searches import SearchGate
 from core.thresholds import BUNDLED, MINILM
-from index.config import DEFAULT_EMBEDDING_MODEL
+from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig
 from index.embed import MULTILINGUAL_MODEL_NAME
 from index.knowledge_base import KnowledgeBase, ReindexReport
+from index.records import DocumentRow
 from tests.servers import (
     CHANNEL_ID,
     MockSlackAPI,
@@ -183,6 +184,30 @@ async def test_a_document_the_configured_model_cannot_rebuild_keeps_everything_a
     await bot.event(app_mention_event(IN_DOMAIN))
     answered = json.dumps(await bot.answer(), ensure_ascii=False)
     assert "Employee handbook" in answered and "#char=" in answered
+
+
+def test_a_document_added_during_the_move_is_stale_after_it_never_mixed(
+    fixture_data_dir: Path, index_dir: Path
+) -> None:
+    shutil.copytree(fixture_data_dir, index_dir, dirs_exist_ok=True)
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir, embedding_model=DEFAULT_EMBEDDING_MODEL))
+    assert kb.kept_model is not None
+    added: list[DocumentRow] = []
+
+    @contextmanager
+    def switch() -> Iterator[None]:
+        # Every other document is embedded by the preset; this one comes on MiniLM.
+        added.append(kb.ingest_bytes(b"# Parking\n\nPark in bay 7.\n", "parking.md").document)
+        yield
+
+    report = kb.reindex(switch=switch)
+    (parking,) = added
+    assert parking.embedding_model == MINILM and parking.state == "indexed"
+    assert kb.kept_model is None and kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME)
+    assert [d.id for d in kb.stale_documents()] == [parking.id] and report.stale_after == 1
+    searched = {c["id"] for c in kb.store.searchable_chunks(kb.embedder.name, kb.embedder.dim)}
+    assert searched and not searched & {int(c["id"]) for c in kb.chunks(parking.id)}
+    assert kb.search_index.sync() == kb.store.generation
 
 
 async def test_the_search_gate_lets_a_switch_in_only_between_searches() -> None:
