@@ -29,7 +29,7 @@ from bot.slack.blocks import audit_lines, escape
 from bot.slack.words import Words
 from core.answer import Engine
 from core.config import EngineConfig
-from index.errors import ReindexInProgress
+from index.errors import KBError, ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
 from index.records import AuditEntry
 
@@ -40,6 +40,8 @@ __all__ = ["Reindexer", "render_reindex_report"]
 REINDEX_PROGRESS_SECONDS = 2.0
 MAX_REPORTED_FAILURES = 10
 RECENT_CHANGES = 10
+# How long a move to the configured model waits for the searches under way to end.
+SWITCH_WAIT_SECONDS = 300.0
 
 
 Report = Callable[[str], Coroutine[Any, Any, None]]
@@ -128,6 +130,11 @@ class Reindexer:
         except ReindexInProgress:
             await report(words.REINDEX_RUNNING)
             return None
+        except KBError as exc:
+            # The disk refused a write, the configured model could not run...: said, not silent.
+            log.exception("the reindex stopped")
+            await report(words.reindex_stopped(escape(str(exc))))
+            return None
         finally:
             self._running = False
             # The final report must not be overtaken by a late progress line.
@@ -151,13 +158,18 @@ class Reindexer:
         @contextmanager
         def switch() -> Iterator[None]:
             # Entered in the reindex's worker thread; the gate lives on the event loop.
-            asyncio.run_coroutine_threadsafe(engine.searches.close(), loop).result()
+            closing = asyncio.run_coroutine_threadsafe(engine.searches.close(), loop)
             try:
+                # Searches under way end within their own timeouts; past this bound (the loop
+                # stopping, say) the reindex stops before it has changed anything.
+                closing.result(timeout=SWITCH_WAIT_SECONDS)
                 yield
                 engine.follow_model(config_for(self.kb.config.embedding_model))
                 log.info("answering on %s from now on", self.kb.embedder.name)
             finally:
-                loop.call_soon_threadsafe(engine.searches.reopen)
+                closing.cancel()
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(engine.searches.reopen)
 
         return switch
 

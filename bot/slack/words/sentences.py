@@ -551,6 +551,10 @@ class Words:
             default=default,
         )
 
+    def reindex_stopped(self, reason: str) -> str:
+        """A reindex that stopped on an error (``reason`` escaped, English from the index layer)."""
+        return self._(":x: The reindex stopped: {reason}", reason=reason)
+
     def reindex_not_moved(self, built_on: str, default: str) -> str:
         """A reindex could not move the knowledge base off the earlier default model."""
         return self._(
