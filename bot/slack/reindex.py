@@ -163,9 +163,14 @@ class Reindexer:
                 # Searches under way end within their own timeouts; past this bound (the loop
                 # stopping, say) the reindex stops before it has changed anything.
                 closing.result(timeout=SWITCH_WAIT_SECONDS)
+                held = time.monotonic()
                 yield
                 engine.follow_model(config_for(self.kb.config.embedding_model))
-                log.info("answering on %s from now on", self.kb.embedder.name)
+                log.info(
+                    "answering on %s from now on; new searches waited %.1f s for the change",
+                    self.kb.embedder.name,
+                    time.monotonic() - held,
+                )
             finally:
                 closing.cancel()
                 if not loop.is_closed():
