@@ -87,7 +87,9 @@ def create_app(
     slack_config = settings.slack_config()
     # Who may read what, one rule and one membership cache for every surface.
     access = slack_access(settings.access_config(), slack_client, SourceGrants(kb.store))
-    services = Services.open(slack_config, kb, engine, access)
+    services = Services.open(
+        slack_config, kb, engine, access, engine_config_for=settings.engine_config
+    )
     # Each route's own body size is bodies.limit_body's; this is the one for the rest.
     app = web.Application(middlewares=routes.MIDDLEWARES, client_max_size=bodies.DEFAULT_MAX_BODY)
     bodies.setup(app, settings.http_limits())

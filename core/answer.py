@@ -48,6 +48,7 @@ from core.outside import Found, Outside, OutsideRef, OutsideSearch, close_passag
 from core.prompt import HISTORY_TURNS, Source, ThreadMessage, as_thread, build_messages
 from core.rerank import Reranker
 from core.retrieve import Candidate, Mode, RetrievalBackend
+from core.searches import SearchGate
 from core.selection import PassageSelector, Selection, retrieval_query
 from index.errors import DocumentNotFound, StorageError
 from index.ingest import SHEET_KINDS, sheet_columns
@@ -234,6 +235,22 @@ class Engine:
         self.backend = backend or kb.search_index
         self.reranker = reranker or (Reranker(config.reranker) if config.reranker else None)
         self.selector = PassageSelector(kb, config, backend=self.backend, reranker=self.reranker)
+        # Held by every search, closed by a switch of the embedding model (core.searches).
+        self.searches = SearchGate()
+        self._own_backend = backend is None
+
+    def follow_model(self, config: EngineConfig) -> None:
+        """Search the index of the model ``kb`` now runs, at that model's thresholds (``config``).
+
+        Called while :attr:`searches` is closed, after the knowledge base moved
+        to another embedding model (``KnowledgeBase.reindex`` with a switch).
+        """
+        if self._own_backend:
+            self.backend = self.kb.search_index
+        self.config = config
+        self.selector = PassageSelector(
+            self.kb, config, backend=self.backend, reranker=self.reranker
+        )
 
     def thread_history(self, channel: str, thread_id: str) -> list[ThreadMessage]:
         """A thread's earlier messages as the query log has them (its questions and answers)."""
@@ -317,53 +334,59 @@ class Engine:
         t0 = trace.started
         await report(Step(StepKind.SEARCHING))
         search.start()  # beside retrieval: the two wait on different machines
-        query = retrieval_query(question, history)
-        vector = await asyncio.to_thread(self.selector.vector, query)
-        timings["embed"] = _ms_since(t0)
-        t = time.perf_counter()
-        seen = self.kb.search_index.generation
-        candidates = trace.candidates = await self._search(query, vector, scopes)
-        timings["retrieve"] = _ms_since(t)
-        t = time.perf_counter()
-        kept = await self._keep(query, vector, candidates, timings)
-        timings["gate"] = _ms_since(t)
-        if kept.missing and await self._caught_up(seen):
-            # The snapshot named chunks another process had just replaced or
-            # removed (a reindex, a removal): ask the store as it is now.
+        # One model from the question's embedding to its passages' text (core.searches).
+        leave = await self.searches.enter()
+        try:
+            query = retrieval_query(question, history)
+            vector = await asyncio.to_thread(self.selector.vector, query)
+            timings["embed"] = _ms_since(t0)
             t = time.perf_counter()
+            seen = self.kb.search_index.generation
             candidates = trace.candidates = await self._search(query, vector, scopes)
+            timings["retrieve"] = _ms_since(t)
+            t = time.perf_counter()
             kept = await self._keep(query, vector, candidates, timings)
-            timings["refresh"] = _ms_since(t)
-        trace.kept = kept.passages
-        group = await self._outside(search, vector, timings)
-        quoted = group.shown if group is not None and group.quoted else []
-        trace.outside_quoted = bool(quoted)
-        if not kept.passages and not quoted:
-            answer = await self._not_answered(question, kept.selection)
-            await report(_passages_step(StepKind.NOTHING_FOUND, answer.sources))
-        else:
-            found = _passages_step(StepKind.FOUND, kept.passages)
-            # Each conversation the quoted messages come from counts as a document.
-            places = {o.passage.place for o in quoted}
-            await report(
-                replace(
-                    found,
-                    passages=found.passages + len(quoted),
-                    documents=found.documents + len(places),
+            timings["gate"] = _ms_since(t)
+            if kept.missing and await self._caught_up(seen):
+                # The snapshot named chunks another process had just replaced or
+                # removed (a reindex, a removal): ask the store as it is now.
+                t = time.perf_counter()
+                candidates = trace.candidates = await self._search(query, vector, scopes)
+                kept = await self._keep(query, vector, candidates, timings)
+                timings["refresh"] = _ms_since(t)
+            trace.kept = kept.passages
+            group = await self._outside(search, vector, timings)
+            quoted = group.shown if group is not None and group.quoted else []
+            trace.outside_quoted = bool(quoted)
+            if not kept.passages and not quoted:
+                answer = await self._not_answered(question, kept.selection)
+                await report(_passages_step(StepKind.NOTHING_FOUND, answer.sources))
+            else:
+                found = _passages_step(StepKind.FOUND, kept.passages)
+                # Each conversation the quoted messages come from counts as a document.
+                places = {o.passage.place for o in quoted}
+                await report(
+                    replace(
+                        found,
+                        passages=found.passages + len(quoted),
+                        documents=found.documents + len(places),
+                    )
                 )
-            )
-            beside = await self._beside(kept)
-            answer = await self._generate(
-                question, kept.passages, history, on_delta, on_step, trace, quoted
-            )
-            answer.beside = beside
-        answer.outside = _cited_outside(group, answer)
-        if any(not s.url for s in [*answer.sources, *answer.kept, *answer.beside]):
-            answer.links_note = UNSIGNED_LINKS_TEXT
-        timings["total"] = _ms_since(t0)
-        answer.timings_ms = timings
-        await report(Step(StepKind.DONE))
-        return answer
+                beside = await self._beside(kept)
+                leave()  # the passages are read: the model writes from them, whatever runs next
+                answer = await self._generate(
+                    question, kept.passages, history, on_delta, on_step, trace, quoted
+                )
+                answer.beside = beside
+            answer.outside = _cited_outside(group, answer)
+            if any(not s.url for s in [*answer.sources, *answer.kept, *answer.beside]):
+                answer.links_note = UNSIGNED_LINKS_TEXT
+            timings["total"] = _ms_since(t0)
+            answer.timings_ms = timings
+            await report(Step(StepKind.DONE))
+            return answer
+        finally:
+            leave()
 
     def _log_stopped(
         self, question: str, trace: _Trace, scopes: frozenset[str] | None, asker: Asker

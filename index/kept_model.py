@@ -6,7 +6,8 @@ opened with the default model, is not switched under its admins' feet: its
 vectors are MiniLM's, so the knowledge base keeps running MiniLM (its
 passages, its calibrated thresholds) and says so at start, in ``kb status``,
 ``/readyz`` and the admins' Home tab. ``kb reindex`` re-embeds every document
-with the default and the knowledge base is on it from then on. One model
+with the default and the knowledge base is on it from then on (``/kb-reindex``
+in Slack moves the running server too: ``bot.slack.reindex``). One model
 runs at a time: the vectors of two models never meet in one search.
 
 The choice is made once, when the knowledge base is opened, from the stamps
@@ -52,7 +53,8 @@ class KeptModel:
         return (
             f"The knowledge base was built on {self.built_on} and answers on it; "
             f"run `kb reindex` to move to {self.default}, the default model "
-            "(then restart `kb serve`)."
+            "(then restart `kb serve`; `/kb-reindex` in Slack moves a running server "
+            "without a restart)."
         )
 
     def to_dict(self) -> dict[str, object]:

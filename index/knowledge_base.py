@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from dataclasses import replace as with_changes
 from pathlib import Path
@@ -192,26 +192,33 @@ class KnowledgeBase:
         self.uploads = self.store.uploads
         self.embedder = embedder or load_embedder(config)
         self._fit: tuple[int, LanguageFit] | None = None
-        stamped = self.store.stamped_dimensions(self.embedder.name)
+        self.query_adapters, self.search_index = self._search_of(config, self.embedder)
+        self._recover()
+        self._purge_failed()
+
+    def _search_of(
+        self, config: IndexConfig, embedder: Embedder
+    ) -> tuple[QueryAdapters, SearchIndex]:
+        """The query map and the search index of ``embedder``'s vectors (the index not opened)."""
+        stamped = self.store.stamped_dimensions(embedder.name)
         if stamped is not None:
-            self.embedder.expect_dimensions(stamped)
-        self.query_adapters = QueryAdapters(
+            embedder.expect_dimensions(stamped)
+        adapters = QueryAdapters(
             self.store,
-            embedding_model=self.embedder.name,
-            dimensions=self.embedder.dim,
+            embedding_model=embedder.name,
+            dimensions=embedder.dim,
             enabled=config.query_adapter,
         )
-        self.search_index: SearchIndex = open_search_index(
+        index = open_search_index(
             self.store,
-            embedding_model=self.embedder.name,
-            dimensions=self.embedder.dim,
+            embedding_model=embedder.name,
+            dimensions=embedder.dim,
             engine=config.search_engine,
             qdrant_url=config.qdrant_url,
             qdrant_api_key=config.qdrant_api_key,
-            adapters=self.query_adapters,
+            adapters=adapters,
         )
-        self._recover()
-        self._purge_failed()
+        return adapters, index
 
     def refresh_search(self) -> None:
         """Bring the search index up to the store, then refit the query map if it is due."""
@@ -266,12 +273,7 @@ class KnowledgeBase:
     @property
     def stamp(self) -> Stamp:
         """What documents indexed now are stamped with."""
-        return Stamp(
-            embedding_model=self.embedder.name,
-            dimensions=self.embedder.dim,
-            pipeline_version=PIPELINE_VERSION,
-            extractor_version=EXTRACTOR_VERSION,
-        )
+        return _stamp_of(self.embedder)
 
     @property
     def indexes(self) -> DerivedIndexes:
@@ -469,8 +471,15 @@ class KnowledgeBase:
         return row
 
     def _prepare(
-        self, doc: DocumentRow, progress: Progress | None, *, owner: str | None = None
+        self,
+        doc: DocumentRow,
+        progress: Progress | None,
+        *,
+        owner: str | None = None,
+        model: tuple[IndexConfig, Embedder] | None = None,
     ) -> Prepared:
+        """``doc`` read, chunked and embedded by the running model (or ``model``), stamped with it."""
+        config, embedder = model or (self.config, self.embedder)
         data = self.store.read_original(doc.sha256)
         done = 0
 
@@ -480,23 +489,24 @@ class KnowledgeBase:
             if progress:
                 progress("embedding", {"document": doc.name, "done": done})
 
-        return prepare_document(
+        prepared = prepare_document(
             data,
             doc.name,
-            embedder=self.embedder,
-            max_bytes=self.config.max_upload_bytes,
-            budget=passage_budget(self.config, self.embedder),
-            max_pages=self.config.max_pages,
-            max_chunks=self.config.max_chunks,
-            max_text_chars=self.config.max_text_chars,
+            embedder=embedder,
+            max_bytes=config.max_upload_bytes,
+            budget=passage_budget(config, embedder),
+            max_pages=config.max_pages,
+            max_chunks=config.max_chunks,
+            max_text_chars=config.max_text_chars,
             title=doc.title or None,
             on_batch=on_batch,
             chunker=self.chunker,
-            ocr=self.config.ocr,
-            limits=self.config.extract,
+            ocr=config.ocr,
+            limits=config.extract,
             owner=doc.uploader if owner is None else owner,
-            latent_terms=self.config.latent_terms,
+            latent_terms=config.latent_terms,
         )
+        return with_changes(prepared, stamp=_stamp_of(embedder))
 
     def _place(self, doc: DocumentRow, prepared: Prepared) -> None:
         """Commit a prepared document where its publishing rule puts it, audited, in one transaction."""
@@ -548,7 +558,7 @@ class KnowledgeBase:
             prepared.vectors,
             prepared.token_counts,
             canonical_text=ex.text,
-            stamp=self.stamp,
+            stamp=prepared.stamp or self.stamp,
             window_splits=prepared.chunking.window_splits,
             state=state,
             sentence_vectors=prepared.sentence_vectors,
@@ -800,7 +810,13 @@ class KnowledgeBase:
 
     # ------------------------------------------------------------------ reindex
 
-    def reindex(self, *, progress: Progress | None = None, actor: str = "cli") -> ReindexReport:
+    def reindex(
+        self,
+        *,
+        progress: Progress | None = None,
+        actor: str = "cli",
+        switch: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> ReindexReport:
         """Rebuild every document from its stored original with the running configuration.
 
         New chunks and vectors are computed beside the live ones; each
@@ -811,11 +827,24 @@ class KnowledgeBase:
         document whose bytes went over a reading limit that has not been raised
         since is not read again (``ReindexReport.skipped``, with the reason).
 
+        Args:
+            switch: on a knowledge base kept on the earlier default model
+                (``kept_model``), rebuild on the configured model and run on it
+                from then on: every document is embedded by it beside the live
+                index, then, inside ``switch()`` (where the caller holds its
+                searches), the documents are swapped, the configured model's
+                index is built, and this knowledge base moves to it. When a
+                searchable document cannot be rebuilt on the configured model,
+                nothing is changed (the report lists why) and the knowledge
+                base stays on the earlier one. Not used when no earlier model
+                is kept.
+
         Raises:
             ReindexInProgress: another reindex (in any process) is running.
         """
         with self._reindex_lock():
             report = ReindexReport(stale_before=len(self.stale_documents()))
+            target = self._configured_model() if switch is not None else None
             skipped = (DocState.INDEXING, DocState.REPLACED)
             docs = [d for d in self.store.documents() if d.state not in skipped]
             docs = [d for d in docs if not self._known_over_limit(d, report)]
@@ -824,26 +853,58 @@ class KnowledgeBase:
                 if progress:
                     progress("reindex", {"document": doc.name, "index": i, "total": len(docs)})
                 try:
-                    prepared.append((doc, self._prepare(doc, None, owner="reindex")))
+                    prepared.append((doc, self._prepare(doc, None, owner="reindex", model=target)))
                 except KBError as exc:
                     prepared.append((doc, exc))
-            for doc, result in prepared:
-                if isinstance(result, KBError):
-                    # A document that was searchable stays searchable with its
-                    # old chunks; the failure is reported, not applied.
-                    failure = _failure(result)
-                    if doc.state not in _HAS_CHUNKS:
-                        self._fail(doc.id, *failure)
-                    report.failed.append(FailedDocument(self.store.document(doc.id), failure[0]))
-                    continue
-                if self._recommit(doc.id, result):
-                    report.documents += 1
-                    report.chunks += len(result.chunking.chunks)
-            self.search_index.rebuild()
-            self.query_adapters.refit_if_due(force=True)
+            if target is not None and _lost_on_move(prepared):
+                # Moving now would leave those documents unsearchable: nothing is changed.
+                report.failed = [_failed(doc, r) for doc, r in prepared if isinstance(r, KBError)]
+                report.stale_after = report.stale_before
+                return report
+            with switch() if switch is not None and target is not None else nullcontext():
+                self._swap_in(prepared, report)
+                if target is None:
+                    self.search_index.rebuild()
+                    self.query_adapters.refit_if_due(force=True)
+                else:
+                    self._run_on(*target)
             report.stale_after = len(self.stale_documents())
             self.store.audit_log.add(_reindex_entry(report, actor))
             return report
+
+    def _swap_in(
+        self, prepared: Sequence[tuple[DocumentRow, Prepared | KBError]], report: ReindexReport
+    ) -> None:
+        """Commit each rebuilt document in place of its live chunks (``report`` counts them)."""
+        for doc, result in prepared:
+            if isinstance(result, KBError):
+                # A document that was searchable stays searchable with its
+                # old chunks; the failure is reported, not applied.
+                if doc.state not in _HAS_CHUNKS:
+                    self._fail(doc.id, *_failure(result))
+                report.failed.append(_failed(self.store.document(doc.id), result))
+                continue
+            if self._recommit(doc.id, result):
+                report.documents += 1
+                report.chunks += len(result.chunking.chunks)
+
+    def _configured_model(self) -> tuple[IndexConfig, Embedder] | None:
+        """The configured model a knowledge base kept on the earlier default moves to, loaded."""
+        if self.kept_model is None:
+            return None
+        config = with_changes(self.config, embedding_model=self.kept_model.default)
+        return config, load_embedder(config)
+
+    def _run_on(self, config: IndexConfig, embedder: Embedder) -> None:
+        """Build ``embedder``'s search index from the store and answer on it from now on."""
+        adapters, index = self._search_of(config, embedder)
+        index.rebuild()
+        adapters.refit_if_due(force=True)
+        self.config, self.embedder = config, embedder
+        self.query_adapters, self.search_index = adapters, index
+        self.kept_model = None
+        self._fit = None
+        log.info("the knowledge base now answers on %s", embedder.name)
 
     def _known_over_limit(self, doc: DocumentRow, report: ReindexReport) -> bool:
         """Whether ``doc`` failed a reading limit not raised since (added to ``report.skipped``)."""
@@ -966,6 +1027,26 @@ def _reindex_entry(report: ReindexReport, actor: str) -> AuditEntry:
         detail=(
             f"{report.documents} documents, {report.chunks} chunks, {len(report.failed)} failed"
         ),
+    )
+
+
+def _failed(doc: DocumentRow, exc: KBError) -> FailedDocument:
+    """``doc`` in a reindex's report of failures, with why it could not be rebuilt."""
+    return FailedDocument(doc, _failure(exc)[0])
+
+
+def _lost_on_move(prepared: Sequence[tuple[DocumentRow, Prepared | KBError]]) -> bool:
+    """Whether a searchable document could not be rebuilt: moved, it would not be searched."""
+    return any(isinstance(r, KBError) and d.state in _HAS_CHUNKS for d, r in prepared)
+
+
+def _stamp_of(embedder: Embedder) -> Stamp:
+    """What a document embedded by ``embedder`` now is stamped with."""
+    return Stamp(
+        embedding_model=embedder.name,
+        dimensions=embedder.dim,
+        pipeline_version=PIPELINE_VERSION,
+        extractor_version=EXTRACTOR_VERSION,
     )
 
 

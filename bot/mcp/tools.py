@@ -194,11 +194,13 @@ class Tools:
         query = _checked(query)
         t0 = time.perf_counter()
         scopes = await scopes_of(person, self.people, self.engine.kb)
-        selection = await asyncio.to_thread(self.engine.selector.select, query, scopes)
-        verdict = _verdict(selection)
-        shown = selection.shown[:limit]
-        # A chunk replaced since the snapshot was taken is left out, as answers leave it.
-        refs, _ = await self.engine.source_refs(shown)
+        # One embedding model from the query to its passages (core.searches).
+        async with self.engine.searches.searching():
+            selection = await asyncio.to_thread(self.engine.selector.select, query, scopes)
+            verdict = _verdict(selection)
+            shown = selection.shown[:limit]
+            # A chunk replaced since the snapshot was taken is left out, as answers leave it.
+            refs, _ = await self.engine.source_refs(shown)
         written_from = {c.chunk_id for c in selection.kept}
         passages = [_passage(r, r.chunk_id in written_from) for r in refs]
         result = SearchResult(verdict=verdict, note=_VERDICT_NOTES[verdict], passages=passages)

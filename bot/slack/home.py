@@ -12,7 +12,9 @@ for the person who opened it (``bot.slack.blocks.home`` builds it):
   same reindex as ``/kb-reindex``; its progress shows on the tab, its report
   also comes as a message), the knowledge gaps of the last 30 days
   (``core.gaps``), answers marked not helpful, and the calibration in force
-  (the thresholds, and the rates ``kb calibrate`` last measured at them).
+  (the thresholds, and the rates ``kb calibrate`` last measured at them); first,
+  each synced source whose last run failed (``index.sources``), with the reason
+  and its last good sync, and nothing while every source is fine.
 
 The view is a snapshot: it is published again on every open, every button and
 every step of a retry or reindex started from it. Every button checks again
@@ -277,6 +279,7 @@ class Home:
         return {
             "failed": sorted(documents, key=lambda d: (d.updated_at, d.id), reverse=True),
             "stale": self.kb.stale_documents(),
+            "failing_sources": [s for s in self.kb.store.sources.all() if s.last_error is not None],
             "disliked": disliked,
             "disliked_total": disliked_total,
             "calibration": Calibration(

@@ -5,6 +5,15 @@ thread, so questions keep being answered, and one at a time: the file lock of
 ``KnowledgeBase.reindex`` also covers ``kb reindex`` run from a shell. The
 final report ends with the latest changes to the knowledge base, the reindex
 among them, from the audit log.
+
+A knowledge base kept on the earlier default model (``index.kept_model``) is
+moved: every document is embedded by the configured model beside the live
+index while questions are answered on the earlier one; then the engine's
+search gate (``core.searches``) is closed for the swap (the searches under
+way finish first, new ones wait), the documents and the index change over,
+the engine takes the new model's thresholds, and the gate reopens. No
+question is searched on two models, nor on a half-moved store; the running
+bot answers on the configured model from then on, without a restart.
 """
 
 from __future__ import annotations
@@ -12,12 +21,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from bot.slack.blocks import audit_lines, escape
 from bot.slack.words import Words
-from index.errors import ReindexInProgress
+from core.answer import Engine
+from core.config import EngineConfig
+from index.errors import KBError, ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
 from index.records import AuditEntry
 
@@ -28,6 +40,8 @@ __all__ = ["Reindexer", "render_reindex_report"]
 REINDEX_PROGRESS_SECONDS = 2.0
 MAX_REPORTED_FAILURES = 10
 RECENT_CHANGES = 10
+# How long a move to the configured model waits for the searches under way to end.
+SWITCH_WAIT_SECONDS = 300.0
 
 
 Report = Callable[[str], Coroutine[Any, Any, None]]
@@ -38,13 +52,25 @@ class Reindexer:
 
     Args:
         kb: the knowledge base to rebuild.
+        engine: the engine answering from it, switched with it when a reindex moves
+            ``kb`` off the earlier default model; ``None``: such a reindex rebuilds
+            on the earlier model, as any other.
+        engine_config_for: the engine's configuration for a model
+            (``KB_EMBEDDING_MODEL`` value), with that model's thresholds.
         progress_seconds: least time between two progress reports.
     """
 
     def __init__(
-        self, kb: KnowledgeBase, *, progress_seconds: float = REINDEX_PROGRESS_SECONDS
+        self,
+        kb: KnowledgeBase,
+        *,
+        engine: Engine | None = None,
+        engine_config_for: Callable[[str], EngineConfig] | None = None,
+        progress_seconds: float = REINDEX_PROGRESS_SECONDS,
     ) -> None:
         self.kb = kb
+        self.engine = engine
+        self.engine_config_for = engine_config_for
         self.progress_seconds = progress_seconds
         self._running = False
 
@@ -95,10 +121,19 @@ class Reindexer:
             text = words.reindex_progress(int(info["index"]) + 1, int(info["total"]))
             loop.call_soon_threadsafe(send, text)
 
+        kept = self.kb.kept_model
+        switch = self._switch(loop) if kept is not None else None
         try:
-            result = await asyncio.to_thread(self.kb.reindex, progress=progress, actor=actor)
+            result = await asyncio.to_thread(
+                self.kb.reindex, progress=progress, actor=actor, switch=switch
+            )
         except ReindexInProgress:
             await report(words.REINDEX_RUNNING)
+            return None
+        except KBError as exc:
+            # The disk refused a write, the configured model could not run...: said, not silent.
+            log.exception("the reindex stopped")
+            await report(words.reindex_stopped(escape(str(exc))))
             return None
         finally:
             self._running = False
@@ -106,14 +141,56 @@ class Reindexer:
             await asyncio.sleep(0)
             await asyncio.gather(*pending, return_exceptions=True)
         recent = await asyncio.to_thread(self.kb.audit_log.entries, RECENT_CHANGES)
-        await report(render_reindex_report(result, words=words, recent=recent))
+        move = None
+        if kept is not None and switch is not None:
+            move = (kept.built_on, kept.default, self.kb.kept_model is None)
+        await report(render_reindex_report(result, words=words, recent=recent, move=move))
         return result
+
+    def _switch(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[], AbstractContextManager[None]] | None:
+        """What the reindex runs its swap inside: the engine's searches held, then switched."""
+        engine, config_for = self.engine, self.engine_config_for
+        if engine is None or config_for is None:
+            return None
+
+        @contextmanager
+        def switch() -> Iterator[None]:
+            # Entered in the reindex's worker thread; the gate lives on the event loop.
+            closing = asyncio.run_coroutine_threadsafe(engine.searches.close(), loop)
+            try:
+                # Searches under way end within their own timeouts; past this bound (the loop
+                # stopping, say) the reindex stops before it has changed anything.
+                closing.result(timeout=SWITCH_WAIT_SECONDS)
+                held = time.monotonic()
+                yield
+                engine.follow_model(config_for(self.kb.config.embedding_model))
+                log.info(
+                    "answering on %s from now on; new searches waited %.1f s for the change",
+                    self.kb.embedder.name,
+                    time.monotonic() - held,
+                )
+            finally:
+                closing.cancel()
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(engine.searches.reopen)
+
+        return switch
 
 
 def render_reindex_report(
-    report: ReindexReport, *, words: Words, recent: Sequence[AuditEntry] = ()
+    report: ReindexReport,
+    *,
+    words: Words,
+    recent: Sequence[AuditEntry] = (),
+    move: tuple[str, str, bool] | None = None,
 ) -> str:
-    """The final ``/kb-reindex`` message (failure reasons escaped), then the ``recent`` changes."""
+    """The final ``/kb-reindex`` message (failure reasons escaped), then the ``recent`` changes.
+
+    ``move``: for a reindex that was to move the knowledge base off the earlier
+    default model, that model, the configured one, and whether it moved.
+    """
     lines = [
         words.reindex_done(
             report.documents,
@@ -123,6 +200,12 @@ def render_reindex_report(
             report.stale_after,
         )
     ]
+    if move is not None:
+        built_on, default, moved = move
+        if moved:
+            lines.append(words.reindex_moved(built_on, default))
+        else:
+            lines.append(words.reindex_not_moved(built_on, default))
     for failure in report.failed[:MAX_REPORTED_FAILURES]:
         reason = failure.reason or failure.document.failure_reason or ""
         lines.append(words.reindex_failure_line(escape(failure.document.name), escape(reason)))

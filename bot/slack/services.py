@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from bot.slack.sessions import Turns
 from bot.slack.uploads import Jobs, Uploader
 from bot.slack.words import Languages
 from core.answer import Engine
+from core.config import EngineConfig
 from index.knowledge_base import KnowledgeBase
 
 
@@ -65,9 +67,20 @@ class Services:
 
     @classmethod
     def open(
-        cls, config: SlackConfig, kb: KnowledgeBase, engine: Engine, access: Access
+        cls,
+        config: SlackConfig,
+        kb: KnowledgeBase,
+        engine: Engine,
+        access: Access,
+        *,
+        engine_config_for: Callable[[str], EngineConfig] | None = None,
     ) -> Services:
-        """Wire the services around an opened knowledge base, engine and access rule."""
+        """Wire the services around an opened knowledge base, engine and access rule.
+
+        ``engine_config_for``: the engine's configuration for a model, for a
+        ``/kb-reindex`` that moves the knowledge base off the earlier default model
+        (``bot.slack.reindex``); ``None``: it rebuilds on the model it runs.
+        """
         jobs = Jobs()
         directory = Directory()
         roles = Roles(config, directory)
@@ -84,7 +97,7 @@ class Services:
             uploader=Uploader(kb, config, jobs, approvals, deliveries),
             roles=roles,
             approvals=approvals,
-            reindexer=Reindexer(kb),
+            reindexer=Reindexer(kb, engine=engine, engine_config_for=engine_config_for),
             conversation=Conversation(engine),
             audience=Audience(config, directory),
             agent=Agent(kb, access, languages),

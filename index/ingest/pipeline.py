@@ -26,6 +26,7 @@ from index.ingest.isolated import read_isolated
 from index.ingest.sentences import SENTENCES_VERSION, embed_sentences, sentence_spans
 from index.languages import passage_languages
 from index.models import Chunking, Extracted
+from index.records import Stamp
 
 # Stamped on every document: bump when chunking, headers or extraction change
 # in a way that changes chunks or their sentence vectors, so older documents
@@ -47,6 +48,10 @@ class Prepared:
     language: str | None = None
     # Per chunk, its latent terms (index.embed.latent); None: the model has no sparse head.
     latent_terms: list[LatentTerms] | None = None
+    # What the vectors were made with, set by the knowledge base that embedded them: a
+    # document is stamped with the model that embedded it, even when the knowledge base
+    # moved to another model before it was committed (None: the committing one's).
+    stamp: Stamp | None = None
 
 
 def prepare_document(

@@ -44,6 +44,7 @@ from bot.slack.words import Words
 from index.models import EVERYONE
 from index.names import display_name
 from index.records import DocumentRow
+from index.storage import SourceRow
 
 if TYPE_CHECKING:
     from core.calibration import CalibrationRecord, RateRow
@@ -227,6 +228,7 @@ class AdminHome:
     ``readable``: the channels (scopes) the admin is a member of, among those of the
     failed and stale documents shown: another channel's documents are listed without
     their names or failure reasons, since an admin need not be a member.
+    ``failing_sources``: the synced sources whose last run failed (``index.sources``), by name.
     """
 
     failed: Sequence[DocumentRow]
@@ -239,6 +241,7 @@ class AdminHome:
     calibration: Calibration
     gaps_failed: bool = False
     readable: frozenset[str] = frozenset()
+    failing_sources: Sequence[SourceRow] = ()
 
 
 # ---------------------------------------------------------------- text
@@ -371,11 +374,32 @@ def _admin_blocks(admin: AdminHome, pages: Pages, words: Words) -> list[Block]:
     return [
         divider(),
         header(words.HOME_ADMIN_HEADER, emoji=True),
+        *_failing_source_blocks(admin.failing_sources, words),
         *_failed_blocks(admin.failed, pages, admin.readable, words),
         *_stale_blocks(admin.stale, admin.reindex_running, pages, admin.readable, words),
         *_gap_blocks(admin.gaps, admin.gaps_failed, admin.gap_links, pages, words),
         *_disliked_blocks(admin.disliked, admin.disliked_total, pages, words),
         *_calibration_blocks(admin.calibration, words),
+    ]
+
+
+def _failing_source_blocks(sources: Sequence[SourceRow], words: Words) -> list[Block]:
+    """Each source whose last sync failed, with why and its last good sync; none: nothing."""
+    if not sources:
+        return []
+    lines = [
+        words.home_failing_source(
+            clip(s.name, NAME_CHARS),
+            clip(s.kind, NAME_CHARS),
+            clip(s.last_error or "", REASON_CHARS),
+            _when(s.last_good_at) if s.last_good_at is not None else words.HOME_NEVER,
+        )
+        for s in sources
+    ]
+    return [
+        header(words.HOME_SOURCES_HEADER, emoji=True),
+        context(words.HOME_SOURCES_INTRO),
+        *_packed(lines),
     ]
 
 

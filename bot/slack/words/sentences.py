@@ -542,6 +542,29 @@ class Words:
             stale_after=stale_after,
         )
 
+    def reindex_moved(self, built_on: str, default: str) -> str:
+        """A reindex moved the knowledge base off the earlier default model it was kept on."""
+        return self._(
+            ":arrows_counterclockwise: The knowledge base moved from {built_on} to {default}, "
+            "the default model: questions are answered on it from now on.",
+            built_on=built_on,
+            default=default,
+        )
+
+    def reindex_stopped(self, reason: str) -> str:
+        """A reindex that stopped on an error (``reason`` escaped, English from the index layer)."""
+        return self._(":x: The reindex stopped: {reason}", reason=reason)
+
+    def reindex_not_moved(self, built_on: str, default: str) -> str:
+        """A reindex could not move the knowledge base off the earlier default model."""
+        return self._(
+            ":warning: The knowledge base stays on {built_on}: the documents below could not "
+            "be rebuilt on {default}, so nothing was changed. Fix or remove them, then run "
+            "`/kb-reindex` again.",
+            built_on=built_on,
+            default=default,
+        )
+
     def reindex_failure_line(self, name: str, reason: str) -> str:
         """One failed document in the report (both already escaped)."""
         return f"• *{name}*: {reason}"
@@ -742,6 +765,12 @@ class Words:
     HOME_ANSWER_WITHHELD = N_("_Written from a channel's documents: not shown here._")
     HOME_THREAD = N_("open the thread")
     HOME_REASON_WITHHELD = N_("_Why it failed is shown to the channel's members._")
+    HOME_SOURCES_HEADER = N_("Failing sources")
+    HOME_SOURCES_INTRO = N_(
+        "Their last sync failed. A sync is tried again on the schedule; `kb source sync NAME` "
+        "on the server tries it now, and `kb source list` shows every source."
+    )
+    HOME_NEVER = N_("never")
 
     def home_counts(self, documents: int, chunks: int, channel_documents: int) -> str:
         """How much the knowledge base holds (searchable documents only)."""
@@ -785,6 +814,16 @@ class Words:
             uploader=uploader,
             when=when,
             reason=reason,
+        )
+
+    def home_failing_source(self, name: str, kind: str, reason: str, last_good: str) -> str:
+        """A source whose last sync failed, for admins (``name`` and ``reason`` escaped)."""
+        return self._(
+            ":warning: *{name}* ({kind}) · last good sync: {last_good}\n{reason}",
+            name=name,
+            kind=kind,
+            reason=reason,
+            last_good=last_good,
         )
 
     def home_stale_summary(self, count: int) -> str:
@@ -879,8 +918,8 @@ class Words:
         """The knowledge base still answers on the earlier default model it was built on."""
         return self._(
             ":information_source: *This knowledge base was built on {built_on}* and answers "
-            "on it. Run `kb reindex` to move it to {default}, the default model, then restart "
-            "`kb serve`.",
+            "on it. `/kb-reindex` moves it to {default}, the default model, without a restart "
+            "(`kb reindex` on the server does too, then restart `kb serve`).",
             built_on=built_on,
             default=default,
         )
