@@ -9,7 +9,7 @@ What it follows of Confluence's documented behaviour:
   used), and ``_links.next`` relative to ``_links.base`` while more results
   remain (developer.atlassian.com/cloud/confluence/rest/v1/intro/#pagination);
 * authentication: basic auth with an account email and API token; anything
-  else, or a token the test revoked, is HTTP 401;
+  else, or a token the test revoked (at once, or from a given request on), is HTTP 401;
 * rate limiting: HTTP 429 with ``Retry-After`` (seconds), queued by the test;
   any other status (500s) the same way;
 * an unknown page is HTTP 404 with ``statusCode`` and ``message``.
@@ -87,6 +87,8 @@ class MockConfluence:
         self.calls: list[tuple[str, str, dict[str, str]]] = []
         self.page_cap = 2
         self.list_twice: str | None = None  # a page id the search lists twice
+        # A path fragment: the first request to it revokes the token (it and all after get 401).
+        self.revoke_at: str | None = None
         self.base = ""
         self._lock = threading.Lock()
 
@@ -144,6 +146,8 @@ class MockConfluence:
     def _route(
         self, request: BaseHTTPRequestHandler, path: str, query: dict[str, str]
     ) -> tuple[int, dict[str, str], bytes]:
+        if self.revoke_at is not None and self.revoke_at in path:
+            self.token = ""
         if not self._authorised(request.headers.get("Authorization", "")):
             return _json(401, {"statusCode": 401, "message": "Client must be authenticated"})
         for fault in self.faults:
