@@ -35,8 +35,8 @@ After each round's sync, on every surface and for every person:
 
 While a sync runs, a question may see the space as it was or as it will be, never
 more: a value shown then must be one the person could read before the round or
-after it. Each round's numbers are printed (``-s``) and kept as the ``soak``
-property of the JUnit XML report.
+after it. A line per round and the totals are printed (``-s``); the long run
+keeps the totals as the ``soak`` property of its JUnit XML report too.
 
 A short run (a few rounds) is part of the suite. The long one is opt-in (the
 ``soak`` marker)::
@@ -394,6 +394,12 @@ async def soak(bot: Bot, mock: MockConfluence, rounds: int, seed: int) -> dict[s
         mock.faults.clear()
         await check_after(surfaces, world, tally, asking)
         tally.rounds += 1
+        asked = sum(tally.questions.values())
+        print(
+            f"round {round_no}: {len(mock.pages)} pages, {tally.syncs} syncs, {asked} questions, "
+            f"lost {len(tally.lost)}, served after removal {len(tally.served_after)}",
+            flush=True,
+        )
     return tally.as_dict(world)
 
 
