@@ -346,9 +346,15 @@ def inject_faults(mock: MockConfluence, rng: random.Random) -> None:
             mock.fail(path, rng.choice([500, 502, 503]), times=rng.randint(1, 2))
 
 
-def sync_all(bot: Bot, mock: MockConfluence, waits: Waits, tally: Tally) -> None:
-    """Sync both spaces; a run that gave up runs again once its Retry-After has passed."""
+def sync_all(
+    bot: Bot, mock: MockConfluence, waits: Waits, tally: Tally, rng: random.Random | None = None
+) -> None:
+    """Sync both spaces, each with faults from ``rng`` queued before its first run; a run
+    that gave up runs again once its Retry-After has passed."""
     for space, name in SOURCES.items():
+        if rng is not None:
+            mock.faults.clear()
+            inject_faults(mock, rng)
         for _ in range(5):
             settings = ConfluenceSettings(mock.base, space, ACCOUNT, (ORGANISATION,))
             connector = ConfluenceConnector(
@@ -386,8 +392,8 @@ async def soak(bot: Bot, mock: MockConfluence, rounds: int, seed: int) -> dict[s
         before = world.readable()
         world.change(round_no)
         after = world.readable()
-        inject_faults(mock, rng)
-        syncing = asyncio.create_task(asyncio.to_thread(sync_all, bot, mock, waits, tally))
+        # The world's rng is the sync's alone while it runs: the same faults every run of a seed.
+        syncing = asyncio.create_task(asyncio.to_thread(sync_all, bot, mock, waits, tally, rng))
         while not syncing.done():
             await check_during(surfaces, world, tally, asking, before, after)
         await syncing
