@@ -72,6 +72,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b'{"statusCode": 500, "message": "Internal server error"}'
     times: int = 1
+    after: int = 0  # matching requests answered as usual before the fault starts
 
 
 class MockConfluence:
@@ -152,6 +153,9 @@ class MockConfluence:
             return _json(401, {"statusCode": 401, "message": "Client must be authenticated"})
         for fault in self.faults:
             if fault.path in path and fault.times > 0:
+                if fault.after > 0:
+                    fault.after -= 1
+                    continue
                 fault.times -= 1
                 return fault.status, dict(fault.headers), fault.body
         parts = path.removeprefix("/wiki/rest/api/").split("/")

@@ -753,3 +753,29 @@ async def test_a_dm_answers_from_the_pages_the_askers_own_permissions_grant(
     channel = json.dumps(await bot.answer(3))
     assert "Office hours" in channel and "Nightjar" not in channel
     await bot.idle()
+
+
+async def test_leaving_a_group_takes_effect_even_when_the_poll_then_fails(
+    kb: KnowledgeBase, confluence: MockConfluence, slack: MockSlackAPI
+) -> None:
+    confluence.spaces["SEC"] = Space("SEC", groups=["eng"])
+    confluence.page(_page("201", "Vault", "The vault opens with the brass key.", space="SEC"))
+    kb.store.sources.add("wiki-sec", "confluence", {"url": confluence.base, "space": "SEC"})
+    settings = ConfluenceSettings(confluence.base, "SEC", ACCOUNT, ("confluence-users",))
+
+    def sec_run() -> SourceSyncReport:
+        sec = ConfluenceConnector(
+            settings, DEFAULT_CONFLUENCE_TOKEN, sleep=Waits().sleep, budget_seconds=1.0
+        )
+        return sync_source(kb, "wiki-sec", sec)
+
+    assert sec_run().added == ["201"]
+    access = access_over(slack, kb)
+    vault = source_scope("wiki-sec", "201")
+    assert vault in await access.search_scopes(Person(ALICE))
+    # Alice leaves eng; the listing answers, then the poll fails past its budget.
+    confluence.groups["eng"] = ["dave@example.com"]
+    confluence.faults.append(Fault("/rest/api/search", 500, times=10, after=1))
+    failed = sec_run()
+    assert failed.error is not None and "retry budget" in failed.error
+    assert vault not in await access.search_scopes(Person(ALICE))

@@ -189,6 +189,9 @@ class _Run:
         checkpoint = self.records.checkpoint(self.name)
         listed = self._prune(items) if items or checkpoint else None
         self._refresh_permissions()
+        # Before the poll too: someone who left a group loses its pages now, even if
+        # the poll then fails (the connector lists each group once a run).
+        self._refresh_groups()
         # None: never synced; empty: a full load was asked for (kb source sync --full).
         self.report.mode = "poll" if checkpoint else "load"
         batch = self.connector.poll(checkpoint) if checkpoint else self.connector.load()
@@ -200,7 +203,7 @@ class _Run:
             self.report.mode = "load"
             batch = self.connector.load()
             self._take(batch, taken)
-        self._refresh_groups()
+        self._refresh_groups()  # and those the new documents name
         self.records.set_checkpoint(self.name, batch.checkpoint)
 
     def _take(self, batch: Batch, taken: set[str]) -> set[str]:
