@@ -9,7 +9,7 @@ What it follows of Confluence's documented behaviour:
   used), and ``_links.next`` relative to ``_links.base`` while more results
   remain (developer.atlassian.com/cloud/confluence/rest/v1/intro/#pagination);
 * authentication: basic auth with an account email and API token; anything
-  else, or a token the test revoked, is HTTP 401;
+  else, or a token the test revoked (at once, or from a given request on), is HTTP 401;
 * rate limiting: HTTP 429 with ``Retry-After`` (seconds), queued by the test;
   any other status (500s) the same way;
 * an unknown page is HTTP 404 with ``statusCode`` and ``message``.
@@ -72,6 +72,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b'{"statusCode": 500, "message": "Internal server error"}'
     times: int = 1
+    after: int = 0  # matching requests answered as usual before the fault starts
 
 
 class MockConfluence:
@@ -87,6 +88,8 @@ class MockConfluence:
         self.calls: list[tuple[str, str, dict[str, str]]] = []
         self.page_cap = 2
         self.list_twice: str | None = None  # a page id the search lists twice
+        # A path fragment: the first request to it revokes the token (it and all after get 401).
+        self.revoke_at: str | None = None
         self.base = ""
         self._lock = threading.Lock()
 
@@ -144,10 +147,15 @@ class MockConfluence:
     def _route(
         self, request: BaseHTTPRequestHandler, path: str, query: dict[str, str]
     ) -> tuple[int, dict[str, str], bytes]:
+        if self.revoke_at is not None and self.revoke_at in path:
+            self.token = ""
         if not self._authorised(request.headers.get("Authorization", "")):
             return _json(401, {"statusCode": 401, "message": "Client must be authenticated"})
         for fault in self.faults:
             if fault.path in path and fault.times > 0:
+                if fault.after > 0:
+                    fault.after -= 1
+                    continue
                 fault.times -= 1
                 return fault.status, dict(fault.headers), fault.body
         parts = path.removeprefix("/wiki/rest/api/").split("/")

@@ -44,7 +44,14 @@ from index.sources import (
 from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
 from index.storage import SourceItem, Store
 from tests.confluence_server import ACCOUNT, SPACE, Fault, MockConfluence, Page, Space
-from tests.servers import DEFAULT_CONFLUENCE_TOKEN, DEFAULT_OPENAI_API_KEY, MockSlackAPI
+from tests.conftest_bot import BotFactory
+from tests.servers import (
+    DEFAULT_CONFLUENCE_TOKEN,
+    DEFAULT_OPENAI_API_KEY,
+    MockSlackAPI,
+    app_mention_event,
+    message_im_event,
+)
 
 SOURCE = "confluence-eng"
 ALICE = "U0ALICE001"  # alice@example.com: in group eng
@@ -582,3 +589,193 @@ def test_a_run_stopped_midway_keeps_what_it_indexed_and_the_next_resumes(
     assert resumed.added == ["103"] and sorted(resumed.unchanged) == ["101", "102"]
     assert kb.store.sources.checkpoint(SOURCE) is not None
     assert kb.store.sources.get(SOURCE).last_error is None
+
+
+# ------------------------------------------------------------------ more bad input
+
+
+def acl_of(kb: KnowledgeBase, item: str, source: str = SOURCE) -> Acl:
+    return Acl.from_entries(kb.store.sources.acl_rows(source_scope(source, item)))
+
+
+def test_a_group_that_cannot_be_listed_now_fails_the_run_and_shuts_nobody_out(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    run(kb, confluence)
+    confluence.fail("/rest/api/group/eng/member", 503, times=10)
+    failing = run(kb, confluence, Waits(), budget=1.0)
+    # Said, with when to retry: not a run that ends "ok" with the group's people left out.
+    assert failing.error is not None and "1 s retry budget" in failing.error
+    assert failing.retry_after is not None
+    assert acl_of(kb, "102").users == {"alice@example.com", "dave@example.com"}
+    assert kb.store.sources.get(SOURCE).last_error == failing.error
+
+    confluence.faults.clear()
+    confluence.groups["eng"] = ["dave@example.com"]
+    assert run(kb, confluence).error is None
+    assert acl_of(kb, "102").users == {"dave@example.com"}
+
+
+async def test_one_email_behind_two_source_identities_reads_what_either_may(
+    kb: KnowledgeBase, confluence: MockConfluence, slack: MockSlackAPI
+) -> None:
+    # Two accounts (acct-Alice, acct-alice) show one email in two letter cases, in two spaces.
+    confluence.pages["101"].read_users = ["Alice@Example.COM"]
+    confluence.spaces["SEC"] = Space("SEC", users=["alice@example.com"])
+    confluence.page(_page("201", "Vault", "The vault opens with the brass key.", space="SEC"))
+    run(kb, confluence)
+    kb.store.sources.add("wiki-sec", "confluence", {"url": confluence.base, "space": "SEC"})
+    settings = ConfluenceSettings(confluence.base, "SEC", ACCOUNT, ("confluence-users",))
+    sec = ConfluenceConnector(settings, DEFAULT_CONFLUENCE_TOKEN, sleep=Waits().sleep)
+    assert sync_source(kb, "wiki-sec", sec).added == ["201"]
+    access = access_over(slack, kb)
+    alice = await access.search_scopes(Person(ALICE))
+    assert {source_scope(SOURCE, "101"), source_scope("wiki-sec", "201")} <= alice
+    for other in (BOB, CAROL, NOMAIL):
+        scopes = await access.search_scopes(Person(other))
+        assert not scopes & {source_scope(SOURCE, "101"), source_scope("wiki-sec", "201")}
+
+
+async def test_a_page_moved_from_a_public_space_to_a_restricted_one_is_rescoped_in_one_sync(
+    kb: KnowledgeBase, confluence: MockConfluence, slack: MockSlackAPI
+) -> None:
+    confluence.spaces["SEC"] = Space("SEC", users=["alice@example.com"])
+    vault = _page("201", "Vault", "The vault opens with the brass key.", space="SEC")
+    vault.modified = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)  # days after the ENG pages
+    confluence.page(vault)
+    kb.store.sources.add("wiki-sec", "confluence", {"url": confluence.base, "space": "SEC"})
+    settings = ConfluenceSettings(confluence.base, "SEC", ACCOUNT, ("confluence-users",))
+
+    def both() -> None:
+        assert run(kb, confluence).error is None
+        sec = ConfluenceConnector(settings, DEFAULT_CONFLUENCE_TOKEN, sleep=Waits().sleep)
+        assert sync_source(kb, "wiki-sec", sec).error is None
+
+    both()
+    access = access_over(slack, kb)
+    assert source_scope(SOURCE, "101") in await access.search_scopes(Person(BOB))
+    # A move is no edit: the page keeps its last-modified date, older than either checkpoint.
+    confluence.pages["101"].space = "SEC"
+    both()
+    moved = source_scope("wiki-sec", "101")
+    assert source_scope(SOURCE, "101") not in {d.scope for d in kb.documents()}
+    assert moved not in await access.search_scopes(Person(BOB))
+    assert moved in await access.search_scopes(Person(ALICE))
+    items = kb.store.sources.items("wiki-sec")
+    assert acl_of(kb, "101", "wiki-sec").users == {"alice@example.com"}
+    assert kb.store.document(items["101"].document_id or 0).state == DocState.INDEXED
+
+
+def test_a_page_over_the_size_limit_fails_alone_and_the_rest_syncs(
+    index_dir: Path, embedder: Embedder, confluence: MockConfluence
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir, max_upload_bytes=64_000), embedder=embedder)
+    confluence.pages["103"].body = "<p>" + "Nightjar hiring plans. " * 5_000 + "</p>"
+    report = run(kb, confluence)
+    assert report.error is None and sorted(report.added) == ["101", "102"]
+    [(item, reason)] = report.failed
+    assert item == "103" and "over the 64000 bytes upload limit" in reason
+    assert set(live_titles(kb)) == {"Office hours", "Nightjar"}
+    assert kb.store.sources.items(SOURCE)["103"].document_id is None  # its permissions only
+
+
+def test_a_rename_loop_leaves_each_page_under_its_own_title_once(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    run(kb, confluence)
+    first, third = confluence.pages["101"], confluence.pages["103"]
+    for step in (1, 2):  # A becomes B and B becomes A, then back again
+        first.title, third.title = third.title, first.title
+        for page in (first, third):
+            page.version += 1
+            page.modified = datetime(2026, 12, 2 + step, 10, 0, tzinfo=UTC)
+        report = run(kb, confluence)
+        assert report.error is None and sorted(report.changed) == ["101", "103"]
+        titles = live_titles(kb)
+        assert len(titles) == 3 and len(kb.store.documents(DocState.INDEXED)) == 3
+        items = kb.store.sources.items(SOURCE)
+        for item, page in (("101", first), ("103", third)):
+            assert items[item].title == page.title
+            assert titles[page.title] == items[item].document_id
+    assert HOME in kb.canonical_text(titles["Office hours"])
+
+
+async def test_credentials_revoked_mid_run_say_so_and_remove_or_show_nothing(
+    kb: KnowledgeBase, confluence: MockConfluence, slack: MockSlackAPI
+) -> None:
+    access = access_over(slack, kb)
+    # A first load: page 101 comes whole, then Confluence refuses the token for everything.
+    confluence.revoke_at = "/rest/api/content/102"
+    stopped = run(kb, confluence)
+    assert stopped.error is not None and "refused the credentials (HTTP 401)" in stopped.error
+    assert stopped.added == ["101"] and stopped.removed == []
+    assert kb.store.sources.checkpoint(SOURCE) is None  # the next run loads again
+    assert set(live_titles(kb)) == {"Office hours"}
+    assert set(kb.store.sources.items(SOURCE)) == {"101"}
+
+    confluence.token, confluence.revoke_at = DEFAULT_CONFLUENCE_TOKEN, None
+    assert run(kb, confluence).error is None
+    before = {item: acl_of(kb, item) for item in ("101", "102", "103")}
+    texts = {t: kb.canonical_text(i) for t, i in live_titles(kb).items()}
+    # A poll: every page edited, 102 opened to everyone; the token is revoked after the
+    # first page's permissions were read, before the second's.
+    for page in confluence.pages.values():
+        page.body, page.version = page.body + "<p>Edited.</p>", page.version + 1
+        page.modified = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)
+    confluence.pages["102"].read_groups = []
+    confluence.revoke_at = "/rest/api/content/102"
+    stopped = run(kb, confluence)
+    assert stopped.error is not None and "refused the credentials (HTTP 401)" in stopped.error
+    assert stopped.removed == [] and stopped.changed == []
+    assert {t: kb.canonical_text(i) for t, i in live_titles(kb).items()} == texts
+    assert {item: acl_of(kb, item) for item in ("101", "102", "103")} == before
+    for outsider in (BOB, CAROL):
+        readable = await access.search_scopes(Person(outsider))
+        assert readable & {source_scope(SOURCE, i) for i in ("102", "103")} == set()
+    row = kb.store.sources.get(SOURCE)
+    assert row.last_error == stopped.error and DEFAULT_CONFLUENCE_TOKEN not in stopped.error
+
+
+async def test_a_dm_answers_from_the_pages_the_askers_own_permissions_grant(
+    make_bot: BotFactory, confluence: MockConfluence
+) -> None:
+    bot = await make_bot(documents=False, threshold=2.0, related_threshold=2.0)
+    await asyncio.to_thread(run, bot.kb, confluence)
+    # Alone with the bot, Alice (in eng) reads the restricted page; Bob does not.
+    await bot.event(message_im_event(SECRET_Q, user=ALICE, channel="D0ALICE001"))
+    alice = json.dumps(await bot.answer(1))
+    assert "4 million euros" in alice
+    await bot.event(message_im_event(SECRET_Q, user=BOB, channel="D0BOB00001"))
+    bob = json.dumps(await bot.answer(2))
+    assert "Office hours" in bob and "Nightjar" not in bob
+    # In a channel everyone there reads the answer: only what is public in the organisation.
+    await bot.event(app_mention_event(SECRET_Q, user=ALICE))
+    channel = json.dumps(await bot.answer(3))
+    assert "Office hours" in channel and "Nightjar" not in channel
+    await bot.idle()
+
+
+async def test_leaving_a_group_takes_effect_even_when_the_poll_then_fails(
+    kb: KnowledgeBase, confluence: MockConfluence, slack: MockSlackAPI
+) -> None:
+    confluence.spaces["SEC"] = Space("SEC", groups=["eng"])
+    confluence.page(_page("201", "Vault", "The vault opens with the brass key.", space="SEC"))
+    kb.store.sources.add("wiki-sec", "confluence", {"url": confluence.base, "space": "SEC"})
+    settings = ConfluenceSettings(confluence.base, "SEC", ACCOUNT, ("confluence-users",))
+
+    def sec_run() -> SourceSyncReport:
+        sec = ConfluenceConnector(
+            settings, DEFAULT_CONFLUENCE_TOKEN, sleep=Waits().sleep, budget_seconds=1.0
+        )
+        return sync_source(kb, "wiki-sec", sec)
+
+    assert sec_run().added == ["201"]
+    access = access_over(slack, kb)
+    vault = source_scope("wiki-sec", "201")
+    assert vault in await access.search_scopes(Person(ALICE))
+    # Alice leaves eng; the listing answers, then the poll fails past its budget.
+    confluence.groups["eng"] = ["dave@example.com"]
+    confluence.faults.append(Fault("/rest/api/search", 500, times=10, after=1))
+    failed = sec_run()
+    assert failed.error is not None and "retry budget" in failed.error
+    assert vault not in await access.search_scopes(Person(ALICE))

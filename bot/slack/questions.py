@@ -121,10 +121,14 @@ async def answer(
     words = await services.languages.of(client, event.get("user"), question)
     context[WORDS_KEY] = words  # the error handler speaks the asker's language too
     channel = str(event["channel"])
-    # Who reads the answer: everyone in the channel, or in a DM the asker alone.
-    where = Where(
-        channel=None if event.get("channel_type") == "im" else channel,
-        shared=place.shared_channel,
+    # Who reads the answer: everyone in the channel, or in a DM the asker alone (no
+    # Where: the synced documents their own source permissions grant are theirs to read),
+    # unless the DM is shared with another organisation.
+    read_alone = event.get("channel_type") == "im"
+    where = (
+        None
+        if read_alone and not place.shared_channel
+        else Where(channel=None if read_alone else channel, shared=place.shared_channel)
     )
     person = Person(str(event.get("user") or ""))
     scopes = await services.access.search_scopes(person, where, offered)
@@ -143,7 +147,6 @@ async def answer(
     # Slack's messages found as the asker may be theirs alone (their DMs): the model
     # reads them only for an answer nobody else reads; elsewhere they go to the
     # asker alone, beside an answer written without them (SlackReply.final).
-    read_alone = where.channel is None
     turn = Turn(
         question=question,
         scopes=scopes,

@@ -25,7 +25,9 @@ on Cloud under ``/wiki``), which both Cloud and Data Center serve:
 
 Rate limits and failures: HTTP 429 waits ``Retry-After`` (or backs off), 5xx
 and dropped connections back off, 0.5 s doubling, all within one budget of
-seconds per call; past it the run fails saying when to retry. 401 and 403 are
+seconds per call; past it the run fails saying when to retry (a group's member
+listing too: it never ends a run "ok" with the group's people shut out). A group
+Confluence will not list (gone, hidden) admits nobody. 401 and 403 are
 the credentials (expired, revoked, or missing a permission): no retry.
 The client logs at INFO at most (its DEBUG lines carry the Authorization header).
 """
@@ -402,7 +404,10 @@ class ConfluenceConnector:
                     complete = complete and email is not None
                     emails.update([email] if email else [])
             except SourceFailed as exc:
-                if isinstance(exc, SourceCredentialsRejected):
+                # Rate-limited or failing past the budget: the run fails and says when to
+                # retry, rather than ending "ok" with the group's people shut out until the
+                # next one. A group Confluence will not list (gone, hidden) admits nobody.
+                if isinstance(exc, SourceCredentialsRejected) or exc.retry_after is not None:
                     raise
                 log.warning("Confluence group %s: %s; its members count as nobody", name, exc)
                 complete = False

@@ -14,7 +14,10 @@ The order is the one that shows least for least long:
    permissions are written before its new version is indexed, and the new
    version goes through the upload path (``KnowledgeBase.add_bytes`` then
    ``index_document``: extraction, chunking, exact offsets, one transaction
-   replacing the older version); an item listed twice is taken once;
+   replacing the older version); an item listed twice is taken once; an item
+   the listing has and the knowledge base has not, which the poll did not
+   bring (a page moved in from elsewhere, or restored from the trash, keeps its
+   old date), makes the run load in full, so that it is not missed for good;
 4. the checkpoint is saved last: a run killed before that polls the same
    changes again, and an unchanged version is not indexed twice.
 
@@ -38,6 +41,7 @@ from index.knowledge_base import KnowledgeBase
 from index.models import DocState, Publish, source_uploader
 from index.sources.contract import (
     Acl,
+    Batch,
     Connector,
     SourceDocument,
     SourceFailed,
@@ -180,29 +184,50 @@ class _Run:
 
     def run(self) -> None:
         items = self.records.items(self.name)
-        self._prune(items)
-        self._refresh_permissions()
         checkpoint = self.records.checkpoint(self.name)
+        listed = self._prune(items) if items or checkpoint else None
+        self._refresh_permissions()
+        # Before the poll too: someone who left a group loses its pages now, even if
+        # the poll then fails (the connector lists each group once a run).
+        self._refresh_groups()
         # None: never synced; empty: a full load was asked for (kb source sync --full).
         self.report.mode = "poll" if checkpoint else "load"
         batch = self.connector.poll(checkpoint) if checkpoint else self.connector.load()
+        taken = self._take(batch, set())
+        if checkpoint and listed is not None and self._missed(listed, taken, batch):
+            # Listed, never synced and not in the poll: moved in from another place or
+            # restored from the trash with its old date, which no poll from a checkpoint
+            # finds. A full load brings it; what is unchanged is not indexed again.
+            self.report.mode = "load"
+            batch = self.connector.load()
+            self._take(batch, taken)
+        self._refresh_groups()  # and those the new documents name
+        self.records.set_checkpoint(self.name, batch.checkpoint)
+
+    def _take(self, batch: Batch, taken: set[str]) -> set[str]:
+        """Put each document of ``batch`` not ``taken`` already; the items it gave."""
         seen: set[str] = set()
         for doc in batch.documents:
             if doc.item in seen:
                 self.report.repeated.append(doc.item)
                 continue
             seen.add(doc.item)
-            self._put(doc)
+            if doc.item not in taken:
+                self._put(doc)
         self.report.failed.extend(batch.failed)
-        self._refresh_groups()
-        self.records.set_checkpoint(self.name, batch.checkpoint)
+        return seen | taken
+
+    def _missed(self, listed: frozenset[str], taken: set[str], batch: Batch) -> bool:
+        failed = {item for item, _ in batch.failed}
+        return bool(listed - set(self.records.items(self.name)) - taken - failed)
 
     # ------------------------------------------------------------ gone
 
-    def _prune(self, items: dict[str, SourceItem]) -> None:
-        if not items:
-            return
+    def _prune(self, items: dict[str, SourceItem]) -> frozenset[str]:
+        """Remove what the source no longer lists; the listing."""
         listed = self.connector.listing()
+        if not items:
+            return listed
         if not listed:
             raise SourceFailed(
                 f"The source lists nothing now; none of its {len(items)} documents were removed "
@@ -212,6 +237,7 @@ class _Run:
             _remove_document(self.kb, items[item].document_id, actor=self.actor)
             self.records.drop_item(self.name, item)
             self.report.removed.append(item)
+        return listed
 
     # ------------------------------------------------------------ permissions
 
