@@ -261,9 +261,12 @@ async def test_a_slow_document_being_read_does_not_hold_up_anyone_elses_upload(
     make_bot: BotFactory,
 ) -> None:
     """One member's document that is slow to read (pages of OCR) holds one reader;
-    another member's upload sent meanwhile is indexed first. The reading time
-    limit, far shorter than the OCR, does not cut it short: OCR has its own."""
-    bot = await make_bot(extract_timeout=3, extract_workers=2, publishers=f"{USER_ID},{OTHER_USER}")
+    another member's upload sent meanwhile is indexed first, and the slow one
+    still ends indexed within its own reading budget (OCR included)."""
+    # A budget the eight OCR pages fit in on a busy machine: this is about who waits, not limits.
+    bot = await make_bot(
+        extract_timeout=120, extract_workers=2, publishers=f"{USER_ID},{OTHER_USER}"
+    )
     slow = bot.slack.add_file("F0SLOWPDF1", "scan.pdf", _scanned_pdf(8), "application/pdf")
     fast = bot.slack.add_file("F0FAST0002", "fast.md", _doc("Fast"), "text/markdown")
     await bot.event(file_share_event([slow]))
