@@ -9,10 +9,11 @@ is within that either, the answer is "not in the knowledge base".
 
 Deciding and choosing are apart. The decision is the best candidate's cosine
 distance against the answer threshold, nothing learned: other cheap signals
-(the margin to the next passage, the agreement of the dense and BM25 legs, a
-logistic score of them) separated in-domain from out-of-domain questions no
-better on a set they were not fitted on (docs/evaluation.md,
-studies/2026-12-06-gate.md). Once the decision is made, the answer is written
+(the margin to the next passage, the agreement of the dense and BM25 legs, the
+latent terms' overlap, the best sentence's distance, a logistic score of them)
+separated in-domain from out-of-domain questions no better on a set they were
+not fitted on (docs/evaluation.md, studies/2026-12-06-gate.md,
+studies/2026-12-06-gate-signals-latent-and-sentences.md). Once the decision is made, the answer is written
 from the first ``top_k`` candidates, in the order given (the answer order),
 within the looser related threshold: the passage that answers is often ranked
 among the best but a little farther than the strict threshold, and a question
