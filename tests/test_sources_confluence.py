@@ -25,6 +25,8 @@ from click.testing import CliRunner, Result
 
 from bot.access import Access, Person, SlackDirectory, SourceGrants, Where, web_client
 from bot.cli import main
+from bot.mcp import Person as ToolCaller
+from bot.mcp.people import scopes_of
 from bot.server import routes
 from bot.slack.blocks.answers import render_answer
 from bot.slack.words import words_for
@@ -265,6 +267,29 @@ async def test_a_permission_change_a_deletion_and_a_move_take_effect_within_one_
     assert set(live_titles(kb)) == {"Nightjar"}
     assert await seen(BOB) == set()
     assert kb.store.document(nightjar or 0).state == DocState.INDEXED
+
+
+async def test_a_token_narrowed_to_channels_reads_only_the_public_synced_pages(
+    kb: KnowledgeBase,
+    confluence: MockConfluence,
+    slack: MockSlackAPI,
+    engine_for: Callable[..., Engine],
+) -> None:
+    """An MCP token made with --scope stands for part of what its person reads: the
+    channels it names and what is for everyone, not their own source grants."""
+    await asyncio.to_thread(run, kb, confluence)
+    access = access_over(slack, kb)
+    engine = engine_for(threshold=2.0, related_threshold=2.0)
+    whole = await scopes_of(ToolCaller(ALICE, None, "laptop", None), access, kb)
+    narrowed = await scopes_of(
+        ToolCaller(ALICE, None, "ci-bot", frozenset({"C0CHAN0001"})), access, kb
+    )
+    assert await titles_searched(engine, kb, whole) == {
+        "Office hours",
+        "Nightjar",
+        "Nightjar hiring",
+    }
+    assert await titles_searched(engine, kb, narrowed) == {"Office hours"}
 
 
 def test_an_edited_page_replaces_its_document_and_a_renamed_one_leaves_no_copy(

@@ -378,6 +378,17 @@ class Access:
         email = await self.email_of(person) if where is None else None
         return await self.grants.readable(email)
 
+    async def narrowed(self, scopes: frozenset[str]) -> frozenset[str]:
+        """``scopes`` as a token narrowed to some channels (``--scope``) reads them.
+
+        The token stands for a part of what its person reads: the channels it
+        names and what is for everyone. Of the synced documents that is the
+        ones public in the organisation, never those the person's own email or
+        source groups are granted.
+        """
+        public = await self.grants.readable(None) if self.grants is not None else frozenset()
+        return frozenset(s for s in scopes if not is_source_scope(s) or s in public)
+
     async def readable_channels(
         self, person: Person, channels: Iterable[str], *, strict: bool = False
     ) -> frozenset[str]:

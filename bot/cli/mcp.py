@@ -33,7 +33,8 @@ def mcp_token() -> None:
     multiple=True,
     metavar="CHANNEL",
     help="Narrow the token to this channel id (C.../G...): of the channels the person is a "
-    "member of, it searches only these; repeat for more. None: all of them.",
+    "member of, it searches only these, and of synced sources only what is public in the "
+    "organisation; repeat for more. None: all of them.",
 )
 @click.option(
     "--expires-days",

@@ -82,9 +82,11 @@ async def scopes_of(person: Person, people: People | None, kb: KnowledgeBase) ->
         # nobody to ask a person's email: of the synced documents, the public ones.
         return await access.source_scopes(Reader(person.user_id))
     channels = await asyncio.to_thread(_channel_scopes, kb)
-    if person.channels is not None:
-        channels = [c for c in channels if c in person.channels]
-    return await access.search_scopes(Reader(person.user_id), None, channels, strict=True)
+    if person.channels is None:
+        return await access.search_scopes(Reader(person.user_id), None, channels, strict=True)
+    channels = [c for c in channels if c in person.channels]
+    scopes = await access.search_scopes(Reader(person.user_id), None, channels, strict=True)
+    return await access.narrowed(scopes)
 
 
 def _channel_scopes(kb: KnowledgeBase) -> list[str]:
