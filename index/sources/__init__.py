@@ -9,8 +9,8 @@ there are and how a configured one is opened with its credential,
 SharePoint and OneDrive through Microsoft Graph (tokens by ``msal``),
 ``notion`` Notion through ``notion-client``, ``gdrive`` Google Drive through
 ``google-api-python-client``, ``retry`` the back-off within a budget they
-share. Who a document's
-permissions admit is ``bot.access``'s to decide.
+share, ``fields`` the times, checkpoints and file names they read alike. Who
+a document's permissions admit is ``bot.access``'s to decide.
 """
 
 from __future__ import annotations

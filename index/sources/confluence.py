@@ -60,6 +60,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
+from index.sources.fields import checkpoint_time, file_name, timestamp
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, origin, retry_after
 
 __all__ = [
@@ -188,7 +189,7 @@ class ConfluenceConnector:
         minute: a day earlier is sure to include every change; a page fetched
         again with the same bytes is not indexed again.
         """
-        since = _since(checkpoint)
+        since = checkpoint_time(checkpoint)
         day = (since - timedelta(days=1)).strftime("%Y-%m-%d")
         cql = f'space = "{self.settings.space}" and type = page and lastmodified >= "{day}"'
         return self._changes(cql, since)
@@ -253,7 +254,7 @@ class ConfluenceConnector:
             title=title.strip(),
             url=self._url_of(page),
             data=data,
-            filename=f"{_safe_name(title)}.html",
+            filename=f"{file_name(title, 'page')}.html",
             media_type="text/html",
             acl=self._acl(page),
             version=version,
@@ -276,7 +277,7 @@ class ConfluenceConnector:
             content = result.get("content") if isinstance(result, dict) else None
             if not isinstance(content, dict) or not isinstance(content.get("id"), str | int):
                 raise SourceFailed("Confluence's search answered a result that is not a page.")
-            found.append((str(content["id"]), _when(result.get("lastModified"))))
+            found.append((str(content["id"]), timestamp(result.get("lastModified"))))
         return found
 
     def _pages(self, path: str, params: dict[str, Any]) -> Iterator[Any]:
@@ -487,27 +488,3 @@ def _body_html(body: dict[str, Any]) -> str | None:
         if isinstance(value, str) and value.strip():
             return value
     return None
-
-
-def _when(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _since(checkpoint: str) -> datetime:
-    try:
-        found = _when(json.loads(checkpoint).get("since"))
-    except (ValueError, AttributeError):
-        found = None
-    if found is None:
-        raise SourceFailed("The saved checkpoint cannot be read; kb source sync --full reloads.")
-    return found
-
-
-def _safe_name(title: str) -> str:
-    return re.sub(r"[\\/\x00-\x1f]+", " ", title).strip()[:120] or "page"

@@ -68,6 +68,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
+from index.sources.fields import file_name
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, retry_after
 
 __all__ = [
@@ -372,7 +373,7 @@ class GDriveConnector:
         if mime in EXPORTS:
             media_type, suffix = EXPORTS[mime]
             data = self._content(self.drive.files().export_media(fileId=item, mimeType=media_type))
-            filename = f"{_safe_name(name)}{suffix}"
+            filename = f"{file_name(name, 'file')}{suffix}"
         else:
             filename = _filename(name, mime)
             media_type = mime
@@ -609,7 +610,7 @@ def _suffix(name: str, mime: str) -> str | None:
 
 
 def _filename(name: str, mime: str) -> str:
-    safe = _safe_name(name)
+    safe = file_name(name, "file")
     suffix = _suffix(name, mime) or ""
     return safe if safe.lower().endswith(suffix) else f"{safe}{suffix}"
 
@@ -695,7 +696,3 @@ def _token_of(checkpoint: str) -> str:
     if not isinstance(token, str) or not token:
         raise SourceFailed("The saved checkpoint cannot be read; kb source sync --full reloads.")
     return token
-
-
-def _safe_name(title: str) -> str:
-    return re.sub(r"[\\/\x00-\x1f]+", " ", title).strip()[:120] or "file"

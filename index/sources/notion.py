@@ -62,6 +62,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
+from index.sources.fields import checkpoint_time, file_name, timestamp
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, retry_after
 
 __all__ = ["WORKSPACE_GROUP", "NotionConnector", "NotionSettings", "render_page"]
@@ -202,7 +203,7 @@ class NotionConnector:
     def poll(self, checkpoint: str) -> Batch:
         """The pages edited since ``checkpoint`` less :data:`POLL_OVERLAP`; the same bytes
         fetched again are not indexed again."""
-        since = _since(checkpoint)
+        since = checkpoint_time(checkpoint)
         return self._changes(self._pages(since - POLL_OVERLAP), since)
 
     def listing(self) -> frozenset[str]:
@@ -221,7 +222,7 @@ class NotionConnector:
     # ------------------------------------------------------------ pages
 
     def _changes(self, pages: list[dict[str, Any]], since: datetime | None) -> Batch:
-        stamps = [w for p in pages if (w := _when(p.get("last_edited_time"))) is not None]
+        stamps = [w for p in pages if (w := timestamp(p.get("last_edited_time"))) is not None]
         latest = max([*stamps, *([since] if since else [])], default=None)
         checkpoint = json.dumps({"since": (latest or datetime.now(UTC)).isoformat()})
         failed: list[tuple[str, str]] = []
@@ -247,7 +248,7 @@ class NotionConnector:
                 title=title,
                 url=_url_of(page),
                 data=data,
-                filename=f"{_safe_name(title)}.html",
+                filename=f"{file_name(title, 'page')}.html",
                 media_type="text/html",
                 acl=self.settings.acl,
                 version=str(page.get("last_edited_time") or ""),
@@ -263,7 +264,7 @@ class NotionConnector:
         found: list[dict[str, Any]] = []
         for page in self._list(lambda cursor: self.client.search(**body, **cursor)):
             _check_page(page)
-            edited = _when(page.get("last_edited_time"))
+            edited = timestamp(page.get("last_edited_time"))
             if since is not None and edited is not None and edited < since:
                 break  # sorted newest first: the rest are older still
             found.append(page)
@@ -614,27 +615,3 @@ def _table(b: dict[str, Any], body: dict[str, Any]) -> str:
 
 def _e(words: str) -> str:
     return html.escape(words, quote=False)
-
-
-def _when(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _since(checkpoint: str) -> datetime:
-    try:
-        found = _when(json.loads(checkpoint).get("since"))
-    except (ValueError, AttributeError):
-        found = None
-    if found is None:
-        raise SourceFailed("The saved checkpoint cannot be read; kb source sync --full reloads.")
-    return found
-
-
-def _safe_name(title: str) -> str:
-    return re.sub(r"[\\/\x00-\x1f]+", " ", title).strip()[:120] or "page"

@@ -1,0 +1,51 @@
+"""Reading what every source sends alike: its times, the checkpoint a sync saved, file names.
+
+A source's answers are hostile input: a time that is not one reads as ``None``
+(the caller decides what that means), a checkpoint that cannot be read fails
+the run with what to do, and a title becomes a file name that names no path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+
+from index.sources.contract import SourceFailed
+
+__all__ = ["checkpoint_time", "file_name", "timestamp"]
+
+# Path separators and control characters: a title is never a path.
+_NOT_IN_NAMES = re.compile(r"[\\/\x00-\x1f]+")
+_MOST_NAME_CHARS = 120
+
+
+def timestamp(value: object) -> datetime | None:
+    """An ISO 8601 time a source sent (``Z`` or an offset; none: UTC); ``None`` if it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def checkpoint_time(checkpoint: str) -> datetime:
+    """The time a ``{"since": ...}`` checkpoint polls from.
+
+    Raises:
+        SourceFailed: the checkpoint cannot be read (``kb source sync --full`` reloads).
+    """
+    try:
+        found = timestamp(json.loads(checkpoint).get("since"))
+    except (ValueError, AttributeError):
+        found = None
+    if found is None:
+        raise SourceFailed("The saved checkpoint cannot be read; kb source sync --full reloads.")
+    return found
+
+
+def file_name(title: str, fallback: str) -> str:
+    """``title`` as a file name's stem: no separators or control characters, at most 120 characters."""
+    return _NOT_IN_NAMES.sub(" ", title).strip()[:_MOST_NAME_CHARS] or fallback
