@@ -23,6 +23,7 @@ from index.embed import Embedder  # noqa: E402
 from index.embed.pytorch import LocalEmbedder  # noqa: E402
 from index.knowledge_base import KnowledgeBase  # noqa: E402
 from tests.canaries import LeakRecorder, report, scan_files  # noqa: E402
+from tests.evalmini import EVALMINI  # noqa: E402
 
 # The sample documents the bot ships (``kb`` demo, suggested prompts).
 SAMPLE = Path(__file__).resolve().parents[1] / "bot" / "sample"
@@ -150,6 +151,25 @@ def sample_data_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
     # Everything into the main database file, so a plain copy is complete.
     kb.store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def evalmini_data_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Path:
+    """A data dir with the evalmini corpus ingested (its query map fitted), built once; tests
+    get a copy (``evalmini_kb``)."""
+    data_dir = tmp_path_factory.mktemp("evalmini-kb")
+    kb = KnowledgeBase(IndexConfig(data_dir=data_dir), embedder=embedder)
+    assert kb.ingest_paths([EVALMINI / "corpus"]).chunks > 0
+    kb.store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return data_dir
+
+
+@pytest.fixture
+def evalmini_kb(evalmini_data_dir: Path, index_dir: Path, embedder: Embedder) -> KnowledgeBase:
+    """The evalmini corpus ingested into ``index_dir``: a copy of the session's, as if
+    ``kb.ingest_paths([EVALMINI / "corpus"])`` had run in this test."""
+    shutil.copytree(evalmini_data_dir, index_dir, dirs_exist_ok=True)
+    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ the product's ingestion into real SQLite.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -69,8 +70,9 @@ def engine() -> object:
 
 
 @pytest.fixture(scope="module")
-def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
-    embedder = E5Embedder("multilingual", tmp_path_factory.mktemp("encoders"), threads=1)
+def e5() -> E5Embedder:
+    # The session's encoder cache: its graphs built once (their building is tested below).
+    embedder = E5Embedder("multilingual", Path(os.environ["KB_ENCODER_CACHE"]), threads=1)
     embedder.encode(["warm up"])
     return embedder
 

@@ -2,7 +2,8 @@
 
 The bundled model is exported once for this module; the pooling modes and the
 export's life cycle are checked on a tiny sentence-transformers model built on
-the spot (random weights, the bundled tokenizer), which exports in seconds.
+the spot (random weights, the bundled tokenizer), which exports in seconds, and
+once for the tests that start from an exported model.
 """
 
 from __future__ import annotations
@@ -94,6 +95,15 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+@pytest.fixture(scope="module")
+def tiny_export(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An encoder cache holding ``tiny``'s export, made the way a first encode makes it; tests
+    that start from an exported model get a copy."""
+    cache = tmp_path_factory.mktemp("tiny-export") / "cache"
+    OnnxEmbedder(str(tiny), cache).encode(["export"])
+    return cache
+
+
 def test_onnx_vectors_agree_with_pytorch_on_the_sample_corpus(
     onnx_embedder: OnnxEmbedder, embedder: Embedder
 ) -> None:
@@ -139,11 +149,11 @@ def test_batches_hold_texts_of_similar_length_within_a_token_budget() -> None:
 
 
 def test_every_pooling_mode_matches_sentence_transformers_and_is_exported_once(
-    tiny: Path, tmp_path: Path
+    tiny: Path, tiny_export: Path, tmp_path: Path
 ) -> None:
     texts = ["one", "two words here", "a longer sentence that is truncated " * 20]
     reference = LocalEmbedder(str(tiny)).encode(texts)
-    cache = tmp_path / "cache"
+    cache = shutil.copytree(tiny_export, tmp_path / "cache")  # after a first encode
     onnx = OnnxEmbedder(str(tiny), cache)
     assert onnx.dim == 96 and onnx.max_tokens == 48
     vectors = onnx.encode(texts)
@@ -157,8 +167,12 @@ def test_every_pooling_mode_matches_sentence_transformers_and_is_exported_once(
     other.write_bytes(b"another model's export")
     # New weights (here: their time) are exported again, and the old export goes.
     weights = tiny / "model.safetensors"
-    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
-    second = exported_model(tiny, cache)
+    times = (weights.stat().st_atime_ns, weights.stat().st_mtime_ns)
+    os.utime(weights, ns=(times[0], times[1] + 10**9))
+    try:
+        second = exported_model(tiny, cache)
+    finally:
+        os.utime(weights, ns=times)  # the module's model again, as its export has it
     assert second != first and second.exists() and not first.exists()
     assert not first.with_suffix(".json").exists() and other.exists()
     assert sorted(p.suffix for p in cache.iterdir() if p != other) == [
@@ -170,9 +184,9 @@ def test_every_pooling_mode_matches_sentence_transformers_and_is_exported_once(
 
 
 def test_without_pytorch_the_export_of_the_same_weights_is_used(
-    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny: Path, tiny_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cache = tmp_path / "cache"
+    cache = shutil.copytree(tiny_export, tmp_path / "cache")
     exported = exported_model(tiny, cache)
     expected = OnnxEmbedder(str(tiny), cache).encode(["hello"])
     real_version = metadata.version

@@ -6,6 +6,7 @@ ingestion and ``answer_order``.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -30,8 +31,8 @@ BACKUPS = "zalohy.md"
 
 
 @pytest.fixture(scope="module")
-def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
-    embedder = E5Embedder("multilingual", tmp_path_factory.mktemp("encoders"), threads=1)
+def e5() -> E5Embedder:
+    embedder = E5Embedder("multilingual", Path(os.environ["KB_ENCODER_CACHE"]), threads=1)
     embedder.encode(["warm up"])
     return embedder
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -60,9 +61,9 @@ CZECH_DOCS = {
 
 
 @pytest.fixture(scope="module")
-def e5(tmp_path_factory: pytest.TempPathFactory) -> E5Embedder:
+def e5() -> E5Embedder:
     """The real multilingual preset, loaded once for the module (one thread: tests run side by side)."""
-    embedder = E5Embedder("multilingual", tmp_path_factory.mktemp("encoders"), threads=1)
+    embedder = E5Embedder("multilingual", Path(os.environ["KB_ENCODER_CACHE"]), threads=1)
     embedder.encode(["warm up"])
     return embedder
 
@@ -99,10 +100,11 @@ def test_known_families_get_their_model_cards_prefixes(name: str, prefixes: Pref
     assert family_prefixes(name) == prefixes
 
 
-def test_a_local_models_prefixes_are_what_the_encoder_is_given(tmp_path: Path) -> None:
-    plain = OnnxEmbedder("bundled:all-MiniLM-L6-v2", tmp_path)
+def test_a_local_models_prefixes_are_what_the_encoder_is_given() -> None:
+    cache = Path(os.environ["KB_ENCODER_CACHE"])  # the session's export of the bundled model
+    plain = OnnxEmbedder("bundled:all-MiniLM-L6-v2", cache)
     given = OnnxEmbedder(
-        "bundled:all-MiniLM-L6-v2", tmp_path, prefixes=Prefixes("query: ", "passage: ")
+        "bundled:all-MiniLM-L6-v2", cache, prefixes=Prefixes("query: ", "passage: ")
     )
     question, passage = "where do visitors park", "Visitors park in garage B."
     assert np.allclose(given.encode_query(question), plain.encode([f"query: {question}"])[0])

@@ -82,10 +82,9 @@ def test_a_stored_map_reads_back_and_a_damaged_one_is_refused() -> None:
 
 
 @pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-    kb.ingest_paths([CORPUS])
-    return kb
+def kb(evalmini_kb: KnowledgeBase) -> KnowledgeBase:
+    """The corpus ingested (a copy of the session's ingest: the map it fitted included)."""
+    return evalmini_kb
 
 
 def _sentences_stored(kb: KnowledgeBase) -> int:

@@ -128,6 +128,24 @@ def test_the_check_finds_a_canary_in_a_file_but_not_in_secret_files() -> None:
     ]
 
 
+def test_the_check_finds_a_canary_past_a_sparse_files_holes(tmp_path: Path) -> None:
+    # As Qdrant preallocates its pages: a large file, mostly holes, written here and there.
+    pages = tmp_path / "page_0.dat"
+    with pages.open("wb") as out:
+        out.truncate(64 * 1024 * 1024)
+        out.seek(40 * 1024 * 1024 - 5)  # across a block's end, after a hole
+        out.write(CANARIES["DEFAULT_BOT_TOKEN"].encode())
+    assert [leak.canary for leak in scan_files(tmp_path)] == ["DEFAULT_BOT_TOKEN"]
+    # Two stretches of data never join into a canary across the hole between them.
+    token = CANARIES["DEFAULT_OPENAI_API_KEY"].encode()
+    with pages.open("wb") as out:
+        out.truncate(64 * 1024 * 1024)
+        out.write(token[:8])
+        out.seek(32 * 1024 * 1024)
+        out.write(token[8:])
+    assert scan_files(tmp_path) == []
+
+
 def test_the_report_names_canary_and_place_but_not_the_whole_secret() -> None:
     recorder = LeakRecorder()
     _isolated_logger(recorder).warning("signing with %s", CANARIES["DEFAULT_SIGNING_SECRET"])
