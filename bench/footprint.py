@@ -90,12 +90,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _ready(port: int) -> bool:
+def _ready(port: int) -> int | None:
+    """The chunks ``/readyz`` says the server searches once it is ready; ``None`` before."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-            return bool(resp.status == 200)
+            if resp.status != 200:
+                return None
+            return int(json.load(resp)["chunks"])
     except OSError:
-        return False
+        return None
 
 
 def _rss_mb(pid: int) -> float:
@@ -105,8 +108,8 @@ def _rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def serve_once(data_dir: Path, runtime: str, cache: Path) -> tuple[float, float]:
-    """``(seconds to ready, RSS MB at ready)`` of one ``kb serve`` start."""
+def serve_once(data_dir: Path, runtime: str, cache: Path) -> tuple[float, float, int]:
+    """``(seconds to ready, RSS MB at ready, chunks it searches)`` of one ``kb serve`` start."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_", "SLACK_", "OPENAI_"))}
     env |= {
@@ -126,11 +129,11 @@ def serve_once(data_dir: Path, runtime: str, cache: Path) -> tuple[float, float]
         stderr=subprocess.DEVNULL,
     )
     try:
-        while not _ready(port):
+        while (chunks := _ready(port)) is None:
             if proc.poll() is not None or time.perf_counter() - t > READY_TIMEOUT_S:
                 raise RuntimeError(f"kb serve ({runtime}) did not become ready on {data_dir}")
             time.sleep(0.05)
-        return time.perf_counter() - t, _rss_mb(proc.pid)
+        return time.perf_counter() - t, _rss_mb(proc.pid), chunks
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -200,19 +203,21 @@ def main() -> None:
                 dirs[(model, n)] = folder
             for runtime in runtimes:  # first starts: index files and the export are made
                 serve_once(dirs[(CONFIGS[runtime][1], n)], runtime, cache)
-        runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        runs: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
         for _ in range(args.rounds):
             for n in sizes:
                 for runtime in runtimes:
                     folder = dirs[(CONFIGS[runtime][1], n)]
                     runs.setdefault((runtime, n), []).append(serve_once(folder, runtime, cache))
     print(f"\nkb serve, warm start, medians of {args.rounds} rounds (Slack off)")
-    print(f"{'chunks':>8} {'runtime':>8} {'ready s':>9} {'RSS MB':>8}")
+    # "searched": the chunks the server said it searches (a data dir it did not load shows 0).
+    print(f"{'chunks':>8} {'runtime':>13} {'ready s':>9} {'RSS MB':>8} {'searched':>9}")
     for n in sizes:
         for runtime in runtimes:
             ready = statistics.median(r[0] for r in runs[(runtime, n)])
             rss = statistics.median(r[1] for r in runs[(runtime, n)])
-            print(f"{n:>8,} {runtime:>8} {ready:>9.2f} {rss:>8.0f}")
+            searched = min(r[2] for r in runs[(runtime, n)])
+            print(f"{n:>8,} {runtime:>13} {ready:>9.2f} {rss:>8.0f} {searched:>9,}")
     largest = sizes[-1]
     mem = index_memory(largest)
     for runtime in runtimes:
