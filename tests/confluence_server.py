@@ -1,7 +1,11 @@
 """A local Confluence Cloud REST API v1 (``/wiki/rest/api``), as its documentation describes it.
 
-Pages, spaces with their read permission, page read restrictions, groups and
-their members, and CQL search over ``space``, ``type`` and ``lastmodified``.
+Pages, their attachments (``/content/{id}/child/attachment``, each with
+``version.number`` when expanded, ``extensions.mediaType`` and
+``extensions.fileSize``, ``_links.download`` relative to the site, the bytes
+at ``/wiki/download/attachments/{page}/{name}``), spaces with their read
+permission, page read restrictions, groups and their members, and CQL search
+over ``space``, ``type`` and ``lastmodified``.
 What it follows of Confluence's documented behaviour:
 
 * pagination: ``start`` and ``limit``, the server capping ``limit`` at
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from tests.servers import DEFAULT_CONFLUENCE_TOKEN, threaded_http_server
 
@@ -51,6 +55,19 @@ class Page:
     modified: datetime = field(default_factory=lambda: datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
     garbage: bool = False  # served without a title or a body
     webui: str | None = None  # its _links.webui, when not the usual path
+
+
+@dataclass
+class Attachment:
+    """One file attached to a page (``id`` as Confluence writes it: ``att<number>``)."""
+
+    id: str
+    page: str
+    title: str
+    data: bytes
+    media_type: str
+    version: int = 1
+    size: int | None = None  # the fileSize it states, when not len(data)
 
 
 @dataclass
@@ -80,6 +97,8 @@ class MockConfluence:
 
     def __init__(self) -> None:
         self.pages: dict[str, Page] = {}
+        self.attachments: dict[str, Attachment] = {}
+        self.download_host = ""  # put before each _links.download (another site's, say)
         self.spaces: dict[str, Space] = {SPACE: Space(SPACE, groups=["confluence-users"])}
         self.groups: dict[str, list[str]] = {"confluence-users": []}
         self.hidden_emails: set[str] = set()  # people whose profile hides their email
@@ -99,6 +118,11 @@ class MockConfluence:
         """Add or replace ``page``."""
         self.pages[page.id] = page
         return page
+
+    def attach(self, attachment: Attachment) -> Attachment:
+        """Add or replace ``attachment``."""
+        self.attachments[attachment.id] = attachment
+        return attachment
 
     def fail(
         self, path: str, status: int, *, retry_after: str | None = None, times: int = 1
@@ -158,11 +182,17 @@ class MockConfluence:
                     continue
                 fault.times -= 1
                 return fault.status, dict(fault.headers), fault.body
+        if path.startswith("/wiki/download/attachments/"):
+            return self._download(path.removeprefix("/wiki/download/attachments/"))
         parts = path.removeprefix("/wiki/rest/api/").split("/")
         if parts == ["search"]:
             return _json(200, self._search(query))
+        if parts[0] == "content" and len(parts) == 2 and self._attached(parts[1]):
+            return _json(200, self._attachment(self.attachments[parts[1]], query))
         if parts[0] == "content" and len(parts) == 2:
             return self._content(parts[1])
+        if parts[0] == "content" and parts[2:] == ["child", "attachment"]:
+            return self._attachments(parts[1], query)
         if parts[0] == "content" and parts[2:] == ["restriction", "byOperation"]:
             return self._restrictions(parts[1])
         if parts[0] == "space" and len(parts) == 2 and parts[1] in self.spaces:
@@ -241,6 +271,64 @@ class MockConfluence:
                 "_links": {"webui": self._webui(page), "base": self.base},
             },
         )
+
+    def _attachments(
+        self, page_id: str, query: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        if page_id not in self.pages:
+            return _json(404, {"statusCode": 404, "message": f"No content found with id {page_id}"})
+        found = [a for a in self.attachments.values() if a.page == page_id]
+        start = int(query.get("start", "0"))
+        limit = min(int(query.get("limit", "25")), self.page_cap)
+        chunk = found[start : start + limit]
+        links: dict[str, str] = {"base": self.base, "context": "/wiki"}
+        if start + limit < len(found):
+            following = urlencode({**query, "start": start + limit, "limit": limit})
+            links["next"] = f"/rest/api/content/{page_id}/child/attachment?{following}"
+        answer = {"start": start, "limit": limit, "size": len(chunk), "_links": links}
+        return _json(200, {"results": [self._attachment(a, query) for a in chunk], **answer})
+
+    def _attached(self, content_id: str) -> bool:
+        """An attachment on a page there now (a deleted page's are in the trash with it)."""
+        attachment = self.attachments.get(content_id)
+        return attachment is not None and attachment.page in self.pages
+
+    def _attachment(self, attachment: Attachment, query: dict[str, str]) -> dict[str, Any]:
+        expand = query.get("expand", "").split(",")
+        page = attachment.page
+        preview = quote(f"/{page}/{attachment.id}/{attachment.title}", safe="")
+        row: dict[str, Any] = {
+            "id": attachment.id,
+            "type": "attachment",
+            "status": "current",
+            "title": attachment.title,
+            "metadata": {"mediaType": attachment.media_type, "comment": ""},
+            "extensions": {
+                "mediaType": attachment.media_type,
+                "fileSize": len(attachment.data) if attachment.size is None else attachment.size,
+                "comment": "",
+            },
+            "_links": {
+                "webui": f"/pages/viewpageattachments.action?pageId={page}&preview={preview}",
+                "download": (
+                    f"{self.download_host}/download/attachments/{page}/{quote(attachment.title)}"
+                    f"?version={attachment.version}&modificationDate=1764579600000&api=v2"
+                ),
+                "self": f"{self.base}/rest/api/content/{attachment.id}",
+            },
+        }
+        if "version" in expand:
+            row["version"] = {"number": attachment.version, "minorEdit": False}
+        if "container" in expand and page in self.pages:
+            row["container"] = {"id": page, "type": "page", "title": self.pages[page].title}
+        return row
+
+    def _download(self, rest: str) -> tuple[int, dict[str, str], bytes]:
+        page, _, name = rest.partition("/")
+        for attachment in self.attachments.values():
+            if attachment.page == page and quote(attachment.title) == name and page in self.pages:
+                return 200, {"Content-Type": attachment.media_type}, attachment.data
+        return _json(404, {"statusCode": 404, "message": "No attachment found"})
 
     def _ancestors(self, page: Page) -> list[Page]:
         found: list[Page] = []

@@ -45,8 +45,17 @@ from index.sources import (
 )
 from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
 from index.storage import SourceItem, Store
-from tests.confluence_server import ACCOUNT, SPACE, Fault, MockConfluence, Page, Space
+from tests.confluence_server import (
+    ACCOUNT,
+    SPACE,
+    Attachment,
+    Fault,
+    MockConfluence,
+    Page,
+    Space,
+)
 from tests.conftest_bot import BotFactory
+from tests.docs_factory import text_pdf
 from tests.servers import (
     DEFAULT_CONFLUENCE_TOKEN,
     DEFAULT_OPENAI_API_KEY,
@@ -804,3 +813,160 @@ async def test_leaving_a_group_takes_effect_even_when_the_poll_then_fails(
     failed = sec_run()
     assert failed.error is not None and "retry budget" in failed.error
     assert vault not in await access.search_scopes(Person(ALICE))
+
+
+# ------------------------------------------------------------------ attachments
+
+ANNEX = "Nightjar annex: the contingency reserve is 600 thousand euros, held by the finance team."
+ANNEX_Q = "How large is the Nightjar contingency reserve?"
+ROTA = "Front desk rota: Mia covers Mondays, Jonas covers Tuesdays and Fridays."
+PDF = "application/pdf"
+
+
+def downloads(mock: MockConfluence) -> list[str]:
+    return [path for _, path, _ in mock.calls_to("/wiki/download/attachments/")]
+
+
+async def test_an_attachment_is_its_own_document_read_by_whom_its_page_admits(
+    kb: KnowledgeBase,
+    confluence: MockConfluence,
+    slack: MockSlackAPI,
+    engine_for: Callable[..., Engine],
+) -> None:
+    confluence.attach(Attachment("att9001", "102", "Nightjar annex.pdf", text_pdf([ANNEX]), PDF))
+    confluence.attach(Attachment("att9002", "101", "rota.txt", ROTA.encode(), "text/plain"))
+    confluence.attach(Attachment("att9003", "101", "photos.zip", b"PK\x03\x04", "application/zip"))
+    confluence.attach(Attachment("att9004", "101", "Desk", b"Desk hours.", "text/markdown"))
+    report = await asyncio.to_thread(run, kb, confluence)
+
+    assert report.error is None and report.failed == []
+    # A zip is not read; a name with no suffix is read by its media type.
+    assert sorted(report.added) == ["101", "102", "103", "att9001", "att9002", "att9004"]
+    # Page 101's three attachments came two a page: the second page by _links.next.
+    listed = confluence.calls_to("/rest/api/content/101/child/attachment")
+    assert [c[2].get("start") for c in listed][:2] == [None, "2"]
+    items = kb.store.sources.items(SOURCE)
+    assert kb.store.document(items["att9004"].document_id or 0).name == "Desk.md"
+    annex = items["att9001"]
+    assert annex.title == "Nightjar annex.pdf" and annex.version == "1"
+    assert annex.url == (
+        f"{confluence.base}/pages/viewpageattachments.action?pageId=102"
+        "&preview=%2F102%2Fatt9001%2FNightjar%20annex.pdf"
+    )
+    assert acl_of_item(kb, "att9001") == acl_of_item(kb, "102")
+    assert acl_of_item(kb, "att9001").users == {"alice@example.com", "dave@example.com"}
+    assert acl_of_item(kb, "att9002") == Acl(public=True)
+
+    access = access_over(slack, kb)
+    engine = engine_for(threshold=2.0, related_threshold=2.0)
+    for outsider in (BOB, CAROL):
+        scopes = await access.search_scopes(Person(outsider))
+        assert "Nightjar annex.pdf" not in await titles_searched(engine, kb, scopes, ANNEX_Q)
+        answer = await engine.ask(ANNEX_Q, scopes=scopes)
+        shown = answer.sources + answer.kept + answer.beside
+        assert not any("600 thousand" in s.quote for s in shown)
+    answered = await engine.ask(ANNEX_Q, scopes=await access.search_scopes(Person(ALICE)))
+    cited = answered.sources[0]
+    assert cited.document == "Nightjar annex.pdf" and "#page=1" in cited.url
+    assert cited.origin == annex.url
+    text = kb.canonical_text(cited.document_id)
+    assert text[cited.start : cited.end] == cited.quote and "600 thousand" in cited.quote
+
+
+def acl_of_item(kb: KnowledgeBase, item: str) -> Acl:
+    return Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, item)))
+
+
+async def test_restricting_or_deleting_the_page_reaches_its_attachments_within_one_sync(
+    kb: KnowledgeBase,
+    confluence: MockConfluence,
+    slack: MockSlackAPI,
+    engine_for: Callable[..., Engine],
+) -> None:
+    confluence.attach(Attachment("att9002", "101", "rota.txt", ROTA.encode(), "text/plain"))
+    confluence.attach(Attachment("att9005", "101", "annex.pdf", text_pdf([ANNEX]), PDF))
+    await asyncio.to_thread(run, kb, confluence)
+    access = access_over(slack, kb)
+    engine = engine_for(threshold=2.0, related_threshold=2.0)
+
+    async def seen(user: str) -> set[str]:
+        scopes = await access.search_scopes(Person(user))
+        return await titles_searched(engine, kb, scopes, "Who covers the front desk on Mondays?")
+
+    assert "rota.txt" in await seen(BOB)
+    # The page gets a restriction: its attachments follow it, nothing fetched again.
+    confluence.pages["101"].read_users = ["alice@example.com"]
+    before = len(downloads(confluence))
+    report = await asyncio.to_thread(run, kb, confluence)
+    assert report.error is None and report.changed == []
+    assert len(downloads(confluence)) == before
+    assert "rota.txt" not in await seen(BOB) and "rota.txt" in await seen(ALICE)
+    assert acl_of_item(kb, "att9002").users == {"alice@example.com"}
+
+    # One attachment deleted, then the page with the other: each gone in the next sync.
+    del confluence.attachments["att9005"]
+    report = await asyncio.to_thread(run, kb, confluence)
+    assert report.error is None and report.removed == ["att9005"]
+    assert "annex.pdf" not in set(live_titles(kb))
+    rota = kb.store.sources.items(SOURCE)["att9002"].document_id
+    del confluence.pages["101"]
+    report = await asyncio.to_thread(run, kb, confluence)
+    assert report.error is None and sorted(report.removed) == ["101", "att9002"]
+    assert rota is not None and rota not in live_titles(kb).values()
+    assert "rota.txt" not in await seen(ALICE)
+
+
+def test_an_attachment_over_the_size_limit_is_reported_and_the_rest_syncs(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    huge = Attachment("att9006", "101", "scan.pdf", b"%PDF-1.4", PDF, size=900 * 2**20)
+    confluence.attach(huge)
+    confluence.attach(Attachment("att9002", "101", "rota.txt", ROTA.encode(), "text/plain"))
+    report = run(kb, confluence)
+
+    assert report.error is None and "att9002" in report.added and "att9006" not in report.added
+    [(item, reason)] = report.failed
+    assert item == "att9006" and reason == "scan.pdf is over the 20 MB a document may be; skipped."
+    assert not any("scan.pdf" in path for path in downloads(confluence))
+    # Not listed as a document either: the next run polls, it does not reload everything.
+    again = run(kb, confluence)
+    assert again.mode == "poll" and again.error is None and again.added == []
+
+
+def test_an_unchanged_attachment_is_not_fetched_again_and_a_new_version_is(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    rota = confluence.attach(Attachment("att9002", "101", "rota.txt", ROTA.encode(), "text/plain"))
+    run(kb, confluence)
+    assert len(downloads(confluence)) == 1
+
+    again = run(kb, confluence)
+    assert again.mode == "poll" and "att9002" in again.unchanged
+    assert len(downloads(confluence)) == 1
+
+    # A new version on a page that did not change, and a new attachment beside it.
+    rota.data, rota.version = (ROTA + " Saturdays: closed.").encode(), 2
+    confluence.attach(
+        Attachment(
+            "att9007",
+            "103",
+            "plan.md",
+            b"# Hiring plan\n\nThree engineers join in March.",
+            "text/markdown",
+        )
+    )
+    third = run(kb, confluence)
+    assert third.mode == "poll" and third.changed == ["att9002"] and third.added == ["att9007"]
+    assert len(downloads(confluence)) == 3
+    item = kb.store.sources.items(SOURCE)["att9002"]
+    assert item.version == "2" and "Saturdays" in kb.canonical_text(item.document_id or 0)
+
+
+def test_an_attachment_whose_download_points_elsewhere_is_refused(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    confluence.attach(Attachment("att9002", "101", "rota.txt", ROTA.encode(), "text/plain"))
+    confluence.download_host = "http://attacker.example"
+    report = run(kb, confluence)
+    assert report.error is None and "att9002" not in report.added
+    assert report.failed == [("att9002", "Confluence gave no download on its own site; skipped.")]

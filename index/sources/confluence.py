@@ -9,6 +9,15 @@ on Cloud under ``/wiki``), which both Cloud and Data Center serve:
 * a page: ``/rest/api/content/{id}?expand=body.export_view,...`` — its
   export view (the rendered HTML, macros expanded), else its storage format,
   given to the product's HTML extractor as a page of its own;
+* a page's attachments: ``/rest/api/content/{id}/child/attachment?expand=version``,
+  following ``_links.next``; each one the product's extractor reads (PDF,
+  Word, PowerPoint, Excel, CSV, Markdown, text, HTML: by its name's suffix,
+  else its media type) is a document of its own, item ``att<id>``, its bytes
+  from its ``_links.download`` on the configured site only, fetched again only
+  when its version number changes. One over the upload limit
+  (``extensions.fileSize``, and the bytes as they come) is skipped and
+  reported. Its permissions are its page's: Confluence applies the page's
+  restrictions to its attachments;
 * who may read it: the space's read permission
   (``/rest/api/space/{key}?expand=permissions``) and the read restrictions of
   the page and of each of its ancestors
@@ -36,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import html
+import itertools
 import json
 import logging
 import re
@@ -50,6 +60,8 @@ import requests
 from atlassian.confluence.server import Server
 from atlassian.errors import ApiError
 
+from index.config import DEFAULT_MAX_UPLOAD_BYTES
+from index.errors import TooLarge
 from index.sources.contract import (
     UNKNOWN_ACL,
     Acl,
@@ -60,7 +72,13 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import checkpoint_time, file_name, timestamp
+from index.sources.fields import (
+    checkpoint_time,
+    file_name,
+    readable_name,
+    readable_suffix,
+    timestamp,
+)
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, origin, retry_after
 
 __all__ = [
@@ -79,6 +97,8 @@ MAX_ANCESTORS = 64
 # Pages of results one listing follows: 50 a page, a million pages per space at most.
 MAX_PAGES = 20_000
 _SPACE_KEY = re.compile(r"[A-Za-z0-9_~]{1,255}")
+# An attachment's item: Confluence's own attachment ids already read "att<number>".
+ATTACHMENT_PREFIX = "att"
 
 
 @dataclass(frozen=True)
@@ -175,6 +195,9 @@ class ConfluenceConnector:
             self.client = Server(settings.url, token=token, **common)
         self._space_grant: _Grant | None = None
         self._members: dict[str, GroupMembers] = {}
+        # This run's: each page's attachments as the listing found them, each page's Acl.
+        self._listed: dict[str, list[dict[str, Any]]] | None = None
+        self._page_acls: dict[str, Acl] = {}
 
     # ------------------------------------------------------------ the contract
 
@@ -195,18 +218,23 @@ class ConfluenceConnector:
         return self._changes(cql, since)
 
     def listing(self) -> frozenset[str]:
-        """The ids of every page of the space now (all pages of the search, or it raises)."""
-        return frozenset(
-            i for i, _ in self._search(f'space = "{self.settings.space}" and type = page')
+        """The ids of every page of the space now, and of each attachment of theirs it syncs
+        (all pages of every list, or it raises)."""
+        pages = [i for i, _ in self._search(f'space = "{self.settings.space}" and type = page')]
+        self._listed = {page: self._attachments(page) for page in pages}
+        attachments = (
+            _attachment_item(a) for rows in self._listed.values() for a in rows if _fits(a)
         )
+        return frozenset(pages) | frozenset(attachments)
 
     def permissions(self, items: Iterable[str]) -> dict[str, Acl]:
-        """Each page's current Acl (unknown where it cannot be read)."""
+        """Each page's current Acl, an attachment's its page's (unknown where unreadable)."""
         self._space_grant = None
+        self._page_acls = {}
         acls = {}
         for item in items:
-            page = self._page(item, "ancestors,space")
-            acls[item] = UNKNOWN_ACL if page is None else self._acl(page)
+            page_id = self._container(item) if _is_attachment(item) else item
+            acls[item] = UNKNOWN_ACL if page_id is None else self._page_acl(page_id)
         return acls
 
     def groups(self, names: Iterable[str]) -> list[GroupMembers]:
@@ -221,7 +249,13 @@ class ConfluenceConnector:
         latest = max((m for _, m in found if m is not None), default=since)
         checkpoint = json.dumps({"since": (latest or datetime.now(UTC)).isoformat()})
         failed: list[tuple[str, str]] = []
-        return Batch(self._documents([i for i, _ in found], failed), checkpoint, failed)
+        ids = [i for i, _ in found]
+        documents = self._documents(ids, failed)
+        if since is not None:
+            # Attachments change without their page: those of the other pages come too (a
+            # version already indexed is not fetched again).
+            documents = itertools.chain(documents, self._other_attachments(set(ids), failed))
+        return Batch(documents, checkpoint, failed)
 
     def _documents(self, ids: list[str], failed: list[tuple[str, str]]) -> Iterator[SourceDocument]:
         for item in ids:
@@ -229,9 +263,12 @@ class ConfluenceConnector:
             if page is None:
                 continue  # deleted since it was listed: the next listing prunes it
             try:
-                yield self._document(item, page)
+                document = self._document(item, page)
             except _Malformed as exc:
                 failed.append((item, str(exc)))
+                continue
+            yield document
+            yield from self._attached(item, document.acl, self._attachments(item), failed)
 
     def _document(self, item: str, page: dict[str, Any]) -> SourceDocument:
         title = page.get("title")
@@ -260,12 +297,117 @@ class ConfluenceConnector:
             version=version,
         )
 
-    def _url_of(self, page: dict[str, Any]) -> str:
-        """The page's address on the configured site (a path the source gives, never a host)."""
-        webui = (page.get("_links") or {}).get("webui")
-        if not isinstance(webui, str) or not webui.startswith("/") or webui.startswith("//"):
-            webui = f"/pages/viewpage.action?pageId={quote(str(page.get('id')), safe='')}"
+    def _url_of(self, page: dict[str, Any], fallback: str = "") -> str:
+        """The page's (or attachment's) address on the configured site (a path the source
+        gives, never a host)."""
+        webui = _site_path((page.get("_links") or {}).get("webui"))
+        if webui is None:
+            webui = (
+                fallback or f"/pages/viewpage.action?pageId={quote(str(page.get('id')), safe='')}"
+            )
         return self.settings.url.rstrip("/") + webui
+
+    # ------------------------------------------------------------ attachments
+
+    def _attachments(self, page_id: str) -> list[dict[str, Any]]:
+        """The page's attachments the extractor reads (all pages of the list, or it raises)."""
+        found = []
+        path = f"rest/api/content/{quote(page_id, safe='')}/child/attachment"
+        for row in self._pages(path, {"limit": PAGE_SIZE, "expand": "version"}):
+            if not isinstance(row, dict) or not isinstance(row.get("id"), str | int):
+                raise SourceFailed("Confluence listed an attachment that is not JSON of one.")
+            if isinstance(row.get("title"), str) and readable_suffix(row["title"], _type(row)):
+                found.append(row)
+        return found
+
+    def _other_attachments(
+        self, done: set[str], failed: list[tuple[str, str]]
+    ) -> Iterator[SourceDocument]:
+        """The attachments of every page the listing found but ``done`` does not hold."""
+        if self._listed is None:
+            self.listing()
+        for page_id, rows in (self._listed or {}).items():
+            if page_id in done or not rows:
+                continue
+            acl = self._page_acl(page_id)
+            if acl.known or self._page(page_id, "space") is not None:
+                yield from self._attached(page_id, acl, rows, failed)
+
+    def _page_acl(self, page_id: str) -> Acl:
+        """The page's Acl, read once a run (unknown when it is gone or unreadable)."""
+        if page_id not in self._page_acls:
+            page = self._page(page_id, "ancestors,space")
+            self._page_acls[page_id] = UNKNOWN_ACL if page is None else self._acl(page)
+        return self._page_acls[page_id]
+
+    def _attached(
+        self,
+        page_id: str,
+        acl: Acl,
+        rows: list[dict[str, Any]],
+        failed: list[tuple[str, str]],
+    ) -> Iterator[SourceDocument]:
+        """The page's attachments as documents with the page's Acl; one too large fails alone."""
+        for row in rows:
+            item, name = _attachment_item(row), row["title"].strip()
+            if not _fits(row):
+                failed.append((item, _too_large(name)))
+                continue
+            download = self._download_url(row)
+            if download is None:
+                failed.append((item, "Confluence gave no download on its own site; skipped."))
+                continue
+            view = f"/pages/viewpageattachments.action?pageId={quote(page_id, safe='')}"
+            yield SourceDocument(
+                item=item,
+                title=name,
+                url=self._url_of(row, view),
+                data=b"",
+                filename=readable_name(name, _type(row)),
+                media_type=_type(row),
+                acl=acl,
+                version=str((row.get("version") or {}).get("number", "")),
+                fetch=functools.partial(self._download, download, name),
+            )
+
+    def _download_url(self, row: dict[str, Any]) -> str | None:
+        """Where the attachment's bytes are, on the configured site only (the credentials
+        go nowhere else)."""
+        links = row.get("_links") or {}
+        download = links.get("download") if isinstance(links, dict) else None
+        if not isinstance(download, str) or not download:
+            return None
+        url = download if "://" in download else self.settings.url.rstrip("/") + download
+        return url if origin(url) == origin(self.settings.url) else None
+
+    def _download(self, url: str, name: str) -> bytes | None:
+        """The attachment's bytes; ``None``: deleted since it was listed.
+
+        Raises:
+            TooLarge: more bytes came than a document may have.
+        """
+        data = self._call(
+            lambda: self.client.get(url, absolute=True, not_json_response=True), missing=True
+        )
+        if data is None:
+            return None
+        if not isinstance(data, bytes):
+            raise SourceFailed("Confluence gave an attachment's content as something not bytes.")
+        if len(data) > DEFAULT_MAX_UPLOAD_BYTES:
+            raise TooLarge(_too_large(name), filename=name, limit=DEFAULT_MAX_UPLOAD_BYTES)
+        return data
+
+    def _container(self, item: str) -> str | None:
+        """The id of the page an attachment is on; ``None``: it is gone."""
+        answer = self._call(
+            lambda: self.client.get(
+                f"rest/api/content/{quote(item, safe='')}", params={"expand": "container"}
+            ),
+            missing=True,
+        )
+        container = answer.get("container") if isinstance(answer, dict) else None
+        page_id = container.get("id") if isinstance(container, dict) else None
+        return str(page_id) if isinstance(page_id, str | int) else None
 
     def _search(self, cql: str) -> list[tuple[str, datetime | None]]:
         """``(page id, last modified)`` of every result, in the order given (one listed
@@ -487,4 +629,41 @@ def _body_html(body: dict[str, Any]) -> str | None:
         value = (body.get(form) or {}).get("value")
         if isinstance(value, str) and value.strip():
             return value
+    return None
+
+
+def _is_attachment(item: str) -> bool:
+    return item.startswith(ATTACHMENT_PREFIX)
+
+
+def _attachment_item(row: dict[str, Any]) -> str:
+    """The attachment's item: its id, ``att`` first as Confluence writes it."""
+    raw = str(row["id"])
+    return raw if _is_attachment(raw) else ATTACHMENT_PREFIX + raw
+
+
+def _type(row: dict[str, Any]) -> str:
+    """The attachment's media type (``extensions.mediaType``, else ``metadata.mediaType``)."""
+    for holder in ("extensions", "metadata"):
+        value = (row.get(holder) or {}).get("mediaType")
+        if isinstance(value, str) and value:
+            return value.split(";")[0].strip().lower()
+    return "application/octet-stream"
+
+
+def _fits(row: dict[str, Any]) -> bool:
+    """Whether the attachment's stated size is within the upload limit (none stated: yes,
+    and the bytes are counted as they come)."""
+    size = (row.get("extensions") or {}).get("fileSize")
+    return not (isinstance(size, int) and size > DEFAULT_MAX_UPLOAD_BYTES)
+
+
+def _too_large(name: str) -> str:
+    return f"{name} is over the {DEFAULT_MAX_UPLOAD_BYTES // 2**20} MB a document may be; skipped."
+
+
+def _site_path(value: object) -> str | None:
+    """``value`` when it is a path on the site (``/...``), never another host (``//...``)."""
+    if isinstance(value, str) and value.startswith("/") and not value.startswith("//"):
+        return value
     return None

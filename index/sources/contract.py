@@ -24,7 +24,7 @@ says when a rate-limited or failing source may be asked again) and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -180,6 +180,10 @@ class SourceDocument:
         media_type: the bytes' media type.
         acl: who may read it.
         version: the source's version of it; the same version is not fetched twice.
+        fetch: where given, ``data`` is empty and this fetches the bytes, called only when
+            ``version`` is not the one recorded; ``None`` from it: gone since it was listed.
+            A file the product will not take raises a ``KBError`` (``TooLarge``...): that
+            item fails, the rest syncs.
     """
 
     item: str
@@ -190,6 +194,7 @@ class SourceDocument:
     media_type: str
     acl: Acl
     version: str = ""
+    fetch: Callable[[], bytes | None] | None = None
 
 
 @dataclass(frozen=True)

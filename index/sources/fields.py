@@ -1,5 +1,8 @@
 """Reading what every source sends alike: its times, the checkpoint a sync saved, file names.
 
+A file a source holds is read when the product's extractor reads its name's
+suffix, or else its media type (``readable_suffix``).
+
 A source's answers are hostile input: a time that is not one reads as ``None``
 (the caller decides what that means), a checkpoint that cannot be read fails
 the run with what to do, and a title becomes a file name that names no path.
@@ -11,13 +14,28 @@ import json
 import re
 from datetime import UTC, datetime
 
+from index.ingest import SUPPORTED_SUFFIXES
 from index.sources.contract import SourceFailed
 
-__all__ = ["checkpoint_time", "file_name", "timestamp"]
+__all__ = ["checkpoint_time", "file_name", "readable_name", "readable_suffix", "timestamp"]
 
 # Path separators and control characters: a title is never a path.
 _NOT_IN_NAMES = re.compile(r"[\\/\x00-\x1f]+")
 _MOST_NAME_CHARS = 120
+_XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+_PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+# The suffix a media type means, for a file whose name has none the extractor reads.
+_SUFFIX_OF_TYPE = {
+    "application/pdf": ".pdf",
+    "text/plain": ".txt",
+    "text/markdown": ".md",
+    "text/html": ".html",
+    "text/csv": ".csv",
+    _DOCX: ".docx",
+    _PPTX: ".pptx",
+    _XLSX: ".xlsx",
+}
 
 
 def timestamp(value: object) -> datetime | None:
@@ -49,3 +67,20 @@ def checkpoint_time(checkpoint: str) -> datetime:
 def file_name(title: str, fallback: str) -> str:
     """``title`` as a file name's stem: no separators or control characters, at most 120 characters."""
     return _NOT_IN_NAMES.sub(" ", title).strip()[:_MOST_NAME_CHARS] or fallback
+
+
+def readable_suffix(name: str, media_type: str) -> str | None:
+    """The suffix the extractor reads ``name`` by (its own, else its media type's); ``None``:
+    a file the product does not read."""
+    dot = name.rfind(".")
+    suffix = name[dot:].lower() if dot > 0 else ""
+    if suffix in SUPPORTED_SUFFIXES:
+        return suffix
+    return _SUFFIX_OF_TYPE.get(media_type)
+
+
+def readable_name(name: str, media_type: str) -> str:
+    """``name`` as a safe file name ending with the suffix the extractor reads it by."""
+    safe = file_name(name, "file")
+    suffix = readable_suffix(name, media_type) or ""
+    return safe if safe.lower().endswith(suffix) else f"{safe}{suffix}"

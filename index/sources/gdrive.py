@@ -57,7 +57,6 @@ from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
 from index.config import DEFAULT_MAX_UPLOAD_BYTES
-from index.ingest import SUPPORTED_SUFFIXES
 from index.sources.contract import (
     UNKNOWN_ACL,
     Acl,
@@ -68,7 +67,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import file_name
+from index.sources.fields import file_name, readable_name, readable_suffix
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, retry_after
 
 __all__ = [
@@ -94,23 +93,11 @@ MAX_FOLDERS = 50_000
 FOLDER = "application/vnd.google-apps.folder"
 _XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 _PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
-_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 # Google's own formats: what each is exported as (see the module's docstring for why).
 EXPORTS = {
     "application/vnd.google-apps.document": ("text/html", ".html"),
     "application/vnd.google-apps.spreadsheet": (_XLSX, ".xlsx"),
     "application/vnd.google-apps.presentation": (_PPTX, ".pptx"),
-}
-# Other files: the suffix their media type means, for a name that has none the extractor reads.
-_SUFFIX_OF_TYPE = {
-    "application/pdf": ".pdf",
-    "text/plain": ".txt",
-    "text/markdown": ".md",
-    "text/html": ".html",
-    "text/csv": ".csv",
-    _DOCX: ".docx",
-    _PPTX: ".pptx",
-    _XLSX: ".xlsx",
 }
 _FILE_FIELDS = "id,name,mimeType,trashed,parents,driveId,version,webViewLink,size"
 _ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
@@ -375,7 +362,7 @@ class GDriveConnector:
             data = self._content(self.drive.files().export_media(fileId=item, mimeType=media_type))
             filename = f"{file_name(name, 'file')}{suffix}"
         else:
-            filename = _filename(name, mime)
+            filename = readable_name(name, mime)
             media_type = mime
             data = self._content(self.drive.files().get_media(fileId=item, supportsAllDrives=True))
         return SourceDocument(
@@ -598,21 +585,7 @@ def _readable(file: dict[str, Any]) -> bool:
     """Whether the extractor reads what this file is, or is exported as."""
     if file["mimeType"] in EXPORTS:
         return True
-    return _suffix(file["name"], file["mimeType"]) is not None
-
-
-def _suffix(name: str, mime: str) -> str | None:
-    dot = name.rfind(".")
-    suffix = name[dot:].lower() if dot > 0 else ""
-    if suffix in SUPPORTED_SUFFIXES:
-        return suffix
-    return _SUFFIX_OF_TYPE.get(mime)
-
-
-def _filename(name: str, mime: str) -> str:
-    safe = file_name(name, "file")
-    suffix = _suffix(name, mime) or ""
-    return safe if safe.lower().endswith(suffix) else f"{safe}{suffix}"
+    return readable_suffix(file["name"], file["mimeType"]) is not None
 
 
 def _grant(row: object) -> tuple[str, str]:

@@ -14,7 +14,9 @@ The order is the one that shows least for least long:
    permissions are written before its new version is indexed, and the new
    version goes through the upload path (``KnowledgeBase.add_bytes`` then
    ``index_document``: extraction, chunking, exact offsets, one transaction
-   replacing the older version); an item listed twice is taken once; an item
+   replacing the older version); a document whose bytes come later
+   (``SourceDocument.fetch``) and whose version is the one indexed is not
+   fetched again; an item listed twice is taken once; an item
    the listing has and the knowledge base has not, which the poll did not
    bring (a page moved in from elsewhere, or restored from the trash, keeps its
    old date), makes the run load in full, so that it is not missed for good;
@@ -271,7 +273,6 @@ class _Run:
     def _put(self, doc: SourceDocument) -> None:
         scope = source_scope(self.name, doc.item)
         known = self.records.items(self.name).get(doc.item)
-        digest = hashlib.sha256(doc.data).hexdigest()
         now = self.clock()
         # The permissions first: an older version still searchable is restricted at once.
         item = SourceItem(
@@ -287,11 +288,26 @@ class _Run:
             acl_synced_at=now,
         )
         self.records.put_item(item, doc.acl.entries)
+        fetched_later = doc.fetch is not None and bool(doc.version)
+        if (
+            fetched_later
+            and known
+            and known.version == doc.version
+            and self._live(known.document_id)
+        ):
+            # A version already indexed: its bytes are not fetched again.
+            self.records.put_item(_with(item, synced_at=now), doc.acl.entries)
+            self.report.unchanged.append(doc.item)
+            return
+        data = self._data(doc)
+        if data is None:
+            return
+        digest = hashlib.sha256(data).hexdigest()
         if known and known.sha256 == digest and self._live(known.document_id):
             self.records.put_item(_with(item, version=doc.version, synced_at=now), doc.acl.entries)
             self.report.unchanged.append(doc.item)
             return
-        row = self._index(doc, scope)
+        row = self._index(doc, data, scope)
         if row is None:
             return
         if known and known.document_id not in (None, row.id):
@@ -301,10 +317,22 @@ class _Run:
         self.records.put_item(done, doc.acl.entries)
         (self.report.changed if known else self.report.added).append(doc.item)
 
-    def _index(self, doc: SourceDocument, scope: str) -> Any:
+    def _data(self, doc: SourceDocument) -> bytes | None:
+        """The document's bytes (fetched now if they come later); ``None``: not to be indexed."""
+        if doc.fetch is None:
+            return doc.data
+        try:
+            return doc.fetch()  # None: gone since it was listed; the next listing prunes it
+        except SourceFailed:
+            raise
+        except KBError as exc:
+            self.report.failed.append((doc.item, getattr(exc, "reason", None) or str(exc)))
+            return None
+
+    def _index(self, doc: SourceDocument, data: bytes, scope: str) -> Any:
         try:
             added = self.kb.add_bytes(
-                doc.data,
+                data,
                 doc.filename,
                 uploader=self.actor,
                 scope=scope,
