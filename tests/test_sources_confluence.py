@@ -113,7 +113,7 @@ class Waits:
 
 
 def connector(
-    mock: MockConfluence, waits: Waits | None = None, budget: float = 30.0
+    mock: MockConfluence, waits: Waits | None = None, budget: float = 30.0, **options: Any
 ) -> ConfluenceConnector:
     settings = ConfluenceSettings(mock.base, SPACE, ACCOUNT, ("confluence-users",))
     return ConfluenceConnector(
@@ -121,6 +121,7 @@ def connector(
         DEFAULT_CONFLUENCE_TOKEN,
         sleep=(waits or Waits()).sleep,
         budget_seconds=budget,
+        **options,
     )
 
 
@@ -856,6 +857,12 @@ async def test_an_attachment_is_its_own_document_read_by_whom_its_page_admits(
     assert acl_of_item(kb, "att9001") == acl_of_item(kb, "102")
     assert acl_of_item(kb, "att9001").users == {"alice@example.com", "dave@example.com"}
     assert acl_of_item(kb, "att9002") == Acl(public=True)
+    # The permission sync knows each attachment's page from the listing; without one it
+    # asks Confluence for the attachment's container.
+    assert confluence.calls_to("/rest/api/content/att") == []
+    alone = connector(confluence).permissions(["att9001", "att9404"])
+    assert alone == {"att9001": acl_of_item(kb, "102"), "att9404": Acl(known=False)}
+    assert confluence.calls_to("/rest/api/content/att9001")[0][2] == {"expand": "container"}
 
     access = access_over(slack, kb)
     engine = engine_for(threshold=2.0, related_threshold=2.0)
@@ -931,6 +938,23 @@ def test_an_attachment_over_the_size_limit_is_reported_and_the_rest_syncs(
     # Not listed as a document either: the next run polls, it does not reload everything.
     again = run(kb, confluence)
     assert again.mode == "poll" and again.error is None and again.added == []
+
+
+def test_an_attachment_larger_than_it_says_is_cut_off_at_the_limit(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    lying = Attachment("att9008", "101", "big.txt", b"x" * 5_000, "text/plain", size=100)
+    confluence.attach(lying)
+    confluence.attach(Attachment("att9002", "101", "rota.txt", ROTA.encode(), "text/plain"))
+    report = run(kb, confluence, max_bytes=4_000)
+    assert report.error is None and "att9002" in report.added
+    assert report.failed == [
+        ("att9008", "big.txt is over the 4000 bytes a document may be; skipped.")
+    ]
+    # Its permissions are recorded, no document: the next run tries it again and says so.
+    assert kb.store.sources.items(SOURCE)["att9008"].document_id is None
+    again = run(kb, confluence, max_bytes=4_000)
+    assert again.mode == "poll" and [item for item, _ in again.failed] == ["att9008"]
 
 
 def test_an_unchanged_attachment_is_not_fetched_again_and_a_new_version_is(

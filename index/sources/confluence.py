@@ -163,6 +163,7 @@ class ConfluenceConnector:
         sleep: how a wait is waited (tests record it).
         budget_seconds: the most one call waits for retries before the run fails.
         timeout: seconds for one HTTP request.
+        max_bytes: the largest attachment downloaded (the knowledge base's default upload limit).
     """
 
     kind = "confluence"
@@ -175,6 +176,7 @@ class ConfluenceConnector:
         sleep: Callable[[float], None] = time.sleep,
         budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         timeout: int = 30,
+        max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     ) -> None:
         if not token:
             raise SourceError(
@@ -183,6 +185,8 @@ class ConfluenceConnector:
         self.settings = settings
         self.sleep = sleep
         self.budget_seconds = budget_seconds
+        self.timeout = timeout
+        self.max_bytes = max_bytes
         # The SDK's own retries are off: ours wait within a budget and say why they stopped.
         common: dict[str, Any] = {
             "timeout": timeout,
@@ -197,6 +201,7 @@ class ConfluenceConnector:
         self._members: dict[str, GroupMembers] = {}
         # This run's: each page's attachments as the listing found them, each page's Acl.
         self._listed: dict[str, list[dict[str, Any]]] | None = None
+        self._page_of: dict[str, str] = {}
         self._page_acls: dict[str, Acl] = {}
 
     # ------------------------------------------------------------ the contract
@@ -222,10 +227,13 @@ class ConfluenceConnector:
         (all pages of every list, or it raises)."""
         pages = [i for i, _ in self._search(f'space = "{self.settings.space}" and type = page')]
         self._listed = {page: self._attachments(page) for page in pages}
-        attachments = (
-            _attachment_item(a) for rows in self._listed.values() for a in rows if _fits(a)
-        )
-        return frozenset(pages) | frozenset(attachments)
+        self._page_of = {
+            _attachment_item(a): page
+            for page, rows in self._listed.items()
+            for a in rows
+            if self._fits(a)
+        }
+        return frozenset(pages) | frozenset(self._page_of)
 
     def permissions(self, items: Iterable[str]) -> dict[str, Acl]:
         """Each page's current Acl, an attachment's its page's (unknown where unreadable)."""
@@ -233,7 +241,10 @@ class ConfluenceConnector:
         self._page_acls = {}
         acls = {}
         for item in items:
-            page_id = self._container(item) if _is_attachment(item) else item
+            page_id: str | None = item
+            if _is_attachment(item):
+                # The listing just read which page each is on; else Confluence is asked.
+                page_id = self._page_of.get(item) or self._container(item)
             acls[item] = UNKNOWN_ACL if page_id is None else self._page_acl(page_id)
         return acls
 
@@ -300,7 +311,7 @@ class ConfluenceConnector:
     def _url_of(self, page: dict[str, Any], fallback: str = "") -> str:
         """The page's (or attachment's) address on the configured site (a path the source
         gives, never a host)."""
-        webui = _site_path((page.get("_links") or {}).get("webui"))
+        webui = _site_path(_part(page, "_links").get("webui"))
         if webui is None:
             webui = (
                 fallback or f"/pages/viewpage.action?pageId={quote(str(page.get('id')), safe='')}"
@@ -349,9 +360,10 @@ class ConfluenceConnector:
     ) -> Iterator[SourceDocument]:
         """The page's attachments as documents with the page's Acl; one too large fails alone."""
         for row in rows:
-            item, name = _attachment_item(row), row["title"].strip()
-            if not _fits(row):
-                failed.append((item, _too_large(name)))
+            item = _attachment_item(row)
+            name = row["title"].strip() or item
+            if not self._fits(row):
+                failed.append((item, self._too_large(name)))
                 continue
             download = self._download_url(row)
             if download is None:
@@ -366,15 +378,14 @@ class ConfluenceConnector:
                 filename=readable_name(name, _type(row)),
                 media_type=_type(row),
                 acl=acl,
-                version=str((row.get("version") or {}).get("number", "")),
+                version=str(_part(row, "version").get("number", "")),
                 fetch=functools.partial(self._download, download, name),
             )
 
     def _download_url(self, row: dict[str, Any]) -> str | None:
         """Where the attachment's bytes are, on the configured site only (the credentials
         go nowhere else)."""
-        links = row.get("_links") or {}
-        download = links.get("download") if isinstance(links, dict) else None
+        download = _part(row, "_links").get("download")
         if not isinstance(download, str) or not download:
             return None
         url = download if "://" in download else self.settings.url.rstrip("/") + download
@@ -386,16 +397,42 @@ class ConfluenceConnector:
         Raises:
             TooLarge: more bytes came than a document may have.
         """
-        data = self._call(
-            lambda: self.client.get(url, absolute=True, not_json_response=True), missing=True
-        )
-        if data is None:
+        response = self._call(lambda: self._stream(url), missing=True)
+        if response is None:
             return None
-        if not isinstance(data, bytes):
-            raise SourceFailed("Confluence gave an attachment's content as something not bytes.")
-        if len(data) > DEFAULT_MAX_UPLOAD_BYTES:
-            raise TooLarge(_too_large(name), filename=name, limit=DEFAULT_MAX_UPLOAD_BYTES)
-        return data
+        data = bytearray()
+        with response:
+            try:
+                for chunk in response.iter_content(1 << 16):
+                    data += chunk
+                    if len(data) > self.max_bytes:
+                        # Its stated size was smaller: the rest is never read.
+                        raise TooLarge(self._too_large(name), filename=name, limit=self.max_bytes)
+            except requests.RequestException:
+                raise SourceFailed(f"Confluence cut off the download of {name}.") from None
+        return bytes(data)
+
+    def _stream(self, url: str) -> requests.Response:
+        """The download's response, its body not read yet (an error status raises)."""
+        response = self.client.session.get(url, stream=True, timeout=self.timeout)
+        if response.status_code >= 400:
+            response.close()
+            response.raise_for_status()
+        return response
+
+    def _fits(self, row: dict[str, Any]) -> bool:
+        """Whether the attachment's stated size is within the limit (none stated: yes, and
+        the bytes are counted as they come)."""
+        size = _part(row, "extensions").get("fileSize")
+        return not (isinstance(size, int) and size > self.max_bytes)
+
+    def _too_large(self, name: str) -> str:
+        limit = (
+            f"{self.max_bytes // 2**20} MB"
+            if self.max_bytes >= 2**20
+            else f"{self.max_bytes} bytes"
+        )
+        return f"{name} is over the {limit} a document may be; skipped."
 
     def _container(self, item: str) -> str | None:
         """The id of the page an attachment is on; ``None``: it is gone."""
@@ -645,21 +682,16 @@ def _attachment_item(row: dict[str, Any]) -> str:
 def _type(row: dict[str, Any]) -> str:
     """The attachment's media type (``extensions.mediaType``, else ``metadata.mediaType``)."""
     for holder in ("extensions", "metadata"):
-        value = (row.get(holder) or {}).get("mediaType")
+        value = _part(row, holder).get("mediaType")
         if isinstance(value, str) and value:
             return value.split(";")[0].strip().lower()
     return "application/octet-stream"
 
 
-def _fits(row: dict[str, Any]) -> bool:
-    """Whether the attachment's stated size is within the upload limit (none stated: yes,
-    and the bytes are counted as they come)."""
-    size = (row.get("extensions") or {}).get("fileSize")
-    return not (isinstance(size, int) and size > DEFAULT_MAX_UPLOAD_BYTES)
-
-
-def _too_large(name: str) -> str:
-    return f"{name} is over the {DEFAULT_MAX_UPLOAD_BYTES // 2**20} MB a document may be; skipped."
+def _part(row: dict[str, Any], name: str) -> dict[str, Any]:
+    """``row[name]`` when it is an object, else empty (an answer in a shape it should not have)."""
+    value = row.get(name)
+    return value if isinstance(value, dict) else {}
 
 
 def _site_path(value: object) -> str | None:
