@@ -994,3 +994,26 @@ def test_an_attachment_whose_download_points_elsewhere_is_refused(
     report = run(kb, confluence)
     assert report.error is None and "att9002" not in report.added
     assert report.failed == [("att9002", "Confluence gave no download on its own site; skipped.")]
+
+
+def test_attachment_listings_and_downloads_wait_out_429s_and_5xx_in_the_budget(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    confluence.attach(Attachment("att9002", "101", "rota.txt", ROTA.encode(), "text/plain"))
+    waits = Waits()
+    confluence.fail("/child/attachment", 429, retry_after="4")
+    confluence.fail("/wiki/download/attachments/101/rota.txt", 503)
+    report = run(kb, confluence, waits)
+    assert report.error is None and "att9002" in report.added
+    assert waits.waits == [4.0, 0.5]
+
+    # Failing past the budget: the run fails saying so, and removes nothing.
+    waits = Waits()
+    confluence.fail("/child/attachment", 500, times=50)
+    report = run(kb, confluence, waits, budget=3.0)
+    assert report.error == (
+        "Confluence kept failing (HTTP 500) past the 3 s retry budget; "
+        "the next sync retries in 2 s."
+    )
+    assert report.removed == [] and waits.waits == [0.5, 1.0]
+    assert "rota.txt" in live_titles(kb)
