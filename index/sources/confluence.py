@@ -279,7 +279,10 @@ class ConfluenceConnector:
                 failed.append((item, str(exc)))
                 continue
             yield document
-            yield from self._attached(item, document.acl, self._attachments(item), failed)
+            # The listing of this run read them already (a load from scratch has none).
+            rows = (self._listed or {}).get(item)
+            rows = self._attachments(item) if rows is None else rows
+            yield from self._attached(item, document.acl, rows, failed)
 
     def _document(self, item: str, page: dict[str, Any]) -> SourceDocument:
         title = page.get("title")
