@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit, urlunsplit
 
-import openai
-from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
+if TYPE_CHECKING:
+    # The client loads with the first configured model, not with the server: a knowledge
+    # base without a model (cited evidence only) never pays for importing it.
+    import openai
+    from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
 from core.config import LLMConfig
 from core.errors import LLMUnavailable
@@ -41,16 +44,7 @@ class LLM:
         # For messages and logs: an endpoint URL may carry credentials (user:password@).
         self.base_url = _without_credentials(config.base_url)
         self.model = config.model
-        self._client = (
-            openai.AsyncOpenAI(
-                base_url=config.base_url,
-                api_key=config.api_key or "not-needed",
-                timeout=config.timeout,
-                max_retries=config.max_retries,
-            )
-            if config.base_url
-            else None
-        )
+        self._client = _client(config) if config.base_url else None
 
     @property
     def configured(self) -> bool:
@@ -76,6 +70,8 @@ class LLM:
         """
         if self._client is None:
             raise LLMUnavailable("No language model is configured (OPENAI_BASE_URL is empty).")
+        import openai  # loaded with the client already
+
         try:
             async with asyncio.timeout(self.config.deadline):
                 if on_delta is None:
@@ -172,4 +168,15 @@ def _without_credentials(url: str) -> str:
 
 
 def _params(messages: Sequence[dict[str, str]]) -> list[ChatCompletionMessageParam]:
-    return [cast(ChatCompletionMessageParam, m) for m in messages]
+    return [cast("ChatCompletionMessageParam", m) for m in messages]
+
+
+def _client(config: LLMConfig) -> openai.AsyncOpenAI:
+    import openai
+
+    return openai.AsyncOpenAI(
+        base_url=config.base_url,
+        api_key=config.api_key or "not-needed",
+        timeout=config.timeout,
+        max_retries=config.max_retries,
+    )

@@ -27,8 +27,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# As in a reader: the whole reading package is imported before it confines itself.
+# As in a reader (index.ingest.isolated.serve): the reading package and its parsers are
+# imported before it confines itself.
+import index.ingest.extract  # noqa: F401
 import index.ingest.isolated  # noqa: F401
+import index.ingest.ocr  # noqa: F401
 from index.ingest import sandbox
 
 

@@ -171,3 +171,40 @@ def test_mcp_the_web_server_and_the_access_rule_do_not_import_the_slack_surface(
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found == {group[0]: [] for group in SURFACE_FREE}
+
+
+# What `kb serve` needs only when it is used: the document parsers (readers load them in
+# their own processes), the MCP SDK (KB_MCP), the model client (a configured model).
+LOADED_WHEN_USED = ("bs4", "pypdf", "openpyxl", "pptx", "docx", "mcp", "openai")
+
+
+def test_kb_serves_modules_leave_the_parsers_mcp_and_the_model_client_to_first_use(
+    tmp_path: Path,
+) -> None:
+    """A fresh interpreter imports the command line, the app and the names the Slackbot skill
+    and the MCP surface export; none of the libraries above is loaded by that."""
+    script = (
+        "import json, sys\n"
+        "import bot.cli, bot.app, bot.mcp, index.ingest\n"
+        "bot.mcp.SERVER_ID, bot.mcp.SKILL, bot.mcp.SlackbotBlocks\n"
+        f"print(json.dumps(sorted(m for m in {LOADED_WHEN_USED!r} if m in sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_mcp_surface_exports_every_name_it_lists() -> None:
+    import bot.mcp
+
+    assert all(getattr(bot.mcp, name) is not None for name in bot.mcp.__all__)
+    with pytest.raises(AttributeError):
+        _ = bot.mcp.NOT_A_NAME

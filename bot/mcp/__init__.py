@@ -13,11 +13,41 @@ It imports nothing of the Slack surface.
 
 from __future__ import annotations
 
-from bot.mcp.blocks import SlackbotBlocks
-from bot.mcp.people import People, Person
-from bot.mcp.server import MAX_BODY_BYTES, MCP_ENDPOINT, MCP_PATH, McpConfig, McpEndpoint, attach
-from bot.mcp.skill import SERVER_ID, SKILL, Skill, skill_file
-from bot.mcp.tools import MAX_QUERY_CHARS
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bot.mcp.blocks import SlackbotBlocks
+    from bot.mcp.people import People, Person
+    from bot.mcp.server import (
+        MAX_BODY_BYTES,
+        MCP_ENDPOINT,
+        MCP_PATH,
+        McpConfig,
+        McpEndpoint,
+        attach,
+    )
+    from bot.mcp.skill import SERVER_ID, SKILL, Skill, skill_file
+    from bot.mcp.tools import MAX_QUERY_CHARS
+
+# Each name others may use, and its module: loaded when first used, so that a
+# server without KB_MCP (and `kb slackbot-skill`) never loads the MCP SDK.
+_HOMES = {
+    "MAX_BODY_BYTES": "bot.mcp.server",
+    "MAX_QUERY_CHARS": "bot.mcp.tools",
+    "MCP_ENDPOINT": "bot.mcp.server",
+    "MCP_PATH": "bot.mcp.server",
+    "McpConfig": "bot.mcp.server",
+    "McpEndpoint": "bot.mcp.server",
+    "People": "bot.mcp.people",
+    "Person": "bot.mcp.people",
+    "SERVER_ID": "bot.mcp.skill",
+    "SKILL": "bot.mcp.skill",
+    "Skill": "bot.mcp.skill",
+    "SlackbotBlocks": "bot.mcp.blocks",
+    "attach": "bot.mcp.server",
+    "skill_file": "bot.mcp.skill",
+}
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -35,3 +65,12 @@ __all__ = [
     "attach",
     "skill_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'bot.mcp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

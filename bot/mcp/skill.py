@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bot.mcp.tools import ASK_TOOL, SEARCH_TOOL
+from bot.mcp.names import ASK_TOOL, SEARCH_TOOL
 
 __all__ = ["SERVER_ID", "SKILL", "Skill", "skill_file"]
 

@@ -50,6 +50,7 @@ from pydantic import BaseModel, Field
 
 from bot.mcp.auth import Caller
 from bot.mcp.blocks import SUPPORTS_BLOCK_KIT, Block, SlackbotBlocks, slack_meta
+from bot.mcp.names import ASK_TOOL, SEARCH_TOOL
 from bot.mcp.people import People, Person, person_of, scopes_of
 from core.answer import Answer, Asker, Engine, SourceRef
 from core.quoting import one_line, quoted
@@ -74,8 +75,6 @@ __all__ = [
     "register_tools",
 ]
 
-SEARCH_TOOL = "search_knowledge_base"
-ASK_TOOL = "ask_knowledge_base"
 # Where the HTTP layer leaves the verified caller in the request's ASGI scope.
 CALLER_SCOPE_KEY = "kb.mcp.caller"
 SURFACE = "mcp"

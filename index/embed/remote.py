@@ -27,11 +27,10 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
-import openai
 
 from index.config import EmbeddingEndpoint
 from index.embed.base import (
@@ -44,6 +43,10 @@ from index.embed.base import (
 )
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    # The client loads with the first request: naming a model (``model_name``) does not.
+    import openai
 
 REMOTE_PREFIX = "openai:"
 SPECIAL_TOKENS = 2
@@ -83,6 +86,8 @@ class RemoteEmbedder:
 
     @cached_property
     def _client(self) -> openai.OpenAI:
+        import openai
+
         return openai.OpenAI(
             base_url=self.endpoint.base_url or None,
             # Local servers often want no key; the client insists on one.
@@ -164,6 +169,8 @@ class RemoteEmbedder:
 
     def _request(self, batch: list[str]) -> Any:
         """The endpoint's JSON reply for ``batch``, retried within the batch's time limit."""
+        import openai
+
         deadline = time.monotonic() + self.endpoint.timeout
         attempts = self.endpoint.max_retries + 1
         reason = "no attempt fitted in the time limit"

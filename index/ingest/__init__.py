@@ -11,7 +11,7 @@ each confined by ``sandbox`` to what reading needs.
 from __future__ import annotations
 
 from index.ingest.chunk import SHEET_KINDS, chunk_document, markdown_structure, sheet_columns
-from index.ingest.extract import EXTRACTOR_VERSION, FOLDER_SUFFIXES, SUPPORTED_SUFFIXES
+from index.ingest.formats import EXTRACTOR_VERSION, FOLDER_SUFFIXES, SUPPORTED_SUFFIXES
 from index.ingest.isolated import over_reading_limit
 from index.ingest.ocr import ocr_pages
 from index.ingest.pipeline import PIPELINE_VERSION, Prepared, prepare_document

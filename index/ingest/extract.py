@@ -42,10 +42,15 @@ from index.config import (
 )
 from index.errors import CorruptDocument, EmptyDocument, OverLimit, TooLarge, UnsupportedType
 from index.ingest.chunk import markdown_structure
+from index.ingest.formats import (
+    EXTRACTOR_VERSION,
+    FOLDER_SUFFIXES,
+    SUPPORTED_SUFFIXES,
+    SUPPORTED_TYPES,
+)
 from index.ingest.ocr import OcrPages, needs_ocr, ocr_marker, read_pages, unread_marker
 from index.ingest.office import TextBudget, docx_document, pptx_document
 from index.ingest.office_zip import (
-    LEGACY_SUFFIXES,
     OFFICE_SUFFIXES,
     OLE_MAGIC,
     ZIP_MAGIC,
@@ -56,20 +61,6 @@ from index.ingest.sheets import csv_document, xlsx_document
 from index.models import Extracted
 
 log = logging.getLogger(__name__)
-
-# Stamped on documents: bump whenever the same bytes would extract differently.
-EXTRACTOR_VERSION = "2"
-
-SUPPORTED_SUFFIXES: tuple[str, ...] = (
-    ".md", ".markdown", ".txt", ".html", ".htm", ".xhtml", ".pdf", *OFFICE_SUFFIXES, ".csv", ".tsv",
-)  # fmt: skip
-# The files of a folder that are ingested: those read, and legacy Office files,
-# which fail with the advice to save them in the modern format.
-FOLDER_SUFFIXES: tuple[str, ...] = SUPPORTED_SUFFIXES + LEGACY_SUFFIXES
-SUPPORTED_TYPES = (
-    "Markdown (.md), plain text (.txt), HTML (.html), PDF (.pdf), Word (.docx), "
-    "PowerPoint (.pptx), Excel (.xlsx), their macro-enabled and template variants, and CSV (.csv)"
-)
 
 MAX_TITLE_CHARS = 200
 _MB = 1024 * 1024

@@ -709,13 +709,16 @@ def read_isolated(
 def serve(jobs_fd: int, results_fd: int, confinement: str = "") -> None:
     """The reader process: confine itself to ``confinement`` (``Confinement.to_json``;
     empty: unconfined), then read documents from ``jobs_fd`` until it closes."""
+    # The parsers load before the reader confines itself: what they read to load
+    # (their modules, shared libraries) is not what reading a document needs.
+    from index.ingest.extract import extract
+    from index.ingest.ocr import reading_until
+
     if confinement:
         try:
             confine(Confinement.from_json(confinement))
         except SandboxFailed as exc:  # asked for, it is never skipped: the server says why
             sys.exit(f"the document reader could not confine itself: {exc}")
-    from index.ingest.extract import extract
-    from index.ingest.ocr import reading_until
 
     jobs = Connection(jobs_fd, writable=False)
     results = Connection(results_fd, readable=False)

@@ -21,7 +21,7 @@ from index.config import (
 from index.embed import Embedder, LatentTerms, latent_encoder, passage_encoder
 from index.errors import EmptyDocument, OverLimit
 from index.ingest.chunk import CHUNKER_VERSION, chunk_document
-from index.ingest.extract import EXTRACTOR_VERSION, extract
+from index.ingest.formats import EXTRACTOR_VERSION
 from index.ingest.isolated import read_isolated
 from index.ingest.sentences import SENTENCES_VERSION, embed_sentences, sentence_spans
 from index.languages import passage_languages
@@ -91,6 +91,9 @@ def prepare_document(
             are over a limit (``OverLimit``; ``ReadingLimit`` over ``limits``).
     """
     if limits is None:
+        # In this process only without limits (tools, tests): the server reads in readers.
+        from index.ingest.extract import extract
+
         extracted = extract(
             data,
             filename,
