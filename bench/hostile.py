@@ -362,7 +362,8 @@ HALF_OPEN = 1100
 OPEN_FILES = 1024
 GOAL_ANSWER_S = 1.0
 DEADLINE_S = 10.0  # KB_HTTP_HEADER_TIMEOUT and KB_HTTP_BODY_TIMEOUT's default
-SHAPES = {
+# Two ways to send half a request (apart from SHAPES, the shapes of documents).
+HALF_SENT = {
     "head cut short": b"GET /healthz HTTP/1.1\r\nHost: kb\r\nX-Slow: ",
     "body not sent": b"POST /slack/events HTTP/1.1\r\nHost: kb\r\nContent-Type: application/json\r\n"
     b"Content-Length: 1000\r\n\r\n{",
@@ -438,7 +439,7 @@ async def attack(port: int, pid: int, log: Path, shape: str) -> None:
     log_before = log.stat().st_size
     most_fds = descriptors(pid)
     started = time.perf_counter()
-    readers = await asyncio.gather(*(half_open(port, SHAPES[shape]) for _ in range(HALF_OPEN)))
+    readers = await asyncio.gather(*(half_open(port, HALF_SENT[shape]) for _ in range(HALF_OPEN)))
     # The writers are kept: a connection is the client's to hold until the server closes it.
     opened = [r for r in readers if r is not None]
     endings = [asyncio.create_task(ended(r, started)) for r, _ in opened]
@@ -499,7 +500,7 @@ async def doors() -> None:
                     f"{'half-sent':<16}{'open':>6}{'/healthz':>10} {'':<16}{'event':>8} {'':<16}"
                     f"{'room':>6}{'dline':>6}{'':>12}{'open':>6}{'fds':>6}{'log':>11}"
                 )
-                for shape in SHAPES:
+                for shape in HALF_SENT:
                     await attack(port, proc.pid, log, shape)
             finally:
                 proc.terminate()
