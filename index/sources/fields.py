@@ -11,13 +11,21 @@ the run with what to do, and a title becomes a file name that names no path.
 from __future__ import annotations
 
 import json
+import mimetypes
 import re
 from datetime import UTC, datetime
 
 from index.ingest import SUPPORTED_SUFFIXES
 from index.sources.contract import SourceFailed
 
-__all__ = ["checkpoint_time", "file_name", "readable_name", "readable_suffix", "timestamp"]
+__all__ = [
+    "checkpoint_time",
+    "file_name",
+    "media_type_of",
+    "readable_name",
+    "readable_suffix",
+    "timestamp",
+]
 
 # Path separators and control characters: a title is never a path.
 _NOT_IN_NAMES = re.compile(r"[\\/\x00-\x1f]+")
@@ -36,6 +44,7 @@ _SUFFIX_OF_TYPE = {
     _PPTX: ".pptx",
     _XLSX: ".xlsx",
 }
+_TYPE_OF_SUFFIX = {suffix: media for media, suffix in _SUFFIX_OF_TYPE.items()}
 
 
 def timestamp(value: object) -> datetime | None:
@@ -77,6 +86,14 @@ def readable_suffix(name: str, media_type: str) -> str | None:
     if suffix in SUPPORTED_SUFFIXES:
         return suffix
     return _SUFFIX_OF_TYPE.get(media_type)
+
+
+def media_type_of(name: str) -> str:
+    """The media type of a file the extractor reads by ``name``'s suffix."""
+    suffix = readable_suffix(name, "") or ""
+    return (
+        _TYPE_OF_SUFFIX.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
+    )
 
 
 def readable_name(name: str, media_type: str) -> str:

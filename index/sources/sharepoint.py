@@ -62,6 +62,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
+from index.sources.fields import media_type_of, readable_suffix
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, origin, retry_after
 
 __all__ = [
@@ -84,17 +85,6 @@ DOWNLOAD_HOSTS = ("sharepoint.com", "sharepoint.us", "sharepoint.de", "sharepoin
 MAX_PAGES = 20_000
 # A file larger than this is not downloaded (the knowledge base takes 20 MB uploads by default).
 MAX_FILE_BYTES = 64 * 1024 * 1024
-SUFFIXES = {
-    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-    ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-    ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-    ".pdf": "application/pdf",
-    ".html": "text/html",
-    ".htm": "text/html",
-    ".md": "text/markdown",
-    ".txt": "text/plain",
-    ".csv": "text/csv",
-}
 # A site group's entry in an Acl: Graph cannot list its members.
 SITE_GROUP_PREFIX = "sitegroup:"
 _GUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
@@ -295,14 +285,13 @@ class SharePointConnector:
                 continue
             if data is None:
                 continue  # deleted since it was listed: the next listing prunes it
-            suffix = PurePosixPath(name).suffix.lower()
             yield SourceDocument(
                 item=item,
                 title=PurePosixPath(name).stem.strip() or name,
                 url=self._web_url(entry),
                 data=data,
                 filename=name,
-                media_type=SUFFIXES[suffix],
+                media_type=media_type_of(name),
                 acl=self._acl(item),
                 version=str(entry.get("cTag") or entry.get("eTag") or ""),
             )
@@ -597,7 +586,7 @@ def _file_name(entry: dict[str, Any]) -> str | None:
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip() or "/" in name or "\x00" in name:
         return None
-    return name if PurePosixPath(name).suffix.lower() in SUFFIXES else None
+    return name if readable_suffix(name, "") else None
 
 
 def _site_path(site: str) -> str | None:
