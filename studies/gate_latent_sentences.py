@@ -20,7 +20,11 @@ the chunks' sizes, and these signals, all known before any model call:
   the first four candidates by distance;
 * ``sentence``: ``1 -`` the best candidate's best sentence similarity (its own
   when it has no sentence vectors), ``sentence_min``: the least such distance
-  over all candidates.
+  over all candidates;
+* how far the best stands out among the question's own candidates, derived
+  from the saved distances when ``analyse`` loads them: ``z``, the rest's mean
+  distance minus the best's over the rest's standard deviation; ``gap5``, the
+  fifth's distance minus the best's; ``spread``, the last's minus the best's.
 
 ``analyse`` replays the gate on the saved candidates (``evaluation.outcomes.Replay``)
 leave one set out: a logistic score (balanced classes, in-domain queries
@@ -68,8 +72,10 @@ RESAMPLES = 1000
 WITHIN_REPEATS = 5
 
 SIGNALS = ("d1", "margin", "bm25", "latent", "latent_max", "sentence", "sentence_min")
+# Derived from the saved candidates' distances when loaded (``_standing_out``).
+STANDING_OUT = ("z", "gap5", "spread")
 # The signals that are larger for in-domain queries (the others: smaller).
-HIGHER_INSIDE = frozenset({"margin", "bm25", "latent", "latent_max"})
+HIGHER_INSIDE = frozenset({"margin", "bm25", "latent", "latent_max", *STANDING_OUT})
 
 
 @dataclass(frozen=True)
@@ -187,6 +193,9 @@ COMBINATIONS: dict[str, tuple[str, ...]] = {
     "distance + BM25 + best sentence": ("d1", "bm25", "sentence"),
     "distance + BM25 + latent + best sentence": ("d1", "bm25", "latent", "sentence"),
     "all seven": SIGNALS,
+    "distance + z": ("d1", "z"),
+    "distance + gap to the fifth + BM25": ("d1", "gap5", "bm25"),
+    "distance + z + margin + BM25": ("d1", "z", "margin", "bm25"),
 }
 
 
@@ -390,7 +399,7 @@ def auc_table(sets: Sequence[SetData]) -> list[str]:
             np.concatenate([rng.choice(pos, pos.size), rng.choice(neg, neg.size)])
             for _ in range(RESAMPLES)
         ]
-    for sig in SIGNALS:
+    for sig in (*SIGNALS, *STANDING_OUT):
         cells = []
         for data in sets:
             inside = np.array([q.in_domain for q in data.queries])
@@ -415,9 +424,22 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+def _standing_out(q: Query) -> dict[str, float]:
+    """How far the best distance stands out among the query's own candidates."""
+    d = np.sort(np.array([c.distance for c in q.candidates] or [2.0]))
+    rest = d[1:] if d.size > 1 else d
+    return {
+        "z": float((rest.mean() - d[0]) / (rest.std() + 1e-6)),
+        "gap5": float(d[min(4, d.size - 1)] - d[0]),
+        "spread": float(d[-1] - d[0]),
+    }
+
+
 def _load(path: Path) -> SetData:
     with path.open("rb") as f:
         data: SetData = _Unpickler(f).load()
+    for q in data.queries:
+        q.signals.update(_standing_out(q))
     return data
 
 
