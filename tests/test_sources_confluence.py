@@ -45,6 +45,7 @@ from index.sources import (
 )
 from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
 from index.storage import SourceItem, Store
+from tests.clocks import Waits
 from tests.confluence_server import (
     ACCOUNT,
     SPACE,
@@ -95,21 +96,6 @@ def confluence() -> Iterator[MockConfluence]:
 @pytest.fixture
 def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
     return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-
-
-class Waits:
-    """The connector's sleep: records each wait and moves a clock, never sleeps."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-        self.now = 2_000_000.0
-
-    def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        self.now += seconds
-
-    def clock(self) -> float:
-        return self.now
 
 
 def connector(

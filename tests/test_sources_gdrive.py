@@ -33,6 +33,7 @@ from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.sources import Acl, SourceError, SourceSyncReport, source_scope, sync_source
 from index.sources.gdrive import GDriveConnector, GDriveSettings
+from tests.clocks import Waits
 from tests.gdrive_server import (
     DOC,
     DRIVE,
@@ -52,7 +53,6 @@ from tests.test_sources_confluence import (
     BOB,
     CAROL,
     NOMAIL,
-    Waits,
     access_over,
     kb_cli,
     live_titles,

@@ -41,6 +41,7 @@ from index.sources import (
     sync_source,
 )
 from index.sources.notion import NotionConnector, NotionSettings
+from tests.clocks import Waits
 from tests.notion_server import Block, DataSource, Fault, MockNotion, Page, block, notion_id, text
 from tests.servers import (
     DEFAULT_NOTION_TOKEN,
@@ -117,21 +118,6 @@ def notion() -> Iterator[MockNotion]:
 @pytest.fixture
 def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
     return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-
-
-class Waits:
-    """The connector's sleep: records each wait and moves a clock, never sleeps."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-        self.now = 2_000_000.0
-
-    def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        self.now += seconds
-
-    def clock(self) -> float:
-        return self.now
 
 
 ALICE_ONLY = NotionSettings(users=("alice@example.com",))

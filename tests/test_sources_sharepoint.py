@@ -36,6 +36,7 @@ from index.sources import (
     sync_source,
 )
 from index.sources.sharepoint import SharePointConnector, SharePointSettings
+from tests.clocks import Waits
 from tests.servers import DEFAULT_OPENAI_API_KEY, DEFAULT_SHAREPOINT_CLIENT_SECRET, MockSlackAPI
 from tests.sharepoint_server import (
     CLIENT_ID,
@@ -56,7 +57,6 @@ from tests.test_sources_confluence import (
     BOB,
     CAROL,
     NOMAIL,
-    Waits,
     access_over,
     kb_cli,
     live_titles,

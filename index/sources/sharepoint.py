@@ -63,7 +63,7 @@ from index.sources.contract import (
     SourceFailed,
 )
 from index.sources.fields import media_type_of, readable_suffix
-from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, origin, retry_after
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, origin, retry_after
 
 __all__ = [
     "SharePointConnector",
@@ -473,43 +473,54 @@ class SharePointConnector:
         """
         budget = RetryBudget("Microsoft Graph", self.budget_seconds, self.sleep)
         fresh = False
-        while True:
-            headers = {"Authorization": f"Bearer {self._token()}"} if signed else {}
-            try:
-                response = self.http.get(
-                    url, headers=headers, timeout=self.timeout, allow_redirects=False, stream=True
-                )
-            except (requests.ConnectionError, requests.Timeout):
-                budget.wait(None, "unreachable")
-                continue
-            status = response.status_code
-            if status < 400:
-                return response
-            response.close()
-            if status == 401 and signed and not fresh:
+
+        def get() -> requests.Response:
+            nonlocal fresh
+            response = self._get(url, signed=signed)
+            if response.status_code == 401 and signed and not fresh:
+                response.close()
                 self._forget_token()  # expired or revoked early: one fresh token
                 fresh = True
-                continue
+                response = self._get(url, signed=signed)
+            if response.status_code >= 400:
+                response.close()
+                raise _Refused(response)
+            return response
+
+        try:
+            return budget.run(get, _transient)
+        except _Refused as exc:
+            response, status = exc.response, exc.response.status_code
             if status == 404 and hidden:
-                raise _Unreadable("Graph does not show this item's permissions to the app")
+                raise _Unreadable(
+                    "Graph does not show this item's permissions to the app"
+                ) from None
             if status == 404 and missing:
                 return None
             if status == 403 and hidden:
-                raise _Unreadable("Graph will not show them to the app")
+                raise _Unreadable("Graph will not show them to the app") from None
             if status == 410 and resync:
-                raise _ResyncRequired()
+                raise _ResyncRequired() from None
             if status in (401, 403) and signed:
                 raise SourceCredentialsRejected(
                     f"Microsoft Graph refused the app's token (HTTP {status}): the app lost "
                     "its permission to this drive (Sites.Selected or Files.Read.All), or its "
                     "consent was revoked. Grant it again, or make a new client secret and set it."
-                )
+                ) from None
             if status in (401, 403):
-                raise _Malformed(f"The download address refused the request (HTTP {status}).")
-            if status != 429 and status < 500:
-                raise SourceFailed(f"Microsoft Graph answered HTTP {status}{_code(response)}.")
-            asked = retry_after(response.headers.get("Retry-After"))
-            budget.wait(asked if status in (429, 503) else None, f"HTTP {status}")
+                raise _Malformed(
+                    f"The download address refused the request (HTTP {status})."
+                ) from None
+            raise SourceFailed(
+                f"Microsoft Graph answered HTTP {status}{_code(response)}."
+            ) from None
+
+    def _get(self, url: str, *, signed: bool) -> requests.Response:
+        """One GET of ``url`` (``signed``: with the app's token), its body not yet read."""
+        headers = {"Authorization": f"Bearer {self._token()}"} if signed else {}
+        return self.http.get(
+            url, headers=headers, timeout=self.timeout, allow_redirects=False, stream=True
+        )
 
     # ------------------------------------------------------------ tokens
 
@@ -649,6 +660,26 @@ def _capped(response: requests.Response) -> bytes:
             response.close()
             raise _Malformed(f"The file is past the {MAX_FILE_BYTES} bytes a file may have.")
     return bytes(data)
+
+
+class _Refused(Exception):
+    """An HTTP error status Graph or a download address answered (the body closed)."""
+
+    def __init__(self, response: requests.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _transient(exc: Exception) -> Retry | None:
+    """A 429 or 503 (their ``Retry-After``), another 5xx or a dropped connection."""
+    if isinstance(exc, _Refused):
+        status = exc.response.status_code
+        if status in (429, 503):
+            return Retry(f"HTTP {status}", retry_after(exc.response.headers.get("Retry-After")))
+        return Retry(f"HTTP {status}") if status >= 500 else None
+    if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
+        return Retry("unreachable")
+    return None
 
 
 def _code(response: requests.Response) -> str:
