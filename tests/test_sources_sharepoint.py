@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from click.testing import Result
 
 from bot.access import Person, Where
@@ -337,6 +338,33 @@ def test_an_expired_access_token_is_renewed_and_a_revoked_secret_fails_the_run(
     assert DEFAULT_SHAREPOINT_CLIENT_SECRET not in caplog.text
     assert "graph-access-" not in caplog.text
     assert "tempauth" not in caplog.text  # a download address authorises reading the file
+
+
+def test_a_download_address_never_reaches_the_log_and_no_one_elses_lines_change(
+    kb: KnowledgeBase, graph: MockSharePoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="urllib3")  # every request line urllib3 writes
+    graph.fail("/download/A", 503)  # asked twice: the retry's line is hidden the same way
+
+    report = run(kb, graph)
+
+    assert report.error is None and sorted(report.added) == ["A", "B", "C"]
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")]
+    downloads = [line for line in lines if "/download/" in line]
+    # Each download is still logged (at DEBUG, as urllib3 logs it), its query hidden.
+    assert len(downloads) == 4 and "503" in downloads[0]
+    assert all("/download/" in line and "?[query hidden]" in line for line in downloads)
+    assert "tempauth" not in caplog.text and "ey.A" not in caplog.text
+    assert "graph-access-" not in caplog.text  # the app's token: a header, never logged
+    assert DEFAULT_SHAREPOINT_CLIENT_SECRET not in caplog.text
+    # Graph's own requests are logged as urllib3 writes them, queries and all.
+    assert any("/root/delta?" in line and "token=s0.2" in line for line in lines)
+    # And any other client's: the connector changed no logger's level, hid nothing else.
+    assert logging.getLogger("urllib3.connectionpool").level == logging.NOTSET
+    assert logging.getLogger("msal").level == logging.NOTSET
+    requests.get(f"{graph.base}/download/A?tempauth=elsewhere", timeout=10).close()
+    assert "/download/A?tempauth=elsewhere" in caplog.text
 
 
 def test_a_failing_sign_in_or_an_unknown_tenant_fails_the_run_and_removes_nothing(

@@ -34,15 +34,19 @@ Rate limits and failures: HTTP 429 and 503 wait ``Retry-After`` (or back
 off), other 5xx and dropped connections back off, within a budget per call
 (:mod:`index.sources.retry`). A 401 gets one fresh token; a second 401, a 403,
 or a sign-in that refuses the app's secret fails the run: no retry helps.
-The secret and the tokens are never logged (``msal`` logs at INFO at most).
+The secret and the tokens are never logged (``msal`` masks them in its own
+lines), nor a download address's query: urllib3's lines for the requests to
+one show it hidden, and no other line of any logger changes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -70,10 +74,6 @@ __all__ = [
     "SharePointSettings",
 ]
 
-# msal's DEBUG lines describe token requests, and urllib3's hold every address asked for,
-# download addresses included, whose ``tempauth`` authorises reading the file for an hour.
-logging.getLogger("msal").setLevel(logging.INFO)
-logging.getLogger("urllib3.connectionpool").setLevel(logging.INFO)
 log = logging.getLogger(__name__)
 
 GRAPH_URL = "https://graph.microsoft.com/v1.0"
@@ -205,6 +205,7 @@ class SharePointConnector:
         self.budget_seconds = budget_seconds
         self.timeout = timeout
         self.http = requests.Session()
+        _hide_download_queries()
         self._secret = token
         self._app: msal.ConfidentialClientApplication | None = None
         self._drive_url = ""
@@ -516,11 +517,16 @@ class SharePointConnector:
             ) from None
 
     def _get(self, url: str, *, signed: bool) -> requests.Response:
-        """One GET of ``url`` (``signed``: with the app's token), its body not yet read."""
+        """One GET of ``url`` (``signed``: with the app's token), its body not yet read.
+
+        A pre-authorised download address (not ``signed``) is asked with its query kept
+        out of urllib3's log lines: the ``tempauth`` there reads the file for an hour.
+        """
         headers = {"Authorization": f"Bearer {self._token()}"} if signed else {}
-        return self.http.get(
-            url, headers=headers, timeout=self.timeout, allow_redirects=False, stream=True
-        )
+        with contextlib.nullcontext() if signed else _downloading():
+            return self.http.get(
+                url, headers=headers, timeout=self.timeout, allow_redirects=False, stream=True
+            )
 
     # ------------------------------------------------------------ tokens
 
@@ -660,6 +666,52 @@ def _capped(response: requests.Response) -> bytes:
             response.close()
             raise _Malformed(f"The file is past the {MAX_FILE_BYTES} bytes a file may have.")
     return bytes(data)
+
+
+# Whether this context is asking a pre-authorised download address: urllib3 logs the
+# address of every request (and of a retry, and of an answer it cannot parse), query and
+# all, and a download address's query authorises reading the file.
+_DOWNLOADING: ContextVar[bool] = ContextVar("sharepoint_downloading", default=False)
+_URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.connection", "urllib3.util.retry")
+_QUERY = re.compile(r"\?[^\s'\"()]*")
+_HIDDEN = "?[query hidden]"
+
+
+@contextlib.contextmanager
+def _downloading() -> Iterator[None]:
+    """This context asks a download address until the block ends."""
+    token = _DOWNLOADING.set(True)
+    try:
+        yield
+    finally:
+        _DOWNLOADING.reset(token)
+
+
+class _HideDownloadQuery(logging.Filter):
+    """urllib3's records made while a download address is asked, with every query hidden.
+
+    Records made anywhere else, by this connector's Graph calls or by any other code, pass
+    as they are: no logger's level changes, nothing else is hidden.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _DOWNLOADING.get():
+            record.msg = _QUERY.sub(_HIDDEN, str(record.msg))
+            if isinstance(record.args, tuple):
+                record.args = tuple(
+                    _QUERY.sub(_HIDDEN, str(a)) if isinstance(a, str | Exception) else a
+                    for a in record.args
+                )
+        return True
+
+
+_FILTER = _HideDownloadQuery()
+
+
+def _hide_download_queries() -> None:
+    """Give urllib3's loggers the filter (once: a logger keeps one copy of a filter)."""
+    for name in _URLLIB3_LOGGERS:
+        logging.getLogger(name).addFilter(_FILTER)
 
 
 class _Refused(Exception):
