@@ -3,7 +3,9 @@
 A test of a lease, an expiry or a retry interval passes ``FakeTime.clock`` (and,
 where the code waits, ``FakeTime.sleep``) to the code under test and calls
 ``advance``: what happens before and after a deadline is then decided by the
-test's steps, never by how busy the machine is.
+test's steps, never by how busy the machine is. Synchronous code that waits
+(a source's retries) is given ``Waits.sleep``, which records each wait and moves
+``Waits.clock`` by it at once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["FakeTime"]
+__all__ = ["FakeTime", "Waits"]
 
 # How long ``advance`` waits for a woken task to get back to sleep (its real work
 # happens in threads and databases): a bound on a stuck test, not a timing.
@@ -89,3 +91,20 @@ class FakeTime:
             while not check():
                 self._moved.clear()
                 await self._moved.wait()
+
+
+class Waits:
+    """A blocking ``sleep`` that records each wait and moves its clock by it, never sleeping."""
+
+    def __init__(self, now: float = 2_000_000.0) -> None:
+        self.waits: list[float] = []
+        self.now = now
+
+    def sleep(self, seconds: float) -> None:
+        """Record ``seconds`` and move the clock by them (``time.sleep``'s signature)."""
+        self.waits.append(seconds)
+        self.now += seconds
+
+    def clock(self) -> float:
+        """The time now."""
+        return self.now

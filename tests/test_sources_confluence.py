@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from bot.access import Access, Person, SlackDirectory, SourceGrants, Where, web_client
-from bot.cli import main
+from bot.access import Person, Where
 from bot.mcp import Person as ToolCaller
 from bot.mcp.people import scopes_of
 from bot.server import routes
@@ -38,13 +37,14 @@ from index.models import DocState
 from index.sources import (
     Acl,
     SourceSyncReport,
-    is_source_scope,
     source_scope,
     sync_due_sources,
     sync_source,
 )
 from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
 from index.storage import SourceItem, Store
+from tests import sources_harness
+from tests.clocks import Waits
 from tests.confluence_server import (
     ACCOUNT,
     SPACE,
@@ -63,17 +63,26 @@ from tests.servers import (
     app_mention_event,
     message_im_event,
 )
+from tests.sources_harness import (
+    ALICE,
+    BOB,
+    CAROL,
+    CHILD,
+    HOME,
+    NOMAIL,
+    SECRET,
+    SECRET_Q,
+    AsPeople,
+    access_over,
+    kb_cli,
+    live_titles,
+    sync,
+    titles_searched,
+)
 
 SOURCE = "confluence-eng"
-ALICE = "U0ALICE001"  # alice@example.com: in group eng
-BOB = "U0BOB00001"  # bob@example.com: in the organisation, not in eng
-CAROL = "U0CAROL001"  # carol@elsewhere.example: an email Confluence does not know
-NOMAIL = "U0NOMAIL01"  # Slack shows no confirmed email for them
-
-HOME = "Office hours: the Copenhagen office opens at eight and closes at six on weekdays."
-SECRET = "Project Nightjar: the launch budget is 4 million euros, approved by the board."
-CHILD = "Project Nightjar hiring: three engineers join the Nightjar team in March."
-SECRET_Q = "What is the launch budget of Project Nightjar?"
+# alice is in group eng; bob is not; carol's email Confluence does not know.
+kb, slack = sources_harness.kb, sources_harness.slack
 
 
 def _page(page_id: str, title: str, text: str, **kw: Any) -> Page:
@@ -92,26 +101,6 @@ def confluence() -> Iterator[MockConfluence]:
         yield mock
 
 
-@pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-
-
-class Waits:
-    """The connector's sleep: records each wait and moves a clock, never sleeps."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-        self.now = 2_000_000.0
-
-    def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        self.now += seconds
-
-    def clock(self) -> float:
-        return self.now
-
-
 def connector(
     mock: MockConfluence, waits: Waits | None = None, budget: float = 30.0, **options: Any
 ) -> ConfluenceConnector:
@@ -128,45 +117,8 @@ def connector(
 def run(
     kb: KnowledgeBase, mock: MockConfluence, waits: Waits | None = None, **kw: Any
 ) -> SourceSyncReport:
-    if not any(r.name == SOURCE for r in kb.store.sources.all()):
-        kb.store.sources.add(SOURCE, "confluence", {"url": mock.base, "space": SPACE})
-    clock = waits.clock if waits is not None else None
-    extra = {"clock": clock} if clock is not None else {}
-    return sync_source(kb, SOURCE, connector(mock, waits, **kw), **extra)
-
-
-def live_titles(kb: KnowledgeBase) -> dict[str, int]:
-    return {
-        d.title: d.id
-        for d in kb.documents()
-        if d.state == DocState.INDEXED and is_source_scope(d.scope)
-    }
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[MockSlackAPI]:
-    async with MockSlackAPI() as server:
-        server.set_user(ALICE, name="alice")
-        server.set_user(BOB, name="bob")
-        carol = server.set_user(CAROL, name="carol")
-        carol["profile"]["email"] = "carol@elsewhere.example"
-        nomail = server.set_user(NOMAIL, name="nomail")
-        nomail["is_email_confirmed"] = False
-        yield server
-
-
-def access_over(slack: MockSlackAPI, kb: KnowledgeBase) -> Access:
-    client = web_client(slack.bot_token, slack.api_url)
-    return Access(SlackDirectory(client), allow_external=False, grants=SourceGrants(kb.store))
-
-
-async def titles_searched(
-    engine: Engine, kb: KnowledgeBase, scopes: frozenset[str], question: str = SECRET_Q
-) -> set[str]:
-    """The titles of every document a search with ``scopes`` finds, before any gate."""
-    found = await asyncio.to_thread(engine.retrieve, question, scopes=scopes, k=50)
-    rows = kb.store.chunks_by_id([c.chunk_id for c in found])
-    return {kb.store.document(r.document_id).title for r in rows.values()}
+    settings = {"url": mock.base, "space": SPACE}
+    return sync(kb, SOURCE, "confluence", settings, connector(mock, waits, **kw), waits)
 
 
 # ------------------------------------------------------------------ the vertical slice
@@ -209,36 +161,27 @@ async def test_a_restricted_page_is_never_searched_for_a_person_it_does_not_admi
     engine_for: Callable[..., Engine],
 ) -> None:
     await asyncio.to_thread(run, kb, confluence)
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
-
-    async def scopes(user: str, where: Where | None = None) -> frozenset[str]:
-        return await access.search_scopes(Person(user), where)
+    people = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0))
 
     everything = {"Office hours", "Nightjar", "Nightjar hiring"}
-    assert await titles_searched(engine, kb, await scopes(ALICE)) == everything
+    assert await people.titles(ALICE) == everything
     for outsider in (BOB, CAROL, NOMAIL):
-        assert await titles_searched(engine, kb, await scopes(outsider)) == {"Office hours"}
-        answer = await engine.ask(SECRET_Q, scopes=await scopes(outsider))
-        shown = answer.sources + answer.kept + answer.beside
+        assert await people.titles(outsider) == {"Office hours"}
+        shown = await people.shown(outsider)
         assert shown and {s.document for s in shown} == {"Office hours"}
         assert not any("Nightjar" in s.quote or s.origin.endswith("/102") for s in shown)
     # Shown in a channel everyone there reads: only what is public in the organisation.
-    in_channel = await scopes(ALICE, Where(channel="C0CHAN0001"))
-    assert await titles_searched(engine, kb, in_channel) == {"Office hours"}
+    assert await people.titles(ALICE, Where(channel="C0CHAN0001")) == {"Office hours"}
 
     # Related passages, never the model: the same filter comes first.
-    related = engine_for(threshold=0.0, related_threshold=2.0)
-    nearby = await related.ask(SECRET_Q, scopes=await scopes(BOB))
+    related = AsPeople(slack, kb, engine_for(threshold=0.0, related_threshold=2.0))
+    nearby = await related.answer(BOB)
     assert nearby.outcome == "related" and not nearby.model_called
     assert {s.document for s in nearby.sources + nearby.kept + nearby.beside} == {"Office hours"}
 
-    answered = await engine.ask(SECRET_Q, scopes=await scopes(ALICE))
-    cited = answered.sources[0]
-    assert cited.document == "Nightjar" and "#char=" in cited.url
+    answered = await people.answer(ALICE)
+    cited = people.cited(answered, "Nightjar")
     assert cited.origin == f"{confluence.base}/spaces/ENG/pages/102"
-    text = kb.canonical_text(cited.document_id)
-    assert text[cited.start : cited.end] == cited.quote
     # In Slack, beside the passage's own link, a link to the page in Confluence.
     shown = json.dumps(render_answer(answered, words=words_for("fr")).blocks, ensure_ascii=False)
     assert f"<{cited.origin}|ouvrir l’original>" in shown
@@ -251,11 +194,7 @@ async def test_a_permission_change_a_deletion_and_a_move_take_effect_within_one_
     engine_for: Callable[..., Engine],
 ) -> None:
     await asyncio.to_thread(run, kb, confluence)
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
-
-    async def seen(user: str) -> set[str]:
-        return await titles_searched(engine, kb, await access.search_scopes(Person(user)))
+    seen = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0)).titles
 
     assert "Nightjar" in await seen(ALICE)
     # Alice leaves the group; the public home page gets a restriction of its own.
@@ -324,10 +263,6 @@ def test_an_edited_page_replaces_its_document_and_a_renamed_one_leaves_no_copy(
 
 
 # ------------------------------------------------------------------ the command line
-
-
-def kb_cli(index_dir: Path, *args: str) -> Result:
-    return CliRunner().invoke(main, ["--data-dir", str(index_dir), *args])
 
 
 async def test_kb_source_add_sync_list_show_explain_ask_and_remove(
@@ -630,7 +565,7 @@ def test_a_run_stopped_midway_keeps_what_it_indexed_and_the_next_resumes(
 
 
 def acl_of(kb: KnowledgeBase, item: str, source: str = SOURCE) -> Acl:
-    return Acl.from_entries(kb.store.sources.acl_rows(source_scope(source, item)))
+    return sources_harness.acl_of(kb, source, item)
 
 
 def test_a_group_that_cannot_be_listed_now_fails_the_run_and_shuts_nobody_out(
@@ -854,34 +789,25 @@ async def test_an_attachment_is_its_own_document_read_by_whom_its_page_admits(
         f"{confluence.base}/pages/viewpageattachments.action?pageId=102"
         "&preview=%2F102%2Fatt9001%2FNightjar%20annex.pdf"
     )
-    assert acl_of_item(kb, "att9001") == acl_of_item(kb, "102")
-    assert acl_of_item(kb, "att9001").users == {"alice@example.com", "dave@example.com"}
-    assert acl_of_item(kb, "att9002") == Acl(public=True)
+    assert acl_of(kb, "att9001") == acl_of(kb, "102")
+    assert acl_of(kb, "att9001").users == {"alice@example.com", "dave@example.com"}
+    assert acl_of(kb, "att9002") == Acl(public=True)
     # The permission sync knows each attachment's page from the listing; without one it
     # asks Confluence for the attachment's container.
     assert confluence.calls_to("/rest/api/content/att") == []
     alone = connector(confluence).permissions(["att9001", "att9404"])
-    assert alone == {"att9001": acl_of_item(kb, "102"), "att9404": Acl(known=False)}
+    assert alone == {"att9001": acl_of(kb, "102"), "att9404": Acl(known=False)}
     assert confluence.calls_to("/rest/api/content/att9001")[0][2] == {"expand": "container"}
 
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
+    people = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0))
     for outsider in (BOB, CAROL):
-        scopes = await access.search_scopes(Person(outsider))
-        assert "Nightjar annex.pdf" not in await titles_searched(engine, kb, scopes, ANNEX_Q)
-        answer = await engine.ask(ANNEX_Q, scopes=scopes)
-        shown = answer.sources + answer.kept + answer.beside
+        assert "Nightjar annex.pdf" not in await people.titles(outsider, question=ANNEX_Q)
+        shown = await people.shown(outsider, ANNEX_Q)
         assert not any("600 thousand" in s.quote for s in shown)
-    answered = await engine.ask(ANNEX_Q, scopes=await access.search_scopes(Person(ALICE)))
-    cited = answered.sources[0]
-    assert cited.document == "Nightjar annex.pdf" and "#page=1" in cited.url
+    answered = await people.answer(ALICE, ANNEX_Q)
+    cited = people.cited(answered, "Nightjar annex.pdf", anchor="#page=1")
     assert cited.origin == annex.url
-    text = kb.canonical_text(cited.document_id)
-    assert text[cited.start : cited.end] == cited.quote and "600 thousand" in cited.quote
-
-
-def acl_of_item(kb: KnowledgeBase, item: str) -> Acl:
-    return Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, item)))
+    assert "600 thousand" in cited.quote
 
 
 async def test_restricting_or_deleting_the_page_reaches_its_attachments_within_one_sync(
@@ -893,12 +819,10 @@ async def test_restricting_or_deleting_the_page_reaches_its_attachments_within_o
     confluence.attach(Attachment("att9002", "101", "rota.txt", ROTA.encode(), "text/plain"))
     confluence.attach(Attachment("att9005", "101", "annex.pdf", text_pdf([ANNEX]), PDF))
     await asyncio.to_thread(run, kb, confluence)
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
+    people = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0))
 
     async def seen(user: str) -> set[str]:
-        scopes = await access.search_scopes(Person(user))
-        return await titles_searched(engine, kb, scopes, "Who covers the front desk on Mondays?")
+        return await people.titles(user, question="Who covers the front desk on Mondays?")
 
     assert "rota.txt" in await seen(BOB)
     # The page gets a restriction: its attachments follow it, nothing fetched again.
@@ -908,7 +832,7 @@ async def test_restricting_or_deleting_the_page_reaches_its_attachments_within_o
     assert report.error is None and report.changed == []
     assert len(downloads(confluence)) == before
     assert "rota.txt" not in await seen(BOB) and "rota.txt" in await seen(ALICE)
-    assert acl_of_item(kb, "att9002").users == {"alice@example.com"}
+    assert acl_of(kb, "att9002").users == {"alice@example.com"}
 
     # One attachment deleted, then the page with the other: each gone in the next sync.
     del confluence.attachments["att9005"]

@@ -17,7 +17,7 @@ import asyncio
 import io
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,13 @@ from click.testing import Result
 from openpyxl import Workbook
 from pptx import Presentation
 
-from bot.access import Person, Where
+from bot.access import Where
 from core.answer import Engine
-from index.config import IndexConfig
-from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.sources import Acl, SourceError, SourceSyncReport, source_scope, sync_source
 from index.sources.gdrive import GDriveConnector, GDriveSettings
+from tests import sources_harness
+from tests.clocks import Waits
 from tests.gdrive_server import (
     DOC,
     DRIVE,
@@ -47,22 +47,22 @@ from tests.gdrive_server import (
     user,
 )
 from tests.servers import DEFAULT_GDRIVE_TOKEN, DEFAULT_OPENAI_API_KEY, MockSlackAPI
-from tests.test_sources_confluence import (
+from tests.sources_harness import (
     ALICE,
     BOB,
     CAROL,
+    HOME,
     NOMAIL,
-    Waits,
-    access_over,
+    SECRET,
+    SECRET_Q,
+    AsPeople,
     kb_cli,
     live_titles,
-    titles_searched,
+    sync,
 )
 
 SOURCE = "gdrive-eng"
-HOME = "Office hours: the Copenhagen office opens at eight and closes at six on weekdays."
-SECRET = "Project Nightjar: the launch budget is 4 million euros, approved by the board."
-SECRET_Q = "What is the launch budget of Project Nightjar?"
+kb, slack = sources_harness.kb, sources_harness.slack
 BUDGET_ROW = "Nightjar travel budget"
 ENG = "eng@example.com"  # alice and, through the nested group, dave
 OWNER = "owner@example.com"  # the shared drive's organizer: inherited by every file
@@ -107,23 +107,6 @@ def drive() -> Iterator[MockDrive]:
         yield mock
 
 
-@pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[MockSlackAPI]:
-    async with MockSlackAPI() as server:
-        server.set_user(ALICE, name="alice")
-        server.set_user(BOB, name="bob")
-        carol = server.set_user(CAROL, name="carol")
-        carol["profile"]["email"] = "carol@elsewhere.example"
-        nomail = server.set_user(NOMAIL, name="nomail")
-        nomail["is_email_confirmed"] = False
-        yield server
-
-
 def settings(mock: MockDrive, **kw: Any) -> GDriveSettings:
     return GDriveSettings(**{"drive": DRIVE, "api_url": mock.base, **kw})
 
@@ -142,14 +125,12 @@ def connector(
 def run(
     kb: KnowledgeBase, mock: MockDrive, waits: Waits | None = None, **kw: Any
 ) -> SourceSyncReport:
-    if not any(r.name == SOURCE for r in kb.store.sources.all()):
-        kb.store.sources.add(SOURCE, "gdrive", settings(mock).as_dict())
-    extra = {"clock": waits.clock} if waits is not None else {}
-    return sync_source(kb, SOURCE, connector(mock, waits, **kw), **extra)
+    source = connector(mock, waits, **kw)
+    return sync(kb, SOURCE, "gdrive", settings(mock).as_dict(), source, waits)
 
 
 def acl_of(kb: KnowledgeBase, item: str) -> Acl:
-    return Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, item)))
+    return sources_harness.acl_of(kb, SOURCE, item)
 
 
 # ------------------------------------------------------------------ the vertical slice
@@ -193,29 +174,21 @@ async def test_a_file_is_never_searched_for_a_person_its_permissions_do_not_admi
     engine_for: Callable[..., Engine],
 ) -> None:
     await asyncio.to_thread(run, kb, drive)
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
-
-    async def scopes(person: str, where: Where | None = None) -> frozenset[str]:
-        return await access.search_scopes(Person(person), where)
+    people = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0))
 
     everything = {"Office hours", "Nightjar", "Budget sheet"}
-    assert await titles_searched(engine, kb, await scopes(ALICE)) == everything
-    assert await titles_searched(engine, kb, await scopes(BOB)) == {"Office hours"}
+    assert await people.titles(ALICE) == everything
+    assert await people.titles(BOB) == {"Office hours"}
     for outsider in (CAROL, NOMAIL):  # another domain; no confirmed email
-        assert await titles_searched(engine, kb, await scopes(outsider)) == set()
-    answer = await engine.ask(SECRET_Q, scopes=await scopes(BOB))
-    shown = answer.sources + answer.kept + answer.beside
+        assert await people.titles(outsider) == set()
+    shown = await people.shown(BOB)
     assert shown and {s.document for s in shown} == {"Office hours"}
     assert not any("Nightjar" in s.quote for s in shown)
     # In a channel: only what is public in the organisation, and a domain grant is not.
-    assert await titles_searched(engine, kb, await scopes(ALICE, Where(channel="C0X"))) == set()
+    assert await people.titles(ALICE, Where(channel="C0X")) == set()
 
-    answered = await engine.ask(SECRET_Q, scopes=await scopes(ALICE))
-    cited = answered.sources[0]
-    assert cited.document == "Nightjar" and "#char=" in cited.url
+    cited = people.cited(await people.answer(ALICE), "Nightjar")
     assert cited.origin == "https://docs.google.com/document/d/night/edit?usp=drivesdk"
-    assert kb.canonical_text(cited.document_id)[cited.start : cited.end] == cited.quote
 
 
 async def test_a_permission_change_a_trashing_and_a_deletion_take_effect_within_one_sync(
@@ -225,11 +198,7 @@ async def test_a_permission_change_a_trashing_and_a_deletion_take_effect_within_
     engine_for: Callable[..., Engine],
 ) -> None:
     await asyncio.to_thread(run, kb, drive)
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
-
-    async def seen(person: str) -> set[str]:
-        return await titles_searched(engine, kb, await access.search_scopes(Person(person)))
+    seen = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0)).titles
 
     assert "Nightjar" in await seen(ALICE)
     # Alice leaves the group; the home page is unshared from the domain, shared with Bob.

@@ -16,31 +16,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from bot.access import Access, Person, SlackDirectory, SourceGrants, web_client
-from bot.cli import main
 from core.answer import Engine
-from index.config import IndexConfig
-from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.models import DocState
 from index.sources import (
     Acl,
     SourceError,
     SourceFailed,
     SourceSyncReport,
-    is_source_scope,
     source_scope,
-    sync_source,
 )
 from index.sources.notion import NotionConnector, NotionSettings
+from tests import sources_harness
+from tests.clocks import Waits
 from tests.notion_server import Block, DataSource, Fault, MockNotion, Page, block, notion_id, text
 from tests.servers import (
     DEFAULT_NOTION_TOKEN,
@@ -48,16 +43,23 @@ from tests.servers import (
     UNREACHABLE_RESPONSE_URL,
     MockSlackAPI,
 )
+from tests.sources_harness import (
+    ALICE,
+    BOB,
+    HOME,
+    NOMAIL,
+    SECRET,
+    SECRET_Q,
+    AsPeople,
+    kb_cli,
+    live_titles,
+    sync,
+)
+from tests.sources_harness import CHILD as ROW
 
 SOURCE = "notion"
-ALICE = "U0ALICE001"  # alice@example.com: a member of the workspace
-BOB = "U0BOB00001"  # bob@example.com: in the organisation, not named by the source
-NOMAIL = "U0NOMAIL01"  # Slack shows no confirmed email for them
-
-HOME = "Office hours: the Copenhagen office opens at eight and closes at six on weekdays."
-SECRET = "Project Nightjar: the launch budget is 4 million euros, approved by the board."
-ROW = "Project Nightjar hiring: three engineers join the Nightjar team in March."
-SECRET_Q = "What is the launch budget of Project Nightjar?"
+# alice is a member of the workspace the source names; bob is not named by the source.
+kb, slack = sources_harness.kb, sources_harness.slack
 
 HOME_ID, SECRET_ID, ROW_ID, SUB_ID = notion_id(1), notion_id(2), notion_id(3), notion_id(4)
 PROJECTS = notion_id(0x50)
@@ -114,26 +116,6 @@ def notion() -> Iterator[MockNotion]:
         yield mock
 
 
-@pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-
-
-class Waits:
-    """The connector's sleep: records each wait and moves a clock, never sleeps."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-        self.now = 2_000_000.0
-
-    def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        self.now += seconds
-
-    def clock(self) -> float:
-        return self.now
-
-
 ALICE_ONLY = NotionSettings(users=("alice@example.com",))
 
 
@@ -158,44 +140,12 @@ def run(
     waits: Waits | None = None,
     **kw: Any,
 ) -> SourceSyncReport:
-    if not any(r.name == SOURCE for r in kb.store.sources.all()):
-        kb.store.sources.add(SOURCE, "notion", settings.as_dict())
-    extra = {"clock": waits.clock} if waits is not None else {}
-    return sync_source(kb, SOURCE, connector(mock, settings, waits, **kw), **extra)
-
-
-def live_titles(kb: KnowledgeBase) -> dict[str, int]:
-    return {
-        d.title: d.id
-        for d in kb.documents()
-        if d.state == DocState.INDEXED and is_source_scope(d.scope)
-    }
+    source = connector(mock, settings, waits, **kw)
+    return sync(kb, SOURCE, "notion", settings.as_dict(), source, waits)
 
 
 def acl_of(kb: KnowledgeBase, item: str) -> Acl:
-    return Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, item)))
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[MockSlackAPI]:
-    async with MockSlackAPI() as server:
-        server.set_user(ALICE, name="alice")
-        server.set_user(BOB, name="bob")
-        nomail = server.set_user(NOMAIL, name="nomail")
-        nomail["is_email_confirmed"] = False
-        yield server
-
-
-def access_over(slack: MockSlackAPI, kb: KnowledgeBase) -> Access:
-    client = web_client(slack.bot_token, slack.api_url)
-    return Access(SlackDirectory(client), allow_external=False, grants=SourceGrants(kb.store))
-
-
-async def titles_searched(engine: Engine, kb: KnowledgeBase, scopes: frozenset[str]) -> set[str]:
-    """The titles of every document a search with ``scopes`` finds, before any gate."""
-    found = await asyncio.to_thread(engine.retrieve, SECRET_Q, scopes=scopes, k=50)
-    rows = kb.store.chunks_by_id([c.chunk_id for c in found])
-    return {kb.store.document(r.document_id).title for r in rows.values()}
+    return sources_harness.acl_of(kb, SOURCE, item)
 
 
 ALL = {"Office hours", "Nightjar", "Nightjar hiring", "Kitchen rules"}
@@ -247,24 +197,15 @@ async def test_a_reader_the_source_does_not_name_never_gets_a_passage(
     engine_for: Callable[..., Engine],
 ) -> None:
     await asyncio.to_thread(run, kb, notion)
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
+    people = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0))
 
-    async def scopes(user: str) -> frozenset[str]:
-        return await access.search_scopes(Person(user))
-
-    assert await titles_searched(engine, kb, await scopes(ALICE)) == ALL
+    assert await people.titles(ALICE) == ALL
     for outsider in (BOB, NOMAIL):
-        assert await titles_searched(engine, kb, await scopes(outsider)) == set()
-        answer = await engine.ask(SECRET_Q, scopes=await scopes(outsider))
-        assert answer.sources + answer.kept + answer.beside == []
+        assert await people.titles(outsider) == set()
+        assert await people.shown(outsider) == []
 
-    answered = await engine.ask(SECRET_Q, scopes=await scopes(ALICE))
-    cited = answered.sources[0]
-    assert cited.document == "Nightjar" and "#char=" in cited.url
+    cited = people.cited(await people.answer(ALICE), "Nightjar")
     assert cited.origin == f"https://www.notion.so/{SECRET_ID.replace('-', '')}"
-    text_of = kb.canonical_text(cited.document_id)
-    assert text_of[cited.start : cited.end] == cited.quote
 
 
 def test_a_source_naming_no_reader_is_read_by_nobody(kb: KnowledgeBase, notion: MockNotion) -> None:
@@ -325,11 +266,7 @@ async def test_unsharing_trashing_and_a_new_reader_take_effect_within_one_sync(
     engine_for: Callable[..., Engine],
 ) -> None:
     await asyncio.to_thread(run, kb, notion)
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
-
-    async def seen(user: str) -> set[str]:
-        return await titles_searched(engine, kb, await access.search_scopes(Person(user)))
+    seen = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0)).titles
 
     assert await seen(BOB) == set()
     # The admin names Bob's domain too: no content is fetched again for it.
@@ -378,10 +315,6 @@ def test_a_poll_reads_search_newest_first_down_to_the_checkpoint(
 
 
 # ------------------------------------------------------------------ the command line
-
-
-def kb_cli(index_dir: Path, *args: str) -> Result:
-    return CliRunner().invoke(main, ["--data-dir", str(index_dir), *args])
 
 
 async def test_kb_source_add_sync_list_ask_as_and_remove(

@@ -16,26 +16,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from click.testing import Result
 
-from bot.access import Person, Where
+from bot.access import Where
 from core.answer import Engine
-from index.config import IndexConfig
-from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.sources import (
     Acl,
     SourceCredentialsRejected,
     SourceSyncReport,
     source_scope,
-    sync_source,
 )
 from index.sources.sharepoint import SharePointConnector, SharePointSettings
+from tests import sources_harness
+from tests.clocks import Waits
 from tests.servers import DEFAULT_OPENAI_API_KEY, DEFAULT_SHAREPOINT_CLIENT_SECRET, MockSlackAPI
 from tests.sharepoint_server import (
     CLIENT_ID,
@@ -51,26 +51,25 @@ from tests.sharepoint_server import (
     site_group,
     user,
 )
-from tests.test_sources_confluence import (
+from tests.sources_harness import (
     ALICE,
     BOB,
     CAROL,
+    CHILD,
+    HOME,
     NOMAIL,
-    Waits,
-    access_over,
+    SECRET,
+    SECRET_Q,
+    AsPeople,
     kb_cli,
     live_titles,
-    titles_searched,
+    sync,
 )
 
 SOURCE = "sharepoint-eng"
 SITE = f"https://{SITE_HOST}{SITE_PATH}"
 ENG = "0c9a6c1e-5d1f-4b8e-9a3e-2f4d6b8a0c1e"  # the Engineering group: alice, dave
-
-HOME = "Office hours: the Copenhagen office opens at eight and closes at six on weekdays."
-SECRET = "Project Nightjar: the launch budget is 4 million euros, approved by the board."
-CHILD = "Project Nightjar hiring: three engineers join the Nightjar team in March."
-SECRET_Q = "What is the launch budget of Project Nightjar?"
+kb, slack = sources_harness.kb, sources_harness.slack
 
 
 @pytest.fixture
@@ -90,23 +89,6 @@ def graph(monkeypatch: pytest.MonkeyPatch) -> Iterator[MockSharePoint]:
     with mock.serve():
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", mock.ca_file)
         yield mock
-
-
-@pytest.fixture
-def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[MockSlackAPI]:
-    async with MockSlackAPI() as server:
-        server.set_user(ALICE, name="alice")
-        server.set_user(BOB, name="bob")
-        carol = server.set_user(CAROL, name="carol")
-        carol["profile"]["email"] = "carol@elsewhere.example"
-        nomail = server.set_user(NOMAIL, name="nomail")
-        nomail["is_email_confirmed"] = False
-        yield server
 
 
 def settings(mock: MockSharePoint, **kw: Any) -> SharePointSettings:
@@ -129,14 +111,12 @@ def connector(
 def run(
     kb: KnowledgeBase, mock: MockSharePoint, waits: Waits | None = None, **kw: Any
 ) -> SourceSyncReport:
-    if not any(r.name == SOURCE for r in kb.store.sources.all()):
-        kb.store.sources.add(SOURCE, "sharepoint", settings(mock).as_dict())
-    extra = {"clock": waits.clock} if waits is not None else {}
-    return sync_source(kb, SOURCE, connector(mock, waits, **kw), **extra)
+    source = connector(mock, waits, **kw)
+    return sync(kb, SOURCE, "sharepoint", settings(mock).as_dict(), source, waits)
 
 
 def acl_of(kb: KnowledgeBase, item: str) -> Acl:
-    return Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, item)))
+    return sources_harness.acl_of(kb, SOURCE, item)
 
 
 # ------------------------------------------------------------------ the vertical slice
@@ -180,29 +160,19 @@ async def test_a_restricted_file_is_never_searched_for_a_person_it_does_not_admi
     engine_for: Callable[..., Engine],
 ) -> None:
     await asyncio.to_thread(run, kb, graph)
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
-
-    async def scopes(user_id: str, where: Where | None = None) -> frozenset[str]:
-        return await access.search_scopes(Person(user_id), where)
+    people = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0))
 
     everything = {"Office hours", "Nightjar", "Nightjar hiring"}
-    assert await titles_searched(engine, kb, await scopes(ALICE)) == everything
+    assert await people.titles(ALICE) == everything
     for outsider in (BOB, CAROL, NOMAIL):
-        assert await titles_searched(engine, kb, await scopes(outsider)) == {"Office hours"}
-        answer = await engine.ask(SECRET_Q, scopes=await scopes(outsider))
-        shown = answer.sources + answer.kept + answer.beside
+        assert await people.titles(outsider) == {"Office hours"}
+        shown = await people.shown(outsider)
         assert shown and {s.document for s in shown} == {"Office hours"}
         assert not any("Nightjar" in s.quote for s in shown)
-    in_channel = await scopes(ALICE, Where(channel="C0CHAN0001"))
-    assert await titles_searched(engine, kb, in_channel) == {"Office hours"}
+    assert await people.titles(ALICE, Where(channel="C0CHAN0001")) == {"Office hours"}
 
-    answered = await engine.ask(SECRET_Q, scopes=await scopes(ALICE))
-    cited = answered.sources[0]
-    assert cited.document == "Nightjar" and "#char=" in cited.url
+    cited = people.cited(await people.answer(ALICE), "Nightjar")
     assert cited.origin == f"{SITE}/Shared%20Documents/Nightjar.md"
-    text = kb.canonical_text(cited.document_id)
-    assert text[cited.start : cited.end] == cited.quote
 
 
 async def test_a_permission_change_a_move_and_a_deletion_take_effect_within_one_sync(
@@ -212,11 +182,7 @@ async def test_a_permission_change_a_move_and_a_deletion_take_effect_within_one_
     engine_for: Callable[..., Engine],
 ) -> None:
     await asyncio.to_thread(run, kb, graph)
-    access = access_over(slack, kb)
-    engine = engine_for(threshold=2.0, related_threshold=2.0)
-
-    async def seen(user_id: str) -> set[str]:
-        return await titles_searched(engine, kb, await access.search_scopes(Person(user_id)))
+    seen = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0)).titles
 
     assert "Nightjar" in await seen(ALICE)
     # Alice leaves the group; the hiring note is shared with Bob by a link for him alone.
@@ -337,6 +303,33 @@ def test_an_expired_access_token_is_renewed_and_a_revoked_secret_fails_the_run(
     assert DEFAULT_SHAREPOINT_CLIENT_SECRET not in caplog.text
     assert "graph-access-" not in caplog.text
     assert "tempauth" not in caplog.text  # a download address authorises reading the file
+
+
+def test_a_download_address_never_reaches_the_log_and_no_one_elses_lines_change(
+    kb: KnowledgeBase, graph: MockSharePoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="urllib3")  # every request line urllib3 writes
+    graph.fail("/download/A", 503)  # asked twice: the retry's line is hidden the same way
+
+    report = run(kb, graph)
+
+    assert report.error is None and sorted(report.added) == ["A", "B", "C"]
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")]
+    downloads = [line for line in lines if "/download/" in line]
+    # Each download is still logged (at DEBUG, as urllib3 logs it), its query hidden.
+    assert len(downloads) == 4 and "503" in downloads[0]
+    assert all("/download/" in line and "?[query hidden]" in line for line in downloads)
+    assert "tempauth" not in caplog.text and "ey.A" not in caplog.text
+    assert "graph-access-" not in caplog.text  # the app's token: a header, never logged
+    assert DEFAULT_SHAREPOINT_CLIENT_SECRET not in caplog.text
+    # Graph's own requests are logged as urllib3 writes them, queries and all.
+    assert any("/root/delta?" in line and "token=s0.2" in line for line in lines)
+    # And any other client's: the connector changed no logger's level, hid nothing else.
+    assert logging.getLogger("urllib3.connectionpool").level == logging.NOTSET
+    assert logging.getLogger("msal").level == logging.NOTSET
+    requests.get(f"{graph.base}/download/A?tempauth=elsewhere", timeout=10).close()
+    assert "/download/A?tempauth=elsewhere" in caplog.text
 
 
 def test_a_failing_sign_in_or_an_unknown_tenant_fails_the_run_and_removes_nothing(

@@ -13,7 +13,10 @@ It imports nothing of the Slack surface.
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,25 +32,6 @@ if TYPE_CHECKING:
     )
     from bot.mcp.skill import SERVER_ID, SKILL, Skill, skill_file
     from bot.mcp.tools import MAX_QUERY_CHARS
-
-# Each name others may use, and its module: loaded when first used, so that a
-# server without KB_MCP (and `kb slackbot-skill`) never loads the MCP SDK.
-_HOMES = {
-    "MAX_BODY_BYTES": "bot.mcp.server",
-    "MAX_QUERY_CHARS": "bot.mcp.tools",
-    "MCP_ENDPOINT": "bot.mcp.server",
-    "MCP_PATH": "bot.mcp.server",
-    "McpConfig": "bot.mcp.server",
-    "McpEndpoint": "bot.mcp.server",
-    "People": "bot.mcp.people",
-    "Person": "bot.mcp.people",
-    "SERVER_ID": "bot.mcp.skill",
-    "SKILL": "bot.mcp.skill",
-    "Skill": "bot.mcp.skill",
-    "SlackbotBlocks": "bot.mcp.blocks",
-    "attach": "bot.mcp.server",
-    "skill_file": "bot.mcp.skill",
-}
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -68,9 +52,30 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
+    """``name`` of ``__all__``, from its module, loaded when first used (PEP 562): a server
+    without ``KB_MCP`` (and ``kb slackbot-skill``) so never loads the MCP SDK."""
+    home = _homes().get(name) if name in __all__ else None
     if home is None:
         raise AttributeError(f"module 'bot.mcp' has no attribute {name!r}")
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
+
+
+@functools.cache
+def _homes() -> dict[str, str]:
+    """Each name the ``TYPE_CHECKING`` block imports, and its module.
+
+    The block is read from this file, not run: it is the one place a name's module is
+    written, for the type checker and ``__getattr__`` alike. Ruff refuses an import there
+    that ``__all__`` does not list (F401), and tests/test_imports.py a name of ``__all__``
+    that is not imported there, so the two cannot drift.
+    """
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If))
+    return {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+        for alias in node.names
+    }

@@ -79,7 +79,7 @@ from index.sources.fields import (
     readable_suffix,
     timestamp,
 )
-from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, origin, retry_after
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, origin, retry_after
 
 __all__ = [
     "ConfluenceConnector",
@@ -610,29 +610,20 @@ class ConfluenceConnector:
             SourceFailed: the budget is spent, or any other error.
         """
         budget = RetryBudget("Confluence", self.budget_seconds, self.sleep)
-        while True:
-            try:
-                return call()
-            except (requests.HTTPError, ApiError) as exc:
-                response = _response_of(exc)
-                status = response.status_code if response is not None else 0
-                if status == 404 and missing:
-                    return None
-                if status == 403 and hidden:
-                    raise _Unreadable("Confluence will not show them to this account") from None
-                if status in (401, 403):
-                    raise SourceCredentialsRejected(
-                        f"Confluence refused the credentials (HTTP {status}): the token expired, "
-                        "was revoked, or cannot read this space. Make a new one and set it."
-                    ) from None
-                if status != 429 and status < 500:
-                    raise SourceFailed(f"Confluence answered HTTP {status}.") from None
-                asked = response.headers.get("Retry-After") if response is not None else None
-                wait = retry_after(asked) if status == 429 else None
-                why = f"HTTP {status}"
-            except (requests.ConnectionError, requests.Timeout):
-                wait, why = None, "unreachable"
-            budget.wait(wait, why)
+        try:
+            return budget.run(call, _transient)
+        except (requests.HTTPError, ApiError) as exc:
+            status = _status(exc)
+            if status == 404 and missing:
+                return None
+            if status == 403 and hidden:
+                raise _Unreadable("Confluence will not show them to this account") from None
+            if status in (401, 403):
+                raise SourceCredentialsRejected(
+                    f"Confluence refused the credentials (HTTP {status}): the token expired, "
+                    "was revoked, or cannot read this space. Make a new one and set it."
+                ) from None
+            raise SourceFailed(f"Confluence answered HTTP {status}.") from None
 
 
 class _Malformed(Exception):
@@ -641,6 +632,26 @@ class _Malformed(Exception):
 
 class _Unreadable(Exception):
     """Permissions that could not be read: the page is unknown."""
+
+
+def _transient(exc: Exception) -> Retry | None:
+    """A 429 (its ``Retry-After``), a 5xx or a dropped connection: worth asking again."""
+    if isinstance(exc, (requests.HTTPError, ApiError)):
+        status = _status(exc)
+        if status == 429:
+            response = _response_of(exc)
+            asked = response.headers.get("Retry-After") if response is not None else None
+            return Retry(f"HTTP {status}", retry_after(asked))
+        return Retry(f"HTTP {status}") if status >= 500 else None
+    if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
+        return Retry("unreachable")
+    return None
+
+
+def _status(exc: Exception) -> int:
+    """The HTTP status of the answer ``exc`` is about (0: none)."""
+    response = _response_of(exc)
+    return response.status_code if response is not None else 0
 
 
 def _response_of(exc: Exception) -> requests.Response | None:

@@ -68,7 +68,7 @@ from index.sources.contract import (
     SourceFailed,
 )
 from index.sources.fields import file_name, readable_name, readable_suffix
-from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, retry_after
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = [
     "DRIVE_SCOPE",
@@ -462,30 +462,22 @@ class GDriveConnector:
             SourceFailed: the budget is spent, a garbage answer, any other error.
         """
         budget = RetryBudget("Google Drive", self.budget_seconds, self.sleep)
-        while True:
-            try:
-                return request.execute()
-            except HttpError as exc:
-                status, reason = exc.resp.status, _reason(exc)
-                if status == 429 or (status == 403 and reason in _RATE_REASONS) or status >= 500:
-                    asked = retry_after(exc.resp.get("retry-after")) if status < 500 else None
-                    budget.wait(asked, f"HTTP {status}")
-                    continue
-                raise _refused(status, reason, item=item, hidden=hidden) from None
-            except RefreshError as exc:
-                raise SourceCredentialsRejected(
-                    "Google refused the service account's key "
-                    f"({_first_line(exc)}): it was deleted or disabled, or domain-wide delegation "
-                    "does not grant these scopes. Make a new key and set it."
-                ) from None
-            except ValueError:
-                raise SourceFailed("Google Drive answered something that is not JSON.") from None
-            except (TransportError, httplib2.HttpLib2Error, http.client.HTTPException, OSError):
-                budget.wait(None, "unreachable")
-            except GoogleAuthError:
-                raise SourceCredentialsRejected(
-                    "The service account's key cannot be used; make a new one and set it."
-                ) from None
+        try:
+            return budget.run(request.execute, _transient)
+        except HttpError as exc:
+            raise _refused(exc.resp.status, _reason(exc), item=item, hidden=hidden) from None
+        except RefreshError as exc:
+            raise SourceCredentialsRejected(
+                "Google refused the service account's key "
+                f"({_first_line(exc)}): it was deleted or disabled, or domain-wide delegation "
+                "does not grant these scopes. Make a new key and set it."
+            ) from None
+        except ValueError:
+            raise SourceFailed("Google Drive answered something that is not JSON.") from None
+        except GoogleAuthError:
+            raise SourceCredentialsRejected(
+                "The service account's key cannot be used; make a new one and set it."
+            ) from None
 
 
 class _Malformed(Exception):
@@ -498,6 +490,24 @@ class _Unreadable(Exception):
 
 class _Gone(Exception):
     """A file or group no longer there."""
+
+
+# What a dropped connection or a garbled answer raises, from each layer under the SDK.
+_UNREACHABLE = (TransportError, httplib2.HttpLib2Error, http.client.HTTPException, OSError)
+
+
+def _transient(exc: Exception) -> Retry | None:
+    """A 429 or a rate-limit 403 (their ``Retry-After``), a 5xx or a dropped connection."""
+    if isinstance(exc, HttpError):
+        status = exc.resp.status
+        if status == 429 or (status == 403 and _reason(exc) in _RATE_REASONS):
+            return Retry(f"HTTP {status}", retry_after(exc.resp.get("retry-after")))
+        return Retry(f"HTTP {status}") if status >= 500 else None
+    if isinstance(exc, (RefreshError, ValueError)):
+        return None  # a refused key, or an answer that is not JSON: no wait helps
+    if isinstance(exc, _UNREACHABLE):
+        return Retry("unreachable")
+    return None
 
 
 def _refused(status: int, reason: str, *, item: bool, hidden: bool) -> Exception:

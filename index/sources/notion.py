@@ -63,7 +63,7 @@ from index.sources.contract import (
     SourceFailed,
 )
 from index.sources.fields import checkpoint_time, file_name, timestamp
-from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, retry_after
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = ["WORKSPACE_GROUP", "NotionConnector", "NotionSettings", "render_page"]
 
@@ -401,28 +401,24 @@ class NotionConnector:
             SourceFailed: the budget is spent, an answer that is not JSON, or any other error.
         """
         budget = RetryBudget("Notion", self.budget_seconds, self.sleep)
-        while True:
-            try:
-                answer = call()
-            except HTTPResponseError as exc:
-                code, status = str(getattr(exc.code, "value", exc.code)), exc.status
-                if code == "object_not_found" and missing:
-                    return None
-                if code == "restricted_resource" and restricted:
-                    raise _Restricted() from None
-                _refuse(code, status)
-                wait = retry_after(exc.headers.get("retry-after")) if status == 429 else None
-                why = f"HTTP {status}"
-            except (RequestTimeoutError, httpx.TransportError):
-                wait, why = None, "unreachable"
-            except ValueError:
-                raise SourceFailed("Notion answered something that is not JSON.") from None
-            else:
-                if not isinstance(answer, dict):
-                    raise SourceFailed("Notion answered something that is not a JSON object.")
-                return answer
-            budget.wait(wait, why)
+        try:
+            answer = budget.run(call, _transient)
+        except HTTPResponseError as exc:
+            code = _code(exc)
+            if code == "object_not_found" and missing:
+                return None
+            if code == "restricted_resource" and restricted:
+                raise _Restricted() from None
+            raise _refused(code, exc.status) from None
+        except ValueError:
+            raise SourceFailed("Notion answered something that is not JSON.") from None
+        if not isinstance(answer, dict):
+            raise SourceFailed("Notion answered something that is not a JSON object.")
+        return answer
 
+
+# Error codes no wait helps, whatever the status they come with.
+_PERMANENT = frozenset({"object_not_found", "restricted_resource", "unauthorized"})
 
 # Blocks that are documents of their own: their content is not read into the page's.
 _OWN_DOCUMENTS = frozenset({"child_page", "child_database"})
@@ -440,20 +436,37 @@ class _Restricted(Exception):  # noqa: N818 (what Notion calls it)
     """``restricted_resource`` where the call is optional: the integration lacks a capability."""
 
 
-def _refuse(code: str, status: int) -> None:
-    """Raise for an error no wait helps; return for 429 and 5xx."""
+def _transient(exc: Exception) -> Retry | None:
+    """A 429 (its ``Retry-After``), a 5xx or a dropped connection: worth asking again."""
+    if isinstance(exc, HTTPResponseError):
+        code, status = _code(exc), exc.status
+        if code in _PERMANENT or (status != 429 and status < 500):
+            return None
+        asked = retry_after(exc.headers.get("retry-after")) if status == 429 else None
+        return Retry(f"HTTP {status}", asked)
+    if isinstance(exc, (RequestTimeoutError, httpx.TransportError)):
+        return Retry("unreachable")
+    return None
+
+
+def _code(exc: HTTPResponseError) -> str:
+    """Notion's error code (``object_not_found``...), as text."""
+    return str(getattr(exc.code, "value", exc.code))
+
+
+def _refused(code: str, status: int) -> SourceFailed:
+    """What an error no wait helps means."""
     if code == "unauthorized" or status == 401:
-        raise SourceCredentialsRejected(
+        return SourceCredentialsRejected(
             "Notion refused the integration's secret (unauthorized): it was revoked or "
             "regenerated, or is not an internal integration secret. Set the current one."
         )
     if code == "restricted_resource" or status == 403:
-        raise SourceCredentialsRejected(
+        return SourceCredentialsRejected(
             "Notion says the integration may not do this (restricted_resource): give it the "
             "'Read content' capability in its settings (notion.so/profile/integrations)."
         )
-    if status != 429 and status < 500:
-        raise SourceFailed(f"Notion answered HTTP {status} ({code}).")
+    return SourceFailed(f"Notion answered HTTP {status} ({code}).")
 
 
 def _check_page(page: object) -> None:

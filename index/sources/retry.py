@@ -5,6 +5,10 @@ A call that meets HTTP 429, a 5xx or a dropped connection waits — the
 long as the waits of that one call stay within a budget of seconds; past it the
 run fails saying when the source may be asked again (:class:`SourceFailed`'s
 ``retry_after``). The wait itself is injectable, so tests record it on a clock.
+
+Every source runs its calls through :meth:`RetryBudget.run`; what differs between
+sources is only how their SDK's error tells a failure worth asking again
+(:class:`Retry`) from one no wait helps, which ``run`` lets through unchanged.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from index.sources.contract import SourceFailed
@@ -19,6 +24,7 @@ from index.sources.contract import SourceFailed
 __all__ = [
     "DEFAULT_BUDGET_SECONDS",
     "FIRST_BACKOFF_SECONDS",
+    "Retry",
     "RetryBudget",
     "origin",
     "retry_after",
@@ -29,6 +35,21 @@ log = logging.getLogger(__name__)
 # Seconds of waiting one call to a source may spend on retries, by default.
 DEFAULT_BUDGET_SECONDS = 120.0
 FIRST_BACKOFF_SECONDS = 0.5
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A failure worth asking again after a wait.
+
+    Attributes:
+        why: what failed, for the log and the message ("HTTP 429", "unreachable").
+        asked: the seconds the source asked to wait (its ``Retry-After``); ``None``: back off.
+    """
+
+    why: str
+    asked: float | None = None
 
 
 @dataclass
@@ -46,6 +67,23 @@ class RetryBudget:
     sleep: Callable[[float], None]
     spent: float = 0.0
     tries: int = 0
+
+    def run(self, call: Callable[[], T], transient: Callable[[Exception], Retry | None]) -> T:
+        """``call()``'s answer, asking again after each failure ``transient`` names a :class:`Retry`.
+
+        A failure it answers ``None`` for is raised unchanged: the source says what it means.
+
+        Raises:
+            SourceFailed: the waits would pass the budget; ``retry_after`` is the next wait.
+        """
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                retry = transient(exc)
+                if retry is None:
+                    raise
+            self.wait(retry.asked, retry.why)
 
     def wait(self, asked: float | None, why: str) -> None:
         """Wait ``asked`` seconds (``None``: the next back-off) before the call is tried again.

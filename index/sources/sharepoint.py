@@ -34,15 +34,19 @@ Rate limits and failures: HTTP 429 and 503 wait ``Retry-After`` (or back
 off), other 5xx and dropped connections back off, within a budget per call
 (:mod:`index.sources.retry`). A 401 gets one fresh token; a second 401, a 403,
 or a sign-in that refuses the app's secret fails the run: no retry helps.
-The secret and the tokens are never logged (``msal`` logs at INFO at most).
+The secret and the tokens are never logged (``msal`` masks them in its own
+lines), nor a download address's query: urllib3's lines for the requests to
+one show it hidden, and no other line of any logger changes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -63,17 +67,13 @@ from index.sources.contract import (
     SourceFailed,
 )
 from index.sources.fields import media_type_of, readable_suffix
-from index.sources.retry import DEFAULT_BUDGET_SECONDS, RetryBudget, origin, retry_after
+from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, origin, retry_after
 
 __all__ = [
     "SharePointConnector",
     "SharePointSettings",
 ]
 
-# msal's DEBUG lines describe token requests, and urllib3's hold every address asked for,
-# download addresses included, whose ``tempauth`` authorises reading the file for an hour.
-logging.getLogger("msal").setLevel(logging.INFO)
-logging.getLogger("urllib3.connectionpool").setLevel(logging.INFO)
 log = logging.getLogger(__name__)
 
 GRAPH_URL = "https://graph.microsoft.com/v1.0"
@@ -205,6 +205,7 @@ class SharePointConnector:
         self.budget_seconds = budget_seconds
         self.timeout = timeout
         self.http = requests.Session()
+        _hide_download_queries()
         self._secret = token
         self._app: msal.ConfidentialClientApplication | None = None
         self._drive_url = ""
@@ -473,43 +474,59 @@ class SharePointConnector:
         """
         budget = RetryBudget("Microsoft Graph", self.budget_seconds, self.sleep)
         fresh = False
-        while True:
-            headers = {"Authorization": f"Bearer {self._token()}"} if signed else {}
-            try:
-                response = self.http.get(
-                    url, headers=headers, timeout=self.timeout, allow_redirects=False, stream=True
-                )
-            except (requests.ConnectionError, requests.Timeout):
-                budget.wait(None, "unreachable")
-                continue
-            status = response.status_code
-            if status < 400:
-                return response
-            response.close()
-            if status == 401 and signed and not fresh:
+
+        def get() -> requests.Response:
+            nonlocal fresh
+            response = self._get(url, signed=signed)
+            if response.status_code == 401 and signed and not fresh:
+                response.close()
                 self._forget_token()  # expired or revoked early: one fresh token
                 fresh = True
-                continue
+                response = self._get(url, signed=signed)
+            if response.status_code >= 400:
+                response.close()
+                raise _Refused(response)
+            return response
+
+        try:
+            return budget.run(get, _transient)
+        except _Refused as exc:
+            response, status = exc.response, exc.response.status_code
             if status == 404 and hidden:
-                raise _Unreadable("Graph does not show this item's permissions to the app")
+                raise _Unreadable(
+                    "Graph does not show this item's permissions to the app"
+                ) from None
             if status == 404 and missing:
                 return None
             if status == 403 and hidden:
-                raise _Unreadable("Graph will not show them to the app")
+                raise _Unreadable("Graph will not show them to the app") from None
             if status == 410 and resync:
-                raise _ResyncRequired()
+                raise _ResyncRequired() from None
             if status in (401, 403) and signed:
                 raise SourceCredentialsRejected(
                     f"Microsoft Graph refused the app's token (HTTP {status}): the app lost "
                     "its permission to this drive (Sites.Selected or Files.Read.All), or its "
                     "consent was revoked. Grant it again, or make a new client secret and set it."
-                )
+                ) from None
             if status in (401, 403):
-                raise _Malformed(f"The download address refused the request (HTTP {status}).")
-            if status != 429 and status < 500:
-                raise SourceFailed(f"Microsoft Graph answered HTTP {status}{_code(response)}.")
-            asked = retry_after(response.headers.get("Retry-After"))
-            budget.wait(asked if status in (429, 503) else None, f"HTTP {status}")
+                raise _Malformed(
+                    f"The download address refused the request (HTTP {status})."
+                ) from None
+            raise SourceFailed(
+                f"Microsoft Graph answered HTTP {status}{_code(response)}."
+            ) from None
+
+    def _get(self, url: str, *, signed: bool) -> requests.Response:
+        """One GET of ``url`` (``signed``: with the app's token), its body not yet read.
+
+        A pre-authorised download address (not ``signed``) is asked with its query kept
+        out of urllib3's log lines: the ``tempauth`` there reads the file for an hour.
+        """
+        headers = {"Authorization": f"Bearer {self._token()}"} if signed else {}
+        with contextlib.nullcontext() if signed else _downloading():
+            return self.http.get(
+                url, headers=headers, timeout=self.timeout, allow_redirects=False, stream=True
+            )
 
     # ------------------------------------------------------------ tokens
 
@@ -649,6 +666,72 @@ def _capped(response: requests.Response) -> bytes:
             response.close()
             raise _Malformed(f"The file is past the {MAX_FILE_BYTES} bytes a file may have.")
     return bytes(data)
+
+
+# Whether this context is asking a pre-authorised download address: urllib3 logs the
+# address of every request (and of a retry, and of an answer it cannot parse), query and
+# all, and a download address's query authorises reading the file.
+_DOWNLOADING: ContextVar[bool] = ContextVar("sharepoint_downloading", default=False)
+_URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.connection", "urllib3.util.retry")
+_QUERY = re.compile(r"\?[^\s'\"()]*")
+_HIDDEN = "?[query hidden]"
+
+
+@contextlib.contextmanager
+def _downloading() -> Iterator[None]:
+    """This context asks a download address until the block ends."""
+    token = _DOWNLOADING.set(True)
+    try:
+        yield
+    finally:
+        _DOWNLOADING.reset(token)
+
+
+class _HideDownloadQuery(logging.Filter):
+    """urllib3's records made while a download address is asked, with every query hidden.
+
+    Records made anywhere else, by this connector's Graph calls or by any other code, pass
+    as they are: no logger's level changes, nothing else is hidden.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _DOWNLOADING.get():
+            record.msg = _QUERY.sub(_HIDDEN, str(record.msg))
+            if isinstance(record.args, tuple):
+                record.args = tuple(
+                    _QUERY.sub(_HIDDEN, str(a)) if isinstance(a, str | Exception) else a
+                    for a in record.args
+                )
+        return True
+
+
+_FILTER = _HideDownloadQuery()
+
+
+def _hide_download_queries() -> None:
+    """Give urllib3's loggers the filter (once: a logger keeps one copy of a filter)."""
+    for name in _URLLIB3_LOGGERS:
+        logging.getLogger(name).addFilter(_FILTER)
+
+
+class _Refused(Exception):
+    """An HTTP error status Graph or a download address answered (the body closed)."""
+
+    def __init__(self, response: requests.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _transient(exc: Exception) -> Retry | None:
+    """A 429 or 503 (their ``Retry-After``), another 5xx or a dropped connection."""
+    if isinstance(exc, _Refused):
+        status = exc.response.status_code
+        if status in (429, 503):
+            return Retry(f"HTTP {status}", retry_after(exc.response.headers.get("Retry-After")))
+        return Retry(f"HTTP {status}") if status >= 500 else None
+    if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
+        return Retry("unreachable")
+    return None
 
 
 def _code(response: requests.Response) -> str:

@@ -70,10 +70,10 @@ from bot.mcp.tools import Tools
 from core.answer import Asker
 from index.sources import SourceSyncReport, sync_source
 from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
+from tests.clocks import Waits
 from tests.confluence_server import ACCOUNT, MockConfluence, Page, Space
 from tests.conftest_bot import Bot, BotFactory
 from tests.servers import DEFAULT_CONFLUENCE_TOKEN, message_im_event
-from tests.test_sources_confluence import Waits
 
 ALICE, BOB, CAROL, DAVE = "U0ALICE001", "U0BOB00001", "U0CAROL001", "U0DAVE0001"
 EMAILS = {
