@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import requests
@@ -71,6 +71,7 @@ from index.sources.contract import (
     SourceDocument,
     SourceError,
     SourceFailed,
+    after_organisation_groups,
 )
 from index.sources.fields import (
     checkpoint_time,
@@ -119,6 +120,9 @@ class ConfluenceSettings:
     user: str = ""
     organisation_groups: tuple[str, ...] = ()
 
+    # The settings that say who reads the source, which ``kb source readers`` changes.
+    READERS: ClassVar[tuple[str, ...]] = ("organisation_groups",)
+
     def __post_init__(self) -> None:
         if not re.match(r"https?://[^/\s]+", self.url):
             raise SourceError(f"{self.url!r} is not a Confluence address (https://...).")
@@ -143,6 +147,10 @@ class ConfluenceSettings:
             user=str(data.get("user") or ""),
             organisation_groups=tuple(data.get("organisation_groups") or ()),
         )
+
+    def acl_now(self, before: ConfluenceSettings, acl: Acl) -> Acl:
+        """A synced page's permissions once the organisation groups are these, not ``before``'s."""
+        return after_organisation_groups(before.organisation_groups, self.organisation_groups, acl)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ says when a rate-limited or failing source may be asked again) and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from index.errors import KBError
@@ -41,6 +41,7 @@ __all__ = [
     "SourceError",
     "SourceFailed",
     "UNKNOWN_ACL",
+    "after_organisation_groups",
     "is_source_scope",
     "source_scope",
 ]
@@ -153,6 +154,10 @@ class Acl:
             frozenset(found["user"]), frozenset(found["group"]), frozenset(found["domain"]), public
         )
 
+    def without_public(self) -> Acl:
+        """These permissions, no longer public in the organisation (unknown stays unknown)."""
+        return replace(self, public=False) if self.known else self
+
     def describe(self) -> str:
         """One line for people: who it admits."""
         if not self.known:
@@ -165,6 +170,18 @@ class Acl:
 
 
 UNKNOWN_ACL = Acl(known=False)
+
+
+def after_organisation_groups(before: Iterable[str], after: Iterable[str], acl: Acl) -> Acl:
+    """A synced document's permissions ``acl`` once the groups standing for everyone in the
+    organisation are ``after``, not ``before`` (``kb source readers``).
+
+    A group no longer standing for everyone stops making anything public now:
+    what else still admits everyone (anonymous access, an organisation link)
+    comes back with the next sync, which reads every permission again. A group
+    newly named widens nothing before that sync reads what it may read.
+    """
+    return acl.without_public() if set(before) - set(after) else acl
 
 
 @dataclass(frozen=True)

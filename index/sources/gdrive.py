@@ -46,7 +46,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
 import google_auth_httplib2
@@ -126,6 +126,9 @@ class GDriveSettings:
     anyone_public: bool = False
     api_url: str = ""
 
+    # The settings that say who reads the source, which ``kb source readers`` changes.
+    READERS: ClassVar[tuple[str, ...]] = ("anyone_public",)
+
     def __post_init__(self) -> None:
         if not self.drive and not self.folder:
             raise SourceError("A Google Drive source needs --drive (a shared drive) or --folder.")
@@ -157,6 +160,15 @@ class GDriveSettings:
             anyone_public=bool(data.get("anyone_public")),
             api_url=str(data.get("api_url") or ""),
         )
+
+    def acl_now(self, before: GDriveSettings, acl: Acl) -> Acl:
+        """A synced file's permissions once the readers are these, not ``before``'s.
+
+        Only a link anyone may open makes a file public here: with
+        ``anyone_public`` turned off, no file is public any more, now. Turned
+        on, which files have such a link is Drive's to say: the next sync reads it.
+        """
+        return acl.without_public() if before.anyone_public and not self.anyone_public else acl
 
 
 class GDriveConnector:
