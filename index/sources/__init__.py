@@ -21,6 +21,7 @@ from index.sources.contract import (
     UNKNOWN_ACL,
     Acl,
     Batch,
+    ChangedPermissions,
     Connector,
     GroupMembers,
     SourceCredentialsRejected,
@@ -45,6 +46,7 @@ from index.sources.sync import (
 __all__ = [
     "Acl",
     "Batch",
+    "ChangedPermissions",
     "Connector",
     "GroupMembers",
     "KINDS",

@@ -24,15 +24,16 @@ says when a rate-limited or failing source may be asked again) and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from index.errors import KBError
 
 __all__ = [
     "Acl",
     "Batch",
+    "ChangedPermissions",
     "Connector",
     "GroupMembers",
     "SOURCE_SCOPE_PREFIX",
@@ -273,6 +274,23 @@ class Connector(Protocol):
 
     def groups(self, names: Iterable[str]) -> list[GroupMembers]:
         """The members of each group of ``names``, expanded by the source's API.
+
+        Raises:
+            SourceFailed: the source cannot be read now.
+        """
+
+
+@runtime_checkable
+class ChangedPermissions(Protocol):
+    """A connector that can tell whose permissions changed since its checkpoint, so that a
+    run asks the source only about those (Google Drive: its changes log)."""
+
+    def permissions_changed(
+        self, checkpoint: str, recorded: Mapping[str, Acl]
+    ) -> dict[str, Acl] | None:
+        """The current Acl of each of ``recorded`` (item -> the Acl last recorded) whose
+        permissions may have changed since ``checkpoint``; the others are as recorded.
+        ``None``: that cannot be told, and :meth:`Connector.permissions` reads them all.
 
         Raises:
             SourceFailed: the source cannot be read now.

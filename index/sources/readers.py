@@ -7,7 +7,8 @@ names them (``READERS``) and says, in ``acl_now``, what an already-synced
 document's permissions become when they change, without asking the source.
 
 A change is one transaction: the new settings, every synced document's
-permissions rewritten, and an audit entry. What the new readers no longer
+permissions rewritten (recorded as not read from the source, so that the next
+sync reads every one of them again), and an audit entry. What the new readers no longer
 admit is hidden before the command returns; what they newly admit and only the
 source can tell (which Drive files have a link anyone may open, who a group
 holds) comes with the next sync, which reads every permission again. Naming no

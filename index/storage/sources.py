@@ -247,16 +247,15 @@ class SourceRecords(StorePart):
     def set_acl(self, scope: str, acl: Iterable[tuple[str, str]], *, read: bool = True) -> None:
         """Replace the permissions of the document filed under ``scope``.
 
-        ``read`` false: they were not read from the source now (the admin changed
-        who reads it), so when they last were stays as it was.
+        ``read`` false: they were not read from the source (the admin changed who
+        reads it): they count as never synced until the source's are read again.
         """
         with self.transaction() as db:
             self._write_acl(scope, acl)
-            if read:
-                db.execute(
-                    "UPDATE source_items SET acl_synced_at = ? WHERE scope = ?",
-                    [self.clock(), scope],
-                )
+            db.execute(
+                "UPDATE source_items SET acl_synced_at = ? WHERE scope = ?",
+                [self.clock() if read else None, scope],
+            )
 
     def _write_acl(self, scope: str, acl: Iterable[tuple[str, str]]) -> None:
         self.db.execute("DELETE FROM source_acl WHERE scope = ?", [scope])
