@@ -66,13 +66,14 @@ def _option(setting: str) -> str:
 
 
 def _reader_settings(kind: str) -> tuple[str, ...]:
-    """The settings of ``kind`` that say who reads a source of it.
+    """The settings of ``kind`` that say who reads a source of it (none: a kind whose
+    readers are all the source's to say).
 
     Raises:
         SourceError: an unknown kind.
     """
     found = kind_of(kind)
-    readers: tuple[str, ...] = found.load(found.settings_class).READERS
+    readers: tuple[str, ...] = getattr(found.load(found.settings_class), "READERS", ())
     return readers
 
 
@@ -94,6 +95,11 @@ def change_readers(
     records = kb.store.sources
     row = records.get(name)
     names = _reader_settings(row.kind)
+    if not names:
+        raise SourceError(
+            f"Source {name} ({row.kind}) names no readers of its own: its documents are read by "
+            "whom the source's permissions admit."
+        )
     foreign = [_option(s) for s in readers if s not in names]
     if foreign:
         raise SourceError(
