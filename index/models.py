@@ -66,6 +66,7 @@ class AuditAction(StrEnum):
     REINDEX = "reindex"
     RESTORE = "restore"
     PRUNE = "prune"  # an old replaced version deleted beyond ``IndexConfig.keep_versions``
+    READERS = "readers"  # who reads a synced source's documents changed (``kb source readers``)
 
 
 # Every ``Extracted.kind`` a reader may give.

@@ -5,7 +5,10 @@ Pages, their attachments (``/content/{id}/child/attachment``, each with
 ``extensions.fileSize``, ``_links.download`` relative to the site, the bytes
 at ``/wiki/download/attachments/{page}/{name}``), spaces with their read
 permission, page read restrictions, groups and their members, and CQL search
-over ``space``, ``type`` and ``lastmodified``.
+over ``space``, ``type`` and ``lastmodified`` (``/rest/api/search``, pages; and
+``/rest/api/content/search``, whose results are content as the content API
+gives it: the attachments of the space's pages there now, each with its
+``container`` when expanded; a deleted page's are in the trash with it).
 What it follows of Confluence's documented behaviour:
 
 * pagination: ``start`` and ``limit``, the server capping ``limit`` at
@@ -187,6 +190,8 @@ class MockConfluence:
         parts = path.removeprefix("/wiki/rest/api/").split("/")
         if parts == ["search"]:
             return _json(200, self._search(query))
+        if parts == ["content", "search"]:
+            return self._content_search(query)
         if parts[0] == "content" and len(parts) == 2 and self._attached(parts[1]):
             return _json(200, self._attachment(self.attachments[parts[1]], query))
         if parts[0] == "content" and len(parts) == 2:
@@ -278,13 +283,32 @@ class MockConfluence:
         if page_id not in self.pages:
             return _json(404, {"statusCode": 404, "message": f"No content found with id {page_id}"})
         found = [a for a in self.attachments.values() if a.page == page_id]
+        return self._attachment_page(found, query, f"/rest/api/content/{page_id}/child/attachment")
+
+    def _content_search(self, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        cql = query.get("cql", "")
+        clauses = dict(c.split(" = ", 1) for c in cql.split(" and "))
+        if clauses.get("type") != "attachment" or "space" not in clauses:
+            return _json(400, {"statusCode": 400, "message": f"This mock cannot search {cql}"})
+        space = clauses["space"].strip('"')
+        found = [
+            a
+            for a in self.attachments.values()
+            if a.page in self.pages and self.pages[a.page].space == space
+        ]
+        return self._attachment_page(found, query, "/rest/api/content/search")
+
+    def _attachment_page(
+        self, found: list[Attachment], query: dict[str, str], path: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One page of ``found`` from ``start``, ``_links.next`` at ``path`` while more remain."""
         start = int(query.get("start", "0"))
         limit = min(int(query.get("limit", "25")), self.page_cap)
         chunk = found[start : start + limit]
         links: dict[str, str] = {"base": self.base, "context": "/wiki"}
         if start + limit < len(found):
             following = urlencode({**query, "start": start + limit, "limit": limit})
-            links["next"] = f"/rest/api/content/{page_id}/child/attachment?{following}"
+            links["next"] = f"{path}?{following}"
         answer = {"start": start, "limit": limit, "size": len(chunk), "_links": links}
         return _json(200, {"results": [self._attachment(a, query) for a in chunk], **answer})
 

@@ -22,7 +22,12 @@ What it follows of Google's documented behaviour:
   ``403 fileNotExportable``, to a type Google does not export to ``400``;
 * ``changes.getStartPageToken`` and ``changes.list``: every change the test
   makes is one entry of a log; a page token is a position in it; the last
-  page gives ``newStartPageToken``; a deleted file's change is ``removed``;
+  page gives ``newStartPageToken``; a deleted file's change is ``removed``; a
+  change of a file's sharing (its permissions, however the test changed them)
+  is a change of the file, its ``version`` one higher; a change of the shared
+  drive's members is not a change of each file in it;
+* ``permissions.list`` of the shared drive itself (its id as ``fileId``, with
+  ``supportsAllDrives=true``): its members;
 * ``members.list`` with ``includeDerivedMembership`` (nested groups' members
   too), ``maxResults``, ``pageToken``;
 * faults queued by the test: any status (429 with ``Retry-After``, 500s, 403
@@ -164,6 +169,8 @@ class MockDrive:
         self.key_revoked = False
         self.page_cap = 2
         self.list_twice: str | None = None  # a file id files.list gives twice
+        self.hidden_drive_members = False  # the shared drive's own permissions are 403
+        self._sharing: dict[str, str] = {}  # each file's permissions as last logged
         self.base = ""
         self.key_id = "k1"
         self._lock = threading.Lock()
@@ -193,6 +200,7 @@ class MockDrive:
         """Add or replace ``file``: one change."""
         self.files[file.id] = file
         self.changes.append((file.id, False))
+        self._sharing[file.id] = repr(file.permissions)
         return file
 
     def edit(self, file_id: str, **changes: Any) -> None:
@@ -202,6 +210,7 @@ class MockDrive:
             setattr(file, name, value)
         file.version += 1
         self.changes.append((file_id, False))
+        self._sharing[file_id] = repr(file.permissions)
 
     def delete(self, file_id: str) -> None:
         """Delete a file for good: a ``removed`` change."""
@@ -322,6 +331,7 @@ class MockDrive:
         )
         if scopes is None:
             return 401, {}, _error(401, "authError", "UNAUTHENTICATED")
+        self._log_sharing_changes()
         for fault in self.faults:
             if fault.path in path and fault.times > 0:
                 fault.times -= 1
@@ -341,6 +351,8 @@ class MockDrive:
             )
         if parts == ["changes"]:
             return self._changes(query)
+        if parts[:1] == ["files"] and parts[2:] == ["permissions"] and unquote(parts[1]) == DRIVE:
+            return self._drive_permissions(query)
         if parts[0] == "files" and len(parts) >= 2:
             file = self.files.get(unquote(parts[1]))
             if file is None or (file.drive and query.get("supportsAllDrives") != "true" and
@@ -401,6 +413,12 @@ class MockDrive:
         if file.drive:
             members = enumerate(self.drive_members, start=len(rows))
             rows += [p.as_json(i, True) for i, p in members]
+        return self._permission_page(rows, query)
+
+    def _permission_page(
+        self, rows: list[dict[str, Any]], query: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One page of ``rows`` from ``pageToken``, at most ``pageSize`` and the server's cap."""
         start = int(_unb64(query["pageToken"]).decode()) if query.get("pageToken") else 0
         limit = min(int(query.get("pageSize", "100")), self.page_cap)
         answer: dict[str, Any] = {
@@ -410,6 +428,23 @@ class MockDrive:
         if start + limit < len(rows):
             answer["nextPageToken"] = _b64(str(start + limit).encode())
         return _json(answer)
+
+    def _log_sharing_changes(self) -> None:
+        """Log a change of each file whose permissions the test changed since last logged."""
+        for file_id, file in self.files.items():
+            sharing = repr(file.permissions)
+            if self._sharing.get(file_id, sharing) != sharing:
+                file.version += 1
+                self.changes.append((file_id, False))
+            self._sharing[file_id] = sharing
+
+    def _drive_permissions(self, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        if query.get("supportsAllDrives") != "true":
+            return 404, {}, _error(404, "notFound", "NOT_FOUND", f"File not found: {DRIVE}.")
+        if self.hidden_drive_members:
+            return 403, {}, _error(403, "insufficientFilePermissions", "PERMISSION_DENIED")
+        rows = [p.as_json(i, False) for i, p in enumerate(self.drive_members)]
+        return self._permission_page(rows, query)
 
     def _changes(self, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         token = query.get("pageToken", "")

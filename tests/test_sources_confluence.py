@@ -933,7 +933,7 @@ def test_attachment_listings_and_downloads_wait_out_429s_and_5xx_in_the_budget(
 
     # Failing past the budget: the run fails saying so, and removes nothing.
     waits = Waits()
-    confluence.fail("/child/attachment", 500, times=50)
+    confluence.fail("/content/search", 500, times=50)
     report = run(kb, confluence, waits, budget=3.0)
     assert report.error == (
         "Confluence kept failing (HTTP 500) past the 3 s retry budget; "

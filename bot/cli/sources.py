@@ -9,6 +9,7 @@ records a source (never its credential: that stays in the settings,
 ``KB_CONFLUENCE_TOKEN``, ``KB_GDRIVE_CREDENTIALS``, or in a secret file it
 names); ``kb source list``
 shows each with its last run; ``kb source sync [NAME]`` runs them;
+``kb source readers NAME`` changes who reads one in place;
 ``kb source remove NAME`` removes one and its documents.
 """
 
@@ -325,6 +326,73 @@ def add_gdrive(
         as_json,
         where,
     )
+
+
+@source_group.command("readers")
+@click.argument("name")
+@click.option(
+    "--public", is_flag=True, help="Notion: everyone in the organisation reads every page."
+)
+@click.option("--user", "users", multiple=True, help="Notion: a person's email. Repeatable.")
+@click.option(
+    "--group", "groups", multiple=True, help="Notion: workspace (its members). Repeatable."
+)
+@click.option("--domain", "domains", multiple=True, help="Notion: an email domain. Repeatable.")
+@click.option(
+    "--anyone-public",
+    is_flag=True,
+    help="Google Drive: a file anyone with its link may open is public in the organisation.",
+)
+@click.option(
+    "--organisation-group",
+    "organisation_groups",
+    multiple=True,
+    help="Confluence, SharePoint: a group that stands for everyone in the organisation. "
+    "Repeatable.",
+)
+@json_option("Print the change as JSON.")
+@click.pass_context
+def readers(
+    ctx: click.Context,
+    name: str,
+    public: bool,
+    users: tuple[str, ...],
+    groups: tuple[str, ...],
+    domains: tuple[str, ...],
+    anyone_public: bool,
+    organisation_groups: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Change who reads a source's documents in place; the readers named replace its readers.
+
+    Every synced document's permissions change at once: whom the new readers no
+    longer admit is shown none of them from now on. What only the source can
+    tell (which Drive files have a link, who a group holds) comes with the next
+    sync. A reader option the source's kind lacks is refused; none named
+    leaves none (a Notion source is then read by nobody). Audited.
+
+    Example: kb source readers notion-board --user ceo@example.com --user cfo@example.com
+    """
+    from index.sources import change_readers
+
+    given = {
+        "public": public,
+        "users": list(users),
+        "groups": list(groups),
+        "domains": list(domains),
+        "anyone_public": anyone_public,
+        "organisation_groups": list(organisation_groups),
+    }
+    change = change_readers(open_kb(ctx), name, {k: v for k, v in given.items() if v})
+
+    def text() -> None:
+        click.echo(
+            f"Source {change.source} ({change.kind}): the permissions of its "
+            f"{change.documents} documents follow its new readers now; what only the source "
+            f"can tell comes with the next sync: kb source sync {change.source}"
+        )
+
+    emit(change.as_dict(), as_json, text)
 
 
 @source_group.command("list")

@@ -4,7 +4,8 @@
 poll from a checkpoint, a slim listing to prune what was deleted, a separate
 permission sync; :class:`SourceDocument`, :class:`Acl`), ``sync`` one run of a
 source into the knowledge base through the upload path, ``kinds`` the kinds
-there are and how a configured one is opened with its credential,
+there are and how a configured one is opened with its credential, ``readers``
+who reads a source changed in place (``kb source readers``),
 ``confluence`` Confluence through ``atlassian-python-api``, ``sharepoint``
 SharePoint and OneDrive through Microsoft Graph (tokens by ``msal``),
 ``notion`` Notion through ``notion-client``, ``gdrive`` Google Drive through
@@ -20,6 +21,7 @@ from index.sources.contract import (
     UNKNOWN_ACL,
     Acl,
     Batch,
+    ChangedPermissions,
     Connector,
     GroupMembers,
     SourceCredentialsRejected,
@@ -30,6 +32,7 @@ from index.sources.contract import (
     source_scope,
 )
 from index.sources.kinds import KINDS, TOKEN_SETTINGS, check_name, open_connector, settings_of
+from index.sources.readers import ReadersChange, change_readers
 from index.sources.sync import (
     SourceSyncReport,
     acl_of_scope,
@@ -43,9 +46,11 @@ from index.sources.sync import (
 __all__ = [
     "Acl",
     "Batch",
+    "ChangedPermissions",
     "Connector",
     "GroupMembers",
     "KINDS",
+    "ReadersChange",
     "SOURCE_SCOPE_PREFIX",
     "SourceCredentialsRejected",
     "SourceDocument",
@@ -55,6 +60,7 @@ __all__ = [
     "TOKEN_SETTINGS",
     "UNKNOWN_ACL",
     "acl_of_scope",
+    "change_readers",
     "check_name",
     "document_source",
     "is_source_scope",

@@ -10,7 +10,12 @@ on Cloud under ``/wiki``), which both Cloud and Data Center serve:
   export view (the rendered HTML, macros expanded), else its storage format,
   given to the product's HTML extractor as a page of its own;
 * a page's attachments: ``/rest/api/content/{id}/child/attachment?expand=version``,
-  following ``_links.next``; each one the product's extractor reads (PDF,
+  following ``_links.next``, when a page is loaded from scratch; the listing
+  of every later run finds the attachments of the whole space with one CQL
+  search, ``space = "KEY" and type = attachment`` through
+  ``/rest/api/content/search`` (``expand=version,container``: the same rows,
+  each with its page), its pages of results rather than one list per page;
+  each one the product's extractor reads (PDF,
   Word, PowerPoint, Excel, CSV, Markdown, text, HTML: by its name's suffix,
   else its media type) is a document of its own, item ``att<id>``, its bytes
   from its ``_links.download`` on the configured site only, fetched again only
@@ -53,7 +58,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import requests
@@ -71,6 +76,7 @@ from index.sources.contract import (
     SourceDocument,
     SourceError,
     SourceFailed,
+    after_organisation_groups,
 )
 from index.sources.fields import (
     checkpoint_time,
@@ -119,6 +125,9 @@ class ConfluenceSettings:
     user: str = ""
     organisation_groups: tuple[str, ...] = ()
 
+    # The settings that say who reads the source, which ``kb source readers`` changes.
+    READERS: ClassVar[tuple[str, ...]] = ("organisation_groups",)
+
     def __post_init__(self) -> None:
         if not re.match(r"https?://[^/\s]+", self.url):
             raise SourceError(f"{self.url!r} is not a Confluence address (https://...).")
@@ -143,6 +152,10 @@ class ConfluenceSettings:
             user=str(data.get("user") or ""),
             organisation_groups=tuple(data.get("organisation_groups") or ()),
         )
+
+    def acl_now(self, before: ConfluenceSettings, acl: Acl) -> Acl:
+        """A synced page's permissions once the organisation groups are these, not ``before``'s."""
+        return after_organisation_groups(before.organisation_groups, self.organisation_groups, acl)
 
 
 @dataclass(frozen=True)
@@ -226,7 +239,7 @@ class ConfluenceConnector:
         """The ids of every page of the space now, and of each attachment of theirs it syncs
         (all pages of every list, or it raises)."""
         pages = [i for i, _ in self._search(f'space = "{self.settings.space}" and type = page')]
-        self._listed = {page: self._attachments(page) for page in pages}
+        self._listed = self._space_attachments(pages)
         self._page_of = {
             _attachment_item(a): page
             for page, rows in self._listed.items()
@@ -325,14 +338,31 @@ class ConfluenceConnector:
 
     def _attachments(self, page_id: str) -> list[dict[str, Any]]:
         """The page's attachments the extractor reads (all pages of the list, or it raises)."""
-        found = []
         path = f"rest/api/content/{quote(page_id, safe='')}/child/attachment"
-        for row in self._pages(path, {"limit": PAGE_SIZE, "expand": "version"}):
-            if not isinstance(row, dict) or not isinstance(row.get("id"), str | int):
-                raise SourceFailed("Confluence listed an attachment that is not JSON of one.")
-            if isinstance(row.get("title"), str) and readable_suffix(row["title"], _type(row)):
-                found.append(row)
-        return found
+        rows = self._pages(path, {"limit": PAGE_SIZE, "expand": "version"})
+        return [row for row in rows if _read_attachment(row)]
+
+    def _space_attachments(self, pages: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The attachments the extractor reads of each of ``pages``, from one CQL search over
+        the space's attachments: its pages of results, not a list per page.
+
+        ``/rest/api/content/search`` gives each result as the content API does (a
+        page's attachment list gives the same rows), its page as ``container``. An
+        attachment on a page not listed (a blog post's, a page deleted since) is left out.
+        """
+        listed: dict[str, list[dict[str, Any]]] = {page: [] for page in pages}
+        cql = f'space = "{self.settings.space}" and type = attachment'
+        params = {"cql": cql, "limit": PAGE_SIZE, "expand": "version,container"}
+        for row in self._pages("rest/api/content/search", params):
+            if not _read_attachment(row):
+                continue
+            page = _part(row, "container").get("id")
+            if not isinstance(page, str | int):
+                # Its page unknown, it could not be told apart from a deleted one: stop,
+                # removing nothing.
+                raise SourceFailed("Confluence listed an attachment without its page.")
+            listed.get(str(page), []).append(row)
+        return listed
 
     def _other_attachments(
         self, done: set[str], failed: list[tuple[str, str]]
@@ -700,6 +730,19 @@ def _type(row: dict[str, Any]) -> str:
         if isinstance(value, str) and value:
             return value.split(";")[0].strip().lower()
     return "application/octet-stream"
+
+
+def _read_attachment(row: object) -> bool:
+    """Whether the extractor reads this listed attachment (by its name's suffix, else its
+    media type).
+
+    Raises:
+        SourceFailed: it is not JSON of an attachment.
+    """
+    if not isinstance(row, dict) or not isinstance(row.get("id"), str | int):
+        raise SourceFailed("Confluence listed an attachment that is not JSON of one.")
+    title = row.get("title")
+    return isinstance(title, str) and bool(readable_suffix(title, _type(row)))
 
 
 def _part(row: dict[str, Any], name: str) -> dict[str, Any]:

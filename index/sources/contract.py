@@ -24,15 +24,16 @@ says when a rate-limited or failing source may be asked again) and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
 
 from index.errors import KBError
 
 __all__ = [
     "Acl",
     "Batch",
+    "ChangedPermissions",
     "Connector",
     "GroupMembers",
     "SOURCE_SCOPE_PREFIX",
@@ -41,6 +42,7 @@ __all__ = [
     "SourceError",
     "SourceFailed",
     "UNKNOWN_ACL",
+    "after_organisation_groups",
     "is_source_scope",
     "source_scope",
 ]
@@ -153,6 +155,10 @@ class Acl:
             frozenset(found["user"]), frozenset(found["group"]), frozenset(found["domain"]), public
         )
 
+    def without_public(self) -> Acl:
+        """These permissions, no longer public in the organisation (unknown stays unknown)."""
+        return replace(self, public=False) if self.known else self
+
     def describe(self) -> str:
         """One line for people: who it admits."""
         if not self.known:
@@ -165,6 +171,18 @@ class Acl:
 
 
 UNKNOWN_ACL = Acl(known=False)
+
+
+def after_organisation_groups(before: Iterable[str], after: Iterable[str], acl: Acl) -> Acl:
+    """A synced document's permissions ``acl`` once the groups standing for everyone in the
+    organisation are ``after``, not ``before`` (``kb source readers``).
+
+    A group no longer standing for everyone stops making anything public now:
+    what else still admits everyone (anonymous access, an organisation link)
+    comes back with the next sync, which reads every permission again. A group
+    newly named widens nothing before that sync reads what it may read.
+    """
+    return acl.without_public() if set(before) - set(after) else acl
 
 
 @dataclass(frozen=True)
@@ -256,6 +274,23 @@ class Connector(Protocol):
 
     def groups(self, names: Iterable[str]) -> list[GroupMembers]:
         """The members of each group of ``names``, expanded by the source's API.
+
+        Raises:
+            SourceFailed: the source cannot be read now.
+        """
+
+
+@runtime_checkable
+class ChangedPermissions(Protocol):
+    """A connector that can tell whose permissions changed since its checkpoint, so that a
+    run asks the source only about those (Google Drive: its changes log)."""
+
+    def permissions_changed(
+        self, checkpoint: str, recorded: Mapping[str, Acl]
+    ) -> dict[str, Acl] | None:
+        """The current Acl of each of ``recorded`` (item -> the Acl last recorded) whose
+        permissions may have changed since ``checkpoint``; the others are as recorded.
+        ``None``: that cannot be told, and :meth:`Connector.permissions` reads them all.
 
         Raises:
             SourceFailed: the source cannot be read now.

@@ -25,7 +25,11 @@ built from the discovery documents the client ships: no network to build them):
   ``anyone`` (with the link) → public in the organisation only when the admin
   said so for the source, otherwise it admits nobody more. Permissions Drive
   will not show this account are unknown: nobody reads the file until they
-  can be read.
+  can be read. A run asks only about the files whose sharing changed since
+  the checkpoint: Drive logs a sharing change as a change of the file, and
+  the shared drive's own members, whose change reaches every file without a
+  change of each, are compared with those the checkpoint recorded
+  (:meth:`GDriveConnector.permissions_changed`).
 
 Credentials: a service account's JSON key (its ``token_uri`` is where tokens
 come from), with domain-wide delegation to a ``subject`` when one is given;
@@ -44,9 +48,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
 import google_auth_httplib2
@@ -126,6 +130,9 @@ class GDriveSettings:
     anyone_public: bool = False
     api_url: str = ""
 
+    # The settings that say who reads the source, which ``kb source readers`` changes.
+    READERS: ClassVar[tuple[str, ...]] = ("anyone_public",)
+
     def __post_init__(self) -> None:
         if not self.drive and not self.folder:
             raise SourceError("A Google Drive source needs --drive (a shared drive) or --folder.")
@@ -157,6 +164,15 @@ class GDriveSettings:
             anyone_public=bool(data.get("anyone_public")),
             api_url=str(data.get("api_url") or ""),
         )
+
+    def acl_now(self, before: GDriveSettings, acl: Acl) -> Acl:
+        """A synced file's permissions once the readers are these, not ``before``'s.
+
+        Only a link anyone may open makes a file public here: with
+        ``anyone_public`` turned off, no file is public any more, now. Turned
+        on, which files have such a link is Drive's to say: the next sync reads it.
+        """
+        return acl.without_public() if before.anyone_public and not self.anyone_public else acl
 
 
 class GDriveConnector:
@@ -195,6 +211,11 @@ class GDriveConnector:
             "",
         )
         self._members: dict[str, GroupMembers] = {}
+        # Within one run: each file's permissions read once, the change log from a token
+        # read once (the permission step and the poll both use it), the drive's members.
+        self._acls: dict[str, Acl] = {}
+        self._logs: dict[str, tuple[dict[str, dict[str, Any] | None], str]] = {}
+        self._drive_grants: list[list[str]] | None = None
 
     # ------------------------------------------------------------ the contract
 
@@ -206,14 +227,15 @@ class GDriveConnector:
         """
         token = self._start_token()
         failed: list[tuple[str, str]] = []
-        return Batch(self._documents(list(self._files()), failed), _checkpoint(token), failed)
+        documents = self._documents(list(self._files()), failed)
+        return Batch(documents, self._checkpoint(token), failed)
 
     def poll(self, checkpoint: str) -> Batch:
         """The files changed since ``checkpoint`` (a ``changes.list`` page token)."""
         changed, token = self._changes(_token_of(checkpoint))
         wanted = self._in_scope(changed)
         failed: list[tuple[str, str]] = []
-        return Batch(self._documents(wanted, failed), _checkpoint(token), failed)
+        return Batch(self._documents(wanted, failed), self._checkpoint(token), failed)
 
     def listing(self) -> frozenset[str]:
         """The ids of every file synced from here now (all pages of the listing, or it raises)."""
@@ -222,6 +244,34 @@ class GDriveConnector:
     def permissions(self, items: Iterable[str]) -> dict[str, Acl]:
         """Each file's current Acl (unknown where Drive will not show it)."""
         return {item: self._acl(item) for item in items}
+
+    def permissions_changed(
+        self, checkpoint: str, recorded: Mapping[str, Acl]
+    ) -> dict[str, Acl] | None:
+        """The current Acl of each recorded file whose permissions may have changed since
+        ``checkpoint``; ``None``: that cannot be told, and every file's are read.
+
+        A sharing change is a change of the file: ``changes.list`` lists it (and
+        its ``version`` goes up), so an unchanged file costs no call, only the
+        changes' pages and the shared drive's own members (a change of those
+        reaches every file without a change of each). Everything is read again
+        when those members or ``anyone_public`` differ from the checkpoint's, when
+        a folder changed (what is under it inherits its sharing), or when
+        something the source never synced was removed (it may have been a
+        folder). A file whose permissions could not be read is asked again.
+        """
+        state = _state_of(checkpoint)
+        if state.get("anyone_public") != self.settings.anyone_public:
+            return None
+        members = self._drive_members()
+        if members is None or state.get("drive_members") != members:
+            return None
+        log, _ = self._change_log(_token_of(checkpoint))
+        for item, file in log.items():
+            if (file is None and item not in recorded) or (file and file["mimeType"] == FOLDER):
+                return None
+        again = sorted(i for i, acl in recorded.items() if i in log or not acl.known)
+        return {item: self._acl(item) for item in again}
 
     def groups(self, names: Iterable[str]) -> list[GroupMembers]:
         """The members of each group (by its email), nested groups included, asked again."""
@@ -302,6 +352,14 @@ class GDriveConnector:
     def _changes(self, token: str) -> tuple[list[dict[str, Any]], str]:
         """The files changed since page token ``token`` (the last change of each), and the
         next token. Removed and trashed files are left out: the listing prunes them."""
+        latest, new_token = self._change_log(token)
+        return [f for f in latest.values() if f is not None and not f["trashed"]], new_token
+
+    def _change_log(self, token: str) -> tuple[dict[str, dict[str, Any] | None], str]:
+        """Each file changed since page token ``token`` as its last change gives it
+        (``None``: removed), and the next token; read once a run."""
+        if token in self._logs:
+            return self._logs[token]
         args: dict[str, Any] = {"includeItemsFromAllDrives": True, "supportsAllDrives": True}
         if self.settings.drive:
             args["driveId"] = self.settings.drive
@@ -321,8 +379,8 @@ class GDriveConnector:
                 latest.pop(item, None)  # the last change of a file decides, in its order
                 latest[item] = file
             if answer.get("newStartPageToken"):
-                files = [f for f in latest.values() if f is not None and not f["trashed"]]
-                return files, str(answer["newStartPageToken"])
+                self._logs[token] = (latest, str(answer["newStartPageToken"]))
+                return self._logs[token]
             token = answer.get("nextPageToken")
             if not token:
                 raise SourceFailed("Google Drive's changes ended without the next page token.")
@@ -385,41 +443,78 @@ class GDriveConnector:
     # ------------------------------------------------------------ permissions
 
     def _acl(self, item: str) -> Acl:
-        fields = "nextPageToken,permissions(id,type,role,emailAddress,domain,deleted)"
+        if item not in self._acls:
+            self._acls[item] = self._read_acl(item)
+        return self._acls[item]
+
+    def _read_acl(self, item: str) -> Acl:
         users: set[str] = set()
         groups: set[str] = set()
         domains: set[str] = set()
         public = False
         try:
-            for answer in self._pages(
-                lambda token: self.drive.permissions().list(
-                    fileId=item,
-                    pageSize=PERMISSIONS_PAGE_SIZE,
-                    pageToken=token,
-                    fields=fields,
-                    supportsAllDrives=True,
-                ),
-                hidden=True,
-            ):
-                rows = answer.get("permissions")
-                if not isinstance(rows, list):
-                    raise _Unreadable("Drive answered permissions that are not a list")
-                for row in rows:
-                    kind, value = _grant(row)
-                    if kind == "user":
-                        users.add(value)
-                    elif kind == "group":
-                        groups.add(value)
-                    elif kind == "domain":
-                        domains.add(value)
-                    elif kind == "anyone":
-                        public = public or self.settings.anyone_public
+            for row in self._permission_rows(item):
+                kind, value = _grant(row)
+                if kind == "user":
+                    users.add(value)
+                elif kind == "group":
+                    groups.add(value)
+                elif kind == "domain":
+                    domains.add(value)
+                elif kind == "anyone":
+                    public = public or self.settings.anyone_public
         except _Gone:
             return UNKNOWN_ACL  # deleted since it was listed: the next listing prunes it
         except _Unreadable as exc:
             log.warning("Google Drive file %s: %s; nobody may read it", item, exc)
             return UNKNOWN_ACL
         return Acl.of(users, groups, domains, public=public)
+
+    def _permission_rows(self, file_id: str) -> Iterator[object]:
+        """Each permission ``permissions.list`` gives of a file, or of a shared drive itself.
+
+        Raises:
+            _Gone: no such file; _Unreadable: Drive will not show them.
+        """
+        fields = "nextPageToken,permissions(id,type,role,emailAddress,domain,deleted)"
+        for answer in self._pages(
+            lambda token: self.drive.permissions().list(
+                fileId=file_id,
+                pageSize=PERMISSIONS_PAGE_SIZE,
+                pageToken=token,
+                fields=fields,
+                supportsAllDrives=True,
+            ),
+            hidden=True,
+        ):
+            rows = answer.get("permissions")
+            if not isinstance(rows, list):
+                raise _Unreadable("Drive answered permissions that are not a list")
+            yield from rows
+
+    def _drive_members(self) -> list[list[str]] | None:
+        """The shared drive's own permissions as sorted ``[kind, principal]`` rows, read once a
+        run (none for a folder outside one); ``None``: Drive will not show them."""
+        if not self.settings.drive:
+            return []
+        if self._drive_grants is None:
+            try:
+                grants = {_grant(row) for row in self._permission_rows(self.settings.drive)}
+            except (_Gone, _Unreadable) as exc:
+                log.info("Google shared drive's members: %s; every file's are read", exc)
+                return None
+            self._drive_grants = sorted([kind, value] for kind, value in grants if kind)
+        return self._drive_grants
+
+    def _checkpoint(self, token: str) -> str:
+        """Where the next poll resumes, and what its permission step compares with."""
+        return json.dumps(
+            {
+                "page_token": token,
+                "drive_members": self._drive_members(),
+                "anyone_public": self.settings.anyone_public,
+            }
+        )
 
     def _group(self, name: str) -> GroupMembers:
         if name not in self._members:
@@ -667,8 +762,13 @@ def _url_of(file: dict[str, Any]) -> str:
     return f"https://drive.google.com/open?id={quote(file['id'], safe='')}"
 
 
-def _checkpoint(token: str) -> str:
-    return json.dumps({"page_token": token})
+def _state_of(checkpoint: str) -> dict[str, Any]:
+    """What a checkpoint recorded besides its page token (nothing, for an older one)."""
+    try:
+        state = json.loads(checkpoint)
+    except ValueError:
+        return {}
+    return state if isinstance(state, dict) else {}
 
 
 def _token_of(checkpoint: str) -> str:

@@ -1,7 +1,9 @@
 """The kinds of source there are, and how a configured one is opened with its credential.
 
 A kind is one line of ``_KINDS``: its connector's module and classes, and the
-setting holding its token.
+setting holding its token. Its settings class also names the settings that say
+who reads a source (``READERS``) and what a synced document's permissions
+become when they change (``acl_now``: ``index.sources.readers``).
 
 A source's settings are in the store (``store.sources``); its credential never
 is. It is read when the source is opened: from the secret file the settings
@@ -21,7 +23,15 @@ from typing import Any
 from index.sources.contract import Connector, SourceError
 from index.storage import SourceRow
 
-__all__ = ["KINDS", "TOKEN_SETTINGS", "Kind", "check_name", "open_connector", "settings_of"]
+__all__ = [
+    "KINDS",
+    "TOKEN_SETTINGS",
+    "Kind",
+    "check_name",
+    "kind_of",
+    "open_connector",
+    "settings_of",
+]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -100,15 +110,25 @@ def check_name(name: str) -> str:
     return name
 
 
+def kind_of(kind: str) -> Kind:
+    """The kind named ``kind``.
+
+    Raises:
+        SourceError: there is none.
+    """
+    found = _KINDS.get(kind)
+    if found is None:
+        raise SourceError(f"There is no source kind {kind!r}; the kinds: {', '.join(KINDS)}.")
+    return found
+
+
 def settings_of(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
     """``settings`` checked for a source of ``kind``, as the store records them.
 
     Raises:
         SourceError: an unknown kind, or settings it cannot use.
     """
-    found = _KINDS.get(kind)
-    if found is None:
-        raise SourceError(f"There is no source kind {kind!r}; the kinds: {', '.join(KINDS)}.")
+    found = kind_of(kind)
     checked: dict[str, Any] = found.load(found.settings_class).from_dict(settings).as_dict()
     if settings.get("token_file"):
         checked["token_file"] = str(settings["token_file"])

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -106,6 +106,9 @@ class NotionSettings:
     domains: tuple[str, ...] = ()
     api_url: str = API_URL
 
+    # The settings that say who reads the source, which ``kb source readers`` changes.
+    READERS: ClassVar[tuple[str, ...]] = ("public", "users", "groups", "domains")
+
     def __post_init__(self) -> None:
         if not re.match(r"https?://[^/\s]+", self.api_url):
             raise SourceError(f"{self.api_url!r} is not an address of Notion's API (https://...).")
@@ -150,6 +153,11 @@ class NotionSettings:
             domains=tuple(data.get("domains") or ()),
             api_url=str(data.get("api_url") or API_URL),
         )
+
+    def acl_now(self, before: NotionSettings, acl: Acl) -> Acl:
+        """A synced page's permissions once the readers are these: the readers themselves,
+        since they are every page's (the workspace's members come with the next sync)."""
+        return self.acl
 
 
 class NotionConnector:

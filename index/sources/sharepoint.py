@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
 import msal
@@ -65,6 +65,7 @@ from index.sources.contract import (
     SourceDocument,
     SourceError,
     SourceFailed,
+    after_organisation_groups,
 )
 from index.sources.fields import media_type_of, readable_suffix
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, origin, retry_after
@@ -119,6 +120,9 @@ class SharePointSettings:
     authority_url: str = AUTHORITY_URL
     download_hosts: tuple[str, ...] = DOWNLOAD_HOSTS
 
+    # The settings that say who reads the source, which ``kb source readers`` changes.
+    READERS: ClassVar[tuple[str, ...]] = ("organisation_groups",)
+
     def __post_init__(self) -> None:
         if not _TENANT.fullmatch(self.tenant):
             raise SourceError(f"{self.tenant!r} is not a tenant id or domain.")
@@ -171,6 +175,10 @@ class SharePointSettings:
             authority_url=str(data.get("authority_url") or AUTHORITY_URL).rstrip("/"),
             download_hosts=tuple(data.get("download_hosts") or DOWNLOAD_HOSTS),
         )
+
+    def acl_now(self, before: SharePointSettings, acl: Acl) -> Acl:
+        """A synced file's permissions once the organisation groups are these, not ``before``'s."""
+        return after_organisation_groups(before.organisation_groups, self.organisation_groups, acl)
 
 
 class SharePointConnector:

@@ -9,7 +9,9 @@ The order is the one that shows least for least long:
    fails, saying so;
 2. the permissions of every known item, and the members of every group they
    name, replace the recorded ones: a page restricted since the last run is
-   hidden before anything else happens;
+   hidden before anything else happens (a connector that can tell whose
+   changed since its checkpoint, ``contract.ChangedPermissions``, is asked
+   only about those);
 3. a load (first run) or a poll from the checkpoint: each changed document's
    permissions are written before its new version is indexed, and the new
    version goes through the upload path (``KnowledgeBase.add_bytes`` then
@@ -44,6 +46,7 @@ from index.models import DocState, Publish, source_uploader
 from index.sources.contract import (
     Acl,
     Batch,
+    ChangedPermissions,
     Connector,
     SourceDocument,
     SourceFailed,
@@ -188,7 +191,7 @@ class _Run:
         items = self.records.items(self.name)
         checkpoint = self.records.checkpoint(self.name)
         listed = self._prune(items) if items or checkpoint else None
-        self._refresh_permissions()
+        self._refresh_permissions(checkpoint)
         # Before the poll too: someone who left a group loses its pages now, even if
         # the poll then fails (the connector lists each group once a run).
         self._refresh_groups()
@@ -243,13 +246,25 @@ class _Run:
 
     # ------------------------------------------------------------ permissions
 
-    def _refresh_permissions(self) -> None:
+    def _refresh_permissions(self, checkpoint: str | None) -> None:
         items = self.records.items(self.name)
         if not items:
             return
-        acls = self.connector.permissions(sorted(items))
+        recorded: dict[str, Acl] = {}
+        acls = None
+        read = all(k.acl_synced_at is not None for k in items.values())
+        if checkpoint and read and isinstance(self.connector, ChangedPermissions):
+            # Only those the source says may have changed are asked about; the rest are
+            # confirmed as recorded. Permissions the admin's readers wrote, not read from
+            # the source (kb source readers), are all read again first.
+            recorded = {
+                i: Acl.from_entries(self.records.acl_rows(k.scope)) for i, k in items.items()
+            }
+            acls = self.connector.permissions_changed(checkpoint, recorded)
+        if acls is None:
+            recorded, acls = {}, self.connector.permissions(sorted(items))
         for item, known in items.items():
-            acl = acls.get(item, Acl(known=False))
+            acl = acls.get(item) or recorded.get(item) or Acl(known=False)
             self.records.set_acl(known.scope, acl.entries)
             self.report.permissions += 1
 

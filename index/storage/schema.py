@@ -417,6 +417,30 @@ def _sources(db: Database) -> None:
     db.execute("CREATE INDEX source_group_email ON source_group_members(email)")
 
 
+# What canvases were credited to before they were their source's.
+_OLD_CANVAS_UPLOADER = "slack-canvases"
+# A synced document's name: its source's id, this, then the item (index.sync.sources).
+_SYNCED_NAME_SEPARATOR = " › "
+
+
+@MIGRATIONS(name="0020_canvases_credited_to_their_source")
+def _canvases_credited_to_their_source(db: Database) -> None:
+    # Canvases synced before they were credited to their source (bot.slack.canvases:
+    # ``source:canvases-<channel>``, index.models.source_uploader) were credited to
+    # ``slack-canvases``, which an upload may be too: an upload named like such a canvas
+    # would replace it, and its own next version would not. Every version of each is its
+    # source's now, found by its name (``canvases-<channel> › <canvas id>.md``).
+    rows = db.execute(
+        "SELECT id, name FROM documents WHERE uploader = ?", [_OLD_CANVAS_UPLOADER]
+    ).fetchall()
+    for doc_id, name in rows:
+        source, separator, _ = str(name).partition(_SYNCED_NAME_SEPARATOR)
+        if separator and source.startswith("canvases-"):
+            db.execute(
+                "UPDATE documents SET uploader = ? WHERE id = ?", [f"source:{source}", doc_id]
+            )
+
+
 def _dialect(db: Database) -> str:
     # A migration runs on sqlite-utils' Database, or on index.storage.database's Postgres connection.
     return "sqlite" if isinstance(db, Database) else "postgresql"

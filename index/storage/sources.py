@@ -130,6 +130,20 @@ class SourceRecords(StorePart):
             for r in cursor.fetchall()
         ]
 
+    def set_settings(self, name: str, settings: dict[str, Any]) -> None:
+        """Replace the settings of source ``name`` (already checked for its kind).
+
+        Raises:
+            UnknownSource: there is none.
+        """
+        with self.transaction() as db:
+            cursor = db.execute(
+                "UPDATE sources SET settings = ? WHERE name = ?",
+                [json.dumps(settings, sort_keys=True), name],
+            )
+            if cursor.rowcount == 0:
+                raise UnknownSource(f"No source is named {name!r}; kb source list shows them.")
+
     def record_run(
         self,
         name: str,
@@ -230,12 +244,17 @@ class SourceRecords(StorePart):
             )
             self._write_acl(item.scope, acl)
 
-    def set_acl(self, scope: str, acl: Iterable[tuple[str, str]]) -> None:
-        """Replace the permissions of the document filed under ``scope``."""
+    def set_acl(self, scope: str, acl: Iterable[tuple[str, str]], *, read: bool = True) -> None:
+        """Replace the permissions of the document filed under ``scope``.
+
+        ``read`` false: they were not read from the source (the admin changed who
+        reads it): they count as never synced until the source's are read again.
+        """
         with self.transaction() as db:
             self._write_acl(scope, acl)
             db.execute(
-                "UPDATE source_items SET acl_synced_at = ? WHERE scope = ?", [self.clock(), scope]
+                "UPDATE source_items SET acl_synced_at = ? WHERE scope = ?",
+                [self.clock() if read else None, scope],
             )
 
     def _write_acl(self, scope: str, acl: Iterable[tuple[str, str]]) -> None:

@@ -681,6 +681,7 @@ class Words:
             "reindex": N_("reindexed every document"),
             "restore": N_("restored an earlier version of"),
             "prune": N_("deleted an old version of"),
+            "readers": N_("changed who reads a synced source"),
         }
     )
     EVERYONE_LABEL = N_("everyone")
