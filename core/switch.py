@@ -101,9 +101,15 @@ class ModelSwitch:
         for every question until it loads.
         """
         kb = self.engine.kb
-        if self._one.locked() or not await asyncio.to_thread(kb.store_model):
-            return False
         if self._failed_at is not None and self.clock() - self._failed_at < RETRY_SECONDS:
+            return False
+        if self._one.locked():
+            return False
+        if not await asyncio.to_thread(kb.store_model):
+            if kb.unfollowed is not None:
+                # Moved back to the model this server runs: its searches match the store again.
+                kb.unfollowed = self._failed_at = self._told = None
+                log.info("the store is back on %s: answering again", kb.embedder.name)
             return False
         await self._close()
         try:

@@ -31,6 +31,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from core.answer import build_engine
+from core.switch import ModelSwitch
 from core.thresholds import BUNDLED, MINILM
 from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig
 from index.embed import MULTILINGUAL_MODEL_NAME, Embedder
@@ -189,6 +191,42 @@ async def test_a_server_follows_the_model_kb_reindex_moved_the_store_to(
     chunks = bot.kb.chunks_by_id(kept)
     stamps = {bot.kb.document(c.document_id).embedding_model for c in chunks.values()}
     assert len(chunks) == len(kept) and stamps == {running}
+
+
+async def test_the_followers_switch_waits_for_the_search_under_way_and_holds_new_ones(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
+    kb = KnowledgeBase(settings.index_config())
+    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
+    switch = ModelSwitch(engine, settings.engine_config)
+    assert kb.embedder.name == MINILM and await switch.follow() is False  # nothing moved
+    # Another process moves the store: `kb reindex` opens it on the configured model.
+    mover = KnowledgeBase(settings.index_config(), keep_earlier_model=False)
+    await asyncio.to_thread(mover.reindex)
+
+    leave = await engine.searches.enter()  # a search under way, on MiniLM
+    following = asyncio.create_task(switch.follow())
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    while not engine.searches.closed:
+        assert time.monotonic() < deadline and not following.done()
+        await asyncio.sleep(0.01)
+    entering = asyncio.create_task(engine.searches.enter())
+    await asyncio.sleep(0.05)
+    assert not entering.done(), "a new search waits for the switch"
+    assert not following.done(), "the switch waits for the search under way"
+    assert kb.embedder.name == MINILM and engine.config.thresholds_model == MINILM
+    leave()
+
+    assert await asyncio.wait_for(following, FOLLOW_TIMEOUT_S) is True
+    (await asyncio.wait_for(entering, 5))()
+    assert kb.embedder.name == mover.embedder.name and kb.kept_model is None
+    assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    assert engine.backend is kb.search_index and engine.selector.config is engine.config
+    assert await switch.follow() is False  # on the store's model: nothing more to do
+    answer = await engine.ask(IN_DOMAIN)
+    assert [s.document for s in answer.sources] == ["Employee handbook"]
 
 
 # ------------------------------------------------------------------ a model it cannot load

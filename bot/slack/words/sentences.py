@@ -919,7 +919,7 @@ class Words:
         return self._(
             ":information_source: *This knowledge base was built on {built_on}* and answers "
             "on it. `/kb-reindex` moves it to {default}, the default model, without a restart "
-            "(`kb reindex` on the server does too, then restart `kb serve`).",
+            "(`kb reindex` on the server does too: running servers follow it).",
             built_on=built_on,
             default=default,
         )
