@@ -40,11 +40,13 @@ from index.knowledge_base import KnowledgeBase
 from tests.servers import (
     DEFAULT_OPENAI_API_KEY,
     DEFAULT_SIGNING_SECRET,
+    USER_ID,
     MockSlackAPI,
     OpenAICompatServer,
     app_mention_event,
     event_body,
     slack_headers,
+    slack_ts,
 )
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
@@ -302,6 +304,18 @@ async def test_a_server_that_cannot_load_the_model_the_store_moved_to_refuses_an
                 await asyncio.sleep(0.05)
             assert "can't search the knowledge base right now" in said
             assert "Employee handbook" not in said and not llm.requests
+
+            # The admins' Home tab says why, with the reason.
+            home = event_body(
+                {"type": "app_home_opened", "user": USER_ID, "tab": "home", "event_ts": slack_ts()}
+            )
+            headers = slack_headers(DEFAULT_SIGNING_SECRET, home)
+            async with http.post(replica.events, data=home, headers=headers) as resp:
+                assert resp.status == 200
+            (view,) = await slack.wait_for("views.publish", 1)
+            shown = json.dumps(view["view"], ensure_ascii=False)
+            assert "Questions are refused: this server cannot run the store's embedding" in shown
+            assert "which this server cannot load" in shown and "e5-small-q4.bin" in shown
         finally:
             replica.proc.terminate()
             replica.proc.wait(timeout=30)

@@ -930,6 +930,14 @@ class Words:
             ":warning: *Wrong embedding model for these documents.* {advice}", advice=advice
         )
 
+    def home_store_model_refused(self, reason: str) -> str:
+        """The store's documents moved to a model this server cannot load (English reason)."""
+        return self._(
+            ":no_entry: *Questions are refused: this server cannot run the store's embedding "
+            "model.* {reason}",
+            reason=reason,
+        )
+
     def home_thresholds(self, threshold: float, related: float | None) -> str:
         """The thresholds in force (settings)."""
         if related is None:
