@@ -32,7 +32,7 @@ from index.embed import StoreModelUnavailable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RETRY_SECONDS", "SWITCH_WAIT_SECONDS", "ModelSwitch"]
+__all__ = ["MOVE_POLL_SECONDS", "RETRY_SECONDS", "SWITCH_WAIT_SECONDS", "ModelSwitch"]
 
 # How long a switch waits for the searches under way to end, or a move in another
 # process to finish writing the documents, before it goes on.
@@ -115,7 +115,7 @@ class ModelSwitch:
         try:
             held = self.clock()
             # The move's documents are written one by one: the searches wait until all are.
-            while await asyncio.to_thread(kb.reindex_running):
+            while await asyncio.to_thread(kb.moving_off):
                 if self.clock() - held > SWITCH_WAIT_SECONDS:
                     break
                 await asyncio.sleep(MOVE_POLL_SECONDS)

@@ -940,6 +940,14 @@ class KnowledgeBase:
         wanted = kept.spec if kept is not None else self.configured_model
         return None if wanted == self.config.embedding_model else wanted
 
+    def moving_off(self) -> bool:
+        """Whether a reindex is still writing documents off the model this knowledge base runs.
+
+        What a server the store moved away from waits for before it follows
+        (``store_model``): the documents of a move are written one by one.
+        """
+        return self.reindex_running() and self.stamp.embedding_model in self.store.stamped_models()
+
     def follow_store_model(self, spec: str) -> None:
         """Run ``spec``, the model the store moved to (``store_model``), from now on.
 

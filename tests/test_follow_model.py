@@ -26,7 +26,10 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,7 @@ import aiohttp
 import pytest
 
 from core.answer import build_engine
-from core.switch import ModelSwitch
+from core.switch import MOVE_POLL_SECONDS, ModelSwitch
 from core.thresholds import BUNDLED, MINILM
 from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig
 from index.embed import MULTILINGUAL_MODEL_NAME, Embedder
@@ -266,6 +269,46 @@ async def test_the_followers_switch_waits_for_the_search_under_way_and_holds_new
     assert await switch.follow() is False  # on the store's model: nothing more to do
     answer = await engine.ask(IN_DOMAIN)
     assert [s.document for s in answer.sources] == ["Employee handbook"]
+
+
+async def test_the_follower_holds_its_searches_until_the_move_has_written_every_document(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
+    kb = KnowledgeBase(settings.index_config())
+    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
+    switch = ModelSwitch(engine, settings.engine_config)
+    # Another process moving the store, held after its swap while it still holds the
+    # reindex lock, with a document on MiniLM it has not moved (added meanwhile).
+    mover = KnowledgeBase(settings.index_config())
+    reached, release = threading.Event(), threading.Event()
+
+    @contextmanager
+    def paused() -> Iterator[None]:
+        mover.ingest_bytes(b"# Parking\n\nPark in bay 7.\n", "parking.md")
+        yield
+        reached.set()
+        assert release.wait(FOLLOW_TIMEOUT_S)
+
+    moving = asyncio.create_task(asyncio.to_thread(mover.reindex, switch=paused))
+    try:
+        assert await asyncio.to_thread(reached.wait, FOLLOW_TIMEOUT_S)
+        assert await asyncio.to_thread(kb.store_model) == DEFAULT_EMBEDDING_MODEL
+        following = asyncio.create_task(switch.follow())
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        while not engine.searches.closed:
+            assert time.monotonic() < deadline and not following.done()
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(4 * MOVE_POLL_SECONDS)
+        assert not following.done(), "the follower waits while the move writes documents"
+        assert kb.embedder.name == MINILM and engine.searches.closed
+    finally:
+        release.set()
+    await moving
+    assert await asyncio.wait_for(following, FOLLOW_TIMEOUT_S) is True
+    assert not engine.searches.closed and kb.embedder.name == mover.embedder.name
+    assert [d.name for d in kb.stale_documents()] == ["parking.md"]
 
 
 # ------------------------------------------------------------------ a model it cannot load
