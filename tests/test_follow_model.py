@@ -149,11 +149,12 @@ async def _readyz(bot: Bot) -> tuple[int, dict[str, Any]]:
 
 
 async def _until_on(bot: Bot, model: str) -> dict[str, Any]:
-    """``/readyz`` once the bot answers on ``model`` (it must stay ready meanwhile)."""
+    """``/readyz`` once the bot answers on ``model``: the switch done, its searches let through."""
     deadline = time.monotonic() + FOLLOW_TIMEOUT_S
     while True:
         status, ready = await _readyz(bot)
-        if ready["embedding_model"].startswith(model):
+        switched = not bot.services.engine.searches.closed
+        if ready["embedding_model"].startswith(model) and switched:
             return ready
         assert time.monotonic() < deadline, f"still on {ready['embedding_model']}: {ready}"
         await asyncio.sleep(0.05)
