@@ -39,7 +39,7 @@ import pytest
 from core.answer import build_engine
 from core.switch import MOVE_POLL_SECONDS, ModelSwitch
 from core.thresholds import BUNDLED, MINILM
-from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig
+from index.config import DEFAULT_EMBEDDING_MODEL, PREVIOUS_DEFAULT_MODEL, IndexConfig
 from index.embed import MULTILINGUAL_MODEL_NAME, Embedder
 from index.knowledge_base import KnowledgeBase
 from tests.servers import (
@@ -270,6 +270,13 @@ async def test_the_followers_switch_waits_for_the_search_under_way_and_holds_new
     assert await switch.follow() is False  # on the store's model: nothing more to do
     answer = await engine.ask(IN_DOMAIN)
     assert [s.document for s in answer.sources] == ["Employee handbook"]
+
+    # A shell moves the documents back to MiniLM: the server follows, as a restart would.
+    back = settings_for(embedding_model=PREVIOUS_DEFAULT_MODEL).index_config()
+    await asyncio.to_thread(KnowledgeBase(back, keep_earlier_model=False).reindex)
+    assert await switch.follow() is True
+    assert kb.embedder.name == MINILM and kb.kept_model is not None
+    assert engine.config.thresholds_model == MINILM
 
 
 async def test_the_follower_holds_its_searches_until_the_move_has_written_every_document(
