@@ -8,7 +8,8 @@ URL needed). Without Slack credentials the viewer and health checks still run
 and the log says which settings are missing. A background task follows the
 database, so what other processes commit (``kb ingest``, ``kb rm``,
 ``kb reindex``, another replica) is searchable within ``KB_SYNC_SECONDS`` plus
-one refresh; another takes over the uploads a dead replica left unfinished
+one refresh, and documents another process moved to another embedding model
+are searched on that model (``core.switch``); another takes over the uploads a dead replica left unfinished
 (``KB_UPLOAD_SWEEP_SECONDS``, and at start-up), and a third the canvases of
 ``KB_CANVAS_CHANNELS`` (``KB_CANVAS_SYNC_SECONDS``, ``bot.slack.canvases``). With ``KB_VIEWER_AUTH=slack`` the
 viewer opens documents only for people signed in with Slack
@@ -40,6 +41,7 @@ from bot.slack.services import Services
 from bot.slack.slackbot import SlackbotBlocks
 from core.answer import Engine, build_engine
 from core.rerank import RerankerUnavailable
+from core.switch import ModelSwitch
 from index.errors import KBError
 from index.ingest import readers_status
 from index.knowledge_base import KnowledgeBase
@@ -52,6 +54,7 @@ __all__ = ["SERVICES", "create_app", "run_server"]
 SERVICES = web.AppKey("services", Services)
 SLACK_MODE = web.AppKey("slack_mode", str)
 SYNC_SECONDS = web.AppKey("sync_seconds", float)
+MODEL_SWITCH = web.AppKey("model_switch", ModelSwitch)
 # Seconds between two syncs of each source (0: none), and each kind's token.
 SOURCE_SCHEDULE: web.AppKey[tuple[float, dict[str, str]]] = web.AppKey("source_schedule")
 # How often a replica looks for a source that is due, whatever the schedule.
@@ -87,9 +90,9 @@ def create_app(
     slack_config = settings.slack_config()
     # Who may read what, one rule and one membership cache for every surface.
     access = slack_access(settings.access_config(), slack_client, SourceGrants(kb.store))
-    services = Services.open(
-        slack_config, kb, engine, access, engine_config_for=settings.engine_config
-    )
+    # One switch of the embedding model: a /kb-reindex that moves it, or the store moved.
+    switch = ModelSwitch(engine, settings.engine_config)
+    services = Services.open(slack_config, kb, engine, access, switch=switch)
     # Each route's own body size is bodies.limit_body's; this is the one for the rest.
     app = web.Application(middlewares=routes.MIDDLEWARES, client_max_size=bodies.DEFAULT_MAX_BODY)
     bodies.setup(app, settings.http_limits())
@@ -101,6 +104,7 @@ def create_app(
         signin.attach(app, settings.signin_config(), slack_config, engine.signer, access)
     routes.add_readiness_info(app, "viewer_auth", settings.viewer_auth)
     app[SYNC_SECONDS] = settings.sync_seconds
+    app[MODEL_SWITCH] = switch
     app[SOURCE_SCHEDULE] = (settings.source_sync_minutes * 60, settings.source_tokens())
     routes.set_max_behind(
         app, max(routes.DEFAULT_MAX_BEHIND_SECONDS, BEHIND_ROUNDS * settings.sync_seconds)
@@ -162,7 +166,8 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await asyncio.to_thread(services.kb.query_adapters.refit_if_due)
     await asyncio.to_thread(load_embedding_model, services.kb)
     await asyncio.to_thread(load_reranker, services.engine)
-    loops = [asyncio.create_task(follow_store(services.kb, app[SYNC_SECONDS]), name="follow-store")]
+    following = follow_store(services.kb, app[SYNC_SECONDS], app[MODEL_SWITCH])
+    loops = [asyncio.create_task(following, name="follow-store")]
     every, tokens = app[SOURCE_SCHEDULE]
     if every > 0:
         syncing = keep_sources_synced(services.kb, tokens, every)
@@ -228,18 +233,24 @@ def load_reranker(engine: Engine) -> bool:
     return True
 
 
-async def follow_store(kb: KnowledgeBase, every: float) -> None:
+async def follow_store(kb: KnowledgeBase, every: float, switch: ModelSwitch | None = None) -> None:
     """Keep the search snapshot at the database's generation, whichever process changed it.
 
     A round costs one ``SELECT`` of the generation counter when nothing moved,
-    and an incremental refresh when something did. A failing round leaves the
-    last snapshot answering; ``/readyz`` turns 503 once it trails too long.
+    and an incremental refresh when something did; then, with a ``switch``, one
+    read of the documents' model stamps: when another process moved them to
+    another model, the server moves to it (``core.switch``). A failing round
+    leaves the last snapshot answering; ``/readyz`` turns 503 once it trails too long.
     """
     failing = False
+    seen: int | None = None
     while True:
         await asyncio.sleep(every)
         try:
-            await asyncio.to_thread(kb.search_index.sync)
+            generation = await asyncio.to_thread(kb.search_index.sync)
+            if switch is not None and (generation != seen or kb.unfollowed is not None):
+                await switch.follow()
+                seen = generation
         except Exception:  # the next round may succeed: keep following
             if not failing:
                 log.warning(

@@ -265,7 +265,7 @@ class Engine:
     ) -> list[Candidate]:
         """Fused candidates for ``query`` (no gate), best first; searched in its normal form."""
         query = plain(query)
-        vector = self.kb.embedder.encode_query(query)
+        vector = self.kb.question_vector(query)
         return self.backend.search(vector, query, scopes, k, mode)
 
     async def ask(

@@ -57,6 +57,11 @@ class SearchGate:
         finally:
             leave()
 
+    @property
+    def closed(self) -> bool:
+        """Whether a switch holds the gate (new searches wait)."""
+        return not self._open.is_set()
+
     async def close(self) -> None:
         """Hold new searches back, and return once those under way have left."""
         self._open.clear()

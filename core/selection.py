@@ -129,7 +129,7 @@ class PassageSelector:
 
     def vector(self, query: str) -> np.ndarray:
         """The query's embedding (a question's, for asymmetric models)."""
-        return self.kb.embedder.encode_query(query)
+        return self.kb.question_vector(query)
 
     def search(
         self,

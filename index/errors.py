@@ -27,6 +27,7 @@ all of them (a test keeps the list complete)::
     ├── AtomicWriteError             (index.files.atomic) a file could not be replaced
     ├── VectorIndexError             (index.search.vectors) FAISS failed; rebuild the index
     ├── EmbeddingModelUnavailable    (index.embed.base) the embedding model cannot be loaded or reached
+    │   └── StoreModelUnavailable    (index.embed.base) the store moved to a model this server cannot load
     ├── SearchEngineUnavailable      (index.search.qdrant.engine) the search engine cannot be loaded, reached or opened
     ├── FetchFailed                  (index.sync.fetch) a URL refused by the fetch policy or not fetched
     │   └── ItemGone                 (index.sync.listed) a listed item is gone from its source: its document goes

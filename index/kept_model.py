@@ -7,11 +7,13 @@ vectors are MiniLM's, so the knowledge base keeps running MiniLM (its
 passages, its calibrated thresholds) and says so at start, in ``kb status``,
 ``/readyz`` and the admins' Home tab. ``kb reindex`` re-embeds every document
 with the default and the knowledge base is on it from then on (``/kb-reindex``
-in Slack moves the running server too: ``bot.slack.reindex``). One model
-runs at a time: the vectors of two models never meet in one search.
+in Slack moves the running server too: ``bot.slack.reindex``; every other
+server on the store follows: ``core.switch``). One model runs at a time: the
+vectors of two models never meet in one search.
 
-The choice is made once, when the knowledge base is opened, from the stamps
-its indexed documents carry (``Store.stamped_models``):
+The choice is made from the stamps the indexed documents carry
+(``Store.stamped_models``) when the knowledge base is opened, and again by a
+running server whenever they change (``KnowledgeBase.store_model``):
 
 * the configured model is the default (``multilingual``, set or not), and
 * some indexed document is stamped with MiniLM, and
@@ -53,8 +55,7 @@ class KeptModel:
         return (
             f"The knowledge base was built on {self.built_on} and answers on it; "
             f"run `kb reindex` to move to {self.default}, the default model "
-            "(then restart `kb serve`; `/kb-reindex` in Slack moves a running server "
-            "without a restart)."
+            "(running servers follow it without a restart; so does `/kb-reindex` in Slack)."
         )
 
     def to_dict(self) -> dict[str, object]:

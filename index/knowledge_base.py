@@ -22,10 +22,17 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from dataclasses import replace as with_changes
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from index.config import IndexConfig
-from index.embed import Embedder, load_embedder, passage_budget
+from index.embed import (
+    Embedder,
+    EmbeddingModelUnavailable,
+    StoreModelUnavailable,
+    load_embedder,
+    model_name,
+    passage_budget,
+)
 from index.errors import (
     DocumentNotFound,
     ExtractionError,
@@ -69,6 +76,9 @@ from index.search import (
     open_search_index,
 )
 from index.storage import INTERRUPTED, INTERRUPTED_KIND, NewDocument, Store
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +183,13 @@ class KnowledgeBase:
         self.store = Store(config.data_dir, database_url=config.database_url)
         # The earlier default this knowledge base was built on and keeps running, if any.
         self.kept_model: KeptModel | None = None
-        if embedder is None and keep_earlier_model:
+        # The model the operator configured; with ``follows_store``, the one to run
+        # is chosen from it and the store's stamps, at open and whenever they change.
+        self.configured_model = config.embedding_model
+        self.follows_store = embedder is None and keep_earlier_model
+        # Why questions are refused: the store moved to a model that could not be loaded here.
+        self.unfollowed: str | None = None
+        if self.follows_store:
             self.kept_model = kept_model(config.embedding_model, self.store.stamped_models())
         if self.kept_model is not None:
             config = with_changes(config, embedding_model=self.kept_model.spec)
@@ -219,6 +235,17 @@ class KnowledgeBase:
             adapters=adapters,
         )
         return adapters, index
+
+    def question_vector(self, question: str) -> np.ndarray:
+        """``question``'s embedding by the running model, the one its searches use.
+
+        Raises:
+            StoreModelUnavailable: the store's documents moved to a model this
+                server could not load; the running one's vectors are not theirs.
+        """
+        if self.unfollowed is not None:
+            raise StoreModelUnavailable(self.unfollowed)
+        return self.embedder.encode_query(question)
 
     def refresh_search(self) -> None:
         """Bring the search index up to the store, then refit the query map if it is due."""
@@ -892,19 +919,75 @@ class KnowledgeBase:
         """The configured model a knowledge base kept on the earlier default moves to, loaded."""
         if self.kept_model is None:
             return None
-        config = with_changes(self.config, embedding_model=self.kept_model.default)
+        config = with_changes(self.config, embedding_model=self.configured_model)
         return config, load_embedder(config)
 
-    def _run_on(self, config: IndexConfig, embedder: Embedder) -> None:
+    def store_model(self) -> str | None:
+        """The model the store's documents now call for, when it is not the one running.
+
+        The same rule as at open (``index.kept_model``), over the stamps as they
+        are now: another process moved the documents (``kb reindex``, another
+        replica's ``/kb-reindex``), and a restart would run that model. ``None``
+        when this knowledge base runs what the store calls for, or was given its
+        embedder (it never follows then).
+
+        Returns:
+            The ``KB_EMBEDDING_MODEL`` value to run.
+        """
+        if not self.follows_store:
+            return None
+        kept = kept_model(self.configured_model, self.store.stamped_models())
+        wanted = kept.spec if kept is not None else self.configured_model
+        return None if wanted == self.config.embedding_model else wanted
+
+    def moving_off(self) -> bool:
+        """Whether a reindex is still writing documents off the model this knowledge base runs.
+
+        What a server the store moved away from waits for before it follows
+        (``store_model``): the documents of a move are written one by one.
+        """
+        return self.reindex_running() and self.stamp.embedding_model in self.store.stamped_models()
+
+    def follow_store_model(self, spec: str) -> None:
+        """Run ``spec``, the model the store moved to (``store_model``), from now on.
+
+        Loads it first (the search index is left as it was when it cannot be),
+        then builds its search index from the store. The caller holds the
+        searches (``core.switch``).
+
+        Raises:
+            EmbeddingModelUnavailable: ``spec`` cannot be loaded here.
+        """
+        config = with_changes(self.config, embedding_model=spec)
+        try:
+            embedder = load_embedder(config)
+            embedder.encode_query("warm up")  # loaded now, or refused now: not at a question
+        except EmbeddingModelUnavailable as exc:
+            self.unfollowed = (
+                f"The store moved to model {model_name(spec)} ({spec}), which this server "
+                f"cannot load: {exc}"
+            )
+            raise StoreModelUnavailable(self.unfollowed) from exc
+        self.unfollowed = None
+        kept = kept_model(self.configured_model, self.store.stamped_models())
+        self._run_on(
+            config, embedder, kept=kept if kept is not None and kept.spec == spec else None
+        )
+
+    def _run_on(
+        self, config: IndexConfig, embedder: Embedder, *, kept: KeptModel | None = None
+    ) -> None:
         """Build ``embedder``'s search index from the store and answer on it from now on."""
         adapters, index = self._search_of(config, embedder)
         index.rebuild()
         adapters.refit_if_due(force=True)
         self.config, self.embedder = config, embedder
         self.query_adapters, self.search_index = adapters, index
-        self.kept_model = None
+        self.kept_model = kept
         self._fit = None
         log.info("the knowledge base now answers on %s", embedder.name)
+        if kept is not None:
+            log.warning("%s", kept.note)
 
     def _known_over_limit(self, doc: DocumentRow, report: ReindexReport) -> bool:
         """Whether ``doc`` failed a reading limit not raised since (added to ``report.skipped``)."""

@@ -191,6 +191,9 @@ def fixture_data_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Embedde
     ingest_fixture_documents(kb)
     # Everything into the main database file, so a plain copy is complete.
     kb.store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    # Closed now: closed whenever the collector gets to it, SQLite deletes the -wal and
+    # -shm files, and a copy under way then fails on the files it listed.
+    kb.store.close()
     return data_dir
 
 

@@ -144,7 +144,13 @@ async def test_health_and_readiness(bot: Bot) -> None:
     ready = await bot.http.get("/readyz")
     body = await ready.json()
     assert ready.status == 200 and body["ready"] is True
-    assert body["checks"] == {"knowledge_base": True, "index_current": True, "model_loaded": True}
+    assert body["checks"] == {
+        "knowledge_base": True,
+        "index_current": True,
+        "model_loaded": True,
+        "store_model_followed": True,
+    }
+    assert body["store_model_refused"] is None
     assert body["slack"] == "http" and body["llm_configured"] is True
     assert body["documents"] == 4
 

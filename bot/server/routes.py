@@ -507,6 +507,8 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
             # is missing or has trailed the database too long is a problem.
             "index_current": isinstance(behind, float) and behind <= max_behind,
             "model_loaded": kb.embedder.loaded,
+            # The store's documents moved to a model this server cannot load: it refuses.
+            "store_model_followed": kb.unfollowed is None,
         },
         "index": {**index, "max_behind_s": max_behind},
         # Replicas share the store: its generation beside the index's says how far behind
@@ -517,6 +519,8 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
         # Still ready: a knowledge base built on the earlier default answers on it until
         # `kb reindex`; the note says so (index.kept_model).
         "kept_model": kb.kept_model.to_dict() if kb.kept_model else None,
+        # Why every question is refused, while it is (core.switch).
+        "store_model_refused": kb.unfollowed,
         # Counted once per store generation; its advice says when the model is the wrong one.
         "languages": kb.language_fit().to_dict(),
         "documents": kb.document_count(),

@@ -290,6 +290,7 @@ class Home:
                 origin=config.thresholds_origin,
                 language_advice=self.kb.language_fit().advice,
                 kept_model=(kept.built_on, kept.default) if (kept := self.kb.kept_model) else None,
+                store_model_refused=self.kb.unfollowed,
             ),
         }
 

@@ -11,9 +11,10 @@ moved: every document is embedded by the configured model beside the live
 index while questions are answered on the earlier one; then the engine's
 search gate (``core.searches``) is closed for the swap (the searches under
 way finish first, new ones wait), the documents and the index change over,
-the engine takes the new model's thresholds, and the gate reopens. No
-question is searched on two models, nor on a half-moved store; the running
-bot answers on the configured model from then on, without a restart.
+the engine takes the new model's thresholds, and the gate reopens
+(``core.switch``, the same switch a server runs when another process moved
+the store). No question is searched on two models, nor on a half-moved store;
+the running bot answers on the configured model from then on, without a restart.
 """
 
 from __future__ import annotations
@@ -21,14 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from bot.slack.blocks import audit_lines, escape
 from bot.slack.words import Words
-from core.answer import Engine
-from core.config import EngineConfig
+from core.switch import ModelSwitch
 from index.errors import KBError, ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
 from index.records import AuditEntry
@@ -40,8 +39,6 @@ __all__ = ["Reindexer", "render_reindex_report"]
 REINDEX_PROGRESS_SECONDS = 2.0
 MAX_REPORTED_FAILURES = 10
 RECENT_CHANGES = 10
-# How long a move to the configured model waits for the searches under way to end.
-SWITCH_WAIT_SECONDS = 300.0
 
 
 Report = Callable[[str], Coroutine[Any, Any, None]]
@@ -52,11 +49,9 @@ class Reindexer:
 
     Args:
         kb: the knowledge base to rebuild.
-        engine: the engine answering from it, switched with it when a reindex moves
+        switch: moves the engine answering from ``kb`` with it when a reindex moves
             ``kb`` off the earlier default model; ``None``: such a reindex rebuilds
             on the earlier model, as any other.
-        engine_config_for: the engine's configuration for a model
-            (``KB_EMBEDDING_MODEL`` value), with that model's thresholds.
         progress_seconds: least time between two progress reports.
     """
 
@@ -64,13 +59,11 @@ class Reindexer:
         self,
         kb: KnowledgeBase,
         *,
-        engine: Engine | None = None,
-        engine_config_for: Callable[[str], EngineConfig] | None = None,
+        switch: ModelSwitch | None = None,
         progress_seconds: float = REINDEX_PROGRESS_SECONDS,
     ) -> None:
         self.kb = kb
-        self.engine = engine
-        self.engine_config_for = engine_config_for
+        self.switch = switch
         self.progress_seconds = progress_seconds
         self._running = False
 
@@ -122,7 +115,12 @@ class Reindexer:
             loop.call_soon_threadsafe(send, text)
 
         kept = self.kb.kept_model
-        switch = self._switch(loop) if kept is not None else None
+        model_switch = self.switch
+        switch = (
+            (lambda: model_switch.holding(loop))
+            if kept is not None and model_switch is not None
+            else None
+        )
         try:
             result = await asyncio.to_thread(
                 self.kb.reindex, progress=progress, actor=actor, switch=switch
@@ -146,37 +144,6 @@ class Reindexer:
             move = (kept.built_on, kept.default, self.kb.kept_model is None)
         await report(render_reindex_report(result, words=words, recent=recent, move=move))
         return result
-
-    def _switch(
-        self, loop: asyncio.AbstractEventLoop
-    ) -> Callable[[], AbstractContextManager[None]] | None:
-        """What the reindex runs its swap inside: the engine's searches held, then switched."""
-        engine, config_for = self.engine, self.engine_config_for
-        if engine is None or config_for is None:
-            return None
-
-        @contextmanager
-        def switch() -> Iterator[None]:
-            # Entered in the reindex's worker thread; the gate lives on the event loop.
-            closing = asyncio.run_coroutine_threadsafe(engine.searches.close(), loop)
-            try:
-                # Searches under way end within their own timeouts; past this bound (the loop
-                # stopping, say) the reindex stops before it has changed anything.
-                closing.result(timeout=SWITCH_WAIT_SECONDS)
-                held = time.monotonic()
-                yield
-                engine.follow_model(config_for(self.kb.config.embedding_model))
-                log.info(
-                    "answering on %s from now on; new searches waited %.1f s for the change",
-                    self.kb.embedder.name,
-                    time.monotonic() - held,
-                )
-            finally:
-                closing.cancel()
-                if not loop.is_closed():
-                    loop.call_soon_threadsafe(engine.searches.reopen)
-
-        return switch
 
 
 def render_reindex_report(

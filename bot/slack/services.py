@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -22,7 +21,7 @@ from bot.slack.sessions import Turns
 from bot.slack.uploads import Jobs, Uploader
 from bot.slack.words import Languages
 from core.answer import Engine
-from core.config import EngineConfig
+from core.switch import ModelSwitch
 from index.knowledge_base import KnowledgeBase
 
 
@@ -73,12 +72,12 @@ class Services:
         engine: Engine,
         access: Access,
         *,
-        engine_config_for: Callable[[str], EngineConfig] | None = None,
+        switch: ModelSwitch | None = None,
     ) -> Services:
         """Wire the services around an opened knowledge base, engine and access rule.
 
-        ``engine_config_for``: the engine's configuration for a model, for a
-        ``/kb-reindex`` that moves the knowledge base off the earlier default model
+        ``switch``: moves the engine with the knowledge base, for a
+        ``/kb-reindex`` that moves it off the earlier default model
         (``bot.slack.reindex``); ``None``: it rebuilds on the model it runs.
         """
         jobs = Jobs()
@@ -97,7 +96,7 @@ class Services:
             uploader=Uploader(kb, config, jobs, approvals, deliveries),
             roles=roles,
             approvals=approvals,
-            reindexer=Reindexer(kb, engine=engine, engine_config_for=engine_config_for),
+            reindexer=Reindexer(kb, switch=switch),
             conversation=Conversation(engine),
             audience=Audience(config, directory),
             agent=Agent(kb, access, languages),

@@ -107,6 +107,14 @@ class EmbeddingModelUnavailable(KBError):
     """The configured embedding model could not be loaded, reached, or sent unusable vectors."""
 
 
+class StoreModelUnavailable(EmbeddingModelUnavailable):
+    """The store's documents moved to a model this server cannot load: it searches nothing.
+
+    Raised for every question until the model loads (``KnowledgeBase.follow_store_model``),
+    so that none is searched with the earlier model's vectors against the moved store.
+    """
+
+
 class Embedder(Protocol):
     """Turns texts into unit-length float32 vectors; what the rest of the product relies on.
 

@@ -214,6 +214,8 @@ class Calibration:
     # The earlier default model the knowledge base was built on and still runs
     # until `kb reindex` (index.kept_model), and the default it would move to.
     kept_model: tuple[str, str] | None = None
+    # Why every question is refused: the store moved to a model this server cannot load.
+    store_model_refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -544,6 +546,8 @@ def _calibration_blocks(calibration: Calibration, words: Words) -> list[Block]:
     lines = [words.home_thresholds(threshold, related if related > threshold else None)]
     if calibration.origin:
         lines.append(words.home_thresholds_model(calibration.model, calibration.origin))
+    if calibration.store_model_refused:
+        lines.append(words.home_store_model_refused(escape(calibration.store_model_refused)))
     if calibration.kept_model:
         lines.append(words.home_kept_model(*calibration.kept_model))
     if calibration.language_advice:

