@@ -174,11 +174,12 @@ def test_mcp_the_web_server_and_the_access_rule_do_not_import_the_slack_surface(
 
 
 # What `kb serve` needs only when it is used: the document parsers (readers load them in
-# their own processes), the MCP SDK (KB_MCP), the model client (a configured model).
-LOADED_WHEN_USED = ("bs4", "pypdf", "openpyxl", "pptx", "docx", "mcp", "openai")
+# their own processes), the MCP SDK (KB_MCP), the model client (a configured model),
+# SciPy (the grouping of unanswered questions, `kb gaps` and the Home tab).
+LOADED_WHEN_USED = ("bs4", "pypdf", "openpyxl", "pptx", "docx", "mcp", "openai", "scipy")
 
 
-def test_kb_serves_modules_leave_the_parsers_mcp_and_the_model_client_to_first_use(
+def test_kb_serves_modules_leave_the_parsers_mcp_the_model_client_and_scipy_to_first_use(
     tmp_path: Path,
 ) -> None:
     """A fresh interpreter imports the command line, the app and the names the Slackbot skill
