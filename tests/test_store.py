@@ -68,6 +68,7 @@ MIGRATION_NAMES = [
     "0017_uploads",
     "0018_failure_kind",
     "0019_sources",
+    "0020_chunk_languages_index",
 ]
 
 
