@@ -156,13 +156,12 @@ def _attach_mcp(
 async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     services = app[SERVICES]
     await services.uploader.start()
-    # The search snapshot and the models load now rather than on the first question, side
-    # by side: neither needs the other, and each waits on its files as much as on a core.
-    await asyncio.gather(
-        asyncio.to_thread(open_search, services.kb),
-        asyncio.to_thread(load_embedding_model, services.kb),
-        asyncio.to_thread(load_reranker, services.engine),
-    )
+    # Load (or rebuild) the search snapshot now rather than on the first question.
+    await asyncio.to_thread(services.kb.search_index.open)
+    # A knowledge base from before query maps, or changed by a tool that fits none.
+    await asyncio.to_thread(services.kb.query_adapters.refit_if_due)
+    await asyncio.to_thread(load_embedding_model, services.kb)
+    await asyncio.to_thread(load_reranker, services.engine)
     loops = [asyncio.create_task(follow_store(services.kb, app[SYNC_SECONDS]), name="follow-store")]
     every, tokens = app[SOURCE_SCHEDULE]
     if every > 0:
@@ -194,13 +193,6 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.close()
     await services.engine.aclose()
     services.ack_executor.shutdown(wait=False)
-
-
-def open_search(kb: KnowledgeBase) -> None:
-    """Load (or rebuild) the search snapshot, and fit the query map when one is due (a
-    knowledge base from before query maps, or changed by a tool that fits none)."""
-    kb.search_index.open()
-    kb.query_adapters.refit_if_due()
 
 
 def load_embedding_model(kb: KnowledgeBase) -> bool:
