@@ -329,6 +329,14 @@ def _rewrite(path: Path, change: Callable[[dict[str, np.ndarray]], None]) -> Non
         np.savez(f, **arrays)
 
 
+def test_a_file_naming_a_chunk_twice_is_out_of_sync(index_dir: Path) -> None:
+    path = index_dir / "bm25.npz"
+    BM25Index([1, 2], ["a b", "c"]).save(path, generation=1)
+    _rewrite(path, lambda arrays: arrays.update(chunk_ids=np.array([2, 2], dtype=np.int64)))
+    with pytest.raises(IndexOutOfSync, match="inconsistent"):
+        BM25Index.load(path)
+
+
 def test_a_file_from_before_saved_impacts_is_out_of_sync(index_dir: Path) -> None:
     """Format 1 held no impacts: it is rebuilt, never loaded with impacts made up."""
     path = index_dir / "bm25.npz"
