@@ -29,8 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import squareform
 
 from core.answer import Outcome
 from index.embed import Embedder
@@ -189,6 +187,11 @@ def similarity_groups(vectors: np.ndarray, similarity: float = SIMILARITY) -> li
     """
     if len(vectors) < 2:
         return list(range(len(vectors)))
+    # SciPy loads with the first grouping (`kb gaps`, the Home tab's gaps), not with the
+    # server: importing it costs about half a second of every `kb serve` start.
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+
     unit = np.asarray(vectors, dtype=np.float64)
     # Clipped: rounding can put a distance a hair under 0 or over 2.
     distances = np.clip(1.0 - unit @ unit.T, 0.0, 2.0)

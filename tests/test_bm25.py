@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -317,6 +318,56 @@ def test_inconsistent_file_is_out_of_sync(index_dir: Path) -> None:
     with open(path, "wb") as f:
         np.savez(f, **arrays)
     with pytest.raises(IndexOutOfSync, match="inconsistent"):
+        BM25Index.load(path)
+
+
+def _rewrite(path: Path, change: Callable[[dict[str, np.ndarray]], None]) -> None:
+    with np.load(path) as data:
+        arrays = dict(data)
+    change(arrays)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def test_a_file_naming_a_chunk_twice_is_out_of_sync(index_dir: Path) -> None:
+    path = index_dir / "bm25.npz"
+    BM25Index([1, 2], ["a b", "c"]).save(path, generation=1)
+    _rewrite(path, lambda arrays: arrays.update(chunk_ids=np.array([2, 2], dtype=np.int64)))
+    with pytest.raises(IndexOutOfSync, match="inconsistent"):
+        BM25Index.load(path)
+
+
+def test_a_file_from_before_saved_impacts_is_out_of_sync(index_dir: Path) -> None:
+    """Format 1 held no impacts: it is rebuilt, never loaded with impacts made up."""
+    path = index_dir / "bm25.npz"
+    BM25Index([1, 2], ["a b", "c"]).save(path, generation=1)
+
+    def format_1(arrays: dict[str, np.ndarray]) -> None:
+        meta = json.loads(arrays["meta"].tobytes().decode())
+        arrays["meta"] = np.frombuffer(json.dumps({**meta, "format": 1}).encode(), np.uint8)
+        del arrays["impacts"]
+
+    _rewrite(path, format_1)
+    with pytest.raises(IndexOutOfSync, match="another version"):
+        BM25Index.load(path)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda arrays: arrays.pop("impacts"),
+        lambda arrays: arrays.update(impacts=arrays["impacts"][:-1]),
+        lambda arrays: arrays.update(impacts=arrays["impacts"].astype(np.float64)),
+    ],
+    ids=["missing", "one short", "float64"],
+)
+def test_saved_impacts_that_do_not_fit_are_out_of_sync(
+    index_dir: Path, damage: Callable[[dict[str, np.ndarray]], object]
+) -> None:
+    path = index_dir / "bm25.npz"
+    BM25Index([1, 2], ["a b", "c"]).save(path, generation=1)
+    _rewrite(path, damage)
+    with pytest.raises(IndexOutOfSync, match="rebuild"):
         BM25Index.load(path)
 
 

@@ -69,6 +69,7 @@ MIGRATION_NAMES = [
     "0018_failure_kind",
     "0019_sources",
     "0020_canvases_credited_to_their_source",
+    "0021_chunk_languages_index",
 ]
 
 

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from tqdm import tqdm
 
 from bot.logs import configure_logging
 from bot.settings import Settings
 from index.errors import KBError
 
 if TYPE_CHECKING:  # heavy imports (torch, FAISS) load only for the commands that need them
+    from tqdm import tqdm
+
     from index.knowledge_base import KnowledgeBase
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,6 +83,8 @@ class ProgressBar:
     def step(self, total: int, *, advance: bool = True, note: str | None = None) -> None:
         """One more unit of ``total`` done (or only a new ``note`` when not ``advance``)."""
         if self.bar is None:
+            from tqdm import tqdm  # with the first bar: `kb serve` draws none
+
             self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr, disable=self.quiet)
         if note is not None:
             self.bar.set_postfix_str(note)

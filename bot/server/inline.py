@@ -14,8 +14,10 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from markdown_it.token import Token
+if TYPE_CHECKING:
+    from markdown_it.token import Token
 
 __all__ = ["ContentMap", "Part", "inline_parts"]
 

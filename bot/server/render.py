@@ -44,15 +44,18 @@ import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import cache
+from typing import TYPE_CHECKING, TypeVar
 
 from cachetools import LRUCache
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
 
 from bot.server.blocks import write_blocks
 from bot.server.inline import ContentMap, Part, inline_parts
 from bot.server.spans import Lines, SpanWriter, locate
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 __all__ = [
     "FORMATTED_KINDS",
@@ -217,12 +220,19 @@ def _cached_size(rendered: Rendered) -> int:
 # ---------------------------------------------------------------- Markdown
 
 
-# text_join off: an escape (\\#) stays a token of its own, so its backslash can be found.
-_MARKDOWN = (
-    MarkdownIt("commonmark", {"html": False})
-    .enable(["table", "strikethrough"])
-    .disable("text_join")
-)
+@cache
+def _markdown() -> MarkdownIt:
+    """The parser, made with the first Markdown document shown: not with every server."""
+    from markdown_it import MarkdownIt
+
+    # text_join off: an escape (\\#) stays a token of its own, so its backslash can be found.
+    return (
+        MarkdownIt("commonmark", {"html": False})
+        .enable(["table", "strikethrough"])
+        .disable("text_join")
+    )
+
+
 # Containers written as their tag; markdown-it's own attributes are not copied.
 _CONTAINERS = frozenset({"blockquote", "ul", "li"})
 
@@ -238,7 +248,7 @@ class _MarkdownWriter:
 
     def write(self) -> str:
         """The document's HTML."""
-        tokens = _MARKDOWN.parse(self.text)
+        tokens = _markdown().parse(self.text)
         i = 0
         while i < len(tokens):
             i = self._token(tokens, i)

@@ -710,7 +710,12 @@ def serve(jobs_fd: int, results_fd: int, confinement: str = "") -> None:
     """The reader process: confine itself to ``confinement`` (``Confinement.to_json``;
     empty: unconfined), then read documents from ``jobs_fd`` until it closes."""
     # The parsers load before the reader confines itself: what they read to load
-    # (their modules, shared libraries) is not what reading a document needs.
+    # (their modules, shared libraries) is not what reading a document needs. Pillow
+    # (pypdf decodes a page's images with it) and Tesseract's wrapper load on first use
+    # elsewhere, so they are named here.
+    import pytesseract  # noqa: F401
+    from PIL import Image  # noqa: F401
+
     from index.ingest.extract import extract
     from index.ingest.ocr import reading_until
 

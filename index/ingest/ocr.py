@@ -48,13 +48,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pytesseract
-from PIL import Image
-
 from index.config import OcrConfig
 from index.errors import CorruptDocument, ExtractionError, OverLimit, UnsupportedType
 
 if TYPE_CHECKING:
+    # Tesseract's wrapper and Pillow load with the first scan read (in a reader's own
+    # process), not with every process that imports the ingestion package.
+    from PIL import Image
     from pypdf import PageObject
     from pypdf._page import VirtualListImages
 
@@ -323,6 +323,8 @@ def _pixels_key(image: Image.Image) -> Hashable:
 
 def _check_tesseract(config: OcrConfig, name: str, filename: str) -> None:
     """Fail clearly when Tesseract or the language is missing, before reading anything."""
+    import pytesseract
+
     pytesseract.pytesseract.tesseract_cmd = config.tesseract_cmd
     try:
         installed = set(pytesseract.get_languages())
@@ -353,6 +355,8 @@ def _read_image(
         if document <= page_deadline:
             raise _time_spent(name, filename)
         raise _page_over(index, config, name, filename)
+    import pytesseract
+
     try:
         raw = pytesseract.image_to_string(image.load(), lang=config.language, timeout=seconds)
     except RuntimeError as exc:  # pytesseract's timeout is a bare RuntimeError

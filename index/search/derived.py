@@ -298,7 +298,9 @@ class DerivedIndexes:
                 generation,
             )
             return None
-        expected, versions = self._searchable_versions()
+        expected, versions, scopes, languages = self.store.searchable_chunk_facts(
+            self.embedding_model, self.dimensions
+        )
         ids = np.sort(vectors.ids())
         if not (
             np.array_equal(ids, expected)
@@ -306,22 +308,7 @@ class DerivedIndexes:
         ):
             log.warning("derived indexes disagree with SQLite: rebuilding")
             return None
-        scopes, languages = self._scopes_and_languages(expected)
         return Snapshot(vectors, bm25, expected, scopes, generation, versions, languages)
-
-    def _scopes_and_languages(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = {
-            int(cid): (scope, language)
-            for cid, scope, language in self.store.db.execute(
-                "SELECT c.id, d.scope, c.language FROM chunks c "
-                "JOIN documents d ON d.id = c.document_id"
-            ).fetchall()
-        }
-        pairs = [rows[int(i)] for i in ids]
-        return (
-            np.array([p[0] for p in pairs], dtype=object),
-            np.array([p[1] for p in pairs], dtype=object),
-        )
 
     def _rebuild_locked(self) -> Snapshot:
         # Read the generation first: if a write lands while we read rows, the

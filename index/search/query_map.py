@@ -351,10 +351,11 @@ class QueryAdapters:
 
     def _refit(self, force: bool) -> QueryAdapter | None:
         current = self.current()
-        ids, _ = self.store.searchable_chunk_versions(self.embedding_model, self.dimensions)
-        count = len(ids)
+        count = self.store.searchable_chunk_count(self.embedding_model, self.dimensions)
         if not force and current is not None and not _drifted(current.chunks, count):
             return current
+        ids, _ = self.store.searchable_chunk_versions(self.embedding_model, self.dimensions)
+        count = len(ids)
         started = time.perf_counter()
         adapter = fit(self.store, self.embedding_model, self.dimensions, ids)
         if adapter is None:

@@ -441,6 +441,17 @@ def _canvases_credited_to_their_source(db: Database) -> None:
             )
 
 
+@MIGRATIONS(name="0021_chunk_languages_index")
+def _chunk_languages_index(db: Database) -> None:
+    # What a server reads of every chunk at start (its id, document and language: the
+    # search snapshot's ids, versions, scopes and languages, and the language counts)
+    # from an index of a few MB instead of the chunks' rows (their texts and vectors:
+    # 400 MB at 100k chunks). It leads with document_id, so it also serves every look-up
+    # the index it replaces served.
+    db.execute("CREATE INDEX chunks_document_language ON chunks(document_id, language, id)")
+    db.execute("DROP INDEX chunks_document")
+
+
 def _dialect(db: Database) -> str:
     # A migration runs on sqlite-utils' Database, or on index.storage.database's Postgres connection.
     return "sqlite" if isinstance(db, Database) else "postgresql"

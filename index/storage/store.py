@@ -780,15 +780,51 @@ class Store:
             ``(ids, versions)``: int64 chunk ids, ascending, and the float64
             ``indexed_at`` of each chunk's document (-1 where it is missing).
         """
+        _, _, ids, versions = self._searchable_rows(embedding_model, dimensions, "")
+        return ids, versions
+
+    def searchable_chunk_facts(
+        self, embedding_model: str, dimensions: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``searchable_chunk_versions`` with each chunk's scope and language (``None``: not told).
+
+        Returns:
+            ``(ids, versions, scopes, languages)``, aligned, ids ascending; the
+            scopes and languages as object arrays.
+        """
+        rows, order, ids, versions = self._searchable_rows(
+            embedding_model, dimensions, ", d.scope, c.language"
+        )
+        scopes = np.array([r[2] for r in rows], dtype=object)
+        languages = np.array([r[3] for r in rows], dtype=object)
+        return ids, versions, scopes[order], languages[order]
+
+    def _searchable_rows(
+        self, embedding_model: str, dimensions: int, more: str
+    ) -> tuple[list[Any], np.ndarray, np.ndarray, np.ndarray]:
+        """The rows (id, version, ``more``...) in the database's order, the order that sorts
+        them by id, and their ids and versions in it."""
+        # Read from the index on (document_id, language, id), never the chunks' rows:
+        # sorted here, as an ORDER BY c.id would make SQLite scan the table.
         rows = self.db.execute(
-            f"""SELECT c.id, {_CHUNK_VERSION} FROM chunks c
+            f"""SELECT c.id, {_CHUNK_VERSION}{more} FROM chunks c
                 JOIN documents d ON d.id = c.document_id
-                WHERE {_SEARCHABLE} ORDER BY c.id""",
+                WHERE {_SEARCHABLE}""",
             [embedding_model, dimensions],
         ).fetchall()
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         versions = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
-        return ids, versions
+        order = np.argsort(ids)
+        return rows, order, ids[order], versions[order]
+
+    def searchable_chunk_count(self, embedding_model: str, dimensions: int) -> int:
+        """How many chunks are searchable (as ``searchable_chunks``)."""
+        row = self.db.execute(
+            f"""SELECT COUNT(*) FROM chunks c JOIN documents d ON d.id = c.document_id
+                WHERE {_SEARCHABLE}""",
+            [embedding_model, dimensions],
+        ).fetchone()
+        return int(row[0])
 
     def document_count(self) -> int:
         """How many documents there are, in any state."""

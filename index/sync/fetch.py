@@ -35,14 +35,17 @@ import urllib.robotparser
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urljoin, urlsplit
-
-import httpx
 
 from index.config import DEFAULT_MAX_UPLOAD_BYTES
 from index.errors import KBError
 from index.ingest import SUPPORTED_SUFFIXES
 from index.sync.addresses import address_refusal, is_ip_address
+
+if TYPE_CHECKING:
+    # The HTTP client loads with the first fetch (`kb sync`, a source): not with `kb serve`.
+    import httpx
 
 __all__ = [
     "USER_AGENT",
@@ -193,6 +196,8 @@ class Fetcher:
     """Fetches URLs under one ``FetchPolicy``; remembers each origin's robots.txt."""
 
     def __init__(self, policy: FetchPolicy) -> None:
+        import httpx
+
         self.policy = policy
         timeout = httpx.Timeout(
             connect=policy.connect_timeout,
@@ -297,6 +302,8 @@ class Fetcher:
             headers={"Host": f"{_bracketed(host)}{port}", "User-Agent": USER_AGENT},
             extensions={"sni_hostname": host} if parts.scheme == "https" else None,
         )
+        import httpx  # loaded with the client already
+
         try:
             response = self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
@@ -401,6 +408,8 @@ def _read_capped(response: httpx.Response, url: str, deadline: float, max_bytes:
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise FetchFailed(url, f"it is {int(declared):,} bytes, over the limit of {max_bytes:,}")
+    import httpx  # loaded with the client already
+
     data = bytearray()
     try:
         for chunk in response.iter_bytes():
