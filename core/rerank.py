@@ -7,7 +7,8 @@ threshold (not only the kept ones) and chooses which of them are kept, in its
 order. It can never bring in a passage the threshold turned away.
 
 The model is a sentence-transformers ``CrossEncoder``, by name or local
-folder, loaded like the embedding model: from disk only (``HF_HUB_OFFLINE``).
+folder, loaded like the embedding model: from disk only (``HF_HUB_OFFLINE``),
+with PyTorch (the ``pytorch`` extra).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from core.errors import AnswerError
 from core.retrieve import Candidate
-from index.embed import load_offline, resolve_model
+from index.embed import load_offline, pytorch_missing, resolve_model
 from index.records import ChunkRow
 
 RERANK_BATCH_SIZE = 32
@@ -43,6 +44,12 @@ class Reranker:
 
     @cached_property
     def _model(self) -> Any:
+        missing = pytorch_missing(
+            f"The reranker {self.spec!r} (KB_RERANKER) runs",
+            ", or leave KB_RERANKER empty to rank passages without it",
+        )
+        if missing:
+            raise RerankerUnavailable(missing)
         try:
             return load_offline("CrossEncoder", self._load_from, device=self._device)
         except Exception as exc:  # the library raises many types (OSError, HF errors)

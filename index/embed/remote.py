@@ -158,6 +158,9 @@ class RemoteEmbedder:
         """Embed one question as a ``(dim,)`` unit vector."""
         return self.encode([text], role="query")[0]
 
+    def check_runnable(self) -> None:
+        """See ``Embedder.check_runnable``: nothing is installed for an endpoint."""
+
     # ------------------------------------------------------------------ internals
 
     def _embed_batch(self, batch: list[str]) -> np.ndarray:
