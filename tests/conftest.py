@@ -20,6 +20,7 @@ pytest.register_assert_rewrite("tests.conftest_bot")
 from bot.logs import NOISY_LOGGERS, LogHandler, configure_logging  # noqa: E402
 from index.config import IndexConfig  # noqa: E402
 from index.embed import Embedder  # noqa: E402
+from index.embed.onnx import DEFAULT_THREADS, OnnxEmbedder  # noqa: E402
 from index.embed.pytorch import LocalEmbedder  # noqa: E402
 from index.knowledge_base import KnowledgeBase  # noqa: E402
 from tests.canaries import LeakRecorder, report, scan_files  # noqa: E402
@@ -122,14 +123,27 @@ def product_logs() -> Callable[..., io.StringIO]:
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
-    """The real bundled all-MiniLM-L6-v2, loaded once per test session."""
+    """The real bundled all-MiniLM-L6-v2 on the product's default runtime (ONNX Runtime, the
+    session's export in ``KB_ENCODER_CACHE``), loaded once per test session. PyTorch's run of
+    the same model is ``torch_embedder``: the same stamp, vectors within a cosine of 1e-4
+    (tests/test_embed_onnx.py), in half the time."""
+    # One core per worker: two threads in each of two workers (beside the servers the
+    # tests start) spin against each other and run many times slower.
+    threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else DEFAULT_THREADS
+    e = OnnxEmbedder(TEST_EMBEDDING_MODEL, Path(os.environ["KB_ENCODER_CACHE"]), threads=threads)
+    e.encode(["warm up"])
+    return e
+
+
+@pytest.fixture(scope="session")
+def torch_embedder() -> Embedder:
+    """The bundled all-MiniLM-L6-v2 run by PyTorch (``KB_ENCODER_RUNTIME=torch``), loaded once
+    per test session: the reference the ONNX runtime is checked against."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # One core per worker: two PyTorch threads in each of two workers (beside the
-        # servers the tests start) spin against each other and run many times slower.
         import torch
 
         torch.set_num_threads(1)
-    e = LocalEmbedder("bundled:all-MiniLM-L6-v2")
+    e = LocalEmbedder(TEST_EMBEDDING_MODEL)
     e.encode(["warm up"])
     return e
 

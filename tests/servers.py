@@ -71,6 +71,7 @@ __all__ = [
     "DEFAULT_SIGNING_SECRET",
     "DM_CHANNEL_ID",
     "ENTERPRISE_ID",
+    "SHUTDOWN_POLL_S",
     "TEAM_ID",
     "UNREACHABLE_RESPONSE_URL",
     "USER_ID",
@@ -180,12 +181,19 @@ def closed_port_url(path: str = "/v1") -> str:
     return f"http://127.0.0.1:{port}{path}"
 
 
+# How often a threaded server's loop looks for shutdown(): shutdown() waits for it,
+# so at the default 0.5 s every test would wait out half a second at its end.
+SHUTDOWN_POLL_S = 0.02
+
+
 @contextlib.contextmanager
 def threaded_http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
     """``handler`` served on 127.0.0.1 and a random port, in a thread; yields the port."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S}, daemon=True
+    )
     thread.start()
     try:
         yield int(server.server_address[1])

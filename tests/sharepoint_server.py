@@ -48,7 +48,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.servers import DEFAULT_SHAREPOINT_CLIENT_SECRET
+from tests.servers import DEFAULT_SHAREPOINT_CLIENT_SECRET, SHUTDOWN_POLL_S
 
 TENANT = "contoso.onmicrosoft.com"
 CLIENT_ID = "6731de76-14a6-49ae-97bc-6eba6914391e"
@@ -206,7 +206,9 @@ class MockSharePoint:
             server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
             server.socket = context.wrap_socket(server.socket, server_side=True)
             server.daemon_threads = True
-            thread = threading.Thread(target=server.serve_forever, daemon=True)
+            thread = threading.Thread(
+                target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S}, daemon=True
+            )
             thread.start()
             try:
                 self.base = f"https://127.0.0.1:{server.server_address[1]}"

@@ -105,25 +105,25 @@ def tiny_export(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_onnx_vectors_agree_with_pytorch_on_the_sample_corpus(
-    onnx_embedder: OnnxEmbedder, embedder: Embedder
+    onnx_embedder: OnnxEmbedder, torch_embedder: Embedder
 ) -> None:
     texts = _sample_texts()
-    onnx, torch = onnx_embedder.encode(texts, batch_size=16), embedder.encode(texts)
+    onnx, torch = onnx_embedder.encode(texts, batch_size=16), torch_embedder.encode(texts)
     assert onnx.shape == torch.shape == (len(texts), 384)
     assert float((onnx * torch).sum(axis=1).min()) >= 0.9999
     assert np.allclose(np.linalg.norm(onnx, axis=1), 1.0, atol=1e-5)
     query = "how do I get VPN access?"
-    assert float(onnx_embedder.encode_query(query) @ embedder.encode_query(query)) >= 0.9999
+    assert float(onnx_embedder.encode_query(query) @ torch_embedder.encode_query(query)) >= 0.9999
 
 
 def test_the_stamp_and_the_window_are_the_same_in_both_runtimes(
-    onnx_embedder: OnnxEmbedder, embedder: Embedder
+    onnx_embedder: OnnxEmbedder, torch_embedder: Embedder
 ) -> None:
     # The same stamp means switching runtimes leaves no document stale.
-    assert (onnx_embedder.name, onnx_embedder.dim) == (embedder.name, embedder.dim)
-    assert onnx_embedder.max_tokens == embedder.max_tokens == 256
+    assert (onnx_embedder.name, onnx_embedder.dim) == (torch_embedder.name, torch_embedder.dim)
+    assert onnx_embedder.max_tokens == torch_embedder.max_tokens == 256
     texts = [*_sample_texts()[:20], "word " * 400, ""]
-    assert onnx_embedder.count_tokens_many(texts) == embedder.count_tokens_many(texts)
+    assert onnx_embedder.count_tokens_many(texts) == torch_embedder.count_tokens_many(texts)
     assert onnx_embedder.count_tokens(texts[-2]) > 256  # counting never truncates
 
 

@@ -15,7 +15,7 @@ from bench.limits import one_line_text, page_bomb_pdf
 from bot.settings import Settings
 from index.config import DEFAULT_MAX_CHUNKS, DEFAULT_MAX_PAGES, IndexConfig
 from index.embed import DEFAULT_BATCH_SIZE, Embedder
-from index.embed.pytorch import LocalEmbedder
+from index.embed.onnx import OnnxEmbedder
 from index.errors import OverLimit
 from index.ingest.extract import extract
 from index.knowledge_base import KnowledgeBase
@@ -25,7 +25,7 @@ from tests.docs_factory import text_pdf
 from tests.servers import file_share_event
 
 
-class _CountingEmbedder(LocalEmbedder):
+class _CountingEmbedder(OnnxEmbedder):
     """The real model, counting the texts it is asked to embed."""
 
     def __init__(self, real: Embedder) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -190,7 +191,12 @@ def test_a_document_added_during_the_move_is_stale_after_it_never_mixed(
     fixture_data_dir: Path, index_dir: Path
 ) -> None:
     shutil.copytree(fixture_data_dir, index_dir, dirs_exist_ok=True)
-    kb = KnowledgeBase(IndexConfig(data_dir=index_dir, embedding_model=DEFAULT_EMBEDDING_MODEL))
+    # The session's encoder cache (tests/conftest.py): the preset's graphs are built once.
+    cache = Path(os.environ["KB_ENCODER_CACHE"])
+    config = IndexConfig(
+        data_dir=index_dir, embedding_model=DEFAULT_EMBEDDING_MODEL, encoder_cache=cache
+    )
+    kb = KnowledgeBase(config)
     assert kb.kept_model is not None
     added: list[DocumentRow] = []
 

@@ -887,7 +887,9 @@ async def test_a_huge_hostile_title_and_passage_stay_within_slacks_limits_once_e
     bot: Bot,
 ) -> None:
     # Each "<" and "&" grows fivefold when escaped: a cut before escaping would overflow.
-    body = "# " + "<!channel>&" * 100 + "\n\n## " + "<&>" * 1500 + "\n\n" + "<&>" * 4000 + "\n"
+    # The heading alone is past every limit before escaping; the passage under it, twice
+    # past a text value's once escaped (more would only be more passages to embed).
+    body = "# " + "<!channel>&" * 100 + "\n\n## " + "<&>" * 1500 + "\n\n" + "<&>" * 600 + "\n"
     added = await asyncio.to_thread(bot.kb.ingest_bytes, body.encode(), "huge.md", uploader="t")
     doc = added.document
     assert doc.state == "indexed", doc.failure_reason
