@@ -355,30 +355,72 @@ async def post_status(
 class UserSlots:
     """At most ``per_user`` uploads of one person at a time; the others wait their turn.
 
-    Only people with uploads in flight are remembered.
+    A place is taken when the upload arrives (:meth:`take`, no waiting), so a
+    person's files start in the order they were sent, whatever order their tasks
+    run their first steps in. Only people with uploads in flight are remembered.
     """
 
     def __init__(self, per_user: int) -> None:
         self.per_user = max(1, per_user)
-        self._gates: dict[str, asyncio.Semaphore] = {}
-        self._queued: Counter[str] = Counter()  # holding a slot or waiting for one
+        self._lines: dict[str, list[UploadPlace]] = {}  # holding a slot, then waiting, in order
 
-    def full(self, user: str) -> bool:
-        """Whether a new upload of ``user`` would have to wait."""
-        return self._queued[user] >= self.per_user
+    def take(self, user: str) -> UploadPlace:
+        """A place in ``user``'s line, behind their earlier uploads."""
+        place = UploadPlace(self, user)
+        self._lines.setdefault(user, []).append(place)
+        return place
+
+    def may_start(self, place: UploadPlace) -> bool:
+        """Whether ``place`` is among its person's first ``per_user``."""
+        line = self._lines.get(place.user, [])
+        return place in line[: self.per_user]
+
+    def leave(self, place: UploadPlace) -> None:
+        """Take ``place`` out of its line and wake the places that may start now."""
+        line = self._lines.get(place.user, [])
+        if place not in line:
+            return
+        line.remove(place)
+        if not line:
+            del self._lines[place.user]
+        for ahead in line[: self.per_user]:
+            ahead.turn.set()
+
+
+class UploadPlace:
+    """One upload's place in its person's line (:class:`UserSlots`).
+
+    Left once, whichever comes first: the upload ends (:meth:`hold` exits) or its
+    task ends without having held it (:meth:`leave`, e.g. cancelled before starting).
+    """
+
+    def __init__(self, slots: UserSlots, user: str) -> None:
+        self.slots = slots
+        self.user = user
+        self.turn = asyncio.Event()
+
+    @property
+    def waits(self) -> bool:
+        """Whether the upload has to wait for one of its person's earlier ones."""
+        return not self.slots.may_start(self)
 
     @contextlib.asynccontextmanager
-    async def hold(self, user: str) -> AsyncIterator[None]:
-        """Hold one of ``user``'s slots, waiting for one if they are all taken."""
-        gate = self._gates.setdefault(user, asyncio.Semaphore(self.per_user))
-        self._queued[user] += 1
+    async def hold(self) -> AsyncIterator[None]:
+        """Hold the slot once this place's turn comes."""
         try:
-            async with gate:
-                yield
+            while self.waits:
+                self.turn.clear()
+                await self.turn.wait()
+            yield
         finally:
-            self._queued[user] -= 1
-            if not self._queued[user]:
-                del self._queued[user], self._gates[user]
+            self.leave()
+
+    def leave(self, _task: object = None) -> None:
+        """Leave the line (again: nothing), letting the next upload of the person start.
+
+        Also a task's done callback (``_task``, unused).
+        """
+        self.slots.leave(self)
 
 
 class FairTurns:
@@ -653,9 +695,14 @@ class Uploader:
                 log.error("upload of %s cannot be resumed (%r); dropped", upload.file_id, exc)
                 await self._note(self.kb.uploads.settle, upload)
                 continue
+            # The person's place is taken now, in the order the files came.
+            place = self._slots.take(request.user)
             status = await self._status(client, upload, request, file)
-            coro = self._ingest_one(claim, status, upload, request, file)
-            tasks.append(self.jobs.spawn(coro, name=f"ingest {upload.file_id}"))
+            coro = self._ingest_one(claim, status, upload, request, file, place)
+            task = self.jobs.spawn(coro, name=f"ingest {upload.file_id}")
+            # A task cancelled before its first step never reaches its own ``finally``.
+            task.add_done_callback(place.leave)
+            tasks.append(task)
         self.jobs.spawn(self._hold(claim, tasks), name=f"hold {', '.join(claim.keys)}")
         return tasks
 
@@ -755,13 +802,17 @@ class Uploader:
         upload: Upload,
         request: UploadRequest,
         file: SlackFile,
+        place: UploadPlace,
     ) -> bool:
-        """Take one file as far as it goes; whether it is done (``False``: taken over meanwhile)."""
+        """Take one file as far as it goes; whether it is done (``False``: taken over meanwhile).
+
+        ``place`` is the file's place in its person's line of uploads.
+        """
         words = request.words
         document_id = upload.document_id
         attempts = await self._note(self.kb.uploads.started, upload)
         try:
-            async with self._user_slot(request.user, status, file, words):
+            async with self._user_slot(place, status, file, words):
                 waiting = render_upload_status(words.upload_waiting(file.label(words)), words=words)
                 if document_id is None:
                     file, data = await self._fetch(status.client, status, file, words)
@@ -811,12 +862,12 @@ class Uploader:
 
     @contextlib.asynccontextmanager
     async def _user_slot(
-        self, user: str, status: StatusMessage, file: SlackFile, words: Words
+        self, place: UploadPlace, status: StatusMessage, file: SlackFile, words: Words
     ) -> AsyncIterator[None]:
-        if self._slots.full(user):
+        if place.waits:
             text = words.upload_waiting_for_yours(file.label(words), self._slots.per_user)
             await status.show(render_upload_status(text, words=words))
-        async with self._slots.hold(user):
+        async with place.hold():
             yield
 
     async def _fetch(
