@@ -93,10 +93,13 @@ def sync(
     connector: Connector,
     waits: Waits | None = None,
 ) -> SourceSyncReport:
-    """One sync of ``source`` through ``connector`` (added as ``kind`` first if new), on
+    """One sync of ``source`` through ``connector`` (added as ``kind`` first if new, else
+    recorded with ``settings``, as the connector opened from its record would be), on
     ``waits``' clock when given."""
     if not any(r.name == source for r in kb.store.sources.all()):
         kb.store.sources.add(source, kind, settings)
+    else:
+        kb.store.sources.set_settings(source, settings)
     extra = {"clock": waits.clock} if waits is not None else {}
     return sync_source(kb, source, connector, **extra)
 

@@ -141,7 +141,7 @@ def run(
     **kw: Any,
 ) -> SourceSyncReport:
     source = connector(mock, settings, waits, **kw)
-    return sync(kb, SOURCE, "notion", settings.as_dict(), source, waits)
+    return sync(kb, SOURCE, "notion", source.settings.as_dict(), source, waits)
 
 
 def acl_of(kb: KnowledgeBase, item: str) -> Acl:

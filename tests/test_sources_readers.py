@@ -203,6 +203,24 @@ def test_readers_are_not_changed_while_a_sync_of_the_source_runs(
     assert acl_of(kb, NOTION, SECRET_ID) == Acl(public=True)
 
 
+def test_a_run_opened_before_the_readers_changed_does_not_write_the_old_ones_back(
+    kb: KnowledgeBase, index_dir: Path, notion: MockNotion
+) -> None:
+    add_notion(kb, notion, "alice@example.com", "bob@example.com")
+    # A scheduled round opened its connector (with the readers then) before the change.
+    opened_before = open_connector(kb.store.sources.get(NOTION), {"notion": DEFAULT_NOTION_TOKEN})
+    done = kb_cli(index_dir, "source", "readers", NOTION, "--user", "alice@example.com")
+    assert done.exit_code == 0, done.output
+
+    report = sync_source(kb, NOTION, opened_before)
+    assert report.mode == "busy"
+    assert acl_of(kb, NOTION, SECRET_ID) == Acl.of(users=["alice@example.com"])
+
+    fresh = open_connector(kb.store.sources.get(NOTION), {"notion": DEFAULT_NOTION_TOKEN})
+    assert sync_source(kb, NOTION, fresh).error is None
+    assert acl_of(kb, NOTION, SECRET_ID) == Acl.of(users=["alice@example.com"])
+
+
 # ------------------------------------------------------------------ Google Drive
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from index.errors import KBError
 
@@ -240,9 +240,14 @@ class GroupMembers:
 
 
 class Connector(Protocol):
-    """A place documents are synced from (see the module's docstring)."""
+    """A place documents are synced from (see the module's docstring).
+
+    ``settings``: what it was opened with (its kind's settings class, ``as_dict``):
+    a run checks them against the source's record once it holds the source.
+    """
 
     kind: str
+    settings: Any
 
     def load(self) -> Batch:
         """Every document there now, and the checkpoint to poll from.

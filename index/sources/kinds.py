@@ -30,6 +30,7 @@ __all__ = [
     "check_name",
     "kind_of",
     "open_connector",
+    "opened_with",
     "settings_of",
 ]
 
@@ -133,6 +134,14 @@ def settings_of(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
     if settings.get("token_file"):
         checked["token_file"] = str(settings["token_file"])
     return checked
+
+
+def opened_with(connector: Connector, row: SourceRow) -> bool:
+    """Whether ``connector`` was opened with the settings ``row`` records now (those it records)."""
+    found = kind_of(row.kind)
+    recorded = found.load(found.settings_class).from_dict(row.settings).as_dict()
+    opened = connector.settings.as_dict()
+    return all(recorded[k] == opened.get(k) for k in row.settings if k in recorded)
 
 
 def open_connector(row: SourceRow, tokens: Mapping[str, str], **options: Any) -> Connector:

@@ -115,6 +115,11 @@ def change_readers(
             raise SourceError(
                 f"Source {name} is syncing now; change its readers again when the run ends."
             )
+        if records.get(name).settings != row.settings:
+            raise SourceError(
+                f"Source {name}'s settings changed while its readers were being changed; "
+                "run the command again."
+            )
         items = records.items(name)
         with kb.store.transaction():
             records.set_settings(name, settings)

@@ -52,8 +52,8 @@ from index.sources.contract import (
     SourceFailed,
     source_scope,
 )
-from index.sources.kinds import open_connector
-from index.storage import SourceItem
+from index.sources.kinds import open_connector, opened_with
+from index.storage import SourceItem, UnknownSource
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,14 @@ def sync_source(
             # Another process (a replica, a shell) is syncing it: nothing failed.
             report.mode = "busy"
             return report
+        if not _still_current(kb, name, connector):
+            # Its settings (its readers: `kb source readers`) changed after it was opened,
+            # and a run would write the old readers back: the next run opens it anew.
+            log.info(
+                "source %s: its settings changed since this run began; it runs next time", name
+            )
+            report.mode = "busy"
+            return report
         try:
             _Run(kb, name, connector, report, clock).run()
         except SourceFailed as exc:
@@ -143,6 +151,13 @@ def sync_source(
     if report.error:
         log.warning("source %s: %s", name, report.error)
     return report
+
+
+def _still_current(kb: KnowledgeBase, name: str, connector: Connector) -> bool:
+    try:
+        return opened_with(connector, kb.store.sources.get(name))
+    except UnknownSource:  # removed meanwhile: nothing to sync
+        return False
 
 
 def remove_source_documents(kb: KnowledgeBase, name: str, *, actor: str = "cli") -> int:
