@@ -248,7 +248,9 @@ async def follow_store(kb: KnowledgeBase, every: float, switch: ModelSwitch | No
         await asyncio.sleep(every)
         try:
             generation = await asyncio.to_thread(kb.search_index.sync)
-            if switch is not None and (generation != seen or kb.unfollowed is not None):
+            moved = generation != seen or kb.unfollowed is not None
+            # While this process switches itself (/kb-reindex), ask again next round.
+            if switch is not None and moved and not switch.busy:
                 await switch.follow()
                 seen = generation
         except Exception:  # the next round may succeed: keep following

@@ -68,6 +68,11 @@ class ModelSwitch:
         self._failed_at: float | None = None
         self._told: str | None = None
 
+    @property
+    def busy(self) -> bool:
+        """Whether a switch of this process is under way (``follow`` would not look now)."""
+        return self._one.locked()
+
     @contextmanager
     def holding(self, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
         """From a worker thread: hold the searches while the knowledge base changes model inside.
@@ -76,13 +81,17 @@ class ModelSwitch:
             TimeoutError: the searches under way did not end in time (nothing changed yet).
         """
         # Entered in the reindex's worker thread; the gate and the lock live on the event loop.
-        closing = asyncio.run_coroutine_threadsafe(self._close(), loop)
+        attempt = _Closing(self)
+        closing = asyncio.run_coroutine_threadsafe(attempt.close(), loop)
         try:
             # Searches under way end within their own timeouts; past this bound (the loop
             # stopping, say) the reindex stops before it has changed anything.
             closing.result(timeout=SWITCH_WAIT_SECONDS)
         except BaseException:
-            closing.cancel()  # gives the gate back if it was closing
+            closing.cancel()  # stops waiting for the lock or the gate
+            if not loop.is_closed():
+                # The gate may have closed just as the wait gave up: given back on the loop.
+                loop.call_soon_threadsafe(attempt.abandon)
             raise
         try:
             held = self.clock()
@@ -103,7 +112,7 @@ class ModelSwitch:
         kb = self.engine.kb
         if self._failed_at is not None and self.clock() - self._failed_at < RETRY_SECONDS:
             return False
-        if self._one.locked():
+        if self.busy:
             return False
         if not await asyncio.to_thread(kb.store_model):
             if kb.unfollowed is not None:
@@ -159,3 +168,29 @@ class ModelSwitch:
         """Let searches through again, and another switch."""
         self.engine.searches.reopen()
         self._one.release()
+
+
+class _Closing:
+    """One attempt to close the searches for a switch, which its waiter may give up on.
+
+    ``close`` and ``abandon`` both run on the event loop, one after the other in
+    either order: whichever comes second gives the gate and the lock back.
+    """
+
+    def __init__(self, switch: ModelSwitch) -> None:
+        self.switch = switch
+        self.closed = False
+        self.abandoned = False
+
+    async def close(self) -> None:
+        await self.switch._close()
+        if self.abandoned:
+            self.switch._reopen()
+            raise TimeoutError("the switch was given up while the searches were closing")
+        self.closed = True
+
+    def abandon(self) -> None:
+        self.abandoned = True
+        if self.closed:
+            self.closed = False
+            self.switch._reopen()

@@ -37,7 +37,7 @@ import aiohttp
 import pytest
 
 from core.answer import build_engine
-from core.switch import MOVE_POLL_SECONDS, ModelSwitch
+from core.switch import MOVE_POLL_SECONDS, ModelSwitch, _Closing
 from core.thresholds import BUNDLED, MINILM
 from index.config import DEFAULT_EMBEDDING_MODEL, PREVIOUS_DEFAULT_MODEL, IndexConfig
 from index.embed import MULTILINGUAL_MODEL_NAME, Embedder
@@ -428,3 +428,35 @@ def _said_in_thread(slack: MockSlackAPI, thread: str) -> str:
 def _in_thread(slack: MockSlackAPI, params: dict[str, Any], thread: str) -> bool:
     message = slack.messages.get((str(params.get("channel", "")), str(params.get("ts", ""))))
     return bool(message) and message.get("thread_ts") == thread
+
+
+async def test_a_switch_given_up_just_as_the_searches_closed_gives_them_back(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The waiter of ``ModelSwitch.holding`` gives up (its bound passed) in either order
+    with the gate closing on the loop: the gate and the switch's lock are given back."""
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
+    kb = KnowledgeBase(settings.index_config())
+    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
+    switch = ModelSwitch(engine, settings.engine_config)
+
+    closed_first = _Closing(switch)
+    await closed_first.close()
+    assert engine.searches.closed
+    closed_first.abandon()  # the waiter gave up after the gate closed
+    assert not engine.searches.closed
+
+    given_up_first = _Closing(switch)
+    given_up_first.abandon()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(given_up_first.close(), FOLLOW_TIMEOUT_S)
+    assert not engine.searches.closed
+
+    # The switch's own lock was given back each time: a switch still goes through.
+    last = _Closing(switch)
+    await asyncio.wait_for(last.close(), FOLLOW_TIMEOUT_S)
+    assert engine.searches.closed
+    last.abandon()
+    leave = await asyncio.wait_for(engine.searches.enter(), FOLLOW_TIMEOUT_S)
+    leave()

@@ -697,9 +697,13 @@ class Uploader:
                 continue
             # The person's place is taken now, in the order the files came.
             place = self._slots.take(request.user)
-            status = await self._status(client, upload, request, file)
-            coro = self._ingest_one(claim, status, upload, request, file, place)
-            task = self.jobs.spawn(coro, name=f"ingest {upload.file_id}")
+            try:
+                status = await self._status(client, upload, request, file)
+                coro = self._ingest_one(claim, status, upload, request, file, place)
+                task = self.jobs.spawn(coro, name=f"ingest {upload.file_id}")
+            except BaseException:
+                place.leave()  # no task will: the person's next upload must not wait for it
+                raise
             # A task cancelled before its first step never reaches its own ``finally``.
             task.add_done_callback(place.leave)
             tasks.append(task)
