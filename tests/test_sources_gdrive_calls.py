@@ -155,3 +155,20 @@ def test_members_drive_will_not_show_or_a_changed_folder_read_every_file_again(
     sync(kb, drive)
     assert len(file_permission_calls(drive)) == FILES
     assert len(readers_of(kb, OWNER)) == FILES
+
+
+def test_a_folder_source_reads_every_files_permissions_each_run(
+    kb: KnowledgeBase, drive: MockDrive
+) -> None:
+    """A folder named without its drive may sit in a shared drive whose members change
+    with no file in the changes log: its files' permissions are read every run."""
+    drive.put(File("fold", "Handbook", FOLDER))
+    for n in range(3):
+        drive.put(File(f"f{n}", f"f{n}.txt", "text/plain", f"Note {n}.".encode(), parents=["fold"]))
+    settings = GDriveSettings(folder="fold", api_url=drive.base)
+    kb.store.sources.add(SOURCE, "gdrive", settings.as_dict())
+    sync(kb, drive)
+
+    sync(kb, drive)  # nothing changed in Drive's changes log
+
+    assert file_permission_calls(drive) == ["f0", "f1", "f2"]

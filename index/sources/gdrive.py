@@ -263,6 +263,10 @@ class GDriveConnector:
         state = _state_of(checkpoint)
         if state.get("anyone_public") != self.settings.anyone_public:
             return None
+        if not self.settings.drive:
+            # A folder may sit in a shared drive whose members change with no file in the
+            # changes log, and which drive is not known here: every file's are read.
+            return None
         members = self._drive_members()
         if members is None or state.get("drive_members") != members:
             return None
