@@ -239,11 +239,9 @@ async def test_a_replica_follows_another_replicas_kb_reindex_in_slack(
 async def test_the_followers_switch_waits_for_the_search_under_way_and_holds_new_ones(
     settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
 ) -> None:
-    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
-    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
-    kb = KnowledgeBase(settings.index_config())
-    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
-    switch = ModelSwitch(engine, settings.engine_config)
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
     assert kb.embedder.name == MINILM and await switch.follow() is False  # nothing moved
     # Another process moves the store: `kb reindex` opens it on the configured model.
     mover = KnowledgeBase(settings.index_config(), keep_earlier_model=False)
@@ -282,11 +280,9 @@ async def test_the_followers_switch_waits_for_the_search_under_way_and_holds_new
 async def test_the_follower_holds_its_searches_until_the_move_has_written_every_document(
     settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
 ) -> None:
-    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
-    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
-    kb = KnowledgeBase(settings.index_config())
-    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
-    switch = ModelSwitch(engine, settings.engine_config)
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
     # Another process moving the store, held after its swap while it still holds the
     # reindex lock, with a document on MiniLM it has not moved (added meanwhile).
     mover = KnowledgeBase(settings.index_config())
@@ -435,11 +431,9 @@ async def test_a_switch_given_up_just_as_the_searches_closed_gives_them_back(
 ) -> None:
     """The waiter of ``ModelSwitch.holding`` gives up (its bound passed) in either order
     with the gate closing on the loop: the gate and the switch's lock are given back."""
-    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
-    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
-    kb = KnowledgeBase(settings.index_config())
-    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
-    switch = ModelSwitch(engine, settings.engine_config)
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
 
     closed_first = _Closing(switch)
     await closed_first.close()
@@ -460,3 +454,15 @@ async def test_a_switch_given_up_just_as_the_searches_closed_gives_them_back(
     last.abandon()
     leave = await asyncio.wait_for(engine.searches.enter(), FOLLOW_TIMEOUT_S)
     leave()
+
+
+def _switch_on_seeded_store(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> tuple[Any, KnowledgeBase, Any, ModelSwitch]:
+    """Settings on the default model, a knowledge base kept on MiniLM (the seeded store),
+    its engine and the engine's model switch."""
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
+    kb = KnowledgeBase(settings.index_config())
+    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
+    return settings, kb, engine, ModelSwitch(engine, settings.engine_config)
