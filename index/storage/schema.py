@@ -29,6 +29,9 @@ MIGRATIONS = Migrations("kb")
 # One more change to the searchable chunks (``meta.generation`` is text, as every meta value).
 BUMP_GENERATION = """INSERT INTO meta (key, value) VALUES ('generation', '1')
     ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(meta.value AS INTEGER) + 1 AS TEXT)"""
+# The generation counter's row taken and left as it is (``Store.stamped_models_held``).
+HOLD_GENERATION = """INSERT INTO meta (key, value) VALUES ('generation', '0')
+    ON CONFLICT (key) DO UPDATE SET value = meta.value"""
 
 # Frozen: the schema before migrations were recorded.
 SCHEMA_BEFORE_MIGRATIONS = """
