@@ -25,6 +25,7 @@ that cannot load it); committed before, the move rebuilds it too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -481,6 +482,51 @@ def test_on_postgres_a_commit_on_another_model_waits_while_a_writer_reads_the_st
     moving.join(FOLLOW_TIMEOUT_S)
     assert not moving.is_alive()
     assert writer.store.stamped_models() == {MINILM: 4, mover.embedder.name: 1}
+
+
+async def test_a_follow_skipped_while_this_process_switched_is_asked_again_next_round(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """``follow_store`` passes a round over while this process switches itself; the store's
+    generation does not change after, yet the next round asks the switch to follow."""
+    from bot.app import follow_store
+
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
+    await asyncio.to_thread(
+        KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
+    )
+    rounds: list[int] = []
+    sync = kb.search_index.sync
+
+    def counted() -> int:
+        rounds.append(1)
+        return sync()
+
+    kb.search_index.sync = counted  # type: ignore[method-assign]
+    own = _Closing(switch)  # this process switching itself (/kb-reindex), as it holds the switch
+    await own.close()
+    following = asyncio.create_task(follow_store(kb, SYNC_SECONDS, switch))
+    try:
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        # Two rounds began: the first, at the store's last generation, ended while busy.
+        while len(rounds) < 2:
+            assert time.monotonic() < deadline and not following.done()
+            await asyncio.sleep(0.01)
+        assert kb.embedder.name == MINILM
+        own.abandon()  # its own switch is over; the store's generation is where it was
+        generation = kb.store.generation
+        while kb.embedder.name == MINILM:
+            assert time.monotonic() < deadline, "the skipped round was never asked again"
+            await asyncio.sleep(0.01)
+        assert kb.store.generation == generation
+        assert kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME)
+        assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
 
 
 # ------------------------------------------------------------------ a model it cannot load
