@@ -22,7 +22,7 @@ import time
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-__all__ = ["BUMP_GENERATION", "MIGRATIONS", "SCHEMA_BEFORE_MIGRATIONS"]
+__all__ = ["BUMP_GENERATION", "HOLD_GENERATION", "MIGRATIONS", "SCHEMA_BEFORE_MIGRATIONS"]
 
 MIGRATIONS = Migrations("kb")
 
@@ -453,6 +453,15 @@ def _chunk_languages_index(db: Database) -> None:
     # the index it replaces served.
     db.execute("CREATE INDEX chunks_document_language ON chunks(document_id, language, id)")
     db.execute("DROP INDEX chunks_document")
+
+
+@MIGRATIONS(name="0022_documents_stamp_index")
+def _documents_stamp_index(db: Database) -> None:
+    # The indexed documents' model stamps (``Store.stamped_models``), read by every commit
+    # of a document in a knowledge base that may keep the earlier model, and by a server
+    # each time the store changes, from an index instead of every document row: 2.5 ms
+    # instead of 28 at 20k documents.
+    db.execute("CREATE INDEX documents_state_model ON documents(state, embedding_model)")
 
 
 def _dialect(db: Database) -> str:
