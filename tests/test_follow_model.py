@@ -484,6 +484,39 @@ def test_on_postgres_a_commit_on_another_model_waits_while_a_writer_reads_the_st
     assert writer.store.stamped_models() == {MINILM: 4, mover.embedder.name: 1}
 
 
+@pytest.mark.parametrize("synced", [False, True], ids=["snapshot-before", "snapshot-synced"])
+async def test_a_question_asked_before_the_server_noticed_the_move_is_searched_on_the_new_model(
+    synced: bool, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The shell's reindex moved every document; the server's next look at the store has not
+    come yet. The question's search finds the moved passages gone from the store, or its
+    snapshot synced past the move: it follows the store at once and is searched on the
+    preset, never answered from what is left of MiniLM's passages."""
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
+    # The server has answered on MiniLM: its snapshot and its last look at the stamps are
+    # at the store's generation.
+    kb.refresh_search()
+    before = await engine.ask(IN_DOMAIN)
+    assert [s.document for s in before.sources] == ["Employee handbook"]
+    await asyncio.to_thread(
+        KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
+    )
+    assert kb.embedder.name == MINILM and engine.config.thresholds_model == MINILM
+    if synced:  # its snapshot brought up to the moved store (an upload's refresh, say)
+        kb.refresh_search()
+
+    answer = await asyncio.wait_for(engine.ask(IN_DOMAIN), FOLLOW_TIMEOUT_S)
+    assert [s.document for s in answer.sources] == ["Employee handbook"]
+    assert kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME)
+    assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    kept = [chunk for chunk, _ in kb.queries.get(answer.query_id or 0).kept]
+    stamps = {kb.document(c.document_id).embedding_model for c in kb.chunks_by_id(kept).values()}
+    assert kept and stamps == {kb.embedder.name}
+    assert not engine.searches.closed
+
+
 async def test_a_follow_skipped_while_this_process_switched_is_asked_again_next_round(
     settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
 ) -> None:
