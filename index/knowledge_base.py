@@ -630,8 +630,9 @@ class KnowledgeBase:
         """Inside the commit's transaction: the model the store moved to, if not ``written_on``.
 
         The stamps are read and held until the commit (``Store.stamped_models_held``):
-        a move's first document committed by another process is seen here, or
-        committed after this one, whose stamp that reindex then finds (``reindex``).
+        a document another process's move committed before is seen here; one it
+        commits after waits for this commit, and that move then finds this
+        document's stamp and rebuilds it (``_swap_in_late``).
         """
         if written_on is None or not self.follows_store:
             return None
