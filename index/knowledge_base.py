@@ -1116,12 +1116,12 @@ class KnowledgeBase:
         adapters, index = self._search_of(config, embedder)
         index.rebuild()
         adapters.refit_if_due(force=True)
-        self.config, self.embedder = config, embedder
+        # Together: what /readyz and the Home tab read of the model run never mixes two.
+        self.config, self.embedder, self.kept_model = config, embedder, kept
         self.query_adapters, self.search_index = adapters, index
+        self._fit = None
         with self._loading:
             self._loaded.clear()  # the running one is held as such; any other loaded is not needed
-        self.kept_model = kept
-        self._fit = None
         log.info("the knowledge base now answers on %s", embedder.name)
         if kept is not None:
             log.warning("%s", kept.note)
