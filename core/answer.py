@@ -237,6 +237,10 @@ class Engine:
         self.selector = PassageSelector(kb, config, backend=self.backend, reranker=self.reranker)
         # Held by every search, closed by a switch of the embedding model (core.searches).
         self.searches = SearchGate()
+        # A server's move to the model the store's documents moved to (``ModelSwitch.follow``).
+        self.follow_store: Callable[[], Awaitable[bool]] | None = None
+        # The search snapshot's generation the store's model stamps were last read at.
+        self._stamps_read_at: int | None = None
         self._own_backend = backend is None
 
     def follow_model(self, config: EngineConfig) -> None:
@@ -337,6 +341,8 @@ class Engine:
         # One model from the question's embedding to its passages' text (core.searches).
         leave = await self.searches.enter()
         try:
+            if await self._store_moved():
+                leave = await self._followed(leave)
             query = retrieval_query(question, history)
             vector = await asyncio.to_thread(self.selector.vector, query)
             timings["embed"] = _ms_since(t0)
@@ -353,6 +359,12 @@ class Engine:
                 t = time.perf_counter()
                 candidates = trace.candidates = await self._search(query, vector, scopes)
                 kept = await self._keep(query, vector, candidates, timings)
+                if await self._store_moved():
+                    # What is left of this model's passages is the rest of a half-moved store.
+                    leave = await self._followed(leave)
+                    vector = await asyncio.to_thread(self.selector.vector, query)
+                    candidates = trace.candidates = await self._search(query, vector, scopes)
+                    kept = await self._keep(query, vector, candidates, timings)
                 timings["refresh"] = _ms_since(t)
             trace.kept = kept.passages
             group = await self._outside(search, vector, timings)
@@ -543,6 +555,29 @@ class Engine:
                 sources=shown,
             )
         return Answer(question, Outcome.REFUSED, REFUSAL_TEXT, grounded=False, model_called=False)
+
+    async def _store_moved(self) -> bool:
+        """Whether another process moved the store's documents to another model, unfollowed yet.
+
+        The stamps are read once per generation of the search snapshot (no query
+        while it stays the same): a server's look at the store follows a move
+        within ``KB_SYNC_SECONDS``, and a search in between follows it at once.
+        """
+        generation = self.kb.search_index.generation
+        if self.follow_store is None or generation == self._stamps_read_at:
+            return False
+        moved = await asyncio.to_thread(self.kb.store_model) is not None
+        if not moved:
+            self._stamps_read_at = generation
+        return moved
+
+    async def _followed(self, leave: Callable[[], None]) -> Callable[[], None]:
+        """Leave the gate, follow the store's model (its switch waits for the searches under
+        way to leave), and enter again, on the model it runs now; the way to leave."""
+        leave()
+        if self.follow_store is not None:
+            await self.follow_store()  # one under way here already: the gate waits for it
+        return await self.searches.enter()
 
     async def _caught_up(self, seen: int | None) -> bool:
         """Bring the snapshot up to the store; whether it moved past generation ``seen``."""

@@ -5,8 +5,9 @@ the earlier default model (``bot.slack.reindex``: the knowledge base changes
 model inside :meth:`ModelSwitch.holding`), and another process moving the
 store's documents (``kb reindex`` from a shell, another replica's
 ``/kb-reindex``): the server notices the stamps changed while it follows the
-store's generation and runs the model they call for (:meth:`ModelSwitch.follow`),
-as a restart would (``index.kept_model``). Both close the engine's search gate
+store's generation, or a question's search notices first (``Engine.follow_store``),
+and runs the model they call for (:meth:`ModelSwitch.follow`), as a restart
+would (``index.kept_model``). Both close the engine's search gate
 (``core.searches``) for the change, then give the engine the knowledge base's
 new index and that model's thresholds, log once, and reopen: no question is
 searched on two models or a half-moved store. ``/readyz`` and the Home tab read
@@ -61,6 +62,8 @@ class ModelSwitch:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
+        # A search that finds the store moved before this server noticed follows it at once.
+        engine.follow_store = self.follow
         self.config_for = config_for
         self.clock = clock
         # One switch at a time in this process: the in-process move or the follower.

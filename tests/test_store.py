@@ -70,6 +70,7 @@ MIGRATION_NAMES = [
     "0019_sources",
     "0020_canvases_credited_to_their_source",
     "0021_chunk_languages_index",
+    "0022_documents_stamp_index",
 ]
 
 

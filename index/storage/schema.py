@@ -22,13 +22,16 @@ import time
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-__all__ = ["BUMP_GENERATION", "MIGRATIONS", "SCHEMA_BEFORE_MIGRATIONS"]
+__all__ = ["BUMP_GENERATION", "HOLD_GENERATION", "MIGRATIONS", "SCHEMA_BEFORE_MIGRATIONS"]
 
 MIGRATIONS = Migrations("kb")
 
 # One more change to the searchable chunks (``meta.generation`` is text, as every meta value).
 BUMP_GENERATION = """INSERT INTO meta (key, value) VALUES ('generation', '1')
     ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(meta.value AS INTEGER) + 1 AS TEXT)"""
+# The generation counter's row taken and left as it is (``Store.stamped_models_held``).
+HOLD_GENERATION = """INSERT INTO meta (key, value) VALUES ('generation', '0')
+    ON CONFLICT (key) DO UPDATE SET value = meta.value"""
 
 # Frozen: the schema before migrations were recorded.
 SCHEMA_BEFORE_MIGRATIONS = """
@@ -450,6 +453,15 @@ def _chunk_languages_index(db: Database) -> None:
     # the index it replaces served.
     db.execute("CREATE INDEX chunks_document_language ON chunks(document_id, language, id)")
     db.execute("DROP INDEX chunks_document")
+
+
+@MIGRATIONS(name="0022_documents_stamp_index")
+def _documents_stamp_index(db: Database) -> None:
+    # The indexed documents' model stamps (``Store.stamped_models``), read by every commit
+    # of a document in a knowledge base that may keep the earlier model, and by a server
+    # each time the store changes, from an index instead of every document row: 2.5 ms
+    # instead of 28 at 20k documents.
+    db.execute("CREATE INDEX documents_state_model ON documents(state, embedding_model)")
 
 
 def _dialect(db: Database) -> str:

@@ -54,7 +54,7 @@ from index.storage.originals import OriginalFiles, open_originals
 from index.storage.part import Clock
 from index.storage.postgres import PostgresDatabase
 from index.storage.query_log import QueryLog
-from index.storage.schema import BUMP_GENERATION, MIGRATIONS
+from index.storage.schema import BUMP_GENERATION, HOLD_GENERATION, MIGRATIONS
 from index.storage.sources import SourceRecords
 from index.storage.sqlite import SQLiteDatabase
 from index.storage.uploads import Uploads
@@ -399,6 +399,17 @@ class Store:
             [DocState.INDEXED.value],
         )
         return {str(row["embedding_model"]): int(row["n"]) for row in rows}
+
+    def stamped_models_held(self) -> dict[str, int]:
+        """Inside a transaction: ``stamped_models``, held until it ends.
+
+        Every commit that makes a document searchable changes the generation
+        counter's row; this takes that row first, so such a commit by another
+        process waits for this transaction, or this read waits for it and sees
+        its stamp (Postgres; SQLite's write transaction holds the whole database).
+        """
+        self.db.execute(HOLD_GENERATION)
+        return self.stamped_models()
 
     def stale_documents(self, stamp: Stamp) -> list[DocumentRow]:
         """Indexed documents stamped differently from ``stamp``."""
