@@ -34,10 +34,16 @@ passages given to the model are the product's; only the decision changes):
 * ``d1``: the best distance (the gate today);
 * ``d + a r_p``: the passage side of CSLS only (``a = 0.5`` is CSLS's weight),
   a per-passage offset;
-* ``csls``: ``d + (r_p + r_q) / 2``, with ``r_q`` over the question's ``k``
+* ``csls``: ``d + (r_p + r_q) / 2``, with ``r_q`` over the question's 10
   nearest passages;
-* ``z``: ``(d - mu_p) / sigma_p``, the passage's typical distance to the
-  pseudo-queries as its normaliser (``mu_p``, ``sigma_p`` over all of them).
+* ``d + 0.5 (r_p - median)``: the offset, the corpus's median ``r_p`` taken off;
+* ``z``: ``(d - mu_p) / sigma_p``, the passage's typical distance to its
+  neighbours of that kind as its normaliser (``mu_p``, ``sigma_p`` over all);
+* ``r_p ... of the best alone``: how hub-like the closest candidate is.
+
+In-set, the needles kept are paired query by query with ``d1``'s (exact sign
+test); ``chosen on the other three`` picks, per held-out set, the signal that
+keeps the most needles held out among the other three.
 
 For each: ROC AUC (in-domain queries against out-of-domain questions) with a
 95 % paired bootstrap interval of its difference to ``d1``'s, and the needle
