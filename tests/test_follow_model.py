@@ -517,6 +517,45 @@ async def test_a_question_asked_before_the_server_noticed_the_move_is_searched_o
     assert not engine.searches.closed
 
 
+async def test_a_question_stopped_while_its_search_follows_the_store_leaves_the_engine_moved_too(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The asker presses Stop while the question's search is following the store (the
+    preset's index being built in a worker thread, which a cancellation does not stop): the
+    switch still ends whole, its searches held until the engine searches the preset's index
+    at its thresholds; never the preset's question vectors against MiniLM's index."""
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
+    await asyncio.to_thread(
+        KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
+    )
+    kb.refresh_search()  # the snapshot at the moved store: the question's search follows it
+    entered, release = threading.Event(), threading.Event()
+    follow_store_model = kb.follow_store_model
+
+    def held(spec: str) -> None:
+        entered.set()
+        assert release.wait(FOLLOW_TIMEOUT_S)
+        follow_store_model(spec)
+
+    kb.follow_store_model = held  # type: ignore[method-assign]
+    asking = asyncio.create_task(engine.ask(IN_DOMAIN))
+    assert await asyncio.to_thread(entered.wait, FOLLOW_TIMEOUT_S)
+    asking.cancel()  # Stop, while the knowledge base moves in its worker thread
+    with contextlib.suppress(asyncio.CancelledError):
+        await asking
+    assert engine.searches.closed  # the switch is not over: no search may pass yet
+    release.set()
+
+    answer = await asyncio.wait_for(engine.ask(IN_DOMAIN), FOLLOW_TIMEOUT_S)
+    assert kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME)
+    assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    assert engine.backend is kb.search_index
+    assert [s.document for s in answer.sources] == ["Employee handbook"]
+    assert not engine.searches.closed and not switch.busy
+
+
 async def test_a_follow_skipped_while_this_process_switched_is_asked_again_next_round(
     settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
 ) -> None:
