@@ -1140,6 +1140,10 @@ class KnowledgeBase:
     def _recommit(self, doc_id: int, prepared: Prepared) -> bool:
         """Swap in a document's rebuilt chunks, in the state it has now; ``False`` if it is gone."""
         with self.store.transaction():
+            # The generation counter's row before the document's chunks, as a writer's
+            # commit takes them (``Store.hold_generation``): a new version retiring those
+            # chunks waits for this swap, or this swap for it; neither deadlocks.
+            self.store.hold_generation()
             try:
                 # Read again: an approval, a rejection or a new version may have come meanwhile.
                 doc = self.store.document(doc_id)

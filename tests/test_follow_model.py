@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -482,6 +482,73 @@ def test_on_postgres_a_commit_on_another_model_waits_while_a_writer_reads_the_st
     moving.join(FOLLOW_TIMEOUT_S)
     assert not moving.is_alive()
     assert writer.store.stamped_models() == {MINILM: 4, mover.embedder.name: 1}
+
+
+def test_on_postgres_a_new_version_committed_as_the_move_rebuilds_the_old_one_deadlocks_neither(
+    postgres_server: Any, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """A sync commits a new version of the handbook while the shell's reindex swaps the old
+    one in: the writer holds the generation counter's row from its check of the stamps and
+    then retires the old version's chunks; the move, once it has rewritten those chunks,
+    bumps that row. Both take the counter's row first: one waits for the other, neither is
+    aborted as a deadlock, the move ends whole and the new version is on the preset."""
+    import psycopg
+
+    database_url = create_database(postgres_server)
+    _seed_store(tmp_path, database_url, embedder)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, database_url=database_url)
+    writer = KnowledgeBase(settings.index_config())
+    mover_settings = settings.model_copy(update={"data_dir": index_dir / "mover"})
+    mover = KnowledgeBase(mover_settings.index_config(), keep_earlier_model=False)
+    (handbook,) = [d for d in writer.documents() if d.name == "handbook.md"]
+    assert handbook.id == min(d.id for d in writer.documents())  # the move's first swap
+    added = writer.add_bytes(
+        b"# Employee handbook\n\nThe office opens at 8.\n", "handbook.md", uploader="fixture"
+    )
+    inside, release = threading.Event(), threading.Event()
+    held = writer.store.stamped_models_held
+
+    def paused() -> dict[str, int]:
+        stamps = held()  # the counter's row is this commit's until it ends
+        inside.set()
+        assert release.wait(FOLLOW_TIMEOUT_S)
+        return stamps
+
+    writer.store.stamped_models_held = paused  # type: ignore[method-assign]
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, work: Callable[[], Any]) -> None:
+        try:
+            outcomes[name] = work()
+        except Exception as exc:  # what the test reports, not what it expects
+            outcomes[name] = exc
+
+    writing = threading.Thread(
+        target=run, args=("writer", lambda: writer.index_document(added.document.id))
+    )
+    writing.start()
+    assert inside.wait(FOLLOW_TIMEOUT_S)
+    moving = threading.Thread(target=run, args=("mover", mover.reindex))
+    moving.start()
+    with psycopg.connect(database_url, autocommit=True) as watch:
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        while not watch.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        ).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline and moving.is_alive(), "the move never waited"
+            time.sleep(0.01)
+    release.set()
+    writing.join(FOLLOW_TIMEOUT_S)
+    moving.join(FOLLOW_TIMEOUT_S)
+    assert not writing.is_alive() and not moving.is_alive()
+    row, report = outcomes["writer"], outcomes["mover"]
+    assert not isinstance(report, Exception), report
+    assert row.state == "indexed", row.failure_reason
+    assert not report.failed
+    assert writer.document(handbook.id).state == "replaced"
+    assert writer.document(row.id).embedding_model == mover.embedder.name
+    assert writer.store.stamped_models() == {mover.embedder.name: 4}
 
 
 @pytest.mark.parametrize("synced", [False, True], ids=["snapshot-before", "snapshot-synced"])

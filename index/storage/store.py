@@ -408,8 +408,18 @@ class Store:
         process waits for this transaction, or this read waits for it and sees
         its stamp (Postgres; SQLite's write transaction holds the whole database).
         """
-        self.db.execute(HOLD_GENERATION)
+        self.hold_generation()
         return self.stamped_models()
+
+    def hold_generation(self) -> None:
+        """Inside a transaction: take the generation counter's row now, held until it ends.
+
+        A transaction that rewrites a searchable document's chunks takes it
+        first, as a writer checking the stamps does (``stamped_models_held``):
+        on Postgres both take their locks in one order, so neither is aborted as
+        a deadlock when one retires the chunks the other rewrites.
+        """
+        self.db.execute(HOLD_GENERATION)
 
     def stale_documents(self, stamp: Stamp) -> list[DocumentRow]:
         """Indexed documents stamped differently from ``stamp``."""
