@@ -977,6 +977,9 @@ class KnowledgeBase:
                     prepared.append((doc, self._prepare(doc, None, owner="reindex", model=target)))
                 except KBError as exc:
                     prepared.append((doc, exc))
+            # Those written on another model while these were embedded (an upload, a sync),
+            # embedded now too: not inside ``switch()``, where the searches wait.
+            prepared += self._prepared_late(target, {doc.id for doc, _ in prepared})
             if target is not None and _lost_on_move(prepared):
                 # Moving now would leave those documents unsearchable: nothing is changed.
                 report.failed = [_failed(doc, r) for doc, r in prepared if isinstance(r, KBError)]
@@ -1016,7 +1019,7 @@ class KnowledgeBase:
         prepared: Sequence[tuple[DocumentRow, Prepared | KBError]],
         report: ReindexReport,
     ) -> None:
-        """Rebuild too the documents committed on another model while this reindex ran.
+        """Rebuild too the documents committed on another model while this reindex swapped.
 
         An upload or a sync embedded by the model a move leaves, committed before
         the move's first document (``_place`` saw no move yet), or a document the
@@ -1024,28 +1027,37 @@ class KnowledgeBase:
         that no searchable document is left on the model the store moved off.
         One failed already is not tried again (it is in ``report.failed``).
         """
-        name = (target[1] if target is not None else self.embedder).name
         tried = {doc.id for doc, result in prepared if isinstance(result, KBError)}
         for _ in range(_LATE_ROUNDS):
-            late = [
-                d
-                for d in self.store.documents()
-                if d.state in _HAS_CHUNKS and d.embedding_model != name and d.id not in tried
-            ]
-            if not late:
+            rebuilt = self._prepared_late(target, tried)
+            if not rebuilt:
                 return
+            tried.update(doc.id for doc, _ in rebuilt)
+            self._swap_in(rebuilt, report)
+
+    def _prepared_late(
+        self, target: tuple[IndexConfig, Embedder] | None, leave_out: set[int]
+    ) -> list[tuple[DocumentRow, Prepared | KBError]]:
+        """The documents with chunks not stamped with the reindex's model (but ``leave_out``),
+        each embedded on it, or the reason it could not be."""
+        name = (target[1] if target is not None else self.embedder).name
+        late = [
+            d
+            for d in self.store.documents()
+            if d.state in _HAS_CHUNKS and d.embedding_model != name and d.id not in leave_out
+        ]
+        if late:
             log.info(
                 "documents committed on another model during the reindex, rebuilt too: %s",
                 [d.id for d in late],
             )
-            rebuilt: list[tuple[DocumentRow, Prepared | KBError]] = []
-            for doc in late:
-                tried.add(doc.id)
-                try:
-                    rebuilt.append((doc, self._prepare(doc, None, owner="reindex", model=target)))
-                except KBError as exc:
-                    rebuilt.append((doc, exc))
-            self._swap_in(rebuilt, report)
+        rebuilt: list[tuple[DocumentRow, Prepared | KBError]] = []
+        for doc in late:
+            try:
+                rebuilt.append((doc, self._prepare(doc, None, owner="reindex", model=target)))
+            except KBError as exc:
+                rebuilt.append((doc, exc))
+        return rebuilt
 
     def _configured_model(self) -> tuple[IndexConfig, Embedder] | None:
         """The configured model a knowledge base kept on the earlier default moves to, loaded."""
