@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -557,6 +558,18 @@ class Engine:
                 sources=shown,
             )
         return Answer(question, Outcome.REFUSED, REFUSAL_TEXT, grounded=False, model_called=False)
+
+    @asynccontextmanager
+    async def searching(self) -> AsyncIterator[None]:
+        """Hold the search gate for one search (``core.searches``), on the model the store calls
+        for: followed first when another process moved it (as :meth:`ask` does)."""
+        leave = await self.searches.enter()
+        try:
+            if await self._store_moved():
+                leave = await self._followed(leave)
+            yield
+        finally:
+            leave()
 
     async def _store_moved(self) -> bool:
         """Whether another process moved the store's documents to another model, unfollowed yet.

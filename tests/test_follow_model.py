@@ -584,6 +584,35 @@ async def test_a_question_asked_before_the_server_noticed_the_move_is_searched_o
     assert not engine.searches.closed
 
 
+async def test_an_agent_search_made_before_the_server_noticed_the_move_is_searched_on_the_new_model(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The MCP search tool, as a question: the shell's reindex moved every document and the
+    server's next look at the store has not come; the search follows the store first and
+    finds the handbook on the preset, not an empty page of MiniLM's replaced passages."""
+    from bot.mcp import Person
+    from bot.mcp.tools import Tools
+
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
+    kb.refresh_search()
+    await asyncio.to_thread(
+        KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
+    )
+    kb.refresh_search()  # the snapshot at the moved store (an upload's refresh, say)
+    assert kb.embedder.name == MINILM
+
+    result = await asyncio.wait_for(
+        Tools(engine, None).search(Person("U0ALICE001", None, "plain", None), IN_DOMAIN, 3),
+        FOLLOW_TIMEOUT_S,
+    )
+    assert kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME)
+    assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    assert result.passages and result.passages[0].document == "Employee handbook"
+    assert not engine.searches.closed
+
+
 async def test_a_question_stopped_while_its_search_follows_the_store_leaves_the_engine_moved_too(
     settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
 ) -> None:
