@@ -1152,9 +1152,8 @@ class KnowledgeBase:
     def _recommit(self, doc_id: int, prepared: Prepared) -> bool:
         """Swap in a document's rebuilt chunks, in the state it has now; ``False`` if it is gone."""
         with self.store.transaction():
-            # The generation counter's row before the document's chunks, as a writer's
-            # commit takes them (``Store.hold_generation``): a new version retiring those
-            # chunks waits for this swap, or this swap for it; neither deadlocks.
+            # Held before the read (``Store.hold_generation``): a new version retiring this
+            # document as it is swapped commits first and is read here, or waits for this swap.
             self.store.hold_generation()
             try:
                 # Read again: an approval, a rejection or a new version may have come meanwhile.
