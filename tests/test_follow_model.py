@@ -453,31 +453,50 @@ def test_an_upload_whose_process_cannot_load_the_model_the_store_moved_to_fails_
     assert row.state == "indexed" and row.embedding_model == mover.embedder.name
 
 
-def test_on_postgres_a_commit_on_another_model_waits_while_a_writer_reads_the_stamps(
+def _writer_and_mover_on_postgres(
     postgres_server: Any, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
-) -> None:
-    """The stamps a writer checks stay as it read them until its commit: a document the move
-    commits meanwhile, in another process, waits for it (or is seen by it, once committed)."""
-    import psycopg
-
+) -> tuple[str, KnowledgeBase, KnowledgeBase]:
+    """A new database of MiniLM's vectors; a server's knowledge base on it, kept on MiniLM, and
+    a shell's ``kb reindex`` that moves it, each with its own data dir; the database URL."""
     database_url = create_database(postgres_server)
     _seed_store(tmp_path, database_url, embedder)
     settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, database_url=database_url)
     writer = KnowledgeBase(settings.index_config())
     mover_settings = settings.model_copy(update={"data_dir": index_dir / "mover"})
-    mover = KnowledgeBase(mover_settings.index_config(), keep_earlier_model=False)
+    return (
+        database_url,
+        writer,
+        KnowledgeBase(mover_settings.index_config(), keep_earlier_model=False),
+    )
+
+
+def _until_a_lock_is_waited_for(database_url: str, waiting: threading.Thread) -> None:
+    """Return once a transaction in the database waits for a lock (``waiting``'s, alive)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as watch:
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        while not watch.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        ).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline and waiting.is_alive(), "nothing waited"
+            time.sleep(0.01)
+
+
+def test_on_postgres_a_commit_on_another_model_waits_while_a_writer_reads_the_stamps(
+    postgres_server: Any, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The stamps a writer checks stay as it read them until its commit: a document the move
+    commits meanwhile, in another process, waits for it (or is seen by it, once committed)."""
+    database_url, writer, mover = _writer_and_mover_on_postgres(
+        postgres_server, settings_for, embedder, index_dir, tmp_path
+    )
     with writer.store.transaction():
         before = writer.store.stamped_models_held()
         moving = threading.Thread(target=mover.ingest_bytes, args=(PARKING, "parking.md"))
         moving.start()
-        with psycopg.connect(database_url, autocommit=True) as watch:
-            deadline = time.monotonic() + FOLLOW_TIMEOUT_S
-            while not watch.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()"
-            ).fetchone()[0]:  # type: ignore[index]
-                assert time.monotonic() < deadline and moving.is_alive(), "nothing waited"
-                time.sleep(0.01)
+        _until_a_lock_is_waited_for(database_url, moving)
         assert writer.store.stamped_models_held() == before == {MINILM: 4}
     moving.join(FOLLOW_TIMEOUT_S)
     assert not moving.is_alive()
@@ -492,14 +511,9 @@ def test_on_postgres_a_new_version_committed_as_the_move_rebuilds_the_old_one_de
     then retires the old version's chunks; the move, once it has rewritten those chunks,
     bumps that row. Both take the counter's row first: one waits for the other, neither is
     aborted as a deadlock, the move ends whole and the new version is on the preset."""
-    import psycopg
-
-    database_url = create_database(postgres_server)
-    _seed_store(tmp_path, database_url, embedder)
-    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, database_url=database_url)
-    writer = KnowledgeBase(settings.index_config())
-    mover_settings = settings.model_copy(update={"data_dir": index_dir / "mover"})
-    mover = KnowledgeBase(mover_settings.index_config(), keep_earlier_model=False)
+    database_url, writer, mover = _writer_and_mover_on_postgres(
+        postgres_server, settings_for, embedder, index_dir, tmp_path
+    )
     (handbook,) = [d for d in writer.documents() if d.name == "handbook.md"]
     assert handbook.id == min(d.id for d in writer.documents())  # the move's first swap
     added = writer.add_bytes(
@@ -530,14 +544,7 @@ def test_on_postgres_a_new_version_committed_as_the_move_rebuilds_the_old_one_de
     assert inside.wait(FOLLOW_TIMEOUT_S)
     moving = threading.Thread(target=run, args=("mover", mover.reindex))
     moving.start()
-    with psycopg.connect(database_url, autocommit=True) as watch:
-        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
-        while not watch.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND datname = current_database()"
-        ).fetchone()[0]:  # type: ignore[index]
-            assert time.monotonic() < deadline and moving.is_alive(), "the move never waited"
-            time.sleep(0.01)
+    _until_a_lock_is_waited_for(database_url, moving)
     release.set()
     writing.join(FOLLOW_TIMEOUT_S)
     moving.join(FOLLOW_TIMEOUT_S)
