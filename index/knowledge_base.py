@@ -559,24 +559,29 @@ class KnowledgeBase:
             moved_to = self._place(doc, prepared, written_on=model[0].embedding_model)
             if moved_to is None:
                 return
-            log.info(
-                "the store moved to %s while document %s was embedded: embedding it again on it",
-                moved_to,
-                doc.id,
-            )
-            try:
-                model = self._model_for(moved_to)
-            except EmbeddingModelUnavailable as exc:
-                raise EmbeddingModelUnavailable(
-                    f"The knowledge base moved to model {model_name(moved_to)} while this "
-                    f"document was being indexed, and this process cannot load that model: "
-                    f"{exc} Nothing is lost: retry it on a server that runs "
-                    f"{model_name(moved_to)}, or run `kb reindex`."
-                ) from exc
-        raise EmbeddingModelUnavailable(
-            "The knowledge base kept changing embedding model while this document was being "
-            "indexed; retry it once the move is over."
+            model = self._model_moved_to(moved_to, doc)
+        raise _kept_moving()
+
+    def _model_moved_to(self, spec: str, doc: DocumentRow) -> tuple[IndexConfig, Embedder]:
+        """The model ``spec`` the store moved to while ``doc`` was embedded, to embed it again.
+
+        Raises:
+            EmbeddingModelUnavailable: it cannot be loaded here (the reason, and the way on).
+        """
+        log.info(
+            "the store moved to %s while document %s was embedded: embedding it again on it",
+            spec,
+            doc.id,
         )
+        try:
+            return self._model_for(spec)
+        except EmbeddingModelUnavailable as exc:
+            raise EmbeddingModelUnavailable(
+                f"The knowledge base moved to model {model_name(spec)} while this "
+                f"document was being indexed, and this process cannot load that model: "
+                f"{exc} Nothing is lost: retry it on a server that runs "
+                f"{model_name(spec)}, or run `kb reindex`."
+            ) from exc
 
     def _model_for(self, spec: str) -> tuple[IndexConfig, Embedder]:
         """The model ``spec`` names, loaded and warmed up; loaded once while it is not the running one.
@@ -867,13 +872,35 @@ class KnowledgeBase:
         newest replaced version is then restored. The version is indexed again
         from its stored original with the running configuration.
 
+        The version is embedded again on the model the store moved to when
+        another process moves it meanwhile, as ``index_document`` does.
+
         Raises:
             NotRestorable: there is no replaced version to bring back.
             ExtractionError, OriginalMissing: the version cannot be indexed again.
+            EmbeddingModelUnavailable: the store moved to a model this process
+                cannot load; nothing changed.
         """
         doc = self._restorable(self.store.document(doc_id))
-        prepared = self._prepare(doc, None)
+        model = (self.config, self.embedder)
+        for _ in range(_MOVES_FOLLOWED + 1):
+            prepared = self._prepare(doc, None, model=model)
+            done = self._restore_place(doc, prepared, model[0].embedding_model, actor)
+            if isinstance(done, Published):
+                self.refresh_search()
+                return done
+            model = self._model_moved_to(done, doc)
+        raise _kept_moving()
+
+    def _restore_place(
+        self, doc: DocumentRow, prepared: Prepared, written_on: str, actor: str
+    ) -> Published | str:
+        """Commit a restored version in place of its current one, audited, in one transaction;
+        or, when the store moved off ``written_on`` meanwhile (``_moved_off``), the model it
+        moved to, nothing written."""
         with self.store.transaction():
+            if moved_to := self._moved_off(written_on):
+                return moved_to
             doc = self.store.document(doc.id)
             if doc.state != DocState.REPLACED:
                 raise NotRestorable(
@@ -890,7 +917,6 @@ class KnowledgeBase:
             )
             pruned = self._prune(doc, actor)
         self.store.drop_originals_if_unused(pruned)
-        self.refresh_search()
         return Published(self.store.document(doc.id), replaced)
 
     def _refuse_second_live_copy(self, doc: DocumentRow, current: DocumentRow | None) -> None:
@@ -1287,6 +1313,14 @@ def _stamp_of(embedder: Embedder) -> Stamp:
         dimensions=embedder.dim,
         pipeline_version=PIPELINE_VERSION,
         extractor_version=EXTRACTOR_VERSION,
+    )
+
+
+def _kept_moving() -> EmbeddingModelUnavailable:
+    """Why a document was not written: the store moved model again and again as it was embedded."""
+    return EmbeddingModelUnavailable(
+        "The knowledge base kept changing embedding model while this document was being "
+        "indexed; retry it once the move is over."
     )
 
 

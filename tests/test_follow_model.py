@@ -416,6 +416,35 @@ def test_a_document_committed_on_the_old_model_before_the_move_stamped_any_is_mo
     assert late[0] in _found_by(mover, "Where do visitors park?")
 
 
+def test_a_version_restored_while_the_store_moved_lands_on_the_new_model(
+    two_processes: tuple[KnowledgeBase, KnowledgeBase],
+) -> None:
+    """``kb restore`` embeds the earlier version by MiniLM while the shell's reindex moves the
+    store: at its commit the store calls for the preset, so it is embedded again on it."""
+    writer, mover = two_processes
+    seeded = sum(writer.store.stamped_models().values())
+    first = writer.ingest_bytes(PARKING, "parking.md", uploader="U1").document
+    second = writer.ingest_bytes(b"# Parking\n\nPark in bay 9.\n", "parking.md", uploader="U1")
+    assert writer.document(first.id).state == "replaced"
+    prepare = writer._prepare
+    moves: list[Any] = []
+
+    def then_moved(*args: Any, **kwargs: Any) -> Any:
+        prepared = prepare(*args, **kwargs)
+        if not moves:
+            moves.append(mover.reindex())  # another process, while this one embeds
+        return prepared
+
+    writer._prepare = then_moved  # type: ignore[method-assign]
+    restored = writer.restore(first.id, actor="U1")
+    assert moves and [d.id for d in restored.replaced] == [second.document.id]
+    assert restored.document.state == "indexed"
+    assert restored.document.embedding_model == mover.embedder.name
+    assert writer.document(second.document.id).state == "replaced"
+    assert writer.store.stamped_models() == {mover.embedder.name: seeded + 1}
+    assert first.id in _found_by(mover, "Where do visitors park?")
+
+
 def test_an_upload_whose_process_cannot_load_the_model_the_store_moved_to_fails_with_the_way_on(
     settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
 ) -> None:
