@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -241,6 +242,8 @@ class Engine:
         self.follow_store: Callable[[], Awaitable[bool]] | None = None
         # The search snapshot's generation the store's model stamps were last read at.
         self._stamps_read_at: int | None = None
+        # Follows a question started, held to their end even when it is stopped (``_followed``).
+        self._follows: set[asyncio.Future[bool]] = set()
         self._own_backend = backend is None
 
     def follow_model(self, config: EngineConfig) -> None:
@@ -556,6 +559,18 @@ class Engine:
             )
         return Answer(question, Outcome.REFUSED, REFUSAL_TEXT, grounded=False, model_called=False)
 
+    @asynccontextmanager
+    async def searching(self) -> AsyncIterator[None]:
+        """Hold the search gate for one search (``core.searches``), on the model the store calls
+        for: followed first when another process moved it (as :meth:`ask` does)."""
+        leave = await self.searches.enter()
+        try:
+            if await self._store_moved():
+                leave = await self._followed(leave)
+            yield
+        finally:
+            leave()
+
     async def _store_moved(self) -> bool:
         """Whether another process moved the store's documents to another model, unfollowed yet.
 
@@ -576,8 +591,22 @@ class Engine:
         way to leave), and enter again, on the model it runs now; the way to leave."""
         leave()
         if self.follow_store is not None:
-            await self.follow_store()  # one under way here already: the gate waits for it
+            # One under way here already: the gate waits for it. Shielded: a question
+            # stopped meanwhile (Stop) leaves the switch to end whole; cancelled, its worker
+            # thread would move the knowledge base on while the gate reopened, the engine
+            # left on the earlier model's index.
+            following = asyncio.ensure_future(self.follow_store())
+            self._follows.add(following)
+            following.add_done_callback(self._followed_off)
+            await asyncio.shield(following)
         return await self.searches.enter()
+
+    def _followed_off(self, following: asyncio.Future[bool]) -> None:
+        """A follow a question started is over: dropped, and its failure logged (a stopped
+        question no longer hears of it)."""
+        self._follows.discard(following)
+        if not following.cancelled() and following.exception() is not None:
+            log.warning("following the store's model failed", exc_info=following.exception())
 
     async def _caught_up(self, seen: int | None) -> bool:
         """Bring the snapshot up to the store; whether it moved past generation ``seen``."""

@@ -559,24 +559,29 @@ class KnowledgeBase:
             moved_to = self._place(doc, prepared, written_on=model[0].embedding_model)
             if moved_to is None:
                 return
-            log.info(
-                "the store moved to %s while document %s was embedded: embedding it again on it",
-                moved_to,
-                doc.id,
-            )
-            try:
-                model = self._model_for(moved_to)
-            except EmbeddingModelUnavailable as exc:
-                raise EmbeddingModelUnavailable(
-                    f"The knowledge base moved to model {model_name(moved_to)} while this "
-                    f"document was being indexed, and this process cannot load that model: "
-                    f"{exc} Nothing is lost: retry it on a server that runs "
-                    f"{model_name(moved_to)}, or run `kb reindex`."
-                ) from exc
-        raise EmbeddingModelUnavailable(
-            "The knowledge base kept changing embedding model while this document was being "
-            "indexed; retry it once the move is over."
+            model = self._model_moved_to(moved_to, doc)
+        raise _kept_moving()
+
+    def _model_moved_to(self, spec: str, doc: DocumentRow) -> tuple[IndexConfig, Embedder]:
+        """The model ``spec`` the store moved to while ``doc`` was embedded, to embed it again.
+
+        Raises:
+            EmbeddingModelUnavailable: it cannot be loaded here (the reason, and the way on).
+        """
+        log.info(
+            "the store moved to %s while document %s was embedded: embedding it again on it",
+            spec,
+            doc.id,
         )
+        try:
+            return self._model_for(spec)
+        except EmbeddingModelUnavailable as exc:
+            raise EmbeddingModelUnavailable(
+                f"The knowledge base moved to model {model_name(spec)} while this "
+                f"document was being indexed, and this process cannot load that model: "
+                f"{exc} Nothing is lost: retry it on a server that runs "
+                f"{model_name(spec)}, or run `kb reindex`."
+            ) from exc
 
     def _model_for(self, spec: str) -> tuple[IndexConfig, Embedder]:
         """The model ``spec`` names, loaded and warmed up; loaded once while it is not the running one.
@@ -867,13 +872,35 @@ class KnowledgeBase:
         newest replaced version is then restored. The version is indexed again
         from its stored original with the running configuration.
 
+        The version is embedded again on the model the store moved to when
+        another process moves it meanwhile, as ``index_document`` does.
+
         Raises:
             NotRestorable: there is no replaced version to bring back.
             ExtractionError, OriginalMissing: the version cannot be indexed again.
+            EmbeddingModelUnavailable: the store moved to a model this process
+                cannot load; nothing changed.
         """
         doc = self._restorable(self.store.document(doc_id))
-        prepared = self._prepare(doc, None)
+        model = (self.config, self.embedder)
+        for _ in range(_MOVES_FOLLOWED + 1):
+            prepared = self._prepare(doc, None, model=model)
+            done = self._restore_place(doc, prepared, model[0].embedding_model, actor)
+            if isinstance(done, Published):
+                self.refresh_search()
+                return done
+            model = self._model_moved_to(done, doc)
+        raise _kept_moving()
+
+    def _restore_place(
+        self, doc: DocumentRow, prepared: Prepared, written_on: str, actor: str
+    ) -> Published | str:
+        """Commit a restored version in place of its current one, audited, in one transaction;
+        or, when the store moved off ``written_on`` meanwhile (``_moved_off``), the model it
+        moved to, nothing written."""
         with self.store.transaction():
+            if moved_to := self._moved_off(written_on):
+                return moved_to
             doc = self.store.document(doc.id)
             if doc.state != DocState.REPLACED:
                 raise NotRestorable(
@@ -890,7 +917,6 @@ class KnowledgeBase:
             )
             pruned = self._prune(doc, actor)
         self.store.drop_originals_if_unused(pruned)
-        self.refresh_search()
         return Published(self.store.document(doc.id), replaced)
 
     def _refuse_second_live_copy(self, doc: DocumentRow, current: DocumentRow | None) -> None:
@@ -977,6 +1003,9 @@ class KnowledgeBase:
                     prepared.append((doc, self._prepare(doc, None, owner="reindex", model=target)))
                 except KBError as exc:
                     prepared.append((doc, exc))
+            # Those written on another model while these were embedded (an upload, a sync),
+            # embedded now too: not inside ``switch()``, where the searches wait.
+            prepared += self._prepared_late(target, {doc.id for doc, _ in prepared})
             if target is not None and _lost_on_move(prepared):
                 # Moving now would leave those documents unsearchable: nothing is changed.
                 report.failed = [_failed(doc, r) for doc, r in prepared if isinstance(r, KBError)]
@@ -1016,7 +1045,7 @@ class KnowledgeBase:
         prepared: Sequence[tuple[DocumentRow, Prepared | KBError]],
         report: ReindexReport,
     ) -> None:
-        """Rebuild too the documents committed on another model while this reindex ran.
+        """Rebuild too the documents committed on another model while this reindex swapped.
 
         An upload or a sync embedded by the model a move leaves, committed before
         the move's first document (``_place`` saw no move yet), or a document the
@@ -1024,28 +1053,37 @@ class KnowledgeBase:
         that no searchable document is left on the model the store moved off.
         One failed already is not tried again (it is in ``report.failed``).
         """
-        name = (target[1] if target is not None else self.embedder).name
         tried = {doc.id for doc, result in prepared if isinstance(result, KBError)}
         for _ in range(_LATE_ROUNDS):
-            late = [
-                d
-                for d in self.store.documents()
-                if d.state in _HAS_CHUNKS and d.embedding_model != name and d.id not in tried
-            ]
-            if not late:
+            rebuilt = self._prepared_late(target, tried)
+            if not rebuilt:
                 return
+            tried.update(doc.id for doc, _ in rebuilt)
+            self._swap_in(rebuilt, report)
+
+    def _prepared_late(
+        self, target: tuple[IndexConfig, Embedder] | None, leave_out: set[int]
+    ) -> list[tuple[DocumentRow, Prepared | KBError]]:
+        """The documents with chunks not stamped with the reindex's model (but ``leave_out``),
+        each embedded on it, or the reason it could not be."""
+        name = (target[1] if target is not None else self.embedder).name
+        late = [
+            d
+            for d in self.store.documents()
+            if d.state in _HAS_CHUNKS and d.embedding_model != name and d.id not in leave_out
+        ]
+        if late:
             log.info(
                 "documents committed on another model during the reindex, rebuilt too: %s",
                 [d.id for d in late],
             )
-            rebuilt: list[tuple[DocumentRow, Prepared | KBError]] = []
-            for doc in late:
-                tried.add(doc.id)
-                try:
-                    rebuilt.append((doc, self._prepare(doc, None, owner="reindex", model=target)))
-                except KBError as exc:
-                    rebuilt.append((doc, exc))
-            self._swap_in(rebuilt, report)
+        rebuilt: list[tuple[DocumentRow, Prepared | KBError]] = []
+        for doc in late:
+            try:
+                rebuilt.append((doc, self._prepare(doc, None, owner="reindex", model=target)))
+            except KBError as exc:
+                rebuilt.append((doc, exc))
+        return rebuilt
 
     def _configured_model(self) -> tuple[IndexConfig, Embedder] | None:
         """The configured model a knowledge base kept on the earlier default moves to, loaded."""
@@ -1140,6 +1178,9 @@ class KnowledgeBase:
     def _recommit(self, doc_id: int, prepared: Prepared) -> bool:
         """Swap in a document's rebuilt chunks, in the state it has now; ``False`` if it is gone."""
         with self.store.transaction():
+            # Held before the read (``Store.hold_generation``): a new version retiring this
+            # document as it is swapped commits first and is read here, or waits for this swap.
+            self.store.hold_generation()
             try:
                 # Read again: an approval, a rejection or a new version may have come meanwhile.
                 doc = self.store.document(doc_id)
@@ -1272,6 +1313,14 @@ def _stamp_of(embedder: Embedder) -> Stamp:
         dimensions=embedder.dim,
         pipeline_version=PIPELINE_VERSION,
         extractor_version=EXTRACTOR_VERSION,
+    )
+
+
+def _kept_moving() -> EmbeddingModelUnavailable:
+    """Why a document was not written: the store moved model again and again as it was embedded."""
+    return EmbeddingModelUnavailable(
+        "The knowledge base kept changing embedding model while this document was being "
+        "indexed; retry it once the move is over."
     )
 
 

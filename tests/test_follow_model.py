@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -416,6 +416,35 @@ def test_a_document_committed_on_the_old_model_before_the_move_stamped_any_is_mo
     assert late[0] in _found_by(mover, "Where do visitors park?")
 
 
+def test_a_version_restored_while_the_store_moved_lands_on_the_new_model(
+    two_processes: tuple[KnowledgeBase, KnowledgeBase],
+) -> None:
+    """``kb restore`` embeds the earlier version by MiniLM while the shell's reindex moves the
+    store: at its commit the store calls for the preset, so it is embedded again on it."""
+    writer, mover = two_processes
+    seeded = sum(writer.store.stamped_models().values())
+    first = writer.ingest_bytes(PARKING, "parking.md", uploader="U1").document
+    second = writer.ingest_bytes(b"# Parking\n\nPark in bay 9.\n", "parking.md", uploader="U1")
+    assert writer.document(first.id).state == "replaced"
+    prepare = writer._prepare
+    moves: list[Any] = []
+
+    def then_moved(*args: Any, **kwargs: Any) -> Any:
+        prepared = prepare(*args, **kwargs)
+        if not moves:
+            moves.append(mover.reindex())  # another process, while this one embeds
+        return prepared
+
+    writer._prepare = then_moved  # type: ignore[method-assign]
+    restored = writer.restore(first.id, actor="U1")
+    assert moves and [d.id for d in restored.replaced] == [second.document.id]
+    assert restored.document.state == "indexed"
+    assert restored.document.embedding_model == mover.embedder.name
+    assert writer.document(second.document.id).state == "replaced"
+    assert writer.store.stamped_models() == {mover.embedder.name: seeded + 1}
+    assert first.id in _found_by(mover, "Where do visitors park?")
+
+
 def test_an_upload_whose_process_cannot_load_the_model_the_store_moved_to_fails_with_the_way_on(
     settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
 ) -> None:
@@ -453,35 +482,109 @@ def test_an_upload_whose_process_cannot_load_the_model_the_store_moved_to_fails_
     assert row.state == "indexed" and row.embedding_model == mover.embedder.name
 
 
-def test_on_postgres_a_commit_on_another_model_waits_while_a_writer_reads_the_stamps(
+def _writer_and_mover_on_postgres(
     postgres_server: Any, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
-) -> None:
-    """The stamps a writer checks stay as it read them until its commit: a document the move
-    commits meanwhile, in another process, waits for it (or is seen by it, once committed)."""
-    import psycopg
-
+) -> tuple[str, KnowledgeBase, KnowledgeBase]:
+    """A new database of MiniLM's vectors; a server's knowledge base on it, kept on MiniLM, and
+    a shell's ``kb reindex`` that moves it, each with its own data dir; the database URL."""
     database_url = create_database(postgres_server)
     _seed_store(tmp_path, database_url, embedder)
     settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, database_url=database_url)
     writer = KnowledgeBase(settings.index_config())
     mover_settings = settings.model_copy(update={"data_dir": index_dir / "mover"})
-    mover = KnowledgeBase(mover_settings.index_config(), keep_earlier_model=False)
+    return (
+        database_url,
+        writer,
+        KnowledgeBase(mover_settings.index_config(), keep_earlier_model=False),
+    )
+
+
+def _until_a_lock_is_waited_for(database_url: str, waiting: threading.Thread) -> None:
+    """Return once a transaction in the database waits for a lock (``waiting``'s, alive)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as watch:
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        while not watch.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        ).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline and waiting.is_alive(), "nothing waited"
+            time.sleep(0.01)
+
+
+def test_on_postgres_a_commit_on_another_model_waits_while_a_writer_reads_the_stamps(
+    postgres_server: Any, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The stamps a writer checks stay as it read them until its commit: a document the move
+    commits meanwhile, in another process, waits for it (or is seen by it, once committed)."""
+    database_url, writer, mover = _writer_and_mover_on_postgres(
+        postgres_server, settings_for, embedder, index_dir, tmp_path
+    )
     with writer.store.transaction():
         before = writer.store.stamped_models_held()
         moving = threading.Thread(target=mover.ingest_bytes, args=(PARKING, "parking.md"))
         moving.start()
-        with psycopg.connect(database_url, autocommit=True) as watch:
-            deadline = time.monotonic() + FOLLOW_TIMEOUT_S
-            while not watch.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()"
-            ).fetchone()[0]:  # type: ignore[index]
-                assert time.monotonic() < deadline and moving.is_alive(), "nothing waited"
-                time.sleep(0.01)
+        _until_a_lock_is_waited_for(database_url, moving)
         assert writer.store.stamped_models_held() == before == {MINILM: 4}
     moving.join(FOLLOW_TIMEOUT_S)
     assert not moving.is_alive()
     assert writer.store.stamped_models() == {MINILM: 4, mover.embedder.name: 1}
+
+
+def test_on_postgres_a_new_version_committed_as_the_move_rebuilds_the_old_one_deadlocks_neither(
+    postgres_server: Any, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """A sync commits a new version of the handbook while the shell's reindex swaps the old
+    one in: the writer holds the generation counter's row from its check of the stamps and
+    then retires the old version's chunks; the move, once it has rewritten those chunks,
+    bumps that row. Both take the counter's row first: one waits for the other, neither is
+    aborted as a deadlock, the move ends whole and the new version is on the preset."""
+    database_url, writer, mover = _writer_and_mover_on_postgres(
+        postgres_server, settings_for, embedder, index_dir, tmp_path
+    )
+    (handbook,) = [d for d in writer.documents() if d.name == "handbook.md"]
+    assert handbook.id == min(d.id for d in writer.documents())  # the move's first swap
+    added = writer.add_bytes(
+        b"# Employee handbook\n\nThe office opens at 8.\n", "handbook.md", uploader="fixture"
+    )
+    inside, release = threading.Event(), threading.Event()
+    held = writer.store.stamped_models_held
+
+    def paused() -> dict[str, int]:
+        stamps = held()  # the counter's row is this commit's until it ends
+        inside.set()
+        assert release.wait(FOLLOW_TIMEOUT_S)
+        return stamps
+
+    writer.store.stamped_models_held = paused  # type: ignore[method-assign]
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, work: Callable[[], Any]) -> None:
+        try:
+            outcomes[name] = work()
+        except Exception as exc:  # what the test reports, not what it expects
+            outcomes[name] = exc
+
+    writing = threading.Thread(
+        target=run, args=("writer", lambda: writer.index_document(added.document.id))
+    )
+    writing.start()
+    assert inside.wait(FOLLOW_TIMEOUT_S)
+    moving = threading.Thread(target=run, args=("mover", mover.reindex))
+    moving.start()
+    _until_a_lock_is_waited_for(database_url, moving)
+    release.set()
+    writing.join(FOLLOW_TIMEOUT_S)
+    moving.join(FOLLOW_TIMEOUT_S)
+    assert not writing.is_alive() and not moving.is_alive()
+    row, report = outcomes["writer"], outcomes["mover"]
+    assert not isinstance(report, Exception), report
+    assert row.state == "indexed", row.failure_reason
+    assert not report.failed
+    assert writer.document(handbook.id).state == "replaced"
+    assert writer.document(row.id).embedding_model == mover.embedder.name
+    assert writer.store.stamped_models() == {mover.embedder.name: 4}
 
 
 @pytest.mark.parametrize("synced", [False, True], ids=["snapshot-before", "snapshot-synced"])
@@ -515,6 +618,74 @@ async def test_a_question_asked_before_the_server_noticed_the_move_is_searched_o
     stamps = {kb.document(c.document_id).embedding_model for c in kb.chunks_by_id(kept).values()}
     assert kept and stamps == {kb.embedder.name}
     assert not engine.searches.closed
+
+
+async def test_an_agent_search_made_before_the_server_noticed_the_move_is_searched_on_the_new_model(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The MCP search tool, as a question: the shell's reindex moved every document and the
+    server's next look at the store has not come; the search follows the store first and
+    finds the handbook on the preset, not an empty page of MiniLM's replaced passages."""
+    from bot.mcp import Person
+    from bot.mcp.tools import Tools
+
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
+    kb.refresh_search()
+    await asyncio.to_thread(
+        KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
+    )
+    kb.refresh_search()  # the snapshot at the moved store (an upload's refresh, say)
+    assert kb.embedder.name == MINILM
+
+    result = await asyncio.wait_for(
+        Tools(engine, None).search(Person("U0ALICE001", None, "plain", None), IN_DOMAIN, 3),
+        FOLLOW_TIMEOUT_S,
+    )
+    assert kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME)
+    assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    assert result.passages and result.passages[0].document == "Employee handbook"
+    assert not engine.searches.closed
+
+
+async def test_a_question_stopped_while_its_search_follows_the_store_leaves_the_engine_moved_too(
+    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+) -> None:
+    """The asker presses Stop while the question's search is following the store (the
+    preset's index being built in a worker thread, which a cancellation does not stop): the
+    switch still ends whole, its searches held until the engine searches the preset's index
+    at its thresholds; never the preset's question vectors against MiniLM's index."""
+    settings, kb, engine, switch = _switch_on_seeded_store(
+        settings_for, embedder, index_dir, tmp_path
+    )
+    await asyncio.to_thread(
+        KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
+    )
+    kb.refresh_search()  # the snapshot at the moved store: the question's search follows it
+    entered, release = threading.Event(), threading.Event()
+    follow_store_model = kb.follow_store_model
+
+    def held(spec: str) -> None:
+        entered.set()
+        assert release.wait(FOLLOW_TIMEOUT_S)
+        follow_store_model(spec)
+
+    kb.follow_store_model = held  # type: ignore[method-assign]
+    asking = asyncio.create_task(engine.ask(IN_DOMAIN))
+    assert await asyncio.to_thread(entered.wait, FOLLOW_TIMEOUT_S)
+    asking.cancel()  # Stop, while the knowledge base moves in its worker thread
+    with contextlib.suppress(asyncio.CancelledError):
+        await asking
+    assert engine.searches.closed  # the switch is not over: no search may pass yet
+    release.set()
+
+    answer = await asyncio.wait_for(engine.ask(IN_DOMAIN), FOLLOW_TIMEOUT_S)
+    assert kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME)
+    assert engine.config.thresholds_model == MULTILINGUAL_MODEL_NAME
+    assert engine.backend is kb.search_index
+    assert [s.document for s in answer.sources] == ["Employee handbook"]
+    assert not engine.searches.closed and not switch.busy
 
 
 async def test_a_follow_skipped_while_this_process_switched_is_asked_again_next_round(

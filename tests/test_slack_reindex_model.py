@@ -219,6 +219,46 @@ def test_a_document_added_during_the_move_is_moved_with_it_never_mixed(
     assert kb.search_index.sync() == kb.store.generation
 
 
+def test_a_document_added_while_the_move_embeds_is_embedded_before_the_searches_are_held(
+    fixture_data_dir: Path, index_dir: Path
+) -> None:
+    """An upload committed on MiniLM while the move embeds the documents is embedded on the
+    preset with them, before ``switch()``: the searches held there wait for commits only."""
+    shutil.copytree(fixture_data_dir, index_dir, dirs_exist_ok=True)
+    cache = Path(os.environ["KB_ENCODER_CACHE"])
+    config = IndexConfig(
+        data_dir=index_dir, embedding_model=DEFAULT_EMBEDDING_MODEL, encoder_cache=cache
+    )
+    kb = KnowledgeBase(config)
+    added: list[DocumentRow] = []
+    held: list[bool] = []
+    embedded_while_held: list[bool] = []
+    prepare = kb._prepare
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        embedded_while_held.append(bool(held))
+        return prepare(*args, **kwargs)
+
+    kb._prepare = recorded  # type: ignore[method-assign]
+
+    def embedding(event: str, detail: dict[str, Any]) -> None:
+        if event == "reindex" and not added:
+            added.append(kb.ingest_bytes(b"# Parking\n\nPark in bay 7.\n", "parking.md").document)
+
+    @contextmanager
+    def switch() -> Iterator[None]:
+        held.append(True)
+        yield
+
+    report = kb.reindex(switch=switch, progress=embedding)
+    (parking,) = added
+    assert parking.embedding_model == MINILM and parking.state == "indexed"
+    assert held and embedded_while_held and not any(embedded_while_held)
+    assert kb.document(parking.id).embedding_model == kb.embedder.name
+    assert kb.embedder.name.startswith(MULTILINGUAL_MODEL_NAME) and not report.failed
+    assert kb.store.stamped_models() == {kb.embedder.name: report.documents}
+
+
 async def test_the_search_gate_lets_a_switch_in_only_between_searches() -> None:
     gate = SearchGate()
     leave = await gate.enter()

@@ -193,8 +193,8 @@ class Tools:
         query = _checked(query)
         t0 = time.perf_counter()
         scopes = await scopes_of(person, self.people, self.engine.kb)
-        # One embedding model from the query to its passages (core.searches).
-        async with self.engine.searches.searching():
+        # One embedding model from the query to its passages, the one the store calls for.
+        async with self.engine.searching():
             selection = await asyncio.to_thread(self.engine.selector.select, query, scopes)
             verdict = _verdict(selection)
             shown = selection.shown[:limit]

@@ -408,8 +408,20 @@ class Store:
         process waits for this transaction, or this read waits for it and sees
         its stamp (Postgres; SQLite's write transaction holds the whole database).
         """
-        self.db.execute(HOLD_GENERATION)
+        self.hold_generation()
         return self.stamped_models()
+
+    def hold_generation(self) -> None:
+        """Inside a transaction: take the generation counter's row now, held until it ends.
+
+        Every transaction that changes the searchable chunks takes it before
+        any chunk or document row (``commit_indexed``, ``supersede``,
+        ``make_searchable``, ``delete_rows``), as a writer checking the stamps
+        does (``stamped_models_held``): on Postgres they take their locks in one
+        order, so none is aborted as a deadlock when one retires or removes the
+        chunks another rewrites (a new version committed as a reindex swaps the old).
+        """
+        self.db.execute(HOLD_GENERATION)
 
     def stale_documents(self, stamp: Stamp) -> list[DocumentRow]:
         """Indexed documents stamped differently from ``stamp``."""
@@ -465,6 +477,8 @@ class Store:
             The new chunk ids, in chunk order.
         """
         with self.transaction() as db:
+            if state == DocState.INDEXED:
+                self.hold_generation()  # before the chunks: one order of locks
             db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
             db.execute(
                 "INSERT INTO texts (document_id, text) VALUES (?, ?) "
@@ -541,10 +555,10 @@ class Store:
     def make_searchable(self, doc_id: int) -> None:
         """Make an ``awaiting_approval`` document's chunks searchable (in the caller's transaction)."""
         with self.transaction() as db:
+            self._bump_generation(db)  # before the row: one order of locks (hold_generation)
             _update_document(
                 db, doc_id, {"state": DocState.INDEXED.value, "updated_at": time.time()}
             )
-            self._bump_generation(db)
 
     def supersede(self, old_ids: Sequence[int], *, by: int) -> list[DocumentRow]:
         """Retire older versions: ``replaced`` by ``by``, out of every search, restorable.
@@ -558,6 +572,8 @@ class Store:
         """
         before = [self.document(i) for i in old_ids]
         with self.transaction() as db:
+            if before:
+                self.hold_generation()  # before the chunks: one order of locks
             for old in before:
                 db.execute("DELETE FROM chunks WHERE document_id = ?", [old.id])
                 _update_document(
@@ -619,6 +635,8 @@ class Store:
                    WHERE c.document_id = ? AND d.state = ?""",
                 [doc_id, DocState.INDEXED.value],
             ).fetchone()[0]
+            if searchable:
+                self.hold_generation()  # before the chunks: one order of locks
             db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
             db.execute("DELETE FROM texts WHERE document_id = ?", [doc_id])
             db.execute("DELETE FROM documents WHERE id = ?", [doc_id])
