@@ -195,7 +195,6 @@ class KnowledgeBase:
         if self.kept_model is not None:
             config = with_changes(config, embedding_model=self.kept_model.spec)
             log.warning("%s", self.kept_model.note)
-        self.config = config
         # The store's parts, as the surfaces use them: what is asked and answered,
         # thumbs, Slack deliveries, the audit log, hand-offs to people, the messages
         # posted for documents, the viewer's used sign-in states.
@@ -207,7 +206,9 @@ class KnowledgeBase:
         self.messages = self.store.messages
         self.used_states = self.store.used_states
         self.uploads = self.store.uploads
-        self.embedder = embedder or load_embedder(config)
+        # The running model and its configuration, replaced together in one assignment
+        # (``_run_on``): a writer on another thread reads both of one model (``running``).
+        self._running = (config, embedder or load_embedder(config))
         self._fit: tuple[int, LanguageFit] | None = None
         # Models loaded beside the running one: the one the store moved to, for a document
         # embedded by the running model as the move went on (``_index_on_store_model``).
@@ -511,7 +512,7 @@ class KnowledgeBase:
         model: tuple[IndexConfig, Embedder] | None = None,
     ) -> Prepared:
         """``doc`` read, chunked and embedded by the running model (or ``model``), stamped with it."""
-        config, embedder = model or (self.config, self.embedder)
+        config, embedder = model or self.running
         data = self.store.read_original(doc.sha256)
         done = 0
 
@@ -553,7 +554,7 @@ class KnowledgeBase:
             EmbeddingModelUnavailable: the model the store moved to cannot be
                 loaded here; ``doc`` is left for a retry or ``kb reindex``.
         """
-        model = (self.config, self.embedder)
+        model = self.running
         for _ in range(_MOVES_FOLLOWED + 1):
             prepared = self._prepare(doc, progress, model=model)
             moved_to = self._place(doc, prepared, written_on=model[0].embedding_model)
@@ -589,8 +590,9 @@ class KnowledgeBase:
         Raises:
             EmbeddingModelUnavailable: it cannot be loaded here.
         """
-        if spec == self.config.embedding_model:
-            return self.config, self.embedder
+        running = self.running
+        if spec == running[0].embedding_model:
+            return running
         with self._loading:
             if spec not in self._loaded:
                 config = with_changes(self.config, embedding_model=spec)
@@ -882,7 +884,7 @@ class KnowledgeBase:
                 cannot load; nothing changed.
         """
         doc = self._restorable(self.store.document(doc_id))
-        model = (self.config, self.embedder)
+        model = self.running
         for _ in range(_MOVES_FOLLOWED + 1):
             prepared = self._prepare(doc, None, model=model)
             done = self._restore_place(doc, prepared, model[0].embedding_model, actor)
@@ -1092,6 +1094,21 @@ class KnowledgeBase:
         config = with_changes(self.config, embedding_model=self.configured_model)
         return config, load_embedder(config)
 
+    @property
+    def running(self) -> tuple[IndexConfig, Embedder]:
+        """The running model's configuration and embedder, both of the same model."""
+        return self._running
+
+    @property
+    def config(self) -> IndexConfig:
+        """The running configuration (its ``embedding_model`` is the model running)."""
+        return self._running[0]
+
+    @property
+    def embedder(self) -> Embedder:
+        """The running model."""
+        return self._running[1]
+
     def store_model(self) -> str | None:
         """The model the store's documents now call for, when it is not the one running.
 
@@ -1155,7 +1172,7 @@ class KnowledgeBase:
         index.rebuild()
         adapters.refit_if_due(force=True)
         # Together: what /readyz and the Home tab read of the model run never mixes two.
-        self.config, self.embedder, self.kept_model = config, embedder, kept
+        self._running, self.kept_model = (config, embedder), kept
         self.query_adapters, self.search_index = adapters, index
         self._fit = None
         with self._loading:
