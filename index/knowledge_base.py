@@ -230,6 +230,7 @@ class KnowledgeBase:
             embedding_model=embedder.name,
             dimensions=embedder.dim,
             enabled=config.query_adapter,
+            embedder=embedder,
         )
         index = open_search_index(
             self.store,

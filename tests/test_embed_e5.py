@@ -233,6 +233,8 @@ def test_ingestion_embeds_each_passage_once(tmp_path: Path, e5: E5Embedder) -> N
     assert sum(calls) == len(ids) == 3  # three one-passage documents, each read once
     assert sorted(kb.store.latent_terms(ids)) == sorted(ids)
     assert passage_encoder(e5) is e5
+    # Its query map is fitted on sentences encoded alone (none here: too few to fit).
+    assert kb.query_adapters.encoder is e5 and kb.query_adapters.current() is None
     rows = kb.store.chunks_by_id(ids)
     for cid in ids:
         stored = kb.store.sentence_vectors([cid]).get(cid)

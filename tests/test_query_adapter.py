@@ -12,8 +12,10 @@ import pytest
 
 from bot.settings import Settings
 from index.config import IndexConfig
-from index.embed import Embedder
+from index.embed import Embedder, EmbeddingModelUnavailable
+from index.ingest import sentence_texts
 from index.knowledge_base import KnowledgeBase
+from index.search import query_map
 from index.search.contract import Mode
 from index.search.query_map import (
     QueryAdapter,
@@ -234,3 +236,53 @@ def test_too_few_sentences_fit_no_map(index_dir: Path, embedder: Embedder, tmp_p
     assert (
         kb.query_adapters.current() is None and kb.store.get_meta(kb.query_adapters.map_key) is None
     )
+
+
+class _Counted:
+    """The real model, each ``encode`` call's texts and role noted (or refused, if ``fails``)."""
+
+    def __init__(self, embedder: Embedder, *, fails: bool = False) -> None:
+        self.embedder, self.fails = embedder, fails
+        self.calls: list[tuple[list[str], str]] = []
+        self.dim = embedder.dim
+
+    def encode(self, texts: list[str], *, role: str = "document") -> np.ndarray:
+        self.calls.append((list(texts), role))
+        if self.fails:
+            raise EmbeddingModelUnavailable("The model's files went away while encoding.")
+        return self.embedder.encode(texts, role=role)  # type: ignore[arg-type]
+
+
+def test_a_model_that_pools_sentences_fits_on_at_most_alone_sentences_encoded_alone(
+    kb: KnowledgeBase, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored = _sentences_stored(kb)
+    monkeypatch.setattr(query_map, "ALONE", 70)
+    assert query_map.MIN_ANCHORS <= 70 < stored
+    counted = _Counted(embedder)
+    ids, _ = kb.store.searchable_chunk_versions(embedder.name, embedder.dim)
+    adapter = query_map.fit(kb.store, embedder.name, embedder.dim, ids, encoder=counted)  # type: ignore[arg-type]
+    assert adapter is not None and adapter.anchors == 70
+    ((texts, role),) = counted.calls  # one call, the sample only
+    assert role == "document" and len(texts) == 70
+    rows = kb.store.chunks_by_id([int(i) for i in ids])
+    every = {s for r in rows.values() for s in sentence_texts(r.text, r.content)}
+    assert set(texts) <= every  # as the sentence leg embeds them without one pass
+    from_stored = query_map.fit(kb.store, embedder.name, embedder.dim, ids)
+    assert from_stored is not None and from_stored.anchors == stored
+    assert not np.allclose(adapter.matrix, from_stored.matrix, atol=1e-3)
+
+
+def test_a_model_that_fails_while_encoding_for_the_fit_keeps_the_previous_map_and_logs(
+    kb: KnowledgeBase, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = kb.query_adapters.current()
+    assert first is not None
+    failing = _Counted(embedder, fails=True)
+    kb.query_adapters.encoder = failing  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="index.search.query_map"):
+        kept = kb.query_adapters.refit_if_due(force=True)
+    assert failing.calls  # the fit did ask the model
+    assert "query map not fitted (EmbeddingModelUnavailable" in caplog.text
+    assert kept is not None and kept.stamp() == first.stamp()
+    assert kb.store.get_meta(kb.query_adapters.stamp_key) == first.stamp()

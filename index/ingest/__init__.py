@@ -16,7 +16,7 @@ from index.ingest.isolated import over_reading_limit
 from index.ingest.ocr import ocr_pages
 from index.ingest.pipeline import PIPELINE_VERSION, Prepared, prepare_document
 from index.ingest.sandbox import readers_status
-from index.ingest.sentences import from_blob, to_blob
+from index.ingest.sentences import from_blob, sentence_texts, to_blob
 
 __all__ = [
     "EXTRACTOR_VERSION",
@@ -32,6 +32,7 @@ __all__ = [
     "over_reading_limit",
     "prepare_document",
     "readers_status",
+    "sentence_texts",
     "sheet_columns",
     "to_blob",
 ]

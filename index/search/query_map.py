@@ -7,8 +7,12 @@ chunk among the others. A 384 x 384 matrix ``W``, starting at the identity, is
 fitted so that ``normalise(W s)`` ranks the sentence's own chunk first against
 sampled other chunks (softmax over cosine similarities, as in-batch-negatives
 training of the model itself, here on frozen vectors: numpy, no PyTorch, a few
-seconds on 2 cores). At query time the hybrid search re-scores its dense and
-BM25 candidates with ``normalise(W q)`` for the fusion.
+seconds on 2 cores). A model that pools its sentence vectors from the passage's
+own pass (``index.embed.passages``, the multilingual preset) stores sentence
+vectors that carry their passage's context; its fit encodes a bounded sample
+of the sentences alone instead (``ALONE``; tens of seconds, at the fit only).
+At query time the hybrid search re-scores its dense and BM25 candidates with
+``normalise(W q)`` for the fusion.
 
 What it never touches: chunk vectors, the FAISS index, the distances the gate
 refuses on, anything shown or logged (every distance stays the model's own).
@@ -33,8 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from index.embed import Embedder, passage_encoder
 from index.errors import KBError
-from index.ingest import from_blob
+from index.ingest import from_blob, sentence_texts
 from index.storage import Store
 
 __all__ = ["MAX_DIMENSIONS", "QueryAdapter", "QueryAdapters", "fit_matrix", "meta_keys"]
@@ -51,6 +56,14 @@ STAMP_KEY = "query_adapter_stamp"
 # seconds whatever the corpus size (a sample of a large corpus teaches as much).
 MAX_CHUNKS = 4096
 MAX_ANCHORS = 16_384
+# A model that pools its sentence vectors from the passage's own pass
+# (``index.embed.passages``) stores vectors that carry the passage's context: a
+# map fitted on them learns little of how a question, a short text alone, looks.
+# Its fit encodes at most this many of the sampled sentences alone instead (as a
+# model without one pass stores them), whatever the corpus size: ingestion stays
+# one pass. Measured in docs/evaluation.md ("manpages-l10n pays for the one
+# encoder pass").
+ALONE = 2048
 # Fewer sentences than this teach nothing reliable: no map, the model's order.
 MIN_ANCHORS = 64
 # The matrix is dimensions squared: a 1,536-dimension endpoint model would need
@@ -216,9 +229,24 @@ def _gradient(
 
 
 def fit(
-    store: Store, embedding_model: str, dimensions: int, ids: np.ndarray
+    store: Store,
+    embedding_model: str,
+    dimensions: int,
+    ids: np.ndarray,
+    *,
+    encoder: Embedder | None = None,
 ) -> QueryAdapter | None:
-    """A map fitted on a seeded sample of the searchable chunks ``ids``; ``None`` if too few sentences."""
+    """A map fitted on a seeded sample of the searchable chunks ``ids``; ``None`` if too few sentences.
+
+    Its anchors are the chunks' stored sentence vectors, or with ``encoder`` (a
+    model pooling them from the passage's pass) at most ``ALONE`` of their
+    sentences encoded alone.
+
+    Raises:
+        ValueError: ``encoder`` gave vectors of another shape, or not numbers; it
+            raises what else it raises (``refit_if_due`` logs either, the
+            previous map stands).
+    """
     rng = np.random.default_rng(SEED)
     sample = ids if len(ids) <= MAX_CHUNKS else np.sort(rng.choice(ids, MAX_CHUNKS, replace=False))
     width = 4 * dimensions
@@ -227,20 +255,13 @@ def fit(
         for r in store.searchable_chunks(embedding_model, dimensions, [int(c) for c in sample])
         if len(r["vector"]) == width  # a damaged row is the index's to report, not the fit's
     }
-    sentence_vectors = {
-        c: m for c, m in store.sentence_vectors(list(vectors)).items() if m.shape[1] == dimensions
-    }
-    owned = [c for c in vectors if c in sentence_vectors]
-    if not owned:
-        return None
     row = {c: i for i, c in enumerate(vectors)}
-    anchors = np.concatenate([sentence_vectors[c] for c in owned])
-    positives = np.concatenate([np.full(len(sentence_vectors[c]), row[c]) for c in owned])
+    if encoder is not None:
+        anchors, positives = _alone(store, encoder, row, rng)
+    else:
+        anchors, positives = _stored(store, dimensions, row, rng)
     if len(anchors) < MIN_ANCHORS:
         return None
-    if len(anchors) > MAX_ANCHORS:
-        keep = np.sort(rng.choice(len(anchors), MAX_ANCHORS, replace=False))
-        anchors, positives = anchors[keep], positives[keep]
     chunks = np.vstack([vectors[c] for c in vectors])
     return QueryAdapter(
         matrix=fit_matrix(anchors, positives, chunks),
@@ -249,6 +270,47 @@ def fit(
         anchors=len(anchors),
         fitted_at=time.time(),
     )
+
+
+def _stored(
+    store: Store, dimensions: int, row: dict[int, int], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """The chunks' stored sentence vectors (at most ``MAX_ANCHORS``) and each one's chunk row."""
+    sentence_vectors = {
+        c: m for c, m in store.sentence_vectors(list(row)).items() if m.shape[1] == dimensions
+    }
+    owned = [c for c in row if c in sentence_vectors]
+    if not owned:
+        return np.zeros((0, dimensions), dtype=np.float32), np.zeros(0, dtype=np.int64)
+    anchors = np.concatenate([sentence_vectors[c] for c in owned])
+    positives = np.concatenate([np.full(len(sentence_vectors[c]), row[c]) for c in owned])
+    if len(anchors) > MAX_ANCHORS:
+        keep = np.sort(rng.choice(len(anchors), MAX_ANCHORS, replace=False))
+        anchors, positives = anchors[keep], positives[keep]
+    return anchors, positives
+
+
+def _alone(
+    store: Store, encoder: Embedder, row: dict[int, int], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``ALONE`` of the chunks' sentences encoded alone, and each one's chunk row.
+
+    Each as a model without one pass embeds it for the sentence leg
+    (``sentence_texts``: the heading path, then the sentence; a passage).
+    """
+    pairs = [
+        (row[c], text)
+        for c, chunk in sorted(store.chunks_by_id(list(row)).items())
+        for text in sentence_texts(chunk.text, chunk.content)
+    ]
+    if len(pairs) > ALONE:
+        pairs = [pairs[i] for i in np.sort(rng.choice(len(pairs), ALONE, replace=False))]
+    if len(pairs) < MIN_ANCHORS:  # too few to fit: nothing is encoded
+        return np.zeros((0, encoder.dim), dtype=np.float32), np.zeros(0, dtype=np.int64)
+    anchors = encoder.encode([t for _, t in pairs])
+    if anchors.shape != (len(pairs), encoder.dim) or not np.isfinite(anchors).all():
+        raise ValueError(f"the model gave sentence vectors of shape {anchors.shape}")
+    return anchors, np.array([r for r, _ in pairs], dtype=np.int64)
 
 
 def meta_keys(embedding_model: str, dimensions: int) -> tuple[str, str]:
@@ -270,6 +332,9 @@ class QueryAdapters:
         dimensions: its vector size.
         enabled: ``False``: never fitted nor applied (``KB_QUERY_ADAPTER=false``).
         reload_seconds: how often the store is asked for another process's new map.
+        embedder: the running model; one that pools sentence vectors from its
+            passage's pass (``index.embed.passages``) encodes ``ALONE`` sentences
+            alone at each fit. ``None``: the stored sentence vectors only.
     """
 
     def __init__(
@@ -280,8 +345,10 @@ class QueryAdapters:
         dimensions: int,
         enabled: bool = True,
         reload_seconds: float = RELOAD_SECONDS,
+        embedder: Embedder | None = None,
     ) -> None:
         self.store = store
+        self.encoder = embedder if passage_encoder(embedder) is not None else None
         self.embedding_model = embedding_model
         self.dimensions = dimensions
         self.enabled = enabled and dimensions <= MAX_DIMENSIONS
@@ -357,7 +424,7 @@ class QueryAdapters:
         ids, _ = self.store.searchable_chunk_versions(self.embedding_model, self.dimensions)
         count = len(ids)
         started = time.perf_counter()
-        adapter = fit(self.store, self.embedding_model, self.dimensions, ids)
+        adapter = fit(self.store, self.embedding_model, self.dimensions, ids, encoder=self.encoder)
         if adapter is None:
             # Too few sentences left: an earlier map of the same model still
             # maps its queries; an empty knowledge base keeps none.
