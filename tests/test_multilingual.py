@@ -361,12 +361,15 @@ async def czech_bot(
     """The bot on the multilingual preset over the Czech documents, behind signed HTTP."""
     from bot.app import create_app
 
-    # A threshold for this three-document corpus, recorded as the preset's.
+    # A threshold for this three-document corpus, recorded as the preset's. The French
+    # question's best distance is about 0.16 and moves by a hundredth with the CPU's
+    # 8-bit kernels (MatMulNBits: AVX2 or AVX-512 VNNI): these tests are of the words and
+    # the sources, not of the gate, so the threshold leaves that room.
     settings = settings_for(
         data_dir=tmp_path / "kb",
         embedding_model="multilingual",
-        threshold=0.16,
-        related_threshold=0.2,
+        threshold=0.2,
+        related_threshold=0.25,
         threshold_model=MULTILINGUAL_MODEL_NAME,
     )
     kb = KnowledgeBase(settings.index_config(), embedder=e5)
