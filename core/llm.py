@@ -10,7 +10,9 @@ failure: it goes through untranslated, and a streamed request is closed on the w
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -179,4 +181,20 @@ def _client(config: LLMConfig) -> openai.AsyncOpenAI:
         api_key=config.api_key or "not-needed",
         timeout=config.timeout,
         max_retries=config.max_retries,
+        # The client's own defaults (limits, redirects), with the process's one TLS context.
+        http_client=openai.DefaultAsyncHttpxClient(
+            base_url=config.base_url, timeout=config.timeout, verify=_tls()
+        ),
     )
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS context every client of this process shares, made as the client makes its own.
+
+    Made once: reading the system's CA certificates takes tens of milliseconds, and an
+    engine is built per knowledge base, per model switch, per ``kb`` command.
+    """
+    import httpx2
+
+    return httpx2.create_ssl_context()

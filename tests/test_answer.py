@@ -399,3 +399,19 @@ async def test_credentials_in_the_model_url_never_reach_an_error_message(
     reason = answer.model_error or ""
     assert "could not be reached" in reason
     assert "canary-url-password" not in reason and "kbuser" not in reason
+
+
+async def test_every_model_client_shares_one_tls_context_that_checks_certificates() -> None:
+    import ssl
+
+    from core.llm import LLM, _tls
+
+    clients = [LLM(LLMConfig(base_url="https://llm.example.com/v1", timeout=7.0)) for _ in "ab"]
+    try:
+        # Read once per process, not once per engine: the same context, verifying.
+        assert _tls() is _tls()
+        assert _tls().verify_mode == ssl.CERT_REQUIRED and _tls().check_hostname
+        assert all(llm.configured for llm in clients)
+    finally:
+        for llm in clients:
+            await llm.aclose()
