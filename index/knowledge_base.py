@@ -1092,8 +1092,8 @@ class KnowledgeBase:
         """The configured model a knowledge base kept on the earlier default moves to, loaded."""
         if self.kept_model is None:
             return None
-        config = with_changes(self.config, embedding_model=self.configured_model)
-        return config, load_embedder(config)
+        # The one copy a write during the move embeds on too (``_model_for``).
+        return self._model_for(self.configured_model)
 
     @property
     def running(self) -> tuple[IndexConfig, Embedder]:
