@@ -10,6 +10,7 @@ started as ``kb serve`` starts it, through its aiohttp application.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -21,11 +22,12 @@ from aiohttp.test_utils import TestClient
 
 from bot.app import create_app
 from bot.settings import Settings
-from index.config import IndexConfig
+from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig
 from index.embed import Embedder, EmbeddingModelUnavailable
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
 from index.search.query_map import BackgroundFits, QueryAdapter, QueryAdapters
+from tests.conftest import TEST_EMBEDDING_MODEL
 
 # A test's deadline for what the product does at once, not a measured bound.
 WAIT_S = 60.0
@@ -242,6 +244,33 @@ def test_a_fit_of_a_model_replaced_meanwhile_is_never_installed(
     left.refit_if_due()  # a retired map asks for no fit
     assert fits.latest() is running
     fits.close()
+
+
+def test_a_server_moving_to_another_model_never_installs_the_left_models_fit(
+    evalmini_kb: KnowledgeBase, index_dir: Path, embedder: Embedder
+) -> None:
+    """The store moved to the multilingual preset while a fit of MiniLM's map ran."""
+    config = IndexConfig(
+        data_dir=index_dir,
+        embedding_model=TEST_EMBEDDING_MODEL,
+        encoder_cache=Path(os.environ["KB_ENCODER_CACHE"]),
+    )
+    kb = KnowledgeBase(config, embedder=embedder, fit_in_background=True)
+    left, held = kb.query_adapters, _Held(embedder)
+    left.encoder = held  # type: ignore[assignment]
+    _forget_map(kb)
+    kb.refresh_search()
+    assert held.entered.wait(WAIT_S)
+    running = _latest(kb)
+
+    kb.follow_store_model(DEFAULT_EMBEDDING_MODEL)  # what the server does when the store moved
+    moved_to = kb.query_adapters
+    assert moved_to is not left and moved_to.embedding_model == kb.embedder.name != embedder.name
+    held.release.set()
+    assert running.result(WAIT_S) is None  # given up: nothing written, nothing installed
+    assert kb.store.get_meta(left.stamp_key) is None and left.current() is None
+    assert kb.store.get_meta(moved_to.stamp_key) is None and moved_to.current() is None
+    kb.stop_fitting()
 
 
 async def test_a_server_start_with_a_due_fit_is_ready_before_the_fit_ends(
