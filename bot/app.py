@@ -85,7 +85,13 @@ def create_app(
     Returns:
         The application; run it with ``web.run_app`` or a test client.
     """
-    kb = kb or (engine.kb if engine is not None else KnowledgeBase(settings.index_config()))
+    # The server's own knowledge base fits its query map in the background: a write
+    # (an upload, a sync) and the start return once the passages are searchable.
+    kb = kb or (
+        engine.kb
+        if engine is not None
+        else KnowledgeBase(settings.index_config(), fit_in_background=True)
+    )
     engine = engine or build_engine(settings.engine_config(kb.config.embedding_model), kb)
     slack_config = settings.slack_config()
     # Who may read what, one rule and one membership cache for every surface.
@@ -162,7 +168,8 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.start()
     # Load (or rebuild) the search snapshot now rather than on the first question.
     await asyncio.to_thread(services.kb.search_index.open)
-    # A knowledge base from before query maps, or changed by a tool that fits none.
+    # A knowledge base from before query maps, or changed by a tool that fits none
+    # (with ``fit_in_background``, fitted after the server is ready).
     await asyncio.to_thread(services.kb.query_adapters.refit_if_due)
     await asyncio.to_thread(load_embedding_model, services.kb)
     await asyncio.to_thread(load_reranker, services.engine)
@@ -183,6 +190,8 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
             poll = canvases.keep_syncing(bolt.client, every)
             loops.append(asyncio.create_task(poll, name="sync-canvases"))
     yield
+    # A fit under way must not hold the process past its stop: given up, written never.
+    services.kb.stop_fitting()
     for loop in loops:
         loop.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -69,6 +69,7 @@ from index.models import (
 from index.names import display_name
 from index.records import AuditEntry, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.search import (
+    BackgroundFits,
     DerivedIndexes,
     LocalSearchIndex,
     QueryAdapters,
@@ -170,6 +171,11 @@ class KnowledgeBase:
         keep_earlier_model: open a knowledge base built on the earlier default
             model on that model (``index.kept_model``); ``False`` (``kb reindex``):
             on the configured one, so that a reindex moves it.
+        fit_in_background: fit a due query map on a thread of its own (the
+            server: ``kb serve``), so that a write returns once its passages are
+            searchable; ``stop_fitting`` at shutdown. ``False`` (the offline
+            tools, tests): in the writer's thread, before the write returns.
+            A reindex's fit (``force``) is always the writer's.
     """
 
     def __init__(
@@ -179,8 +185,11 @@ class KnowledgeBase:
         embedder: Embedder | None = None,
         chunker: Callable[[Extracted], Chunking] | None = None,
         keep_earlier_model: bool = True,
+        fit_in_background: bool = False,
     ) -> None:
         self.chunker = chunker
+        # Where due query maps are fitted: None, in the writer's thread.
+        self.fits = BackgroundFits() if fit_in_background else None
         self.store = Store(config.data_dir, database_url=config.database_url)
         # The earlier default this knowledge base was built on and keeps running, if any.
         self.kept_model: KeptModel | None = None
@@ -231,6 +240,7 @@ class KnowledgeBase:
             dimensions=embedder.dim,
             enabled=config.query_adapter,
             embedder=embedder,
+            fits=self.fits,
         )
         index = open_search_index(
             self.store,
@@ -255,9 +265,21 @@ class KnowledgeBase:
         return self.embedder.encode_query(question)
 
     def refresh_search(self) -> None:
-        """Bring the search index up to the store, then refit the query map if it is due."""
+        """Bring the search index up to the store, then refit the query map if it is due.
+
+        With ``fit_in_background`` the fit is only asked for: it runs after this returns.
+        """
         self.search_index.sync()
         self.query_adapters.refit_if_due()
+
+    def stop_fitting(self) -> None:
+        """Stop fitting query maps in the background (the server stops), without waiting.
+
+        A fit under way writes nothing (the next start finds it due again); a
+        write under way is finished first. Nothing with ``fit_in_background`` off.
+        """
+        if self.fits is not None:
+            self.fits.close()
 
     def _recover(self) -> None:
         """Fail the documents whose indexing was interrupted; on a full disk, say so and go on."""
@@ -1172,9 +1194,11 @@ class KnowledgeBase:
         adapters, index = self._search_of(config, embedder)
         index.rebuild()
         adapters.refit_if_due(force=True)
+        left = self.query_adapters
         # Together: what /readyz and the Home tab read of the model run never mixes two.
         self._running, self.kept_model = (config, embedder), kept
         self.query_adapters, self.search_index = adapters, index
+        left.retire()  # a fit of the model left, under way or queued, writes nothing
         self._fit = None
         with self._loading:
             self._loaded.clear()  # the running one is held as such; any other loaded is not needed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -246,11 +247,17 @@ class _Counted:
         self.calls: list[tuple[list[str], str]] = []
         self.dim = embedder.dim
 
-    def encode(self, texts: list[str], *, role: str = "document") -> np.ndarray:
+    def encode(
+        self,
+        texts: list[str],
+        *,
+        role: str = "document",
+        on_batch: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
         self.calls.append((list(texts), role))
         if self.fails:
             raise EmbeddingModelUnavailable("The model's files went away while encoding.")
-        return self.embedder.encode(texts, role=role)  # type: ignore[arg-type]
+        return self.embedder.encode(texts, role=role, on_batch=on_batch)  # type: ignore[arg-type]
 
 
 def test_a_model_that_pools_sentences_fits_on_at_most_alone_sentences_encoded_alone(

@@ -16,7 +16,7 @@ from index.search.derived import DerivedIndexes, OnlyScopes, Snapshot
 from index.search.fusion import DEFAULT_DEPTH, FUSION, RRF_K, Fusion, fuse, rrf, score_fusion
 from index.search.local import LocalSearchIndex
 from index.search.qdrant import QdrantSearchIndex
-from index.search.query_map import QueryAdapters
+from index.search.query_map import BackgroundFits, QueryAdapters
 from index.search.tokens import ANALYZER, query_languages, question_language
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANALYZER",
+    "BackgroundFits",
     "Candidate",
     "DEFAULT_DEPTH",
     "DerivedIndexes",

@@ -24,6 +24,12 @@ reads the same one), stamped with the model and dimensions it was fitted on;
 a map of another model is never applied. It is fitted again when the
 searchable chunks have changed by a tenth since the last fit: a map fitted on
 fewer documents is still a map of the same model, only less tuned.
+
+Where the fit runs is the knowledge base's choice: in the writer's thread
+(the offline tools: ``kb ingest``, ``kb eval``, ``kb reindex``, deterministic),
+or, in the server, on a thread of its own (``BackgroundFits``): the writer
+returns once its passages are searchable, searches keep the map in use until
+the new one is written whole (map and stamp in one transaction) and read.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +51,15 @@ from index.errors import KBError
 from index.ingest import from_blob, sentence_texts
 from index.storage import Store
 
-__all__ = ["MAX_DIMENSIONS", "QueryAdapter", "QueryAdapters", "fit_matrix", "meta_keys"]
+__all__ = [
+    "MAX_DIMENSIONS",
+    "BackgroundFits",
+    "FitStopped",
+    "QueryAdapter",
+    "QueryAdapters",
+    "fit_matrix",
+    "meta_keys",
+]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +101,19 @@ SEED = 0
 
 class QueryAdapterError(KBError):
     """A stored map that cannot be read (damaged, or of another shape)."""
+
+
+class FitStopped(Exception):
+    """A fit given up before it wrote anything: the server stops, or its model was replaced."""
+
+
+Stopped = Callable[[], bool]
+"""Asked between batches of a fit: ``True`` gives the fit up (``FitStopped``)."""
+
+
+def _check(stopped: Stopped | None) -> None:
+    if stopped is not None and stopped():
+        raise FitStopped("the fit was stopped before it wrote a map")
 
 
 @dataclass(frozen=True)
@@ -171,13 +201,21 @@ class QueryAdapter:
 
 
 def fit_matrix(
-    anchors: np.ndarray, positives: np.ndarray, chunks: np.ndarray, *, seed: int = SEED
+    anchors: np.ndarray,
+    positives: np.ndarray,
+    chunks: np.ndarray,
+    *,
+    seed: int = SEED,
+    stopped: Stopped | None = None,
 ) -> np.ndarray:
     """``W`` (from the identity) ranking each ``anchors[i]`` nearest its chunk ``chunks[positives[i]]``.
 
     Adam on the softmax cross-entropy of ``SCALE * normalise(W a) . c`` over the
     positive and ``NEGATIVES`` sampled chunks of each batch. Deterministic for a
     seed. Anchors and chunks are unit vectors.
+
+    Raises:
+        FitStopped: ``stopped()`` said so before a batch.
     """
     rng = np.random.default_rng(seed)
     dim = anchors.shape[1]
@@ -189,6 +227,7 @@ def fit_matrix(
     for _ in range(EPOCHS):
         order = rng.permutation(len(anchors))
         for at in range(0, len(order), BATCH):
+            _check(stopped)
             rows = order[at : at + BATCH]
             grad = _gradient(w, anchors[rows].astype(np.float64), positives[rows], pool, rng)
             step += 1
@@ -235,14 +274,17 @@ def fit(
     ids: np.ndarray,
     *,
     encoder: Embedder | None = None,
+    stopped: Stopped | None = None,
 ) -> QueryAdapter | None:
     """A map fitted on a seeded sample of the searchable chunks ``ids``; ``None`` if too few sentences.
 
     Its anchors are the chunks' stored sentence vectors, or with ``encoder`` (a
     model pooling them from the passage's pass) at most ``ALONE`` of their
-    sentences encoded alone.
+    sentences encoded alone. ``stopped`` is asked after each batch the model
+    encodes and before each batch of the fit.
 
     Raises:
+        FitStopped: ``stopped()`` said so.
         ValueError: ``encoder`` gave vectors of another shape, or not numbers; it
             raises what else it raises (``refit_if_due`` logs either, the
             previous map stands).
@@ -257,14 +299,14 @@ def fit(
     }
     row = {c: i for i, c in enumerate(vectors)}
     if encoder is not None:
-        anchors, positives = _alone(store, encoder, row, rng)
+        anchors, positives = _alone(store, encoder, row, rng, stopped)
     else:
         anchors, positives = _stored(store, dimensions, row, rng)
     if len(anchors) < MIN_ANCHORS:
         return None
     chunks = np.vstack([vectors[c] for c in vectors])
     return QueryAdapter(
-        matrix=fit_matrix(anchors, positives, chunks),
+        matrix=fit_matrix(anchors, positives, chunks, stopped=stopped),
         embedding_model=embedding_model,
         chunks=len(ids),
         anchors=len(anchors),
@@ -291,7 +333,11 @@ def _stored(
 
 
 def _alone(
-    store: Store, encoder: Embedder, row: dict[int, int], rng: np.random.Generator
+    store: Store,
+    encoder: Embedder,
+    row: dict[int, int],
+    rng: np.random.Generator,
+    stopped: Stopped | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """At most ``ALONE`` of the chunks' sentences encoded alone, and each one's chunk row.
 
@@ -307,7 +353,7 @@ def _alone(
         pairs = [pairs[i] for i in np.sort(rng.choice(len(pairs), ALONE, replace=False))]
     if len(pairs) < MIN_ANCHORS:  # too few to fit: nothing is encoded
         return np.zeros((0, encoder.dim), dtype=np.float32), np.zeros(0, dtype=np.int64)
-    anchors = encoder.encode([t for _, t in pairs])
+    anchors = encoder.encode([t for _, t in pairs], on_batch=lambda _: _check(stopped))
     if anchors.shape != (len(pairs), encoder.dim) or not np.isfinite(anchors).all():
         raise ValueError(f"the model gave sentence vectors of shape {anchors.shape}")
     return anchors, np.array([r for r, _ in pairs], dtype=np.int64)
@@ -335,6 +381,8 @@ class QueryAdapters:
         embedder: the running model; one that pools sentence vectors from its
             passage's pass (``index.embed.passages``) encodes ``ALONE`` sentences
             alone at each fit. ``None``: the stored sentence vectors only.
+        fits: where a due fit runs (``refit_if_due``): ``None``, in the caller's
+            thread; else on ``fits``' thread (the server's).
     """
 
     def __init__(
@@ -346,8 +394,10 @@ class QueryAdapters:
         enabled: bool = True,
         reload_seconds: float = RELOAD_SECONDS,
         embedder: Embedder | None = None,
+        fits: BackgroundFits | None = None,
     ) -> None:
         self.store = store
+        self.fits = fits
         self.encoder = embedder if passage_encoder(embedder) is not None else None
         self.embedding_model = embedding_model
         self.dimensions = dimensions
@@ -358,6 +408,11 @@ class QueryAdapters:
         self._stamp: str | None = None
         self._checked = float("-inf")
         self.reload_seconds = reload_seconds
+        # One fit of this map at a time, whichever thread asks (a reindex's forced
+        # fit waits for a background one, and its map is the one that stays).
+        self._fitting = threading.Lock()
+        # Replaced by another model's (``retire``): a fit of it writes nothing.
+        self.retired = False
 
     def status(self) -> dict[str, object] | str:
         """What ``kb status`` and ``kb eval`` show: ``"off"``, ``"none yet"`` or the map in use."""
@@ -401,13 +456,38 @@ class QueryAdapters:
     def refit_if_due(self, *, force: bool = False) -> QueryAdapter | None:
         """Fit and store a new map when none fits or the chunks changed by ``REFIT_SHARE``.
 
+        With ``fits`` (the server), a fit that is not ``force``d is only asked of
+        ``fits`` (it runs on their thread): this returns at once with the map in
+        use now. Otherwise it fits here, before returning.
+
         Never raises for the store or the fit: a knowledge base whose map cannot be
         fitted or written searches in the model's order, and says so in the log.
         """
-        if not self.enabled or self.store.read_only:
+        if not self.enabled or self.store.read_only or self.retired:
             return self.current()
+        if self.fits is not None and not force:
+            self.fits.request(self)
+            return self.current()
+        return self.refit(force=force)
+
+    def refit(self, *, force: bool = False, stopped: Stopped | None = None) -> QueryAdapter | None:
+        """``refit_if_due`` in this thread; ``stopped`` (asked between batches) gives the fit up.
+
+        A fit given up, or of a map ``retire``d meanwhile, writes nothing: the map
+        in use stays, and the next start finds the fit due again.
+        """
+        if not self.enabled or self.store.read_only or self.retired:
+            return self.current()
+
+        def given_up() -> bool:
+            return self.retired or (stopped is not None and stopped())
+
         try:
-            return self._refit(force)
+            with self._fitting:
+                return self._refit(force, given_up)
+        except FitStopped:
+            log.info("query map fit stopped (the server stops, or its model was replaced)")
+            return self.current()
         except Exception as exc:  # the write that called this has already succeeded
             log.warning(
                 "query map not fitted (%s: %s); the previous map or the model's order is used",
@@ -416,7 +496,11 @@ class QueryAdapters:
             )
             return self.current()
 
-    def _refit(self, force: bool) -> QueryAdapter | None:
+    def retire(self) -> None:
+        """This map's model is no longer run here: a fit of it under way writes nothing."""
+        self.retired = True
+
+    def _refit(self, force: bool, stopped: Stopped) -> QueryAdapter | None:
         current = self.current()
         count = self.store.searchable_chunk_count(self.embedding_model, self.dimensions)
         if not force and current is not None and not _drifted(current.chunks, count):
@@ -424,17 +508,29 @@ class QueryAdapters:
         ids, _ = self.store.searchable_chunk_versions(self.embedding_model, self.dimensions)
         count = len(ids)
         started = time.perf_counter()
-        adapter = fit(self.store, self.embedding_model, self.dimensions, ids, encoder=self.encoder)
+        adapter = fit(
+            self.store,
+            self.embedding_model,
+            self.dimensions,
+            ids,
+            encoder=self.encoder,
+            stopped=stopped,
+        )
         if adapter is None:
             # Too few sentences left: an earlier map of the same model still
             # maps its queries; an empty knowledge base keeps none.
             if current is not None and count == 0:
-                self._forget()
+                with self._writing():
+                    _check(stopped)
+                    self._forget()
             return current if count else None
         if not np.isfinite(adapter.matrix).all():
             raise ValueError("the fit diverged (values that are not numbers)")
-        self.store.set_meta(self.map_key, adapter.to_meta())
-        self.store.set_meta(self.stamp_key, adapter.stamp())
+        with self._writing():
+            _check(stopped)  # a fit that lost the race with a stop writes nothing
+            with self.store.transaction():  # the map and its stamp together: read whole
+                self.store.set_meta(self.map_key, adapter.to_meta())
+                self.store.set_meta(self.stamp_key, adapter.stamp())
         with self._lock:
             self._checked = float("-inf")
         log.info(
@@ -445,11 +541,70 @@ class QueryAdapters:
         )
         return self.current()
 
+    def _writing(self) -> AbstractContextManager[object]:
+        """Held while a fit writes: ``BackgroundFits.close`` waits for a write under way."""
+        return self.fits.writing if self.fits is not None else nullcontext()
+
     def _forget(self) -> None:
-        self.store.delete_meta(self.stamp_key)
-        self.store.delete_meta(self.map_key)
+        with self.store.transaction():
+            self.store.delete_meta(self.stamp_key)
+            self.store.delete_meta(self.map_key)
         with self._lock:
             self._checked = float("-inf")
+
+
+class BackgroundFits:
+    """The server's fits of query maps, on one thread of their own (``kb serve``).
+
+    One fit at a time; the requests for a map while a fit runs coalesce into
+    at most one more (which finds out then whether it is still due). ``close``
+    (the server stops) drops the fits not started and stops the one running at
+    its next batch: it writes nothing, and the next start finds it due again.
+    """
+
+    def __init__(self) -> None:
+        # The thread starts at the first request: a server with nothing due has none.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-query-map")
+        self._lock = threading.Lock()
+        self._queued: dict[QueryAdapters, Future[QueryAdapter | None]] = {}
+        self._latest: Future[QueryAdapter | None] | None = None
+        self._closed = False
+        # Held by a fit writing its map, and by ``close``: once closed, nothing is written.
+        self.writing = threading.Lock()
+
+    def request(self, adapters: QueryAdapters) -> Future[QueryAdapter | None] | None:
+        """Fit ``adapters`` if due, on this thread; the fit's future (``None``: closed).
+
+        A request while another for the same map waits to start is that one.
+        """
+        with self._lock:
+            if self._closed:
+                return None
+            queued = self._queued.get(adapters)
+            if queued is None:
+                queued = self._executor.submit(self._run, adapters)
+                self._queued[adapters] = self._latest = queued
+            return queued
+
+    def latest(self) -> Future[QueryAdapter | None] | None:
+        """The future of the last fit requested (``None``: none yet): the map a write asked for."""
+        with self._lock:
+            return self._latest
+
+    def _run(self, adapters: QueryAdapters) -> QueryAdapter | None:
+        with self._lock:
+            self._queued.pop(adapters, None)  # started: a request from now on queues another
+        return adapters.refit(stopped=self.closed)
+
+    def closed(self) -> bool:
+        """Whether ``close`` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Stop: no fit starts from now on, none writes, and this returns without waiting for one."""
+        with self.writing, self._lock:
+            self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _drifted(fitted: int, now: int) -> bool:
