@@ -24,19 +24,38 @@ difference, and go.
 
 NFKC does not make a Cyrillic ``о`` a Latin ``o``: those are letters of
 another language, and a question in that language means them.
+
+:func:`well_formed` is the text a question is taken in at all: a client that
+cuts a message in the middle of an emoji leaves half of its UTF-16 pair (a lone
+surrogate, which JSON carries as ``\\ud83d``), and no UTF-8 encoder (the
+tokenizer's, SQLite's, the model client's) accepts it.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
-__all__ = ["invisible", "plain", "visible"]
+__all__ = ["invisible", "plain", "visible", "well_formed"]
 
 _JOINERS = frozenset("\u200c\u200d")
 # Letters of these scripts never need a joiner; their look-alike forms neither.
 _NO_JOINING = ("LATIN", "GREEK", "CYRILLIC", "FULLWIDTH", "HALFWIDTH", "MATHEMATICAL", "DIGIT")
 # Control characters that are line breaks or a tab: kept, the text's own layout.
 _LAYOUT = frozenset("\t\n\v\f\r\x1c\x1d\x1e\x85")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_REPLACEMENT = "\ufffd"
+
+
+def well_formed(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, the replacement character.
+
+    Python joins an escaped pair (``\\ud83d\\ude42``) into its one character as it
+    reads JSON: a surrogate left in a ``str`` is always half of a pair.
+    """
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(_REPLACEMENT, text)
 
 
 def invisible(ch: str) -> bool:
@@ -59,12 +78,13 @@ def visible(text: str) -> str:
 
 
 def plain(text: str) -> str:
-    """``text`` as it is analysed: invisible characters removed, controls as spaces, NFKC."""
+    """``text`` as it is analysed: invisible characters removed, controls as spaces, NFKC;
+    well formed (:func:`well_formed`)."""
     if text.isascii() and text.isprintable():
         return text
     shown = "".join(
         " " if unicodedata.category(ch) == "Cc" and ch not in _LAYOUT else ch
-        for ch in visible(text)
+        for ch in visible(well_formed(text))
     )
     return unicodedata.normalize("NFKC", shown)
 
