@@ -66,6 +66,10 @@ log = logging.getLogger(__name__)
 # How sure the language detector must be of a question's language, in a
 # knowledge base of English only, before the prompt names it.
 QUESTION_CONFIDENCE = 0.9
+# A question, not a document: about a page of text. Every surface refuses a longer one before
+# anything reads it (the multilingual model reads a long text window by window: a Slack
+# message of 40,000 characters is about 25 s of two cores); none cuts it.
+MAX_QUESTION_CHARS = 4000
 
 REFUSAL_TEXT = "The knowledge base has nothing on this, so I won't guess."
 EVIDENCE_TEXT = "No answer was generated. Here is what the knowledge base says:"
