@@ -18,7 +18,7 @@ from bot.mcp import Person
 from bot.mcp.tools import BadToolCall, Tools
 from core.answer import Engine, Outcome
 from index.knowledge_base import KnowledgeBase
-from index.normal_form import plain, well_formed
+from index.normal_form import plain, unshouted, well_formed
 from tests.servers import OpenAICompatServer
 
 QUESTION = "How long do I have to submit an expense claim?"
@@ -45,6 +45,14 @@ def test_half_of_a_surrogate_pair_becomes_the_replacement_character() -> None:
     assert well_formed("\ude42 then 🙂") == "\ufffd then 🙂"
     assert plain("ok \ud83d").encode("utf-8")  # what the tokenizer and SQLite need
     assert well_formed("Příliš žluťoučký kůň") == "Příliš žluťoučký kůň"
+
+
+def test_a_question_in_capitals_is_put_in_sentence_case_and_nothing_else_is() -> None:
+    assert unshouted("KOLIK DNÍ DOVOLENÉ MÁM?") == "Kolik dní dovolené mám?"
+    assert unshouted("CÂTE ZILE DE CONCEDIU AM? ȘI CÂND?") == "Câte zile de concediu am? Și când?"
+    # One lower-case letter, or fewer than three words: as typed (acronyms, identifiers).
+    for kept in ("How do I reset the VPN?", "VPN DNS?", "ERR_TIMEOUT ON DEPLOY", "1234 5678"):
+        assert unshouted(kept) == kept
 
 
 def test_joiners_that_spell_a_word_stay() -> None:
