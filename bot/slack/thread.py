@@ -28,7 +28,7 @@ from core.prompt import HISTORY_MESSAGES, Role, ThreadMessage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_PAGES", "PAGE_SIZE", "READ_SECONDS", "SlackThread"]
+__all__ = ["MAX_PAGES", "PAGE_SIZE", "READ_SECONDS", "SlackThread", "as_typed"]
 
 PAGE_SIZE = 100  # replies per conversations.replies call
 MAX_PAGES = 3  # a longer thread keeps its newest messages of the first pages only
@@ -116,12 +116,12 @@ class SlackThread:
         if self._is_mine(message):
             if text in translated_everywhere("PLACEHOLDER"):  # whoever it was for
                 return None
-            return ThreadMessage(Role.ASSISTANT, _cut(_plain(text)))
+            return ThreadMessage(Role.ASSISTANT, _cut(as_typed(text)))
         if message.get("bot_id") or message.get("subtype") == "bot_message":
             return None  # another app: not a person of this conversation
         if self.bot_user_id:
             text = re.sub(rf"<@{re.escape(self.bot_user_id)}(?:\|[^>]*)?>", " ", text)
-        text = _cut(_plain(text))
+        text = _cut(as_typed(text))
         return ThreadMessage(Role.USER, text) if text else None
 
     def _is_mine(self, message: dict[str, Any]) -> bool:
@@ -131,8 +131,9 @@ class SlackThread:
         )
 
 
-def _plain(text: str) -> str:
-    """Slack's mrkdwn as plain text: links as their label, entities decoded, spaces squeezed."""
+def as_typed(text: str) -> str:
+    """Slack's mrkdwn as plain text, as the person typed it: links as their label (a host name
+    Slack linked is its text again), ``&amp;`` ``&lt;`` ``&gt;`` decoded, spaces squeezed."""
     text = _LINK_RE.sub(lambda m: m.group(2), text)
     return " ".join(html.unescape(text).split())
 

@@ -74,3 +74,23 @@ async def test_a_question_longer_than_the_bound_is_refused_in_the_askers_words(b
     assert len(within) == MAX_QUESTION_CHARS
     await bot.event(app_mention_event(within))
     assert links(await bot.answer())
+
+
+async def test_a_question_is_searched_and_logged_as_typed_not_as_slacks_markup(bot: Bot) -> None:
+    # What Slack sends for "How long do I have to submit an expense claim & receipts
+    # <under 30 days>? see wiki.example.com": &, < and > escaped, the host name linked.
+    sent = (
+        "How long do I have to submit an expense claim &amp; receipts &lt;under 30 days&gt;? "
+        "see <http://wiki.example.com|wiki.example.com>"
+    )
+    typed = (
+        "How long do I have to submit an expense claim & receipts <under 30 days>? "
+        "see wiki.example.com"
+    )
+    await bot.event(app_mention_event(sent))
+    await bot.answer()
+    [logged] = list(bot.kb.store.db.query("SELECT question FROM query_log"))
+    assert logged["question"] == typed
+    assert bot.llm.requests[0]["messages"][-1]["content"].endswith(f"Question: {typed}")
+    # Shown back to Slack, the question's brackets are text again, never markup.
+    assert "<under 30 days>" not in everything_posted(bot.slack)
