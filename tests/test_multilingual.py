@@ -297,12 +297,18 @@ async def test_the_preset_packs_paragraphs_past_minilms_budget(
 # ---------------------------------------------------------------- a knowledge base in Czech
 
 
-async def test_a_czech_knowledge_base_on_the_preset_answers_typed_and_cross_lingual_questions(
-    tmp_path: Path, e5: E5Embedder
-) -> None:
+async def _czech_kb(tmp_path: Path, e5: E5Embedder) -> KnowledgeBase:
+    """The Czech documents indexed on the preset."""
     config = IndexConfig(data_dir=tmp_path / "kb", embedding_model="multilingual")
     kb = await asyncio.to_thread(KnowledgeBase, config, embedder=e5)
     await asyncio.to_thread(kb.ingest_paths, [_write(tmp_path / "docs", CZECH_DOCS)])
+    return kb
+
+
+async def test_a_czech_knowledge_base_on_the_preset_answers_typed_and_cross_lingual_questions(
+    tmp_path: Path, e5: E5Embedder
+) -> None:
+    kb = await _czech_kb(tmp_path, e5)
     documents = kb.documents()
     assert {d.language for d in documents} == {"cs"}
     assert {c["language"] for d in documents for c in kb.store.chunk_rows(d.id)} == {"cs"}
@@ -316,9 +322,7 @@ async def test_a_czech_knowledge_base_on_the_preset_answers_typed_and_cross_ling
 async def test_a_czech_question_typed_in_capitals_is_searched_as_typed_in_sentence_case(
     tmp_path: Path, e5: E5Embedder
 ) -> None:
-    config = IndexConfig(data_dir=tmp_path / "kb", embedding_model="multilingual")
-    kb = await asyncio.to_thread(KnowledgeBase, config, embedder=e5)
-    await asyncio.to_thread(kb.ingest_paths, [_write(tmp_path / "docs", CZECH_DOCS)])
+    kb = await _czech_kb(tmp_path, e5)
 
     def best(query: str) -> tuple[str, float]:
         found = kb.search_index.search(kb.question_vector(query), query, None, 3)[0]
