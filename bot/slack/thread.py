@@ -38,7 +38,10 @@ MESSAGE_CHARS = 2000  # a message longer than this is cut before it is kept
 READ_SECONDS = 5.0
 # Messages that are someone speaking in the thread; every other subtype is an event about it.
 _SPOKEN = {None, "thread_broadcast", "file_share"}
-_LINK_RE = re.compile(r"<(https?://[^|>]*)\|([^>]*)>")
+# A link or an e-mail address Slack linked, with the text shown for it.
+_LINK_RE = re.compile(r"<((?:https?://|mailto:)[^|>]*)\|([^>]*)>")
+# A channel named in a message: Slack sends its id and, usually, its name.
+_CHANNEL_RE = re.compile(r"<#[CG][A-Z0-9]+\|([^>]*)>")
 
 
 class SlackThread:
@@ -133,8 +136,10 @@ class SlackThread:
 
 def as_typed(text: str) -> str:
     """Slack's mrkdwn as plain text, as the person typed it: links as their label (a host name
-    Slack linked is its text again), ``&amp;`` ``&lt;`` ``&gt;`` decoded, spaces squeezed."""
+    or an address Slack linked is its text again), a channel as ``#name``, ``&amp;`` ``&lt;``
+    ``&gt;`` decoded, spaces squeezed."""
     text = _LINK_RE.sub(lambda m: m.group(2), text)
+    text = _CHANNEL_RE.sub(lambda m: f"#{m.group(1)}", text)
     return " ".join(html.unescape(text).split())
 
 

@@ -78,14 +78,16 @@ async def test_a_question_longer_than_the_bound_is_refused_in_the_askers_words(b
 
 async def test_a_question_is_searched_and_logged_as_typed_not_as_slacks_markup(bot: Bot) -> None:
     # What Slack sends for "How long do I have to submit an expense claim & receipts
-    # <under 30 days>? see wiki.example.com": &, < and > escaped, the host name linked.
+    # <under 30 days>? see wiki.example.com, hr@example.com, #general": &, < and >
+    # escaped, the host name and the address linked, the channel named by its id.
     sent = (
         "How long do I have to submit an expense claim &amp; receipts &lt;under 30 days&gt;? "
-        "see <http://wiki.example.com|wiki.example.com>"
+        "see <http://wiki.example.com|wiki.example.com>, "
+        "<mailto:hr@example.com|hr@example.com>, <#C0GENERAL1|general>"
     )
     typed = (
         "How long do I have to submit an expense claim & receipts <under 30 days>? "
-        "see wiki.example.com"
+        "see wiki.example.com, hr@example.com, #general"
     )
     await bot.event(app_mention_event(sent))
     await bot.answer()
