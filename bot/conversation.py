@@ -3,6 +3,7 @@
 A surface (Slack today) turns its payload into a :class:`Turn` and hands a
 :class:`Reply` that knows how to show things there; :class:`Conversation`
 does the rest in the same order everywhere: help for an empty question, a
+refusal of one longer than ``core.answer.MAX_QUESTION_CHARS`` (read by nothing), a
 progress indicator, the thread's earlier messages as history (as the surface
 has the thread, else as the query log has it), the steps of the work as the
 engine reaches them (a surface may show them or not), the engine's
@@ -25,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from core.answer import Answer, Asker, Engine, Step
+from core.answer import MAX_QUESTION_CHARS, Answer, Asker, Engine, Step
 from core.outside import OutsideSearch
 from core.prompt import ThreadMessage
 
@@ -42,6 +43,9 @@ class Reply(Protocol):
 
     async def help(self) -> None:
         """The question was empty: say what the bot is for and how to ask."""
+
+    async def too_long(self, length: int, limit: int) -> None:
+        """The question is ``length`` characters long, over ``limit``: say so; nothing read it."""
 
     async def progress(self) -> None:
         """Show that the question is being worked on (kept until the first text or ``final``)."""
@@ -122,6 +126,14 @@ class Conversation:
         """Answer ``turn`` through ``reply``; ``None`` when there was no question to answer."""
         if not turn.question:
             await reply.help()
+            return None
+        if len(turn.question) > MAX_QUESTION_CHARS:
+            log.info(
+                "a question of %d characters refused (at most %d)",
+                len(turn.question),
+                MAX_QUESTION_CHARS,
+            )
+            await reply.too_long(len(turn.question), MAX_QUESTION_CHARS)
             return None
         asked = False  # the engine logs a turn stopped once it has it
         try:

@@ -56,7 +56,7 @@ from index.ingest import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
 from index.languages import ENGLISH, detect
 from index.models import ALL_SCOPES
-from index.normal_form import plain
+from index.normal_form import plain, well_formed
 from index.records import ChunkRow, QueryRecord
 from index.search import question_language
 from index.sources import is_source_scope
@@ -66,6 +66,10 @@ log = logging.getLogger(__name__)
 # How sure the language detector must be of a question's language, in a
 # knowledge base of English only, before the prompt names it.
 QUESTION_CONFIDENCE = 0.9
+# A question, not a document: about a page of text. Every surface refuses a longer one before
+# anything reads it (the multilingual model reads a long text window by window: a Slack
+# message of 40,000 characters is about 25 s of two cores); none cuts it.
+MAX_QUESTION_CHARS = 4000
 
 REFUSAL_TEXT = "The knowledge base has nothing on this, so I won't guess."
 EVIDENCE_TEXT = "No answer was generated. Here is what the knowledge base says:"
@@ -304,7 +308,13 @@ class Engine:
 
         Cancelled (the asker stopped it), the question is logged as ``stopped``
         with what was written so far, and the cancellation goes on.
+
+        The question and the history are taken well formed
+        (``index.normal_form.well_formed``): a message cut in the middle of an
+        emoji is answered and logged like the rest of its words.
         """
+        question = well_formed(question)
+        history = [replace(m, text=well_formed(m.text)) for m in history]
         trace = _Trace()
         search = _OutsideSearch(outside, question, quote=quote_outside)
         try:
@@ -323,7 +333,7 @@ class Engine:
         self, question: str, *, scopes: frozenset[str] | None = None, asker: Asker = Asker()
     ) -> None:
         """Log ``question`` as ``stopped`` before :meth:`ask` began (the asker stopped it first)."""
-        await asyncio.to_thread(self._log_stopped, question, _Trace(), scopes, asker)
+        await asyncio.to_thread(self._log_stopped, well_formed(question), _Trace(), scopes, asker)
 
     async def _answer(
         self,

@@ -8,7 +8,8 @@ passages in the same order wherever it is asked:
 
 1. **the query**: the question in its normal form (``index.normal_form.plain``:
    full-width and other compatibility forms folded, invisible characters
-   removed), after the question a follow-up's thread last had answered;
+   removed; one typed in capitals in sentence case, ``unshouted``), after the
+   question a follow-up's thread last had answered;
 2. **the candidates**: its vector and the fused candidates visible to the
    asker's scopes, ``top_k * CANDIDATES_PER_KEPT`` of them;
 3. **the gate** (``core.gate.gate``) decides whether an answer is written, on
@@ -44,7 +45,7 @@ from core.prompt import Role, ThreadMessage
 from core.rerank import Reranker, RerankerUnavailable, rerank
 from core.retrieve import Candidate, Mode, RetrievalBackend, configured_order, reorders_answers
 from index.knowledge_base import KnowledgeBase
-from index.normal_form import plain
+from index.normal_form import plain, unshouted
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,8 @@ def retrieval_query(question: str, history: Sequence[ThreadMessage] = ()) -> str
     model reads it in the prompt, retrieval is not steered by it).
     """
     topic = _last_answered(history)
-    return plain(f"{topic}\n{question}" if topic else question)
+    question = unshouted(plain(question))
+    return f"{unshouted(plain(topic))}\n{question}" if topic else question
 
 
 class PassageSelector:

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from bot.cli import main
 from bot.settings import Settings
+from core.selection import retrieval_query
 from core.thresholds import BUNDLED, MINILM, thresholds_in_force
 from index.config import EmbeddingEndpoint, IndexConfig
 from index.embed import (
@@ -296,12 +297,18 @@ async def test_the_preset_packs_paragraphs_past_minilms_budget(
 # ---------------------------------------------------------------- a knowledge base in Czech
 
 
-async def test_a_czech_knowledge_base_on_the_preset_answers_typed_and_cross_lingual_questions(
-    tmp_path: Path, e5: E5Embedder
-) -> None:
+async def _czech_kb(tmp_path: Path, e5: E5Embedder) -> KnowledgeBase:
+    """The Czech documents indexed on the preset."""
     config = IndexConfig(data_dir=tmp_path / "kb", embedding_model="multilingual")
     kb = await asyncio.to_thread(KnowledgeBase, config, embedder=e5)
     await asyncio.to_thread(kb.ingest_paths, [_write(tmp_path / "docs", CZECH_DOCS)])
+    return kb
+
+
+async def test_a_czech_knowledge_base_on_the_preset_answers_typed_and_cross_lingual_questions(
+    tmp_path: Path, e5: E5Embedder
+) -> None:
+    kb = await _czech_kb(tmp_path, e5)
     documents = kb.documents()
     assert {d.language for d in documents} == {"cs"}
     assert {c["language"] for d in documents for c in kb.store.chunk_rows(d.id)} == {"cs"}
@@ -310,6 +317,23 @@ async def test_a_czech_knowledge_base_on_the_preset_answers_typed_and_cross_ling
         vector = await asyncio.to_thread(e5.encode_query, question)
         best = kb.search_index.search(vector, question, None, 3)[0]
         assert kb.store.chunks_by_id([best.chunk_id])[best.chunk_id].document == "Zálohování"
+
+
+async def test_a_czech_question_typed_in_capitals_is_searched_as_typed_in_sentence_case(
+    tmp_path: Path, e5: E5Embedder
+) -> None:
+    kb = await _czech_kb(tmp_path, e5)
+
+    def best(query: str) -> tuple[str, float]:
+        found = kb.search_index.search(kb.question_vector(query), query, None, 3)[0]
+        return kb.store.chunks_by_id([found.chunk_id])[found.chunk_id].document, found.distance
+
+    typed = "Kdy se dělají zálohy serveru?"
+    shouted = typed.upper()
+    assert retrieval_query(shouted) == typed
+    assert best(retrieval_query(shouted)) == best(typed)
+    # What the cased model made of the capitals as they were: the passage much farther.
+    assert best(shouted)[1] > best(typed)[1] + 0.02
 
 
 def _cli(data_dir: Path, *args: str) -> object:

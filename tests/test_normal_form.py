@@ -18,7 +18,7 @@ from bot.mcp import Person
 from bot.mcp.tools import BadToolCall, Tools
 from core.answer import Engine, Outcome
 from index.knowledge_base import KnowledgeBase
-from index.normal_form import plain
+from index.normal_form import plain, unshouted, well_formed
 from tests.servers import OpenAICompatServer
 
 QUESTION = "How long do I have to submit an expense claim?"
@@ -37,6 +37,22 @@ def test_full_width_bold_ligatures_and_invisibles_fold_to_the_plain_form() -> No
     assert plain(BOLD) == QUESTION
     assert plain(ZERO_WIDTH) == QUESTION
     assert plain("ﬁle\u00adname\x00here") == "filename here"
+
+
+def test_half_of_a_surrogate_pair_becomes_the_replacement_character() -> None:
+    # What a client that cut a message in the middle of 🙂 (U+1F642) leaves.
+    assert well_formed("ok \ud83d") == "ok \ufffd" == plain("ok \ud83d")
+    assert well_formed("\ude42 then 🙂") == "\ufffd then 🙂"
+    assert plain("ok \ud83d").encode("utf-8")  # what the tokenizer and SQLite need
+    assert well_formed("Příliš žluťoučký kůň") == "Příliš žluťoučký kůň"
+
+
+def test_a_question_in_capitals_is_put_in_sentence_case_and_nothing_else_is() -> None:
+    assert unshouted("KOLIK DNÍ DOVOLENÉ MÁM?") == "Kolik dní dovolené mám?"
+    assert unshouted("CÂTE ZILE DE CONCEDIU AM? ȘI CÂND?") == "Câte zile de concediu am? Și când?"
+    # One lower-case letter, or fewer than three words: as typed (acronyms, identifiers).
+    for kept in ("How do I reset the VPN?", "VPN DNS?", "ERR_TIMEOUT ON DEPLOY", "1234 5678"):
+        assert unshouted(kept) == kept
 
 
 def test_joiners_that_spell_a_word_stay() -> None:

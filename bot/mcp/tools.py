@@ -52,7 +52,7 @@ from bot.mcp.auth import Caller
 from bot.mcp.blocks import SUPPORTS_BLOCK_KIT, Block, SlackbotBlocks, slack_meta
 from bot.mcp.names import ASK_TOOL, SEARCH_TOOL
 from bot.mcp.people import People, Person, person_of, scopes_of
-from core.answer import Answer, Asker, Engine, SourceRef
+from core.answer import MAX_QUESTION_CHARS, Answer, Asker, Engine, SourceRef
 from core.quoting import one_line, quoted
 from core.retrieve import Candidate
 from core.selection import Selection
@@ -78,8 +78,8 @@ __all__ = [
 # Where the HTTP layer leaves the verified caller in the request's ASGI scope.
 CALLER_SCOPE_KEY = "kb.mcp.caller"
 SURFACE = "mcp"
-# A question, not a document: about a page of text. Longer is refused, never cut.
-MAX_QUERY_CHARS = 4000
+# A question, not a document: every surface's bound (``core.answer``). Longer is refused, never cut.
+MAX_QUERY_CHARS = MAX_QUESTION_CHARS
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 20
 # The query log's outcome of a search that found passages passing the gate.

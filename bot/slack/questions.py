@@ -25,7 +25,7 @@ from bot.slack.blocks import render_notice
 from bot.slack.people import Place
 from bot.slack.reply import SlackReply
 from bot.slack.services import Services
-from bot.slack.thread import SlackThread
+from bot.slack.thread import SlackThread, as_typed
 from bot.slack.words import WORDS_KEY
 from core.answer import Asker
 
@@ -35,12 +35,13 @@ _MENTION_RE = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
 
 
 def strip_mention(text: str, bot_user_id: str | None) -> str:
-    """The question without the bot's mention (any mention when the bot's id is unknown)."""
+    """The question without the bot's mention (any mention when the bot's id is unknown), as
+    the person typed it (``bot.slack.thread.as_typed``): searched, logged and asked so."""
     if bot_user_id:
         text = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", " ", text)
     else:
         text = _MENTION_RE.sub(" ", text, count=1)
-    return " ".join(text.split())
+    return as_typed(text)
 
 
 # A person writing: a plain message, files with one, or a thread reply also sent to the

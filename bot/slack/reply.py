@@ -484,6 +484,13 @@ class SlackReply:
             channel=self.channel, thread_ts=self.thread_ts, **notice.as_kwargs()
         )
 
+    async def too_long(self, length: int, limit: int) -> None:
+        """Post, in the thread, that the question is over the length read and what to do."""
+        notice = render_notice(self.words.too_long(length, limit))
+        await self.client.chat_postMessage(
+            channel=self.channel, thread_ts=self.thread_ts, **notice.as_kwargs()
+        )
+
     async def progress(self) -> None:
         """Show at once that the question is being worked on: the agent session set
         ``processing`` where Slack takes sessions, else the thread's status, else a placeholder."""

@@ -28,7 +28,7 @@ from core.prompt import HISTORY_MESSAGES, Role, ThreadMessage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_PAGES", "PAGE_SIZE", "READ_SECONDS", "SlackThread"]
+__all__ = ["MAX_PAGES", "PAGE_SIZE", "READ_SECONDS", "SlackThread", "as_typed"]
 
 PAGE_SIZE = 100  # replies per conversations.replies call
 MAX_PAGES = 3  # a longer thread keeps its newest messages of the first pages only
@@ -38,7 +38,10 @@ MESSAGE_CHARS = 2000  # a message longer than this is cut before it is kept
 READ_SECONDS = 5.0
 # Messages that are someone speaking in the thread; every other subtype is an event about it.
 _SPOKEN = {None, "thread_broadcast", "file_share"}
-_LINK_RE = re.compile(r"<(https?://[^|>]*)\|([^>]*)>")
+# A link or an e-mail address Slack linked, with the text shown for it.
+_LINK_RE = re.compile(r"<((?:https?://|mailto:)[^|>]*)\|([^>]*)>")
+# A channel named in a message: Slack sends its id and, usually, its name.
+_CHANNEL_RE = re.compile(r"<#[CG][A-Z0-9]+\|([^>]*)>")
 
 
 class SlackThread:
@@ -116,12 +119,12 @@ class SlackThread:
         if self._is_mine(message):
             if text in translated_everywhere("PLACEHOLDER"):  # whoever it was for
                 return None
-            return ThreadMessage(Role.ASSISTANT, _cut(_plain(text)))
+            return ThreadMessage(Role.ASSISTANT, _cut(as_typed(text)))
         if message.get("bot_id") or message.get("subtype") == "bot_message":
             return None  # another app: not a person of this conversation
         if self.bot_user_id:
             text = re.sub(rf"<@{re.escape(self.bot_user_id)}(?:\|[^>]*)?>", " ", text)
-        text = _cut(_plain(text))
+        text = _cut(as_typed(text))
         return ThreadMessage(Role.USER, text) if text else None
 
     def _is_mine(self, message: dict[str, Any]) -> bool:
@@ -131,9 +134,12 @@ class SlackThread:
         )
 
 
-def _plain(text: str) -> str:
-    """Slack's mrkdwn as plain text: links as their label, entities decoded, spaces squeezed."""
+def as_typed(text: str) -> str:
+    """Slack's mrkdwn as plain text, as the person typed it: links as their label (a host name
+    or an address Slack linked is its text again), a channel as ``#name``, ``&amp;`` ``&lt;``
+    ``&gt;`` decoded, spaces squeezed."""
     text = _LINK_RE.sub(lambda m: m.group(2), text)
+    text = _CHANNEL_RE.sub(lambda m: f"#{m.group(1)}", text)
     return " ".join(html.unescape(text).split())
 
 

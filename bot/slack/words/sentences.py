@@ -138,6 +138,16 @@ class Words:
         """Where a passage of a PDF is (after its document and section)."""
         return self._("p. {page}", page=page)
 
+    def too_long(self, length: int, limit: int) -> str:
+        """A question of ``length`` characters, over the ``limit`` read: refused, and what to do."""
+        return self._(
+            "Your question is {length} characters long; I read questions of up to {limit} "
+            "characters. Ask it in fewer words, or add the text as a document with "
+            "`/kb-upload` and ask about it.",
+            length=length,
+            limit=limit,
+        )
+
     # ------------------------------------------------------------ Slack's own messages (KB_SLACK_SEARCH)
 
     FROM_SLACK_HEADER = N_("*From Slack*")
