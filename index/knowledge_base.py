@@ -276,7 +276,8 @@ class KnowledgeBase:
         """Stop fitting query maps in the background (the server stops), without waiting.
 
         A fit under way writes nothing (the next start finds it due again); a
-        write under way is finished first. Nothing with ``fit_in_background`` off.
+        write already under way finishes on the fit's thread, not waited for here
+        (the server calls this on its event loop). Nothing with ``fit_in_background`` off.
         """
         if self.fits is not None:
             self.fits.close()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -271,6 +273,35 @@ def test_a_server_moving_to_another_model_never_installs_the_left_models_fit(
     assert kb.store.get_meta(left.stamp_key) is None and left.current() is None
     assert kb.store.get_meta(moved_to.stamp_key) is None and moved_to.current() is None
     kb.stop_fitting()
+
+
+def test_a_stop_returns_while_the_fits_write_waits_for_another_writer(
+    evalmini_kb: KnowledgeBase, index_dir: Path, embedder: Embedder
+) -> None:
+    """The server's stop runs on its event loop: it must not wait on the store for a fit's write."""
+    kb, held = _server_kb(index_dir, embedder)
+    _upload(kb, "pager")
+    assert held.entered.wait(WAIT_S) and kb.fits is not None
+    running = _latest(kb)
+    # Another process writing the store (a ``kb ingest`` in a shell): SQLite's write lock.
+    other = sqlite3.connect(index_dir / "kb.sqlite", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        held.release.set()  # the fit ends; its write waits for the other writer
+        deadline = time.monotonic() + WAIT_S
+        while not kb.fits.writing.locked():
+            assert time.monotonic() < deadline and not running.done(), "the fit never wrote"
+            time.sleep(0.01)
+        kb.stop_fitting()
+        assert kb.fits.writing.locked() and not running.done()  # returned without waiting
+    finally:
+        other.rollback()
+        other.close()
+    fitted = running.result(WAIT_S)  # a write under way is finished: the map is whole
+    assert fitted is not None and fitted.chunks == _searchable(kb)
+    assert kb.store.get_meta(kb.query_adapters.stamp_key) == fitted.stamp()
+    kb.refresh_search()  # and nothing more is fitted once stopped
+    assert _latest(kb) is running
 
 
 async def test_a_server_start_with_a_due_fit_is_ready_before_the_fit_ends(

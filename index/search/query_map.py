@@ -542,7 +542,7 @@ class QueryAdapters:
         return self.current()
 
     def _writing(self) -> AbstractContextManager[object]:
-        """Held while a fit writes: ``BackgroundFits.close`` waits for a write under way."""
+        """Held while a fit checks it may write and writes (``BackgroundFits.writing``)."""
         return self.fits.writing if self.fits is not None else nullcontext()
 
     def _forget(self) -> None:
@@ -559,7 +559,8 @@ class BackgroundFits:
     One fit at a time; the requests for a map while a fit runs coalesce into
     at most one more (which finds out then whether it is still due). ``close``
     (the server stops) drops the fits not started and stops the one running at
-    its next batch: it writes nothing, and the next start finds it due again.
+    its next batch: it writes nothing, and the next start finds it due again
+    (one already writing finishes its write; ``close`` does not wait for it).
     """
 
     def __init__(self) -> None:
@@ -569,7 +570,8 @@ class BackgroundFits:
         self._queued: dict[QueryAdapters, Future[QueryAdapter | None]] = {}
         self._latest: Future[QueryAdapter | None] | None = None
         self._closed = False
-        # Held by a fit writing its map, and by ``close``: once closed, nothing is written.
+        # Held by a fit writing its map (one write at a time in this process); ``close``
+        # never waits for it.
         self.writing = threading.Lock()
 
     def request(self, adapters: QueryAdapters) -> Future[QueryAdapter | None] | None:
@@ -601,8 +603,13 @@ class BackgroundFits:
         return self._closed
 
     def close(self) -> None:
-        """Stop: no fit starts from now on, none writes, and this returns without waiting for one."""
-        with self.writing, self._lock:
+        """Stop: no fit starts from now on, none that has not begun its write writes.
+
+        Returns at once, even while a fit's write waits for the store (another
+        writer holds it): the server calls this on its event loop. That write,
+        already checked, finishes on the fit's thread: the map is whole either way.
+        """
+        with self._lock:
             self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
 
