@@ -275,8 +275,9 @@ class KnowledgeBase:
     def stop_fitting(self) -> None:
         """Stop fitting query maps in the background (the server stops), without waiting.
 
-        A fit under way writes nothing (the next start finds it due again); a
-        write under way is finished first. Nothing with ``fit_in_background`` off.
+        A fit under way writes nothing (the next start finds it due again), even
+        one whose write waits for the store; none is waited for here (the server
+        calls this on its event loop). Nothing with ``fit_in_background`` off.
         """
         if self.fits is not None:
             self.fits.close()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -96,6 +98,14 @@ def _latest(kb: KnowledgeBase) -> Future[QueryAdapter | None]:
     future = kb.fits.latest()
     assert future is not None
     return future
+
+
+def _until_writing(fits: BackgroundFits, running: Future[QueryAdapter | None]) -> None:
+    """Wait until the fit ``running`` is writing its map (``fits.writing`` held)."""
+    deadline = time.monotonic() + WAIT_S
+    while not fits.writing.locked():
+        assert time.monotonic() < deadline and not running.done(), "the fit never wrote"
+        time.sleep(0.01)
 
 
 def _forget_map(kb: KnowledgeBase) -> None:
@@ -246,6 +256,36 @@ def test_a_fit_of_a_model_replaced_meanwhile_is_never_installed(
     fits.close()
 
 
+def test_a_model_replaced_while_its_fits_write_waits_for_the_store_writes_nothing(
+    evalmini_kb: KnowledgeBase, index_dir: Path, embedder: Embedder
+) -> None:
+    """The move (``_run_on``) retires the map while its fit waits for another writer."""
+    store = evalmini_kb.store
+    _forget_map(evalmini_kb)
+    fits = BackgroundFits()
+    left = QueryAdapters(
+        store, embedding_model=embedder.name, dimensions=embedder.dim, reload_seconds=0, fits=fits
+    )
+    held = _Held(embedder)
+    left.encoder = held  # type: ignore[assignment]
+    left.refit_if_due()
+    assert held.entered.wait(WAIT_S)
+    running = fits.latest()
+    assert running is not None
+    other = sqlite3.connect(index_dir / "kb.sqlite", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        held.release.set()
+        _until_writing(fits, running)
+        left.retire()
+    finally:
+        other.rollback()
+        other.close()
+    assert running.result(WAIT_S) is None
+    assert store.get_meta(left.stamp_key) is None and left.current() is None
+    fits.close()
+
+
 def test_a_server_moving_to_another_model_never_installs_the_left_models_fit(
     evalmini_kb: KnowledgeBase, index_dir: Path, embedder: Embedder
 ) -> None:
@@ -270,6 +310,56 @@ def test_a_server_moving_to_another_model_never_installs_the_left_models_fit(
     assert running.result(WAIT_S) is None  # given up: nothing written, nothing installed
     assert kb.store.get_meta(left.stamp_key) is None and left.current() is None
     assert kb.store.get_meta(moved_to.stamp_key) is None and moved_to.current() is None
+    kb.stop_fitting()
+
+
+def test_a_stop_returns_while_the_fits_write_waits_for_another_writer(
+    evalmini_kb: KnowledgeBase, index_dir: Path, embedder: Embedder
+) -> None:
+    """The server's stop runs on its event loop: it must not wait on the store for a fit's write."""
+    first = evalmini_kb.query_adapters.current()
+    assert first is not None
+    kb, held = _server_kb(index_dir, embedder)
+    _upload(kb, "pager")
+    assert held.entered.wait(WAIT_S) and kb.fits is not None
+    running = _latest(kb)
+    # Another process writing the store (a ``kb ingest`` in a shell): SQLite's write lock.
+    other = sqlite3.connect(index_dir / "kb.sqlite", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        held.release.set()  # the fit ends; its write waits for the other writer
+        _until_writing(kb.fits, running)
+        kb.stop_fitting()
+        assert kb.fits.writing.locked() and not running.done()  # returned without waiting
+    finally:
+        other.rollback()
+        other.close()
+    kept = running.result(WAIT_S)  # the store once its own, the fit finds it stopped
+    assert kept is not None and kept.stamp() == first.stamp()
+    assert kb.store.get_meta(kb.query_adapters.stamp_key) == first.stamp()
+    kb.refresh_search()  # and nothing more is fitted once stopped
+    assert _latest(kb) is running
+
+
+def test_a_background_fit_is_stored_whole_and_read_by_another_server_on_the_store(
+    index_dir: Path, embedder: Embedder, database_url: str
+) -> None:
+    """SQLite and Postgres: the fit's thread has its own connection; a replica reloads the map."""
+    config = IndexConfig(data_dir=index_dir, database_url=database_url)
+    kb = KnowledgeBase(config, embedder=embedder, fit_in_background=True)
+    held = _Held(embedder)
+    kb.query_adapters.encoder = held  # type: ignore[assignment]
+    _upload(kb, "pager")
+    assert held.entered.wait(WAIT_S)
+    replica = KnowledgeBase(config, embedder=embedder)  # another ``kb serve`` on the same store
+    replica.query_adapters.reload_seconds = 0
+    assert replica.query_adapters.current() is None  # nothing stored while the fit runs
+    held.release.set()
+    fitted = _latest(kb).result(WAIT_S)
+    assert fitted is not None and fitted.chunks == _searchable(kb) > 0
+    seen = replica.query_adapters.current()
+    assert seen is not None and seen.stamp() == fitted.stamp()
+    assert np.array_equal(seen.matrix, fitted.matrix)
     kb.stop_fitting()
 
 

@@ -521,16 +521,16 @@ class QueryAdapters:
             # maps its queries; an empty knowledge base keeps none.
             if current is not None and count == 0:
                 with self._writing():
-                    _check(stopped)
-                    self._forget()
+                    self._forget(stopped)
             return current if count else None
         if not np.isfinite(adapter.matrix).all():
             raise ValueError("the fit diverged (values that are not numbers)")
-        with self._writing():
-            _check(stopped)  # a fit that lost the race with a stop writes nothing
-            with self.store.transaction():  # the map and its stamp together: read whole
-                self.store.set_meta(self.map_key, adapter.to_meta())
-                self.store.set_meta(self.stamp_key, adapter.stamp())
+        with self._writing(), self.store.transaction():  # the map and its stamp: read whole
+            # Asked once the store is ours: a stop or a move while the write waited for
+            # another writer (up to the busy timeout) writes nothing either.
+            _check(stopped)
+            self.store.set_meta(self.map_key, adapter.to_meta())
+            self.store.set_meta(self.stamp_key, adapter.stamp())
         with self._lock:
             self._checked = float("-inf")
         log.info(
@@ -542,11 +542,12 @@ class QueryAdapters:
         return self.current()
 
     def _writing(self) -> AbstractContextManager[object]:
-        """Held while a fit writes: ``BackgroundFits.close`` waits for a write under way."""
+        """Held while a fit checks it may write and writes (``BackgroundFits.writing``)."""
         return self.fits.writing if self.fits is not None else nullcontext()
 
-    def _forget(self) -> None:
+    def _forget(self, stopped: Stopped) -> None:
         with self.store.transaction():
+            _check(stopped)
             self.store.delete_meta(self.stamp_key)
             self.store.delete_meta(self.map_key)
         with self._lock:
@@ -559,7 +560,8 @@ class BackgroundFits:
     One fit at a time; the requests for a map while a fit runs coalesce into
     at most one more (which finds out then whether it is still due). ``close``
     (the server stops) drops the fits not started and stops the one running at
-    its next batch: it writes nothing, and the next start finds it due again.
+    its next batch, or once its write has the store: it writes nothing, and the
+    next start finds it due again. ``close`` waits for none of it.
     """
 
     def __init__(self) -> None:
@@ -569,7 +571,8 @@ class BackgroundFits:
         self._queued: dict[QueryAdapters, Future[QueryAdapter | None]] = {}
         self._latest: Future[QueryAdapter | None] | None = None
         self._closed = False
-        # Held by a fit writing its map, and by ``close``: once closed, nothing is written.
+        # Held by a fit writing its map (one write at a time in this process); ``close``
+        # never waits for it.
         self.writing = threading.Lock()
 
     def request(self, adapters: QueryAdapters) -> Future[QueryAdapter | None] | None:
@@ -601,8 +604,13 @@ class BackgroundFits:
         return self._closed
 
     def close(self) -> None:
-        """Stop: no fit starts from now on, none writes, and this returns without waiting for one."""
-        with self.writing, self._lock:
+        """Stop: no fit starts from now on, and none writes.
+
+        Returns at once, even while a fit's write waits for the store (another
+        writer holds it): the server calls this on its event loop. That write
+        asks once the store is its own, and gives up.
+        """
+        with self._lock:
             self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
 
