@@ -168,11 +168,13 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await services.uploader.start()
     # Load (or rebuild) the search snapshot now rather than on the first question.
     await asyncio.to_thread(services.kb.search_index.open)
-    # A knowledge base from before query maps, or changed by a tool that fits none
-    # (with ``fit_in_background``, fitted after the server is ready).
-    await asyncio.to_thread(services.kb.query_adapters.refit_if_due)
     await asyncio.to_thread(load_embedding_model, services.kb)
     await asyncio.to_thread(load_reranker, services.engine)
+    # A knowledge base from before query maps, or changed by a tool that fits none
+    # (with ``fit_in_background``, fitted after the server is ready). Asked once the
+    # models are loaded: the fit encodes with the loaded model, not a second copy,
+    # and a start that failed loading them leaves no fit running.
+    await asyncio.to_thread(services.kb.query_adapters.refit_if_due)
     following = follow_store(services.kb, app[SYNC_SECONDS], app[MODEL_SWITCH])
     loops = [asyncio.create_task(following, name="follow-store")]
     every, tokens = app[SOURCE_SCHEDULE]

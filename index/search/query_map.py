@@ -548,8 +548,10 @@ class QueryAdapters:
     def _forget(self, stopped: Stopped) -> None:
         with self.store.transaction():
             _check(stopped)
-            self.store.delete_meta(self.stamp_key)
+            # The rows in the order a write takes them (map, then stamp): two
+            # replicas on Postgres never wait on each other's second row.
             self.store.delete_meta(self.map_key)
+            self.store.delete_meta(self.stamp_key)
         with self._lock:
             self._checked = float("-inf")
 
