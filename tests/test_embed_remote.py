@@ -312,7 +312,10 @@ async def test_a_knowledge_base_opens_while_its_endpoint_is_down(
     kb.store.db.conn.close()
 
     # The endpoint goes away: the size stamped on the documents is enough to open and report.
-    down = replace(config, embedding_endpoint=EmbeddingEndpoint(base_url=closed_port_url()))
+    # Asked once: the retries' seconds of back-off are another test's (cannot_be_reached).
+    down = replace(
+        config, embedding_endpoint=EmbeddingEndpoint(base_url=closed_port_url(), max_retries=0)
+    )
     reopened = await asyncio.to_thread(KnowledgeBase, down)
     status = reopened.status()
     assert status["dimensions"] == 64 and status["stale"] == 0 and len(reopened.snapshot) == 3
