@@ -25,6 +25,8 @@ from tests.servers import OpenAICompatServer, app_mention_event, block_actions_b
 
 QUESTION = "How do I get reimbursed for a conference ticket?"
 OUT_OF_DOMAIN = "What is the offside rule in football?"
+# A question whose related passages the answer order puts otherwise than the fusion.
+ORDERED_OTHERWISE = "What receipts do I need for reimbursement?"
 
 
 def _best_distance(kb: KnowledgeBase, question: str) -> float:
@@ -105,15 +107,16 @@ async def test_between_the_thresholds_related_passages_and_no_model_call(
 async def test_related_passages_come_in_the_order_an_answer_keeps_its_passages(
     kb: KnowledgeBase, engine_for: EngineFor
 ) -> None:
-    best = _best_distance(kb, QUESTION)
+    question = ORDERED_OTHERWISE
+    best = _best_distance(kb, question)
     engine = engine_for(threshold=best - 0.02, related_threshold=best + 0.15)
     cfg = engine.config
-    vector = kb.embedder.encode_query(QUESTION)
-    fused = LocalBackend(kb.indexes).search(vector, QUESTION, None, 20, Mode.HYBRID)
+    vector = kb.embedder.encode_query(question)
+    fused = LocalBackend(kb.indexes).search(vector, question, None, 20, Mode.HYBRID)
     ordered = answer_order(
         fused,
         vector,
-        QUESTION,
+        question,
         kb.store,
         sentence_weight=cfg.sentence_weight,
         proximity_weight=cfg.proximity_weight,
@@ -121,7 +124,7 @@ async def test_related_passages_come_in_the_order_an_answer_keeps_its_passages(
     by_fusion = [c.chunk_id for c in related(fused, related_threshold=cfg.related_threshold)]
     by_answer = [c.chunk_id for c in related(ordered, related_threshold=cfg.related_threshold)]
     assert by_fusion != by_answer  # this question's passages are ordered otherwise
-    answer = await engine.ask(QUESTION)
+    answer = await engine.ask(question)
     assert answer.outcome == Outcome.RELATED
     assert [s.chunk_id for s in answer.sources] == by_answer
 

@@ -11,6 +11,8 @@ from core.retrieve import FUSION, Fusion, LocalBackend, Mode, fuse, rrf, score_f
 from index.models import Chunk
 from index.records import Stamp
 from index.search.derived import DerivedIndexes
+from index.search.fusion import Feedback, fused_candidates
+from index.search.vectors import VectorIndex
 from index.storage.store import NewDocument, Store
 
 DIM = 4
@@ -106,3 +108,88 @@ def test_another_word_form_reaches_the_chunk_through_bm25(backend: LocalBackend)
     badge = int(snap.chunk_ids[2])
     assert [c.chunk_id for c in got] == [badge]
     assert got[0].distance == pytest.approx(snap.vectors.distances_for(query, [badge])[badge])
+
+
+# ---------------------------------------------------------------- the dense leg searched again
+
+# The question points along x. Chunk 1 is its nearest; chunk 3 the second
+# nearest; chunk 2 lies beyond 3 from the question but next to chunk 1; chunk 4
+# is far from all of them and from the question.
+FEEDBACK_VECTORS = {
+    1: (0.9, 0.436, 0.0),
+    2: (0.6, 0.8, 0.0),
+    3: (0.7, -0.714, 0.0),
+    4: (0.0, -0.6, 0.8),
+}
+QUESTION_VECTOR = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+
+
+def _feedback_index() -> VectorIndex:
+    index = VectorIndex(3)
+    vectors = np.array(list(FEEDBACK_VECTORS.values()), dtype=np.float32)
+    index.add(list(FEEDBACK_VECTORS), vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    return index
+
+
+def _searched(
+    index: VectorIndex,
+    feedback: Feedback | None,
+    *,
+    sparse: list[tuple[int, float]] | None = None,
+    fusion: Fusion = FUSION,
+    mode: Mode = Mode.HYBRID,
+) -> list[tuple[int, float, int | None]]:
+    """The fused candidates of the question, dense leg two deep: ``(chunk, distance, dense rank)``."""
+    found = fused_candidates(
+        index.search(QUESTION_VECTOR, 2) if mode != Mode.BM25 else [],
+        sparse or [],
+        fusion,
+        2,
+        mode,
+        adapters=None,
+        query_vector=QUESTION_VECTOR,
+        distances_for=index.distances_for,
+        feedback=feedback,
+        nearest=lambda vector, n: index.search(vector, n),
+        vectors_of=index.vectors_for,
+    )
+    return [(c.chunk_id, round(c.distance, 4), c.dense_rank) for c in found]
+
+
+def test_the_dense_leg_searched_again_from_the_first_passage_reaches_its_neighbour() -> None:
+    index = _feedback_index()
+    once = _searched(index, None)
+    assert [cid for cid, _, _ in once] == [1, 3]
+    again = _searched(index, Feedback(weight=0.7, passages=1))
+    # Moved toward chunk 1, the question finds chunk 2 before chunk 3.
+    assert [cid for cid, _, _ in again] == [1, 2]
+    # Every distance is still the question's own; chunk 2 was not in its dense leg.
+    assert again[0] == once[0]
+    assert again[1] == (2, round(1.0 - 0.6, 4), None)
+
+
+def test_the_second_search_never_drops_the_questions_nearest_passage() -> None:
+    index = _feedback_index()
+    # BM25 alone puts chunk 4 first (weighed 2); moved far toward it, the second
+    # dense leg (chunks 4 and 3) no longer holds chunk 1, the question's nearest.
+    strong = Fusion(method="score", sparse=2.0)
+    once = _searched(index, None, sparse=[(4, 9.0)], fusion=strong)
+    assert [cid for cid, _, _ in once] == [4, 1]
+    again = _searched(index, Feedback(weight=5.0), sparse=[(4, 9.0)], fusion=strong)
+    assert [cid for cid, _, _ in again] == [4, 1]
+    assert min(d for _, d, _ in again) == min(d for _, d, _ in once) == round(1.0 - 0.9, 4)
+    # Without the feedback's guard, the second leg's fusion alone would drop it.
+    moved = QUESTION_VECTOR + 5.0 * index.vectors_for([4])[4]
+    leg = index.search(moved / np.linalg.norm(moved), 2)
+    assert 1 not in [cid for cid, _ in fuse(leg, [(4, 9.0)], strong)[:2]]
+
+
+def test_only_the_hybrid_order_is_searched_again() -> None:
+    index = _feedback_index()
+    feedback = Feedback(weight=0.7)
+    for mode in (Mode.DENSE, Mode.BM25):
+        sparse = [(2, 3.0), (3, 1.0)]
+        assert _searched(index, feedback, sparse=sparse, mode=mode) == _searched(
+            index, None, sparse=sparse, mode=mode
+        )
+    assert _searched(index, Feedback(weight=0.0)) == _searched(index, None)

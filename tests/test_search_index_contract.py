@@ -378,6 +378,30 @@ def test_the_other_languages_search_keeps_to_the_askers_scopes(
         assert danish in [c.chunk_id for c in member]
 
 
+def test_the_dense_leg_searched_again_keeps_to_the_askers_scopes(
+    store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
+) -> None:
+    public = _add(store, embedder, [*_company_texts(3), "The office opens at nine."])
+    # The same text as the question's best passage, in a channel the asker is not in:
+    # the nearest of all to the vector the second search moves toward it.
+    (private,) = _add(store, embedder, [_company_texts(1)[0]], scope="C1")
+    index = make(store)
+    index.open()
+    vector = embedder.encode_query(QUESTION)
+    found = index.search(vector, QUESTION, frozenset({"C2"}), 5, Mode.HYBRID)
+    assert {c.chunk_id for c in found} == set(public)
+    for c in found:  # the distances the gate judges are the question's own
+        assert c.distance == pytest.approx(
+            _direct(
+                embedder,
+                [*_company_texts(3), "The office opens at nine."][public.index(c.chunk_id)],
+            ),
+            abs=1e-5,
+        )
+    member = index.search(vector, QUESTION, frozenset({"C1"}), 5, Mode.HYBRID)
+    assert private in {c.chunk_id for c in member}
+
+
 def test_passages_in_the_questions_language_are_not_crowded_out_by_a_shared_command(
     store: Store, embedder: Embedder, make: Callable[..., SearchIndex]
 ) -> None:

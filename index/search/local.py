@@ -10,7 +10,7 @@ import numpy as np
 
 from index.search.contract import Candidate, Mode
 from index.search.derived import DerivedIndexes, Snapshot
-from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, fused_candidates
+from index.search.fusion import DEFAULT_DEPTH, FEEDBACK, FUSION, Feedback, Fusion, fused_candidates
 from index.search.query_map import QueryAdapters
 from index.search.tokens import query_languages, question_language
 
@@ -23,6 +23,8 @@ class LocalSearchIndex:
         depth: how many candidates each leg contributes before fusion.
         fusion: how the two legs are fused.
         adapters: the knowledge base's query map, applied to the hybrid fusion's dense leg.
+        feedback: how the hybrid fusion's dense leg is searched again from its
+            first passages (``None``: once).
     """
 
     def __init__(
@@ -32,11 +34,13 @@ class LocalSearchIndex:
         depth: int = DEFAULT_DEPTH,
         fusion: Fusion = FUSION,
         adapters: QueryAdapters | None = None,
+        feedback: Feedback | None = FEEDBACK,
     ) -> None:
         self.indexes = indexes
         self.depth = depth
         self.fusion = fusion
         self.adapters = adapters
+        self.feedback = feedback
 
     def search(
         self,
@@ -71,6 +75,9 @@ class LocalSearchIndex:
             query_vector=query_vector,
             distances_for=snap.vectors.distances_for,
             foreign=foreign,
+            feedback=self.feedback,
+            nearest=lambda vector, n: snap.vectors.search(vector, n, allowed),
+            vectors_of=snap.vectors.vectors_for,
         )
 
     def _sparse(

@@ -230,13 +230,19 @@ class VectorIndex:
             (the caller decides whether that means the index is out of sync).
         """
         query = self._as_vectors(np.asarray(vector).reshape(1, -1))[0]
-        out: dict[int, float] = {}
+        return {
+            chunk_id: _distance(float(np.dot(stored, query)))
+            for chunk_id, stored in self.vectors_for(ids).items()
+        }
+
+    def vectors_for(self, ids: np.ndarray | Iterable[int]) -> dict[int, np.ndarray]:
+        """The stored vectors of these chunk ids; ids not in the index are left out."""
+        out: dict[int, np.ndarray] = {}
         for chunk_id in _as_ids(ids).tolist():
             try:
-                stored = self._index.reconstruct(chunk_id)
+                out[chunk_id] = np.asarray(self._index.reconstruct(chunk_id), dtype=np.float32)
             except RuntimeError:  # "key not found": no vector under this id
                 continue
-            out[chunk_id] = _distance(float(np.dot(stored, query)))
         return out
 
     # ------------------------------------------------------------- persistence

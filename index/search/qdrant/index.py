@@ -60,7 +60,15 @@ from index.models import EVERYONE
 from index.search.bm25 import DEFAULT_B, DEFAULT_K1
 from index.search.contract import Candidate, Mode
 from index.search.derived import OnlyScopes
-from index.search.fusion import DEFAULT_DEPTH, FUSION, Fusion, by_language, fused_candidates
+from index.search.fusion import (
+    DEFAULT_DEPTH,
+    FEEDBACK,
+    FUSION,
+    Feedback,
+    Fusion,
+    by_language,
+    fused_candidates,
+)
 from index.search.qdrant.engine import (
     QdrantEngine,
     QdrantPoint,
@@ -157,6 +165,8 @@ class QdrantSearchIndex:
         fusion: how the two legs are fused.
         engine: an engine already open (``bench/``); ``url`` names it otherwise.
         adapters: the knowledge base's query map, applied to the hybrid fusion's dense leg.
+        feedback: how the hybrid fusion's dense leg is searched again from its
+            first passages (``None``: once).
     """
 
     def __init__(
@@ -171,9 +181,11 @@ class QdrantSearchIndex:
         fusion: Fusion = FUSION,
         engine: QdrantEngine | None = None,
         adapters: QueryAdapters | None = None,
+        feedback: Feedback | None = FEEDBACK,
     ) -> None:
         self.store = store
         self.adapters = adapters
+        self.feedback = feedback
         self.embedding_model = embedding_model
         self.dimensions = dimensions
         self.url = url
@@ -376,8 +388,7 @@ class QdrantSearchIndex:
         sparse: list[tuple[int, float]] = []
         foreign: list[tuple[int, float]] = []
         if mode != Mode.BM25:
-            hits = self.engine.dense(self.alias, _floats(query_vector), visible, depth)
-            dense = _ranked([(cid, _distance(cos)) for cid, cos in hits], ascending=True)
+            dense = self._dense(query_vector, visible, depth)
         if mode != Mode.DENSE:
             sparse, foreign = self._sparse(query_text, visible, depth)
         return fused_candidates(
@@ -390,7 +401,22 @@ class QdrantSearchIndex:
             query_vector=query_vector,
             distances_for=self.distances_for,
             foreign=foreign,
+            feedback=self.feedback,
+            nearest=lambda vector, n: self._dense(vector, visible, n),
+            vectors_of=self._vectors_of,
         )
+
+    def _dense(
+        self, vector: np.ndarray, visible: list[str] | None, limit: int
+    ) -> list[tuple[int, float]]:
+        """The dense leg: the ``limit`` nearest points ``visible`` may see, ``(id, distance)``."""
+        hits = self.engine.dense(self.alias, _floats(vector), visible, limit)
+        return _ranked([(cid, _distance(cos)) for cid, cos in hits], ascending=True)
+
+    def _vectors_of(self, chunk_ids: list[int]) -> dict[int, np.ndarray]:
+        """The stored vectors of the points among ``chunk_ids``."""
+        found = self.engine.vectors(self.alias, [int(c) for c in chunk_ids])
+        return {cid: np.asarray(v, dtype=np.float32) for cid, v in found.items()}
 
     def _sparse(
         self, query_text: str, visible: list[str] | None, depth: int
@@ -419,11 +445,8 @@ class QdrantSearchIndex:
         if not chunk_ids:
             return {}
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
-        found = self.engine.vectors(self.alias, [int(c) for c in chunk_ids])
-        return {
-            cid: _distance(float(np.asarray(vector, dtype=np.float32) @ query))
-            for cid, vector in found.items()
-        }
+        found = self._vectors_of(list(chunk_ids))
+        return {cid: _distance(float(vector @ query)) for cid, vector in found.items()}
 
     # ------------------------------------------------------------------ internals
 
