@@ -168,6 +168,8 @@ def indexed_corpus(
                 def on_progress(event: str, info: dict[str, Any]) -> None:
                     if event == "file" and info["index"]:
                         bar.update(1)
+                    elif event == "embedding":  # a long file: its passages move on
+                        bar.set_postfix_str(f"{info['done']:,}/{info['total']:,} passages")
 
                 kb.ingest_paths([Path(corpus_dir)], uploader="kb-eval", progress=on_progress)
                 bar.update(bar.total - bar.n)

@@ -497,7 +497,8 @@ class KnowledgeBase:
 
         Args:
             doc_id: the document.
-            progress: receives ``("embedding", {"done": n, "total": m})``.
+            progress: receives ``("embedding", {"document", "done", "total"})`` once the
+                document is chunked (``done`` 0) and after each batch of passages embedded.
             refresh: swap in a new search snapshot afterwards (a batch refreshes once at the end).
         """
         # Earlier documents of this process whose failure the disk could not take.
@@ -538,13 +539,21 @@ class KnowledgeBase:
         """``doc`` read, chunked and embedded by the running model (or ``model``), stamped with it."""
         config, embedder = model or self.running
         data = self.store.read_original(doc.sha256)
-        done = 0
+        done = total = 0
+
+        def tell() -> None:
+            if progress:
+                progress("embedding", {"document": doc.name, "done": done, "total": total})
+
+        def on_chunked(n: int) -> None:
+            nonlocal total
+            total = n
+            tell()
 
         def on_batch(n: int) -> None:
             nonlocal done
             done += n
-            if progress:
-                progress("embedding", {"document": doc.name, "done": done})
+            tell()
 
         prepared = prepare_document(
             data,
@@ -557,6 +566,7 @@ class KnowledgeBase:
             max_text_chars=config.max_text_chars,
             title=doc.title or None,
             on_batch=on_batch,
+            on_chunked=on_chunked,
             chunker=self.chunker,
             ocr=config.ocr,
             limits=config.extract,
@@ -891,7 +901,9 @@ class KnowledgeBase:
             )
         return doc
 
-    def restore(self, doc_id: int, *, actor: str = "cli") -> Published:
+    def restore(
+        self, doc_id: int, *, actor: str = "cli", progress: Progress | None = None
+    ) -> Published:
         """Bring a replaced version back; the version now searchable in its place becomes replaced.
 
         ``doc_id`` is the replaced version, or a searchable document, whose
@@ -899,7 +911,8 @@ class KnowledgeBase:
         from its stored original with the running configuration.
 
         The version is embedded again on the model the store moved to when
-        another process moves it meanwhile, as ``index_document`` does.
+        another process moves it meanwhile, as ``index_document`` does, whose
+        ``"embedding"`` events ``progress`` receives.
 
         Raises:
             NotRestorable: there is no replaced version to bring back.
@@ -910,7 +923,7 @@ class KnowledgeBase:
         doc = self._restorable(self.store.document(doc_id))
         model = self.running
         for _ in range(_MOVES_FOLLOWED + 1):
-            prepared = self._prepare(doc, None, model=model)
+            prepared = self._prepare(doc, progress, model=model)
             done = self._restore_place(doc, prepared, model[0].embedding_model, actor)
             if isinstance(done, Published):
                 self.refresh_search()
@@ -1001,6 +1014,8 @@ class KnowledgeBase:
         since is not read again (``ReindexReport.skipped``, with the reason).
 
         Args:
+            progress: receives ``("reindex", {"document", "index", "total"})`` before
+                each document, then its ``"embedding"`` events (``index_document``).
             switch: on a knowledge base kept on the earlier default model
                 (``kept_model``), rebuild on the configured model and run on it
                 from then on: every document is embedded by it beside the live
@@ -1026,7 +1041,9 @@ class KnowledgeBase:
                 if progress:
                     progress("reindex", {"document": doc.name, "index": i, "total": len(docs)})
                 try:
-                    prepared.append((doc, self._prepare(doc, None, owner="reindex", model=target)))
+                    prepared.append(
+                        (doc, self._prepare(doc, progress, owner="reindex", model=target))
+                    )
                 except KBError as exc:
                     prepared.append((doc, exc))
             # Those written on another model while these were embedded (an upload, a sync),

@@ -96,6 +96,18 @@ class ProgressBar:
         if self.bar is not None:
             self.bar.set_postfix_str(text)
 
+    def reach(self, done: int, total: int, *, note: str | None = None) -> None:
+        """Show ``done`` of ``total`` (the bar made or its total changed as needed)."""
+        self.step(total, advance=False, note=note)
+        assert self.bar is not None
+        self.bar.total = total
+        self.bar.n = done
+        self.bar.refresh()
+
+    def embedding(self, info: dict[str, Any]) -> None:
+        """Show an ``"embedding"`` event's passages embedded beside the bar, once it exists."""
+        self.note(f"{info['document'][:30]}: {info['done']:,}/{info['total']:,} passages")
+
     def close(self, *, last_step: bool = False) -> None:
         """Count the unit still in progress (``last_step``) and close the bar."""
         if self.bar is not None:

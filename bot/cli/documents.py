@@ -89,7 +89,7 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
             bar.step(info["total"], advance=bool(info["index"]), note=name)
         elif event == "embedding":
             # Large files take a while: show that embedding is moving.
-            bar.note(f"{info['document'][:30]}: {info['done']} chunks embedded")
+            bar.embedding(info)
 
     result = kb.ingest_paths(list(paths), scope=scope, progress=progress)
     bar.close(last_step=True)
@@ -262,10 +262,13 @@ def reindex(ctx: click.Context, as_json: bool) -> None:
 
     def progress(event: str, info: dict[str, Any]) -> None:
         if event == "reindex":
-            bar.step(info["total"])
+            # Told before each document: the one before it is done.
+            bar.step(info["total"], advance=bool(info["index"]), note=info["document"][:40])
+        elif event == "embedding":
+            bar.embedding(info)
 
     report = kb.reindex(progress=progress)
-    bar.close()
+    bar.close(last_step=True)
     failed = [
         {
             "id": failure.document.id,

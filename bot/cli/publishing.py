@@ -6,10 +6,11 @@ Run on the server, these act as the operator: their audit entries name ``cli``.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
-from bot.cli.base import emit, json_option, main, open_kb, settings_of
+from bot.cli.base import ProgressBar, emit, json_option, main, open_kb, settings_of
 from bot.cli.documents import summary
 from index.records import AuditEntry
 
@@ -78,7 +79,14 @@ def restore(ctx: click.Context, doc: str, as_json: bool) -> None:
     Example: kb restore expenses.md
     """
     kb = open_kb(ctx)
-    done = kb.restore(kb.find(doc).id, actor=OPERATOR)
+    bar = ProgressBar("passage", quiet=as_json)
+
+    def progress(event: str, info: dict[str, Any]) -> None:
+        if event == "embedding":
+            bar.reach(info["done"], info["total"], note=info["document"][:40])
+
+    done = kb.restore(kb.find(doc).id, actor=OPERATOR, progress=progress)
+    bar.close()
     row = done.document
     data = {"restored": summary(row), "replaced": [summary(r) for r in done.replaced]}
 

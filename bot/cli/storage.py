@@ -40,10 +40,7 @@ def migrate_store(ctx: click.Context, url: str | None, as_json: bool) -> None:
 
     def progress(table: str, done: int, total: int) -> None:
         bar = bars.setdefault(table, ProgressBar(table, quiet=as_json))
-        bar.step(total, advance=False, note=f"{done}/{total}")
-        if bar.bar is not None:
-            bar.bar.n = done
-            bar.bar.refresh()
+        bar.reach(done, total, note=f"{done}/{total}")
         if done >= total:
             bar.close()
 

@@ -66,6 +66,7 @@ def prepare_document(
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
     title: str | None = None,
     on_batch: Callable[[int], None] | None = None,
+    on_chunked: Callable[[int], None] | None = None,
     chunker: Callable[[Extracted], Chunking] | None = None,
     ocr: OcrConfig | None = None,
     limits: ExtractLimits | None = None,
@@ -78,6 +79,8 @@ def prepare_document(
         max_pages: most pages of a PDF, counted before any text is extracted.
         max_chunks: most chunks, counted before any is embedded.
         max_text_chars: most characters of text, counted while the bytes are read.
+        on_batch: called with the number of passages embedded after each batch.
+        on_chunked: called with the number of passages to embed, before the first is.
         chunker: replaces the product's chunker; ``kb eval --strategies`` uses it
             to index a corpus with the study's other chunking strategies.
         ocr: how scanned PDF pages are read.
@@ -152,6 +155,8 @@ def prepare_document(
         )
     chunking, language = with_languages(chunking)
     texts = [c.text for c in chunking.chunks]
+    if on_chunked:
+        on_chunked(len(texts))
     token_counts = embedder.count_tokens_many(texts)
     head = latent_encoder(embedder) if latent_terms else None
     one_pass = passage_encoder(embedder)
