@@ -63,6 +63,36 @@ os.environ["KB_EMBEDDING_MODEL"] = TEST_EMBEDDING_MODEL
 os.environ.setdefault("KB_ENCODER_CACHE", os.path.join(tempfile.gettempdir(), "kb-test-encoders"))
 
 
+# The files that run longest (processes started, models exported, loaded or compared),
+# longest first, measured with --durations: they run before every other file, so that with
+# several workers (scripts/test: pytest-xdist, one file to a worker at a time, in collection
+# order) none starts last while the other workers have nothing left to run.
+LONGEST_FIRST = (
+    "test_embed_onnx.py",
+    "test_follow_model.py",
+    "test_embed_e5.py",
+    "test_crash.py",
+    "test_upload_takeover.py",
+    "test_replicas.py",
+    "test_without_pytorch.py",
+    "test_viewer_render.py",
+    "test_search_index_contract.py",
+    "test_eval_compare.py",
+    "test_slack_faults.py",
+    "test_slack_unfurl.py",
+    "test_store.py",
+    "test_slack_streaming.py",
+    "test_evaluation.py",
+    "test_follow.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``LONGEST_FIRST``'s files first, in its order; every other file after, as collected."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """No test sees the developer's Slack/OpenAI/KB settings or a stray .env."""

@@ -240,3 +240,11 @@ def test_every_face_names_what_others_may_import() -> None:
         if exported:
             names = ast.literal_eval(exported[0])
             assert names == sorted(names), f"{name}.__all__ is not sorted"
+
+
+def test_the_files_run_first_are_test_files_that_exist() -> None:
+    from tests.conftest import LONGEST_FIRST
+
+    found = {p.name for p in (ROOT / "tests").rglob("test_*.py")}
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    assert set(LONGEST_FIRST) <= found, set(LONGEST_FIRST) - found
