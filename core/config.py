@@ -9,14 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_TOP_K = 4
-# Set from the bundled evaluation set (docs/evaluation.md): the largest
+# Set from the bundled evaluation set (studies/2026-11-29-shipped-threshold.md,
+# docs/evaluation.md "Thresholds per model"): the largest
 # threshold whose bluff rate on its out-of-domain questions is at most 10 %.
 # A threshold does not transfer between corpora: operators recalibrate with
 # `kb calibrate` on their own documents.
 DEFAULT_THRESHOLD = 0.475
 # Between the threshold and this looser one the engine shows the closest
 # passages as possibly related, without calling the model. Set from the
-# evaluation sets (docs/evaluation.md): the smallest value refusing at most 5 %
+# evaluation sets (studies/2026-12-01-related-and-kept-passages.md): the smallest
+# value refusing at most 5 %
 # of in-domain questions outright. At or below DEFAULT_THRESHOLD it is off.
 DEFAULT_RELATED_THRESHOLD = 0.6
 # When several passing passages are about as close as the best, the right one
@@ -27,16 +29,16 @@ DEFAULT_KEEP_MARGIN = 0.05
 # Once the gate has passed a question, its candidates are re-ordered with their
 # best sentence's similarity as a third fused leg of this weight (beside dense
 # 1.0 and BM25 0.5). Chosen on pip-black, confirmed on prometheus
-# (docs/evaluation.md, "Sentence vectors"); 0 turns it off.
+# (studies/2026-12-01-sentence-vectors.md); 0 turns it off.
 DEFAULT_SENTENCE_WEIGHT = 0.5
 # And with the share of the question's terms each holds together
 # (core.proximity), a fourth leg of this weight: of the weights measured on
-# both sets, the one no query loses by on either (docs/evaluation.md,
-# "Retrieval: term proximity in the answer order"); 0 turns it off.
+# both sets, the one no query loses by on either
+# (studies/2026-12-02-term-proximity.md); 0 turns it off.
 DEFAULT_PROXIMITY_WEIGHT = 0.2
 # The weight of the candidates' latent terms (index.embed.latent) in that order, for a
 # model with a sparse head (the multilingual preset; no other model has one).
-# Measured on both multilingual sets, 0.1-0.75 (docs/evaluation.md, "Languages").
+# Measured on both multilingual sets, 0.1-0.75 (studies/2026-12-04-latent-terms.md).
 DEFAULT_LATENT_WEIGHT = 0.3
 DEFAULT_LINK_BASE_URL = "http://localhost:3000"
 DEFAULT_LINK_TTL_DAYS = 90

@@ -4,8 +4,8 @@ Each leg's scores are min-max normalised over its own list and summed with
 weights dense 1.0, BM25 0.5. Measured against reciprocal rank fusion (RRF,
 equal or weighted legs, several k) on both bundled evaluation sets with
 ``bench/levers.py``: RRF throws away how far ahead a leg's first chunk is,
-which is what decides most questions here (docs/evaluation.md, "What was
-tried"). RRF stays available as ``Fusion(method="rrf")``.
+which is what decides most questions here
+(studies/2026-12-01-bm25-fusion.md). RRF stays available as ``Fusion(method="rrf")``.
 
 Every search goes through ``index.search.local.SearchIndex`` (here also
 ``RetrievalBackend``), so that the local FAISS + BM25 pair and a distributed

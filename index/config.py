@@ -27,7 +27,7 @@ DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 # for any model an operator brings. The multilingual preset reads 512 tokens;
 # its passages of 768 characters found the needle more often on both
 # multilingual sets (final R@4 +16/-10 and +15/-10 against 512, 1,024 mixed;
-# docs/evaluation.md, "Passages of 768 characters for the multilingual preset").
+# studies/2026-12-03-multilingual-preset.md).
 DEFAULT_CHUNK_BUDGET = 512
 MULTILINGUAL_CHUNK_BUDGET = 768
 DEFAULT_KEEP_VERSIONS = 5
@@ -58,7 +58,7 @@ DEFAULT_EMBEDDING_MAX_RETRIES = 4
 # The window assumed for a remote model: OpenAI's embedding models take 8,191
 # tokens. Texts are counted by UTF-8 bytes, an upper bound that is far above the
 # real count for English, so a window set to a BERT-sized model's (256-512)
-# splits most passages needlessly and costs recall (docs/evaluation.md); the
+# splits most passages needlessly and costs recall (studies/2026-12-01-stronger-models-measured.md); the
 # chunk budget keeps passages a few hundred tokens long anyway.
 DEFAULT_EMBEDDING_MAX_TOKENS = 8191
 # OCR of scanned PDF pages: Tesseract takes about 2 s of CPU per page, 10-20 s

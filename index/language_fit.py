@@ -1,7 +1,8 @@
 """Whether the running embedding model reads the languages the knowledge base holds.
 
-all-MiniLM-L6-v2, the default, is an English model: on Czech, Danish, French or
-Romanian passages its vectors are near noise (docs/evaluation.md), so the gate
+all-MiniLM-L6-v2 (a named choice, the default before the multilingual model) is
+an English model: on Czech, Danish, French or Romanian passages its vectors are
+near noise (studies/2026-12-03-multilingual-preset.md), so the gate
 refuses answerable questions and passes unrelated ones. Nothing fails
 visibly; this check is what tells an admin (``kb ingest``, ``kb status``,
 ``/readyz``, App Home), with each language's share of the passages and the one

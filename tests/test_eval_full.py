@@ -1,4 +1,4 @@
-"""bench/eval_full.py keeps one generated block per bundled set in docs/evaluation.md."""
+"""bench/eval_full.py keeps one generated block per bundled set in docs/evaluation-tables.md."""
 
 from __future__ import annotations
 

