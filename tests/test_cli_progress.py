@@ -18,16 +18,14 @@ TOPICS = ("travel", "payroll", "laptops", "parking", "holidays", "badges", "prin
 
 
 def _long_document(sections: int, version: str) -> str:
-    """Markdown of ``sections`` sections, each a paragraph of its own (one passage or more)."""
-    parts = []
-    for i in range(sections):
-        topic = TOPICS[i % len(TOPICS)]
-        sentences = " ".join(
-            f"Rule {i}.{j} of the {topic} policy ({version}) says that request number {i * 31 + j} "
-            f"goes to desk {j} of team {i % 13} before day {(i + j) % 28 + 1}."
-            for j in range(6)
-        )
-        parts.append(f"## Section {i}: {topic}\n\n{sentences}\n")
+    """Markdown of ``sections`` short sections, each a passage of its own (short, so that
+    embedding the many passages the bar needs costs little)."""
+    parts = [
+        f"## Section {i}: {TOPICS[i % len(TOPICS)]}\n\n"
+        f"Rule {i} of the {TOPICS[i % len(TOPICS)]} policy ({version}) says that request "
+        f"number {i * 31} goes to desk {i % 7} of team {i % 13} before day {i % 28 + 1}.\n"
+        for i in range(sections)
+    ]
     return f"# Handbook {version}\n\n" + "\n".join(parts)
 
 
