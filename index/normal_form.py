@@ -35,6 +35,13 @@ embedding models are cased, and ``KOLIK DNÍ DOVOLENÉ MÁM?`` is other tokens
 than ``Kolik dní dovolené mám?`` (multilingual-e5-small put the Czech passage
 that answers it at a cosine distance of 0.168 instead of 0.116: refused instead
 of answered). BM25 reads both alike (it lower-cases).
+
+:func:`same_text` is the form two passages are compared in to tell copies of one
+text apart from different texts (``core.selection``): :func:`plain`, every run of
+white space one space, trimmed. A re-saved or re-exported copy of a document
+breaks its lines elsewhere, a PDF extracts ligatures (``ﬁ``) and soft hyphens a
+``.docx`` does not have: those are the same words. Case is kept: ``-l`` and
+``-L``, ``US`` and ``us`` are other words, and an export does not change case.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["invisible", "plain", "unshouted", "visible", "well_formed"]
+__all__ = ["invisible", "plain", "same_text", "unshouted", "visible", "well_formed"]
 
 _JOINERS = frozenset("\u200c\u200d")
 # Letters of these scripts never need a joiner; their look-alike forms neither.
@@ -93,6 +100,12 @@ def plain(text: str) -> str:
         for ch in visible(well_formed(text))
     )
     return unicodedata.normalize("NFKC", shown)
+
+
+def same_text(text: str) -> str:
+    """``text`` as copies of it are compared: :func:`plain`, its white space folded to single
+    spaces and trimmed; case kept."""
+    return " ".join(plain(text).split())
 
 
 # A text is shouted when it has at least this many words and not one lower-case letter: a
