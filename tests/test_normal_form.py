@@ -49,6 +49,9 @@ def test_copies_of_a_text_compare_equal_and_other_words_do_not() -> None:
     assert same_text(pdf) == same_text(docx) == docx
     assert same_text("ls -l lists in long format") != same_text("ls -L lists in long format")
     assert same_text("Výplata je v pátek.") != same_text("Výplata je v patek.")
+    # The form questions are searched in, its white space folded.
+    for text in (FULL_WIDTH, BOLD, ZERO_WIDTH, "ﬁle\u00adname\x00here\U000e0041", "ok \ud83d"):
+        assert same_text(text) == " ".join(plain(text).split())
 
 
 def test_half_of_a_surrogate_pair_becomes_the_replacement_character() -> None:
