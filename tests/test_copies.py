@@ -3,8 +3,8 @@
 A handbook uploaded three times (re-saved, re-exported, posted in two channels)
 is three documents; their passages with the same words must not crowd the
 passages a question gets (``core.selection.distinct``). On a real knowledge
-base (SQLite, FAISS, the bundled model): three byte-different copies of one
-handbook and a different document on the same subject.
+base (FAISS, the bundled model, SQLite and Postgres): three byte-different
+copies of one handbook and a different document on the same subject.
 """
 
 from __future__ import annotations
@@ -53,9 +53,15 @@ def _config(top_k: int = 4) -> EngineConfig:
     return EngineConfig(threshold=THRESHOLD, related_threshold=THRESHOLD, top_k=top_k)
 
 
-def _kb(data_dir: Path, embedder: Embedder, copies: dict[str, tuple[str, bytes]]) -> KnowledgeBase:
+def _kb(
+    data_dir: Path,
+    embedder: Embedder,
+    copies: dict[str, tuple[str, bytes]],
+    database_url: str = "",
+) -> KnowledgeBase:
     """A knowledge base of the travel policy (for everyone) and ``copies`` (name: scope, bytes)."""
-    kb = KnowledgeBase(IndexConfig(data_dir=data_dir), embedder=embedder)
+    config = IndexConfig(data_dir=data_dir, database_url=database_url)
+    kb = KnowledgeBase(config, embedder=embedder)
     assert kb.ingest_bytes(POLICY, "travel-claims.md", scope=EVERYONE).document.state == "indexed"
     for name, (scope, data) in copies.items():
         assert kb.ingest_bytes(data, name, scope=scope).document.state == "indexed"
@@ -63,8 +69,9 @@ def _kb(data_dir: Path, embedder: Embedder, copies: dict[str, tuple[str, bytes]]
 
 
 @pytest.fixture
-def copies_kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
-    """The travel policy and three byte-different copies of the handbook, each in a channel."""
+def copies_kb(index_dir: Path, embedder: Embedder, database_url: str) -> KnowledgeBase:
+    """The travel policy and three byte-different copies of the handbook, each in a channel;
+    on SQLite and on Postgres (``tests.postgres``)."""
     return _kb(
         index_dir,
         embedder,
@@ -73,6 +80,7 @@ def copies_kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
             "expenses (1).md": (CHANNELS[1], RESAVED),
             "Expenses handbook.md": (CHANNELS[2], HANDBOOK + b"\n\n"),
         },
+        database_url,
     )
 
 
