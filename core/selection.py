@@ -165,22 +165,38 @@ class PassageSelector:
         leg (``every_leg``: search it all the same, for a measurement of the
         order of candidates that are not shown). Copies are told among the
         candidates within both thresholds (``every_leg``: among all of them);
-        when some were, the search goes deeper for as many candidates.
+        when some were, a deeper search adds the next different passages after
+        the first search's, whose order stays as it was.
         """
         cfg = self.config
         cutoff = None if every_leg else max(cfg.threshold, cfg.related_threshold)
         reach = math.inf if cutoff is None else cutoff
         k = cfg.top_k * CANDIDATES_PER_KEPT
-        rows: dict[int, ChunkRow] = {}
+        found = self.backend.search(vector, query, scopes, k, Mode.HYBRID, cutoff)
+        rows = self._rows(found, reach, {})
+        chosen = distinct(found, rows, reach=reach)
+        seen = {c.chunk_id for c in found}
         depth = k
-        while True:
-            found = self.backend.search(vector, query, scopes, depth, Mode.HYBRID, cutoff)
-            unread = [c.chunk_id for c in found if c.distance <= reach and c.chunk_id not in rows]
-            rows.update(self.kb.chunks_by_id(unread))
-            one_each = distinct(found, rows, reach=reach)
-            if len(one_each) >= k or len(found) < depth or depth >= DEEPEST_SEARCH * k:
-                return one_each[:k]
+        while len(chosen) < k and len(found) == depth and depth < DEEPEST_SEARCH * k:
             depth *= 2
+            found = self.backend.search(vector, query, scopes, depth, Mode.HYBRID, cutoff)
+            more = [c for c in found if c.chunk_id not in seen]
+            seen.update(c.chunk_id for c in more)
+            rows = self._rows(more, reach, rows)
+            had = {_text_of(rows[c.chunk_id]) for c in chosen if _compared(c, rows, reach)}
+            chosen += [
+                c
+                for c in distinct(more, rows, reach=reach)
+                if not _compared(c, rows, reach) or _text_of(rows[c.chunk_id]) not in had
+            ]
+        return chosen[:k]
+
+    def _rows(
+        self, candidates: Sequence[Candidate], reach: float, rows: dict[int, ChunkRow]
+    ) -> dict[int, ChunkRow]:
+        """``rows`` with those of ``candidates`` within ``reach`` (what ``distinct`` compares)."""
+        rows.update(self.kb.chunks_by_id([c.chunk_id for c in candidates if c.distance <= reach]))
+        return rows
 
     def reorders(self) -> bool:
         """Whether the answer order has a leg to weigh (else it is the fused order)."""
@@ -295,10 +311,10 @@ def distinct(
     places: dict[tuple[str, str], int] = {}
     chosen: list[Candidate] = []
     for candidate in candidates:
-        row = rows.get(candidate.chunk_id)
-        if row is None or candidate.distance > reach:
+        if not _compared(candidate, rows, reach):
             chosen.append(candidate)
             continue
+        row = rows[candidate.chunk_id]
         key = _text_of(row)
         at = places.get(key)
         if at is None:
@@ -311,6 +327,11 @@ def distinct(
         ):
             chosen[at] = candidate
     return chosen
+
+
+def _compared(candidate: Candidate, rows: Mapping[int, ChunkRow], reach: float) -> bool:
+    """Whether ``distinct`` compares ``candidate``: within ``reach``, its row read."""
+    return candidate.distance <= reach and candidate.chunk_id in rows
 
 
 def _text_of(row: ChunkRow) -> tuple[str, str]:
