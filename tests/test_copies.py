@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.config import EngineConfig
-from core.retrieve import Candidate
+from core.retrieve import Candidate, Mode
 from core.selection import PassageSelector, Selection, distinct
 from index.config import IndexConfig
 from index.embed import Embedder
@@ -150,11 +150,17 @@ def test_a_search_crowded_by_copies_goes_deeper_for_different_passages(
     five different passages, all that are close enough (the handbook's four and the policy)."""
     copies = {f"expenses-{i}.md": (EVERYONE, HANDBOOK + b"\n" * i) for i in range(6)}
     kb = _kb(index_dir, embedder, copies)
-    selection = PassageSelector(kb, _config(top_k=1)).select(QUESTION, None)
+    selector = PassageSelector(kb, _config(top_k=1))
+    selection = selector.select(QUESTION, None)
     rows = kb.chunks_by_id([c.chunk_id for c in selection.searched])
     texts = [same_text(rows[c.chunk_id].content) for c in selection.searched]
     assert len(texts) == len(set(texts)) == 5
     assert all(c.distance <= THRESHOLD for c in selection.searched)
+    # The search at the normal depth keeps its order; the deeper one only adds after it.
+    vector = selector.vector(selection.query)
+    first = kb.search_index.search(vector, selection.query, None, 5, Mode.HYBRID, THRESHOLD)
+    ahead = distinct(first, kb.chunks_by_id([c.chunk_id for c in first]), reach=THRESHOLD)
+    assert 1 <= len(ahead) < 5 and selection.searched[: len(ahead)] == ahead
 
 
 def _row(
