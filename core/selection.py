@@ -11,7 +11,11 @@ passages in the same order wherever it is asked:
    removed; one typed in capitals in sentence case, ``unshouted``), after the
    question a follow-up's thread last had answered;
 2. **the candidates**: its vector and the fused candidates visible to the
-   asker's scopes, ``top_k * CANDIDATES_PER_KEPT`` of them;
+   asker's scopes, ``top_k * CANDIDATES_PER_KEPT`` of them, one per text
+   (:func:`distinct`): of passages with the same words (copies of one document
+   uploaded twice, synced from two sources, a ``.docx`` and its PDF export) the
+   best ranked stands for all, and the next different passage takes the others'
+   places (the search goes deeper, up to ``DEEPEST_SEARCH`` times, to fill them);
 3. **the gate** (``core.gate.gate``) decides whether an answer is written, on
    the best candidate's distance against the answer threshold, and from
    which passages: the first ``top_k`` within the related threshold;
@@ -26,14 +30,20 @@ passages in the same order wherever it is asked:
    (``core.gate.beside_answer``); when nothing passed, the possibly related
    ones (``core.gate.related``).
 
-A refused question reads nothing past step 3.
+A refused question reads nothing past step 3; the rows of step 2 are read
+only for candidates within either threshold (none, for a plain refusal).
+
+Copies are told after the asker's scopes have filtered the search: a copy the
+asker may read never hides behind one they may not, and what the asker gets
+says nothing of copies they cannot see.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -44,12 +54,19 @@ from core.gate import CANDIDATES_PER_KEPT, beside_answer, gate, related
 from core.prompt import Role, ThreadMessage
 from core.rerank import Reranker, RerankerUnavailable, rerank
 from core.retrieve import Candidate, Mode, RetrievalBackend, configured_order, reorders_answers
+from index.ingest import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
-from index.normal_form import plain, unshouted
+from index.normal_form import plain, same_text, unshouted
+from index.records import ChunkRow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PassageSelector", "Selection", "retrieval_query"]
+__all__ = ["DEEPEST_SEARCH", "PassageSelector", "Selection", "distinct", "retrieval_query"]
+
+# How many times deeper than its ``top_k * CANDIDATES_PER_KEPT`` candidates a search goes
+# to fill the places of copies (doubling each time): with more copies of each passage
+# than that, fewer distinct candidates are left.
+DEEPEST_SEARCH = 4
 
 
 @dataclass(frozen=True)
@@ -58,7 +75,7 @@ class Selection:
 
     Attributes:
         query: what was searched (the question's normal form, after a follow-up's topic).
-        searched: the fused candidates, as the search returned them.
+        searched: the fused candidates, as the search returned them, one per text (``distinct``).
         candidates: the same, in the order passages are chosen from (the
             answer order when it was applied, else fused).
         kept: the passages an answer is written from, in order; empty: nothing
@@ -141,17 +158,45 @@ class PassageSelector:
         *,
         every_leg: bool = False,
     ) -> list[Candidate]:
-        """The fused candidates of ``query`` visible to ``scopes``, best first.
+        """The fused candidates of ``query`` visible to ``scopes``, best first, one per text.
 
         Nothing beyond both thresholds is shown: a question with no passage
         that close is refused whatever BM25 finds, so the engine may skip that
         leg (``every_leg``: search it all the same, for a measurement of the
-        order of candidates that are not shown).
+        order of candidates that are not shown). Copies are told among the
+        candidates within both thresholds (``every_leg``: among all of them);
+        when some were, a deeper search adds the next different passages after
+        the first search's, whose order stays as it was.
         """
         cfg = self.config
         cutoff = None if every_leg else max(cfg.threshold, cfg.related_threshold)
+        reach = math.inf if cutoff is None else cutoff
         k = cfg.top_k * CANDIDATES_PER_KEPT
-        return self.backend.search(vector, query, scopes, k, Mode.HYBRID, cutoff)
+        found = self.backend.search(vector, query, scopes, k, Mode.HYBRID, cutoff)
+        rows = self._rows(found, reach, {})
+        chosen = distinct(found, rows, reach=reach)
+        seen = {c.chunk_id for c in found}
+        depth = k
+        while len(chosen) < k and len(found) == depth and depth < DEEPEST_SEARCH * k:
+            depth *= 2
+            found = self.backend.search(vector, query, scopes, depth, Mode.HYBRID, cutoff)
+            more = [c for c in found if c.chunk_id not in seen]
+            seen.update(c.chunk_id for c in more)
+            rows = self._rows(more, reach, rows)
+            had = {_text_of(rows[c.chunk_id]) for c in chosen if _compared(c, rows, reach)}
+            chosen += [
+                c
+                for c in distinct(more, rows, reach=reach)
+                if not _compared(c, rows, reach) or _text_of(rows[c.chunk_id]) not in had
+            ]
+        return chosen[:k]
+
+    def _rows(
+        self, candidates: Sequence[Candidate], reach: float, rows: dict[int, ChunkRow]
+    ) -> dict[int, ChunkRow]:
+        """``rows`` with those of ``candidates`` within ``reach`` (what ``distinct`` compares)."""
+        rows.update(self.kb.chunks_by_id([c.chunk_id for c in candidates if c.distance <= reach]))
+        return rows
 
     def reorders(self) -> bool:
         """Whether the answer order has a leg to weigh (else it is the fused order)."""
@@ -242,6 +287,61 @@ class PassageSelector:
             # An answer in fused order beats no answer; the log says why.
             log.warning("reranker unavailable, passages kept in fused order: %s", exc)
             return passed
+
+
+def distinct(
+    candidates: Sequence[Candidate], rows: Mapping[int, ChunkRow], *, reach: float
+) -> list[Candidate]:
+    """``candidates`` with one passage of each text: the best ranked of its copies, in its place.
+
+    Two passages are copies when their words are the same in
+    ``index.normal_form.same_text`` (white space folded, compatibility forms and
+    invisible characters gone, case kept) and, for a sheet's rows, under the
+    same column names. Of copies ranked alike (one text under one title: the
+    same vectors and terms) the one of the newest document stands for them: its
+    id is the larger (ids are never reused), so which copy is cited does not
+    hang on how an engine breaks ties. A better ranked copy is never passed
+    over for a newer one: it is the one the gate judges, and the asker gets the
+    answer they would without the other copies.
+
+    Only candidates within ``reach`` whose row is in ``rows`` are compared;
+    the others stay as they are (beyond it nothing is shown; a row gone
+    meanwhile is the caller's to notice).
+    """
+    places: dict[tuple[str, str], int] = {}
+    chosen: list[Candidate] = []
+    for candidate in candidates:
+        if not _compared(candidate, rows, reach):
+            chosen.append(candidate)
+            continue
+        row = rows[candidate.chunk_id]
+        key = _text_of(row)
+        at = places.get(key)
+        if at is None:
+            places[key] = len(chosen)
+            chosen.append(candidate)
+            continue
+        standing = chosen[at]
+        if candidate.score == standing.score and (
+            row.document_id > rows[standing.chunk_id].document_id
+        ):
+            chosen[at] = candidate
+    return chosen
+
+
+def _compared(candidate: Candidate, rows: Mapping[int, ChunkRow], reach: float) -> bool:
+    """Whether ``distinct`` compares ``candidate``: within ``reach``, its row read."""
+    return candidate.distance <= reach and candidate.chunk_id in rows
+
+
+def _text_of(row: ChunkRow) -> tuple[str, str]:
+    """What tells a passage's copies: its words, and a sheet row's column names."""
+    columns = (
+        sheet_columns(row.kind, row.document, row.section, row.text, row.content)
+        if row.kind in SHEET_KINDS
+        else ""
+    )
+    return same_text(row.content), same_text(columns)
 
 
 @contextmanager

@@ -309,14 +309,14 @@ def _analyse_gate(
     thresholds: Sequence[float],
     progress: bool,
 ) -> GateAnalysis:
-    """Hybrid candidates as ``Engine.ask`` fetches them, gated at every threshold."""
+    """Hybrid candidates as ``Engine.ask`` fetches them (one per text), gated at every threshold."""
     top_k = engine.top_k
-    backend = kb.search_index
+    selector = PassageSelector(kb, engine)
     depth = top_k * CANDIDATES_PER_KEPT
     texts = queries.texts + queries.ood_texts
     vectors = np.vstack([queries.vectors, queries.ood_vectors])
     cands = [
-        backend.search(vec, text, None, depth, Mode.HYBRID)
+        selector.search(text, vec, None, every_leg=True)
         for text, vec in tqdm(
             list(zip(texts, vectors, strict=True)), desc="gate sweep", unit="q", **_bar(progress)
         )

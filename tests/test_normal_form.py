@@ -18,7 +18,7 @@ from bot.mcp import Person
 from bot.mcp.tools import BadToolCall, Tools
 from core.answer import Engine, Outcome
 from index.knowledge_base import KnowledgeBase
-from index.normal_form import plain, unshouted, well_formed
+from index.normal_form import plain, same_text, unshouted, well_formed
 from tests.servers import OpenAICompatServer
 
 QUESTION = "How long do I have to submit an expense claim?"
@@ -37,6 +37,21 @@ def test_full_width_bold_ligatures_and_invisibles_fold_to_the_plain_form() -> No
     assert plain(BOLD) == QUESTION
     assert plain(ZERO_WIDTH) == QUESTION
     assert plain("ﬁle\u00adname\x00here") == "filename here"
+
+
+def test_copies_of_a_text_compare_equal_and_other_words_do_not() -> None:
+    """A re-export's line breaks, no-break spaces, soft hyphens and ligatures are the same
+    words; letters in another case are not (``-l`` and ``-L``)."""
+    docx = "Submit the claim in Expensify within 30 days; finance returns it unpaid."
+    pdf = (
+        "  Submit the claim in Expensify\r\nwithin 30\u00a0days; ﬁ\u00adnance returns it\nunpaid.\n"
+    )
+    assert same_text(pdf) == same_text(docx) == docx
+    assert same_text("ls -l lists in long format") != same_text("ls -L lists in long format")
+    assert same_text("Výplata je v pátek.") != same_text("Výplata je v patek.")
+    # The form questions are searched in, its white space folded.
+    for text in (FULL_WIDTH, BOLD, ZERO_WIDTH, "ﬁle\u00adname\x00here\U000e0041", "ok \ud83d"):
+        assert same_text(text) == " ".join(plain(text).split())
 
 
 def test_half_of_a_surrogate_pair_becomes_the_replacement_character() -> None:

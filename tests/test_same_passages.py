@@ -36,7 +36,7 @@ from bot.cli import main
 from core.selection import PassageSelector, retrieval_query
 from evaluation.kept import kept_selection
 from index.knowledge_base import KnowledgeBase
-from index.normal_form import plain
+from index.normal_form import plain, same_text
 from tests.conftest import SAMPLE
 from tests.conftest_bot import IN_DOMAIN, OUT_OF_DOMAIN, PAGER, THRESHOLD, Bot, BotFactory
 from tests.servers import (
@@ -279,3 +279,34 @@ async def test_every_surface_gives_one_question_the_same_passages_in_the_same_or
     assert seen[zero_width(VPN)] == seen[VPN]
     logged = bot.kb.store.queries.latest(len(QUESTIONS), surface="slack")
     assert any(d > THRESHOLD for q in logged for _, d in q.record.kept)
+
+
+async def test_copies_of_one_document_are_one_passage_on_every_surface(
+    make_bot: BotFactory,
+) -> None:
+    """The expenses page uploaded again, re-saved (other line ends and wrapping) and in the
+    asker's channel: each surface gives and shows its passages once, the same on each, and
+    Slack's citations point at different words."""
+    bot = await _bot(make_bot)
+    page = (SAMPLE / "expenses.md").read_bytes()
+    resaved = page.replace(b"within 30 days", b"within\n30 days").replace(b"\n", b"\r\n")
+    for name, data, scope in (
+        ("expenses (1).md", resaved, "*"),
+        ("expenses-finance.md", page + b"\n", CHANNEL_ID),
+    ):
+        assert bot.kb.ingest_bytes(data, name, scope=scope).document.state == "indexed"
+    async with _mcp(bot) as session:
+        for i, question in enumerate((IN_DOMAIN, CONFERENCE, PAID), start=1):
+            slack, posted = await _slack(bot, question, i)
+            rows = bot.kb.chunks_by_id(slack)
+            words = [same_text(rows[cid].content) for cid in slack]
+            assert len(words) == len(set(words)) > 1, question
+            for surface, passages in {
+                "mcp search": await _mcp_search(bot, session, question),
+                "mcp ask": await _mcp_ask(bot, session, question),
+                "kb ask": await _kb_ask(bot, question),
+                "kb eval": _evaluated(bot, question),
+            }.items():
+                assert passages == slack, (surface, question)
+            cited = [_chunk_of(bot.kb, url) for _, url in cited_links(posted)]
+            assert len({same_text(rows[cid].content) for cid in cited}) == len(set(cited))
