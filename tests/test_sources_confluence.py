@@ -383,6 +383,29 @@ def test_429_waits_its_retry_after_and_500s_back_off_within_the_budget(
     assert len(live_titles(kb)) == 3
 
 
+@pytest.mark.parametrize("asked", ["inf", "Infinity", "1e400", "nan", "-inf"])
+def test_a_retry_after_that_is_no_number_of_seconds_is_not_said(
+    kb: KnowledgeBase, confluence: MockConfluence, asked: str
+) -> None:
+    # Read as given, "inf" put the source's next run at infinity: never synced again.
+    waits = Waits()
+    confluence.fail("/rest/api/search", 429, retry_after=asked)
+    report = run(kb, confluence, waits)
+    assert report.error is None and len(report.added) == 3
+    assert waits.waits == [0.5]  # the first back-off step, as for a 429 that says nothing
+    assert kb.store.sources.get(SOURCE).retry_at is None
+
+
+def test_a_retry_after_of_years_is_waited_a_day_at_most(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    waits = Waits()
+    confluence.fail("/rest/api/search", 429, retry_after=str(10**12))
+    report = run(kb, confluence, waits)
+    assert report.error is not None and report.retry_after == 86400.0
+    assert kb.store.sources.get(SOURCE).retry_at == waits.now + 86400.0
+
+
 def test_a_garbage_page_and_a_garbage_listing_are_refused_and_change_nothing(
     kb: KnowledgeBase, confluence: MockConfluence
 ) -> None:
