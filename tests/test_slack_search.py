@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import MAX_RETRY_AFTER_SECONDS
 from bot.slack import messages
 from bot.slack.blocks import escape
 from bot.slack.config import SlackConfig
@@ -300,6 +301,23 @@ async def test_a_rate_limited_person_is_not_searched_until_slacks_retry_after_ha
     found = await search.search("printer")
     assert found.failure is None and found.passages
     assert len(slack.calls("assistant.search.context", include_rejected=True)) == calls + 1
+
+
+@pytest.mark.parametrize("asked", ["inf", "1e400", str(10**12)])
+async def test_a_retry_after_of_no_number_or_of_years_pauses_a_person_an_hour_at_most(
+    slack: MockSlackAPI, workspace: Workspace, asked: str
+) -> None:
+    # Read as given, "inf" paused the person's searches of Slack for ever (until a restart).
+    time = FakeTime()
+    searcher = SlackSearcher(
+        SlackConfig(bot_token=slack.bot_token, api_url=slack.api_url), clock=time.clock
+    )
+    search = searcher.for_event(dm(IN_DOMAIN, workspace))
+    slack.rate_limit("assistant.search.context", retry_after=asked)
+    assert (await search.search("printer")).failure == "ratelimited"
+    await time.advance(MAX_RETRY_AFTER_SECONDS)
+    found = await search.search("printer")
+    assert found.failure is None and found.passages
 
 
 async def test_with_slack_search_off_slack_is_not_searched(bot: Bot, workspace: Workspace) -> None:
