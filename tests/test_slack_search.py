@@ -12,6 +12,7 @@ no model is called.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -143,6 +144,27 @@ async def test_a_question_answered_from_a_slack_thread_shows_it_under_from_slack
     assert answer["text"] and FREEZE_REPLY in answer["text"]
     record = bot.kb.queries.get(bot.kb.queries.latest(1)[0].id)
     assert record.answer == "" and record.outcome == "answered"
+
+
+@pytest.mark.parametrize("ts", ["nan", "inf", "1e300", "-1e300"])
+async def test_a_message_whose_time_is_no_time_is_shown_without_a_date(
+    make_bot: BotFactory, workspace: Workspace, llm: OpenAICompatServer, ts: str
+) -> None:
+    # Read as a time, "nan" and "inf" failed the answer (int() of them raised) and 1e300
+    # overflowed the date: a message Slack's search returns must never cost the answer.
+    reply = next(m for m in workspace.messages if FREEZE_REPLY in m.text)
+    timeless = dataclasses.replace(reply, ts=ts)
+    workspace.messages[workspace.messages.index(reply)] = timeless
+    llm.set_reply(cite_the_source_saying(FREEZE_REPLY))
+    bot = await make_bot(slack_search=True)
+    await bot.event(dm(DEPLOY_FREEZE, workspace))
+    answer = await bot.answer()
+    shown = blocks_text(answer)
+    group = shown[shown.index(EN.FROM_SLACK_HEADER) :]
+    assert FREEZE_REPLY in group
+    start = group.index(escape(timeless.permalink()))
+    heading = group[start : group.index("\\n", start)]  # to the end of its line
+    assert f"<@{reply.user}>" in heading and "<!date^" not in heading
 
 
 async def test_a_private_message_to_the_asker_never_reaches_the_channel(
