@@ -302,9 +302,10 @@ def _is_channel(channel: str) -> bool:
     return bool(channel) and not channel.startswith("D")
 
 
-def _metadata_channel(raw: str) -> str:
+def _metadata_channel(raw: object) -> str:
     try:
-        data = json.loads(raw) if raw else {}
+        # The text the bot set; anything else Slack might echo (a number, a list) names no channel.
+        data = json.loads(raw) if isinstance(raw, str) and raw else {}
     except (ValueError, RecursionError):  # deep nesting exhausts the decoder's stack
         return ""
     return str(data.get("channel", "")) if isinstance(data, dict) else ""
