@@ -128,23 +128,20 @@ async def test_submitted_file_is_downloaded_with_the_token_and_indexed(bot: Bot)
 
 
 @pytest.mark.parametrize("metadata", [5, ["C0GENERAL1"], {"channel": "C0GENERAL1"}, None])
-async def test_a_view_whose_metadata_is_not_text_uploads_from_the_persons_dm(
+async def test_a_view_whose_metadata_is_not_text_is_refused_before_any_listener(
     bot: Bot, product_logs: Any, metadata: object
 ) -> None:
     # Slack echoes the text the bot set; a view of another type raised TypeError (json.loads
-    # of an int), after the modal had closed: the upload was lost with a traceback.
+    # of an int) after the modal had closed: the upload was lost with a traceback.
     out = product_logs("console")
     f = bot.slack.add_file("F0META0001", "onboarding.md", GUIDE, "text/markdown")
     view = await _open_modal(bot)
     state = file_input_state("files", "files", [f])
-    resp = await bot.post(
-        view_submission_body({**view, "state": state, "private_metadata": metadata})
-    )
-    assert resp.status == 200
-    await bot.settle()
-    doc = bot.kb.store.find_document("onboarding.md")
-    # For everyone, from a person who publishes nothing directly: it waits for an admin.
-    assert doc.state == "awaiting_approval" and doc.scope == "*"
+    body = view_submission_body({**view, "state": state, "private_metadata": metadata})
+    resp = await bot.post(body)
+    assert resp.status == 400
+    await bot.idle()
+    assert bot.slack.downloads == [] and bot.slack.calls("chat.postMessage") == []
     assert "Traceback" not in out.getvalue() and "[error" not in out.getvalue()
 
 

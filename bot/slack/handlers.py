@@ -302,10 +302,9 @@ def _is_channel(channel: str) -> bool:
     return bool(channel) and not channel.startswith("D")
 
 
-def _metadata_channel(raw: object) -> str:
+def _metadata_channel(raw: str) -> str:
     try:
-        # The text the bot set; anything else Slack might echo (a number, a list) names no channel.
-        data = json.loads(raw) if isinstance(raw, str) and raw else {}
+        data = json.loads(raw) if raw else {}
     except (ValueError, RecursionError):  # deep nesting exhausts the decoder's stack
         return ""
     return str(data.get("channel", "")) if isinstance(data, dict) else ""
