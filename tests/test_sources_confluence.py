@@ -421,6 +421,46 @@ def test_a_garbage_page_and_a_garbage_listing_are_refused_and_change_nothing(
     assert set(live_titles(kb)) == {"Office hours", "Nightjar"}
 
 
+def _page_with(confluence: MockConfluence, item: str, **fields: Any) -> None:
+    """Confluence answers ``item`` as it would, with ``fields`` replaced."""
+    page = json.loads(confluence._content(item)[2])
+    confluence.faults.append(
+        Fault(f"/rest/api/content/{item}", 200, body=json.dumps({**page, **fields}).encode())
+    )
+
+
+@pytest.mark.parametrize("version", [[3], "3", 3.5, None])
+def test_a_page_whose_version_is_not_an_object_is_synced(
+    kb: KnowledgeBase, confluence: MockConfluence, version: object
+) -> None:
+    # Read with .get, a version that is not an object raised AttributeError out of the run.
+    _page_with(confluence, "103", version=version)
+    report = run(kb, confluence)
+    assert report.error is None and sorted(report.added) == ["101", "102", "103"]
+
+
+def test_a_page_whose_space_is_not_an_object_fails_alone(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    _page_with(confluence, "103", space=SPACE)
+    report = run(kb, confluence)
+    assert report.error is None and sorted(report.added) == ["101", "102"]
+    assert [item for item, _ in report.failed] == ["103"]
+
+
+@pytest.mark.parametrize("ancestors", [{"id": "102"}, ["102"], [102], "102"])
+def test_a_page_whose_ancestors_cannot_be_read_is_read_by_nobody(
+    kb: KnowledgeBase, confluence: MockConfluence, ancestors: object
+) -> None:
+    # Its ancestors' restrictions are its own: unread, nobody may read it (they raised
+    # TypeError or AttributeError out of the run).
+    _page_with(confluence, "103", ancestors=ancestors)
+    report = run(kb, confluence)
+    assert report.error is None and "103" in report.added
+    scope = source_scope(SOURCE, "103")
+    assert Acl.from_entries(kb.store.sources.acl_rows(scope)).known is False
+
+
 def test_an_item_listed_twice_is_synced_once(kb: KnowledgeBase, confluence: MockConfluence) -> None:
     confluence.list_twice = "101"
     report = run(kb, confluence)

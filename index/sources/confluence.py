@@ -302,7 +302,7 @@ class ConfluenceConnector:
         body = page.get("body")
         if not isinstance(title, str) or not title.strip() or not isinstance(body, dict):
             raise _Malformed("Confluence gave this page without a title or a body; it was skipped.")
-        space = (page.get("space") or {}).get("key")
+        space = _part(page, "space").get("key")
         if space != self.settings.space:
             raise _Malformed(f"This page is in space {space!r} now, not {self.settings.space!r}.")
         content = _body_html(body)
@@ -312,7 +312,7 @@ class ConfluenceConnector:
             '<!doctype html><html><head><meta charset="utf-8">'
             f"<title>{html.escape(title)}</title></head><body>{content}</body></html>"
         ).encode()
-        version = str((page.get("version") or {}).get("number", ""))
+        version = str(_part(page, "version").get("number", ""))
         return SourceDocument(
             item=item,
             title=title.strip(),
@@ -539,6 +539,8 @@ class ConfluenceConnector:
             space = self._space()
             levels = [self._restrictions(str(page.get("id")))]
             ancestors = page.get("ancestors") or []
+            if not isinstance(ancestors, list) or not all(isinstance(a, dict) for a in ancestors):
+                raise _Unreadable("its ancestors are not a list of pages")
             for ancestor in ancestors[:MAX_ANCESTORS]:
                 levels.append(self._restrictions(str(ancestor.get("id"))))
         except _Unreadable as exc:
