@@ -461,6 +461,32 @@ def test_a_page_whose_ancestors_cannot_be_read_is_read_by_nobody(
     assert Acl.from_entries(kb.store.sources.acl_rows(scope)).known is False
 
 
+@pytest.mark.parametrize(
+    "restrictions",
+    [
+        {"read": []},
+        {"read": True},
+        {"read": {"restrictions": []}},
+        {"read": {"restrictions": {"user": []}}},
+        {"read": {"restrictions": {"user": {"results": {}}}}},
+        {"read": {"restrictions": {"group": {"results": 0}}}},
+        {"read": {"restrictions": {"user": {"results": "alice@example.com"}}}},
+    ],
+)
+def test_restrictions_of_another_shape_hide_the_page_from_everyone(
+    kb: KnowledgeBase, confluence: MockConfluence, restrictions: dict[str, Any]
+) -> None:
+    # An empty list or 0 where an object or a list belongs read as "no restrictions": the
+    # page went to its whole space; true raised AttributeError out of the run.
+    confluence.faults.append(
+        Fault("/rest/api/content/103/restriction", 200, body=json.dumps(restrictions).encode())
+    )
+    report = run(kb, confluence)
+    assert report.error is None and "103" in report.added
+    scope = source_scope(SOURCE, "103")
+    assert Acl.from_entries(kb.store.sources.acl_rows(scope)).known is False
+
+
 def test_an_item_listed_twice_is_synced_once(kb: KnowledgeBase, confluence: MockConfluence) -> None:
     confluence.list_twice = "101"
     report = run(kb, confluence)

@@ -593,9 +593,11 @@ class ConfluenceConnector:
         )
         if not isinstance(answer, dict):
             raise _Unreadable(f"the restrictions of {content_id} could not be read")
-        read = ((answer.get("read") or {}).get("restrictions")) or {}
-        user_rows = (read.get("user") or {}).get("results") or []
-        group_rows = (read.get("group") or {}).get("results") or []
+        # Absent is none; of another shape ([] or 0 where an object or a list belongs) is
+        # unread, never "no restrictions": the page would go to its whole space.
+        read = _shaped(_shaped(answer, "read", content_id), "restrictions", content_id)
+        user_rows = _results(_shaped(read, "user", content_id), content_id)
+        group_rows = _results(_shaped(read, "group", content_id), content_id)
         if not user_rows and not group_rows:
             return None
         return _Grant(frozenset(_emails(user_rows)), frozenset(_names(group_rows)))
@@ -745,6 +747,26 @@ def _read_attachment(row: object) -> bool:
         raise SourceFailed("Confluence listed an attachment that is not JSON of one.")
     title = row.get("title")
     return isinstance(title, str) and bool(readable_suffix(title, _type(row)))
+
+
+def _shaped(answer: dict[str, Any], name: str, content_id: str) -> dict[str, Any]:
+    """``answer[name]``, an object (absent: empty); of another type, the restrictions are unread."""
+    value = answer.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Unreadable(f"the restrictions of {content_id} have {name} of another shape")
+    return value
+
+
+def _results(part: dict[str, Any], content_id: str) -> list[Any]:
+    """``part["results"]``, a list (absent: empty); of another type, the restrictions are unread."""
+    rows = part.get("results")
+    if rows is None:
+        return []
+    if not isinstance(rows, list):
+        raise _Unreadable(f"the restrictions of {content_id} list no results")
+    return rows
 
 
 def _part(row: dict[str, Any], name: str) -> dict[str, Any]:
