@@ -487,6 +487,34 @@ def test_restrictions_of_another_shape_hide_the_page_from_everyone(
     assert Acl.from_entries(kb.store.sources.acl_rows(scope)).known is False
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"anonymousAccess": "false"},  # read as true: the space went to everyone
+        {"anonymousAccess": 1},
+        {"anonymousAccess": [False]},
+        {"operation": ["read", "space"], "anonymousAccess": True},
+        {"subjects": [], "anonymousAccess": True, "operation": "read"},
+    ],
+)
+def test_a_space_permission_of_another_shape_grants_nothing(
+    kb: KnowledgeBase, confluence: MockConfluence, change: dict[str, Any]
+) -> None:
+    # Entries that are not objects raised AttributeError out of the run; an anonymousAccess
+    # that is not true made the space public.
+    space = confluence._space(confluence.spaces[SPACE])
+    read, *others = space["permissions"]
+    read = {**read, "subjects": {}, **change}  # no group: only anonymousAccess could grant
+    space["permissions"] = ["read", 7, read, *others]
+    confluence.faults.append(
+        Fault(f"/rest/api/space/{SPACE}", 200, body=json.dumps(space).encode())
+    )
+    report = run(kb, confluence)
+    assert report.error is None and "101" in report.added
+    acl = Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, "101")))
+    assert not acl.public
+
+
 def test_an_item_listed_twice_is_synced_once(kb: KnowledgeBase, confluence: MockConfluence) -> None:
     confluence.list_twice = "101"
     report = run(kb, confluence)

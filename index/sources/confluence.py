@@ -573,13 +573,16 @@ class ConfluenceConnector:
         groups: set[str] = set()
         public = False
         for permission in permissions:
-            operation = (permission or {}).get("operation") or {}
+            # A permission of another shape grants nothing ("false" is not false: only true is).
+            if not isinstance(permission, dict):
+                continue
+            operation = _part(permission, "operation")
             if operation.get("operation") != "read" or operation.get("targetType") != "space":
                 continue
-            public = public or bool(permission.get("anonymousAccess"))
-            subjects = permission.get("subjects") or {}
-            users.update(_emails((subjects.get("user") or {}).get("results")))
-            groups.update(_names((subjects.get("group") or {}).get("results")))
+            public = public or permission.get("anonymousAccess") is True
+            subjects = _part(permission, "subjects")
+            users.update(_emails(_part(subjects, "user").get("results")))
+            groups.update(_names(_part(subjects, "group").get("results")))
         organisation = set(self.settings.organisation_groups)
         public = public or bool(groups & organisation)
         return _Grant(frozenset(users), frozenset(groups - organisation), public)
