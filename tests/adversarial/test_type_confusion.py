@@ -96,6 +96,8 @@ async def test_valid_calls_still_work_and_the_schema_still_says_integer(
         one = await session.call_tool(SEARCH, {"query": IN_DOMAIN, "limit": 1})
         default = await session.call_tool(SEARCH, {"query": IN_DOMAIN})
         asked = await session.call_tool(ASK, {"question": IN_DOMAIN})
+        # A query that reads as JSON is still text: the SDK parses no str argument.
+        json_like = await session.call_tool(SEARCH, {"query": '["expenses"]', "limit": 2})
     schema = listed[SEARCH].input_schema["properties"]
     assert schema["limit"]["type"] == "integer"
     assert (schema["limit"]["minimum"], schema["limit"]["maximum"]) == (1, 20)
@@ -105,3 +107,4 @@ async def test_valid_calls_still_work_and_the_schema_still_says_integer(
     assert not one.is_error and len(one.structured_content["passages"]) == 1  # type: ignore[index]
     assert not default.is_error and default.structured_content["verdict"] == "answerable"  # type: ignore[index]
     assert not asked.is_error and asked.structured_content["outcome"] == "answered"  # type: ignore[index]
+    assert not json_like.is_error, json_like.content
