@@ -15,34 +15,23 @@ its fix:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from bot.mcp import MAX_QUERY_CHARS  # noqa: E402
-from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
+from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory, mcp_session  # noqa: E402
 
 SEARCH = "search_knowledge_base"
 ASK = "ask_knowledge_base"
 
 
-@contextlib.asynccontextmanager
-async def _mcp(bot: Bot) -> AsyncIterator[ClientSession]:
+def _mcp(bot: Bot) -> contextlib.AbstractAsyncContextManager[ClientSession]:
     """The official MCP client, as a person holding a token."""
-    token, _ = bot.kb.store.mcp_tokens.issue("type-confusion", user_id="U0TYPES001")
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
-        streamable_http_client(str(bot.http.make_url("/mcp")), http_client=http) as (r, w),
-        ClientSession(r, w) as session,
-    ):
-        await session.initialize()
-        yield session
+    return mcp_session(bot, "type-confusion", "U0TYPES001")
 
 
 # ------------------------------------------------------------------ the MCP tools' arguments
