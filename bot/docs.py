@@ -175,6 +175,10 @@ def _generated_note(source: str) -> str:
 def _accepts(info: FieldInfo) -> str:
     """What a setting accepts, from its type and its constraints."""
     kind = info.annotation
+    # An optional number (KB_THRESHOLD, unset by default) accepts what the number does.
+    present = [a for a in get_args(kind) if a is not type(None)]
+    if type(None) in get_args(kind) and len(present) == 1:
+        kind = present[0]
     if get_origin(kind) is Literal:
         return " or ".join(f"`{value}`" for value in get_args(kind))
     if kind is bool:

@@ -94,6 +94,8 @@ from index.config import (
 from index.embed import model_name
 
 DEFAULT_PORT = 3000
+# Cosine distances run from 0 (the same direction) to 2 (opposite): a threshold past it gates nothing.
+MAX_COSINE_DISTANCE = 2.0
 
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -125,6 +127,8 @@ class Settings(BaseSettings):
         populate_by_name=True,
         # An error names the variable, never echoes what was read: the input holds tokens.
         hide_input_in_errors=True,
+        # nan, inf and -inf are no number of seconds, days or distance any setting means.
+        allow_inf_nan=False,
     )
 
     # --- storage and ingestion
@@ -216,11 +220,13 @@ class Settings(BaseSettings):
         0,
         "KB_EMBEDDING_DIMENSIONS",
         "Vector size asked of the embeddings endpoint, for models that can shorten their vectors (text-embedding-3-*). 0: the model's own size, learned from its first reply.",
+        ge=0,
     )
     max_upload_bytes: int = _setting(
         DEFAULT_MAX_UPLOAD_BYTES,
         "KB_MAX_UPLOAD_BYTES",
         "Largest document accepted, in bytes (default 20 MB).",
+        ge=1,
     )
     max_pages: int = _setting(
         DEFAULT_MAX_PAGES,
@@ -273,16 +279,19 @@ class Settings(BaseSettings):
         DEFAULT_KEEP_VERSIONS,
         "KB_KEEP_VERSIONS",
         "Versions kept of each document (same name and visibility): the current one and the earlier ones `kb restore` can bring back. Older ones are deleted.",
+        ge=1,
     )
     min_free_bytes: int = _setting(
         DEFAULT_MIN_FREE_BYTES,
         "KB_MIN_FREE_BYTES",
         "Free space, in bytes, the data dir's disk must keep (default 200 MB): a new document that would leave less is refused, with this reason, before anything is stored. 0 turns the check off.",
+        ge=0,
     )
     failed_retention_days: float = _setting(
         DEFAULT_FAILED_RETENTION_DAYS,
         "KB_FAILED_RETENTION_DAYS",
         "Days a failed document (its row and stored original) is kept so it can be retried; then it is deleted, at start-up or after an upload.",
+        ge=0,
     )
     ocr_language: str = _setting(
         DEFAULT_OCR_LANGUAGE,
@@ -318,6 +327,7 @@ class Settings(BaseSettings):
         DEFAULT_MAX_KEPT,
         "KB_MAX_KEPT",
         "Most passages kept for one answer: past KB_TOP_K, passing passages within KB_KEEP_MARGIN of the best one are kept too, up to this many. Set it to KB_TOP_K to keep exactly KB_TOP_K.",
+        ge=1,
     )
     keep_margin: float = _setting(
         DEFAULT_KEEP_MARGIN,
@@ -355,11 +365,15 @@ class Settings(BaseSettings):
         None,
         "KB_THRESHOLD",
         "Refusal gate: a question is answered only when its closest passage is at most this cosine distance away; if none is that close the model is not called (see KB_RELATED_THRESHOLD). Unset: the running model's calibrated value (all-MiniLM-L6-v2: 0.475; multilingual: see docs/evaluation.md). Used only with the model KB_THRESHOLD_MODEL names, when that is set.",
+        ge=0,
+        le=MAX_COSINE_DISTANCE,
     )
     related_threshold: float | None = _setting(
         None,
         "KB_RELATED_THRESHOLD",
         "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 4 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Once the closest passage passes KB_THRESHOLD, the answer is written from its first KB_TOP_K passages closer than this; those of them a KB_RERANKER left out that were too far to pass KB_THRESHOLD are listed beside the answer the same way (never given to the model). At or below KB_THRESHOLD: off. Unset: the running model's calibrated value. `kb calibrate` proposes it.",
+        ge=0,
+        le=MAX_COSINE_DISTANCE,
     )
     threshold_model: str = _setting(
         "",
@@ -385,21 +399,25 @@ class Settings(BaseSettings):
         30.0,
         "KB_LLM_TIMEOUT",
         "Seconds one request to the model may wait on the network (connect, or between two reads).",
+        gt=0,
     )
     llm_max_retries: int = _setting(
         1,
         "KB_LLM_MAX_RETRIES",
         "Retries on connection errors and 5xx before giving up on the model.",
+        ge=0,
     )
     llm_first_token_timeout: float = _setting(
         DEFAULT_FIRST_TOKEN_TIMEOUT,
         "KB_LLM_FIRST_TOKEN_TIMEOUT",
         "Seconds the model may take to start answering before the evidence is shown instead.",
+        gt=0,
     )
     llm_deadline: float = _setting(
         DEFAULT_LLM_DEADLINE,
         "KB_LLM_DEADLINE",
         "Seconds the whole answer may take, however the model streams it; past that the evidence is shown instead.",
+        gt=0,
     )
     reranker: str = _setting(
         "",
@@ -422,6 +440,7 @@ class Settings(BaseSettings):
         DEFAULT_LINK_TTL_DAYS,
         "KB_LINK_TTL_DAYS",
         "Days a citation link stays valid.",
+        ge=1,
     )
     viewer_auth: Literal["link", "slack"] = _setting(
         "link",
@@ -475,6 +494,8 @@ class Settings(BaseSettings):
         DEFAULT_PORT,
         "KB_PORT",
         "Port of the web server (Slack events, document viewer, /healthz).",
+        ge=1,
+        le=65535,
     )
     http_header_timeout: float = _setting(
         DEFAULT_HEADER_TIMEOUT,

@@ -12,6 +12,7 @@ Requests are signed the way Slack signs them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -22,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx2
 import pytest
 from aiohttp import web, web_protocol
 from aiohttp.test_utils import TestClient
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from bot.app import SERVICES, create_app
 from bot.settings import Settings
@@ -416,3 +420,16 @@ def everything_posted(slack: MockSlackAPI) -> str:
 def links(message: dict[str, Any]) -> list[tuple[str, int]]:
     """The server's ``<url|[n]>`` links in a recorded message's blocks."""
     return [(url, int(n)) for url, n in LINK_RE.findall(json.dumps(message.get("blocks", [])))]
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(bot: Bot, name: str, user_id: str) -> AsyncIterator[ClientSession]:
+    """The official MCP client on the bot's ``/mcp``, with a token ``name`` issued for ``user_id``."""
+    token, _ = bot.kb.store.mcp_tokens.issue(name, user_id=user_id)
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        streamable_http_client(str(bot.http.make_url("/mcp")), http_client=http) as (r, w),
+        ClientSession(r, w) as session,
+    ):
+        await session.initialize()
+        yield session

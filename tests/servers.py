@@ -961,7 +961,7 @@ class MockSlackAPI(_LocalServer):
         self._entity_triggers[trigger] = external_ref_id
         return trigger
 
-    def rate_limit(self, method: str, retry_after: int = 1, times: int = 1) -> None:
+    def rate_limit(self, method: str, retry_after: int | str = 1, times: int = 1) -> None:
         """Answer the next ``times`` calls to ``method`` with 429 and ``Retry-After``."""
         self._overrides.setdefault(method, []).append(
             _Override(

@@ -268,6 +268,36 @@ MALFORMED = {
         b"data: [DONE]\n\n",
         "text/event-stream",
     ),
+    "boolean_content": (_completion_with(True), "application/json"),
+    "content_of_parts": (_completion_with([{"type": "text", "text": "x [1]"}]), "application/json"),
+    "content_an_object": (_completion_with({"text": "x [1]"}), "application/json"),
+    "choices_null": (json.dumps({**_COMPLETION, "choices": None}).encode(), "application/json"),
+    "choices_an_object": (
+        json.dumps({**_COMPLETION, "choices": {"0": _COMPLETION["choices"][0]}}).encode(),  # type: ignore[index]
+        "application/json",
+    ),
+    "message_null": (
+        json.dumps({**_COMPLETION, "choices": [{"index": 0, "message": None}]}).encode(),
+        "application/json",
+    ),
+    "stream_delta_null": (
+        b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+        b'"choices":[{"index":0,"delta":null,"finish_reason":null}]}\n\n'
+        b"data: [DONE]\n\n",
+        "text/event-stream",
+    ),
+    "stream_content_true": (
+        b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":true},"finish_reason":null}]}\n\n'
+        b"data: [DONE]\n\n",
+        "text/event-stream",
+    ),
+    "stream_choices_null": (
+        b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+        b'"choices":null}\n\n'
+        b"data: [DONE]\n\n",
+        "text/event-stream",
+    ),
 }
 NOT_WELL_FORMED = "sent a reply that is not a well-formed answer"
 NO_TEXT = "reply held no answer text"
@@ -282,6 +312,15 @@ MALFORMED_REASON = {
     "empty_content": (NO_TEXT, NO_TEXT),
     "broken_stream_chunk": (NOT_WELL_FORMED, NOT_WELL_FORMED),
     "numeric_stream_chunk": (NOT_WELL_FORMED, NOT_WELL_FORMED),
+    "boolean_content": (NO_TEXT, NO_TEXT),
+    "content_of_parts": (NO_TEXT, NO_TEXT),
+    "content_an_object": (NO_TEXT, NO_TEXT),
+    "choices_null": ("returned no choices", NO_TEXT),
+    "choices_an_object": (NOT_WELL_FORMED, NO_TEXT),
+    "message_null": (NOT_WELL_FORMED, NO_TEXT),
+    "stream_delta_null": (NOT_WELL_FORMED, NOT_WELL_FORMED),
+    "stream_content_true": (NOT_WELL_FORMED, NOT_WELL_FORMED),
+    "stream_choices_null": (NOT_WELL_FORMED, NO_TEXT),
 }
 
 

@@ -12,6 +12,7 @@ no model is called.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import MAX_RETRY_AFTER_SECONDS
 from bot.slack import messages
 from bot.slack.blocks import escape
 from bot.slack.config import SlackConfig
@@ -142,6 +144,27 @@ async def test_a_question_answered_from_a_slack_thread_shows_it_under_from_slack
     assert answer["text"] and FREEZE_REPLY in answer["text"]
     record = bot.kb.queries.get(bot.kb.queries.latest(1)[0].id)
     assert record.answer == "" and record.outcome == "answered"
+
+
+@pytest.mark.parametrize("ts", ["nan", "inf", "1e300", "-1e300"])
+async def test_a_message_whose_time_is_no_time_is_shown_without_a_date(
+    make_bot: BotFactory, workspace: Workspace, llm: OpenAICompatServer, ts: str
+) -> None:
+    # Read as a time, "nan" and "inf" failed the answer (int() of them raised) and 1e300
+    # overflowed the date: a message Slack's search returns must never cost the answer.
+    reply = next(m for m in workspace.messages if FREEZE_REPLY in m.text)
+    timeless = dataclasses.replace(reply, ts=ts)
+    workspace.messages[workspace.messages.index(reply)] = timeless
+    llm.set_reply(cite_the_source_saying(FREEZE_REPLY))
+    bot = await make_bot(slack_search=True)
+    await bot.event(dm(DEPLOY_FREEZE, workspace))
+    answer = await bot.answer()
+    shown = blocks_text(answer)
+    group = shown[shown.index(EN.FROM_SLACK_HEADER) :]
+    assert FREEZE_REPLY in group
+    start = group.index(escape(timeless.permalink()))
+    heading = group[start : group.index("\\n", start)]  # to the end of its line
+    assert f"<@{reply.user}>" in heading and "<!date^" not in heading
 
 
 async def test_a_private_message_to_the_asker_never_reaches_the_channel(
@@ -300,6 +323,23 @@ async def test_a_rate_limited_person_is_not_searched_until_slacks_retry_after_ha
     found = await search.search("printer")
     assert found.failure is None and found.passages
     assert len(slack.calls("assistant.search.context", include_rejected=True)) == calls + 1
+
+
+@pytest.mark.parametrize("asked", ["inf", "1e400", str(10**12)])
+async def test_a_retry_after_of_no_number_or_of_years_pauses_a_person_an_hour_at_most(
+    slack: MockSlackAPI, workspace: Workspace, asked: str
+) -> None:
+    # Read as given, "inf" paused the person's searches of Slack for ever (until a restart).
+    time = FakeTime()
+    searcher = SlackSearcher(
+        SlackConfig(bot_token=slack.bot_token, api_url=slack.api_url), clock=time.clock
+    )
+    search = searcher.for_event(dm(IN_DOMAIN, workspace))
+    slack.rate_limit("assistant.search.context", retry_after=asked)
+    assert (await search.search("printer")).failure == "ratelimited"
+    await time.advance(MAX_RETRY_AFTER_SECONDS)
+    found = await search.search("printer")
+    assert found.failure is None and found.passages
 
 
 async def test_with_slack_search_off_slack_is_not_searched(bot: Bot, workspace: Workspace) -> None:

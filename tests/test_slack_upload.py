@@ -127,6 +127,24 @@ async def test_submitted_file_is_downloaded_with_the_token_and_indexed(bot: Bot)
     assert all(c["channel"] == CHANNEL_ID for c in bot.slack.calls("chat.postMessage"))
 
 
+@pytest.mark.parametrize("metadata", [5, ["C0GENERAL1"], {"channel": "C0GENERAL1"}, None])
+async def test_a_view_whose_metadata_is_not_text_is_refused_before_any_listener(
+    bot: Bot, product_logs: Any, metadata: object
+) -> None:
+    # Slack echoes the text the bot set; a view of another type raised TypeError (json.loads
+    # of an int) after the modal had closed: the upload was lost with a traceback.
+    out = product_logs("console")
+    f = bot.slack.add_file("F0META0001", "onboarding.md", GUIDE, "text/markdown")
+    view = await _open_modal(bot)
+    state = file_input_state("files", "files", [f])
+    body = view_submission_body({**view, "state": state, "private_metadata": metadata})
+    resp = await bot.post(body)
+    assert resp.status == 400
+    await bot.idle()
+    assert bot.slack.downloads == [] and bot.slack.calls("chat.postMessage") == []
+    assert "Traceback" not in out.getvalue() and "[error" not in out.getvalue()
+
+
 async def test_submission_without_files_is_rejected_in_the_modal(bot: Bot) -> None:
     resp = await _submit(bot, [])
     body = await resp.json()

@@ -383,6 +383,29 @@ def test_429_waits_its_retry_after_and_500s_back_off_within_the_budget(
     assert len(live_titles(kb)) == 3
 
 
+@pytest.mark.parametrize("asked", ["inf", "Infinity", "1e400", "nan", "-inf"])
+def test_a_retry_after_that_is_no_number_of_seconds_is_not_said(
+    kb: KnowledgeBase, confluence: MockConfluence, asked: str
+) -> None:
+    # Read as given, "inf" put the source's next run at infinity: never synced again.
+    waits = Waits()
+    confluence.fail("/rest/api/search", 429, retry_after=asked)
+    report = run(kb, confluence, waits)
+    assert report.error is None and len(report.added) == 3
+    assert waits.waits == [0.5]  # the first back-off step, as for a 429 that says nothing
+    assert kb.store.sources.get(SOURCE).retry_at is None
+
+
+def test_a_retry_after_of_years_is_waited_a_day_at_most(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    waits = Waits()
+    confluence.fail("/rest/api/search", 429, retry_after=str(10**12))
+    report = run(kb, confluence, waits)
+    assert report.error is not None and report.retry_after == 86400.0
+    assert kb.store.sources.get(SOURCE).retry_at == waits.now + 86400.0
+
+
 def test_a_garbage_page_and_a_garbage_listing_are_refused_and_change_nothing(
     kb: KnowledgeBase, confluence: MockConfluence
 ) -> None:
@@ -396,6 +419,100 @@ def test_a_garbage_page_and_a_garbage_listing_are_refused_and_change_nothing(
     failing = run(kb, confluence)
     assert failing.error is not None and "not JSON" in failing.error
     assert set(live_titles(kb)) == {"Office hours", "Nightjar"}
+
+
+def _page_with(confluence: MockConfluence, item: str, **fields: Any) -> None:
+    """Confluence answers ``item`` as it would, with ``fields`` replaced."""
+    page = json.loads(confluence._content(item)[2])
+    confluence.faults.append(
+        Fault(f"/rest/api/content/{item}", 200, body=json.dumps({**page, **fields}).encode())
+    )
+
+
+@pytest.mark.parametrize("version", [[3], "3", 3.5, None])
+def test_a_page_whose_version_is_not_an_object_is_synced(
+    kb: KnowledgeBase, confluence: MockConfluence, version: object
+) -> None:
+    # Read with .get, a version that is not an object raised AttributeError out of the run.
+    _page_with(confluence, "103", version=version)
+    report = run(kb, confluence)
+    assert report.error is None and sorted(report.added) == ["101", "102", "103"]
+
+
+def test_a_page_whose_space_is_not_an_object_fails_alone(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    _page_with(confluence, "103", space=SPACE)
+    report = run(kb, confluence)
+    assert report.error is None and sorted(report.added) == ["101", "102"]
+    assert [item for item, _ in report.failed] == ["103"]
+
+
+@pytest.mark.parametrize("ancestors", [{"id": "102"}, ["102"], [102], "102"])
+def test_a_page_whose_ancestors_cannot_be_read_is_read_by_nobody(
+    kb: KnowledgeBase, confluence: MockConfluence, ancestors: object
+) -> None:
+    # Its ancestors' restrictions are its own: unread, nobody may read it (they raised
+    # TypeError or AttributeError out of the run).
+    _page_with(confluence, "103", ancestors=ancestors)
+    report = run(kb, confluence)
+    assert report.error is None and "103" in report.added
+    scope = source_scope(SOURCE, "103")
+    assert Acl.from_entries(kb.store.sources.acl_rows(scope)).known is False
+
+
+@pytest.mark.parametrize(
+    "restrictions",
+    [
+        {"read": []},
+        {"read": True},
+        {"read": {"restrictions": []}},
+        {"read": {"restrictions": {"user": []}}},
+        {"read": {"restrictions": {"user": {"results": {}}}}},
+        {"read": {"restrictions": {"group": {"results": 0}}}},
+        {"read": {"restrictions": {"user": {"results": "alice@example.com"}}}},
+    ],
+)
+def test_restrictions_of_another_shape_hide_the_page_from_everyone(
+    kb: KnowledgeBase, confluence: MockConfluence, restrictions: dict[str, Any]
+) -> None:
+    # An empty list or 0 where an object or a list belongs read as "no restrictions": the
+    # page went to its whole space; true raised AttributeError out of the run.
+    confluence.faults.append(
+        Fault("/rest/api/content/103/restriction", 200, body=json.dumps(restrictions).encode())
+    )
+    report = run(kb, confluence)
+    assert report.error is None and "103" in report.added
+    scope = source_scope(SOURCE, "103")
+    assert Acl.from_entries(kb.store.sources.acl_rows(scope)).known is False
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"anonymousAccess": "false"},  # read as true: the space went to everyone
+        {"anonymousAccess": 1},
+        {"anonymousAccess": [False]},
+        {"operation": ["read", "space"], "anonymousAccess": True},
+        {"subjects": [], "anonymousAccess": True, "operation": "read"},
+    ],
+)
+def test_a_space_permission_of_another_shape_grants_nothing(
+    kb: KnowledgeBase, confluence: MockConfluence, change: dict[str, Any]
+) -> None:
+    # Entries that are not objects raised AttributeError out of the run; an anonymousAccess
+    # that is not true made the space public.
+    space = confluence._space(confluence.spaces[SPACE])
+    read, *others = space["permissions"]
+    read = {**read, "subjects": {}, **change}  # no group: only anonymousAccess could grant
+    space["permissions"] = ["read", 7, read, *others]
+    confluence.faults.append(
+        Fault(f"/rest/api/space/{SPACE}", 200, body=json.dumps(space).encode())
+    )
+    report = run(kb, confluence)
+    assert report.error is None and "101" in report.added
+    acl = Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, "101")))
+    assert not acl.public
 
 
 def test_an_item_listed_twice_is_synced_once(kb: KnowledgeBase, confluence: MockConfluence) -> None:

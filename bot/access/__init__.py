@@ -33,6 +33,7 @@ from bot.access.rule import (
 )
 from bot.access.slack import (
     DEFAULT_RETRY_AFTER_SECONDS,
+    MAX_RETRY_AFTER_SECONDS,
     RATE_LIMITED,
     SLACK_UNREACHABLE,
     SlackDirectory,
@@ -52,6 +53,7 @@ __all__ = [
     "AccessCheckUnavailable",
     "AccessConfig",
     "DEFAULT_RETRY_AFTER_SECONDS",
+    "MAX_RETRY_AFTER_SECONDS",
     "Decision",
     "Directory",
     "MEMBERS_TTL_SECONDS",

@@ -18,6 +18,7 @@ once and asks :func:`retry_after` when Slack will take the call again.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -53,6 +54,7 @@ _api_log.setLevel(logging.INFO)
 
 __all__ = [
     "DEFAULT_RETRY_AFTER_SECONDS",
+    "MAX_RETRY_AFTER_SECONDS",
     "RATE_LIMITED",
     "SLACK_UNREACHABLE",
     "SlackDirectory",
@@ -74,6 +76,8 @@ SLACK_RETRIES = 2
 RATE_LIMITED = frozenset({"ratelimited", "rate_limited"})
 # Slack's rate-limit windows are a minute: without a Retry-After, wait one.
 DEFAULT_RETRY_AFTER_SECONDS = 60.0
+# The longest a Retry-After pauses what it limits: one of years is an hour.
+MAX_RETRY_AFTER_SECONDS = 3600.0
 PROFILE_TTL_SECONDS = 300.0
 MAX_PROFILES = 10_000
 SLACK_UNREACHABLE = "Slack cannot be reached to check who you are. Try again in a minute."
@@ -118,16 +122,19 @@ def retry_after(exc: SlackApiError) -> float | None:
 
     For a caller that does not wait (the retry handlers wait for the others), or
     one the handlers' retries ran out for. Without a usable ``Retry-After``:
-    :data:`DEFAULT_RETRY_AFTER_SECONDS`.
+    :data:`DEFAULT_RETRY_AFTER_SECONDS`; at most :data:`MAX_RETRY_AFTER_SECONDS`.
     """
     if exc.response.status_code != 429 and slack_error(exc) not in RATE_LIMITED:
         return None
     headers = exc.response.headers or {}
     value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
     try:
-        return max(1.0, float(value)) if value is not None else DEFAULT_RETRY_AFTER_SECONDS
+        seconds = float(value) if value is not None else math.nan
     except (TypeError, ValueError):
         return DEFAULT_RETRY_AFTER_SECONDS
+    if not math.isfinite(seconds):  # none, "inf", "nan": no number of seconds
+        return DEFAULT_RETRY_AFTER_SECONDS
+    return min(max(1.0, seconds), MAX_RETRY_AFTER_SECONDS)
 
 
 async def channel_member_ids(client: AsyncWebClient, channel: str) -> frozenset[str]:

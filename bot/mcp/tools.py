@@ -46,7 +46,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictInt, StrictStr
 
 from bot.mcp.auth import Caller
 from bot.mcp.blocks import SUPPORTS_BLOCK_KIT, Block, SlackbotBlocks, slack_meta
@@ -426,7 +426,11 @@ def _result(text: str, result: BaseModel, blocks: list[Block] | None) -> CallToo
 
 
 def register_tools(server: MCPServer[Any], tools: Tools) -> None:
-    """Add ``search_knowledge_base`` and ``ask_knowledge_base`` to ``server``."""
+    """Add ``search_knowledge_base`` and ``ask_knowledge_base`` to ``server``.
+
+    Their arguments are strict: each must be of its own JSON type (``true`` is not
+    1, ``"3"`` is not 3, ``2.0`` is not 2), or the call is a tool error naming it.
+    """
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(
@@ -438,7 +442,7 @@ def register_tools(server: MCPServer[Any], tools: Tools) -> None:
     )
     async def search_knowledge_base(
         query: Annotated[
-            str,
+            StrictStr,
             Field(
                 description="What to look for: a question or a few words, in any language.",
                 json_schema_extra={"maxLength": MAX_QUERY_CHARS},
@@ -446,7 +450,7 @@ def register_tools(server: MCPServer[Any], tools: Tools) -> None:
         ],
         ctx: Context,
         limit: Annotated[
-            int, Field(ge=1, le=MAX_LIMIT, description="At most this many passages.")
+            StrictInt, Field(ge=1, le=MAX_LIMIT, description="At most this many passages.")
         ] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, SearchResult]:
         person = _person(ctx)
@@ -466,7 +470,7 @@ def register_tools(server: MCPServer[Any], tools: Tools) -> None:
     )
     async def ask_knowledge_base(
         question: Annotated[
-            str,
+            StrictStr,
             Field(
                 description="The question, as the person would ask it, in any language.",
                 json_schema_extra={"maxLength": MAX_QUERY_CHARS},

@@ -181,4 +181,9 @@ def _is_view(view: object) -> bool:
     if not isinstance(view, dict):
         return False
     state = view.get("state", {"values": {}})
-    return isinstance(state, dict) and isinstance(state.get("values", {}), dict)
+    # private_metadata is the text the bot set; Slack echoes it as text, never another type.
+    return (
+        isinstance(state, dict)
+        and isinstance(state.get("values", {}), dict)
+        and isinstance(view.get("private_metadata", ""), str)
+    )

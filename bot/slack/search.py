@@ -163,6 +163,10 @@ def messages(data: Any) -> list[OutsidePassage]:
     return [p for p in (_passage(m) for m in found) if p is not None]
 
 
+# The first second no date can show (time.gmtime's years end at 9999).
+_YEAR_10000 = 253_402_300_800.0
+
+
 def _passage(message: Any) -> OutsidePassage | None:
     if not isinstance(message, Mapping):
         return None
@@ -175,6 +179,8 @@ def _passage(message: Any) -> OutsidePassage | None:
     try:
         posted = float(message.get("message_ts") or 0)
     except (TypeError, ValueError):
+        posted = 0.0
+    if not 0.0 < posted < _YEAR_10000:  # nan, inf, 1e300: no time a date can show (0: none)
         posted = 0.0
     return OutsidePassage(
         text=str(text)[:MAX_TEXT_CHARS],

@@ -302,7 +302,7 @@ class ConfluenceConnector:
         body = page.get("body")
         if not isinstance(title, str) or not title.strip() or not isinstance(body, dict):
             raise _Malformed("Confluence gave this page without a title or a body; it was skipped.")
-        space = (page.get("space") or {}).get("key")
+        space = _part(page, "space").get("key")
         if space != self.settings.space:
             raise _Malformed(f"This page is in space {space!r} now, not {self.settings.space!r}.")
         content = _body_html(body)
@@ -312,7 +312,7 @@ class ConfluenceConnector:
             '<!doctype html><html><head><meta charset="utf-8">'
             f"<title>{html.escape(title)}</title></head><body>{content}</body></html>"
         ).encode()
-        version = str((page.get("version") or {}).get("number", ""))
+        version = str(_part(page, "version").get("number", ""))
         return SourceDocument(
             item=item,
             title=title.strip(),
@@ -539,6 +539,8 @@ class ConfluenceConnector:
             space = self._space()
             levels = [self._restrictions(str(page.get("id")))]
             ancestors = page.get("ancestors") or []
+            if not isinstance(ancestors, list) or not all(isinstance(a, dict) for a in ancestors):
+                raise _Unreadable("its ancestors are not a list of pages")
             for ancestor in ancestors[:MAX_ANCESTORS]:
                 levels.append(self._restrictions(str(ancestor.get("id"))))
         except _Unreadable as exc:
@@ -571,13 +573,16 @@ class ConfluenceConnector:
         groups: set[str] = set()
         public = False
         for permission in permissions:
-            operation = (permission or {}).get("operation") or {}
+            # A permission of another shape grants nothing ("false" is not false: only true is).
+            if not isinstance(permission, dict):
+                continue
+            operation = _part(permission, "operation")
             if operation.get("operation") != "read" or operation.get("targetType") != "space":
                 continue
-            public = public or bool(permission.get("anonymousAccess"))
-            subjects = permission.get("subjects") or {}
-            users.update(_emails((subjects.get("user") or {}).get("results")))
-            groups.update(_names((subjects.get("group") or {}).get("results")))
+            public = public or permission.get("anonymousAccess") is True
+            subjects = _part(permission, "subjects")
+            users.update(_emails(_part(subjects, "user").get("results")))
+            groups.update(_names(_part(subjects, "group").get("results")))
         organisation = set(self.settings.organisation_groups)
         public = public or bool(groups & organisation)
         return _Grant(frozenset(users), frozenset(groups - organisation), public)
@@ -591,9 +596,11 @@ class ConfluenceConnector:
         )
         if not isinstance(answer, dict):
             raise _Unreadable(f"the restrictions of {content_id} could not be read")
-        read = ((answer.get("read") or {}).get("restrictions")) or {}
-        user_rows = (read.get("user") or {}).get("results") or []
-        group_rows = (read.get("group") or {}).get("results") or []
+        # Absent is none; of another shape ([] or 0 where an object or a list belongs) is
+        # unread, never "no restrictions": the page would go to its whole space.
+        read = _shaped(_shaped(answer, "read", content_id), "restrictions", content_id)
+        user_rows = _results(_shaped(read, "user", content_id), content_id)
+        group_rows = _results(_shaped(read, "group", content_id), content_id)
         if not user_rows and not group_rows:
             return None
         return _Grant(frozenset(_emails(user_rows)), frozenset(_names(group_rows)))
@@ -743,6 +750,26 @@ def _read_attachment(row: object) -> bool:
         raise SourceFailed("Confluence listed an attachment that is not JSON of one.")
     title = row.get("title")
     return isinstance(title, str) and bool(readable_suffix(title, _type(row)))
+
+
+def _shaped(answer: dict[str, Any], name: str, content_id: str) -> dict[str, Any]:
+    """``answer[name]``, an object (absent: empty); of another type, the restrictions are unread."""
+    value = answer.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Unreadable(f"the restrictions of {content_id} have {name} of another shape")
+    return value
+
+
+def _results(part: dict[str, Any], content_id: str) -> list[Any]:
+    """``part["results"]``, a list (absent: empty); of another type, the restrictions are unread."""
+    rows = part.get("results")
+    if rows is None:
+        return []
+    if not isinstance(rows, list):
+        raise _Unreadable(f"the restrictions of {content_id} list no results")
+    return rows
 
 
 def _part(row: dict[str, Any], name: str) -> dict[str, Any]:

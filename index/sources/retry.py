@@ -14,6 +14,7 @@ sources is only how their SDK's error tells a failure worth asking again
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 # Seconds of waiting one call to a source may spend on retries, by default.
 DEFAULT_BUDGET_SECONDS = 120.0
 FIRST_BACKOFF_SECONDS = 0.5
+# The longest a source's Retry-After puts its next run off: one asking for years is asked again in a day.
+MAX_RETRY_AFTER_SECONDS = 24 * 3600.0
 
 T = TypeVar("T")
 
@@ -105,11 +108,15 @@ class RetryBudget:
 
 
 def retry_after(value: str | None) -> float | None:
-    """An HTTP ``Retry-After`` in seconds; ``None`` when absent or not a number of seconds."""
+    """An HTTP ``Retry-After`` in seconds, at most a day; ``None`` when absent or not a number
+    of seconds (``inf`` and ``nan`` are none: the source's next run is never put off for ever)."""
     try:
-        return max(0.0, float(value)) if value is not None else None
+        seconds = float(value) if value is not None else math.nan
     except ValueError:
         return None
+    if not math.isfinite(seconds):
+        return None
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_SECONDS)
 
 
 def origin(url: str) -> tuple[str, str]:

@@ -23,13 +23,10 @@ import asyncio
 import contextlib
 import re
 import unicodedata
-from collections.abc import AsyncIterator
 
-import httpx2
 import pytest
 from click.testing import CliRunner
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
 from bot.cli import main
 from bot.mcp.tools import AskResult, Passage, SearchResult, Source, ask_text, search_text
@@ -38,7 +35,7 @@ from bot.slack.blocks.entities import passage_entity
 from bot.slack.words import words_for
 from core.prompt import Source as PromptSource
 from core.prompt import build_messages
-from tests.conftest_bot import Bot, BotFactory
+from tests.conftest_bot import Bot, BotFactory, mcp_session
 from tests.servers import OpenAICompatServer, app_mention_event
 
 LINE_BREAKS = re.compile(r"\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
@@ -235,16 +232,8 @@ POISONED = (
 QUESTION = "How are passwords reset at the service desk?"
 
 
-@contextlib.asynccontextmanager
-async def _mcp(bot: Bot) -> AsyncIterator[ClientSession]:
-    token, _ = bot.kb.store.mcp_tokens.issue("forged-entries", user_id="U0FORGED01")
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
-        streamable_http_client(str(bot.http.make_url("/mcp")), http_client=http) as (r, w),
-        ClientSession(r, w) as session,
-    ):
-        await session.initialize()
-        yield session
+def _mcp(bot: Bot) -> contextlib.AbstractAsyncContextManager[ClientSession]:
+    return mcp_session(bot, "forged-entries", "U0FORGED01")
 
 
 async def test_a_poisoned_document_forges_nothing_in_any_output(

@@ -192,6 +192,10 @@ async def test_a_victim_cannot_be_signed_in_as_the_attacker(bot: Bot) -> None:
         {"nonce": "nonce-of-another-sign-in"},
         {"aud": "9999999999.8888888888"},
         {"exp": 1_000_000_000},
+        {"exp": float("nan")},  # NaN <= now is false: it passed for a token that never expires
+        {"exp": float("inf")},
+        {"exp": "9999999999"},
+        {"exp": None},
         {"https://slack.com/user_id": "U0SOMEONE2", "sub": "U0SOMEONE2"},
         {"https://slack.com/team_id": "T0OTHERORG"},
     ],

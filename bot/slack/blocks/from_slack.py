@@ -59,7 +59,8 @@ def _line(ref: OutsideRef, words: Words) -> str:
     p = ref.passage
     label = f"[{ref.n}]" if ref.n else words.FROM_SLACK_OPEN
     where = f" · <#{p.place}>" if _CHANNEL_RE.fullmatch(p.place) else ""
-    heading = f"{linked(p.url, label)} {mention(p.author)} · {_date(p.posted)}{where}"
+    when = f" · {_date(p.posted)}" if p.posted > 0 else ""  # 0: Slack gave no time
+    heading = f"{linked(p.url, label)} {mention(p.author)}{when}{where}"
     shown = quote(p.text, QUOTE_CHARS)
     return f"{heading}\n> {shown}" if shown else heading
 

@@ -38,6 +38,7 @@ import hmac
 import html
 import json
 import logging
+import math
 import re
 import secrets
 import time
@@ -416,7 +417,13 @@ class SignIn:
         if not hmac.compare_digest(str(claims.get("nonce") or "").encode(), nonce.encode()):
             raise _Refused(403, NOT_CONFIRMED, "the id_token's nonce is not this sign-in's")
         expires = claims.get("exp")
-        if not isinstance(expires, int | float) or expires <= time.time():
+        # A time, not true (1), NaN (never <= now) or Infinity: JSON's parser reads both.
+        if (
+            isinstance(expires, bool)
+            or not isinstance(expires, int | float)
+            or not math.isfinite(expires)
+            or expires <= time.time()
+        ):
             raise _Refused(403, NOT_CONFIRMED, "the id_token has expired")
 
     def _landing(self, pending: _Pending) -> web.Response:
