@@ -145,6 +145,31 @@ async def test_a_view_whose_metadata_is_not_text_is_refused_before_any_listener(
     assert "Traceback" not in out.getvalue() and "[error" not in out.getvalue()
 
 
+@pytest.mark.parametrize("metadata", ["", "{not json", json.dumps({"channel": DM_CHANNEL_ID})])
+async def test_only_this_channel_on_a_form_naming_no_channel_is_refused_not_widened(
+    bot: Bot, metadata: str
+) -> None:
+    # The form offers "only this channel" only where there is one. A submission that
+    # chose it on a form naming none (damaged, forged, or a DM) once made the files
+    # everyone's: it is refused in the modal, and nothing is downloaded.
+    f = bot.slack.add_file("F0NOCHAN01", "salaries.md", GUIDE, "text/markdown")
+    view = await _open_modal(bot)
+    state = file_input_state("files", "files", [f])
+    state["values"]["visibility"] = {
+        "visibility": {"type": "radio_buttons", "selected_option": {"value": "channel"}}
+    }
+    resp = await bot.post(
+        view_submission_body({**view, "state": state, "private_metadata": metadata})
+    )
+    assert await resp.json() == {
+        "response_action": "errors",
+        "errors": {"visibility": messages.UPLOAD_CHANNEL_UNKNOWN},
+    }
+    await bot.idle()
+    assert bot.slack.downloads == [] and bot.slack.calls("chat.postMessage") == []
+    assert not any(d.name == "salaries.md" for d in bot.kb.store.documents())
+
+
 async def test_submission_without_files_is_rejected_in_the_modal(bot: Bot) -> None:
     resp = await _submit(bot, [])
     body = await resp.json()

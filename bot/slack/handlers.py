@@ -198,11 +198,19 @@ def _register_uploads(app: AsyncApp, services: Services) -> None:
         if not services.audience.serves_submitter(body):
             await ack(response_action="errors", errors={UPLOAD_FILES_BLOCK: words.EXTERNAL_ASKER})
             return
-        await ack()
-        user = str(body["user"]["id"])
         channel = _metadata_channel(view.get("private_metadata", ""))
         choice = (_input(values, UPLOAD_VISIBILITY_BLOCK).get("selected_option") or {}).get("value")
-        scope = channel if choice == VISIBILITY_CHANNEL and _is_channel(channel) else EVERYONE
+        if choice == VISIBILITY_CHANNEL and not _is_channel(channel):
+            # The form offers "only this channel" only where there is one: a submission
+            # naming none is damaged or forged, and is never widened to everyone.
+            await ack(
+                response_action="errors",
+                errors={UPLOAD_VISIBILITY_BLOCK: words.UPLOAD_CHANNEL_UNKNOWN},
+            )
+            return
+        await ack()
+        user = str(body["user"]["id"])
+        scope = channel if choice == VISIBILITY_CHANNEL else EVERYONE
         title = (_input(values, UPLOAD_TITLE_BLOCK).get("value") or "").strip() or None
         publish = await services.roles.publish_mode(client, user, scope)
         request = UploadRequest(

@@ -318,6 +318,11 @@ class Words:
         "Used when you upload one file; otherwise each file's own title is used."
     )
     UPLOAD_NO_FILE = N_("Choose at least one file to upload.")
+    # "Only this channel" chosen on a form that names no channel it could be kept to.
+    UPLOAD_CHANNEL_UNKNOWN = N_(
+        "This form does not say which channel it was opened in, so it cannot keep the files "
+        "to it. Open /kb-upload again in that channel."
+    )
     # A file Slack has not named yet (shared from another organisation).
     UNNAMED_FILE = N_("your file")
 
