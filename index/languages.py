@@ -18,6 +18,7 @@ the knowledge base's languages, and say so. Codes are ISO 639-1 (``cs``,
 
 from __future__ import annotations
 
+import re
 import threading
 import unicodedata
 from collections import Counter
@@ -33,10 +34,12 @@ __all__ = [
     "MIN_AMONG_MASS",
     "MIN_CONFIDENCE",
     "MIN_LETTERS",
+    "NORDIC",
     "Detected",
     "detect",
     "detect_language",
     "fold_diacritics",
+    "fold_letters",
     "letters",
     "language_shares",
     "passage_languages",
@@ -163,16 +166,54 @@ def prevailing_language(languages: Iterable[str | None], weights: Iterable[int])
     return next(iter(shares), None)
 
 
+# Latin letters that are not a base letter plus marks, so NFD leaves them whole,
+# spelled as writers without them type them (Lucene's ASCIIFoldingFilter agrees).
+_LETTERS = str.maketrans({
+    "ø": "o", "æ": "ae", "œ": "oe", "ð": "d", "đ": "d", "ħ": "h", "ı": "i", "ł": "l",
+    "ŧ": "t", "þ": "th",
+})  # fmt: skip
+# Languages whose å, æ and ø are written ``aa``, ``ae`` and ``oe`` without them
+# (``aa`` was Danish spelling until 1948, Norwegian until 1917).
+NORDIC = frozenset({"da", "no", "nb", "nn"})
+# After ``_LETTERS``: the second letter of a Nordic two-letter form, dropped.
+_NORDIC_PAIRS = re.compile(r"(?<=a)[ae]+|(?<=o)e+")
+
+
 def fold_diacritics(word: str) -> str:
     """``word`` without its combining marks: ``příkaz`` -> ``prikaz``, ``fișier`` and ``fişier`` -> ``fisier``.
 
-    Letters that are not a base letter plus marks (``ø``, ``æ``, ``ß``) stay.
+    Letters that are not a base letter plus marks are spelled as they are typed
+    without them: ``ø`` -> ``o``, ``æ`` -> ``ae``, ``œ`` -> ``oe`` (``cœur`` is
+    ``coeur``), ``ł`` -> ``l``, ``þ`` -> ``th``.
     """
     decomposed = unicodedata.normalize("NFD", word)
     if decomposed.isascii():
         return decomposed
     stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-    return unicodedata.normalize("NFC", stripped)
+    return unicodedata.normalize("NFC", stripped).translate(_LETTERS)
+
+
+def fold_letters(word: str, language: str | None) -> str:
+    """``fold_diacritics``, and in Danish and Norwegian (``NORDIC``) the two-letter forms too.
+
+    A Danish or Norwegian word is the same whether its writer typed ``æ``, ``ø``
+    and ``å``, the plain letters or the two-letter forms: ``børn``, ``born`` and
+    ``boern`` are ``born``; ``får``, ``far`` and ``faar`` are ``far``; ``være``,
+    ``vare`` and ``vaere`` are ``vare``::
+
+        >>> [fold_letters(w, "da") for w in ("hvornår", "hvornar", "hvornaar", "løn", "loen")]
+        ['hvornar', 'hvornar', 'hvornar', 'lon', 'lon']
+
+    The words this merges are the ones a writer without the letters merges too
+    (``før`` and ``for``); and a vowel ending before an ``e`` ending is read as
+    one letter (``kommandoen`` is ``kommandon``), the price of reading ``koen``
+    as ``køn``. Other languages: ``fold_diacritics`` alone (in German ``oe`` is
+    ``ö``, but ``ue`` is also ``neue``).
+    """
+    folded = fold_diacritics(word)
+    if language in NORDIC:
+        return _NORDIC_PAIRS.sub("", folded)
+    return folded
 
 
 def _scores(text: str) -> tuple[np.ndarray, np.ndarray]:

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 
+from index.config import IndexConfig
+from index.embed import Embedder
+from index.errors import IndexOutOfSync
+from index.knowledge_base import KnowledgeBase
 from index.languages import (
     MIN_LETTERS,
     detect,
     detect_language,
     fold_diacritics,
+    fold_letters,
     language_shares,
     passage_languages,
 )
 from index.search.bm25 import BM25Index
+from index.search.contract import Mode
 from index.search.fusion import FUSION, Fusion, by_language, fuse
-from index.search.tokens import ANALYZER, query_languages, question_language
+from index.search.tokens import ANALYZER, TOKENIZER_VERSION, query_languages, question_language
 
 CORPUS = ("en", "cs", "da", "fr", "ro")
 
@@ -71,8 +81,56 @@ def test_diacritics_fold_to_the_letters_people_type() -> None:
     # Romanian's comma-below and the older cedilla spellings are one letter.
     assert fold_diacritics("fișier") == fold_diacritics("fişier") == "fisier"
     assert fold_diacritics("ţară") == fold_diacritics("țară") == "tara"
-    # Letters that are not a base letter with a mark stay.
-    assert fold_diacritics("søg æble") == "søg æble"
+    # Letters that are not a base letter with a mark are spelled as they are typed without it.
+    assert fold_diacritics("søg æble") == "sog aeble"
+    assert fold_diacritics("cœur") == "coeur" and fold_diacritics("łódź") == "lodz"
+
+
+# Danish words, as written and as typed without æ, ø and å: plain letters, two-letter forms.
+TYPED_DANISH = [
+    ("børn", "born", "boern"),
+    ("løn", "lon", "loen"),
+    ("hvornår", "hvornar", "hvornaar"),
+    ("får", "far", "faar"),
+    ("værktøjet", "varktojet", "vaerktoejet"),
+    ("første", "forste", "foerste"),
+    ("ændringerne", "andringerne", "aendringerne"),
+]
+
+
+@pytest.mark.parametrize("language", ["da", "no"])
+@pytest.mark.parametrize(("written", "plain", "two_letter"), TYPED_DANISH)
+def test_danish_words_typed_without_their_letters_fold_to_one_word(
+    language: str, written: str, plain: str, two_letter: str
+) -> None:
+    assert fold_letters(written, language) == fold_letters(plain, language)
+    assert fold_letters(written, language) == fold_letters(two_letter, language)
+    # The stemmer sees the folded letters, so every inflected form agrees too.
+    terms = {w: ANALYZER.query_terms(w, [language]) for w in (written, plain, two_letter)}
+    assert terms[written] == terms[plain] == terms[two_letter]
+
+
+def test_two_letter_forms_are_folded_only_where_they_stand_for_a_letter() -> None:
+    # Czech, French, Romanian and English words keep their "ae", "oe" and "aa".
+    for word, language in [("poezie", "cs"), ("coefficient", "fr"), ("aerian", "ro")]:
+        assert fold_letters(word, language) == word
+    assert ANALYZER.query_terms("Israel maestro", [None]) == ["israel", "maestro"]
+    # Identifiers only lose their marks: a name is matched as written.
+    assert "maxage_oe" in ANALYZER.document_terms("Sæt maxage_oe.", "da")
+
+
+def test_a_danish_question_typed_without_its_letters_gets_the_written_terms() -> None:
+    written = ANALYZER.document_terms("Hvornår får jeg løn? Ferieregler for børn.", "da")
+    for typed in (
+        "hvornar far jeg lon ferieregler for born",
+        "hvornaar faar jeg loen ferieregler for boern",
+    ):
+        assert ANALYZER.query_terms(typed, ["da"]) == written
+        # Read as Norwegian (the detector's guess for some such questions), it still
+        # carries the Danish terms: a clear language the knowledge base lacks adds its own.
+        languages = query_languages(typed, CORPUS)
+        assert "da" in languages
+        assert set(written) <= set(ANALYZER.query_terms(typed, languages))
 
 
 def test_a_document_has_the_language_of_most_of_its_passages() -> None:
@@ -139,6 +197,10 @@ def test_the_questions_languages_come_from_the_knowledge_base() -> None:
     assert query_languages("jak nastavim prava souboru", {"en"}) == [None]
     assert question_language("jak nastavim prava souboru", {"en"}) is None
     assert question_language("jak nastavim prava souboru", {"cs", "en"}) == "cs"
+    # A clear language the knowledge base lacks is read in it and in each of the
+    # knowledge base's: this Danish question, typed without "ø" and "å", reads as Norwegian.
+    typed = "rapporten er kapitel 2 i en storre samling og skal starte pa side 12."
+    assert query_languages(typed, CORPUS) == ["no", None, "cs", "da", "fr", "ro"]
 
 
 # ---------------------------------------------------------------- BM25 across languages
@@ -239,3 +301,70 @@ def test_updating_an_index_analyses_the_new_passages_in_their_language() -> None
 def test_languages_must_match_the_texts() -> None:
     with pytest.raises(ValueError, match="languages"):
         BM25Index([1, 2], ["a b", "c d"], languages=["cs"])
+
+
+# ---------------------------------------------------------------- a knowledge base, end to end
+
+# One policy page per language; only the Danish one says when pay comes and what holidays
+# children have, in words with æ, ø and å.
+POLICY_PAGES = {
+    "ferie.md": "# Løn og ferie\n\nLønnen udbetales den sidste hverdag i måneden. Børn af "
+    "medarbejdere følger skolens ferieregler, og ferien skal være aftalt med nærmeste leder, "
+    "før den begynder. Søg om fri i personalesystemet senest to uger før.",
+    "dovolena.md": "# Dovolená\n\nŽádost o dovolenou podáte v personálním systému nejpozději "
+    "dva týdny předem. Dovolenou schvaluje přímý nadřízený a zbylé dny se převádějí do dalšího "
+    "roku jen výjimečně.",
+    "conges.md": "# Congés\n\nLa demande de congés se fait dans le système du personnel au "
+    "moins deux semaines avant. Le responsable direct approuve les congés, et les jours restants "
+    "ne sont reportés qu'exceptionnellement.",
+    "concediu.md": "# Concediu\n\nCererea de concediu se face în sistemul de personal cu cel "
+    "puțin două săptămâni înainte. Șeful direct aprobă concediul, iar zilele rămase se reportă "
+    "doar în mod excepțional.",
+    "leave.md": "# Leave\n\nRequest leave in the staff system at least two weeks ahead. Your "
+    "direct manager approves it, and remaining days carry over only in exceptional cases.",
+}
+
+
+def test_a_knowledge_base_finds_the_danish_passage_however_its_letters_were_typed(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in POLICY_PAGES.items():
+        (docs / name).write_text(text, encoding="utf-8")
+    config = IndexConfig(data_dir=tmp_path / "kb")
+    kb = KnowledgeBase(config, embedder=embedder)
+    kb.ingest_paths([docs])
+    danish = next(d for d in kb.documents() if d.language == "da")
+
+    def bm25(question: str, base: KnowledgeBase) -> list[tuple[int, float]]:
+        """The knowledge base's BM25 hits, raw scores, as its search reads the question."""
+        vector = embedder.encode_query(question)
+        first = base.search_index.search(vector, question, None, 4, Mode.BM25)[0].chunk_id
+        assert base.store.chunks_by_id([first])[first].document_id == danish.id, question
+        snap = base.indexes.snapshot
+        languages = query_languages(question, snap.corpus_languages)
+        return snap.bm25.search(question, 4, None, languages)
+
+    written = bm25("hvornår får jeg løn, og hvilke ferieregler har børn?", kb)
+    for typed in (
+        "hvornar far jeg lon, og hvilke ferieregler har born?",
+        "hvornaar faar jeg loen, og hvilke ferieregler har boern?",
+    ):
+        assert bm25(typed, kb) == written, typed
+
+    # An index saved by the previous analysis is rebuilt when the knowledge base opens.
+    path = kb.indexes.bm25_path
+    with np.load(path) as data:
+        arrays = dict(data)
+    meta = json.loads(arrays["meta"].tobytes().decode())
+    before = f"{TOKENIZER_VERSION - 1}:"
+    old = {**meta, "tokenizer": ANALYZER.signature.replace(f"{TOKENIZER_VERSION}:", before, 1)}
+    arrays["meta"] = np.frombuffer(json.dumps(old).encode(), dtype=np.uint8)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(IndexOutOfSync, match="another version"):
+        BM25Index.load(path)
+    reopened = KnowledgeBase(config, embedder=embedder)
+    assert bm25("hvornar far jeg lon, og hvilke ferieregler har born?", reopened) == written
+    assert BM25Index.load(path)[0].analyzer.signature == ANALYZER.signature

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import doctest
+from types import ModuleType
+
 import pytest
 
+from index import languages
+from index.search import tokens
 from index.search.tokens import ANALYZER, PLAIN, TOKENIZER_VERSION, Analyzer, tokenize
 
 CASES = [
@@ -176,3 +181,9 @@ def test_each_analysis_has_its_own_signature() -> None:
     }
     assert len(signatures) == 4
     assert str(TOKENIZER_VERSION) in ANALYZER.signature
+
+
+@pytest.mark.parametrize("module", [tokens, languages])
+def test_the_documented_examples_hold(module: ModuleType) -> None:
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

@@ -56,12 +56,30 @@ of the written form (``příkaz``, ``fișier``; ``ş`` and ``ș`` are one letter
     >>> ANALYZER.document_terms("Fișierele se șterg cu rm.", "ro")
     ['fisier', 'se', 'sterg', 'cu', 'rm']
 
+Letters that are not a letter plus a mark are spelled as they are typed
+without them (``ø`` -> ``o``, ``æ`` -> ``ae``, ``œ`` -> ``oe``, ``ł`` -> ``l``), and
+a Danish or Norwegian word also loses the second letter of the two-letter
+forms ``aa``, ``ae`` and ``oe`` (``index.languages.fold_letters``), so
+``hvornår får jeg løn``, ``hvornar far jeg lon`` and ``hvornaar faar jeg loen``
+are one question::
+
+    >>> ANALYZER.query_terms("hvornaar faar jeg loen for boernene", ["da"])
+    ['hvornar', 'far', 'jeg', 'lon', 'for', 'born']
+
 Folding comes before stemming on purpose: the stemmer then sees the same
-letters whether the asker typed them or not. English passages (and those whose
-language nobody could tell) are analysed as before. A question is analysed in
-its language when that is clear among the knowledge base's languages
+letters whether the asker typed them or not. Identifiers (``store_true``,
+``utf-8``) only lose their marks. English passages (and those whose language
+nobody could tell) are analysed as before. A question is analysed in its
+language when that is clear among the knowledge base's languages
 (``query_languages``), else in each of them, every distinct term kept once per
-word, so a short question still meets the passages of any of them.
+word, so a short question still meets the passages of any of them; a question
+clearly in a language the knowledge base lacks is analysed in that one too
+(Danish typed without its letters can read as Norwegian).
+
+A change to these rules bumps ``TOKENIZER_VERSION``: a saved BM25 index (the
+local index's file, or the Qdrant collection's marker) records it, and one
+saved under another version is rebuilt from the stored passages when the
+knowledge base opens, with no ``kb reindex``.
 """
 
 from __future__ import annotations
@@ -73,12 +91,13 @@ from dataclasses import dataclass, field
 
 import Stemmer
 
-from index.languages import ENGLISH, detect, fold_diacritics
+from index.languages import ENGLISH, detect, fold_diacritics, fold_letters
 
-# Bump on any change to the rules (here or in ``ANALYZER``): saved BM25 indexes
-# record it and are rebuilt when it differs, since their vocabulary would no
-# longer match queries.
-TOKENIZER_VERSION = 3
+# Bump on any change to the rules (here, in ``ANALYZER`` or in the folding of
+# ``index.languages``): saved BM25 indexes record it and are rebuilt from the
+# store when it differs, on load, since their vocabulary would no longer match
+# queries (4: ``ø``, ``æ``, ``œ`` folded, and Danish/Norwegian ``aa``/``ae``/``oe``).
+TOKENIZER_VERSION = 4
 
 # Scripts written without spaces between words (Han, Hiragana, Katakana and
 # their compatibility / extension blocks). Hangul is spaced, so it is not here.
@@ -278,7 +297,9 @@ class Analyzer:
     def _foreign_terms(self, tokens: list[str], language: str) -> list[str]:
         # English stop words are English: no list is applied here (BM25's IDF
         # weighs the common words of these languages down).
-        folded = [fold_diacritics(t) for t in tokens]
+        # Words fold to what every way of typing them shares; identifiers
+        # (``utf-8``, ``store_true``) only lose their marks, names stay as written.
+        folded = [fold_letters(t, language) if t.isalpha() else fold_diacritics(t) for t in tokens]
         stemmer = _stemmer(language) if self.stem else None
         if stemmer is None:
             return folded
@@ -311,17 +332,22 @@ def question_language(text: str, corpus: Collection[str]) -> str | None:
 def query_languages(text: str, corpus: Collection[str]) -> list[str | None]:
     """The languages a question is analysed in, given the languages its knowledge base holds.
 
-    Its own language when it is clear (``question_language``); otherwise every
-    language of ``corpus``. ``None`` stands for English rules (an English-only
-    knowledge base's questions are analysed as they always were).
+    Its own language when it is clear (``question_language``) and one of
+    ``corpus``'s; otherwise every language of ``corpus``, after the clear one
+    that is not among them (its words may be those of a language the detector
+    mistook for it: Danish typed without ``æ``, ``ø`` and ``å`` can read as
+    Norwegian). ``None`` stands for English rules (an English-only knowledge
+    base's questions are analysed as they always were).
     """
     known = sorted(c for c in corpus if c and c != ENGLISH)
     if not known:
         return [None]
     code = question_language(text, corpus)
-    if code is not None:
-        return [None if code == ENGLISH else code]
-    return [None, *known]
+    if code == ENGLISH:
+        return [None]
+    if code in known:
+        return [code]
+    return [*([code] if code else []), None, *known]
 
 
 # The product's analysis; ``PLAIN`` is the tokeniser alone (version 1's terms).
