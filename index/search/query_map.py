@@ -29,7 +29,11 @@ Where the fit runs is the knowledge base's choice: in the writer's thread
 (the offline tools: ``kb ingest``, ``kb eval``, ``kb reindex``, deterministic),
 or, in the server, on a thread of its own (``BackgroundFits``): the writer
 returns once its passages are searchable, searches keep the map in use until
-the new one is written whole (map and stamp in one transaction) and read.
+the new one is written whole (map and stamp in one transaction) and read. A
+server's move to another model (``core.switch``) asks that thread for the new
+model's map too: the searches held for the move do not wait for its fit, and
+search in the new model's order (or on the map the store keeps for that model,
+never another model's) until it is written.
 """
 
 from __future__ import annotations
@@ -453,20 +457,26 @@ class QueryAdapters:
         if (adapter.embedding_model, adapter.dimensions) == (self.embedding_model, self.dimensions):
             self._adapter = adapter
 
-    def refit_if_due(self, *, force: bool = False) -> QueryAdapter | None:
+    def refit_if_due(self, *, force: bool = False, wait: bool | None = None) -> QueryAdapter | None:
         """Fit and store a new map when none fits or the chunks changed by ``REFIT_SHARE``.
 
-        With ``fits`` (the server), a fit that is not ``force``d is only asked of
+        With ``fits`` (the server), a fit this does not wait for is only asked of
         ``fits`` (it runs on their thread): this returns at once with the map in
         use now. Otherwise it fits here, before returning.
+
+        Args:
+            force: fit even when not due (a reindex rebuilt the chunks).
+            wait: fit here even with ``fits``. By default only a ``force``d fit
+                does (a reindex's is the writer's); ``False``: a move to this
+                model, whose held searches must not wait for its map.
 
         Never raises for the store or the fit: a knowledge base whose map cannot be
         fitted or written searches in the model's order, and says so in the log.
         """
         if not self.enabled or self.store.read_only or self.retired:
             return self.current()
-        if self.fits is not None and not force:
-            self.fits.request(self)
+        if self.fits is not None and not (force if wait is None else wait):
+            self.fits.request(self, force=force)
             return self.current()
         return self.refit(force=force)
 
@@ -571,20 +581,27 @@ class BackgroundFits:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-query-map")
         self._lock = threading.Lock()
         self._queued: dict[QueryAdapters, Future[QueryAdapter | None]] = {}
+        # The queued ones asked to fit even when not due (``force``).
+        self._forced: set[QueryAdapters] = set()
         self._latest: Future[QueryAdapter | None] | None = None
         self._closed = False
         # Held by a fit writing its map (one write at a time in this process); ``close``
         # never waits for it.
         self.writing = threading.Lock()
 
-    def request(self, adapters: QueryAdapters) -> Future[QueryAdapter | None] | None:
-        """Fit ``adapters`` if due, on this thread; the fit's future (``None``: closed).
+    def request(
+        self, adapters: QueryAdapters, *, force: bool = False
+    ) -> Future[QueryAdapter | None] | None:
+        """Fit ``adapters`` if due (or ``force``), on this thread; the fit's future (``None``: closed).
 
-        A request while another for the same map waits to start is that one.
+        A request while another for the same map waits to start is that one
+        (``force``d if either is).
         """
         with self._lock:
             if self._closed:
                 return None
+            if force:
+                self._forced.add(adapters)
             queued = self._queued.get(adapters)
             if queued is None:
                 queued = self._executor.submit(self._run, adapters)
@@ -599,7 +616,9 @@ class BackgroundFits:
     def _run(self, adapters: QueryAdapters) -> QueryAdapter | None:
         with self._lock:
             self._queued.pop(adapters, None)  # started: a request from now on queues another
-        return adapters.refit(stopped=self.closed)
+            force = adapters in self._forced
+            self._forced.discard(adapters)
+        return adapters.refit(force=force, stopped=self.closed)
 
     def closed(self) -> bool:
         """Whether ``close`` was called."""
