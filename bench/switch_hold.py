@@ -11,7 +11,9 @@ holds its searches), swapped in. Reported: the seconds spent inside the switch
 p50 of a question (its embedding and its hybrid search) while that fit runs
 and once it is done.
 
-Run: python -m bench.switch_hold [--set pip-black] [--questions 20]
+``--niceness 0`` runs the fit at the server's own priority, for the comparison.
+
+Run: python -m bench.switch_hold [--set pip-black] [--questions 20] [--niceness 10]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from bench.machine import describe as machine
 from index.config import DEFAULT_EMBEDDING_MODEL, PREVIOUS_DEFAULT_MODEL, IndexConfig
 from index.knowledge_base import KnowledgeBase
+from index.search import query_map
 
 SETS = Path(__file__).resolve().parents[1] / "evaluation" / "sets"
 
@@ -90,6 +93,7 @@ def run(set_name: str, n_questions: int) -> dict[str, object]:
             "map written s after the reindex returned": round(map_at - returned, 2),
             "map in use": adapter.describe() if adapter is not None else None,
             "fitted in the background": fitted is not None,
+            "fit niceness": query_map.FIT_NICENESS,
             "questions during the fit": len(during),
             "p50 during the fit ms": round(statistics.median(during), 1) if during else None,
             "p50 after the fit ms": round(statistics.median(idle), 1),
@@ -101,7 +105,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", default="pip-black")
     parser.add_argument("--questions", type=int, default=20)
+    parser.add_argument("--niceness", type=int, default=query_map.FIT_NICENESS)
     args = parser.parse_args()
+    query_map.FIT_NICENESS = args.niceness
     print(json.dumps({"machine": machine(), **run(args.set, args.questions)}, indent=2))
 
 

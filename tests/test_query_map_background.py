@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig
 from index.embed import Embedder, EmbeddingModelUnavailable
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
-from index.search.query_map import BackgroundFits, QueryAdapter, QueryAdapters
+from index.search.query_map import FIT_NICENESS, BackgroundFits, QueryAdapter, QueryAdapters
 from tests.conftest import TEST_EMBEDDING_MODEL
 
 # A test's deadline for what the product does at once, not a measured bound.
@@ -49,6 +50,11 @@ class _Held:
         self.embedder, self.dim, self.fails = embedder, embedder.dim, fails
         self.entered, self.release = threading.Event(), threading.Event()
         self.calls = 0
+        self.niceness: list[int] = []  # the calling thread's, at each call (Linux)
+
+    @property
+    def loaded(self) -> bool:
+        return self.embedder.loaded
 
     def encode(
         self,
@@ -58,6 +64,8 @@ class _Held:
         on_batch: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         self.calls += 1
+        if sys.platform == "linux":
+            self.niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         self.entered.set()
         if not self.release.wait(WAIT_S):
             raise AssertionError("the test never let the fit go on")
@@ -535,4 +543,23 @@ async def test_a_follower_reopens_its_searches_before_the_new_models_fit_ends(
     assert fitted is not None and fitted.embedding_model == kb.embedder.name
     now = kb.query_adapters.current()
     assert now is not None and now.stamp() == fitted.stamp()
+    kb.stop_fitting()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
+def test_the_background_fit_encodes_at_a_lower_priority_than_the_questions(
+    evalmini_kb: KnowledgeBase, index_dir: Path, embedder: Embedder
+) -> None:
+    """The fit's thread yields the cores to questions; the questions' threads keep theirs."""
+    server = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    kb, held = _server_kb(index_dir, embedder)
+    _upload(kb, "pager")
+    assert held.entered.wait(WAIT_S)
+    question = "pager rota engineer for week 3"
+    found = kb.search_index.search(kb.question_vector(question), question, None, 5)
+    assert found and os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == server
+    assert os.getpriority(os.PRIO_PROCESS, 0) == server  # the process's main thread too
+    held.release.set()
+    assert _latest(kb).result(WAIT_S) is not None
+    assert held.niceness == [min(19, server + FIT_NICENESS)]
     kb.stop_fitting()

@@ -41,6 +41,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -101,6 +103,10 @@ NEGATIVES = 1024
 SCALE = 20.0
 LEARNING_RATE = 1e-3
 SEED = 0
+# How much lower the server's fitting thread runs than the rest of the process
+# (Linux: that thread's own nice value): questions embedded during a fit of tens
+# of seconds get the cores first.
+FIT_NICENESS = 10
 
 
 class QueryAdapterError(KBError):
@@ -585,6 +591,8 @@ class BackgroundFits:
         self._forced: set[QueryAdapters] = set()
         self._latest: Future[QueryAdapter | None] | None = None
         self._closed = False
+        # Whether the thread runs at ``FIT_NICENESS`` yet (``_run``).
+        self._yielding = False
         # Held by a fit writing its map (one write at a time in this process); ``close``
         # never waits for it.
         self.writing = threading.Lock()
@@ -618,6 +626,11 @@ class BackgroundFits:
             self._queued.pop(adapters, None)  # started: a request from now on queues another
             force = adapters in self._forced
             self._forced.discard(adapters)
+        encoder = adapters.encoder
+        if not self._yielding and (encoder is None or encoder.loaded):
+            # Only once the model is loaded (the server warms each before it fits it):
+            # threads its runtime started from this one would run as low, questions too.
+            self._yielding = _yield_to_questions()
         return adapters.refit(force=force, stopped=self.closed)
 
     def closed(self) -> bool:
@@ -634,6 +647,25 @@ class BackgroundFits:
         with self._lock:
             self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _yield_to_questions() -> bool:
+    """Lower the calling thread's CPU priority by ``FIT_NICENESS``, for good; whether it was.
+
+    Linux only: there ``setpriority`` of a thread's id changes that thread alone
+    (elsewhere it would name a process). An unprivileged thread cannot raise
+    its priority again: only the fits' own thread calls this.
+    """
+    if sys.platform != "linux":
+        return False
+    thread = threading.get_native_id()
+    try:
+        niceness = min(19, os.getpriority(os.PRIO_PROCESS, thread) + FIT_NICENESS)
+        os.setpriority(os.PRIO_PROCESS, thread, niceness)
+    except OSError as exc:
+        log.info("the query map's fits run at the server's priority (%s)", exc)
+        return False
+    return True
 
 
 def _drifted(fitted: int, now: int) -> bool:
