@@ -1226,12 +1226,13 @@ class KnowledgeBase:
         """
         adapters, index = self._search_of(config, embedder)
         index.rebuild()
+        # Before the swap: a fit here (offline) ends before this runs the new model.
+        adapters.refit_if_due(force=refit, wait=False)
         left = self.query_adapters
         # Together: what /readyz and the Home tab read of the model run never mixes two.
         self._running, self.kept_model = (config, embedder), kept
         self.query_adapters, self.search_index = adapters, index
         left.retire()  # a fit of the model left, under way or queued, writes nothing
-        adapters.refit_if_due(force=refit, wait=False)
         self._fit = None
         with self._loading:
             self._loaded.clear()  # the running one is held as such; any other loaded is not needed
