@@ -359,7 +359,7 @@ class Settings(BaseSettings):
     query_adapter: bool = _setting(
         True,
         "KB_QUERY_ADAPTER",
-        "Hybrid search orders its candidates with a query map learnt from the knowledge base's own sentences (refitted when the searchable passages change by a tenth; a few seconds, tens of seconds with the multilingual preset, which encodes up to 2,048 of them alone for it). kb serve fits it in the background, one fit at a time: an upload, a sync and the start do not wait for it, and searches use the map in use until the new one is stored whole; kb ingest, kb reindex and kb eval fit it before they finish. It never changes what the gate refuses nor any distance shown. false: the model's order.",
+        "Hybrid search orders its candidates with a query map learnt from the knowledge base's own sentences (refitted when the searchable passages change by a tenth; a few seconds, tens of seconds with the multilingual preset, which encodes up to 2,048 of them alone for it). kb serve fits it in the background, one fit at a time: an upload, a sync, the start and a move to another model (/kb-reindex, or following another process's) do not wait for it, and searches use the map in use (after a move, none or the one stored for the new model, never the old model's) until the new one is stored whole; kb ingest, kb reindex and kb eval fit it before they finish. It never changes what the gate refuses nor any distance shown. false: the model's order.",
     )
     threshold: float | None = _setting(
         None,

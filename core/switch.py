@@ -10,7 +10,10 @@ and runs the model they call for (:meth:`ModelSwitch.follow`), as a restart
 would (``index.kept_model``). Both close the engine's search gate
 (``core.searches``) for the change, then give the engine the knowledge base's
 new index and that model's thresholds, log once, and reopen: no question is
-searched on two models or a half-moved store. ``/readyz`` and the Home tab read
+searched on two models or a half-moved store. The new model's query map is not
+waited for: it is fitted after, in the background (``index.search.query_map``),
+and the searches use none, or the one stored for that model, until then.
+``/readyz`` and the Home tab read
 the knowledge base, so they say what it runs from then on.
 
 A model the store moved to that cannot be loaded here leaves the server

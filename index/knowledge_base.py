@@ -175,7 +175,9 @@ class KnowledgeBase:
             server: ``kb serve``), so that a write returns once its passages are
             searchable; ``stop_fitting`` at shutdown. ``False`` (the offline
             tools, tests): in the writer's thread, before the write returns.
-            A reindex's fit (``force``) is always the writer's.
+            A reindex's fit on the model it ran on is the writer's; a move's, to
+            another model, is asked of that thread (the searches held for the
+            move do not wait for it).
     """
 
     def __init__(
@@ -1061,7 +1063,7 @@ class KnowledgeBase:
                     self.search_index.rebuild()
                     self.query_adapters.refit_if_due(force=True)
                 else:
-                    self._run_on(*target)
+                    self._run_on(*target, refit=True)  # every chunk was rebuilt on it
             report.stale_after = len(self.stale_documents())
             self.store.audit_log.add(_reindex_entry(report, actor))
             return report
@@ -1201,17 +1203,31 @@ class KnowledgeBase:
             raise StoreModelUnavailable(self.unfollowed) from exc
         self.unfollowed = None
         kept = kept_model(self.configured_model, self.store.stamped_models())
+        # The process that moved the documents fitted their map: fitted here only if due.
         self._run_on(
             config, embedder, kept=kept if kept is not None and kept.spec == spec else None
         )
 
     def _run_on(
-        self, config: IndexConfig, embedder: Embedder, *, kept: KeptModel | None = None
+        self,
+        config: IndexConfig,
+        embedder: Embedder,
+        *,
+        kept: KeptModel | None = None,
+        refit: bool = False,
     ) -> None:
-        """Build ``embedder``'s search index from the store and answer on it from now on."""
+        """Build ``embedder``'s search index from the store and answer on it from now on.
+
+        Its query map is fitted if due (``refit``: in any case, its chunks were just
+        rebuilt) in the background with ``fit_in_background``: the caller holds the
+        searches, which do not wait for it; they search in the model's order, or
+        on the map the store keeps for this model, until it is written. Without
+        it (the offline tools), here, before this returns.
+        """
         adapters, index = self._search_of(config, embedder)
         index.rebuild()
-        adapters.refit_if_due(force=True)
+        # Before the swap: a fit here (offline) ends before this runs the new model.
+        adapters.refit_if_due(force=refit, wait=False)
         left = self.query_adapters
         # Together: what /readyz and the Home tab read of the model run never mixes two.
         self._running, self.kept_model = (config, embedder), kept

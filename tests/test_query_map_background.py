@@ -9,13 +9,16 @@ started as ``kb serve`` starts it, through its aiohttp application.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sqlite3
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +27,13 @@ from aiohttp.test_utils import TestClient
 
 from bot.app import create_app
 from bot.settings import Settings
+from core.answer import build_engine
+from core.switch import ModelSwitch
 from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig
 from index.embed import Embedder, EmbeddingModelUnavailable
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
-from index.search.query_map import BackgroundFits, QueryAdapter, QueryAdapters
+from index.search.query_map import FIT_NICENESS, BackgroundFits, QueryAdapter, QueryAdapters
 from tests.conftest import TEST_EMBEDDING_MODEL
 
 # A test's deadline for what the product does at once, not a measured bound.
@@ -45,6 +50,11 @@ class _Held:
         self.embedder, self.dim, self.fails = embedder, embedder.dim, fails
         self.entered, self.release = threading.Event(), threading.Event()
         self.calls = 0
+        self.niceness: list[int] = []  # the calling thread's, at each call (Linux)
+
+    @property
+    def loaded(self) -> bool:
+        return self.embedder.loaded
 
     def encode(
         self,
@@ -54,6 +64,8 @@ class _Held:
         on_batch: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         self.calls += 1
+        if sys.platform == "linux":
+            self.niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         self.entered.set()
         if not self.release.wait(WAIT_S):
             raise AssertionError("the test never let the fit go on")
@@ -404,3 +416,150 @@ async def test_a_server_stopping_during_a_fit_stops_at_once_and_writes_no_map(
     held.release.set()
     assert running.result(WAIT_S) is None
     assert kb.store.get_meta(kb.query_adapters.stamp_key) is None
+
+
+def test_a_forced_request_fits_in_the_background_even_when_not_due(
+    evalmini_kb: KnowledgeBase, embedder: Embedder
+) -> None:
+    """A move's fit (``wait=False``) returns at once with the map in use; it fits though not due."""
+    first = evalmini_kb.query_adapters.current()
+    assert first is not None
+    fits = BackgroundFits()
+    adapters = QueryAdapters(
+        evalmini_kb.store,
+        embedding_model=embedder.name,
+        dimensions=embedder.dim,
+        reload_seconds=0,
+        fits=fits,
+    )
+    held = _Held(embedder)
+    adapters.encoder = held  # type: ignore[assignment]
+    in_use = adapters.refit_if_due(force=True, wait=False)
+    assert in_use is not None and in_use.stamp() == first.stamp()
+    assert held.entered.wait(WAIT_S)
+    running = fits.latest()
+    assert running is not None and not running.done()
+    held.release.set()
+    fitted = running.result(WAIT_S)
+    assert fitted is not None and fitted.stamp() != first.stamp()
+    assert fitted.chunks == first.chunks  # not due by the count: fitted because forced
+    fits.close()
+
+
+def _moved_config(index_dir: Path, **changes: object) -> IndexConfig:
+    """The store's data dir on the default model (the multilingual preset)."""
+    return IndexConfig(
+        data_dir=index_dir,
+        embedding_model=DEFAULT_EMBEDDING_MODEL,
+        encoder_cache=Path(os.environ["KB_ENCODER_CACHE"]),
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+def _held_server_on_minilm(index_dir: Path, embedder: Embedder) -> tuple[KnowledgeBase, _Held]:
+    """A server on the default model that keeps MiniLM (the store's), its MiniLM map's fit
+    due after an upload and held in the model: the fits' one thread is busy until released."""
+    kb = KnowledgeBase(_moved_config(index_dir), fit_in_background=True)
+    assert kb.kept_model is not None and kb.embedder.name == embedder.name
+    held = _Held(kb.embedder)
+    kb.query_adapters.encoder = held  # type: ignore[assignment]
+    _upload(kb, "pager")
+    assert held.entered.wait(WAIT_S)
+    return kb, held
+
+
+def _assert_moved_without_a_map(kb: KnowledgeBase, left: QueryAdapters) -> None:
+    """On the preset, searching in its order: the map left behind is in the store, not in use."""
+    moved_to = kb.query_adapters
+    assert (
+        moved_to is not left
+        and moved_to.embedding_model == kb.embedder.name != left.embedding_model
+    )
+    assert kb.store.get_meta(left.stamp_key) is not None  # MiniLM's map stays MiniLM's
+    assert kb.store.get_meta(moved_to.stamp_key) is None and moved_to.current() is None
+    question = "pager rota engineer for week 3"
+    found = kb.search_index.search(kb.question_vector(question), question, None, 5)
+    chunks = kb.store.chunks_by_id([f.chunk_id for f in found])
+    assert found and {kb.document(c.document_id).embedding_model for c in chunks.values()} == {
+        kb.embedder.name
+    }
+
+
+def test_a_move_in_the_server_holds_its_searches_without_waiting_for_the_new_models_fit(
+    evalmini_kb: KnowledgeBase, index_dir: Path, embedder: Embedder
+) -> None:
+    """``/kb-reindex`` moves the server off MiniLM: the switch ends with the new map only asked."""
+    kb, held = _held_server_on_minilm(index_dir, embedder)
+    left, running = kb.query_adapters, _latest(kb)
+    minilm = kb.store.get_meta(left.stamp_key)  # evalmini's map: MiniLM's fit is held
+    inside: list[str | None] = []
+
+    @contextmanager
+    def switch() -> Iterator[None]:  # where the server holds its searches (``ModelSwitch``)
+        yield
+        inside.append(kb.store.get_meta(kb.query_adapters.stamp_key))
+
+    report = kb.reindex(switch=switch)  # returns while MiniLM's fit is still held
+
+    assert report.documents > 0 and not running.done()
+    assert inside == [None]  # the searches were let through before the preset's map was fitted
+    asked = _latest(kb)
+    assert asked is not running and not asked.done()  # the preset's fit waits its turn
+    _assert_moved_without_a_map(kb, left)
+    held.release.set()
+    kept = running.result(WAIT_S)  # MiniLM's, retired: gives up, nothing written
+    assert kept is not None and kept.stamp() == minilm == kb.store.get_meta(left.stamp_key)
+    fitted = asked.result(WAIT_S)
+    assert fitted is not None and fitted.embedding_model == kb.embedder.name
+    assert fitted.chunks == _searchable(kb)
+    now = kb.query_adapters.current()
+    assert now is not None and now.stamp() == fitted.stamp()
+    kb.stop_fitting()
+
+
+async def test_a_follower_reopens_its_searches_before_the_new_models_fit_ends(
+    evalmini_kb: KnowledgeBase,
+    index_dir: Path,
+    embedder: Embedder,
+    settings_for: Callable[..., Settings],
+) -> None:
+    """A shell's ``kb reindex`` (its map off) moved the store: the server follows, searches
+    reopen at once, and the preset's map is fitted in the background."""
+    kb, held = _held_server_on_minilm(index_dir, embedder)
+    left, running = kb.query_adapters, _latest(kb)
+    settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
+    engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
+    switch = ModelSwitch(engine, settings.engine_config)
+    mover = KnowledgeBase(_moved_config(index_dir, query_adapter=False), keep_earlier_model=False)
+    await asyncio.to_thread(mover.reindex)
+
+    assert await switch.follow() is True  # while MiniLM's fit is still held
+    assert not engine.searches.closed and not running.done()
+    asked = _latest(kb)
+    assert asked is not running and not asked.done()
+    _assert_moved_without_a_map(kb, left)
+    held.release.set()
+    fitted = await asyncio.to_thread(asked.result, WAIT_S)
+    assert fitted is not None and fitted.embedding_model == kb.embedder.name
+    now = kb.query_adapters.current()
+    assert now is not None and now.stamp() == fitted.stamp()
+    kb.stop_fitting()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
+def test_the_background_fit_encodes_at_a_lower_priority_than_the_questions(
+    evalmini_kb: KnowledgeBase, index_dir: Path, embedder: Embedder
+) -> None:
+    """The fit's thread yields the cores to questions; the questions' threads keep theirs."""
+    server = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    kb, held = _server_kb(index_dir, embedder)
+    _upload(kb, "pager")
+    assert held.entered.wait(WAIT_S)
+    question = "pager rota engineer for week 3"
+    found = kb.search_index.search(kb.question_vector(question), question, None, 5)
+    assert found and os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == server
+    assert os.getpriority(os.PRIO_PROCESS, 0) == server  # the process's main thread too
+    held.release.set()
+    assert _latest(kb).result(WAIT_S) is not None
+    assert held.niceness == [min(19, server + FIT_NICENESS)]
+    kb.stop_fitting()

@@ -29,7 +29,11 @@ Where the fit runs is the knowledge base's choice: in the writer's thread
 (the offline tools: ``kb ingest``, ``kb eval``, ``kb reindex``, deterministic),
 or, in the server, on a thread of its own (``BackgroundFits``): the writer
 returns once its passages are searchable, searches keep the map in use until
-the new one is written whole (map and stamp in one transaction) and read.
+the new one is written whole (map and stamp in one transaction) and read. A
+server's move to another model (``core.switch``) asks that thread for the new
+model's map too: the searches held for the move do not wait for its fit, and
+search in the new model's order (or on the map the store keeps for that model,
+never another model's) until it is written.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -98,6 +104,10 @@ NEGATIVES = 1024
 SCALE = 20.0
 LEARNING_RATE = 1e-3
 SEED = 0
+# How much lower the server's fitting thread runs than the rest of the process
+# (Linux: that thread's own nice value): questions embedded during a fit of tens
+# of seconds get the cores first.
+FIT_NICENESS = 10
 
 
 class QueryAdapterError(KBError):
@@ -454,20 +464,26 @@ class QueryAdapters:
         if (adapter.embedding_model, adapter.dimensions) == (self.embedding_model, self.dimensions):
             self._adapter = adapter
 
-    def refit_if_due(self, *, force: bool = False) -> QueryAdapter | None:
+    def refit_if_due(self, *, force: bool = False, wait: bool | None = None) -> QueryAdapter | None:
         """Fit and store a new map when none fits or the chunks changed by ``REFIT_SHARE``.
 
-        With ``fits`` (the server), a fit that is not ``force``d is only asked of
+        With ``fits`` (the server), a fit this does not wait for is only asked of
         ``fits`` (it runs on their thread): this returns at once with the map in
         use now. Otherwise it fits here, before returning.
+
+        Args:
+            force: fit even when not due (a reindex rebuilt the chunks).
+            wait: fit here even with ``fits``. By default only a ``force``d fit
+                does (a reindex's is the writer's); ``False``: a move to this
+                model, whose held searches must not wait for its map.
 
         Never raises for the store or the fit: a knowledge base whose map cannot be
         fitted or written searches in the model's order, and says so in the log.
         """
         if not self.enabled or self.store.read_only or self.retired:
             return self.current()
-        if self.fits is not None and not force:
-            self.fits.request(self)
+        if self.fits is not None and not (force if wait is None else wait):
+            self.fits.request(self, force=force)
             return self.current()
         return self.refit(force=force)
 
@@ -572,20 +588,29 @@ class BackgroundFits:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-query-map")
         self._lock = threading.Lock()
         self._queued: dict[QueryAdapters, Future[QueryAdapter | None]] = {}
+        # The queued ones asked to fit even when not due (``force``).
+        self._forced: set[QueryAdapters] = set()
         self._latest: Future[QueryAdapter | None] | None = None
         self._closed = False
+        # Whether the thread runs at ``FIT_NICENESS`` yet (``_run``).
+        self._yielding = False
         # Held by a fit writing its map (one write at a time in this process); ``close``
         # never waits for it.
         self.writing = threading.Lock()
 
-    def request(self, adapters: QueryAdapters) -> Future[QueryAdapter | None] | None:
-        """Fit ``adapters`` if due, on this thread; the fit's future (``None``: closed).
+    def request(
+        self, adapters: QueryAdapters, *, force: bool = False
+    ) -> Future[QueryAdapter | None] | None:
+        """Fit ``adapters`` if due (or ``force``), on this thread; the fit's future (``None``: closed).
 
-        A request while another for the same map waits to start is that one.
+        A request while another for the same map waits to start is that one
+        (``force``d if either is).
         """
         with self._lock:
             if self._closed:
                 return None
+            if force:
+                self._forced.add(adapters)
             queued = self._queued.get(adapters)
             if queued is None:
                 queued = self._executor.submit(self._run, adapters)
@@ -600,7 +625,14 @@ class BackgroundFits:
     def _run(self, adapters: QueryAdapters) -> QueryAdapter | None:
         with self._lock:
             self._queued.pop(adapters, None)  # started: a request from now on queues another
-        return adapters.refit(stopped=self.closed)
+            force = adapters in self._forced
+            self._forced.discard(adapters)
+        encoder = adapters.encoder
+        if not self._yielding and (encoder is None or encoder.loaded):
+            # Only once the model is loaded (the server warms each before it fits it):
+            # threads its runtime started from this one would run as low, questions too.
+            self._yielding = _yield_to_questions()
+        return adapters.refit(force=force, stopped=self.closed)
 
     def closed(self) -> bool:
         """Whether ``close`` was called."""
@@ -616,6 +648,25 @@ class BackgroundFits:
         with self._lock:
             self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _yield_to_questions() -> bool:
+    """Lower the calling thread's CPU priority by ``FIT_NICENESS``, for good; whether it was.
+
+    Linux only: there ``setpriority`` of a thread's id changes that thread alone
+    (elsewhere it would name a process). An unprivileged thread cannot raise
+    its priority again: only the fits' own thread calls this.
+    """
+    if sys.platform != "linux":
+        return False
+    thread = threading.get_native_id()
+    try:
+        niceness = min(19, os.getpriority(os.PRIO_PROCESS, thread) + FIT_NICENESS)
+        os.setpriority(os.PRIO_PROCESS, thread, niceness)
+    except OSError as exc:
+        log.info("the query map's fits run at the server's priority (%s)", exc)
+        return False
+    return True
 
 
 def _drifted(fitted: int, now: int) -> bool:
