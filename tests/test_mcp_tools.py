@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import logging
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -26,7 +28,7 @@ from core.answer import Engine
 from core.gate import related
 from core.retrieve import LocalBackend, Mode
 from index.knowledge_base import KnowledgeBase
-from tests.conftest_bot import FALCON, FALCON_Q, BotFactory, make_settings
+from tests.conftest_bot import FALCON, FALCON_Q, IN_DOMAIN, BotFactory, make_settings, mcp_session
 from tests.servers import CHANNEL_ID, DEFAULT_BOT_TOKEN, DEFAULT_SIGNING_SECRET, OpenAICompatServer
 
 EngineFor = Callable[..., Engine]
@@ -261,3 +263,65 @@ async def test_a_compressed_body_that_inflates_past_the_limit_gets_413(
     assert refused.status == 413
     small = gzip.compress(json.dumps({**padded, "x": ""}).encode())
     assert (await bot.http.post("/mcp", data=small, headers=headers)).status == 200
+
+
+UNKNOWN_ARGUMENTS: dict[str, tuple[str, dict[str, Any], list[str], str]] = {
+    "a typo of limit": (
+        "search_knowledge_base",
+        {"query": IN_DOMAIN, "limits": 3},
+        ["'limits'"],
+        "query, limit",
+    ),
+    "the other tool's argument": (
+        "ask_knowledge_base",
+        {"question": IN_DOMAIN, "limit": 3},
+        ["'limit'"],
+        "question",
+    ),
+    "two unknown beside a bad value": (
+        "search_knowledge_base",
+        {"query": IN_DOMAIN, "top_k": 2, "filter": {"channel": "C1"}, "limit": 0},
+        ["'filter'", "'top_k'"],
+        "query, limit",
+    ),
+}
+# A value no log line and no refusal may repeat.
+SENT_VALUE = "unknown-argument-value-7f3a"
+
+
+@pytest.mark.parametrize("name", list(UNKNOWN_ARGUMENTS))
+async def test_an_unknown_argument_is_a_tool_error_naming_it_and_the_accepted_ones(
+    make_bot: BotFactory, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    tool, arguments, unknown, accepted = UNKNOWN_ARGUMENTS[name]
+    arguments = {**arguments, "scope_hint": SENT_VALUE}
+    bot = await make_bot(mcp=True)
+    caplog.set_level(logging.DEBUG)
+    async with mcp_session(bot, "unknown-arguments", USER) as session:
+        result = await session.call_tool(tool, arguments)
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert result.is_error, text
+    assert f"{tool} does not take " in text
+    assert all(u in text for u in [*unknown, "'scope_hint'"]), text
+    assert f"its arguments are: {accepted}" in text
+    # Nothing was searched or asked, and the value sent is in no refusal and no log line.
+    assert list(bot.kb.store.db.query("SELECT id FROM query_log")) == []
+    assert SENT_VALUE not in text
+    # (The test's own client logs what it sends; the server's records are the product's.)
+    served = [r for r in caplog.records if not r.name.startswith("mcp.client")]
+    assert all(SENT_VALUE not in r.getMessage() for r in served)
+    assert any("rejected arguments" in r.getMessage() for r in served)
+
+
+async def test_the_advertised_schemas_forbid_other_arguments(make_bot: BotFactory) -> None:
+    bot = await make_bot(mcp=True)
+    async with mcp_session(bot, "schemas", USER) as session:
+        listed = {t.name: t.input_schema for t in (await session.list_tools()).tools}
+        # The declared arguments still work, the default limit too.
+        limited = await session.call_tool("search_knowledge_base", {"query": IN_DOMAIN, "limit": 1})
+    assert {name: s["additionalProperties"] for name, s in listed.items()} == {
+        "search_knowledge_base": False,
+        "ask_knowledge_base": False,
+    }
+    assert set(listed["search_knowledge_base"]["properties"]) == {"query", "limit"}
+    assert not limited.is_error and len(limited.structured_content["passages"]) == 1  # type: ignore[index]

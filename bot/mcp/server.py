@@ -55,7 +55,7 @@ from bot.mcp.auth import (
 from bot.mcp.blocks import SlackbotBlocks
 from bot.mcp.limits import CallLimiter
 from bot.mcp.people import People
-from bot.mcp.tools import CALLER_SCOPE_KEY, Tools, register_tools
+from bot.mcp.tools import CALLER_SCOPE_KEY, Tools, knowledge_base_tools
 from bot.server import bodies
 from core.answer import Engine
 from index.errors import KBError
@@ -380,11 +380,12 @@ async def _held(manager: StreamableHTTPSessionManager) -> AsyncIterator[None]:
 
 def build_server(tools: Tools) -> MCPServer[Any]:
     """The SDK's server with the knowledge base's tools."""
-    server: MCPServer[Any] = MCPServer(
-        "knowledge-base", title="Company knowledge base", instructions=INSTRUCTIONS
+    return MCPServer(
+        "knowledge-base",
+        title="Company knowledge base",
+        instructions=INSTRUCTIONS,
+        tools=knowledge_base_tools(tools),
     )
-    register_tools(server, tools)
-    return server
 
 
 def attach(

@@ -43,10 +43,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic_core import PydanticCustomError
 
 from bot.mcp.auth import Caller
 from bot.mcp.blocks import SUPPORTS_BLOCK_KIT, Block, SlackbotBlocks, slack_meta
@@ -72,7 +75,7 @@ __all__ = [
     "BadToolCall",
     "SearchResult",
     "Tools",
-    "register_tools",
+    "knowledge_base_tools",
 ]
 
 # Where the HTTP layer leaves the verified caller in the request's ASGI scope.
@@ -425,21 +428,16 @@ def _result(text: str, result: BaseModel, blocks: list[Block] | None) -> CallToo
     )
 
 
-def register_tools(server: MCPServer[Any], tools: Tools) -> None:
-    """Add ``search_knowledge_base`` and ``ask_knowledge_base`` to ``server``.
+def knowledge_base_tools(tools: Tools) -> list[Tool]:
+    """``search_knowledge_base`` and ``ask_knowledge_base``, for the SDK's server.
 
     Their arguments are strict: each must be of its own JSON type (``true`` is not
-    1, ``"3"`` is not 3, ``2.0`` is not 2), or the call is a tool error naming it.
+    1, ``"3"`` is not 3, ``2.0`` is not 2), and only the names a tool declares are
+    accepted (``limits`` is not ``limit``); anything else is a tool error naming it,
+    and nothing is searched or asked.
     """
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
-    @server.tool(
-        name=SEARCH_TOOL,
-        title="Search the knowledge base",
-        description=SEARCH_DESCRIPTION,
-        annotations=read_only,
-        meta=SUPPORTS_BLOCK_KIT,
-    )
     async def search_knowledge_base(
         query: Annotated[
             StrictStr,
@@ -461,13 +459,6 @@ def register_tools(server: MCPServer[Any], tools: Tools) -> None:
         blocks = await tools.search_blocks(person, query, found)
         return _result(search_text(found.result), found.result, blocks)
 
-    @server.tool(
-        name=ASK_TOOL,
-        title="Ask the knowledge base",
-        description=ASK_DESCRIPTION,
-        annotations=read_only,
-        meta=SUPPORTS_BLOCK_KIT,
-    )
     async def ask_knowledge_base(
         question: Annotated[
             StrictStr,
@@ -486,3 +477,64 @@ def register_tools(server: MCPServer[Any], tools: Tools) -> None:
         result = _ask_result(answer)
         blocks = await tools.answer_blocks(person, answer)
         return _result(ask_text(result), result, blocks)
+
+    search = Tool.from_function(
+        search_knowledge_base,
+        name=SEARCH_TOOL,
+        title="Search the knowledge base",
+        description=SEARCH_DESCRIPTION,
+        annotations=read_only,
+        meta=SUPPORTS_BLOCK_KIT,
+    )
+    ask = Tool.from_function(
+        ask_knowledge_base,
+        name=ASK_TOOL,
+        title="Ask the knowledge base",
+        description=ASK_DESCRIPTION,
+        annotations=read_only,
+        meta=SUPPORTS_BLOCK_KIT,
+    )
+    return [_closed(search), _closed(ask)]
+
+
+def _closed(tool: Tool) -> Tool:
+    """``tool`` refusing every argument it does not declare, its schema saying so.
+
+    The SDK's argument models ignore unknown names (pydantic's default): a typo
+    (``limits``) would run with the default. Pydantic's ``extra="forbid"`` refuses
+    them and makes the advertised schema say ``additionalProperties: false``; the
+    refusal names the unknown arguments and the ones the tool accepts. No refusal
+    repeats a value the caller sent (``hide_input_in_errors``): the SDK logs the
+    error's fields, and a value may be anything.
+    """
+    loose = tool.fn_metadata.arg_model
+    accepted = [field.alias or name for name, field in loose.model_fields.items()]
+    listed = ", ".join(accepted)
+
+    class Closed(loose):  # type: ignore[valid-type,misc]
+        model_config = ConfigDict(title=loose.__name__, extra="forbid", hide_input_in_errors=True)
+
+        @model_validator(mode="before")
+        @classmethod
+        def _declared_only(cls, data: Any) -> Any:
+            unknown = sorted(set(data) - set(accepted)) if isinstance(data, dict) else []
+            if unknown:
+                raise PydanticCustomError(
+                    "unknown_argument",
+                    "{tool} does not take {unknown}; its arguments are: {accepted}",
+                    {
+                        "tool": tool.name,
+                        "unknown": ", ".join(one_line(repr(n)) for n in unknown),
+                        "accepted": listed,
+                    },
+                )
+            return data
+
+    closed: type[ArgModelBase] = Closed
+    metadata = tool.fn_metadata.model_copy(update={"arg_model": closed})
+    return tool.model_copy(
+        update={
+            "fn_metadata": metadata,
+            "parameters": closed.model_json_schema(by_alias=True),
+        }
+    )
