@@ -195,8 +195,9 @@ class Settings(BaseSettings):
     embedding_batch_size: int = _setting(
         DEFAULT_EMBEDDING_BATCH_SIZE,
         "KB_EMBEDDING_BATCH_SIZE",
-        "Texts sent to the embeddings endpoint in one request.",
+        "Texts sent to the embeddings endpoint in one request. At most 2048, the most inputs OpenAI's embeddings API takes in one request.",
         ge=1,
+        le=2048,
     )
     embedding_timeout: float = _setting(
         DEFAULT_EMBEDDING_TIMEOUT,
@@ -207,50 +208,58 @@ class Settings(BaseSettings):
     embedding_max_retries: int = _setting(
         DEFAULT_EMBEDDING_MAX_RETRIES,
         "KB_EMBEDDING_MAX_RETRIES",
-        "Retries of one request to the embeddings endpoint on 429, 5xx and connection errors, with exponential back-off.",
+        "Retries of one request to the embeddings endpoint on 429, 5xx and connection errors, with exponential back-off. At most 20: with back-off of up to 8 s each, more could never fit in KB_EMBEDDING_TIMEOUT.",
         ge=0,
+        le=20,
     )
     embedding_max_tokens: int = _setting(
         DEFAULT_EMBEDDING_MAX_TOKENS,
         "KB_EMBEDDING_MAX_TOKENS",
-        "Window of the endpoint's model in tokens (OpenAI's models take 8191); a text is counted as one token per UTF-8 byte (never fewer than the model sees), and passages over it are split. Passages are a few hundred tokens long (KB_CHUNK_BUDGET), so lower it only for a model that needs it: counted by bytes, a 256- or 512-token window splits most passages and costs recall.",
+        "Window of the endpoint's model in tokens (OpenAI's models take 8191); a text is counted as one token per UTF-8 byte (never fewer than the model sees), and passages over it are split. Passages are a few hundred tokens long (KB_CHUNK_BUDGET), so lower it only for a model that needs it: counted by bytes, a 256- or 512-token window splits most passages and costs recall. At most 131072 (128 Ki tokens), past the window of any embedding model.",
         ge=1,
+        le=131_072,
     )
     embedding_dimensions: int = _setting(
         0,
         "KB_EMBEDDING_DIMENSIONS",
-        "Vector size asked of the embeddings endpoint, for models that can shorten their vectors (text-embedding-3-*). 0: the model's own size, learned from its first reply.",
+        "Vector size asked of the embeddings endpoint, for models that can shorten their vectors (text-embedding-3-*). 0: the model's own size, learned from its first reply. At most 16384, four times the widest vectors an embedding model gives (4096).",
         ge=0,
+        le=16_384,
     )
     max_upload_bytes: int = _setting(
         DEFAULT_MAX_UPLOAD_BYTES,
         "KB_MAX_UPLOAD_BYTES",
-        "Largest document accepted, in bytes (default 20 MB).",
+        "Largest document accepted, in bytes (default 20 MB). At most 1 GiB (1073741824), Slack's own limit on one file: a document is held in memory while it is read.",
         ge=1,
+        le=1024**3,
     )
     max_pages: int = _setting(
         DEFAULT_MAX_PAGES,
         "KB_MAX_PAGES",
-        "Most pages one PDF may have; a longer one fails, naming this setting, before any text is extracted.",
+        "Most pages one PDF may have; a longer one fails, naming this setting, before any text is extracted. At most 100000, fifty times the default: a PDF that long is an archive, not a document.",
         ge=1,
+        le=100_000,
     )
     max_chunks: int = _setting(
         DEFAULT_MAX_CHUNKS,
         "KB_MAX_CHUNKS",
-        "Most chunks (passages) one document may make; a longer one fails, naming this setting, before any is embedded. Bounds what one upload costs: 5,000 full chunks take about 2.5 minutes to embed on 2 cores.",
+        "Most chunks (passages) one document may make; a longer one fails, naming this setting, before any is embedded. Bounds what one upload costs: 5,000 full chunks take about 2.5 minutes to embed on 2 cores. At most 1000000: one document of that many would take about eight hours to embed.",
         ge=1,
+        le=1_000_000,
     )
     max_text_chars: int = _setting(
         DEFAULT_MAX_TEXT_CHARS,
         "KB_MAX_TEXT_CHARS",
-        "Most characters of text one document may extract into (default 10 million: a 2,000-page manual, four times what KB_MAX_CHUNKS passages hold). Counted while the file is read, so a small Office file that repeats one part (a shared string in every cell, one sheet or slide listed many times) fails, naming this setting, before it costs memory or time.",
+        "Most characters of text one document may extract into (default 10 million: a 2,000-page manual, four times what KB_MAX_CHUNKS passages hold). Counted while the file is read, so a small Office file that repeats one part (a shared string in every cell, one sheet or slide listed many times) fails, naming this setting, before it costs memory or time. At most 1000000000 (a billion characters): one document's text is held as one string, up to 4 GB of memory.",
         ge=1,
+        le=1_000_000_000,
     )
     extract_memory_mb: int = _setting(
         DEFAULT_EXTRACT_MEMORY_MB,
         "KB_EXTRACT_MEMORY_MB",
-        "Memory, in MB, one document may take to read: each upload is read in a reader process of its own held to this address space (its interpreter, about 200 MB, included), so a hostile file costs the server nothing; a document that needs more fails, naming this setting. Default 768: two readers at their limit and the server fit a 2 GB machine.",
+        "Memory, in MB, one document may take to read: each upload is read in a reader process of its own held to this address space (its interpreter, about 200 MB, included), so a hostile file costs the server nothing; a document that needs more fails, naming this setting. Default 768: two readers at their limit and the server fit a 2 GB machine. At most 65536 (64 GB): each reader may take this much, and no document needs more to be read.",
         ge=256,
+        le=65_536,
     )
     extract_timeout: float = _setting(
         DEFAULT_EXTRACT_TIMEOUT,
@@ -261,8 +270,9 @@ class Settings(BaseSettings):
     extract_workers: int = _setting(
         DEFAULT_EXTRACT_WORKERS,
         "KB_EXTRACT_WORKERS",
-        "Documents read at once, each by a warm reader process (and uploads indexed at once, shared fairly between people: nobody holds them all). 0: min(2, CPU cores).",
+        "Documents read at once, each by a warm reader process (and uploads indexed at once, shared fairly between people: nobody holds them all). 0: min(2, CPU cores). At most 64: each is a process of up to KB_EXTRACT_MEMORY_MB, and embedding, not reading, bounds how fast documents are indexed.",
         ge=0,
+        le=64,
     )
     reader_sandbox: Literal["auto", "required", "off"] = _setting(
         DEFAULT_READER_SANDBOX,
@@ -272,20 +282,23 @@ class Settings(BaseSettings):
     chunk_budget: int | None = _setting(
         None,
         "KB_CHUNK_BUDGET",
-        "Chunk size budget in characters; paragraphs are never cut unless one is over it. Unset: the embedding model's, 768 for `multilingual` (its window is 512 tokens) and 512 for every other model. Documents keep the passages they were cut into until `kb reindex`.",
+        "Chunk size budget in characters; paragraphs are never cut unless one is over it. Unset: the embedding model's, 768 for `multilingual` (its window is 512 tokens) and 512 for every other model. Documents keep the passages they were cut into until `kb reindex`. At most 32768 characters, past what the longest embedding window (8,192 tokens) reads of one passage.",
         gt=0,
+        le=32_768,
     )
     keep_versions: int = _setting(
         DEFAULT_KEEP_VERSIONS,
         "KB_KEEP_VERSIONS",
-        "Versions kept of each document (same name and visibility): the current one and the earlier ones `kb restore` can bring back. Older ones are deleted.",
+        "Versions kept of each document (same name and visibility): the current one and the earlier ones `kb restore` can bring back. Older ones are deleted. At most 1000: each version keeps its original on disk.",
         ge=1,
+        le=1000,
     )
     min_free_bytes: int = _setting(
         DEFAULT_MIN_FREE_BYTES,
         "KB_MIN_FREE_BYTES",
-        "Free space, in bytes, the data dir's disk must keep (default 200 MB): a new document that would leave less is refused, with this reason, before anything is stored. 0 turns the check off.",
+        "Free space, in bytes, the data dir's disk must keep (default 200 MB): a new document that would leave less is refused, with this reason, before anything is stored. 0 turns the check off. At most 1 PiB (1125899906842624), past any disk a data dir is on.",
         ge=0,
+        le=1024**5,
     )
     failed_retention_days: float = _setting(
         DEFAULT_FAILED_RETENTION_DAYS,
@@ -307,8 +320,9 @@ class Settings(BaseSettings):
     ocr_max_pages: int = _setting(
         DEFAULT_OCR_MAX_PAGES,
         "KB_OCR_MAX_PAGES",
-        "Most pages of one document read by OCR (about 2 s of CPU each on an idle core, up to ~22 s on a loaded machine); in a PDF with text pages the scanned pages past it are left unread and marked, a scan with more fails, naming this setting.",
+        "Most pages of one document read by OCR (about 2 s of CPU each on an idle core, up to ~22 s on a loaded machine); in a PDF with text pages the scanned pages past it are left unread and marked, a scan with more fails, naming this setting. At most 100000, the most pages KB_MAX_PAGES allows.",
         ge=1,
+        le=100_000,
     )
     ocr_tesseract_cmd: str = _setting(
         DEFAULT_TESSERACT_CMD,
@@ -320,14 +334,16 @@ class Settings(BaseSettings):
     top_k: int = _setting(
         DEFAULT_TOP_K,
         "KB_TOP_K",
-        "Passages kept for one answer when they pass the gate (more when several are as close: KB_MAX_KEPT).",
+        "Passages kept for one answer when they pass the gate (more when several are as close: KB_MAX_KEPT). At most 100: every kept passage is quoted in the prompt, and 100 of them fill a model's context.",
         ge=1,
+        le=100,
     )
     max_kept: int = _setting(
         DEFAULT_MAX_KEPT,
         "KB_MAX_KEPT",
-        "Most passages kept for one answer: past KB_TOP_K, passing passages within KB_KEEP_MARGIN of the best one are kept too, up to this many. Set it to KB_TOP_K to keep exactly KB_TOP_K.",
+        "Most passages kept for one answer: past KB_TOP_K, passing passages within KB_KEEP_MARGIN of the best one are kept too, up to this many. Set it to KB_TOP_K to keep exactly KB_TOP_K. At most 100, as KB_TOP_K.",
         ge=1,
+        le=100,
     )
     keep_margin: float = _setting(
         DEFAULT_KEEP_MARGIN,
@@ -404,8 +420,9 @@ class Settings(BaseSettings):
     llm_max_retries: int = _setting(
         1,
         "KB_LLM_MAX_RETRIES",
-        "Retries on connection errors and 5xx before giving up on the model.",
+        "Retries on connection errors and 5xx before giving up on the model. At most 10: each retry waits longer, and the answer's KB_LLM_DEADLINE ends them long before.",
         ge=0,
+        le=10,
     )
     llm_first_token_timeout: float = _setting(
         DEFAULT_FIRST_TOKEN_TIMEOUT,
@@ -439,8 +456,9 @@ class Settings(BaseSettings):
     link_ttl_days: int = _setting(
         DEFAULT_LINK_TTL_DAYS,
         "KB_LINK_TTL_DAYS",
-        "Days a citation link stays valid.",
+        "Days a citation link stays valid. At most 36500 (a hundred years).",
         ge=1,
+        le=36_500,
     )
     viewer_auth: Literal["link", "slack"] = _setting(
         "link",
@@ -493,7 +511,7 @@ class Settings(BaseSettings):
     port: int = _setting(
         DEFAULT_PORT,
         "KB_PORT",
-        "Port of the web server (Slack events, document viewer, /healthz).",
+        "Port of the web server (Slack events, document viewer, /healthz). At most 65535, the highest TCP port.",
         ge=1,
         le=65535,
     )
@@ -518,8 +536,9 @@ class Settings(BaseSettings):
     http_max_connections: int = _setting(
         DEFAULT_MAX_CONNECTIONS,
         "KB_HTTP_MAX_CONNECTIONS",
-        "Connections the web server keeps open at once. Past it, a new connection takes the place of the one that has waited longest on its client; when every one is busy with a request, it gets 503 with Retry-After. Lowered at start when the process's open-file limit would not leave room for its own files (the log says so).",
+        "Connections the web server keeps open at once. Past it, a new connection takes the place of the one that has waited longest on its client; when every one is busy with a request, it gets 503 with Retry-After. Lowered at start when the process's open-file limit would not leave room for its own files (the log says so). At most 1048576, the most files Linux lets one process open (each connection is one).",
         ge=1,
+        le=1_048_576,
     )
     sync_seconds: float = _setting(
         1.0,
@@ -535,8 +554,9 @@ class Settings(BaseSettings):
     mcp_calls_per_minute: int = _setting(
         60,
         "KB_MCP_CALLS_PER_MINUTE",
-        "Requests to /mcp one person may make in any minute, all their tokens and Slack-signed calls together, counted per replica; more get HTTP 429 with Retry-After.",
+        "Requests to /mcp one person may make in any minute, all their tokens and Slack-signed calls together, counted per replica; more get HTTP 429 with Retry-After. At most 60000 (a thousand a second), more than one replica serves.",
         ge=1,
+        le=60_000,
     )
     mcp_slack_identity: bool = _setting(
         False,
@@ -577,8 +597,9 @@ class Settings(BaseSettings):
     max_uploads_per_user: int = _setting(
         DEFAULT_MAX_UPLOADS_PER_USER,
         "KB_MAX_UPLOADS_PER_USER",
-        "Files of one person downloaded or indexed at a time; their further files wait for these, so one person's batch never holds up everyone else's uploads.",
+        "Files of one person downloaded or indexed at a time; their further files wait for these, so one person's batch never holds up everyone else's uploads. At most 1000: more than one person's batch of files ever holds.",
         ge=1,
+        le=1000,
     )
     allow_external: bool = _setting(
         False,

@@ -7,13 +7,20 @@ a negative one fails every call, ``KB_LINK_TTL_DAYS=-1`` crashed on the first
 link with a traceback, ``KB_PORT=99999`` logged "serving on port 99999".
 Each is now refused where the settings are read, in an error naming the
 variable and not echoing the value.
+
+So is a value past any a real operator could need (``KB_TOP_K=10**30``, a port
+of 99999999, a million reader processes, a byte limit past any memory), which
+crashed or hung later: every integer setting has an upper bound, said in its
+description.
 """
 
 from __future__ import annotations
 
 import pytest
+from annotated_types import Le
 from click.testing import CliRunner
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
 from bot.cli import main
 from bot.settings import Settings
@@ -58,7 +65,43 @@ REFUSED = [
     ("KB_TOP_K", "1e3"),
     ("KB_TOP_K", "2.5"),
     ("KB_MCP", "2"),
+    ("KB_TOP_K", "101"),
+    ("KB_TOP_K", str(10**30)),
+    ("KB_MAX_KEPT", "101"),
+    ("KB_PORT", "65536"),
+    ("KB_EXTRACT_WORKERS", "65"),
+    ("KB_MAX_UPLOAD_BYTES", str(1024**3 + 1)),
+    ("KB_MAX_TEXT_CHARS", str(10**12)),
+    ("KB_MIN_FREE_BYTES", str(10**30)),
+    ("KB_LINK_TTL_DAYS", "36501"),
+    ("KB_CHUNK_BUDGET", str(10**9)),
 ]
+
+# Every integer setting and its bounds: a new one without an upper bound fails here.
+UPPER = {
+    "KB_EMBEDDING_BATCH_SIZE": 2048,
+    "KB_EMBEDDING_MAX_RETRIES": 20,
+    "KB_EMBEDDING_MAX_TOKENS": 131_072,
+    "KB_EMBEDDING_DIMENSIONS": 16_384,
+    "KB_MAX_UPLOAD_BYTES": 1024**3,
+    "KB_MAX_PAGES": 100_000,
+    "KB_MAX_CHUNKS": 1_000_000,
+    "KB_MAX_TEXT_CHARS": 1_000_000_000,
+    "KB_EXTRACT_MEMORY_MB": 65_536,
+    "KB_EXTRACT_WORKERS": 64,
+    "KB_CHUNK_BUDGET": 32_768,
+    "KB_KEEP_VERSIONS": 1000,
+    "KB_MIN_FREE_BYTES": 1024**5,
+    "KB_OCR_MAX_PAGES": 100_000,
+    "KB_TOP_K": 100,
+    "KB_MAX_KEPT": 100,
+    "KB_LLM_MAX_RETRIES": 10,
+    "KB_LINK_TTL_DAYS": 36_500,
+    "KB_PORT": 65_535,
+    "KB_HTTP_MAX_CONNECTIONS": 1_048_576,
+    "KB_MCP_CALLS_PER_MINUTE": 60_000,
+    "KB_MAX_UPLOADS_PER_USER": 1000,
+}
 
 
 @pytest.mark.parametrize(("env", "value"), REFUSED)
@@ -105,3 +148,63 @@ def test_kb_says_which_setting_is_wrong_without_a_traceback(
     assert result.exit_code == 1
     assert "Invalid configuration" in result.output and "KB_LLM_TIMEOUT" in result.output
     assert "Traceback" not in result.output
+
+
+def _env(field: FieldInfo) -> str:
+    return str(field.validation_alias.choices[0])  # type: ignore[union-attr]
+
+
+def test_every_integer_setting_has_an_upper_bound_its_description_gives() -> None:
+    bounds = {
+        _env(f): next(m.le for m in f.metadata if isinstance(m, Le))
+        for f in Settings.model_fields.values()
+        if f.annotation in (int, int | None) and any(isinstance(m, Le) for m in f.metadata)
+    }
+    integers = {
+        _env(f) for f in Settings.model_fields.values() if f.annotation in (int, int | None)
+    }
+    assert bounds == {env: UPPER[env] for env in integers}
+    for field in Settings.model_fields.values():
+        if _env(field) in bounds:
+            description = field.description or ""
+            assert "At most " in description and str(bounds[_env(field)]) in description, field
+
+
+@pytest.mark.parametrize("env", list(UPPER))
+def test_each_upper_bound_is_read_as_given_and_one_past_it_is_refused(
+    monkeypatch: pytest.MonkeyPatch, env: str
+) -> None:
+    if env == "KB_TOP_K":
+        monkeypatch.setenv("KB_MAX_KEPT", str(UPPER["KB_MAX_KEPT"]))
+    monkeypatch.setenv(env, str(UPPER[env]))
+    field = next(n for n, f in Settings.model_fields.items() if _env(f) == env)
+    assert getattr(Settings(_env_file=None), field) == UPPER[env]  # type: ignore[call-arg]
+    monkeypatch.setenv(env, str(UPPER[env] + 1))
+    with pytest.raises(ValidationError) as raised:
+        Settings(_env_file=None)  # type: ignore[call-arg]
+    assert env in str(raised.value) and "less than or equal to" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("KB_PORT", "99999999"),  # a port
+        ("KB_TOP_K", str(10**30)),  # a count
+        ("KB_EXTRACT_WORKERS", "1000000"),  # processes
+        ("KB_MAX_UPLOAD_BYTES", str(10**15)),  # a size
+        ("KB_LINK_TTL_DAYS", str(10**9)),  # a time
+    ],
+)
+def test_kb_stops_at_start_on_a_value_past_the_bound_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object, env: str, value: str
+) -> None:
+    monkeypatch.setenv(env, value)
+    monkeypatch.chdir(tmp_path)  # type: ignore[arg-type]
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 1
+    assert "Invalid configuration" in result.output and env in result.output
+    assert "less than or equal to" in result.output
+    assert value not in result.output  # never echoed
+    assert "Traceback" not in result.output
+    # Nothing was created in the working directory's data dir: kb stopped before it.
+    assert not (tmp_path / "kb-data").exists()  # type: ignore[operator]
