@@ -57,7 +57,7 @@ from index.knowledge_base import KnowledgeBase
 from index.languages import ENGLISH, detect
 from index.models import ALL_SCOPES
 from index.normal_form import plain, well_formed
-from index.records import ChunkRow, QueryRecord
+from index.records import ChunkRow, DocumentRow, QueryRecord
 from index.search import question_language
 from index.sources import is_source_scope
 
@@ -703,6 +703,15 @@ class Engine:
             page=row.page,
             is_pdf=row.kind == "pdf",
         )
+
+    def document_link(self, doc: DocumentRow) -> str:
+        """The signed viewer link to the whole of ``doc``, from its beginning (a PDF's first page).
+
+        Raises ``LinkSecretUnavailable`` while the link secret cannot be read or made.
+        """
+        token = self.signer.token(doc.id, doc.scope)
+        base = self.config.link_base_url
+        return passage_url(base, doc.id, token, start=0, end=0, page=1, is_pdf=doc.kind == "pdf")
 
     def _source_ref(self, n: int, cand: Candidate, row: ChunkRow, columns: str = "") -> SourceRef:
         try:

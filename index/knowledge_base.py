@@ -67,6 +67,7 @@ from index.models import (
     is_source_uploader,
 )
 from index.names import display_name
+from index.normal_form import same_text
 from index.records import AuditEntry, ChunkRow, DocumentFacts, DocumentRow, Stamp
 from index.search import (
     BackgroundFits,
@@ -383,6 +384,29 @@ class KnowledgeBase:
     def chunks(self, doc_id: int) -> list[dict[str, Any]]:
         """A document's chunks (without vectors), in order."""
         return self.store.chunk_rows(doc_id)
+
+    def copies(self, doc_id: int) -> list[DocumentRow]:
+        """The other searchable documents whose text is ``doc_id``'s, newest first.
+
+        Two documents are copies when their passages are the same, one for one and
+        in order, in ``index.normal_form.same_text``: the form answers tell copies of
+        a passage in (``core.selection.distinct``), so of copies an answer quotes one.
+        Only documents of as many passages are read.
+        """
+        doc = self.store.document(doc_id)
+        if doc.chunk_count == 0:
+            return []
+        others = self.store.passages_of_length(doc.chunk_count, exclude=doc_id)
+        if not others:
+            return []
+        own = [same_text(c["content"]) for c in self.store.chunk_rows(doc_id)]
+        same = [
+            other
+            for other, passages in others.items()
+            if len(passages) == len(own)
+            and all(same_text(p) == o for p, o in zip(passages, own, strict=True))
+        ]
+        return [self.store.document(i) for i in sorted(same, reverse=True)]
 
     def canonical_text(self, doc_id: int) -> str:
         """The text a document's ``#char`` offsets refer to."""

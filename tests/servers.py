@@ -566,6 +566,8 @@ class MockSlackAPI(_LocalServer):
         self._user_tokens: dict[str, _Grant] = {}
         self._caller_token = ""
         self._members: dict[str, list[str]] = {}
+        self.ext_shared: set[str] = set()
+        """Channels ``conversations.info`` says people of other organisations are in."""
         self._shared_links: dict[tuple[str, str], set[str]] = {}
         self._entity_triggers: dict[str, str] = {}
         self.unfurls: dict[tuple[str, str], list[JSONDict]] = {}
@@ -1738,6 +1740,7 @@ class MockSlackAPI(_LocalServer):
                 "name": channel.lower(),
                 "is_channel": channel.startswith("C"),
                 "is_private": not channel.startswith("C"),
+                "is_ext_shared": channel in self.ext_shared,
                 "properties": properties,
             },
         }

@@ -5,14 +5,22 @@ is three documents; their passages with the same words must not crowd the
 passages a question gets (``core.selection.distinct``). On a real knowledge
 base (FAISS, the bundled model, SQLite and Postgres): three byte-different
 copies of one handbook and a different document on the same subject.
+
+``KnowledgeBase.copies`` tells the same copies at document level (passage for
+passage, in the same form): an upload repeating a document is added all the
+same, and ``kb ingest`` names what it repeats (the Slack upload names only what
+its readers may read: tests/test_slack_upload.py).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from bot.cli import main
 from core.config import EngineConfig
 from core.retrieve import Candidate, Mode
 from core.selection import PassageSelector, Selection, distinct
@@ -209,3 +217,65 @@ def test_sheet_rows_with_the_same_cells_under_other_columns_are_different_passag
     }
     found = [Candidate(1, 0.2, 1.0), Candidate(2, 0.2, 0.9), Candidate(3, 0.2, 0.8)]
     assert [c.chunk_id for c in distinct(found, rows, reach=1.0)] == [1, 2]
+
+
+# ---------------------------------------------------------------- whole documents
+
+
+def test_copies_are_the_documents_of_the_same_passages_newest_first(
+    copies_kb: KnowledgeBase,
+) -> None:
+    kb = copies_kb
+    ids = {d.name: d.id for d in kb.documents()}
+    handbook, resaved, again = (
+        ids["expenses.md"],
+        ids["expenses (1).md"],
+        ids["Expenses handbook.md"],
+    )
+    assert [d.id for d in kb.copies(handbook)] == [again, resaved]
+    assert [d.id for d in kb.copies(resaved)] == [again, handbook]
+    assert kb.copies(ids["travel-claims.md"]) == []
+    # As many passages, one word other: no copy.
+    near = kb.ingest_bytes(HANDBOOK.replace(b"30 days", b"31 days"), "near.md").document
+    assert near.chunk_count == kb.document(handbook).chunk_count
+    assert kb.copies(near.id) == []
+    assert near.id not in [d.id for d in kb.copies(handbook)]
+    # A removed document is no copy any more.
+    kb.remove(again)
+    assert [d.id for d in kb.copies(handbook)] == [resaved]
+
+
+def _cli(data_dir: Path, *args: str) -> str:
+    result = CliRunner().invoke(main, ["--data-dir", str(data_dir), *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_kb_ingest_adds_a_repeating_file_and_names_every_document_it_repeats(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "kb"
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (first / "expenses.md").write_bytes(HANDBOOK)
+    (second / "copy.md").write_bytes(RESAVED)
+    (second / "travel.md").write_bytes(POLICY)
+    _cli(data_dir, "ingest", str(first))
+    _cli(data_dir, "ingest", "--scope", CHANNELS[0], str(first))
+    text = _cli(data_dir, "ingest", str(second))
+    docs = {d["name"]: d for d in json.loads(_cli(data_dir, "docs", "--json"))}
+    assert docs["copy.md"]["state"] == docs["travel.md"]["state"] == "indexed"
+    title = docs["expenses.md"]["title"] or "expenses.md"
+    # Both copies, the channel's too: whoever runs kb reads every document.
+    assert [line for line in text.splitlines() if line.startswith("repeats")] == [
+        f"repeats  copy.md: the same text as {title} (id 2, scope {CHANNELS[0]}), "
+        f"{title} (id 1, scope *)"
+    ]
+    assert "2 indexed" in text
+    (second / "again.md").write_bytes(HANDBOOK + b"\n")
+    data = json.loads(_cli(data_dir, "ingest", "--json", str(second / "again.md")))
+    (repeat,) = data["repeats"]
+    assert repeat["name"] == "again.md"
+    assert [c["id"] for c in repeat["copies"]] == [docs["copy.md"]["id"], 2, 1]
+    assert {c["scope"] for c in repeat["copies"]} == {"*", CHANNELS[0]}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from typing import Any
 
 import aiohttp
@@ -455,3 +457,105 @@ async def test_a_redirect_to_a_location_that_does_not_parse_is_a_reason(
                 words=words_for("en"),
             )
     assert str(caught.value) == messages.DOWNLOAD_BAD_URL
+
+
+# The guide re-saved: its lines broken elsewhere, two spaces for one, a soft hyphen
+# (as a PDF extraction gives): the same words (``index.normal_form.same_text``).
+GUIDE_RESAVED = (
+    GUIDE.replace(b"before 09:30 and", b"before 09:30\nand")
+    .replace(b"requests the", b"requests  the")
+    .replace(b"accounts you", "ac\u00adcounts you".encode())
+)
+
+
+async def _share(bot: Bot, file_id: str, name: str, data: bytes, final: str = ": indexed,") -> str:
+    """Send ``data`` to the bot in a DM; its final status (the next one holding ``final``)."""
+    f = bot.slack.add_file(file_id, name, data, "text/markdown")
+    before = sum(final in t for t in bot.statuses())
+    await bot.event(file_share_event([f]))
+    deadline = time.monotonic() + 30
+    while sum(final in t for t in bot.statuses()) <= before or bot.services.jobs:
+        assert time.monotonic() < deadline, bot.statuses()
+        await asyncio.sleep(0.02)
+    doc = bot.kb.store.find_document(name)
+    assert doc.state == "indexed", doc.failure_reason
+    return bot.statuses()[-1]
+
+
+async def test_an_upload_repeating_a_document_is_indexed_and_names_it_linked(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(publishers=USER_ID)
+    handbook = bot.kb.ingest_bytes(GUIDE, "handbook.md", title="Staff handbook").document
+    other = bot.kb.ingest_bytes(b"# Parking\n\nPark in bay 4.\n", "parking.md").document
+    status = await _share(bot, "F0COPY0001", "guide-copy.md", GUIDE_RESAVED)
+    copy = bot.kb.store.find_document("guide-copy.md")
+    assert copy.id != handbook.id and copy.chunk_count == handbook.chunk_count
+    assert status.startswith(":white_check_mark: *guide-copy.md*: indexed")
+    assert "Its text is the same as that of <" in status
+    assert f"/d/{handbook.id}?t=" in status and "|*Staff handbook*>" in status
+    assert f"/d/{other.id}?" not in status and "already in the knowledge base" in status
+    # A text that is not the same names nothing.
+    changed = GUIDE.replace(b"two working days", b"three working days")
+    assert "same as" not in await _share(bot, "F0NEAR0001", "guide-near.md", changed)
+
+
+async def test_the_repeat_is_said_in_the_uploaders_language(make_bot: BotFactory) -> None:
+    bot = await make_bot(publishers=USER_ID)
+    bot.slack.set_user(USER_ID, locale="fr-FR")
+    bot.kb.ingest_bytes(GUIDE, "handbook.md", title="Manuel")
+    status = await _share(bot, "F0COPYFR01", "guide-fr.md", GUIDE_RESAVED, " : indexé,")
+    assert "Son texte est le même que celui de <" in status and "|*Manuel*>" in status
+
+
+async def test_a_copy_in_a_channel_the_uploader_is_not_in_is_never_named(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(publishers=USER_ID)
+    bot.slack.set_members("C0SECRET01", ["U0SOMEONE9"])
+    bot.slack.set_members("C0TEAM0001", ["U0SOMEONE9", USER_ID])
+    secret = bot.kb.ingest_bytes(GUIDE, "secret.md", scope="C0SECRET01", title="Secret plan")
+    team = bot.kb.ingest_bytes(GUIDE, "team.md", scope="C0TEAM0001", title="Team guide")
+    status = await _share(bot, "F0COPYSC01", "mine.md", GUIDE_RESAVED)
+    # The uploader reads the DM alone: the team's copy is theirs to read, the secret one is not.
+    assert "|*Team guide*>" in status and f"/d/{team.document.id}?" in status
+    assert "Secret plan" not in status and f"/d/{secret.document.id}?" not in status
+    assert all("Secret plan" not in s for s in bot.statuses())
+    # With only the secret copy left, nothing is said at all.
+    bot.kb.remove(team.document.id)
+    bot.kb.remove(bot.kb.store.find_document("mine.md").id)
+    alone = await _share(bot, "F0COPYSC02", "mine-again.md", GUIDE_RESAVED + b"\n")
+    assert "same as" not in alone and "Secret plan" not in alone
+
+
+async def test_a_status_in_a_channel_names_only_copies_everyone_there_may_read(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(publishers=USER_ID)
+    bot.slack.set_members("C0TEAM0001", [USER_ID])
+    team = bot.kb.ingest_bytes(GUIDE, "team.md", scope="C0TEAM0001", title="Team guide")
+    handbook = bot.kb.ingest_bytes(GUIDE, "handbook.md", title="Staff handbook")
+    f = bot.slack.add_file("F0CHANCOPY", "posted.md", GUIDE_RESAVED, "text/markdown")
+    await _submit(bot, [f])  # in CHANNEL_ID, for everyone: its status is read there
+    statuses = await bot.settle()
+    assert all(c["channel"] == CHANNEL_ID for c in bot.slack.calls("chat.postMessage"))
+    # The uploader may read the team's copy, but the channel's other people may not.
+    assert f"/d/{handbook.document.id}?" in statuses[-1] and "|*Staff handbook*>" in statuses[-1]
+    assert "Team guide" not in statuses[-1] and f"/d/{team.document.id}?" not in statuses[-1]
+
+
+async def test_a_status_in_a_channel_shared_with_another_organisation_names_no_copy_of_everyone(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(publishers=USER_ID)
+    bot.slack.ext_shared.add(CHANNEL_ID)
+    bot.slack.set_members(CHANNEL_ID, [USER_ID, "U0PARTNER1"])
+    handbook = bot.kb.ingest_bytes(GUIDE, "handbook.md", title="Staff handbook").document
+    own = bot.kb.ingest_bytes(GUIDE, "ours.md", scope=CHANNEL_ID, title="Channel guide").document
+    f = bot.slack.add_file("F0SHARED01", "posted.md", GUIDE_RESAVED, "text/markdown")
+    await _submit(bot, [f])
+    statuses = await bot.settle()
+    # People of other organisations read it: only the channel's own copy is named.
+    assert f"/d/{own.id}?" in statuses[-1] and "|*Channel guide*>" in statuses[-1]
+    assert "Staff handbook" not in statuses[-1] and f"/d/{handbook.id}?" not in statuses[-1]
+    assert bot.slack.calls("conversations.info")

@@ -43,6 +43,11 @@ SUMMARY_FIELDS = (
 QUOTE_CHARS = 200
 
 
+def _copy(doc: DocumentRow) -> dict[str, Any]:
+    """A document an ingested one repeats, as ``kb ingest --json`` names it."""
+    return {"id": doc.id, "name": doc.name, "title": doc.title, "scope": doc.scope}
+
+
 def summary(doc: DocumentRow) -> dict[str, Any]:
     """The fields of a document that listings show, in listing order."""
     values = asdict(doc)
@@ -75,6 +80,10 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
     password-protected ones with the advice to remove the password. Images,
     archives and other files fail as unsupported; in a folder they are skipped and listed.
 
+    A file whose text is the same as a document's already in the knowledge
+    base (passage for passage, as answers compare copies) is indexed all the
+    same, and that document is named ("repeats").
+
     Exits 1 when a file failed or was refused (too large, or no room on the disk).
 
     Example: kb ingest handbook/ faq.md
@@ -93,8 +102,13 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
 
     result = kb.ingest_paths(list(paths), scope=scope, progress=progress)
     bar.close(last_step=True)
+    # Whoever runs kb reads every document: each copy is named, whatever its scope.
+    repeats = [(d, copies) for d in result.indexed if (copies := kb.copies(d.id))]
 
     def text() -> None:
+        for d, copies in repeats:
+            named = ", ".join(f"{c.title or c.name} (id {c.id}, scope {c.scope})" for c in copies)
+            click.echo(f"repeats  {d.name}: the same text as {named}")
         for d in result.failed:
             click.echo(f"failed   {d.name}: {d.failure_reason}")
         for r in result.refused:
@@ -115,6 +129,10 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
         "refused": result.refused,
         "skipped": result.skipped,
         "chunks": result.chunks,
+        "repeats": [
+            {"id": d.id, "name": d.name, "copies": [_copy(c) for c in copies]}
+            for d, copies in repeats
+        ],
     }
     fit = kb.language_fit()
     data["languages"] = fit.to_dict()

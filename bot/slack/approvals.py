@@ -37,7 +37,6 @@ from bot.slack.config import SlackConfig
 from bot.slack.people import Roles
 from bot.slack.words import Languages, Words
 from core.answer import Engine
-from core.links import passage_url
 from index.errors import KBError, NotAwaitingApproval
 from index.knowledge_base import KnowledgeBase, Placement
 from index.names import display_name
@@ -161,16 +160,11 @@ class Approvals:
             doc,
             beside=placement.beside,
             preview=text[:PREVIEW_READ_CHARS],
-            url=self._url(doc),
+            url=self.engine.document_link(doc),
             value=ticket.encode(),
             recent=recent,
             words=self.languages.default,
         )
-
-    def _url(self, doc: DocumentRow) -> str:
-        token = self.engine.signer.token(doc.id, doc.scope)
-        base = self.engine.config.link_base_url
-        return passage_url(base, doc.id, token, start=0, end=0, page=1, is_pdf=doc.kind == "pdf")
 
     # ------------------------------------------------------------ decisions
 

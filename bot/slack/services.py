@@ -93,7 +93,7 @@ class Services:
             access=access,
             engine=engine,
             jobs=jobs,
-            uploader=Uploader(kb, config, jobs, approvals, deliveries),
+            uploader=Uploader(kb, config, jobs, approvals, deliveries, access, engine),
             roles=roles,
             approvals=approvals,
             reindexer=Reindexer(kb, switch=switch),

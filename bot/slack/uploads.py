@@ -5,7 +5,11 @@ chunks`` (N is the count the server wrote) or ``failed: reason``; a document
 that failed after it was stored gets a Retry button that indexes it again from
 the stored original. A status update Slack refuses is skipped, never the work
 it reports on; the final status is posted as a new message when the old one
-cannot be edited.
+cannot be edited. A document whose text is the same as documents already
+there (``KnowledgeBase.copies``) is added all the same, and its final status
+names and links them, those only that everyone reading it may read
+(``bot.access``: the uploader alone in a DM, the channel's people in a channel,
+and in a channel shared with another organisation only its own documents).
 
 Indexing takes one of ``KB_EXTRACT_WORKERS`` slots (``FairTurns``), handed
 out round-robin across people; while there is more than one, nobody holds them
@@ -42,12 +46,15 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import Access, AccessCheckUnavailable, Person, Where
 from bot.slack.approvals import Approvals
-from bot.slack.blocks import Rendered, escape, render_upload_status
-from bot.slack.config import SlackConfig
+from bot.slack.blocks import Rendered, escape, linked, render_upload_status
+from bot.slack.config import SlackConfig, is_channel_id
 from bot.slack.deliveries import Claim, Deliveries
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.words import Words, words_for
+from core.answer import Engine
+from core.errors import LinkSecretUnavailable
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import Added, KnowledgeBase
 from index.models import DocState, Publish
@@ -498,6 +505,9 @@ class FairTurns:
 
 # ---------------------------------------------------------------- ingestion
 
+# Of the documents an upload repeats, the newest this many are named.
+MAX_REPEATS_NAMED = 3
+
 # A takeover that finds a file's indexing already started this many times fails it
 # (retryable) instead of indexing it again: a document that kills the process
 # indexing it must not kill every replica in turn.
@@ -581,6 +591,8 @@ class Uploader:
         jobs: where background work is held.
         approvals: asks the admins about documents that need their approval.
         deliveries: the claims on deliveries, shared by every process on the store.
+        access: who may read which of the documents an upload repeats.
+        engine: signs the links to them.
     """
 
     def __init__(
@@ -590,12 +602,16 @@ class Uploader:
         jobs: Jobs,
         approvals: Approvals,
         deliveries: Deliveries,
+        access: Access,
+        engine: Engine,
     ) -> None:
         self.kb = kb
         self.config = config
         self.jobs = jobs
         self.approvals = approvals
         self.deliveries = deliveries
+        self.access = access
+        self.engine = engine
         self._session: aiohttp.ClientSession | None = None
         limits = kb.config.extract
         self._turns = FairTurns(limits.pool_size if limits is not None else 1)
@@ -824,14 +840,14 @@ class Uploader:
                         added = await self._add(data, file, request)
                         document_id = added.document.id
                         await self._note(self.kb.uploads.set_document, upload, document_id)
-                        final = await self._index(status, added, words)
+                        final = await self._index(status, added, request.user, words)
                 else:
                     # A Retry, or stored by a process that stopped: from the stored original.
                     again = attempts is None or attempts <= MAX_ATTEMPTS
                     retry = request.retry and (attempts or 1) == 1
                     async with self._turns.hold(request.user, on_wait=lambda: status.show(waiting)):
                         final = await self._resume(
-                            status, document_id, words, again=again, retry=retry
+                            status, document_id, request.user, words, again=again, retry=retry
                         )
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
@@ -910,17 +926,26 @@ class Uploader:
             publish=request.publish,
         )
 
-    async def _index(self, status: StatusMessage, added: Added, words: Words) -> Rendered:
+    async def _index(
+        self, status: StatusMessage, added: Added, user: str, words: Words
+    ) -> Rendered:
         row = added.document
         if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
             return _settled_status(row, words, duplicate=True)
         shown = words.upload_indexing(escape(row.name))
         await status.show(render_upload_status(shown, words=words))
         row = await asyncio.to_thread(self.kb.index_document, row.id)
-        return await self._final_status(status, row, words)
+        return await self._final_status(status, row, words, user)
 
     async def _resume(
-        self, status: StatusMessage, document_id: int, words: Words, *, again: bool, retry: bool
+        self,
+        status: StatusMessage,
+        document_id: int,
+        user: str,
+        words: Words,
+        *,
+        again: bool,
+        retry: bool,
     ) -> Rendered:
         """What becomes of a stored document: retried (a failure indexed again), or resumed
         where another process left it (``KnowledgeBase.resume``)."""
@@ -935,13 +960,17 @@ class Uploader:
         except DocumentNotFound:  # removed meanwhile
             return render_upload_status(words.RETRY_GONE, words=words)
         if row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL, DocState.FAILED):
-            return await self._final_status(status, row, words)
+            return await self._final_status(status, row, words, user)
         return _settled_status(row, words)
 
     async def _final_status(
-        self, status: StatusMessage, row: DocumentRow, words: Words
+        self, status: StatusMessage, row: DocumentRow, words: Words, user: str | None = None
     ) -> Rendered:
-        """What became of a document just indexed; asks for an approval when it needs one."""
+        """What became of a document just indexed; asks for an approval when it needs one.
+
+        ``user``: who uploaded it, told of the documents it repeats that they may read
+        where the status is shown; ``None``: nobody is (a Retry).
+        """
         name = escape(row.name)
         if row.state == DocState.FAILED:
             # The index layer's reason: an English sentence inside the translated frame.
@@ -958,10 +987,55 @@ class Uploader:
             )
             notes = [words.UPLOAD_AWAITING_REPLACES] if placement.beside else []
             notes += [] if delivered else [words.UPLOAD_AWAITING_NOBODY]
+            notes += await self._repeats(row, user, status, words)
             return _with_notes(words.upload_awaiting(name, row.chunk_count), notes, words)
         notes = [words.UPLOAD_REPLACED] if placement.replaced else []
         notes += [words.UPLOAD_BESIDE] if placement.beside else []
+        notes += await self._repeats(row, user, status, words)
         return _with_notes(words.upload_indexed(name, row.chunk_count), notes, words)
+
+    async def _repeats(
+        self, row: DocumentRow, user: str | None, status: StatusMessage, words: Words
+    ) -> list[str]:
+        """The note that ``row`` repeats documents ``user`` may read where ``status`` is; none else.
+
+        The status is read by everyone in its channel (``user`` alone in a DM): a copy
+        is named only when the rule lets them all read it (``Access.may_read`` at
+        that place), so no upload ever tells of a document hidden from its reader.
+        """
+        if not user:
+            return []
+        try:
+            copies = await asyncio.to_thread(self.kb.copies, row.id)
+        except KBError as exc:  # the upload stands; only the note is lost
+            log.warning("copies of document %s not looked up: %s", row.id, exc)
+            return []
+        if not copies:
+            return []
+        person = Person(user)
+        where = await _readers(status)
+        readable = []
+        for doc in copies:
+            try:
+                decision = await self.access.may_read(person, doc, where)
+            except AccessCheckUnavailable:
+                continue  # unknown is hidden
+            if decision.allowed:
+                readable.append(doc)
+            if len(readable) == MAX_REPEATS_NAMED:
+                break
+        if not readable:
+            return []
+        names = ", ".join(linked(self._link(d), f"*{escape(d.title or d.name)}*") for d in readable)
+        return [words.upload_repeats(names, len(readable))]
+
+    def _link(self, doc: DocumentRow) -> str:
+        """The viewer link to ``doc``; ``""`` while links cannot be signed (its title alone)."""
+        try:
+            return self.engine.document_link(doc)
+        except LinkSecretUnavailable as exc:
+            log.warning("a repeated document is named without its link: %s", exc)
+            return ""
 
     async def _complete(self, client: AsyncWebClient, file: SlackFile, words: Words) -> SlackFile:
         """Ask ``files.info`` for the download link (and name) when an event left it out."""
@@ -977,6 +1051,24 @@ class Uploader:
         if self._session is None:
             raise RuntimeError("Uploader.start() was not awaited before downloading")
         return self._session
+
+
+async def _readers(status: StatusMessage) -> Where | None:
+    """Who reads ``status``: its channel's people (``None`` in a DM: the uploader alone).
+
+    A channel people of other organisations are in (Slack Connect) reads as
+    such; one Slack cannot tell about reads so too (unknown is hidden).
+    """
+    if not is_channel_id(status.channel):
+        return None
+    try:
+        resp = await status.client.conversations_info(channel=status.channel)
+        info = resp.get("channel") or {}
+        shared = bool(info.get("is_ext_shared") or info.get("is_pending_ext_shared"))
+    except SLACK_FAILURES as exc:
+        log.info("conversations.info on %s failed: %s", status.channel, slack_failure(exc))
+        shared = True
+    return Where(channel=status.channel, shared=shared)
 
 
 async def _remember(kb: KnowledgeBase, status: StatusMessage, document_id: int | None) -> None:

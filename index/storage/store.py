@@ -674,6 +674,20 @@ class Store:
             )
         )
 
+    def passages_of_length(self, count: int, *, exclude: int) -> dict[int, list[str]]:
+        """The passages (``content``, in order) of each indexed document of ``count`` chunks,
+        but ``exclude``: the documents whose text can be the same passage for passage."""
+        rows = self.db.query(
+            """SELECT c.document_id, c.content FROM chunks c JOIN documents d ON d.id = c.document_id
+               WHERE d.state = ? AND d.chunk_count = ? AND d.id != ?
+               ORDER BY c.document_id, c.ordinal""",
+            [DocState.INDEXED.value, count, exclude],
+        )
+        passages: dict[int, list[str]] = {}
+        for r in rows:
+            passages.setdefault(int(r["document_id"]), []).append(r["content"])
+        return passages
+
     def chunk_languages(self) -> frozenset[str]:
         """The languages the searchable documents' passages are written in (those told)."""
         rows = self.db.execute(

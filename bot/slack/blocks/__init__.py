@@ -70,7 +70,14 @@ from bot.slack.blocks.home import (
     parse_page_value,
     readable_by,
 )
-from bot.slack.blocks.mrkdwn import escape, is_user_id, mention, scope_label, stream_markdown
+from bot.slack.blocks.mrkdwn import (
+    escape,
+    is_user_id,
+    linked,
+    mention,
+    scope_label,
+    stream_markdown,
+)
 from bot.slack.blocks.steps import STEP_DISPLAY_MODE, render_stopped, step_chunks
 from bot.slack.blocks.uploads import render_upload_status, upload_modal
 
@@ -110,6 +117,7 @@ __all__ = [
     "external_view",
     "home_view",
     "is_user_id",
+    "linked",
     "mark_handed_off",
     "mention",
     "page_number",

@@ -388,6 +388,18 @@ class Words:
             ":information_source: *{name}*: {state}; nothing to retry.", name=name, state=shown
         )
 
+    def upload_repeats(self, documents: str, count: int) -> str:
+        """Beside a status: the document's text is that of ``count`` others the uploader may read
+        (``documents``, their linked titles), and answers quote one of the copies."""
+        return self.ngettext(
+            "Its text is the same as that of {documents}, already in the knowledge base: "
+            "answers quote only one of them.",
+            "Its text is the same as that of {documents}, already in the knowledge base: "
+            "answers quote only one of them.",
+            count,
+            documents=documents,
+        )
+
     UPLOAD_REPLACED = N_(
         "It replaces the earlier version of this document, which an admin can restore."
     )
