@@ -15,10 +15,11 @@ the transaction that makes it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from dataclasses import replace as with_changes
@@ -391,22 +392,39 @@ class KnowledgeBase:
         Two documents are copies when their passages are the same, one for one and
         in order, in ``index.normal_form.same_text``: the form answers tell copies of
         a passage in (``core.selection.distinct``), so of copies an answer quotes one.
-        Only documents of as many passages are read.
         """
-        doc = self.store.document(doc_id)
-        if doc.chunk_count == 0:
-            return []
-        others = self.store.passages_of_length(doc.chunk_count, exclude=doc_id)
-        if not others:
-            return []
-        own = [same_text(c["content"]) for c in self.store.chunk_rows(doc_id)]
-        same = [
-            other
-            for other, passages in others.items()
-            if len(passages) == len(own)
-            and all(same_text(p) == o for p, o in zip(passages, own, strict=True))
-        ]
-        return [self.store.document(i) for i in sorted(same, reverse=True)]
+        return self.copies_of([doc_id]).get(doc_id, [])
+
+    def copies_of(self, doc_ids: Collection[int]) -> dict[int, list[DocumentRow]]:
+        """``copies`` of each of ``doc_ids`` that has any, in one reading of the store.
+
+        Only documents of as many passages as one of ``doc_ids`` are read, once, each
+        kept as a digest of its passages' normal forms: a folder of many documents
+        costs one pass, not one per document.
+        """
+        wanted = {d: self.store.document(d) for d in doc_ids}
+        counts = {doc.chunk_count for doc in wanted.values() if doc.chunk_count}
+        digests: dict[int, bytes] = {}
+        current: int | None = None
+        digest = hashlib.blake2b(digest_size=16)
+        for document_id, content in self.store.passages_of_lengths(counts):
+            if document_id != current:
+                if current is not None:
+                    digests[current] = digest.digest()
+                current, digest = document_id, hashlib.blake2b(digest_size=16)
+            digest.update(same_text(content).encode())
+            digest.update(b"\x00")
+        if current is not None:
+            digests[current] = digest.digest()
+        by_digest: dict[bytes, list[int]] = {}
+        for document_id, d in digests.items():
+            by_digest.setdefault(d, []).append(document_id)
+        found: dict[int, list[DocumentRow]] = {}
+        for doc_id in wanted:
+            same = [i for i in by_digest.get(digests.get(doc_id, b""), []) if i != doc_id]
+            if same:
+                found[doc_id] = [self.store.document(i) for i in sorted(same, reverse=True)]
+        return found
 
     def canonical_text(self, doc_id: int) -> str:
         """The text a document's ``#char`` offsets refer to."""

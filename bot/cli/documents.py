@@ -103,7 +103,8 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
     result = kb.ingest_paths(list(paths), scope=scope, progress=progress)
     bar.close(last_step=True)
     # Whoever runs kb reads every document: each copy is named, whatever its scope.
-    repeats = [(d, copies) for d in result.indexed if (copies := kb.copies(d.id))]
+    found = kb.copies_of([d.id for d in result.indexed])
+    repeats = [(d, found[d.id]) for d in result.indexed if d.id in found]
 
     def text() -> None:
         for d, copies in repeats:

@@ -21,7 +21,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -674,19 +674,21 @@ class Store:
             )
         )
 
-    def passages_of_length(self, count: int, *, exclude: int) -> dict[int, list[str]]:
-        """The passages (``content``, in order) of each indexed document of ``count`` chunks,
-        but ``exclude``: the documents whose text can be the same passage for passage."""
+    def passages_of_lengths(self, counts: Collection[int]) -> Iterator[tuple[int, str]]:
+        """``(document_id, content)`` of every passage of the indexed documents of one of
+        ``counts`` chunks, each document's in order: those whose text can be another's
+        passage for passage. Read as they come, never all held at once."""
+        if not counts:
+            return
+        marks = ", ".join("?" for _ in counts)
         rows = self.db.query(
-            """SELECT c.document_id, c.content FROM chunks c JOIN documents d ON d.id = c.document_id
-               WHERE d.state = ? AND d.chunk_count = ? AND d.id != ?
+            f"""SELECT c.document_id, c.content FROM chunks c JOIN documents d ON d.id = c.document_id
+               WHERE d.state = ? AND d.chunk_count IN ({marks})
                ORDER BY c.document_id, c.ordinal""",
-            [DocState.INDEXED.value, count, exclude],
+            [DocState.INDEXED.value, *sorted(counts)],
         )
-        passages: dict[int, list[str]] = {}
         for r in rows:
-            passages.setdefault(int(r["document_id"]), []).append(r["content"])
-        return passages
+            yield int(r["document_id"]), r["content"]
 
     def chunk_languages(self) -> frozenset[str]:
         """The languages the searchable documents' passages are written in (those told)."""
