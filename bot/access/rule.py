@@ -25,7 +25,8 @@ A synced document (Confluence...) carries its source's permissions
 (:class:`index.sources.Acl`) and no channel: it admits a person whose email,
 as the directory verified it, is a user entry, whose email's domain is a
 domain entry, or who is a member of a group entry (the source's API expanded
-it); or everyone served, when it is public in the organisation. A person
+it; a group of another source with the same name is another group); or
+everyone served, when it is public in the organisation. A person
 without a verified email reads only the public ones; permissions not read
 (``unknown``) admit nobody. Shown where others read too (an answer in a
 channel), only a public one: everyone there reads it.
@@ -339,16 +340,16 @@ class Access:
         email = await self.email_of(person)
         if email is None:
             return Decision(False, Rule.SOURCE, _NO_EMAIL.format(user=person.user_id))
-        return await self._admitted_by(acl, email, person)
+        return await self._admitted_by(acl, email, person, scope)
 
-    async def _admitted_by(self, acl: Acl, email: str, person: Person) -> Decision:
+    async def _admitted_by(self, acl: Acl, email: str, person: Person, scope: str) -> Decision:
         user = person.user_id
         if email in acl.users:
             return Decision(True, Rule.SOURCE, _ACL_USER.format(user=user, email=email))
         if email.rsplit("@", 1)[-1] in acl.domains:
             return Decision(True, Rule.SOURCE, _ACL_DOMAIN.format(user=user, email=email))
         assert self.grants is not None
-        groups = sorted({g for _, g in await self.grants.groups_of(email)} & acl.groups)
+        groups = sorted(await self.grants.groups_of(email, scope) & acl.groups)
         if groups:
             reason = _ACL_GROUP.format(user=user, email=email, group=groups[0])
             return Decision(True, Rule.SOURCE, reason)
