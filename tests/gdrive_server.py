@@ -26,6 +26,9 @@ What it follows of Google's documented behaviour:
   change of a file's sharing (its permissions, however the test changed them)
   is a change of the file, its ``version`` one higher; a change of the shared
   drive's members is not a change of each file in it;
+* ``permissions.list`` gives only the fields ``fields`` names (a partial
+  response), ``allowFileDiscovery`` for ``domain`` and ``anyone`` permissions,
+  ``expirationTime`` for a user or group one that has it;
 * ``permissions.list`` of the shared drive itself (its id as ``fileId``, with
   ``supportsAllDrives=true``): its members;
 * ``members.list`` with ``includeDerivedMembership`` (nested groups' members
@@ -42,6 +45,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -83,13 +87,20 @@ def _private_key() -> rsa.RSAPrivateKey:
 
 @dataclass
 class Permission:
-    """One permission of a file (``type`` user, group, domain or anyone)."""
+    """One permission of a file (``type`` user, group, domain or anyone).
+
+    ``discoverable``: ``allowFileDiscovery``, which Drive gives for ``domain`` and
+    ``anyone`` only (false: found through its link alone); ``expires``: its
+    ``expirationTime`` (RFC 3339), set on user and group permissions only.
+    """
 
     type: str
     role: str = "reader"
     email: str = ""
     domain: str = ""
     deleted: bool = False
+    discoverable: bool = True
+    expires: str = ""
 
     def as_json(self, index: int, inherited: bool) -> dict[str, Any]:
         row: dict[str, Any] = {"kind": "drive#permission", "id": f"p{index}", "type": self.type}
@@ -100,6 +111,10 @@ class Permission:
             row["domain"] = self.domain
         if self.deleted:
             row["deleted"] = True
+        if self.type in ("domain", "anyone"):
+            row["allowFileDiscovery"] = self.discoverable
+        if self.expires and self.type in ("user", "group"):
+            row["expirationTime"] = self.expires
         row["permissionDetails"] = [
             {"permissionType": "member" if inherited else "file", "role": self.role,
              "inherited": inherited}
@@ -421,9 +436,14 @@ class MockDrive:
         """One page of ``rows`` from ``pageToken``, at most ``pageSize`` and the server's cap."""
         start = int(_unb64(query["pageToken"]).decode()) if query.get("pageToken") else 0
         limit = min(int(query.get("pageSize", "100")), self.page_cap)
+        named = re.search(r"permissions\(([^)]*)\)", query.get("fields", ""))
+        wanted = set(named.group(1).split(",")) if named else None
         answer: dict[str, Any] = {
             "kind": "drive#permissionList",
-            "permissions": rows[start : start + limit],
+            "permissions": [
+                {k: v for k, v in row.items() if wanted is None or k in wanted}
+                for row in rows[start : start + limit]
+            ],
         }
         if start + limit < len(rows):
             answer["nextPageToken"] = _b64(str(start + limit).encode())

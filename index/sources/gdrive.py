@@ -21,11 +21,14 @@ built from the discovery documents the client ships: no network to build them):
 * who may read it: ``permissions.list`` (on a shared drive its members'
   inherited permissions come too, each a reader): ``user`` → its email,
   ``group`` → the group's email, its members expanded with the Directory API's
-  ``members.list`` (nested groups included), ``domain`` → the domain,
-  ``anyone`` (with the link) → public in the organisation only when the admin
-  said so for the source, otherwise it admits nobody more. Permissions Drive
-  will not show this account are unknown: nobody reads the file until they
-  can be read. A run asks only about the files whose sharing changed since
+  ``members.list`` (nested groups included), ``domain`` → the domain when
+  its people may find the file (``allowFileDiscovery``), ``anyone`` (with the
+  link) → public in the organisation, and a ``domain`` one only its link finds
+  → the domain, only when the admin said so for the source (a link does not
+  tell who was given it), otherwise they admit nobody more. A permission whose
+  ``expirationTime`` has passed, or of a role Drive did not document, admits
+  nobody. Permissions Drive will not show this account are unknown: nobody
+  reads the file until they can be read. A run asks only about the files whose sharing changed since
   the checkpoint: Drive logs a sharing change as a change of the file, and
   the shared drive's own members, whose change reaches every file without a
   change of each, are compared with those the checkpoint recorded
@@ -49,7 +52,8 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
@@ -104,6 +108,10 @@ EXPORTS = {
     "application/vnd.google-apps.presentation": (_PPTX, ".pptx"),
 }
 _FILE_FIELDS = "id,name,mimeType,trashed,parents,driveId,version,webViewLink,size"
+_PERMISSION_FIELDS = "id,type,role,emailAddress,domain,deleted,allowFileDiscovery,expirationTime"
+# The roles Drive documents, each of which reads the file ("while new values may be
+# supported in the future": one it adds since means what nobody here knows, and reads nothing).
+READING_ROLES = frozenset({"owner", "organizer", "fileOrganizer", "writer", "commenter", "reader"})
 _ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
 # Where Drive opens files; a webViewLink elsewhere is not used as the link.
 _DRIVE_HOSTS = frozenset({"docs.google.com", "drive.google.com"})
@@ -168,11 +176,15 @@ class GDriveSettings:
     def acl_now(self, before: GDriveSettings, acl: Acl) -> Acl:
         """A synced file's permissions once the readers are these, not ``before``'s.
 
-        Only a link anyone may open makes a file public here: with
-        ``anyone_public`` turned off, no file is public any more, now. Turned
-        on, which files have such a link is Drive's to say: the next sync reads it.
+        Only a link makes a file public here, or open to a domain: with
+        ``anyone_public`` turned off, no file is public any more, and no domain
+        reads one, now (a domain that may find the file in Drive comes back with
+        the next sync, which reads every permission again). Turned on, which files
+        have such a link is Drive's to say: the next sync reads it.
         """
-        return acl.without_public() if before.anyone_public and not self.anyone_public else acl
+        if before.anyone_public and not self.anyone_public and acl.known:
+            return replace(acl.without_public(), domains=frozenset())
+        return acl
 
 
 class GDriveConnector:
@@ -456,14 +468,15 @@ class GDriveConnector:
         groups: set[str] = set()
         domains: set[str] = set()
         public = False
+        now = time.time()
         try:
             for row in self._permission_rows(item):
-                kind, value = _grant(row)
+                kind, value = _grant(row, now)
                 if kind == "user":
                     users.add(value)
                 elif kind == "group":
                     groups.add(value)
-                elif kind == "domain":
+                elif kind == "domain" or (kind == _DOMAIN_LINK and self.settings.anyone_public):
                     domains.add(value)
                 elif kind == "anyone":
                     public = public or self.settings.anyone_public
@@ -480,7 +493,7 @@ class GDriveConnector:
         Raises:
             _Gone: no such file; _Unreadable: Drive will not show them.
         """
-        fields = "nextPageToken,permissions(id,type,role,emailAddress,domain,deleted)"
+        fields = f"nextPageToken,permissions({_PERMISSION_FIELDS})"
         for answer in self._pages(
             lambda token: self.drive.permissions().list(
                 fileId=file_id,
@@ -503,7 +516,8 @@ class GDriveConnector:
             return []
         if self._drive_grants is None:
             try:
-                grants = {_grant(row) for row in self._permission_rows(self.settings.drive)}
+                rows = self._permission_rows(self.settings.drive)
+                grants = {_grant(row, time.time()) for row in rows}
             except (_Gone, _Unreadable) as exc:
                 log.info("Google shared drive's members: %s; every file's are read", exc)
                 return None
@@ -697,16 +711,21 @@ def _readable(file: dict[str, Any]) -> bool:
     return readable_suffix(file["name"], file["mimeType"]) is not None
 
 
-def _grant(row: object) -> tuple[str, str]:
-    """One permission as ``(kind, principal)``; ``("", "")`` admits nobody.
+def _grant(row: object, now: float) -> tuple[str, str]:
+    """One permission as ``(kind, principal)`` at ``now`` (epoch seconds); ``("", "")`` admits
+    nobody.
 
-    Every role (reader, commenter, writer, organizer, owner...) reads. A
-    permission of a deleted account, or a person or group Drive shows without
-    an email, admits nobody.
+    Every role Drive documents (:data:`READING_ROLES`) reads; a role it added
+    since admits nobody. A permission of a deleted account, one whose
+    ``expirationTime`` has passed (or cannot be read), or a person or group
+    Drive shows without an email, admits nobody. A ``domain`` permission
+    nobody there can find (``allowFileDiscovery`` not true: "anyone at the
+    domain with the link") is :data:`_DOMAIN_LINK`: a link, read as the
+    source's ``anyone_public`` says.
     """
     if not isinstance(row, dict):
         raise _Unreadable("Drive answered a permission that is not JSON")
-    if row.get("deleted"):
+    if row.get("deleted") or row.get("role") not in READING_ROLES or _expired(row, now):
         return "", ""
     kind = row.get("type")
     if kind in ("user", "group"):
@@ -716,12 +735,32 @@ def _grant(row: object) -> tuple[str, str]:
         return "", ""
     if kind == "domain":
         domain = row.get("domain")
-        return (
-            ("domain", domain.strip().lower()) if isinstance(domain, str) and domain else ("", "")
-        )
+        if not isinstance(domain, str) or not domain.strip():
+            return "", ""
+        found = row.get("allowFileDiscovery") is True
+        return ("domain" if found else _DOMAIN_LINK), domain.strip().lower()
     if kind == "anyone":
         return "anyone", ""
     return "", ""
+
+
+# A domain permission found only through its link: "anyone at the domain with the link".
+_DOMAIN_LINK = "domain-link"
+
+
+def _expired(row: dict[str, Any], now: float) -> bool:
+    """Whether a permission's ``expirationTime`` (RFC 3339) has passed at ``now``; one that is
+    not a time counts as passed."""
+    expires = row.get("expirationTime")
+    if expires is None:
+        return False
+    if not isinstance(expires, str):
+        return True
+    try:
+        when = datetime.fromisoformat(expires.replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    return when.tzinfo is None or when.timestamp() <= now
 
 
 def _member_email(row: object) -> str | None:

@@ -17,19 +17,23 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bot.access import Person
 from index.knowledge_base import KnowledgeBase
-from index.sources import source_scope
+from index.sources import Acl, source_scope
 from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
+from index.sources.gdrive import GDriveConnector, GDriveSettings
 from tests import sources_harness
 from tests.clocks import Waits
 from tests.confluence_server import ACCOUNT, SPACE, MockConfluence, Page, Space
+from tests.gdrive_server import DOC, DRIVE, FOLDER, File, MockDrive, Permission
 from tests.servers import DEFAULT_CONFLUENCE_TOKEN, MockSlackAPI
-from tests.sources_harness import ALICE, BOB, SECRET, access_over, kb_cli, sync
+from tests.sources_harness import ALICE, BOB, SECRET, access_over, acl_of, kb_cli, sync
 
 kb, slack = sources_harness.kb, sources_harness.slack
 
@@ -92,3 +96,81 @@ async def test_a_group_of_another_source_with_the_same_name_admits_nobody(
     access = access_over(slack, kb)
     assert source_scope("wiki-one", "nightjar") not in await access.search_scopes(Person(BOB))
     assert source_scope("wiki-one", "nightjar") in await access.search_scopes(Person(ALICE))
+
+
+# ------------------------------------------------------------------ Google Drive
+
+
+@pytest.fixture
+def drive() -> MockDrive:
+    """A Drive API not serving yet: each test puts its files in once it serves."""
+    return MockDrive()
+
+
+def _doc(file_id: str, *grants: Permission, **kw: Any) -> File:
+    body = f"<html><body><h1>{file_id}</h1><p>{SECRET}</p></body></html>".encode()
+    return File(file_id, file_id.capitalize(), DOC, body, permissions=list(grants), **kw)
+
+
+def _sync_drive(kb: KnowledgeBase, mock: MockDrive, **kw: Any) -> None:
+    settings = GDriveSettings(**{"drive": DRIVE, "api_url": mock.base, **kw})
+    connector = GDriveConnector(settings, mock.key_file(), sleep=Waits().sleep)
+    assert sync(kb, "gdrive-eng", "gdrive", settings.as_dict(), connector).error is None
+
+
+async def test_a_drive_file_only_its_link_finds_in_the_domain_is_not_the_whole_domains(
+    kb: KnowledgeBase, index_dir: Path, slack: MockSlackAPI, drive: MockDrive
+) -> None:
+    # "Anyone at example.com with the link" (allowFileDiscovery false), a link as any other:
+    # bob has none, and nothing tells who was given it. One people may find is the domain's.
+    with drive.serve():
+        alice = Permission("user", email="alice@example.com")
+        link = Permission("domain", domain="example.com", discoverable=False)
+        drive.put(_doc("linked", alice, link))
+        drive.put(_doc("listed", Permission("domain", domain="example.com")))
+        _sync_drive(kb, drive)
+        assert acl_of(kb, "gdrive-eng", "linked").domains == frozenset()
+        bob = await access_over(slack, kb).search_scopes(Person(BOB))
+        assert source_scope("gdrive-eng", "linked") not in bob
+        assert source_scope("gdrive-eng", "listed") in bob
+        # The admin's word that a link is the organisation's (--anyone-public) opens it.
+        _sync_drive(kb, drive, anyone_public=True)
+        assert acl_of(kb, "gdrive-eng", "linked").domains == {"example.com"}
+        # Taken back, the link is nobody's at once, before any sync.
+        off = kb_cli(index_dir, "source", "readers", "gdrive-eng")
+        assert off.exit_code == 0, off.output
+        assert acl_of(kb, "gdrive-eng", "linked") == Acl.of(users=["alice@example.com"])
+
+
+async def test_a_drive_role_drive_did_not_document_admits_nobody(
+    kb: KnowledgeBase, slack: MockSlackAPI, drive: MockDrive
+) -> None:
+    with drive.serve():
+        odd = Permission("user", "publishedReader", email="bob@example.com")
+        drive.put(_doc("odd", odd, Permission("user", "commenter", email="alice@example.com")))
+        _sync_drive(kb, drive)
+        assert acl_of(kb, "gdrive-eng", "odd").users == {"alice@example.com"}
+        access = access_over(slack, kb)
+        assert source_scope("gdrive-eng", "odd") not in await access.search_scopes(Person(BOB))
+        assert source_scope("gdrive-eng", "odd") in await access.search_scopes(Person(ALICE))
+
+
+async def test_a_drive_sharing_whose_expiration_time_has_passed_admits_nobody(
+    kb: KnowledgeBase, slack: MockSlackAPI, drive: MockDrive
+) -> None:
+    # Expiration times are set on user and group permissions of files outside shared drives.
+    soon = (datetime.now(UTC) + timedelta(days=30)).isoformat().replace("+00:00", "Z")
+    with drive.serve():
+        drive.put(File("fold", "Handbook", FOLDER, drive=None, parents=["root"]))
+        past = Permission("user", email="bob@example.com", expires="2026-01-05T10:00:00.000Z")
+        until = Permission("user", email="alice@example.com", expires=soon)
+        drive.put(_doc("lapsed", past, until, drive=None, parents=["fold"]))
+        odd = Permission("user", email="bob@example.com", expires="next Tuesday")
+        drive.put(_doc("garbled", odd, drive=None, parents=["fold"]))
+        _sync_drive(kb, drive, drive="", folder="fold")
+        assert acl_of(kb, "gdrive-eng", "lapsed").users == {"alice@example.com"}
+        assert acl_of(kb, "gdrive-eng", "garbled").users == frozenset()
+        access = access_over(slack, kb)
+        bob = await access.search_scopes(Person(BOB))
+        assert not bob & {source_scope("gdrive-eng", i) for i in ("lapsed", "garbled")}
+        assert source_scope("gdrive-eng", "lapsed") in await access.search_scopes(Person(ALICE))
