@@ -28,11 +28,29 @@ from index.knowledge_base import KnowledgeBase
 from index.sources import Acl, source_scope
 from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
 from index.sources.gdrive import GDriveConnector, GDriveSettings
+from index.sources.sharepoint import SharePointConnector, SharePointSettings
 from tests import sources_harness
 from tests.clocks import Waits
 from tests.confluence_server import ACCOUNT, SPACE, MockConfluence, Page, Space
 from tests.gdrive_server import DOC, DRIVE, FOLDER, File, MockDrive, Permission
-from tests.servers import DEFAULT_CONFLUENCE_TOKEN, MockSlackAPI
+from tests.servers import (
+    DEFAULT_CONFLUENCE_TOKEN,
+    DEFAULT_SHAREPOINT_CLIENT_SECRET,
+    MockSlackAPI,
+)
+from tests.sharepoint_server import (
+    CLIENT_ID,
+    SITE_HOST,
+    SITE_PATH,
+    TENANT,
+    Item,
+    MockSharePoint,
+    group,
+    link,
+    member,
+    site_group,
+    user,
+)
 from tests.sources_harness import ALICE, BOB, SECRET, access_over, acl_of, kb_cli, sync
 
 kb, slack = sources_harness.kb, sources_harness.slack
@@ -46,12 +64,12 @@ def two_sites() -> Iterator[tuple[MockConfluence, MockConfluence]]:
     """Two Confluence sites, each with a group ``developers`` of its own people: alice on
     the first, bob on the second. Each site's space is read by its ``developers``."""
     first, second = MockConfluence(), MockConfluence()
-    for mock, member, title, text in (
+    for mock, person, title, text in (
         (first, "alice@example.com", "Nightjar", SECRET),
         (second, "bob@example.com", "Lobby", "The lobby is on the ground floor."),
     ):
         mock.spaces[SPACE] = Space(SPACE, groups=["developers"])
-        mock.groups["developers"] = [member]
+        mock.groups["developers"] = [person]
         mock.page(Page(title.lower(), title, f"<h1>{title}</h1><p>{text}</p>"))
     with first.serve(), second.serve():
         yield first, second
@@ -174,3 +192,85 @@ async def test_a_drive_sharing_whose_expiration_time_has_passed_admits_nobody(
         bob = await access.search_scopes(Person(BOB))
         assert not bob & {source_scope("gdrive-eng", i) for i in ("lapsed", "garbled")}
         assert source_scope("gdrive-eng", "lapsed") in await access.search_scopes(Person(ALICE))
+
+
+# ------------------------------------------------------------------ SharePoint and OneDrive
+
+
+@pytest.fixture
+def graph(monkeypatch: pytest.MonkeyPatch) -> Iterator[MockSharePoint]:
+    mock = MockSharePoint()
+    with mock.serve():
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", mock.ca_file)
+        yield mock
+
+
+def _sync_graph(kb: KnowledgeBase, mock: MockSharePoint, *organisation: str) -> None:
+    site = f"https://{SITE_HOST}{SITE_PATH}"
+    settings = SharePointSettings(
+        TENANT,
+        CLIENT_ID,
+        site=site,
+        graph_url=mock.graph,
+        authority_url=mock.base,
+        organisation_groups=organisation,
+    )
+    connector = SharePointConnector(settings, DEFAULT_SHAREPOINT_CLIENT_SECRET, sleep=Waits().sleep)
+    assert sync(kb, "sp-eng", "sharepoint", settings.as_dict(), connector).error is None
+
+
+def _md(item: str, *grants: dict[str, Any], parent: str = "root") -> Item:
+    return Item(item, f"{item}.md", f"# {item}\n\n{SECRET}\n".encode(), parent, grants=list(grants))
+
+
+async def test_a_group_named_like_the_site_group_standing_for_everyone_is_not_everyone(
+    kb: KnowledgeBase, slack: MockSlackAPI, graph: MockSharePoint
+) -> None:
+    # The admin named the site group "Eng Members" as everyone; anyone may make a Microsoft
+    # 365 group of that display name, alice alone in it, and share a file with it.
+    made = "7d1e0c2a-3b4c-4d5e-8f90-a1b2c3d4e5f6"
+    graph.groups[made] = [member("alice@example.com")]
+    graph.add(_md("Private", group(made, "Eng Members")))
+    graph.add(_md("Handbook", site_group("Eng Members")))
+    _sync_graph(kb, graph, "Eng Members")
+    assert acl_of(kb, "sp-eng", "Private") == Acl(groups=frozenset({made}))
+    assert acl_of(kb, "sp-eng", "Handbook") == Acl(public=True)
+    access = access_over(slack, kb)
+    bob = await access.search_scopes(Person(BOB))
+    assert source_scope("sp-eng", "Private") not in bob
+    assert source_scope("sp-eng", "Handbook") in bob
+    assert source_scope("sp-eng", "Private") in await access.search_scopes(Person(ALICE))
+
+
+async def test_a_file_request_link_on_a_folder_opens_none_of_its_files(
+    kb: KnowledgeBase, slack: MockSlackAPI, graph: MockSharePoint
+) -> None:
+    # An anonymous upload-only link (createOnly) on a folder: people drop their files in,
+    # and nobody but those the files are shared with may read them.
+    graph.add(
+        Item("Drop", "Applications", folder=True, grants=[link("anonymous", kind="createOnly")])
+    )
+    graph.add(_md("cv", user("alice@example.com"), parent="Drop"))
+    graph.add(_md("menu", link("organization", kind="view")))
+    _sync_graph(kb, graph)
+    assert acl_of(kb, "sp-eng", "cv") == Acl.of(users=["alice@example.com"])
+    bob = await access_over(slack, kb).search_scopes(Person(BOB))
+    assert source_scope("sp-eng", "cv") not in bob
+    assert source_scope("sp-eng", "menu") in bob
+
+
+async def test_a_sharing_link_past_its_expiration_opens_nothing(
+    kb: KnowledgeBase, slack: MockSlackAPI, graph: MockSharePoint
+) -> None:
+    graph.add(_md("lapsed", link("organization", expires="2026-01-05T10:00:00Z")))
+    graph.add(_md("garbled", link("organization", expires="soon")))
+    # Graph's DateTime.MinValue says no expiration is set.
+    graph.add(_md("lasting", link("organization", expires="0001-01-01T00:00:00Z")))
+    _sync_graph(kb, graph)
+    # Admitting nobody, each is stored with no entry, which reads back as unknown: hidden.
+    assert not acl_of(kb, "sp-eng", "lapsed").public
+    assert not acl_of(kb, "sp-eng", "garbled").public
+    assert acl_of(kb, "sp-eng", "lasting") == Acl(public=True)
+    bob = await access_over(slack, kb).search_scopes(Person(BOB))
+    assert not bob & {source_scope("sp-eng", i) for i in ("lapsed", "garbled")}
+    assert source_scope("sp-eng", "lasting") in bob
