@@ -116,6 +116,33 @@ async def test_a_group_of_another_source_with_the_same_name_admits_nobody(
     assert source_scope("wiki-one", "nightjar") in await access.search_scopes(Person(ALICE))
 
 
+def test_a_restriction_on_a_page_deeper_than_the_ancestors_read_is_never_left_out(
+    kb: KnowledgeBase,
+) -> None:
+    # Ancestors come from the space's top down: past the 64 the sync reads, the ones left
+    # out were the nearest, and a restriction there bound the page.
+    mock = MockConfluence()
+    mock.groups["confluence-users"] = ["alice@example.com", "bob@example.com"]
+    parent = None
+    for depth in range(70):
+        page = Page(f"p{depth}", f"Level {depth}", f"<p>Level {depth}.</p>", parent=parent)
+        page.read_users = ["alice@example.com"] if depth == 68 else []
+        mock.page(page)
+        parent = page.id
+    mock.pages["p69"].body = f"<h1>Deep</h1><p>{SECRET}</p>"
+    with mock.serve():
+        settings = ConfluenceSettings(mock.base, SPACE, ACCOUNT, ("confluence-users",))
+        connector = ConfluenceConnector(settings, DEFAULT_CONFLUENCE_TOKEN, sleep=Waits().sleep)
+        assert (
+            sync(kb, "wiki", "confluence", {"url": mock.base, "space": SPACE}, connector).error
+            is None
+        )
+    assert acl_of(kb, "wiki", "p0") == Acl(public=True)
+    assert acl_of(kb, "wiki", "p64") == Acl(public=True)  # 64 ancestors, each read
+    deep = acl_of(kb, "wiki", "p69")
+    assert not deep.public and "bob@example.com" not in deep.users
+
+
 # ------------------------------------------------------------------ Google Drive
 
 
