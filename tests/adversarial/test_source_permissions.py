@@ -143,6 +143,44 @@ def test_a_restriction_on_a_page_deeper_than_the_ancestors_read_is_never_left_ou
     assert not deep.public and "bob@example.com" not in deep.users
 
 
+# ------------------------------------------------------------------ emails, as Slack and a source spell them
+
+KATE = "U0KATE0001"  # Kate@Example.COM: kate@example.com, in capitals
+KELVIN = "U0KELVIN01"  # an address spelt with the Kelvin sign (U+212A) where kate has a k
+
+
+async def test_an_email_with_a_compatibility_letter_is_no_one_elses(
+    kb: KnowledgeBase,
+    index_dir: Path,
+    slack: MockSlackAPI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Lower-cased, the Kelvin sign is a plain k: a confirmed "\u212aate@example.com" (a
+    # mailbox a catch-all delivers) would be kate's. Capitals are still the same address.
+    slack.set_user(KATE, name="kate")["profile"]["email"] = "Kate@Example.COM"
+    slack.set_user(KELVIN, name="kelvin")["profile"]["email"] = "\u212aate@example.com"
+    mock = MockConfluence()
+    mock.groups["confluence-users"] = ["kate@example.com", "bob@example.com"]
+    page = Page("301", "Salaries", f"<h1>Salaries</h1><p>{SECRET}</p>")
+    page.read_users = ["kate@example.com"]
+    mock.page(page)
+    with mock.serve():
+        _sync_site(kb, "wiki", mock)
+    monkeypatch.setenv("SLACK_BOT_TOKEN", slack.bot_token)
+    monkeypatch.setenv("SLACK_API_URL", slack.api_url)
+
+    def may_read(user: str) -> object:
+        result = kb_cli(index_dir, "access", "explain", "--user", user, "Salaries.html", "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["may_read"]
+
+    assert await asyncio.to_thread(may_read, KATE) is True
+    assert await asyncio.to_thread(may_read, KELVIN) is False
+    access = access_over(slack, kb)
+    assert source_scope("wiki", "301") not in await access.search_scopes(Person(KELVIN))
+    assert source_scope("wiki", "301") in await access.search_scopes(Person(KATE))
+
+
 # ------------------------------------------------------------------ Google Drive
 
 
