@@ -28,7 +28,9 @@ What it follows of Google's documented behaviour:
   drive's members is not a change of each file in it;
 * ``permissions.list`` gives only the fields ``fields`` names (a partial
   response), ``allowFileDiscovery`` for ``domain`` and ``anyone`` permissions,
-  ``expirationTime`` for a user or group one that has it;
+  ``expirationTime`` for a user or group one that has it, ``view`` for one of a
+  view, and ``inheritedPermissionsDisabled`` (true on every permission of a file
+  whose inherited ones are disabled: a folder with limited access);
 * ``permissions.list`` of the shared drive itself (its id as ``fileId``, with
   ``supportsAllDrives=true``): its members;
 * ``members.list`` with ``includeDerivedMembership`` (nested groups' members
@@ -91,7 +93,8 @@ class Permission:
 
     ``discoverable``: ``allowFileDiscovery``, which Drive gives for ``domain`` and
     ``anyone`` only (false: found through its link alone); ``expires``: its
-    ``expirationTime`` (RFC 3339), set on user and group permissions only.
+    ``expirationTime`` (RFC 3339), set on user and group permissions only;
+    ``view``: the view it belongs to (``published``: a published reader).
     """
 
     type: str
@@ -101,8 +104,11 @@ class Permission:
     deleted: bool = False
     discoverable: bool = True
     expires: str = ""
+    view: str = ""
 
-    def as_json(self, index: int, inherited: bool) -> dict[str, Any]:
+    def as_json(self, index: int, inherited: bool, limited: bool = False) -> dict[str, Any]:
+        """As ``permissions.list`` gives it; ``limited``: its file has inherited permissions
+        disabled (in a folder with limited access), which every permission of it says."""
         row: dict[str, Any] = {"kind": "drive#permission", "id": f"p{index}", "type": self.type}
         row["role"] = self.role
         if self.email:
@@ -115,6 +121,9 @@ class Permission:
             row["allowFileDiscovery"] = self.discoverable
         if self.expires and self.type in ("user", "group"):
             row["expirationTime"] = self.expires
+        if self.view:
+            row["view"] = self.view
+        row["inheritedPermissionsDisabled"] = limited
         row["permissionDetails"] = [
             {"permissionType": "member" if inherited else "file", "role": self.role,
              "inherited": inherited}
@@ -135,6 +144,7 @@ class File:
     trashed: bool = False
     permissions: list[Permission] = field(default_factory=list)
     version: int = 1
+    limited: bool = False  # inherited permissions disabled (in a folder with limited access)
     web_view_link: str | None = None
     size: int | None = None  # what Drive says it is, when not the content's length
 
@@ -424,10 +434,10 @@ class MockDrive:
     def _permissions(self, file: File, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         if file.id in self.hidden_permissions:
             return 403, {}, _error(403, "insufficientFilePermissions", "PERMISSION_DENIED")
-        rows = [p.as_json(i, False) for i, p in enumerate(file.permissions)]
+        rows = [p.as_json(i, False, file.limited) for i, p in enumerate(file.permissions)]
         if file.drive:
             members = enumerate(self.drive_members, start=len(rows))
-            rows += [p.as_json(i, True) for i, p in members]
+            rows += [p.as_json(i, True, file.limited) for i, p in members]
         return self._permission_page(rows, query)
 
     def _permission_page(

@@ -26,8 +26,9 @@ built from the discovery documents the client ships: no network to build them):
   link) → public in the organisation, and a ``domain`` one only its link finds
   → the domain, only when the admin said so for the source (a link does not
   tell who was given it), otherwise they admit nobody more. A permission whose
-  ``expirationTime`` has passed, or of a role Drive did not document, admits
-  nobody. Permissions Drive will not show this account are unknown: nobody
+  ``expirationTime`` has passed, of a role Drive did not document, of a
+  ``view`` (a published reader), or inherited by a file whose inherited
+  permissions are disabled (a folder with limited access), admits nobody. Permissions Drive will not show this account are unknown: nobody
   reads the file until they can be read. A run asks only about the files whose sharing changed since
   the checkpoint: Drive logs a sharing change as a change of the file, and
   the shared drive's own members, whose change reaches every file without a
@@ -108,7 +109,12 @@ EXPORTS = {
     "application/vnd.google-apps.presentation": (_PPTX, ".pptx"),
 }
 _FILE_FIELDS = "id,name,mimeType,trashed,parents,driveId,version,webViewLink,size"
-_PERMISSION_FIELDS = "id,type,role,emailAddress,domain,deleted,allowFileDiscovery,expirationTime"
+_PERMISSION_FIELDS = (
+    "id,type,role,emailAddress,domain,deleted,allowFileDiscovery,expirationTime,view,"
+    "inheritedPermissionsDisabled,permissionDetails"
+)
+# Who still reads an item whose inherited permissions are disabled, besides its direct ones.
+_ALWAYS_READING = frozenset({"owner", "organizer"})
 # The roles Drive documents, each of which reads the file ("while new values may be
 # supported in the future": one it adds since means what nobody here knows, and reads nothing).
 READING_ROLES = frozenset({"owner", "organizer", "fileOrganizer", "writer", "commenter", "reader"})
@@ -717,8 +723,11 @@ def _grant(row: object, now: float) -> tuple[str, str]:
 
     Every role Drive documents (:data:`READING_ROLES`) reads; a role it added
     since admits nobody. A permission of a deleted account, one whose
-    ``expirationTime`` has passed (or cannot be read), or a person or group
-    Drive shows without an email, admits nobody. A ``domain`` permission
+    ``expirationTime`` has passed (or cannot be read), one of a ``view`` (a
+    published reader sees only what was published, ``metadata`` only a name),
+    one inherited by an item whose inherited permissions are disabled (a folder
+    with limited access: only owners, organizers and its direct permissions
+    read it), or a person or group Drive shows without an email, admits nobody. A ``domain`` permission
     nobody there can find (``allowFileDiscovery`` not true: "anyone at the
     domain with the link") is :data:`_DOMAIN_LINK`: a link, read as the
     source's ``anyone_public`` says.
@@ -726,6 +735,8 @@ def _grant(row: object, now: float) -> tuple[str, str]:
     if not isinstance(row, dict):
         raise _Unreadable("Drive answered a permission that is not JSON")
     if row.get("deleted") or row.get("role") not in READING_ROLES or _expired(row, now):
+        return "", ""
+    if row.get("view") is not None or _disabled(row):
         return "", ""
     kind = row.get("type")
     if kind in ("user", "group"):
@@ -746,6 +757,18 @@ def _grant(row: object, now: float) -> tuple[str, str]:
 
 # A domain permission found only through its link: "anyone at the domain with the link".
 _DOMAIN_LINK = "domain-link"
+
+
+def _disabled(row: dict[str, Any]) -> bool:
+    """Whether a permission admits nobody because its item's inherited permissions are
+    disabled (``inheritedPermissionsDisabled``): it is no owner's or organizer's, and no
+    detail says it is set on the item itself (none given: it cannot be told, so it is not)."""
+    if row.get("inheritedPermissionsDisabled") is not True or row.get("role") in _ALWAYS_READING:
+        return False
+    details = row.get("permissionDetails")
+    if not isinstance(details, list):
+        return True
+    return not any(isinstance(d, dict) and d.get("inherited") is False for d in details)
 
 
 def _expired(row: dict[str, Any], now: float) -> bool:

@@ -51,7 +51,7 @@ from tests.sharepoint_server import (
     site_group,
     user,
 )
-from tests.sources_harness import ALICE, BOB, SECRET, access_over, acl_of, kb_cli, sync
+from tests.sources_harness import ALICE, BOB, CAROL, SECRET, access_over, acl_of, kb_cli, sync
 
 kb, slack = sources_harness.kb, sources_harness.slack
 
@@ -257,6 +257,34 @@ async def test_a_drive_sharing_whose_expiration_time_has_passed_admits_nobody(
         bob = await access.search_scopes(Person(BOB))
         assert not bob & {source_scope("gdrive-eng", i) for i in ("lapsed", "garbled")}
         assert source_scope("gdrive-eng", "lapsed") in await access.search_scopes(Person(ALICE))
+
+
+async def test_a_drive_file_in_a_folder_with_limited_access_is_not_the_drives_members(
+    kb: KnowledgeBase, slack: MockSlackAPI, drive: MockDrive
+) -> None:
+    # Bob reads the whole shared drive, but a folder with limited access lets in only its
+    # own people, the drive's organizers and owners. A published reader sees only what was
+    # published: the file as it is now is not theirs.
+    drive.drive_members = [
+        Permission("user", "organizer", email="owner@example.com"),
+        Permission("user", "reader", email="bob@example.com"),
+    ]
+    with drive.serve():
+        alice = Permission("user", email="alice@example.com")
+        drive.put(_doc("salaries", alice, limited=True))
+        carol = Permission("user", email="carol@elsewhere.example", view="published")
+        drive.put(_doc("draft", carol))
+        drive.put(_doc("roadmap", alice))
+        _sync_drive(kb, drive)
+    assert acl_of(kb, "gdrive-eng", "salaries").users == {"alice@example.com", "owner@example.com"}
+    assert "carol@elsewhere.example" not in acl_of(kb, "gdrive-eng", "draft").users
+    assert "bob@example.com" in acl_of(kb, "gdrive-eng", "roadmap").users
+    access = access_over(slack, kb)
+    bob = await access.search_scopes(Person(BOB))
+    assert source_scope("gdrive-eng", "salaries") not in bob
+    assert source_scope("gdrive-eng", "roadmap") in bob
+    assert source_scope("gdrive-eng", "draft") not in await access.search_scopes(Person(CAROL))
+    assert source_scope("gdrive-eng", "salaries") in await access.search_scopes(Person(ALICE))
 
 
 # ------------------------------------------------------------------ SharePoint and OneDrive
