@@ -27,9 +27,12 @@ class SourceGrants:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def readable(self, email: str | None) -> frozenset[str]:
-        """The scopes of the synced documents ``email`` may read; ``None``: the public ones."""
-        return await asyncio.to_thread(self.store.sources.readable_scopes, email)
+    async def readable(self, email: str | None, *, public: bool = True) -> frozenset[str]:
+        """The scopes of the synced documents ``email`` may read; ``None``: the public ones.
+        ``public`` false: not those public in the organisation (for a guest)."""
+        return await asyncio.to_thread(
+            lambda: self.store.sources.readable_scopes(email, public=public)
+        )
 
     async def acl(self, scope: str) -> Acl:
         """The permissions of the synced document filed under ``scope`` (unknown if none)."""

@@ -212,6 +212,7 @@ class SlackDirectory:
             team_id=str(team) if team else None,
             deleted=bool(user.get("deleted")),
             email=verified_email(user),
+            guest=bool(user.get("is_restricted") or user.get("is_ultra_restricted")),
         )
         self._profiles[user_id] = profile
         return profile

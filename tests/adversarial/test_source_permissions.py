@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from bot.access import Person
+from bot.access import Person, Where, visible
 from index.knowledge_base import KnowledgeBase
 from index.sources import Acl, source_scope
 from index.sources.confluence import ConfluenceConnector, ConfluenceSettings
@@ -179,6 +179,69 @@ async def test_an_email_with_a_compatibility_letter_is_no_one_elses(
     access = access_over(slack, kb)
     assert source_scope("wiki", "301") not in await access.search_scopes(Person(KELVIN))
     assert source_scope("wiki", "301") in await access.search_scopes(Person(KATE))
+
+
+# ------------------------------------------------------------------ Slack guests
+
+GUEST = "U0GUEST001"  # gina@example.com, a single-channel guest: in #guests only
+GUESTS, STAFF = "C0GUESTS01", "C0STAFF001"
+
+
+async def test_a_guest_reads_only_their_channels_and_what_a_source_names_them_for(
+    kb: KnowledgeBase,
+    index_dir: Path,
+    slack: MockSlackAPI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Slack shows a guest only the channels they are in: neither what is for the whole
+    # workspace nor what a source makes public in the organisation is theirs. What their
+    # channel holds, and what a source grants their own email, is.
+    guest = slack.set_user(GUEST, name="gina")
+    guest.update(is_restricted=True, is_ultra_restricted=True)
+    slack.set_members(GUESTS, [GUEST, BOB])
+    slack.set_members(STAFF, [BOB])
+    for name, scope in (("handbook.md", "*"), ("briefing.md", GUESTS), ("payroll.md", STAFF)):
+        added = kb.add_bytes(f"# {name}\n\n{SECRET}\n".encode(), name, scope=scope)
+        kb.index_document(added.document.id)
+    # Office: public in the organisation (its space is read by confluence-users, named as
+    # everyone). Contract: on another site, whose space and page name gina.
+    office_site, contract_site = MockConfluence(), MockConfluence()
+    office_site.groups["confluence-users"] = ["bob@example.com"]
+    office_site.page(Page("401", "Office", f"<h1>Office</h1><p>{SECRET}</p>"))
+    contract_site.spaces[SPACE] = Space(SPACE, users=["gina@example.com"])
+    contract_site.page(Page("402", "Contract", f"<h1>Contract</h1><p>{SECRET}</p>"))
+    contract_site.pages["402"].read_users = ["gina@example.com"]
+    for name, mock in (("wiki", office_site), ("legal", contract_site)):
+        with mock.serve():
+            settings = ConfluenceSettings(mock.base, SPACE, ACCOUNT, ("confluence-users",))
+            reads = ConfluenceConnector(settings, DEFAULT_CONFLUENCE_TOKEN, sleep=Waits().sleep)
+            recorded = {"url": mock.base, "space": SPACE}
+            assert sync(kb, name, "confluence", recorded, reads).error is None
+    office, contract = source_scope("wiki", "401"), source_scope("legal", "402")
+
+    access = access_over(slack, kb)
+    gina = await access.search_scopes(Person(GUEST), None, [GUESTS, STAFF])
+    assert not visible(gina, "*") and not visible(gina, office)
+    assert visible(gina, GUESTS) and visible(gina, contract) and not visible(gina, STAFF)
+    bob = await access.search_scopes(Person(BOB), None, [GUESTS, STAFF])
+    assert visible(bob, "*") and visible(bob, office) and visible(bob, STAFF)
+    # Asked where the guest reads along (a channel they are in): not for everyone either.
+    there = await access.search_scopes(Person(GUEST), Where(GUESTS), [])
+    assert visible(there, GUESTS) and not visible(there, "*")
+
+    monkeypatch.setenv("SLACK_BOT_TOKEN", slack.bot_token)
+    monkeypatch.setenv("SLACK_API_URL", slack.api_url)
+
+    def may_read(user: str, name: str) -> object:
+        result = kb_cli(index_dir, "access", "explain", "--user", user, name, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["may_read"]
+
+    assert await asyncio.to_thread(may_read, GUEST, "handbook.md") is False
+    assert await asyncio.to_thread(may_read, GUEST, "Office.html") is False
+    assert await asyncio.to_thread(may_read, GUEST, "Contract.html") is True
+    assert await asyncio.to_thread(may_read, GUEST, "briefing.md") is True
+    assert await asyncio.to_thread(may_read, BOB, "handbook.md") is True
 
 
 # ------------------------------------------------------------------ Google Drive
