@@ -31,6 +31,8 @@ What it follows of Google's documented behaviour:
   ``expirationTime`` for a user or group one that has it, ``view`` for one of a
   view, and ``inheritedPermissionsDisabled`` (true on every permission of a file
   whose inherited ones are disabled: a folder with limited access);
+* ``drives.get`` of the shared drive: its ``restrictions`` (``driveMembersOnly``:
+  only its members reach its files, whatever else a file is shared with);
 * ``permissions.list`` of the shared drive itself (its id as ``fileId``, with
   ``supportsAllDrives=true``): its members;
 * ``members.list`` with ``includeDerivedMembership`` (nested groups' members
@@ -195,6 +197,7 @@ class MockDrive:
         self.page_cap = 2
         self.list_twice: str | None = None  # a file id files.list gives twice
         self.hidden_drive_members = False  # the shared drive's own permissions are 403
+        self.drive_members_only = False  # restrictions.driveMembersOnly of the shared drive
         self._sharing: dict[str, str] = {}  # each file's permissions as last logged
         self.base = ""
         self.key_id = "k1"
@@ -376,6 +379,8 @@ class MockDrive:
             )
         if parts == ["changes"]:
             return self._changes(query)
+        if parts[:1] == ["drives"] and len(parts) == 2:
+            return self._drive(unquote(parts[1]))
         if parts[:1] == ["files"] and parts[2:] == ["permissions"] and unquote(parts[1]) == DRIVE:
             return self._drive_permissions(query)
         if parts[0] == "files" and len(parts) >= 2:
@@ -467,6 +472,21 @@ class MockDrive:
                 file.version += 1
                 self.changes.append((file_id, False))
             self._sharing[file_id] = sharing
+
+    def _drive(self, drive_id: str) -> tuple[int, dict[str, str], bytes]:
+        if drive_id != DRIVE:
+            return (
+                404,
+                {},
+                _error(404, "notFound", "NOT_FOUND", f"Shared drive not found: {drive_id}"),
+            )
+        restrictions = {
+            "adminManagedRestrictions": False,
+            "copyRequiresWriterPermission": False,
+            "domainUsersOnly": False,
+            "driveMembersOnly": self.drive_members_only,
+        }
+        return _json({"kind": "drive#drive", "id": DRIVE, "restrictions": restrictions})
 
     def _drive_permissions(self, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         if query.get("supportsAllDrives") != "true":

@@ -28,7 +28,9 @@ built from the discovery documents the client ships: no network to build them):
   tell who was given it), otherwise they admit nobody more. A permission whose
   ``expirationTime`` has passed, of a role Drive did not document, of a
   ``view`` (a published reader), or inherited by a file whose inherited
-  permissions are disabled (a folder with limited access), admits nobody. Permissions Drive will not show this account are unknown: nobody
+  permissions are disabled (a folder with limited access), admits nobody; on a
+  shared drive that lets only its members in (``restrictions.driveMembersOnly``,
+  ``drives.get`` once a run), only its members' permissions admit. Permissions Drive will not show this account are unknown: nobody
   reads the file until they can be read. A run asks only about the files whose sharing changed since
   the checkpoint: Drive logs a sharing change as a change of the file, and
   the shared drive's own members, whose change reaches every file without a
@@ -234,6 +236,7 @@ class GDriveConnector:
         self._acls: dict[str, Acl] = {}
         self._logs: dict[str, tuple[dict[str, dict[str, Any] | None], str]] = {}
         self._drive_grants: list[list[str]] | None = None
+        self._members_only: bool | None = None
 
     # ------------------------------------------------------------ the contract
 
@@ -287,6 +290,8 @@ class GDriveConnector:
             return None
         members = self._drive_members()
         if members is None or state.get("drive_members") != members:
+            return None
+        if state.get("drive_members_only") != self._drive_members_only():
             return None
         log, _ = self._change_log(_token_of(checkpoint))
         for item, file in log.items():
@@ -475,8 +480,11 @@ class GDriveConnector:
         domains: set[str] = set()
         public = False
         now = time.time()
+        members_only = self._drive_members_only()
         try:
             for row in self._permission_rows(item):
+                if members_only and not _of_a_member(row):
+                    continue  # the shared drive lets only its members in
                 kind, value = _grant(row, now)
                 if kind == "user":
                     users.add(value)
@@ -530,12 +538,35 @@ class GDriveConnector:
             self._drive_grants = sorted([kind, value] for kind, value in grants if kind)
         return self._drive_grants
 
+    def _drive_members_only(self) -> bool:
+        """Whether the shared drive lets only its members reach its files
+        (``restrictions.driveMembersOnly``), read once a run; ``False`` for a folder outside
+        one. A drive whose restrictions Drive will not show counts as restricted."""
+        if not self.settings.drive:
+            return False
+        if self._members_only is None:
+            try:
+                answer = self._call(
+                    self.drive.drives().get(driveId=self.settings.drive, fields="restrictions"),
+                    hidden=True,
+                )
+                restrictions = answer.get("restrictions") if isinstance(answer, dict) else None
+                found = (
+                    restrictions.get("driveMembersOnly") if isinstance(restrictions, dict) else True
+                )
+                self._members_only = found is not False
+            except (_Gone, _Unreadable) as exc:
+                log.info("Google shared drive's restrictions: %s; only its members read", exc)
+                self._members_only = True
+        return self._members_only
+
     def _checkpoint(self, token: str) -> str:
         """Where the next poll resumes, and what its permission step compares with."""
         return json.dumps(
             {
                 "page_token": token,
                 "drive_members": self._drive_members(),
+                "drive_members_only": self._drive_members_only(),
                 "anyone_public": self.settings.anyone_public,
             }
         )
@@ -757,6 +788,15 @@ def _grant(row: object, now: float) -> tuple[str, str]:
 
 # A domain permission found only through its link: "anyone at the domain with the link".
 _DOMAIN_LINK = "domain-link"
+
+
+def _of_a_member(row: object) -> bool:
+    """Whether a shared drive item's permission is its drive's member's (a detail of
+    ``permissionType`` ``member``), not one shared on the item with someone else."""
+    details = row.get("permissionDetails") if isinstance(row, dict) else None
+    return isinstance(details, list) and any(
+        isinstance(d, dict) and d.get("permissionType") == "member" for d in details
+    )
 
 
 def _disabled(row: dict[str, Any]) -> bool:

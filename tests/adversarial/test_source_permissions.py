@@ -350,6 +350,29 @@ async def test_a_drive_file_in_a_folder_with_limited_access_is_not_the_drives_me
     assert source_scope("gdrive-eng", "salaries") in await access.search_scopes(Person(ALICE))
 
 
+async def test_a_shared_drive_for_its_members_only_opens_no_file_to_others(
+    kb: KnowledgeBase, slack: MockSlackAPI, drive: MockDrive
+) -> None:
+    # Alice was given a file before the drive let only its members reach its files: Drive
+    # keeps listing her permission, and she opens nothing. Lifted, she reads it again; set
+    # again, her grant is gone within one sync.
+    drive.drive_members = [Permission("user", "organizer", email="owner@example.com")]
+    drive.drive_members_only = True
+    memo = source_scope("gdrive-eng", "memo")
+    with drive.serve():
+        drive.put(_doc("memo", Permission("user", email="alice@example.com")))
+        _sync_drive(kb, drive)
+        assert acl_of(kb, "gdrive-eng", "memo") == Acl.of(users=["owner@example.com"])
+        access = access_over(slack, kb)
+        assert memo not in await access.search_scopes(Person(ALICE))
+        drive.drive_members_only = False
+        _sync_drive(kb, drive)
+        assert memo in await access.search_scopes(Person(ALICE))
+        drive.drive_members_only = True
+        _sync_drive(kb, drive)
+        assert memo not in await access.search_scopes(Person(ALICE))
+
+
 # ------------------------------------------------------------------ SharePoint and OneDrive
 
 
