@@ -56,7 +56,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
@@ -78,7 +77,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import file_name, readable_name, readable_suffix
+from index.sources.fields import expired, file_name, readable_name, readable_suffix
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = [
@@ -765,7 +764,9 @@ def _grant(row: object, now: float) -> tuple[str, str]:
     """
     if not isinstance(row, dict):
         raise _Unreadable("Drive answered a permission that is not JSON")
-    if row.get("deleted") or row.get("role") not in READING_ROLES or _expired(row, now):
+    if row.get("deleted") or row.get("role") not in READING_ROLES:
+        return "", ""
+    if expired(row.get("expirationTime"), now):
         return "", ""
     if row.get("view") is not None or _disabled(row):
         return "", ""
@@ -809,21 +810,6 @@ def _disabled(row: dict[str, Any]) -> bool:
     if not isinstance(details, list):
         return True
     return not any(isinstance(d, dict) and d.get("inherited") is False for d in details)
-
-
-def _expired(row: dict[str, Any], now: float) -> bool:
-    """Whether a permission's ``expirationTime`` (RFC 3339) has passed at ``now``; one that is
-    not a time counts as passed."""
-    expires = row.get("expirationTime")
-    if expires is None:
-        return False
-    if not isinstance(expires, str):
-        return True
-    try:
-        when = datetime.fromisoformat(expires.replace("Z", "+00:00"))
-    except ValueError:
-        return True
-    return when.tzinfo is None or when.timestamp() <= now
 
 
 def _member_email(row: object) -> str | None:

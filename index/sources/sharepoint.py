@@ -45,7 +45,6 @@ one show it hidden, and no other line of any logger changes.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import re
 import time
@@ -71,7 +70,7 @@ from index.sources.contract import (
     SourceFailed,
     after_organisation_groups,
 )
-from index.sources.fields import media_type_of, readable_suffix
+from index.sources.fields import expired, media_type_of, readable_suffix, timestamp
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, origin, retry_after
 
 __all__ = [
@@ -674,23 +673,11 @@ def _granted_groups(granted: object) -> Iterator[tuple[str, str]]:
 
 
 def _expired(row: dict[str, Any], now: float) -> bool:
-    """Whether a permission's ``expirationDateTime`` has passed at ``now`` (epoch seconds).
-
-    Graph's ``DateTime.MinValue`` (year 1) says none is set; one that is not a time
-    counts as passed.
-    """
-    expires = row.get("expirationDateTime")
-    if expires is None:
-        return False
-    if not isinstance(expires, str):
-        return True
-    try:
-        when = dt.datetime.fromisoformat(expires.replace("Z", "+00:00"))
-    except ValueError:
-        return True
-    if when.year == 1:
-        return False
-    return when.tzinfo is None or when.timestamp() <= now
+    """Whether a permission's ``expirationDateTime`` has passed at ``now`` (epoch seconds);
+    Graph's ``DateTime.MinValue`` (year 1) says none is set."""
+    value = row.get("expirationDateTime")
+    when = timestamp(value)
+    return not (when is not None and when.year == 1) and expired(value, now)
 
 
 def _member_email(row: dict[str, Any]) -> str | None:
