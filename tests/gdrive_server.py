@@ -26,6 +26,13 @@ What it follows of Google's documented behaviour:
   change of a file's sharing (its permissions, however the test changed them)
   is a change of the file, its ``version`` one higher; a change of the shared
   drive's members is not a change of each file in it;
+* ``permissions.list`` gives only the fields ``fields`` names (a partial
+  response), ``allowFileDiscovery`` for ``domain`` and ``anyone`` permissions,
+  ``expirationTime`` for a user or group one that has it, ``view`` for one of a
+  view, and ``inheritedPermissionsDisabled`` (true on every permission of a file
+  whose inherited ones are disabled: a folder with limited access);
+* ``drives.get`` of the shared drive: its ``restrictions`` (``driveMembersOnly``:
+  only its members reach its files, whatever else a file is shared with);
 * ``permissions.list`` of the shared drive itself (its id as ``fileId``, with
   ``supportsAllDrives=true``): its members;
 * ``members.list`` with ``includeDerivedMembership`` (nested groups' members
@@ -42,6 +49,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -83,15 +91,26 @@ def _private_key() -> rsa.RSAPrivateKey:
 
 @dataclass
 class Permission:
-    """One permission of a file (``type`` user, group, domain or anyone)."""
+    """One permission of a file (``type`` user, group, domain or anyone).
+
+    ``discoverable``: ``allowFileDiscovery``, which Drive gives for ``domain`` and
+    ``anyone`` only (false: found through its link alone); ``expires``: its
+    ``expirationTime`` (RFC 3339), set on user and group permissions only;
+    ``view``: the view it belongs to (``published``: a published reader).
+    """
 
     type: str
     role: str = "reader"
     email: str = ""
     domain: str = ""
     deleted: bool = False
+    discoverable: bool = True
+    expires: str = ""
+    view: str = ""
 
-    def as_json(self, index: int, inherited: bool) -> dict[str, Any]:
+    def as_json(self, index: int, inherited: bool, limited: bool = False) -> dict[str, Any]:
+        """As ``permissions.list`` gives it; ``limited``: its file has inherited permissions
+        disabled (in a folder with limited access), which every permission of it says."""
         row: dict[str, Any] = {"kind": "drive#permission", "id": f"p{index}", "type": self.type}
         row["role"] = self.role
         if self.email:
@@ -100,6 +119,13 @@ class Permission:
             row["domain"] = self.domain
         if self.deleted:
             row["deleted"] = True
+        if self.type in ("domain", "anyone"):
+            row["allowFileDiscovery"] = self.discoverable
+        if self.expires and self.type in ("user", "group"):
+            row["expirationTime"] = self.expires
+        if self.view:
+            row["view"] = self.view
+        row["inheritedPermissionsDisabled"] = limited
         row["permissionDetails"] = [
             {"permissionType": "member" if inherited else "file", "role": self.role,
              "inherited": inherited}
@@ -120,6 +146,7 @@ class File:
     trashed: bool = False
     permissions: list[Permission] = field(default_factory=list)
     version: int = 1
+    limited: bool = False  # inherited permissions disabled (in a folder with limited access)
     web_view_link: str | None = None
     size: int | None = None  # what Drive says it is, when not the content's length
 
@@ -170,6 +197,7 @@ class MockDrive:
         self.page_cap = 2
         self.list_twice: str | None = None  # a file id files.list gives twice
         self.hidden_drive_members = False  # the shared drive's own permissions are 403
+        self.drive_members_only = False  # restrictions.driveMembersOnly of the shared drive
         self._sharing: dict[str, str] = {}  # each file's permissions as last logged
         self.base = ""
         self.key_id = "k1"
@@ -351,6 +379,8 @@ class MockDrive:
             )
         if parts == ["changes"]:
             return self._changes(query)
+        if parts[:1] == ["drives"] and len(parts) == 2:
+            return self._drive(unquote(parts[1]))
         if parts[:1] == ["files"] and parts[2:] == ["permissions"] and unquote(parts[1]) == DRIVE:
             return self._drive_permissions(query)
         if parts[0] == "files" and len(parts) >= 2:
@@ -409,10 +439,10 @@ class MockDrive:
     def _permissions(self, file: File, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         if file.id in self.hidden_permissions:
             return 403, {}, _error(403, "insufficientFilePermissions", "PERMISSION_DENIED")
-        rows = [p.as_json(i, False) for i, p in enumerate(file.permissions)]
+        rows = [p.as_json(i, False, file.limited) for i, p in enumerate(file.permissions)]
         if file.drive:
             members = enumerate(self.drive_members, start=len(rows))
-            rows += [p.as_json(i, True) for i, p in members]
+            rows += [p.as_json(i, True, file.limited) for i, p in members]
         return self._permission_page(rows, query)
 
     def _permission_page(
@@ -421,9 +451,14 @@ class MockDrive:
         """One page of ``rows`` from ``pageToken``, at most ``pageSize`` and the server's cap."""
         start = int(_unb64(query["pageToken"]).decode()) if query.get("pageToken") else 0
         limit = min(int(query.get("pageSize", "100")), self.page_cap)
+        named = re.search(r"permissions\(([^)]*)\)", query.get("fields", ""))
+        wanted = set(named.group(1).split(",")) if named else None
         answer: dict[str, Any] = {
             "kind": "drive#permissionList",
-            "permissions": rows[start : start + limit],
+            "permissions": [
+                {k: v for k, v in row.items() if wanted is None or k in wanted}
+                for row in rows[start : start + limit]
+            ],
         }
         if start + limit < len(rows):
             answer["nextPageToken"] = _b64(str(start + limit).encode())
@@ -437,6 +472,21 @@ class MockDrive:
                 file.version += 1
                 self.changes.append((file_id, False))
             self._sharing[file_id] = sharing
+
+    def _drive(self, drive_id: str) -> tuple[int, dict[str, str], bytes]:
+        if drive_id != DRIVE:
+            return (
+                404,
+                {},
+                _error(404, "notFound", "NOT_FOUND", f"Shared drive not found: {drive_id}"),
+            )
+        restrictions = {
+            "adminManagedRestrictions": False,
+            "copyRequiresWriterPermission": False,
+            "domainUsersOnly": False,
+            "driveMembersOnly": self.drive_members_only,
+        }
+        return _json({"kind": "drive#drive", "id": DRIVE, "restrictions": restrictions})
 
     def _drive_permissions(self, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         if query.get("supportsAllDrives") != "true":

@@ -105,12 +105,16 @@ def site_group(name: str) -> dict[str, Any]:
     }
 
 
-def link(scope: str, *emails: str) -> dict[str, Any]:
-    """A sharing link of ``scope`` (``organization``, ``anonymous``, ``users``...)."""
+def link(scope: str, *emails: str, kind: str = "view", expires: str = "") -> dict[str, Any]:
+    """A sharing link of ``scope`` (``organization``, ``anonymous``, ``users``...) and type
+    ``kind`` (``view``, ``edit``, ``createOnly``...); ``expires``: its ``expirationDateTime``."""
+    roles = {"view": ["read"], "edit": ["write"]}.get(kind, ["write"])
     row: dict[str, Any] = {
-        "roles": ["read"],
-        "link": {"scope": scope, "type": "view", "webUrl": "https://1drv.ms/x"},
+        "roles": roles,
+        "link": {"scope": scope, "type": kind, "webUrl": "https://1drv.ms/x"},
     }
+    if expires:
+        row["expirationDateTime"] = expires
     if emails:
         row["grantedToIdentitiesV2"] = [{"user": {"email": e, "displayName": e}} for e in emails]
     return row

@@ -93,18 +93,19 @@ def test_a_run_over_unchanged_files_makes_the_listings_pages_of_calls_not_one_a_
     assert file_permission_calls(drive) == []
     paths = [c[1] for c in drive.calls]
     # The slim listing's pages (the server gives 2 files a page), one page of changes,
-    # one of the drive's members: nothing per file.
+    # one of the drive's members, its restrictions once: nothing per file.
     assert paths.count("/drive/v3/files") == math.ceil(FILES / drive.page_cap)
     assert paths.count("/drive/v3/changes") == 1
     assert paths.count(f"/drive/v3/files/{DRIVE}/permissions") == 1
-    assert len(paths) == math.ceil(FILES / drive.page_cap) + 2
+    assert paths.count(f"/drive/v3/drives/{DRIVE}") == 1
+    assert len(paths) == math.ceil(FILES / drive.page_cap) + 3
     # Twice the files: twice the listing's pages, and still nothing per file.
     for n in range(FILES, 2 * FILES):
         drive.put(doc(n))
     sync(kb, drive)
     bigger = sync(kb, drive)
     assert bigger.permissions == 2 * FILES and file_permission_calls(drive) == []
-    assert len(drive.calls) == math.ceil(2 * FILES / drive.page_cap) + 2
+    assert len(drive.calls) == math.ceil(2 * FILES / drive.page_cap) + 3
 
 
 def test_a_sharing_change_is_read_for_that_file_alone_and_takes_effect_in_one_sync(

@@ -34,11 +34,14 @@ class Profile:
         deleted: deactivated (they left the organisation).
         email: their email as the directory verified it (lower-cased); ``None``: none
             verified, or not shown: they are matched to no source identity.
+        guest: a guest of the workspace (Slack's single- and multi-channel guests), who
+            sees only the places they were let into.
     """
 
     team_id: str | None
     deleted: bool = False
     email: str | None = None
+    guest: bool = False
 
 
 class Directory(Protocol):

@@ -27,14 +27,27 @@ class SourceGrants:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def readable(self, email: str | None) -> frozenset[str]:
-        """The scopes of the synced documents ``email`` may read; ``None``: the public ones."""
-        return await asyncio.to_thread(self.store.sources.readable_scopes, email)
+    async def readable(self, email: str | None, *, public: bool = True) -> frozenset[str]:
+        """The scopes of the synced documents ``email`` may read; ``None``: the public ones.
+        ``public`` false: not those public in the organisation (for a guest)."""
+        return await asyncio.to_thread(
+            lambda: self.store.sources.readable_scopes(email, public=public)
+        )
 
     async def acl(self, scope: str) -> Acl:
         """The permissions of the synced document filed under ``scope`` (unknown if none)."""
         return await asyncio.to_thread(lambda: Acl.from_entries(self.store.sources.acl_rows(scope)))
 
-    async def groups_of(self, email: str) -> list[tuple[str, str]]:
-        """The ``(source, group)`` pairs ``email`` is a member of."""
-        return await asyncio.to_thread(self.store.sources.groups_of, email)
+    async def groups_of(self, email: str, scope: str) -> frozenset[str]:
+        """The groups ``email`` is a member of in the source the document of ``scope`` was
+        synced from: a group of another source with the same name is another group (two
+        Confluence sites each have their own ``developers``)."""
+
+        def read() -> frozenset[str]:
+            item = self.store.sources.item_of_scope(scope)
+            if item is None:
+                return frozenset()
+            pairs = self.store.sources.groups_of(email)
+            return frozenset(group for source, group in pairs if source == item.source)
+
+        return await asyncio.to_thread(read)

@@ -5,7 +5,11 @@ A person (:class:`Person`) reads a document when
 1. they are served at all: of the organisation the knowledge base serves (the
    directory's home workspace), or anyone when ``KB_ALLOW_EXTERNAL`` is on; a
    person whose workspace nobody can tell, or whom the directory says is
-   deactivated, is not;
+   deactivated, is not. A guest of the workspace (Slack's single- and
+   multi-channel guests: ``users.info`` ``is_restricted``) is served only what
+   Slack would show them: their own channels' documents and the synced ones a
+   source names them for (by email, domain or group), neither those for
+   everyone nor those public in the organisation;
 2. every restriction the document carries admits them: a document for everyone
    (scope ``*``) admits everyone served; a channel's document admits the
    channel's members now (:class:`bot.access.members.Memberships`). A
@@ -25,7 +29,8 @@ A synced document (Confluence...) carries its source's permissions
 (:class:`index.sources.Acl`) and no channel: it admits a person whose email,
 as the directory verified it, is a user entry, whose email's domain is a
 domain entry, or who is a member of a group entry (the source's API expanded
-it); or everyone served, when it is public in the organisation. A person
+it; a group of another source with the same name is another group); or
+everyone served, when it is public in the organisation. A person
 without a verified email reads only the public ones; permissions not read
 (``unknown``) admit nobody. Shown where others read too (an answer in a
 channel), only a public one: everyone there reads it.
@@ -310,7 +315,9 @@ class Access:
         elif checks[-1].allowed and where is not None:
             checks.append(self._at(scope, where))
         if checks[-1].allowed:
-            if scope == EVERYONE:
+            if scope == EVERYONE and await self.guest(person):
+                checks.append(Decision(False, Rule.EVERYONE, _GUEST.format(user=person.user_id)))
+            elif scope == EVERYONE:
                 checks.append(Decision(True, Rule.EVERYONE, _FOR_EVERYONE))
             elif is_source_scope(scope):
                 checks.append(await self.source_decision(person, scope))
@@ -319,6 +326,15 @@ class Access:
         return checks
 
     # ------------------------------------------------------------ synced documents
+
+    async def guest(self, person: Person) -> bool:
+        """Whether ``person`` reads only their own places' documents: a guest of the
+        workspace, or one the directory cannot say is not. Without a directory a person
+        named by an admin is taken as a member, as :meth:`served` takes them."""
+        if self.directory is None:
+            return False
+        profile = await self.directory.profile(person.user_id)
+        return profile is None or profile.guest
 
     async def email_of(self, person: Person) -> str | None:
         """``person``'s email as the directory verified it; ``None``: none known."""
@@ -334,21 +350,21 @@ class Access:
         acl = await self.grants.acl(scope)
         if not acl.known:
             return Decision(False, Rule.SOURCE, _ACL_UNKNOWN, unknown=True)
-        if acl.public:
+        if acl.public and not await self.guest(person):
             return Decision(True, Rule.SOURCE, _ACL_PUBLIC)
         email = await self.email_of(person)
         if email is None:
             return Decision(False, Rule.SOURCE, _NO_EMAIL.format(user=person.user_id))
-        return await self._admitted_by(acl, email, person)
+        return await self._admitted_by(acl, email, person, scope)
 
-    async def _admitted_by(self, acl: Acl, email: str, person: Person) -> Decision:
+    async def _admitted_by(self, acl: Acl, email: str, person: Person, scope: str) -> Decision:
         user = person.user_id
         if email in acl.users:
             return Decision(True, Rule.SOURCE, _ACL_USER.format(user=user, email=email))
         if email.rsplit("@", 1)[-1] in acl.domains:
             return Decision(True, Rule.SOURCE, _ACL_DOMAIN.format(user=user, email=email))
         assert self.grants is not None
-        groups = sorted({g for _, g in await self.grants.groups_of(email)} & acl.groups)
+        groups = sorted(await self.grants.groups_of(email, scope) & acl.groups)
         if groups:
             reason = _ACL_GROUP.format(user=user, email=email, group=groups[0])
             return Decision(True, Rule.SOURCE, reason)
@@ -376,6 +392,8 @@ class Access:
         if self.grants is None or self.only_its_own(where):
             return frozenset()
         email = await self.email_of(person) if where is None else None
+        if await self.guest(person):
+            return await self.grants.readable(email, public=False) if email else frozenset()
         return await self.grants.readable(email)
 
     async def narrowed(self, scopes: frozenset[str]) -> frozenset[str]:
@@ -387,7 +405,8 @@ class Access:
         source groups are granted.
         """
         public = await self.grants.readable(None) if self.grants is not None else frozenset()
-        return frozenset(s for s in scopes if not is_source_scope(s) or s in public)
+        kept = frozenset(s for s in scopes if not is_source_scope(s) or s in public)
+        return OnlyScopes(kept) if isinstance(scopes, OnlyScopes) else kept
 
     async def readable_channels(
         self, person: Person, channels: Iterable[str], *, strict: bool = False
@@ -441,7 +460,8 @@ class Access:
         channels = shown | await self.readable_channels(person, rest, strict=strict)
         if self.only_its_own(where):
             return OnlyScopes(channels)
-        return frozenset(channels | await self.source_scopes(person, where))
+        scopes = frozenset(channels | await self.source_scopes(person, where))
+        return OnlyScopes(scopes) if await self.guest(person) else scopes
 
     def _at(self, scope: str, where: Where) -> Decision:
         """Whether everyone at ``where`` may read documents of ``scope``."""
@@ -475,6 +495,11 @@ _OTHER = (
     "so they are not served."
 )
 _FOR_EVERYONE = "It is a document for everyone, and everyone served reads those."
+_GUEST = (
+    "It is a document for everyone, and {user} is a guest of the workspace (or Slack cannot "
+    "say they are not): a guest reads only the documents of their own channels and what a "
+    "source names them for."
+)
 _MEMBER = "It belongs to channel {channel}, and Slack lists {user} among its members now."
 _NOT_MEMBER = (
     "It belongs to channel {channel}, and Slack does not list {user} among its members now."

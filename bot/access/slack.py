@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import unicodedata
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -211,6 +212,7 @@ class SlackDirectory:
             team_id=str(team) if team else None,
             deleted=bool(user.get("deleted")),
             email=verified_email(user),
+            guest=bool(user.get("is_restricted") or user.get("is_ultra_restricted")),
         )
         self._profiles[user_id] = profile
         return profile
@@ -244,12 +246,17 @@ def verified_email(user: dict[str, Any]) -> str | None:
 
     ``profile.email`` needs the ``users:read.email`` scope; Slack marks an
     address not confirmed yet with ``is_email_confirmed: false``, and a bot or
-    an unconfirmed address matches nobody.
+    an unconfirmed address matches nobody. Nor does one with a letter Unicode
+    counts as a compatibility form of another (NFKC changes it: the Kelvin sign,
+    full-width letters, ligatures): lower-cased, ``\u212aate@`` would be
+    ``kate@``, another person's address.
     """
     email = (user.get("profile") or {}).get("email")
     if not isinstance(email, str) or "@" not in email or user.get("is_bot"):
         return None
     if user.get("is_email_confirmed") is False:
+        return None
+    if unicodedata.normalize("NFKC", email) != email:
         return None
     return email.strip().lower()
 

@@ -40,12 +40,12 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.access import Access, Person
+from bot.access import Access, Person, visible
 from bot.slack.blocks import render_notice
 from bot.slack.reply import SLACK_FAILURES, Refusals, slack_failure
 from bot.slack.words import Languages, Words
 from index.knowledge_base import KnowledgeBase
-from index.models import EVERYONE, DocState
+from index.models import EVERYONE, DocState, OnlyScopes
 from index.names import display_name
 
 log = logging.getLogger(__name__)
@@ -145,17 +145,16 @@ def suggested_prompts(
 ) -> list[dict[str, str]]:
     """Questions about the newest documents the asker may read, one per document.
 
-    Documents for everyone, and those of ``scopes`` (the channel the asker views
-    and is a member of) first. Each names the document's title and its first
+    Documents for everyone (unless ``scopes`` are :class:`index.models.OnlyScopes`: a
+    guest's), and those of ``scopes`` (the channel the asker views and is a member
+    of) first. Each names the document's title and its first
     section, words the document itself holds, so that the knowledge base has an
     answer to it. They are worded in ``words``, the asker's language.
     """
     # Stale documents (indexed with another model) are not searched until a reindex.
     stale = {d.id for d in kb.stale_documents()}
     documents = [
-        d
-        for d in kb.documents(DocState.INDEXED)
-        if (d.scope == EVERYONE or d.scope in scopes) and d.id not in stale
+        d for d in kb.documents(DocState.INDEXED) if visible(scopes, d.scope) and d.id not in stale
     ]
     documents.sort(key=lambda d: (d.scope != EVERYONE, d.indexed_at or 0.0, d.id), reverse=True)
     prompts = []
@@ -260,10 +259,13 @@ class Agent:
         return [channel] if channel else []
 
     async def _scopes_of(self, user: str, channel: str | None) -> frozenset[str]:
-        """``{channel}`` when ``user`` is one of its members, else none."""
-        if not (user and channel):
+        """``{channel}`` when ``user`` is one of its members, else none; only those for a
+        guest (:meth:`bot.access.Access.guest`), without the documents for everyone."""
+        if not user:
             return frozenset()
-        return await self.access.readable_channels(Person(user), [channel])
+        person = Person(user)
+        channels = await self.access.readable_channels(person, [channel] if channel else [])
+        return OnlyScopes(channels) if await self.access.guest(person) else channels
 
     async def _first_visit(self, client: AsyncWebClient, channel: str) -> bool:
         try:

@@ -541,7 +541,11 @@ class ConfluenceConnector:
             ancestors = page.get("ancestors") or []
             if not isinstance(ancestors, list) or not all(isinstance(a, dict) for a in ancestors):
                 raise _Unreadable("its ancestors are not a list of pages")
-            for ancestor in ancestors[:MAX_ANCESTORS]:
+            if len(ancestors) > MAX_ANCESTORS:
+                # Each ancestor's restrictions bind the page: none may go unread (the list
+                # runs from the space's top, so the nearest would be the ones left out).
+                raise _Unreadable(f"it has more than {MAX_ANCESTORS} ancestors")
+            for ancestor in ancestors:
                 levels.append(self._restrictions(str(ancestor.get("id"))))
         except _Unreadable as exc:
             log.warning("Confluence page %s: %s; nobody may read it", page.get("id"), exc)

@@ -20,6 +20,7 @@ from index.sources.contract import SourceFailed
 
 __all__ = [
     "checkpoint_time",
+    "expired",
     "file_name",
     "media_type_of",
     "readable_name",
@@ -56,6 +57,16 @@ def timestamp(value: object) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def expired(value: object, now: float) -> bool:
+    """Whether a permission's expiry time a source sent has passed at ``now`` (epoch
+    seconds): none sent (``None``) never expires; one that is not a time has passed
+    (what it allows is not known)."""
+    if value is None:
+        return False
+    when = timestamp(value)
+    return when is None or when.timestamp() <= now
 
 
 def checkpoint_time(checkpoint: str) -> datetime:

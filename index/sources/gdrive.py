@@ -21,11 +21,17 @@ built from the discovery documents the client ships: no network to build them):
 * who may read it: ``permissions.list`` (on a shared drive its members'
   inherited permissions come too, each a reader): ``user`` → its email,
   ``group`` → the group's email, its members expanded with the Directory API's
-  ``members.list`` (nested groups included), ``domain`` → the domain,
-  ``anyone`` (with the link) → public in the organisation only when the admin
-  said so for the source, otherwise it admits nobody more. Permissions Drive
-  will not show this account are unknown: nobody reads the file until they
-  can be read. A run asks only about the files whose sharing changed since
+  ``members.list`` (nested groups included), ``domain`` → the domain when
+  its people may find the file (``allowFileDiscovery``), ``anyone`` (with the
+  link) → public in the organisation, and a ``domain`` one only its link finds
+  → the domain, only when the admin said so for the source (a link does not
+  tell who was given it), otherwise they admit nobody more. A permission whose
+  ``expirationTime`` has passed, of a role Drive did not document, of a
+  ``view`` (a published reader), or inherited by a file whose inherited
+  permissions are disabled (a folder with limited access), admits nobody; on a
+  shared drive that lets only its members in (``restrictions.driveMembersOnly``,
+  ``drives.get`` once a run), only its members' permissions admit. Permissions Drive will not show this account are unknown: nobody
+  reads the file until they can be read. A run asks only about the files whose sharing changed since
   the checkpoint: Drive logs a sharing change as a change of the file, and
   the shared drive's own members, whose change reaches every file without a
   change of each, are compared with those the checkpoint recorded
@@ -49,7 +55,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
@@ -71,7 +77,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import file_name, readable_name, readable_suffix
+from index.sources.fields import expired, file_name, readable_name, readable_suffix
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = [
@@ -104,6 +110,15 @@ EXPORTS = {
     "application/vnd.google-apps.presentation": (_PPTX, ".pptx"),
 }
 _FILE_FIELDS = "id,name,mimeType,trashed,parents,driveId,version,webViewLink,size"
+_PERMISSION_FIELDS = (
+    "id,type,role,emailAddress,domain,deleted,allowFileDiscovery,expirationTime,view,"
+    "inheritedPermissionsDisabled,permissionDetails"
+)
+# Who still reads an item whose inherited permissions are disabled, besides its direct ones.
+_ALWAYS_READING = frozenset({"owner", "organizer"})
+# The roles Drive documents, each of which reads the file ("while new values may be
+# supported in the future": one it adds since means what nobody here knows, and reads nothing).
+READING_ROLES = frozenset({"owner", "organizer", "fileOrganizer", "writer", "commenter", "reader"})
 _ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
 # Where Drive opens files; a webViewLink elsewhere is not used as the link.
 _DRIVE_HOSTS = frozenset({"docs.google.com", "drive.google.com"})
@@ -168,11 +183,15 @@ class GDriveSettings:
     def acl_now(self, before: GDriveSettings, acl: Acl) -> Acl:
         """A synced file's permissions once the readers are these, not ``before``'s.
 
-        Only a link anyone may open makes a file public here: with
-        ``anyone_public`` turned off, no file is public any more, now. Turned
-        on, which files have such a link is Drive's to say: the next sync reads it.
+        Only a link makes a file public here, or open to a domain: with
+        ``anyone_public`` turned off, no file is public any more, and no domain
+        reads one, now (a domain that may find the file in Drive comes back with
+        the next sync, which reads every permission again). Turned on, which files
+        have such a link is Drive's to say: the next sync reads it.
         """
-        return acl.without_public() if before.anyone_public and not self.anyone_public else acl
+        if before.anyone_public and not self.anyone_public and acl.known:
+            return replace(acl.without_public(), domains=frozenset())
+        return acl
 
 
 class GDriveConnector:
@@ -216,6 +235,7 @@ class GDriveConnector:
         self._acls: dict[str, Acl] = {}
         self._logs: dict[str, tuple[dict[str, dict[str, Any] | None], str]] = {}
         self._drive_grants: list[list[str]] | None = None
+        self._members_only: bool | None = None
 
     # ------------------------------------------------------------ the contract
 
@@ -269,6 +289,8 @@ class GDriveConnector:
             return None
         members = self._drive_members()
         if members is None or state.get("drive_members") != members:
+            return None
+        if state.get("drive_members_only") != self._drive_members_only():
             return None
         log, _ = self._change_log(_token_of(checkpoint))
         for item, file in log.items():
@@ -456,14 +478,18 @@ class GDriveConnector:
         groups: set[str] = set()
         domains: set[str] = set()
         public = False
+        now = time.time()
+        members_only = self._drive_members_only()
         try:
             for row in self._permission_rows(item):
-                kind, value = _grant(row)
+                if members_only and not _of_a_member(row):
+                    continue  # the shared drive lets only its members in
+                kind, value = _grant(row, now)
                 if kind == "user":
                     users.add(value)
                 elif kind == "group":
                     groups.add(value)
-                elif kind == "domain":
+                elif kind == "domain" or (kind == _DOMAIN_LINK and self.settings.anyone_public):
                     domains.add(value)
                 elif kind == "anyone":
                     public = public or self.settings.anyone_public
@@ -480,7 +506,7 @@ class GDriveConnector:
         Raises:
             _Gone: no such file; _Unreadable: Drive will not show them.
         """
-        fields = "nextPageToken,permissions(id,type,role,emailAddress,domain,deleted)"
+        fields = f"nextPageToken,permissions({_PERMISSION_FIELDS})"
         for answer in self._pages(
             lambda token: self.drive.permissions().list(
                 fileId=file_id,
@@ -503,12 +529,35 @@ class GDriveConnector:
             return []
         if self._drive_grants is None:
             try:
-                grants = {_grant(row) for row in self._permission_rows(self.settings.drive)}
+                rows = self._permission_rows(self.settings.drive)
+                grants = {_grant(row, time.time()) for row in rows}
             except (_Gone, _Unreadable) as exc:
                 log.info("Google shared drive's members: %s; every file's are read", exc)
                 return None
             self._drive_grants = sorted([kind, value] for kind, value in grants if kind)
         return self._drive_grants
+
+    def _drive_members_only(self) -> bool:
+        """Whether the shared drive lets only its members reach its files
+        (``restrictions.driveMembersOnly``), read once a run; ``False`` for a folder outside
+        one. A drive whose restrictions Drive will not show counts as restricted."""
+        if not self.settings.drive:
+            return False
+        if self._members_only is None:
+            try:
+                answer = self._call(
+                    self.drive.drives().get(driveId=self.settings.drive, fields="restrictions"),
+                    hidden=True,
+                )
+                restrictions = answer.get("restrictions") if isinstance(answer, dict) else None
+                found = (
+                    restrictions.get("driveMembersOnly") if isinstance(restrictions, dict) else True
+                )
+                self._members_only = found is not False
+            except (_Gone, _Unreadable) as exc:
+                log.info("Google shared drive's restrictions: %s; only its members read", exc)
+                self._members_only = True
+        return self._members_only
 
     def _checkpoint(self, token: str) -> str:
         """Where the next poll resumes, and what its permission step compares with."""
@@ -516,6 +565,7 @@ class GDriveConnector:
             {
                 "page_token": token,
                 "drive_members": self._drive_members(),
+                "drive_members_only": self._drive_members_only(),
                 "anyone_public": self.settings.anyone_public,
             }
         )
@@ -697,16 +747,28 @@ def _readable(file: dict[str, Any]) -> bool:
     return readable_suffix(file["name"], file["mimeType"]) is not None
 
 
-def _grant(row: object) -> tuple[str, str]:
-    """One permission as ``(kind, principal)``; ``("", "")`` admits nobody.
+def _grant(row: object, now: float) -> tuple[str, str]:
+    """One permission as ``(kind, principal)`` at ``now`` (epoch seconds); ``("", "")`` admits
+    nobody.
 
-    Every role (reader, commenter, writer, organizer, owner...) reads. A
-    permission of a deleted account, or a person or group Drive shows without
-    an email, admits nobody.
+    Every role Drive documents (:data:`READING_ROLES`) reads; a role it added
+    since admits nobody. A permission of a deleted account, one whose
+    ``expirationTime`` has passed (or cannot be read), one of a ``view`` (a
+    published reader sees only what was published, ``metadata`` only a name),
+    one inherited by an item whose inherited permissions are disabled (a folder
+    with limited access: only owners, organizers and its direct permissions
+    read it), or a person or group Drive shows without an email, admits nobody. A ``domain`` permission
+    nobody there can find (``allowFileDiscovery`` not true: "anyone at the
+    domain with the link") is :data:`_DOMAIN_LINK`: a link, read as the
+    source's ``anyone_public`` says.
     """
     if not isinstance(row, dict):
         raise _Unreadable("Drive answered a permission that is not JSON")
-    if row.get("deleted"):
+    if row.get("deleted") or row.get("role") not in READING_ROLES:
+        return "", ""
+    if expired(row.get("expirationTime"), now):
+        return "", ""
+    if row.get("view") is not None or _disabled(row):
         return "", ""
     kind = row.get("type")
     if kind in ("user", "group"):
@@ -716,12 +778,38 @@ def _grant(row: object) -> tuple[str, str]:
         return "", ""
     if kind == "domain":
         domain = row.get("domain")
-        return (
-            ("domain", domain.strip().lower()) if isinstance(domain, str) and domain else ("", "")
-        )
+        if not isinstance(domain, str) or not domain.strip():
+            return "", ""
+        found = row.get("allowFileDiscovery") is True
+        return ("domain" if found else _DOMAIN_LINK), domain.strip().lower()
     if kind == "anyone":
         return "anyone", ""
     return "", ""
+
+
+# A domain permission found only through its link: "anyone at the domain with the link".
+_DOMAIN_LINK = "domain-link"
+
+
+def _of_a_member(row: object) -> bool:
+    """Whether a shared drive item's permission is its drive's member's (a detail of
+    ``permissionType`` ``member``), not one shared on the item with someone else."""
+    details = row.get("permissionDetails") if isinstance(row, dict) else None
+    return isinstance(details, list) and any(
+        isinstance(d, dict) and d.get("permissionType") == "member" for d in details
+    )
+
+
+def _disabled(row: dict[str, Any]) -> bool:
+    """Whether a permission admits nobody because its item's inherited permissions are
+    disabled (``inheritedPermissionsDisabled``): it is no owner's or organizer's, and no
+    detail says it is set on the item itself (none given: it cannot be told, so it is not)."""
+    if row.get("inheritedPermissionsDisabled") is not True or row.get("role") in _ALWAYS_READING:
+        return False
+    details = row.get("permissionDetails")
+    if not isinstance(details, list):
+        return True
+    return not any(isinstance(d, dict) and d.get("inherited") is False for d in details)
 
 
 def _member_email(row: object) -> str | None:

@@ -25,9 +25,12 @@ library). The app signs in as itself (client credentials, app-only), with
   a sharing link of scope ``organization`` or ``anonymous`` is public in the
   organisation (anyone with an anonymous link may open it, so nobody in the
   organisation is kept from it by hiding it here); a link of scope ``users``
-  admits its grantees. A SharePoint site group (``grantedToV2.siteGroup``)
-  cannot be expanded through Graph: it admits nobody unless the admin names it
-  as the whole organisation. Permissions that cannot be read make the file
+  admits its grantees; a link that does not read (``createOnly``, a file
+  request: upload only) or of a type not known, and a permission past its
+  ``expirationDateTime``, admit nobody. A SharePoint site group
+  (``grantedToV2.siteGroup``) cannot be expanded through Graph: it admits
+  nobody unless the admin names it as the whole organisation; a group stands
+  for the organisation by its id only (its display name is anyone's to choose). Permissions that cannot be read make the file
   unknown: nobody reads it until they can be.
 
 Rate limits and failures: HTTP 429 and 503 wait ``Retry-After`` (or back
@@ -67,7 +70,7 @@ from index.sources.contract import (
     SourceFailed,
     after_organisation_groups,
 )
-from index.sources.fields import media_type_of, readable_suffix
+from index.sources.fields import expired, media_type_of, readable_suffix, timestamp
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, origin, retry_after
 
 __all__ = [
@@ -88,6 +91,10 @@ MAX_PAGES = 20_000
 MAX_FILE_BYTES = 64 * 1024 * 1024
 # A site group's entry in an Acl: Graph cannot list its members.
 SITE_GROUP_PREFIX = "sitegroup:"
+# The sharing link types Graph documents that let their holders read the item: ``view``,
+# ``edit``, ``embed``, ``review`` and ``blocksDownload`` (read on the web only). A
+# ``createOnly`` link (a file request) only uploads; a type not known opens nothing here.
+READING_LINKS = frozenset({"view", "edit", "embed", "review", "blocksDownload"})
 _GUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,253}")
 _DRIVE = re.compile(r"[A-Za-z0-9!_.-]{1,256}")
@@ -105,7 +112,8 @@ class SharePointSettings:
             its default document library is synced.
         drive: or a drive's id (a OneDrive, another library).
         organisation_groups: group ids or site group names that stand for everyone in the
-            organisation: what they may read is public in the organisation.
+            organisation: what they may read is public in the organisation (a group's
+            display name names nothing: anyone may make a group of any name).
         graph_url: Graph's base (another for national clouds).
         authority_url: the sign-in service (another for national clouds).
         download_hosts: host suffixes a file's download address may be on.
@@ -370,12 +378,17 @@ class SharePointConnector:
         users: set[str] = set()
         groups: set[str] = set()
         public = False
+        now = time.time()
         for row in rows:
             if not isinstance(row, dict):
                 log.warning("SharePoint item %s: a permission that is no object; nobody", item)
                 return UNKNOWN_ACL
+            if _expired(row, now):
+                continue  # a sharing past its expirationDateTime opens nothing
             link = row.get("link")
             if isinstance(link, dict):
+                if link.get("type") not in READING_LINKS:
+                    continue  # an upload-only link (a file request), or a type not known
                 scope = link.get("scope")
                 public = public or scope in ("organization", "anonymous")
                 if scope == "users":
@@ -383,13 +396,16 @@ class SharePointConnector:
                 continue  # existingAccess, or a scope not known: it adds nobody
             users.update(_identity_emails(row))
             granted = row.get("grantedToV2") or row.get("grantedTo") or {}
-            for group in _granted_groups(granted):
-                if group[0] in self.settings.organisation_groups or (
-                    group[1] in self.settings.organisation_groups
+            for entry, name in _granted_groups(granted):
+                # A group stands for everyone by its id; a site group by its name, unique
+                # in its site. A group's display name is anyone's to choose: it says nothing.
+                if entry in self.settings.organisation_groups or (
+                    entry.startswith(SITE_GROUP_PREFIX)
+                    and name in self.settings.organisation_groups
                 ):
                     public = True
                 else:
-                    groups.add(group[0])
+                    groups.add(entry)
         return Acl.of(users=users, groups=groups, public=public)
 
     def _group(self, name: str) -> GroupMembers:
@@ -654,6 +670,14 @@ def _granted_groups(granted: object) -> Iterator[tuple[str, str]]:
     if isinstance(site_group, dict) and (site_group.get("displayName") or site_group.get("id")):
         name = str(site_group.get("displayName") or site_group.get("id"))
         yield f"{SITE_GROUP_PREFIX}{name}", name
+
+
+def _expired(row: dict[str, Any], now: float) -> bool:
+    """Whether a permission's ``expirationDateTime`` has passed at ``now`` (epoch seconds);
+    Graph's ``DateTime.MinValue`` (year 1) says none is set."""
+    value = row.get("expirationDateTime")
+    when = timestamp(value)
+    return not (when is not None and when.year == 1) and expired(value, now)
 
 
 def _member_email(row: dict[str, Any]) -> str | None:

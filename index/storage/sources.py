@@ -315,10 +315,11 @@ class SourceRecords(StorePart):
         )
         return frozenset(str(r[0]) for r in cursor.fetchall())
 
-    def readable_scopes(self, email: str | None) -> frozenset[str]:
+    def readable_scopes(self, email: str | None, *, public: bool = True) -> frozenset[str]:
         """The scopes of the synced documents ``email`` may read (``None``: the public ones).
 
-        Public in the organisation; ``email`` a user entry; ``email``'s domain a
+        Public in the organisation (unless ``public`` is false: for someone the
+        organisation does not count in); ``email`` a user entry; ``email``'s domain a
         domain entry; a group entry of the item's own source with ``email`` a member.
         """
         sql = (
@@ -327,6 +328,8 @@ class SourceRecords(StorePart):
             "(SELECT 1 FROM source_acl u WHERE u.scope = a.scope AND u.kind = 'unknown')"
         )
         params: list[object] = []
+        if not public:
+            sql = ""
         if email:
             domain = email.rsplit("@", 1)[-1]
             sql += (
@@ -339,4 +342,7 @@ class SourceRecords(StorePart):
                 "AND u.kind = 'unknown')"
             )
             params += [email, domain, email]
+        sql = sql.removeprefix(" UNION ")
+        if not sql:
+            return frozenset()
         return frozenset(str(r[0]) for r in self.db.execute(sql, params).fetchall())
