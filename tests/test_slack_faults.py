@@ -345,6 +345,32 @@ async def test_acknowledgement_never_waits_on_a_database_lock(
     assert len(bot.slack.calls("chat.postMessage")) == 1
 
 
+async def test_a_question_while_another_process_holds_the_lock_longer_than_sqlite_waits_is_answered(
+    bot: Bot,
+) -> None:
+    # A long command in a shell holding the write lock: past SQLite's 30 s the
+    # question's log cannot be written, and the answer must reach the asker anyway.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(bot.kb.store.path), "120"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        await bot.event(app_mention_event(IN_DOMAIN))
+        await bot.idle(timeout=60)
+        waited = time.monotonic() - started
+        assert proc.poll() is None, "the answer waited for the lock to be let go"
+    finally:
+        proc.kill()
+        proc.wait()
+    # Posted whole, without feedback buttons: a question not logged cannot be rated.
+    assert any(ANSWER in t for t in _texts(bot.slack.calls("chat.postMessage"))), waited
+    assert waited < 20.0, f"the asker waited {waited:.1f} s"
+    assert bot.kb.queries.latest(10) == []
+
+
 async def test_replicas_sharing_the_database_answer_an_event_once(
     make_bot: BotFactory, bot: Bot
 ) -> None:

@@ -205,7 +205,8 @@ class PostgresDatabase(Database):
             ) from None
 
     @contextmanager
-    def transaction(self) -> Iterator[PostgresConnection]:
+    def transaction(self, *, wait: float | None = None) -> Iterator[PostgresConnection]:
+        # ``wait`` is SQLite's: no database-wide write lock here.
         db = self.connection()
         with self.translated(), db.conn.transaction():
             yield db

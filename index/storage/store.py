@@ -174,14 +174,18 @@ class Store:
         """
         return self.database.connection()
 
-    def transaction(self) -> AbstractContextManager[Connection]:
+    def transaction(self, *, wait: float | None = None) -> AbstractContextManager[Connection]:
         """One atomic write: everything inside commits together or not at all.
+
+        ``wait``: the longest it waits for another process's write lock
+        (``Database.transaction``).
 
         Raises:
             StorageError: the disk refused the write (``DiskFull`` when it is
-                full); nothing was committed.
+                full), or another process held the lock past ``wait``
+                (``DatabaseBusy``); nothing was committed.
         """
-        return self.database.transaction()
+        return self.database.transaction(wait=wait)
 
     def exclusive(self, name: str) -> AbstractContextManager[bool]:
         """Hold the lock ``name`` across processes and replicas; yields ``False`` when it is taken."""
