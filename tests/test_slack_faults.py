@@ -14,13 +14,19 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 
+from bot.app import create_app
+from bot.settings import Settings
 from bot.slack import messages
 from bot.slack.blocks import RETRY_ACTION_ID
+from index.knowledge_base import KnowledgeBase
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -30,6 +36,8 @@ from tests.servers import (  # noqa: E402
     DM_CHANNEL_ID,
     USER_ID,
     JSONDict,
+    MockSlackAPI,
+    OpenAICompatServer,
     app_mention_event,
     block_actions_body,
     button_action,
@@ -280,6 +288,51 @@ async def test_a_slow_document_being_read_does_not_hold_up_anyone_elses_upload(
     await bot.settle(2, timeout=120)
     assert "indexed" in str(_final_for(bot, "scan.pdf"))
     assert bot.kb.store.find_document("scan.pdf").state == "indexed"
+
+
+async def test_documents_being_indexed_never_hold_up_readyz(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    """As many documents as the process has threads, each waiting on a slow embeddings
+    endpoint: /readyz (and every other short step in a thread) is not queued behind them."""
+    threads = 4  # a small machine's default pool of threads (cores + 4)
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads))
+    settings = settings_for(
+        data_dir=tmp_path / "kb",
+        embedding_model="openai:test-embed",
+        embedding_base_url=llm.url,
+        embedding_timeout=120.0,
+        extract_workers=threads,
+        max_uploads_per_user=threads // 2,
+        publishers=f"{USER_ID},{OTHER_USER}",
+    )
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+    kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
+    await asyncio.to_thread(kb.ingest_paths, [docs])
+    app = create_app(settings, kb=kb)
+    bot = Bot(await aiohttp_client(app), app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+    llm.hold_embeddings()
+    for person in (USER_ID, OTHER_USER):
+        files = [
+            slack.add_file(
+                f"F0{person}{i}", f"{person}-{i}.md", _doc(f"{person} {i}"), "text/markdown"
+            )
+            for i in range(threads // 2)
+        ]
+        await bot.event(file_share_event(files, user=person))
+    await llm.wait_for_held_embeddings(threads)
+
+    async with asyncio.timeout(10):
+        resp = await bot.http.get("/readyz")
+    assert resp.status == 200, await resp.text()
+    llm.release_embeddings()
+    await bot.settle(threads, timeout=60)
 
 
 def _final_for(bot: Bot, name: str) -> str | None:

@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 import secrets
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
@@ -600,6 +603,9 @@ class Uploader:
         limits = kb.config.extract
         self._turns = FairTurns(limits.pool_size if limits is not None else 1)
         self._slots = UserSlots(config.max_uploads_per_user)
+        # Threads of their own, one per turn: documents indexed for minutes never take the
+        # threads every question, /readyz and each step of an upload wait for.
+        self._indexers: ThreadPoolExecutor | None = None
 
     async def start(self) -> None:
         """Open the HTTP session used for downloads."""
@@ -607,10 +613,20 @@ class Uploader:
             self._session = aiohttp.ClientSession(timeout=DOWNLOAD_SOCKET_TIMEOUT)
 
     async def close(self) -> None:
-        """Close the HTTP session."""
+        """Close the HTTP session; the indexing threads end with the document they index."""
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._indexers is not None:
+            self._indexers.shutdown(wait=False)
+            self._indexers = None
+
+    async def _indexing(self, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``work`` run in an indexing thread (``asyncio.to_thread``, on the uploads' own)."""
+        if self._indexers is None:
+            self._indexers = ThreadPoolExecutor(self._turns.slots, thread_name_prefix="kb-index")
+        call = functools.partial(contextvars.copy_context().run, work, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._indexers, call)
 
     async def ingest(
         self,
@@ -791,7 +807,7 @@ class Uploader:
         async with self._turns.hold(row.uploader):
             await status.show(render_upload_status(words.upload_indexing(name), words=words))
             try:
-                row = await asyncio.to_thread(self.kb.retry, row.id)
+                row = await self._indexing(self.kb.retry, row.id)
             except DocumentNotFound:
                 # Removed while the retry waited for its turn.
                 await status.settle(render_upload_status(words.RETRY_GONE, words=words))
@@ -916,7 +932,7 @@ class Uploader:
             return _settled_status(row, words, duplicate=True)
         shown = words.upload_indexing(escape(row.name))
         await status.show(render_upload_status(shown, words=words))
-        row = await asyncio.to_thread(self.kb.index_document, row.id)
+        row = await self._indexing(self.kb.index_document, row.id)
         return await self._final_status(status, row, words)
 
     async def _resume(
@@ -929,9 +945,9 @@ class Uploader:
             shown = words.upload_indexing(escape(row.name))
             await status.show(render_upload_status(shown, words=words))
             if retry:
-                row = await asyncio.to_thread(self.kb.retry, document_id)
+                row = await self._indexing(self.kb.retry, document_id)
             else:
-                row = await asyncio.to_thread(self.kb.resume, document_id, again=again)
+                row = await self._indexing(self.kb.resume, document_id, again=again)
         except DocumentNotFound:  # removed meanwhile
             return render_upload_status(words.RETRY_GONE, words=words)
         if row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL, DocState.FAILED):
