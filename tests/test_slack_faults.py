@@ -310,13 +310,7 @@ async def test_documents_being_indexed_never_hold_up_readyz(
         max_uploads_per_user=threads // 2,
         publishers=f"{USER_ID},{OTHER_USER}",
     )
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
-    kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
-    await asyncio.to_thread(kb.ingest_paths, [docs])
-    app = create_app(settings, kb=kb)
-    bot = Bot(await aiohttp_client(app), app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
     llm.hold_embeddings()
     for person in (USER_ID, OTHER_USER):
         files = [
@@ -333,6 +327,55 @@ async def test_documents_being_indexed_never_hold_up_readyz(
     assert resp.status == 200, await resp.text()
     llm.release_embeddings()
     await bot.settle(threads, timeout=60)
+
+
+async def test_an_upload_whose_document_is_removed_while_it_is_indexed_says_so(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    settings = settings_for(
+        data_dir=tmp_path / "kb",
+        embedding_model="openai:test-embed",
+        embedding_base_url=llm.url,
+        embedding_timeout=120.0,
+        publishers=USER_ID,
+    )
+    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
+    llm.hold_embeddings()
+    file = slack.add_file("F0GONE0001", "gone.md", _doc("Gone"), "text/markdown")
+    await bot.event(file_share_event([file]))
+    await llm.wait_for_held_embeddings(1)
+    # An admin removes it (`kb rm`, from another process) while its passages are embedded.
+    doc = bot.kb.store.find_document("gone.md")
+    await asyncio.to_thread(bot.kb.remove, doc.id)
+    llm.release_embeddings()
+    await bot.idle(timeout=30)
+
+    final = bot.statuses()[-1]
+    assert messages.RETRY_GONE in final, final
+    assert "No document matches" not in final
+    assert RETRY_ACTION_ID not in json.dumps(bot.slack.calls("chat.update")[-1])
+    assert [d.name for d in bot.kb.documents() if d.name == "gone.md"] == []
+
+
+async def _bot_on_the_endpoint(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings: Settings,
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> Bot:
+    """The bot on a knowledge base embedded by ``llm``'s endpoint, holding one document."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+    kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
+    await asyncio.to_thread(kb.ingest_paths, [docs])
+    app = create_app(settings, kb=kb)
+    return Bot(await aiohttp_client(app), app, slack, llm, settings, frozenset(asyncio.all_tasks()))
 
 
 def _final_for(bot: Bot, name: str) -> str | None:

@@ -932,7 +932,10 @@ class Uploader:
             return _settled_status(row, words, duplicate=True)
         shown = words.upload_indexing(escape(row.name))
         await status.show(render_upload_status(shown, words=words))
-        row = await self._indexing(self.kb.index_document, row.id)
+        try:
+            row = await self._indexing(self.kb.index_document, row.id)
+        except DocumentNotFound:  # removed while it was indexed (`kb rm`, an admin)
+            return render_upload_status(words.RETRY_GONE, words=words)
         return await self._final_status(status, row, words)
 
     async def _resume(

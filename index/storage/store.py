@@ -479,10 +479,15 @@ class Store:
 
         Returns:
             The new chunk ids, in chunk order.
+
+        Raises:
+            DocumentNotFound: the document was removed while it was being indexed.
         """
         with self.transaction() as db:
             if state == DocState.INDEXED:
                 self.hold_generation()  # before the chunks: one order of locks
+            if db.execute("SELECT 1 FROM documents WHERE id = ?", [doc_id]).fetchone() is None:
+                raise DocumentNotFound(str(doc_id))
             db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
             db.execute(
                 "INSERT INTO texts (document_id, text) VALUES (?, ?) "
