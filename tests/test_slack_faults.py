@@ -361,6 +361,48 @@ async def test_an_upload_whose_document_is_removed_while_it_is_indexed_says_so(
     assert [d.name for d in bot.kb.documents() if d.name == "gone.md"] == []
 
 
+async def test_the_same_file_shared_by_two_people_at_once_is_indexed_once_and_asked_once(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    admin = "U0ADMIN001"
+    settings = settings_for(
+        data_dir=tmp_path / "kb",
+        embedding_model="openai:test-embed",
+        embedding_base_url=llm.url,
+        embedding_timeout=120.0,
+        admin_users=admin,
+    )
+    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
+    llm.hold_embeddings()
+    data = _doc("Shared twice", 3)
+    first = slack.add_file("F0SAME0001", "same.md", data, "text/markdown")
+    second = slack.add_file("F0SAME0002", "copy.md", data, "text/markdown", user=OTHER_USER)
+    await bot.event(file_share_event([first]))
+    await llm.wait_for_held_embeddings(1)
+    await bot.event(file_share_event([second], user=OTHER_USER))
+    waiting = messages.upload_waiting("copy.md")
+    # It waits for the first (or, as it used to, is embedded beside it).
+    await _wait(
+        lambda: any(waiting in t for t in bot.statuses()) or llm.held_embedding_requests > 1,
+        timeout=30,
+    )
+    llm.release_embeddings()
+    await bot.idle(timeout=30)
+
+    assert llm.held_embedding_requests == 1, "the same bytes were embedded twice"
+    asked = [c for c in slack.calls("chat.postMessage") if c.get("channel") == admin]
+    assert len(asked) == 1, asked
+    finals = [t for t in bot.statuses() if "sent to the knowledge-base admins" in t]
+    assert len(finals) == 1, bot.statuses()
+    duplicate = messages.upload_awaiting_duplicate("same.md")
+    assert any(duplicate in t for t in bot.statuses()), bot.statuses()
+    assert [d.state for d in bot.kb.documents() if d.name == "same.md"] == ["awaiting_approval"]
+
+
 async def _bot_on_the_endpoint(
     tmp_path: Path,
     aiohttp_client: Callable[..., Awaitable[TestClient]],

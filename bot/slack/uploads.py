@@ -606,6 +606,8 @@ class Uploader:
         # Threads of their own, one per turn: documents indexed for minutes never take the
         # threads every question, /readyz and each step of an upload wait for.
         self._indexers: ThreadPoolExecutor | None = None
+        # Each document indexed by one upload at a time; how many uploads want each lock.
+        self._documents: dict[int, tuple[asyncio.Lock, int]] = {}
 
     async def start(self) -> None:
         """Open the HTTP session used for downloads."""
@@ -840,7 +842,7 @@ class Uploader:
                         added = await self._add(data, file, request)
                         document_id = added.document.id
                         await self._note(self.kb.uploads.set_document, upload, document_id)
-                        final = await self._index(status, added, words)
+                        final = await self._index(status, added, words, waiting)
                 else:
                     # A Retry, or stored by a process that stopped: from the stored original.
                     again = attempts is None or attempts <= MAX_ATTEMPTS
@@ -926,17 +928,43 @@ class Uploader:
             publish=request.publish,
         )
 
-    async def _index(self, status: StatusMessage, added: Added, words: Words) -> Rendered:
+    async def _index(
+        self, status: StatusMessage, added: Added, words: Words, waiting: Rendered
+    ) -> Rendered:
+        """Index the stored file; the same bytes uploaded meanwhile by someone else wait for
+        that upload and are told what became of it (indexed once, the admins asked once)."""
         row = added.document
-        if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
-            return _settled_status(row, words, duplicate=True)
-        shown = words.upload_indexing(escape(row.name))
-        await status.show(render_upload_status(shown, words=words))
-        try:
-            row = await self._indexing(self.kb.index_document, row.id)
-        except DocumentNotFound:  # removed while it was indexed (`kb rm`, an admin)
-            return render_upload_status(words.RETRY_GONE, words=words)
+        async with self._one_upload_at_a_time(row.id, lambda: status.show(waiting)):
+            try:
+                if added.duplicate:  # as the upload this one waited for left it
+                    row = await asyncio.to_thread(self.kb.document, row.id)
+                if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
+                    return _settled_status(row, words, duplicate=True)
+                shown = words.upload_indexing(escape(row.name))
+                await status.show(render_upload_status(shown, words=words))
+                row = await self._indexing(self.kb.index_document, row.id)
+            except DocumentNotFound:  # removed while it was indexed (`kb rm`, an admin)
+                return render_upload_status(words.RETRY_GONE, words=words)
         return await self._final_status(status, row, words)
+
+    @contextlib.asynccontextmanager
+    async def _one_upload_at_a_time(
+        self, document_id: int, on_wait: Callable[[], Awaitable[Any]]
+    ) -> AsyncIterator[None]:
+        """Hold ``document_id`` for one upload; ``on_wait`` is awaited first when it must wait."""
+        lock, wanted = self._documents.get(document_id, (asyncio.Lock(), 0))
+        self._documents[document_id] = (lock, wanted + 1)
+        try:
+            if lock.locked():
+                await on_wait()
+            async with lock:
+                yield
+        finally:
+            lock, wanted = self._documents[document_id]
+            if wanted > 1:
+                self._documents[document_id] = (lock, wanted - 1)
+            else:
+                del self._documents[document_id]
 
     async def _resume(
         self, status: StatusMessage, document_id: int, words: Words, *, again: bool, retry: bool
