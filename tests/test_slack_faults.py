@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from aiohttp.test_utils import TestClient
 
@@ -43,6 +44,7 @@ from tests.servers import (  # noqa: E402
     button_action,
     event_body,
     file_share_event,
+    message_im_event,
 )
 
 OTHER_USER = "U0OTHER001"
@@ -507,6 +509,35 @@ async def test_a_question_while_another_process_holds_the_lock_longer_than_sqlit
     assert any(ANSWER in t for t in _texts(bot.slack.calls("chat.postMessage"))), waited
     assert waited < 20.0, f"the asker waited {waited:.1f} s"
     assert bot.kb.queries.latest(10) == []
+
+
+async def test_an_answer_written_while_postgres_dropped_the_connections_reaches_the_asker(
+    make_bot: BotFactory, postgres_url: str, tmp_path: Path
+) -> None:
+    # One thread: the question's log is written on the connection its search used.
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(1))
+    bot = await make_bot(documents=False, database_url=postgres_url)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+    await asyncio.to_thread(bot.kb.ingest_paths, [docs])
+
+    def restarted(messages: object) -> str:
+        """The server ends every connection (a restart, a failover) while the model writes."""
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        return ANSWER
+
+    bot.llm.set_reply(restarted)
+    await bot.event(message_im_event("Where can I leave my bicycle?"))
+    await bot.idle(timeout=30)
+    assert len(bot.llm.requests) == 1
+    told = _texts(bot.slack.calls("chat.postMessage") + bot.slack.calls("chat.update"))
+    assert any(ANSWER in t for t in told), told
+    assert not any(messages.ERROR_GENERIC in t for t in told), told
 
 
 async def test_replicas_sharing_the_database_answer_an_event_once(
