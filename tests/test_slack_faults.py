@@ -514,21 +514,10 @@ async def test_a_question_while_another_process_holds_the_lock_longer_than_sqlit
 async def test_an_answer_written_while_postgres_dropped_the_connections_reaches_the_asker(
     make_bot: BotFactory, postgres_url: str, tmp_path: Path
 ) -> None:
-    # One thread: the question's log is written on the connection its search used.
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(1))
-    bot = await make_bot(documents=False, database_url=postgres_url)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
-    await asyncio.to_thread(bot.kb.ingest_paths, [docs])
+    bot = await _bot_on_postgres(make_bot, postgres_url, tmp_path)
 
     def restarted(messages: object) -> str:
-        """The server ends every connection (a restart, a failover) while the model writes."""
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
+        _end_connections(postgres_url)  # while the model writes
         return ANSWER
 
     bot.llm.set_reply(restarted)
@@ -538,6 +527,42 @@ async def test_an_answer_written_while_postgres_dropped_the_connections_reaches_
     told = _texts(bot.slack.calls("chat.postMessage") + bot.slack.calls("chat.update"))
     assert any(ANSWER in t for t in told), told
     assert not any(messages.ERROR_GENERIC in t for t in told), told
+
+
+async def test_a_question_after_postgres_ended_the_connections_is_answered_and_logged(
+    make_bot: BotFactory, postgres_url: str, tmp_path: Path
+) -> None:
+    bot = await _bot_on_postgres(make_bot, postgres_url, tmp_path)
+    _end_connections(postgres_url)  # a restart, a failover: the server is back at once
+    await bot.event(message_im_event("Where can I leave my bicycle?"))
+    answer = await bot.answer(timeout=30)
+    assert ANSWER in answer["text"]
+    assert len(bot.kb.queries.latest(10)) == 1
+    # A write first after the connections ended too: the knowledge base's own.
+    _end_connections(postgres_url)
+    bot.kb.store.set_meta("probe", "written")
+    assert bot.kb.store.get_meta("probe") == "written"
+
+
+async def _bot_on_postgres(make_bot: BotFactory, postgres_url: str, tmp_path: Path) -> Bot:
+    """The bot on Postgres with one document, its threads one (the same connection each time)."""
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(1))
+    bot = await make_bot(documents=False, database_url=postgres_url)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+    await asyncio.to_thread(bot.kb.ingest_paths, [docs])
+    bot.llm.set_reply(ANSWER)
+    return bot
+
+
+def _end_connections(url: str) -> None:
+    """The server ends every other connection to the database (as a restart does)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 async def test_replicas_sharing_the_database_answer_an_event_once(
