@@ -51,7 +51,7 @@ from core.rerank import Reranker
 from core.retrieve import Candidate, Mode, RetrievalBackend
 from core.searches import SearchGate
 from core.selection import PassageSelector, Selection, retrieval_query
-from index.errors import DocumentNotFound, StorageError
+from index.errors import DatabaseUnavailable, DocumentNotFound, StorageError
 from index.ingest import SHEET_KINDS, sheet_columns
 from index.knowledge_base import KnowledgeBase
 from index.languages import ENGLISH, detect
@@ -771,7 +771,9 @@ class Engine:
         )
         try:
             return self.kb.queries.log(record)
-        except StorageError as exc:
+        except (StorageError, DatabaseUnavailable) as exc:
+            # A full disk, a lock held too long, a database server that went away while
+            # the model wrote: the answer is the asker's all the same.
             log.warning("question answered but not logged: %s", exc)
             return None
 

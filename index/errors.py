@@ -19,8 +19,9 @@ all of them (a test keeps the list complete)::
     ├── OriginalMissing              a document's stored original is gone from the data dir
     ├── DatabaseUnavailable          the SQLite database cannot be opened
     ├── StorageError                 the data dir could not be written (an I/O error); nothing changed
-    │   └── DiskFull                 the data dir's disk is full; nothing changed
-    │       └── DiskSpaceLow         free space is under the floor: new documents are refused
+    │   ├── DiskFull                 the data dir's disk is full; nothing changed
+    │   │   └── DiskSpaceLow         free space is under the floor: new documents are refused
+    │   └── DatabaseBusy             another process held the database's write lock too long; nothing changed
     ├── ReadersUnconfined            KB_READER_SANDBOX=required and the document readers cannot be confined
     ├── IndexOutOfSync               derived indexes disagree with SQLite
     ├── ReindexInProgress            a second reindex was asked for while one runs
@@ -202,3 +203,11 @@ class DiskFull(StorageError):
 
 class DiskSpaceLow(DiskFull):
     """Free space in the data dir is under the configured floor: new documents are refused."""
+
+
+class DatabaseBusy(StorageError):
+    """Another process held SQLite's write lock longer than a write waits; the change was rolled back.
+
+    A write that cannot wait its turn is a write that did not happen, as on a
+    full disk: what does not need it (an answer, an upload's progress) goes on.
+    """

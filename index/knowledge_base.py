@@ -538,6 +538,7 @@ class KnowledgeBase:
         or, when it needs approval, ``awaiting_approval``.
 
         Never raises for a bad document: the reason is recorded on the row.
+        ``DocumentNotFound`` when it was removed meanwhile (before or while it was indexed).
 
         Args:
             doc_id: the document.

@@ -2251,6 +2251,7 @@ class OpenAICompatServer(_LocalServer):
         self._drop: int | None = 0
         self._raw: tuple[bytes, str] | None = None
         self._trickle = 0.0
+        self._trickle_embeddings = 0.0
         self._hold: int | None = None
         self.disconnects: list[float] = []
         """When (``time.perf_counter()``) a client went away in the middle of a streamed answer."""
@@ -2288,6 +2289,11 @@ class OpenAICompatServer(_LocalServer):
     def trickle(self, seconds: float) -> None:
         """Stream each piece of the answer ``seconds`` after the previous one; 0 to stop."""
         self._trickle = seconds
+
+    def trickle_embeddings(self, seconds: float) -> None:
+        """Send an embedding reply's headers at once, then its body one byte every ``seconds``
+        (each byte well within a client's read timeout, the whole far beyond it); 0 to stop."""
+        self._trickle_embeddings = seconds
 
     def hold_after(self, pieces: int | None) -> None:
         """Stream the first ``pieces`` pieces of each answer, then send nothing more until the
@@ -2338,6 +2344,7 @@ class OpenAICompatServer(_LocalServer):
         self._fail = None
         self._raw = None
         self._trickle = 0.0
+        self._trickle_embeddings = 0.0
         self._hold = None
         self.disconnects.clear()
         self._delay = 0.0
@@ -2522,14 +2529,32 @@ class OpenAICompatServer(_LocalServer):
             for i, t in enumerate(texts)
         ]
         tokens = sum(len(t.split()) for t in texts)
-        return web.json_response(
-            {
-                "object": "list",
-                "data": data,
-                "model": str(body.get("model") or self.model),
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-            }
-        )
+        reply = {
+            "object": "list",
+            "data": data,
+            "model": str(body.get("model") or self.model),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        if self._trickle_embeddings:
+            return await self._trickled(
+                request, json.dumps(reply).encode(), self._trickle_embeddings
+            )
+        return web.json_response(reply)
+
+    async def _trickled(
+        self, request: web.Request, body: bytes, seconds: float
+    ) -> web.StreamResponse:
+        """``body`` as JSON, its headers at once and then one byte every ``seconds``."""
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        for i in range(len(body)):
+            if self._closing.is_set():
+                break
+            await response.write(body[i : i + 1])
+            await self._sleep(seconds)
+        await response.write_eof()
+        return response
 
     async def _stream(
         self,

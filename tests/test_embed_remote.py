@@ -156,6 +156,21 @@ async def test_a_slow_endpoint_fails_within_the_time_limit(
     openai_server.delay(0)
 
 
+async def test_an_endpoint_trickling_its_reply_fails_within_the_time_limit(
+    openai_server: OpenAICompatServer,
+) -> None:
+    # Headers at once, then a byte every 0.1 s: every read is well within the time
+    # limit, the whole reply (over a thousand bytes) far beyond it. The limit is the
+    # batch's in all, not each read's.
+    openai_server.trickle_embeddings(0.1)
+    embedder = _remote(openai_server, timeout=0.6, max_retries=5)
+    started = time.monotonic()
+    with pytest.raises(EmbeddingModelUnavailable, match="did not answer in time"):
+        await asyncio.wait_for(asyncio.to_thread(embedder.encode_query, "garage"), 30)
+    assert time.monotonic() - started < 3.0
+    openai_server.reset()
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [

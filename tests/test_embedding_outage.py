@@ -69,3 +69,41 @@ async def test_a_question_while_the_embeddings_endpoint_is_down_says_so(
     ]
     assert messages.ERROR_SEARCH_UNAVAILABLE in told, told
     assert llm.requests == []  # nothing to ground an answer on, so no model call
+
+
+async def test_a_question_while_the_embeddings_endpoint_trickles_is_told_within_the_limit(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    settings = settings_for(
+        data_dir=tmp_path / "kb",
+        embedding_model=MODEL,
+        embedding_base_url=llm.url,
+        embedding_timeout=1.0,
+        embedding_max_retries=0,
+    )
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+    kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
+    await asyncio.to_thread(kb.ingest_paths, [docs])
+    app = create_app(settings, kb=kb)
+    bot = Bot(await aiohttp_client(app), app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+
+    # The endpoint answers at once and then sends its reply a byte every 0.2 s: no
+    # read ever times out, and the question's vector would take minutes to arrive.
+    llm.trickle_embeddings(0.2)
+    await bot.event(message_im_event("Where can I leave my bicycle?"))
+    await bot.idle(timeout=10.0)
+    llm.reset()
+
+    told = [
+        c["text"]
+        for c in slack.calls("chat.postMessage") + slack.calls("chat.update")
+        if c.get("channel") == DM_CHANNEL_ID
+    ]
+    assert messages.ERROR_SEARCH_UNAVAILABLE in told, told
+    assert llm.requests == []

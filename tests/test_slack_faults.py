@@ -14,13 +14,20 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from aiohttp.test_utils import TestClient
 
+from bot.app import create_app
+from bot.settings import Settings
 from bot.slack import messages
 from bot.slack.blocks import RETRY_ACTION_ID
+from index.knowledge_base import KnowledgeBase
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -30,11 +37,14 @@ from tests.servers import (  # noqa: E402
     DM_CHANNEL_ID,
     USER_ID,
     JSONDict,
+    MockSlackAPI,
+    OpenAICompatServer,
     app_mention_event,
     block_actions_body,
     button_action,
     event_body,
     file_share_event,
+    message_im_event,
 )
 
 OTHER_USER = "U0OTHER001"
@@ -282,6 +292,136 @@ async def test_a_slow_document_being_read_does_not_hold_up_anyone_elses_upload(
     assert bot.kb.store.find_document("scan.pdf").state == "indexed"
 
 
+async def test_documents_being_indexed_never_hold_up_readyz(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    """As many documents as the process has threads, each waiting on a slow embeddings
+    endpoint: /readyz (and every other short step in a thread) is not queued behind them."""
+    threads = 4  # a small machine's default pool of threads (cores + 4)
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads))
+    settings = settings_for(
+        data_dir=tmp_path / "kb",
+        embedding_model="openai:test-embed",
+        embedding_base_url=llm.url,
+        embedding_timeout=120.0,
+        extract_workers=threads,
+        max_uploads_per_user=threads // 2,
+        publishers=f"{USER_ID},{OTHER_USER}",
+    )
+    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
+    llm.hold_embeddings()
+    for person in (USER_ID, OTHER_USER):
+        files = [
+            slack.add_file(
+                f"F0{person}{i}", f"{person}-{i}.md", _doc(f"{person} {i}"), "text/markdown"
+            )
+            for i in range(threads // 2)
+        ]
+        await bot.event(file_share_event(files, user=person))
+    await llm.wait_for_held_embeddings(threads)
+
+    async with asyncio.timeout(10):
+        resp = await bot.http.get("/readyz")
+    assert resp.status == 200, await resp.text()
+    llm.release_embeddings()
+    await bot.settle(threads, timeout=60)
+
+
+async def test_an_upload_whose_document_is_removed_while_it_is_indexed_says_so(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    settings = settings_for(
+        data_dir=tmp_path / "kb",
+        embedding_model="openai:test-embed",
+        embedding_base_url=llm.url,
+        embedding_timeout=120.0,
+        publishers=USER_ID,
+    )
+    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
+    llm.hold_embeddings()
+    file = slack.add_file("F0GONE0001", "gone.md", _doc("Gone"), "text/markdown")
+    await bot.event(file_share_event([file]))
+    await llm.wait_for_held_embeddings(1)
+    # An admin removes it (`kb rm`, from another process) while its passages are embedded.
+    doc = bot.kb.store.find_document("gone.md")
+    await asyncio.to_thread(bot.kb.remove, doc.id)
+    llm.release_embeddings()
+    await bot.idle(timeout=30)
+
+    final = bot.statuses()[-1]
+    assert messages.RETRY_GONE in final, final
+    assert "No document matches" not in final
+    assert RETRY_ACTION_ID not in json.dumps(bot.slack.calls("chat.update")[-1])
+    assert [d.name for d in bot.kb.documents() if d.name == "gone.md"] == []
+
+
+async def test_the_same_file_shared_by_two_people_at_once_is_indexed_once_and_asked_once(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    admin = "U0ADMIN001"
+    settings = settings_for(
+        data_dir=tmp_path / "kb",
+        embedding_model="openai:test-embed",
+        embedding_base_url=llm.url,
+        embedding_timeout=120.0,
+        admin_users=admin,
+    )
+    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
+    llm.hold_embeddings()
+    data = _doc("Shared twice", 3)
+    first = slack.add_file("F0SAME0001", "same.md", data, "text/markdown")
+    second = slack.add_file("F0SAME0002", "copy.md", data, "text/markdown", user=OTHER_USER)
+    await bot.event(file_share_event([first]))
+    await llm.wait_for_held_embeddings(1)
+    await bot.event(file_share_event([second], user=OTHER_USER))
+    waiting = messages.upload_waiting("copy.md")
+    # It waits for the first (or, as it used to, is embedded beside it).
+    await _wait(
+        lambda: any(waiting in t for t in bot.statuses()) or llm.held_embedding_requests > 1,
+        timeout=30,
+    )
+    llm.release_embeddings()
+    await bot.idle(timeout=30)
+
+    assert llm.held_embedding_requests == 1, "the same bytes were embedded twice"
+    asked = [c for c in slack.calls("chat.postMessage") if c.get("channel") == admin]
+    assert len(asked) == 1, asked
+    finals = [t for t in bot.statuses() if "sent to the knowledge-base admins" in t]
+    assert len(finals) == 1, bot.statuses()
+    duplicate = messages.upload_awaiting_duplicate("same.md")
+    assert any(duplicate in t for t in bot.statuses()), bot.statuses()
+    assert [d.state for d in bot.kb.documents() if d.name == "same.md"] == ["awaiting_approval"]
+
+
+async def _bot_on_the_endpoint(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings: Settings,
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> Bot:
+    """The bot on a knowledge base embedded by ``llm``'s endpoint, holding one document."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+    kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
+    await asyncio.to_thread(kb.ingest_paths, [docs])
+    app = create_app(settings, kb=kb)
+    return Bot(await aiohttp_client(app), app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+
+
 def _final_for(bot: Bot, name: str) -> str | None:
     done = [
         t
@@ -343,6 +483,86 @@ async def test_acknowledgement_never_waits_on_a_database_lock(
     await bot.idle()
     assert ANSWER in answer["text"]
     assert len(bot.slack.calls("chat.postMessage")) == 1
+
+
+async def test_a_question_while_another_process_holds_the_lock_longer_than_sqlite_waits_is_answered(
+    bot: Bot,
+) -> None:
+    # A long command in a shell holding the write lock: past SQLite's 30 s the
+    # question's log cannot be written, and the answer must reach the asker anyway.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(bot.kb.store.path), "120"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        await bot.event(app_mention_event(IN_DOMAIN))
+        await bot.idle(timeout=60)
+        waited = time.monotonic() - started
+        assert proc.poll() is None, "the answer waited for the lock to be let go"
+    finally:
+        proc.kill()
+        proc.wait()
+    # Posted whole, without feedback buttons: a question not logged cannot be rated.
+    assert any(ANSWER in t for t in _texts(bot.slack.calls("chat.postMessage"))), waited
+    assert waited < 20.0, f"the asker waited {waited:.1f} s"
+    assert bot.kb.queries.latest(10) == []
+
+
+async def test_an_answer_written_while_postgres_dropped_the_connections_reaches_the_asker(
+    make_bot: BotFactory, postgres_url: str, tmp_path: Path
+) -> None:
+    bot = await _bot_on_postgres(make_bot, postgres_url, tmp_path)
+
+    def restarted(messages: object) -> str:
+        _end_connections(postgres_url)  # while the model writes
+        return ANSWER
+
+    bot.llm.set_reply(restarted)
+    await bot.event(message_im_event("Where can I leave my bicycle?"))
+    await bot.idle(timeout=30)
+    assert len(bot.llm.requests) == 1
+    told = _texts(bot.slack.calls("chat.postMessage") + bot.slack.calls("chat.update"))
+    assert any(ANSWER in t for t in told), told
+    assert not any(messages.ERROR_GENERIC in t for t in told), told
+
+
+async def test_a_question_after_postgres_ended_the_connections_is_answered_and_logged(
+    make_bot: BotFactory, postgres_url: str, tmp_path: Path
+) -> None:
+    bot = await _bot_on_postgres(make_bot, postgres_url, tmp_path)
+    _end_connections(postgres_url)  # a restart, a failover: the server is back at once
+    await bot.event(message_im_event("Where can I leave my bicycle?"))
+    answer = await bot.answer(timeout=30)
+    assert ANSWER in answer["text"]
+    assert len(bot.kb.queries.latest(10)) == 1
+    # A write first after the connections ended too: the knowledge base's own.
+    _end_connections(postgres_url)
+    bot.kb.store.set_meta("probe", "written")
+    assert bot.kb.store.get_meta("probe") == "written"
+
+
+async def _bot_on_postgres(make_bot: BotFactory, postgres_url: str, tmp_path: Path) -> Bot:
+    """The bot on Postgres with one document, its threads one (the same connection each time)."""
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(1))
+    bot = await make_bot(documents=False, database_url=postgres_url)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+    await asyncio.to_thread(bot.kb.ingest_paths, [docs])
+    bot.llm.set_reply(ANSWER)
+    return bot
+
+
+def _end_connections(url: str) -> None:
+    """The server ends every other connection to the database (as a restart does)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 async def test_replicas_sharing_the_database_answer_an_event_once(

@@ -59,7 +59,7 @@ from core.answer import MAX_QUESTION_CHARS, Answer, Asker, Engine, SourceRef
 from core.quoting import one_line, quoted
 from core.retrieve import Candidate
 from core.selection import Selection
-from index.errors import KBError, StorageError
+from index.errors import DatabaseUnavailable, KBError, StorageError
 from index.normal_form import plain
 from index.records import QueryRecord
 
@@ -263,7 +263,7 @@ class Tools:
         )
         try:
             self.engine.kb.queries.log(record)
-        except StorageError as exc:
+        except (StorageError, DatabaseUnavailable) as exc:
             log.warning("search answered but not logged: %s", exc)
 
 

@@ -34,10 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 import secrets
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
@@ -616,6 +619,11 @@ class Uploader:
         limits = kb.config.extract
         self._turns = FairTurns(limits.pool_size if limits is not None else 1)
         self._slots = UserSlots(config.max_uploads_per_user)
+        # Threads of their own, one per turn: documents indexed for minutes never take the
+        # threads every question, /readyz and each step of an upload wait for.
+        self._indexers: ThreadPoolExecutor | None = None
+        # Each document indexed by one upload at a time; how many uploads want each lock.
+        self._documents: dict[int, tuple[asyncio.Lock, int]] = {}
 
     async def start(self) -> None:
         """Open the HTTP session used for downloads."""
@@ -623,10 +631,20 @@ class Uploader:
             self._session = aiohttp.ClientSession(timeout=DOWNLOAD_SOCKET_TIMEOUT)
 
     async def close(self) -> None:
-        """Close the HTTP session."""
+        """Close the HTTP session; the indexing threads end with the document they index."""
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._indexers is not None:
+            self._indexers.shutdown(wait=False)
+            self._indexers = None
+
+    async def _indexing(self, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``work`` run in an indexing thread (``asyncio.to_thread``, on the uploads' own)."""
+        if self._indexers is None:
+            self._indexers = ThreadPoolExecutor(self._turns.slots, thread_name_prefix="kb-index")
+        call = functools.partial(contextvars.copy_context().run, work, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._indexers, call)
 
     async def ingest(
         self,
@@ -807,7 +825,7 @@ class Uploader:
         async with self._turns.hold(row.uploader):
             await status.show(render_upload_status(words.upload_indexing(name), words=words))
             try:
-                row = await asyncio.to_thread(self.kb.retry, row.id)
+                row = await self._indexing(self.kb.retry, row.id)
             except DocumentNotFound:
                 # Removed while the retry waited for its turn.
                 await status.settle(render_upload_status(words.RETRY_GONE, words=words))
@@ -840,7 +858,7 @@ class Uploader:
                         added = await self._add(data, file, request)
                         document_id = added.document.id
                         await self._note(self.kb.uploads.set_document, upload, document_id)
-                        final = await self._index(status, added, request.user, words)
+                        final = await self._index(status, added, request.user, words, waiting)
                 else:
                     # A Retry, or stored by a process that stopped: from the stored original.
                     again = attempts is None or attempts <= MAX_ATTEMPTS
@@ -927,15 +945,47 @@ class Uploader:
         )
 
     async def _index(
-        self, status: StatusMessage, added: Added, user: str, words: Words
+        self,
+        status: StatusMessage,
+        added: Added,
+        user: str,
+        words: Words,
+        waiting: Rendered,
     ) -> Rendered:
+        """Index the stored file; the same bytes uploaded meanwhile by someone else wait for
+        that upload and are told what became of it (indexed once, the admins asked once)."""
         row = added.document
-        if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
-            return _settled_status(row, words, duplicate=True)
-        shown = words.upload_indexing(escape(row.name))
-        await status.show(render_upload_status(shown, words=words))
-        row = await asyncio.to_thread(self.kb.index_document, row.id)
+        async with self._one_upload_at_a_time(row.id, lambda: status.show(waiting)):
+            try:
+                if added.duplicate:  # as the upload this one waited for left it
+                    row = await asyncio.to_thread(self.kb.document, row.id)
+                if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
+                    return _settled_status(row, words, duplicate=True)
+                shown = words.upload_indexing(escape(row.name))
+                await status.show(render_upload_status(shown, words=words))
+                row = await self._indexing(self.kb.index_document, row.id)
+            except DocumentNotFound:  # removed while it was indexed (`kb rm`, an admin)
+                return render_upload_status(words.RETRY_GONE, words=words)
         return await self._final_status(status, row, words, user)
+
+    @contextlib.asynccontextmanager
+    async def _one_upload_at_a_time(
+        self, document_id: int, on_wait: Callable[[], Awaitable[Any]]
+    ) -> AsyncIterator[None]:
+        """Hold ``document_id`` for one upload; ``on_wait`` is awaited first when it must wait."""
+        lock, wanted = self._documents.get(document_id, (asyncio.Lock(), 0))
+        self._documents[document_id] = (lock, wanted + 1)
+        try:
+            if lock.locked():
+                await on_wait()
+            async with lock:
+                yield
+        finally:
+            lock, wanted = self._documents[document_id]
+            if wanted > 1:
+                self._documents[document_id] = (lock, wanted - 1)
+            else:
+                del self._documents[document_id]
 
     async def _resume(
         self,
@@ -954,9 +1004,9 @@ class Uploader:
             shown = words.upload_indexing(escape(row.name))
             await status.show(render_upload_status(shown, words=words))
             if retry:
-                row = await asyncio.to_thread(self.kb.retry, document_id)
+                row = await self._indexing(self.kb.retry, document_id)
             else:
-                row = await asyncio.to_thread(self.kb.resume, document_id, again=again)
+                row = await self._indexing(self.kb.resume, document_id, again=again)
         except DocumentNotFound:  # removed meanwhile
             return render_upload_status(words.RETRY_GONE, words=words)
         if row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL, DocState.FAILED):

@@ -22,6 +22,7 @@ carry, and never the key.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -182,7 +183,7 @@ class RemoteEmbedder:
             if remaining <= 0:
                 break
             try:
-                return self._post(batch, remaining)
+                return self._post(batch, deadline)
             except openai.APIStatusError as exc:
                 if not _retryable(exc.status_code):
                     raise self._failure(f"it answered HTTP {exc.status_code}") from exc
@@ -198,19 +199,33 @@ class RemoteEmbedder:
             time.sleep(delay)
         raise self._failure(f"{reason}, after {attempts} attempts")
 
-    def _post(self, batch: list[str], timeout: float) -> Any:
+    def _post(self, batch: list[str], deadline: float) -> Any:
+        """The endpoint's JSON reply, read by the ``deadline`` (``time.monotonic()``).
+
+        The client's timeout bounds each read, not the reply: an endpoint sending
+        a byte at a time just within it would hold the batch for ever. The body
+        is read in pieces and given up once the deadline passes, so the batch
+        takes at most its time limit plus one read.
+        """
+        import openai
+
         extra: dict[str, Any] = {}
         if self.endpoint.dimensions:
             extra["dimensions"] = self.endpoint.dimensions
-        raw = self._client.embeddings.with_raw_response.create(
+        with self._client.embeddings.with_streaming_response.create(
             model=self.model,
             input=batch,
             encoding_format="float",
-            timeout=timeout,
+            timeout=max(0.0, deadline - time.monotonic()),
             **extra,
-        )
+        ) as raw:
+            body = bytearray()
+            for piece in raw.iter_bytes():
+                body += piece
+                if time.monotonic() >= deadline:
+                    raise openai.APITimeoutError(request=raw.http_response.request)
         try:
-            return raw.http_response.json()
+            return json.loads(body)
         except ValueError as exc:
             raise self._failure("its reply is not JSON") from exc
 

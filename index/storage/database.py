@@ -94,8 +94,15 @@ class Database(ABC):
         """This thread's connection."""
 
     @abstractmethod
-    def transaction(self) -> contextlib.AbstractContextManager[Connection]:
-        """One atomic write (nested: a savepoint)."""
+    def transaction(
+        self, *, wait: float | None = None
+    ) -> contextlib.AbstractContextManager[Connection]:
+        """One atomic write (nested: a savepoint).
+
+        ``wait``: the longest it waits for another process's write lock before
+        ``DatabaseBusy`` (``None``: the database's own bound). SQLite's alone:
+        on Postgres writers of other rows never wait for each other.
+        """
 
     @abstractmethod
     def migrate(self, migrations: Migrations) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from index.storage.part import StorePart
+from index.storage.part import BESIDE_AN_ANSWER_SECONDS, StorePart
 
 __all__ = ["DeliveryLog"]
 
@@ -44,7 +44,8 @@ class DeliveryLog(StorePart):
         now = self.clock()
         # In one order: two claims of the same keys never wait on each other in a cycle.
         keys = sorted(set(keys))
-        with self.transaction() as db:
+        # Not waited for long: a delivery that cannot be claimed is answered all the same.
+        with self.transaction(wait=BESIDE_AN_ANSWER_SECONDS) as db:
             db.execute("DELETE FROM deliveries WHERE seen_at < ?", [now - ttl_seconds])
             new = sum(
                 db.execute(

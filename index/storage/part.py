@@ -14,10 +14,14 @@ from contextlib import AbstractContextManager
 
 from index.storage.database import Connection, Database
 
-__all__ = ["Clock", "StorePart"]
+__all__ = ["BESIDE_AN_ANSWER_SECONDS", "Clock", "StorePart"]
 
 # Seconds since the epoch, as ``time.time`` gives them; tests pass their own.
 Clock = Callable[[], float]
+
+# The longest a record written on a question's way (its delivery's claim, its log)
+# waits for another process's write lock: the asker is answered without it after that.
+BESIDE_AN_ANSWER_SECONDS = 5.0
 
 
 class StorePart:
@@ -37,6 +41,7 @@ class StorePart:
         """This thread's connection."""
         return self.database.connection()
 
-    def transaction(self) -> AbstractContextManager[Connection]:
-        """One atomic write (joined by any part's write inside it)."""
-        return self.database.transaction()
+    def transaction(self, *, wait: float | None = None) -> AbstractContextManager[Connection]:
+        """One atomic write (joined by any part's write inside it); ``wait``: see
+        ``Database.transaction``."""
+        return self.database.transaction(wait=wait)

@@ -68,6 +68,9 @@ _RESERVED_COLUMN = re.compile(
     re.I | re.M,
 )
 _STRING = re.compile(r"('(?:[^']|'')*')")
+# A statement that changes nothing: sent again on a new connection when the server had
+# ended the old one (a write might have been done before the connection dropped).
+_READ = re.compile(r"^\s*SELECT\b", re.I)
 
 
 def postgres_sql(sql: str) -> str:
@@ -98,10 +101,34 @@ class PostgresConnection:
 
     def execute(self, sql: str, params: Any = None, /) -> Cursor:
         values = [_param(v) for v in params] if params is not None else []
+        statement = postgres_sql(sql)
         with self._database.translated():
-            cursor = self.conn.cursor()
-            cursor.execute(postgres_sql(sql), values)
+            idle = self.idle
+            try:
+                cursor = self.conn.cursor()
+                cursor.execute(statement, values)
+            except self._database.operational_error:
+                if not (idle and _READ.match(statement) and self.reopen()):
+                    raise
+                cursor = self.conn.cursor()
+                cursor.execute(statement, values)
         return cursor
+
+    @property
+    def idle(self) -> bool:
+        """Whether no transaction is open on the connection."""
+        idle = self._database._psycopg.pq.TransactionStatus.IDLE
+        return bool(self.conn.info.transaction_status == idle)
+
+    def reopen(self) -> bool:
+        """Replace the connection if the server ended it (a restart, a failover, an idle
+        connection killed); whether it did. A new one is opened at once."""
+        if not self.conn.broken:
+            return False
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        self.conn = self._database._open()
+        return True
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement for each of ``rows`` (a bulk insert)."""
@@ -143,6 +170,7 @@ class PostgresDatabase(Database):
             ) from exc
         self._psycopg = psycopg
         self.integrity_errors = (psycopg.IntegrityError,)
+        self.operational_error: type[Exception] = psycopg.OperationalError
         # Every failure of the driver (what a bulk copy must turn into its own error).
         self.driver_error: type[Exception] = psycopg.Error
         self.url = url
@@ -205,9 +233,18 @@ class PostgresDatabase(Database):
             ) from None
 
     @contextmanager
-    def transaction(self) -> Iterator[PostgresConnection]:
+    def transaction(self, *, wait: float | None = None) -> Iterator[PostgresConnection]:
+        # ``wait`` is SQLite's: no database-wide write lock here.
         db = self.connection()
-        with self.translated(), db.conn.transaction():
+        outermost = db.idle
+        with self.translated(), contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(db.conn.transaction())
+            except self.operational_error:
+                # Ended by the server since its last use: nothing was sent but BEGIN.
+                if not (outermost and db.reopen()):
+                    raise
+                stack.enter_context(db.conn.transaction())
             yield db
 
     def migrate(self, migrations: Migrations) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from index.errors import QueryNotFound
 from index.records import QUERY_COLUMNS, AskedQuestion, LoggedQuestion, QueryRecord
-from index.storage.part import StorePart
+from index.storage.part import BESIDE_AN_ANSWER_SECONDS, StorePart
 
 __all__ = ["QueryLog", "quoted"]
 
@@ -19,10 +19,15 @@ class QueryLog(StorePart):
     """What is recorded about questions: outcomes and answers (``store.queries``)."""
 
     def log(self, record: QueryRecord) -> int:
-        """Record one question's outcome and return its id."""
+        """Record one question's outcome and return its id.
+
+        Raises:
+            StorageError: not recorded (``DatabaseBusy``: another process held the
+                write lock for ``BESIDE_AN_ANSWER_SECONDS``, the answer waits no longer).
+        """
         row = {"created_at": self.clock(), **record.to_row()}
         marks = ", ".join("?" * len(row))
-        with self.transaction() as db:
+        with self.transaction(wait=BESIDE_AN_ANSWER_SECONDS) as db:
             cur = db.execute(
                 f"INSERT INTO query_log ({quoted(row)}) VALUES ({marks}) RETURNING id",
                 list(row.values()),

@@ -13,7 +13,7 @@ from pathlib import Path
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
-from index.errors import DatabaseUnavailable
+from index.errors import DatabaseBusy, DatabaseUnavailable
 from index.files import is_storage_failure, private_file, storage_error
 from index.storage.database import Database
 
@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 
 # How often a read-only connection (a full disk) tries to become writable again.
 _REOPEN_SECONDS = 1.0
+# How long a write waits for another connection's write lock (SQLite's busy timeout).
+BUSY_SECONDS = 30.0
+# SQLite's primary result codes for a lock another connection holds.
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
 
 class SQLiteDatabase(Database):
@@ -78,7 +82,7 @@ class SQLiteDatabase(Database):
         return db
 
     def _open_writable(self) -> sqlite_utils.Database:
-        conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        conn = sqlite3.connect(self.path, timeout=BUSY_SECONDS, check_same_thread=False)
         try:
             conn.execute("PRAGMA foreign_keys=ON")
             # The first statement that reads the file: SQLite opens (and sizes)
@@ -103,7 +107,7 @@ class SQLiteDatabase(Database):
             raise error from cause
         uri = f"{self.path.resolve().as_uri()}?mode=ro&immutable=1"
         try:
-            conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_SECONDS, check_same_thread=False)
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
         except sqlite3.Error as exc:
             raise error from exc
@@ -118,12 +122,16 @@ class SQLiteDatabase(Database):
         return sqlite_utils.Database(conn)
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite_utils.Database]:
+    def transaction(self, *, wait: float | None = None) -> Iterator[sqlite_utils.Database]:
         """One atomic write: everything inside commits together or not at all.
+
+        ``wait``: the longest it waits for another connection's write lock
+        (``None``: ``BUSY_SECONDS``).
 
         Raises:
             StorageError: the disk refused the write (``DiskFull`` when it is
-                full); nothing was committed.
+                full), or another connection held the write lock past ``wait``
+                (``DatabaseBusy``); nothing was committed.
         """
         db = self.connection()
         if db.conn.in_transaction:
@@ -132,7 +140,10 @@ class SQLiteDatabase(Database):
             return
         if getattr(self._local, "fallback_at", None) is not None:
             db = self._connect(db)  # the disk may have room again
+        waits = BUSY_SECONDS if wait is None else wait
         try:
+            if wait is not None:
+                db.conn.execute(f"PRAGMA busy_timeout = {int(waits * 1000)}")
             # BEGIN IMMEDIATE takes the write lock up front, waiting up to the busy
             # timeout. A deferred BEGIN that reads first (sqlite-utils' insert reads
             # the table's columns) and writes later fails at once with "database is
@@ -147,11 +158,20 @@ class SQLiteDatabase(Database):
             else:
                 db.conn.commit()
         except sqlite3.Error as exc:
-            if not is_storage_failure(exc):
-                raise
             if db.conn.in_transaction:
                 db.conn.rollback()
+            if _busy(exc):
+                raise DatabaseBusy(
+                    f"The database {self.path} stayed locked by another process (a long `kb` "
+                    f"command?) for over {waits:g} s; nothing was changed. Try again once it "
+                    "is done."
+                ) from exc
+            if not is_storage_failure(exc):
+                raise
             raise storage_error(exc, self.data_dir, "a change to the database") from exc
+        finally:
+            if wait is not None:
+                db.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
 
     def migrate(self, migrations: Migrations) -> None:
         db = self.connection()
@@ -206,3 +226,9 @@ class SQLiteDatabase(Database):
         if db is not None:
             db.conn.close()
             self._local.db = None
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is another connection's lock outlasting the busy timeout."""
+    code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+    return code in (_SQLITE_BUSY, _SQLITE_LOCKED)

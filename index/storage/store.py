@@ -174,14 +174,18 @@ class Store:
         """
         return self.database.connection()
 
-    def transaction(self) -> AbstractContextManager[Connection]:
+    def transaction(self, *, wait: float | None = None) -> AbstractContextManager[Connection]:
         """One atomic write: everything inside commits together or not at all.
+
+        ``wait``: the longest it waits for another process's write lock
+        (``Database.transaction``).
 
         Raises:
             StorageError: the disk refused the write (``DiskFull`` when it is
-                full); nothing was committed.
+                full), or another process held the lock past ``wait``
+                (``DatabaseBusy``); nothing was committed.
         """
-        return self.database.transaction()
+        return self.database.transaction(wait=wait)
 
     def exclusive(self, name: str) -> AbstractContextManager[bool]:
         """Hold the lock ``name`` across processes and replicas; yields ``False`` when it is taken."""
@@ -475,10 +479,15 @@ class Store:
 
         Returns:
             The new chunk ids, in chunk order.
+
+        Raises:
+            DocumentNotFound: the document was removed while it was being indexed.
         """
         with self.transaction() as db:
             if state == DocState.INDEXED:
                 self.hold_generation()  # before the chunks: one order of locks
+            if db.execute("SELECT 1 FROM documents WHERE id = ?", [doc_id]).fetchone() is None:
+                raise DocumentNotFound(str(doc_id))
             db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
             db.execute(
                 "INSERT INTO texts (document_id, text) VALUES (?, ?) "
