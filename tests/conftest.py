@@ -15,6 +15,16 @@ from pathlib import Path
 import pytest
 import structlog
 
+# One BLAS thread in each worker (scripts/test: one worker per core), set before NumPy
+# loads OpenBLAS, for the processes the tests start too. OpenBLAS's own team of a thread
+# per core turns each small product (a query map's fit, 256 x 384 rows a batch) into
+# threads spinning against the other worker's: three times the CPU and the wall time
+# (measured on 2 cores). OpenMP is left alone: FAISS's setting is the product's own
+# (tests/test_vectors.py).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _blas in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_blas, "1")
+
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from bot.logs import NOISY_LOGGERS, LogHandler, configure_logging  # noqa: E402

@@ -29,6 +29,7 @@ from index.errors import ReaderRefused
 from index.ingest.isolated import (
     ReaderPool,
     _Job,
+    _reader_env,
     memory_reason,
     message_cap,
     over_reading_limit,
@@ -465,3 +466,13 @@ def test_a_freed_reader_goes_to_the_person_holding_fewest(tmp_path: Path) -> Non
             thread.join(30)
         pool.close()
     assert not any(thread.is_alive() for thread in threads.values())
+
+
+def test_tesseract_in_a_reader_runs_one_thread_unless_the_operator_set_a_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Tesseract's OpenMP threads in each reader would fight the pool's other readers.
+    monkeypatch.delenv("OMP_THREAD_LIMIT", raising=False)
+    assert _reader_env("/root-of-the-code")["OMP_THREAD_LIMIT"] == "1"
+    monkeypatch.setenv("OMP_THREAD_LIMIT", "3")
+    assert _reader_env("/root-of-the-code")["OMP_THREAD_LIMIT"] == "3"

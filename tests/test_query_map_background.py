@@ -74,8 +74,8 @@ class _Held:
         return self.embedder.encode(texts, role=role, on_batch=on_batch)  # type: ignore[arg-type]
 
 
-def _document(tag: str, paragraphs: int = 40) -> bytes:
-    """A Markdown document of ``paragraphs`` distinct paragraphs: more than a tenth of evalmini."""
+def _document(tag: str, paragraphs: int) -> bytes:
+    """A Markdown document of ``paragraphs`` distinct paragraphs, a passage each."""
     body = "\n\n".join(
         f"## {tag} step {i}\n\nThe {tag} rota for week {i} names engineer number {i * 7}. "
         f"Handover notes for week {i} go to the {tag} channel before Friday noon. "
@@ -93,9 +93,13 @@ def _server_kb(index_dir: Path, embedder: Embedder) -> tuple[KnowledgeBase, _Hel
     return kb, held
 
 
-def _upload(kb: KnowledgeBase, tag: str) -> int:
-    """What the Slack uploader does with a file: store it, then index it (refreshing search)."""
-    added = kb.add_bytes(_document(tag), f"{tag}.md")
+def _upload(kb: KnowledgeBase, tag: str, paragraphs: int = 10) -> int:
+    """What the Slack uploader does with a file: store it, then index it (refreshing search).
+
+    Ten passages are more than a tenth of the evalmini corpus with the uploads before
+    (four of them at most here), so each upload makes a fit due; alone, in an empty
+    knowledge base, a fit needs ``MIN_ANCHORS`` sentences: forty passages."""
+    added = kb.add_bytes(_document(tag, paragraphs), f"{tag}.md")
     row = kb.index_document(added.document.id)
     assert row.state == DocState.INDEXED
     return row.chunk_count
@@ -361,7 +365,7 @@ def test_a_background_fit_is_stored_whole_and_read_by_another_server_on_the_stor
     kb = KnowledgeBase(config, embedder=embedder, fit_in_background=True)
     held = _Held(embedder)
     kb.query_adapters.encoder = held  # type: ignore[assignment]
-    _upload(kb, "pager")
+    _upload(kb, "pager", paragraphs=40)
     assert held.entered.wait(WAIT_S)
     replica = KnowledgeBase(config, embedder=embedder)  # another ``kb serve`` on the same store
     replica.query_adapters.reload_seconds = 0

@@ -483,6 +483,11 @@ def _reader_env(root: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([root, path] if path else [root])
     # numpy is imported with the extractors: one BLAS thread keeps its address space small.
     env["OPENBLAS_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
+    # Tesseract's OpenMP threads, one per core in each reader of the pool, fight each other
+    # and the server for the cores: one thread reads a page in a third of the CPU time and
+    # less wall time on 2 cores (docs/benchmarks.md). Only the readers' own environment:
+    # the server's embedding model keeps its threads. An operator's own limit is kept.
+    env.setdefault("OMP_THREAD_LIMIT", "1")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
