@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from bot.settings import Settings
 from index.config import IndexConfig
@@ -60,6 +61,29 @@ def test_the_fit_learns_a_distortion_between_anchors_and_their_chunks() -> None:
     matrix = fit_matrix(train, owners, chunks)
     assert top1(matrix) >= top1(np.eye(dim)) + 0.08  # 0.42 -> 0.55 here
     assert np.array_equal(matrix, fit_matrix(train, owners, chunks))  # seeded: the same map
+
+
+def _blas_threads() -> list[int]:
+    return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+
+def test_the_fit_runs_on_one_blas_thread_and_gives_the_process_its_threads_back() -> None:
+    # The library's threads are made at import at normal priority: more than one would
+    # escape the server's lowered fit thread. Asked before each batch, as the server asks.
+    rng = np.random.default_rng(2)
+    chunks = _unit(rng.normal(size=(50, 8))).astype(np.float32)
+    owners = rng.integers(0, 50, 200)
+    seen: list[list[int]] = []
+
+    def stopped() -> bool:
+        seen.append(_blas_threads())
+        return False
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        assert _blas_threads() and set(_blas_threads()) == {2}
+        fit_matrix(chunks[owners], owners, chunks, stopped=stopped)
+        assert seen and all(set(threads) == {1} for threads in seen)
+        assert set(_blas_threads()) == {2}
 
 
 def test_a_stored_map_reads_back_and_a_damaged_one_is_refused() -> None:

@@ -51,6 +51,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from index.embed import Embedder, passage_encoder
 from index.errors import KBError
@@ -225,9 +226,28 @@ def fit_matrix(
     positive and ``NEGATIVES`` sampled chunks of each batch. Deterministic for a
     seed. Anchors and chunks are unit vectors.
 
+    Its matrix products run on one BLAS thread: the library's own threads would
+    escape the lowered priority of the server's fit thread (``FIT_NICENESS``; they
+    are made at import, at normal priority), spin against the questions on a
+    small machine (three times the CPU of one thread for the same fit on 2
+    cores), and sum in an order that depends on how many there are.
+
     Raises:
         FitStopped: ``stopped()`` said so before a batch.
     """
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _fitted(anchors, positives, chunks, seed=seed, stopped=stopped)
+
+
+def _fitted(
+    anchors: np.ndarray,
+    positives: np.ndarray,
+    chunks: np.ndarray,
+    *,
+    seed: int,
+    stopped: Stopped | None,
+) -> np.ndarray:
+    """``fit_matrix``'s Adam, on the BLAS threads its caller allows."""
     rng = np.random.default_rng(seed)
     dim = anchors.shape[1]
     eye = np.eye(dim)
