@@ -202,7 +202,8 @@ class SlackDirectory:
         if cached is not None:
             return cached
         try:
-            response = await ask_slack(self.client.users_info(user=user_id))
+            # Asked as the words' directory asks (bot.slack.people): one shape of the call.
+            response = await ask_slack(self.client.users_info(user=user_id, include_locale=True))
         except (SlackApiError, AccessCheckUnavailable) as exc:
             log.warning("Slack could not tell about %s: %s", user_id, type(exc).__name__)
             return None
