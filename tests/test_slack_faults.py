@@ -405,6 +405,57 @@ async def test_the_same_file_shared_by_two_people_at_once_is_indexed_once_and_as
     assert [d.state for d in bot.kb.documents() if d.name == "same.md"] == ["awaiting_approval"]
 
 
+async def test_a_retry_while_an_upload_of_the_same_bytes_indexes_them_waits_and_tells_the_end(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    settings = settings_for(
+        data_dir=tmp_path / "kb",
+        embedding_model="openai:test-embed",
+        embedding_base_url=llm.url,
+        embedding_timeout=120.0,
+    )
+    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
+    data = _doc("Retried while shared again", 3)
+    llm.fail_with(400, times=1)
+    first = slack.add_file("F0RACE0001", "race.md", data, "text/markdown")
+    await bot.event(file_share_event([first]))
+    await bot.idle(timeout=30)
+    (failed,) = [c for c in slack.calls("chat.update") if ": failed:" in c["text"]]
+    (button,) = [e for b in failed["blocks"] if b["type"] == "actions" for e in b["elements"]]
+    assert button["action_id"] == RETRY_ACTION_ID
+
+    llm.hold_embeddings()
+    second = slack.add_file("F0RACE0002", "again.md", data, "text/markdown", user=OTHER_USER)
+    await bot.event(file_share_event([second], user=OTHER_USER))
+    await llm.wait_for_held_embeddings(1)
+    body = block_actions_body(
+        [button_action(RETRY_ACTION_ID, button["value"])],
+        channel_id=failed["channel"],
+        message_ts=failed["ts"],
+    )
+    assert (await bot.post(body)).status == 200
+    waiting = messages.upload_waiting("race.md")
+    # It waits for the upload (or, as it used to, says the document is indexing and stops).
+    await _wait(
+        lambda: any(
+            waiting in c["text"] for c in slack.calls("chat.update") if c["ts"] == failed["ts"]
+        ),
+        timeout=30,
+    )
+    llm.release_embeddings()
+    await bot.idle(timeout=30)
+
+    assert llm.held_embedding_requests == 1, "the same bytes were embedded twice"
+    retried = [c["text"] for c in slack.calls("chat.update") if c["ts"] == failed["ts"]]
+    # Told what the upload made of it (members' uploads wait for an admin here).
+    assert [d.state for d in bot.kb.documents() if d.name == "race.md"] == ["awaiting_approval"]
+    assert messages.upload_awaiting_duplicate("race.md") in retried[-1], retried
+
+
 async def _bot_on_the_endpoint(
     tmp_path: Path,
     aiohttp_client: Callable[..., Awaitable[TestClient]],

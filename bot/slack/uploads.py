@@ -787,6 +787,15 @@ class Uploader:
             # Removed meanwhile (by an admin, or failed documents expiring).
             await status.settle(render_upload_status(words.RETRY_GONE, words=words))
             return
+        if document_id in self._documents:
+            # An upload of the same bytes indexes it here now: what it made of it is told.
+            waiting = render_upload_status(words.upload_waiting(escape(row.name)), words=words)
+            try:
+                async with self._one_upload_at_a_time(document_id, lambda: status.show(waiting)):
+                    row = await asyncio.to_thread(self.kb.document, document_id)
+            except DocumentNotFound:
+                await status.settle(render_upload_status(words.RETRY_GONE, words=words))
+                return
         if row.state not in (DocState.FAILED, DocState.PENDING):
             # Decided meanwhile (a retry never publishes nor brings back a version).
             await status.settle(_settled_status(row, words))
@@ -865,7 +874,13 @@ class Uploader:
                     retry = request.retry and (attempts or 1) == 1
                     async with self._turns.hold(request.user, on_wait=lambda: status.show(waiting)):
                         final = await self._resume(
-                            status, document_id, request.user, words, again=again, retry=retry
+                            status,
+                            document_id,
+                            request.user,
+                            words,
+                            waiting,
+                            again=again,
+                            retry=retry,
                         )
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
@@ -993,20 +1008,23 @@ class Uploader:
         document_id: int,
         user: str,
         words: Words,
+        waiting: Rendered,
         *,
         again: bool,
         retry: bool,
     ) -> Rendered:
         """What becomes of a stored document: retried (a failure indexed again), or resumed
-        where another process left it (``KnowledgeBase.resume``)."""
+        where another process left it (``KnowledgeBase.resume``). An upload of the same
+        bytes indexing it meanwhile is waited for, and what it made of it told."""
         try:
-            row = await asyncio.to_thread(self.kb.document, document_id)
-            shown = words.upload_indexing(escape(row.name))
-            await status.show(render_upload_status(shown, words=words))
-            if retry:
-                row = await self._indexing(self.kb.retry, document_id)
-            else:
-                row = await self._indexing(self.kb.resume, document_id, again=again)
+            async with self._one_upload_at_a_time(document_id, lambda: status.show(waiting)):
+                row = await asyncio.to_thread(self.kb.document, document_id)
+                shown = words.upload_indexing(escape(row.name))
+                await status.show(render_upload_status(shown, words=words))
+                if retry:
+                    row = await self._indexing(self.kb.retry, document_id)
+                else:
+                    row = await self._indexing(self.kb.resume, document_id, again=again)
         except DocumentNotFound:  # removed meanwhile
             return render_upload_status(words.RETRY_GONE, words=words)
         if row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL, DocState.FAILED):
