@@ -293,9 +293,7 @@ async def test_a_slow_document_being_read_does_not_hold_up_anyone_elses_upload(
 
 
 async def test_documents_being_indexed_never_hold_up_readyz(
-    tmp_path: Path,
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-    settings_for: Callable[..., Settings],
+    on_the_endpoint: EndpointBot,
     slack: MockSlackAPI,
     llm: OpenAICompatServer,
 ) -> None:
@@ -303,16 +301,11 @@ async def test_documents_being_indexed_never_hold_up_readyz(
     endpoint: /readyz (and every other short step in a thread) is not queued behind them."""
     threads = 4  # a small machine's default pool of threads (cores + 4)
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads))
-    settings = settings_for(
-        data_dir=tmp_path / "kb",
-        embedding_model="openai:test-embed",
-        embedding_base_url=llm.url,
-        embedding_timeout=120.0,
+    bot = await on_the_endpoint(
         extract_workers=threads,
         max_uploads_per_user=threads // 2,
         publishers=f"{USER_ID},{OTHER_USER}",
     )
-    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
     llm.hold_embeddings()
     for person in (USER_ID, OTHER_USER):
         files = [
@@ -332,20 +325,13 @@ async def test_documents_being_indexed_never_hold_up_readyz(
 
 
 async def test_an_upload_whose_document_is_removed_while_it_is_indexed_says_so(
-    tmp_path: Path,
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-    settings_for: Callable[..., Settings],
+    on_the_endpoint: EndpointBot,
     slack: MockSlackAPI,
     llm: OpenAICompatServer,
 ) -> None:
-    settings = settings_for(
-        data_dir=tmp_path / "kb",
-        embedding_model="openai:test-embed",
-        embedding_base_url=llm.url,
-        embedding_timeout=120.0,
+    bot = await on_the_endpoint(
         publishers=USER_ID,
     )
-    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
     llm.hold_embeddings()
     file = slack.add_file("F0GONE0001", "gone.md", _doc("Gone"), "text/markdown")
     await bot.event(file_share_event([file]))
@@ -364,21 +350,14 @@ async def test_an_upload_whose_document_is_removed_while_it_is_indexed_says_so(
 
 
 async def test_the_same_file_shared_by_two_people_at_once_is_indexed_once_and_asked_once(
-    tmp_path: Path,
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-    settings_for: Callable[..., Settings],
+    on_the_endpoint: EndpointBot,
     slack: MockSlackAPI,
     llm: OpenAICompatServer,
 ) -> None:
     admin = "U0ADMIN001"
-    settings = settings_for(
-        data_dir=tmp_path / "kb",
-        embedding_model="openai:test-embed",
-        embedding_base_url=llm.url,
-        embedding_timeout=120.0,
+    bot = await on_the_endpoint(
         admin_users=admin,
     )
-    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
     llm.hold_embeddings()
     data = _doc("Shared twice", 3)
     first = slack.add_file("F0SAME0001", "same.md", data, "text/markdown")
@@ -406,19 +385,11 @@ async def test_the_same_file_shared_by_two_people_at_once_is_indexed_once_and_as
 
 
 async def test_a_retry_while_an_upload_of_the_same_bytes_indexes_them_waits_and_tells_the_end(
-    tmp_path: Path,
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-    settings_for: Callable[..., Settings],
+    on_the_endpoint: EndpointBot,
     slack: MockSlackAPI,
     llm: OpenAICompatServer,
 ) -> None:
-    settings = settings_for(
-        data_dir=tmp_path / "kb",
-        embedding_model="openai:test-embed",
-        embedding_base_url=llm.url,
-        embedding_timeout=120.0,
-    )
-    bot = await _bot_on_the_endpoint(tmp_path, aiohttp_client, settings, slack, llm)
+    bot = await on_the_endpoint()
     data = _doc("Retried while shared again", 3)
     llm.fail_with(400, times=1)
     first = slack.add_file("F0RACE0001", "race.md", data, "text/markdown")
@@ -456,21 +427,38 @@ async def test_a_retry_while_an_upload_of_the_same_bytes_indexes_them_waits_and_
     assert messages.upload_awaiting_duplicate("race.md") in retried[-1], retried
 
 
-async def _bot_on_the_endpoint(
+EndpointBot = Callable[..., Awaitable[Bot]]
+
+
+@pytest.fixture
+def on_the_endpoint(
     tmp_path: Path,
     aiohttp_client: Callable[..., Awaitable[TestClient]],
-    settings: Settings,
+    settings_for: Callable[..., Settings],
     slack: MockSlackAPI,
     llm: OpenAICompatServer,
-) -> Bot:
-    """The bot on a knowledge base embedded by ``llm``'s endpoint, holding one document."""
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
-    kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
-    await asyncio.to_thread(kb.ingest_paths, [docs])
-    app = create_app(settings, kb=kb)
-    return Bot(await aiohttp_client(app), app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+) -> EndpointBot:
+    """Makes the bot on a knowledge base embedded by ``llm``'s endpoint (a slow one is
+    waited for 120 s), holding one document; keyword arguments are more settings."""
+
+    async def make(**more: Any) -> Bot:
+        settings = settings_for(
+            data_dir=tmp_path / "kb",
+            embedding_model="openai:test-embed",
+            embedding_base_url=llm.url,
+            embedding_timeout=120.0,
+            **more,
+        )
+        docs = tmp_path / "docs"
+        docs.mkdir()
+        (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+        kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
+        await asyncio.to_thread(kb.ingest_paths, [docs])
+        app = create_app(settings, kb=kb)
+        client = await aiohttp_client(app)  # its own tasks are the bot's from the start
+        return Bot(client, app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+
+    return make
 
 
 def _final_for(bot: Bot, name: str) -> str | None:
