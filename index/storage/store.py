@@ -686,7 +686,8 @@ class Store:
     def passages_of_lengths(self, counts: Collection[int]) -> Iterator[tuple[int, str]]:
         """``(document_id, content)`` of every passage of the indexed documents of one of
         ``counts`` chunks, each document's in order: those whose text can be another's
-        passage for passage. Read as they come, never all held at once."""
+        passage for passage. Yielded one by one: the caller keeps a digest of each document,
+        not its text."""
         if not counts:
             return
         marks = ", ".join("?" for _ in counts)
