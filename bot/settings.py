@@ -202,8 +202,9 @@ class Settings(BaseSettings):
     embedding_timeout: float = _setting(
         DEFAULT_EMBEDDING_TIMEOUT,
         "KB_EMBEDDING_TIMEOUT",
-        "Seconds one request to the embeddings endpoint may take in all, its retries and their back-off included.",
+        "Seconds one request to the embeddings endpoint may take in all, its retries and their back-off included. At most 86400 (a day): a wait longer than that is no time limit, and past about 292 years the operating system cannot wait at all.",
         gt=0,
+        le=86400,
     )
     embedding_max_retries: int = _setting(
         DEFAULT_EMBEDDING_MAX_RETRIES,
@@ -264,8 +265,9 @@ class Settings(BaseSettings):
     extract_timeout: float = _setting(
         DEFAULT_EXTRACT_TIMEOUT,
         "KB_EXTRACT_TIMEOUT",
-        "Seconds one document may take to read into text (wall clock and processor time); a slower one is stopped and fails, naming this setting. Tesseract's time on scanned pages is counted too (KB_OCR_TIMEOUT also bounds each page): a scan over it fails or keeps the pages read in time.",
+        "Seconds one document may take to read into text (wall clock and processor time); a slower one is stopped and fails, naming this setting. Tesseract's time on scanned pages is counted too (KB_OCR_TIMEOUT also bounds each page): a scan over it fails or keeps the pages read in time. At most 86400 (a day): a wait longer than that is no time limit, and past about 292 years the operating system cannot wait at all.",
         gt=0,
+        le=86400,
     )
     extract_workers: int = _setting(
         DEFAULT_EXTRACT_WORKERS,
@@ -303,8 +305,9 @@ class Settings(BaseSettings):
     failed_retention_days: float = _setting(
         DEFAULT_FAILED_RETENTION_DAYS,
         "KB_FAILED_RETENTION_DAYS",
-        "Days a failed document (its row and stored original) is kept so it can be retried; then it is deleted, at start-up or after an upload.",
+        "Days a failed document (its row and stored original) is kept so it can be retried; then it is deleted, at start-up or after an upload. At most 36500 (100 years), as KB_LINK_TTL_DAYS.",
         ge=0,
+        le=36_500,
     )
     ocr_language: str = _setting(
         DEFAULT_OCR_LANGUAGE,
@@ -314,8 +317,9 @@ class Settings(BaseSettings):
     ocr_timeout: float = _setting(
         DEFAULT_OCR_PAGE_TIMEOUT,
         "KB_OCR_TIMEOUT",
-        "Seconds OCR may spend on one scanned page, all its images together, within the document's KB_EXTRACT_TIMEOUT; a slower page is left unread, marked in the text, and a PDF with no other text fails, naming this setting.",
+        "Seconds OCR may spend on one scanned page, all its images together, within the document's KB_EXTRACT_TIMEOUT; a slower page is left unread, marked in the text, and a PDF with no other text fails, naming this setting. At most 86400 (a day), as KB_EXTRACT_TIMEOUT.",
         gt=0,
+        le=86400,
     )
     ocr_max_pages: int = _setting(
         DEFAULT_OCR_MAX_PAGES,
@@ -348,27 +352,28 @@ class Settings(BaseSettings):
     keep_margin: float = _setting(
         DEFAULT_KEEP_MARGIN,
         "KB_KEEP_MARGIN",
-        "Cosine distance within which a passage past KB_TOP_K must be of the best one to be kept too.",
+        "Cosine distance within which a passage past KB_TOP_K must be of the best one to be kept too. At most 2, the largest cosine distance.",
         ge=0,
+        le=MAX_COSINE_DISTANCE,
     )
     sentence_weight: float = _setting(
         DEFAULT_SENTENCE_WEIGHT,
         "KB_SENTENCE_WEIGHT",
-        "Once a question passes the gate, its passages are ordered with their best sentence's similarity weighted this much beside the passage's own (dense 1, BM25 0.5). 0 turns it off; the gate never uses it.",
+        "Once a question passes the gate, its passages are ordered with their best sentence's similarity weighted this much beside the passage's own (dense 1, BM25 0.5). 0 turns it off; the gate never uses it. At most 10, ten times the passage's own similarity.",
         ge=0,
         le=10,
     )
     proximity_weight: float = _setting(
         DEFAULT_PROXIMITY_WEIGHT,
         "KB_PROXIMITY_WEIGHT",
-        "In that order, the share of the question's terms a passage holds together (its best window of about two sentences, 0 to 1) is weighted this much too. 0 turns it off; the gate never uses it.",
+        "In that order, the share of the question's terms a passage holds together (its best window of about two sentences, 0 to 1) is weighted this much too. 0 turns it off; the gate never uses it. At most 10, ten times the passage's own similarity.",
         ge=0,
         le=10,
     )
     latent_weight: float = _setting(
         DEFAULT_LATENT_WEIGHT,
         "KB_LATENT_WEIGHT",
-        "With a model that has a sparse head (multilingual), the similarity of a passage's latent terms to the question's (features of the model that hold across languages, 0 to 1 over the candidates) is weighted this much too in that order; each passage's are stored at ingest and a question's computed only once it passes the gate (about one more query embedding). 0 turns it off and stops storing them; other models have none.",
+        "With a model that has a sparse head (multilingual), the similarity of a passage's latent terms to the question's (features of the model that hold across languages, 0 to 1 over the candidates) is weighted this much too in that order; each passage's are stored at ingest and a question's computed only once it passes the gate (about one more query embedding). 0 turns it off and stops storing them; other models have none. At most 10, ten times the passage's own similarity.",
         ge=0,
         le=10,
     )
@@ -380,14 +385,14 @@ class Settings(BaseSettings):
     threshold: float | None = _setting(
         None,
         "KB_THRESHOLD",
-        "Refusal gate: a question is answered only when its closest passage is at most this cosine distance away; if none is that close the model is not called (see KB_RELATED_THRESHOLD). Unset: the running model's calibrated value (all-MiniLM-L6-v2: 0.475; multilingual: see docs/evaluation.md). Used only with the model KB_THRESHOLD_MODEL names, when that is set.",
+        "Refusal gate: a question is answered only when its closest passage is at most this cosine distance away; if none is that close the model is not called (see KB_RELATED_THRESHOLD). Unset: the running model's calibrated value (all-MiniLM-L6-v2: 0.475; multilingual: see docs/evaluation.md). Used only with the model KB_THRESHOLD_MODEL names, when that is set. At most 2, the largest cosine distance.",
         ge=0,
         le=MAX_COSINE_DISTANCE,
     )
     related_threshold: float | None = _setting(
         None,
         "KB_RELATED_THRESHOLD",
-        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 4 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Once the closest passage passes KB_THRESHOLD, the answer is written from its first KB_TOP_K passages closer than this; those of them a KB_RERANKER left out that were too far to pass KB_THRESHOLD are listed beside the answer the same way (never given to the model). At or below KB_THRESHOLD: off. Unset: the running model's calibrated value. `kb calibrate` proposes it.",
+        "Looser threshold for questions nothing passes KB_THRESHOLD for: up to 4 passages closer than this are shown as 'not an answer, possibly related', without calling the model; with none that close the bot says the knowledge base has nothing. Once the closest passage passes KB_THRESHOLD, the answer is written from its first KB_TOP_K passages closer than this; those of them a KB_RERANKER left out that were too far to pass KB_THRESHOLD are listed beside the answer the same way (never given to the model). At or below KB_THRESHOLD: off. Unset: the running model's calibrated value. `kb calibrate` proposes it. At most 2, the largest cosine distance.",
         ge=0,
         le=MAX_COSINE_DISTANCE,
     )
@@ -414,8 +419,9 @@ class Settings(BaseSettings):
     llm_timeout: float = _setting(
         30.0,
         "KB_LLM_TIMEOUT",
-        "Seconds one request to the model may wait on the network (connect, or between two reads).",
+        "Seconds one request to the model may wait on the network (connect, or between two reads). At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
         gt=0,
+        le=86400,
     )
     llm_max_retries: int = _setting(
         1,
@@ -427,14 +433,16 @@ class Settings(BaseSettings):
     llm_first_token_timeout: float = _setting(
         DEFAULT_FIRST_TOKEN_TIMEOUT,
         "KB_LLM_FIRST_TOKEN_TIMEOUT",
-        "Seconds the model may take to start answering before the evidence is shown instead.",
+        "Seconds the model may take to start answering before the evidence is shown instead. At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
         gt=0,
+        le=86400,
     )
     llm_deadline: float = _setting(
         DEFAULT_LLM_DEADLINE,
         "KB_LLM_DEADLINE",
-        "Seconds the whole answer may take, however the model streams it; past that the evidence is shown instead.",
+        "Seconds the whole answer may take, however the model streams it; past that the evidence is shown instead. At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
         gt=0,
+        le=86400,
     )
     reranker: str = _setting(
         "",
@@ -468,8 +476,9 @@ class Settings(BaseSettings):
     viewer_session_hours: float = _setting(
         8.0,
         "KB_VIEWER_SESSION_HOURS",
-        "Hours a Slack sign-in to the viewer lasts before the browser signs in again (KB_VIEWER_AUTH=slack).",
+        "Hours a Slack sign-in to the viewer lasts before the browser signs in again (KB_VIEWER_AUTH=slack). At most 8760 (a year).",
         gt=0,
+        le=8760,
     )
 
     # --- Slack and the server
@@ -518,20 +527,23 @@ class Settings(BaseSettings):
     http_header_timeout: float = _setting(
         DEFAULT_HEADER_TIMEOUT,
         "KB_HTTP_HEADER_TIMEOUT",
-        "Seconds a client of the web server has to send a whole request head, from opening its connection (or from the first byte of a later request on it); a slower one gets 408 and is closed, one that sent nothing is closed.",
+        "Seconds a client of the web server has to send a whole request head, from opening its connection (or from the first byte of a later request on it); a slower one gets 408 and is closed, one that sent nothing is closed. At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
         gt=0,
+        le=86400,
     )
     http_body_timeout: float = _setting(
         DEFAULT_BODY_TIMEOUT,
         "KB_HTTP_BODY_TIMEOUT",
-        "Seconds a request's body has to arrive whole after its head, on every route (Slack events, /mcp, the viewer); a slower one gets 408 and its connection is closed.",
+        "Seconds a request's body has to arrive whole after its head, on every route (Slack events, /mcp, the viewer); a slower one gets 408 and its connection is closed. At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
         gt=0,
+        le=86400,
     )
     http_keepalive_timeout: float = _setting(
         DEFAULT_KEEPALIVE_TIMEOUT,
         "KB_HTTP_KEEPALIVE_TIMEOUT",
-        "Seconds an idle connection is kept open between two requests. Keep it longer than the idle timeout of a proxy or load balancer in front of the server.",
+        "Seconds an idle connection is kept open between two requests. Keep it longer than the idle timeout of a proxy or load balancer in front of the server. At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
         gt=0,
+        le=86400,
     )
     http_max_connections: int = _setting(
         DEFAULT_MAX_CONNECTIONS,
@@ -543,8 +555,9 @@ class Settings(BaseSettings):
     sync_seconds: float = _setting(
         1.0,
         "KB_SYNC_SECONDS",
-        "Seconds between two checks of the running server for changes other processes committed (kb ingest, kb rm, kb reindex, another replica); such a change is searchable within about this long.",
+        "Seconds between two checks of the running server for changes other processes committed (kb ingest, kb rm, kb reindex, another replica); such a change is searchable within about this long. At most 86400 (a day).",
         gt=0,
+        le=86400,
     )
     mcp: bool = _setting(
         False,
@@ -591,8 +604,9 @@ class Settings(BaseSettings):
     download_timeout: float = _setting(
         DEFAULT_DOWNLOAD_TIMEOUT,
         "KB_DOWNLOAD_TIMEOUT",
-        "Seconds one file's download from Slack may take in all (asking Slack for it included); a slower one fails with this reason.",
+        "Seconds one file's download from Slack may take in all (asking Slack for it included); a slower one fails with this reason. At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
         gt=0,
+        le=86400,
     )
     max_uploads_per_user: int = _setting(
         DEFAULT_MAX_UPLOADS_PER_USER,
@@ -619,14 +633,16 @@ class Settings(BaseSettings):
     slack_claim_lease: float = _setting(
         DEFAULT_CLAIM_LEASE,
         "KB_SLACK_CLAIM_LEASE",
-        "Seconds a replica's claim on a Slack event or an upload lasts unless renewed: the replica answering renews it every third of this, so a replica that died mid-answer loses it this long after, and Slack's next redelivery is answered by another replica; its uploads are finished by another within this plus KB_UPLOAD_SWEEP_SECONDS. Shorter: a faster hand-over; a replica stalled longer than this may answer beside the one that took over.",
+        "Seconds a replica's claim on a Slack event or an upload lasts unless renewed: the replica answering renews it every third of this, so a replica that died mid-answer loses it this long after, and Slack's next redelivery is answered by another replica; its uploads are finished by another within this plus KB_UPLOAD_SWEEP_SECONDS. Shorter: a faster hand-over; a replica stalled longer than this may answer beside the one that took over. At most 86400 (a day).",
         gt=0,
+        le=86400,
     )
     upload_sweep_seconds: float = _setting(
         DEFAULT_UPLOAD_SWEEP,
         "KB_UPLOAD_SWEEP_SECONDS",
-        "Seconds between two looks of each replica for uploads whose claim lapsed (the replica working on them died): one of them takes such an upload over, edits its status message and finishes its document. Also done at start-up.",
+        "Seconds between two looks of each replica for uploads whose claim lapsed (the replica working on them died): one of them takes such an upload over, edits its status message and finishes its document. Also done at start-up. At most 86400 (a day).",
         gt=0,
+        le=86400,
     )
     canvas_channels: str = _setting(
         "",
@@ -636,8 +652,9 @@ class Settings(BaseSettings):
     canvas_sync_seconds: float = _setting(
         600.0,
         "KB_CANVAS_SYNC_SECONDS",
-        "Seconds between two syncs of the KB_CANVAS_CHANNELS canvases by kb serve (one at start too); 0: only on Slack's file_change and file_deleted events and kb canvases sync.",
+        "Seconds between two syncs of the KB_CANVAS_CHANNELS canvases by kb serve (one at start too); 0: only on Slack's file_change and file_deleted events and kb canvases sync. At most 2592000 (30 days).",
         ge=0,
+        le=2_592_000,
     )
     confluence_token: SecretStr = _setting(
         SecretStr(""),
@@ -662,8 +679,9 @@ class Settings(BaseSettings):
     source_sync_minutes: float = _setting(
         0.0,
         "KB_SOURCE_SYNC_MINUTES",
-        "Minutes between two syncs of each source (kb source add) by kb serve, one replica at a time; a failing source is retried after its Retry-After or back-off and said on /readyz. 0: kb serve syncs none (run kb source sync from a timer instead).",
+        "Minutes between two syncs of each source (kb source add) by kb serve, one replica at a time; a failing source is retried after its Retry-After or back-off and said on /readyz. 0: kb serve syncs none (run kb source sync from a timer instead). At most 43200 (30 days).",
         ge=0,
+        le=43_200,
     )
     default_language: str = _setting(
         DEFAULT_LANGUAGE,

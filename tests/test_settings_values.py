@@ -11,10 +11,14 @@ variable and not echoing the value.
 So is a value past any a real operator could need (``KB_TOP_K=10**30``, a port
 of 99999999, a million reader processes, a byte limit past any memory), which
 crashed or hung later: every integer setting has an upper bound, said in its
-description.
+description. So has every setting of seconds, hours, days or distance:
+``KB_EXTRACT_TIMEOUT=1e10`` failed every document with an ``OverflowError``, a
+wait longer than the operating system can make.
 """
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 from annotated_types import Le
@@ -75,6 +79,9 @@ REFUSED = [
     ("KB_MIN_FREE_BYTES", str(10**30)),
     ("KB_LINK_TTL_DAYS", "36501"),
     ("KB_CHUNK_BUDGET", str(10**9)),
+    ("KB_EXTRACT_TIMEOUT", "1e10"),
+    ("KB_LLM_DEADLINE", "1e300"),
+    ("KB_KEEP_MARGIN", "2.5"),
 ]
 
 # Every integer setting and its bounds: a new one without an upper bound fails here.
@@ -102,6 +109,36 @@ UPPER = {
     "KB_MCP_CALLS_PER_MINUTE": 60_000,
     "KB_MAX_UPLOADS_PER_USER": 1000,
 }
+
+# Every setting of seconds, hours, days or distance, and its bound: the same.
+UPPER_FLOAT = {
+    "KB_EMBEDDING_TIMEOUT": 86_400,
+    "KB_EXTRACT_TIMEOUT": 86_400,
+    "KB_OCR_TIMEOUT": 86_400,
+    "KB_FAILED_RETENTION_DAYS": 36_500,
+    "KB_KEEP_MARGIN": 2,
+    "KB_SENTENCE_WEIGHT": 10,
+    "KB_PROXIMITY_WEIGHT": 10,
+    "KB_LATENT_WEIGHT": 10,
+    "KB_THRESHOLD": 2,
+    "KB_RELATED_THRESHOLD": 2,
+    "KB_LLM_TIMEOUT": 86_400,
+    "KB_LLM_FIRST_TOKEN_TIMEOUT": 86_400,
+    "KB_LLM_DEADLINE": 86_400,
+    "KB_VIEWER_SESSION_HOURS": 8_760,
+    "KB_HTTP_HEADER_TIMEOUT": 86_400,
+    "KB_HTTP_BODY_TIMEOUT": 86_400,
+    "KB_HTTP_KEEPALIVE_TIMEOUT": 86_400,
+    "KB_SYNC_SECONDS": 86_400,
+    "KB_DOWNLOAD_TIMEOUT": 86_400,
+    "KB_SLACK_CLAIM_LEASE": 86_400,
+    "KB_UPLOAD_SWEEP_SECONDS": 86_400,
+    "KB_CANVAS_SYNC_SECONDS": 2_592_000,
+    "KB_SOURCE_SYNC_MINUTES": 43_200,
+}
+
+# What each bound is in seconds, for the settings that are times.
+SECONDS_PER_UNIT = {"HOURS": 3_600, "DAYS": 86_400, "MINUTES": 60}
 
 
 @pytest.mark.parametrize(("env", "value"), REFUSED)
@@ -170,16 +207,43 @@ def test_every_integer_setting_has_an_upper_bound_its_description_gives() -> Non
             assert "At most " in description and str(bounds[_env(field)]) in description, field
 
 
-@pytest.mark.parametrize("env", list(UPPER))
+def test_every_float_setting_has_an_upper_bound_its_description_gives() -> None:
+    bounds = {
+        _env(f): next((m.le for m in f.metadata if isinstance(m, Le)), None)
+        for f in Settings.model_fields.values()
+        if f.annotation in (float, float | None)
+    }
+    assert bounds == UPPER_FLOAT
+    for field in Settings.model_fields.values():
+        if _env(field) in bounds:
+            bound = bounds[_env(field)]
+            assert "At most " in (field.description or ""), field
+            assert f"{bound:.0f}" in (field.description or ""), field
+
+
+def test_every_time_bound_is_a_wait_the_operating_system_can_make() -> None:
+    # threading's waits (a reader's result, a lock) raise OverflowError past TIMEOUT_MAX.
+    not_times = {"KB_KEEP_MARGIN", "KB_THRESHOLD", "KB_RELATED_THRESHOLD"}
+    for env, bound in UPPER_FLOAT.items():
+        if env in not_times or env.endswith("_WEIGHT"):
+            continue
+        unit = next((s for u, s in SECONDS_PER_UNIT.items() if env.endswith(u)), 1)
+        assert bound * unit < threading.TIMEOUT_MAX, env
+
+
+@pytest.mark.parametrize("env", list(UPPER) + list(UPPER_FLOAT))
 def test_each_upper_bound_is_read_as_given_and_one_past_it_is_refused(
     monkeypatch: pytest.MonkeyPatch, env: str
 ) -> None:
     if env == "KB_TOP_K":
         monkeypatch.setenv("KB_MAX_KEPT", str(UPPER["KB_MAX_KEPT"]))
-    monkeypatch.setenv(env, str(UPPER[env]))
+    bound = {**UPPER, **UPPER_FLOAT}[env]
+    if env == "KB_THRESHOLD":
+        monkeypatch.setenv("KB_RELATED_THRESHOLD", str(bound))
+    monkeypatch.setenv(env, str(bound))
     field = next(n for n, f in Settings.model_fields.items() if _env(f) == env)
-    assert getattr(Settings(_env_file=None), field) == UPPER[env]  # type: ignore[call-arg]
-    monkeypatch.setenv(env, str(UPPER[env] + 1))
+    assert getattr(Settings(_env_file=None), field) == bound  # type: ignore[call-arg]
+    monkeypatch.setenv(env, str(bound + 1))
     with pytest.raises(ValidationError) as raised:
         Settings(_env_file=None)  # type: ignore[call-arg]
     assert env in str(raised.value) and "less than or equal to" in str(raised.value)
@@ -193,6 +257,7 @@ def test_each_upper_bound_is_read_as_given_and_one_past_it_is_refused(
         ("KB_EXTRACT_WORKERS", "1000000"),  # processes
         ("KB_MAX_UPLOAD_BYTES", str(10**15)),  # a size
         ("KB_LINK_TTL_DAYS", str(10**9)),  # a time
+        ("KB_EXTRACT_TIMEOUT", "1e10"),  # a wait: failed every document with OverflowError
     ],
 )
 def test_kb_stops_at_start_on_a_value_past_the_bound_naming_the_setting(
