@@ -13,6 +13,9 @@ import io
 import os
 import re
 import secrets
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import zipfile
@@ -476,3 +479,48 @@ def test_tesseract_in_a_reader_runs_one_thread_unless_the_operator_set_a_limit(
     assert _reader_env("/root-of-the-code")["OMP_THREAD_LIMIT"] == "1"
     monkeypatch.setenv("OMP_THREAD_LIMIT", "3")
     assert _reader_env("/root-of-the-code")["OMP_THREAD_LIMIT"] == "3"
+
+
+_HOLDS_A_READER = """
+import sys
+from index.config import ExtractLimits
+from index.ingest.isolated import read_isolated
+read_isolated(b"# Hours\\n\\nEight to six.", "hours.md", limits=ExtractLimits(workers=1),
+              max_bytes=10**6, max_pages=10)
+print("read", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_killed_process_readers_directory_is_removed_by_the_next_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A killed server cannot remove its readers' directories: the next one on the host does.
+    root = Path(__file__).resolve().parents[1]
+    killed = subprocess.Popen(
+        [sys.executable, "-c", _HOLDS_A_READER],
+        cwd=root,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert killed.stdout is not None and killed.stdout.readline() == b"read\n"
+    left = [p for p in tmp_path.iterdir() if f"-{killed.pid}-" in p.name]
+    assert len(left) == 1 and left[0].is_dir()
+    (left[0] / "page-1.png").write_bytes(b"\x89PNG" + bytes(1000))  # as Tesseract leaves
+    killed.kill()
+    killed.wait()
+    # This process's own reader directory, another host's and a link stay.
+    own = tmp_path / left[0].name.replace(f"-{killed.pid}-", f"-{os.getpid()}-")
+    own.mkdir()
+    other_host = tmp_path / f"kb-reader-00000000-{killed.pid}-abc"
+    other_host.mkdir()
+    link = tmp_path / left[0].name.replace(f"-{killed.pid}-", f"-{killed.pid}-link")
+    link.symlink_to(own)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    pool = ReaderPool(1)
+    pool.close()
+
+    assert not left[0].exists()
+    assert own.is_dir() and other_host.is_dir() and link.is_symlink()

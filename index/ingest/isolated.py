@@ -32,7 +32,9 @@ The reader's environment holds no secret (no token, no key): only what
 Python, the extractors and Tesseract need. Before it reads anything it confines
 itself (``index.ingest.sandbox``, ``ExtractLimits.sandbox``): it reads only what
 reading needs, writes only its own temporary directory (made here, removed when
-it stops) and opens no socket.
+it stops) and opens no socket. A directory is named for this host and this
+process; one left by a process that was killed (``SIGKILL``, out of memory)
+is removed when the next process on the host starts its pool.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -47,6 +50,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -232,7 +236,7 @@ class _Reader:
 
     def __init__(self, sandbox: ReaderSandbox, serve_with: str = _SERVE) -> None:
         self.sandbox = sandbox
-        self.temp_dir = tempfile.mkdtemp(prefix="kb-reader-")
+        self.temp_dir = tempfile.mkdtemp(prefix=_temp_prefix(os.getpid()))
         try:
             confinement = sandbox.confinement(self.temp_dir)
         except BaseException:
@@ -523,6 +527,7 @@ class ReaderPool:
         self._held: Counter[str] = Counter()
         self._queues: dict[str, deque[_Ticket]] = {}  # each waiting owner's tickets, in turn order
         self._closed = False
+        remove_killed_readers_dirs()
 
     def waiting(self) -> int:
         """How many reads wait for a reader."""
@@ -657,6 +662,54 @@ def _stop(reader: _Reader) -> None:
     except subprocess.TimeoutExpired:
         reader.kill()
     reader.close()  # exited: its temporary directory goes
+
+
+def _temp_prefix(pid: int) -> str:
+    """The start of the name of a temporary directory of a reader of process ``pid``."""
+    return f"{_host_prefix()}{pid}-"
+
+
+def _host_prefix() -> str:
+    """The start of the names of this host's readers' directories: another host (a
+    container) sharing the temporary directory is never mistaken for this one."""
+    host = hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
+    return f"kb-reader-{host}-"
+
+
+def remove_killed_readers_dirs() -> list[Path]:
+    """Remove the temporary directories of this host's readers whose process is gone; return them.
+
+    A process stopped in order removes its readers' directories; one killed
+    (``SIGKILL``, out of memory) cannot, and a scan read by Tesseract leaves its
+    page images there. A directory of a running process, of another host or of
+    another user, or a link, stays.
+    """
+    removed = []
+    prefix = _host_prefix()
+    for path in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = path.name.removeprefix(prefix).split("-", 1)[0]
+        if not pid.isdigit() or _running(int(pid)):
+            continue
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if not path.is_dir() or path.is_symlink() or info.st_uid != os.getuid():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _display_name(filename: str) -> str:
