@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from bot.slack import messages
+
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
@@ -83,7 +85,8 @@ async def test_a_flood_of_one_persons_questions_never_holds_back_anothers_answer
     assert len(bot.llm.held_completions) == PER_PERSON, "A's questions at the model"
     assert at_the_model() == PER_PERSON
     assert _notices(bot, OTHER_DM) == []  # B is never told to wait for A's load
-    assert len(_notices(bot, DM_CHANNEL_ID)) == ASKED_BY_A - PER_PERSON
+    told = messages.question_waiting_for_yours(PER_PERSON)
+    assert _notices(bot, DM_CHANNEL_ID) == [told] * (ASKED_BY_A - PER_PERSON)
 
     bot.llm.release_completions()
     await bot.answer(1 + ASKED_BY_A, timeout=WAIT_S)

@@ -58,6 +58,7 @@ from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.words import Words, words_for
 from core.answer import Engine
 from core.errors import LinkSecretUnavailable
+from core.lines import PersonLines, Place
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import Added, KnowledgeBase
 from index.models import DocState, Publish
@@ -74,7 +75,6 @@ __all__ = [
     "SlackFile",
     "StatusMessage",
     "Uploader",
-    "UserSlots",
     "check_download_url",
     "download",
 ]
@@ -362,77 +362,6 @@ async def post_status(
     return StatusMessage(client, places[-1][0], None, places[-1][1])
 
 
-class UserSlots:
-    """At most ``per_user`` uploads of one person at a time; the others wait their turn.
-
-    A place is taken when the upload arrives (:meth:`take`, no waiting), so a
-    person's files start in the order they were sent, whatever order their tasks
-    run their first steps in. Only people with uploads in flight are remembered.
-    """
-
-    def __init__(self, per_user: int) -> None:
-        self.per_user = max(1, per_user)
-        self._lines: dict[str, list[UploadPlace]] = {}  # holding a slot, then waiting, in order
-
-    def take(self, user: str) -> UploadPlace:
-        """A place in ``user``'s line, behind their earlier uploads."""
-        place = UploadPlace(self, user)
-        self._lines.setdefault(user, []).append(place)
-        return place
-
-    def may_start(self, place: UploadPlace) -> bool:
-        """Whether ``place`` is among its person's first ``per_user``."""
-        line = self._lines.get(place.user, [])
-        return place in line[: self.per_user]
-
-    def leave(self, place: UploadPlace) -> None:
-        """Take ``place`` out of its line and wake the places that may start now."""
-        line = self._lines.get(place.user, [])
-        if place not in line:
-            return
-        line.remove(place)
-        if not line:
-            del self._lines[place.user]
-        for ahead in line[: self.per_user]:
-            ahead.turn.set()
-
-
-class UploadPlace:
-    """One upload's place in its person's line (:class:`UserSlots`).
-
-    Left once, whichever comes first: the upload ends (:meth:`hold` exits) or its
-    task ends without having held it (:meth:`leave`, e.g. cancelled before starting).
-    """
-
-    def __init__(self, slots: UserSlots, user: str) -> None:
-        self.slots = slots
-        self.user = user
-        self.turn = asyncio.Event()
-
-    @property
-    def waits(self) -> bool:
-        """Whether the upload has to wait for one of its person's earlier ones."""
-        return not self.slots.may_start(self)
-
-    @contextlib.asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
-        """Hold the slot once this place's turn comes."""
-        try:
-            while self.waits:
-                self.turn.clear()
-                await self.turn.wait()
-            yield
-        finally:
-            self.leave()
-
-    def leave(self, _task: object = None) -> None:
-        """Leave the line (again: nothing), letting the next upload of the person start.
-
-        Also a task's done callback (``_task``, unused).
-        """
-        self.slots.leave(self)
-
-
 class FairTurns:
     """At most ``slots`` documents indexed at once, handed out round-robin across people.
 
@@ -618,7 +547,7 @@ class Uploader:
         self._session: aiohttp.ClientSession | None = None
         limits = kb.config.extract
         self._turns = FairTurns(limits.pool_size if limits is not None else 1)
-        self._slots = UserSlots(config.max_uploads_per_user)
+        self._slots = PersonLines(config.max_uploads_per_user)
         # Threads of their own, one per turn: documents indexed for minutes never take the
         # threads every question, /readyz and each step of an upload wait for.
         self._indexers: ThreadPoolExecutor | None = None
@@ -849,7 +778,7 @@ class Uploader:
         upload: Upload,
         request: UploadRequest,
         file: SlackFile,
-        place: UploadPlace,
+        place: Place,
     ) -> bool:
         """Take one file as far as it goes; whether it is done (``False``: taken over meanwhile).
 
@@ -915,10 +844,10 @@ class Uploader:
 
     @contextlib.asynccontextmanager
     async def _user_slot(
-        self, place: UploadPlace, status: StatusMessage, file: SlackFile, words: Words
+        self, place: Place, status: StatusMessage, file: SlackFile, words: Words
     ) -> AsyncIterator[None]:
         if place.waits:
-            text = words.upload_waiting_for_yours(file.label(words), self._slots.per_user)
+            text = words.upload_waiting_for_yours(file.label(words), self._slots.per_person)
             await status.show(render_upload_status(text, words=words))
         async with place.hold():
             yield
