@@ -449,6 +449,26 @@ async def test_the_same_file_shared_to_two_replicas_at_once_is_indexed_once_and_
         assert [d.state for d in kb.documents() if d.name == "same.md"] == ["awaiting_approval"]
 
 
+async def test_an_indexing_claim_left_by_a_replica_that_died_lapses_and_the_upload_goes_on(
+    on_the_endpoint: EndpointBot, slack: MockSlackAPI
+) -> None:
+    bot = await on_the_endpoint(slack_claim_lease=REPLICA_LEASE_S)
+    following = max(d.id for d in bot.kb.documents()) + 1  # the upload's document
+    # Left by a replica killed while it indexed the same bytes: never renewed, nor let go.
+    key = f"indexing:{following}"
+    assert bot.kb.store.deliveries.claim([key], lease_seconds=REPLICA_LEASE_S, holder="killed")
+    file = slack.add_file("F0ORPHAN01", "orphan.md", _doc("Orphaned", 3), "text/markdown")
+    await bot.event(file_share_event([file]))
+    await bot.idle(timeout=60)
+
+    statuses = bot.statuses()
+    waited = [i for i, t in enumerate(statuses) if messages.upload_waiting("orphan.md") in t]
+    indexing = [i for i, t in enumerate(statuses) if messages.upload_indexing("orphan.md") in t]
+    assert waited and indexing and waited[0] < indexing[-1], statuses
+    (document,) = [d for d in bot.kb.documents() if d.name == "orphan.md"]
+    assert (document.id, document.state) == (following, "awaiting_approval")
+
+
 async def test_a_retry_while_an_upload_of_the_same_bytes_indexes_them_waits_and_tells_the_end(
     on_the_endpoint: EndpointBot,
     slack: MockSlackAPI,

@@ -17,6 +17,13 @@ all, so one person's slow document never holds up another's upload. Each
 document is read into text in a reader process with memory and time limits
 (``index.ingest.isolated``).
 
+The same bytes are one document, indexed by one upload at a time: in this
+process (a lock per document) and across replicas sharing the store (a claim on
+``indexing:<document id>`` in it, a lease like a Slack delivery's). An upload
+that finds it held shows its uploader that it waits, and then tells them what
+became of the document; a claim whose replica died lapses, and the waiting
+upload indexes the document itself.
+
 Downloads run outside the indexing slots, each within a total deadline
 (``KB_DOWNLOAD_TIMEOUT``), and one person has at most
 ``KB_MAX_UPLOADS_PER_USER`` files downloading or indexing at a time (their
@@ -899,11 +906,12 @@ class Uploader:
         """Index the stored file; the same bytes uploaded meanwhile by someone else wait for
         that upload and are told what became of it (indexed once, the admins asked once)."""
         row = added.document
-        async with self._one_upload_at_a_time(row.id, lambda: status.show(waiting)):
+        async with self._one_upload_at_a_time(row.id, lambda: status.show(waiting)) as waited:
             try:
-                if added.duplicate:  # as the upload this one waited for left it
+                again = added.duplicate or waited
+                if again:  # as the upload this one waited for left it (here or on a replica)
                     row = await asyncio.to_thread(self.kb.document, row.id)
-                if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
+                if again and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
                     return _settled_status(row, words, duplicate=True)
                 shown = words.upload_indexing(escape(row.name))
                 await status.show(render_upload_status(shown, words=words))
@@ -915,21 +923,50 @@ class Uploader:
     @contextlib.asynccontextmanager
     async def _one_upload_at_a_time(
         self, document_id: int, on_wait: Callable[[], Awaitable[Any]]
-    ) -> AsyncIterator[None]:
-        """Hold ``document_id`` for one upload; ``on_wait`` is awaited first when it must wait."""
+    ) -> AsyncIterator[bool]:
+        """Hold ``document_id`` for one upload, in this process and then in the store every
+        replica shares (:meth:`_indexing_claim`); ``on_wait`` is awaited first (once) when it
+        must wait. Yields whether it waited for another upload: the document may be decided."""
         lock, wanted = self._documents.get(document_id, (asyncio.Lock(), 0))
         self._documents[document_id] = (lock, wanted + 1)
         try:
-            if lock.locked():
+            waited = lock.locked()
+            if waited:
                 await on_wait()
-            async with lock:
-                yield
+            claimed = self._indexing_claim(document_id, None if waited else on_wait)
+            async with lock, claimed as there:
+                yield waited or there
         finally:
             lock, wanted = self._documents[document_id]
             if wanted > 1:
                 self._documents[document_id] = (lock, wanted - 1)
             else:
                 del self._documents[document_id]
+
+    @contextlib.asynccontextmanager
+    async def _indexing_claim(
+        self, document_id: int, on_wait: Callable[[], Awaitable[Any]] | None
+    ) -> AsyncIterator[bool]:
+        """The store's claim on indexing ``document_id``; yields whether another replica held it.
+
+        The same bytes shared to two replicas at once are one document: the replica
+        that claims it first indexes it, and the other waits, asking again every third
+        of the lease (``KB_SLACK_CLAIM_LEASE``), until the holder lets go (done, however
+        it ended) or its claim lapses (its process died: this one takes over). A store
+        that cannot record the claim is logged and the document indexed all the same.
+        """
+        keys = [f"indexing:{document_id}"]
+        claim = await self.deliveries.take(keys)
+        waited = claim is None
+        if waited and on_wait is not None:
+            await on_wait()
+        while claim is None:
+            await self.deliveries.sleep(self.deliveries.lease_seconds / 3)
+            claim = await self.deliveries.take(keys)
+        try:
+            yield waited
+        finally:
+            await claim.let_go()
 
     async def _resume(
         self,
@@ -946,8 +983,12 @@ class Uploader:
         where another process left it (``KnowledgeBase.resume``). An upload of the same
         bytes indexing it meanwhile is waited for, and what it made of it told."""
         try:
-            async with self._one_upload_at_a_time(document_id, lambda: status.show(waiting)):
+            async with self._one_upload_at_a_time(
+                document_id, lambda: status.show(waiting)
+            ) as waited:
                 row = await asyncio.to_thread(self.kb.document, document_id)
+                if waited and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
+                    return await self._final_status(status, row, words, user)  # decided meanwhile
                 shown = words.upload_indexing(escape(row.name))
                 await status.show(render_upload_status(shown, words=words))
                 if retry:
