@@ -31,6 +31,10 @@ class PersonLines:
         self._lines.setdefault(person, []).append(place)
         return place
 
+    def in_line(self, person: str) -> int:
+        """How many of ``person``'s things are worked on or waiting."""
+        return len(self._lines.get(person, []))
+
     def may_start(self, place: Place) -> bool:
         """Whether ``place`` is among its person's first ``per_person``."""
         line = self._lines.get(place.person, [])

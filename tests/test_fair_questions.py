@@ -23,7 +23,7 @@ from bot.slack import messages
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
-from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
+from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory, mcp_session  # noqa: E402
 from tests.servers import DM_CHANNEL_ID, USER_ID, message_im_event  # noqa: E402
 
 OTHER_USER = "U0OTHER001"
@@ -92,3 +92,36 @@ async def test_a_flood_of_one_persons_questions_never_holds_back_anothers_answer
     await bot.answer(1 + ASKED_BY_A, timeout=WAIT_S)
     await bot.idle(timeout=WAIT_S)
     assert at_the_model() == ASKED_BY_A
+
+
+async def test_a_persons_questions_wait_for_their_own_on_every_surface_and_for_nobody_elses(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(
+        mcp=True,
+        max_questions_per_user=1,
+        llm_timeout=WAIT_S,
+        llm_deadline=WAIT_S,
+        llm_first_token_timeout=WAIT_S,
+    )
+    line = bot.services.engine.askers
+    bot.llm.hold_completions(_by_a)
+    await bot.event(message_im_event(f"{IN_DOMAIN} (from A, in Slack)", user=USER_ID))
+    await bot.llm.wait_for_held_completions(1, timeout=WAIT_S)
+    async with (
+        mcp_session(bot, "a-agent", USER_ID) as theirs,
+        mcp_session(bot, "b-agent", OTHER_USER) as others,
+    ):
+        asked = {"question": f"{IN_DOMAIN} (from A, through MCP)"}
+        waiting = asyncio.create_task(theirs.call_tool("ask_knowledge_base", asked))
+        await _until(lambda: line.in_line(USER_ID) == 2, lambda: f"{line.in_line(USER_ID)} in line")
+        answered = await others.call_tool("ask_knowledge_base", {"question": IN_DOMAIN})
+
+        assert not answered.is_error, answered
+        assert not waiting.done()
+        assert [_by_a(r["messages"]) for r in bot.llm.requests] == [True, False]
+        bot.llm.release_completions()
+        mine = await asyncio.wait_for(waiting, WAIT_S)
+    assert not mine.is_error, mine
+    assert [_by_a(r["messages"]) for r in bot.llm.requests] == [True, False, True]
+    assert line.in_line(USER_ID) == 0
