@@ -440,7 +440,7 @@ class Settings(BaseSettings):
     max_questions_per_user: int = _setting(
         DEFAULT_MAX_QUESTIONS_PER_ASKER,
         "KB_MAX_QUESTIONS_PER_USER",
-        "Questions of one person searched and answered at a time, on every surface together (Slack, MCP); their further questions wait for these in the order asked (in Slack they are told so), and nobody else's question waits behind them. At most 100: a cap past the parallel requests a model server serves holds nothing back.",
+        "Questions of one person searched and answered at a time, on every surface together (Slack, MCP; each replica counts its own); their further questions wait for these in the order asked (in Slack they are told so), and nobody else's question waits behind them. At most 100: a cap past the parallel requests a model server serves holds nothing back.",
         ge=1,
         le=100,
     )
