@@ -4,7 +4,8 @@ A surface (Slack today) turns its payload into a :class:`Turn` and hands a
 :class:`Reply` that knows how to show things there; :class:`Conversation`
 does the rest in the same order everywhere: help for an empty question, a
 refusal of one longer than ``core.answer.MAX_QUESTION_CHARS`` (read by nothing), a
-progress indicator, the thread's earlier messages as history (as the surface
+progress indicator, a word that the question waits when its asker has as many
+being answered as one person may (``KB_MAX_QUESTIONS_PER_USER``), the thread's earlier messages as history (as the surface
 has the thread, else as the query log has it), the steps of the work as the
 engine reaches them (a surface may show them or not), the engine's
 answer streamed at a bounded rate (by the conversation, or by a surface that
@@ -49,6 +50,10 @@ class Reply(Protocol):
 
     async def progress(self) -> None:
         """Show that the question is being worked on (kept until the first text or ``final``)."""
+
+    async def waiting(self, per_asker: int) -> None:
+        """The asker has ``per_asker`` questions being answered already: say this one waits
+        for them (it starts as one of them ends)."""
 
     def paces_itself(self) -> bool:
         """Whether :meth:`partial` takes every piece and decides itself how often to show one.
@@ -154,6 +159,7 @@ class Conversation:
                 on_step=reply.step,
                 outside=turn.outside,
                 quote_outside=turn.read_alone,
+                on_wait=reply.waiting,
             )
         except asyncio.CancelledError:
             if not asked:

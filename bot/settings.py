@@ -55,6 +55,7 @@ from core.config import (
     DEFAULT_LINK_TTL_DAYS,
     DEFAULT_LLM_DEADLINE,
     DEFAULT_MAX_KEPT,
+    DEFAULT_MAX_QUESTIONS_PER_ASKER,
     DEFAULT_PROXIMITY_WEIGHT,
     DEFAULT_SENTENCE_WEIGHT,
     DEFAULT_TOP_K,
@@ -443,6 +444,13 @@ class Settings(BaseSettings):
         "Seconds the whole answer may take, however the model streams it; past that the evidence is shown instead. At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
         gt=0,
         le=86400,
+    )
+    max_questions_per_user: int = _setting(
+        DEFAULT_MAX_QUESTIONS_PER_ASKER,
+        "KB_MAX_QUESTIONS_PER_USER",
+        "Questions of one person searched and answered at a time, on every surface together (Slack, MCP; each replica counts its own); their further questions wait for these in the order asked (in Slack they are told so), and nobody else's question waits behind them. At most 100: a cap past the parallel requests a model server serves holds nothing back.",
+        ge=1,
+        le=100,
     )
     reranker: str = _setting(
         "",
@@ -886,6 +894,7 @@ class Settings(BaseSettings):
                 first_token_timeout=self.llm_first_token_timeout,
                 deadline=self.llm_deadline,
             ),
+            max_questions_per_asker=self.max_questions_per_user,
         )
 
     def slack_config(self) -> SlackConfig:

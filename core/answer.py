@@ -32,7 +32,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -43,6 +43,7 @@ from core.citations import resolve_citations
 from core.config import EngineConfig
 from core.errors import LinkSecretUnavailable, LLMUnavailable
 from core.gate import related
+from core.lines import PersonLines
 from core.links import LinkSigner, passage_url
 from core.llm import LLM, OnDelta
 from core.outside import Found, Outside, OutsideRef, OutsideSearch, close_passages
@@ -132,6 +133,8 @@ class Step:
 
 
 OnStep = Callable[[Step], Awaitable[None]]
+OnWait = Callable[[int], Awaitable[None]]
+"""Called with the cap when a question waits for its asker's own earlier ones."""
 """Called with each :class:`Step` as the work on a question reaches it."""
 
 
@@ -249,6 +252,8 @@ class Engine:
         # Follows a question started, held to their end even when it is stopped (``_followed``).
         self._follows: set[asyncio.Future[bool]] = set()
         self._own_backend = backend is None
+        # Each asker's questions in flight, a few at a time (``core.lines``).
+        self.askers = PersonLines(config.max_questions_per_asker)
 
     def follow_model(self, config: EngineConfig) -> None:
         """Search the index of the model ``kb`` now runs, at that model's thresholds (``config``).
@@ -290,6 +295,7 @@ class Engine:
         on_step: OnStep | None = None,
         outside: OutsideSearch | None = None,
         quote_outside: bool = False,
+        on_wait: OnWait | None = None,
     ) -> Answer:
         """Answer ``question`` from the passages visible to ``scopes`` (``None``: all).
 
@@ -305,6 +311,12 @@ class Engine:
             outside: also searches there, as the asker (``core.outside``).
             quote_outside: the asker alone reads the answer: what ``outside``
                 finds close may be given to the model as sources.
+            on_wait: awaited with the cap once, when the question must wait.
+
+        At most ``config.max_questions_per_asker`` questions of one asker
+        (``asker.user``) are searched and answered at a time, on every surface
+        together; a further one waits for them, in the order asked, and nobody
+        else's question waits behind them (a question with no user does not wait).
 
         Cancelled (the asker stopped it), the question is logged as ``stopped``
         with what was written so far, and the cancellation goes on.
@@ -317,13 +329,21 @@ class Engine:
         history = [replace(m, text=well_formed(m.text)) for m in history]
         trace = _Trace()
         search = _OutsideSearch(outside, question, quote=quote_outside)
+        place = self.askers.take(asker.user) if asker.user else None
         try:
-            answer = await self._answer(question, scopes, history, on_delta, on_step, trace, search)
+            if place is not None and place.waits and on_wait is not None:
+                await on_wait(self.askers.per_person)
+            async with place.hold() if place is not None else nullcontext():
+                answer = await self._answer(
+                    question, scopes, history, on_delta, on_step, trace, search
+                )
         except asyncio.CancelledError:
             await asyncio.to_thread(self._log_stopped, question, trace, scopes, asker)
             raise
         finally:
             search.cancel()
+            if place is not None:
+                place.leave()  # cancelled before its turn came: the next may start
         answer.query_id = await asyncio.to_thread(
             self._log, answer, trace.candidates, scopes, asker
         )

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_TOP_K = 4
+# Questions of one person answered at a time: a question and a follow-up in
+# another thread or surface go together, a flood waits behind its own first ones.
+DEFAULT_MAX_QUESTIONS_PER_ASKER = 3
 # Set from the bundled evaluation set (studies/2026-11-29-shipped-threshold.md,
 # docs/evaluation.md "Thresholds per model"): the largest
 # threshold whose bluff rate on its out-of-domain questions is at most 10 %.
@@ -91,6 +94,8 @@ class EngineConfig:
         link_secret: signs citation links; empty: a secret kept in the data dir.
         link_ttl_days: how long a citation link stays valid.
         llm: the model endpoint.
+        max_questions_per_asker: questions of one asker answered at a time; their
+            further ones wait behind these (``core.lines``), nobody else's do.
     """
 
     top_k: int = DEFAULT_TOP_K
@@ -108,3 +113,4 @@ class EngineConfig:
     link_secret: str = field(default="", repr=False)
     link_ttl_days: int = DEFAULT_LINK_TTL_DAYS
     llm: LLMConfig = field(default_factory=LLMConfig)
+    max_questions_per_asker: int = DEFAULT_MAX_QUESTIONS_PER_ASKER

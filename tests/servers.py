@@ -2264,6 +2264,11 @@ class OpenAICompatServer(_LocalServer):
         self.embedding_dim = 64
         self.retry_after: float | None = None
         """When set, a failure answer carries this ``Retry-After`` (seconds)."""
+        self._at_once: asyncio.Semaphore | None = None
+        self._held_if: Callable[[list[JSONDict]], bool] | None = None
+        self._completions_gate = asyncio.Event()
+        self.held_completions: list[JSONDict] = []
+        """The completion requests held open (:meth:`hold_completions`), in the order held."""
 
     @property
     def url(self) -> str:
@@ -2354,6 +2359,37 @@ class OpenAICompatServer(_LocalServer):
         self.embedding_requests.clear()
         self.embedding_dim = 64
         self.retry_after = None
+        self._at_once = None
+        self.release_completions()
+        self.held_completions.clear()
+
+    def answer_at_once(self, count: int | None) -> None:
+        """Work on at most ``count`` completion requests at a time, the others waiting their
+        turn in order of arrival (a model server's parallel slots); ``None``: no limit."""
+        self._at_once = asyncio.Semaphore(count) if count is not None else None
+
+    def hold_completions(self, which: Callable[[list[JSONDict]], bool]) -> None:
+        """Hold the completion requests whose ``messages`` ``which`` picks, once they have a
+        slot (:meth:`answer_at_once`), until :meth:`release_completions`; the others are answered."""
+        self._held_if = which
+        self._completions_gate = asyncio.Event()
+
+    def release_completions(self) -> None:
+        """Answer the held completion requests, and stop holding."""
+        self._held_if = None
+        self._completions_gate.set()
+
+    async def wait_for_held_completions(
+        self, count: int = 1, timeout: float = WAIT_SECONDS
+    ) -> list[JSONDict]:
+        """Wait until ``count`` completion requests are being held; return them all."""
+        await _wait_until(
+            lambda: len(self.held_completions) >= count,
+            self._cond,
+            timeout,
+            lambda: f"expected {count} held completion(s), got {len(self.held_completions)}",
+        )
+        return self.held_completions
 
     def hold_embeddings(self) -> None:
         """Hold every embedding request open, nothing answered, until :meth:`release_embeddings`.
@@ -2462,7 +2498,19 @@ class OpenAICompatServer(_LocalServer):
             return self._error(
                 400, "'messages' must be a non-empty array.", "invalid_request_error"
             )
+        if self._at_once is None:
+            return await self._completion(request, body)
+        async with self._at_once:
+            return await self._completion(request, body)
 
+    async def _completion(self, request: web.Request, body: JSONDict) -> web.StreamResponse:
+        """The reply to a well-formed completion request, once any hold let it go."""
+        if self._held_if is not None and self._held_if(body["messages"]):
+            gate = self._completions_gate
+            self.held_completions.append(body)
+            async with self._cond:
+                self._cond.notify_all()
+            await gate.wait()
         reply = self._reply(body["messages"]) if callable(self._reply) else self._reply
         model = str(body.get("model") or self.model)
         completion_id = "chatcmpl-" + _next_id("")

@@ -77,6 +77,9 @@ REPLICA_SETTINGS = {
     "KB_SLACK_STREAMING": "off",
     "KB_LLM_MAX_RETRIES": "0",
     "KB_SLACK_CLAIM_LEASE": str(CLAIM_LEASE_S),
+    # One person asks every question at once, and none waits for their own: each thread
+    # then holds the answer alone (a question waiting is told so: test_fair_questions.py).
+    "KB_MAX_QUESTIONS_PER_USER": "10",
 }
 # KB_SYNC_SECONDS plus one incremental refresh of a few chunks (docs/benchmarks.md), with
 # room for a 2-core machine running three replicas and other tests.

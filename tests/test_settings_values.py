@@ -108,6 +108,7 @@ UPPER = {
     "KB_HTTP_MAX_CONNECTIONS": 1_048_576,
     "KB_MCP_CALLS_PER_MINUTE": 60_000,
     "KB_MAX_UPLOADS_PER_USER": 1000,
+    "KB_MAX_QUESTIONS_PER_USER": 100,
 }
 
 # Every setting of seconds, hours, days or distance, and its bound: the same.

@@ -49,6 +49,9 @@ from tests.servers import (  # noqa: E402
 
 OTHER_USER = "U0OTHER001"
 ANSWER = "Here is what the documents say"
+# Short, so that a claim let go or lapsed is seen soon; long enough that a live replica's
+# renewals, late on a loaded machine, still hold it.
+REPLICA_LEASE_S = 3.0
 
 
 def _doc(title: str, n: int = 1) -> bytes:
@@ -382,6 +385,88 @@ async def test_the_same_file_shared_by_two_people_at_once_is_indexed_once_and_as
     duplicate = messages.upload_awaiting_duplicate("same.md")
     assert any(duplicate in t for t in bot.statuses()), bot.statuses()
     assert [d.state for d in bot.kb.documents() if d.name == "same.md"] == ["awaiting_approval"]
+
+
+async def test_the_same_file_shared_to_two_replicas_at_once_is_indexed_once_and_asked_once(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+    database_url: str,
+) -> None:
+    """Two replicas on one store (one SQLite data dir; Postgres with a data dir each): the
+    second to get the bytes waits for the first's indexing and tells what became of it."""
+    admin = "U0ADMIN001"
+
+    async def replica(name: str) -> Bot:
+        settings = settings_for(
+            data_dir=tmp_path / (name if database_url else "kb"),
+            database_url=database_url,
+            embedding_model="openai:test-embed",
+            embedding_base_url=llm.url,
+            embedding_timeout=120.0,
+            slack_claim_lease=REPLICA_LEASE_S,
+            admin_users=admin,
+        )
+        kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
+        if name == "a":  # the store's first document: its vectors' size
+            docs = tmp_path / "docs"
+            docs.mkdir()
+            (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+            await asyncio.to_thread(kb.ingest_paths, [docs])
+        client = await aiohttp_client(create_app(settings, kb=kb))
+        return Bot(client, client.app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+
+    first_replica = await replica("a")
+    second_replica = await replica("b")
+    llm.hold_embeddings()
+    data = _doc("Shared to two replicas", 3)
+    first = slack.add_file("F0REPL0001", "same.md", data, "text/markdown")
+    second = slack.add_file("F0REPL0002", "copy.md", data, "text/markdown", user=OTHER_USER)
+    await first_replica.event(file_share_event([first]))
+    await llm.wait_for_held_embeddings(1)
+    await second_replica.event(file_share_event([second], user=OTHER_USER))
+    waiting = messages.upload_waiting("copy.md")
+    # It waits for the first replica (or, as it used to, is embedded beside it).
+    await _wait(
+        lambda: (
+            any(waiting in t for t in second_replica.statuses()) or llm.held_embedding_requests > 1
+        ),
+        timeout=30,
+    )
+    llm.release_embeddings()
+    await second_replica.idle(timeout=60)  # the first's work too (started after its own start)
+
+    assert llm.held_embedding_requests == 1, "the same bytes were embedded twice"
+    asked = [c for c in slack.calls("chat.postMessage") if c.get("channel") == admin]
+    assert len(asked) == 1, asked
+    statuses = first_replica.statuses()
+    finals = [t for t in statuses if "sent to the knowledge-base admins" in t]
+    assert len(finals) == 1, statuses
+    assert any(messages.upload_awaiting_duplicate("same.md") in t for t in statuses), statuses
+    for kb in (first_replica.kb, second_replica.kb):
+        assert [d.state for d in kb.documents() if d.name == "same.md"] == ["awaiting_approval"]
+
+
+async def test_an_indexing_claim_left_by_a_replica_that_died_lapses_and_the_upload_goes_on(
+    on_the_endpoint: EndpointBot, slack: MockSlackAPI
+) -> None:
+    bot = await on_the_endpoint(slack_claim_lease=REPLICA_LEASE_S)
+    following = max(d.id for d in bot.kb.documents()) + 1  # the upload's document
+    # Left by a replica killed while it indexed the same bytes: never renewed, nor let go.
+    key = f"indexing:{following}"
+    assert bot.kb.store.deliveries.claim([key], lease_seconds=REPLICA_LEASE_S, holder="killed")
+    file = slack.add_file("F0ORPHAN01", "orphan.md", _doc("Orphaned", 3), "text/markdown")
+    await bot.event(file_share_event([file]))
+    await bot.idle(timeout=60)
+
+    statuses = bot.statuses()
+    waited = [i for i, t in enumerate(statuses) if messages.upload_waiting("orphan.md") in t]
+    indexing = [i for i, t in enumerate(statuses) if messages.upload_indexing("orphan.md") in t]
+    assert waited and indexing and waited[0] < indexing[-1], statuses
+    (document,) = [d for d in bot.kb.documents() if d.name == "orphan.md"]
+    assert (document.id, document.state) == (following, "awaiting_approval")
 
 
 async def test_a_retry_while_an_upload_of_the_same_bytes_indexes_them_waits_and_tells_the_end(

@@ -506,6 +506,21 @@ class SlackReply:
                 "could not post the placeholder in %s: %s", self.channel, slack_failure(exc)
             )
 
+    async def waiting(self, per_asker: int) -> None:
+        """Post, in the thread, that the question waits for the asker's own earlier ones.
+
+        Slack refusing it is logged: the question is answered in its turn all the same.
+        """
+        notice = render_notice(self.words.question_waiting_for_yours(per_asker))
+        try:
+            await self.client.chat_postMessage(
+                channel=self.channel, thread_ts=self.thread_ts, **notice.as_kwargs()
+            )
+        except SLACK_FAILURES as exc:
+            log.info(
+                "could not say in %s that a question waits: %s", self.channel, slack_failure(exc)
+            )
+
     async def _set_status(self) -> bool:
         """The thread's status (``assistant.threads.setStatus``); ``False`` where Slack refuses it.
 

@@ -17,6 +17,13 @@ all, so one person's slow document never holds up another's upload. Each
 document is read into text in a reader process with memory and time limits
 (``index.ingest.isolated``).
 
+The same bytes are one document, indexed by one upload at a time: in this
+process (a lock per document) and across replicas sharing the store (a claim on
+``indexing:<document id>`` in it, a lease like a Slack delivery's). An upload
+that finds it held shows its uploader that it waits, and then tells them what
+became of the document; a claim whose replica died lapses, and the waiting
+upload indexes the document itself.
+
 Downloads run outside the indexing slots, each within a total deadline
 (``KB_DOWNLOAD_TIMEOUT``), and one person has at most
 ``KB_MAX_UPLOADS_PER_USER`` files downloading or indexing at a time (their
@@ -58,6 +65,7 @@ from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.words import Words, words_for
 from core.answer import Engine
 from core.errors import LinkSecretUnavailable
+from core.lines import PersonLines, Place
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import Added, KnowledgeBase
 from index.models import DocState, Publish
@@ -74,7 +82,6 @@ __all__ = [
     "SlackFile",
     "StatusMessage",
     "Uploader",
-    "UserSlots",
     "check_download_url",
     "download",
 ]
@@ -362,77 +369,6 @@ async def post_status(
     return StatusMessage(client, places[-1][0], None, places[-1][1])
 
 
-class UserSlots:
-    """At most ``per_user`` uploads of one person at a time; the others wait their turn.
-
-    A place is taken when the upload arrives (:meth:`take`, no waiting), so a
-    person's files start in the order they were sent, whatever order their tasks
-    run their first steps in. Only people with uploads in flight are remembered.
-    """
-
-    def __init__(self, per_user: int) -> None:
-        self.per_user = max(1, per_user)
-        self._lines: dict[str, list[UploadPlace]] = {}  # holding a slot, then waiting, in order
-
-    def take(self, user: str) -> UploadPlace:
-        """A place in ``user``'s line, behind their earlier uploads."""
-        place = UploadPlace(self, user)
-        self._lines.setdefault(user, []).append(place)
-        return place
-
-    def may_start(self, place: UploadPlace) -> bool:
-        """Whether ``place`` is among its person's first ``per_user``."""
-        line = self._lines.get(place.user, [])
-        return place in line[: self.per_user]
-
-    def leave(self, place: UploadPlace) -> None:
-        """Take ``place`` out of its line and wake the places that may start now."""
-        line = self._lines.get(place.user, [])
-        if place not in line:
-            return
-        line.remove(place)
-        if not line:
-            del self._lines[place.user]
-        for ahead in line[: self.per_user]:
-            ahead.turn.set()
-
-
-class UploadPlace:
-    """One upload's place in its person's line (:class:`UserSlots`).
-
-    Left once, whichever comes first: the upload ends (:meth:`hold` exits) or its
-    task ends without having held it (:meth:`leave`, e.g. cancelled before starting).
-    """
-
-    def __init__(self, slots: UserSlots, user: str) -> None:
-        self.slots = slots
-        self.user = user
-        self.turn = asyncio.Event()
-
-    @property
-    def waits(self) -> bool:
-        """Whether the upload has to wait for one of its person's earlier ones."""
-        return not self.slots.may_start(self)
-
-    @contextlib.asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
-        """Hold the slot once this place's turn comes."""
-        try:
-            while self.waits:
-                self.turn.clear()
-                await self.turn.wait()
-            yield
-        finally:
-            self.leave()
-
-    def leave(self, _task: object = None) -> None:
-        """Leave the line (again: nothing), letting the next upload of the person start.
-
-        Also a task's done callback (``_task``, unused).
-        """
-        self.slots.leave(self)
-
-
 class FairTurns:
     """At most ``slots`` documents indexed at once, handed out round-robin across people.
 
@@ -618,7 +554,7 @@ class Uploader:
         self._session: aiohttp.ClientSession | None = None
         limits = kb.config.extract
         self._turns = FairTurns(limits.pool_size if limits is not None else 1)
-        self._slots = UserSlots(config.max_uploads_per_user)
+        self._slots = PersonLines(config.max_uploads_per_user)
         # Threads of their own, one per turn: documents indexed for minutes never take the
         # threads every question, /readyz and each step of an upload wait for.
         self._indexers: ThreadPoolExecutor | None = None
@@ -849,7 +785,7 @@ class Uploader:
         upload: Upload,
         request: UploadRequest,
         file: SlackFile,
-        place: UploadPlace,
+        place: Place,
     ) -> bool:
         """Take one file as far as it goes; whether it is done (``False``: taken over meanwhile).
 
@@ -915,10 +851,10 @@ class Uploader:
 
     @contextlib.asynccontextmanager
     async def _user_slot(
-        self, place: UploadPlace, status: StatusMessage, file: SlackFile, words: Words
+        self, place: Place, status: StatusMessage, file: SlackFile, words: Words
     ) -> AsyncIterator[None]:
         if place.waits:
-            text = words.upload_waiting_for_yours(file.label(words), self._slots.per_user)
+            text = words.upload_waiting_for_yours(file.label(words), self._slots.per_person)
             await status.show(render_upload_status(text, words=words))
         async with place.hold():
             yield
@@ -970,11 +906,12 @@ class Uploader:
         """Index the stored file; the same bytes uploaded meanwhile by someone else wait for
         that upload and are told what became of it (indexed once, the admins asked once)."""
         row = added.document
-        async with self._one_upload_at_a_time(row.id, lambda: status.show(waiting)):
+        async with self._one_upload_at_a_time(row.id, lambda: status.show(waiting)) as waited:
             try:
-                if added.duplicate:  # as the upload this one waited for left it
+                again = added.duplicate or waited
+                if again:  # as the upload this one waited for left it (here or on a replica)
                     row = await asyncio.to_thread(self.kb.document, row.id)
-                if added.duplicate and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
+                if again and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
                     return _settled_status(row, words, duplicate=True)
                 shown = words.upload_indexing(escape(row.name))
                 await status.show(render_upload_status(shown, words=words))
@@ -986,21 +923,50 @@ class Uploader:
     @contextlib.asynccontextmanager
     async def _one_upload_at_a_time(
         self, document_id: int, on_wait: Callable[[], Awaitable[Any]]
-    ) -> AsyncIterator[None]:
-        """Hold ``document_id`` for one upload; ``on_wait`` is awaited first when it must wait."""
+    ) -> AsyncIterator[bool]:
+        """Hold ``document_id`` for one upload, in this process and then in the store every
+        replica shares (:meth:`_indexing_claim`); ``on_wait`` is awaited first (once) when it
+        must wait. Yields whether it waited for another upload: the document may be decided."""
         lock, wanted = self._documents.get(document_id, (asyncio.Lock(), 0))
         self._documents[document_id] = (lock, wanted + 1)
         try:
-            if lock.locked():
+            waited = lock.locked()
+            if waited:
                 await on_wait()
-            async with lock:
-                yield
+            claimed = self._indexing_claim(document_id, None if waited else on_wait)
+            async with lock, claimed as there:
+                yield waited or there
         finally:
             lock, wanted = self._documents[document_id]
             if wanted > 1:
                 self._documents[document_id] = (lock, wanted - 1)
             else:
                 del self._documents[document_id]
+
+    @contextlib.asynccontextmanager
+    async def _indexing_claim(
+        self, document_id: int, on_wait: Callable[[], Awaitable[Any]] | None
+    ) -> AsyncIterator[bool]:
+        """The store's claim on indexing ``document_id``; yields whether another replica held it.
+
+        The same bytes shared to two replicas at once are one document: the replica
+        that claims it first indexes it, and the other waits, asking again every third
+        of the lease (``KB_SLACK_CLAIM_LEASE``), until the holder lets go (done, however
+        it ended) or its claim lapses (its process died: this one takes over). A store
+        that cannot record the claim is logged and the document indexed all the same.
+        """
+        keys = [f"indexing:{document_id}"]
+        claim = await self.deliveries.take(keys)
+        waited = claim is None
+        if waited and on_wait is not None:
+            await on_wait()
+        while claim is None:
+            await self.deliveries.sleep(self.deliveries.lease_seconds / 3)
+            claim = await self.deliveries.take(keys)
+        try:
+            yield waited
+        finally:
+            await claim.let_go()
 
     async def _resume(
         self,
@@ -1017,8 +983,12 @@ class Uploader:
         where another process left it (``KnowledgeBase.resume``). An upload of the same
         bytes indexing it meanwhile is waited for, and what it made of it told."""
         try:
-            async with self._one_upload_at_a_time(document_id, lambda: status.show(waiting)):
+            async with self._one_upload_at_a_time(
+                document_id, lambda: status.show(waiting)
+            ) as waited:
                 row = await asyncio.to_thread(self.kb.document, document_id)
+                if waited and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
+                    return await self._final_status(status, row, words, user)  # decided meanwhile
                 shown = words.upload_indexing(escape(row.name))
                 await status.show(render_upload_status(shown, words=words))
                 if retry:

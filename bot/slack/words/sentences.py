@@ -138,6 +138,19 @@ class Words:
         """Where a passage of a PDF is (after its document and section)."""
         return self._("p. {page}", page=page)
 
+    def question_waiting_for_yours(self, per_user: int) -> str:
+        """A question waiting until fewer of the same person's questions are being answered."""
+        return self.ngettext(
+            ":hourglass_flowing_sand: Your other question is being answered; this one starts "
+            "as soon as it is done (at most {per_user} question per person at a time, "
+            "KB_MAX_QUESTIONS_PER_USER).",
+            ":hourglass_flowing_sand: Your other questions are being answered; this one starts "
+            "as soon as one of them is done (at most {per_user} questions per person at a time, "
+            "KB_MAX_QUESTIONS_PER_USER).",
+            per_user,
+            per_user=per_user,
+        )
+
     def too_long(self, length: int, limit: int) -> str:
         """A question of ``length`` characters, over the ``limit`` read: refused, and what to do."""
         return self._(

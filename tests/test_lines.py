@@ -1,19 +1,20 @@
-"""One person's uploads start in the order they were sent, at most the cap at a time.
+"""One person's things (uploads, questions) start in the order they were sent, at most the cap
+at a time.
 
-``UserSlots`` hands out places when the files arrive; the tasks that index them
-may run their first steps in any order (each records its start in the store on a
-thread first), and must still start in the order of their places.
+``PersonLines`` hands out places when the things arrive; the tasks that work on
+them may run their first steps in any order (an upload records its start in the
+store on a thread first), and must still start in the order of their places.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from bot.slack.uploads import UploadPlace, UserSlots
+from core.lines import PersonLines, Place
 
 
 async def _run(
-    place: UploadPlace,
+    place: Place,
     name: str,
     started: list[str],
     release: asyncio.Event,
@@ -27,7 +28,7 @@ async def _run(
 
 
 async def test_places_start_in_the_order_taken_whatever_order_their_tasks_run() -> None:
-    slots = UserSlots(2)
+    slots = PersonLines(2)
     places = {name: slots.take("U1") for name in ("first", "second", "third")}
     releases = {name: asyncio.Event() for name in places}
     running = {name: asyncio.Event() for name in places}
@@ -50,12 +51,12 @@ async def test_places_start_in_the_order_taken_whatever_order_their_tasks_run() 
     releases["second"].set()
     releases["third"].set()
     await asyncio.gather(*tasks.values())
-    assert not slots.may_start(UploadPlace(slots, "U1"))  # a place never taken is in no line
+    assert not slots.may_start(Place(slots, "U1"))  # a place never taken is in no line
     assert not slots.take("U1").waits  # everyone left: the next upload starts at once
 
 
 async def test_another_persons_upload_does_not_wait_for_a_full_line() -> None:
-    slots = UserSlots(1)
+    slots = PersonLines(1)
     mine = [slots.take("U1"), slots.take("U1")]
     theirs = slots.take("U2")
     assert not mine[0].waits
@@ -64,7 +65,7 @@ async def test_another_persons_upload_does_not_wait_for_a_full_line() -> None:
 
 
 async def test_a_task_cancelled_before_its_first_step_gives_its_place_back() -> None:
-    slots = UserSlots(1)
+    slots = PersonLines(1)
     first = slots.take("U1")
     second = slots.take("U1")
     release = asyncio.Event()
