@@ -4,7 +4,8 @@
 workspace, whether they are deactivated, and their confirmed email, remembered
 five minutes) and
 ``conversations.members`` (page by page; remembered by
-:class:`bot.access.members.Memberships`, not here). A channel the bot cannot
+:class:`bot.access.members.Memberships`, not here) and ``users.list`` (the
+workspace's guests, page by page; remembered by :class:`bot.access.guests.Guests`). A channel the bot cannot
 see (a private one it is not in, a deleted one) has no known members. Slack out
 of reach, or an error it should not give, is :class:`AccessCheckUnavailable`.
 
@@ -44,6 +45,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.access.config import AccessConfig
 from bot.access.directory import AccessCheckUnavailable, Profile
 from bot.access.grants import SourceGrants
+from bot.access.guests import is_guest
 from bot.access.rule import Access
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,9 @@ PROFILE_TTL_SECONDS = 300.0
 MAX_PROFILES = 10_000
 SLACK_UNREACHABLE = "Slack cannot be reached to check who you are. Try again in a minute."
 MEMBERS_UNKNOWN = "Slack cannot say now who is in the channel ({why}). Try again in a minute."
+GUESTS_UNKNOWN = "Slack cannot say now who is a guest of the workspace ({why})."
+# users.list's page: Slack recommends no more than 200 people at a time.
+USERS_PAGE = 200
 
 
 def web_client(token: str, api_url: str, **kwargs: Any) -> AsyncWebClient:
@@ -213,7 +218,7 @@ class SlackDirectory:
             team_id=str(team) if team else None,
             deleted=bool(user.get("deleted")),
             email=verified_email(user),
-            guest=bool(user.get("is_restricted") or user.get("is_ultra_restricted")),
+            guest=is_guest(user),
         )
         self._profiles[user_id] = profile
         return profile
@@ -240,6 +245,35 @@ class SlackDirectory:
                 slack_error(exc),
             )
             raise AccessCheckUnavailable(MEMBERS_UNKNOWN.format(why=slack_error(exc))) from exc
+
+    async def guest_ids(self) -> frozenset[str]:
+        """The workspace's guests (``is_restricted``, ``is_ultra_restricted``), from
+        ``users.list`` page by page; deactivated ones left out (they read nothing).
+
+        Raises:
+            AccessCheckUnavailable: Slack cannot be reached or refused (a rate limit its
+                retries ran out for, ``missing_scope``...).
+        """
+        guests: set[str] = set()
+        cursor: str | None = None
+        try:
+            while True:
+                page = await self.client.users_list(cursor=cursor, limit=USERS_PAGE)
+                for user in page.get("members") or []:
+                    if isinstance(user, dict) and is_guest(user) and not user.get("deleted"):
+                        guests.add(str(user.get("id")))
+                cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+                if cursor is None:
+                    return frozenset(guests)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise AccessCheckUnavailable(GUESTS_UNKNOWN.format(why="unreachable")) from exc
+        except SlackApiError as exc:
+            log.warning(
+                "users.list failed (%s): the bot needs users:read to tell who is a guest; "
+                "until it can, answers in channels hold what a guest may read there",
+                slack_error(exc),
+            )
+            raise AccessCheckUnavailable(GUESTS_UNKNOWN.format(why=slack_error(exc))) from exc
 
 
 def verified_email(user: dict[str, Any]) -> str | None:
