@@ -475,3 +475,26 @@ async def test_kb_ask_as_a_person_reads_what_they_may(
         (MEMBER, "cli", [CHANNEL_ID]),
         (OUTSIDER, "cli", []),
     ]
+
+
+# ------------------------------------------------------------------ one cache of users.info
+
+NEWCOMER = "U0NEWCOME1"
+
+
+@pytest.mark.parametrize("where", ["dm", "channel"])
+async def test_a_question_from_a_new_person_asks_users_info_once(bot: Bot, where: str) -> None:
+    # Who they are (the access rule: guest, workspace, email) and how they are spoken to
+    # (the words' locale, the audience) are one users.info answer, remembered once.
+    bot.slack.set_user(NEWCOMER, locale="fr-FR")
+    bot.slack.set_members(CHANNEL_ID, [NEWCOMER])
+    if where == "dm":
+        await bot.event(message_im_event(IN_DOMAIN, user=NEWCOMER))
+    else:
+        await bot.event(app_mention_event(IN_DOMAIN, user=NEWCOMER))
+    answer = await bot.answer()
+    assert "Employee handbook" in json.dumps(answer["blocks"])
+    asked = bot.slack.calls("users.info")
+    assert [c["user"] for c in asked] == [NEWCOMER]
+    # The bot's own words come from the locale that one answer gave: French.
+    assert '"Utile"' in json.dumps(answer["blocks"])
