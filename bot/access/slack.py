@@ -1,8 +1,9 @@
 """Slack as the directory of people and places, asked with the bot token through the Web API.
 
 ``auth.test`` (the workspace served, asked once), ``users.info`` (a person's
-workspace, whether they are deactivated, and their confirmed email, remembered
-five minutes) and
+workspace, whether they are deactivated, and their confirmed email; the whole
+user object remembered five minutes, the one cache of it in the process:
+the Slack surface reads its admins and locales there too, :meth:`SlackDirectory.user`) and
 ``conversations.members`` (page by page; remembered by
 :class:`bot.access.members.Memberships`, not here) and ``users.list`` (the
 workspace's guests, page by page; remembered by :class:`bot.access.guests.Guests`). A channel the bot cannot
@@ -182,7 +183,7 @@ class SlackDirectory:
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
         self._team_id = ""
-        self._profiles: TTLCache[str, Profile] = TTLCache(
+        self._users: TTLCache[str, dict[str, Any]] = TTLCache(
             maxsize=MAX_PROFILES, ttl=PROFILE_TTL_SECONDS
         )
 
@@ -201,27 +202,39 @@ class SlackDirectory:
             self._team_id = str(response.get("team_id") or "")
         return self._team_id
 
-    async def profile(self, user_id: str) -> Profile | None:
-        """``users.info``'s workspace and deactivation of ``user_id``; ``None`` if Slack cannot say."""
-        cached = self._profiles.get(user_id)
+    async def user(self, user_id: str) -> dict[str, Any] | None:
+        """``users.info``'s user object of ``user_id`` (with its ``locale``), remembered five
+        minutes; ``None`` if Slack cannot say (nothing is remembered then).
+
+        The one cache of ``users.info`` in the process: the access rule reads a
+        :class:`Profile` from it, the Slack surface whether the person is an
+        admin, their organisation and their locale (``bot.slack.people``).
+        """
+        cached = self._users.get(user_id)
         if cached is not None:
             return cached
         try:
-            # Asked as the words' directory asks (bot.slack.people): one shape of the call.
+            # The locale too: the Slack surface speaks to the person in it.
             response = await ask_slack(self.client.users_info(user=user_id, include_locale=True))
         except (SlackApiError, AccessCheckUnavailable) as exc:
             log.warning("Slack could not tell about %s: %s", user_id, type(exc).__name__)
             return None
         user = dict(response.get("user") or {})
+        self._users[user_id] = user
+        return user
+
+    async def profile(self, user_id: str) -> Profile | None:
+        """``users.info``'s workspace and deactivation of ``user_id``; ``None`` if Slack cannot say."""
+        user = await self.user(user_id)
+        if user is None:
+            return None
         team = user.get("team_id") or (user.get("profile") or {}).get("team")
-        profile = Profile(
+        return Profile(
             team_id=str(team) if team else None,
             deleted=bool(user.get("deleted")),
             email=verified_email(user),
             guest=is_guest(user),
         )
-        self._profiles[user_id] = profile
-        return profile
 
     async def channel_members(self, channel: str) -> frozenset[str]:
         """The user ids of ``channel``'s members (none when the bot cannot see the channel).
