@@ -6,10 +6,14 @@ Asking ``users.info`` of every member of a channel would cost one call per
 person; the directory lists the workspace's guests instead (Slack:
 ``users.list``, page by page, Tier 2), remembered for ``ttl_seconds`` and kept
 up to date between two listings by what the directory says of one person
-(Slack's ``user_change`` and ``team_join`` events: :meth:`Guests.heard`). A
-listing that fails is not remembered, and for ``retry_seconds`` it is not asked
-again: the caller is told the guests cannot be known
-(:class:`AccessCheckUnavailable`), and takes the channel as having some.
+(Slack's ``user_change`` and ``team_join`` events: :meth:`Guests.heard`).
+
+A listing runs on its own: a question waits for it ``wait_seconds`` at most
+(a large workspace's pages, or a rate limit's ``Retry-After``, take longer),
+then the last listing serves while it runs on, or, before the first, the
+caller is told the guests cannot be known (:class:`AccessCheckUnavailable`)
+and takes the channel as having some. A listing that fails is forgotten (the
+caller told so too), and for ``retry_seconds`` it is not asked again.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ __all__ = ["GUESTS_RETRY_SECONDS", "GUESTS_TTL_SECONDS", "Guests", "is_guest"]
 GUESTS_TTL_SECONDS = 600.0
 # After a failed listing: not asked again for this long (a rate limit's window is a minute).
 GUESTS_RETRY_SECONDS = 60.0
+# The longest a question waits for a listing before it is answered without it.
+GUESTS_WAIT_SECONDS = 5.0
 GUESTS_UNKNOWN = "Slack cannot say now who is a guest of the workspace."
 
 
@@ -43,6 +49,7 @@ class Guests:
         directory: asked for the whole list on a miss (:meth:`Directory.guest_ids`).
         ttl_seconds: how long a listing is used.
         retry_seconds: how long after a failed listing it is not asked again.
+        wait_seconds: the longest a caller waits for a listing.
         clock: monotonic seconds (tests move it).
     """
 
@@ -52,16 +59,18 @@ class Guests:
         *,
         ttl_seconds: float = GUESTS_TTL_SECONDS,
         retry_seconds: float = GUESTS_RETRY_SECONDS,
+        wait_seconds: float = GUESTS_WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.directory = directory
         self.ttl_seconds = ttl_seconds
         self.retry_seconds = retry_seconds
+        self.wait_seconds = wait_seconds
         self.clock = clock
         self._ids: set[str] | None = None
         self._until = 0.0
         self._failed_until = 0.0
-        self._lock = asyncio.Lock()
+        self._listing: asyncio.Task[frozenset[str]] | None = None
 
     async def ids(self) -> frozenset[str]:
         """The user ids of the workspace's guests now.
@@ -69,19 +78,30 @@ class Guests:
         Raises:
             AccessCheckUnavailable: the directory cannot list them now.
         """
-        async with self._lock:  # a burst of questions costs one listing
-            now = self.clock()
-            if self._ids is not None and now < self._until:
-                return frozenset(self._ids)
-            if now < self._failed_until:
-                raise AccessCheckUnavailable(GUESTS_UNKNOWN)
-            try:
-                listed = await self.directory.guest_ids()
-            except AccessCheckUnavailable:
-                self._ids, self._failed_until = None, self.clock() + self.retry_seconds
-                raise
-            self._ids, self._until = set(listed), self.clock() + self.ttl_seconds
-            return listed
+        now = self.clock()
+        if self._ids is not None and now < self._until:
+            return frozenset(self._ids)
+        if now < self._failed_until:
+            raise AccessCheckUnavailable(GUESTS_UNKNOWN)
+        if self._listing is None or self._listing.done():
+            # One listing at a time, whoever asks: a burst of questions costs one.
+            self._listing = asyncio.create_task(self._list())
+            self._listing.add_done_callback(_retrieved)
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._listing), self.wait_seconds)
+        except TimeoutError as exc:
+            if self._ids is not None:
+                return frozenset(self._ids)  # the last listing, while the next one runs
+            raise AccessCheckUnavailable(GUESTS_UNKNOWN) from exc
+
+    async def _list(self) -> frozenset[str]:
+        try:
+            listed = await self.directory.guest_ids()
+        except AccessCheckUnavailable:
+            self._ids, self._failed_until = None, self.clock() + self.retry_seconds
+            raise
+        self._ids, self._until = set(listed), self.clock() + self.ttl_seconds
+        return listed
 
     def heard(self, user: Mapping[str, Any]) -> None:
         """What the directory said of one person since (Slack's ``user_change``, ``team_join``).
@@ -96,3 +116,9 @@ class Guests:
             self._ids.add(user_id)
         else:
             self._ids.discard(user_id)
+
+
+def _retrieved(listing: asyncio.Task[frozenset[str]]) -> None:
+    """Mark a listing's failure seen: a caller that stopped waiting does not see it."""
+    if not listing.cancelled():
+        listing.exception()
