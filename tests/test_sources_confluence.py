@@ -572,6 +572,20 @@ async def test_a_deactivated_confluence_account_grants_the_slack_person_of_its_e
     assert sorted(asked) == ["acct-alice", "acct-closed", "acct-dave"]
 
 
+def test_a_user_lookup_confluence_refuses_fails_the_run_and_removes_nothing(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    assert run(kb, confluence).error is None
+    before = Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, "102")))
+    # The account may no longer view user profiles: whether anyone is active is unknown.
+    confluence.fail("/api/v2/users-bulk", 403, times=5)
+    fresh = connector(confluence)
+    report = sync(kb, SOURCE, "confluence", {"url": confluence.base, "space": SPACE}, fresh)
+    assert report.error is not None
+    assert sorted(kb.store.sources.items(SOURCE)) == ["101", "102", "103"]
+    assert Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, "102"))) == before
+
+
 def test_a_next_link_to_another_site_is_refused(
     kb: KnowledgeBase, confluence: MockConfluence
 ) -> None:
