@@ -295,9 +295,9 @@ class Access:
         (nobody can tell a guest: see :meth:`guest`). The workspace's guests are
         listed first (one listing serves every channel), and only when there
         are some is the channel asked who is in it; a conversation not known
-        yet (a link in a message being written) may hold any of them. A channel the directory cannot see (Slack:
-        ``channel_not_found``) has no members it knows of: the bot cannot post
-        there either.
+        yet (a link in a message being written) may hold any of them. A
+        channel the directory cannot see (Slack: ``channel_not_found``) has no
+        members it knows of: the bot cannot post there either.
         """
         if where is None or self.members is None or self.guests is None:
             return False
