@@ -19,7 +19,14 @@ What it follows of Confluence's documented behaviour:
   else, or a token the test revoked (at once, or from a given request on), is HTTP 401;
 * rate limiting: HTTP 429 with ``Retry-After`` (seconds), queued by the test;
   any other status (500s) the same way;
-* an unknown page is HTTP 404 with ``statusCode`` and ``message``.
+* an unknown page is HTTP 404 with ``statusCode`` and ``message``;
+* the people user objects name (restrictions, space permissions, group
+  members: ``accountId``, ``email`` unless hidden, no status, as Atlassian
+  gives them in v1) looked up with the REST API v2's ``POST
+  /wiki/api/v2/users-bulk`` (``{"accountIds": [...]}``): each found account with
+  its ``accountStatus`` (``active``, ``inactive``: deactivated, ``closed``), an
+  unknown one left out of ``results``, at most 100 ids a request
+  (developer.atlassian.com/cloud/confluence/rest/v2/api-group-user).
 
 Every request is recorded (method, path, query) in :attr:`MockConfluence.calls`.
 """
@@ -105,6 +112,10 @@ class MockConfluence:
         self.spaces: dict[str, Space] = {SPACE: Space(SPACE, groups=["confluence-users"])}
         self.groups: dict[str, list[str]] = {"confluence-users": []}
         self.hidden_emails: set[str] = set()  # people whose profile hides their email
+        # accountStatus by email (users-bulk): absent is "active"; "inactive" is deactivated.
+        self.account_status: dict[str, str] = {}
+        self._accounts: dict[str, str] = {}  # accountId -> email, as user objects named them
+        self.bulk_asked: list[list[str]] = []  # the accountIds of each users-bulk request
         self.token = DEFAULT_CONFLUENCE_TOKEN
         self.faults: list[Fault] = []
         self.calls: list[tuple[str, str, dict[str, str]]] = []
@@ -148,6 +159,9 @@ class MockConfluence:
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 mock._answer(self)
 
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                mock._answer(self, "POST")
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -157,12 +171,17 @@ class MockConfluence:
 
     # ------------------------------------------------------------ answers
 
-    def _answer(self, request: BaseHTTPRequestHandler) -> None:
+    def _answer(self, request: BaseHTTPRequestHandler, method: str = "GET") -> None:
         split = urlsplit(request.path)
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        length = int(request.headers.get("Content-Length") or 0)
+        sent = request.rfile.read(length) if length else b""
         with self._lock:
-            self.calls.append(("GET", split.path, query))
-            status, headers, body = self._route(request, split.path, query)
+            self.calls.append((method, split.path, query))
+            if method == "POST":
+                status, headers, body = self._post(request, split.path, sent)
+            else:
+                status, headers, body = self._route(request, split.path, query)
         request.send_response(status)
         request.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
         for name, value in headers.items():
@@ -205,6 +224,44 @@ class MockConfluence:
         if parts[0] == "group" and parts[2:] == ["member"]:
             return self._members(parts[1], query)
         return _json(404, {"statusCode": 404, "message": f"No resource at {path}"})
+
+    def _post(
+        self, request: BaseHTTPRequestHandler, path: str, sent: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        if not self._authorised(request.headers.get("Authorization", "")):
+            return _json(401, {"statusCode": 401, "message": "Client must be authenticated"})
+        for fault in self.faults:
+            if fault.path in path and fault.times > 0:
+                if fault.after > 0:
+                    fault.after -= 1
+                    continue
+                fault.times -= 1
+                return fault.status, dict(fault.headers), fault.body
+        if path != "/wiki/api/v2/users-bulk":
+            return _json(404, {"statusCode": 404, "message": f"No resource at {path}"})
+        try:
+            ids = json.loads(sent)["accountIds"]
+        except (ValueError, KeyError, TypeError):
+            return _json(400, {"statusCode": 400, "message": "accountIds is required"})
+        if not isinstance(ids, list) or not 1 <= len(ids) <= 100:
+            return _json(400, {"statusCode": 400, "message": "1 to 100 accountIds"})
+        self.bulk_asked.append([str(i) for i in ids])
+        found = [self._accounts[i] for i in ids if i in self._accounts]
+        return _json(200, {"results": [self._bulk_user(e) for e in found], "_links": {}})
+
+    def _bulk_user(self, email: str) -> dict[str, Any]:
+        name = email.split("@")[0]
+        user: dict[str, Any] = {
+            "accountId": f"acct-{name}",
+            "accountType": "atlassian",
+            "accountStatus": self.account_status.get(email, "active"),
+            "displayName": name.title(),
+            "publicName": name,
+            "isExternalCollaborator": False,
+        }
+        if email not in self.hidden_emails:
+            user["email"] = email
+        return user
 
     def _authorised(self, header: str) -> bool:
         if not header.startswith("Basic "):
@@ -389,6 +446,7 @@ class MockConfluence:
 
     def _user(self, email: str) -> dict[str, Any]:
         user: dict[str, Any] = {"type": "known", "accountId": f"acct-{email.split('@')[0]}"}
+        self._accounts[user["accountId"]] = email
         if email not in self.hidden_emails:
             user["email"] = email
         return user

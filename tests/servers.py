@@ -1634,6 +1634,17 @@ class MockSlackAPI(_LocalServer):
             user.pop("locale", None)
         return {"ok": True, "user": user}
 
+    def _m_users_list(self, params: JSONDict) -> JSONDict:
+        """The people defined with :meth:`set_user` (others are ordinary members, as in
+        ``users.info``), a page of ``limit`` at a time with Slack's cursor."""
+        people = list(self._users.values())
+        cursor = str(params.get("cursor") or "")
+        start = int(base64.b64decode(cursor).decode().split(":")[1]) if cursor else 0
+        end = start + min(int(params.get("limit") or 1000), 1000)
+        next_cursor = base64.b64encode(f"user:{end}".encode()).decode() if end < len(people) else ""
+        members = [{k: v for k, v in p.items() if k != "locale"} for p in people[start:end]]
+        return {"ok": True, "members": members, "response_metadata": {"next_cursor": next_cursor}}
+
     def _m_usergroups_users_list(self, params: JSONDict) -> JSONDict:
         members = self._usergroups.get(str(params.get("usergroup", "")))
         if members is None:

@@ -21,8 +21,10 @@ from click.testing import CliRunner
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin", "tests.home_tab")
 
 from bot.access import (  # noqa: E402
+    GUESTS_TTL_SECONDS,
     Access,
     AccessCheckUnavailable,
+    Guests,
     Memberships,
     Person,
     Rule,
@@ -35,6 +37,7 @@ from bot.cli import main  # noqa: E402
 from index.models import EVERYONE, OnlyScopes  # noqa: E402
 from index.records import DocumentRow  # noqa: E402
 from tests.adversarial.test_forged_feedback import _click, _feedback_value, _posted  # noqa: E402
+from tests.clocks import FakeTime  # noqa: E402
 from tests.conftest_bot import FALCON_Q, IN_DOMAIN, Bot, BotFactory  # noqa: E402
 from tests.home_tab import open_home  # noqa: E402
 from tests.servers import (  # noqa: E402
@@ -313,6 +316,48 @@ async def test_what_is_remembered_is_bounded_by_member_ids(
     assert asked.count("C0HUGE0001") == 2 and members.remembered <= 100
 
 
+async def test_the_workspaces_guests_are_listed_once_a_while_and_a_failure_is_not_asked_again_at_once(
+    slack: MockSlackAPI, directory: SlackDirectory
+) -> None:
+    time = FakeTime()
+    guests = Guests(directory, clock=time.clock)
+    access = Access(directory, allow_external=False, guests=guests)
+    slack.set_user("U0GUEST001").update(is_restricted=True)
+    slack.set_user("U0GUEST002", deleted=True).update(is_ultra_restricted=True)
+    slack.set_members(CHANNEL_ID, [MEMBER, "U0GUEST001"])
+    slack.set_members("C0STAFF001", [MEMBER, "U0GUEST002"])  # a deactivated guest reads nothing
+    assert await guests.ids() == frozenset({"U0GUEST001"})
+    there = await access.explain(Person(MEMBER), EVERYONE, Where(CHANNEL_ID))
+    assert not there[-1].allowed and "guest" in there[-1].reason
+    assert (await access.may_read(Person(MEMBER), EVERYONE, Where("C0STAFF001"))).allowed
+    assert len(slack.calls("users.list")) == 1
+    # Past its time the list is asked again; a failure is not remembered as "no guests"
+    # and, for a minute, not asked again: every channel is taken as having one.
+    time.now += GUESTS_TTL_SECONDS
+    slack.fail("users.list", "ratelimited", times=1)
+    assert not (await access.may_read(Person(MEMBER), EVERYONE, Where("C0STAFF001"))).allowed
+    assert not (await access.may_read(Person(MEMBER), EVERYONE, Where("C0STAFF001"))).allowed
+    assert len(slack.calls("users.list", include_rejected=True)) == 2
+    time.now += guests.retry_seconds
+    assert (await access.may_read(Person(MEMBER), EVERYONE, Where("C0STAFF001"))).allowed
+    assert len(slack.calls("users.list", include_rejected=True)) == 3
+
+
+async def test_a_question_does_not_wait_for_a_slow_listing_of_the_guests(
+    slack: MockSlackAPI, directory: SlackDirectory
+) -> None:
+    # A large workspace's pages, or a rate limit's Retry-After: the listing runs on, and the
+    # question meanwhile is answered as where a guest reads.
+    guests = Guests(directory, wait_seconds=0.5)
+    slack.set_user("U0GUEST001").update(is_restricted=True)
+    slack.stall("users.list", 3.0)
+    with pytest.raises(AccessCheckUnavailable):
+        await guests.ids()
+    await slack.wait_for("users.list")
+    assert await guests.ids() == frozenset({"U0GUEST001"})
+    assert len(slack.calls("users.list")) == 1
+
+
 async def test_who_is_served_people_of_other_organisations_and_the_deactivated(
     slack: MockSlackAPI, directory: SlackDirectory
 ) -> None:
@@ -475,3 +520,26 @@ async def test_kb_ask_as_a_person_reads_what_they_may(
         (MEMBER, "cli", [CHANNEL_ID]),
         (OUTSIDER, "cli", []),
     ]
+
+
+# ------------------------------------------------------------------ one cache of users.info
+
+NEWCOMER = "U0NEWCOME1"
+
+
+@pytest.mark.parametrize("where", ["dm", "channel"])
+async def test_a_question_from_a_new_person_asks_users_info_once(bot: Bot, where: str) -> None:
+    # Who they are (the access rule: guest, workspace, email) and how they are spoken to
+    # (the words' locale, the audience) are one users.info answer, remembered once.
+    bot.slack.set_user(NEWCOMER, locale="fr-FR")
+    bot.slack.set_members(CHANNEL_ID, [NEWCOMER])
+    if where == "dm":
+        await bot.event(message_im_event(IN_DOMAIN, user=NEWCOMER))
+    else:
+        await bot.event(app_mention_event(IN_DOMAIN, user=NEWCOMER))
+    answer = await bot.answer()
+    assert "Employee handbook" in json.dumps(answer["blocks"])
+    asked = bot.slack.calls("users.info")
+    assert [c["user"] for c in asked] == [NEWCOMER]
+    # The bot's own words come from the locale that one answer gave: French.
+    assert '"Utile"' in json.dumps(answer["blocks"])

@@ -67,6 +67,10 @@ BOT_EVENTS = [
     "entity_details_requested",
     "file_change",
     "file_deleted",
+    "member_joined_channel",
+    "member_left_channel",
+    "user_change",
+    "team_join",
 ]
 # Each history scope comes with the message event it receives.
 EVENT_SCOPES = {

@@ -138,6 +138,9 @@ class _Nobody:
     async def channel_members(self, channel: str) -> frozenset[str]:
         raise AssertionError("an outsider's channels are never asked for")
 
+    async def guest_ids(self) -> frozenset[str]:
+        raise AssertionError("an outsider's call asks for no guests")
+
 
 async def test_a_person_the_workspace_does_not_serve_gets_nothing_logged(
     kb: KnowledgeBase, engine_for: EngineFor

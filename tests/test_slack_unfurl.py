@@ -279,6 +279,32 @@ async def test_a_link_typed_in_the_composer_unfurls_by_its_unfurl_id(
     assert _description(entity) == chunk["content"]
 
 
+GUEST = "U0GUEST001"
+
+
+async def test_a_guest_reads_no_passage_for_everyone_in_an_unfurl_or_its_flexpane(
+    bot: Bot, handbook: tuple[DocumentRow, dict[str, Any]]
+) -> None:
+    # A guest of the workspace reads along in CHANNEL_ID: a member posts a handbook link.
+    doc, chunk = handbook
+    bot.slack.set_user(GUEST, name="gina").update(is_restricted=True)
+    bot.slack.set_members(CHANNEL_ID, [USER_ID, GUEST])
+    (entity,) = await _unfurled(bot, link_shared_event([_link(bot, doc, chunk)]))
+    assert _description(entity) is None and chunk["content"] not in json.dumps(entity)
+    # Where nobody but members reads, it unfurls; the guest opening its flexpane reads nothing.
+    bot.slack.set_members(OTHER_CHANNEL, [USER_ID])
+    bot.slack.reset()
+    link = _link(bot, doc, chunk)
+    (shown,) = await _unfurled(bot, link_shared_event([link], channel=OTHER_CHANNEL))
+    assert _description(shown) == chunk["content"]
+    for user, status in ((GUEST, "restricted"), (USER_ID, None)):
+        trigger = bot.slack.entity_trigger(shown["external_ref"]["id"])
+        await _deliver(bot, details_event(shown, trigger, user=user, channel=OTHER_CHANNEL))
+        await bot.idle()
+        call = bot.slack.calls("entity.presentDetails", include_rejected=True)[-1]
+        assert (call.get("error") or {}).get("status") == status
+
+
 async def test_a_long_range_is_cut_to_slacks_limit(bot: Bot) -> None:
     body = "# Long\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 80 for i in range(30))
     added = await asyncio.to_thread(

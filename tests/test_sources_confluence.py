@@ -544,6 +544,48 @@ def test_a_person_confluence_hides_the_email_of_admits_nobody(
     assert acl.users == frozenset({"alice@example.com"})
 
 
+async def test_a_deactivated_confluence_account_grants_the_slack_person_of_its_email_nothing(
+    kb: KnowledgeBase,
+    confluence: MockConfluence,
+    slack: MockSlackAPI,
+    engine_for: Callable[..., Engine],
+) -> None:
+    # dave left: his Atlassian account is deactivated, still a member of eng and named on a
+    # page's restrictions (Confluence's v1 user objects say nothing of it). Someone in Slack
+    # whose confirmed email is dave's reads nothing through it.
+    dave = "U0DAVE0001"
+    slack.set_user(dave, name="dave")
+    confluence.pages["103"].read_users = ["alice@example.com", "dave@example.com"]
+    confluence.account_status["dave@example.com"] = "inactive"
+    confluence.account_status["closed@example.com"] = "closed"
+    confluence.groups["eng"].append("closed@example.com")
+    report = await asyncio.to_thread(run, kb, confluence)
+    assert report.error is None
+    for item in ("102", "103"):
+        acl = Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, item)))
+        assert acl.users == frozenset({"alice@example.com"}), item
+    people = AsPeople(slack, kb, engine_for(threshold=2.0, related_threshold=2.0))
+    assert await people.titles(dave) == {"Office hours"}
+    assert await people.titles(ALICE) == {"Office hours", "Nightjar", "Nightjar hiring"}
+    # Each account was asked about once in the run, with Atlassian's bulk lookup.
+    asked = [account for ids in confluence.bulk_asked for account in ids]
+    assert sorted(asked) == ["acct-alice", "acct-closed", "acct-dave"]
+
+
+def test_a_user_lookup_confluence_refuses_fails_the_run_and_removes_nothing(
+    kb: KnowledgeBase, confluence: MockConfluence
+) -> None:
+    assert run(kb, confluence).error is None
+    before = Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, "102")))
+    # The account may no longer view user profiles: whether anyone is active is unknown.
+    confluence.fail("/api/v2/users-bulk", 403, times=5)
+    fresh = connector(confluence)
+    report = sync(kb, SOURCE, "confluence", {"url": confluence.base, "space": SPACE}, fresh)
+    assert report.error is not None
+    assert sorted(kb.store.sources.items(SOURCE)) == ["101", "102", "103"]
+    assert Acl.from_entries(kb.store.sources.acl_rows(source_scope(SOURCE, "102"))) == before
+
+
 def test_a_next_link_to_another_site_is_refused(
     kb: KnowledgeBase, confluence: MockConfluence
 ) -> None:

@@ -2,7 +2,8 @@
 
 ``rule`` is the rule (:class:`Access`: who is served, ``may_read``, the
 scopes a search is filtered by; :class:`Person`, who reads), ``members`` the
-one cache of who is in each channel, ``grants`` the synced documents'
+one cache of who is in each channel, ``guests`` the one cache of who is a
+guest of the workspace, ``grants`` the synced documents'
 permissions as the store keeps them, ``directory`` the contract a directory of
 people and places fulfils, ``slack`` Slack as that directory (and the Web API
 client), ``config`` what the room needs. Slack answers and related passages,
@@ -17,6 +18,7 @@ from __future__ import annotations
 from bot.access.config import AccessConfig
 from bot.access.directory import AccessCheckUnavailable, Directory, Profile
 from bot.access.grants import SourceGrants
+from bot.access.guests import GUESTS_TTL_SECONDS, Guests
 from bot.access.members import MEMBERS_TTL_SECONDS, Memberships
 from bot.access.rule import (
     Access,
@@ -56,6 +58,8 @@ __all__ = [
     "MAX_RETRY_AFTER_SECONDS",
     "Decision",
     "Directory",
+    "GUESTS_TTL_SECONDS",
+    "Guests",
     "MEMBERS_TTL_SECONDS",
     "Memberships",
     "NotServed",

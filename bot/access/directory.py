@@ -2,7 +2,8 @@
 
 Slack is the directory today (``bot.access.slack``): the workspace the bot
 serves (``auth.test``), a person's workspace and whether they are still active
-(``users.info``), a channel's members (``conversations.members``). A source's
+(``users.info``), a channel's members (``conversations.members``), the
+workspace's guests (``users.list``). A source's
 identities and groups are asked the same way when documents carry a source's
 permissions: a person is matched to a source's identities by the email the
 directory verified. Whatever cannot be answered raises :class:`AccessCheckUnavailable`,
@@ -59,6 +60,13 @@ class Directory(Protocol):
 
     async def channel_members(self, channel: str) -> frozenset[str]:
         """The user ids in ``channel`` now (none for a channel the directory cannot see).
+
+        Raises:
+            AccessCheckUnavailable: the directory cannot say now.
+        """
+
+    async def guest_ids(self) -> frozenset[str]:
+        """The user ids of every guest of the workspace now (see :class:`Profile`).
 
         Raises:
             AccessCheckUnavailable: the directory cannot say now.

@@ -72,6 +72,10 @@ class Memberships:
             self._cache[channel] = members
         return members
 
+    def forget(self, channel: str) -> None:
+        """Ask the directory again next time (someone joined or left ``channel``)."""
+        self._cache.pop(channel, None)
+
     @property
     def remembered(self) -> int:
         """Member ids remembered now (each channel counts one more)."""

@@ -20,7 +20,10 @@ A person (:class:`Person`) reads a document when
    answer or a Work Object in a channel), that place may read the document:
    a channel reads its own documents and those for everyone, and a
    conversation shared with another organisation (Slack Connect) only its own,
-   unless ``KB_ALLOW_EXTERNAL`` is on.
+   unless ``KB_ALLOW_EXTERNAL`` is on. A channel a guest of the workspace is in
+   (:class:`bot.access.guests.Guests` against its members), or one nobody can
+   say has none, reads only its own: neither the documents for everyone nor the
+   synced ones public in the organisation, which a guest may not read.
 
 Unknown is hidden: a membership the directory cannot give now, a workspace
 nobody can tell, a document whose permissions are not known, admit nobody.
@@ -53,6 +56,7 @@ from typing import Any, Protocol
 
 from bot.access.directory import AccessCheckUnavailable, Directory
 from bot.access.grants import SourceGrants
+from bot.access.guests import Guests
 from bot.access.members import Memberships
 from index.errors import KBError
 from index.models import EVERYONE, OnlyScopes
@@ -188,15 +192,18 @@ def only_its_own(where: Where | None, *, allow_external: bool) -> bool:
     return where is not None and where.shared and not allow_external
 
 
-def shown_at(where: Where | None, *, allow_external: bool) -> frozenset[str]:
+def shown_at(where: Where | None, *, allow_external: bool, guests: bool = False) -> frozenset[str]:
     """The scopes everyone at ``where`` may read, before anyone's own channels.
 
     A channel's own documents (everyone reading there is in it: Slack lets only
     its members post there), with those for everyone; in a place shared with
-    another organisation only its own (an :class:`OnlyScopes`).
+    another organisation, or where ``guests`` of the workspace read too, only
+    its own (an :class:`OnlyScopes`).
     """
     own = frozenset({where.channel}) if where is not None and where.channel else frozenset()
-    return OnlyScopes(own) if only_its_own(where, allow_external=allow_external) else own
+    if guests or only_its_own(where, allow_external=allow_external):
+        return OnlyScopes(own)
+    return own
 
 
 class Access:
@@ -207,6 +214,7 @@ class Access:
         allow_external: serve people of other organisations too (``KB_ALLOW_EXTERNAL``).
         members: the channel members cache; one over ``directory`` by default.
         grants: the synced documents' permissions; ``None``: no synced document is read.
+        guests: the workspace's guests cache; one over ``directory`` by default.
     """
 
     def __init__(
@@ -216,10 +224,12 @@ class Access:
         allow_external: bool,
         members: Memberships | None = None,
         grants: SourceGrants | None = None,
+        guests: Guests | None = None,
     ) -> None:
         self.directory = directory
         self.allow_external = allow_external
         self.members = members or (Memberships(directory) if directory is not None else None)
+        self.guests = guests or (Guests(directory) if directory is not None else None)
         self.grants = grants
 
     # ------------------------------------------------------------ people
@@ -278,11 +288,41 @@ class Access:
         reason = (_MEMBER if member else _NOT_MEMBER).format(user=person.user_id, channel=channel)
         return Decision(member, Rule.CHANNEL, reason, channel=channel, member=member)
 
+    async def guests_at(self, where: Where | None) -> bool:
+        """Whether a guest of the workspace reads along at ``where``, or nobody can say none does.
+
+        Nobody reads along alone (``None``), nor, without a directory, anywhere
+        (nobody can tell a guest: see :meth:`guest`). The workspace's guests are
+        listed first (one listing serves every channel), and only when there
+        are some is the channel asked who is in it; a conversation not known
+        yet (a link in a message being written) may hold any of them. A
+        channel the directory cannot see (Slack: ``channel_not_found``) has no
+        members it knows of: the bot cannot post there either.
+        """
+        if where is None or self.members is None or self.guests is None:
+            return False
+        try:
+            guests = await self.guests.ids()
+            if not guests:
+                return False
+            if where.channel is None:
+                return True
+            members = await self.members.of(where.channel)
+        except AccessCheckUnavailable as exc:
+            log.warning("whether guests read in %s cannot be known now: %s", where.channel, exc)
+            return True
+        return not guests.isdisjoint(members)
+
     # ------------------------------------------------------------ documents
 
     def shown_at(self, where: Where | None) -> frozenset[str]:
-        """The scopes everyone at ``where`` may read (see :func:`shown_at`)."""
+        """The scopes everyone at ``where`` may read, guests aside (see :func:`shown_at`)."""
         return shown_at(where, allow_external=self.allow_external)
+
+    async def shown_to_all(self, where: Where | None) -> frozenset[str]:
+        """The scopes everyone at ``where`` may read, guests reading along included."""
+        guests = await self.guests_at(where)
+        return shown_at(where, allow_external=self.allow_external, guests=guests)
 
     def only_its_own(self, where: Where | None) -> bool:
         """Whether only the place's own documents may be shown there (Slack Connect)."""
@@ -313,7 +353,7 @@ class Access:
         if checks[-1].allowed and where is not None and is_source_scope(scope):
             checks.append(await self._source_at(scope, where))
         elif checks[-1].allowed and where is not None:
-            checks.append(self._at(scope, where))
+            checks.append(await self._at(scope, where))
         if checks[-1].allowed:
             if scope == EVERYONE and await self.guest(person):
                 checks.append(Decision(False, Rule.EVERYONE, _GUEST.format(user=person.user_id)))
@@ -375,6 +415,8 @@ class Access:
         place = where.channel or "a conversation not posted yet"
         if self.only_its_own(where):
             return Decision(False, Rule.PLACE, _SHARED.format(place=place), channel=where.channel)
+        if await self.guests_at(where):
+            return Decision(False, Rule.PLACE, _GUESTS.format(place=place), channel=where.channel)
         acl = await self.grants.acl(scope) if self.grants is not None else None
         if acl is not None and acl.known and acl.public:
             return Decision(
@@ -391,6 +433,8 @@ class Access:
         """
         if self.grants is None or self.only_its_own(where):
             return frozenset()
+        if where is not None and await self.guests_at(where):
+            return frozenset()  # a guest reads along: nothing public in the organisation
         email = await self.email_of(person) if where is None else None
         if await self.guest(person):
             return await self.grants.readable(email, public=False) if email else frozenset()
@@ -455,21 +499,24 @@ class Access:
         Raises:
             AccessCheckUnavailable: ``strict``, and a channel's members cannot be known.
         """
-        shown = self.shown_at(where)
+        shown = await self.shown_to_all(where)
         rest = [c for c in offered if c != EVERYONE and c not in shown and not is_source_scope(c)]
         channels = shown | await self.readable_channels(person, rest, strict=strict)
-        if self.only_its_own(where):
+        if isinstance(shown, OnlyScopes):  # shared with another organisation, or guests there
             return OnlyScopes(channels)
         scopes = frozenset(channels | await self.source_scopes(person, where))
         return OnlyScopes(scopes) if await self.guest(person) else scopes
 
-    def _at(self, scope: str, where: Where) -> Decision:
+    async def _at(self, scope: str, where: Where) -> Decision:
         """Whether everyone at ``where`` may read documents of ``scope``."""
         place = where.channel or "a conversation not posted yet"
-        if visible(self.shown_at(where), scope):
+        shown = await self.shown_to_all(where)
+        if visible(shown, scope):
             return Decision(True, Rule.PLACE, _SHOWN.format(place=place), channel=where.channel)
         if self.only_its_own(where):
             return Decision(False, Rule.PLACE, _SHARED.format(place=place), channel=where.channel)
+        if isinstance(shown, OnlyScopes) and scope == EVERYONE:
+            return Decision(False, Rule.PLACE, _GUESTS.format(place=place), channel=where.channel)
         reason = _NOT_THERE.format(channel=scope, place=place)
         return Decision(False, Rule.PLACE, reason, channel=where.channel)
 
@@ -527,6 +574,11 @@ _ACL_NONE = (
 _PUBLIC_THERE = "It is public in the organisation, so {place} may show it."
 _NAMED_PEOPLE = (
     "Its source lets only named people read it, and everyone in {place} would read it there."
+)
+_GUESTS = (
+    "A guest of the workspace reads in {place} too (or Slack cannot say none does): only its "
+    "own documents are shown there, as a guest reads neither those for everyone nor those "
+    "public in the organisation."
 )
 _SHARED = (
     "{place} is shared with another organisation: only its own documents are shown there "

@@ -1,10 +1,12 @@
 """Slack as the directory of people and places, asked with the bot token through the Web API.
 
 ``auth.test`` (the workspace served, asked once), ``users.info`` (a person's
-workspace, whether they are deactivated, and their confirmed email, remembered
-five minutes) and
+workspace, whether they are deactivated, and their confirmed email; the whole
+user object remembered five minutes, the one cache of it in the process:
+the Slack surface reads its admins and locales there too, :meth:`SlackDirectory.user`) and
 ``conversations.members`` (page by page; remembered by
-:class:`bot.access.members.Memberships`, not here). A channel the bot cannot
+:class:`bot.access.members.Memberships`, not here) and ``users.list`` (the
+workspace's guests, page by page; remembered by :class:`bot.access.guests.Guests`). A channel the bot cannot
 see (a private one it is not in, a deleted one) has no known members. Slack out
 of reach, or an error it should not give, is :class:`AccessCheckUnavailable`.
 
@@ -44,6 +46,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.access.config import AccessConfig
 from bot.access.directory import AccessCheckUnavailable, Profile
 from bot.access.grants import SourceGrants
+from bot.access.guests import is_guest
 from bot.access.rule import Access
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,9 @@ PROFILE_TTL_SECONDS = 300.0
 MAX_PROFILES = 10_000
 SLACK_UNREACHABLE = "Slack cannot be reached to check who you are. Try again in a minute."
 MEMBERS_UNKNOWN = "Slack cannot say now who is in the channel ({why}). Try again in a minute."
+GUESTS_UNKNOWN = "Slack cannot say now who is a guest of the workspace ({why})."
+# users.list's page: Slack recommends no more than 200 people at a time.
+USERS_PAGE = 200
 
 
 def web_client(token: str, api_url: str, **kwargs: Any) -> AsyncWebClient:
@@ -177,7 +183,7 @@ class SlackDirectory:
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
         self._team_id = ""
-        self._profiles: TTLCache[str, Profile] = TTLCache(
+        self._users: TTLCache[str, dict[str, Any]] = TTLCache(
             maxsize=MAX_PROFILES, ttl=PROFILE_TTL_SECONDS
         )
 
@@ -196,27 +202,39 @@ class SlackDirectory:
             self._team_id = str(response.get("team_id") or "")
         return self._team_id
 
-    async def profile(self, user_id: str) -> Profile | None:
-        """``users.info``'s workspace and deactivation of ``user_id``; ``None`` if Slack cannot say."""
-        cached = self._profiles.get(user_id)
+    async def user(self, user_id: str) -> dict[str, Any] | None:
+        """``users.info``'s user object of ``user_id`` (with its ``locale``), remembered five
+        minutes; ``None`` if Slack cannot say (nothing is remembered then).
+
+        The one cache of ``users.info`` in the process: the access rule reads a
+        :class:`Profile` from it, the Slack surface whether the person is an
+        admin, their organisation and their locale (``bot.slack.people``).
+        """
+        cached = self._users.get(user_id)
         if cached is not None:
             return cached
         try:
-            # Asked as the words' directory asks (bot.slack.people): one shape of the call.
+            # The locale too: the Slack surface speaks to the person in it.
             response = await ask_slack(self.client.users_info(user=user_id, include_locale=True))
         except (SlackApiError, AccessCheckUnavailable) as exc:
             log.warning("Slack could not tell about %s: %s", user_id, type(exc).__name__)
             return None
         user = dict(response.get("user") or {})
+        self._users[user_id] = user
+        return user
+
+    async def profile(self, user_id: str) -> Profile | None:
+        """``users.info``'s workspace and deactivation of ``user_id``; ``None`` if Slack cannot say."""
+        user = await self.user(user_id)
+        if user is None:
+            return None
         team = user.get("team_id") or (user.get("profile") or {}).get("team")
-        profile = Profile(
+        return Profile(
             team_id=str(team) if team else None,
             deleted=bool(user.get("deleted")),
             email=verified_email(user),
-            guest=bool(user.get("is_restricted") or user.get("is_ultra_restricted")),
+            guest=is_guest(user),
         )
-        self._profiles[user_id] = profile
-        return profile
 
     async def channel_members(self, channel: str) -> frozenset[str]:
         """The user ids of ``channel``'s members (none when the bot cannot see the channel).
@@ -240,6 +258,35 @@ class SlackDirectory:
                 slack_error(exc),
             )
             raise AccessCheckUnavailable(MEMBERS_UNKNOWN.format(why=slack_error(exc))) from exc
+
+    async def guest_ids(self) -> frozenset[str]:
+        """The workspace's guests (``is_restricted``, ``is_ultra_restricted``), from
+        ``users.list`` page by page; deactivated ones left out (they read nothing).
+
+        Raises:
+            AccessCheckUnavailable: Slack cannot be reached or refused (a rate limit its
+                retries ran out for, ``missing_scope``...).
+        """
+        guests: set[str] = set()
+        cursor: str | None = None
+        try:
+            while True:
+                page = await self.client.users_list(cursor=cursor, limit=USERS_PAGE)
+                for user in page.get("members") or []:
+                    if isinstance(user, dict) and is_guest(user) and not user.get("deleted"):
+                        guests.add(str(user.get("id")))
+                cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+                if cursor is None:
+                    return frozenset(guests)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise AccessCheckUnavailable(GUESTS_UNKNOWN.format(why="unreachable")) from exc
+        except SlackApiError as exc:
+            log.warning(
+                "users.list failed (%s): the bot needs users:read to tell who is a guest; "
+                "until it can, answers in channels hold what a guest may read there",
+                slack_error(exc),
+            )
+            raise AccessCheckUnavailable(GUESTS_UNKNOWN.format(why=slack_error(exc))) from exc
 
 
 def verified_email(user: dict[str, Any]) -> str | None:

@@ -91,6 +91,7 @@ def register(app: AsyncApp, services: Services) -> None:
     _register_escalation(app, services)
     _register_unfurls(app, services)
     _register_canvases(app, services)
+    _register_people(app, services)
     _register_errors(app, services)
 
 
@@ -470,6 +471,24 @@ def _register_agent(app: AsyncApp, services: Services) -> None:
             # replica has it): Slack leaves the session processing until the app says
             # otherwise, and nothing here would.
             await set_session_active(client, request.channel, request.thread_ts)
+
+
+def _register_people(app: AsyncApp, services: Services) -> None:
+    # Who reads an answer in a channel (bot.access): its members and the workspace's
+    # guests, each remembered a while; these events say at once what changed.
+    @app.event("member_joined_channel")
+    @app.event("member_left_channel")
+    async def on_members_changed(event: dict[str, Any]) -> None:
+        channel = event.get("channel")
+        if isinstance(channel, str) and channel and services.access.members is not None:
+            services.access.members.forget(channel)
+
+    @app.event("user_change")
+    @app.event("team_join")
+    async def on_person_changed(event: dict[str, Any]) -> None:
+        user = event.get("user")
+        if isinstance(user, dict) and services.access.guests is not None:
+            services.access.guests.heard(user)
 
 
 def _register_canvases(app: AsyncApp, services: Services) -> None:

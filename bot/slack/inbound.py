@@ -59,6 +59,8 @@ _EVENT_TEXT_FIELDS = (
 _FILE_TEXT_FIELDS = ("id", "name", "title", "mimetype", "filetype", "url_private_download")
 # Events the bot answers in a channel: they must name one.
 _CHANNEL_EVENTS = frozenset({"app_mention", "message"})
+# Events whose ``user`` is Slack's user object, not an id (what changed of a person).
+_USER_OBJECT_EVENTS = frozenset({"user_change", "team_join"})
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,11 @@ def _payload_problem(payload: dict[str, Any]) -> Refusal | None:
 def _event_problem(event: object) -> str | None:
     if not isinstance(event, dict):
         return "'event' is not an object"
+    if event.get("type") in _USER_OBJECT_EVENTS:
+        user = event.get("user")
+        if not (isinstance(user, dict) and isinstance(user.get("id"), str)):
+            return "'user' is not a user object"
+        event = {k: v for k, v in event.items() if k != "user"}
     bad = [k for k in _EVENT_TEXT_FIELDS if k in event and not isinstance(event[k], str)]
     if bad:
         return f"{', '.join(bad)} not text"

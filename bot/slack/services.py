@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from bot.access import Access
+from bot.access import Access, SlackDirectory
 from bot.conversation import Conversation
 from bot.slack.agent import Agent
 from bot.slack.approvals import Approvals
@@ -81,7 +81,9 @@ class Services:
         (``bot.slack.reindex``); ``None``: it rebuilds on the model it runs.
         """
         jobs = Jobs()
-        directory = Directory()
+        # One cache of users.info: the access rule's, when Slack is its directory.
+        people = access.directory if isinstance(access.directory, SlackDirectory) else None
+        directory = Directory(people=people)
         roles = Roles(config, directory)
         languages = Languages(directory, config.default_language)
         approvals = Approvals(kb, config, roles, engine, languages)

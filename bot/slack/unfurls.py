@@ -295,7 +295,8 @@ class Unfurls:
         url = link.viewer_url(self.base_url)
         if resolved.passage is None:
             return unavailable_entity(link.ref, url, words, unfurl_url=link.posted)
-        if not readable_here(resolved.scope, where, allow_external=self._allow_external):
+        # Everyone in the conversation reads the unfurl, a guest of the workspace too.
+        if not visible(await self.services.access.shown_to_all(where), resolved.scope):
             return restricted_entity(link.ref, url, words, unfurl_url=link.posted)
         return passage_entity(resolved.passage, words, unfurl_url=link.posted)
 
@@ -371,7 +372,8 @@ class Unfurls:
     async def _reads(self, user: str, scope: str) -> bool:
         """Whether ``user`` may read documents of ``scope`` (a channel's: a member of it now)."""
         if scope == EVERYONE:
-            return True
+            # A guest of the workspace reads no document for everyone (bot.access).
+            return not await self.services.access.guest(Person(user))
         decision = await self.services.access.in_channel(Person(user), scope)
         if not decision.allowed:
             log.info("no flexpane for %s: %s", user, decision.reason)

@@ -34,8 +34,14 @@ on Cloud under ``/wiki``), which both Cloud and Data Center serve:
   page gets the people every level admits, groups expanded to their members
   (``/rest/api/group/{name}/member``). A person is known by the email
   Confluence shows for them; one it hides (Cloud's profile visibility) admits
-  nobody. A level whose restrictions cannot be read makes the page unknown:
-  nobody reads it until they can be.
+  nobody. On Cloud a person admits someone only while their Atlassian account
+  is active: the v1 user objects say nothing of it, so each account named is
+  looked up once a run with the REST API v2's bulk lookup (``POST
+  /api/v2/users-bulk``, 100 ids a request), and one whose ``accountStatus`` is
+  not ``active`` (deactivated, closed) or that the lookup does not find admits
+  nobody. Data Center's user objects carry no status: a deactivated account
+  there is still matched by its email. A level whose restrictions cannot be
+  read makes the page unknown: nobody reads it until they can be.
 
 Rate limits and failures: HTTP 429 waits ``Retry-After`` (or backs off), 5xx
 and dropped connections back off, 0.5 s doubling, all within one budget of
@@ -100,6 +106,8 @@ log = logging.getLogger(__name__)
 # 50 (developer.atlassian.com, "Pagination" of the REST API v1); ids only allow it too.
 PAGE_SIZE = 50
 MAX_ANCESTORS = 64
+# Account ids asked about in one bulk lookup (Atlassian returns at most 100 users a request).
+USERS_BULK = 100
 # Pages of results one listing follows: 50 a page, a million pages per space at most.
 MAX_PAGES = 20_000
 _SPACE_KEY = re.compile(r"[A-Za-z0-9_~]{1,255}")
@@ -212,6 +220,8 @@ class ConfluenceConnector:
             self.client = Server(settings.url, token=token, **common)
         self._space_grant: _Grant | None = None
         self._members: dict[str, GroupMembers] = {}
+        # accountStatus of each account this run looked up (Cloud); "" when not found.
+        self._statuses: dict[str, str] = {}
         # This run's: each page's attachments as the listing found them, each page's Acl.
         self._listed: dict[str, list[dict[str, Any]]] | None = None
         self._page_of: dict[str, str] = {}
@@ -585,7 +595,7 @@ class ConfluenceConnector:
                 continue
             public = public or permission.get("anonymousAccess") is True
             subjects = _part(permission, "subjects")
-            users.update(_emails(_part(subjects, "user").get("results")))
+            users.update(self._readers(_part(subjects, "user").get("results")))
             groups.update(_names(_part(subjects, "group").get("results")))
         organisation = set(self.settings.organisation_groups)
         public = public or bool(groups & organisation)
@@ -607,7 +617,7 @@ class ConfluenceConnector:
         group_rows = _results(_shaped(read, "group", content_id), content_id)
         if not user_rows and not group_rows:
             return None
-        return _Grant(frozenset(_emails(user_rows)), frozenset(_names(group_rows)))
+        return _Grant(frozenset(self._readers(user_rows)), frozenset(_names(group_rows)))
 
     def _people(self, grant: _Grant) -> frozenset[str]:
         """The emails ``grant`` admits, its groups expanded (members hidden count as nobody)."""
@@ -621,12 +631,15 @@ class ConfluenceConnector:
             emails: set[str] = set()
             complete = True
             try:
-                for row in self._pages(
-                    f"rest/api/group/{quote(name, safe='')}/member", {"limit": PAGE_SIZE}
-                ):
-                    email = next(_emails([row]), None)
-                    complete = complete and email is not None
-                    emails.update([email] if email else [])
+                rows = list(
+                    self._pages(
+                        f"rest/api/group/{quote(name, safe='')}/member", {"limit": PAGE_SIZE}
+                    )
+                )
+                # A member whose email is hidden is unknown: the list is not complete. One
+                # whose account is not active is known, and reads nothing.
+                complete = all(next(_emails([row]), None) is not None for row in rows)
+                emails.update(self._readers(rows))
             except SourceFailed as exc:
                 # Rate-limited or failing past the budget: the run fails and says when to
                 # retry, rather than ending "ok" with the group's people shut out until the
@@ -637,6 +650,46 @@ class ConfluenceConnector:
                 complete = False
             self._members[name] = GroupMembers(name, frozenset(emails), complete)
         return self._members[name]
+
+    def _readers(self, rows: object) -> Iterator[str]:
+        """The emails of the user objects ``rows`` who may read: shown, and on Cloud of an
+        account Atlassian says is active (see the module's docstring)."""
+        users = [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
+        if not self.settings.user:  # Data Center: its user objects carry no status
+            yield from _emails(users)
+            return
+        self._look_up([row.get("accountId") for row in users])
+        for row in users:
+            account = row.get("accountId")
+            if isinstance(account, str) and self._statuses.get(account) == "active":
+                yield from _emails([row])
+
+    def _look_up(self, accounts: list[object]) -> None:
+        """Remember the ``accountStatus`` of each of ``accounts`` not asked about yet this run.
+
+        An account the lookup does not return (gone), or returns without a
+        status, is remembered as ``""``: not active.
+
+        Raises:
+            SourceFailed: Confluence failed past the budget, or answered other than JSON.
+        """
+        new = [a for a in dict.fromkeys(accounts) if isinstance(a, str) and a]
+        new = [a for a in new if a not in self._statuses]
+        for start in range(0, len(new), USERS_BULK):
+            batch = new[start : start + USERS_BULK]
+            answer = self._call(
+                functools.partial(self.client.post, "api/v2/users-bulk", data={"accountIds": batch})
+            )
+            results = answer.get("results") if isinstance(answer, dict) else None
+            if not isinstance(results, list):
+                raise SourceFailed("Confluence answered a user lookup that is not JSON of results.")
+            self._statuses.update(dict.fromkeys(batch, ""))
+            for user in results:
+                if isinstance(user, dict) and user.get("accountId") in batch:
+                    status = user.get("accountStatus")
+                    self._statuses[str(user["accountId"])] = (
+                        status if isinstance(status, str) else ""
+                    )
 
     # ------------------------------------------------------------ calls
 

@@ -4,6 +4,9 @@
 which locale they use Slack in) and
 ``usergroups.users.list`` (who is in a publishers group) are asked
 by several parts of the bot; a burst of questions or uploads costs one call.
+A person's ``users.info`` is the access rule's cache when there is one
+(:meth:`bot.access.SlackDirectory.user`): who they are to the access rule and
+how the surface speaks to them cost one call.
 A failed call is remembered by nobody and answered as "unknown", so callers
 decide what unknown means (it never grants a right). Who is in a channel is
 the access rule's to ask (``bot.access``: one cache for every surface).
@@ -19,6 +22,8 @@ from typing import Any, TypeVar
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.access import SlackDirectory
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,8 @@ class Directory:
         capacity: the most answers remembered of each kind (people, groups);
             past it the oldest are forgotten, so a long-running
             process in a large workspace holds a bounded amount.
+        people: the access rule's directory, whose cache of ``users.info`` is read
+            instead of one of this directory's own; ``None``: this one asks.
     """
 
     def __init__(
@@ -49,8 +56,10 @@ class Directory:
         user_ttl_seconds: float = USER_CACHE_SECONDS,
         group_ttl_seconds: float = GROUP_CACHE_SECONDS,
         capacity: int = MAX_REMEMBERED,
+        people: SlackDirectory | None = None,
     ) -> None:
         self.capacity = capacity
+        self.people = people
         self.user_ttl_seconds = user_ttl_seconds
         self.group_ttl_seconds = group_ttl_seconds
         self._users: dict[str, tuple[dict[str, Any], float]] = {}
@@ -58,6 +67,8 @@ class Directory:
 
     async def user(self, client: AsyncWebClient, user_id: str) -> dict[str, Any] | None:
         """The ``users.info`` user object, or ``None`` when Slack could not say."""
+        if self.people is not None:
+            return await self.people.user(user_id)
 
         async def ask() -> dict[str, Any]:
             # The locale too (``user.locale``, "fr-FR"): the language the person is spoken to in.

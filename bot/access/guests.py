@@ -1,0 +1,124 @@
+"""Who is a guest of the workspace: the one cache of the process, read whole and kept fresh.
+
+A channel's answer is read by everyone in it: when a guest is among them it
+holds only what a guest may read there (:meth:`bot.access.Access.guests_at`).
+Asking ``users.info`` of every member of a channel would cost one call per
+person; the directory lists the workspace's guests instead (Slack:
+``users.list``, page by page, Tier 2), remembered for ``ttl_seconds`` and kept
+up to date between two listings by what the directory says of one person
+(Slack's ``user_change`` and ``team_join`` events: :meth:`Guests.heard`).
+
+A listing runs on its own: a question waits for it ``wait_seconds`` at most
+(a large workspace's pages, or a rate limit's ``Retry-After``, take longer),
+then the last listing serves while it runs on, or, before the first, the
+caller is told the guests cannot be known (:class:`AccessCheckUnavailable`)
+and takes the channel as having some. A listing that fails is forgotten (the
+caller told so too), and for ``retry_seconds`` it is not asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bot.access.directory import AccessCheckUnavailable, Directory
+
+__all__ = ["GUESTS_RETRY_SECONDS", "GUESTS_TTL_SECONDS", "Guests", "is_guest"]
+
+# A guest invited since the last listing is heard of at once (team_join, user_change)
+# when the app gets those events; the listing itself is the fallback.
+GUESTS_TTL_SECONDS = 600.0
+# After a failed listing: not asked again for this long (a rate limit's window is a minute).
+GUESTS_RETRY_SECONDS = 60.0
+# The longest a question waits for a listing before it is answered without it.
+GUESTS_WAIT_SECONDS = 5.0
+GUESTS_UNKNOWN = "Slack cannot say now who is a guest of the workspace."
+
+
+def is_guest(user: Mapping[str, Any]) -> bool:
+    """Whether Slack's user object is a guest of the workspace (single- or multi-channel)."""
+    return bool(user.get("is_restricted") or user.get("is_ultra_restricted"))
+
+
+class Guests:
+    """The workspace's guests as the directory lists them, remembered for ``ttl_seconds``.
+
+    Args:
+        directory: asked for the whole list on a miss (:meth:`Directory.guest_ids`).
+        ttl_seconds: how long a listing is used.
+        retry_seconds: how long after a failed listing it is not asked again.
+        wait_seconds: the longest a caller waits for a listing.
+        clock: monotonic seconds (tests move it).
+    """
+
+    def __init__(
+        self,
+        directory: Directory,
+        *,
+        ttl_seconds: float = GUESTS_TTL_SECONDS,
+        retry_seconds: float = GUESTS_RETRY_SECONDS,
+        wait_seconds: float = GUESTS_WAIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = directory
+        self.ttl_seconds = ttl_seconds
+        self.retry_seconds = retry_seconds
+        self.wait_seconds = wait_seconds
+        self.clock = clock
+        self._ids: set[str] | None = None
+        self._until = 0.0
+        self._failed_until = 0.0
+        self._listing: asyncio.Task[frozenset[str]] | None = None
+
+    async def ids(self) -> frozenset[str]:
+        """The user ids of the workspace's guests now.
+
+        Raises:
+            AccessCheckUnavailable: the directory cannot list them now.
+        """
+        now = self.clock()
+        if self._ids is not None and now < self._until:
+            return frozenset(self._ids)
+        if now < self._failed_until:
+            raise AccessCheckUnavailable(GUESTS_UNKNOWN)
+        if self._listing is None or self._listing.done():
+            # One listing at a time, whoever asks: a burst of questions costs one.
+            self._listing = asyncio.create_task(self._list())
+            self._listing.add_done_callback(_retrieved)
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._listing), self.wait_seconds)
+        except TimeoutError as exc:
+            if self._ids is not None:
+                return frozenset(self._ids)  # the last listing, while the next one runs
+            raise AccessCheckUnavailable(GUESTS_UNKNOWN) from exc
+
+    async def _list(self) -> frozenset[str]:
+        try:
+            listed = await self.directory.guest_ids()
+        except AccessCheckUnavailable:
+            self._ids, self._failed_until = None, self.clock() + self.retry_seconds
+            raise
+        self._ids, self._until = set(listed), self.clock() + self.ttl_seconds
+        return listed
+
+    def heard(self, user: Mapping[str, Any]) -> None:
+        """What the directory said of one person since (Slack's ``user_change``, ``team_join``).
+
+        A person made a guest, or a guest made a member, counts at once; a
+        deactivated person reads nothing anywhere, so is no guest to hide from.
+        """
+        user_id = user.get("id")
+        if self._ids is None or not isinstance(user_id, str) or not user_id:
+            return  # nothing listed yet: the next listing says it
+        if is_guest(user) and not user.get("deleted"):
+            self._ids.add(user_id)
+        else:
+            self._ids.discard(user_id)
+
+
+def _retrieved(listing: asyncio.Task[frozenset[str]]) -> None:
+    """Mark a listing's failure seen: a caller that stopped waiting does not see it."""
+    if not listing.cancelled():
+        listing.exception()
