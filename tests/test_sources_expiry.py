@@ -35,7 +35,7 @@ from index.storage import SourceItem, Store
 from index.storage.schema import MIGRATIONS
 from tests import sources_harness
 from tests.clocks import FakeTime, Waits
-from tests.gdrive_server import DOC, DRIVE, FOLDER, File, MockDrive, Permission
+from tests.gdrive_server import DOC, FOLDER, File, MockDrive, Permission
 from tests.servers import DEFAULT_SHAREPOINT_CLIENT_SECRET, MockSlackAPI
 from tests.sharepoint_server import (
     CLIENT_ID,
