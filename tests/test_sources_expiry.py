@@ -165,6 +165,7 @@ async def test_a_drive_sharing_stops_admitting_when_it_expires_with_no_sync_betw
     assert result.exit_code == 0, result.output
     explained: dict[str, Any] = json.loads(result.stdout)
     assert explained["may_read"] is True
+    assert f"alice@example.com read it until {_shown(ENDS + HOUR)}" in explained["reason"]
     assert explained["document"]["source"]["acl"]["readers"] == (
         f"user alice@example.com until {_shown(ENDS + HOUR)}, user bob@example.com, "
         f"user carol@elsewhere.example until {_shown(ENDS)}"
@@ -231,6 +232,8 @@ async def test_a_sharepoint_link_and_permission_stop_admitting_when_they_expire(
     access = _access(slack, reader)
     assert await _readers(access, scope, ALICE, BOB, CAROL) == {ALICE, BOB, CAROL}
     assert scope in await access.narrowed(frozenset({scope}))  # public, for a narrowed token
+    bob = await access.may_read(Person(BOB), scope)
+    assert f"public in the organisation until {_shown(ENDS)}" in bob.reason
 
     await time_now.advance(ENDS - time_now.now)
     assert await _readers(access, scope, ALICE, BOB, CAROL) == {ALICE, CAROL}

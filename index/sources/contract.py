@@ -212,10 +212,11 @@ class Acl:
             return self
         return Acl.granting(row for row in self._rows() if row[2] is None or row[2] > now)
 
-    def expires(self, kind: str, principal: str = "") -> float | None:
-        """When the entry ``kind`` ``principal`` stops admitting; ``None``: it lasts (or is not
-        an entry)."""
-        return next((t for k, p, t in self.until if (k, p) == (kind, principal)), None)
+    def ending(self, kind: str, principal: str = "") -> str:
+        """`` until <time>`` for people where the entry ``kind`` ``principal`` expires;
+        ``""`` where it lasts (or is not an entry)."""
+        ends = next((t for k, p, t in self.until if (k, p) == (kind, principal)), None)
+        return "" if ends is None else f" until {_when(ends)}"
 
     def without_public(self) -> Acl:
         """These permissions, no longer public in the organisation (unknown stays unknown)."""
@@ -226,9 +227,9 @@ class Acl:
         if not self.known:
             return "unknown (nobody may read it until its permissions are read)"
         parts = []
-        for kind, principal, until in self._rows():
+        for kind, principal, _ in self._rows():
             part = "everyone in the organisation" if kind == "public" else f"{kind} {principal}"
-            parts.append(part if until is None else f"{part} until {_when(until)}")
+            parts.append(part + self.ending(kind, principal))
         return ", ".join(parts) or "nobody"
 
 
