@@ -35,7 +35,7 @@ from index.storage import SourceItem, Store
 from index.storage.schema import MIGRATIONS
 from tests import sources_harness
 from tests.clocks import FakeTime, Waits
-from tests.gdrive_server import DOC, FOLDER, File, MockDrive, Permission
+from tests.gdrive_server import DOC, DRIVE, FOLDER, File, MockDrive, Permission
 from tests.servers import DEFAULT_SHAREPOINT_CLIENT_SECRET, MockSlackAPI
 from tests.sharepoint_server import (
     CLIENT_ID,
@@ -180,6 +180,41 @@ async def test_a_drive_sharing_stops_admitting_when_it_expires_with_no_sync_betw
     await time_now.advance(HOUR)  # alice's longer grant ends too; bob's lasts
     assert await _readers(access, scope, ALICE, BOB, CAROL) == {BOB}
     assert acl_of_scope(reader.sources, scope).describe() == "user bob@example.com"
+
+
+async def test_a_drive_poll_that_asks_for_no_permission_keeps_each_ones_expiry(
+    kb: KnowledgeBase, slack: MockSlackAPI, reader: Store, time_now: FakeTime
+) -> None:
+    # On a shared drive a poll confirms the permissions of every file Drive's changes log
+    # does not name as they were recorded, asking Drive nothing: the expiry stays, and
+    # the grant stops admitting at its time though no run ever reads it again.
+    drive = MockDrive()
+    body = f"<html><body><h1>Plan</h1><p>{SECRET}</p></body></html>".encode()
+    grants = [
+        Permission("user", email="alice@example.com", expires=_rfc3339(ENDS)),
+        Permission("user", email="bob@example.com"),
+    ]
+    with drive.serve():
+        drive.put(File("plan", "Plan", DOC, body, permissions=grants))
+        settings = GDriveSettings(drive=DRIVE, api_url=drive.base)
+        asked = []
+        for _ in range(2):
+            drive.calls.clear()
+            connector = GDriveConnector(settings, drive.key_file(), sleep=Waits().sleep)
+            report = sync(kb, "gdrive-eng", "gdrive", settings.as_dict(), connector)
+            assert report.error is None, report.error
+            asked.append(len(drive.calls_to("/files/plan/permissions")))
+        assert asked == [1, 0]  # the load read them; the poll asked nothing
+
+    scope = source_scope("gdrive-eng", "plan")
+    assert reader.sources.acl_rows(scope) == [
+        ("user", "alice@example.com", ENDS),
+        ("user", "bob@example.com", None),
+    ]
+    access = _access(slack, reader)
+    assert await _readers(access, scope, ALICE, BOB) == {ALICE, BOB}
+    await time_now.advance(ENDS - time_now.now)
+    assert await _readers(access, scope, ALICE, BOB) == {BOB}
 
 
 # ------------------------------------------------------------------ SharePoint / OneDrive
