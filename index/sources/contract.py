@@ -154,13 +154,16 @@ class Acl:
         several name the same entry, the one lasting longest counts: one that lasts
         beats any that expires. None: a known Acl that admits nobody.
         """
+        entries = ((_entry(kind, principal), until) for kind, principal, until in grants)
+        return cls._longest((*key, until) for key, until in entries if key is not None)
+
+    @classmethod
+    def _longest(cls, rows: Iterable[tuple[str, str, float | None]]) -> Acl:
+        """The Acl of entries as they are (no unknown among them), the longest of each kept."""
         longest: dict[tuple[str, str], float | None] = {}
-        for kind, principal, until in grants:
-            key = _entry(kind, principal)
-            if key is None:
-                continue
-            held = longest.get(key, until)
-            longest[key] = None if held is None or until is None else max(held, until)
+        for kind, principal, until in rows:
+            held = longest.get((kind, principal), until)
+            longest[kind, principal] = None if held is None or until is None else max(held, until)
         found: dict[str, set[str]] = {"user": set(), "group": set(), "domain": set()}
         for kind, principal in longest:
             if kind in found:
@@ -169,7 +172,7 @@ class Acl:
             frozenset(found["user"]),
             frozenset(found["group"]),
             frozenset(found["domain"]),
-            ("public", "") in longest,
+            any(kind == "public" for kind, _ in longest),
             until=frozenset((k, p, t) for (k, p), t in longest.items() if t is not None),
         )
 
@@ -194,23 +197,26 @@ class Acl:
     def from_entries(cls, rows: Iterable[tuple[str, str, float | None]]) -> Acl:
         """From :attr:`entries` rows; none, or an ``unknown`` one, is :data:`UNKNOWN_ACL`.
 
-        Every row is kept, expired or not: :meth:`at` says which admit now.
+        Every row is kept as it is, expired or not: :meth:`at` says which admit now.
         """
-        grants = []
+        grants: list[tuple[str, str, float | None]] = []
+        any_row = False
         for kind, principal, until in rows:
+            any_row = True
             if kind == "unknown":
                 return UNKNOWN_ACL
-            grants.append((kind, principal, until))
-        if not grants:
-            return UNKNOWN_ACL
-        return cls.granting(grants)
+            if kind == "public":
+                grants.append((kind, "", until))
+            elif kind in _KINDS:
+                grants.append((kind, principal, until))
+        return cls._longest(grants) if any_row else UNKNOWN_ACL
 
     def at(self, now: float) -> Acl:
         """These permissions at ``now`` (epoch seconds): without the entries expired by
         then. None left: an Acl that admits nobody (still known)."""
         if not self.known or not any(t <= now for _, _, t in self.until):
             return self
-        return Acl.granting(row for row in self._rows() if row[2] is None or row[2] > now)
+        return Acl._longest(row for row in self._rows() if row[2] is None or row[2] > now)
 
     def ending(self, kind: str, principal: str = "") -> str:
         """`` until <time>`` for people where the entry ``kind`` ``principal`` expires;
