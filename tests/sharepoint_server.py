@@ -86,10 +86,13 @@ class Fault:
     times: int = 1
 
 
-def user(email: str, *, roles: tuple[str, ...] = ("read",)) -> dict[str, Any]:
-    """A permission granted to one person."""
+def user(email: str, *, roles: tuple[str, ...] = ("read",), expires: str = "") -> dict[str, Any]:
+    """A permission granted to one person; ``expires``: its ``expirationDateTime``."""
     who = {"id": f"id-{email.split('@')[0]}", "displayName": email.split("@")[0], "email": email}
-    return {"roles": list(roles), "grantedToV2": {"user": who}}
+    row: dict[str, Any] = {"roles": list(roles), "grantedToV2": {"user": who}}
+    if expires:
+        row["expirationDateTime"] = expires
+    return row
 
 
 def group(group_id: str, name: str) -> dict[str, Any]:

@@ -303,7 +303,10 @@ async def test_kb_source_add_sync_list_show_explain_ask_and_remove(
     assert shown.exit_code == 0, shown.output
     origin = json.loads(shown.stdout)["source"]
     assert origin["url"] == f"{confluence.base}/spaces/ENG/pages/102"
-    assert origin["acl"]["entries"] == [["user", "alice@example.com"], ["user", "dave@example.com"]]
+    assert origin["acl"]["entries"] == [
+        ["user", "alice@example.com", None],
+        ["user", "dave@example.com", None],
+    ]
     assert origin["synced_at"] > 0
 
     explained = await asyncio.to_thread(

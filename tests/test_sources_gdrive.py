@@ -340,7 +340,7 @@ async def test_kb_source_add_gdrive_sync_list_show_and_ask(
     assert [(r["name"], r["kind"], r["documents"]) for r in listed] == [(name, "gdrive", 3)]
 
     shown = json.loads((await asyncio.to_thread(cli, "show", "Nightjar.html", "--json")).stdout)
-    assert shown["source"]["acl"]["entries"] == [["user", OWNER], ["group", ENG]]
+    assert shown["source"]["acl"]["entries"] == [["user", OWNER, None], ["group", ENG, None]]
 
     asked = await asyncio.to_thread(cli, "ask", SECRET_Q, "--as", ALICE, "--json")
     assert asked.exit_code == 0, asked.output

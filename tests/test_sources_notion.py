@@ -355,7 +355,7 @@ async def test_kb_source_add_sync_list_ask_as_and_remove(
     assert shown.exit_code == 0, shown.output
     origin = json.loads(shown.stdout)["source"]
     assert origin["url"] == f"https://www.notion.so/{SECRET_ID.replace('-', '')}"
-    assert origin["acl"]["entries"] == [["user", "alice@example.com"]]
+    assert origin["acl"]["entries"] == [["user", "alice@example.com", None]]
     explained = await asyncio.to_thread(
         cli, "access", "explain", "--user", BOB, "Nightjar.html", "--json"
     )

@@ -496,7 +496,7 @@ async def test_kb_source_add_sync_list_show_ask_and_remove(
     assert shown.exit_code == 0, shown.output
     origin = json.loads(shown.stdout)["source"]
     assert origin["url"] == f"{SITE}/Shared%20Documents/Nightjar.md"
-    assert origin["acl"]["entries"] == [["group", ENG]]
+    assert origin["acl"]["entries"] == [["group", ENG, None]]
 
     explained = await asyncio.to_thread(
         cli, "access", "explain", "--user", BOB, "Nightjar.md", "--json"

@@ -71,6 +71,7 @@ MIGRATION_NAMES = [
     "0020_canvases_credited_to_their_source",
     "0021_chunk_languages_index",
     "0022_documents_stamp_index",
+    "0023_source_acl_until",
 ]
 
 

@@ -5,7 +5,8 @@ A synced document (Confluence...) is filed under a scope of its own
 (``store.sources``) and the members of the source groups they name. This reads
 them for the rule: which synced documents an email may read (public in the
 organisation, a user entry, a domain entry, a group it is a member of), and
-one document's permissions, for ``kb access explain``. Calls run in a thread:
+one document's permissions, for ``kb access explain``; both as they stand at
+the store's clock's now (an entry past its expiry admits nobody). Calls run in a thread:
 ``index`` is synchronous.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-from index.sources import Acl
+from index.sources import Acl, acl_of_scope
 from index.storage import Store
 
 __all__ = [
@@ -35,8 +36,10 @@ class SourceGrants:
         )
 
     async def acl(self, scope: str) -> Acl:
-        """The permissions of the synced document filed under ``scope`` (unknown if none)."""
-        return await asyncio.to_thread(lambda: Acl.from_entries(self.store.sources.acl_rows(scope)))
+        """The permissions of the synced document filed under ``scope`` (unknown if none) that
+        admit now, by the store's clock: a grant past its expiry admits nobody, the
+        document's other entries still do."""
+        return await asyncio.to_thread(acl_of_scope, self.store.sources, scope)
 
     async def groups_of(self, email: str, scope: str) -> frozenset[str]:
         """The groups ``email`` is a member of in the source the document of ``scope`` was

@@ -391,7 +391,7 @@ class Access:
         if not acl.known:
             return Decision(False, Rule.SOURCE, _ACL_UNKNOWN, unknown=True)
         if acl.public and not await self.guest(person):
-            return Decision(True, Rule.SOURCE, _ACL_PUBLIC)
+            return Decision(True, Rule.SOURCE, _ACL_PUBLIC.format(until=acl.ending("public")))
         email = await self.email_of(person)
         if email is None:
             return Decision(False, Rule.SOURCE, _NO_EMAIL.format(user=person.user_id))
@@ -400,13 +400,20 @@ class Access:
     async def _admitted_by(self, acl: Acl, email: str, person: Person, scope: str) -> Decision:
         user = person.user_id
         if email in acl.users:
-            return Decision(True, Rule.SOURCE, _ACL_USER.format(user=user, email=email))
-        if email.rsplit("@", 1)[-1] in acl.domains:
-            return Decision(True, Rule.SOURCE, _ACL_DOMAIN.format(user=user, email=email))
+            until = acl.ending("user", email)
+            return Decision(
+                True, Rule.SOURCE, _ACL_USER.format(user=user, email=email, until=until)
+            )
+        domain = email.rsplit("@", 1)[-1]
+        if domain in acl.domains:
+            until = acl.ending("domain", domain)
+            reason = _ACL_DOMAIN.format(user=user, email=email, until=until)
+            return Decision(True, Rule.SOURCE, reason)
         assert self.grants is not None
         groups = sorted(await self.grants.groups_of(email, scope) & acl.groups)
         if groups:
-            reason = _ACL_GROUP.format(user=user, email=email, group=groups[0])
+            until = acl.ending("group", groups[0])
+            reason = _ACL_GROUP.format(user=user, email=email, group=groups[0], until=until)
             return Decision(True, Rule.SOURCE, reason)
         return Decision(False, Rule.SOURCE, _ACL_NONE.format(user=user, email=email))
 
@@ -559,14 +566,14 @@ _ACL_UNKNOWN = (
     "It was synced from a source whose permissions for it could not be read: "
     "nobody reads it until they are (unknown is hidden)."
 )
-_ACL_PUBLIC = "Its source makes it public in the organisation: everyone served reads it."
+_ACL_PUBLIC = "Its source makes it public in the organisation{until}: everyone served reads it."
 _NO_EMAIL = (
     "Its source names the people who may read it, and the directory has no verified email "
     "for {user} to match them by: they read only what is public in the organisation."
 )
-_ACL_USER = "Its source lets {email} read it, the verified email of {user}."
-_ACL_DOMAIN = "Its source lets the domain of {email} ({user}'s verified email) read it."
-_ACL_GROUP = "Its source lets group {group} read it, and {email} ({user}) is a member."
+_ACL_USER = "Its source lets {email} read it{until}, the verified email of {user}."
+_ACL_DOMAIN = "Its source lets the domain of {email} ({user}'s verified email) read it{until}."
+_ACL_GROUP = "Its source lets group {group} read it{until}, and {email} ({user}) is a member."
 _ACL_NONE = (
     "Its source does not let {email} ({user}'s verified email) read it: not by name, "
     "domain or group."

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from index.errors import KBError
@@ -85,6 +86,10 @@ class SourceCredentialsRejected(SourceFailed):
     """The source refused the credentials (expired, revoked, too few scopes): an admin must act."""
 
 
+# An Acl entry's kinds, in the order its entries are listed.
+_KINDS = ("public", "user", "group", "domain")
+
+
 @dataclass(frozen=True)
 class Acl:
     """Who may read a document, as its source says.
@@ -94,12 +99,21 @@ class Acl:
     domain entry, or it is public in the organisation. ``known`` false: the
     source's permissions could not be read, and it admits nobody.
 
+    An entry the source grants until a time (a Drive permission's
+    ``expirationTime``, a Graph sharing's ``expirationDateTime``) is in
+    ``until``: whoever reads the permissions asks :meth:`at` for those that
+    still admit at their own clock's now, so a grant stops admitting when it
+    expires, not when the next sync reads it. Where several grants name the
+    same entry, the one lasting longest counts (:meth:`granting`).
+
     Attributes:
         users: emails, lower-cased.
         groups: the source's group names (their members: :class:`GroupMembers`).
         domains: email domains, lower-cased.
         public: everyone in the organisation.
         known: the permissions were read.
+        until: ``(kind, principal, epoch seconds)`` of each entry that stops admitting
+            then (``public`` has principal ``""``); an entry not in it lasts.
     """
 
     users: frozenset[str] = frozenset()
@@ -107,6 +121,14 @@ class Acl:
     domains: frozenset[str] = frozenset()
     public: bool = False
     known: bool = True
+    until: frozenset[tuple[str, str, float]] = frozenset()
+
+    def __post_init__(self) -> None:
+        # Only the entries there expire: one taken out (``replace``) takes its time along.
+        if self.until:
+            held = {(k, p) for k, p, _ in self._rows()}
+            kept = frozenset(u for u in self.until if (u[0], u[1]) in held)
+            object.__setattr__(self, "until", kept)
 
     @classmethod
     def of(
@@ -117,57 +139,122 @@ class Acl:
         *,
         public: bool = False,
     ) -> Acl:
-        """An Acl with emails and domains lower-cased and blanks left out."""
+        """An Acl with emails and domains lower-cased and blanks left out; none expires."""
+        rows = [("public", "", None)] if public else []
+        rows += [("user", u, None) for u in users]
+        rows += [("group", g, None) for g in groups]
+        rows += [("domain", d, None) for d in domains]
+        return cls.granting(rows)
+
+    @classmethod
+    def granting(cls, grants: Iterable[tuple[str, str, float | None]]) -> Acl:
+        """The Acl of ``(kind, principal, until)`` grants (``until`` ``None``: it lasts).
+
+        Emails and domains are lower-cased, blanks and kinds not known left out. Where
+        several name the same entry, the one lasting longest counts: one that lasts
+        beats any that expires. None: a known Acl that admits nobody.
+        """
+        entries = ((_entry(kind, principal), until) for kind, principal, until in grants)
+        return cls._longest((*key, until) for key, until in entries if key is not None)
+
+    @classmethod
+    def _longest(cls, rows: Iterable[tuple[str, str, float | None]]) -> Acl:
+        """The Acl of entries as they are (no unknown among them), the longest of each kept."""
+        longest: dict[tuple[str, str], float | None] = {}
+        for kind, principal, until in rows:
+            held = longest.get((kind, principal), until)
+            longest[kind, principal] = None if held is None or until is None else max(held, until)
+        found: dict[str, set[str]] = {"user": set(), "group": set(), "domain": set()}
+        for kind, principal in longest:
+            if kind in found:
+                found[kind].add(principal)
         return cls(
-            users=frozenset(u.strip().lower() for u in users if u.strip()),
-            groups=frozenset(g for g in groups if g),
-            domains=frozenset(d.strip().lower().lstrip("@") for d in domains if d.strip()),
-            public=public,
+            frozenset(found["user"]),
+            frozenset(found["group"]),
+            frozenset(found["domain"]),
+            any(kind == "public" for kind, _ in longest),
+            until=frozenset((k, p, t) for (k, p), t in longest.items() if t is not None),
         )
 
-    @property
-    def entries(self) -> list[tuple[str, str]]:
-        """As ``(kind, principal)`` rows: ``user``, ``group``, ``domain``, ``public`` or ``unknown``."""
-        if not self.known:
-            return [("unknown", "")]
+    def _rows(self) -> list[tuple[str, str, float | None]]:
+        ends = {(k, p): t for k, p, t in self.until}
         rows = [("public", "")] if self.public else []
         rows += [("user", u) for u in sorted(self.users)]
         rows += [("group", g) for g in sorted(self.groups)]
         rows += [("domain", d) for d in sorted(self.domains)]
-        return rows
+        return [(k, p, ends.get((k, p))) for k, p in rows]
+
+    @property
+    def entries(self) -> list[tuple[str, str, float | None]]:
+        """As ``(kind, principal, until)`` rows: kind ``user``, ``group``, ``domain``,
+        ``public`` or ``unknown``; ``until`` the epoch seconds it stops admitting, or
+        ``None``."""
+        if not self.known:
+            return [("unknown", "", None)]
+        return self._rows()
 
     @classmethod
-    def from_entries(cls, rows: Iterable[tuple[str, str]]) -> Acl:
-        """From :attr:`entries` rows; none, or an ``unknown`` one, is :data:`UNKNOWN_ACL`."""
-        found: dict[str, set[str]] = {"user": set(), "group": set(), "domain": set()}
-        public = any_row = False
-        for kind, principal in rows:
+    def from_entries(cls, rows: Iterable[tuple[str, str, float | None]]) -> Acl:
+        """From :attr:`entries` rows; none, or an ``unknown`` one, is :data:`UNKNOWN_ACL`.
+
+        Every row is kept as it is, expired or not: :meth:`at` says which admit now.
+        """
+        grants: list[tuple[str, str, float | None]] = []
+        any_row = False
+        for kind, principal, until in rows:
             any_row = True
             if kind == "unknown":
                 return UNKNOWN_ACL
             if kind == "public":
-                public = True
-            elif kind in found:
-                found[kind].add(principal)
-        if not any_row:
-            return UNKNOWN_ACL
-        return cls(
-            frozenset(found["user"]), frozenset(found["group"]), frozenset(found["domain"]), public
-        )
+                grants.append((kind, "", until))
+            elif kind in _KINDS:
+                grants.append((kind, principal, until))
+        return cls._longest(grants) if any_row else UNKNOWN_ACL
+
+    def at(self, now: float) -> Acl:
+        """These permissions at ``now`` (epoch seconds): without the entries expired by
+        then. None left: an Acl that admits nobody (still known)."""
+        if not self.known or not any(t <= now for _, _, t in self.until):
+            return self
+        return Acl._longest(row for row in self._rows() if row[2] is None or row[2] > now)
+
+    def ending(self, kind: str, principal: str = "") -> str:
+        """`` until <time>`` for people where the entry ``kind`` ``principal`` expires;
+        ``""`` where it lasts (or is not an entry)."""
+        ends = next((t for k, p, t in self.until if (k, p) == (kind, principal)), None)
+        return "" if ends is None else f" until {_when(ends)}"
 
     def without_public(self) -> Acl:
         """These permissions, no longer public in the organisation (unknown stays unknown)."""
         return replace(self, public=False) if self.known else self
 
     def describe(self) -> str:
-        """One line for people: who it admits."""
+        """One line for people: who it admits, and until when where that ends."""
         if not self.known:
             return "unknown (nobody may read it until its permissions are read)"
-        parts = ["everyone in the organisation"] if self.public else []
-        parts += [f"user {u}" for u in sorted(self.users)]
-        parts += [f"group {g}" for g in sorted(self.groups)]
-        parts += [f"domain {d}" for d in sorted(self.domains)]
+        parts = []
+        for kind, principal, _ in self._rows():
+            part = "everyone in the organisation" if kind == "public" else f"{kind} {principal}"
+            parts.append(part + self.ending(kind, principal))
         return ", ".join(parts) or "nobody"
+
+
+def _when(epoch: float) -> str:
+    """An epoch time for people: ``2026-12-07 17:30:00 UTC``."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _entry(kind: str, principal: str) -> tuple[str, str] | None:
+    """An Acl entry's ``(kind, principal)`` with emails and domains lower-cased; ``None``:
+    a blank principal, or a kind not known."""
+    if kind == "public":
+        return kind, ""
+    if kind not in _KINDS:
+        return None
+    name = principal if kind == "group" else principal.strip().lower()
+    if kind == "domain":
+        name = name.lstrip("@")
+    return (kind, name) if name else None
 
 
 UNKNOWN_ACL = Acl(known=False)

@@ -21,6 +21,7 @@ from index.sources.contract import SourceFailed
 __all__ = [
     "checkpoint_time",
     "expired",
+    "expiry",
     "file_name",
     "media_type_of",
     "readable_name",
@@ -67,6 +68,13 @@ def expired(value: object, now: float) -> bool:
         return False
     when = timestamp(value)
     return when is None or when.timestamp() <= now
+
+
+def expiry(value: object) -> float | None:
+    """When a permission a source sent an expiry time for stops admitting (epoch seconds);
+    ``None``: none sent, or one that is not a time (:func:`expired` says it has passed)."""
+    when = timestamp(value) if value is not None else None
+    return None if when is None else when.timestamp()
 
 
 def checkpoint_time(checkpoint: str) -> datetime:

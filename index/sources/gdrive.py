@@ -25,7 +25,10 @@ built from the discovery documents the client ships: no network to build them):
   its people may find the file (``allowFileDiscovery``), ``anyone`` (with the
   link) → public in the organisation, and a ``domain`` one only its link finds
   → the domain, only when the admin said so for the source (a link does not
-  tell who was given it), otherwise they admit nobody more. A permission whose
+  tell who was given it), otherwise they admit nobody more. A permission with
+  an ``expirationTime`` still to come admits until then (the access rule reads
+  it at every look-up, so it stops admitting when it expires, not at the next
+  sync: Drive's changes log may never say it did). A permission whose
   ``expirationTime`` has passed, of a role Drive did not document, of a
   ``view`` (a published reader), or inherited by a file whose inherited
   permissions are disabled (a folder with limited access), admits nobody; on a
@@ -77,7 +80,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import expired, file_name, readable_name, readable_suffix
+from index.sources.fields import expired, expiry, file_name, readable_name, readable_suffix
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = [
@@ -201,6 +204,7 @@ class GDriveConnector:
         settings: the drive or folder.
         token: the service account's JSON key (its content).
         sleep: how a wait is waited (tests record it).
+        clock: the time now, which tells an expired sharing from one still to expire.
         budget_seconds: the most one call waits for retries before the run fails.
         timeout: seconds for one HTTP request.
     """
@@ -213,11 +217,13 @@ class GDriveConnector:
         token: str,
         *,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
         budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         timeout: int = 30,
     ) -> None:
         self.settings = settings
         self.sleep = sleep
+        self.clock = clock
         self.budget_seconds = budget_seconds
         credentials = _credentials(token, settings.subject)
         self.drive = _service("drive", "v3", credentials, timeout, settings.api_url, "drive/v3/")
@@ -474,31 +480,26 @@ class GDriveConnector:
         return self._acls[item]
 
     def _read_acl(self, item: str) -> Acl:
-        users: set[str] = set()
-        groups: set[str] = set()
-        domains: set[str] = set()
-        public = False
-        now = time.time()
+        grants: list[tuple[str, str, float | None]] = []
+        now = self.clock()
         members_only = self._drive_members_only()
         try:
             for row in self._permission_rows(item):
                 if members_only and not _of_a_member(row):
                     continue  # the shared drive lets only its members in
-                kind, value = _grant(row, now)
-                if kind == "user":
-                    users.add(value)
-                elif kind == "group":
-                    groups.add(value)
-                elif kind == "domain" or (kind == _DOMAIN_LINK and self.settings.anyone_public):
-                    domains.add(value)
-                elif kind == "anyone":
-                    public = public or self.settings.anyone_public
+                kind, value, until = _grant(row, now)
+                if kind in ("user", "group", "domain"):
+                    grants.append((kind, value, until))
+                elif kind == _DOMAIN_LINK and self.settings.anyone_public:
+                    grants.append(("domain", value, until))
+                elif kind == "anyone" and self.settings.anyone_public:
+                    grants.append(("public", "", until))
         except _Gone:
             return UNKNOWN_ACL  # deleted since it was listed: the next listing prunes it
         except _Unreadable as exc:
             log.warning("Google Drive file %s: %s; nobody may read it", item, exc)
             return UNKNOWN_ACL
-        return Acl.of(users, groups, domains, public=public)
+        return Acl.granting(grants)
 
     def _permission_rows(self, file_id: str) -> Iterator[object]:
         """Each permission ``permissions.list`` gives of a file, or of a shared drive itself.
@@ -530,7 +531,7 @@ class GDriveConnector:
         if self._drive_grants is None:
             try:
                 rows = self._permission_rows(self.settings.drive)
-                grants = {_grant(row, time.time()) for row in rows}
+                grants = {_grant(row, self.clock())[:2] for row in rows}
             except (_Gone, _Unreadable) as exc:
                 log.info("Google shared drive's members: %s; every file's are read", exc)
                 return None
@@ -747,9 +748,9 @@ def _readable(file: dict[str, Any]) -> bool:
     return readable_suffix(file["name"], file["mimeType"]) is not None
 
 
-def _grant(row: object, now: float) -> tuple[str, str]:
-    """One permission as ``(kind, principal)`` at ``now`` (epoch seconds); ``("", "")`` admits
-    nobody.
+def _grant(row: object, now: float) -> tuple[str, str, float | None]:
+    """One permission as ``(kind, principal, until)`` at ``now`` (epoch seconds); kind ``""``
+    admits nobody. ``until``: its ``expirationTime``, still to come; ``None``: it lasts.
 
     Every role Drive documents (:data:`READING_ROLES`) reads; a role it added
     since admits nobody. A permission of a deleted account, one whose
@@ -764,6 +765,13 @@ def _grant(row: object, now: float) -> tuple[str, str]:
     """
     if not isinstance(row, dict):
         raise _Unreadable("Drive answered a permission that is not JSON")
+    kind, principal = _grantee(row, now)
+    return kind, principal, expiry(row.get("expirationTime")) if kind else None
+
+
+def _grantee(row: dict[str, Any], now: float) -> tuple[str, str]:
+    """Whom one permission admits at ``now`` as ``(kind, principal)`` (see :func:`_grant`);
+    ``("", "")``: nobody."""
     if row.get("deleted") or row.get("role") not in READING_ROLES:
         return "", ""
     if expired(row.get("expirationTime"), now):

@@ -27,7 +27,10 @@ library). The app signs in as itself (client credentials, app-only), with
   organisation is kept from it by hiding it here); a link of scope ``users``
   admits its grantees; a link that does not read (``createOnly``, a file
   request: upload only) or of a type not known, and a permission past its
-  ``expirationDateTime``, admit nobody. A SharePoint site group
+  ``expirationDateTime``, admit nobody; one whose ``expirationDateTime`` is
+  still to come admits until then (the access rule reads it at every look-up,
+  so it stops admitting when it expires, not at the next sync: the delta
+  query may never say it did). A SharePoint site group
   (``grantedToV2.siteGroup``) cannot be expanded through Graph: it admits
   nobody unless the admin names it as the whole organisation; a group stands
   for the organisation by its id only (its display name is anyone's to choose). Permissions that cannot be read make the file
@@ -70,7 +73,7 @@ from index.sources.contract import (
     SourceFailed,
     after_organisation_groups,
 )
-from index.sources.fields import expired, media_type_of, readable_suffix, timestamp
+from index.sources.fields import expired, expiry, media_type_of, readable_suffix, timestamp
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, origin, retry_after
 
 __all__ = [
@@ -196,6 +199,7 @@ class SharePointConnector:
         settings: the tenant, the app and the drive.
         token: the app's client secret.
         sleep: how a wait is waited (tests record it).
+        clock: the time now, which tells an expired sharing from one still to expire.
         budget_seconds: the most one call waits for retries before the run fails.
         timeout: seconds for one HTTP request.
     """
@@ -208,6 +212,7 @@ class SharePointConnector:
         token: str,
         *,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
         budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         timeout: int = 30,
     ) -> None:
@@ -218,6 +223,7 @@ class SharePointConnector:
             )
         self.settings = settings
         self.sleep = sleep
+        self.clock = clock
         self.budget_seconds = budget_seconds
         self.timeout = timeout
         self.http = requests.Session()
@@ -375,26 +381,26 @@ class SharePointConnector:
         except _Unreadable as exc:
             log.warning("SharePoint item %s: %s; nobody may read it", item, exc)
             return UNKNOWN_ACL
-        users: set[str] = set()
-        groups: set[str] = set()
-        public = False
-        now = time.time()
+        grants: list[tuple[str, str, float | None]] = []
+        now = self.clock()
         for row in rows:
             if not isinstance(row, dict):
                 log.warning("SharePoint item %s: a permission that is no object; nobody", item)
                 return UNKNOWN_ACL
             if _expired(row, now):
                 continue  # a sharing past its expirationDateTime opens nothing
+            until = _until(row)
             link = row.get("link")
             if isinstance(link, dict):
                 if link.get("type") not in READING_LINKS:
                     continue  # an upload-only link (a file request), or a type not known
                 scope = link.get("scope")
-                public = public or scope in ("organization", "anonymous")
+                if scope in ("organization", "anonymous"):
+                    grants.append(("public", "", until))
                 if scope == "users":
-                    users.update(_identity_emails(row))
+                    grants += [("user", e, until) for e in _identity_emails(row)]
                 continue  # existingAccess, or a scope not known: it adds nobody
-            users.update(_identity_emails(row))
+            grants += [("user", e, until) for e in _identity_emails(row)]
             granted = row.get("grantedToV2") or row.get("grantedTo") or {}
             for entry, name in _granted_groups(granted):
                 # A group stands for everyone by its id; a site group by its name, unique
@@ -403,10 +409,10 @@ class SharePointConnector:
                     entry.startswith(SITE_GROUP_PREFIX)
                     and name in self.settings.organisation_groups
                 ):
-                    public = True
+                    grants.append(("public", "", until))
                 else:
-                    groups.add(entry)
-        return Acl.of(users=users, groups=groups, public=public)
+                    grants.append(("group", entry, until))
+        return Acl.granting(grants)
 
     def _group(self, name: str) -> GroupMembers:
         if name not in self._members:
@@ -676,8 +682,21 @@ def _expired(row: dict[str, Any], now: float) -> bool:
     """Whether a permission's ``expirationDateTime`` has passed at ``now`` (epoch seconds);
     Graph's ``DateTime.MinValue`` (year 1) says none is set."""
     value = row.get("expirationDateTime")
+    return not _unset(value) and expired(value, now)
+
+
+def _until(row: dict[str, Any]) -> float | None:
+    """When a permission not expired stops admitting (its ``expirationDateTime``, epoch
+    seconds); ``None``: it lasts."""
+    value = row.get("expirationDateTime")
+    return None if _unset(value) else expiry(value)
+
+
+def _unset(value: object) -> bool:
+    """Whether an ``expirationDateTime`` says none is set: Graph's ``DateTime.MinValue``
+    (year 1)."""
     when = timestamp(value)
-    return not (when is not None and when.year == 1) and expired(value, now)
+    return when is not None and when.year == 1
 
 
 def _member_email(row: dict[str, Any]) -> str | None:

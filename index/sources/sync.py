@@ -53,7 +53,7 @@ from index.sources.contract import (
     source_scope,
 )
 from index.sources.kinds import open_connector, opened_with
-from index.storage import SourceItem, UnknownSource
+from index.storage import SourceItem, SourceRecords, UnknownSource
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +108,11 @@ class SourceSyncReport:
         }
 
 
-def acl_of_scope(kb: KnowledgeBase, scope: str) -> Acl:
-    """The recorded permissions of the synced document filed under ``scope``."""
-    return Acl.from_entries(kb.store.sources.acl_rows(scope))
+def acl_of_scope(records: SourceRecords, scope: str) -> Acl:
+    """The recorded permissions of the synced document filed under ``scope`` (unknown if
+    none) that admit now, by the store's clock: a grant past its expiry admits nobody, the
+    document's other entries still do."""
+    return Acl.from_entries(records.acl_rows(scope)).at(records.clock())
 
 
 def sync_source(
@@ -286,7 +288,7 @@ class _Run:
     def _refresh_groups(self) -> None:
         names: set[str] = set()
         for item in self.records.items(self.name).values():
-            names.update(p for k, p in self.records.acl_rows(item.scope) if k == "group")
+            names.update(p for k, p, _ in self.records.acl_rows(item.scope) if k == "group")
         if not names:
             return
         for group in self.connector.groups(sorted(names)):
@@ -399,7 +401,7 @@ def document_source(kb: KnowledgeBase, scope: str) -> dict[str, Any] | None:
     item = kb.store.sources.item_of_scope(scope)
     if item is None:
         return None
-    acl = acl_of_scope(kb, scope)
+    acl = acl_of_scope(kb.store.sources, scope)
     return {
         "source": item.source,
         "item": item.item,

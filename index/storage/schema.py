@@ -464,6 +464,15 @@ def _documents_stamp_index(db: Database) -> None:
     db.execute("CREATE INDEX documents_state_model ON documents(state, embedding_model)")
 
 
+@MIGRATIONS(name="0023_source_acl_until")
+def _source_acl_until(db: Database) -> None:
+    # When a synced document's permission stops admitting (epoch seconds; NULL: it
+    # lasts): a grant the source gives until a time admits nobody past it, read at
+    # every look-up by the store's clock, not dropped at the next sync. Rows already
+    # there are grants that last, as they were.
+    db.execute("ALTER TABLE source_acl ADD COLUMN until REAL")
+
+
 def _dialect(db: Database) -> str:
     # A migration runs on sqlite-utils' Database, or on index.storage.database's Postgres connection.
     return "sqlite" if isinstance(db, Database) else "postgresql"

@@ -3,9 +3,11 @@
 ``store.sources`` holds them (tables ``sources``, ``source_checkpoints``,
 ``source_items``, ``source_acl``, ``source_group_members``:
 ``index.storage.schema``). A source's settings never hold a credential. A
-document's permissions are rows ``(scope, kind, principal)``: what they mean
-is ``index.sources.contract.Acl``'s to say, and who they admit
-``bot.access``'s; here they are kept and looked up.
+document's permissions are rows ``(scope, kind, principal, until)``: what they
+mean is ``index.sources.contract.Acl``'s to say, and who they admit
+``bot.access``'s; here they are kept and looked up. A row whose ``until`` (epoch
+seconds) has passed by the store's clock admits nobody, whenever it is read:
+a grant stops admitting when it expires, not when the next sync reads it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,17 @@ from index.errors import KBError
 from index.storage.part import StorePart
 
 __all__ = [
+    "AclRow",
     "SourceItem",
     "SourceRecords",
     "SourceRow",
     "UnknownSource",
 ]
+
+
+# One permission of a synced document: kind, principal, and when it stops admitting
+# (epoch seconds; ``None``: it lasts).
+AclRow = tuple[str, str, float | None]
 
 
 class UnknownSource(KBError):
@@ -219,7 +227,7 @@ class SourceRecords(StorePart):
         )
         return [SourceItem(*r) for r in cursor.fetchall()]
 
-    def put_item(self, item: SourceItem, acl: Iterable[tuple[str, str]]) -> None:
+    def put_item(self, item: SourceItem, acl: Iterable[AclRow]) -> None:
         """Record ``item`` and its permissions, in one transaction."""
         with self.transaction() as db:
             db.execute(
@@ -244,7 +252,7 @@ class SourceRecords(StorePart):
             )
             self._write_acl(item.scope, acl)
 
-    def set_acl(self, scope: str, acl: Iterable[tuple[str, str]], *, read: bool = True) -> None:
+    def set_acl(self, scope: str, acl: Iterable[AclRow], *, read: bool = True) -> None:
         """Replace the permissions of the document filed under ``scope``.
 
         ``read`` false: they were not read from the source (the admin changed who
@@ -257,12 +265,12 @@ class SourceRecords(StorePart):
                 [self.clock() if read else None, scope],
             )
 
-    def _write_acl(self, scope: str, acl: Iterable[tuple[str, str]]) -> None:
+    def _write_acl(self, scope: str, acl: Iterable[AclRow]) -> None:
         self.db.execute("DELETE FROM source_acl WHERE scope = ?", [scope])
-        for kind, principal in dict.fromkeys(acl):
+        for kind, principal, until in acl:  # an Acl's entries: one row an entry
             self.db.execute(
-                "INSERT INTO source_acl (scope, kind, principal) VALUES (?, ?, ?)",
-                [scope, kind, principal],
+                "INSERT INTO source_acl (scope, kind, principal, until) VALUES (?, ?, ?, ?)",
+                [scope, kind, principal, until],
             )
 
     def drop_item(self, name: str, item: str) -> None:
@@ -277,13 +285,17 @@ class SourceRecords(StorePart):
 
     # ------------------------------------------------------------ permissions
 
-    def acl_rows(self, scope: str) -> list[tuple[str, str]]:
-        """The ``(kind, principal)`` rows of ``scope``'s permissions (none: unknown)."""
+    def acl_rows(self, scope: str) -> list[AclRow]:
+        """The ``(kind, principal, until)`` rows of ``scope``'s permissions (none: unknown),
+        expired or not: ``Acl.from_entries(rows).at(clock())`` are those admitting now."""
         cursor = self.db.execute(
-            "SELECT kind, principal FROM source_acl WHERE scope = ? ORDER BY kind, principal",
+            "SELECT kind, principal, until FROM source_acl WHERE scope = ? "
+            "ORDER BY kind, principal",
             [scope],
         )
-        return [(str(r[0]), str(r[1])) for r in cursor.fetchall()]
+        return [
+            (str(r[0]), str(r[1]), None if r[2] is None else float(r[2])) for r in cursor.fetchall()
+        ]
 
     def set_group_members(self, name: str, group: str, emails: Iterable[str]) -> None:
         """Replace the members of ``name``'s group ``group``."""
@@ -321,15 +333,18 @@ class SourceRecords(StorePart):
         Public in the organisation (unless ``public`` is false: for someone the
         organisation does not count in); ``email`` a user entry; ``email``'s domain a
         domain entry; a group entry of the item's own source with ``email`` a member.
+        An entry whose ``until`` has passed by the store's clock admits nobody.
         """
+        now = self.clock()
+        lasting = "(a.until IS NULL OR a.until > ?)"
         sql = (
             "SELECT a.scope FROM source_acl a JOIN source_items i ON i.scope = a.scope "
-            "WHERE a.kind = 'public' AND NOT EXISTS "
+            f"WHERE a.kind = 'public' AND {lasting} AND NOT EXISTS "
             "(SELECT 1 FROM source_acl u WHERE u.scope = a.scope AND u.kind = 'unknown')"
         )
-        params: list[object] = []
+        params: list[object] = [now]
         if not public:
-            sql = ""
+            sql, params = "", []
         if email:
             domain = email.rsplit("@", 1)[-1]
             sql += (
@@ -338,10 +353,10 @@ class SourceRecords(StorePart):
                 "OR (a.kind = 'domain' AND a.principal = ?) "
                 "OR (a.kind = 'group' AND EXISTS (SELECT 1 FROM source_group_members g "
                 "WHERE g.source = i.source AND g.group_name = a.principal AND g.email = ?))) "
-                "AND NOT EXISTS (SELECT 1 FROM source_acl u WHERE u.scope = a.scope "
-                "AND u.kind = 'unknown')"
+                f"AND {lasting} AND NOT EXISTS (SELECT 1 FROM source_acl u "
+                "WHERE u.scope = a.scope AND u.kind = 'unknown')"
             )
-            params += [email, domain, email]
+            params += [email, domain, email, now]
         sql = sql.removeprefix(" UNION ")
         if not sql:
             return frozenset()
