@@ -93,6 +93,8 @@ LONGEST_FIRST = (
     "test_slack_faults.py",
     "test_slack_unfurl.py",
     "test_store.py",
+    "test_sources_expiry.py",
+    "test_fair_questions.py",
     "test_slack_streaming.py",
     "test_evaluation.py",
     "test_follow.py",
