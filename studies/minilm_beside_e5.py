@@ -3,12 +3,14 @@
 The product (multilingual-e5-small) fuses e5's dense leg and BM25 (min-max
 score fusion, ``index.search.fusion.FUSION``), the dense leg ordered by the
 query map and searched again from the fused order's first passage
-(``FEEDBACK``). The variants add a third list to that fusion: the bundled
+(``FEEDBACK``). The variants add a third leg to that fusion: the bundled
 all-MiniLM-L6-v2's nearest passages to the question (its similarities, min-max
 normalised as the others are), at weight ``w`` (e5's dense leg weighs 1, BM25
 0.5), either for every question or for the questions the product analyses in
 English alone (``index.search.tokens.query_languages`` gives ``[None]``: a
-knowledge base of English only, or a question detected as English). Every
+knowledge base of English only, or a question detected as English), MiniLM
+searching every passage or, for English questions, the English passages
+alone (a passage's language as ingestion detected it). Every
 candidate keeps e5's distance to the question and e5's nearest passage stays
 among the candidates (the product's ``_keeping``), so the gate decides on
 what it did without: checked per query below (in-domain and out-of-domain),
@@ -30,7 +32,8 @@ whether the needle is kept and shown; per out-of-domain question whether it
 is bluffed; and each leg's rank of the needle (e5 dense, BM25, MiniLM dense).
 ``report`` pairs each variant against the product (exact two-sided sign
 test) per set, the English sets' weight chosen on one and held out on the
-other. ``cost`` times MiniLM against e5 on the same passages.
+other. A later run on the same kept data dir measures only the variants its
+kept results lack. ``cost`` times MiniLM against e5 on the same passages.
 
 Run: python -m studies.minilm_beside_e5 collect --set NAME [--cache DIR]
      python -m studies.minilm_beside_e5 report [--cache DIR]
@@ -59,7 +62,7 @@ from core.retrieve import Mode
 from core.selection import PassageSelector, retrieval_query
 from evaluation.inputs import bundled_set, load_ood, load_questions
 from evaluation.outcomes import Replay
-from evaluation.stats import hits_at_k, paired_counts
+from evaluation.stats import hits_at_k, paired_counts, wilson_interval
 from index.embed import load_embedder, passage_encoder
 from index.embed.base import Embedder
 from index.ingest.sentences import sentence_spans
@@ -77,19 +80,27 @@ Pairs = list[tuple[int, float]]
 
 @dataclass(frozen=True)
 class Variant:
-    """MiniLM's leg at ``weight`` in the fusion, for every question or English ones only."""
+    """MiniLM's leg at ``weight`` in the fusion, for every question or English ones only,
+    searching every passage or (``english_passages``) those in English only."""
 
     weight: float
     english_only: bool
+    english_passages: bool = False
 
     @property
     def name(self) -> str:
-        return f"MiniLM {self.weight}" + (", English only" if self.english_only else "")
+        return (
+            f"MiniLM {self.weight}"
+            + (", English only" if self.english_only else "")
+            + (", English passages" if self.english_passages else "")
+        )
 
 
 def variants() -> list[Variant]:
-    """Every weight of the brief, for English questions only and for all."""
-    return [Variant(w, e) for e in (True, False) for w in WEIGHTS]
+    """Every weight of the brief, for English questions only and for all; then MiniLM's
+    leg kept to the English passages (the same on a knowledge base of English only)."""
+    out = [Variant(w, e) for e in (True, False) for w in WEIGHTS]
+    return out + [Variant(w, True, english_passages=True) for w in WEIGHTS]
 
 
 def minilm(cache: Path) -> Embedder:
@@ -179,12 +190,15 @@ def collect(name: str, cache: Path) -> None:
     print(f"{name}: {len(rows_db)} passages embedded with MiniLM in "
           f"{time.perf_counter() - started:.1f}s", flush=True)  # fmt: skip
     leg = MiniLMLeg(mini, [int(row["id"]) for row in rows_db], vectors_mini)
+    in_english = [i for i, row in enumerate(rows_db) if row["language"] in (None, "en")]
+    leg_en = MiniLMLeg(mini, [int(rows_db[i]["id"]) for i in in_english], vectors_mini[in_english])
     rows = [
         (retrieval_query(t), q.needle, q.lang or "en", phrasing)
         for q in questions
         for phrasing, t in zip(("doc", "ticket"), q.phrasings(), strict=True)
     ]
     correct = [{cid for cid, body in chunks.items() if needle in body} for _, needle, _, _ in rows]
+    language = {int(row["id"]): row["language"] for row in rows_db}
     texts = [text for text, *_ in rows]
     ood_texts = [retrieval_query(o.question) for o in ood]
     every = texts + ood_texts
@@ -193,7 +207,9 @@ def collect(name: str, cache: Path) -> None:
     english = [query_languages(t, corpus) == [None] for t in every]
     k = engine.top_k * CANDIDATES_PER_KEPT
     depth = max(k, index.depth)
-    extra = [leg.search(mini.encode_query(t), depth) for t in every]
+    mini_vectors = [mini.encode_query(t) for t in every]
+    extra = [leg.search(v, depth) for v in mini_vectors]
+    extra_en = [leg_en.search(v, depth) for v in mini_vectors]
     selector = PassageSelector(kb, engine)
     sizes = {cid: len(body) for cid, body in chunks.items()}
     n = len(texts)
@@ -202,6 +218,7 @@ def collect(name: str, cache: Path) -> None:
         "phrasing": [p for *_, p in rows],
         "english": english[:n],
         "ood_english": english[n:],
+        "needle_langs": [sorted({language[cid] or "" for cid in ids}) for ids in correct],
         "legs": {
             "e5 dense": [
                 _rank(index.search(v, t, None, k, Mode.DENSE), ids)
@@ -218,13 +235,20 @@ def collect(name: str, cache: Path) -> None:
         },  # fmt: skip
         "variants": {},
     }
+    kept = cache / f"{name}.minilm.json"
+    done = json.loads(kept.read_text())["variants"] if kept.exists() else {}
     for variant in [None, *variants()]:
+        vname = "product" if variant is None else variant.name
+        if vname in done:  # measured by an earlier run on the same kept data dir
+            out["variants"][vname] = done[vname]  # type: ignore[index]
+            continue
         started = time.perf_counter()
         cands = []
         for i, (t, v) in enumerate(zip(every, vectors, strict=True)):
             applies = variant is not None and (english[i] or not variant.english_only)
             weight = variant.weight if variant is not None else 0.0
-            with third_leg(extra[i] if applies else None, weight):
+            leg_of = extra_en if variant is not None and variant.english_passages else extra
+            with third_leg(leg_of[i] if applies else None, weight):
                 cands.append(index.search(v, t, None, k, Mode.HYBRID))
         in_cands, ood_cands = cands[:n], cands[n:]
         ordered = [
@@ -241,7 +265,6 @@ def collect(name: str, cache: Path) -> None:
             kept_order=ordered,
         )
         outcomes = replay.outcomes(engine.threshold, engine.related_threshold)
-        vname = "product" if variant is None else variant.name
         out["variants"][vname] = {  # type: ignore[index]
             "hybrid": [_rank(c, ids) for c, ids in zip(in_cands, correct, strict=True)],
             "final": [_rank(c, ids) for c, ids in zip(ordered, correct, strict=True)],
@@ -257,7 +280,7 @@ def collect(name: str, cache: Path) -> None:
         }  # fmt: skip
         print(f"{name} {vname}: {time.perf_counter() - started:.1f}s", flush=True)
     kb.store.close()
-    (cache / f"{name}.minilm.json").write_text(json.dumps(out))
+    kept.write_text(json.dumps(out))
 
 
 def report(cache: Path) -> None:
@@ -306,6 +329,25 @@ def report(cache: Path) -> None:
             cells = [_cell(_hits(v, m), _hits(base, m)) for m in MEASURES]
             answered = sum(bool(x) for x in v["answered"])
             print(f"| {name} | {vname} | " + " | ".join(cells) + f" | {answered} |")
+    print("\n## Final R@4 per set with its 95 % interval (Wilson), and each group of sets summed\n")
+    names = list(next(iter(data.values()))["variants"])
+    groups: list[tuple[str, Sequence[str]]] = [(s, (s,)) for s in data]
+    groups += [("English", ENGLISH), ("multilingual", MULTILINGUAL)]
+    present = [(g, [s for s in sets if s in data]) for g, sets in groups]
+    present = [(g, sets) for g, sets in present if sets]
+    print("| variant | " + " | ".join(g for g, _ in present) + " |")
+    print("|---|" + "---|" * len(present))
+    for vname in names:
+        cells = []
+        for _, sets in present:
+            a = [h for s in sets for h in _hits(data[s]["variants"][vname], "final")]
+            b = [h for s in sets for h in _hits(data[s]["variants"]["product"], "final")]
+            low, high = wilson_interval(sum(a), len(a))
+            cells.append(
+                f"{sum(a) / len(a):.3f} [{low:.2f}, {high:.2f}] "
+                + _cell(a, b)[len(str(sum(a))) + 1 :]
+            )
+        print(f"| {vname} | " + " | ".join(cells) + " |")
     english = [s for s in ENGLISH if s in data]
     if len(english) == 2:
         print(
@@ -341,6 +383,22 @@ def report(cache: Path) -> None:
                 b = [h for h, m in zip(_hits(base, "final"), mask, strict=True) if m]
                 cells.append(_cell(a, b))
             print(f"| {vname} | " + " | ".join(cells) + " |")
+    print(
+        "\n## English questions of the multilingual sets, by their needle's language (final R@4)\n"
+    )
+    for name, d in data.items():
+        if "needle_langs" not in d or len(set(d["langs"])) < 2:
+            continue
+        base = d["variants"]["product"]
+        for label, same in (("needle in English", True), ("needle in another language", False)):
+            mask = [
+                e and (n == ["en"]) == same
+                for e, n in zip(d["english"], d["needle_langs"], strict=True)
+            ]
+            for vname, v in d["variants"].items():
+                a = [h for h, m in zip(_hits(v, "final"), mask, strict=True) if m]
+                b = [h for h, m in zip(_hits(base, "final"), mask, strict=True) if m]
+                print(f"* {name}, {label} ({sum(mask)}): {vname} {_cell(a, b)}")
     print("\n## Ticket phrasings alone (final R@4)\n")
     for name, d in data.items():
         mask = [p == "ticket" for p in d["phrasing"]]
@@ -366,7 +424,7 @@ def cost(name: str, cache: Path, count: int) -> None:
     e5 is timed as ingestion runs it (one pass for the vector, the sentence
     spans and the latent terms) and as a plain ``encode``; MiniLM as a plain
     ``encode`` (its vector is all a third leg needs). One query's encoding is
-    timed too (median of the questions' first 50).
+    timed too (median of the questions' first 50), and the passages each model truncates counted.
     """
     settings = Settings()
     kb = open_indexed(name, cache, settings)
@@ -397,6 +455,11 @@ def cost(name: str, cache: Path, count: int) -> None:
     for label, times in runs.items():
         print(f"* {label}: median {len(texts) / statistics.median(times):.1f} passages/s "
               f"({', '.join(f'{len(texts) / t:.1f}' for t in times)})")  # fmt: skip
+    every = [row["text"] for doc in kb.store.documents() for row in kb.store.chunk_rows(doc.id)]
+    for label, embedder in (("MiniLM", mini), ("e5", e5)):
+        over = sum(n > embedder.max_tokens for n in embedder.count_tokens_many(every))
+        print(f"* {label}: {over} of the set's {len(every)} passages exceed its "
+              f"{embedder.max_tokens} tokens (truncated)")  # fmt: skip
     for label, embedder in (("MiniLM", mini), ("e5", e5)):
         times = []
         for q in questions:
