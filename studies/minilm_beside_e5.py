@@ -98,9 +98,10 @@ class Variant:
 
 def variants() -> list[Variant]:
     """Every weight of the brief, for English questions only and for all; then MiniLM's
-    leg kept to the English passages (the same on a knowledge base of English only)."""
+    leg kept to the English passages (the same on a knowledge base of English only);
+    last a control, MiniLM's leg at weight 0 (the replaced fusion alone)."""
     out = [Variant(w, e) for e in (True, False) for w in WEIGHTS]
-    return out + [Variant(w, True, english_passages=True) for w in WEIGHTS]
+    return out + [Variant(w, True, english_passages=True) for w in WEIGHTS] + [Variant(0.0, False)]
 
 
 def minilm(cache: Path) -> Embedder:
