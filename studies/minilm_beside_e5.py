@@ -97,7 +97,7 @@ class Variant:
 
 
 def variants() -> list[Variant]:
-    """Every weight of the brief, for English questions only and for all; then MiniLM's
+    """Weights 0.25, 0.5 and 1.0, for English questions only and for all; then MiniLM's
     leg kept to the English passages (the same on a knowledge base of English only);
     last a control, MiniLM's leg at weight 0 (the replaced fusion alone)."""
     out = [Variant(w, e) for e in (True, False) for w in WEIGHTS]
