@@ -1,0 +1,241 @@
+"""A source's API as hostile input: what it answers must never stall a sync, lose a document
+or crash the run.
+
+The attacker controls (or has broken) the source's answers: a next page that is the
+page just read, a ``Retry-After`` of nothing for ever, a time stamp in the year 9999
+or the year 1, a download larger than it says. Each source is its local mock
+(``tests/*_server.py``) answering as its documentation describes, with the hostile
+answer queued in place of one; the connector and the sync are the real ones, into a
+real knowledge base. Retries wait on a recorded clock. Each attack here worked before
+its fix.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from index.knowledge_base import KnowledgeBase
+from index.sources import Acl
+from tests import (
+    confluence_server,
+    gdrive_server,
+    sharepoint_server,
+    sources_harness,
+    test_sources_confluence,
+    test_sources_gdrive,
+    test_sources_notion,
+    test_sources_sharepoint,
+)
+from tests.clocks import Waits
+from tests.notion_server import Block, Fault, MockNotion, Page, block, notion_id, text
+from tests.sources_harness import live_titles
+from tests.test_sources_notion import ALL, SECRET_ID, run
+
+# Each source's mock and the knowledge base, bound here by name for pytest.
+kb = sources_harness.kb
+notion = test_sources_notion.notion
+confluence = test_sources_confluence.confluence
+drive = test_sources_gdrive.drive
+graph = test_sources_sharepoint.graph
+
+
+def _endless(cursor: str) -> bytes:
+    """A page of Notion's results that says more follow at ``cursor``, whatever was asked."""
+    return json.dumps(
+        {"object": "list", "results": [], "has_more": True, "next_cursor": cursor}
+    ).encode()
+
+
+# ------------------------------------------------------------------ pagination
+
+
+def test_a_notion_cursor_that_comes_back_fails_the_listing_at_once(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    assert run(kb, notion).error is None
+    notion.calls.clear()
+    # Every search answers the cursor it was given (or, first, "again"): a cycle.
+    notion.faults.append(Fault("/v1/search", 200, body=_endless("again"), times=100_000))
+
+    report = run(kb, notion)
+
+    assert report.error is not None and "given before" in report.error
+    assert len(notion.calls_to("/v1/search")) == 2
+    assert set(live_titles(kb)) == ALL  # nothing removed
+
+
+def test_a_notion_page_whose_blocks_page_on_for_ever_is_skipped_early(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    # Each page of the block list holds more blocks and a fresh cursor: no cycle to see,
+    # only more and more blocks. The page is skipped once past its blocks' limit.
+    notion.endless = SECRET_ID
+    report = run(kb, notion, max_blocks=50)
+
+    assert report.error is None
+    assert [i for i, _ in report.failed] == [SECRET_ID] and "50 blocks" in report.failed[0][1]
+    assert len(notion.calls_to(f"/v1/blocks/{SECRET_ID}/children")) == 26  # 2 blocks a page
+    assert set(live_titles(kb)) == ALL - {"Nightjar"}
+
+
+# ------------------------------------------------------------------ rate limits
+
+
+def test_a_retry_after_of_zero_for_ever_runs_out_of_budget(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    waits = Waits()
+    notion.fail("/v1/search", 429, retry_after="0", times=100_000)
+
+    report = run(kb, notion, waits=waits, budget=30.0)
+
+    assert report.error is not None and "30 s retry budget" in report.error
+    assert len(notion.calls_to("/v1/search")) <= 12
+    assert 0 < sum(waits.waits) <= 30.0
+
+
+# ------------------------------------------------------------------ time
+
+
+def test_a_notion_page_edited_in_the_year_9999_does_not_hide_later_edits(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    home = next(p for p in notion.pages.values() if p.title == "Office hours")
+    home.edited = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
+    assert run(kb, notion).error is None
+
+    secret = notion.pages[SECRET_ID]
+    secret.blocks = [block("paragraph", "Project Nightjar moved to April.")]
+    secret.edited = datetime.now(UTC)
+    report = run(kb, notion)
+
+    assert report.error is None and report.changed == [SECRET_ID]
+    shown = kb.canonical_text(kb.store.sources.items("notion")[SECRET_ID].document_id or 0)
+    assert "moved to April" in shown
+
+
+def test_a_confluence_page_modified_in_the_year_9999_does_not_hide_later_edits(
+    kb: KnowledgeBase, confluence: confluence_server.MockConfluence
+) -> None:
+    confluence.pages["101"].modified = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
+    assert test_sources_confluence.run(kb, confluence).error is None
+
+    page = confluence.pages["103"]
+    page.body, page.version = "<p>Nightjar hiring moved to April.</p>", page.version + 1
+    page.modified = datetime.now(UTC)
+    report = test_sources_confluence.run(kb, confluence)
+
+    assert report.error is None and report.changed == ["103"]
+
+
+def test_a_notion_page_edited_in_the_year_1_fails_nothing(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    for page in notion.pages.values():
+        page.edited = datetime(1, 1, 1, 0, 0, tzinfo=UTC)
+    assert run(kb, notion).error is None
+
+    secret = notion.pages[SECRET_ID]
+    secret.blocks = [block("paragraph", "Project Nightjar moved to April.")]
+    secret.edited = datetime.now(UTC)
+    report = run(kb, notion)
+
+    assert report.error is None and report.changed == [SECRET_ID]
+
+
+def test_a_confluence_next_link_to_the_page_itself_fails_the_listing_at_once(
+    kb: KnowledgeBase, confluence: confluence_server.MockConfluence
+) -> None:
+    assert test_sources_confluence.run(kb, confluence).error is None
+    before = set(live_titles(kb))
+    confluence.calls.clear()
+    itself = {"results": [], "size": 0, "_links": {"base": confluence.base, "next": "/rest/api/search?cursor=again"}}  # fmt: skip
+    body = json.dumps(itself).encode()
+    confluence.faults.append(
+        confluence_server.Fault("/rest/api/search", 200, body=body, times=100_000)
+    )
+
+    report = test_sources_confluence.run(kb, confluence)
+
+    assert report.error is not None and "given before" in report.error
+    assert len([c for c in confluence.calls if "/rest/api/search" in c[1]]) == 2
+    assert set(live_titles(kb)) == before
+
+
+def test_a_drive_page_token_that_comes_back_fails_the_listing_at_once(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    assert test_sources_gdrive.run(kb, drive).error is None
+    before = set(live_titles(kb))
+    drive.calls.clear()
+    body = json.dumps({"kind": "drive#fileList", "files": [], "nextPageToken": "again"}).encode()
+    drive.faults.append(gdrive_server.Fault("/drive/v3/files", 200, body=body, times=100_000))
+
+    report = test_sources_gdrive.run(kb, drive)
+
+    assert report.error is not None and "given before" in report.error
+    assert len([c for c in drive.calls if c[1].endswith("/drive/v3/files")]) == 2
+    assert set(live_titles(kb)) == before
+
+
+def test_a_graph_next_link_to_the_page_itself_fails_the_delta_at_once(
+    kb: KnowledgeBase, graph: sharepoint_server.MockSharePoint
+) -> None:
+    assert test_sources_sharepoint.run(kb, graph).error is None
+    before = set(live_titles(kb))
+    graph.calls.clear()
+    itself = {"value": [], "@odata.nextLink": f"{graph.graph}/drives/d/root/delta?token=again"}
+    body = json.dumps(itself).encode()
+    graph.faults.append(sharepoint_server.Fault("/root/delta", 200, body=body, times=100_000))
+
+    report = test_sources_sharepoint.run(kb, graph)
+
+    assert report.error is not None and "given before" in report.error
+    assert len(graph.calls_to("/root/delta")) == 2
+    assert set(live_titles(kb)) == before
+
+
+def test_a_notion_table_row_of_another_shape_fails_nothing_else(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    # A table whose row is not an object, and a block carrying a "_children" of its own.
+    table = Block("table", {"table_width": 1}, [Block("table_row", {"cells": "garbage"})])
+    table.children[0].body = "garbage"  # type: ignore[assignment]
+    smuggled = Block("paragraph", {"rich_text": text("Plain words.")}, extra={"_children": "x"})
+    notion.page(Page(notion_id(9), "Hostile table", [table, smuggled, block("paragraph", "Kept.")]))
+
+    report = test_sources_notion.run(kb, notion)
+
+    assert report.error is None
+    assert set(live_titles(kb)) == ALL | {"Hostile table"}
+
+
+# ------------------------------------------------------------------ shapes
+
+
+def test_a_drive_role_sent_as_a_list_admits_nobody_and_the_run_goes_on(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    night = drive.files["night"]
+    night.permissions = [gdrive_server.Permission("group", ["reader"], email=test_sources_gdrive.ENG)]  # type: ignore[arg-type]  # fmt: skip
+
+    report = test_sources_gdrive.run(kb, drive)
+
+    assert report.error is None and "night" in report.added
+    # The group admits nobody (no role Drive documents), the drive's organizer still reads.
+    assert test_sources_gdrive.acl_of(kb, "night") == Acl.of([test_sources_gdrive.OWNER])
+
+
+def test_a_graph_link_type_sent_as_a_list_admits_nobody_and_the_run_goes_on(
+    kb: KnowledgeBase, graph: sharepoint_server.MockSharePoint
+) -> None:
+    hostile = sharepoint_server.link("organization")
+    hostile["link"]["type"] = ["view"]
+    graph.items["F0"].grants = [hostile]
+
+    report = test_sources_sharepoint.run(kb, graph)
+
+    assert report.error is None and "A" in report.added
+    acl = test_sources_sharepoint.acl_of(kb, "A")  # not public: no link type it reads
+    assert (acl.public, acl.users, acl.groups) == (False, frozenset(), frozenset())
