@@ -51,13 +51,12 @@ from __future__ import annotations
 import functools
 import html
 import itertools
-import json
 import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -79,8 +78,10 @@ from index.sources.contract import (
     after_organisation_groups,
 )
 from index.sources.fields import (
+    checkpoint_of,
     checkpoint_time,
     file_name,
+    next_page,
     readable_name,
     readable_suffix,
     timestamp,
@@ -271,7 +272,7 @@ class ConfluenceConnector:
         self._space_grant = None
         found = self._search(cql)
         latest = max((m for _, m in found if m is not None), default=since)
-        checkpoint = json.dumps({"since": (latest or datetime.now(UTC)).isoformat()})
+        checkpoint = checkpoint_of(latest)
         failed: list[tuple[str, str]] = []
         ids = [i for i, _ in found]
         documents = self._documents(ids, failed)
@@ -500,6 +501,7 @@ class ConfluenceConnector:
         """
         url: str | None = path
         absolute = False
+        seen: set[str] = set()
         for _ in range(MAX_PAGES):
             if url is None:
                 return
@@ -510,6 +512,7 @@ class ConfluenceConnector:
                 raise SourceFailed("Confluence answered a list that is not JSON of results.")
             yield from answer["results"]
             url, params, absolute = self._next(answer.get("_links")), {}, True
+            url = url and next_page(url, seen, "Confluence")
         raise SourceFailed(f"Confluence gave more than {MAX_PAGES} pages of results; stopped.")
 
     def _next(self, links: object) -> str | None:

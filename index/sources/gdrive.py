@@ -77,7 +77,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import expired, file_name, readable_name, readable_suffix
+from index.sources.fields import expired, file_name, next_page, readable_name, readable_suffix
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = [
@@ -355,6 +355,7 @@ class GDriveConnector:
     ) -> Iterator[dict[str, Any]]:
         """Each page of a listing, following ``nextPageToken`` (``hidden``: as :meth:`_call`)."""
         token: str | None = None
+        seen: set[str] = set()
         for _ in range(MAX_PAGES):
             answer = self._call(request(token), hidden=hidden)
             if not isinstance(answer, dict):
@@ -363,6 +364,7 @@ class GDriveConnector:
             token = answer.get("nextPageToken")
             if not token:
                 return
+            token = next_page(str(token), seen, "Google Drive")
         raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages; stopped.")
 
     def _start_token(self) -> str:
@@ -391,6 +393,7 @@ class GDriveConnector:
             args["driveId"] = self.settings.drive
         fields = f"nextPageToken,newStartPageToken,changes(fileId,removed,file({_FILE_FIELDS}))"
         latest: dict[str, dict[str, Any] | None] = {}
+        seen = {token}
         for _ in range(MAX_PAGES):
             answer = self._call(
                 self.drive.changes().list(
@@ -410,6 +413,7 @@ class GDriveConnector:
             token = answer.get("nextPageToken")
             if not token:
                 raise SourceFailed("Google Drive's changes ended without the next page token.")
+            token = next_page(str(token), seen, "Google Drive")
         raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages of changes; stopped.")
 
     def _in_scope(self, changed: list[dict[str, Any]]) -> list[dict[str, Any]]:

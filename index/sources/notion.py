@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import html
-import json
 import logging
 import re
 import time
@@ -62,7 +61,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import checkpoint_time, file_name, timestamp
+from index.sources.fields import checkpoint_of, checkpoint_time, file_name, next_page, timestamp
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = ["WORKSPACE_GROUP", "NotionConnector", "NotionSettings", "render_page"]
@@ -232,7 +231,7 @@ class NotionConnector:
     def _changes(self, pages: list[dict[str, Any]], since: datetime | None) -> Batch:
         stamps = [w for p in pages if (w := timestamp(p.get("last_edited_time"))) is not None]
         latest = max([*stamps, *([since] if since else [])], default=None)
-        checkpoint = json.dumps({"since": (latest or datetime.now(UTC)).isoformat()})
+        checkpoint = checkpoint_of(latest)
         failed: list[tuple[str, str]] = []
         live = [p for p in pages if _live(p)]
         return Batch(self._documents(live, failed), checkpoint, failed)
@@ -318,13 +317,18 @@ class NotionConnector:
         page's blocks read so far."""
         children = self.client.blocks.children.list
         found: list[dict[str, Any]] = []
+        rows = []
         try:
-            rows = list(self._list(lambda cursor: children(block_id, **cursor), missing=True))
+            for row in self._list(lambda cursor: children(block_id, **cursor), missing=True):
+                # Counted as they come: a list that pages on for ever stops at the limit.
+                read[0] += 1
+                if read[0] > self.max_blocks:
+                    raise _Malformed(
+                        f"This page has more than {self.max_blocks} blocks; it was skipped."
+                    )
+                rows.append(row)
         except _Missing:
             return None
-        read[0] += len(rows)
-        if read[0] > self.max_blocks:
-            raise _Malformed(f"This page has more than {self.max_blocks} blocks; it was skipped.")
         for row in rows:
             if not isinstance(row, dict) or not isinstance(row.get("type"), str):
                 raise _Malformed("Notion gave a block of this page that is not a block; skipped.")
@@ -347,6 +351,7 @@ class NotionConnector:
         ``restricted``: ``restricted_resource`` raises :class:`_Restricted`.
         """
         cursor: dict[str, Any] = {"page_size": PAGE_SIZE}
+        seen: set[str] = set()
         for _ in range(MAX_PAGES):
             answer = self._call(
                 functools.partial(call, cursor), missing=missing, restricted=restricted
@@ -362,7 +367,7 @@ class NotionConnector:
             following = answer.get("next_cursor")
             if not isinstance(following, str) or not following:
                 raise SourceFailed("Notion said more results follow but gave no next_cursor.")
-            cursor = {"page_size": PAGE_SIZE, "start_cursor": following}
+            cursor = {"page_size": PAGE_SIZE, "start_cursor": next_page(following, seen, "Notion")}
         raise SourceFailed(f"Notion gave more than {MAX_PAGES} pages of results; stopped.")
 
     # ------------------------------------------------------------ people

@@ -70,7 +70,7 @@ from index.sources.contract import (
     SourceFailed,
     after_organisation_groups,
 )
-from index.sources.fields import expired, media_type_of, readable_suffix, timestamp
+from index.sources.fields import expired, media_type_of, next_page, readable_suffix, timestamp
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, origin, retry_after
 
 __all__ = [
@@ -447,6 +447,7 @@ class SharePointConnector:
     ) -> Iterator[dict[str, Any]]:
         """Each page of a paged answer, following ``@odata.nextLink`` on Graph's host only."""
         following: str | None = url
+        seen = {url}
         for _ in range(MAX_PAGES):
             if following is None:
                 return
@@ -465,6 +466,7 @@ class SharePointConnector:
                 raise SourceFailed(
                     "Microsoft Graph pointed the next page at another site; refused."
                 )
+            following = following and next_page(following, seen, "Microsoft Graph")
         raise SourceFailed(f"Microsoft Graph gave more than {MAX_PAGES} pages; stopped.")
 
     @staticmethod
