@@ -768,7 +768,8 @@ def _grant(row: object, now: float) -> tuple[str, str]:
     """
     if not isinstance(row, dict):
         raise _Unreadable("Drive answered a permission that is not JSON")
-    if row.get("deleted") or row.get("role") not in READING_ROLES:
+    role = row.get("role")
+    if row.get("deleted") or not isinstance(role, str) or role not in READING_ROLES:
         return "", ""
     if expired(row.get("expirationTime"), now):
         return "", ""

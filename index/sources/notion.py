@@ -333,9 +333,11 @@ class NotionConnector:
             if not isinstance(row, dict) or not isinstance(row.get("type"), str):
                 raise _Malformed("Notion gave a block of this page that is not a block; skipped.")
             nested = row.get("has_children") and row["type"] not in _OWN_DOCUMENTS
+            inside: list[dict[str, Any]] = []
             if nested and depth < MAX_DEPTH:
-                row = {**row, "_children": self._blocks(str(row.get("id")), depth + 1, read) or []}
-            found.append(row)
+                inside = self._blocks(str(row.get("id")), depth + 1, read) or []
+            # Always ours: a "_children" Notion sent is not read as blocks.
+            found.append({**row, "_children": inside})
         return found
 
     def _list(
@@ -632,9 +634,11 @@ def _block(kind: str, b: dict[str, Any]) -> str:
 def _table(b: dict[str, Any], body: dict[str, Any]) -> str:
     rows = []
     for n, row in enumerate(b.get("_children") or []):
-        cells = (row.get("table_row") or {}).get("cells") if isinstance(row, dict) else None
+        found = row.get("table_row") if isinstance(row, dict) else None
+        cells = found.get("cells") if isinstance(found, dict) else None
         tag = "th" if n == 0 and body.get("has_column_header") else "td"
-        shown = "".join(f"<{tag}>{_e(_plain(c))}</{tag}>" for c in cells or [])
+        cells = cells if isinstance(cells, list) else []
+        shown = "".join(f"<{tag}>{_e(_plain(c))}</{tag}>" for c in cells)
         rows.append(f"<tr>{shown}</tr>")
     return f"<table>{''.join(rows)}</table>"
 

@@ -387,7 +387,8 @@ class SharePointConnector:
                 continue  # a sharing past its expirationDateTime opens nothing
             link = row.get("link")
             if isinstance(link, dict):
-                if link.get("type") not in READING_LINKS:
+                kind = link.get("type")
+                if not isinstance(kind, str) or kind not in READING_LINKS:
                     continue  # an upload-only link (a file request), or a type not known
                 scope = link.get("scope")
                 public = public or scope in ("organization", "anonymous")
