@@ -13,10 +13,15 @@ its fix.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 from index.knowledge_base import KnowledgeBase
-from index.sources import Acl
+from index.sources import Acl, source_health, sync_due_sources
+from index.sources.notion import NotionSettings
 from tests import (
     confluence_server,
     gdrive_server,
@@ -29,6 +34,7 @@ from tests import (
 )
 from tests.clocks import Waits
 from tests.notion_server import Block, Fault, MockNotion, Page, block, notion_id, text
+from tests.servers import DEFAULT_CONFLUENCE_TOKEN, DEFAULT_NOTION_TOKEN, threaded_http_server
 from tests.sources_harness import live_titles
 from tests.test_sources_notion import ALL, SECRET_ID, run
 
@@ -239,3 +245,100 @@ def test_a_graph_link_type_sent_as_a_list_admits_nobody_and_the_run_goes_on(
     assert report.error is None and "A" in report.added
     acl = test_sources_sharepoint.acl_of(kb, "A")  # not public: no link type it reads
     assert (acl.public, acl.users, acl.groups) == (False, frozenset(), frozenset())
+
+
+# ------------------------------------------------------------------ redirects
+
+
+class _Elsewhere:
+    """Another host's server: it records the headers of every request it gets."""
+
+    def __init__(self) -> None:
+        self.headers: list[dict[str, str]] = []
+
+    @contextmanager
+    def serve(self) -> Iterator[str]:
+        seen = self.headers
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                seen.append({k.lower(): v for k, v in self.headers.items()})
+                body = b'{"results": [], "files": [], "value": []}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        with threaded_http_server(Handler) as port:
+            # "localhost", not 127.0.0.1: another host to every client.
+            yield f"http://localhost:{port}"
+
+
+def test_a_confluence_redirect_to_another_host_carries_no_token(
+    kb: KnowledgeBase, confluence: confluence_server.MockConfluence
+) -> None:
+    elsewhere = _Elsewhere()
+    with elsewhere.serve() as there:
+        confluence.faults.append(
+            confluence_server.Fault("/rest/api/search", 302, {"Location": f"{there}/steal"})
+        )
+        test_sources_confluence.run(kb, confluence)
+
+    # requests follows it, without the Authorization header.
+    assert elsewhere.headers and all("authorization" not in h for h in elsewhere.headers)
+    assert not any(DEFAULT_CONFLUENCE_TOKEN in str(h) for h in elsewhere.headers)
+
+
+def test_a_drive_redirect_to_another_host_carries_no_token(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    elsewhere = _Elsewhere()
+    with elsewhere.serve() as there:
+        drive.faults.append(
+            gdrive_server.Fault("/drive/v3/files", 302, {"Location": f"{there}/steal"})
+        )
+        test_sources_gdrive.run(kb, drive)
+
+    # httplib2 follows it, without the Authorization header.
+    assert elsewhere.headers and all("authorization" not in h for h in elsewhere.headers)
+
+
+def test_a_notion_redirect_to_another_host_is_not_followed(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    elsewhere = _Elsewhere()
+    with elsewhere.serve() as there:
+        notion.faults.append(Fault("/v1/search", 307, {"Location": f"{there}/steal"}))
+        report = run(kb, notion)
+
+    assert report.error is not None and elsewhere.headers == []
+
+
+# ------------------------------------------------------------------ one source, every source
+
+
+def test_json_nested_past_the_parsers_depth_fails_its_source_alone(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    # Two sources on one schedule; the first search either makes is answered with JSON nested
+    # deeper than a parser goes (RecursionError, not ValueError).
+    for name in ("notion-a", "notion-b"):
+        kb.store.sources.add(name, "notion", NotionSettings(api_url=notion.base).as_dict())
+    bomb = b"[" * 200_000 + b"]" * 200_000
+    notion.faults.append(Fault("/v1/search", 200, body=bomb))
+
+    reports = sync_due_sources(
+        kb, {"notion": DEFAULT_NOTION_TOKEN}, 0.0, sleep=Waits().sleep, budget_seconds=30.0
+    )
+
+    assert sorted(r.ok for r in reports) == [False, True]
+    failed = next(r for r in reports if not r.ok)
+    assert "nested too deeply" in (failed.error or "")
+    good = next(r for r in reports if r.ok)
+    assert len(good.added) == len(ALL)
+    health = {h["name"]: h["ok"] for h in source_health(kb)}
+    assert health == {failed.source: False, good.source: True}
