@@ -17,8 +17,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
+from bot.access import web_client
+from bot.slack.canvases import Canvases
+from index.config import IndexConfig
+from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.sources import Acl, source_health, sync_due_sources
 from index.sources.notion import NotionSettings
@@ -34,12 +39,18 @@ from tests import (
 )
 from tests.clocks import Waits
 from tests.notion_server import Block, Fault, MockNotion, Page, block, notion_id, text
-from tests.servers import DEFAULT_CONFLUENCE_TOKEN, DEFAULT_NOTION_TOKEN, threaded_http_server
+from tests.servers import (
+    CHANNEL_ID,
+    DEFAULT_CONFLUENCE_TOKEN,
+    DEFAULT_NOTION_TOKEN,
+    MockSlackAPI,
+    threaded_http_server,
+)
 from tests.sources_harness import live_titles
 from tests.test_sources_notion import ALL, SECRET_ID, run
 
 # Each source's mock and the knowledge base, bound here by name for pytest.
-kb = sources_harness.kb
+kb, slack = sources_harness.kb, sources_harness.slack
 notion = test_sources_notion.notion
 confluence = test_sources_confluence.confluence
 drive = test_sources_gdrive.drive
@@ -342,3 +353,36 @@ def test_json_nested_past_the_parsers_depth_fails_its_source_alone(
     assert len(good.added) == len(ALL)
     health = {h["name"]: h["ok"] for h in source_health(kb)}
     assert health == {failed.source: False, good.source: True}
+
+
+# ------------------------------------------------------------------ Slack's canvases
+
+
+async def test_a_channel_whose_canvas_properties_are_of_another_shape_fails_alone(
+    slack: MockSlackAPI, index_dir: Path, embedder: Embedder
+) -> None:
+    # conversations.info of the first channel answers its properties in shapes Slack does not
+    # document; the second channel's canvases still sync in the same round, and it is said.
+    other = "C0OTHER001"
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+    keeper = Canvases(kb, [CHANNEL_ID, other])
+    canvas = slack.add_canvas(other, "Release rota", "## Rota\n\nThe rota changes on Mondays.\n")
+    usual = slack._m_conversations_info
+
+    def info(params: dict[str, Any]) -> dict[str, Any]:
+        found = usual(params)
+        if params.get("channel") == CHANNEL_ID:
+            found["channel"]["properties"] = {"canvas": "F0", "tabs": ["garbage", 7]}
+        return found
+
+    slack.on("conversations.info", info)
+    slack.on("files.list", lambda p: {"ok": True, "files": [], "paging": {"pages": "many"}} if p.get("channel") == CHANNEL_ID else slack._m_files_list(p))  # fmt: skip
+
+    reports = await keeper.sync_all(web_client(slack.bot_token, slack.api_url))
+
+    assert len(reports) == 2
+    hostile = next(r for r in reports if CHANNEL_ID in r.source)
+    fine = next(r for r in reports if other in r.source)
+    assert fine.added == [canvas["id"]] and fine.ok
+    # Refused, removing nothing: a canvas left unread would be removed as gone.
+    assert hostile.error is not None and "shape" in hostile.error
