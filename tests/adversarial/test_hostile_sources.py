@@ -386,3 +386,19 @@ async def test_a_channel_whose_canvas_properties_are_of_another_shape_fails_alon
     assert fine.added == [canvas["id"]] and fine.ok
     # Refused, removing nothing: a canvas left unread would be removed as gone.
     assert hostile.error is not None and "shape" in hostile.error
+
+
+# ------------------------------------------------------------------ deletion
+
+
+def test_a_notion_page_whose_archived_flag_is_no_boolean_is_not_removed(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    assert run(kb, notion).error is None
+    notion.pages[SECRET_ID].archived = "false"  # type: ignore[assignment]
+    notion.pages[SECRET_ID].in_trash = "no"  # type: ignore[assignment]
+
+    report = run(kb, notion)
+
+    assert report.error is None and report.removed == []
+    assert set(live_titles(kb)) == ALL
