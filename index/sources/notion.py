@@ -494,7 +494,9 @@ def _check_page(page: object) -> None:
 
 
 def _live(page: dict[str, Any]) -> bool:
-    return not (page.get("archived") or page.get("in_trash"))
+    """Not archived nor trashed: only ``true`` says so (a "false" sent as text is not a
+    deletion, and removing what is still there loses it)."""
+    return not (page.get("archived") is True or page.get("in_trash") is True)
 
 
 def _title(page: dict[str, Any]) -> str:
