@@ -279,8 +279,13 @@ class MockNotion:
         return 404, {}, _not_found(block_id)
 
     def _all_blocks(self) -> Iterator[Block]:
+        seen: set[str] = set()
+
         def walk(blocks: list[Block]) -> Iterator[Block]:
             for b in blocks:
+                if b.id in seen:
+                    continue  # a block that is its own ancestor (hostile): walked once
+                seen.add(b.id)
                 yield b
                 yield from walk(b.children)
 

@@ -402,3 +402,17 @@ def test_a_notion_page_whose_archived_flag_is_no_boolean_is_not_removed(
 
     assert report.error is None and report.removed == []
     assert set(live_titles(kb)) == ALL
+
+
+def test_a_notion_block_inside_itself_is_read_once(kb: KnowledgeBase, notion: MockNotion) -> None:
+    # A toggle whose children are itself, twice: followed naively, 2**24 block lists.
+    loop = block("toggle", "Round and round")
+    loop.children = [loop, loop]
+    page = notion.page(Page(notion_id(10), "Loop", [loop, block("paragraph", "After the loop.")]))
+
+    report = run(kb, notion)
+
+    assert report.error is None and page.id in report.added
+    assert len(notion.calls_to(f"/v1/blocks/{loop.id}/children")) == 1
+    shown = kb.canonical_text(kb.store.sources.items("notion")[page.id].document_id or 0)
+    assert "Round and round" in shown and "After the loop." in shown
