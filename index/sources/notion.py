@@ -243,7 +243,7 @@ class NotionConnector:
             item = str(page["id"])
             try:
                 title = _title(page)
-                blocks = self._blocks(item, 0, [0])
+                blocks = self._blocks(item, 0, [0], {item})
             except _Malformed as exc:
                 failed.append((item, str(exc)))
                 continue
@@ -311,10 +311,13 @@ class NotionConnector:
             return []  # no longer shared since search listed it
         return rows
 
-    def _blocks(self, block_id: str, depth: int, read: list[int]) -> list[dict[str, Any]] | None:
+    def _blocks(
+        self, block_id: str, depth: int, read: list[int], opened: set[str]
+    ) -> list[dict[str, Any]] | None:
         """The children of ``block_id``, each with its own under ``_children``; ``None``: the
         page is not there (deleted or unshared since it was listed). ``read[0]`` counts the
-        page's blocks read so far."""
+        page's blocks read so far; ``opened`` holds the blocks whose children were read (the
+        page's own id first), so that a block inside itself is opened once."""
         children = self.client.blocks.children.list
         found: list[dict[str, Any]] = []
         rows = []
@@ -334,8 +337,10 @@ class NotionConnector:
                 raise _Malformed("Notion gave a block of this page that is not a block; skipped.")
             nested = row.get("has_children") and row["type"] not in _OWN_DOCUMENTS
             inside: list[dict[str, Any]] = []
-            if nested and depth < MAX_DEPTH:
-                inside = self._blocks(str(row.get("id")), depth + 1, read) or []
+            inner = str(row.get("id"))
+            if nested and depth < MAX_DEPTH and inner not in opened:
+                opened.add(inner)
+                inside = self._blocks(inner, depth + 1, read, opened) or []
             # Always ours: a "_children" Notion sent is not read as blocks.
             found.append({**row, "_children": inside})
         return found
