@@ -416,3 +416,18 @@ def test_a_notion_block_inside_itself_is_read_once(kb: KnowledgeBase, notion: Mo
     assert len(notion.calls_to(f"/v1/blocks/{loop.id}/children")) == 1
     shown = kb.canonical_text(kb.store.sources.items("notion")[page.id].document_id or 0)
     assert "Round and round" in shown and "After the loop." in shown
+
+
+def test_a_notion_id_that_is_a_path_fails_that_page_alone(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    # An id with "../" would be a path in the block list's address: another endpoint.
+    notion.page(Page("../../users", "Traversal", [block("paragraph", "Where am I?")]))
+
+    report = run(kb, notion)
+
+    assert report.error is None and set(live_titles(kb)) == ALL
+    assert [i for i, _ in report.failed] == ["../../users"]
+    assert all(
+        c[1].startswith(("/v1/search", "/v1/blocks/", "/v1/data_sources/")) for c in notion.calls
+    )
