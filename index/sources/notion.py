@@ -84,6 +84,7 @@ POLL_OVERLAP = timedelta(hours=1)
 # The one group Notion's API can expand: the workspace's members (users.list).
 WORKSPACE_GROUP = "workspace"
 _NOTION_HOSTS = ("notion.so", "notion.site")
+_NOTION_ID = re.compile(r"[0-9a-fA-F]{32}")
 
 
 @dataclass(frozen=True)
@@ -242,6 +243,7 @@ class NotionConnector:
         for page in pages:
             item = str(page["id"])
             try:
+                _notion_id(item, "this page")
                 title = _title(page)
                 blocks = self._blocks(item, 0, [0], {item})
             except _Malformed as exc:
@@ -287,7 +289,7 @@ class NotionConnector:
         body = {"filter": {"property": "object", "value": "data_source"}}
         ids = []
         for found in self._list(lambda cursor: self.client.search(**body, **cursor)):
-            if not isinstance(found, dict) or not isinstance(found.get("id"), str):
+            if not isinstance(found, dict) or not _is_notion_id(found.get("id")):
                 raise SourceFailed("Notion's search answered a result that is not a data source.")
             ids.append(found["id"])
         return ids
@@ -339,6 +341,7 @@ class NotionConnector:
             inside: list[dict[str, Any]] = []
             inner = str(row.get("id"))
             if nested and depth < MAX_DEPTH and inner not in opened:
+                _notion_id(inner, "a block of this page")
                 opened.add(inner)
                 inside = self._blocks(inner, depth + 1, read, opened) or []
             # Always ours: a "_children" Notion sent is not read as blocks.
@@ -496,6 +499,17 @@ def _check_page(page: object) -> None:
         or not isinstance(page.get("id"), str)
     ):
         raise SourceFailed("Notion's search answered a result that is not a page.")
+
+
+def _is_notion_id(value: object) -> bool:
+    """Whether ``value`` is a Notion id (a UUID, dashes or none): a path in an address it never is."""
+    return isinstance(value, str) and bool(_NOTION_ID.fullmatch(value.replace("-", "")))
+
+
+def _notion_id(value: str, what: str) -> None:
+    """Raises :class:`_Malformed` unless ``value`` is a Notion id (``what`` has it)."""
+    if not _is_notion_id(value):
+        raise _Malformed(f"Notion gave {what} an id that is no Notion id; skipped.")
 
 
 def _live(page: dict[str, Any]) -> bool:
