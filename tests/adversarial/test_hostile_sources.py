@@ -431,3 +431,15 @@ def test_a_notion_id_that_is_a_path_fails_that_page_alone(
     assert all(
         c[1].startswith(("/v1/search", "/v1/blocks/", "/v1/data_sources/")) for c in notion.calls
     )
+
+
+def test_a_confluence_id_that_is_a_path_fails_that_page_alone(
+    kb: KnowledgeBase, confluence: confluence_server.MockConfluence
+) -> None:
+    # An id with "../" would be a path in the page's address: another endpoint of the site.
+    confluence.page(confluence_server.Page("../../space/ENG", "Traversal", "<p>Where am I?</p>"))
+
+    report = test_sources_confluence.run(kb, confluence)
+
+    assert report.error is None and "../../space/ENG" in [i for i, _ in report.failed]
+    assert not any("/space/ENG" in c[1] and "/content/" not in c[1] for c in confluence.calls[1:])
