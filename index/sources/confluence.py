@@ -284,6 +284,10 @@ class ConfluenceConnector:
 
     def _documents(self, ids: list[str], failed: list[tuple[str, str]]) -> Iterator[SourceDocument]:
         for item in ids:
+            if not _is_content_id(item):
+                # It goes into the page's address: "../" there would ask another endpoint.
+                failed.append((item, "Confluence gave this page an id that is no number; skipped."))
+                continue
             page = self._page(item, "body.export_view,body.storage,version,space,ancestors")
             if page is None:
                 continue  # deleted since it was listed: the next listing prunes it
@@ -540,9 +544,13 @@ class ConfluenceConnector:
     def _acl(self, page: dict[str, Any]) -> Acl:
         try:
             space = self._space()
+            if not _is_content_id(page.get("id")):
+                raise _Unreadable("its id is no number")
             levels = [self._restrictions(str(page.get("id")))]
             ancestors = page.get("ancestors") or []
-            if not isinstance(ancestors, list) or not all(isinstance(a, dict) for a in ancestors):
+            if not isinstance(ancestors, list) or not all(
+                isinstance(a, dict) and _is_content_id(a.get("id")) for a in ancestors
+            ):
                 raise _Unreadable("its ancestors are not a list of pages")
             if len(ancestors) > MAX_ANCESTORS:
                 # Each ancestor's restrictions bind the page: none may go unread (the list
@@ -725,6 +733,11 @@ def _body_html(body: dict[str, Any]) -> str | None:
         if isinstance(value, str) and value.strip():
             return value
     return None
+
+
+def _is_content_id(value: object) -> bool:
+    """Whether ``value`` is a page's id as Confluence writes it (digits): never a path."""
+    return isinstance(value, str | int) and bool(re.fullmatch(r"[0-9]+", str(value)))
 
 
 def _is_attachment(item: str) -> bool:
