@@ -13,6 +13,7 @@ its fix.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.sources import Acl, source_health, sync_due_sources
-from index.sources.notion import NotionSettings
+from index.sources.notion import NotionConnector, NotionSettings
 from tests import (
     confluence_server,
     gdrive_server,
@@ -443,3 +444,36 @@ def test_a_confluence_id_that_is_a_path_fails_that_page_alone(
 
     assert report.error is None and "../../space/ENG" in [i for i, _ in report.failed]
     assert all(c[1].startswith("/wiki/rest/api/") for c in confluence.calls)
+
+
+# ------------------------------------------------------------------ silence
+
+
+def test_a_source_that_accepts_and_never_answers_fails_the_run_within_the_budget(
+    kb: KnowledgeBase,
+) -> None:
+    asked: list[str] = []
+    done = threading.Event()
+
+    class Silent(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            asked.append(self.path)
+            done.wait(30)  # never answers while the test runs
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    waits = Waits()
+    with threaded_http_server(Silent) as port:
+        try:
+            settings = NotionSettings(public=True, api_url=f"http://127.0.0.1:{port}")
+            source = NotionConnector(
+                settings, DEFAULT_NOTION_TOKEN, sleep=waits.sleep, budget_seconds=10.0, timeout=1
+            )
+            report = sources_harness.sync(kb, "silent", "notion", settings.as_dict(), source, waits)
+        finally:
+            done.set()
+
+    # Each request timed out after a second; the back-offs (0.5, 1, 2, 4 s) spent the budget.
+    assert report.error is not None and "10 s retry budget" in report.error
+    assert waits.waits == [0.5, 1.0, 2.0, 4.0] and len(asked) == 5
