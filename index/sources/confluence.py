@@ -286,7 +286,7 @@ class ConfluenceConnector:
         for item in ids:
             if not _is_content_id(item):
                 # It goes into the page's address: "../" there would ask another endpoint.
-                failed.append((item, "Confluence gave this page an id that is no number; skipped."))
+                failed.append((item, "Confluence gave this page an id that is a path; skipped."))
                 continue
             page = self._page(item, "body.export_view,body.storage,version,space,ancestors")
             if page is None:
@@ -545,7 +545,7 @@ class ConfluenceConnector:
         try:
             space = self._space()
             if not _is_content_id(page.get("id")):
-                raise _Unreadable("its id is no number")
+                raise _Unreadable("its id is a path")
             levels = [self._restrictions(str(page.get("id")))]
             ancestors = page.get("ancestors") or []
             if not isinstance(ancestors, list) or not all(
@@ -736,8 +736,9 @@ def _body_html(body: dict[str, Any]) -> str | None:
 
 
 def _is_content_id(value: object) -> bool:
-    """Whether ``value`` is a page's id as Confluence writes it (digits): never a path."""
-    return isinstance(value, str | int) and bool(re.fullmatch(r"[0-9]+", str(value)))
+    """Whether ``value`` may be a page's id (Confluence writes digits): letters, digits, ``-``
+    and ``_``, never a path (no ``/``, no ``.``)."""
+    return isinstance(value, str | int) and bool(re.fullmatch(r"[A-Za-z0-9_-]+", str(value)))
 
 
 def _is_attachment(item: str) -> bool:
