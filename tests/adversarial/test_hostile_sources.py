@@ -477,3 +477,21 @@ def test_a_source_that_accepts_and_never_answers_fails_the_run_within_the_budget
     # Each request timed out after a second; the back-offs (0.5, 1, 2, 4 s) spent the budget.
     assert report.error is not None and "10 s retry budget" in report.error
     assert waits.waits == [0.5, 1.0, 2.0, 4.0] and len(asked) == 5
+
+
+# ------------------------------------------------------------------ titles
+
+
+def test_a_title_of_mentions_a_bidi_override_and_100k_characters_is_kept_short_and_inert(
+    kb: KnowledgeBase, notion: MockNotion
+) -> None:
+    hostile = "<!channel> <@U0ALICE001> \u202eexe.txt " + "x" * 100_000
+    notion.page(Page(notion_id(11), hostile, [block("paragraph", "Body words.")]))
+
+    report = run(kb, notion)
+
+    assert report.error is None and notion_id(11) in report.added
+    (title,) = set(live_titles(kb)) - ALL
+    assert len(title) <= 200 and "\u202e" not in title
+    doc = kb.store.document(kb.store.sources.items("notion")[notion_id(11)].document_id or 0)
+    assert "/" not in doc.name and "\u202e" not in doc.name and len(doc.name) <= 200
