@@ -7,7 +7,8 @@ or the year 1, a download larger than it says. Each source is its local mock
 (``tests/*_server.py``) answering as its documentation describes, with the hostile
 answer queued in place of one; the connector and the sync are the real ones, into a
 real knowledge base. Retries wait on a recorded clock. Each attack here worked before
-its fix.
+its fix, but those a comment calls held (a redirect to another host, a source that never
+answers, a hostile title), which guard what already held.
 """
 
 from __future__ import annotations
@@ -290,6 +291,8 @@ class _Elsewhere:
             yield f"http://localhost:{port}"
 
 
+# Held: requests and httplib2 drop the Authorization header on a redirect, Notion's SDK does
+# not follow one.
 def test_a_confluence_redirect_to_another_host_carries_no_token(
     kb: KnowledgeBase, confluence: confluence_server.MockConfluence
 ) -> None:
@@ -449,6 +452,7 @@ def test_a_confluence_id_that_is_a_path_fails_that_page_alone(
 # ------------------------------------------------------------------ silence
 
 
+# Held: each request's timeout, then the budget's back-offs.
 def test_a_source_that_accepts_and_never_answers_fails_the_run_within_the_budget(
     kb: KnowledgeBase,
 ) -> None:
@@ -482,6 +486,7 @@ def test_a_source_that_accepts_and_never_answers_fails_the_run_within_the_budget
 # ------------------------------------------------------------------ titles
 
 
+# Held: a title becomes a display name (short, no controls) as an upload's does.
 def test_a_title_of_mentions_a_bidi_override_and_100k_characters_is_kept_short_and_inert(
     kb: KnowledgeBase, notion: MockNotion
 ) -> None:
