@@ -72,6 +72,7 @@ class Block:
     body: dict[str, Any]
     children: list[Block] = field(default_factory=list)
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    extra: dict[str, Any] = field(default_factory=dict)  # more keys of the block object
 
 
 @dataclass
@@ -126,6 +127,7 @@ class MockNotion:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.page_cap = 2
         self.list_twice: str | None = None  # a page id the search lists twice
+        self.endless: str | None = None  # a page whose blocks page on for ever (hostile)
         self.base = ""
         self._lock = threading.Lock()
 
@@ -253,6 +255,19 @@ class MockNotion:
         return self._paged(rows, args, self._page_object, "page_or_data_source")
 
     def _children(self, block_id: str, args: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        if block_id == self.endless:
+            # Hostile: more blocks and a fresh cursor on every page, for ever.
+            answer = {
+                "object": "list",
+                "results": [
+                    _block_object(block("paragraph", "More.")) for _ in range(self.page_cap)
+                ],
+                "next_cursor": str(uuid.uuid4()),
+                "has_more": True,
+                "type": "block",
+                "block": {},
+            }
+            return 200, {}, json.dumps(answer).encode()
         page = self.pages.get(block_id)
         if page is not None:
             if not self._visible(page):
@@ -264,8 +279,13 @@ class MockNotion:
         return 404, {}, _not_found(block_id)
 
     def _all_blocks(self) -> Iterator[Block]:
+        seen: set[str] = set()
+
         def walk(blocks: list[Block]) -> Iterator[Block]:
             for b in blocks:
+                if b.id in seen:
+                    continue  # a block that is its own ancestor (hostile): walked once
+                seen.add(b.id)
                 yield b
                 yield from walk(b.children)
 
@@ -348,11 +368,14 @@ def _block_object(b: Block) -> dict[str, Any]:
         "archived": False,
         "in_trash": False,
         b.kind: b.body,
+        **b.extra,
     }
 
 
 def _stamp(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:00.000Z")
+    # Rounded to the minute, as Notion does; isoformat writes every year in four digits.
+    minute = when.astimezone(UTC).replace(second=0, microsecond=0, tzinfo=None)
+    return minute.isoformat(timespec="milliseconds") + "Z"
 
 
 def _error(status: int, code: str, message: str) -> bytes:

@@ -120,18 +120,53 @@ def _is_canvas(file: dict[str, Any]) -> bool:
     return str(file.get("filetype") or "") in _CANVAS_TYPES and bool(file.get("id"))
 
 
-def _property_ids(channel: dict[str, Any]) -> list[str]:
-    """The channel canvas's file id and those of canvas tabs, from ``conversations.info``."""
-    props = channel.get("properties") or {}
+def _property_ids(channel: object, channel_id: str) -> list[str]:
+    """The channel canvas's file id and those of canvas tabs, from ``conversations.info``.
+
+    Raises:
+        CanvasListingFailed: a part of another shape than Slack documents (a canvas left
+            unread would be removed as gone).
+    """
+    channel = _shaped(channel or {}, dict, "conversations.info's channel", channel_id)
+    props = _shaped(channel.get("properties") or {}, dict, "its properties", channel_id)
     ids = []
-    canvas = props.get("canvas") or {}
+    canvas = _shaped(props.get("canvas") or {}, dict, "its canvas", channel_id)
     if canvas.get("file_id") and not canvas.get("is_empty"):
         ids.append(str(canvas["file_id"]))
-    for tab in props.get("tabs") or []:
-        data = tab.get("data") or {} if isinstance(tab, dict) else {}
+    for tab in _shaped(props.get("tabs") or [], list, "its tabs", channel_id):
+        tab = _shaped(tab, dict, "a tab", channel_id)
+        data = _shaped(tab.get("data") or {}, dict, "a tab's data", channel_id)
         if tab.get("type") == "canvas" and data.get("file_id"):
             ids.append(str(data["file_id"]))
     return ids
+
+
+def _page_count(resp: Any, channel: str) -> int:
+    """How many pages ``files.list`` says it has (``paging.pages``; none said: one).
+
+    Raises:
+        CanvasListingFailed: not a number.
+    """
+    paging = _shaped(resp.get("paging") or {}, dict, "files.list's paging", channel)
+    try:
+        return int(paging.get("pages") or 1)
+    except (TypeError, ValueError):
+        raise CanvasListingFailed(_of_another_shape("files.list's page count", channel)) from None
+
+
+def _shaped(value: Any, kind: type[T], what: str, channel: str) -> T:
+    """``value`` when it is a ``kind``.
+
+    Raises:
+        CanvasListingFailed: it is not.
+    """
+    if not isinstance(value, kind):
+        raise CanvasListingFailed(_of_another_shape(what, channel))
+    return value
+
+
+def _of_another_shape(what: str, channel: str) -> str:
+    return f"Slack answered {what} for {channel} in a shape it does not document; nothing changed."
 
 
 async def _listing_call(method: str, channel: str, call: Awaitable[T]) -> T:
@@ -182,19 +217,20 @@ async def list_canvases(client: AsyncWebClient, channel: str) -> list[Canvas]:
             channel,
             client.files_list(channel=channel, types="canvas", count=FILES_PER_PAGE, page=page),
         )
-        for file in resp.get("files") or []:
+        for file in _shaped(resp.get("files") or [], list, "files.list's files", channel):
             if isinstance(file, dict) and _is_canvas(file):
                 found.setdefault(str(file["id"]), _canvas(file))
-        if page >= int((resp.get("paging") or {}).get("pages") or 1):
+        if page >= _page_count(resp, channel):
             break
     else:
         raise CanvasListingFailed(
             f"{channel} lists more than {MAX_FILE_PAGES * FILES_PER_PAGE} canvases; none removed."
         )
-    for file_id in _property_ids(dict(info.get("channel") or {})):
+    for file_id in _property_ids(info.get("channel"), channel):
         if file_id not in found:
             resp = await _listing_call("files.info", channel, client.files_info(file=file_id))
-            found[file_id] = _canvas({"id": file_id, **dict(resp.get("file") or {})})
+            file = _shaped(resp.get("file") or {}, dict, "files.info's file", channel)
+            found[file_id] = _canvas({**file, "id": file_id})
     return list(found.values())
 
 

@@ -57,13 +57,12 @@ from __future__ import annotations
 import functools
 import html
 import itertools
-import json
 import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -85,8 +84,10 @@ from index.sources.contract import (
     after_organisation_groups,
 )
 from index.sources.fields import (
+    checkpoint_of,
     checkpoint_time,
     file_name,
+    next_page,
     readable_name,
     readable_suffix,
     timestamp,
@@ -281,7 +282,7 @@ class ConfluenceConnector:
         self._space_grant = None
         found = self._search(cql)
         latest = max((m for _, m in found if m is not None), default=since)
-        checkpoint = json.dumps({"since": (latest or datetime.now(UTC)).isoformat()})
+        checkpoint = checkpoint_of(latest)
         failed: list[tuple[str, str]] = []
         ids = [i for i, _ in found]
         documents = self._documents(ids, failed)
@@ -293,6 +294,10 @@ class ConfluenceConnector:
 
     def _documents(self, ids: list[str], failed: list[tuple[str, str]]) -> Iterator[SourceDocument]:
         for item in ids:
+            if not _is_content_id(item):
+                # It goes into the page's address: "../" there would ask another endpoint.
+                failed.append((item, "Confluence gave this page an id that is a path; skipped."))
+                continue
             page = self._page(item, "body.export_view,body.storage,version,space,ancestors")
             if page is None:
                 continue  # deleted since it was listed: the next listing prunes it
@@ -510,6 +515,7 @@ class ConfluenceConnector:
         """
         url: str | None = path
         absolute = False
+        seen: set[str] = set()
         for _ in range(MAX_PAGES):
             if url is None:
                 return
@@ -520,6 +526,7 @@ class ConfluenceConnector:
                 raise SourceFailed("Confluence answered a list that is not JSON of results.")
             yield from answer["results"]
             url, params, absolute = self._next(answer.get("_links")), {}, True
+            url = url and next_page(url, seen, "Confluence")
         raise SourceFailed(f"Confluence gave more than {MAX_PAGES} pages of results; stopped.")
 
     def _next(self, links: object) -> str | None:
@@ -547,9 +554,13 @@ class ConfluenceConnector:
     def _acl(self, page: dict[str, Any]) -> Acl:
         try:
             space = self._space()
+            if not _is_content_id(page.get("id")):
+                raise _Unreadable("its id is a path")
             levels = [self._restrictions(str(page.get("id")))]
             ancestors = page.get("ancestors") or []
-            if not isinstance(ancestors, list) or not all(isinstance(a, dict) for a in ancestors):
+            if not isinstance(ancestors, list) or not all(
+                isinstance(a, dict) and _is_content_id(a.get("id")) for a in ancestors
+            ):
                 raise _Unreadable("its ancestors are not a list of pages")
             if len(ancestors) > MAX_ANCESTORS:
                 # Each ancestor's restrictions bind the page: none may go unread (the list
@@ -775,6 +786,12 @@ def _body_html(body: dict[str, Any]) -> str | None:
         if isinstance(value, str) and value.strip():
             return value
     return None
+
+
+def _is_content_id(value: object) -> bool:
+    """Whether ``value`` may be a page's id (Confluence writes digits): letters, digits, ``-``
+    and ``_``, never a path (no ``/``, no ``.``)."""
+    return isinstance(value, str | int) and bool(re.fullmatch(r"[A-Za-z0-9_-]+", str(value)))
 
 
 def _is_attachment(item: str) -> bool:

@@ -19,11 +19,13 @@ from index.ingest import SUPPORTED_SUFFIXES
 from index.sources.contract import SourceFailed
 
 __all__ = [
+    "checkpoint_of",
     "checkpoint_time",
     "expired",
     "expiry",
     "file_name",
     "media_type_of",
+    "next_page",
     "readable_name",
     "readable_suffix",
     "timestamp",
@@ -32,6 +34,8 @@ __all__ = [
 # Path separators and control characters: a title is never a path.
 _NOT_IN_NAMES = re.compile(r"[\\/\x00-\x1f]+")
 _MOST_NAME_CHARS = 120
+# The earliest time a poll starts from: before any source's documents.
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 _PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 _DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -78,7 +82,7 @@ def expiry(value: object) -> float | None:
 
 
 def checkpoint_time(checkpoint: str) -> datetime:
-    """The time a ``{"since": ...}`` checkpoint polls from.
+    """The time a ``{"since": ...}`` checkpoint polls from, at most now and at least 1970.
 
     Raises:
         SourceFailed: the checkpoint cannot be read (``kb source sync --full`` reloads).
@@ -89,7 +93,36 @@ def checkpoint_time(checkpoint: str) -> datetime:
         found = None
     if found is None:
         raise SourceFailed("The saved checkpoint cannot be read; kb source sync --full reloads.")
-    return found
+    return _within(found)
+
+
+def checkpoint_of(latest: datetime | None) -> str:
+    """The ``{"since": ...}`` checkpoint of a poll whose latest change is ``latest`` (none:
+    now), read back by :func:`checkpoint_time`."""
+    return json.dumps({"since": _within(latest or datetime.now(UTC)).isoformat()})
+
+
+def _within(when: datetime) -> datetime:
+    """``when``, at most now and at least 1970: a source's clock is its own, and a time it
+    gave in the future would put every later edit before the checkpoint, one in the year 1
+    leaves no room for a poll's overlap."""
+    return min(max(when, _EARLIEST), datetime.now(UTC))
+
+
+def next_page(following: str, seen: set[str], source: str) -> str:
+    """``following``, a listing's next page (a cursor, a token or a link), remembered in
+    ``seen`` (that listing's, empty at its start).
+
+    Raises:
+        SourceFailed: the listing gave it before: following it would go round for ever.
+    """
+    if following in seen:
+        raise SourceFailed(
+            f"{source} pointed the next page of a listing at one it had given before (a "
+            "listing that never ends); the run stopped."
+        )
+    seen.add(following)
+    return following
 
 
 def file_name(title: str, fallback: str) -> str:

@@ -80,7 +80,14 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import expired, expiry, file_name, readable_name, readable_suffix
+from index.sources.fields import (
+    expired,
+    expiry,
+    file_name,
+    next_page,
+    readable_name,
+    readable_suffix,
+)
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = [
@@ -361,6 +368,7 @@ class GDriveConnector:
     ) -> Iterator[dict[str, Any]]:
         """Each page of a listing, following ``nextPageToken`` (``hidden``: as :meth:`_call`)."""
         token: str | None = None
+        seen: set[str] = set()
         for _ in range(MAX_PAGES):
             answer = self._call(request(token), hidden=hidden)
             if not isinstance(answer, dict):
@@ -369,6 +377,7 @@ class GDriveConnector:
             token = answer.get("nextPageToken")
             if not token:
                 return
+            token = next_page(str(token), seen, "Google Drive")
         raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages; stopped.")
 
     def _start_token(self) -> str:
@@ -397,6 +406,7 @@ class GDriveConnector:
             args["driveId"] = self.settings.drive
         fields = f"nextPageToken,newStartPageToken,changes(fileId,removed,file({_FILE_FIELDS}))"
         latest: dict[str, dict[str, Any] | None] = {}
+        seen = {token}
         for _ in range(MAX_PAGES):
             answer = self._call(
                 self.drive.changes().list(
@@ -416,6 +426,7 @@ class GDriveConnector:
             token = answer.get("nextPageToken")
             if not token:
                 raise SourceFailed("Google Drive's changes ended without the next page token.")
+            token = next_page(str(token), seen, "Google Drive")
         raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages of changes; stopped.")
 
     def _in_scope(self, changed: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -772,7 +783,8 @@ def _grant(row: object, now: float) -> tuple[str, str, float | None]:
 def _grantee(row: dict[str, Any], now: float) -> tuple[str, str]:
     """Whom one permission admits at ``now`` as ``(kind, principal)`` (see :func:`_grant`);
     ``("", "")``: nobody."""
-    if row.get("deleted") or row.get("role") not in READING_ROLES:
+    role = row.get("role")
+    if row.get("deleted") or not isinstance(role, str) or role not in READING_ROLES:
         return "", ""
     if expired(row.get("expirationTime"), now):
         return "", ""

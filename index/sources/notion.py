@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import html
-import json
 import logging
 import re
 import time
@@ -62,7 +61,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import checkpoint_time, file_name, timestamp
+from index.sources.fields import checkpoint_of, checkpoint_time, file_name, next_page, timestamp
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = ["WORKSPACE_GROUP", "NotionConnector", "NotionSettings", "render_page"]
@@ -85,6 +84,7 @@ POLL_OVERLAP = timedelta(hours=1)
 # The one group Notion's API can expand: the workspace's members (users.list).
 WORKSPACE_GROUP = "workspace"
 _NOTION_HOSTS = ("notion.so", "notion.site")
+_NOTION_ID = re.compile(r"[0-9a-fA-F]{32}")
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ class NotionConnector:
     def _changes(self, pages: list[dict[str, Any]], since: datetime | None) -> Batch:
         stamps = [w for p in pages if (w := timestamp(p.get("last_edited_time"))) is not None]
         latest = max([*stamps, *([since] if since else [])], default=None)
-        checkpoint = json.dumps({"since": (latest or datetime.now(UTC)).isoformat()})
+        checkpoint = checkpoint_of(latest)
         failed: list[tuple[str, str]] = []
         live = [p for p in pages if _live(p)]
         return Batch(self._documents(live, failed), checkpoint, failed)
@@ -243,8 +243,9 @@ class NotionConnector:
         for page in pages:
             item = str(page["id"])
             try:
+                _notion_id(item, "this page")
                 title = _title(page)
-                blocks = self._blocks(item, 0, [0])
+                blocks = self._blocks(item, 0, [0], {item})
             except _Malformed as exc:
                 failed.append((item, str(exc)))
                 continue
@@ -288,7 +289,7 @@ class NotionConnector:
         body = {"filter": {"property": "object", "value": "data_source"}}
         ids = []
         for found in self._list(lambda cursor: self.client.search(**body, **cursor)):
-            if not isinstance(found, dict) or not isinstance(found.get("id"), str):
+            if not isinstance(found, dict) or not _is_notion_id(found.get("id")):
                 raise SourceFailed("Notion's search answered a result that is not a data source.")
             ids.append(found["id"])
         return ids
@@ -312,26 +313,39 @@ class NotionConnector:
             return []  # no longer shared since search listed it
         return rows
 
-    def _blocks(self, block_id: str, depth: int, read: list[int]) -> list[dict[str, Any]] | None:
+    def _blocks(
+        self, block_id: str, depth: int, read: list[int], opened: set[str]
+    ) -> list[dict[str, Any]] | None:
         """The children of ``block_id``, each with its own under ``_children``; ``None``: the
         page is not there (deleted or unshared since it was listed). ``read[0]`` counts the
-        page's blocks read so far."""
+        page's blocks read so far; ``opened`` holds the blocks whose children were read (the
+        page's own id first), so that a block inside itself is opened once."""
         children = self.client.blocks.children.list
         found: list[dict[str, Any]] = []
+        rows = []
         try:
-            rows = list(self._list(lambda cursor: children(block_id, **cursor), missing=True))
+            for row in self._list(lambda cursor: children(block_id, **cursor), missing=True):
+                # Counted as they come: a list that pages on for ever stops at the limit.
+                read[0] += 1
+                if read[0] > self.max_blocks:
+                    raise _Malformed(
+                        f"This page has more than {self.max_blocks} blocks; it was skipped."
+                    )
+                rows.append(row)
         except _Missing:
             return None
-        read[0] += len(rows)
-        if read[0] > self.max_blocks:
-            raise _Malformed(f"This page has more than {self.max_blocks} blocks; it was skipped.")
         for row in rows:
             if not isinstance(row, dict) or not isinstance(row.get("type"), str):
                 raise _Malformed("Notion gave a block of this page that is not a block; skipped.")
             nested = row.get("has_children") and row["type"] not in _OWN_DOCUMENTS
-            if nested and depth < MAX_DEPTH:
-                row = {**row, "_children": self._blocks(str(row.get("id")), depth + 1, read) or []}
-            found.append(row)
+            inside: list[dict[str, Any]] = []
+            inner = str(row.get("id"))
+            if nested and depth < MAX_DEPTH and inner not in opened:
+                _notion_id(inner, "a block of this page")
+                opened.add(inner)
+                inside = self._blocks(inner, depth + 1, read, opened) or []
+            # Always ours: a "_children" Notion sent is not read as blocks.
+            found.append({**row, "_children": inside})
         return found
 
     def _list(
@@ -347,6 +361,7 @@ class NotionConnector:
         ``restricted``: ``restricted_resource`` raises :class:`_Restricted`.
         """
         cursor: dict[str, Any] = {"page_size": PAGE_SIZE}
+        seen: set[str] = set()
         for _ in range(MAX_PAGES):
             answer = self._call(
                 functools.partial(call, cursor), missing=missing, restricted=restricted
@@ -362,7 +377,7 @@ class NotionConnector:
             following = answer.get("next_cursor")
             if not isinstance(following, str) or not following:
                 raise SourceFailed("Notion said more results follow but gave no next_cursor.")
-            cursor = {"page_size": PAGE_SIZE, "start_cursor": following}
+            cursor = {"page_size": PAGE_SIZE, "start_cursor": next_page(following, seen, "Notion")}
         raise SourceFailed(f"Notion gave more than {MAX_PAGES} pages of results; stopped.")
 
     # ------------------------------------------------------------ people
@@ -486,8 +501,21 @@ def _check_page(page: object) -> None:
         raise SourceFailed("Notion's search answered a result that is not a page.")
 
 
+def _is_notion_id(value: object) -> bool:
+    """Whether ``value`` is a Notion id (a UUID, dashes or none): a path in an address it never is."""
+    return isinstance(value, str) and bool(_NOTION_ID.fullmatch(value.replace("-", "")))
+
+
+def _notion_id(value: str, what: str) -> None:
+    """Raises :class:`_Malformed` unless ``value`` is a Notion id (``what`` has it)."""
+    if not _is_notion_id(value):
+        raise _Malformed(f"Notion gave {what} an id that is no Notion id; skipped.")
+
+
 def _live(page: dict[str, Any]) -> bool:
-    return not (page.get("archived") or page.get("in_trash"))
+    """Not archived nor trashed: only ``true`` says so (a "false" sent as text is not a
+    deletion, and removing what is still there loses it)."""
+    return not (page.get("archived") is True or page.get("in_trash") is True)
 
 
 def _title(page: dict[str, Any]) -> str:
@@ -627,9 +655,11 @@ def _block(kind: str, b: dict[str, Any]) -> str:
 def _table(b: dict[str, Any], body: dict[str, Any]) -> str:
     rows = []
     for n, row in enumerate(b.get("_children") or []):
-        cells = (row.get("table_row") or {}).get("cells") if isinstance(row, dict) else None
+        found = row.get("table_row") if isinstance(row, dict) else None
+        cells = found.get("cells") if isinstance(found, dict) else None
         tag = "th" if n == 0 and body.get("has_column_header") else "td"
-        shown = "".join(f"<{tag}>{_e(_plain(c))}</{tag}>" for c in cells or [])
+        cells = cells if isinstance(cells, list) else []
+        shown = "".join(f"<{tag}>{_e(_plain(c))}</{tag}>" for c in cells)
         rows.append(f"<tr>{shown}</tr>")
     return f"<table>{''.join(rows)}</table>"
 

@@ -1,7 +1,8 @@
 """Waiting out a source's rate limits and failures within a budget, the same way for every source.
 
 A call that meets HTTP 429, a 5xx or a dropped connection waits — the
-``Retry-After`` the source asked for, else 0.5 s doubling — and asks again, as
+``Retry-After`` the source asked for, else 0.5 s doubling; from the second wait on
+at least the back-off before it, so that ``Retry-After: 0`` for ever ends too — and asks again, as
 long as the waits of that one call stay within a budget of seconds; past it the
 run fails saying when the source may be asked again (:class:`SourceFailed`'s
 ``retry_after``). The wait itself is injectable, so tests record it on a clock.
@@ -94,7 +95,15 @@ class RetryBudget:
         Raises:
             SourceFailed: the wait would pass the budget; ``retry_after`` is that wait.
         """
-        wait = asked if asked is not None else FIRST_BACKOFF_SECONDS * 2**self.tries
+        step = FIRST_BACKOFF_SECONDS * 2**self.tries
+        if asked is None:
+            wait = step
+        elif self.tries == 0:
+            wait = asked
+        else:
+            # From the second wait on, at least the back-off before it: a source asking to
+            # be asked again at once, for ever, still runs out of the budget.
+            wait = max(asked, step / 2)
         if self.spent + wait > self.seconds:
             raise SourceFailed(
                 f"{self.source} kept failing ({why}) past the {self.seconds:g} s retry budget; "

@@ -73,7 +73,14 @@ from index.sources.contract import (
     SourceFailed,
     after_organisation_groups,
 )
-from index.sources.fields import expired, expiry, media_type_of, readable_suffix, timestamp
+from index.sources.fields import (
+    expired,
+    expiry,
+    media_type_of,
+    next_page,
+    readable_suffix,
+    timestamp,
+)
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, origin, retry_after
 
 __all__ = [
@@ -392,7 +399,8 @@ class SharePointConnector:
             until = _until(row)
             link = row.get("link")
             if isinstance(link, dict):
-                if link.get("type") not in READING_LINKS:
+                kind = link.get("type")
+                if not isinstance(kind, str) or kind not in READING_LINKS:
                     continue  # an upload-only link (a file request), or a type not known
                 scope = link.get("scope")
                 if scope in ("organization", "anonymous"):
@@ -453,6 +461,7 @@ class SharePointConnector:
     ) -> Iterator[dict[str, Any]]:
         """Each page of a paged answer, following ``@odata.nextLink`` on Graph's host only."""
         following: str | None = url
+        seen = {url}
         for _ in range(MAX_PAGES):
             if following is None:
                 return
@@ -471,6 +480,7 @@ class SharePointConnector:
                 raise SourceFailed(
                     "Microsoft Graph pointed the next page at another site; refused."
                 )
+            following = following and next_page(following, seen, "Microsoft Graph")
         raise SourceFailed(f"Microsoft Graph gave more than {MAX_PAGES} pages; stopped.")
 
     @staticmethod

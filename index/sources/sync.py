@@ -145,6 +145,13 @@ def sync_source(
         except SourceFailed as exc:
             report.error = str(exc)
             report.retry_after = exc.retry_after
+        except RecursionError:
+            # An answer nested deeper than a parser goes (JSON, markup): the source's, and
+            # only this source's run fails; the other sources of the round still run.
+            report.error = (
+                f"The {connector.kind} source answered something nested too deeply to read; "
+                "the run stopped there, and the next run tries again."
+            )
         finally:
             kb.refresh_search()
     now = clock()
