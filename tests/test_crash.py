@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -18,7 +17,7 @@ import numpy as np
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from tests.environment import cannot_run_here
+from tests.environment import cannot_run_here, unshare_reason
 
 # Enough documents that the kill lands long before the last, each a few chunks long
 # (the kill lands while one is being embedded); few enough to ingest the rest quickly after.
@@ -100,19 +99,6 @@ def test_sigkill_mid_ingest_loses_nothing_committed(tmp_path: Path, embedder: Em
     assert kb.indexes.check()["in_sync"] is True
 
 
-def _unshare_reason() -> str | None:
-    if shutil.which("unshare") is None:
-        return "no unshare command"
-    probe = subprocess.run(
-        ["unshare", "--pid", "--fork", sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode != 0 or probe.stdout.strip() != "1":
-        return f"cannot start a process in a new pid namespace here: {probe.stderr.strip()}"
-    return None
-
-
 # What opening a knowledge base does about interrupted work, without loading the model.
 OPEN_AND_RECOVER = (
     "import json, sys; from pathlib import Path; from index.storage.store import Store; "
@@ -143,7 +129,7 @@ def _states(db: Path) -> dict[str, str]:
 def test_indexing_killed_in_a_container_is_recovered_by_the_next_pid_1(
     tmp_path: Path, embedder: Embedder
 ) -> None:
-    reason = _unshare_reason()
+    reason = unshare_reason()
     if reason:
         cannot_run_here(reason)
     data_dir = tmp_path / "data"

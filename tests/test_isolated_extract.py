@@ -42,6 +42,7 @@ from index.ingest.isolated import (
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState, Extracted
 from tests.docs_factory import text_pdf
+from tests.environment import cannot_run_here, unshare_reason
 
 _NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
 _REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
@@ -492,19 +493,24 @@ sys.stdin.read()
 """
 
 
-def test_a_killed_process_readers_directory_is_removed_by_the_next_pool(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A killed server cannot remove its readers' directories: the next one on the host does.
-    root = Path(__file__).resolve().parents[1]
-    killed = subprocess.Popen(
-        [sys.executable, "-c", _HOLDS_A_READER],
-        cwd=root,
+def _holding_a_reader(tmp_path: Path, *wrapper: str) -> subprocess.Popen[bytes]:
+    """A process (run by ``wrapper``) that has read a document and holds its reader."""
+    held = subprocess.Popen(
+        [*wrapper, sys.executable, "-c", _HOLDS_A_READER],
+        cwd=Path(__file__).resolve().parents[1],
         env={**os.environ, "TMPDIR": str(tmp_path)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
-    assert killed.stdout is not None and killed.stdout.readline() == b"read\n"
+    assert held.stdout is not None and held.stdout.readline() == b"read\n"
+    return held
+
+
+def test_a_killed_process_readers_directory_is_removed_by_the_next_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A killed server cannot remove its readers' directories: the next one on the host does.
+    killed = _holding_a_reader(tmp_path)
     left = [p for p in tmp_path.iterdir() if f"-{killed.pid}-" in p.name]
     assert len(left) == 1 and left[0].is_dir()
     (left[0] / "page-1.png").write_bytes(b"\x89PNG" + bytes(1000))  # as Tesseract leaves
@@ -524,3 +530,34 @@ def test_a_killed_process_readers_directory_is_removed_by_the_next_pool(
 
     assert not left[0].exists()
     assert own.is_dir() and other_host.is_dir() and link.is_symlink()
+
+
+def test_a_process_in_another_pid_namespace_leaves_this_ones_readers_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server in a container (its own pid namespace, the same temporary directory) sees
+    # none of this host's processes: it must not take this one's readers for killed ones.
+    if (reason := unshare_reason()) is not None:
+        cannot_run_here(reason)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pool = ReaderPool(1)
+    try:
+        _read(pool, b"# Hours\n\nEight to six.", "hours.md", "u1")
+        ours = list(tmp_path.glob("kb-reader-*"))
+        assert len(ours) == 1  # the warm reader's, while it waits for the next document
+
+        subprocess.run(
+            ["unshare", "--pid", "--fork", sys.executable, "-c", _STARTS_A_POOL],
+            cwd=Path(__file__).resolve().parents[1],
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+            check=True,
+        )
+
+        assert ours[0].is_dir()
+        assert "Monday" in _read(pool, b"# Days\n\nMonday to Friday.", "days.md", "u1").text
+    finally:
+        pool.close()
+    assert not ours[0].exists()
+
+
+_STARTS_A_POOL = "from index.ingest.isolated import ReaderPool; ReaderPool(1).close()"

@@ -32,9 +32,10 @@ The reader's environment holds no secret (no token, no key): only what
 Python, the extractors and Tesseract need. Before it reads anything it confines
 itself (``index.ingest.sandbox``, ``ExtractLimits.sandbox``): it reads only what
 reading needs, writes only its own temporary directory (made here, removed when
-it stops) and opens no socket. A directory is named for this host and this
-process; one left by a process that was killed (``SIGKILL``, out of memory)
-is removed when the next process on the host starts its pool.
+it stops) and opens no socket. A directory is named for this host, this
+process's PID namespace and this process; one left by a process that was
+killed (``SIGKILL``, out of memory) is removed when the next process of that
+host and namespace starts its pool.
 """
 
 from __future__ import annotations
@@ -666,26 +667,35 @@ def _stop(reader: _Reader) -> None:
 
 def _temp_prefix(pid: int) -> str:
     """The start of the name of a temporary directory of a reader of process ``pid``."""
-    return f"{_host_prefix()}{pid}-"
+    return f"{_host_prefix() or 'kb-reader-'}{pid}-"
 
 
 def _host_prefix() -> str:
-    """The start of the names of this host's readers' directories: another host (a
-    container) sharing the temporary directory is never mistaken for this one."""
-    host = hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
-    return f"kb-reader-{host}-"
+    """The start of the names of the directories of readers of this host's processes that
+    see this one's process ids (its PID namespace: a container's ``pid 1`` is another
+    process outside it); another host, or another namespace sharing the temporary
+    directory, is never mistaken for this one. Empty where the namespace cannot be read."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    seen_from = f"{socket.gethostname()}\0{namespace}".encode()
+    return f"kb-reader-{hashlib.blake2b(seen_from, digest_size=4).hexdigest()}-"
 
 
 def remove_killed_readers_dirs() -> list[Path]:
-    """Remove the temporary directories of this host's readers whose process is gone; return them.
+    """Remove the temporary directories of readers whose process is gone; return them.
 
     A process stopped in order removes its readers' directories; one killed
     (``SIGKILL``, out of memory) cannot, and a scan read by Tesseract leaves its
-    page images there. A directory of a running process, of another host or of
-    another user, or a link, stays.
+    page images there. Only directories of processes this one can see are
+    looked at (:func:`_host_prefix`); one of a running process, of another
+    user, or a link, stays.
     """
-    removed = []
     prefix = _host_prefix()
+    if not prefix:
+        return []
+    removed = []
     for path in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
         pid = path.name.removeprefix(prefix).split("-", 1)[0]
         if not pid.isdigit() or _running(int(pid)):
