@@ -543,3 +543,20 @@ async def test_a_question_from_a_new_person_asks_users_info_once(bot: Bot, where
     assert [c["user"] for c in asked] == [NEWCOMER]
     # The bot's own words come from the locale that one answer gave: French.
     assert '"Utile"' in json.dumps(answer["blocks"])
+
+
+async def test_a_guest_heard_of_while_the_guests_are_listed_is_not_lost_to_that_listing(
+    slack: MockSlackAPI, directory: SlackDirectory
+) -> None:
+    # Invited (team_join) or made a guest (user_change) after users.list read their page:
+    # the listing that ends after the event must not put it out of date for a whole TTL.
+    guests = Guests(directory, wait_seconds=0.2)
+    slack.set_members(CHANNEL_ID, [MEMBER, "U0GUEST009"])
+    slack.stall("users.list", 1.0)
+    with pytest.raises(AccessCheckUnavailable):
+        await guests.ids()  # the first listing runs on
+    guests.heard({"id": "U0GUEST009", "is_restricted": True})
+    guests.wait_seconds = 30.0
+    assert await guests.ids() == frozenset({"U0GUEST009"})
+    access = Access(directory, allow_external=False, guests=guests)
+    assert not (await access.may_read(Person(MEMBER), EVERYONE, Where(CHANNEL_ID))).allowed

@@ -71,6 +71,9 @@ class Guests:
         self._until = 0.0
         self._failed_until = 0.0
         self._listing: asyncio.Task[frozenset[str]] | None = None
+        # Who was heard of while a listing runs (id: whether a guest): its pages may be
+        # older than what was heard, so what was heard is laid over the listing.
+        self._heard: dict[str, bool] = {}
 
     async def ids(self) -> frozenset[str]:
         """The user ids of the workspace's guests now.
@@ -85,6 +88,7 @@ class Guests:
             raise AccessCheckUnavailable(GUESTS_UNKNOWN)
         if self._listing is None or self._listing.done():
             # One listing at a time, whoever asks: a burst of questions costs one.
+            self._heard = {}
             self._listing = asyncio.create_task(self._list())
             self._listing.add_done_callback(_retrieved)
         try:
@@ -100,19 +104,29 @@ class Guests:
         except AccessCheckUnavailable:
             self._ids, self._failed_until = None, self.clock() + self.retry_seconds
             raise
-        self._ids, self._until = set(listed), self.clock() + self.ttl_seconds
-        return listed
+        ids = set(listed)
+        ids.update(user for user, guest in self._heard.items() if guest)
+        ids.difference_update(user for user, guest in self._heard.items() if not guest)
+        self._ids, self._until = ids, self.clock() + self.ttl_seconds
+        return frozenset(ids)
 
     def heard(self, user: Mapping[str, Any]) -> None:
         """What the directory said of one person since (Slack's ``user_change``, ``team_join``).
 
         A person made a guest, or a guest made a member, counts at once; a
         deactivated person reads nothing anywhere, so is no guest to hide from.
+        A listing running meanwhile may have read the person's page before: what
+        was heard is laid over it when it ends.
         """
         user_id = user.get("id")
-        if self._ids is None or not isinstance(user_id, str) or not user_id:
-            return  # nothing listed yet: the next listing says it
-        if is_guest(user) and not user.get("deleted"):
+        if not isinstance(user_id, str) or not user_id:
+            return
+        guest = is_guest(user) and not user.get("deleted")
+        if self._listing is not None and not self._listing.done():
+            self._heard[user_id] = guest
+        if self._ids is None:
+            return  # nothing listed yet: the listing running, or the next one, says it
+        if guest:
             self._ids.add(user_id)
         else:
             self._ids.discard(user_id)
