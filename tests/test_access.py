@@ -560,3 +560,19 @@ async def test_a_guest_heard_of_while_the_guests_are_listed_is_not_lost_to_that_
     assert await guests.ids() == frozenset({"U0GUEST009"})
     access = Access(directory, allow_external=False, guests=guests)
     assert not (await access.may_read(Person(MEMBER), EVERYONE, Where(CHANNEL_ID))).allowed
+
+
+async def test_a_channel_forgotten_while_its_members_are_asked_is_not_remembered_as_before(
+    slack: MockSlackAPI, directory: SlackDirectory
+) -> None:
+    # member_joined_channel while conversations.members is on its way: the answer may
+    # predate the join, so it serves the question that asked but is not remembered.
+    members = Memberships(directory)
+    slack.set_members(CHANNEL_ID, [MEMBER])
+    slack.stall("conversations.members", 0.5)
+    asking = asyncio.create_task(members.of(CHANNEL_ID))
+    await slack.wait_for("conversations.members")
+    members.forget(CHANNEL_ID)  # a guest joined meanwhile
+    slack.set_members(CHANNEL_ID, [MEMBER, "U0GUEST009"])
+    assert await asking == frozenset({MEMBER})
+    assert await members.of(CHANNEL_ID) == frozenset({MEMBER, "U0GUEST009"})

@@ -56,6 +56,10 @@ class Memberships:
             timer=lambda: self.clock(),
             getsizeof=lambda members: len(members) + 1,
         )
+        # Channels forgotten while their members were being asked (their askers): that
+        # answer may be from before the change, so it is not remembered.
+        self._asking: dict[str, int] = {}
+        self._forgotten: set[str] = set()
 
     async def of(self, channel: str) -> frozenset[str]:
         """The user ids in ``channel``.
@@ -66,15 +70,28 @@ class Memberships:
         cached = self._cache.get(channel)
         if cached is not None:
             return cached
-        members = await self.directory.channel_members(channel)
+        self._asking[channel] = self._asking.get(channel, 0) + 1
+        try:
+            members = await self.directory.channel_members(channel)
+        finally:
+            self._asking[channel] -= 1
+            stale = channel in self._forgotten
+            if not self._asking[channel]:
+                del self._asking[channel]
+                self._forgotten.discard(channel)
+        if stale:
+            return members  # forgotten meanwhile: it serves this caller only
         # More members than the whole cache holds: not remembered, asked again next time.
         with contextlib.suppress(ValueError):
             self._cache[channel] = members
         return members
 
     def forget(self, channel: str) -> None:
-        """Ask the directory again next time (someone joined or left ``channel``)."""
+        """Ask the directory again next time (someone joined or left ``channel``), and
+        remember no answer already on its way."""
         self._cache.pop(channel, None)
+        if channel in self._asking:
+            self._forgotten.add(channel)
 
     @property
     def remembered(self) -> int:
