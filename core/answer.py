@@ -133,9 +133,9 @@ class Step:
 
 
 OnStep = Callable[[Step], Awaitable[None]]
+"""Called with each :class:`Step` as the work on a question reaches it."""
 OnWait = Callable[[int], Awaitable[None]]
 """Called with the cap when a question waits for its asker's own earlier ones."""
-"""Called with each :class:`Step` as the work on a question reaches it."""
 
 
 @dataclass(frozen=True)
