@@ -8,11 +8,12 @@ person; the directory lists the workspace's guests instead (Slack:
 up to date between two listings by what the directory says of one person
 (Slack's ``user_change`` and ``team_join`` events: :meth:`Guests.heard`).
 
-A listing runs on its own: a question waits for it ``wait_seconds`` at most
-(a large workspace's pages, or a rate limit's ``Retry-After``, take longer),
-then the last listing serves while it runs on, or, before the first, the
-caller is told the guests cannot be known (:class:`AccessCheckUnavailable`)
-and takes the channel as having some. A listing that fails is forgotten (the
+A listing runs on its own. Once the guests have been listed, the last listing
+serves while the next one runs, and no question waits for it. Before the
+first, a question waits ``wait_seconds`` at most (a large workspace's pages, or
+a rate limit's ``Retry-After``, take longer); then the caller is told the
+guests cannot be known (:class:`AccessCheckUnavailable`) and takes the channel
+as having some. A listing that fails is forgotten (the
 caller told so too), and for ``retry_seconds`` it is not asked again.
 """
 
@@ -49,7 +50,7 @@ class Guests:
         directory: asked for the whole list on a miss (:meth:`Directory.guest_ids`).
         ttl_seconds: how long a listing is used.
         retry_seconds: how long after a failed listing it is not asked again.
-        wait_seconds: the longest a caller waits for a listing.
+        wait_seconds: the longest a caller waits for the first listing.
         clock: monotonic seconds (tests move it).
     """
 
@@ -91,12 +92,18 @@ class Guests:
             self._heard = {}
             self._listing = asyncio.create_task(self._list())
             self._listing.add_done_callback(_retrieved)
+        if self._ids is not None:
+            # The last listing serves while the next one runs: no question waits for it.
+            return frozenset(self._ids)
         try:
             return await asyncio.wait_for(asyncio.shield(self._listing), self.wait_seconds)
         except TimeoutError as exc:
-            if self._ids is not None:
-                return frozenset(self._ids)  # the last listing, while the next one runs
             raise AccessCheckUnavailable(GUESTS_UNKNOWN) from exc
+
+    async def settled(self) -> None:
+        """Return once the listing under way, if any, has ended (its failure is remembered)."""
+        if self._listing is not None:
+            await asyncio.wait([self._listing])
 
     async def _list(self) -> frozenset[str]:
         try:
