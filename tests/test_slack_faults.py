@@ -387,6 +387,36 @@ async def test_the_same_file_shared_by_two_people_at_once_is_indexed_once_and_as
     assert [d.state for d in bot.kb.documents() if d.name == "same.md"] == ["awaiting_approval"]
 
 
+async def test_an_upload_waiting_for_the_same_bytes_holds_no_indexing_slot(
+    on_the_endpoint: EndpointBot,
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> None:
+    """A second upload of a file being indexed waits for it without one of the process's
+    indexing slots: a third person's file is indexed meanwhile."""
+    third = "U0THIRD001"
+    bot = await on_the_endpoint(extract_workers=2, publishers=f"{USER_ID},{OTHER_USER},{third}")
+    llm.hold_embeddings()
+    data = _doc("Shared twice", 3)
+    await bot.event(
+        file_share_event([slack.add_file("F0SAME0001", "same.md", data, "text/markdown")])
+    )
+    await llm.wait_for_held_embeddings(1)
+    copy = slack.add_file("F0SAME0002", "copy.md", data, "text/markdown", user=OTHER_USER)
+    await bot.event(file_share_event([copy], user=OTHER_USER))
+    await _wait(lambda: any(messages.upload_waiting("copy.md") in t for t in bot.statuses()))
+    other = slack.add_file("F0OTHER001", "other.md", _doc("Other"), "text/markdown", user=third)
+    await bot.event(file_share_event([other], user=third))
+
+    # Two slots: the first upload holds one, the copy none, so the third file takes the other.
+    await llm.wait_for_held_embeddings(2)
+    llm.release_embeddings()
+    await bot.idle(timeout=30)
+
+    assert llm.held_embedding_requests == 2, "the same bytes were embedded twice"
+    assert bot.kb.store.find_document("other.md").state == "indexed"
+
+
 async def test_the_same_file_shared_to_two_replicas_at_once_is_indexed_once_and_asked_once(
     tmp_path: Path,
     aiohttp_client: Callable[..., Awaitable[TestClient]],

@@ -799,25 +799,23 @@ class Uploader:
                 waiting = render_upload_status(words.upload_waiting(file.label(words)), words=words)
                 if document_id is None:
                     file, data = await self._fetch(status.client, status, file, words)
-                    async with self._turns.hold(request.user, on_wait=lambda: status.show(waiting)):
-                        added = await self._add(data, file, request)
-                        document_id = added.document.id
-                        await self._note(self.kb.uploads.set_document, upload, document_id)
-                        final = await self._index(status, added, request.user, words, waiting)
+                    added = await self._add(data, file, request)
+                    document_id = added.document.id
+                    await self._note(self.kb.uploads.set_document, upload, document_id)
+                    final = await self._index(status, added, request.user, words, waiting)
                 else:
                     # A Retry, or stored by a process that stopped: from the stored original.
                     again = attempts is None or attempts <= MAX_ATTEMPTS
                     retry = request.retry and (attempts or 1) == 1
-                    async with self._turns.hold(request.user, on_wait=lambda: status.show(waiting)):
-                        final = await self._resume(
-                            status,
-                            document_id,
-                            request.user,
-                            words,
-                            waiting,
-                            again=again,
-                            retry=retry,
-                        )
+                    final = await self._resume(
+                        status,
+                        document_id,
+                        request.user,
+                        words,
+                        waiting,
+                        again=again,
+                        retry=retry,
+                    )
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
             text = words.upload_failed(file.label(words), escape(exc.reason))
@@ -903,8 +901,9 @@ class Uploader:
         words: Words,
         waiting: Rendered,
     ) -> Rendered:
-        """Index the stored file; the same bytes uploaded meanwhile by someone else wait for
-        that upload and are told what became of it (indexed once, the admins asked once)."""
+        """Index the stored file in one of the indexing slots (its person's turn); the same
+        bytes uploaded meanwhile by someone else wait for that upload, holding no slot, and
+        are told what became of it (indexed once, the admins asked once)."""
         row = added.document
         async with self._one_upload_at_a_time(row.id, lambda: status.show(waiting)) as waited:
             try:
@@ -913,9 +912,10 @@ class Uploader:
                     row = await asyncio.to_thread(self.kb.document, row.id)
                 if again and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
                     return _settled_status(row, words, duplicate=True)
-                shown = words.upload_indexing(escape(row.name))
-                await status.show(render_upload_status(shown, words=words))
-                row = await self._indexing(self.kb.index_document, row.id)
+                async with self._turns.hold(user, on_wait=lambda: status.show(waiting)):
+                    shown = words.upload_indexing(escape(row.name))
+                    await status.show(render_upload_status(shown, words=words))
+                    row = await self._indexing(self.kb.index_document, row.id)
             except DocumentNotFound:  # removed while it was indexed (`kb rm`, an admin)
                 return render_upload_status(words.RETRY_GONE, words=words)
         return await self._final_status(status, row, words, user)
@@ -989,12 +989,13 @@ class Uploader:
                 row = await asyncio.to_thread(self.kb.document, document_id)
                 if waited and row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL):
                     return await self._final_status(status, row, words, user)  # decided meanwhile
-                shown = words.upload_indexing(escape(row.name))
-                await status.show(render_upload_status(shown, words=words))
-                if retry:
-                    row = await self._indexing(self.kb.retry, document_id)
-                else:
-                    row = await self._indexing(self.kb.resume, document_id, again=again)
+                async with self._turns.hold(user, on_wait=lambda: status.show(waiting)):
+                    shown = words.upload_indexing(escape(row.name))
+                    await status.show(render_upload_status(shown, words=words))
+                    if retry:
+                        row = await self._indexing(self.kb.retry, document_id)
+                    else:
+                        row = await self._indexing(self.kb.resume, document_id, again=again)
         except DocumentNotFound:  # removed meanwhile
             return render_upload_status(words.RETRY_GONE, words=words)
         if row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL, DocState.FAILED):
