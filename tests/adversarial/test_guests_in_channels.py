@@ -91,6 +91,9 @@ async def test_when_slack_cannot_say_who_is_a_guest_the_channel_is_taken_as_havi
     await bot.event(app_mention_event(IN_DOMAIN, user=USER_ID))
     assert "Employee handbook" not in json.dumps((await bot.answer())["blocks"])
     assert "30 days" not in _channel_text(bot)
+    # Not a broken bot: the channel's own documents answer there all the same.
+    await bot.event(app_mention_event(FALCON_Q, user=USER_ID))
+    assert "Project Falcon" in json.dumps((await bot.answer(2))["blocks"])
 
 
 async def test_when_slack_cannot_say_who_is_in_the_channel_it_is_taken_as_having_a_guest(
@@ -101,3 +104,6 @@ async def test_when_slack_cannot_say_who_is_in_the_channel_it_is_taken_as_having
     await bot.event(app_mention_event(IN_DOMAIN, user=USER_ID))
     assert "Employee handbook" not in json.dumps((await bot.answer())["blocks"])
     assert "30 days" not in _channel_text(bot)
+    # Not a broken bot: the channel's own documents answer there all the same.
+    await bot.event(app_mention_event(FALCON_Q, user=USER_ID))
+    assert "Project Falcon" in json.dumps((await bot.answer(2))["blocks"])
