@@ -197,13 +197,8 @@ class MockConfluence:
             self.token = ""
         if not self._authorised(request.headers.get("Authorization", "")):
             return _json(401, {"statusCode": 401, "message": "Client must be authenticated"})
-        for fault in self.faults:
-            if fault.path in path and fault.times > 0:
-                if fault.after > 0:
-                    fault.after -= 1
-                    continue
-                fault.times -= 1
-                return fault.status, dict(fault.headers), fault.body
+        if (faulted := self._fault(path)) is not None:
+            return faulted
         if path.startswith("/wiki/download/attachments/"):
             return self._download(path.removeprefix("/wiki/download/attachments/"))
         parts = path.removeprefix("/wiki/rest/api/").split("/")
@@ -225,11 +220,8 @@ class MockConfluence:
             return self._members(parts[1], query)
         return _json(404, {"statusCode": 404, "message": f"No resource at {path}"})
 
-    def _post(
-        self, request: BaseHTTPRequestHandler, path: str, sent: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
-        if not self._authorised(request.headers.get("Authorization", "")):
-            return _json(401, {"statusCode": 401, "message": "Client must be authenticated"})
+    def _fault(self, path: str) -> tuple[int, dict[str, str], bytes] | None:
+        """The answer of the first fault queued for ``path`` whose turn has come, if any."""
         for fault in self.faults:
             if fault.path in path and fault.times > 0:
                 if fault.after > 0:
@@ -237,6 +229,15 @@ class MockConfluence:
                     continue
                 fault.times -= 1
                 return fault.status, dict(fault.headers), fault.body
+        return None
+
+    def _post(
+        self, request: BaseHTTPRequestHandler, path: str, sent: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        if not self._authorised(request.headers.get("Authorization", "")):
+            return _json(401, {"statusCode": 401, "message": "Client must be authenticated"})
+        if (faulted := self._fault(path)) is not None:
+            return faulted
         if path != "/wiki/api/v2/users-bulk":
             return _json(404, {"statusCode": 404, "message": f"No resource at {path}"})
         try:
