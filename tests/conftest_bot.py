@@ -407,6 +407,40 @@ async def bot(make_bot: BotFactory) -> Bot:
     return await make_bot()
 
 
+EndpointBot = Callable[..., Awaitable[Bot]]
+
+
+@pytest.fixture
+def on_the_endpoint(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+) -> EndpointBot:
+    """Makes the bot on a knowledge base embedded by ``llm``'s endpoint (a slow one is
+    waited for 120 s unless told otherwise), holding one document; keyword arguments are
+    more settings."""
+
+    async def make(**more: Any) -> Bot:
+        settings = settings_for(
+            data_dir=tmp_path / "kb",
+            embedding_model="openai:test-embed",
+            embedding_base_url=llm.url,
+            **{"embedding_timeout": 120.0, **more},
+        )
+        docs = tmp_path / "docs"
+        docs.mkdir()
+        (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
+        kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
+        await asyncio.to_thread(kb.ingest_paths, [docs])
+        app = create_app(settings, kb=kb)
+        client = await aiohttp_client(app)  # its own tasks are the bot's from the start
+        return Bot(client, app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+
+    return make
+
+
 def everything_posted(slack: MockSlackAPI) -> str:
     """Every message text and block the bot sent, as one JSON string."""
     calls = (

@@ -48,6 +48,7 @@ SCOPES = {
     "links:read",
     "links:write",
     "mcp:connect",
+    "mpim:read",
     "search:read.im",
     "search:read.mpim",
     "search:read.private",

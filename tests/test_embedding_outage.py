@@ -22,7 +22,7 @@ from index.knowledge_base import KnowledgeBase
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
-from tests.conftest_bot import Bot  # noqa: E402
+from tests.conftest_bot import Bot, EndpointBot  # noqa: E402
 from tests.servers import (  # noqa: E402
     DM_CHANNEL_ID,
     MockSlackAPI,
@@ -72,26 +72,9 @@ async def test_a_question_while_the_embeddings_endpoint_is_down_says_so(
 
 
 async def test_a_question_while_the_embeddings_endpoint_trickles_is_told_within_the_limit(
-    tmp_path: Path,
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-    settings_for: Callable[..., Settings],
-    slack: MockSlackAPI,
-    llm: OpenAICompatServer,
+    on_the_endpoint: EndpointBot, slack: MockSlackAPI, llm: OpenAICompatServer
 ) -> None:
-    settings = settings_for(
-        data_dir=tmp_path / "kb",
-        embedding_model=MODEL,
-        embedding_base_url=llm.url,
-        embedding_timeout=1.0,
-        embedding_max_retries=0,
-    )
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
-    kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
-    await asyncio.to_thread(kb.ingest_paths, [docs])
-    app = create_app(settings, kb=kb)
-    bot = Bot(await aiohttp_client(app), app, slack, llm, settings, frozenset(asyncio.all_tasks()))
+    bot = await on_the_endpoint(embedding_timeout=1.0, embedding_max_retries=0)
 
     # The endpoint answers at once and then sends its reply a byte every 0.2 s: no
     # read ever times out, and the question's vector would take minutes to arrive.

@@ -31,7 +31,7 @@ from index.knowledge_base import KnowledgeBase
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
-from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
+from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory, EndpointBot  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
     DM_CHANNEL_ID,
@@ -540,40 +540,6 @@ async def test_a_retry_while_an_upload_of_the_same_bytes_indexes_them_waits_and_
     # Told what the upload made of it (members' uploads wait for an admin here).
     assert [d.state for d in bot.kb.documents() if d.name == "race.md"] == ["awaiting_approval"]
     assert messages.upload_awaiting_duplicate("race.md") in retried[-1], retried
-
-
-EndpointBot = Callable[..., Awaitable[Bot]]
-
-
-@pytest.fixture
-def on_the_endpoint(
-    tmp_path: Path,
-    aiohttp_client: Callable[..., Awaitable[TestClient]],
-    settings_for: Callable[..., Settings],
-    slack: MockSlackAPI,
-    llm: OpenAICompatServer,
-) -> EndpointBot:
-    """Makes the bot on a knowledge base embedded by ``llm``'s endpoint (a slow one is
-    waited for 120 s), holding one document; keyword arguments are more settings."""
-
-    async def make(**more: Any) -> Bot:
-        settings = settings_for(
-            data_dir=tmp_path / "kb",
-            embedding_model="openai:test-embed",
-            embedding_base_url=llm.url,
-            embedding_timeout=120.0,
-            **more,
-        )
-        docs = tmp_path / "docs"
-        docs.mkdir()
-        (docs / "bikes.md").write_text("# Bicycles\n\nBicycle storage is in the basement.\n")
-        kb = await asyncio.to_thread(KnowledgeBase, settings.index_config())
-        await asyncio.to_thread(kb.ingest_paths, [docs])
-        app = create_app(settings, kb=kb)
-        client = await aiohttp_client(app)  # its own tasks are the bot's from the start
-        return Bot(client, app, slack, llm, settings, frozenset(asyncio.all_tasks()))
-
-    return make
 
 
 def _final_for(bot: Bot, name: str) -> str | None:
