@@ -95,7 +95,9 @@ def create_app(
     engine = engine or build_engine(settings.engine_config(kb.config.embedding_model), kb)
     slack_config = settings.slack_config()
     # Who may read what, one rule and one membership cache for every surface.
-    access = slack_access(settings.access_config(), slack_client, SourceGrants(kb.store))
+    access = slack_access(
+        settings.access_config(), slack_client, SourceGrants(kb.store), kb.store.people_heard
+    )
     # One switch of the embedding model: a /kb-reindex that moves it, or the store moved.
     switch = ModelSwitch(engine, settings.engine_config)
     services = Services.open(slack_config, kb, engine, access, switch=switch)

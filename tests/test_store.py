@@ -72,6 +72,7 @@ MIGRATION_NAMES = [
     "0021_chunk_languages_index",
     "0022_documents_stamp_index",
     "0023_source_acl_until",
+    "0024_people_heard",
 ]
 
 
@@ -116,6 +117,7 @@ def test_a_data_dir_of_the_old_schema_opens_upgraded_with_every_row(tmp_path: Pa
         "used_states",
         "mcp_tokens",
         "uploads",
+        "people_heard",
         "sources",
         "source_checkpoints",
         "source_items",

@@ -3,7 +3,8 @@
 ``rule`` is the rule (:class:`Access`: who is served, ``may_read``, the
 scopes a search is filtered by; :class:`Person`, who reads), ``members`` the
 one cache of who is in each channel, ``guests`` the one cache of who is a
-guest of the workspace, ``grants`` the synced documents'
+guest of the workspace, ``news`` what Slack told another replica of them
+(shared through the store), ``grants`` the synced documents'
 permissions as the store keeps them, ``directory`` the contract a directory of
 people and places fulfils, ``slack`` Slack as that directory (and the Web API
 client), ``config`` what the room needs. Slack answers and related passages,

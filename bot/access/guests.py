@@ -100,6 +100,10 @@ class Guests:
         except TimeoutError as exc:
             raise AccessCheckUnavailable(GUESTS_UNKNOWN) from exc
 
+    def listed(self, user_id: str) -> bool:
+        """Whether ``user_id`` is a guest in what this process knows now (no listing: no)."""
+        return self._ids is not None and user_id in self._ids
+
     async def settled(self) -> None:
         """Return once the listing under way, if any, has ended (its failure is remembered)."""
         if self._listing is not None:

@@ -58,9 +58,11 @@ from bot.access.directory import AccessCheckUnavailable, Directory
 from bot.access.grants import SourceGrants
 from bot.access.guests import Guests
 from bot.access.members import Memberships
+from bot.access.news import PeopleNews
 from index.errors import KBError
 from index.models import EVERYONE, OnlyScopes
 from index.sources import Acl, is_source_scope
+from index.storage.people_heard import PeopleHeard
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +217,8 @@ class Access:
         members: the channel members cache; one over ``directory`` by default.
         grants: the synced documents' permissions; ``None``: no synced document is read.
         guests: the workspace's guests cache; one over ``directory`` by default.
+        heard: the store's record of what Slack said of people and channels, shared
+            by the replicas (``bot.access.news``); ``None``: this process's lists only.
     """
 
     def __init__(
@@ -225,12 +229,18 @@ class Access:
         members: Memberships | None = None,
         grants: SourceGrants | None = None,
         guests: Guests | None = None,
+        heard: PeopleHeard | None = None,
     ) -> None:
         self.directory = directory
         self.allow_external = allow_external
         self.members = members or (Memberships(directory) if directory is not None else None)
         self.guests = guests or (Guests(directory) if directory is not None else None)
         self.grants = grants
+        self.news = (
+            PeopleNews(heard, self.guests, self.members)
+            if heard is not None and self.guests is not None and self.members is not None
+            else None
+        )
 
     # ------------------------------------------------------------ people
 
@@ -279,7 +289,7 @@ class Access:
         if self.members is None:
             return Decision(False, Rule.CHANNEL, NO_DIRECTORY, channel=channel, unknown=True)
         try:
-            members = await self.members.of(channel)
+            members = await self._members_of(channel)
         except AccessCheckUnavailable as exc:
             log.warning("who is in %s cannot be known now: %s", channel, exc)
             reason = _UNKNOWN_MEMBERS.format(channel=channel, why=exc)
@@ -302,6 +312,7 @@ class Access:
         if where is None or self.members is None or self.guests is None:
             return False
         try:
+            await self._caught_up()
             guests = await self.guests.ids()
             if not guests:
                 return False
@@ -312,6 +323,35 @@ class Access:
             log.warning("whether guests read in %s cannot be known now: %s", where.channel, exc)
             return True
         return not guests.isdisjoint(members)
+
+    async def person_changed(self, user: dict[str, Any]) -> None:
+        """Slack said this of a person (``user_change``, ``team_join``): counts at once, on
+        every replica (``bot.access.news``)."""
+        if self.news is not None:
+            await self.news.person(user)
+        elif self.guests is not None:
+            self.guests.heard(user)
+
+    async def channel_changed(self, channel: str) -> None:
+        """Someone joined or left ``channel``: its members are asked again, on every replica."""
+        if self.news is not None:
+            await self.news.channel(channel)
+        elif self.members is not None:
+            self.members.forget(channel)
+
+    async def _caught_up(self) -> None:
+        """What the other replicas heard of people and channels, applied here first.
+
+        Raises:
+            AccessCheckUnavailable: the store cannot say now.
+        """
+        if self.news is not None:
+            await self.news.catch_up()
+
+    async def _members_of(self, channel: str) -> frozenset[str]:
+        assert self.members is not None
+        await self._caught_up()
+        return await self.members.of(channel)
 
     # ------------------------------------------------------------ documents
 
@@ -476,7 +516,7 @@ class Access:
             if self.members is None:
                 break  # nobody can say who is in a channel: none is readable
             try:
-                members = await self.members.of(channel)
+                members = await self._members_of(channel)
             except AccessCheckUnavailable as exc:
                 if strict:
                     raise

@@ -48,6 +48,7 @@ from bot.access.directory import AccessCheckUnavailable, Profile
 from bot.access.grants import SourceGrants
 from bot.access.guests import is_guest
 from bot.access.rule import Access
+from index.storage.people_heard import PeopleHeard
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -313,6 +314,7 @@ def slack_access(
     config: AccessConfig,
     client: AsyncWebClient | None = None,
     grants: SourceGrants | None = None,
+    heard: PeopleHeard | None = None,
 ) -> Access:
     """The rule over ``config``'s Slack workspace; without a bot token, over no directory.
 
@@ -320,8 +322,12 @@ def slack_access(
         config: the bot token, the Web API's address, whether other organisations are served.
         client: a Web API client with the bot token; one is built from ``config`` otherwise.
         grants: the synced documents' permissions; ``None``: nobody reads a synced document.
+        heard: the store's record of what Slack said of people and channels, which the
+            replicas share (``bot.access.news``); ``None``: this process's lists only.
     """
     if not config.bot_token:
         return Access(None, allow_external=config.allow_external, grants=grants)
     bot = client or web_client(config.bot_token, config.api_url, logger=_api_log)
-    return Access(SlackDirectory(bot), allow_external=config.allow_external, grants=grants)
+    return Access(
+        SlackDirectory(bot), allow_external=config.allow_external, grants=grants, heard=heard
+    )

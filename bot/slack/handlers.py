@@ -475,20 +475,21 @@ def _register_agent(app: AsyncApp, services: Services) -> None:
 
 def _register_people(app: AsyncApp, services: Services) -> None:
     # Who reads an answer in a channel (bot.access): its members and the workspace's
-    # guests, each remembered a while; these events say at once what changed.
+    # guests, each remembered a while; these events say at once what changed, to every
+    # replica (bot.access.news).
     @app.event("member_joined_channel")
     @app.event("member_left_channel")
     async def on_members_changed(event: dict[str, Any]) -> None:
         channel = event.get("channel")
-        if isinstance(channel, str) and channel and services.access.members is not None:
-            services.access.members.forget(channel)
+        if isinstance(channel, str) and channel:
+            await services.access.channel_changed(channel)
 
     @app.event("user_change")
     @app.event("team_join")
     async def on_person_changed(event: dict[str, Any]) -> None:
         user = event.get("user")
-        if isinstance(user, dict) and services.access.guests is not None:
-            services.access.guests.heard(user)
+        if isinstance(user, dict):
+            await services.access.person_changed(user)
 
 
 def _register_canvases(app: AsyncApp, services: Services) -> None:

@@ -10,7 +10,7 @@ that has shipped is never edited; a change to the schema is a new one at the end
 The tables once every migration has run: ``documents``, ``chunks``, ``texts``,
 ``query_log``, ``feedback``, ``deliveries``, ``meta``, ``audit``,
 ``escalations``, ``posted_messages``, ``used_states``, ``mcp_tokens``,
-``uploads``, and the synced sources' ``sources``, ``source_checkpoints``,
+``uploads``, ``people_heard``, and the synced sources' ``sources``, ``source_checkpoints``,
 ``source_items``, ``source_acl`` and ``source_group_members``. At most one live document (any state but ``replaced``) has
 given bytes in a given scope.
 """
@@ -471,6 +471,23 @@ def _source_acl_until(db: Database) -> None:
     # every look-up by the store's clock, not dropped at the next sync. Rows already
     # there are grants that last, as they were.
     db.execute("ALTER TABLE source_acl ADD COLUMN until REAL")
+
+
+@MIGRATIONS(name="0024_people_heard")
+def _people_heard(db: Database) -> None:
+    # What Slack said of a person or a channel (a member made a guest, someone joined a
+    # channel), which Slack delivers to one replica only: every replica reads the rows
+    # written since it last looked before it decides who reads along, so none goes on
+    # from its own, older lists. Rows are kept an hour (``index.storage.people_heard``).
+    db.execute(
+        """CREATE TABLE people_heard (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            kind TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            heard_at REAL NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX people_heard_at ON people_heard(heard_at)")
 
 
 def _dialect(db: Database) -> str:

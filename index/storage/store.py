@@ -52,6 +52,7 @@ from index.storage.mcp_tokens import McpTokens
 from index.storage.messages import PostedMessages
 from index.storage.originals import OriginalFiles, open_originals
 from index.storage.part import Clock
+from index.storage.people_heard import PeopleHeard
 from index.storage.postgres import PostgresDatabase
 from index.storage.query_log import QueryLog
 from index.storage.schema import BUMP_GENERATION, HOLD_GENERATION, MIGRATIONS
@@ -109,7 +110,9 @@ class Store:
     ``index.storage.used_states``), ``mcp_tokens`` (the MCP clients'
     bearer tokens, ``index.storage.mcp_tokens``) and ``uploads`` (uploads in
     progress, until each file is done: ``index.storage.uploads``) and ``sources`` (the
-    synced sources, their items and permissions: ``index.storage.sources``).
+    synced sources, their items and permissions: ``index.storage.sources``) and
+    ``people_heard`` (what Slack said of a person or a channel, for the other
+    replicas: ``index.storage.people_heard``).
 
     Args:
         data_dir: the data directory (derived files; with SQLite also the
@@ -149,6 +152,7 @@ class Store:
         self.mcp_tokens = McpTokens(self.database, clock)
         self.uploads = Uploads(self.database, clock)
         self.sources = SourceRecords(self.database, clock)
+        self.people_heard = PeopleHeard(self.database, clock)
 
     def _private_sqlite_files(self) -> None:
         # SQLite gives its -wal and -shm files the database file's permissions.

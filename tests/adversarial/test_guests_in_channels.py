@@ -10,14 +10,30 @@ the channel.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestClient
+
+from bot.app import create_app
+from bot.settings import Settings
+from index.embed import Embedder
+from index.knowledge_base import KnowledgeBase
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
-from tests.conftest_bot import FALCON_Q, IN_DOMAIN, Bot  # noqa: E402
-from tests.servers import CHANNEL_ID, USER_ID, app_mention_event  # noqa: E402
+from tests.conftest_bot import FALCON_Q, IN_DOMAIN, Bot, ingest_fixture_documents  # noqa: E402
+from tests.servers import (  # noqa: E402
+    CHANNEL_ID,
+    USER_ID,
+    MockSlackAPI,
+    OpenAICompatServer,
+    app_mention_event,
+)
 
 GUEST = "U0GUEST001"
 # More people than one page of users.list (200): the guest is on the second page.
@@ -107,3 +123,73 @@ async def test_when_slack_cannot_say_who_is_in_the_channel_it_is_taken_as_having
     # Not a broken bot: the channel's own documents answer there all the same.
     await bot.event(app_mention_event(FALCON_Q, user=USER_ID))
     assert "Project Falcon" in json.dumps((await bot.answer(2))["blocks"])
+
+
+async def test_what_one_replica_heard_counts_on_the_other_at_once(
+    tmp_path: Path,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    settings_for: Callable[..., Settings],
+    embedder: Embedder,
+    slack: MockSlackAPI,
+    llm: OpenAICompatServer,
+    database_url: str,
+) -> None:
+    """Two replicas on one store (one SQLite data dir; Postgres with a data dir each). Slack
+    tells replica A alone that a guest joined the channel, then that a colleague there was
+    made a guest: replica B's next answers there hold no document for everyone, though the
+    members and guests it listed before are still within their time."""
+
+    async def replica(name: str) -> tuple[TestClient, Settings]:
+        settings = settings_for(
+            data_dir=tmp_path / (name if database_url else "kb"), database_url=database_url
+        )
+        kb = await asyncio.to_thread(KnowledgeBase, settings.index_config(), embedder=embedder)
+        if name == "a":
+            await asyncio.to_thread(ingest_fixture_documents, kb)
+        return await aiohttp_client(create_app(settings, kb=kb)), settings
+
+    started = [await replica("a"), await replica("b")]
+    own = frozenset(asyncio.all_tasks())  # both replicas' own tasks, from the start
+    a, b = (Bot(client, client.app, slack, llm, settings, own) for client, settings in started)
+    elsewhere = "C0ELSEWHERE"
+    _guest_in_the_channel(b)  # the workspace has a guest: each replica lists the guests
+    slack.set_members(CHANNEL_ID, [USER_ID, COLLEAGUES[0]])
+    slack.set_members(elsewhere, [USER_ID, COLLEAGUES[1]])
+    for bot, count in ((a, 1), (b, 2)):  # both list the guests and the channel's members
+        await bot.event(app_mention_event(IN_DOMAIN, user=USER_ID))
+        assert "Employee handbook" in json.dumps((await bot.answer(count))["blocks"])
+
+    # The guest joins the channel; Slack tells replica A.
+    slack.set_members(CHANNEL_ID, [USER_ID, COLLEAGUES[0], GUEST])
+    await a.event({"type": "member_joined_channel", "user": GUEST, "channel": CHANNEL_ID})
+    await a.idle()
+    await b.event(app_mention_event(IN_DOMAIN, user=USER_ID))
+    assert "Employee handbook" not in json.dumps((await b.answer(3))["blocks"])
+
+    # In another channel B has listed, a colleague is made a guest; Slack tells replica A.
+    await b.event(app_mention_event(IN_DOMAIN, user=USER_ID, channel=elsewhere))
+    assert "Employee handbook" in json.dumps((await b.answer(4))["blocks"])
+    changed = slack.set_user(COLLEAGUES[1])
+    changed.update(is_restricted=True)
+    await a.event({"type": "user_change", "user": changed})
+    await a.idle()
+    await b.event(app_mention_event(IN_DOMAIN, user=USER_ID, channel=elsewhere))
+    assert "Employee handbook" not in json.dumps((await b.answer(5))["blocks"])
+    # B asked Slack nothing more for it: the store told it.
+    assert len(slack.calls("users.list")) == 4  # two pages, once per replica
+
+
+async def test_when_the_store_cannot_say_what_other_replicas_heard_a_guest_is_assumed(
+    bot: Bot,
+) -> None:
+    bot.slack.set_members(CHANNEL_ID, [USER_ID, COLLEAGUES[0]])
+    bot.slack.set_user(GUEST).update(is_restricted=True)  # a guest, in another channel
+    await bot.event(app_mention_event(IN_DOMAIN, user=USER_ID))
+    assert "Employee handbook" in json.dumps((await bot.answer())["blocks"])
+    # The shared record of what the replicas heard is damaged: nothing can be read of it.
+    with sqlite3.connect(bot.settings.data_dir / "kb.sqlite") as db:
+        db.execute("DROP TABLE people_heard")
+    await bot.event(app_mention_event(IN_DOMAIN, user=USER_ID))
+    assert "Employee handbook" not in json.dumps((await bot.answer(2))["blocks"])
+    await bot.event(app_mention_event(FALCON_Q, user=USER_ID))
+    assert "Project Falcon" in json.dumps((await bot.answer(3))["blocks"])
