@@ -72,6 +72,7 @@ MIGRATION_NAMES = [
     "0021_chunk_languages_index",
     "0022_documents_stamp_index",
     "0023_source_acl_until",
+    "0024_near_copy_signatures",
 ]
 
 
