@@ -9,11 +9,14 @@ a real knowledge base, on SQLite and on Postgres (``tests.postgres``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from bench.near_copies import as_docx, as_html, as_pdf
+from bot.cli import main
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
@@ -130,3 +133,26 @@ def test_documents_indexed_before_signatures_are_signed_when_the_store_is_upgrad
         ids["expenses.html"],
     }
     assert upgraded.near_copies(ids["vpn.md"]) == []
+
+
+def test_kb_ingest_names_the_near_copies_of_a_file_beside_its_copies(tmp_path: Path) -> None:
+    data_dir, folder = tmp_path / "kb", tmp_path / "files"
+    folder.mkdir()
+    (folder / "expenses.pdf").write_bytes(as_pdf(HANDBOOK))
+    (folder / "vpn.md").write_bytes((SAMPLE / "vpn.md").read_bytes())
+    _cli(data_dir, "ingest", str(folder))
+    (tmp_path / "expenses.html").write_bytes(as_html(HANDBOOK))
+    text = _cli(data_dir, "ingest", "--scope", "C0TEAM0001", str(tmp_path / "expenses.html"))
+    title = json.loads(_cli(data_dir, "docs", "--json"))[0]["title"] or "expenses.pdf"
+    assert [line for line in text.splitlines() if line.startswith(("near", "repeats"))] == [
+        f"near     expenses.html: nearly the same text as {title} (id 1, scope *)"
+    ]
+    (tmp_path / "vpn copy.md").write_bytes((SAMPLE / "vpn.md").read_bytes() + b"\n")
+    data = json.loads(_cli(data_dir, "ingest", "--json", str(tmp_path / "vpn copy.md")))
+    assert data["near"] == [] and [c["id"] for c in data["repeats"][0]["copies"]] == [2]
+
+
+def _cli(data_dir: Path, *args: str) -> str:
+    result = CliRunner().invoke(main, ["--data-dir", str(data_dir), *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
