@@ -17,7 +17,7 @@ two sets of runs (Broder, "On the resemblance and containment of documents",
 What it costs: a signature is 2-3 ms per 1,000 words at indexing; a look-up
 reads the signatures of the documents of a size it can be a near-copy of (by
 an index on the size) and compares them at once: 23,000 of 100,000 documents
-read and compared in 0.2-0.3 s (``bench/near_copies.py``), 51 MB of signatures
+read and compared in 0.2-0.4 s (``bench/near_copies.py``), 51 MB of signatures
 stored for 100,000 documents.
 
 Two documents are near-copies when that estimate is at least
@@ -66,15 +66,16 @@ PERMUTATIONS = 128
 # more than five standard errors of the estimate (0.044) away.
 NEAR_COPY_THRESHOLD = 0.5
 
-# A word cut at a line end by a hyphen (``exam-\nple``, a PDF's), joined again.
-_LINE_END_HYPHEN = re.compile(r"(\w)-[ \t]*\r?\n\s*(\w)")
-# A hyphen inside a word (``e-mail``): gone, so that ``e-mail`` and ``email`` are one word.
-_INNER_HYPHEN = re.compile(r"(?<=\w)[-\u2010\u2011](?=\w)")
+# A word cut at a line end by a hyphen (``exam-\nple``, a PDF's; a soft hyphen too), joined
+# again. Each pattern here is tried only where a hyphen or a ``](`` is, and backtracks over
+# the run of spaces or the title after it at most: linear in the text, whatever it holds
+# (a member's document).
+_LINE_END_HYPHEN = re.compile(r"[-\u00ad\u2010][ \t]*\r?\n\s*(?=\w)")
+# Hyphens (``e-mail`` is ``email``): gone once words cut at line ends are joined.
+_HYPHENS = str.maketrans("", "", "-\u2010\u2011")
 # A Markdown link's or image's target (``[text](/docs/x "title")``): the page shows its
 # text alone, and an export of it (HTML, PDF, Word) has only that text.
 _LINK_TARGET = re.compile(r"\]\([^()\s]*(?:\s+\"[^\"]*\")?\)")
-# An address (``https://...``, ``www...``): shown in one format, a link's hidden target in another.
-_ADDRESS = re.compile(r"(?:\b[a-z][a-z0-9+.-]*://|\bwww\.)[^\s<>()\[\]]*", re.IGNORECASE)
 _WORD = re.compile(r"\w+")
 # The permutations' seeds: fixed, so that signatures stored at any time compare.
 _SEEDS = np.frombuffer(
@@ -106,10 +107,16 @@ def words(text: str) -> list[str]:
     hyphen another drops. Addresses and Markdown link targets go: one format
     shows them, another hides them behind the link's text.
     """
-    shown = _ADDRESS.sub(" ", _LINK_TARGET.sub("] ", text))
-    joined = _LINE_END_HYPHEN.sub(r"\1\2", shown)
-    folded = same_text(_INNER_HYPHEN.sub("", joined)).casefold()
+    joined = _LINE_END_HYPHEN.sub("", _LINK_TARGET.sub("] ", text))
+    # An address (``https://...``, ``www...``) is shown in one format and a link's hidden
+    # target in another: every whitespace-separated token holding one goes.
+    shown = " ".join(t for t in joined.split() if not _address(t))
+    folded = same_text(shown.translate(_HYPHENS)).casefold()
     return _WORD.findall(folded)
+
+
+def _address(token: str) -> bool:
+    return "://" in token or token[:4].lower() == "www."
 
 
 def signature(text: str) -> Signature | None:
