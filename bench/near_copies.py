@@ -199,7 +199,8 @@ def main() -> None:
 def cost(documents: int = 100_000) -> None:
     """What a signature costs per thousand words, and a look-up among ``documents``.
 
-    The look-up runs the store's query (``Store.near_signatures``) on SQLite tables of
+    The look-up runs the store's query (``Store.near_signatures``) and the comparison
+    (``near_copies.Stored``) on SQLite tables of
     the store's shape, filled with random signatures of sizes spread from 50 to 20,000
     runs (log-uniform), for a document of 1,000 runs.
     """
@@ -229,12 +230,13 @@ def cost(documents: int = 100_000) -> None:
         fewest, most = near_copies.size_range(1000)
         start = time.perf_counter()
         rows = db.execute(
-            """SELECT t.document_id, t.near_minhash FROM texts t
+            """SELECT t.document_id, t.near_shingles, t.near_minhash FROM texts t
                JOIN documents d ON d.id = t.document_id
                WHERE t.near_shingles BETWEEN ? AND ? AND d.state = 'indexed'""",
             [fewest, most],
         ).fetchall()
-        near_copies.similarities(rows[0][1], [r[1] for r in rows])
+        mine = near_copies.Signature(1000, rows[0][2])
+        near_copies.Stored.of(rows).near(-1, mine)
         lookup = (time.perf_counter() - start) * 1000
         db.close()
     print(

@@ -14,7 +14,7 @@ distinct runs. The share of equal minima estimates the Jaccard similarity of the
 two sets of runs (Broder, "On the resemblance and containment of documents",
 1997), within about 0.04 (one standard error at 0.5).
 
-What it costs: a signature is 2-3 ms per 1,000 words at indexing; a look-up
+What it costs: a signature is 2-4 ms per 1,000 words at indexing; a look-up
 reads the signatures of the documents of a size it can be a near-copy of (by
 an index on the size) and compares them at once: 23,000 of 100,000 documents
 read and compared in 0.2-0.4 s (``bench/near_copies.py``), 51 MB of signatures
@@ -50,6 +50,7 @@ __all__ = [
     "PERMUTATIONS",
     "SHINGLE_WORDS",
     "Signature",
+    "Stored",
     "signature",
     "similarities",
     "size_range",
@@ -140,6 +141,42 @@ def similarities(minhash: bytes, others: Sequence[bytes]) -> np.ndarray:
     mine = np.frombuffer(minhash, dtype="<u4")
     theirs = np.frombuffer(b"".join(others), dtype="<u4").reshape(len(others), -1)
     return np.asarray((theirs == mine).mean(axis=1), dtype=float)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Stored signatures, as arrays: each document's id, number of runs and minima.
+
+    Read once for many documents (a folder ``kb ingest`` added): each is compared with
+    the rows of its size range in one numpy step, with no further read of the store.
+    """
+
+    ids: np.ndarray
+    shingles: np.ndarray
+    minima: np.ndarray
+
+    @classmethod
+    def of(cls, rows: Sequence[tuple[int, int, bytes]]) -> Stored:
+        """The signatures of ``(document id, runs, minhash)`` rows."""
+        minima = np.frombuffer(b"".join(r[2] for r in rows), dtype="<u4")
+        return cls(
+            np.array([r[0] for r in rows], dtype=np.int64),
+            np.array([r[1] for r in rows], dtype=np.int64),
+            minima.reshape(len(rows), PERMUTATIONS),
+        )
+
+    def near(self, doc_id: int, mine: Signature) -> list[int]:
+        """The ids of the documents other than ``doc_id`` whose text is nearly ``mine``'s
+        (:data:`NEAR_COPY_THRESHOLD`), most alike first, then newest."""
+        fewest, most = size_range(mine.shingles)
+        rows = (self.shingles >= fewest) & (self.shingles <= most) & (self.ids != doc_id)
+        scores = (self.minima[rows] == np.frombuffer(mine.minhash, dtype="<u4")).mean(axis=1)
+        alike = sorted(
+            ((float(s), int(i)) for i, s in zip(self.ids[rows], scores, strict=True)
+             if s >= NEAR_COPY_THRESHOLD),
+            reverse=True,
+        )  # fmt: skip
+        return [i for _, i in alike]
 
 
 def size_range(shingles: int, threshold: float = NEAR_COPY_THRESHOLD) -> tuple[int, int]:

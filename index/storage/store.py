@@ -719,16 +719,16 @@ class Store:
             return None
         return Signature(int(row[0]), bytes(row[1]))
 
-    def near_signatures(self, fewest: int, most: int) -> list[tuple[int, bytes]]:
-        """``(id, minhash)`` of each indexed document whose text has between ``fewest`` and
-        ``most`` runs of words (``index.near_copies.size_range``), by the index on them."""
+    def near_signatures(self, fewest: int, most: int) -> list[tuple[int, int, bytes]]:
+        """``(id, runs, minhash)`` of each indexed document whose text has between ``fewest``
+        and ``most`` runs of words (``index.near_copies.size_range``), by the index on them."""
         rows = self.db.execute(
-            """SELECT t.document_id, t.near_minhash FROM texts t
+            """SELECT t.document_id, t.near_shingles, t.near_minhash FROM texts t
                JOIN documents d ON d.id = t.document_id
                WHERE t.near_shingles BETWEEN ? AND ? AND d.state = ?""",
             [fewest, most, DocState.INDEXED.value],
         ).fetchall()
-        return [(int(r[0]), bytes(r[1])) for r in rows]
+        return [(int(r[0]), int(r[1]), bytes(r[2])) for r in rows]
 
     def chunk_languages(self) -> frozenset[str]:
         """The languages the searchable documents' passages are written in (those told)."""
