@@ -3,7 +3,8 @@
 No language model, no Slack. The top-level modules are public as they are:
 ``config`` (``IndexConfig``), ``errors`` (every error of the product),
 ``models`` and ``records`` (plain data and typed rows), ``names``,
-``normal_form`` (the form questions are searched in), ``kept_model`` (the
+``normal_form`` (the form questions are searched in), ``near_copies`` (documents
+whose text is nearly another's), ``kept_model`` (the
 earlier default model a knowledge base built on it keeps) and ``knowledge_base``
 (``KnowledgeBase``, what the layers above use). Each sub-package is a room
 with a face (its ``__init__``, ``__all__``) that others import from:

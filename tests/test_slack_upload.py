@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bench.near_copies import as_docx, as_html, as_pdf
 from bot.slack import messages
 from bot.slack.blocks import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID
 from bot.slack.uploads import (
@@ -24,6 +25,7 @@ from bot.slack.uploads import (
 )
 from bot.slack.words import words_for
 from index.models import Publish
+from tests.conftest import SAMPLE
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -468,9 +470,16 @@ GUIDE_RESAVED = (
 )
 
 
-async def _share(bot: Bot, file_id: str, name: str, data: bytes, final: str = ": indexed,") -> str:
+async def _share(
+    bot: Bot,
+    file_id: str,
+    name: str,
+    data: bytes,
+    final: str = ": indexed,",
+    mimetype: str = "text/markdown",
+) -> str:
     """Send ``data`` to the bot in a DM; its final status (the next one holding ``final``)."""
-    f = bot.slack.add_file(file_id, name, data, "text/markdown")
+    f = bot.slack.add_file(file_id, name, data, mimetype)
     before = sum(final in t for t in bot.statuses())
     await bot.event(file_share_event([f]))
     deadline = time.monotonic() + 30
@@ -495,9 +504,49 @@ async def test_an_upload_repeating_a_document_is_indexed_and_names_it_linked(
     assert "Its text is the same as that of <" in status
     assert f"/d/{handbook.id}?t=" in status and "|*Staff handbook*>" in status
     assert f"/d/{other.id}?" not in status and "already in the knowledge base" in status
-    # A text that is not the same names nothing.
+    # A text that is not the same is no copy: nearly the same, it is named as such.
     changed = GUIDE.replace(b"two working days", b"three working days")
-    assert "same as" not in await _share(bot, "F0NEAR0001", "guide-near.md", changed)
+    near = await _share(bot, "F0NEAR0001", "guide-near.md", changed)
+    assert "same as" not in near and "Its text is nearly that of <" in near
+    assert f"/d/{handbook.id}?" in near and f"/d/{copy.id}?" in near
+    assert f"/d/{other.id}?" not in near
+
+
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+# The sample handbook's expenses page, as bench/near_copies.py measures near-copies.
+EXPENSES = (SAMPLE / "expenses.md").read_text()
+
+
+async def test_a_word_file_whose_pdf_export_is_there_names_it_as_a_near_copy(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(publishers=USER_ID)
+    pdf = bot.kb.ingest_bytes(as_pdf(EXPENSES), "expenses.pdf", title="Expenses (PDF)").document
+    other = bot.kb.ingest_bytes((SAMPLE / "oncall.md").read_bytes(), "oncall.md").document
+    status = await _share(bot, "F0DOCX0001", "expenses.docx", as_docx(EXPENSES), mimetype=DOCX)
+    assert status.startswith(":white_check_mark: *expenses.docx*: indexed")
+    assert "Its text is nearly that of <" in status and "|*Expenses (PDF)*>" in status
+    assert f"/d/{pdf.id}/file?t=" in status and f"/d/{other.id}?" not in status
+    # Not a copy passage for passage: the copies' sentence is not said.
+    assert "same as" not in status
+
+
+async def test_a_near_copy_in_a_channel_the_uploader_is_not_in_is_never_named(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(publishers=USER_ID)
+    bot.slack.set_members("C0SECRET01", ["U0SOMEONE9"])
+    bot.slack.set_members("C0TEAM0001", ["U0SOMEONE9", USER_ID])
+    secret = bot.kb.ingest_bytes(as_pdf(EXPENSES), "x.pdf", scope="C0SECRET01", title="Secret")
+    team = bot.kb.ingest_bytes(as_html(EXPENSES), "t.html", scope="C0TEAM0001", title="Team page")
+    status = await _share(bot, "F0DOCX0002", "mine.docx", as_docx(EXPENSES), mimetype=DOCX)
+    assert "|*Team page*>" in status and f"/d/{team.document.id}?" in status
+    assert "Secret" not in status and f"/d/{secret.document.id}/" not in status
+    # With only the secret near-copy left, nothing is said at all.
+    bot.kb.remove(team.document.id)
+    bot.kb.remove(bot.kb.store.find_document("mine.docx").id)
+    alone = await _share(bot, "F0DOCX0003", "again.docx", as_docx(EXPENSES + "\n"), mimetype=DOCX)
+    assert "nearly" not in alone and "Secret" not in alone
 
 
 async def test_the_repeat_is_said_in_the_uploaders_language(make_bot: BotFactory) -> None:

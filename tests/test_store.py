@@ -73,6 +73,7 @@ MIGRATION_NAMES = [
     "0022_documents_stamp_index",
     "0023_source_acl_until",
     "0024_people_heard",
+    "0025_near_copy_signatures",
 ]
 
 

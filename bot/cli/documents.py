@@ -48,6 +48,11 @@ def _copy(doc: DocumentRow) -> dict[str, Any]:
     return {"id": doc.id, "name": doc.name, "title": doc.title, "scope": doc.scope}
 
 
+def _named(docs: list[DocumentRow]) -> str:
+    """Documents an ingested one repeats, as ``kb ingest`` names them."""
+    return ", ".join(f"{c.title or c.name} (id {c.id}, scope {c.scope})" for c in docs)
+
+
 def summary(doc: DocumentRow) -> dict[str, Any]:
     """The fields of a document that listings show, in listing order."""
     values = asdict(doc)
@@ -82,7 +87,9 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
 
     A file whose text is the same as a document's already in the knowledge
     base (passage for passage, as answers compare copies) is indexed all the
-    same, and that document is named ("repeats").
+    same, and that document is named ("repeats"); so is a document whose text
+    is nearly the same, the same document in another format or version, say
+    ("near": answers cite both).
 
     Exits 1 when a file failed or was refused (too large, or no room on the disk).
 
@@ -103,13 +110,16 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
     result = kb.ingest_paths(list(paths), scope=scope, progress=progress)
     bar.close(last_step=True)
     # Whoever runs kb reads every document: each copy is named, whatever its scope.
-    found = kb.copies_of([d.id for d in result.indexed])
-    repeats = [(d, found[d.id]) for d in result.indexed if d.id in found]
+    found = kb.repeats_of([d.id for d in result.indexed])
+    told = [(d, found[d.id]) for d in result.indexed if d.id in found]
+    repeats = [(d, r.same) for d, r in told if r.same]
+    near = [(d, r.near) for d, r in told if r.near]
 
     def text() -> None:
         for d, copies in repeats:
-            named = ", ".join(f"{c.title or c.name} (id {c.id}, scope {c.scope})" for c in copies)
-            click.echo(f"repeats  {d.name}: the same text as {named}")
+            click.echo(f"repeats  {d.name}: the same text as {_named(copies)}")
+        for d, copies in near:
+            click.echo(f"near     {d.name}: nearly the same text as {_named(copies)}")
         for d in result.failed:
             click.echo(f"failed   {d.name}: {d.failure_reason}")
         for r in result.refused:
@@ -133,6 +143,9 @@ def ingest(ctx: click.Context, paths: tuple[Path, ...], scope: str, as_json: boo
         "repeats": [
             {"id": d.id, "name": d.name, "copies": [_copy(c) for c in copies]}
             for d, copies in repeats
+        ],
+        "near": [
+            {"id": d.id, "name": d.name, "copies": [_copy(c) for c in copies]} for d, copies in near
         ],
     }
     fit = kb.language_fit()

@@ -6,8 +6,10 @@ that failed after it was stored gets a Retry button that indexes it again from
 the stored original. A status update Slack refuses is skipped, never the work
 it reports on; the final status is posted as a new message when the old one
 cannot be edited. A document whose text is the same as documents already
-there (``KnowledgeBase.copies``) is added all the same, and its final status
-names and links them, those only that everyone reading it may read
+there (``KnowledgeBase.copies``), or nearly the same (the same document in
+another format or version: ``KnowledgeBase.near_copies``), is added all the
+same, and its final status names and links them, those only that everyone
+reading it may read
 (``bot.access``: the uploader alone in a DM, the channel's people in a channel,
 and in a channel shared with another organisation only its own documents).
 
@@ -444,7 +446,8 @@ class FairTurns:
 
 # ---------------------------------------------------------------- ingestion
 
-# Of the documents an upload repeats, the newest this many are named.
+# Of the documents an upload repeats, the first this many of its copies (the newest) and
+# of its near-copies (the most alike) are named.
 MAX_REPEATS_NAMED = 3
 
 # A takeover that finds a file's indexing already started this many times fails it
@@ -1036,25 +1039,34 @@ class Uploader:
     async def _repeats(
         self, row: DocumentRow, user: str | None, status: StatusMessage, words: Words
     ) -> list[str]:
-        """The note that ``row`` repeats documents ``user`` may read where ``status`` is; none else.
+        """The notes that ``row`` repeats documents ``user`` may read where ``status`` is: its
+        copies, then its near-copies (``KnowledgeBase.repeats_of``); none else.
 
-        The status is read by everyone in its channel (``user`` alone in a DM): a copy
+        The status is read by everyone in its channel (``user`` alone in a DM): a document
         is named only when the rule lets them all read it (``Access.may_read`` at
         that place), so no upload ever tells of a document hidden from its reader.
         """
         if not user:
             return []
         try:
-            copies = await asyncio.to_thread(self.kb.copies, row.id)
+            found = await asyncio.to_thread(self.kb.repeats_of, [row.id])
         except KBError as exc:  # the upload stands; only the note is lost
             log.warning("copies of document %s not looked up: %s", row.id, exc)
             return []
-        if not copies:
+        if row.id not in found:
             return []
-        person = Person(user)
         where = await _readers(status)
-        readable = []
-        for doc in copies:
+        same = await self._readable(found[row.id].same, Person(user), where)
+        near = await self._readable(found[row.id].near, Person(user), where)
+        notes = [words.upload_repeats(self._named(same), len(same))] if same else []
+        return notes + ([words.upload_near_copies(self._named(near), len(near))] if near else [])
+
+    async def _readable(
+        self, docs: list[DocumentRow], person: Person, where: Where | None
+    ) -> list[DocumentRow]:
+        """The first ``MAX_REPEATS_NAMED`` of ``docs`` everyone reading at ``where`` may read."""
+        readable: list[DocumentRow] = []
+        for doc in docs:
             try:
                 decision = await self.access.may_read(person, doc, where)
             except AccessCheckUnavailable:
@@ -1063,10 +1075,11 @@ class Uploader:
                 readable.append(doc)
             if len(readable) == MAX_REPEATS_NAMED:
                 break
-        if not readable:
-            return []
-        names = ", ".join(linked(self._link(d), f"*{escape(d.title or d.name)}*") for d in readable)
-        return [words.upload_repeats(names, len(readable))]
+        return readable
+
+    def _named(self, docs: list[DocumentRow]) -> str:
+        """``docs``' titles in bold, each linked to its viewer page."""
+        return ", ".join(linked(self._link(d), f"*{escape(d.title or d.name)}*") for d in docs)
 
     def _link(self, doc: DocumentRow) -> str:
         """The viewer link to ``doc``; ``""`` while links cannot be signed (its title alone)."""

@@ -26,6 +26,7 @@ from index.ingest.isolated import read_isolated
 from index.ingest.sentences import SENTENCES_VERSION, embed_sentences, sentence_spans
 from index.languages import passage_languages
 from index.models import Chunking, Extracted
+from index.near_copies import Signature, signature
 from index.records import Stamp
 
 # Stamped on every document: bump when chunking, headers or extraction change
@@ -52,6 +53,8 @@ class Prepared:
     # document is stamped with the model that embedded it, even when the knowledge base
     # moved to another model before it was committed (None: the committing one's).
     stamp: Stamp | None = None
+    # The text's near-copy signature (index.near_copies); None: the text has no word.
+    near: Signature | None = None
 
 
 def prepare_document(
@@ -172,7 +175,16 @@ def prepare_document(
         vectors = embedder.encode(texts, on_batch=on_batch)
         sentence_vectors = embed_sentences(embedder, chunking.chunks)
         latents = head.encode_latent(texts) if head is not None else None
-    return Prepared(extracted, chunking, vectors, token_counts, sentence_vectors, language, latents)
+    return Prepared(
+        extracted,
+        chunking,
+        vectors,
+        token_counts,
+        sentence_vectors,
+        language,
+        latents,
+        near=signature(extracted.text),
+    )
 
 
 def with_languages(chunking: Chunking) -> tuple[Chunking, str | None]:

@@ -34,6 +34,7 @@ from index.errors import DatabaseUnavailable, DocumentNotFound
 from index.files import private_dir, private_file, tighten
 from index.ingest import from_blob, to_blob
 from index.models import EVERYONE, SOURCE_UPLOADER_PREFIX, AuditAction, Chunk, DocState, Publish
+from index.near_copies import Signature
 from index.records import (
     DOCUMENT_COLUMNS,
     AuditEntry,
@@ -464,6 +465,7 @@ class Store:
         state: DocState = DocState.INDEXED,
         sentence_vectors: Sequence[np.ndarray | None] | None = None,
         latent_terms: Sequence[LatentTerms | None] | None = None,
+        near: Signature | None = None,
     ) -> list[int]:
         """Write a document's canonical text and chunks and mark it ``state``, in one transaction.
 
@@ -473,6 +475,9 @@ class Store:
         ``facts`` are further document columns learnt while indexing (title,
         kind, page map): written in the same transaction, because a link's
         form (``#char`` or ``#page``) depends on them.
+
+        ``near`` is the text's near-copy signature (``index.near_copies``), kept
+        beside it in ``texts``; ``None``: the text has no word, nothing is a near-copy of it.
 
         The canonical text is kept because every chunk offset refers to it:
         the viewer must show exactly the text the offsets were found in, even
@@ -494,9 +499,14 @@ class Store:
                 raise DocumentNotFound(str(doc_id))
             db.execute("DELETE FROM chunks WHERE document_id = ?", [doc_id])
             db.execute(
-                "INSERT INTO texts (document_id, text) VALUES (?, ?) "
-                "ON CONFLICT (document_id) DO UPDATE SET text = excluded.text",
-                [doc_id, canonical_text],
+                "INSERT INTO texts (document_id, text, near_shingles, near_minhash) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (document_id) DO UPDATE SET text = excluded.text, "
+                "near_shingles = excluded.near_shingles, near_minhash = excluded.near_minhash",
+                [
+                    doc_id,
+                    canonical_text,
+                    *((near.shingles, near.minhash) if near else (None, None)),
+                ],
             )
             sentences = sentence_vectors or [None] * len(chunks)
             latents = latent_terms or [None] * len(chunks)
@@ -703,6 +713,26 @@ class Store:
         )
         for r in rows:
             yield int(r["document_id"]), r["content"]
+
+    def near_signature(self, doc_id: int) -> Signature | None:
+        """``doc_id``'s near-copy signature (``index.near_copies``); ``None`` if it has none."""
+        row = self.db.execute(
+            "SELECT near_shingles, near_minhash FROM texts WHERE document_id = ?", [doc_id]
+        ).fetchone()
+        if row is None or row[1] is None:
+            return None
+        return Signature(int(row[0]), bytes(row[1]))
+
+    def near_signatures(self, fewest: int, most: int) -> list[tuple[int, int, bytes]]:
+        """``(id, runs, minhash)`` of each indexed document whose text has between ``fewest``
+        and ``most`` runs of words (``index.near_copies.size_range``), by the index on them."""
+        rows = self.db.execute(
+            """SELECT t.document_id, t.near_shingles, t.near_minhash FROM texts t
+               JOIN documents d ON d.id = t.document_id
+               WHERE t.near_shingles BETWEEN ? AND ? AND d.state = ?""",
+            [fewest, most, DocState.INDEXED.value],
+        ).fetchall()
+        return [(int(r[0]), int(r[1]), bytes(r[2])) for r in rows]
 
     def chunk_languages(self) -> frozenset[str]:
         """The languages the searchable documents' passages are written in (those told)."""

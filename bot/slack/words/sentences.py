@@ -413,6 +413,20 @@ class Words:
             documents=documents,
         )
 
+    def upload_near_copies(self, documents: str, count: int) -> str:
+        """Beside a status: the document's text is nearly that of ``count`` others the uploader
+        may read (``documents``, their linked titles), which answers cite as often as it."""
+        return self.ngettext(
+            "Its text is nearly that of {documents}, already in the knowledge base: perhaps the "
+            "same document in another format or version. If so, keep only one of them, or "
+            "answers will cite both.",
+            "Its text is nearly that of {documents}, already in the knowledge base: perhaps the "
+            "same document in other formats or versions. If so, keep only one of them, or "
+            "answers will cite each.",
+            count,
+            documents=documents,
+        )
+
     UPLOAD_REPLACED = N_(
         "It replaces the earlier version of this document, which an admin can restore."
     )
