@@ -124,7 +124,9 @@ def sync_source(
 ) -> SourceSyncReport:
     """Run source ``name`` once through ``connector`` (see the module's docstring).
 
-    Never raises for the source's failures: the report and the source's record say them.
+    Never raises for the source's failures, nor for an error its run did not expect: the
+    report and the source's record say them (``/readyz``, ``kb source list``), and the
+    other sources of a round still run.
     """
     report = SourceSyncReport(name)
     with kb.store.exclusive(f"source-{name}") as acquired:
@@ -151,6 +153,17 @@ def sync_source(
             report.error = (
                 f"The {connector.kind} source answered something nested too deeply to read; "
                 "the run stopped there, and the next run tries again."
+            )
+        except Exception as exc:
+            # What no connector expected (an SDK's error it does not translate, a bug): this
+            # source's run fails, recorded and logged with where it happened; the other
+            # sources of the round still run. Only the type is recorded: a message may hold
+            # what the source sent.
+            log.error("source %s: its run stopped on an unexpected error", name, exc_info=True)
+            report.error = (
+                f"The {connector.kind} source's run stopped on an unexpected error "
+                f"({type(exc).__name__}); the next run tries again, and the server's log "
+                "says where it happened."
             )
         finally:
             kb.refresh_search()

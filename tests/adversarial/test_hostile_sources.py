@@ -14,6 +14,7 @@ answers, a hostile title), which guard what already held.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bot.access import web_client
 from bot.slack.canvases import Canvases
@@ -357,6 +360,35 @@ def test_json_nested_past_the_parsers_depth_fails_its_source_alone(
     assert len(good.added) == len(ALL)
     health = {h["name"]: h["ok"] for h in source_health(kb)}
     assert health == {failed.source: False, good.source: True}
+
+
+def test_an_answer_no_connector_expected_fails_its_source_alone(
+    kb: KnowledgeBase, notion: MockNotion, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two sources on one schedule; the first search either makes is answered as gzip that is
+    # no gzip: the SDK raises an error of its HTTP client's (httpx.DecodingError) that the
+    # connector does not translate.
+    for name in ("notion-a", "notion-b"):
+        kb.store.sources.add(name, "notion", NotionSettings(api_url=notion.base).as_dict())
+    notion.faults.append(
+        Fault("/v1/search", 200, {"Content-Encoding": "gzip"}, b"not gzip at all " * 8)
+    )
+
+    with caplog.at_level(logging.ERROR, logger="index.sources.sync"):
+        reports = sync_due_sources(
+            kb, {"notion": DEFAULT_NOTION_TOKEN}, 0.0, sleep=Waits().sleep, budget_seconds=30.0
+        )
+
+    assert sorted(r.ok for r in reports) == [False, True]
+    failed = next(r for r in reports if not r.ok)
+    assert "unexpected error (DecodingError)" in (failed.error or "")
+    good = next(r for r in reports if r.ok)
+    assert len(good.added) == len(ALL)
+    health = {h["name"]: h for h in source_health(kb)}
+    assert health[failed.source]["last_error"] == failed.error
+    assert health[good.source]["ok"] is True
+    (record,) = [r for r in caplog.records if failed.source in r.getMessage()]
+    assert record.exc_info is not None and DEFAULT_NOTION_TOKEN not in caplog.text
 
 
 # ------------------------------------------------------------------ Slack's canvases
