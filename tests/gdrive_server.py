@@ -196,6 +196,9 @@ class MockDrive:
         self.key_revoked = False
         self.page_cap = 2
         self.list_twice: str | None = None  # a file id files.list gives twice
+        # files.list answers this many empty pages first, each with a fresh nextPageToken
+        # (Drive may while it searches; more than a few is hostile).
+        self.empty_pages = 0
         self.hidden_drive_members = False  # the shared drive's own permissions are 403
         self.drive_members_only = False  # restrictions.driveMembersOnly of the shared drive
         self._sharing: dict[str, str] = {}  # each file's permissions as last logged
@@ -408,7 +411,12 @@ class MockDrive:
             found = [f for f in found if f.drive == query["driveId"]]
         if self.list_twice in self.files:
             found.append(self.files[self.list_twice])
-        start = int(_unb64(query["pageToken"]).decode()) if query.get("pageToken") else 0
+        token = query.get("pageToken", "")
+        searched = int(token.removeprefix(_SEARCHING)) if token.startswith(_SEARCHING) else 0
+        if (not token or token.startswith(_SEARCHING)) and searched < self.empty_pages:
+            page = {"kind": "drive#fileList", "incompleteSearch": False, "files": []}
+            return _json({**page, "nextPageToken": f"{_SEARCHING}{searched + 1}"})
+        start = int(_unb64(token).decode()) if token and not token.startswith(_SEARCHING) else 0
         limit = min(int(query.get("pageSize", "100")), self.page_cap)
         answer: dict[str, Any] = {
             "kind": "drive#fileList",
@@ -449,7 +457,12 @@ class MockDrive:
         self, rows: list[dict[str, Any]], query: dict[str, str]
     ) -> tuple[int, dict[str, str], bytes]:
         """One page of ``rows`` from ``pageToken``, at most ``pageSize`` and the server's cap."""
-        start = int(_unb64(query["pageToken"]).decode()) if query.get("pageToken") else 0
+        token = query.get("pageToken", "")
+        searched = int(token.removeprefix(_SEARCHING)) if token.startswith(_SEARCHING) else 0
+        if (not token or token.startswith(_SEARCHING)) and searched < self.empty_pages:
+            page = {"kind": "drive#fileList", "incompleteSearch": False, "files": []}
+            return _json({**page, "nextPageToken": f"{_SEARCHING}{searched + 1}"})
+        start = int(_unb64(token).decode()) if token and not token.startswith(_SEARCHING) else 0
         limit = min(int(query.get("pageSize", "100")), self.page_cap)
         named = re.search(r"permissions\(([^)]*)\)", query.get("fields", ""))
         wanted = set(named.group(1).split(",")) if named else None
@@ -560,6 +573,10 @@ class MockDrive:
             if derived and member.get("type") == "GROUP" and nested not in seen:
                 rows += self._expanded(nested, derived, seen)
         return rows
+
+
+# The page token of an empty page of files.list (``MockDrive.empty_pages``).
+_SEARCHING = "searching-"
 
 
 def user(email: str) -> dict[str, str]:

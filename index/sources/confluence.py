@@ -84,10 +84,10 @@ from index.sources.contract import (
     after_organisation_groups,
 )
 from index.sources.fields import (
+    Listing,
     checkpoint_of,
     checkpoint_time,
     file_name,
-    next_page,
     readable_name,
     readable_suffix,
     timestamp,
@@ -515,7 +515,7 @@ class ConfluenceConnector:
         """
         url: str | None = path
         absolute = False
-        seen: set[str] = set()
+        listing = Listing("Confluence")
         for _ in range(MAX_PAGES):
             if url is None:
                 return
@@ -526,7 +526,7 @@ class ConfluenceConnector:
                 raise SourceFailed("Confluence answered a list that is not JSON of results.")
             yield from answer["results"]
             url, params, absolute = self._next(answer.get("_links")), {}, True
-            url = url and next_page(url, seen, "Confluence")
+            url = url and listing.next_page(url, empty=not answer["results"])
         raise SourceFailed(f"Confluence gave more than {MAX_PAGES} pages of results; stopped.")
 
     def _next(self, links: object) -> str | None:

@@ -81,10 +81,10 @@ from index.sources.contract import (
     SourceFailed,
 )
 from index.sources.fields import (
+    Listing,
     expired,
     expiry,
     file_name,
-    next_page,
     readable_name,
     readable_suffix,
 )
@@ -368,7 +368,7 @@ class GDriveConnector:
     ) -> Iterator[dict[str, Any]]:
         """Each page of a listing, following ``nextPageToken`` (``hidden``: as :meth:`_call`)."""
         token: str | None = None
-        seen: set[str] = set()
+        listing = Listing("Google Drive")
         for _ in range(MAX_PAGES):
             answer = self._call(request(token), hidden=hidden)
             if not isinstance(answer, dict):
@@ -377,7 +377,7 @@ class GDriveConnector:
             token = answer.get("nextPageToken")
             if not token:
                 return
-            token = next_page(str(token), seen, "Google Drive")
+            token = listing.next_page(str(token), empty=_empty(answer))
         raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages; stopped.")
 
     def _start_token(self) -> str:
@@ -406,7 +406,7 @@ class GDriveConnector:
             args["driveId"] = self.settings.drive
         fields = f"nextPageToken,newStartPageToken,changes(fileId,removed,file({_FILE_FIELDS}))"
         latest: dict[str, dict[str, Any] | None] = {}
-        seen = {token}
+        listing = Listing("Google Drive", token)
         for _ in range(MAX_PAGES):
             answer = self._call(
                 self.drive.changes().list(
@@ -426,7 +426,7 @@ class GDriveConnector:
             token = answer.get("nextPageToken")
             if not token:
                 raise SourceFailed("Google Drive's changes ended without the next page token.")
-            token = next_page(str(token), seen, "Google Drive")
+            token = listing.next_page(str(token), empty=not rows)
         raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages of changes; stopped.")
 
     def _in_scope(self, changed: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -729,6 +729,12 @@ def _service(
         cache_discovery=False,
         client_options=options,
     )
+
+
+def _empty(page: dict[str, Any]) -> bool:
+    """Whether a page of a listing holds nothing: none of its lists (``files``,
+    ``permissions``, ``members``: one a page) has an entry."""
+    return not any(isinstance(value, list) and value for value in page.values())
 
 
 def _file(row: object) -> dict[str, Any]:

@@ -74,10 +74,10 @@ from index.sources.contract import (
     after_organisation_groups,
 )
 from index.sources.fields import (
+    Listing,
     expired,
     expiry,
     media_type_of,
-    next_page,
     readable_suffix,
     timestamp,
 )
@@ -461,7 +461,7 @@ class SharePointConnector:
     ) -> Iterator[dict[str, Any]]:
         """Each page of a paged answer, following ``@odata.nextLink`` on Graph's host only."""
         following: str | None = url
-        seen = {url}
+        listing = Listing("Microsoft Graph", url)
         for _ in range(MAX_PAGES):
             if following is None:
                 return
@@ -480,7 +480,7 @@ class SharePointConnector:
                 raise SourceFailed(
                     "Microsoft Graph pointed the next page at another site; refused."
                 )
-            following = following and next_page(following, seen, "Microsoft Graph")
+            following = following and listing.next_page(following, empty=not page["value"])
         raise SourceFailed(f"Microsoft Graph gave more than {MAX_PAGES} pages; stopped.")
 
     @staticmethod

@@ -31,6 +31,7 @@ from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.sources import Acl, source_health, sync_due_sources
+from index.sources.fields import MAX_EMPTY_PAGES
 from index.sources.notion import NotionConnector, NotionSettings
 from tests import (
     confluence_server,
@@ -198,6 +199,33 @@ def test_a_drive_page_token_that_comes_back_fails_the_listing_at_once(
 
     assert report.error is not None and "given before" in report.error
     assert len([c for c in drive.calls if c[1].endswith("/drive/v3/files")]) == 2
+    assert set(live_titles(kb)) == before
+
+
+# Held: Drive may answer a few empty pages, each with a next page, while it searches.
+def test_a_few_empty_drive_pages_in_a_row_are_followed(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    drive.empty_pages = 3
+
+    report = test_sources_gdrive.run(kb, drive)
+
+    assert report.error is None and set(report.added) == {"home", "night", "budget"}
+
+
+def test_drive_pages_that_stay_empty_with_a_fresh_token_each_fail_the_listing_early(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    assert test_sources_gdrive.run(kb, drive).error is None
+    before = set(live_titles(kb))
+    drive.calls.clear()
+    # A thousand empty pages before the files: no token comes back, none holds anything.
+    drive.empty_pages = 1000
+
+    report = test_sources_gdrive.run(kb, drive)
+
+    assert report.error is not None and f"{MAX_EMPTY_PAGES} empty pages" in report.error
+    assert len([c for c in drive.calls if c[1].endswith("/drive/v3/files")]) == MAX_EMPTY_PAGES
     assert set(live_titles(kb)) == before
 
 
