@@ -98,20 +98,31 @@ def settings(mock: MockSharePoint, **kw: Any) -> SharePointSettings:
 
 
 def connector(
-    mock: MockSharePoint, waits: Waits | None = None, budget: float = 30.0, **kw: Any
+    mock: MockSharePoint,
+    waits: Waits | None = None,
+    budget: float = 30.0,
+    options: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> SharePointConnector:
     return SharePointConnector(
         settings(mock, **kw),
         DEFAULT_SHAREPOINT_CLIENT_SECRET,
         sleep=(waits or Waits()).sleep,
         budget_seconds=budget,
+        **(options or {}),
     )
 
 
 def run(
-    kb: KnowledgeBase, mock: MockSharePoint, waits: Waits | None = None, **kw: Any
+    kb: KnowledgeBase,
+    mock: MockSharePoint,
+    waits: Waits | None = None,
+    options: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> SourceSyncReport:
-    source = connector(mock, waits, **kw)
+    """One sync through a connector opened with ``options`` (``max_bytes``...); ``kw`` are
+    the source's settings."""
+    source = connector(mock, waits, options=options, **kw)
     return sync(kb, SOURCE, "sharepoint", settings(mock).as_dict(), source, waits)
 
 
@@ -425,7 +436,7 @@ def test_a_file_too_large_is_skipped_and_said(kb: KnowledgeBase, graph: MockShar
     graph.items["C"].size = 5 * 1024**3
     report = run(kb, graph)
     assert sorted(report.added) == ["A", "B"]
-    assert [i for i, _ in report.failed] == ["C"] and "bytes" in report.failed[0][1]
+    assert [i for i, _ in report.failed] == ["C"] and "over the 20 MB" in report.failed[0][1]
     assert graph.calls_to("/items/C/content") == []
 
 

@@ -1,11 +1,12 @@
-"""Reading what every source sends alike: its times, the checkpoint a sync saved, file names.
+"""Reading what every source sends alike: times, checkpoints, file names, a listing's pages.
 
 A file a source holds is read when the product's extractor reads its name's
 suffix, or else its media type (``readable_suffix``).
 
 A source's answers are hostile input: a time that is not one reads as ``None``
 (the caller decides what that means), a checkpoint that cannot be read fails
-the run with what to do, and a title becomes a file name that names no path.
+the run with what to do, a title becomes a file name that names no path, and
+a listing that never ends (:class:`Listing`) fails the run.
 """
 
 from __future__ import annotations

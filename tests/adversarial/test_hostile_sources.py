@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ import pytest
 
 from bot.access import web_client
 from bot.slack.canvases import Canvases
-from index.config import IndexConfig
+from index.config import DEFAULT_MAX_UPLOAD_BYTES, IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.sources import Acl, source_health, sync_due_sources
@@ -362,6 +363,92 @@ def test_a_notion_redirect_to_another_host_is_not_followed(
         report = run(kb, notion)
 
     assert report.error is not None and elsewhere.headers == []
+
+
+# ------------------------------------------------------------------ downloads
+
+
+def test_a_drive_file_listed_small_and_served_huge_is_read_no_further_than_the_limit(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    huge = b"word " * ((DEFAULT_MAX_UPLOAD_BYTES + 2**20) // 5)
+    drive.put(gdrive_server.File("huge", "notes.txt", "text/plain", huge, size=100))
+
+    report = test_sources_gdrive.run(kb, drive)
+
+    assert report.error is None and set(report.added) == {"home", "night", "budget"}
+    assert [i for i, _ in report.failed] == ["huge"] and "over the 20 MB" in report.failed[0][1]
+    # Asked for with a Range, as Drive honours it: one byte past the limit tells.
+    assert drive.served["huge"] == DEFAULT_MAX_UPLOAD_BYTES + 1
+    assert "notes" not in {d.name for d in kb.documents()}
+
+
+def test_a_drive_export_larger_than_the_limit_is_cut_while_it_is_read(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    # An export comes whole (no Range), here more than a connector limited to 40 KB takes.
+    long = "<p>" + "Many words about the office. " * 4000 + "</p>"
+    drive.put(test_sources_gdrive.doc("long", "Long notes", long))
+
+    report = test_sources_gdrive.run(kb, drive, options={"max_bytes": 40_000})
+
+    assert report.error is None and set(report.added) == {"home", "night", "budget"}
+    assert [i for i, _ in report.failed] == ["long"]
+    assert "Long notes is over the 40000 bytes" in report.failed[0][1]
+
+
+def test_a_drive_download_that_trickles_fails_that_file_alone_at_its_deadline(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    # A byte every 5 s (the test's clock): 2,000 bytes would take 10,000 s.
+    waits = Waits()
+    drive.put(gdrive_server.File("slow", "slow.txt", "text/plain", b"x" * 2000))
+    drive.trickle, drive.trickle_clock = {"slow"}, waits
+
+    report = test_sources_gdrive.run(
+        kb, drive, options={"clock": waits.clock, "download_seconds": 120.0}
+    )
+
+    assert report.error is None and set(report.added) == {"home", "night", "budget"}
+    assert [i for i, _ in report.failed] == ["slow"]
+    assert "took longer to download than the 120 s" in report.failed[0][1]
+    # Stopped once past the deadline: what the connection held then, not the whole file.
+    assert waits.now - 2_000_000.0 < 2000 * 5
+
+
+def test_a_confluence_attachment_that_trickles_fails_alone_at_its_deadline(
+    kb: KnowledgeBase, confluence: confluence_server.MockConfluence
+) -> None:
+    # A byte every 5 s (the test's clock): 2,000 bytes would take 10,000 s.
+    waits = Waits()
+    slow = confluence_server.Attachment("att7001", "101", "slow.txt", b"x" * 2000, "text/plain")
+    confluence.attach(slow)
+    confluence.trickle, confluence.trickle_clock = {"att7001"}, waits
+
+    report = test_sources_confluence.run(kb, confluence, clock=waits.clock)
+
+    assert report.error is None and {"101", "102", "103"} <= set(report.added)
+    assert [i for i, _ in report.failed] == ["att7001"]
+    assert "took longer to download than the 120 s" in report.failed[0][1]
+    assert waits.now - 2_000_000.0 < 2000 * 5
+
+
+def test_a_graph_download_that_trickles_is_cut_at_its_deadline_on_the_wall_clock(
+    kb: KnowledgeBase, graph: sharepoint_server.MockSharePoint
+) -> None:
+    # A byte every 50 ms: the whole file would take 20 s, each byte well within the read
+    # timeout. The deadline is real time here: a read must not wait for a whole chunk.
+    graph.add(sharepoint_server.Item("S", "slow.txt", b"x" * 400, parent="F0"))
+    graph.trickle["S"] = 0.05
+
+    started = time.monotonic()
+    report = test_sources_sharepoint.run(kb, graph, options={"download_seconds": 0.5})
+    took = time.monotonic() - started
+
+    assert report.error is None and {"A", "B", "C"} <= set(report.added)
+    assert [i for i, _ in report.failed] == ["S"]
+    assert "took longer to download than the 0.5 s" in report.failed[0][1]
+    assert took < 10.0  # the trickle alone would have taken 20 s
 
 
 # ------------------------------------------------------------------ one source, every source
