@@ -203,11 +203,14 @@ class MockConfluence:
         if not trickled:
             request.wfile.write(body)
             return
-        for byte in range(len(body)):
-            request.wfile.write(body[byte : byte + 1])
-            request.wfile.flush()
-            if self.trickle_clock is not None:
-                self.trickle_clock.now += self.trickle_seconds
+        try:
+            for byte in range(len(body)):
+                request.wfile.write(body[byte : byte + 1])
+                request.wfile.flush()
+                if self.trickle_clock is not None:
+                    self.trickle_clock.now += self.trickle_seconds
+        except OSError:
+            request.close_connection = True  # the client stopped reading: what it should do
 
     def _route(
         self, request: BaseHTTPRequestHandler, path: str, query: dict[str, str]

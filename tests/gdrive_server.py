@@ -330,11 +330,14 @@ class MockDrive:
         if not trickled:
             request.wfile.write(data)
             return
-        for byte in range(len(data)):
-            request.wfile.write(data[byte : byte + 1])
-            request.wfile.flush()
-            if self.trickle_clock is not None:
-                self.trickle_clock.now += self.trickle_seconds
+        try:
+            for byte in range(len(data)):
+                request.wfile.write(data[byte : byte + 1])
+                request.wfile.flush()
+                if self.trickle_clock is not None:
+                    self.trickle_clock.now += self.trickle_seconds
+        except OSError:
+            request.close_connection = True  # the client stopped reading: what it should do
 
     def _token(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
         form = {k: v[-1] for k, v in parse_qs(body.decode()).items()}

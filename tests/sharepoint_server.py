@@ -258,10 +258,13 @@ class MockSharePoint:
         if pause is None:
             request.wfile.write(payload)
             return
-        for byte in range(len(payload)):
-            request.wfile.write(payload[byte : byte + 1])
-            request.wfile.flush()
-            time.sleep(pause)  # the hostile server's pace, not the test's clock
+        try:
+            for byte in range(len(payload)):
+                request.wfile.write(payload[byte : byte + 1])
+                request.wfile.flush()
+                time.sleep(pause)  # the hostile server's pace, not the test's clock
+        except OSError:
+            request.close_connection = True  # the client stopped reading: what it should do
 
     def _route(
         self,

@@ -33,6 +33,7 @@ from index.sources.contract import (
     is_source_scope,
     source_scope,
 )
+from index.sources.downloads import DownloadLimits
 from index.sources.kinds import KINDS, TOKEN_SETTINGS, check_name, open_connector, settings_of
 from index.sources.readers import ReadersChange, change_readers
 from index.sources.sync import (
@@ -50,6 +51,7 @@ __all__ = [
     "Batch",
     "ChangedPermissions",
     "Connector",
+    "DownloadLimits",
     "GroupMembers",
     "KINDS",
     "ReadersChange",

@@ -18,14 +18,28 @@ from dataclasses import dataclass
 import requests
 import urllib3
 
+from index.config import DEFAULT_DOWNLOAD_TIMEOUT, DEFAULT_MAX_UPLOAD_BYTES
 from index.errors import ReadingLimit, TooLarge
 
-__all__ = ["PLAIN", "READ_BYTES", "Deadline", "read_capped", "too_large"]
+__all__ = ["PLAIN", "READ_BYTES", "Deadline", "DownloadLimits", "read_capped", "too_large"]
 
 # The most one read takes from the connection; it returns sooner with what has arrived.
 READ_BYTES = 1 << 16
 # What a download asks for: the bytes as stored, so that the count is of what is kept.
 PLAIN = {"Accept-Encoding": "identity"}
+
+
+@dataclass(frozen=True)
+class DownloadLimits:
+    """What one file a source downloads may cost, as the product's settings say.
+
+    Attributes:
+        max_bytes: its size (``KB_MAX_UPLOAD_BYTES``, an upload's limit).
+        seconds: its download's time in all (``KB_DOWNLOAD_TIMEOUT``, a Slack file's).
+    """
+
+    max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    seconds: float = DEFAULT_DOWNLOAD_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -70,10 +84,10 @@ def read_capped(
         requests.RequestException: the connection broke off (as ``iter_content`` says it).
     """
     declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise too_large(name, max_bytes)
     data = bytearray()
     try:
+        if declared.isdigit() and int(declared) > max_bytes:
+            raise too_large(name, max_bytes)
         while True:
             deadline.check(name)
             chunk = response.raw.read1(READ_BYTES, decode_content=True)

@@ -52,6 +52,7 @@ from index.sources.contract import (
     SourceFailed,
     source_scope,
 )
+from index.sources.downloads import DownloadLimits
 from index.sources.kinds import open_connector, opened_with
 from index.storage import SourceItem, SourceRecords, UnknownSource
 
@@ -456,6 +457,7 @@ def sync_due_sources(
     every_seconds: float,
     *,
     clock: Callable[[], float] = time.time,
+    download_seconds: float | None = None,
     **options: Any,
 ) -> list[SourceSyncReport]:
     """Sync each source whose last run is ``every_seconds`` old and whose retry time has come.
@@ -464,8 +466,13 @@ def sync_due_sources(
     by another replica a moment ago is not due (its run is in the shared
     store), and one another replica is syncing now is left to it (the lock).
     A source that cannot be opened (no credential) is recorded as failing.
-    ``options`` go to each connector (``sleep``, ``budget_seconds``).
+    A file a source downloads may be as large as an upload (``kb``'s limit) and
+    take ``download_seconds`` (none: the default). ``options`` go to each
+    connector (``sleep``, ``budget_seconds``).
     """
+    limits = DownloadLimits(kb.config.max_upload_bytes)
+    if download_seconds is not None:
+        limits = replace(limits, seconds=download_seconds)
     reports = []
     for row in kb.store.sources.all():
         now = clock()
@@ -474,7 +481,7 @@ def sync_due_sources(
         if row.retry_at is not None and now < row.retry_at:
             continue
         try:
-            connector = open_connector(row, tokens, **options)
+            connector = open_connector(row, tokens, limits, **options)
         except KBError as exc:
             kb.store.sources.record_run(row.name, str(exc), at=now)
             reports.append(SourceSyncReport(row.name, error=str(exc)))

@@ -436,19 +436,19 @@ def test_a_confluence_attachment_that_trickles_fails_alone_at_its_deadline(
 def test_a_graph_download_that_trickles_is_cut_at_its_deadline_on_the_wall_clock(
     kb: KnowledgeBase, graph: sharepoint_server.MockSharePoint
 ) -> None:
-    # A byte every 50 ms: the whole file would take 20 s, each byte well within the read
+    # A byte every 50 ms: the whole file would take 60 s, each byte well within the read
     # timeout. The deadline is real time here: a read must not wait for a whole chunk.
-    graph.add(sharepoint_server.Item("S", "slow.txt", b"x" * 400, parent="F0"))
+    graph.add(sharepoint_server.Item("S", "slow.txt", b"x" * 1200, parent="F0"))
     graph.trickle["S"] = 0.05
 
     started = time.monotonic()
-    report = test_sources_sharepoint.run(kb, graph, options={"download_seconds": 0.5})
+    report = test_sources_sharepoint.run(kb, graph, options={"download_seconds": 2.0})
     took = time.monotonic() - started
 
     assert report.error is None and {"A", "B", "C"} <= set(report.added)
     assert [i for i, _ in report.failed] == ["S"]
-    assert "took longer to download than the 0.5 s" in report.failed[0][1]
-    assert took < 10.0  # the trickle alone would have taken 20 s
+    assert "took longer to download than the 2 s" in report.failed[0][1]
+    assert took < 30.0  # the trickle alone would have taken 60 s
 
 
 # ------------------------------------------------------------------ one source, every source
