@@ -56,7 +56,8 @@ SLACK_MODE = web.AppKey("slack_mode", str)
 SYNC_SECONDS = web.AppKey("sync_seconds", float)
 MODEL_SWITCH = web.AppKey("model_switch", ModelSwitch)
 # Seconds between two syncs of each source (0: none), and each kind's token.
-SOURCE_SCHEDULE: web.AppKey[tuple[float, dict[str, str]]] = web.AppKey("source_schedule")
+# Every how many seconds, with which tokens, and in how long one file's download.
+SOURCE_SCHEDULE: web.AppKey[tuple[float, dict[str, str], float]] = web.AppKey("source_schedule")
 # How often a replica looks for a source that is due, whatever the schedule.
 SOURCE_LOOK_SECONDS = 60.0
 # Readiness tolerates the snapshot trailing the database this many sync rounds
@@ -113,7 +114,11 @@ def create_app(
     routes.add_readiness_info(app, "viewer_auth", settings.viewer_auth)
     app[SYNC_SECONDS] = settings.sync_seconds
     app[MODEL_SWITCH] = switch
-    app[SOURCE_SCHEDULE] = (settings.source_sync_minutes * 60, settings.source_tokens())
+    app[SOURCE_SCHEDULE] = (
+        settings.source_sync_minutes * 60,
+        settings.source_tokens(),
+        settings.download_timeout,
+    )
     routes.set_max_behind(
         app, max(routes.DEFAULT_MAX_BEHIND_SECONDS, BEHIND_ROUNDS * settings.sync_seconds)
     )
@@ -179,9 +184,9 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     await asyncio.to_thread(services.kb.query_adapters.refit_if_due)
     following = follow_store(services.kb, app[SYNC_SECONDS], app[MODEL_SWITCH])
     loops = [asyncio.create_task(following, name="follow-store")]
-    every, tokens = app[SOURCE_SCHEDULE]
+    every, tokens, download_seconds = app[SOURCE_SCHEDULE]
     if every > 0:
-        syncing = keep_sources_synced(services.kb, tokens, every)
+        syncing = keep_sources_synced(services.kb, tokens, every, download_seconds)
         loops.append(asyncio.create_task(syncing, name="sync-sources"))
     bolt = app.get(slack.BOLT)
     if bolt is not None:
@@ -280,8 +285,11 @@ async def follow_store(kb: KnowledgeBase, every: float, switch: ModelSwitch | No
             failing = False
 
 
-async def keep_sources_synced(kb: KnowledgeBase, tokens: dict[str, str], every: float) -> None:
-    """Sync each source once it is ``every`` seconds past its last run (``sync_due_sources``).
+async def keep_sources_synced(
+    kb: KnowledgeBase, tokens: dict[str, str], every: float, download_seconds: float
+) -> None:
+    """Sync each source once it is ``every`` seconds past its last run (``sync_due_sources``),
+    each file's download within ``download_seconds``.
 
     Every replica looks; the store says what is due and its lock lets one
     replica sync a source at a time. A failing round is logged and the next
@@ -289,7 +297,9 @@ async def keep_sources_synced(kb: KnowledgeBase, tokens: dict[str, str], every: 
     """
     while True:
         try:
-            await asyncio.to_thread(sync_due_sources, kb, tokens, every)
+            await asyncio.to_thread(
+                sync_due_sources, kb, tokens, every, download_seconds=download_seconds
+            )
         except Exception:  # the next round may succeed: keep syncing
             log.warning("a round of source syncs failed; trying again later", exc_info=True)
         await asyncio.sleep(min(every, SOURCE_LOOK_SECONDS))

@@ -612,7 +612,7 @@ class Settings(BaseSettings):
     download_timeout: float = _setting(
         DEFAULT_DOWNLOAD_TIMEOUT,
         "KB_DOWNLOAD_TIMEOUT",
-        "Seconds one file's download from Slack may take in all (asking Slack for it included); a slower one fails with this reason. At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
+        "Seconds one file's download from Slack or a synced source may take in all (asking for it and its retries included); a slower one fails with this reason, and a source's other files still sync. At most 86400 (a day), as KB_EMBEDDING_TIMEOUT.",
         gt=0,
         le=86400,
     )

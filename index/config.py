@@ -22,6 +22,8 @@ PREVIOUS_DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
 DEFAULT_ENCODER_RUNTIME = "onnx"
 ENCODER_RUNTIMES = ("onnx", "torch")
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+# Seconds one file's download may take in all, from Slack or a source (KB_DOWNLOAD_TIMEOUT).
+DEFAULT_DOWNLOAD_TIMEOUT = 120.0
 # Characters a passage is packed up to, per model (``index.embed.passage_budget``):
 # 512 for MiniLM, whose window is 256 tokens (the seed study's strategy E), and
 # for any model an operator brings. The multilingual preset reads 512 tokens;

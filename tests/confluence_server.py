@@ -3,7 +3,9 @@
 Pages, their attachments (``/content/{id}/child/attachment``, each with
 ``version.number`` when expanded, ``extensions.mediaType`` and
 ``extensions.fileSize``, ``_links.download`` relative to the site, the bytes
-at ``/wiki/download/attachments/{page}/{name}``), spaces with their read
+at ``/wiki/download/attachments/{page}/{name}``; one the test names in
+:attr:`MockConfluence.trickle` a byte at a time, each moving the test's clock
+on), spaces with their read
 permission, page read restrictions, groups and their members, and CQL search
 over ``space``, ``type`` and ``lastmodified`` (``/rest/api/search``, pages; and
 ``/rest/api/content/search``, whose results are content as the content API
@@ -44,7 +46,11 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
+from tests.clocks import Waits
 from tests.servers import DEFAULT_CONFLUENCE_TOKEN, threaded_http_server
+
+# Marks an answer sent a byte at a time (``MockConfluence.trickle``); never sent itself.
+_TRICKLE = "X-Mock-Trickle"
 
 ACCOUNT = "bot@example.com"
 SPACE = "ENG"
@@ -109,6 +115,11 @@ class MockConfluence:
         self.pages: dict[str, Page] = {}
         self.attachments: dict[str, Attachment] = {}
         self.download_host = ""  # put before each _links.download (another site's, say)
+        # Attachments whose bytes are sent one at a time, each moving ``trickle_clock`` on by
+        # ``trickle_seconds`` (hostile: a download that never quite stops).
+        self.trickle: set[str] = set()
+        self.trickle_clock: Waits | None = None
+        self.trickle_seconds = 5.0
         self.spaces: dict[str, Space] = {SPACE: Space(SPACE, groups=["confluence-users"])}
         self.groups: dict[str, list[str]] = {"confluence-users": []}
         self.hidden_emails: set[str] = set()  # people whose profile hides their email
@@ -182,13 +193,24 @@ class MockConfluence:
                 status, headers, body = self._post(request, split.path, sent)
             else:
                 status, headers, body = self._route(request, split.path, query)
+        trickled = headers.pop(_TRICKLE, None) is not None
         request.send_response(status)
         request.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
         for name, value in headers.items():
             request.send_header(name, value)
         request.send_header("Content-Length", str(len(body)))
         request.end_headers()
-        request.wfile.write(body)
+        if not trickled:
+            request.wfile.write(body)
+            return
+        try:
+            for byte in range(len(body)):
+                request.wfile.write(body[byte : byte + 1])
+                request.wfile.flush()
+                if self.trickle_clock is not None:
+                    self.trickle_clock.now += self.trickle_seconds
+        except OSError:
+            request.close_connection = True  # the client stopped reading: what it should do
 
     def _route(
         self, request: BaseHTTPRequestHandler, path: str, query: dict[str, str]
@@ -409,7 +431,10 @@ class MockConfluence:
         page, _, name = rest.partition("/")
         for attachment in self.attachments.values():
             if attachment.page == page and quote(attachment.title) == name and page in self.pages:
-                return 200, {"Content-Type": attachment.media_type}, attachment.data
+                headers = {"Content-Type": attachment.media_type}
+                if attachment.id in self.trickle:
+                    headers[_TRICKLE] = ""
+                return 200, headers, attachment.data
         return _json(404, {"statusCode": 404, "message": "No attachment found"})
 
     def _ancestors(self, page: Page) -> list[Page]:

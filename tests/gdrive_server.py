@@ -20,6 +20,11 @@ What it follows of Google's documented behaviour:
   without ``supportsAllDrives=true``; ``files.get`` ``alt=media`` of a Google
   Doc is ``403 fileNotDownloadable``; ``files.export`` of anything else is
   ``403 fileNotExportable``, to a type Google does not export to ``400``;
+* ``files.get`` ``alt=media`` honours a ``Range`` of bytes (``bytes=a-b``,
+  ``bytes=a-``) as Drive does: ``206`` with ``Content-Range``, ``416`` past the
+  end; the bytes of content sent are counted (:attr:`MockDrive.served`), and a
+  file the test names in :attr:`MockDrive.trickle` is sent one byte at a time,
+  each moving the test's clock on (a server that trickles, on the test's time);
 * ``changes.getStartPageToken`` and ``changes.list``: every change the test
   makes is one entry of a log; a page token is a position in it; the last
   page gives ``newStartPageToken``; a deleted file's change is ``removed``; a
@@ -63,6 +68,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from tests.clocks import Waits
 from tests.servers import DEFAULT_GDRIVE_TOKEN, threaded_http_server
 
 ACCOUNT = "kb-sync@example-project.iam.gserviceaccount.com"
@@ -196,6 +202,15 @@ class MockDrive:
         self.key_revoked = False
         self.page_cap = 2
         self.list_twice: str | None = None  # a file id files.list gives twice
+        # files.list answers this many empty pages first, each with a fresh nextPageToken
+        # (Drive may while it searches; more than a few is hostile).
+        self.empty_pages = 0
+        self.served: dict[str, int] = {}  # bytes of each file's content sent
+        # Files whose content is sent a byte at a time, each moving ``trickle_clock`` on by
+        # ``trickle_seconds`` (hostile: a download that never quite stops).
+        self.trickle: set[str] = set()
+        self.trickle_clock: Waits | None = None
+        self.trickle_seconds = 5.0
         self.hidden_drive_members = False  # the shared drive's own permissions are 403
         self.drive_members_only = False  # restrictions.driveMembersOnly of the shared drive
         self._sharing: dict[str, str] = {}  # each file's permissions as last logged
@@ -305,13 +320,24 @@ class MockDrive:
             request.wfile.write(b'{"files": [')
             request.close_connection = True
             return
+        trickled = headers.pop(_TRICKLE, None) is not None
         request.send_response(status)
         request.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
         for name, value in headers.items():
             request.send_header(name, value)
         request.send_header("Content-Length", str(len(data)))
         request.end_headers()
-        request.wfile.write(data)
+        if not trickled:
+            request.wfile.write(data)
+            return
+        try:
+            for byte in range(len(data)):
+                request.wfile.write(data[byte : byte + 1])
+                request.wfile.flush()
+                if self.trickle_clock is not None:
+                    self.trickle_clock.now += self.trickle_seconds
+        except OSError:
+            request.close_connection = True  # the client stopped reading: what it should do
 
     def _token(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
         form = {k: v[-1] for k, v in parse_qs(body.decode()).items()}
@@ -389,7 +415,7 @@ class MockDrive:
                                 parts[2:] != ["export"]):  # fmt: skip
                 return 404, {}, _error(404, "notFound", "NOT_FOUND", f"File not found: {parts[1]}.")
             if parts[2:] == []:
-                return self._get(file, query)
+                return self._get(file, query, request.headers.get("Range"))
             if parts[2:] == ["export"]:
                 return self._export(file, query)
             if parts[2:] == ["permissions"]:
@@ -408,7 +434,12 @@ class MockDrive:
             found = [f for f in found if f.drive == query["driveId"]]
         if self.list_twice in self.files:
             found.append(self.files[self.list_twice])
-        start = int(_unb64(query["pageToken"]).decode()) if query.get("pageToken") else 0
+        token = query.get("pageToken", "")
+        searched = int(token.removeprefix(_SEARCHING)) if token.startswith(_SEARCHING) else 0
+        if (not token or token.startswith(_SEARCHING)) and searched < self.empty_pages:
+            page = {"kind": "drive#fileList", "incompleteSearch": False, "files": []}
+            return _json({**page, "nextPageToken": f"{_SEARCHING}{searched + 1}"})
+        start = int(_unb64(token).decode()) if token and not token.startswith(_SEARCHING) else 0
         limit = min(int(query.get("pageSize", "100")), self.page_cap)
         answer: dict[str, Any] = {
             "kind": "drive#fileList",
@@ -419,12 +450,27 @@ class MockDrive:
             answer["nextPageToken"] = _b64(str(start + limit).encode())
         return _json(answer)
 
-    def _get(self, file: File, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    def _get(
+        self, file: File, query: dict[str, str], byte_range: str | None
+    ) -> tuple[int, dict[str, str], bytes]:
         if query.get("alt") != "media":
             return _json(file.as_json())
         if file.mime.startswith("application/vnd.google-apps."):
             return 403, {}, _error(403, "fileNotDownloadable", "PERMISSION_DENIED")
-        return 200, {"Content-Type": file.mime}, file.content
+        status, headers, body = 200, {"Content-Type": file.mime}, file.content
+        wanted = _RANGE.fullmatch(byte_range or "")
+        total = len(file.content)
+        if wanted:
+            first = int(wanted[1])
+            last = min(int(wanted[2]) if wanted[2] else total - 1, total - 1)
+            if first >= total:
+                return 416, {"Content-Range": f"bytes */{total}"}, _error(416, "badRange")
+            status, body = 206, file.content[first : last + 1]
+            headers["Content-Range"] = f"bytes {first}-{last}/{total}"
+        self.served[file.id] = self.served.get(file.id, 0) + len(body)
+        if file.id in self.trickle:
+            headers[_TRICKLE] = ""
+        return status, headers, body
 
     def _export(self, file: File, query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         if file.mime not in _EXPORTS:
@@ -449,7 +495,12 @@ class MockDrive:
         self, rows: list[dict[str, Any]], query: dict[str, str]
     ) -> tuple[int, dict[str, str], bytes]:
         """One page of ``rows`` from ``pageToken``, at most ``pageSize`` and the server's cap."""
-        start = int(_unb64(query["pageToken"]).decode()) if query.get("pageToken") else 0
+        token = query.get("pageToken", "")
+        searched = int(token.removeprefix(_SEARCHING)) if token.startswith(_SEARCHING) else 0
+        if (not token or token.startswith(_SEARCHING)) and searched < self.empty_pages:
+            page = {"kind": "drive#fileList", "incompleteSearch": False, "files": []}
+            return _json({**page, "nextPageToken": f"{_SEARCHING}{searched + 1}"})
+        start = int(_unb64(token).decode()) if token and not token.startswith(_SEARCHING) else 0
         limit = min(int(query.get("pageSize", "100")), self.page_cap)
         named = re.search(r"permissions\(([^)]*)\)", query.get("fields", ""))
         wanted = set(named.group(1).split(",")) if named else None
@@ -560,6 +611,15 @@ class MockDrive:
             if derived and member.get("type") == "GROUP" and nested not in seen:
                 rows += self._expanded(nested, derived, seen)
         return rows
+
+
+# A byte range as Drive honours it: ``bytes=first-last`` or ``bytes=first-``.
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+# Marks an answer sent a byte at a time (``MockDrive.trickle``); never sent itself.
+_TRICKLE = "X-Mock-Trickle"
+
+# The page token of an empty page of files.list (``MockDrive.empty_pages``).
+_SEARCHING = "searching-"
 
 
 def user(email: str) -> dict[str, str]:

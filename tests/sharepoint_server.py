@@ -15,6 +15,8 @@ serves both:
   deleted ones with a ``deleted`` facet, moved ones with their new
   ``parentReference``; an expired delta link is HTTP 410 ``resyncRequired``;
   ``/items/{id}/content`` is a 302 to a pre-authorised download address;
+  a file the test names in :attr:`MockSharePoint.trickle` is sent from there a
+  byte at a time, that many seconds apart (a server that trickles);
   ``/items/{id}/permissions`` lists the item's own permissions and those
   inherited from its folders (``inheritedFrom``); ``/groups/{id}/transitiveMembers``
   lists a group's members, nested groups' included;
@@ -35,6 +37,7 @@ import json
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -49,6 +52,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.servers import DEFAULT_SHAREPOINT_CLIENT_SECRET, SHUTDOWN_POLL_S
+
+# Marks an answer sent a byte at a time, its value the seconds between two
+# (``MockSharePoint.trickle``); never sent itself.
+_TRICKLE = "X-Mock-Trickle"
 
 TENANT = "contoso.onmicrosoft.com"
 CLIENT_ID = "6731de76-14a6-49ae-97bc-6eba6914391e"
@@ -140,6 +147,7 @@ class MockSharePoint:
         self.oldest_delta = 0  # delta links older than this change are expired (410)
         self.list_twice: str | None = None  # an item the delta lists twice
         self.redirect_to: str | None = None  # where content redirects, when not the mock
+        self.trickle: dict[str, float] = {}  # item id -> seconds between two bytes of it
         self.unreadable: set[str] = set()  # items whose permissions answer 403
         self.base = ""
         self.ca_file = ""
@@ -239,13 +247,24 @@ class MockSharePoint:
         with self._lock:
             self.calls.append((method, split.path, query, signed))
             status, headers, payload = self._route(request, method, split.path, query, body)
+        paced = headers.pop(_TRICKLE, None)
+        pause = float(paced) if paced is not None else None
         request.send_response(status)
         request.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
         for name, value in headers.items():
             request.send_header(name, value)
         request.send_header("Content-Length", str(len(payload)))
         request.end_headers()
-        request.wfile.write(payload)
+        if pause is None:
+            request.wfile.write(payload)
+            return
+        try:
+            for byte in range(len(payload)):
+                request.wfile.write(payload[byte : byte + 1])
+                request.wfile.flush()
+                time.sleep(pause)  # the hostile server's pace, not the test's clock
+        except OSError:
+            request.close_connection = True  # the client stopped reading: what it should do
 
     def _route(
         self,
@@ -390,7 +409,10 @@ class MockSharePoint:
         item = self.items.get(item_id)
         if item is None or query.get("tempauth") != f"ey.{item_id}":
             return 401, {}, b"expired"
-        return 200, {"Content-Type": "application/octet-stream"}, item.data
+        headers = {"Content-Type": "application/octet-stream"}
+        if item_id in self.trickle:
+            headers[_TRICKLE] = str(self.trickle[item_id])
+        return 200, headers, item.data
 
     def _permissions(
         self, item_id: str, query: dict[str, str]

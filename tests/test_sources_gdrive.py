@@ -112,20 +112,31 @@ def settings(mock: MockDrive, **kw: Any) -> GDriveSettings:
 
 
 def connector(
-    mock: MockDrive, waits: Waits | None = None, budget: float = 30.0, **kw: Any
+    mock: MockDrive,
+    waits: Waits | None = None,
+    budget: float = 30.0,
+    options: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> GDriveConnector:
     return GDriveConnector(
         settings(mock, **kw),
         mock.key_file(),
         sleep=(waits or Waits()).sleep,
         budget_seconds=budget,
+        **(options or {}),
     )
 
 
 def run(
-    kb: KnowledgeBase, mock: MockDrive, waits: Waits | None = None, **kw: Any
+    kb: KnowledgeBase,
+    mock: MockDrive,
+    waits: Waits | None = None,
+    options: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> SourceSyncReport:
-    source = connector(mock, waits, **kw)
+    """One sync through a connector opened with ``options`` (``max_bytes``...); ``kw`` are
+    the source's settings."""
+    source = connector(mock, waits, options=options, **kw)
     return sync(kb, SOURCE, "gdrive", settings(mock).as_dict(), source, waits)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,15 @@ from click.testing import Result
 
 from bot.access import Where
 from core.answer import Engine
+from index.config import IndexConfig
+from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.sources import (
     Acl,
     SourceCredentialsRejected,
     SourceSyncReport,
     source_scope,
+    sync_due_sources,
 )
 from index.sources.sharepoint import SharePointConnector, SharePointSettings
 from tests import sources_harness
@@ -98,20 +102,31 @@ def settings(mock: MockSharePoint, **kw: Any) -> SharePointSettings:
 
 
 def connector(
-    mock: MockSharePoint, waits: Waits | None = None, budget: float = 30.0, **kw: Any
+    mock: MockSharePoint,
+    waits: Waits | None = None,
+    budget: float = 30.0,
+    options: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> SharePointConnector:
     return SharePointConnector(
         settings(mock, **kw),
         DEFAULT_SHAREPOINT_CLIENT_SECRET,
         sleep=(waits or Waits()).sleep,
         budget_seconds=budget,
+        **(options or {}),
     )
 
 
 def run(
-    kb: KnowledgeBase, mock: MockSharePoint, waits: Waits | None = None, **kw: Any
+    kb: KnowledgeBase,
+    mock: MockSharePoint,
+    waits: Waits | None = None,
+    options: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> SourceSyncReport:
-    source = connector(mock, waits, **kw)
+    """One sync through a connector opened with ``options`` (``max_bytes``...); ``kw`` are
+    the source's settings."""
+    source = connector(mock, waits, options=options, **kw)
     return sync(kb, SOURCE, "sharepoint", settings(mock).as_dict(), source, waits)
 
 
@@ -425,8 +440,60 @@ def test_a_file_too_large_is_skipped_and_said(kb: KnowledgeBase, graph: MockShar
     graph.items["C"].size = 5 * 1024**3
     report = run(kb, graph)
     assert sorted(report.added) == ["A", "B"]
-    assert [i for i, _ in report.failed] == ["C"] and "bytes" in report.failed[0][1]
+    assert [i for i, _ in report.failed] == ["C"] and "over the 20 MB" in report.failed[0][1]
     assert graph.calls_to("/items/C/content") == []
+
+
+def _long_and_slow(graph: MockSharePoint) -> None:
+    """A file listed as 100 bytes and sent as 5,000, one sent a byte every 50 ms (45 s in all)."""
+    graph.add(Item("L", "long.txt", b"word " * 1000, parent="F0", size=100))
+    graph.add(Item("S", "slow.txt", b"x" * 900, parent="F0"))
+    graph.trickle["S"] = 0.05
+
+
+def _held_to_1000_bytes_and_2_seconds(report: dict[str, Any]) -> None:
+    assert report["error"] is None and sorted(report["added"]) == ["A", "B", "C"]
+    assert {f["item"]: f["reason"] for f in report["failed"]} == {
+        "L": "long.txt is over the 1000 bytes a document may be; skipped.",
+        "S": "slow.txt took longer to download than the 2 s one file may take; skipped.",
+    }
+
+
+def test_kb_source_sync_holds_each_file_to_the_upload_limit_and_the_download_timeout(
+    index_dir: Path, graph: MockSharePoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_SHAREPOINT_CLIENT_SECRET", DEFAULT_SHAREPOINT_CLIENT_SECRET)
+    monkeypatch.setenv("KB_MAX_UPLOAD_BYTES", "1000")
+    monkeypatch.setenv("KB_DOWNLOAD_TIMEOUT", "2")
+    _long_and_slow(graph)
+    kb_cli(
+        index_dir, "source", "add", "sharepoint", "--tenant", TENANT, "--client-id", CLIENT_ID,
+        "--site", SITE, "--graph-url", graph.graph, "--authority-url", graph.base,
+    )  # fmt: skip
+
+    started = time.monotonic()
+    synced = kb_cli(index_dir, "source", "sync", "--json")
+    took = time.monotonic() - started
+
+    (report,) = json.loads(synced.stdout)
+    _held_to_1000_bytes_and_2_seconds(report)
+    assert took < 30.0  # the trickle alone would have taken 45 s
+
+
+def test_the_scheduled_sync_holds_each_file_to_the_upload_limit_and_the_download_timeout(
+    index_dir: Path, embedder: Embedder, graph: MockSharePoint
+) -> None:
+    kb = KnowledgeBase(IndexConfig(data_dir=index_dir, max_upload_bytes=1000), embedder=embedder)
+    kb.store.sources.add(SOURCE, "sharepoint", settings(graph).as_dict())
+    _long_and_slow(graph)
+    tokens = {"sharepoint": DEFAULT_SHAREPOINT_CLIENT_SECRET}
+
+    started = time.monotonic()
+    (report,) = sync_due_sources(kb, tokens, 0.0, download_seconds=2.0, sleep=Waits().sleep)
+    took = time.monotonic() - started
+
+    _held_to_1000_bytes_and_2_seconds(report.as_dict())
+    assert took < 30.0
 
 
 def test_a_file_address_pointing_elsewhere_gives_no_link(

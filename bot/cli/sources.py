@@ -436,16 +436,18 @@ def sync_command(ctx: click.Context, name: str | None, full: bool, as_json: bool
 
     Example: kb source sync confluence-eng
     """
-    from index.sources import open_connector, sync_source
+    from index.sources import DownloadLimits, open_connector, sync_source
 
     kb = open_kb(ctx)
-    tokens = settings_of(ctx).source_tokens()
+    settings = settings_of(ctx)
+    tokens = settings.source_tokens()
+    limits = DownloadLimits(kb.config.max_upload_bytes, settings.download_timeout)
     rows = [kb.store.sources.get(name)] if name else kb.store.sources.all()
     reports = []
     for row in rows:
         if full:
             kb.store.sources.set_checkpoint(row.name, "")
-        connector = open_connector(row, tokens)
+        connector = open_connector(row, tokens, limits)
         reports.append(sync_source(kb, row.name, connector).as_dict())
 
     def text() -> None:

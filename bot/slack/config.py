@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from index.config import DEFAULT_DOWNLOAD_TIMEOUT
+
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
-DEFAULT_DOWNLOAD_TIMEOUT = 120.0
 DEFAULT_MAX_UPLOADS_PER_USER = 3
 # A claim on a Slack event lapses this long after its last renewal (every third of it):
 # long enough that a database busy for a few seconds does not hand a live answer to a

@@ -10,7 +10,9 @@ who reads a source changed in place (``kb source readers``),
 SharePoint and OneDrive through Microsoft Graph (tokens by ``msal``),
 ``notion`` Notion through ``notion-client``, ``gdrive`` Google Drive through
 ``google-api-python-client``, ``retry`` the back-off within a budget they
-share, ``fields`` the times, checkpoints and file names they read alike. Who
+share, ``fields`` the times, checkpoints, file names and pages of a listing
+they read alike, ``downloads`` a file's bytes read within the upload limit and
+the download deadline. Who
 a document's permissions admit is ``bot.access``'s to decide.
 """
 
@@ -31,6 +33,7 @@ from index.sources.contract import (
     is_source_scope,
     source_scope,
 )
+from index.sources.downloads import DownloadLimits
 from index.sources.kinds import KINDS, TOKEN_SETTINGS, check_name, open_connector, settings_of
 from index.sources.readers import ReadersChange, change_readers
 from index.sources.sync import (
@@ -48,6 +51,7 @@ __all__ = [
     "Batch",
     "ChangedPermissions",
     "Connector",
+    "DownloadLimits",
     "GroupMembers",
     "KINDS",
     "ReadersChange",

@@ -70,8 +70,7 @@ import requests
 from atlassian.confluence.server import Server
 from atlassian.errors import ApiError
 
-from index.config import DEFAULT_MAX_UPLOAD_BYTES
-from index.errors import TooLarge
+from index.config import DEFAULT_DOWNLOAD_TIMEOUT, DEFAULT_MAX_UPLOAD_BYTES
 from index.sources.contract import (
     UNKNOWN_ACL,
     Acl,
@@ -83,11 +82,12 @@ from index.sources.contract import (
     SourceFailed,
     after_organisation_groups,
 )
+from index.sources.downloads import PLAIN, Deadline, read_capped, too_large
 from index.sources.fields import (
+    Listing,
     checkpoint_of,
     checkpoint_time,
     file_name,
-    next_page,
     readable_name,
     readable_suffix,
     timestamp,
@@ -186,6 +186,8 @@ class ConfluenceConnector:
         budget_seconds: the most one call waits for retries before the run fails.
         timeout: seconds for one HTTP request.
         max_bytes: the largest attachment downloaded (the knowledge base's default upload limit).
+        download_seconds: the most one attachment's download may take, its retries included.
+        clock: the time now, which that is measured on.
     """
 
     kind = "confluence"
@@ -199,6 +201,8 @@ class ConfluenceConnector:
         budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         timeout: int = 30,
         max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+        download_seconds: float = DEFAULT_DOWNLOAD_TIMEOUT,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if not token:
             raise SourceError(
@@ -209,6 +213,8 @@ class ConfluenceConnector:
         self.budget_seconds = budget_seconds
         self.timeout = timeout
         self.max_bytes = max_bytes
+        self.download_seconds = download_seconds
+        self.clock = clock
         # The SDK's own retries are off: ours wait within a budget and say why they stopped.
         common: dict[str, Any] = {
             "timeout": timeout,
@@ -411,7 +417,7 @@ class ConfluenceConnector:
             item = _attachment_item(row)
             name = row["title"].strip() or item
             if not self._fits(row):
-                failed.append((item, self._too_large(name)))
+                failed.append((item, too_large(name, self.max_bytes).reason))
                 continue
             download = self._download_url(row)
             if download is None:
@@ -440,29 +446,25 @@ class ConfluenceConnector:
         return url if origin(url) == origin(self.settings.url) else None
 
     def _download(self, url: str, name: str) -> bytes | None:
-        """The attachment's bytes; ``None``: deleted since it was listed.
+        """The attachment's bytes, read as they come; ``None``: deleted since it was listed.
 
         Raises:
             TooLarge: more bytes came than a document may have.
+            ReadingLimit: the download took longer than ``download_seconds`` (its retries too).
         """
-        response = self._call(lambda: self._stream(url), missing=True)
+        deadline = Deadline.start(self.download_seconds, self.clock)
+        response = self._call(lambda: self._stream(url, deadline, name), missing=True)
         if response is None:
             return None
-        data = bytearray()
-        with response:
-            try:
-                for chunk in response.iter_content(1 << 16):
-                    data += chunk
-                    if len(data) > self.max_bytes:
-                        # Its stated size was smaller: the rest is never read.
-                        raise TooLarge(self._too_large(name), filename=name, limit=self.max_bytes)
-            except requests.RequestException:
-                raise SourceFailed(f"Confluence cut off the download of {name}.") from None
-        return bytes(data)
+        try:
+            return read_capped(response, name, max_bytes=self.max_bytes, deadline=deadline)
+        except requests.RequestException:
+            raise SourceFailed(f"Confluence cut off the download of {name}.") from None
 
-    def _stream(self, url: str) -> requests.Response:
+    def _stream(self, url: str, deadline: Deadline, name: str) -> requests.Response:
         """The download's response, its body not read yet (an error status raises)."""
-        response = self.client.session.get(url, stream=True, timeout=self.timeout)
+        deadline.check(name)
+        response = self.client.session.get(url, stream=True, timeout=self.timeout, headers=PLAIN)
         if response.status_code >= 400:
             response.close()
             response.raise_for_status()
@@ -473,14 +475,6 @@ class ConfluenceConnector:
         the bytes are counted as they come)."""
         size = _part(row, "extensions").get("fileSize")
         return not (isinstance(size, int) and size > self.max_bytes)
-
-    def _too_large(self, name: str) -> str:
-        limit = (
-            f"{self.max_bytes // 2**20} MB"
-            if self.max_bytes >= 2**20
-            else f"{self.max_bytes} bytes"
-        )
-        return f"{name} is over the {limit} a document may be; skipped."
 
     def _container(self, item: str) -> str | None:
         """The id of the page an attachment is on; ``None``: it is gone."""
@@ -515,7 +509,7 @@ class ConfluenceConnector:
         """
         url: str | None = path
         absolute = False
-        seen: set[str] = set()
+        listing = Listing("Confluence")
         for _ in range(MAX_PAGES):
             if url is None:
                 return
@@ -526,7 +520,7 @@ class ConfluenceConnector:
                 raise SourceFailed("Confluence answered a list that is not JSON of results.")
             yield from answer["results"]
             url, params, absolute = self._next(answer.get("_links")), {}, True
-            url = url and next_page(url, seen, "Confluence")
+            url = url and listing.next_page(url, empty=not answer["results"])
         raise SourceFailed(f"Confluence gave more than {MAX_PAGES} pages of results; stopped.")
 
     def _next(self, links: object) -> str | None:

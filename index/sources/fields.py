@@ -1,11 +1,12 @@
-"""Reading what every source sends alike: its times, the checkpoint a sync saved, file names.
+"""Reading what every source sends alike: times, checkpoints, file names, a listing's pages.
 
 A file a source holds is read when the product's extractor reads its name's
 suffix, or else its media type (``readable_suffix``).
 
 A source's answers are hostile input: a time that is not one reads as ``None``
 (the caller decides what that means), a checkpoint that cannot be read fails
-the run with what to do, and a title becomes a file name that names no path.
+the run with what to do, a title becomes a file name that names no path, and
+a listing that never ends (:class:`Listing`) fails the run.
 """
 
 from __future__ import annotations
@@ -19,18 +20,22 @@ from index.ingest import SUPPORTED_SUFFIXES
 from index.sources.contract import SourceFailed
 
 __all__ = [
+    "MAX_EMPTY_PAGES",
+    "Listing",
     "checkpoint_of",
     "checkpoint_time",
     "expired",
     "expiry",
     "file_name",
     "media_type_of",
-    "next_page",
     "readable_name",
     "readable_suffix",
     "timestamp",
 ]
 
+# Empty pages in a row a listing may give, each pointing at another, before it counts as
+# one that never ends: generous, as Google Drive may answer empty pages while it searches.
+MAX_EMPTY_PAGES = 100
 # Path separators and control characters: a title is never a path.
 _NOT_IN_NAMES = re.compile(r"[\\/\x00-\x1f]+")
 _MOST_NAME_CHARS = 120
@@ -109,20 +114,46 @@ def _within(when: datetime) -> datetime:
     return min(max(when, _EARLIEST), datetime.now(UTC))
 
 
-def next_page(following: str, seen: set[str], source: str) -> str:
-    """``following``, a listing's next page (a cursor, a token or a link), remembered in
-    ``seen`` (that listing's, empty at its start).
+class Listing:
+    """The pages of one listing followed so far, which tell a listing that never ends.
 
-    Raises:
-        SourceFailed: the listing gave it before: following it would go round for ever.
+    A source's next page (a cursor, a token or a link) is hostile input: one it gave
+    before would go round for ever, and a fresh one each time after an empty page would
+    hold the run for every request the listing may make. Google Drive does answer some
+    empty pages with a next page while it searches, so only :data:`MAX_EMPTY_PAGES` in
+    a row end the listing.
+
+    Args:
+        source: what people call the source ("Google Drive"), for the message.
+        first: the listing's first page, when it has one to be pointed back at.
     """
-    if following in seen:
-        raise SourceFailed(
-            f"{source} pointed the next page of a listing at one it had given before (a "
-            "listing that never ends); the run stopped."
-        )
-    seen.add(following)
-    return following
+
+    def __init__(self, source: str, first: str | None = None) -> None:
+        self.source = source
+        self._seen = {first} if first else set()
+        self._empty = 0
+
+    def next_page(self, following: str, *, empty: bool) -> str:
+        """``following``, the next page after one that held nothing when ``empty``.
+
+        Raises:
+            SourceFailed: the listing gave it before, or gave :data:`MAX_EMPTY_PAGES` empty
+                pages in a row: following it would go on for ever.
+        """
+        if following in self._seen:
+            raise SourceFailed(
+                f"{self.source} pointed the next page of a listing at one it had given before "
+                "(a listing that never ends); the run stopped."
+            )
+        self._empty = self._empty + 1 if empty else 0
+        if self._empty >= MAX_EMPTY_PAGES:
+            raise SourceFailed(
+                f"{self.source} gave {self._empty} empty pages of a listing in a row, each "
+                "pointing at another (a listing that never ends); the run stopped and removed "
+                "nothing."
+            )
+        self._seen.add(following)
+        return following
 
 
 def file_name(title: str, fallback: str) -> str:

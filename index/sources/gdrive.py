@@ -65,11 +65,13 @@ from urllib.parse import quote, urlsplit
 import google_auth_httplib2
 import httplib2
 from google.auth.exceptions import GoogleAuthError, RefreshError, TransportError
+from google.auth.transport.requests import AuthorizedSession
 from google.oauth2 import service_account
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
-from index.config import DEFAULT_MAX_UPLOAD_BYTES
+from index.config import DEFAULT_DOWNLOAD_TIMEOUT, DEFAULT_MAX_UPLOAD_BYTES
+from index.errors import ExtractionError
 from index.sources.contract import (
     UNKNOWN_ACL,
     Acl,
@@ -80,11 +82,12 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
+from index.sources.downloads import PLAIN, Deadline, read_capped
 from index.sources.fields import (
+    Listing,
     expired,
     expiry,
     file_name,
-    next_page,
     readable_name,
     readable_suffix,
 )
@@ -214,6 +217,8 @@ class GDriveConnector:
         clock: the time now, which tells an expired sharing from one still to expire.
         budget_seconds: the most one call waits for retries before the run fails.
         timeout: seconds for one HTTP request.
+        max_bytes: the largest file downloaded (the knowledge base's default upload limit).
+        download_seconds: the most one file's download may take, its retries included.
     """
 
     kind = "gdrive"
@@ -227,13 +232,21 @@ class GDriveConnector:
         clock: Callable[[], float] = time.time,
         budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         timeout: int = 30,
+        max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+        download_seconds: float = DEFAULT_DOWNLOAD_TIMEOUT,
     ) -> None:
         self.settings = settings
         self.sleep = sleep
         self.clock = clock
         self.budget_seconds = budget_seconds
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.download_seconds = download_seconds
         credentials = _credentials(token, settings.subject)
         self.drive = _service("drive", "v3", credentials, timeout, settings.api_url, "drive/v3/")
+        # A file's content is read as it comes, which httplib2 cannot (it reads a whole
+        # answer): the same credentials, over requests.
+        self.media = AuthorizedSession(credentials)
         self.directory = _service(
             "admin",
             "directory_v1",
@@ -368,7 +381,7 @@ class GDriveConnector:
     ) -> Iterator[dict[str, Any]]:
         """Each page of a listing, following ``nextPageToken`` (``hidden``: as :meth:`_call`)."""
         token: str | None = None
-        seen: set[str] = set()
+        listing = Listing("Google Drive")
         for _ in range(MAX_PAGES):
             answer = self._call(request(token), hidden=hidden)
             if not isinstance(answer, dict):
@@ -377,7 +390,7 @@ class GDriveConnector:
             token = answer.get("nextPageToken")
             if not token:
                 return
-            token = next_page(str(token), seen, "Google Drive")
+            token = listing.next_page(str(token), empty=_empty(answer))
         raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages; stopped.")
 
     def _start_token(self) -> str:
@@ -406,7 +419,7 @@ class GDriveConnector:
             args["driveId"] = self.settings.drive
         fields = f"nextPageToken,newStartPageToken,changes(fileId,removed,file({_FILE_FIELDS}))"
         latest: dict[str, dict[str, Any] | None] = {}
-        seen = {token}
+        listing = Listing("Google Drive", token)
         for _ in range(MAX_PAGES):
             answer = self._call(
                 self.drive.changes().list(
@@ -426,7 +439,7 @@ class GDriveConnector:
             token = answer.get("nextPageToken")
             if not token:
                 raise SourceFailed("Google Drive's changes ended without the next page token.")
-            token = next_page(str(token), seen, "Google Drive")
+            token = listing.next_page(str(token), empty=not rows)
         raise SourceFailed(f"Google Drive gave more than {MAX_PAGES} pages of changes; stopped.")
 
     def _in_scope(self, changed: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -452,20 +465,22 @@ class GDriveConnector:
     def _document(self, file: dict[str, Any]) -> SourceDocument:
         item, name, mime = file["id"], file["name"].strip(), file["mimeType"]
         size = file.get("size")
-        if size is not None and str(size).isdigit() and int(size) > DEFAULT_MAX_UPLOAD_BYTES:
+        if size is not None and str(size).isdigit() and int(size) > self.max_bytes:
             raise _Malformed(
                 f"{name} is {int(size) // 2**20} MB, over the "
-                f"{DEFAULT_MAX_UPLOAD_BYTES // 2**20} MB a document may be; skipped."
+                f"{self.max_bytes // 2**20} MB a document may be; skipped."
             )
         acl = self._acl(item)
         if mime in EXPORTS:
             media_type, suffix = EXPORTS[mime]
-            data = self._content(self.drive.files().export_media(fileId=item, mimeType=media_type))
+            export = self.drive.files().export_media(fileId=item, mimeType=media_type)
+            data = self._content(export.uri, name)
             filename = f"{file_name(name, 'file')}{suffix}"
         else:
             filename = readable_name(name, mime)
             media_type = mime
-            data = self._content(self.drive.files().get_media(fileId=item, supportsAllDrives=True))
+            download = self.drive.files().get_media(fileId=item, supportsAllDrives=True)
+            data = self._content(download.uri, name)
         return SourceDocument(
             item=item,
             title=name,
@@ -477,11 +492,25 @@ class GDriveConnector:
             version=str(file.get("version") or ""),
         )
 
-    def _content(self, request: Any) -> bytes:
-        data = self._call(request, item=True)
-        if not isinstance(data, bytes):
-            raise _Malformed("Google Drive gave this file's content as something not bytes.")
-        return data
+    def _content(self, uri: str, name: str) -> bytes:
+        """The bytes at a ``files.get`` (``alt=media``) or ``files.export`` address, read as
+        they come, at most ``max_bytes`` (asked for with a ``Range``, which Drive honours,
+        and counted, as an export or another server may send more), within
+        ``download_seconds`` from the first request, retries included."""
+        deadline = Deadline.start(self.download_seconds, self.clock)
+        headers = {**PLAIN, "Range": f"bytes=0-{self.max_bytes}"}
+
+        def download() -> bytes:
+            deadline.check(name)
+            response = self.media.get(uri, headers=headers, stream=True, timeout=self.timeout)
+            if response.status_code == 416:  # no byte to give: an empty file
+                response.close()
+                return b""
+            if response.status_code >= 400:
+                raise _http_error(response)
+            return read_capped(response, name, max_bytes=self.max_bytes, deadline=deadline)
+
+        return self._run(download, item=True)
 
     # ------------------------------------------------------------ permissions
 
@@ -622,9 +651,16 @@ class GDriveConnector:
             SourceCredentialsRejected: 401, a key the token endpoint refuses, another 403.
             SourceFailed: the budget is spent, a garbage answer, any other error.
         """
+        return self._run(request.execute, item=item, hidden=hidden)
+
+    def _run(self, call: Callable[[], Any], *, item: bool = False, hidden: bool = False) -> Any:
+        """``call()``, as :meth:`_call` says; a file's download that went over its size or
+        its deadline is :class:`_Malformed` (skipped)."""
         budget = RetryBudget("Google Drive", self.budget_seconds, self.sleep)
         try:
-            return budget.run(request.execute, _transient)
+            return budget.run(call, _transient)
+        except ExtractionError as exc:
+            raise _Malformed(exc.reason) from None
         except HttpError as exc:
             raise _refused(exc.resp.status, _reason(exc), item=item, hidden=hidden) from None
         except RefreshError as exc:
@@ -639,6 +675,17 @@ class GDriveConnector:
             raise SourceCredentialsRejected(
                 "The service account's key cannot be used; make a new one and set it."
             ) from None
+
+
+def _http_error(response: Any) -> HttpError:
+    """A download's error answer as the SDK's error (its body read, at most 64 KB), so that
+    it is told apart and waited out as every other call's."""
+    try:
+        body = response.raw.read(1 << 16, decode_content=True)
+    finally:
+        response.close()
+    info = {"status": str(response.status_code), **dict(response.headers.lower_items())}
+    return HttpError(httplib2.Response(info), body, uri=response.url)
 
 
 class _Malformed(Exception):
@@ -729,6 +776,12 @@ def _service(
         cache_discovery=False,
         client_options=options,
     )
+
+
+def _empty(page: dict[str, Any]) -> bool:
+    """Whether a page of a listing holds nothing: none of its lists (``files``,
+    ``permissions``, ``members``: one a page) has an entry."""
+    return not any(isinstance(value, list) and value for value in page.values())
 
 
 def _file(row: object) -> dict[str, Any]:

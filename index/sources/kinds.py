@@ -1,9 +1,11 @@
 """The kinds of source there are, and how a configured one is opened with its credential.
 
-A kind is one line of ``_KINDS``: its connector's module and classes, and the
-setting holding its token. Its settings class also names the settings that say
-who reads a source (``READERS``) and what a synced document's permissions
-become when they change (``acl_now``: ``index.sources.readers``).
+A kind is one line of ``_KINDS``: its connector's module and classes, the
+setting holding its token, and whether it downloads files (which the
+product's limits then bound: ``index.sources.downloads``). Its settings class
+also names the settings that say who reads a source (``READERS``) and what a
+synced document's permissions become when they change (``acl_now``:
+``index.sources.readers``).
 
 A source's settings are in the store (``store.sources``); its credential never
 is. It is read when the source is opened: from the secret file the settings
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from index.sources.contract import Connector, SourceError
+from index.sources.downloads import DownloadLimits
 from index.storage import SourceRow
 
 __all__ = [
@@ -50,6 +53,8 @@ class Kind:
         module: the module of its connector.
         settings_class: in ``module``: what a source records, with ``from_dict``/``as_dict``.
         connector_class: in ``module``: ``Connector(settings, token, **options)``.
+        downloads: its connector downloads files, and takes ``max_bytes`` and
+            ``download_seconds`` (:class:`index.sources.downloads.DownloadLimits`).
     """
 
     name: str
@@ -57,6 +62,7 @@ class Kind:
     module: str
     settings_class: str
     connector_class: str
+    downloads: bool = False
 
     def load(self, attribute: str) -> Any:
         """The class ``attribute`` names, from this kind's module."""
@@ -73,6 +79,7 @@ _KINDS: dict[str, Kind] = {
             "index.sources.confluence",
             "ConfluenceSettings",
             "ConfluenceConnector",
+            downloads=True,
         ),
         Kind(
             "sharepoint",
@@ -80,9 +87,14 @@ _KINDS: dict[str, Kind] = {
             "index.sources.sharepoint",
             "SharePointSettings",
             "SharePointConnector",
+            downloads=True,
         ),
         Kind(
-            "notion", "KB_NOTION_TOKEN", "index.sources.notion", "NotionSettings", "NotionConnector"
+            "notion",
+            "KB_NOTION_TOKEN",
+            "index.sources.notion",
+            "NotionSettings",
+            "NotionConnector",
         ),
         Kind(
             "gdrive",
@@ -90,6 +102,7 @@ _KINDS: dict[str, Kind] = {
             "index.sources.gdrive",
             "GDriveSettings",
             "GDriveConnector",
+            downloads=True,
         ),
     )
 }
@@ -144,11 +157,17 @@ def opened_with(connector: Connector, row: SourceRow) -> bool:
     return all(recorded[k] == opened.get(k) for k in row.settings if k in recorded)
 
 
-def open_connector(row: SourceRow, tokens: Mapping[str, str], **options: Any) -> Connector:
+def open_connector(
+    row: SourceRow,
+    tokens: Mapping[str, str],
+    limits: DownloadLimits | None = None,
+    **options: Any,
+) -> Connector:
     """The connector of the configured source ``row``, with its credential.
 
     ``tokens``: each kind's token from the settings (``{"confluence": ...}``); a
-    source's own secret file comes first.
+    source's own secret file comes first. ``limits``: what one file it downloads
+    may cost (none: the defaults).
 
     ``options`` go to the connector (``sleep``, ``budget_seconds``).
 
@@ -162,6 +181,8 @@ def open_connector(row: SourceRow, tokens: Mapping[str, str], **options: Any) ->
         )
     token = _token(row, tokens)
     settings = found.load(found.settings_class).from_dict(row.settings)
+    if found.downloads and limits is not None:
+        options = {"max_bytes": limits.max_bytes, "download_seconds": limits.seconds, **options}
     connector: Connector = found.load(found.connector_class)(settings, token, **options)
     return connector
 

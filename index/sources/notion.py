@@ -61,7 +61,7 @@ from index.sources.contract import (
     SourceError,
     SourceFailed,
 )
-from index.sources.fields import checkpoint_of, checkpoint_time, file_name, next_page, timestamp
+from index.sources.fields import Listing, checkpoint_of, checkpoint_time, file_name, timestamp
 from index.sources.retry import DEFAULT_BUDGET_SECONDS, Retry, RetryBudget, retry_after
 
 __all__ = ["WORKSPACE_GROUP", "NotionConnector", "NotionSettings", "render_page"]
@@ -361,7 +361,7 @@ class NotionConnector:
         ``restricted``: ``restricted_resource`` raises :class:`_Restricted`.
         """
         cursor: dict[str, Any] = {"page_size": PAGE_SIZE}
-        seen: set[str] = set()
+        listing = Listing("Notion")
         for _ in range(MAX_PAGES):
             answer = self._call(
                 functools.partial(call, cursor), missing=missing, restricted=restricted
@@ -377,7 +377,8 @@ class NotionConnector:
             following = answer.get("next_cursor")
             if not isinstance(following, str) or not following:
                 raise SourceFailed("Notion said more results follow but gave no next_cursor.")
-            cursor = {"page_size": PAGE_SIZE, "start_cursor": next_page(following, seen, "Notion")}
+            following = listing.next_page(following, empty=not results)
+            cursor = {"page_size": PAGE_SIZE, "start_cursor": following}
         raise SourceFailed(f"Notion gave more than {MAX_PAGES} pages of results; stopped.")
 
     # ------------------------------------------------------------ people

@@ -62,6 +62,8 @@ import msal
 import requests
 from msal.exceptions import MsalError
 
+from index.config import DEFAULT_DOWNLOAD_TIMEOUT, DEFAULT_MAX_UPLOAD_BYTES
+from index.errors import ExtractionError
 from index.sources.contract import (
     UNKNOWN_ACL,
     Acl,
@@ -73,11 +75,12 @@ from index.sources.contract import (
     SourceFailed,
     after_organisation_groups,
 )
+from index.sources.downloads import PLAIN, Deadline, read_capped, too_large
 from index.sources.fields import (
+    Listing,
     expired,
     expiry,
     media_type_of,
-    next_page,
     readable_suffix,
     timestamp,
 )
@@ -97,8 +100,6 @@ AUTHORITY_URL = "https://login.microsoftonline.com"
 DOWNLOAD_HOSTS = ("sharepoint.com", "sharepoint.us", "sharepoint.de", "sharepoint.cn", "1drv.com")
 # Pages of one delta, listing or permission list followed at most (200 items a page).
 MAX_PAGES = 20_000
-# A file larger than this is not downloaded (the knowledge base takes 20 MB uploads by default).
-MAX_FILE_BYTES = 64 * 1024 * 1024
 # A site group's entry in an Acl: Graph cannot list its members.
 SITE_GROUP_PREFIX = "sitegroup:"
 # The sharing link types Graph documents that let their holders read the item: ``view``,
@@ -209,6 +210,8 @@ class SharePointConnector:
         clock: the time now, which tells an expired sharing from one still to expire.
         budget_seconds: the most one call waits for retries before the run fails.
         timeout: seconds for one HTTP request.
+        max_bytes: the largest file downloaded (the knowledge base's default upload limit).
+        download_seconds: the most one file's download may take, its retries included.
     """
 
     kind = "sharepoint"
@@ -222,6 +225,8 @@ class SharePointConnector:
         clock: Callable[[], float] = time.time,
         budget_seconds: float = DEFAULT_BUDGET_SECONDS,
         timeout: int = 30,
+        max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+        download_seconds: float = DEFAULT_DOWNLOAD_TIMEOUT,
     ) -> None:
         if not token:
             raise SourceError(
@@ -233,6 +238,8 @@ class SharePointConnector:
         self.clock = clock
         self.budget_seconds = budget_seconds
         self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.download_seconds = download_seconds
         self.http = requests.Session()
         _hide_download_queries()
         self._secret = token
@@ -309,7 +316,7 @@ class SharePointConnector:
             if name is None:
                 continue  # a folder, the root, a deleted item or a format not read
             try:
-                data = self._content(item, entry)
+                data = self._content(item, entry, name)
             except _Malformed as exc:
                 failed.append((item, str(exc)))
                 continue
@@ -326,11 +333,29 @@ class SharePointConnector:
                 version=str(entry.get("cTag") or entry.get("eTag") or ""),
             )
 
-    def _content(self, item: str, entry: dict[str, Any]) -> bytes | None:
-        """The file's bytes, through the download address Graph redirects to."""
+    def _content(self, item: str, entry: dict[str, Any], name: str) -> bytes | None:
+        """The file's bytes, through the download address Graph redirects to, read as they
+        come: at most ``max_bytes``, within ``download_seconds`` from the first request.
+
+        Raises:
+            _Malformed: too large, too slow, or sent elsewhere; SourceFailed: cut off.
+        """
         size = entry.get("size")
-        if isinstance(size, int) and size > MAX_FILE_BYTES:
-            raise _Malformed(f"{size} bytes is past the {MAX_FILE_BYTES} bytes a file may have.")
+        if isinstance(size, int) and size > self.max_bytes:
+            raise _Malformed(too_large(name, self.max_bytes).reason)
+        deadline = Deadline.start(self.download_seconds, self.clock)
+        try:
+            response = self._download(item, deadline, name)
+            if response is None:
+                return None
+            return read_capped(response, name, max_bytes=self.max_bytes, deadline=deadline)
+        except ExtractionError as exc:
+            raise _Malformed(exc.reason) from None
+        except requests.RequestException:
+            raise SourceFailed(f"Microsoft Graph cut off the download of {name}.") from None
+
+    def _download(self, item: str, deadline: Deadline, name: str) -> requests.Response | None:
+        """The answer with the file's bytes, not read yet; ``None``: gone since it was listed."""
         url = f"{self._drive()}/items/{quote(item, safe='')}/content"
         response = self._call(url, missing=True)
         if response is None:
@@ -343,10 +368,9 @@ class SharePointConnector:
                     "Graph pointed the file's download at an unexpected host; refused."
                 )
             # The address is pre-authorised: the token is not sent there.
+            deadline.check(name)
             response = self._call(location, missing=True, signed=False)
-            if response is None:
-                return None
-        return _capped(response)
+        return response
 
     def _may_download_from(self, url: str) -> bool:
         scheme, host = origin(url)
@@ -461,7 +485,7 @@ class SharePointConnector:
     ) -> Iterator[dict[str, Any]]:
         """Each page of a paged answer, following ``@odata.nextLink`` on Graph's host only."""
         following: str | None = url
-        seen = {url}
+        listing = Listing("Microsoft Graph", url)
         for _ in range(MAX_PAGES):
             if following is None:
                 return
@@ -480,7 +504,7 @@ class SharePointConnector:
                 raise SourceFailed(
                     "Microsoft Graph pointed the next page at another site; refused."
                 )
-            following = following and next_page(following, seen, "Microsoft Graph")
+            following = following and listing.next_page(following, empty=not page["value"])
         raise SourceFailed(f"Microsoft Graph gave more than {MAX_PAGES} pages; stopped.")
 
     @staticmethod
@@ -562,7 +586,8 @@ class SharePointConnector:
         A pre-authorised download address (not ``signed``) is asked with its query kept
         out of urllib3's log lines: the ``tempauth`` there reads the file for an hour.
         """
-        headers = {"Authorization": f"Bearer {self._token()}"} if signed else {}
+        # The bytes as stored: a file's are counted as they come (``read_capped``).
+        headers = {**PLAIN, "Authorization": f"Bearer {self._token()}"} if signed else PLAIN
         with contextlib.nullcontext() if signed else _downloading():
             return self.http.get(
                 url, headers=headers, timeout=self.timeout, allow_redirects=False, stream=True
@@ -716,17 +741,6 @@ def _member_email(row: dict[str, Any]) -> str | None:
         if isinstance(value, str) and "@" in value and "#EXT#" not in value.upper():
             return value.strip().lower()
     return None
-
-
-def _capped(response: requests.Response) -> bytes:
-    """The body, refused past :data:`MAX_FILE_BYTES`."""
-    data = bytearray()
-    for chunk in response.iter_content(1 << 16):
-        data += chunk
-        if len(data) > MAX_FILE_BYTES:
-            response.close()
-            raise _Malformed(f"The file is past the {MAX_FILE_BYTES} bytes a file may have.")
-    return bytes(data)
 
 
 # Whether this context is asking a pre-authorised download address: urllib3 logs the

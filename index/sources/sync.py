@@ -52,6 +52,7 @@ from index.sources.contract import (
     SourceFailed,
     source_scope,
 )
+from index.sources.downloads import DownloadLimits
 from index.sources.kinds import open_connector, opened_with
 from index.storage import SourceItem, SourceRecords, UnknownSource
 
@@ -124,7 +125,9 @@ def sync_source(
 ) -> SourceSyncReport:
     """Run source ``name`` once through ``connector`` (see the module's docstring).
 
-    Never raises for the source's failures: the report and the source's record say them.
+    Never raises for the source's failures, nor for an error its run did not expect: the
+    report and the source's record say them (``/readyz``, ``kb source list``), and the
+    other sources of a round still run.
     """
     report = SourceSyncReport(name)
     with kb.store.exclusive(f"source-{name}") as acquired:
@@ -151,6 +154,17 @@ def sync_source(
             report.error = (
                 f"The {connector.kind} source answered something nested too deeply to read; "
                 "the run stopped there, and the next run tries again."
+            )
+        except Exception as exc:
+            # What no connector expected (an SDK's error it does not translate, a bug): this
+            # source's run fails, recorded and logged with where it happened; the other
+            # sources of the round still run. Only the type is recorded: a message may hold
+            # what the source sent.
+            log.error("source %s: its run stopped on an unexpected error", name, exc_info=True)
+            report.error = (
+                f"The {connector.kind} source's run stopped on an unexpected error "
+                f"({type(exc).__name__}); the next run tries again, and the server's log "
+                "says where it happened."
             )
         finally:
             kb.refresh_search()
@@ -443,6 +457,7 @@ def sync_due_sources(
     every_seconds: float,
     *,
     clock: Callable[[], float] = time.time,
+    download_seconds: float | None = None,
     **options: Any,
 ) -> list[SourceSyncReport]:
     """Sync each source whose last run is ``every_seconds`` old and whose retry time has come.
@@ -451,8 +466,13 @@ def sync_due_sources(
     by another replica a moment ago is not due (its run is in the shared
     store), and one another replica is syncing now is left to it (the lock).
     A source that cannot be opened (no credential) is recorded as failing.
-    ``options`` go to each connector (``sleep``, ``budget_seconds``).
+    A file a source downloads may be as large as an upload (``kb``'s limit) and
+    take ``download_seconds`` (none: the default). ``options`` go to each
+    connector (``sleep``, ``budget_seconds``).
     """
+    limits = DownloadLimits(kb.config.max_upload_bytes)
+    if download_seconds is not None:
+        limits = replace(limits, seconds=download_seconds)
     reports = []
     for row in kb.store.sources.all():
         now = clock()
@@ -461,7 +481,7 @@ def sync_due_sources(
         if row.retry_at is not None and now < row.retry_at:
             continue
         try:
-            connector = open_connector(row, tokens, **options)
+            connector = open_connector(row, tokens, limits, **options)
         except KBError as exc:
             kb.store.sources.record_run(row.name, str(exc), at=now)
             reports.append(SourceSyncReport(row.name, error=str(exc)))

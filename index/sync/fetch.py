@@ -38,7 +38,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urljoin, urlsplit
 
-from index.config import DEFAULT_MAX_UPLOAD_BYTES
+from index.config import DEFAULT_DOWNLOAD_TIMEOUT, DEFAULT_MAX_UPLOAD_BYTES
 from index.errors import KBError
 from index.ingest import SUPPORTED_SUFFIXES
 from index.sync.addresses import address_refusal, is_ip_address
@@ -60,7 +60,7 @@ __all__ = [
 USER_AGENT = "slack-kb-sync/1"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 30.0
-DEFAULT_TOTAL_TIMEOUT = 120.0
+DEFAULT_TOTAL_TIMEOUT = DEFAULT_DOWNLOAD_TIMEOUT
 DEFAULT_MAX_REDIRECTS = 5
 _MAX_ROBOTS_BYTES = 512 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})

@@ -14,7 +14,9 @@ answers, a hostile title), which guard what already held.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -22,12 +24,15 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.access import web_client
 from bot.slack.canvases import Canvases
-from index.config import IndexConfig
+from index.config import DEFAULT_MAX_UPLOAD_BYTES, IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.sources import Acl, source_health, sync_due_sources
+from index.sources.fields import MAX_EMPTY_PAGES
 from index.sources.notion import NotionConnector, NotionSettings
 from tests import (
     confluence_server,
@@ -198,6 +203,33 @@ def test_a_drive_page_token_that_comes_back_fails_the_listing_at_once(
     assert set(live_titles(kb)) == before
 
 
+# Held: Drive may answer a few empty pages, each with a next page, while it searches.
+def test_a_few_empty_drive_pages_in_a_row_are_followed(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    drive.empty_pages = 3
+
+    report = test_sources_gdrive.run(kb, drive)
+
+    assert report.error is None and set(report.added) == {"home", "night", "budget"}
+
+
+def test_drive_pages_that_stay_empty_with_a_fresh_token_each_fail_the_listing_early(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    assert test_sources_gdrive.run(kb, drive).error is None
+    before = set(live_titles(kb))
+    drive.calls.clear()
+    # A thousand empty pages before the files: no token comes back, none holds anything.
+    drive.empty_pages = 1000
+
+    report = test_sources_gdrive.run(kb, drive)
+
+    assert report.error is not None and f"{MAX_EMPTY_PAGES} empty pages" in report.error
+    assert len([c for c in drive.calls if c[1].endswith("/drive/v3/files")]) == MAX_EMPTY_PAGES
+    assert set(live_titles(kb)) == before
+
+
 def test_a_graph_next_link_to_the_page_itself_fails_the_delta_at_once(
     kb: KnowledgeBase, graph: sharepoint_server.MockSharePoint
 ) -> None:
@@ -333,6 +365,92 @@ def test_a_notion_redirect_to_another_host_is_not_followed(
     assert report.error is not None and elsewhere.headers == []
 
 
+# ------------------------------------------------------------------ downloads
+
+
+def test_a_drive_file_listed_small_and_served_huge_is_read_no_further_than_the_limit(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    huge = b"word " * ((DEFAULT_MAX_UPLOAD_BYTES + 2**20) // 5)
+    drive.put(gdrive_server.File("huge", "notes.txt", "text/plain", huge, size=100))
+
+    report = test_sources_gdrive.run(kb, drive)
+
+    assert report.error is None and set(report.added) == {"home", "night", "budget"}
+    assert [i for i, _ in report.failed] == ["huge"] and "over the 20 MB" in report.failed[0][1]
+    # Asked for with a Range, as Drive honours it: one byte past the limit tells.
+    assert drive.served["huge"] == DEFAULT_MAX_UPLOAD_BYTES + 1
+    assert "notes" not in {d.name for d in kb.documents()}
+
+
+def test_a_drive_export_larger_than_the_limit_is_cut_while_it_is_read(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    # An export comes whole (no Range), here more than a connector limited to 40 KB takes.
+    long = "<p>" + "Many words about the office. " * 4000 + "</p>"
+    drive.put(test_sources_gdrive.doc("long", "Long notes", long))
+
+    report = test_sources_gdrive.run(kb, drive, options={"max_bytes": 40_000})
+
+    assert report.error is None and set(report.added) == {"home", "night", "budget"}
+    assert [i for i, _ in report.failed] == ["long"]
+    assert "Long notes is over the 40000 bytes" in report.failed[0][1]
+
+
+def test_a_drive_download_that_trickles_fails_that_file_alone_at_its_deadline(
+    kb: KnowledgeBase, drive: gdrive_server.MockDrive
+) -> None:
+    # A byte every 5 s (the test's clock): 2,000 bytes would take 10,000 s.
+    waits = Waits()
+    drive.put(gdrive_server.File("slow", "slow.txt", "text/plain", b"x" * 2000))
+    drive.trickle, drive.trickle_clock = {"slow"}, waits
+
+    report = test_sources_gdrive.run(
+        kb, drive, options={"clock": waits.clock, "download_seconds": 120.0}
+    )
+
+    assert report.error is None and set(report.added) == {"home", "night", "budget"}
+    assert [i for i, _ in report.failed] == ["slow"]
+    assert "took longer to download than the 120 s" in report.failed[0][1]
+    # Stopped once past the deadline: what the connection held then, not the whole file.
+    assert waits.now - 2_000_000.0 < 2000 * 5
+
+
+def test_a_confluence_attachment_that_trickles_fails_alone_at_its_deadline(
+    kb: KnowledgeBase, confluence: confluence_server.MockConfluence
+) -> None:
+    # A byte every 5 s (the test's clock): 2,000 bytes would take 10,000 s.
+    waits = Waits()
+    slow = confluence_server.Attachment("att7001", "101", "slow.txt", b"x" * 2000, "text/plain")
+    confluence.attach(slow)
+    confluence.trickle, confluence.trickle_clock = {"att7001"}, waits
+
+    report = test_sources_confluence.run(kb, confluence, clock=waits.clock)
+
+    assert report.error is None and {"101", "102", "103"} <= set(report.added)
+    assert [i for i, _ in report.failed] == ["att7001"]
+    assert "took longer to download than the 120 s" in report.failed[0][1]
+    assert waits.now - 2_000_000.0 < 2000 * 5
+
+
+def test_a_graph_download_that_trickles_is_cut_at_its_deadline_on_the_wall_clock(
+    kb: KnowledgeBase, graph: sharepoint_server.MockSharePoint
+) -> None:
+    # A byte every 50 ms: the whole file would take 60 s, each byte well within the read
+    # timeout. The deadline is real time here: a read must not wait for a whole chunk.
+    graph.add(sharepoint_server.Item("S", "slow.txt", b"x" * 1200, parent="F0"))
+    graph.trickle["S"] = 0.05
+
+    started = time.monotonic()
+    report = test_sources_sharepoint.run(kb, graph, options={"download_seconds": 2.0})
+    took = time.monotonic() - started
+
+    assert report.error is None and {"A", "B", "C"} <= set(report.added)
+    assert [i for i, _ in report.failed] == ["S"]
+    assert "took longer to download than the 2 s" in report.failed[0][1]
+    assert took < 30.0  # the trickle alone would have taken 60 s
+
+
 # ------------------------------------------------------------------ one source, every source
 
 
@@ -357,6 +475,35 @@ def test_json_nested_past_the_parsers_depth_fails_its_source_alone(
     assert len(good.added) == len(ALL)
     health = {h["name"]: h["ok"] for h in source_health(kb)}
     assert health == {failed.source: False, good.source: True}
+
+
+def test_an_answer_no_connector_expected_fails_its_source_alone(
+    kb: KnowledgeBase, notion: MockNotion, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two sources on one schedule; the first search either makes is answered as gzip that is
+    # no gzip: the SDK raises an error of its HTTP client's (httpx.DecodingError) that the
+    # connector does not translate.
+    for name in ("notion-a", "notion-b"):
+        kb.store.sources.add(name, "notion", NotionSettings(api_url=notion.base).as_dict())
+    notion.faults.append(
+        Fault("/v1/search", 200, {"Content-Encoding": "gzip"}, b"not gzip at all " * 8)
+    )
+
+    with caplog.at_level(logging.ERROR, logger="index.sources.sync"):
+        reports = sync_due_sources(
+            kb, {"notion": DEFAULT_NOTION_TOKEN}, 0.0, sleep=Waits().sleep, budget_seconds=30.0
+        )
+
+    assert sorted(r.ok for r in reports) == [False, True]
+    failed = next(r for r in reports if not r.ok)
+    assert "unexpected error (DecodingError)" in (failed.error or "")
+    good = next(r for r in reports if r.ok)
+    assert len(good.added) == len(ALL)
+    health = {h["name"]: h for h in source_health(kb)}
+    assert health[failed.source]["last_error"] == failed.error
+    assert health[good.source]["ok"] is True
+    (record,) = [r for r in caplog.records if failed.source in r.getMessage()]
+    assert record.exc_info is not None and DEFAULT_NOTION_TOKEN not in caplog.text
 
 
 # ------------------------------------------------------------------ Slack's canvases
