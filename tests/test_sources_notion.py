@@ -385,6 +385,25 @@ def test_a_source_without_a_secret_says_where_to_put_it(
     assert notion.calls == []
 
 
+def test_a_source_that_cannot_be_opened_leaves_the_next_one_syncing(
+    index_dir: Path, notion: MockNotion, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``kb source sync`` as the schedule does it: a source without its credential fails
+    alone, recorded, and the next is synced."""
+    monkeypatch.setenv("KB_NOTION_TOKEN", DEFAULT_NOTION_TOKEN)
+    wiki = ("--url", "https://wiki.example.com", "--space", "ENG", "--name", "a-wiki")
+    assert kb_cli(index_dir, "source", "add", "confluence", *wiki).exit_code == 0
+    kb_cli(index_dir, "source", "add", "notion", "--api-url", notion.base, "--public")
+    result = kb_cli(index_dir, "source", "sync", "--json")
+    assert result.exit_code == 1
+    wiki_report, notion_report = json.loads(result.stdout)
+    assert wiki_report["source"] == "a-wiki" and "KB_CONFLUENCE_TOKEN" in wiki_report["error"]
+    assert notion_report["source"] == SOURCE and not notion_report["error"]
+    assert notion_report["added"] and notion.calls
+    listed = json.loads(kb_cli(index_dir, "source", "list", "--json").stdout)
+    assert "KB_CONFLUENCE_TOKEN" in {s["name"]: s for s in listed}["a-wiki"]["last_error"]
+
+
 # ------------------------------------------------------------------ bad input
 
 

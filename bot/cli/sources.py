@@ -436,7 +436,7 @@ def sync_command(ctx: click.Context, name: str | None, full: bool, as_json: bool
 
     Example: kb source sync confluence-eng
     """
-    from index.sources import DownloadLimits, open_connector, sync_source
+    from index.sources import DownloadLimits, open_and_sync
 
     kb = open_kb(ctx)
     settings = settings_of(ctx)
@@ -447,8 +447,7 @@ def sync_command(ctx: click.Context, name: str | None, full: bool, as_json: bool
     for row in rows:
         if full:
             kb.store.sources.set_checkpoint(row.name, "")
-        connector = open_connector(row, tokens, limits)
-        reports.append(sync_source(kb, row.name, connector).as_dict())
+        reports.append(open_and_sync(kb, row, tokens, limits).as_dict())
 
     def text() -> None:
         for r in reports:

@@ -54,7 +54,7 @@ from index.sources.contract import (
 )
 from index.sources.downloads import DownloadLimits
 from index.sources.kinds import open_connector, opened_with
-from index.storage import SourceItem, SourceRecords, UnknownSource
+from index.storage import SourceItem, SourceRecords, SourceRow, UnknownSource
 
 log = logging.getLogger(__name__)
 
@@ -480,11 +480,24 @@ def sync_due_sources(
             continue
         if row.retry_at is not None and now < row.retry_at:
             continue
-        try:
-            connector = open_connector(row, tokens, limits, **options)
-        except KBError as exc:
-            kb.store.sources.record_run(row.name, str(exc), at=now)
-            reports.append(SourceSyncReport(row.name, error=str(exc)))
-            continue
-        reports.append(sync_source(kb, row.name, connector, clock=clock))
+        reports.append(open_and_sync(kb, row, tokens, limits, clock=clock, **options))
     return reports
+
+
+def open_and_sync(
+    kb: KnowledgeBase,
+    row: SourceRow,
+    tokens: Mapping[str, str],
+    limits: DownloadLimits,
+    *,
+    clock: Callable[[], float] = time.time,
+    **options: Any,
+) -> SourceSyncReport:
+    """Open source ``row``'s connector and sync it; one that cannot be opened (no
+    credential) is recorded as failing, and the caller goes on to the next source."""
+    try:
+        connector = open_connector(row, tokens, limits, **options)
+    except KBError as exc:
+        kb.store.sources.record_run(row.name, str(exc), at=clock())
+        return SourceSyncReport(row.name, error=str(exc))
+    return sync_source(kb, row.name, connector, clock=clock)
