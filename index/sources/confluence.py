@@ -109,8 +109,6 @@ PAGE_SIZE = 50
 MAX_ANCESTORS = 64
 # Account ids asked about in one bulk lookup (Atlassian returns at most 100 users a request).
 USERS_BULK = 100
-# Pages of results one listing follows: 50 a page, a million pages per space at most.
-MAX_PAGES = 20_000
 _SPACE_KEY = re.compile(r"[A-Za-z0-9_~]{1,255}")
 # An attachment's item: Confluence's own attachment ids already read "att<number>".
 ATTACHMENT_PREFIX = "att"
@@ -510,7 +508,7 @@ class ConfluenceConnector:
         url: str | None = path
         absolute = False
         listing = Listing("Confluence")
-        for _ in range(MAX_PAGES):
+        while True:
             if url is None:
                 return
             answer = self._call(
@@ -521,7 +519,6 @@ class ConfluenceConnector:
             yield from answer["results"]
             url, params, absolute = self._next(answer.get("_links")), {}, True
             url = url and listing.next_page(url, empty=not answer["results"])
-        raise SourceFailed(f"Confluence gave more than {MAX_PAGES} pages of results; stopped.")
 
     def _next(self, links: object) -> str | None:
         if not isinstance(links, dict):

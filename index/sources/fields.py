@@ -33,6 +33,8 @@ __all__ = [
     "timestamp",
 ]
 
+# Pages one listing follows at most (a million results at 50 a page, and more at larger pages).
+MAX_PAGES = 20_000
 # Empty pages in a row a listing may give, each pointing at another, before it counts as
 # one that never ends: generous, as Google Drive may answer empty pages while it searches.
 MAX_EMPTY_PAGES = 100
@@ -132,14 +134,21 @@ class Listing:
         self.source = source
         self._seen = {first} if first else set()
         self._empty = 0
+        self._pages = 1
 
     def next_page(self, following: str, *, empty: bool) -> str:
         """``following``, the next page after one that held nothing when ``empty``.
 
         Raises:
             SourceFailed: the listing gave it before, or gave :data:`MAX_EMPTY_PAGES` empty
-                pages in a row: following it would go on for ever.
+                pages in a row (following it would go on for ever), or it would be page
+                :data:`MAX_PAGES` + 1.
         """
+        self._pages += 1
+        if self._pages > MAX_PAGES:
+            raise SourceFailed(
+                f"{self.source} gave more than {MAX_PAGES} pages of a listing; the run stopped."
+            )
         if following in self._seen:
             raise SourceFailed(
                 f"{self.source} pointed the next page of a listing at one it had given before "

@@ -98,8 +98,6 @@ AUTHORITY_URL = "https://login.microsoftonline.com"
 # Where Graph's 302 for a file's content may lead: SharePoint Online (and its national
 # clouds) and OneDrive's download hosts. The Graph host itself is always allowed.
 DOWNLOAD_HOSTS = ("sharepoint.com", "sharepoint.us", "sharepoint.de", "sharepoint.cn", "1drv.com")
-# Pages of one delta, listing or permission list followed at most (200 items a page).
-MAX_PAGES = 20_000
 # A site group's entry in an Acl: Graph cannot list its members.
 SITE_GROUP_PREFIX = "sitegroup:"
 # The sharing link types Graph documents that let their holders read the item: ``view``,
@@ -486,7 +484,7 @@ class SharePointConnector:
         """Each page of a paged answer, following ``@odata.nextLink`` on Graph's host only."""
         following: str | None = url
         listing = Listing("Microsoft Graph", url)
-        for _ in range(MAX_PAGES):
+        while True:
             if following is None:
                 return
             response = self._call(following, hidden=hidden, missing=missing, resync=resync)
@@ -505,7 +503,6 @@ class SharePointConnector:
                     "Microsoft Graph pointed the next page at another site; refused."
                 )
             following = following and listing.next_page(following, empty=not page["value"])
-        raise SourceFailed(f"Microsoft Graph gave more than {MAX_PAGES} pages; stopped.")
 
     @staticmethod
     def _json(response: requests.Response | None) -> dict[str, Any]:

@@ -31,8 +31,8 @@ from bot.slack.canvases import Canvases
 from index.config import DEFAULT_MAX_UPLOAD_BYTES, IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.sources import Acl, source_health, sync_due_sources
-from index.sources.fields import MAX_EMPTY_PAGES
+from index.sources import Acl, SourceFailed, source_health, sync_due_sources
+from index.sources.fields import MAX_EMPTY_PAGES, MAX_PAGES, Listing
 from index.sources.notion import NotionConnector, NotionSettings
 from tests import (
     confluence_server,
@@ -201,6 +201,16 @@ def test_a_drive_page_token_that_comes_back_fails_the_listing_at_once(
     assert report.error is not None and "given before" in report.error
     assert len([c for c in drive.calls if c[1].endswith("/drive/v3/files")]) == 2
     assert set(live_titles(kb)) == before
+
+
+def test_a_listing_of_pages_that_each_hold_something_ends_at_the_ceiling() -> None:
+    """Every connector follows its pages through one ``Listing``: page ``MAX_PAGES`` is
+    followed, the one after it fails the run, each page holding results and a fresh cursor."""
+    listing = Listing("Notion")
+    for page in range(2, MAX_PAGES + 1):
+        assert listing.next_page(f"cursor-{page}", empty=False) == f"cursor-{page}"
+    with pytest.raises(SourceFailed, match=f"more than {MAX_PAGES} pages"):
+        listing.next_page("cursor-beyond", empty=False)
 
 
 # Held: Drive may answer a few empty pages, each with a next page, while it searches.
