@@ -8,15 +8,21 @@ the sender) and must end with nothing leaked, nothing lost and no server error.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin")
 
-from tests.conftest_bot import Bot, BotFactory  # noqa: E402
+from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
 from tests.servers import CHANNEL_ID, TEAM_ID, USER_ID  # noqa: E402
 from tests.signin import SIGN_IN, forge_session, link, use_session  # noqa: E402
 
 DEPARTED = "U0LEFT0001"
+AGENT_USER = "U0AGENT001"
+# An emoji (U+1F642) whose second half a client cut off, as JSON escapes it.
+HALF_AN_EMOJI = "\\ud83d"
 
 
 @pytest.fixture
@@ -46,3 +52,46 @@ async def test_a_viewer_session_of_someone_who_left_opens_nothing(
     use_session(bot, forge_session(bot, (USER_ID, TEAM_ID)))
     resp = await bot.http.get(link(bot, doc))
     assert resp.status == 200
+
+
+async def _tool_call(bot: Bot, tool: str, arguments: dict[str, str]) -> Any:
+    """Call ``tool`` on ``/mcp`` as an agent would, the body written by hand (JSON escapes)."""
+    token, _ = bot.kb.store.mcp_tokens.issue(f"agent-{tool}", user_id=AGENT_USER)
+    args = ", ".join(f'"{k}": "{v}"' for k, v in arguments.items())
+    body = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
+        f'"params": {{"name": "{tool}", "arguments": {{{args}}}}}}}'
+    )
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    resp = await bot.http.post("/mcp", data=body.encode(), headers=headers)
+    assert resp.status == 200, await resp.text()
+    return (await resp.json())["result"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "argument"), [("search_knowledge_base", "query"), ("ask_knowledge_base", "question")]
+)
+async def test_an_agent_relaying_half_an_emoji_is_answered_as_slack_answers_it(
+    make_bot: BotFactory, tool: str, argument: str
+) -> None:
+    """Slack's clients cut messages mid-emoji, and an agent relays the question as it got it."""
+    bot = await make_bot(mcp=True)
+    result = await _tool_call(bot, tool, {argument: f"{IN_DOMAIN} {HALF_AN_EMOJI}"})
+    assert not result.get("isError"), result
+    assert "/d/" in json.dumps(result["structuredContent"])  # passages, with their links
+    [logged] = list(bot.kb.store.db.query("SELECT question, surface FROM query_log"))
+    assert logged == {"question": f"{IN_DOMAIN} \ufffd", "surface": "mcp"}
+
+
+async def test_an_emoji_escaped_whole_is_kept(make_bot: BotFactory) -> None:
+    bot = await make_bot(mcp=True)
+    result = await _tool_call(
+        bot, "search_knowledge_base", {"query": f"{IN_DOMAIN} \\ud83e\\uddfe"}
+    )
+    assert not result.get("isError"), result
+    [logged] = list(bot.kb.store.db.query("SELECT question FROM query_log"))
+    assert logged["question"] == f"{IN_DOMAIN} \U0001f9fe"
