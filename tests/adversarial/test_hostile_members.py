@@ -95,3 +95,19 @@ async def test_an_emoji_escaped_whole_is_kept(make_bot: BotFactory) -> None:
     assert not result.get("isError"), result
     [logged] = list(bot.kb.store.db.query("SELECT question FROM query_log"))
     assert logged["question"] == f"{IN_DOMAIN} \U0001f9fe"
+
+
+async def test_readiness_tells_an_outsider_a_source_fails_never_why(bot: Bot) -> None:
+    """/readyz answers anyone who reaches the server (a load balancer's probe needs no token)."""
+    source = "hr-wiki"
+    # What the Confluence reader records when a restricted page's attachment is cut off.
+    reason = "Confluence cut off the download of layoffs-2027-shortlist.xlsx."
+    bot.kb.store.sources.add(source, "confluence", {"url": "https://wiki.example"})
+    bot.kb.store.sources.record_run(source, reason)
+    resp = await bot.http.get("/readyz")
+    assert resp.status == 200
+    ready = await resp.json()
+    assert [(s["name"], s["ok"]) for s in ready["sources"]] == [(source, False)]
+    assert "layoffs" not in json.dumps(ready)
+    # The admins still read why, where only they look (kb status reads it from here).
+    assert bot.kb.store.sources.get(source).last_error == reason
