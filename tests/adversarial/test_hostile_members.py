@@ -8,7 +8,9 @@ the sender) and must end with nothing leaked, nothing lost and no server error.
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ DEPARTED = "U0LEFT0001"
 AGENT_USER = "U0AGENT001"
 # An emoji (U+1F642) whose second half a client cut off, as JSON escapes it.
 HALF_AN_EMOJI = "\\ud83d"
+_TOKENS = itertools.count(1)
 
 
 @pytest.fixture
@@ -54,22 +57,32 @@ async def test_a_viewer_session_of_someone_who_left_opens_nothing(
     assert resp.status == 200
 
 
-async def _tool_call(bot: Bot, tool: str, arguments: dict[str, str]) -> Any:
-    """Call ``tool`` on ``/mcp`` as an agent would, the body written by hand (JSON escapes)."""
-    token, _ = bot.kb.store.mcp_tokens.issue(f"agent-{tool}", user_id=AGENT_USER)
+def _call_body(tool: str, arguments: dict[str, str]) -> bytes:
+    """A ``tools/call`` written by hand, so that its JSON escapes are the caller's own."""
     args = ", ".join(f'"{k}": "{v}"' for k, v in arguments.items())
-    body = (
+    return (
         '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
         f'"params": {{"name": "{tool}", "arguments": {{{args}}}}}}}'
-    )
+    ).encode()
+
+
+async def _post_mcp(bot: Bot, body: bytes) -> tuple[int, Any]:
+    """POST ``body`` to ``/mcp`` with a token of :data:`AGENT_USER`'s; the status and JSON answer."""
+    token, _ = bot.kb.store.mcp_tokens.issue(f"agent-{next(_TOKENS)}", user_id=AGENT_USER)
     headers = {
         "Authorization": f"Bearer {token}",
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
     }
-    resp = await bot.http.post("/mcp", data=body.encode(), headers=headers)
-    assert resp.status == 200, await resp.text()
-    return (await resp.json())["result"]
+    resp = await bot.http.post("/mcp", data=body, headers=headers)
+    return resp.status, await resp.json()
+
+
+async def _tool_call(bot: Bot, tool: str, arguments: dict[str, str]) -> Any:
+    """Call ``tool`` on ``/mcp`` as an agent would; its result."""
+    status, answer = await _post_mcp(bot, _call_body(tool, arguments))
+    assert status == 200, answer
+    return answer["result"]
 
 
 @pytest.mark.parametrize(
@@ -111,3 +124,24 @@ async def test_readiness_tells_an_outsider_a_source_fails_never_why(bot: Bot) ->
     assert "layoffs" not in json.dumps(ready)
     # The admins still read why, where only they look (kb status reads it from here).
     assert bot.kb.store.sources.get(source).last_error == reason
+
+
+@pytest.mark.parametrize("escape", ["", HALF_AN_EMOJI])
+async def test_a_call_nested_deeper_than_any_parser_goes_is_a_parse_error_not_a_crash(
+    make_bot: BotFactory, caplog: pytest.LogCaptureFixture, escape: str
+) -> None:
+    """Within the 64 KiB a body may have: 20,000 arrays inside one another, with or without
+    half an emoji to make the endpoint read the body itself."""
+    bot = await make_bot(mcp=True)
+    caplog.set_level(logging.INFO)
+    depth = 20_000
+    nested = "[" * depth + f'"{escape}"' + "]" * depth
+    body = _call_body("search_knowledge_base", {"query": "expenses"}).replace(
+        b'"query"', b'"deep": ' + nested.encode() + b', "query"'
+    )
+    assert len(body) < 64 * 1024
+    status, answer = await _post_mcp(bot, body)
+    assert status == 400 and answer["error"]["code"] == -32700, answer
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    # The endpoint goes on answering.
+    assert "/d/" in json.dumps(await _tool_call(bot, "search_knowledge_base", {"query": IN_DOMAIN}))
