@@ -17,9 +17,16 @@ import pytest
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin")
 
-from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
-from tests.servers import CHANNEL_ID, TEAM_ID, USER_ID  # noqa: E402
+from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory, everything_posted  # noqa: E402
+from tests.servers import (  # noqa: E402
+    CHANNEL_ID,
+    TEAM_ID,
+    USER_ID,
+    MockSlackAPI,
+    message_im_event,
+)
 from tests.signin import SIGN_IN, forge_session, link, use_session  # noqa: E402
+from tests.slack_workspace import company_workspace  # noqa: E402
 
 DEPARTED = "U0LEFT0001"
 AGENT_USER = "U0AGENT001"
@@ -145,3 +152,27 @@ async def test_a_call_nested_deeper_than_any_parser_goes_is_a_parse_error_not_a_
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
     # The endpoint goes on answering.
     assert "/d/" in json.dumps(await _tool_call(bot, "search_knowledge_base", {"query": IN_DOMAIN}))
+
+
+async def test_a_guest_is_never_shown_public_channels_the_bots_own_search_finds(
+    make_bot: BotFactory, slack: MockSlackAPI
+) -> None:
+    """Without the event's action_token Slack is searched with the bot's token: public
+    channels, which a guest of the workspace does not read."""
+    workspace = company_workspace()
+    slack.workspace = workspace
+    bot = await make_bot(slack_search=True)
+    guest = "U0GUEST001"
+    bot.slack.set_user(guest).update(is_restricted=True, is_ultra_restricted=True)
+    question = "Is there a production deploy freeze over the holidays?"
+    await bot.event(message_im_event(question, user=guest))
+    await bot.answer()
+    await bot.idle()
+    shown = everything_posted(bot.slack) + json.dumps(bot.llm.requests)
+    assert "20 December" not in shown
+    assert bot.slack.calls("assistant.search.context") == []
+    # A member asking the same way is searched there, and told it was public channels only.
+    await bot.event(message_im_event(question, user=USER_ID))
+    await bot.answer(2)
+    [call] = bot.slack.calls("assistant.search.context")
+    assert call["channel_types"] == "public_channel"
