@@ -249,10 +249,12 @@ class Access:
 
         Without a directory a person named by an admin (a token, the command
         line: no workspace said) is taken as of this workspace; one who says
-        their workspace cannot be checked and is not served. ``known``: the
-        directory must know the person too, though their workspace was said (a
-        request Slack signed names a user id the server cannot otherwise check):
-        one it cannot find, or deactivated, is not served.
+        their workspace cannot be checked and is not served. A person the
+        directory says is deactivated is never served, whatever said their
+        workspace: a viewer's session cookie or a token outlives its person's
+        account. ``known``: the directory must know the person too, though their
+        workspace was said (a request Slack signed names a user id the server
+        cannot otherwise check): one it cannot find is not served either.
 
         Raises:
             AccessCheckUnavailable: the directory cannot say which workspace it serves.
@@ -261,16 +263,15 @@ class Access:
             if person.team_id is None:
                 return Decision(True, Rule.ORGANISATION, _UNCHECKED.format(user=person.user_id))
             return Decision(False, Rule.ORGANISATION, _NO_WORKSPACE, unknown=True)
-        team, profile = person.team_id, None
-        if team is None or known:
-            profile = await self.directory.profile(person.user_id)
-            if profile is not None and profile.deleted:
-                return Decision(False, Rule.ORGANISATION, _DEACTIVATED.format(user=person.user_id))
-            if profile is None and team is not None:
-                return Decision(
-                    False, Rule.ORGANISATION, _UNKNOWN.format(user=person.user_id), unknown=True
-                )
-            team = team or (profile.team_id if profile is not None else None)
+        # Asked even when the workspace was said (one users.info, remembered a while).
+        profile = await self.directory.profile(person.user_id)
+        if profile is not None and profile.deleted:
+            return Decision(False, Rule.ORGANISATION, _DEACTIVATED.format(user=person.user_id))
+        if profile is None and known and person.team_id is not None:
+            return Decision(
+                False, Rule.ORGANISATION, _UNKNOWN.format(user=person.user_id), unknown=True
+            )
+        team = person.team_id or (profile.team_id if profile is not None else None)
         if self.allow_external:
             return Decision(True, Rule.ORGANISATION, _EXTERNAL_ALLOWED)
         if team is None:

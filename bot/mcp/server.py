@@ -25,7 +25,11 @@ in aiohttp, so nothing reaches the SDK before it passed:
 5. at most ``KB_MCP_CALLS_PER_MINUTE`` requests per person, all their tokens and
    Slack-signed calls together (429, ``Retry-After``).
 
-Then the verified body and caller are handed to the SDK as one ASGI request
+Then a body holding half of an escaped UTF-16 pair (``\\ud83d``: a client that
+cut a message in the middle of an emoji, as Slack's clients do) is taken with
+each half as U+FFFD (``index.normal_form.well_formed``, as every surface takes a
+question): the SDK's JSON parser refuses the whole call over it. And the
+verified body and caller are handed to the SDK as one ASGI request
 (the caller in the ASGI scope, where the tools read it). The body has been
 read once already (to check a Slack signature over its exact bytes), so it is
 replayed to the SDK from memory rather than streamed through a mounted ASGI app.
@@ -35,7 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -59,6 +65,7 @@ from bot.mcp.tools import CALLER_SCOPE_KEY, Tools, knowledge_base_tools
 from bot.server import bodies
 from core.answer import Engine
 from index.errors import KBError
+from index.normal_form import well_formed
 from index.storage import McpToken, McpTokens, UsedStates
 
 log = logging.getLogger(__name__)
@@ -171,7 +178,7 @@ class McpEndpoint:
         limited = self._limited_answer(caller)
         if limited is not None:
             return limited
-        return await _asgi(self.manager, request, body, caller)
+        return await _asgi(self.manager, request, _well_formed(body), caller)
 
     async def _token(self, request: web.Request) -> McpToken | None | Literal[False]:
         """The bearer token of ``request``; ``None`` without one; ``False``: refuse now.
@@ -234,6 +241,35 @@ class McpEndpoint:
             code=_RATE_LIMITED,
             headers={"Retry-After": str(wait)},
         )
+
+
+# An escaped UTF-16 surrogate (either half), in any case: the only way JSON carries a lone one.
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _well_formed(body: bytes) -> bytes:
+    """``body`` with every lone surrogate its strings escape as U+FFFD; as it is otherwise.
+
+    Read again only when it escapes a surrogate at all (an emoji escaped whole is a
+    pair, kept as its character); a body Python cannot read either is the SDK's to refuse.
+    """
+    if not _ESCAPED_SURROGATE.search(body):
+        return body
+    try:
+        message = _strings_well_formed(json.loads(body))
+    except (ValueError, RecursionError):  # deep nesting exhausts the stack
+        return body
+    return json.dumps(message, ensure_ascii=False).encode()
+
+
+def _strings_well_formed(value: Any) -> Any:
+    if isinstance(value, str):
+        return well_formed(value)
+    if isinstance(value, list):
+        return [_strings_well_formed(v) for v in value]
+    if isinstance(value, dict):
+        return {well_formed(k): _strings_well_formed(v) for k, v in value.items()}
+    return value
 
 
 def _refused(request: web.Request) -> web.Response | None:

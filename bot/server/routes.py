@@ -524,14 +524,21 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
         # Counted once per store generation; its advice says when the model is the wrong one.
         "languages": kb.language_fit().to_dict(),
         "documents": kb.document_count(),
-        # Each synced source: failing or not, why, and its last good sync (never a silent stall).
-        "sources": source_health(kb),
+        # Each synced source: failing or not, and its last good sync (never a silent stall).
+        "sources": _sources_health(kb),
         "chunks": index["chunks"],
         "reindex_running": kb.reindex_running(),
         # Answering still works; uploads and removals will not until there is room.
         "store_read_only": kb.read_only,
         "index_files_degraded": index["degraded"],
     }
+
+
+def _sources_health(kb: KnowledgeBase) -> list[dict[str, Any]]:
+    """Each source's health without why it fails: anyone who reaches the server reads
+    ``/readyz``, and a reason may name what it could not read (an attachment of a
+    restricted page). ``kb status`` and the admins' Home tab say why."""
+    return [{k: v for k, v in s.items() if k != "last_error"} for s in source_health(kb)]
 
 
 def _store_facts(kb: KnowledgeBase) -> dict[str, object]:

@@ -14,9 +14,13 @@ Here, in order, with one log line and no traceback for each refusal:
   the body: otherwise **401**;
 * the body: UTF-8; JSON that is an object, or a form that is a slash command,
   Slack's SSL check or a ``payload`` holding a JSON object: otherwise **400**;
-* the fields the listeners read have the types Slack documents: an event that
-  does not is acknowledged with **200** and dropped (Slack would only deliver it
-  again), an interaction that does not gets **400**.
+* the fields the listeners (and bolt, building its context) read have the
+  types Slack documents, nested objects included (an assistant thread, a file,
+  the envelope's authorizations, a submitted form's values), and are there
+  where Slack always sends them (a message's ``ts``, a command's
+  ``trigger_id``, a click's ``container``): an event that does not is
+  acknowledged with **200** and dropped (Slack would only deliver it again), a
+  command or an interaction that does not gets **400**.
 """
 
 from __future__ import annotations
@@ -57,8 +61,17 @@ _EVENT_TEXT_FIELDS = (
     "bot_id",
 )
 _FILE_TEXT_FIELDS = ("id", "name", "title", "mimetype", "filetype", "url_private_download")
-# Events the bot answers in a channel: they must name one.
+# Events the bot answers in a channel: they must name one, and the message (its ts).
 _CHANNEL_EVENTS = frozenset({"app_mention", "message"})
+# An event's fields that are objects, and their fields the listeners read as text.
+_EVENT_OBJECTS = {
+    "assistant_thread": ("user_id", "channel_id", "thread_ts"),
+    "file": ("id",),
+}
+# Fields of an assistant thread's ``context`` read as text.
+_CONTEXT_TEXT_FIELDS = ("channel_id", "team_id", "enterprise_id")
+# What every slash command Slack sends carries (a modal opens with its trigger_id).
+_COMMAND_FIELDS = ("command", "user_id", "channel_id", "trigger_id")
 # Events whose ``user`` is Slack's user object, not an id (what changed of a person).
 _USER_OBJECT_EVENTS = frozenset({"user_change", "team_join"})
 
@@ -111,7 +124,10 @@ def _malformed(content_type: str, body: bytes) -> Refusal | None:
     form = parse_qs(text, keep_blank_values=True)
     if "payload" in form:
         return _json_object(form["payload"][0], "the form's payload", _payload_problem)
-    if "command" in form or "ssl_check" in form:
+    if "command" in form:
+        missing = [k for k in _COMMAND_FIELDS if not (form.get(k) or [""])[0]]
+        return Refusal(400, f"a command without {', '.join(missing)}") if missing else None
+    if "ssl_check" in form:
         return None
     return Refusal(400, "a form that is neither a command, an SSL check nor a payload")
 
@@ -128,6 +144,12 @@ def _json_object(text: str, what: str, problem: Any) -> Refusal | None:
 
 
 def _payload_problem(payload: dict[str, Any]) -> Refusal | None:
+    authorizations = payload.get("authorizations")
+    if authorizations is not None and not (
+        isinstance(authorizations, list) and all(isinstance(a, dict) for a in authorizations)
+    ):
+        # Bolt reads it before any listener runs.
+        return Refusal(400, "'authorizations' is not a list of objects")
     if payload.get("type") == "event_callback":
         problem = _event_problem(payload.get("event"))
         return Refusal(200, f"ignored an event: {problem}") if problem else None
@@ -148,9 +170,22 @@ def _event_problem(event: object) -> str | None:
         return f"{', '.join(bad)} not text"
     if event.get("type") in _CHANNEL_EVENTS and not event.get("channel"):
         return "no channel"
+    if event.get("type") in _CHANNEL_EVENTS and not event.get("ts"):
+        return "no ts"
     if "files" in event and not _are_files(event["files"]):
         return "'files' is not a list of file objects"
+    for name, fields in _EVENT_OBJECTS.items():
+        if name in event and not _has_text(event[name], fields):
+            return f"'{name}' is not an object of its fields"
+    context = (event.get("assistant_thread") or {}).get("context")
+    if context is not None and not _has_text(context, _CONTEXT_TEXT_FIELDS):
+        return "'assistant_thread.context' is not an object of its fields"
     return None
+
+
+def _has_text(value: object, fields: tuple[str, ...]) -> bool:
+    """Whether ``value`` is an object whose ``fields``, where present, are text."""
+    return isinstance(value, dict) and all(isinstance(value.get(k, ""), str) for k in fields)
 
 
 def _are_files(files: object) -> bool:
@@ -181,6 +216,9 @@ def _interaction_problem(payload: dict[str, Any]) -> str | None:
     container = payload.get("container")
     if "container" in payload and not isinstance(container, dict):
         return "'container' is not an object"
+    if payload.get("type") == "block_actions" and container is None:
+        # Slack sends where every click happened; the listeners answer there.
+        return "a click without its 'container'"
     return None
 
 
@@ -191,6 +229,26 @@ def _is_view(view: object) -> bool:
     # private_metadata is the text the bot set; Slack echoes it as text, never another type.
     return (
         isinstance(state, dict)
-        and isinstance(state.get("values", {}), dict)
+        and _are_values(state.get("values", {}))
         and isinstance(view.get("private_metadata", ""), str)
+    )
+
+
+def _are_values(values: object) -> bool:
+    """Whether a view's state values are shaped as Slack sends them: per block, per action,
+    an element's state (a text input's ``value`` text, a file input's files, a choice's option)."""
+    return isinstance(values, dict) and all(
+        isinstance(block, dict) and all(_is_element_state(element) for element in block.values())
+        for block in values.values()
+    )
+
+
+def _is_element_state(element: object) -> bool:
+    if not isinstance(element, dict):
+        return False
+    value, option = element.get("value"), element.get("selected_option")
+    return (
+        (value is None or isinstance(value, str))
+        and ("files" not in element or _are_files(element["files"]))
+        and (option is None or _has_text(option, ("value",)))
     )

@@ -24,10 +24,12 @@ from bot.conversation import Turn
 from bot.slack.blocks import render_notice
 from bot.slack.people import Place
 from bot.slack.reply import SlackReply
+from bot.slack.search import PUBLIC_ONLY
 from bot.slack.services import Services
 from bot.slack.thread import SlackThread, as_typed
 from bot.slack.words import WORDS_KEY
 from core.answer import Asker
+from core.outside import OutsideSearch
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +156,7 @@ async def answer(
         asker=Asker(user=event.get("user"), channel=channel, thread_id=thread_ts),
         follow_up=in_thread,
         thread=thread if in_thread else None,
-        outside=services.search.for_event(event) if services.search else None,
+        outside=await _slack_search(services, event, person),
         read_alone=read_alone,
     )
     reply = SlackReply(
@@ -184,3 +186,21 @@ async def answer(
         )
     finally:
         await reply.end_session()  # a turn that failed leaves no session processing
+
+
+async def _slack_search(
+    services: Services, event: dict[str, Any], person: Person
+) -> OutsideSearch | None:
+    """Slack's own messages searched for the question (``KB_SLACK_SEARCH``); ``None``: not searched.
+
+    Without the event's ``action_token`` Slack is searched with the bot's token, in
+    every public channel, which a guest of the workspace does not read: a guest (or
+    one Slack cannot say is not) asks the knowledge base alone.
+    """
+    if services.search is None:
+        return None
+    search = services.search.for_event(event)
+    if search.reach == PUBLIC_ONLY and await services.access.guest(person):
+        log.info("not searching public channels for %s, a guest of the workspace", person.user_id)
+        return None
+    return search

@@ -27,7 +27,11 @@ import pytest
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
-from bot.slack.blocks import RETRY_ACTION_ID, UPLOAD_CALLBACK_ID  # noqa: E402
+from bot.slack.blocks import (  # noqa: E402
+    ASK_A_PERSON_ACTION_ID,
+    RETRY_ACTION_ID,
+    UPLOAD_CALLBACK_ID,
+)
 from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
 from tests.servers import (  # noqa: E402
     CHANNEL_ID,
@@ -37,9 +41,11 @@ from tests.servers import (  # noqa: E402
     block_actions_body,
     button_action,
     event_body,
+    file_input_state,
     file_share_event,
     sign_slack_request,
     slack_headers,
+    slash_command_payload,
     view_submission_body,
 )
 
@@ -97,6 +103,26 @@ def _event(**changes: Any) -> bytes:
     event = app_mention_event(IN_DOMAIN)
     event.update(changes)
     return event_body(event)
+
+
+def _event_without(field: str) -> bytes:
+    event = app_mention_event(IN_DOMAIN)
+    del event[field]
+    return event_body(event)
+
+
+def _upload_values(**values: Any) -> dict[str, Any]:
+    """A submitted upload form holding one file, with ``values`` in place of its blocks'."""
+    state = file_input_state("files", "files", [{"id": "F0UPLOAD01"}])
+    state["values"].update(values)
+    return state
+
+
+def _click_without(*fields: str) -> bytes:
+    """An "Ask a person" click whose payload lacks ``fields``."""
+    body = block_actions_body([button_action(ASK_A_PERSON_ACTION_ID, "1")])
+    payload = json.loads(dict(_parse_form(body))["payload"])
+    return _form({k: v for k, v in payload.items() if k not in fields})
 
 
 def _form(payload: object) -> bytes:
@@ -211,6 +237,61 @@ ATTACKS: dict[str, Attack] = {
             json_body=False,
         ),
         IGNORED,
+    ),
+    # --- fields Slack always sends, missing or nested in another shape
+    "mention without its ts": Attack(_signed(_event_without("ts")), IGNORED),
+    "assistant thread a string": Attack(
+        _signed(event_body({"type": "assistant_thread_started", "assistant_thread": "x"})),
+        IGNORED,
+    ),
+    "assistant thread context a list": Attack(
+        _signed(
+            event_body(
+                {
+                    "type": "assistant_thread_started",
+                    "assistant_thread": {"user_id": USER_ID, "channel_id": "D1", "context": [1]},
+                }
+            )
+        ),
+        IGNORED,
+    ),
+    "changed file a string": Attack(
+        _signed(event_body({"type": "file_change", "file": "F0CANVAS1"})), IGNORED
+    ),
+    "authorizations a string": Attack(
+        _signed(json.dumps({**json.loads(_event()), "authorizations": "x"}).encode()), BAD
+    ),
+    "command without trigger_id": Attack(
+        _signed(
+            urlencode(
+                {k: v for k, v in slash_command_payload("/kb-upload").items() if k != "trigger_id"}
+            ).encode(),
+            json_body=False,
+        ),
+        BAD,
+    ),
+    "view title a number": Attack(
+        _signed(_upload_view(state=_upload_values(title={"title": {"value": 5}})), json_body=False),
+        BAD,
+    ),
+    "view files of numbers": Attack(
+        _signed(
+            _upload_view(state=_upload_values(files={"files": {"files": [1, 2]}})), json_body=False
+        ),
+        BAD,
+    ),
+    "view choice a string": Attack(
+        _signed(
+            _upload_view(state=_upload_values(visibility={"visibility": {"selected_option": "x"}})),
+            json_body=False,
+        ),
+        BAD,
+    ),
+    "view values a list": Attack(
+        _signed(_upload_view(state=_upload_values(files=[1])), json_body=False), BAD
+    ),
+    "click without its container": Attack(
+        _signed(_click_without("container", "response_url"), json_body=False), BAD
     ),
     # --- viewer links
     "document id in Arabic-Indic digits": Attack(_get("/d/\u0661\u0662?t=abc"), LINK),
