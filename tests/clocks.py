@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
-__all__ = ["FakeTime", "Waits"]
+__all__ = ["FakeTime", "Waits", "trickle"]
 
 # How long ``advance`` waits for a woken task to get back to sleep (its real work
 # happens in threads and databases): a bound on a stuck test, not a timing.
@@ -99,6 +101,7 @@ class Waits:
     def __init__(self, now: float = 2_000_000.0) -> None:
         self.waits: list[float] = []
         self.now = now
+        self.reads = 0  # how often the clock was read (a trickling server paces itself by it)
 
     def sleep(self, seconds: float) -> None:
         """Record ``seconds`` and move the clock by them (``time.sleep``'s signature)."""
@@ -107,4 +110,34 @@ class Waits:
 
     def clock(self) -> float:
         """The time now."""
+        self.reads += 1
         return self.now
+
+
+# How long a trickling server waits for its client to look at the clock again before it
+# sends the next byte all the same (a client that stopped reading: the write then fails).
+_PACE_TIMEOUT_S = 2.0
+
+
+def trickle(stream: BinaryIO, body: bytes, clock: Waits | None, step: float) -> None:
+    """Send ``body`` to ``stream`` a byte at a time, each arriving ``step`` seconds on
+    ``clock`` after the last: a server that trickles, on the test's time.
+
+    Each byte waits until the client has read ``clock`` since the last one (as a client does
+    each time it checks its deadline), so the server never runs ahead of the client's
+    checks: a client that gives up at its deadline has been sent what reached it by then.
+
+    Raises:
+        OSError: the client stopped reading (closed the connection).
+    """
+    for byte in range(len(body)):
+        seen = clock.reads if clock is not None else 0
+        if clock is not None:
+            clock.now += step
+        stream.write(body[byte : byte + 1])
+        stream.flush()
+        if clock is None:
+            continue
+        deadline = time.monotonic() + _PACE_TIMEOUT_S
+        while clock.reads == seen and time.monotonic() < deadline:
+            time.sleep(0.001)  # polling the client's progress, not standing in for a clock

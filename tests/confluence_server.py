@@ -46,7 +46,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from tests.clocks import Waits
+from tests.clocks import Waits, trickle
 from tests.servers import DEFAULT_CONFLUENCE_TOKEN, threaded_http_server
 
 # Marks an answer sent a byte at a time (``MockConfluence.trickle``); never sent itself.
@@ -204,11 +204,7 @@ class MockConfluence:
             request.wfile.write(body)
             return
         try:
-            for byte in range(len(body)):
-                request.wfile.write(body[byte : byte + 1])
-                request.wfile.flush()
-                if self.trickle_clock is not None:
-                    self.trickle_clock.now += self.trickle_seconds
+            trickle(request.wfile, body, self.trickle_clock, self.trickle_seconds)
         except OSError:
             request.close_connection = True  # the client stopped reading: what it should do
 

@@ -68,7 +68,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from tests.clocks import Waits
+from tests.clocks import Waits, trickle
 from tests.servers import DEFAULT_GDRIVE_TOKEN, threaded_http_server
 
 ACCOUNT = "kb-sync@example-project.iam.gserviceaccount.com"
@@ -331,11 +331,7 @@ class MockDrive:
             request.wfile.write(data)
             return
         try:
-            for byte in range(len(data)):
-                request.wfile.write(data[byte : byte + 1])
-                request.wfile.flush()
-                if self.trickle_clock is not None:
-                    self.trickle_clock.now += self.trickle_seconds
+            trickle(request.wfile, data, self.trickle_clock, self.trickle_seconds)
         except OSError:
             request.close_connection = True  # the client stopped reading: what it should do
 
