@@ -510,7 +510,11 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
             # The store's documents moved to a model this server cannot load: it refuses.
             "store_model_followed": kb.unfollowed is None,
         },
-        "index": {**index, "max_behind_s": max_behind},
+        "index": {
+            **index,
+            "refresh_error": _failed(index["refresh_error"]),
+            "max_behind_s": max_behind,
+        },
         # Replicas share the store: its generation beside the index's says how far behind
         # this one is, and the same store generation on every replica that they share one.
         "store": {**_store_facts(kb), "reachable": True, "generation": index["generation"]},
@@ -534,11 +538,22 @@ def _readiness(kb: KnowledgeBase, max_behind: float) -> dict[str, Any]:
     }
 
 
+def _failed(reason: object) -> str | None:
+    """Whether the search index's last refresh failed, without why: the log says why (a
+    database's host and user, a file's path), and ``/readyz`` is read by anyone."""
+    return REFRESH_FAILED if reason else None
+
+
 def _sources_health(kb: KnowledgeBase) -> list[dict[str, Any]]:
     """Each source's health without why it fails: anyone who reaches the server reads
     ``/readyz``, and a reason may name what it could not read (an attachment of a
     restricted page). ``kb status`` and the admins' Home tab say why."""
     return [{k: v for k, v in s.items() if k != "last_error"} for s in source_health(kb)]
+
+
+# What /readyz says of a failure, to anyone; the reason is in the server's log.
+UNREADABLE = "The knowledge base cannot be read now; the server's log says why."
+REFRESH_FAILED = "The last refresh failed; the server's log says why."
 
 
 def _store_facts(kb: KnowledgeBase) -> dict[str, object]:
@@ -576,7 +591,9 @@ async def readyz(request: web.Request) -> web.Response:
                 "checks": {"knowledge_base": False},
                 "store": store,
                 "engine": kb.config.search_engine,
-                "error": str(exc),
+                # Anyone who reaches the server reads this: the reason (a database's host
+                # and user, a file's path) goes to the log only.
+                "error": UNREADABLE,
             },
             status=503,
         )

@@ -12,8 +12,12 @@ import itertools
 import json
 import logging
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
+import psycopg
 import pytest
+
+from bot.server.routes import UNREADABLE
 
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.signin")
 
@@ -131,6 +135,34 @@ async def test_readiness_tells_an_outsider_a_source_fails_never_why(bot: Bot) ->
     assert "layoffs" not in json.dumps(ready)
     # The admins still read why, where only they look (kb status reads it from here).
     assert bot.kb.store.sources.get(source).last_error == reason
+
+
+async def test_readiness_tells_an_outsider_the_store_is_unreadable_never_where_it_is(
+    make_bot: BotFactory,
+    postgres_server: Any,
+    postgres_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store stops taking connections: /readyz says the knowledge base cannot be read,
+    not the database's host, port, name or user, which the server's log keeps."""
+    bot = await make_bot(database_url=postgres_url, documents=False)
+    before = await (await bot.http.get("/readyz")).json()
+    assert before["checks"]["knowledge_base"] is True
+    name = urlsplit(postgres_url).path.lstrip("/")
+    with psycopg.connect(postgres_server.get_uri(), autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name]
+        )
+    resp = await bot.http.get("/readyz")
+    body = await resp.json()
+    assert resp.status == 503 and body["checks"]["knowledge_base"] is False
+    assert body["error"] == UNREADABLE
+    told = json.dumps(body)
+    where = urlsplit(postgres_url)
+    host = where.hostname or parse_qs(where.query)["host"][0]  # a socket's directory
+    assert name not in told and host not in told and "KB_DATABASE_URL" not in told
+    assert name in caplog.text  # the operator's log says which database
 
 
 @pytest.mark.parametrize("escape", ["", HALF_AN_EMOJI])
