@@ -61,6 +61,8 @@ _EVENT_TEXT_FIELDS = (
     "bot_id",
 )
 _FILE_TEXT_FIELDS = ("id", "name", "title", "mimetype", "filetype", "url_private_download")
+# The most files a form's file input holds (Slack: ``max_files`` 1-10); more is forged.
+FILE_INPUT_MAX_FILES = 10
 # Events the bot answers in a channel: they must name one, and the message (its ts).
 _CHANNEL_EVENTS = frozenset({"app_mention", "message"})
 # An event's fields that are objects, and their fields the listeners read as text.
@@ -195,6 +197,10 @@ def _are_files(files: object) -> bool:
     )
 
 
+def _are_input_files(files: object) -> bool:
+    return isinstance(files, list) and len(files) <= FILE_INPUT_MAX_FILES and _are_files(files)
+
+
 def _interaction_problem(payload: dict[str, Any]) -> str | None:
     user = payload.get("user")
     if "user" in payload and not (isinstance(user, dict) and isinstance(user.get("id"), str)):
@@ -249,6 +255,6 @@ def _is_element_state(element: object) -> bool:
     value, option = element.get("value"), element.get("selected_option")
     return (
         (value is None or isinstance(value, str))
-        and ("files" not in element or _are_files(element["files"]))
+        and ("files" not in element or _are_input_files(element["files"]))
         and (option is None or _has_text(option, ("value",)))
     )

@@ -280,6 +280,18 @@ ATTACKS: dict[str, Attack] = {
         ),
         BAD,
     ),
+    # Slack's file input holds 1-10 files (max_files): eleven were never Slack's form.
+    "view with eleven files": Attack(
+        _signed(
+            _upload_view(
+                state=_upload_values(
+                    files={"files": {"files": [{"id": f"F0FORGED{n:02d}"} for n in range(11)]}}
+                )
+            ),
+            json_body=False,
+        ),
+        BAD,
+    ),
     "view choice a string": Attack(
         _signed(
             _upload_view(state=_upload_values(visibility={"visibility": {"selected_option": "x"}})),
