@@ -27,7 +27,7 @@ from typing import Any
 from bot.access.directory import AccessCheckUnavailable
 from bot.access.guests import Guests, is_guest
 from bot.access.members import Memberships
-from index.storage.people_heard import Heard, HeardKind, PeopleHeard
+from index.storage import Heard, HeardKind, PeopleHeard
 
 __all__ = ["NEWS_UNKNOWN", "PeopleNews"]
 

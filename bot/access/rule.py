@@ -62,7 +62,7 @@ from bot.access.news import PeopleNews
 from index.errors import KBError
 from index.models import EVERYONE, OnlyScopes
 from index.sources import Acl, is_source_scope
-from index.storage.people_heard import PeopleHeard
+from index.storage import PeopleHeard
 
 log = logging.getLogger(__name__)
 

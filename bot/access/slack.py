@@ -48,7 +48,7 @@ from bot.access.directory import AccessCheckUnavailable, Profile
 from bot.access.grants import SourceGrants
 from bot.access.guests import is_guest
 from bot.access.rule import Access
-from index.storage.people_heard import PeopleHeard
+from index.storage import PeopleHeard
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
