@@ -24,7 +24,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from bot.access.directory import AccessCheckUnavailable
+from bot.access.directory import AccessCheckUnavailable, Directory
 from bot.access.guests import Guests, is_guest
 from bot.access.members import Memberships
 from index.storage.people_heard import Heard, HeardKind, PeopleHeard
@@ -41,12 +41,16 @@ class PeopleNews:
 
     Args:
         heard: the store's record of what was heard.
+        directory: whose remembered profile of a person heard of is asked again.
         guests: this process's guests.
         members: this process's channel members.
     """
 
-    def __init__(self, heard: PeopleHeard, guests: Guests, members: Memberships) -> None:
+    def __init__(
+        self, heard: PeopleHeard, directory: Directory, guests: Guests, members: Memberships
+    ) -> None:
         self.heard = heard
+        self.directory = directory
         self.guests = guests
         self.members = members
         self._last = 0
@@ -65,7 +69,8 @@ class PeopleNews:
         self.guests.heard(user)
         if is_guest(user) and not user.get("deleted"):
             await self._record("guest", user_id)
-        elif was_guest:
+        elif was_guest or user.get("deleted"):
+            # A deactivated person too: every replica asks again, and serves them nothing.
             await self._record("member", user_id)
 
     async def channel(self, channel: str) -> None:
@@ -97,6 +102,7 @@ class PeopleNews:
         if row.kind == "channel":
             self.members.forget(row.subject)
         else:
+            self.directory.forget(row.subject)
             self.guests.heard({"id": row.subject, "is_restricted": row.kind == "guest"})
 
     async def _record(self, kind: HeardKind, subject: str) -> None:
