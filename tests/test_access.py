@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +38,8 @@ from bot.access import (  # noqa: E402
 from bot.cli import main  # noqa: E402
 from index.models import EVERYONE, OnlyScopes  # noqa: E402
 from index.records import DocumentRow  # noqa: E402
+from index.storage import Store  # noqa: E402
+from index.storage.people_heard import PeopleHeard  # noqa: E402
 from tests.adversarial.test_forged_feedback import _click, _feedback_value, _posted  # noqa: E402
 from tests.clocks import FakeTime  # noqa: E402
 from tests.conftest_bot import FALCON_Q, IN_DOMAIN, Bot, BotFactory  # noqa: E402
@@ -598,3 +602,26 @@ async def test_a_channel_forgotten_while_its_members_are_asked_is_not_remembered
     slack.set_members(CHANNEL_ID, [MEMBER, "U0GUEST009"])
     assert await asking == frozenset({MEMBER})
     assert await members.of(CHANNEL_ID) == frozenset({MEMBER, "U0GUEST009"})
+
+
+async def test_the_channels_a_person_reads_cost_one_look_at_what_other_replicas_heard(
+    slack: MockSlackAPI, directory: SlackDirectory, tmp_path: Path
+) -> None:
+    """Every channel holding documents is checked for each question: what the other replicas
+    heard (people_heard) is read once for all of them, not once a channel."""
+    reads = 0
+
+    def clock() -> float:  # each read of what was heard looks at the time once
+        nonlocal reads
+        reads += 1
+        return time.time()
+
+    store = Store(tmp_path)
+    heard = PeopleHeard(store.database, clock)
+    access = Access(directory, allow_external=False, heard=heard)
+    channels = [f"C0CHAN{n:04d}" for n in range(50)]
+    for channel in channels[::2]:
+        slack.set_members(channel, [MEMBER])
+    readable = await access.readable_channels(Person(MEMBER), channels)
+    assert readable == frozenset(channels[::2])
+    assert reads == 1

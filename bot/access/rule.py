@@ -537,12 +537,20 @@ class Access:
         Raises:
             AccessCheckUnavailable: ``strict``, and a channel's members cannot be known.
         """
+        if self.members is None:
+            return frozenset()  # nobody can say who is in a channel: none is readable
+        try:
+            # Once for every channel: a read of the store each would cost a question hundreds.
+            await self._caught_up()
+        except AccessCheckUnavailable as exc:
+            if strict:
+                raise
+            log.warning("who is in which channel cannot be known now: %s", exc)
+            return frozenset()
         readable = set()
         for channel in dict.fromkeys(channels):
-            if self.members is None:
-                break  # nobody can say who is in a channel: none is readable
             try:
-                members = await self._members_of(channel)
+                members = await self.members.of(channel)
             except AccessCheckUnavailable as exc:
                 if strict:
                     raise
