@@ -6,7 +6,9 @@ channel (``member_joined_channel``, ``member_left_channel``). The replica that
 hears it applies it to its own lists (:class:`bot.access.Guests`,
 :class:`bot.access.Memberships`) and writes it to the shared store
 (``index.storage.people_heard``); every replica reads what was written since it
-last looked before it decides who reads along in a channel or who is in one.
+last looked before it decides who reads along in a channel or who is in one,
+or serves a person (whose profile, made a guest or deactivated, it then asks the
+directory for again).
 So a guest who joined a channel through replica A does not read an answer
 replica B posts there a moment later from the members it listed before.
 
