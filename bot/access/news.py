@@ -29,7 +29,7 @@ from typing import Any
 from bot.access.directory import AccessCheckUnavailable, Directory
 from bot.access.guests import Guests, is_guest
 from bot.access.members import Memberships
-from index.storage.people_heard import Heard, HeardKind, PeopleHeard
+from index.storage.people_heard import KEEP_SECONDS, Heard, HeardKind, PeopleHeard
 
 __all__ = ["NEWS_UNKNOWN", "PeopleNews"]
 
@@ -56,6 +56,8 @@ class PeopleNews:
         self.guests = guests
         self.members = members
         self._last = 0
+        # When this process last read what was heard (the store's clock); None: never.
+        self._looked_at: float | None = None
         # The rows of the late window already applied, and those this process wrote.
         self._seen: set[int] = set()
         self._own: set[int] = set()
@@ -87,11 +89,17 @@ class PeopleNews:
             AccessCheckUnavailable: the store cannot be read now.
         """
         async with self._one:
+            now = self.heard.clock()
             try:
                 rows = await asyncio.to_thread(self.heard.since, self._last)
             except Exception as exc:  # a store down is one check that cannot be made
                 log.warning("cannot read what the other replicas heard: %s", exc)
                 raise AccessCheckUnavailable(NEWS_UNKNOWN) from exc
+            if self._looked_at is not None and now - self._looked_at >= KEEP_SECONDS:
+                # Rows written since the last look may be gone: the guests listed before
+                # (served past their time while the next listing runs) may miss one.
+                self.guests.forget()
+            self._looked_at = now
             for row in rows:
                 if row.id not in self._seen and row.id not in self._own:
                     self._apply(row)

@@ -8,7 +8,8 @@ who reads along in a channel (``bot.access``): none goes on deciding from the
 lists it made before the change.
 
 A row is kept :data:`KEEP_SECONDS`; a reader that looked longer ago than that
-has lists older than their own lifetimes anyway. Rows are read by id from the
+has lists older than their own lifetimes, and lists the guests again before it
+serves that listing (``bot.access.news``). Rows are read by id from the
 last one seen, and again for :data:`LATE_SECONDS` by time: on Postgres a row
 can become visible after one with a higher id (two writes committing in the
 other order), and is not missed for it.
