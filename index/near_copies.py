@@ -14,7 +14,9 @@ distinct runs. The share of equal minima estimates the Jaccard similarity of the
 two sets of runs (Broder, "On the resemblance and containment of documents",
 1997), within about 0.04 (one standard error at 0.5).
 
-What it costs: a signature is 2-4 ms per 1,000 words at indexing; a look-up
+What it costs: a signature is 2-4 ms per 1,000 words at indexing, its words
+held as 8-byte hashes (a text of millions of short words: about 11 times its
+size in memory at most, where its words as strings would take 30); a look-up
 reads the signatures of the documents of a size it can be a near-copy of (by
 an index on the size) and compares them at once: 23,000 of 100,000 documents
 read and compared in 0.2-0.4 s (``bench/near_copies.py``), 51 MB of signatures
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +80,8 @@ _HYPHENS = str.maketrans("", "", "-\u2010\u2011")
 # text alone, and an export of it (HTML, PDF, Word) has only that text.
 _LINK_TARGET = re.compile(r"\]\([^()\s]*(?:\s+\"[^\"]*\")?\)")
 _WORD = re.compile(r"\w+")
+# White space as ``str.split`` takes it (both read Unicode's).
+_SPACE = re.compile(r"\s")
 # The permutations' seeds: fixed, so that signatures stored at any time compare.
 _SEEDS = np.frombuffer(
     hashlib.blake2b(b"kb near-copies v1", digest_size=64).digest() * (PERMUTATIONS // 8),
@@ -85,6 +89,10 @@ _SEEDS = np.frombuffer(
 ) ^ np.arange(PERMUTATIONS, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
 # Runs hashed at a time: PERMUTATIONS x this many 64-bit values (8 MB).
 _BLOCK = 8192
+# Characters of a text read into words at a time (then kept as 64-bit hashes).
+_PART_CHARS = 1 << 16
+# Distinct words whose hashes are remembered across pieces (a text's vocabulary, mostly).
+_MOST_HASHES_KEPT = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -108,10 +116,30 @@ def words(text: str) -> list[str]:
     hyphen another drops. Addresses and Markdown link targets go: one format
     shows them, another hides them behind the link's text.
     """
-    joined = _LINE_END_HYPHEN.sub("", _LINK_TARGET.sub("] ", text))
+    return [w for part in _parts(_joined(text)) for w in _part_words(part)]
+
+
+def _joined(text: str) -> str:
+    """``text`` without link targets, and with words hyphenated at a line end joined."""
+    return _LINE_END_HYPHEN.sub("", _LINK_TARGET.sub("] ", text))
+
+
+def _parts(text: str) -> Iterator[str]:
+    """``text`` in pieces of about :data:`_PART_CHARS`, each cut just before white space:
+    every step after :func:`_joined` reads one whitespace-separated token at a time, so
+    the pieces' words are the text's, and a long text's words are never all held at once."""
+    start = 0
+    while start < len(text):
+        space = _SPACE.search(text, start + _PART_CHARS)
+        cut = space.start() if space else len(text)
+        yield text[start:cut]
+        start = cut
+
+
+def _part_words(part: str) -> list[str]:
     # An address (``https://...``, ``www...``) is shown in one format and a link's hidden
     # target in another: every whitespace-separated token holding one goes.
-    shown = " ".join(t for t in joined.split() if not _address(t))
+    shown = " ".join(t for t in part.split() if not _address(t))
     folded = same_text(shown.translate(_HYPHENS)).casefold()
     return _WORD.findall(folded)
 
@@ -122,10 +150,10 @@ def _address(token: str) -> bool:
 
 def signature(text: str) -> Signature | None:
     """The signature of ``text``; ``None`` when it has no word at all."""
-    found = words(text)
-    if not found:
+    ids = _word_ids(text)
+    if not len(ids):
         return None
-    runs = np.unique(_runs(found))
+    runs = np.unique(_runs(ids))
     minima = np.full(PERMUTATIONS, np.iinfo(np.uint64).max, dtype=np.uint64)
     for start in range(0, len(runs), _BLOCK):
         block = runs[start : start + _BLOCK]
@@ -184,17 +212,26 @@ def size_range(shingles: int, threshold: float = NEAR_COPY_THRESHOLD) -> tuple[i
     return int(shingles * threshold), int(shingles / threshold) + 1
 
 
-def _runs(found: list[str]) -> np.ndarray:
-    """A 64-bit hash of each run of :data:`SHINGLE_WORDS` words (the whole text when shorter)."""
-    vocabulary = {w: i for i, w in enumerate(dict.fromkeys(found))}
-    hashed = np.array(
-        [
-            int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
-            for w in vocabulary
-        ],
-        dtype=np.uint64,
-    )
-    ids = hashed[[vocabulary[w] for w in found]]
+def _word_ids(text: str) -> np.ndarray:
+    """A 64-bit hash of each of :func:`words`, in order, hashed piece by piece: 8 bytes a
+    word where millions of short words held as strings would take 60 each."""
+    hashed: dict[str, int] = {}
+    pieces = []
+    for part in _parts(_joined(text)):
+        found = _part_words(part)
+        for w in dict.fromkeys(found):
+            if w not in hashed:
+                digest = hashlib.blake2b(w.encode(), digest_size=8).digest()
+                hashed[w] = int.from_bytes(digest, "little")
+        pieces.append(np.array([hashed[w] for w in found], dtype=np.uint64))
+        if len(hashed) > _MOST_HASHES_KEPT:
+            hashed.clear()  # a text of ever new words: each piece hashes its own
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint64)
+
+
+def _runs(ids: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each run of :data:`SHINGLE_WORDS` words' ``ids`` (the whole text when
+    shorter)."""
     width = min(SHINGLE_WORDS, len(ids))
     combined = np.zeros(len(ids) - width + 1, dtype=np.uint64)
     for offset in range(width):
@@ -205,8 +242,9 @@ def _runs(found: list[str]) -> np.ndarray:
 
 def _mix(x: np.ndarray) -> np.ndarray:
     """SplitMix64's finaliser, element-wise: every input bit moves every output bit."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    x = x ^ (x >> np.uint64(30))  # a new array: the rest works in it (one copy, not four)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x

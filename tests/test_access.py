@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +38,8 @@ from bot.access import (  # noqa: E402
 from bot.cli import main  # noqa: E402
 from index.models import EVERYONE, OnlyScopes  # noqa: E402
 from index.records import DocumentRow  # noqa: E402
+from index.storage import Store  # noqa: E402
+from index.storage.people_heard import PeopleHeard  # noqa: E402
 from tests.adversarial.test_forged_feedback import _click, _feedback_value, _posted  # noqa: E402
 from tests.clocks import FakeTime  # noqa: E402
 from tests.conftest_bot import FALCON_Q, IN_DOMAIN, Bot, BotFactory  # noqa: E402
@@ -598,3 +602,60 @@ async def test_a_channel_forgotten_while_its_members_are_asked_is_not_remembered
     slack.set_members(CHANNEL_ID, [MEMBER, "U0GUEST009"])
     assert await asking == frozenset({MEMBER})
     assert await members.of(CHANNEL_ID) == frozenset({MEMBER, "U0GUEST009"})
+
+
+async def test_the_channels_a_person_reads_cost_one_look_at_what_other_replicas_heard(
+    slack: MockSlackAPI, directory: SlackDirectory, tmp_path: Path
+) -> None:
+    """Every channel holding documents is checked for each question: what the other replicas
+    heard (people_heard) is read once for all of them, not once a channel."""
+    reads = 0
+
+    def clock() -> float:  # each look at what was heard reads the time
+        nonlocal reads
+        reads += 1
+        return time.time()
+
+    store = Store(tmp_path)
+    channels = [f"C0CHAN{n:04d}" for n in range(50)]
+    for channel in channels[::2]:
+        slack.set_members(channel, [MEMBER])
+    looks = []
+    for some in (channels[:1], channels):
+        reads = 0
+        access = Access(directory, allow_external=False, heard=PeopleHeard(store.database, clock))
+        readable = await access.readable_channels(Person(MEMBER), some)
+        assert readable == frozenset(some[::2])
+        looks.append(reads)
+    assert looks[0] > 0
+    assert looks[1] == looks[0]  # was 50 times as many
+
+
+async def test_a_replica_that_looked_before_the_store_let_go_of_its_news_lists_the_guests_again(
+    slack: MockSlackAPI, directory: SlackDirectory, tmp_path: Path
+) -> None:
+    """What the replicas heard is kept an hour (people_heard): a replica that last looked
+    longer ago may have missed a member made a guest, so its old listing of the guests
+    (past its ten minutes, served while the next one runs) is not used; it waits for the
+    next one (was: one answer in the channel from the listing of hours before)."""
+    time = FakeTime()
+    store = Store(tmp_path)
+    guests = Guests(directory, clock=time.clock)
+    quiet = Access(
+        directory,
+        allow_external=False,
+        guests=guests,
+        heard=PeopleHeard(store.database, time.clock),
+    )
+    other = Access(directory, allow_external=False, heard=PeopleHeard(store.database, time.clock))
+    slack.set_members(CHANNEL_ID, [MEMBER, OUTSIDER])
+    assert not await quiet.guests_at(Where(CHANNEL_ID))  # no guest there: listed
+    # Two hours later, through the other replica: the outsider was made a guest, and
+    # an hour after that the store let go of it while writing other news.
+    time.now += 7200
+    made_guest = slack.set_user(OUTSIDER)
+    made_guest.update(is_restricted=True)
+    await other.person_changed(made_guest)
+    time.now += 3601
+    await other.channel_changed("C0ELSEWHER")
+    assert await quiet.guests_at(Where(CHANNEL_ID))

@@ -135,6 +135,9 @@ class _Nobody:
     async def profile(self, user_id: str) -> Profile:
         return Profile(team_id="T0ELSEWHERE")
 
+    def forget(self, user_id: str) -> None:
+        pass  # nothing remembered
+
     async def channel_members(self, channel: str) -> frozenset[str]:
         raise AssertionError("an outsider's channels are never asked for")
 

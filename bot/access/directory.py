@@ -58,6 +58,10 @@ class Directory(Protocol):
     async def profile(self, user_id: str) -> Profile | None:
         """What the directory says of ``user_id``; ``None`` when it could not say."""
 
+    def forget(self, user_id: str) -> None:
+        """Ask again next time what :meth:`profile` says of ``user_id``: Slack said the person
+        changed (made a guest, deactivated), which what was remembered does not say."""
+
     async def channel_members(self, channel: str) -> frozenset[str]:
         """The user ids in ``channel`` now (none for a channel the directory cannot see).
 

@@ -100,6 +100,11 @@ class Guests:
         except TimeoutError as exc:
             raise AccessCheckUnavailable(GUESTS_UNKNOWN) from exc
 
+    def forget(self) -> None:
+        """Serve the last listing no more: what changed since may be unknown (another
+        replica's news lost). The next caller waits for a new one, as for the first."""
+        self._ids, self._until = None, 0.0
+
     def listed(self, user_id: str) -> bool:
         """Whether ``user_id`` is a guest in what this process knows now (no listing: no)."""
         return self._ids is not None and user_id in self._ids

@@ -6,7 +6,9 @@ channel (``member_joined_channel``, ``member_left_channel``). The replica that
 hears it applies it to its own lists (:class:`bot.access.Guests`,
 :class:`bot.access.Memberships`) and writes it to the shared store
 (``index.storage.people_heard``); every replica reads what was written since it
-last looked before it decides who reads along in a channel or who is in one.
+last looked before it decides who reads along in a channel or who is in one,
+or serves a person (whose profile, made a guest or deactivated, it then asks the
+directory for again).
 So a guest who joined a channel through replica A does not read an answer
 replica B posts there a moment later from the members it listed before.
 
@@ -24,10 +26,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from bot.access.directory import AccessCheckUnavailable
+from bot.access.directory import AccessCheckUnavailable, Directory
 from bot.access.guests import Guests, is_guest
 from bot.access.members import Memberships
-from index.storage import Heard, HeardKind, PeopleHeard
+from index.storage import HEARD_KEEP_SECONDS, Heard, HeardKind, PeopleHeard
 
 __all__ = ["NEWS_UNKNOWN", "PeopleNews"]
 
@@ -41,15 +43,21 @@ class PeopleNews:
 
     Args:
         heard: the store's record of what was heard.
+        directory: whose remembered profile of a person heard of is asked again.
         guests: this process's guests.
         members: this process's channel members.
     """
 
-    def __init__(self, heard: PeopleHeard, guests: Guests, members: Memberships) -> None:
+    def __init__(
+        self, heard: PeopleHeard, directory: Directory, guests: Guests, members: Memberships
+    ) -> None:
         self.heard = heard
+        self.directory = directory
         self.guests = guests
         self.members = members
         self._last = 0
+        # When this process last read what was heard (the store's clock); None: never.
+        self._looked_at: float | None = None
         # The rows of the late window already applied, and those this process wrote.
         self._seen: set[int] = set()
         self._own: set[int] = set()
@@ -65,7 +73,8 @@ class PeopleNews:
         self.guests.heard(user)
         if is_guest(user) and not user.get("deleted"):
             await self._record("guest", user_id)
-        elif was_guest:
+        elif was_guest or user.get("deleted"):
+            # A deactivated person too: every replica asks again, and serves them nothing.
             await self._record("member", user_id)
 
     async def channel(self, channel: str) -> None:
@@ -80,11 +89,17 @@ class PeopleNews:
             AccessCheckUnavailable: the store cannot be read now.
         """
         async with self._one:
+            now = self.heard.clock()
             try:
                 rows = await asyncio.to_thread(self.heard.since, self._last)
             except Exception as exc:  # a store down is one check that cannot be made
                 log.warning("cannot read what the other replicas heard: %s", exc)
                 raise AccessCheckUnavailable(NEWS_UNKNOWN) from exc
+            if self._looked_at is not None and now - self._looked_at >= HEARD_KEEP_SECONDS:
+                # Rows written since the last look may be gone: the guests listed before
+                # (served past their time while the next listing runs) may miss one.
+                self.guests.forget()
+            self._looked_at = now
             for row in rows:
                 if row.id not in self._seen and row.id not in self._own:
                     self._apply(row)
@@ -97,6 +112,7 @@ class PeopleNews:
         if row.kind == "channel":
             self.members.forget(row.subject)
         else:
+            self.directory.forget(row.subject)
             self.guests.heard({"id": row.subject, "is_restricted": row.kind == "guest"})
 
     async def _record(self, kind: HeardKind, subject: str) -> None:

@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from bot.access.directory import AccessCheckUnavailable, Directory
+from bot.access.directory import AccessCheckUnavailable, Directory, Profile
 from bot.access.grants import SourceGrants
 from bot.access.guests import Guests
 from bot.access.members import Memberships
@@ -237,8 +237,11 @@ class Access:
         self.guests = guests or (Guests(directory) if directory is not None else None)
         self.grants = grants
         self.news = (
-            PeopleNews(heard, self.guests, self.members)
-            if heard is not None and self.guests is not None and self.members is not None
+            PeopleNews(heard, directory, self.guests, self.members)
+            if heard is not None
+            and directory is not None
+            and self.guests is not None
+            and self.members is not None
             else None
         )
 
@@ -257,14 +260,15 @@ class Access:
         cannot otherwise check): one it cannot find is not served either.
 
         Raises:
-            AccessCheckUnavailable: the directory cannot say which workspace it serves.
+            AccessCheckUnavailable: the directory cannot say which workspace it serves, or
+                the store what the other replicas heard of people.
         """
         if self.directory is None:
             if person.team_id is None:
                 return Decision(True, Rule.ORGANISATION, _UNCHECKED.format(user=person.user_id))
             return Decision(False, Rule.ORGANISATION, _NO_WORKSPACE, unknown=True)
         # Asked even when the workspace was said (one users.info, remembered a while).
-        profile = await self.directory.profile(person.user_id)
+        profile = await self._profile(person.user_id)
         if profile is not None and profile.deleted:
             return Decision(False, Rule.ORGANISATION, _DEACTIVATED.format(user=person.user_id))
         if profile is None and known and person.team_id is not None:
@@ -328,6 +332,10 @@ class Access:
     async def person_changed(self, user: dict[str, Any]) -> None:
         """Slack said this of a person (``user_change``, ``team_join``): counts at once, on
         every replica (``bot.access.news``)."""
+        user_id = user.get("id")
+        if self.directory is not None and isinstance(user_id, str) and user_id:
+            # Whether they are a guest or deactivated is asked again, not read from before.
+            self.directory.forget(user_id)
         if self.news is not None:
             await self.news.person(user)
         elif self.guests is not None:
@@ -348,6 +356,17 @@ class Access:
         """
         if self.news is not None:
             await self.news.catch_up()
+
+    async def _profile(self, user_id: str) -> Profile | None:
+        """What the directory says of ``user_id``, once what the other replicas heard of
+        people has been applied (a person made a guest or deactivated is asked again).
+
+        Raises:
+            AccessCheckUnavailable: the store cannot say now.
+        """
+        assert self.directory is not None
+        await self._caught_up()
+        return await self.directory.profile(user_id)
 
     async def _members_of(self, channel: str) -> frozenset[str]:
         assert self.members is not None
@@ -414,14 +433,20 @@ class Access:
         named by an admin is taken as a member, as :meth:`served` takes them."""
         if self.directory is None:
             return False
-        profile = await self.directory.profile(person.user_id)
+        try:
+            profile = await self._profile(person.user_id)
+        except AccessCheckUnavailable:
+            return True
         return profile is None or profile.guest
 
     async def email_of(self, person: Person) -> str | None:
         """``person``'s email as the directory verified it; ``None``: none known."""
         if self.directory is None:
             return None
-        profile = await self.directory.profile(person.user_id)
+        try:
+            profile = await self._profile(person.user_id)
+        except AccessCheckUnavailable:
+            return None
         return profile.email if profile is not None else None
 
     async def source_decision(self, person: Person, scope: str) -> Decision:
@@ -512,12 +537,20 @@ class Access:
         Raises:
             AccessCheckUnavailable: ``strict``, and a channel's members cannot be known.
         """
+        if self.members is None:
+            return frozenset()  # nobody can say who is in a channel: none is readable
+        try:
+            # Once for every channel: a read of the store each would cost a question hundreds.
+            await self._caught_up()
+        except AccessCheckUnavailable as exc:
+            if strict:
+                raise
+            log.warning("who is in which channel cannot be known now: %s", exc)
+            return frozenset()
         readable = set()
         for channel in dict.fromkeys(channels):
-            if self.members is None:
-                break  # nobody can say who is in a channel: none is readable
             try:
-                members = await self._members_of(channel)
+                members = await self.members.of(channel)
             except AccessCheckUnavailable as exc:
                 if strict:
                     raise

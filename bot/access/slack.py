@@ -237,6 +237,11 @@ class SlackDirectory:
             guest=is_guest(user),
         )
 
+    def forget(self, user_id: str) -> None:
+        """``users.info`` asked again for ``user_id`` next time (a ``user_change`` said it
+        changed: a guest now, or deactivated, while five minutes would still serve the old)."""
+        self._users.pop(user_id, None)
+
     async def channel_members(self, channel: str) -> frozenset[str]:
         """The user ids of ``channel``'s members (none when the bot cannot see the channel).
 

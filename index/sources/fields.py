@@ -11,6 +11,7 @@ a listing that never ends (:class:`Listing`) fails the run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mimetypes
 import re
@@ -132,7 +133,8 @@ class Listing:
 
     def __init__(self, source: str, first: str | None = None) -> None:
         self.source = source
-        self._seen = {first} if first else set()
+        # Each page's digest: a source's cursor may be of any length.
+        self._seen = {_page_digest(first)} if first else set()
         self._empty = 0
         self._pages = 1
 
@@ -149,7 +151,8 @@ class Listing:
             raise SourceFailed(
                 f"{self.source} gave more than {MAX_PAGES} pages of a listing; the run stopped."
             )
-        if following in self._seen:
+        digest = _page_digest(following)
+        if digest in self._seen:
             raise SourceFailed(
                 f"{self.source} pointed the next page of a listing at one it had given before "
                 "(a listing that never ends); the run stopped."
@@ -161,8 +164,12 @@ class Listing:
                 "pointing at another (a listing that never ends); the run stopped and removed "
                 "nothing."
             )
-        self._seen.add(following)
+        self._seen.add(digest)
         return following
+
+
+def _page_digest(page: str) -> bytes:
+    return hashlib.blake2b(page.encode(errors="surrogatepass"), digest_size=16).digest()
 
 
 def file_name(title: str, fallback: str) -> str:

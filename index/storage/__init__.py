@@ -18,7 +18,7 @@ from __future__ import annotations
 from index.storage.mcp_tokens import McpToken, McpTokenError, McpTokens
 from index.storage.messages import APPROVAL, STATUS, PostedMessage
 from index.storage.migrate import migrate_store
-from index.storage.people_heard import Heard, HeardKind, PeopleHeard
+from index.storage.people_heard import HEARD_KEEP_SECONDS, Heard, HeardKind, PeopleHeard
 from index.storage.sources import SourceItem, SourceRecords, SourceRow, UnknownSource
 from index.storage.store import INTERRUPTED, INTERRUPTED_KIND, NewDocument, Store
 from index.storage.uploads import Upload
@@ -26,6 +26,7 @@ from index.storage.used_states import UsedStates
 
 __all__ = [
     "APPROVAL",
+    "HEARD_KEEP_SECONDS",
     "Heard",
     "HeardKind",
     "INTERRUPTED",

@@ -7,8 +7,9 @@ every replica reads the rows written since it last looked before it decides
 who reads along in a channel (``bot.access``): none goes on deciding from the
 lists it made before the change.
 
-A row is kept :data:`KEEP_SECONDS`; a reader that looked longer ago than that
-has lists older than their own lifetimes anyway. Rows are read by id from the
+A row is kept :data:`HEARD_KEEP_SECONDS`; a reader that looked longer ago than that
+has lists older than their own lifetimes, and lists the guests again before it
+serves that listing (``bot.access.news``). Rows are read by id from the
 last one seen, and again for :data:`LATE_SECONDS` by time: on Postgres a row
 can become visible after one with a higher id (two writes committing in the
 other order), and is not missed for it.
@@ -21,11 +22,11 @@ from typing import Literal
 
 from index.storage.part import StorePart
 
-__all__ = ["KEEP_SECONDS", "LATE_SECONDS", "Heard", "HeardKind", "PeopleHeard"]
+__all__ = ["HEARD_KEEP_SECONDS", "LATE_SECONDS", "Heard", "HeardKind", "PeopleHeard"]
 
 # Longer than any list a replica keeps (its guests for ten minutes, a channel's
 # members for one).
-KEEP_SECONDS = 3600.0
+HEARD_KEEP_SECONDS = 3600.0
 # Far longer than a write transaction holds an id before it commits.
 LATE_SECONDS = 30.0
 
@@ -53,7 +54,7 @@ class PeopleHeard(StorePart):
             raise ValueError(f"unknown kind of news: {kind!r}")
         now = self.clock()
         with self.transaction() as db:
-            db.execute("DELETE FROM people_heard WHERE heard_at < ?", [now - KEEP_SECONDS])
+            db.execute("DELETE FROM people_heard WHERE heard_at < ?", [now - HEARD_KEEP_SECONDS])
             row = db.execute(
                 "INSERT INTO people_heard (kind, subject, heard_at) VALUES (?, ?, ?) RETURNING id",
                 [kind, subject, now],

@@ -33,6 +33,7 @@ from tests.servers import (  # noqa: E402
     MockSlackAPI,
     OpenAICompatServer,
     app_mention_event,
+    message_im_event,
 )
 
 GUEST = "U0GUEST001"
@@ -136,8 +137,9 @@ async def test_what_one_replica_heard_counts_on_the_other_at_once(
 ) -> None:
     """Two replicas on one store (one SQLite data dir; Postgres with a data dir each). Slack
     tells replica A alone that a guest joined the channel, then that a colleague there was
-    made a guest: replica B's next answers there hold no document for everyone, though the
-    members and guests it listed before are still within their time."""
+    made a guest, then that the asker was: replica B's next answers there, and then in the
+    asker's DM, hold no document for everyone, though the members, guests and profiles it
+    listed before are still within their time."""
 
     async def replica(name: str) -> tuple[TestClient, Settings]:
         settings = settings_for(
@@ -178,6 +180,17 @@ async def test_what_one_replica_heard_counts_on_the_other_at_once(
     # B asked Slack nothing more for it: the store told it.
     assert len(slack.calls("users.list")) == 4  # two pages, once per replica
 
+    # The asker is made a guest; Slack tells replica A. What B remembered of them from
+    # users.info (five minutes) is asked again: in a DM too they read nothing for everyone.
+    await b.event(message_im_event(IN_DOMAIN, user=USER_ID))
+    assert "Employee handbook" in json.dumps((await b.answer(6))["blocks"])
+    asker = slack.set_user(USER_ID)
+    asker.update(is_restricted=True)
+    await a.event({"type": "user_change", "user": asker})
+    await a.idle()
+    await b.event(message_im_event(IN_DOMAIN, user=USER_ID))
+    assert "Employee handbook" not in json.dumps((await b.answer(7))["blocks"])
+
 
 async def test_when_the_store_cannot_say_what_other_replicas_heard_a_guest_is_assumed(
     bot: Bot,
@@ -193,3 +206,18 @@ async def test_when_the_store_cannot_say_what_other_replicas_heard_a_guest_is_as
     assert "Employee handbook" not in json.dumps((await bot.answer(2))["blocks"])
     await bot.event(app_mention_event(FALCON_Q, user=USER_ID))
     assert "Project Falcon" in json.dumps((await bot.answer(3))["blocks"])
+
+
+async def test_a_member_made_a_guest_reads_no_document_for_everyone_from_the_moment_slack_says_so(
+    bot: Bot,
+) -> None:
+    """users.info is remembered five minutes; Slack's user_change says at once that the person
+    asking in a DM was made a guest, and a guest reads no document for everyone."""
+    await bot.event(message_im_event(IN_DOMAIN, user=USER_ID))
+    assert "Employee handbook" in json.dumps((await bot.answer())["blocks"])
+    changed = bot.slack.set_user(USER_ID)
+    changed.update(is_restricted=True)
+    await bot.event({"type": "user_change", "user": changed})
+    await bot.idle()
+    await bot.event(message_im_event(IN_DOMAIN, user=USER_ID))
+    assert "Employee handbook" not in json.dumps((await bot.answer(2))["blocks"])

@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -211,6 +212,23 @@ def test_a_listing_of_pages_that_each_hold_something_ends_at_the_ceiling() -> No
         assert listing.next_page(f"cursor-{page}", empty=False) == f"cursor-{page}"
     with pytest.raises(SourceFailed, match=f"more than {MAX_PAGES} pages"):
         listing.next_page("cursor-beyond", empty=False)
+
+
+def test_a_listing_remembers_its_pages_in_a_few_bytes_each_however_long_the_cursors() -> None:
+    """A source may send a next page of any length: a listing of 1,000 pages of 64 KB
+    cursors keeps a few bytes a page to tell one given before (was: each cursor whole,
+    64 MB), and a cursor given again still fails the run."""
+    listing = Listing("Notion")
+    tracemalloc.start()
+    try:
+        for page in range(1000):
+            listing.next_page(f"{page:08d}" + "x" * 65_536, empty=False)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 1000 * 1024
+    with pytest.raises(SourceFailed, match="given before"):
+        listing.next_page("00000007" + "x" * 65_536, empty=False)
 
 
 # Held: Drive may answer a few empty pages, each with a next page, while it searches.
