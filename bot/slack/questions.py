@@ -156,7 +156,7 @@ async def answer(
         asker=Asker(user=event.get("user"), channel=channel, thread_id=thread_ts),
         follow_up=in_thread,
         thread=thread if in_thread else None,
-        outside=await _slack_search(services, event, person, place),
+        outside=await _slack_search(services, event, person, place, context.bot_user_id),
         read_alone=read_alone,
     )
     reply = SlackReply(
@@ -189,7 +189,11 @@ async def answer(
 
 
 async def _slack_search(
-    services: Services, event: dict[str, Any], person: Person, place: Place
+    services: Services,
+    event: dict[str, Any],
+    person: Person,
+    place: Place,
+    bot_user_id: str | None,
 ) -> OutsideSearch | None:
     """Slack's own messages searched for the question (``KB_SLACK_SEARCH``); ``None``: not searched.
 
@@ -200,7 +204,7 @@ async def _slack_search(
     """
     if services.search is None:
         return None
-    search = services.search.for_event(event)
+    search = services.search.for_event(event, bot_user_id=bot_user_id)
     if search.reach == PUBLIC_ONLY and (
         place.external_asker or await services.access.guest(person)
     ):

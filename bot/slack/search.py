@@ -90,13 +90,17 @@ class SlackSearcher:
         self._clock = clock
         self._paused_until: dict[str, float] = {}
 
-    def for_event(self, event: Mapping[str, Any]) -> SlackSearch:
-        """The search of one question: as its asker when the event carries an ``action_token``."""
+    def for_event(self, event: Mapping[str, Any], *, bot_user_id: str | None = None) -> SlackSearch:
+        """The search of one question: as its asker when the event carries an ``action_token``.
+
+        ``bot_user_id``: the bot's own user, whose messages (its answers) are no source.
+        """
         token = event.get("action_token")
         return SlackSearch(
             self,
             user=str(event.get("user") or ""),
             action_token=token if isinstance(token, str) and token else None,
+            bot_user_id=bot_user_id,
         )
 
     def paused(self, user: str) -> bool:
@@ -111,10 +115,18 @@ class SlackSearcher:
 class SlackSearch:
     """One question's search of Slack (``core.outside.OutsideSearch``)."""
 
-    def __init__(self, searcher: SlackSearcher, *, user: str, action_token: str | None) -> None:
+    def __init__(
+        self,
+        searcher: SlackSearcher,
+        *,
+        user: str,
+        action_token: str | None,
+        bot_user_id: str | None = None,
+    ) -> None:
         self.searcher = searcher
         self.user = user
         self.action_token = action_token
+        self.bot_user_id = bot_user_id
 
     @property
     def reach(self) -> str:
@@ -139,7 +151,7 @@ class SlackSearch:
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("Slack search unreachable: %s", type(exc).__name__)
             return Found(reach=self.reach, failure=UNREACHABLE)
-        return Found(messages(page.data), reach=self.reach)
+        return Found(messages(page.data, bot_user_id=self.bot_user_id), reach=self.reach)
 
     def _refused(self, exc: SlackApiError) -> Found:
         error = str(exc.response.get("error") or exc.response.status_code)
@@ -150,17 +162,21 @@ class SlackSearch:
         return Found(reach=self.reach, failure=error)
 
 
-def messages(data: Any) -> list[OutsidePassage]:
+def messages(data: Any, *, bot_user_id: str | None = None) -> list[OutsidePassage]:
     """The messages of an ``assistant.search.context`` answer, in Slack's order.
 
     An entry without text, a permalink that is not https, an author or a
     channel is left out: what cannot be opened or attributed is not shown.
+    So is one written by ``bot_user_id`` (the bot itself): its earlier answers
+    are its own past output, written from documents that may have changed since
+    (or from a message that steered the model), never evidence of their own.
     """
     results = data.get("results") if isinstance(data, Mapping) else None
     found = results.get("messages") if isinstance(results, Mapping) else None
     if not isinstance(found, list):
         return []
-    return [p for p in (_passage(m) for m in found) if p is not None]
+    passages = (_passage(m) for m in found)
+    return [p for p in passages if p is not None and not (bot_user_id and p.author == bot_user_id)]
 
 
 # The first second no date can show (time.gmtime's years end at 9999).
