@@ -9,6 +9,7 @@ Through the signed-event harness and the mock Slack API's Real-time Search
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 from typing import Any
@@ -17,10 +18,13 @@ import pytest
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
+from bot.access import AccessCheckUnavailable  # noqa: E402
+from bot.access.slack import MAX_LISTED_PEOPLE, MEMBERS_PAGE, MEMBERS_UNKNOWN, pages  # noqa: E402
 from bot.slack.search import MAX_TEXT_CHARS, messages  # noqa: E402
-from tests.conftest_bot import BotFactory, everything_posted  # noqa: E402
+from tests.conftest_bot import IN_DOMAIN, BotFactory, everything_posted  # noqa: E402
 from tests.servers import (  # noqa: E402
     BOT_USER_ID,
+    CHANNEL_ID,
     MockSlackAPI,
     OpenAICompatServer,
     app_mention_event,
@@ -218,3 +222,47 @@ async def test_the_bots_own_earlier_answer_is_no_source(
     assert "31 January" not in json.dumps(bot.llm.requests)
     assert own.permalink() not in json.dumps(answer, ensure_ascii=False)
     assert "20 December" in json.dumps(answer, ensure_ascii=False)  # people's messages still are
+
+
+# ---------------------------------------------------------------- listings that never end
+
+
+def endless(key: str, cursors: itertools.cycle[str]) -> Any:
+    """A Slack listing whose every page names a next cursor (from ``cursors``)."""
+
+    def page(params: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, key: [], "response_metadata": {"next_cursor": next(cursors)}}
+
+    return page
+
+
+@pytest.mark.parametrize(
+    ("method", "key"), [("conversations.members", "members"), ("users.list", "members")]
+)
+async def test_a_listing_of_people_that_never_ends_is_given_up_and_the_question_answered(
+    make_bot: BotFactory, method: str, key: str
+) -> None:
+    """Who is a guest, and who is in the channel, decide what an answer in a channel may
+    use; a listing naming its cursors over again was followed for ever (no answer)."""
+    bot = await make_bot()
+    bot.slack.set_user("U0GUEST001").update(is_restricted=True)
+    bot.slack.set_members(CHANNEL_ID, [ALICE, "U0GUEST001"])
+    bot.slack.on(method, endless(key, itertools.cycle(["Y3Vyc29yOjE=", "Y3Vyc29yOjI="])))
+    await bot.event(app_mention_event(IN_DOMAIN))
+    answer = await bot.answer()
+    assert answer["channel"] == CHANNEL_ID
+    assert len(bot.slack.calls(method)) <= 3  # the first cursor named twice ends it
+
+
+async def test_a_listing_naming_a_new_cursor_on_every_page_ends_past_any_workspaces_size() -> None:
+    calls = 0
+
+    async def page(cursor: str | None) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        return {"ok": True, "members": [], "response_metadata": {"next_cursor": f"c{calls}"}}
+
+    with pytest.raises(AccessCheckUnavailable):
+        async for _ in pages(page, MEMBERS_PAGE, MEMBERS_UNKNOWN):
+            pass
+    assert calls == MAX_LISTED_PEOPLE // MEMBERS_PAGE + 1
