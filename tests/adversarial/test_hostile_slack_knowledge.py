@@ -9,9 +9,11 @@ Through the signed-event harness and the mock Slack API's Real-time Search
 from __future__ import annotations
 
 import dataclasses
+import io
 import itertools
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -266,3 +268,27 @@ async def test_a_listing_naming_a_new_cursor_on_every_page_ends_past_any_workspa
         async for _ in pages(page, MEMBERS_PAGE, MEMBERS_UNKNOWN):
             pass
     assert calls == MAX_LISTED_PEOPLE // MEMBERS_PAGE + 1
+
+
+# ---------------------------------------------------------------- nothing of it stored
+
+
+async def test_slacks_messages_reach_no_log_even_at_debug(
+    make_bot: BotFactory,
+    workspace: Workspace,
+    llm: OpenAICompatServer,
+    product_logs: Callable[..., io.StringIO],
+) -> None:
+    """Slack's messages are never stored, and a log is stored: the model's prompt (which
+    quotes them in a DM) and Slack's answer are not written to it at any level."""
+    llm.set_reply(cite_every_source)
+    bot = await make_bot(slack_search=True)
+    out = product_logs("json")
+    event = message_im_event(DEPLOY_FREEZE)
+    event["action_token"] = workspace.action_token(ALICE)
+    await bot.event(event)
+    answer = await bot.answer()
+    await bot.idle()
+    assert "20 December" in json.dumps(bot.llm.requests)  # the model did read it
+    assert "20 December" in json.dumps(answer)
+    assert "20 December" not in out.getvalue()
