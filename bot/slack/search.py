@@ -14,9 +14,10 @@ for ``assistant.search.context``: "10+ requests per minute"). A search Slack
 refuses (``ratelimited``, ``not_allowed_token_type``, ``missing_scope``,
 ``invalid_action_token``...), one it does not answer within
 :data:`SEARCH_TIMEOUT_SECONDS`, costs only the group, with a note
-(``Found.failure``); after ``ratelimited`` that person's searches wait out
-Slack's ``Retry-After`` (``bot.access.retry_after``, the bot's one reading of
-it) without asking again. The search has a client of its own that never
+(``Found.failure``); after ``ratelimited`` that person's searches (or, for a
+search with the bot token alone, every such search: the limit is the token's)
+wait out Slack's ``Retry-After`` (``bot.access.retry_after``, the bot's one
+reading of it) without asking again. The search has a client of its own that never
 retries a rate limit: the answer must not wait a minute for it.
 """
 
@@ -103,13 +104,13 @@ class SlackSearcher:
             bot_user_id=bot_user_id,
         )
 
-    def paused(self, user: str) -> bool:
-        """Whether ``user``'s searches wait out a rate limit Slack reported."""
-        return self._clock() < self._paused_until.get(user, 0.0)
+    def paused(self, limited: str) -> bool:
+        """Whether the searches of ``limited`` (:attr:`SlackSearch.limited`) wait out a rate limit."""
+        return self._clock() < self._paused_until.get(limited, 0.0)
 
-    def pause(self, user: str, seconds: float) -> None:
-        """Ask nothing for ``user`` for ``seconds`` (Slack's ``Retry-After``)."""
-        self._paused_until[user] = self._clock() + seconds
+    def pause(self, limited: str, seconds: float) -> None:
+        """Ask nothing for ``limited`` for ``seconds`` (Slack's ``Retry-After``)."""
+        self._paused_until[limited] = self._clock() + seconds
 
 
 class SlackSearch:
@@ -129,13 +130,19 @@ class SlackSearch:
         self.bot_user_id = bot_user_id
 
     @property
+    def limited(self) -> str:
+        """Whose rate limit this search spends: the asker's (their ``action_token``), or the
+        bot token's, shared by every search without one (``""``)."""
+        return self.user if self.action_token else ""
+
+    @property
     def reach(self) -> str:
         """How far this search reaches: :data:`AS_ASKER` or :data:`PUBLIC_ONLY`."""
         return AS_ASKER if self.action_token else PUBLIC_ONLY
 
     async def search(self, query: str) -> Found:
         """The messages ``query`` finds in Slack; a failure is ``Found.failure``, never raised."""
-        if self.searcher.paused(self.user):
+        if self.searcher.paused(self.limited):
             return Found(reach=self.reach, failure="ratelimited")
         try:
             async with asyncio.timeout(self.searcher.timeout):
@@ -157,7 +164,7 @@ class SlackSearch:
         error = str(exc.response.get("error") or exc.response.status_code)
         wait = retry_after(exc)
         if wait is not None:
-            self.searcher.pause(self.user, wait)
+            self.searcher.pause(self.limited, wait)
         log.warning("Slack search refused (%s, %s): only that group is lost", error, self.reach)
         return Found(reach=self.reach, failure=error)
 

@@ -17,12 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from bot.access import AccessCheckUnavailable  # noqa: E402
 from bot.access.slack import MAX_LISTED_PEOPLE, MEMBERS_PAGE, MEMBERS_UNKNOWN, pages  # noqa: E402
-from bot.slack.search import MAX_TEXT_CHARS, messages  # noqa: E402
+from bot.slack.config import SlackConfig  # noqa: E402
+from bot.slack.search import MAX_TEXT_CHARS, SlackSearcher, messages  # noqa: E402
+from tests.clocks import FakeTime  # noqa: E402
 from tests.conftest_bot import IN_DOMAIN, BotFactory, everything_posted  # noqa: E402
 from tests.servers import (  # noqa: E402
     BOT_USER_ID,
@@ -32,7 +35,14 @@ from tests.servers import (  # noqa: E402
     app_mention_event,
     message_im_event,
 )
-from tests.slack_workspace import ALICE, Message, Workspace, company_workspace  # noqa: E402
+from tests.slack_workspace import (  # noqa: E402
+    ALICE,
+    BOB,
+    SEARCHES_PER_MINUTE,
+    Message,
+    Workspace,
+    company_workspace,
+)
 
 DEPLOY_FREEZE = "Is there a production deploy freeze over the holidays?"
 FREEZE_REPLY = "no production deploys from 20 December to 3 January"
@@ -292,3 +302,35 @@ async def test_slacks_messages_reach_no_log_even_at_debug(
     assert "20 December" in json.dumps(bot.llm.requests)  # the model did read it
     assert "20 December" in json.dumps(answer)
     assert "20 December" not in out.getvalue()
+
+
+# ---------------------------------------------------------------- Slack's rate limit
+
+
+async def test_a_rate_limit_of_the_bots_own_search_pauses_everyone_it_searches_for(
+    slack: MockSlackAPI, workspace: Workspace
+) -> None:
+    """Without an action_token the search is the bot token's, and so is Slack's limit:
+    its Retry-After holds for every asker, or each one asks Slack again into the limit."""
+    time = FakeTime()
+    slack.search_clock = time.clock
+    searcher = SlackSearcher(
+        SlackConfig(bot_token=slack.bot_token, api_url=slack.api_url), clock=time.clock
+    )
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    for _ in range(SEARCHES_PER_MINUTE):  # the bot token's searches of this minute
+        await client.assistant_search_context(query="printer")
+    first, second = (
+        searcher.for_event(message_im_event(DEPLOY_FREEZE, user=user)) for user in (ALICE, BOB)
+    )
+    assert (await first.search("printer")).failure == "ratelimited"
+    calls = len(slack.calls("assistant.search.context", include_rejected=True))
+    assert (await second.search("printer")).failure == "ratelimited"
+    assert len(slack.calls("assistant.search.context", include_rejected=True)) == calls
+    # A search as a person is theirs, and not held by the bot token's limit.
+    own = searcher.for_event(
+        {**message_im_event(DEPLOY_FREEZE, user=BOB), "action_token": workspace.action_token(BOB)}
+    )
+    assert (await own.search("printer")).failure is None
+    await time.advance(60)
+    assert (await second.search("printer")).failure is None
