@@ -199,9 +199,13 @@ def _passage(message: Any) -> OutsidePassage | None:
         return None
     if not str(url).startswith("https://"):
         return None
+    ts = message.get("message_ts")
     try:
-        posted = float(message.get("message_ts") or 0)
-    except (TypeError, ValueError):
+        # Slack's ts is a string; a number will do, a boolean is no time (True is 1.0).
+        posted = (
+            float(ts) if isinstance(ts, str | int | float) and not isinstance(ts, bool) else 0.0
+        )
+    except ValueError:
         posted = 0.0
     if not 0.0 < posted < _YEAR_10000:  # nan, inf, 1e300: no time a date can show (0: none)
         posted = 0.0
