@@ -205,7 +205,7 @@ def _passage(message: Any) -> OutsidePassage | None:
         posted = (
             float(ts) if isinstance(ts, str | int | float) and not isinstance(ts, bool) else 0.0
         )
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an integer of 400 digits
         posted = 0.0
     if not 0.0 < posted < _YEAR_10000:  # nan, inf, 1e300: no time a date can show (0: none)
         posted = 0.0

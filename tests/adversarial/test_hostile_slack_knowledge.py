@@ -336,8 +336,13 @@ async def test_a_rate_limit_of_the_bots_own_search_pauses_everyone_it_searches_f
     assert (await second.search("printer")).failure is None
 
 
-@pytest.mark.parametrize("ts", [True, [1700000000], {"ts": 1}, "yesterday"])
+@pytest.mark.parametrize(
+    "ts",
+    [True, [1700000000], {"ts": 1}, "yesterday", 10**400],
+    ids=["true", "list", "object", "words", "400-digit-integer"],
+)
 def test_a_time_of_another_type_is_no_time(ts: Any) -> None:
-    # True read as a number was 1 second after 1970: the message was dated 1970-01-01.
+    # True read as a number was 1 second after 1970: the message was dated 1970-01-01. An
+    # integer too large for a float raised: the whole group was lost for one field.
     (found,) = messages({"results": {"messages": [result(message_ts=ts)]}})
     assert found.posted == 0.0
