@@ -172,9 +172,9 @@ class SlackSearch:
 def messages(data: Any, *, bot_user_id: str | None = None) -> list[OutsidePassage]:
     """The messages of an ``assistant.search.context`` answer, in Slack's order.
 
-    An entry without text, a permalink that is not https, an author or a
-    channel is left out: what cannot be opened or attributed is not shown.
-    So is one written by ``bot_user_id`` (the bot itself): its earlier answers
+    The first :data:`RESULTS` entries at most (what was asked for). An entry
+    without text, a permalink that is not https, an author or a channel is left
+    out: what cannot be opened or attributed is not shown. So is one written by ``bot_user_id`` (the bot itself): its earlier answers
     are its own past output, written from documents that may have changed since
     (or from a message that steered the model), never evidence of their own.
     """
@@ -182,7 +182,9 @@ def messages(data: Any, *, bot_user_id: str | None = None) -> list[OutsidePassag
     found = results.get("messages") if isinstance(results, Mapping) else None
     if not isinstance(found, list):
         return []
-    passages = (_passage(m) for m in found)
+    # Slack sends at most the RESULTS asked for; more are not read (each is embedded
+    # while the answer waits).
+    passages = (_passage(m) for m in found[:RESULTS])
     return [p for p in passages if p is not None and not (bot_user_id and p.author == bot_user_id)]
 
 

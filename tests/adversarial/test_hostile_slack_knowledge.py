@@ -24,7 +24,7 @@ pytest.register_assert_rewrite("tests.conftest_bot")
 from bot.access import AccessCheckUnavailable  # noqa: E402
 from bot.access.slack import MAX_LISTED_PEOPLE, MEMBERS_PAGE, MEMBERS_UNKNOWN, pages  # noqa: E402
 from bot.slack.config import SlackConfig  # noqa: E402
-from bot.slack.search import MAX_TEXT_CHARS, SlackSearcher, messages  # noqa: E402
+from bot.slack.search import MAX_TEXT_CHARS, RESULTS, SlackSearcher, messages  # noqa: E402
 from tests.clocks import FakeTime  # noqa: E402
 from tests.conftest_bot import IN_DOMAIN, BotFactory, everything_posted  # noqa: E402
 from tests.servers import (  # noqa: E402
@@ -346,3 +346,11 @@ def test_a_time_of_another_type_is_no_time(ts: Any) -> None:
     # integer too large for a float raised: the whole group was lost for one field.
     (found,) = messages({"results": {"messages": [result(message_ts=ts)]}})
     assert found.posted == 0.0
+
+
+def test_more_results_than_asked_for_are_not_read() -> None:
+    # Each result is embedded while the answer waits: 5000 of them were, one by one.
+    page = {"results": {"messages": [result(content=f"Message {i}") for i in range(5000)]}}
+    found = messages(page)
+    assert len(found) == RESULTS == 20  # Slack's reference: at most 20 a page
+    assert [p.text for p in found] == [f"Message {i}" for i in range(20)]
