@@ -354,3 +354,20 @@ def test_more_results_than_asked_for_are_not_read() -> None:
     found = messages(page)
     assert len(found) == RESULTS == 20  # Slack's reference: at most 20 a page
     assert [p.text for p in found] == [f"Message {i}" for i in range(20)]
+
+
+async def test_an_error_code_of_any_length_costs_only_the_group(
+    make_bot: BotFactory, workspace: Workspace
+) -> None:
+    """Slack's error code is shown in the group's note: one longer than a block holds
+    must not cost the answer (Slack refuses a message over its Block Kit limits)."""
+    bot = await make_bot(slack_search=True)
+    bot.slack.fail("assistant.search.context", error="not_allowed_" + "x" * 5000 + "\n<!channel>")
+    event = message_im_event(DEPLOY_FREEZE)
+    event["action_token"] = workspace.action_token(ALICE)
+    await bot.event(event)
+    answer = await bot.answer()
+    await bot.idle()
+    assert [r[2] for r in bot.slack.rejected if r[0].startswith("chat.")] == []
+    shown = json.dumps(answer, ensure_ascii=False)
+    assert "not_allowed_x" in shown and "<!channel>" not in shown
