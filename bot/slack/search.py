@@ -174,9 +174,11 @@ def messages(data: Any, *, bot_user_id: str | None = None) -> list[OutsidePassag
 
     The first :data:`RESULTS` entries at most (what was asked for). An entry
     without text, a permalink that is not https, an author or a channel is left
-    out: what cannot be opened or attributed is not shown. So is one written by ``bot_user_id`` (the bot itself): its earlier answers
-    are its own past output, written from documents that may have changed since
-    (or from a message that steered the model), never evidence of their own.
+    out: what cannot be opened or attributed is not shown. So is one written by
+    ``bot_user_id`` (the bot itself): its earlier answers are its own past output,
+    written from documents that may have changed since (or from a message that
+    steered the model), never evidence of their own. A message listed again (its
+    permalink) is shown once.
     """
     results = data.get("results") if isinstance(data, Mapping) else None
     found = results.get("messages") if isinstance(results, Mapping) else None
@@ -185,7 +187,11 @@ def messages(data: Any, *, bot_user_id: str | None = None) -> list[OutsidePassag
     # Slack sends at most the RESULTS asked for; more are not read (each is embedded
     # while the answer waits).
     passages = (_passage(m) for m in found[:RESULTS])
-    return [p for p in passages if p is not None and not (bot_user_id and p.author == bot_user_id)]
+    kept: dict[str, OutsidePassage] = {}  # by permalink: a message listed twice is one
+    for p in passages:
+        if p is not None and not (bot_user_id and p.author == bot_user_id):
+            kept.setdefault(p.url, p)
+    return list(kept.values())
 
 
 # The first second no date can show (time.gmtime's years end at 9999).

@@ -350,7 +350,13 @@ def test_a_time_of_another_type_is_no_time(ts: Any) -> None:
 
 def test_more_results_than_asked_for_are_not_read() -> None:
     # Each result is embedded while the answer waits: 5000 of them were, one by one.
-    page = {"results": {"messages": [result(content=f"Message {i}") for i in range(5000)]}}
+    page = {
+        "results": {
+            "messages": [
+                result(content=f"Message {i}", permalink=f"{PERMALINK}{i}") for i in range(5000)
+            ]
+        }
+    }
     found = messages(page)
     assert len(found) == RESULTS == 20  # Slack's reference: at most 20 a page
     assert [p.text for p in found] == [f"Message {i}" for i in range(20)]
@@ -371,3 +377,9 @@ async def test_an_error_code_of_any_length_costs_only_the_group(
     assert [r[2] for r in bot.slack.rejected if r[0].startswith("chat.")] == []
     shown = json.dumps(answer, ensure_ascii=False)
     assert "not_allowed_x" in shown and "<!channel>" not in shown
+
+
+def test_a_message_listed_twice_is_one_passage() -> None:
+    # Twice, it took two of the group's places and was quoted to the model twice.
+    found = messages({"results": {"messages": [result(), result(), result(content="Other.")]}})
+    assert [p.text for p in found] == ["The freeze starts on 20 December."]
