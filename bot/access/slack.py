@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import unicodedata
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
@@ -90,6 +90,12 @@ MEMBERS_UNKNOWN = "Slack cannot say now who is in the channel ({why}). Try again
 GUESTS_UNKNOWN = "Slack cannot say now who is a guest of the workspace ({why})."
 # users.list's page: Slack recommends no more than 200 people at a time.
 USERS_PAGE = 200
+# conversations.members' page: Slack's largest.
+MEMBERS_PAGE = 1000
+# A listing of people ends when Slack names no next_cursor. One that names a cursor it
+# gave before, or lists more people than any workspace has (pages of this many at
+# most), never would: it is given up, and nobody can say who is in it.
+MAX_LISTED_PEOPLE = 1_000_000
 
 
 def web_client(token: str, api_url: str, **kwargs: Any) -> AsyncWebClient:
@@ -150,15 +156,41 @@ async def channel_member_ids(client: AsyncWebClient, channel: str) -> frozenset[
 
     Raises:
         SlackApiError: Slack refused (``channel_not_found`` when the bot cannot see it).
+        AccessCheckUnavailable: the listing never ends (:func:`pages`).
     """
     members: set[str] = set()
+
+    def page(cursor: str | None) -> Awaitable[Any]:
+        return client.conversations_members(channel=channel, cursor=cursor, limit=MEMBERS_PAGE)
+
+    async for listed in pages(page, MEMBERS_PAGE, MEMBERS_UNKNOWN):
+        members.update(str(m) for m in listed.get("members") or [])
+    return frozenset(members)
+
+
+async def pages(
+    call: Callable[[str | None], Awaitable[Any]], per_page: int, unknown: str
+) -> AsyncIterator[Any]:
+    """Each page of a listing of people (``call`` of a cursor), following ``next_cursor`` to its end.
+
+    Raises:
+        AccessCheckUnavailable: ``unknown``, when the listing names a cursor it named
+            before, or runs past :data:`MAX_LISTED_PEOPLE` people in pages of
+            ``per_page``: it would never end.
+    """
+    seen: set[str] = set()
     cursor: str | None = None
-    while True:
-        page = await client.conversations_members(channel=channel, cursor=cursor, limit=1000)
-        members.update(str(m) for m in page.get("members") or [])
+    for _ in range(MAX_LISTED_PEOPLE // per_page + 1):
+        page = await call(cursor)
+        yield page
         cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
         if cursor is None:
-            return frozenset(members)
+            return
+        if cursor in seen:
+            break
+        seen.add(cursor)
+    log.warning("a listing of people never ended: Slack named cursors past its end")
+    raise AccessCheckUnavailable(unknown.format(why="its listing never ended"))
 
 
 async def ask_slack(call: Awaitable[T]) -> T:
@@ -274,16 +306,16 @@ class SlackDirectory:
                 retries ran out for, ``missing_scope``...).
         """
         guests: set[str] = set()
-        cursor: str | None = None
+
+        def page(cursor: str | None) -> Awaitable[Any]:
+            return self.client.users_list(cursor=cursor, limit=USERS_PAGE)
+
         try:
-            while True:
-                page = await self.client.users_list(cursor=cursor, limit=USERS_PAGE)
-                for user in page.get("members") or []:
+            async for listed in pages(page, USERS_PAGE, GUESTS_UNKNOWN):
+                for user in listed.get("members") or []:
                     if isinstance(user, dict) and is_guest(user) and not user.get("deleted"):
                         guests.add(str(user.get("id")))
-                cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
-                if cursor is None:
-                    return frozenset(guests)
+            return frozenset(guests)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise AccessCheckUnavailable(GUESTS_UNKNOWN.format(why="unreachable")) from exc
         except SlackApiError as exc:

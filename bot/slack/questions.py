@@ -156,7 +156,7 @@ async def answer(
         asker=Asker(user=event.get("user"), channel=channel, thread_id=thread_ts),
         follow_up=in_thread,
         thread=thread if in_thread else None,
-        outside=await _slack_search(services, event, person),
+        outside=await _slack_search(services, event, person, place, context.bot_user_id),
         read_alone=read_alone,
     )
     reply = SlackReply(
@@ -189,18 +189,25 @@ async def answer(
 
 
 async def _slack_search(
-    services: Services, event: dict[str, Any], person: Person
+    services: Services,
+    event: dict[str, Any],
+    person: Person,
+    place: Place,
+    bot_user_id: str | None,
 ) -> OutsideSearch | None:
     """Slack's own messages searched for the question (``KB_SLACK_SEARCH``); ``None``: not searched.
 
     Without the event's ``action_token`` Slack is searched with the bot's token, in
-    every public channel, which a guest of the workspace does not read: a guest (or
-    one Slack cannot say is not) asks the knowledge base alone.
+    every public channel of this workspace, which neither a guest of the workspace
+    nor a person of another organisation (``KB_ALLOW_EXTERNAL``) reads: they (and
+    one Slack cannot say is neither) ask the knowledge base alone.
     """
     if services.search is None:
         return None
-    search = services.search.for_event(event)
-    if search.reach == PUBLIC_ONLY and await services.access.guest(person):
-        log.info("not searching public channels for %s, a guest of the workspace", person.user_id)
+    search = services.search.for_event(event, bot_user_id=bot_user_id)
+    if search.reach == PUBLIC_ONLY and (
+        place.external_asker or await services.access.guest(person)
+    ):
+        log.info("not searching public channels for %s, who does not read them", person.user_id)
         return None
     return search

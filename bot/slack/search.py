@@ -14,9 +14,10 @@ for ``assistant.search.context``: "10+ requests per minute"). A search Slack
 refuses (``ratelimited``, ``not_allowed_token_type``, ``missing_scope``,
 ``invalid_action_token``...), one it does not answer within
 :data:`SEARCH_TIMEOUT_SECONDS`, costs only the group, with a note
-(``Found.failure``); after ``ratelimited`` that person's searches wait out
-Slack's ``Retry-After`` (``bot.access.retry_after``, the bot's one reading of
-it) without asking again. The search has a client of its own that never
+(``Found.failure``); after ``ratelimited`` that person's searches (or, for a
+search with the bot token alone, every such search: the limit is the token's)
+wait out Slack's ``Retry-After`` (``bot.access.retry_after``, the bot's one
+reading of it) without asking again. The search has a client of its own that never
 retries a rate limit: the answer must not wait a minute for it.
 """
 
@@ -90,31 +91,49 @@ class SlackSearcher:
         self._clock = clock
         self._paused_until: dict[str, float] = {}
 
-    def for_event(self, event: Mapping[str, Any]) -> SlackSearch:
-        """The search of one question: as its asker when the event carries an ``action_token``."""
+    def for_event(self, event: Mapping[str, Any], *, bot_user_id: str | None = None) -> SlackSearch:
+        """The search of one question: as its asker when the event carries an ``action_token``.
+
+        ``bot_user_id``: the bot's own user, whose messages (its answers) are no source.
+        """
         token = event.get("action_token")
         return SlackSearch(
             self,
             user=str(event.get("user") or ""),
             action_token=token if isinstance(token, str) and token else None,
+            bot_user_id=bot_user_id,
         )
 
-    def paused(self, user: str) -> bool:
-        """Whether ``user``'s searches wait out a rate limit Slack reported."""
-        return self._clock() < self._paused_until.get(user, 0.0)
+    def paused(self, limited: str) -> bool:
+        """Whether the searches of ``limited`` (:attr:`SlackSearch.limited`) wait out a rate limit."""
+        return self._clock() < self._paused_until.get(limited, 0.0)
 
-    def pause(self, user: str, seconds: float) -> None:
-        """Ask nothing for ``user`` for ``seconds`` (Slack's ``Retry-After``)."""
-        self._paused_until[user] = self._clock() + seconds
+    def pause(self, limited: str, seconds: float) -> None:
+        """Ask nothing for ``limited`` for ``seconds`` (Slack's ``Retry-After``)."""
+        self._paused_until[limited] = self._clock() + seconds
 
 
 class SlackSearch:
     """One question's search of Slack (``core.outside.OutsideSearch``)."""
 
-    def __init__(self, searcher: SlackSearcher, *, user: str, action_token: str | None) -> None:
+    def __init__(
+        self,
+        searcher: SlackSearcher,
+        *,
+        user: str,
+        action_token: str | None,
+        bot_user_id: str | None = None,
+    ) -> None:
         self.searcher = searcher
         self.user = user
         self.action_token = action_token
+        self.bot_user_id = bot_user_id
+
+    @property
+    def limited(self) -> str:
+        """Whose rate limit this search spends: the asker's (their ``action_token``), or the
+        bot token's, shared by every search without one (``""``)."""
+        return self.user if self.action_token else ""
 
     @property
     def reach(self) -> str:
@@ -123,7 +142,7 @@ class SlackSearch:
 
     async def search(self, query: str) -> Found:
         """The messages ``query`` finds in Slack; a failure is ``Found.failure``, never raised."""
-        if self.searcher.paused(self.user):
+        if self.searcher.paused(self.limited):
             return Found(reach=self.reach, failure="ratelimited")
         try:
             async with asyncio.timeout(self.searcher.timeout):
@@ -139,28 +158,40 @@ class SlackSearch:
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("Slack search unreachable: %s", type(exc).__name__)
             return Found(reach=self.reach, failure=UNREACHABLE)
-        return Found(messages(page.data), reach=self.reach)
+        return Found(messages(page.data, bot_user_id=self.bot_user_id), reach=self.reach)
 
     def _refused(self, exc: SlackApiError) -> Found:
         error = str(exc.response.get("error") or exc.response.status_code)
         wait = retry_after(exc)
         if wait is not None:
-            self.searcher.pause(self.user, wait)
+            self.searcher.pause(self.limited, wait)
         log.warning("Slack search refused (%s, %s): only that group is lost", error, self.reach)
         return Found(reach=self.reach, failure=error)
 
 
-def messages(data: Any) -> list[OutsidePassage]:
+def messages(data: Any, *, bot_user_id: str | None = None) -> list[OutsidePassage]:
     """The messages of an ``assistant.search.context`` answer, in Slack's order.
 
-    An entry without text, a permalink that is not https, an author or a
-    channel is left out: what cannot be opened or attributed is not shown.
+    The first :data:`RESULTS` entries at most (what was asked for). An entry
+    without text, a permalink that is not https, an author or a channel is left
+    out: what cannot be opened or attributed is not shown. So is one written by
+    ``bot_user_id`` (the bot itself): its earlier answers are its own past output,
+    written from documents that may have changed since (or from a message that
+    steered the model), never evidence of their own. A message listed again (its
+    permalink) is shown once.
     """
     results = data.get("results") if isinstance(data, Mapping) else None
     found = results.get("messages") if isinstance(results, Mapping) else None
     if not isinstance(found, list):
         return []
-    return [p for p in (_passage(m) for m in found) if p is not None]
+    # Slack sends at most the RESULTS asked for; more are not read (each is embedded
+    # while the answer waits).
+    passages = (_passage(m) for m in found[:RESULTS])
+    kept: dict[str, OutsidePassage] = {}  # by permalink: a message listed twice is one
+    for p in passages:
+        if p is not None and not (bot_user_id and p.author == bot_user_id):
+            kept.setdefault(p.url, p)
+    return list(kept.values())
 
 
 # The first second no date can show (time.gmtime's years end at 9999).
@@ -176,9 +207,13 @@ def _passage(message: Any) -> OutsidePassage | None:
         return None
     if not str(url).startswith("https://"):
         return None
+    ts = message.get("message_ts")
     try:
-        posted = float(message.get("message_ts") or 0)
-    except (TypeError, ValueError):
+        # Slack's ts is a string; a number will do, a boolean is no time (True is 1.0).
+        posted = (
+            float(ts) if isinstance(ts, str | int | float) and not isinstance(ts, bool) else 0.0
+        )
+    except (ValueError, OverflowError):  # OverflowError: an integer of 400 digits
         posted = 0.0
     if not 0.0 < posted < _YEAR_10000:  # nan, inf, 1e300: no time a date can show (0: none)
         posted = 0.0
