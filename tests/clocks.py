@@ -15,9 +15,10 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from http.server import BaseHTTPRequestHandler
+from io import BufferedIOBase
 
-__all__ = ["FakeTime", "Waits", "trickle"]
+__all__ = ["FakeTime", "Waits", "send_answer", "trickle"]
 
 # How long ``advance`` waits for a woken task to get back to sleep (its real work
 # happens in threads and databases): a bound on a stuck test, not a timing.
@@ -119,7 +120,7 @@ class Waits:
 _PACE_TIMEOUT_S = 2.0
 
 
-def trickle(stream: BinaryIO, body: bytes, clock: Waits | None, step: float) -> None:
+def trickle(stream: BufferedIOBase, body: bytes, clock: Waits | None, step: float) -> None:
     """Send ``body`` to ``stream`` a byte at a time, each arriving ``step`` seconds on
     ``clock`` after the last: a server that trickles, on the test's time.
 
@@ -141,3 +142,30 @@ def trickle(stream: BinaryIO, body: bytes, clock: Waits | None, step: float) -> 
         deadline = time.monotonic() + _PACE_TIMEOUT_S
         while clock.reads == seen and time.monotonic() < deadline:
             time.sleep(0.001)  # polling the client's progress, not standing in for a clock
+
+
+def send_answer(
+    request: BaseHTTPRequestHandler,
+    status: int,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    trickled: bool,
+    clock: Waits | None,
+    step: float,
+) -> None:
+    """A mock server's answer (JSON unless ``headers`` say otherwise), its body sent whole
+    or, ``trickled``, a byte at a time on ``clock`` (:func:`trickle`)."""
+    request.send_response(status)
+    request.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
+    for name, value in headers.items():
+        request.send_header(name, value)
+    request.send_header("Content-Length", str(len(body)))
+    request.end_headers()
+    if not trickled:
+        request.wfile.write(body)
+        return
+    try:
+        trickle(request.wfile, body, clock, step)
+    except OSError:
+        request.close_connection = True  # the client stopped reading: what it should do

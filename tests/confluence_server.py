@@ -46,7 +46,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from tests.clocks import Waits, trickle
+from tests.clocks import Waits, send_answer
 from tests.servers import DEFAULT_CONFLUENCE_TOKEN, threaded_http_server
 
 # Marks an answer sent a byte at a time (``MockConfluence.trickle``); never sent itself.
@@ -194,19 +194,15 @@ class MockConfluence:
             else:
                 status, headers, body = self._route(request, split.path, query)
         trickled = headers.pop(_TRICKLE, None) is not None
-        request.send_response(status)
-        request.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
-        for name, value in headers.items():
-            request.send_header(name, value)
-        request.send_header("Content-Length", str(len(body)))
-        request.end_headers()
-        if not trickled:
-            request.wfile.write(body)
-            return
-        try:
-            trickle(request.wfile, body, self.trickle_clock, self.trickle_seconds)
-        except OSError:
-            request.close_connection = True  # the client stopped reading: what it should do
+        send_answer(
+            request,
+            status,
+            headers,
+            body,
+            trickled=trickled,
+            clock=self.trickle_clock,
+            step=self.trickle_seconds,
+        )
 
     def _route(
         self, request: BaseHTTPRequestHandler, path: str, query: dict[str, str]

@@ -68,7 +68,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from tests.clocks import Waits, trickle
+from tests.clocks import Waits, send_answer
 from tests.servers import DEFAULT_GDRIVE_TOKEN, threaded_http_server
 
 ACCOUNT = "kb-sync@example-project.iam.gserviceaccount.com"
@@ -321,19 +321,15 @@ class MockDrive:
             request.close_connection = True
             return
         trickled = headers.pop(_TRICKLE, None) is not None
-        request.send_response(status)
-        request.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
-        for name, value in headers.items():
-            request.send_header(name, value)
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        if not trickled:
-            request.wfile.write(data)
-            return
-        try:
-            trickle(request.wfile, data, self.trickle_clock, self.trickle_seconds)
-        except OSError:
-            request.close_connection = True  # the client stopped reading: what it should do
+        send_answer(
+            request,
+            status,
+            headers,
+            data,
+            trickled=trickled,
+            clock=self.trickle_clock,
+            step=self.trickle_seconds,
+        )
 
     def _token(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
         form = {k: v[-1] for k, v in parse_qs(body.decode()).items()}
@@ -430,13 +426,9 @@ class MockDrive:
             found = [f for f in found if f.drive == query["driveId"]]
         if self.list_twice in self.files:
             found.append(self.files[self.list_twice])
-        token = query.get("pageToken", "")
-        searched = int(token.removeprefix(_SEARCHING)) if token.startswith(_SEARCHING) else 0
-        if (not token or token.startswith(_SEARCHING)) and searched < self.empty_pages:
-            page = {"kind": "drive#fileList", "incompleteSearch": False, "files": []}
-            return _json({**page, "nextPageToken": f"{_SEARCHING}{searched + 1}"})
-        start = int(_unb64(token).decode()) if token and not token.startswith(_SEARCHING) else 0
-        limit = min(int(query.get("pageSize", "100")), self.page_cap)
+        if (searching := self._searching(query)) is not None:
+            return searching
+        start, limit = self._window(query)
         answer: dict[str, Any] = {
             "kind": "drive#fileList",
             "incompleteSearch": False,
@@ -487,17 +479,28 @@ class MockDrive:
             rows += [p.as_json(i, True, file.limited) for i, p in members]
         return self._permission_page(rows, query)
 
-    def _permission_page(
-        self, rows: list[dict[str, Any]], query: dict[str, str]
-    ) -> tuple[int, dict[str, str], bytes]:
-        """One page of ``rows`` from ``pageToken``, at most ``pageSize`` and the server's cap."""
+    def _searching(self, query: dict[str, str]) -> tuple[int, dict[str, str], bytes] | None:
+        """An empty page pointing at the next, while the first ``empty_pages`` are asked for."""
         token = query.get("pageToken", "")
         searched = int(token.removeprefix(_SEARCHING)) if token.startswith(_SEARCHING) else 0
         if (not token or token.startswith(_SEARCHING)) and searched < self.empty_pages:
             page = {"kind": "drive#fileList", "incompleteSearch": False, "files": []}
             return _json({**page, "nextPageToken": f"{_SEARCHING}{searched + 1}"})
+        return None
+
+    def _window(self, query: dict[str, str]) -> tuple[int, int]:
+        """Where the page ``pageToken`` names starts, and how many rows it holds at most."""
+        token = query.get("pageToken", "")
         start = int(_unb64(token).decode()) if token and not token.startswith(_SEARCHING) else 0
-        limit = min(int(query.get("pageSize", "100")), self.page_cap)
+        return start, min(int(query.get("pageSize", "100")), self.page_cap)
+
+    def _permission_page(
+        self, rows: list[dict[str, Any]], query: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One page of ``rows`` from ``pageToken``, at most ``pageSize`` and the server's cap."""
+        if (searching := self._searching(query)) is not None:
+            return searching
+        start, limit = self._window(query)
         named = re.search(r"permissions\(([^)]*)\)", query.get("fields", ""))
         wanted = set(named.group(1).split(",")) if named else None
         answer: dict[str, Any] = {
