@@ -169,22 +169,12 @@ def main() -> None:
     )
     for width in (3, 4, 5):
         near_copies.SHINGLE_WORDS = width
-        positive = []
-        worst: tuple[float, str] = (1.0, "")
-        for page, by_format in texts.items():
-            sigs = {k: near_copies.signature(t) for k, t in by_format.items()}
-            for a, b in itertools.combinations(sigs, 2):
-                s = float(near_copies.similarities(sigs[a].minhash, [sigs[b].minhash])[0])
-                positive.append(s)
-                worst = min(worst, (s, f"{page.name} {a}/{b}"))
-        negative = []
-        top: tuple[float, str] = (0.0, "")
-        for name, by_page in negatives.items():
-            sigs = {p: near_copies.signature(t) for p, t in by_page.items()}
-            for a, b in itertools.combinations(sigs, 2):
-                s = float(near_copies.similarities(sigs[a].minhash, [sigs[b].minhash])[0])
-                negative.append(s)
-                top = max(top, (s, f"{name}: {a.name} / {b.name}"))
+        same = pair_scores({page.name: by_format for page, by_format in texts.items()})
+        different = pair_scores(
+            {name: {p.name: t for p, t in by_page.items()} for name, by_page in negatives.items()}
+        )
+        positive, negative = [s for s, _ in same], [s for s, _ in different]
+        worst, top = min(same), max(different)
         t = near_copies.NEAR_COPY_THRESHOLD
         print(
             f"shingle {width}: positives n={len(positive)} min {worst[0]:.3f} ({worst[1]}) "
@@ -194,6 +184,19 @@ def main() -> None:
         )
     near_copies.SHINGLE_WORDS = 4
     cost()
+
+
+def pair_scores(groups: dict[str, dict[str, str]]) -> list[tuple[float, str]]:
+    """The estimated similarity of every two texts of each group, with which two they are."""
+    scores = []
+    for group, texts in groups.items():
+        sigs = {k: near_copies.signature(t) for k, t in texts.items()}
+        for a, b in itertools.combinations(sigs, 2):
+            first, second = sigs[a], sigs[b]
+            assert first is not None and second is not None, f"{group}: a page without words"
+            s = float(near_copies.similarities(first.minhash, [second.minhash])[0])
+            scores.append((s, f"{group}: {a} / {b}"))
+    return scores
 
 
 def cost(documents: int = 100_000) -> None:
