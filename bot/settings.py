@@ -660,7 +660,7 @@ class Settings(BaseSettings):
     canvas_sync_seconds: float = _setting(
         600.0,
         "KB_CANVAS_SYNC_SECONDS",
-        "Seconds between two syncs of the KB_CANVAS_CHANNELS canvases by kb serve (one at start too); 0: only on Slack's file_change and file_deleted events and kb canvases sync. At most 2592000 (30 days).",
+        "Seconds between two syncs of the KB_CANVAS_CHANNELS canvases by kb serve (one at start too); 0: only on Slack's file_change, file_deleted, file_shared and file_unshared events and kb canvases sync. At most 2592000 (30 days).",
         ge=0,
         le=2_592_000,
     )

@@ -892,6 +892,14 @@ class MockSlackAPI(_LocalServer):
         self._files[file_id] = (obj, markdown.encode())
         self._canvases[file_id] = markdown
 
+    def share_canvas(self, file_id: str, channel: str, *, shared: bool = True) -> None:
+        """Share a canvas into ``channel`` (``shared=False``: take it out), as a person does:
+        ``files.list`` and ``files.info`` list it there from then on (or no longer)."""
+        obj, _ = self._files[file_id]
+        key = "channels" if channel.startswith("C") else "groups"
+        places = [c for c in obj[key] if c != channel]
+        obj[key] = [*places, channel] if shared else places
+
     def delete_canvas(self, file_id: str) -> None:
         """Delete a canvas: ``canvas_not_found`` from then on, listed nowhere."""
         self._files.pop(file_id, None)

@@ -68,6 +68,8 @@ BOT_EVENTS = [
     "entity_details_requested",
     "file_change",
     "file_deleted",
+    "file_shared",
+    "file_unshared",
     "member_joined_channel",
     "member_left_channel",
     "user_change",

@@ -19,8 +19,9 @@ Registered on a bolt ``AsyncApp`` by :func:`register`, with the ``Services`` of
 * the Home tab opened, and its buttons (``bot.slack.home``);
 * passage links posted in a conversation, shown as Work Objects, and their
   flexpane (``link_shared``, ``entity_details_requested``: ``bot.slack.unfurls``);
-* a canvas of a synced channel changed or deleted (``file_change``,
-  ``file_deleted``: ``bot.slack.canvases``);
+* a canvas of a synced channel changed, deleted, shared or unshared
+  (``file_change``, ``file_deleted``, ``file_shared``, ``file_unshared``:
+  ``bot.slack.canvases``);
 * one global middleware that drops Slack's redeliveries to this process at
   once, while the shared database's record of them is written after the
   acknowledgement (``bot.slack.deliveries``), and one error handler.
@@ -493,12 +494,29 @@ def _register_people(app: AsyncApp, services: Services) -> None:
 
 
 def _register_canvases(app: AsyncApp, services: Services) -> None:
-    # A canvas is a file: an edit arrives as file_change, a deletion as file_deleted.
+    # A canvas is a file: an edit arrives as file_change, a deletion as file_deleted, a
+    # share into a channel as file_shared. Unshared from a channel (file_unshared), its
+    # document leaves that channel at once: the canvas may have been taken out of it
+    # because its members must not read it.
     @app.event("file_change")
     async def on_file_change(
         event: dict[str, Any], client: AsyncWebClient, context: AsyncBoltContext
     ) -> None:
         await _canvas_changed(services, client, context, event, deleted=False)
+
+    @app.event("file_shared")
+    async def on_file_shared(
+        event: dict[str, Any], client: AsyncWebClient, context: AsyncBoltContext
+    ) -> None:
+        channel = event.get("channel_id")
+        if isinstance(channel, str) and channel in services.canvases.channels:
+            await _canvas_changed(services, client, context, event, deleted=False)
+
+    @app.event("file_unshared")
+    async def on_file_unshared(
+        event: dict[str, Any], client: AsyncWebClient, context: AsyncBoltContext
+    ) -> None:
+        await _canvas_changed(services, client, context, event, deleted=True)
 
     @app.event("file_deleted")
     async def on_file_deleted(
@@ -515,7 +533,11 @@ async def _canvas_changed(
     *,
     deleted: bool,
 ) -> None:
-    """Sync again the synced channel a changed or deleted canvas belongs to."""
+    """Sync again the synced channels a changed, shared, unshared or deleted canvas concerns.
+
+    ``deleted``: the file left a channel or Slack; only the channels whose record
+    keeps it are synced, nothing is looked up.
+    """
     file_id = event.get("file_id") or (event.get("file") or {}).get("id")
     if not services.canvases.channels or not isinstance(file_id, str) or not file_id:
         return  # no channel's canvases are kept: a file's change concerns nothing here

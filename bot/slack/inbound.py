@@ -59,6 +59,8 @@ _EVENT_TEXT_FIELDS = (
     "user_team",
     "client_msg_id",
     "bot_id",
+    "channel_id",
+    "file_id",
 )
 _FILE_TEXT_FIELDS = ("id", "name", "title", "mimetype", "filetype", "url_private_download")
 # The most files a form's file input holds (Slack: ``max_files`` 1-10); more is forged.

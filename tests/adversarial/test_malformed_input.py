@@ -258,6 +258,13 @@ ATTACKS: dict[str, Attack] = {
     "changed file a string": Attack(
         _signed(event_body({"type": "file_change", "file": "F0CANVAS1"})), IGNORED
     ),
+    "shared file's channel a list": Attack(
+        _signed(event_body({"type": "file_shared", "file_id": "F0CANVAS1", "channel_id": ["C1"]})),
+        IGNORED,
+    ),
+    "unshared file's id an object": Attack(
+        _signed(event_body({"type": "file_unshared", "file_id": {"id": "F0CANVAS1"}})), IGNORED
+    ),
     "authorizations a string": Attack(
         _signed(json.dumps({**json.loads(_event()), "authorizations": "x"}).encode()), BAD
     ),
