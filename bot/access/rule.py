@@ -410,10 +410,8 @@ class Access:
         """
         scope = document if isinstance(document, str) else document.scope
         checks = [await self.served(person)]
-        if checks[-1].allowed and where is not None and is_source_scope(scope):
-            checks.append(await self._source_at(scope, where))
-        elif checks[-1].allowed and where is not None:
-            checks.append(await self._at(scope, where))
+        if checks[-1].allowed and where is not None:
+            checks.append(await self.readable_at(scope, where))
         if checks[-1].allowed:
             if scope == EVERYONE and await self.guest(person):
                 checks.append(Decision(False, Rule.EVERYONE, _GUEST.format(user=person.user_id)))
@@ -424,6 +422,13 @@ class Access:
             else:
                 checks.append(await self.in_channel(person, scope))
         return checks
+
+    async def readable_at(self, scope: str, where: Where) -> Decision:
+        """Whether everyone at ``where`` may read documents of ``scope`` (the place part of
+        the rule): what an answer or a hand-off posted there may show, whoever wrote it."""
+        if is_source_scope(scope):
+            return await self._source_at(scope, where)
+        return await self._at(scope, where)
 
     # ------------------------------------------------------------ synced documents
 

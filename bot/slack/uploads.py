@@ -61,8 +61,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.access import Access, AccessCheckUnavailable, Person, Where
 from bot.slack.approvals import Approvals
 from bot.slack.blocks import Rendered, escape, linked, render_upload_status
-from bot.slack.config import SlackConfig, is_channel_id
+from bot.slack.config import SlackConfig
 from bot.slack.deliveries import Claim, Deliveries
+from bot.slack.people import channel_readers
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.words import Words, words_for
 from core.answer import Engine
@@ -1055,7 +1056,7 @@ class Uploader:
             return []
         if row.id not in found:
             return []
-        where = await _readers(status)
+        where = await channel_readers(status.client, status.channel)
         same = await self._readable(found[row.id].same, Person(user), where)
         near = await self._readable(found[row.id].near, Person(user), where)
         notes = [words.upload_repeats(self._named(same), len(same))] if same else []
@@ -1103,24 +1104,6 @@ class Uploader:
         if self._session is None:
             raise RuntimeError("Uploader.start() was not awaited before downloading")
         return self._session
-
-
-async def _readers(status: StatusMessage) -> Where | None:
-    """Who reads ``status``: its channel's people (``None`` in a DM: the uploader alone).
-
-    A channel people of other organisations are in (Slack Connect) reads as
-    such; one Slack cannot tell about reads so too (unknown is hidden).
-    """
-    if not is_channel_id(status.channel):
-        return None
-    try:
-        resp = await status.client.conversations_info(channel=status.channel)
-        info = resp.get("channel") or {}
-        shared = bool(info.get("is_ext_shared") or info.get("is_pending_ext_shared"))
-    except SLACK_FAILURES as exc:
-        log.info("conversations.info on %s failed: %s", status.channel, slack_failure(exc))
-        shared = True
-    return Where(channel=status.channel, shared=shared)
 
 
 async def _remember(kb: KnowledgeBase, status: StatusMessage, document_id: int | None) -> None:
