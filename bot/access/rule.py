@@ -430,6 +430,30 @@ class Access:
             return await self._source_at(scope, where)
         return await self._at(scope, where)
 
+    async def readable_among(
+        self, scopes: Iterable[str], *, person: Person | None = None, where: Where | None = None
+    ) -> frozenset[str]:
+        """Those of ``scopes`` whose documents may be named: to ``person`` (alone, or at
+        ``where``), or, without a person, to everyone at ``where``; neither: none.
+
+        Unknown is hidden: a scope the directory cannot decide now is left out.
+        """
+        readable = set()
+        for scope in dict.fromkeys(scopes):
+            try:
+                if person is not None:
+                    decision = await self.may_read(person, scope, where)
+                elif where is not None:
+                    decision = await self.readable_at(scope, where)
+                else:
+                    break
+            except AccessCheckUnavailable as exc:
+                log.warning("whether %s may be named cannot be known now: %s", scope, exc)
+                continue
+            if decision.allowed:
+                readable.add(scope)
+        return frozenset(readable)
+
     # ------------------------------------------------------------ synced documents
 
     async def guest(self, person: Person) -> bool:
