@@ -3,7 +3,8 @@
 Such a document is indexed but ``awaiting_approval``: no answer uses it. The
 admins get one message with Approve and Reject buttons, in
 ``KB_APPROVALS_CHANNEL`` or, when that is unset (or the bot may not post
-there), by direct message to each ``KB_ADMIN_USERS`` id. It shows who wants to add what, the start of the text
+there, or people who may not read the document read there too: a guest of the
+workspace, another organisation), by direct message to each ``KB_ADMIN_USERS`` id. It shows who wants to add what, the start of the text
 with a link to all of it, what approving would replace, and the latest
 changes to the knowledge base. A click by an admin approves the document
 (searchable, replacing the current version of its name) or rejects it
@@ -138,12 +139,20 @@ class Approvals:
         channel = self.config.approvals_channel
         posted = None
         if channel:
-            # Everyone in the channel reads the request: only what they all may read is named.
+            # Everyone in the channel reads the request: only what they all may read is named,
+            # and the document itself is quoted only where they all may read it once approved.
             where = await channel_readers(client, channel) or Where(channel=channel)
-            named = await self.access.readable_among(scopes, where=where)
-            posted = await _post(
-                client, channel, await self._render(placement, ticket, recent, named), doc.id
-            )
+            named = await self.access.readable_among(scopes | {doc.scope}, where=where)
+            if doc.scope in named:
+                rendered = await self._render(placement, ticket, recent, named)
+                posted = await _post(client, channel, rendered, doc.id)
+            else:
+                log.warning(
+                    "document %s: not asked in %s, where people who may not read it read too "
+                    "(a guest of the workspace, another organisation); asking the admins by DM",
+                    doc.id,
+                    channel,
+                )
         if posted is None:
             copies = []
             for admin in sorted(self.config.admin_user_ids):

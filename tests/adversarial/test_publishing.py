@@ -446,3 +446,24 @@ async def test_latest_changes_name_a_channels_document_only_to_its_members(
     assert (
         messages.home_channel_document(f"<#{CHANNEL_ID}>", bot.kb.store.documents()[-2].id) in text
     )
+
+
+GUEST = "U0GUEST001"
+
+
+@pytest.mark.parametrize("who_reads_there", ["a guest", "another organisation"])
+async def test_a_request_goes_to_the_admins_dms_where_a_guest_or_a_partner_reads_the_channel(
+    make_bot: BotFactory, who_reads_there: str
+) -> None:
+    # The request quotes a document for everyone, which neither a guest of the workspace nor
+    # a partner's people (Slack Connect) may read: it is not posted where they read.
+    bot = await make_bot(approvals_channel=APPROVALS, admin_users=ADMIN_ID)
+    bot.slack.set_user(GUEST, name="gina").update(is_restricted=True)
+    guest = [GUEST] if who_reads_there == "a guest" else []
+    bot.slack.set_members(APPROVALS, [ADMIN_ID, *guest])
+    if who_reads_there == "another organisation":
+        bot.slack.ext_shared.add(APPROVALS)
+    await _dm_file(bot, USER_ID, "parking.md", PARKING, "D0DMUSER01")
+    assert [channel for channel, _, _ in _requests(bot)] == ["D" + ADMIN_ID[1:]]
+    posted = [p for p in bot.slack.calls("chat.postMessage") if p.get("channel") == APPROVALS]
+    assert posted == [] and "spaces marked V" in json.dumps(_requests(bot))
