@@ -71,7 +71,7 @@ from core.errors import LinkSecretUnavailable
 from core.lines import PersonLines, Place
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import Added, KnowledgeBase
-from index.models import DocState, Publish
+from index.models import EVERYONE, DocState, Publish
 from index.names import display_name
 from index.records import DocumentRow
 from index.storage import APPROVAL, STATUS, Upload
@@ -782,6 +782,25 @@ class Uploader:
         await status.settle(await self._final_status(status, row, words))
         await _remember(self.kb, status, row.id)
 
+    async def _may_add(self, request: UploadRequest) -> bool:
+        """Whether the uploader may read what they add to (the access rule), before anything is
+        read: the same bytes already there would tell them of a document they may not read.
+
+        A document for everyone is added only by someone who reads those (never a guest of
+        the workspace); a channel's by one of its members, which Slack checked: only they
+        run a command there.
+        """
+        if request.scope != EVERYONE:
+            return True
+        try:
+            decision = await self.access.may_read(Person(request.user), EVERYONE)
+        except AccessCheckUnavailable as exc:
+            log.warning(
+                "whether %s reads the documents for everyone is unknown: %s", request.user, exc
+            )
+            return False  # unknown is hidden
+        return decision.allowed
+
     async def _ingest_one(
         self,
         claim: Claim,
@@ -799,6 +818,8 @@ class Uploader:
         document_id = upload.document_id
         attempts = await self._note(self.kb.uploads.started, upload)
         try:
+            if document_id is None and not await self._may_add(request):
+                raise _NotAReader
             async with self._user_slot(place, status, file, words):
                 waiting = render_upload_status(words.upload_waiting(file.label(words)), words=words)
                 if document_id is None:
@@ -820,6 +841,13 @@ class Uploader:
                         again=again,
                         retry=retry,
                     )
+        except _NotAReader:
+            log.info(
+                "%s may not add a document to %r, which they may not read",
+                request.user,
+                request.scope,
+            )
+            final = render_upload_status(words.upload_not_a_reader(file.label(words)), words=words)
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
             text = words.upload_failed(file.label(words), escape(exc.reason))
@@ -1104,6 +1132,10 @@ class Uploader:
         if self._session is None:
             raise RuntimeError("Uploader.start() was not awaited before downloading")
         return self._session
+
+
+class _NotAReader(Exception):
+    """The uploader may not read the scope their file would be added to."""
 
 
 async def _remember(kb: KnowledgeBase, status: StatusMessage, document_id: int | None) -> None:
