@@ -602,7 +602,7 @@ class Settings(BaseSettings):
     approvals_channel: str = _setting(
         "",
         "KB_APPROVALS_CHANNEL",
-        "Channel id where approval requests are posted (invite the bot to it). Empty, or when the bot cannot post there: each KB_ADMIN_USERS id gets them by direct message.",
+        "Channel id where approval requests are posted (invite the bot to it). Empty, when the bot cannot post there, or when a guest of the workspace or another organisation reads there: each KB_ADMIN_USERS id gets them by direct message.",
     )
     escalation_channel: str = _setting(
         "",

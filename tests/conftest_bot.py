@@ -343,7 +343,7 @@ def _is_answer(method: str, params: dict[str, Any]) -> bool:
     return method == "chat.update" and not progress
 
 
-FINAL_WORDS = (": indexed,", ": failed:", "already in the knowledge base")
+FINAL_WORDS = (": indexed,", ": failed:", "already in the knowledge base", ": not added.")
 
 
 def _describe(task: asyncio.Task[Any]) -> str:

@@ -326,6 +326,30 @@ async def test_an_answer_from_a_channels_documents_is_withheld(bot: Bot) -> None
     assert FALCON_Q in shown, "the asker's own click shows the question"
 
 
+GUEST = "U0GUEST001"
+
+
+@pytest.mark.parametrize("who_reads_there", ["members", "a guest", "another organisation"])
+async def test_an_answer_for_everyone_is_withheld_where_a_guest_or_a_partner_reads(
+    bot: Bot, who_reads_there: str
+) -> None:
+    # A guest of the workspace, or a partner's people (Slack Connect), read no document for
+    # everyone: an escalation channel they are in is told to open the thread instead.
+    bot.slack.set_user(GUEST, name="gina").update(is_restricted=True)
+    bot.slack.set_members(ESCALATION, [USER_ID, *([GUEST] if who_reads_there == "a guest" else [])])
+    if who_reads_there == "another organisation":
+        bot.slack.ext_shared.add(ESCALATION)
+    bot.llm.set_reply("Submit expense claims within 30 days [1].")
+    answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
+    await bot.post(_click(answer, value, bot=bot))
+    await bot.slack.wait_for_responses(1, "h1")
+    (post,) = _handed_off(bot)
+    shown = _shown(post)
+    withheld = who_reads_there != "members"
+    assert (messages.HAND_OFF_ANSWER_WITHHELD in shown) is withheld
+    assert ("within 30 days" in shown) is not withheld
+
+
 async def test_a_colleagues_hand_off_withholds_the_question(bot: Bot) -> None:
     answer, value = await _asked(bot, app_mention_event(IN_DOMAIN))
     await bot.post(_click(answer, value, user=COLLEAGUE, bot=bot))

@@ -155,6 +155,7 @@ def test_report_lists_failures_escaped_and_bounded() -> None:
     text = render_reindex_report(
         ReindexReport(documents=3, chunks=9, failed=failed, stale_before=2, stale_after=0),
         words=words_for("en"),
+        named=frozenset({"*"}),
     )
     assert "3 documents, 9 chunks; 12 failed; stale documents before 2, after 0" in text
     assert "<!channel>" not in text and "<@U1>" not in text and "&lt;!channel&gt;" in text

@@ -18,9 +18,10 @@ import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import shown_at, visible
 from bot.logs import NOISY_LOGGERS, build_formatter
 from bot.slack.blocks import OPEN_VIEWER_ACTION_ID
-from bot.slack.unfurls import MAX_LINKS, Where, parse_link, readable_here
+from bot.slack.unfurls import MAX_LINKS, Where, parse_link
 from bot.slack.words import words_for
 from core.links import LinkSigner, passage_url
 from index.models import EVERYONE
@@ -305,6 +306,24 @@ async def test_a_guest_reads_no_passage_for_everyone_in_an_unfurl_or_its_flexpan
         assert (call.get("error") or {}).get("status") == status
 
 
+async def test_a_member_opening_the_flexpane_where_a_guest_reads_shows_nothing_for_everyone(
+    bot: Bot, handbook: tuple[DocumentRow, dict[str, Any]]
+) -> None:
+    # The card is restricted where a guest reads along; Slack refreshes the card with what
+    # the flexpane presents, so a member opening it there must be shown nothing either.
+    doc, chunk = handbook
+    bot.slack.set_user(GUEST, name="gina").update(is_restricted=True)
+    bot.slack.set_members(CHANNEL_ID, [USER_ID, GUEST])
+    (entity,) = await _unfurled(bot, link_shared_event([_link(bot, doc, chunk)]))
+    assert _description(entity) is None
+    trigger = bot.slack.entity_trigger(entity["external_ref"]["id"])
+    await _deliver(bot, details_event(entity, trigger, user=USER_ID, channel=CHANNEL_ID))
+    await bot.idle()
+    call = bot.slack.calls("entity.presentDetails", include_rejected=True)[-1]
+    assert call.get("error") == {"status": "restricted"}
+    _assert_nothing_of(bot, chunk["content"])
+
+
 async def test_a_long_range_is_cut_to_slacks_limit(bot: Bot) -> None:
     body = "# Long\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 80 for i in range(30))
     added = await asyncio.to_thread(
@@ -544,6 +563,11 @@ async def test_a_channel_shared_with_another_organisation_reads_only_its_own_doc
     entities = await _unfurled(bot, link_shared_event(urls), is_ext_shared_channel=True)
     assert [_description(e) for e in entities] == [None, channel_chunk["content"]]
     _assert_nothing_of(bot, everyone_chunk["content"], "Employee handbook")
+
+
+def readable_here(scope: str, where: Where, *, allow_external: bool) -> bool:
+    """Whether everyone at ``where`` reads ``scope``, no guest reading along (the access rule)."""
+    return visible(shown_at(where, allow_external=allow_external), scope)
 
 
 def test_who_reads_an_unfurl_where() -> None:

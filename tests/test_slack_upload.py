@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -199,7 +200,9 @@ async def test_file_fetched_without_a_valid_token_is_never_ingested(make_bot: Bo
     # The Web API calls use a good client; the token used for downloads is not accepted.
     bot = await make_bot(slack_bot_token="xoxb-revoked")
     f = bot.slack.add_file("F0NOAUTH01", "notes.md", GUIDE, "text/markdown")
-    await bot.services.uploader.ingest(_client(bot), [f], _request())
+    # For the channel: with the bot token refused nobody can say who reads those for everyone.
+    request = dataclasses.replace(_request(), scope=CHANNEL_ID)
+    await bot.services.uploader.ingest(_client(bot), [f], request)
     await bot.settle()
     assert bot.slack.downloads == [("F0NOAUTH01", False)]
     assert "login page" in bot.statuses()[-1]

@@ -410,10 +410,8 @@ class Access:
         """
         scope = document if isinstance(document, str) else document.scope
         checks = [await self.served(person)]
-        if checks[-1].allowed and where is not None and is_source_scope(scope):
-            checks.append(await self._source_at(scope, where))
-        elif checks[-1].allowed and where is not None:
-            checks.append(await self._at(scope, where))
+        if checks[-1].allowed and where is not None:
+            checks.append(await self.readable_at(scope, where))
         if checks[-1].allowed:
             if scope == EVERYONE and await self.guest(person):
                 checks.append(Decision(False, Rule.EVERYONE, _GUEST.format(user=person.user_id)))
@@ -424,6 +422,37 @@ class Access:
             else:
                 checks.append(await self.in_channel(person, scope))
         return checks
+
+    async def readable_at(self, scope: str, where: Where) -> Decision:
+        """Whether everyone at ``where`` may read documents of ``scope`` (the place part of
+        the rule): what an answer or a hand-off posted there may show, whoever wrote it."""
+        if is_source_scope(scope):
+            return await self._source_at(scope, where)
+        return await self._at(scope, where)
+
+    async def readable_among(
+        self, scopes: Iterable[str], *, person: Person | None = None, where: Where | None = None
+    ) -> frozenset[str]:
+        """Those of ``scopes`` whose documents may be named: to ``person`` (alone, or at
+        ``where``), or, without a person, to everyone at ``where``; neither: none.
+
+        Unknown is hidden: a scope the directory cannot decide now is left out.
+        """
+        readable = set()
+        for scope in dict.fromkeys(scopes):
+            try:
+                if person is not None:
+                    decision = await self.may_read(person, scope, where)
+                elif where is not None:
+                    decision = await self.readable_at(scope, where)
+                else:
+                    break
+            except AccessCheckUnavailable as exc:
+                log.warning("whether %s may be named cannot be known now: %s", scope, exc)
+                continue
+            if decision.allowed:
+                readable.add(scope)
+        return frozenset(readable)
 
     # ------------------------------------------------------------ synced documents
 

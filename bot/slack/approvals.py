@@ -3,7 +3,8 @@
 Such a document is indexed but ``awaiting_approval``: no answer uses it. The
 admins get one message with Approve and Reject buttons, in
 ``KB_APPROVALS_CHANNEL`` or, when that is unset (or the bot may not post
-there), by direct message to each ``KB_ADMIN_USERS`` id. It shows who wants to add what, the start of the text
+there, or people who may not read the document read there too: a guest of the
+workspace, another organisation), by direct message to each ``KB_ADMIN_USERS`` id. It shows who wants to add what, the start of the text
 with a link to all of it, what approving would replace, and the latest
 changes to the knowledge base. A click by an admin approves the document
 (searchable, replacing the current version of its name) or rejects it
@@ -24,8 +25,10 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import Access, Person, Where
 from bot.slack.blocks import (
     Rendered,
+    audited_scopes,
     escape,
     is_user_id,
     mention,
@@ -34,13 +37,13 @@ from bot.slack.blocks import (
     render_upload_status,
 )
 from bot.slack.config import SlackConfig
-from bot.slack.people import Roles
+from bot.slack.people import Roles, channel_readers
 from bot.slack.words import Languages, Words
 from core.answer import Engine
 from index.errors import KBError, NotAwaitingApproval
 from index.knowledge_base import KnowledgeBase, Placement
 from index.names import display_name
-from index.records import DocumentRow
+from index.records import AuditEntry, DocumentRow
 from index.storage import APPROVAL, STATUS, PostedMessage
 
 log = logging.getLogger(__name__)
@@ -105,12 +108,14 @@ class Approvals:
         roles: Roles,
         engine: Engine,
         languages: Languages,
+        access: Access,
     ) -> None:
         self.kb = kb
         self.config = config
         self.roles = roles
         self.engine = engine
         self.languages = languages
+        self.access = access
 
     # ------------------------------------------------------------ requests
 
@@ -126,16 +131,34 @@ class Approvals:
         if not self.config.approvals_channel and not self.config.admin_user_ids:
             log.warning("document %s awaits approval, but no admin is configured to ask", doc.id)
             return False
-        rendered = await self._render(placement, Ticket(doc.id, status_channel, status_ts))
+        ticket = Ticket(doc.id, status_channel, status_ts)
+        recent = await asyncio.to_thread(self.kb.audit_log.entries, RECENT_CHANGES)
+        scopes = audited_scopes(recent)
         if status_channel and status_ts:
             await self._remember(doc.id, STATUS, PostedMessage(status_channel, status_ts))
         channel = self.config.approvals_channel
-        posted = await _post(client, channel, rendered, doc.id) if channel else None
+        posted = None
+        if channel:
+            # Everyone in the channel reads the request: only what they all may read is named,
+            # and the document itself is quoted only where they all may read it once approved.
+            where = await channel_readers(client, channel) or Where(channel=channel)
+            named = await self.access.readable_among(scopes | {doc.scope}, where=where)
+            if doc.scope in named:
+                rendered = await self._render(placement, ticket, recent, named)
+                posted = await _post(client, channel, rendered, doc.id)
+            else:
+                log.warning(
+                    "document %s: not asked in %s, where people who may not read it read too "
+                    "(a guest of the workspace, another organisation); asking the admins by DM",
+                    doc.id,
+                    channel,
+                )
         if posted is None:
-            copies = [
-                await _post(client, admin, rendered, doc.id)
-                for admin in sorted(self.config.admin_user_ids)
-            ]
+            copies = []
+            for admin in sorted(self.config.admin_user_ids):
+                named = await self.access.readable_among(scopes, person=Person(admin))
+                rendered = await self._render(placement, ticket, recent, named)
+                copies.append(await _post(client, admin, rendered, doc.id))
             sent = [c for c in copies if c is not None]
         else:
             sent = [posted]
@@ -152,10 +175,15 @@ class Approvals:
         except KBError as exc:  # a full disk: that message's buttons will be refused
             log.warning("%s message of document %s not recorded: %s", kind, doc_id, exc)
 
-    async def _render(self, placement: Placement, ticket: Ticket) -> Rendered:
+    async def _render(
+        self,
+        placement: Placement,
+        ticket: Ticket,
+        recent: list[AuditEntry],
+        named: frozenset[str],
+    ) -> Rendered:
         doc = placement.document
         text = await asyncio.to_thread(self.kb.canonical_text, doc.id)
-        recent = await asyncio.to_thread(self.kb.audit_log.entries, RECENT_CHANGES)
         return render_approval_request(
             doc,
             beside=placement.beside,
@@ -163,6 +191,7 @@ class Approvals:
             url=self.engine.document_link(doc),
             value=ticket.encode(),
             recent=recent,
+            named=named,
             words=self.languages.default,
         )
 

@@ -16,8 +16,11 @@ need not be in the channel, or the DM, the question came from):
   channel, so a forged id never reaches another conversation's question);
 * the question's text only when its asker handed it off; otherwise the
   channel is told to open the thread (a DM's asker is always the clicker);
-* the bot's answer only when every passage it was written from is a document
-  for everyone; an answer drawn from a channel's documents is withheld.
+* the bot's answer only when everyone in that channel may read every passage it
+  was written from (the access rule at that place: ``Access.readable_at``): an
+  answer drawn from another channel's documents is withheld, and so is one from
+  the documents for everyone where a guest of the workspace or people of
+  another organisation (Slack Connect) read too.
 
 A post Slack refuses (the bot is not in the channel, it was archived, Slack is
 unreachable) releases the claim, so a click after an admin fixed it posts.
@@ -42,6 +45,7 @@ from slack_bolt.async_app import AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access import Access, Where
 from bot.slack.blocks import (
     HandOff,
     mark_handed_off,
@@ -50,6 +54,7 @@ from bot.slack.blocks import (
     render_hand_off,
     scope_label,
 )
+from bot.slack.people import channel_readers
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.words import Languages, Words
 from core.answer import Outcome
@@ -80,6 +85,7 @@ Respond = Callable[..., Awaitable[Any]]
 async def ask_a_person(
     store: Store,
     channel: str,
+    access: Access,
     audience: Audience,
     languages: Languages,
     body: dict[str, Any],
@@ -108,11 +114,14 @@ async def ask_a_person(
     if query_id is None:
         log.warning("ignoring an Ask-a-person click with a malformed value %r", value[:40])
         return
-    await _hand_off(store, client, body, query_id, channel, respond, words, languages.default)
+    await _hand_off(
+        store, access, client, body, query_id, channel, respond, words, languages.default
+    )
 
 
 async def _hand_off(
     store: Store,
+    access: Access,
     client: AsyncWebClient,
     body: dict[str, Any],
     query_id: int,
@@ -151,7 +160,8 @@ async def _hand_off(
     renewal = asyncio.get_running_loop().create_task(hold.keep(), name="renew hand-off claim")
     ts: str | None = None
     try:
-        view = await asyncio.to_thread(hand_off_view, store, record, clicker)
+        answer = await _answer_readable(store, access, client, record, channel)
+        view = hand_off_view(record, clicker, answer=answer)
         if not view.direct:
             view = replace(view, permalink=await _permalink(client, record))
         if not await hold.renew():
@@ -185,36 +195,57 @@ def _may_hand_off(record: QueryRecord, clicker: str, where: str) -> bool:
     return not record.channel.startswith("D") or clicker == record.user
 
 
-def hand_off_view(store: Store, record: QueryRecord, clicker: str) -> HandOff:
-    """What the escalation channel may read about ``record``, handed off by ``clicker``."""
+def hand_off_view(record: QueryRecord, clicker: str, *, answer: bool) -> HandOff:
+    """What the escalation channel may read about ``record``, handed off by ``clicker``;
+    ``answer``: its people may read every passage the answer was written from."""
     question = record.question if clicker == record.user else None
-    answer = (
-        record.answer
-        if record.outcome in _ANSWERS and written_for_everyone(store, record)
-        else None
-    )
     return HandOff(
         asker=record.user,
         by=clicker,
         channel=record.channel or "",
         question=question,
         outcome=record.outcome,
-        answer=answer,
+        answer=record.answer if answer and record.outcome in _ANSWERS else None,
     )
+
+
+async def _answer_readable(
+    store: Store, access: Access, client: AsyncWebClient, record: QueryRecord, channel: str
+) -> bool:
+    """Whether everyone in ``channel`` may read every passage ``record``'s answer was written
+    from (the access rule at that place); a passage no longer there cannot be vouched for."""
+    if record.outcome not in _ANSWERS:
+        return False
+    scopes = await asyncio.to_thread(passage_scopes, store, record)
+    if scopes is None:
+        return False
+    where = await channel_readers(client, channel) or Where(channel=channel)
+    for scope in sorted(scopes):
+        decision = await access.readable_at(scope, where)
+        if not decision.allowed:
+            log.info("a handed-off answer is withheld: %s", decision.reason)
+            return False
+    return True
+
+
+def passage_scopes(store: Store, record: QueryRecord) -> frozenset[str] | None:
+    """The scopes of every passage ``record``'s answer was written from; ``None``: one is gone.
+
+    The model read every kept passage, not only the cited ones.
+    """
+    ids = sorted({c for c, _ in record.kept} | set(record.cited))
+    rows = store.chunks_by_id(ids)
+    return frozenset(r.scope for r in rows.values()) if len(rows) == len(ids) else None
 
 
 def written_for_everyone(store: Store, record: QueryRecord) -> bool:
     """Whether every passage the answer was written from is a document for everyone.
 
-    Whoever reads an answer outside its conversation (the escalation channel, an
-    admin's Home tab) need not be a member of a channel whose documents it used.
-
-    The model read every kept passage, not only the cited ones; a passage no
-    longer in the knowledge base cannot be vouched for.
+    Whoever reads an answer outside its conversation (an admin's Home tab) need not be a
+    member of a channel whose documents it used.
     """
-    ids = sorted({c for c, _ in record.kept} | set(record.cited))
-    rows = store.chunks_by_id(ids)
-    return len(rows) == len(ids) and all(r.scope == EVERYONE for r in rows.values())
+    scopes = passage_scopes(store, record)
+    return scopes is not None and scopes <= {EVERYONE}
 
 
 class _Hold:

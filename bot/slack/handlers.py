@@ -572,6 +572,7 @@ def _register_escalation(app: AsyncApp, services: Services) -> None:
         await escalation.ask_a_person(
             services.kb.store,
             services.config.escalation_channel,
+            services.access,
             services.audience,
             services.languages,
             body,

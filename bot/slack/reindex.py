@@ -4,7 +4,10 @@ Only admins may run it (``bot.slack.people.roles``). The reindex runs in a worke
 thread, so questions keep being answered, and one at a time: the file lock of
 ``KnowledgeBase.reindex`` also covers ``kb reindex`` run from a shell. The
 final report ends with the latest changes to the knowledge base, the reindex
-among them, from the audit log.
+among them, from the audit log. The report is the admin's alone, and names only
+the documents the access rule lets them read (``bot.access``): a failure or a
+change of a channel's document they are not in says which channel, not which
+document, nor why it failed.
 
 A knowledge base kept on the earlier default model (``index.kept_model``) is
 moved: every document is embedded by the configured model beside the live
@@ -25,7 +28,8 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from bot.slack.blocks import audit_lines, escape
+from bot.access import Access, Person
+from bot.slack.blocks import audit_lines, audited_scopes, escape, scope_label
 from bot.slack.words import Words
 from core.switch import ModelSwitch
 from index.errors import KBError, ReindexInProgress
@@ -49,6 +53,7 @@ class Reindexer:
 
     Args:
         kb: the knowledge base to rebuild.
+        access: who may read what: the report names only what its admin may read.
         switch: moves the engine answering from ``kb`` with it when a reindex moves
             ``kb`` off the earlier default model; ``None``: such a reindex rebuilds
             on the earlier model, as any other.
@@ -58,11 +63,13 @@ class Reindexer:
     def __init__(
         self,
         kb: KnowledgeBase,
+        access: Access,
         *,
         switch: ModelSwitch | None = None,
         progress_seconds: float = REINDEX_PROGRESS_SECONDS,
     ) -> None:
         self.kb = kb
+        self.access = access
         self.switch = switch
         self.progress_seconds = progress_seconds
         self._running = False
@@ -142,7 +149,12 @@ class Reindexer:
         move = None
         if kept is not None and switch is not None:
             move = (kept.built_on, kept.default, self.kb.kept_model is None)
-        await report(render_reindex_report(result, words=words, recent=recent, move=move))
+        listed = [f.document for f in (*result.failed, *result.skipped)]
+        scopes = audited_scopes(recent) | {d.scope for d in listed}
+        named = await self.access.readable_among(scopes, person=Person(actor))
+        await report(
+            render_reindex_report(result, words=words, recent=recent, move=move, named=named)
+        )
         return result
 
 
@@ -152,8 +164,12 @@ def render_reindex_report(
     words: Words,
     recent: Sequence[AuditEntry] = (),
     move: tuple[str, str, bool] | None = None,
+    named: frozenset[str] = frozenset(),
 ) -> str:
     """The final ``/kb-reindex`` message (failure reasons escaped), then the ``recent`` changes.
+
+    ``named``: the scopes whose documents the admin reading it may read; a document of
+    any other is said to be one of its channel's, without its name or the reason.
 
     ``move``: for a reindex that was to move the knowledge base off the earlier
     default model, that model, the configured one, and whether it moved.
@@ -174,14 +190,24 @@ def render_reindex_report(
         else:
             lines.append(words.reindex_not_moved(built_on, default))
     for failure in report.failed[:MAX_REPORTED_FAILURES]:
-        reason = failure.reason or failure.document.failure_reason or ""
-        lines.append(words.reindex_failure_line(escape(failure.document.name), escape(reason)))
+        doc = failure.document
+        if doc.scope not in named:
+            label = words.home_channel_document(scope_label(doc.scope, words), doc.id)
+            lines.append(words.reindex_failure_line(label, words.HOME_STATES["failed"]))
+            continue
+        reason = failure.reason or doc.failure_reason or ""
+        lines.append(words.reindex_failure_line(escape(doc.name), escape(reason)))
     if len(report.failed) > MAX_REPORTED_FAILURES:
         lines.append(words.reindex_more_failures(len(report.failed) - MAX_REPORTED_FAILURES))
     for skip in report.skipped[:MAX_REPORTED_FAILURES]:
-        lines.append(words.reindex_skipped_line(escape(skip.document.name), escape(skip.reason)))
+        doc = skip.document
+        if doc.scope not in named:
+            label = words.home_channel_document(scope_label(doc.scope, words), doc.id)
+            lines.append(words.reindex_skipped_line(label, words.HOME_STATES["failed"]))
+            continue
+        lines.append(words.reindex_skipped_line(escape(doc.name), escape(skip.reason)))
     if len(report.skipped) > MAX_REPORTED_FAILURES:
         lines.append(words.reindex_more_skipped(len(report.skipped) - MAX_REPORTED_FAILURES))
     if recent:
-        lines += ["", words.APPROVAL_RECENT_HEADER, *audit_lines(recent, words)]
+        lines += ["", words.APPROVAL_RECENT_HEADER, *audit_lines(recent, words, named)]
     return "\n".join(lines)

@@ -86,7 +86,7 @@ class Services:
         directory = Directory(people=people)
         roles = Roles(config, directory)
         languages = Languages(directory, config.default_language)
-        approvals = Approvals(kb, config, roles, engine, languages)
+        approvals = Approvals(kb, config, roles, engine, languages, access)
         ack_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-ack")
         deliveries = Deliveries(kb.store, ack_executor, config.claim_lease)
         return cls(
@@ -98,7 +98,7 @@ class Services:
             uploader=Uploader(kb, config, jobs, approvals, deliveries, access, engine),
             roles=roles,
             approvals=approvals,
-            reindexer=Reindexer(kb, switch=switch),
+            reindexer=Reindexer(kb, access, switch=switch),
             conversation=Conversation(engine),
             audience=Audience(config, directory),
             agent=Agent(kb, access, languages),

@@ -50,7 +50,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.models.metadata import EntityMetadata
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.access import Person, Where, shown_at, visible
+from bot.access import AccessCheckUnavailable, Person, Where, visible
 from bot.slack.blocks import (
     Passage,
     details_error,
@@ -64,7 +64,7 @@ from bot.slack.words import Words, language_of_locale, words_for
 from core.errors import BadLinkToken
 from core.links import parse_char_fragment
 from index.errors import DocumentNotFound
-from index.models import EVERYONE, DocState
+from index.models import DocState
 from index.records import DocumentRow
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,6 @@ __all__ = [
     "Unfurls",
     "Where",
     "parse_link",
-    "readable_here",
 ]
 
 # Links looked at in one event: a bound of ours on a hostile payload (Slack sends a few).
@@ -207,14 +206,6 @@ def _with_fragment(link: PassageLink, fragment: str) -> PassageLink | None:
     return PassageLink(link.posted, link.document_id, link.token, start=span[0], end=span[1])
 
 
-# ---------------------------------------------------------------- who reads
-
-
-def readable_here(scope: str, where: Where, *, allow_external: bool) -> bool:
-    """Whether everyone in ``where`` may read the documents of ``scope`` (the access rule)."""
-    return visible(shown_at(where, allow_external=allow_external), scope)
-
-
 # ---------------------------------------------------------------- resolving
 
 
@@ -341,16 +332,7 @@ class Unfurls:
             return "restricted"
         if resolved.passage is None:
             return "not_found"
-        channel = event.get("channel")
-        where = Where(
-            channel=channel
-            if isinstance(channel, str) and _CONVERSATION_RE.fullmatch(channel)
-            else None,
-            shared=bool(body.get("is_ext_shared_channel")),
-        )
-        if not readable_here(resolved.scope, where, allow_external=self._allow_external):
-            return "restricted"
-        if not await self._reads(user, resolved.scope):
+        if not await self._reads(user, resolved.scope, _flexpane_place(body, event)):
             return "restricted"
         words = await self._words_of(client, user, event.get("user_locale"))
         return passage_entity(resolved.passage, words, unfurl_url=None, details=True)
@@ -369,12 +351,14 @@ class Unfurls:
             return None
         return link
 
-    async def _reads(self, user: str, scope: str) -> bool:
-        """Whether ``user`` may read documents of ``scope`` (a channel's: a member of it now)."""
-        if scope == EVERYONE:
-            # A guest of the workspace reads no document for everyone (bot.access).
-            return not await self.services.access.guest(Person(user))
-        decision = await self.services.access.in_channel(Person(user), scope)
+    async def _reads(self, user: str, scope: str, where: Where | None) -> bool:
+        """Whether ``user`` may read documents of ``scope`` in a flexpane opened at ``where``
+        (the access rule: everyone there, a guest reading along included, and ``user``)."""
+        try:
+            decision = await self.services.access.may_read(Person(user), scope, where)
+        except AccessCheckUnavailable as exc:
+            log.info("no flexpane for %s: %s", user, exc)
+            return False  # unknown is hidden
         if not decision.allowed:
             log.info("no flexpane for %s: %s", user, decision.reason)
         return decision.allowed
@@ -386,10 +370,6 @@ class Unfurls:
         return words_for(code) if code else await languages.of(client, user)
 
     # ------------------------------------------------------------ both
-
-    @property
-    def _allow_external(self) -> bool:
-        return self.services.audience.allow_external
 
     def _resolve(self, link: PassageLink) -> _Resolved | None:
         """Verify ``link`` and read its passage (in a thread); ``None`` when it is refused."""
@@ -482,6 +462,19 @@ def _unfurl_target(event: dict[str, Any]) -> _Target | None:
 
 def _present(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 255
+
+
+def _flexpane_place(body: dict[str, Any], event: dict[str, Any]) -> Where:
+    """Where a flexpane is opened: the conversation of the card Slack refreshes from it, whose
+    people all read what it presents (one not said: a conversation not known, which may
+    hold anyone)."""
+    channel = event.get("channel")
+    return Where(
+        channel=channel
+        if isinstance(channel, str) and _CONVERSATION_RE.fullmatch(channel)
+        else None,
+        shared=bool(body.get("is_ext_shared_channel")),
+    )
 
 
 def _from_home(body: dict[str, Any], context: AsyncBoltContext) -> bool:

@@ -61,8 +61,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.access import Access, AccessCheckUnavailable, Person, Where
 from bot.slack.approvals import Approvals
 from bot.slack.blocks import Rendered, escape, linked, render_upload_status
-from bot.slack.config import SlackConfig, is_channel_id
+from bot.slack.config import SlackConfig
 from bot.slack.deliveries import Claim, Deliveries
+from bot.slack.people import channel_readers
 from bot.slack.reply import SLACK_FAILURES, slack_failure
 from bot.slack.words import Words, words_for
 from core.answer import Engine
@@ -70,7 +71,7 @@ from core.errors import LinkSecretUnavailable
 from core.lines import PersonLines, Place
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import Added, KnowledgeBase
-from index.models import DocState, Publish
+from index.models import EVERYONE, DocState, Publish
 from index.names import display_name
 from index.records import DocumentRow
 from index.storage import APPROVAL, STATUS, Upload
@@ -781,6 +782,25 @@ class Uploader:
         await status.settle(await self._final_status(status, row, words))
         await _remember(self.kb, status, row.id)
 
+    async def _may_add(self, request: UploadRequest) -> bool:
+        """Whether the uploader may read what they add to (the access rule), before anything is
+        read: the same bytes already there would tell them of a document they may not read.
+
+        A document for everyone is added only by someone who reads those (never a guest of
+        the workspace); a channel's by one of its members, which Slack checked: only they
+        run a command there.
+        """
+        if request.scope != EVERYONE:
+            return True
+        try:
+            decision = await self.access.may_read(Person(request.user), EVERYONE)
+        except AccessCheckUnavailable as exc:
+            log.warning(
+                "whether %s reads the documents for everyone is unknown: %s", request.user, exc
+            )
+            return False  # unknown is hidden
+        return decision.allowed
+
     async def _ingest_one(
         self,
         claim: Claim,
@@ -798,6 +818,8 @@ class Uploader:
         document_id = upload.document_id
         attempts = await self._note(self.kb.uploads.started, upload)
         try:
+            if document_id is None and not await self._may_add(request):
+                raise _NotAReader
             async with self._user_slot(place, status, file, words):
                 waiting = render_upload_status(words.upload_waiting(file.label(words)), words=words)
                 if document_id is None:
@@ -819,6 +841,13 @@ class Uploader:
                         again=again,
                         retry=retry,
                     )
+        except _NotAReader:
+            log.info(
+                "%s may not add a document to %r, which they may not read",
+                request.user,
+                request.scope,
+            )
+            final = render_upload_status(words.upload_not_a_reader(file.label(words)), words=words)
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
             text = words.upload_failed(file.label(words), escape(exc.reason))
@@ -1055,7 +1084,7 @@ class Uploader:
             return []
         if row.id not in found:
             return []
-        where = await _readers(status)
+        where = await channel_readers(status.client, status.channel)
         same = await self._readable(found[row.id].same, Person(user), where)
         near = await self._readable(found[row.id].near, Person(user), where)
         notes = [words.upload_repeats(self._named(same), len(same))] if same else []
@@ -1105,22 +1134,8 @@ class Uploader:
         return self._session
 
 
-async def _readers(status: StatusMessage) -> Where | None:
-    """Who reads ``status``: its channel's people (``None`` in a DM: the uploader alone).
-
-    A channel people of other organisations are in (Slack Connect) reads as
-    such; one Slack cannot tell about reads so too (unknown is hidden).
-    """
-    if not is_channel_id(status.channel):
-        return None
-    try:
-        resp = await status.client.conversations_info(channel=status.channel)
-        info = resp.get("channel") or {}
-        shared = bool(info.get("is_ext_shared") or info.get("is_pending_ext_shared"))
-    except SLACK_FAILURES as exc:
-        log.info("conversations.info on %s failed: %s", status.channel, slack_failure(exc))
-        shared = True
-    return Where(channel=status.channel, shared=shared)
+class _NotAReader(Exception):
+    """The uploader may not read the scope their file would be added to."""
 
 
 async def _remember(kb: KnowledgeBase, status: StatusMessage, document_id: int | None) -> None:

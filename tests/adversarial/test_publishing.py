@@ -404,3 +404,66 @@ async def test_an_approval_forged_onto_another_message_edits_nothing(admin_bot: 
     (refusal,) = bot.slack.calls("chat.postEphemeral")
     assert refusal["user"] == ADMIN_ID and refusal["text"] == messages.BUTTON_NOT_HERE
     assert _requests(bot) == [request]
+
+
+REORG = b"""# Reorganisation
+
+## Teams
+
+The platform team is merged into infrastructure in March.
+"""
+
+
+@pytest.mark.parametrize("to", ["an admin's DM", "the approvals channel", "a reindex report"])
+async def test_latest_changes_name_a_channels_document_only_to_its_members(
+    make_bot: BotFactory, to: str
+) -> None:
+    # A member adds reorg.md to their channel; the admin, and the approvals channel's
+    # people, are not in it: the latest changes say a channel's document changed, not which.
+    channel = to == "the approvals channel"
+    bot = await make_bot(approvals_channel=APPROVALS if channel else "", admin_users=ADMIN_ID)
+    bot.slack.set_members(CHANNEL_ID, [USER_ID])
+    bot.slack.set_members(APPROVALS, [ADMIN_ID])
+    await _upload_in_channel(bot, USER_ID, "reorg.md", REORG, "channel")
+    if to == "a reindex report":
+        command = slash_command_body(
+            "/kb-reindex", "", ADMIN_ID, ADMIN_DM, bot.slack.response_url("r")
+        )
+        assert await (await bot.post(command)).text() == messages.REINDEX_STARTED
+        for _ in range(300):
+            shown = [p["text"] for p in bot.slack.responses("r") if "Reindex finished" in p["text"]]
+            if shown:
+                break
+            await asyncio.sleep(0.05)  # polling the report, bounded
+        (text,) = shown
+    else:
+        await _dm_file(bot, USER_ID, "parking.md", PARKING, "D0DMUSER01")
+        ((where, _, request),) = _requests(bot)
+        assert where == (APPROVALS if channel else "D" + ADMIN_ID[1:])
+        text = json.dumps(request["blocks"])
+    assert messages.APPROVAL_RECENT_HEADER in text and "security.md" in text
+    assert "reorg.md" not in text
+    assert (
+        messages.home_channel_document(f"<#{CHANNEL_ID}>", bot.kb.store.documents()[-2].id) in text
+    )
+
+
+GUEST = "U0GUEST001"
+
+
+@pytest.mark.parametrize("who_reads_there", ["a guest", "another organisation"])
+async def test_a_request_goes_to_the_admins_dms_where_a_guest_or_a_partner_reads_the_channel(
+    make_bot: BotFactory, who_reads_there: str
+) -> None:
+    # The request quotes a document for everyone, which neither a guest of the workspace nor
+    # a partner's people (Slack Connect) may read: it is not posted where they read.
+    bot = await make_bot(approvals_channel=APPROVALS, admin_users=ADMIN_ID)
+    bot.slack.set_user(GUEST, name="gina").update(is_restricted=True)
+    guest = [GUEST] if who_reads_there == "a guest" else []
+    bot.slack.set_members(APPROVALS, [ADMIN_ID, *guest])
+    if who_reads_there == "another organisation":
+        bot.slack.ext_shared.add(APPROVALS)
+    await _dm_file(bot, USER_ID, "parking.md", PARKING, "D0DMUSER01")
+    assert [channel for channel, _, _ in _requests(bot)] == ["D" + ADMIN_ID[1:]]
+    posted = [p for p in bot.slack.calls("chat.postMessage") if p.get("channel") == APPROVALS]
+    assert posted == [] and "spaces marked V" in json.dumps(_requests(bot))

@@ -39,7 +39,7 @@ from bot.slack.blocks.answers import (
     render_partial,
     render_search,
 )
-from bot.slack.blocks.approvals import audit_lines, render_approval_request
+from bot.slack.blocks.approvals import audit_lines, audited_scopes, render_approval_request
 from bot.slack.blocks.elements import Rendered
 from bot.slack.blocks.entities import (
     OPEN_VIEWER_ACTION_ID,
@@ -111,6 +111,7 @@ __all__ = [
     "UPLOAD_VISIBILITY_BLOCK",
     "VISIBILITY_CHANNEL",
     "audit_lines",
+    "audited_scopes",
     "details_error",
     "document_label",
     "escape",

@@ -40,21 +40,33 @@ MAX_LISTED_VERSIONS = 3
 APPROVAL_BLOCK_ID = "kb_approval"
 
 
-def audit_lines(entries: Sequence[AuditEntry], words: Words) -> list[str]:
-    """One line per change, newest first; actors as code, so a list of changes pings nobody."""
+def audit_lines(entries: Sequence[AuditEntry], words: Words, named: frozenset[str]) -> list[str]:
+    """One line per change, newest first; actors as code, so a list of changes pings nobody.
+
+    ``named``: the scopes whose documents everyone reading may read (the access rule); a
+    document of any other is said to be one of its channel's, never named.
+    """
     lines = []
     for e in entries:
         when = datetime.fromtimestamp(e.at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         action = words.AUDIT_ACTIONS.get(str(e.action), str(e.action))
-        document = _document_label(e.document_id, e.name, e.scope, words)
+        document = _document_label(e, named, words)
         lines.append(words.audit_line(when, code(e.actor), action, document))
     return lines
 
 
-def _document_label(doc_id: int | None, name: str, scope: str, words: Words) -> str:
-    if doc_id is None:
+def audited_scopes(entries: Sequence[AuditEntry]) -> frozenset[str]:
+    """The scopes of the documents ``entries`` name (what the access rule is asked of)."""
+    return frozenset(e.scope for e in entries if e.document_id is not None)
+
+
+def _document_label(entry: AuditEntry, named: frozenset[str], words: Words) -> str:
+    if entry.document_id is None:
         return ""
-    return f"*{escape(display_name(name))}* #{doc_id} ({scope_label(scope, words)})"
+    if entry.scope not in named:
+        return words.home_channel_document(scope_label(entry.scope, words), entry.document_id)
+    name = escape(display_name(entry.name))
+    return f"*{name}* #{entry.document_id} ({scope_label(entry.scope, words)})"
 
 
 def _approval_buttons(doc: DocumentRow, value: str, words: Words) -> Block:
@@ -78,6 +90,7 @@ def render_approval_request(
     url: str,
     value: str,
     recent: Sequence[AuditEntry],
+    named: frozenset[str],
     words: Words,
 ) -> Rendered:
     """The message asking the admins to approve or reject ``doc``.
@@ -88,6 +101,7 @@ def render_approval_request(
         url: a link to the whole document in the viewer.
         value: what the buttons carry back (``bot.slack.approvals.Ticket``).
         recent: the latest audit entries, for context.
+        named: the scopes whose documents everyone reading the request may read.
         words: the admins' language (``KB_DEFAULT_LANGUAGE``: a request goes to several).
     """
     name = label(doc.name)
@@ -110,6 +124,7 @@ def render_approval_request(
     blocks.append(_approval_buttons(doc, value, words))
     if recent:
         blocks += [
-            section(t) for t in pack(audit_lines(recent, words), words.APPROVAL_RECENT_HEADER)
+            section(t)
+            for t in pack(audit_lines(recent, words, named), words.APPROVAL_RECENT_HEADER)
         ]
     return Rendered.build(head, blocks)

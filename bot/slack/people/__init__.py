@@ -7,8 +7,8 @@ organisations (Slack Connect); ``signin`` Sign in with Slack for the viewer.
 
 from __future__ import annotations
 
-from bot.slack.people.audience import Audience, Place
+from bot.slack.people.audience import Audience, Place, channel_readers
 from bot.slack.people.directory import Directory
 from bot.slack.people.roles import Roles
 
-__all__ = ["Audience", "Directory", "Place", "Roles"]
+__all__ = ["Audience", "Directory", "Place", "Roles", "channel_readers"]

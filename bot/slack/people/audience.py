@@ -16,15 +16,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.access import admitted
-from bot.slack.config import SlackConfig
+from bot.access import Where, admitted, slack_error
+from bot.slack.config import SlackConfig, is_channel_id
 from bot.slack.people.directory import Directory
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Audience", "Place"]
+__all__ = ["Audience", "Place", "channel_readers"]
 
 
 @dataclass(frozen=True)
@@ -107,3 +109,23 @@ def _home_team(body: dict[str, Any]) -> str | None:
         if auth.get("team_id"):
             return str(auth["team_id"])
     return None
+
+
+async def channel_readers(client: AsyncWebClient, channel: str) -> Where | None:
+    """Who reads what the bot posts in ``channel``: its people (``None`` for a DM: one person).
+
+    A channel people of other organisations are in (Slack Connect, ``conversations.info``'s
+    ``is_ext_shared``, or pending) reads as such; one Slack cannot tell about reads so too
+    (unknown is hidden).
+    """
+    if not is_channel_id(channel):
+        return None
+    try:
+        resp = await client.conversations_info(channel=channel)
+        info = resp.get("channel") or {}
+        shared = bool(info.get("is_ext_shared") or info.get("is_pending_ext_shared"))
+    except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
+        why = slack_error(exc) if isinstance(exc, SlackApiError) else type(exc).__name__
+        log.info("conversations.info on %s failed: %s", channel, why)
+        shared = True
+    return Where(channel=channel, shared=shared)

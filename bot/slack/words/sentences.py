@@ -394,6 +394,16 @@ class Words:
         """Final status of a failed file (``reason`` already escaped)."""
         return self._(":x: *{name}*: failed: {reason}", name=name, reason=reason)
 
+    def upload_not_a_reader(self, name: str) -> str:
+        """Final status of a file for everyone from someone who reads no document for
+        everyone (a guest of the workspace): nothing was read or added."""
+        return self._(
+            ":no_entry: *{name}*: not added. Documents for everyone are added only by people "
+            "who read them, which a guest of the workspace does not: add it to one of your "
+            "channels with `/kb-upload` there.",
+            name=name,
+        )
+
     def upload_state(self, name: str, state: str) -> str:
         """Status of a document a retry leaves as it is (replaced meanwhile, say)."""
         shown = self.HOME_STATES.get(state, state.replace("_", " "))
