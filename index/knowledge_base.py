@@ -763,14 +763,29 @@ class KnowledgeBase:
         with self.store.transaction():
             if moved_to := self._moved_off(written_on):
                 return moved_to
-            older = self._versions_replaced(doc, only_own=doc.publish == Publish.OWN)
+            versions = self._versions_replaced(doc, only_own=doc.publish == Publish.OWN)
+            later = [i for i in versions if i > doc.id]
             self._commit(doc, prepared)
-            replaced = self.store.supersede(older, by=doc.id)
+            if later:
+                # Uploaded before a version indexed meanwhile (a longer read, a Retry of an
+                # old failure, a takeover): the upload made last stays the one that answers.
+                self._kept_as_earlier(doc, self.store.document(later[-1]))
+                return None
+            replaced = self.store.supersede(versions, by=doc.id)
             for entry in _publishing_entries(doc, replaced):
                 self.store.audit_log.add(entry)
             pruned = self._prune(doc, doc.uploader)
         self.store.drop_originals_if_unused(pruned)
         return None
+
+    def _kept_as_earlier(self, doc: DocumentRow, later: DocumentRow) -> None:
+        """Inside the commit's transaction: ``doc``, just committed, kept as an earlier
+        version of ``later`` (``replaced`` by it, restorable), audited."""
+        self.store.supersede([doc.id], by=later.id)
+        entry = _entry(AuditAction.ADD, doc, doc.uploader, new=doc)
+        self.store.audit_log.add(
+            with_changes(entry, detail=f"kept as an earlier version of #{later.id}, added since")
+        )
 
     def _moved_off(self, written_on: str | None) -> str | None:
         """Inside the commit's transaction: the model the store moved to, if not ``written_on``.

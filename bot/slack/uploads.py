@@ -456,6 +456,9 @@ MAX_REPEATS_NAMED = 3
 # indexing it must not kill every replica in turn.
 MAX_ATTEMPTS = 3
 
+# The states an upload's indexing ends in (``replaced``: a newer version was added meanwhile).
+_ENDED = (DocState.INDEXED, DocState.AWAITING_APPROVAL, DocState.FAILED, DocState.REPLACED)
+
 
 @dataclass(frozen=True)
 class UploadRequest:
@@ -1030,7 +1033,7 @@ class Uploader:
                         row = await self._indexing(self.kb.resume, document_id, again=again)
         except DocumentNotFound:  # removed meanwhile
             return render_upload_status(words.RETRY_GONE, words=words)
-        if row.state in (DocState.INDEXED, DocState.AWAITING_APPROVAL, DocState.FAILED):
+        if row.state in _ENDED:
             return await self._final_status(status, row, words, user)
         return _settled_status(row, words)
 
@@ -1049,6 +1052,10 @@ class Uploader:
             return render_upload_status(
                 words.upload_failed(name, reason), words=words, retry_document_id=row.id
             )
+        if row.state == DocState.REPLACED:
+            # Indexed after a version added since: that one answers (``KnowledgeBase``).
+            text = words.upload_indexed(name, row.chunk_count)
+            return _with_notes(text, [words.UPLOAD_KEPT_EARLIER], words)
         placement = await asyncio.to_thread(self.kb.placement, row.id)
         if row.state == DocState.AWAITING_APPROVAL:
             # Asked already by a process that stopped before it reported: not asked twice.

@@ -440,6 +440,10 @@ class Words:
     UPLOAD_REPLACED = N_(
         "It replaces the earlier version of this document, which an admin can restore."
     )
+    UPLOAD_KEPT_EARLIER = N_(
+        "A newer version of this document was added while it was indexed and stays the one "
+        "used for answers; an admin can restore this one."
+    )
     UPLOAD_BESIDE = N_(
         "It is a separate document: the document of the same name someone else added stays "
         "as it is (only they, a publisher or an admin can replace it)."

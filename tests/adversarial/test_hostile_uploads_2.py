@@ -1,0 +1,101 @@
+"""Uploads that race each other or carry names that fool a comparison end as their
+uploaders were told, and never put an earlier document in the place of a later one.
+
+An attacker (or only an unlucky team) uploads a new version of a document while
+the earlier one is still being read (a slow PDF, a Retry of an old failure, a
+takeover after a replica died): whichever finishes last must not decide which
+version answers. File names that look the same to people (one typed on macOS, whose
+names are decomposed Unicode, one on Windows) are one document's versions; names
+too long to show whole that differ where they are cut are different documents.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.slack import messages
+from bot.slack.blocks import RETRY_ACTION_ID
+from index.config import IndexConfig
+from index.embed import Embedder
+from index.knowledge_base import KnowledgeBase
+from index.models import DocState
+from index.storage import STATUS
+
+pytest.register_assert_rewrite("tests.conftest_bot")
+
+from tests.conftest_bot import BotFactory  # noqa: E402
+from tests.servers import (  # noqa: E402
+    USER_ID,
+    block_actions_body,
+    button_action,
+    file_share_event,
+)
+
+OLD = b"# Travel policy\n\nTrain tickets are booked through the travel desk.\n"
+NEW = b"# Travel policy\n\nTrain tickets are booked in the Trips app since March.\n"
+
+
+@pytest.fixture
+def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
+    return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
+
+
+def test_an_earlier_upload_indexed_last_does_not_replace_the_later_one(kb: KnowledgeBase) -> None:
+    # The earlier upload's reading takes longer: the later one is indexed first.
+    earlier = kb.add_bytes(OLD, "travel.md", uploader="U1").document
+    later = kb.add_bytes(NEW, "travel.md", uploader="U1").document
+    assert kb.index_document(later.id).state == DocState.INDEXED
+
+    row = kb.index_document(earlier.id)
+
+    assert row.state == DocState.REPLACED and row.replaced_by == later.id
+    assert kb.document(later.id).state == DocState.INDEXED
+    assert [d.id for d in kb.documents(DocState.INDEXED)] == [later.id]
+    # Kept, as an earlier version is: an admin can bring it back.
+    assert kb.restore(earlier.id, actor="admin").document.state == DocState.INDEXED
+
+
+def test_a_retry_of_an_old_failure_does_not_replace_the_version_uploaded_since(
+    kb: KnowledgeBase,
+) -> None:
+    earlier = kb.add_bytes(OLD, "travel.md", uploader="U1").document
+    kb.store.update_document(earlier.id, state=DocState.FAILED.value, failure_reason="disk full")
+    later = kb.ingest_bytes(NEW, "travel.md", uploader="U1").document
+    assert later.state == DocState.INDEXED
+
+    row = kb.retry(earlier.id)
+
+    assert row.state == DocState.REPLACED and row.replaced_by == later.id
+    assert [d.id for d in kb.documents(DocState.INDEXED)] == [later.id]
+
+
+async def test_a_retry_of_an_old_failure_tells_its_uploader_the_newer_version_answers(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(publishers=USER_ID)
+    old = bot.slack.add_file("F0TRAVEL01", "travel.md", OLD, "text/markdown")
+    await bot.event(file_share_event([old]))
+    await bot.settle()
+    earlier = bot.kb.store.find_document("travel.md")
+    # Its indexing failed (a full disk, say): its status offers a Retry.
+    bot.kb.store.update_document(earlier.id, state=DocState.FAILED.value, failure_reason="disk")
+    new = bot.slack.add_file("F0TRAVEL02", "travel.md", NEW, "text/markdown")
+    await bot.event(file_share_event([new]))
+    await bot.settle(2)
+    [later] = [d for d in bot.kb.documents(DocState.INDEXED) if d.name == "travel.md"]
+    assert later.id != earlier.id
+    [posted] = bot.kb.messages.of(earlier.id, STATUS)
+    channel, ts = posted.channel, posted.ts
+
+    body = block_actions_body(
+        [button_action(RETRY_ACTION_ID, str(earlier.id))], channel_id=channel, message_ts=ts
+    )
+    assert (await bot.post(body)).status == 200
+    await bot.idle()
+
+    told = bot.slack.messages[(channel, ts)]["text"]
+    assert messages.UPLOAD_KEPT_EARLIER in told, told
+    assert bot.kb.document(earlier.id).state == DocState.REPLACED
+    assert bot.kb.document(later.id).state == DocState.INDEXED
