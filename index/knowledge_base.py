@@ -67,7 +67,7 @@ from index.models import (
     Publish,
     is_source_uploader,
 )
-from index.names import display_name
+from index.names import display_name, document_name
 from index.near_copies import Stored, size_range
 from index.normal_form import same_text
 from index.records import AuditEntry, ChunkRow, DocumentFacts, DocumentRow, Stamp
@@ -554,7 +554,7 @@ class KnowledgeBase:
             publish: how it may become searchable; the operator's default is
                 that of a publisher.
         """
-        name = display_name(Path(filename).name) or "document"
+        name = document_name(Path(filename).name) or "document"
         self._refuse_before_storing(data, name)
         digest = self.store.save_original(data)
         try:

@@ -72,7 +72,7 @@ from core.lines import PersonLines, Place
 from index.errors import DocumentNotFound, KBError
 from index.knowledge_base import Added, KnowledgeBase
 from index.models import EVERYONE, DocState, Publish
-from index.names import display_name
+from index.names import document_name
 from index.records import DocumentRow
 from index.storage import APPROVAL, STATUS, Upload
 
@@ -127,7 +127,7 @@ class SlackFile:
         size = obj.get("size")
         return cls(
             id=str(obj.get("id", "")),
-            name=display_name(str(obj.get("name") or obj.get("title") or "")),
+            name=document_name(str(obj.get("name") or obj.get("title") or "")),
             mimetype=str(obj.get("mimetype", "")),
             filetype=str(obj.get("filetype", "")),
             url=str(obj.get("url_private_download") or obj.get("url_private") or ""),

@@ -56,7 +56,7 @@ from index.errors import DocumentNotFound, KBError
 from index.ingest import FOLDER_SUFFIXES
 from index.knowledge_base import KnowledgeBase, Progress
 from index.models import EVERYONE, DocState, Publish, is_source_uploader
-from index.names import display_name
+from index.names import document_name
 from index.sync.addresses import is_ip_address
 from index.sync.fetch import Fetcher, FetchFailed, FetchPolicy, ascii_host, check_url
 
@@ -585,7 +585,7 @@ class _Run:
         self.items[key] = {
             "sha256": digest,
             "doc": row.id,
-            "name": display_name(name),
+            "name": document_name(name),
             "scope": self.source.scope,
         }
         if record and int(record["doc"]) != row.id:

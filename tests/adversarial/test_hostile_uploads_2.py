@@ -17,10 +17,12 @@ import pytest
 
 from bot.slack import messages
 from bot.slack.blocks import RETRY_ACTION_ID
+from bot.slack.uploads import SlackFile
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState
+from index.names import MAX_NAME_CHARS, document_name
 from index.storage import STATUS
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -99,3 +101,38 @@ async def test_a_retry_of_an_old_failure_tells_its_uploader_the_newer_version_an
     assert messages.UPLOAD_KEPT_EARLIER in told, told
     assert bot.kb.document(earlier.id).state == DocState.REPLACED
     assert bot.kb.document(later.id).state == DocState.INDEXED
+
+
+def test_a_name_typed_on_another_system_is_the_same_documents_next_version(
+    kb: KnowledgeBase,
+) -> None:
+    # macOS hands over decomposed names (e + U+0301), Windows and Linux composed ones (é).
+    decomposed, composed = "Re\u0301sume\u0301.md", "R\u00e9sum\u00e9.md"
+    first = kb.ingest_bytes(OLD, decomposed, uploader="U1").document
+    second = kb.ingest_bytes(NEW, composed, uploader="U1").document
+
+    assert second.name == first.name == composed
+    assert kb.document(first.id).state == DocState.REPLACED
+    assert [d.id for d in kb.documents(DocState.INDEXED)] == [second.id]
+
+
+def test_long_names_that_differ_past_the_shown_length_are_different_documents(
+    kb: KnowledgeBase,
+) -> None:
+    stem = "Minutes of the finance committee meeting on the travel policy review " * 3
+    january = kb.ingest_bytes(OLD, stem + "2026-01.md", uploader="U1").document
+    february = kb.ingest_bytes(NEW, stem + "2026-02.md", uploader="U1").document
+
+    assert january.name != february.name
+    assert len(january.name) <= MAX_NAME_CHARS and january.name.endswith(".md")
+    assert {d.id for d in kb.documents(DocState.INDEXED)} == {january.id, february.id}
+    # The same long name again is the same document's next version.
+    again = kb.ingest_bytes(OLD + b"\nUpdated.\n", stem + "2026-01.md", uploader="U1").document
+    assert again.name == january.name
+    assert kb.document(january.id).state == DocState.REPLACED
+
+
+def test_a_slack_file_is_named_as_the_knowledge_base_names_it() -> None:
+    long = "Quarterly report " * 12 + "A.pdf"
+    for name in (long, "Re\u0301sume\u0301.md"):
+        assert SlackFile.from_payload({"id": "F1", "name": name}).name == document_name(name)
