@@ -930,6 +930,17 @@ class KnowledgeBase:
             return doc
         return self.index_document(doc_id, progress=progress)
 
+    def narrow_publishing(self, doc_id: int, publish: Publish) -> DocumentRow:
+        """``doc_id`` to become searchable by ``publish`` from now on, while it is not
+        searchable yet (``failed``, ``pending``): its uploader lost the right it was added
+        with, and indexing it again must not use that right. Any other document as it is."""
+        with self.store.transaction():
+            doc = self.store.document(doc_id)
+            if doc.state in (DocState.FAILED, DocState.PENDING) and doc.publish != publish:
+                log.info("document %s becomes searchable by %s from now on", doc_id, publish)
+                self.store.update_document(doc_id, publish=publish.value)
+        return self.store.document(doc_id)
+
     def resume(self, doc_id: int, *, again: bool = True) -> DocumentRow:
         """Finish a document whose indexing never ended: ``pending``, or interrupted (the
         process indexing it died); one that ended is returned as it is.

@@ -203,7 +203,8 @@ async def test_workspace_admins_see_the_admin_sections_when_they_count(
 async def test_retry_from_home_indexes_the_document_and_shows_its_new_state(
     make_bot: BotFactory,
 ) -> None:
-    bot = await admin_bot(make_bot)
+    # Its uploader is a publisher: a document for everyone, indexed at once.
+    bot = await admin_bot(make_bot, publishers=USER_ID)
     doc_id = _failed(bot.kb, "onboarding.md", USER_ID)
     view = await open_home(bot, ADMIN_ID)
     (retry,) = _buttons(view, HOME_RETRY_ACTION_ID)

@@ -60,7 +60,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.access import Access, AccessCheckUnavailable, Person, Where
 from bot.slack.approvals import Approvals
-from bot.slack.blocks import Rendered, escape, linked, render_upload_status
+from bot.slack.blocks import Rendered, escape, is_user_id, linked, render_upload_status
 from bot.slack.config import SlackConfig
 from bot.slack.deliveries import Claim, Deliveries
 from bot.slack.people import channel_readers
@@ -743,6 +743,7 @@ class Uploader:
             # Decided meanwhile (a retry never publishes nor brings back a version).
             await status.settle(_settled_status(row, words))
             return
+        row = await self._publishing_now(status.client, row)
         if status.ts is None:  # reported elsewhere (the Home tab): nothing to resume
             await self._retry_here(status, row, words)
             return
@@ -770,6 +771,17 @@ class Uploader:
         await asyncio.gather(
             *await self._start(status.client, claim, [upload]), return_exceptions=True
         )
+
+    async def _publishing_now(self, client: AsyncWebClient, row: DocumentRow) -> DocumentRow:
+        """``row``, to be retried, with the publishing rule its uploader has now when they lost
+        the one it was uploaded with (a publisher no more): a Retry, days later perhaps, never
+        adds a document for everyone on a right taken away since."""
+        if row.publish != Publish.DIRECT or not is_user_id(row.uploader):
+            return row  # a synced source's, or the operator's (`kb ingest`)
+        now = await self.approvals.roles.publish_mode(client, row.uploader, row.scope)
+        if now == Publish.DIRECT:
+            return row
+        return await asyncio.to_thread(self.kb.narrow_publishing, row.id, now)
 
     async def _retry_here(self, status: StatusMessage, row: DocumentRow, words: Words) -> None:
         """Retry ``row`` in this task, reporting on ``status`` (no claim, no record)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import messages
 from bot.slack.blocks import RETRY_ACTION_ID
@@ -21,7 +22,7 @@ from bot.slack.uploads import SlackFile
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
-from index.models import DocState
+from index.models import DocState, Publish
 from index.names import MAX_NAME_CHARS, document_name
 from index.storage import STATUS
 
@@ -29,6 +30,7 @@ pytest.register_assert_rewrite("tests.conftest_bot")
 
 from tests.conftest_bot import BotFactory  # noqa: E402
 from tests.servers import (  # noqa: E402
+    DM_CHANNEL_ID,
     USER_ID,
     block_actions_body,
     button_action,
@@ -136,3 +138,28 @@ def test_a_slack_file_is_named_as_the_knowledge_base_names_it() -> None:
     long = "Quarterly report " * 12 + "A.pdf"
     for name in (long, "Re\u0301sume\u0301.md"):
         assert SlackFile.from_payload({"id": "F1", "name": name}).name == document_name(name)
+
+
+async def test_a_retry_after_its_uploader_lost_the_publishing_right_asks_the_admins(
+    make_bot: BotFactory,
+) -> None:
+    # Uploaded while the person was a publisher; it failed. Since then they are one no
+    # more (taken off KB_PUBLISHERS, out of the publishers' group): this bot has none.
+    bot = await make_bot(admin_users="U0ADMIN001")
+    current = bot.kb.ingest_bytes(OLD, "travel.md", uploader="U0ADMIN001").document
+    theirs = bot.kb.add_bytes(NEW, "travel.md", uploader=USER_ID, publish=Publish.DIRECT).document
+    bot.kb.store.update_document(theirs.id, state=DocState.FAILED.value, failure_reason="disk")
+    client = AsyncWebClient(token=bot.slack.bot_token, base_url=bot.slack.api_url)
+    posted = await client.chat_postMessage(channel=DM_CHANNEL_ID, text="travel.md: failed")
+    bot.kb.messages.record(theirs.id, STATUS, str(posted["channel"]), str(posted["ts"]))
+
+    body = block_actions_body(
+        [button_action(RETRY_ACTION_ID, str(theirs.id))],
+        channel_id=str(posted["channel"]),
+        message_ts=str(posted["ts"]),
+    )
+    assert (await bot.post(body)).status == 200
+    await bot.idle()
+
+    assert bot.kb.document(theirs.id).state == DocState.AWAITING_APPROVAL
+    assert bot.kb.document(current.id).state == DocState.INDEXED
