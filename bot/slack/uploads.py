@@ -36,7 +36,8 @@ Downloads are only made from Slack's own file hosts (``https`` and
 ``*.slack.com``) or from the host of the configured Web API URL (a test
 server). Slack answers a request without a valid token with **200 and an HTML
 sign-in page**; such a body where a document was expected is a failed
-download and is never ingested.
+download and is never ingested, and so is a body shorter than the size Slack's
+file object gives (cut short on the way).
 """
 
 from __future__ import annotations
@@ -237,6 +238,10 @@ async def _read_body(
         if len(data) > max_bytes:
             # Stop reading: the rest of an oversized file is never buffered.
             raise DownloadFailed(words.download_too_large(max_bytes))
+    if file.size is not None and len(data) < file.size:
+        # Cut short on the way (a connection closed early, with no length to tell it by):
+        # Slack's file object says how long the file is, and part of it is never indexed.
+        raise DownloadFailed(words.DOWNLOAD_CUT_SHORT)
     body = bytes(data)
     if file.expects_html:
         if _is_login_page(body):

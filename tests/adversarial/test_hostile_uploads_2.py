@@ -163,3 +163,20 @@ async def test_a_retry_after_its_uploader_lost_the_publishing_right_asks_the_adm
 
     assert bot.kb.document(theirs.id).state == DocState.AWAITING_APPROVAL
     assert bot.kb.document(current.id).state == DocState.INDEXED
+
+
+async def test_a_download_cut_short_fails_rather_than_index_part_of_the_file(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(publishers=USER_ID)
+    whole = OLD + b"\n## Hotels\n\nHotels are booked by the travel desk too.\n"
+    f = bot.slack.add_file("F0CUTSHORT", "cut.md", whole, "text/markdown")
+    # What arrived ends early (a proxy closing a connection that had no Content-Length):
+    # Slack's file object still says how many bytes the file has.
+    f["size"] = len(whole) + 4096
+    await bot.event(file_share_event([f]))
+    await bot.settle()
+
+    final = bot.statuses()[-1]
+    assert messages.DOWNLOAD_CUT_SHORT in final and ": failed:" in final, final
+    assert not [d for d in bot.kb.documents() if d.name == "cut.md"]

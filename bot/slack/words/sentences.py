@@ -524,6 +524,9 @@ class Words:
     DOWNLOAD_NO_URL = N_("Slack did not give a download link for this file.")
     DOWNLOAD_BAD_URL = N_("Refused to download the file: Slack's link to it is not a valid URL.")
     DOWNLOAD_TOO_MANY_REDIRECTS = N_("Slack redirected the download too many times.")
+    DOWNLOAD_CUT_SHORT = N_(
+        "The download from Slack ended before the whole file arrived; send the file again."
+    )
 
     def download_bad_host(self, host: str) -> str:
         """Reason for refusing a download link that does not point at Slack."""
