@@ -75,6 +75,19 @@ def test_a_retry_of_an_old_failure_does_not_replace_the_version_uploaded_since(
     assert [d.id for d in kb.documents(DocState.INDEXED)] == [later.id]
 
 
+def test_a_reindex_does_not_put_an_old_failure_in_the_place_of_the_version_since(
+    kb: KnowledgeBase,
+) -> None:
+    earlier = kb.add_bytes(OLD, "travel.md", uploader="U1").document
+    kb.store.update_document(earlier.id, state=DocState.FAILED.value, failure_reason="disk full")
+    later = kb.ingest_bytes(NEW, "travel.md", uploader="U1").document
+
+    kb.reindex()
+
+    assert kb.document(earlier.id).state == DocState.REPLACED
+    assert [d.id for d in kb.documents(DocState.INDEXED)] == [later.id]
+
+
 async def test_a_retry_of_an_old_failure_tells_its_uploader_the_newer_version_answers(
     make_bot: BotFactory,
 ) -> None:
