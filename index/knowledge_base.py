@@ -548,7 +548,9 @@ class KnowledgeBase:
         """Store an original and create its ``pending`` document row.
 
         The same bytes in the same scope give the same document (``duplicate``),
-        which keeps the publishing rule it was added with.
+        which keeps the publishing rule it was added with; a ``failed`` one gives way
+        to a new document instead: sent again, its bytes are the latest upload of
+        their name (versions are in upload order), named and published as sent now.
 
         Args:
             publish: how it may become searchable; the operator's default is
@@ -567,11 +569,27 @@ class KnowledgeBase:
                 scope=scope,
                 publish=publish,
             )
-            row, existed = self.store.add_document(new)
+            with self.store.transaction():
+                failed = self._forget_failed_copy(digest, scope)
+                row, existed = self.store.add_document(new)
+                if failed is not None:
+                    entry = _entry(AuditAction.REMOVE, failed, uploader, old=failed)
+                    detail = f"failed; sent again as #{row.id}"
+                    self.store.audit_log.add(with_changes(entry, detail=detail))
         except StorageError:
             self.store.drop_originals_if_unused([digest])  # no row names it: give the room back
             raise
         return Added(row, duplicate=existed)
+
+    def _forget_failed_copy(self, digest: str, scope: str) -> DocumentRow | None:
+        """Inside the adding transaction: delete the ``failed`` document holding these bytes
+        in ``scope``, if one does (never searchable; its original stays for the new one)."""
+        failed = self.store.document_by_sha(digest, scope)
+        if failed is None or failed.state != DocState.FAILED:
+            return None
+        log.info("document %s failed and is sent again: a new upload replaces it", failed.id)
+        self.store.delete_rows(failed.id)
+        return failed
 
     def _refuse_before_storing(self, data: bytes, name: str) -> None:
         """Refuse bytes that must not take disk space: over the size limit, or under the floor.

@@ -193,3 +193,18 @@ async def test_a_download_cut_short_fails_rather_than_index_part_of_the_file(
     final = bot.statuses()[-1]
     assert messages.DOWNLOAD_CUT_SHORT in final and ": failed:" in final, final
     assert not [d for d in bot.kb.documents() if d.name == "cut.md"]
+
+
+def test_an_old_failure_sent_again_after_a_newer_version_is_the_current_version(
+    kb: KnowledgeBase,
+) -> None:
+    # The same bytes sent again are a new upload: the latest, whatever their earlier failure.
+    earlier = kb.add_bytes(OLD, "travel.md", uploader="U1").document
+    kb.store.update_document(earlier.id, state=DocState.FAILED.value, failure_reason="disk full")
+    newer = kb.ingest_bytes(NEW, "travel.md", uploader="U1").document
+
+    again = kb.ingest_bytes(OLD, "travel.md", uploader="U1")
+
+    assert not again.duplicate and again.document.state == DocState.INDEXED
+    assert kb.document(newer.id).state == DocState.REPLACED
+    assert [d.id for d in kb.documents(DocState.INDEXED)] == [again.document.id]
