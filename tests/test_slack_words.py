@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from babel import Locale
 from babel.messages.extract import extract_from_file
+from babel.numbers import format_decimal, format_percent
 
 from bot.settings import Settings
 from bot.slack.blocks import render_answer, render_hand_off, render_upload_status, upload_modal
@@ -23,7 +25,7 @@ from bot.slack.words import (
     language_of_locale,
     words_for,
 )
-from bot.slack.words.catalogs import catalog
+from bot.slack.words.catalogs import catalog, translations
 from core.answer import Answer, Outcome, SourceRef
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -336,3 +338,163 @@ async def test_a_locale_without_a_catalog_falls_back_to_the_question_then_the_de
     danish = words_for("da")
     second = await bot.answer(count=2)
     assert _feedback_labels(second) == (danish.FEEDBACK_POSITIVE, danish.FEEDBACK_NEGATIVE)
+
+
+# ---------------------------------------------------------------- counts and numbers
+
+# Numbers whose plural forms differ in at least one language: French 0 and 1 are
+# singular; Czech 2-4 and 22 (22 is "other" in Czech); Romanian 20+ take "de" (21, 25,
+# 1000) but 101 and 102 do not.
+COUNTS = (0, 1, 2, 5, 21, 22, 25, 101, 102, 1000)
+# CLDR's category order; a category a catalog has no form for ("many": Czech decimals,
+# French millions) is not one of its gettext forms.
+CLDR_ORDER = ("zero", "one", "two", "few", "many", "other")
+
+
+def _form_index(lang: str, n: int, forms: int) -> int:
+    """The gettext form CLDR's plural rule gives ``n`` in ``lang`` (Babel's rule, not ours)."""
+    rule = Locale.parse(lang).plural_form
+    tags = [t for t in CLDR_ORDER if t in rule.tags or t == "other"]
+    if len(tags) > forms:
+        tags.remove("many")
+    category = rule(n)
+    return tags.index(category if category in tags else "other")
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_plural_sentence_takes_the_form_cldr_gives_each_number(lang: str) -> None:
+    compiled = translations(lang)
+    entries = [m for m in catalog(lang) if isinstance(m.id, tuple)]
+    assert entries
+    for entry in entries:
+        singular, plural = entry.id
+        forms = entry.string if lang != SOURCE_LANGUAGE else (singular, plural)
+        for n in COUNTS:
+            index = _form_index(lang, n, len(forms))
+            got = compiled.ngettext(singular, plural, n)
+            assert got == forms[index], f"{lang}, n={n}: {got!r}, not form {index}"
+
+
+# Numbers in a sentence that name no counted thing: a position, an id, a status, a unit's
+# amount, a number after a label ("before 3"), the counts of a rate.
+NOT_COUNTS = {
+    ("page", "page"),
+    ("entity_page", "page"),
+    ("home_page", "page"),
+    ("home_page", "pages"),
+    ("home_page", "total"),
+    ("home_channel_document", "doc_id"),
+    ("approval_version", "doc_id"),
+    ("download_status", "status"),
+    ("download_too_large", "limit"),
+    ("reindex_progress", "done"),
+    ("reindex_done", "stale_before"),
+    ("reindex_done", "stale_after"),
+    ("home_gap_outcome", "n"),
+    ("home_rate", "n"),
+    ("home_rate", "of"),
+}
+
+
+class _Counting(Words):
+    """Words that remember the number each plural entry was chosen for."""
+
+    def __init__(self, lang: str) -> None:
+        super().__init__(lang, translations(lang))
+        self.counted: list[int] = []
+
+    def ngettext(self, singular: str, plural: str, n: int, **fields: object) -> str:
+        self.counted.append(n)
+        return super().ngettext(singular, plural, n, **fields)
+
+
+def test_every_count_in_a_sentence_chooses_a_plural_form() -> None:
+    words = _Counting("ro")
+    checked = 0
+    for name, method in inspect.getmembers(words, inspect.ismethod):
+        if name.startswith("_") or name in ("ngettext", "number", "percent"):
+            continue
+        params = inspect.signature(method).parameters.values()
+        numbers = [p.name for p in params if p.annotation in ("int", int)]
+        args: dict[str, Any] = {}
+        for i, p in enumerate(params):
+            annotation = str(p.annotation)
+            if p.name in numbers:
+                args[p.name] = 90 - numbers.index(p.name) * 17  # 90, 73, 56: each its own
+            elif "float" in annotation:
+                args[p.name] = 0.5
+            elif "bool" in annotation:
+                args[p.name] = False
+            elif "list" in annotation:
+                args[p.name] = ["a", "b"]
+            else:
+                args[p.name] = f"x{i}"
+        words.counted.clear()
+        method(**args)
+        for number in numbers:
+            if (name, number) in NOT_COUNTS:
+                continue
+            checked += 1
+            assert args[number] in words.counted, f"{name}: {number} is shown uncounted"
+    assert checked >= 20
+
+
+def _plain(text: str) -> str:
+    return text.replace("\xa0", " ").replace("\u202f", " ")
+
+
+@pytest.mark.parametrize(
+    ("lang", "shown", "expected"),
+    [
+        ("en", lambda w: w.reindex_done(1, 1, 1, 0, 0), "1 document, 1 chunk; 1 failed"),
+        ("en", lambda w: w.reindex_done(2, 5, 0, 0, 0), "2 documents, 5 chunks; 0 failed"),
+        ("da", lambda w: w.reindex_done(1, 1, 0, 0, 0), "1 dokument, 1 del;"),
+        ("fr", lambda w: w.reindex_done(1, 2, 0, 0, 0), "1 document, 2 fragments"),
+        ("en", lambda w: w.home_counts(2, 1, 0), "*2* searchable documents (1 passage)"),
+        ("cs", lambda w: w.home_counts(5, 3, 0), "(3 pasáže)"),
+        ("cs", lambda w: w.home_counts(5, 1, 0), "(1 pasáž)"),
+        ("ro", lambda w: w.home_counts(5, 20, 0), "(20 de pasaje)"),
+        ("ro", lambda w: w.home_counts(5, 102, 0), "(102 pasaje)"),
+        ("fr", lambda w: w.home_counts(5, 9, 1), "dont 1 réservé à un seul canal"),
+        ("fr", lambda w: w.home_counts(5, 9, 2), "dont 2 réservés à un seul canal"),
+        ("ro", lambda w: w.step_found(3, 20), "Am găsit 3 pasaje în 20 de documente"),
+        ("ro", lambda w: w.step_found(25, 2), "Am găsit 25 de pasaje în 2 documente"),
+        ("cs", lambda w: w.step_found(2, 3), "Nalezeny 2 pasáže ve 3 dokumentech"),
+        ("cs", lambda w: w.step_found(1, 1), "Nalezena 1 pasáž v 1 dokumentu"),
+        ("ro", lambda w: w.home_gap("q", 20, "o", "w", people=2), "Pusă de 20 de ori de 2 "),
+        ("ro", lambda w: w.home_gap("q", 3, "o", "w", people=2), "Pusă de 3 ori de 2 "),
+        ("cs", lambda w: w.reindex_more_failures(2), "…a další 2 "),
+        ("cs", lambda w: w.reindex_more_failures(5), "…a dalších 5 "),
+        ("fr", lambda w: w.reindex_more_skipped(1), "…et 1 autre ignoré "),
+        ("fr", lambda w: w.reindex_progress(1, 5), "1 sur 5 documents préparés"),
+        ("ro", lambda w: w.too_long(4002, 4000), "are 4.002 caractere;"),
+        ("ro", lambda w: w.too_long(4002, 4000), "cel mult 4.000 de caractere."),
+        ("en", lambda w: w.too_long(4002, 4000), "is 4,002 characters long"),
+    ],
+)
+def test_a_sentence_with_several_counts_agrees_with_each(
+    lang: str, shown: Any, expected: str
+) -> None:
+    assert expected in _plain(shown(words_for(lang)))
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_numbers_are_written_as_the_language_writes_them(lang: str) -> None:
+    words = words_for(lang)
+
+    def written(value: float, pattern: str | None = None) -> str:
+        return format_decimal(value, format=pattern, locale=lang)
+
+    assert f"*{written(1234)}*" in words.home_counts(1234, 5, 0)
+    assert written(12345) in words.reindex_done(12345, 5, 0, 0, 0)
+    threshold = words.home_thresholds(0.675, 0.6)
+    assert written(0.675, "0.000") in threshold and written(0.6, "0.000") in threshold
+    assert written(0.675, "0.000") in words.home_no_rates(0.675)
+    assert written(2.5) in words.download_timed_out(2.5)
+    assert format_percent(0.05, locale=lang) in words.home_calibrated("w", "s", 0.05, "a", "b")
+    # An identifier is never grouped like a number.
+    assert "12345" in words.home_channel_document("#c", 12345)
+    if lang != SOURCE_LANGUAGE:  # the decimal mark of cs, da, fr and ro is a comma
+        assert "0,675" in threshold and "0.675" not in threshold
+        assert "2,5 s" in _plain(words.file_info_timed_out(2.5))
+        assert "7,5" in words.home_rate(3, 40, 0.01, 0.2)

@@ -561,8 +561,8 @@ def _calibration_blocks(calibration: Calibration, words: Words) -> list[Block]:
                 _when(record.at),
                 "`" + clip(record.source, NAME_CHARS).replace("`", "'") + "`",
                 record.max_bluff_rate,
-                _threshold(record.proposed_threshold),
-                _threshold(record.proposed_related),
+                _threshold(record.proposed_threshold, words),
+                _threshold(record.proposed_related, words),
             )
         )
         row = record.rates_at(threshold)
@@ -570,8 +570,8 @@ def _calibration_blocks(calibration: Calibration, words: Words) -> list[Block]:
     return [header(words.HOME_CALIBRATION_HEADER, emoji=True), section_block("\n".join(lines))]
 
 
-def _threshold(value: float | None) -> str:
-    return f"{value:.3f}" if value is not None else "none"
+def _threshold(value: float | None, words: Words) -> str:
+    return words.number(value, 3) if value is not None else words.NO_THRESHOLD
 
 
 def _rates(threshold: float, row: RateRow, words: Words) -> str:

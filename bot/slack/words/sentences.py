@@ -5,7 +5,12 @@ English-speaking person sees, ``pybabel extract`` finds every id, and a
 sentence not yet translated shows in English rather than as a key. Every
 sentence is whole, with named ``{fields}`` (``str.format``) for what varies,
 and counted sentences are plural entries (``ngettext``: Czech and Romanian
-have three forms); no sentence is glued from translated fragments.
+have three forms); no sentence is glued from translated fragments, except that
+a sentence with more than one count takes each further counted phrase whole
+from its own plural entry (``"{count} passages"``), since one plural entry
+follows one number. Numbers are written as the language writes them (Babel:
+``1 234`` in Czech, ``1.234`` in Danish, ``0,675`` wherever the comma is the
+decimal mark), never with Python's defaults.
 
 Strings are Slack ``mrkdwn`` written by the server, never by a model or a
 document, so they may contain formatting; anything interpolated into them that
@@ -18,6 +23,9 @@ from __future__ import annotations
 
 import gettext
 from typing import overload
+
+from babel import Locale
+from babel.numbers import format_decimal, format_percent
 
 
 class N_:  # noqa: N801 - gettext's name for "mark for translation", which extraction finds
@@ -66,13 +74,34 @@ class Words:
         return f"Words({self.lang!r})"
 
     def _(self, msgid: str, **fields: object) -> str:
-        """The translation of ``msgid``, its ``{fields}`` filled."""
+        """The translation of ``msgid``, its ``{fields}`` filled (numbers as the language
+        writes them)."""
         text = self._translations.gettext(msgid)
-        return text.format(**fields) if fields else text
+        return text.format(**self._shown(fields)) if fields else text
 
     def ngettext(self, singular: str, plural: str, n: int, **fields: object) -> str:
-        """The form of a counted sentence for ``n``, its ``{fields}`` filled."""
-        return self._translations.ngettext(singular, plural, n).format(**fields)
+        """The form of a counted sentence for ``n``, its ``{fields}`` filled (numbers as the
+        language writes them)."""
+        return self._translations.ngettext(singular, plural, n).format(**self._shown(fields))
+
+    def number(self, value: float, places: int | None = None) -> str:
+        """``value`` as the language writes it; ``places``: exactly that many decimals."""
+        pattern = None if places is None else "#,##0." + "0" * places if places else "#,##0"
+        return format_decimal(value, format=pattern, locale=self.lang)
+
+    def percent(self, share: float, places: int = 0) -> str:
+        """``share`` (0.05) as the language writes a percentage (``5 %`` in Czech)."""
+        pattern = Locale.parse(self.lang).percent_formats[None].pattern
+        if places:  # the language's own pattern (its space before %, or none), more decimals
+            pattern = pattern.replace("#,##0", "#,##0." + "0" * places)
+        return format_percent(share, format=pattern, locale=self.lang)
+
+    def _shown(self, fields: dict[str, object]) -> dict[str, object]:
+        # Counts and measures are ints and floats; identifiers (a document's #id) come as str.
+        return {
+            k: self.number(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+            for k, v in fields.items()
+        }
 
     # ------------------------------------------------------------ questions
 
@@ -154,11 +183,10 @@ class Words:
     def too_long(self, length: int, limit: int) -> str:
         """A question of ``length`` characters, over the ``limit`` read: refused, and what to do."""
         return self._(
-            "Your question is {length} characters long; I read questions of up to {limit} "
-            "characters. Ask it in fewer words, or add the text as a document with "
-            "`/kb-upload` and ask about it.",
-            length=length,
-            limit=limit,
+            "Your question is {length} long; I read questions of up to {limit}. Ask it in "
+            "fewer words, or add the text as a document with `/kb-upload` and ask about it.",
+            length=self.ngettext("{count} character", "{count} characters", length, count=length),
+            limit=self.ngettext("{count} character", "{count} characters", limit, count=limit),
         )
 
     # ------------------------------------------------------------ Slack's own messages (KB_SLACK_SEARCH)
@@ -539,7 +567,7 @@ class Words:
     def download_timed_out(self, seconds: float) -> str:
         """Reason for a download that did not finish within the deadline."""
         return self._(
-            "The download from Slack did not finish within {seconds:g} s (KB_DOWNLOAD_TIMEOUT); "
+            "The download from Slack did not finish within {seconds} s (KB_DOWNLOAD_TIMEOUT); "
             "Slack or the network is slow right now.",
             seconds=seconds,
         )
@@ -547,7 +575,7 @@ class Words:
     def file_info_timed_out(self, seconds: float) -> str:
         """Reason for a file whose details Slack did not send within the deadline."""
         return self._(
-            "Slack did not send the file's details within {seconds:g} s (KB_DOWNLOAD_TIMEOUT); "
+            "Slack did not send the file's details within {seconds} s (KB_DOWNLOAD_TIMEOUT); "
             "it may be having trouble right now.",
             seconds=seconds,
         )
@@ -586,12 +614,14 @@ class Words:
     ) -> str:
         """The final report of a reindex."""
         return self._(
-            "{mark} Reindex finished: {documents} documents, {chunks} chunks; "
-            "{failed} failed; stale documents before {stale_before}, after {stale_after}.",
+            "{mark} Reindex finished: {documents}, {chunks}; {failed}; stale documents "
+            "before {stale_before}, after {stale_after}.",
             mark=":warning:" if failed else ":white_check_mark:",
-            documents=documents,
-            chunks=chunks,
-            failed=failed,
+            documents=self.ngettext(
+                "{count} document", "{count} documents", documents, count=documents
+            ),
+            chunks=self.ngettext("{count} chunk", "{count} chunks", chunks, count=chunks),
+            failed=self.ngettext("{count} failed", "{count} failed", failed, count=failed),
             stale_before=stale_before,
             stale_after=stale_after,
         )
@@ -625,7 +655,9 @@ class Words:
 
     def reindex_more_failures(self, n: int) -> str:
         """How many failures the report leaves out."""
-        return self._("…and {n} more (see `kb docs`).", n=n)
+        return self.ngettext(
+            "…and {count} more (see `kb docs`).", "…and {count} more (see `kb docs`).", n, count=n
+        )
 
     def reindex_skipped_line(self, name: str, reason: str) -> str:
         """One document the reindex did not read again (both already escaped)."""
@@ -633,7 +665,12 @@ class Words:
 
     def reindex_more_skipped(self, n: int) -> str:
         """How many skipped documents the report leaves out."""
-        return self._("…and {n} more skipped (see `kb docs`).", n=n)
+        return self.ngettext(
+            "…and {count} more skipped (see `kb docs`).",
+            "…and {count} more skipped (see `kb docs`).",
+            n,
+            count=n,
+        )
 
     # ------------------------------------------------------------ approvals
 
@@ -676,7 +713,7 @@ class Words:
     def approval_version(self, name: str, doc_id: int, uploader: str) -> str:
         """A searchable document an approval would replace (every part already escaped)."""
         return self._(
-            "*{name}* #{doc_id} from {uploader}", name=name, doc_id=doc_id, uploader=uploader
+            "*{name}* #{doc_id} from {uploader}", name=name, doc_id=str(doc_id), uploader=uploader
         )
 
     def approval_replaces(self, names: list[str]) -> str:
@@ -799,6 +836,8 @@ class Words:
     HOME_DISLIKED_HEADER = N_("Answers marked not helpful")
     HOME_NO_DISLIKED = N_("No answer has been marked not helpful.")
     HOME_CALIBRATION_HEADER = N_("Calibration")
+    # A threshold `kb calibrate` could not propose.
+    NO_THRESHOLD = N_("none")
     HOME_NO_CALIBRATION = N_("No calibration recorded: run `kb calibrate` on the server.")
     HOME_NOT_ADMIN = N_("Sorry, only knowledge-base admins can do that. Nothing was changed.")
     HOME_SHORTENED = N_(
@@ -829,25 +868,29 @@ class Words:
 
     def home_counts(self, documents: int, chunks: int, channel_documents: int) -> str:
         """How much the knowledge base holds (searchable documents only)."""
+        passages = self.ngettext("{count} passage", "{count} passages", chunks, count=chunks)
         if channel_documents:
             return self.ngettext(
                 ":books: The knowledge base holds *{documents}* searchable document "
-                "({chunks} passages), {channel_documents} of them for one channel only.",
+                "({passages}), {channel_share}.",
                 ":books: The knowledge base holds *{documents}* searchable documents "
-                "({chunks} passages), {channel_documents} of them for one channel only.",
+                "({passages}), {channel_share}.",
                 documents,
                 documents=documents,
-                chunks=chunks,
-                channel_documents=channel_documents,
+                passages=passages,
+                channel_share=self.ngettext(
+                    "{count} of them for one channel only",
+                    "{count} of them for one channel only",
+                    channel_documents,
+                    count=channel_documents,
+                ),
             )
         return self.ngettext(
-            ":books: The knowledge base holds *{documents}* searchable document "
-            "({chunks} passages).",
-            ":books: The knowledge base holds *{documents}* searchable documents "
-            "({chunks} passages).",
+            ":books: The knowledge base holds *{documents}* searchable document ({passages}).",
+            ":books: The knowledge base holds *{documents}* searchable documents ({passages}).",
             documents,
             documents=documents,
-            chunks=chunks,
+            passages=passages,
         )
 
     def home_upload_line(self, name: str, state: str, when: str, scope: str, reason: str) -> str:
@@ -904,23 +947,22 @@ class Words:
     def home_gap(self, question: str, count: int, outcomes: str, when: str, people: int = 0) -> str:
         """A group of unanswered questions (``question`` already escaped); ``people``: how many
         asked, said when fewer than the askings."""
+        times = self.ngettext("once", "{count} times", count, count=count)
         if 0 < people < count:
             return self.ngettext(
-                "*“{question}”*\nAsked {count} times by {people} person ({outcomes}), last {when}",
-                "*“{question}”*\nAsked {count} times by {people} people ({outcomes}), last {when}",
+                "*“{question}”*\nAsked {times} by {people} person ({outcomes}), last {when}",
+                "*“{question}”*\nAsked {times} by {people} people ({outcomes}), last {when}",
                 people,
                 question=question,
-                count=count,
+                times=times,
                 people=people,
                 outcomes=outcomes,
                 when=when,
             )
-        return self.ngettext(
-            "*“{question}”*\nAsked once ({outcomes}), last {when}",
-            "*“{question}”*\nAsked {count} times ({outcomes}), last {when}",
-            count,
+        return self._(
+            "*“{question}”*\nAsked {times} ({outcomes}), last {when}",
             question=question,
-            count=count,
+            times=times,
             outcomes=outcomes,
             when=when,
         )
@@ -997,15 +1039,15 @@ class Words:
         """The thresholds in force (settings)."""
         if related is None:
             return self._(
-                "Threshold in force: *{threshold:.3f}* (`KB_THRESHOLD`); related passages: "
+                "Threshold in force: *{threshold}* (`KB_THRESHOLD`); related passages: "
                 "*off* (`KB_RELATED_THRESHOLD`).",
-                threshold=threshold,
+                threshold=self.number(threshold, 3),
             )
         return self._(
-            "Threshold in force: *{threshold:.3f}* (`KB_THRESHOLD`); related passages: "
-            "*{related:.3f}* (`KB_RELATED_THRESHOLD`).",
-            threshold=threshold,
-            related=related,
+            "Threshold in force: *{threshold}* (`KB_THRESHOLD`); related passages: "
+            "*{related}* (`KB_RELATED_THRESHOLD`).",
+            threshold=self.number(threshold, 3),
+            related=self.number(related, 3),
         )
 
     def home_calibrated(
@@ -1013,11 +1055,11 @@ class Words:
     ) -> str:
         """The last `kb calibrate` (``source`` already escaped)."""
         return self._(
-            "Last `kb calibrate`: {when}, on {source}, bluff budget {budget:.0%}. "
+            "Last `kb calibrate`: {when}, on {source}, bluff budget {budget}. "
             "It proposed threshold *{proposed}*, related *{related}*.",
             when=when,
             source=source,
-            budget=budget,
+            budget=self.percent(budget),
             proposed=proposed,
             related=related,
         )
@@ -1025,9 +1067,9 @@ class Words:
     def home_rates(self, threshold: float, bluffs: str, refused: str) -> str:
         """The measured rates at the threshold in force."""
         return self._(
-            "At {threshold:.3f}: bluffs (off-topic questions answered) {bluffs}; "
+            "At {threshold}: bluffs (off-topic questions answered) {bluffs}; "
             "in-domain questions refused {refused}.",
-            threshold=threshold,
+            threshold=self.number(threshold, 3),
             bluffs=bluffs,
             refused=refused,
         )
@@ -1035,14 +1077,15 @@ class Words:
     def home_rate(self, n: int, of: int, low: float, high: float) -> str:
         """One rate with its 95 % interval (numbers only)."""
         share = n / of if of else 0.0
-        return f"{n}/{of} = {share:.1%} [{low:.1%}, {high:.1%}]"
+        shown = ", ".join(self.percent(p, 1) for p in (low, high))
+        return f"{self.number(n)}/{self.number(of)} = {self.percent(share, 1)} [{shown}]"
 
     def home_no_rates(self, threshold: float) -> str:
         """The record did not measure the threshold in force."""
         return self._(
-            "The last calibration measured no threshold near {threshold:.3f}: "
+            "The last calibration measured no threshold near {threshold}: "
             "run `kb calibrate` again.",
-            threshold=threshold,
+            threshold=self.number(threshold, 3),
         )
 
     def home_retrying(self, name: str, *, message: bool = True) -> str:
@@ -1057,7 +1100,7 @@ class Words:
 
     def home_channel_document(self, channel: str, doc_id: int) -> str:
         """A channel's document, to an admin not in that channel: where it is, not what it is called."""
-        return self._("a document in {channel} (#{doc_id})", channel=channel, doc_id=doc_id)
+        return self._("a document in {channel} (#{doc_id})", channel=channel, doc_id=str(doc_id))
 
     def home_retried(self, name: str, state: str, reason: str) -> str:
         """What a retry from the Home tab came to (every part already escaped)."""
@@ -1096,17 +1139,12 @@ class Words:
 
     def step_found(self, passages: int, documents: int) -> str:
         """The search step done: how many passages the answer is written from, in how many documents."""
-        if documents == 1:
-            return self.ngettext(
-                "Found {passages} passage in one document",
-                "Found {passages} passages in one document",
-                passages,
-                passages=passages,
-            )
         return self.ngettext(
-            "Found {passages} passage in {documents} documents",
-            "Found {passages} passages in {documents} documents",
+            "Found {passages} passage {in_documents}",
+            "Found {passages} passages {in_documents}",
             passages,
             passages=passages,
-            documents=documents,
+            in_documents=self.ngettext(
+                "in {count} document", "in {count} documents", documents, count=documents
+            ),
         )
