@@ -460,7 +460,7 @@ def _plain(text: str) -> str:
         ("ro", lambda w: w.step_found(3, 20), "Am găsit 3 pasaje în 20 de documente"),
         ("ro", lambda w: w.step_found(25, 2), "Am găsit 25 de pasaje în 2 documente"),
         ("cs", lambda w: w.step_found(2, 3), "Nalezeny 2 pasáže ve 3 dokumentech"),
-        ("cs", lambda w: w.step_found(1, 1), "Nalezena 1 pasáž v 1 dokumentu"),
+        ("cs", lambda w: w.step_found(1, 1), "Nalezena 1 pasáž v jednom dokumentu"),
         ("ro", lambda w: w.home_gap("q", 20, "o", "w", people=2), "Pusă de 20 de ori de 2 "),
         ("ro", lambda w: w.home_gap("q", 3, "o", "w", people=2), "Pusă de 3 ori de 2 "),
         ("cs", lambda w: w.reindex_more_failures(2), "…a další 2 "),

@@ -1145,6 +1145,6 @@ class Words:
             passages,
             passages=passages,
             in_documents=self.ngettext(
-                "in {count} document", "in {count} documents", documents, count=documents
+                "in one document", "in {count} documents", documents, count=documents
             ),
         )
