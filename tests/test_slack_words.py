@@ -278,6 +278,42 @@ def test_locale_then_question_then_default() -> None:
     assert choose(locale=None, text="", default="ro", available=available) == "ro"
 
 
+DANISH_WITH_ENGLISH = "Hvordan får jeg adgang til VPN og SSO i onboarding portal?"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Czech typed without diacritics is still Czech.
+        ("Kolik dni mam na podani zadosti o proplaceni cestovnich vydaju?", "cs"),
+        ("Jak si nastavim VPN na notebooku?", "cs"),
+        # Too short to tell: the default.
+        ("VPN?", "ro"),
+        # Danish holding English terms (the detector's first reading: Norwegian).
+        (DANISH_WITH_ENGLISH, "da"),
+        ("Hvordan resetter jeg mit password til VPN?", "da"),
+        ("Skal jeg bruge MFA til remote desktop?", "da"),
+        # Romanian with the cedilla letters old keyboards type, and with the comma ones.
+        ("Câte zile am la dispoziţie pentru decontul cheltuielilor de deplasare?", "ro"),
+        ("Cum îmi setez VPN-ul pe laptop şi cum ţin parola?", "ro"),
+        ("Câte zile am la dispoziție pentru decontul cheltuielilor de deplasare?", "ro"),
+        # Languages no catalog has, not close to one: the default.
+        ("Ile dni mam na złożenie wniosku o zwrot kosztów podróży?", "ro"),
+        ("Wie viele Tage habe ich für die Reisekostenabrechnung?", "ro"),
+        ("Hur ansöker jag om semester i HR-systemet?", "ro"),
+        # Norwegian: its reader reads Danish, which a catalog has.
+        ("Hvor mange feriedager har jeg igjen i år?", "da"),
+        ("Combien de jours ai-je pour soumettre une note de frais ?", "fr"),
+    ],
+)
+def test_the_question_tells_the_language_when_the_locale_does_not(text: str, expected: str) -> None:
+    available = available_languages()
+    assert choose_language(locale=None, text=text, default="ro", available=available) == expected
+    assert choose_language(locale="ja-JP", text=text, default="ro", available=available) == expected
+    # The locale, when a catalog has it, decides whatever the question.
+    assert choose_language(locale="fr-FR", text=text, default="ro", available=available) == "fr"
+
+
 def test_the_default_language_must_have_a_catalog() -> None:
     assert Settings(_env_file=None, KB_DEFAULT_LANGUAGE="FR").default_language == "fr"
     with pytest.raises(ValueError, match="KB_DEFAULT_LANGUAGE"):
@@ -498,3 +534,16 @@ def test_numbers_are_written_as_the_language_writes_them(lang: str) -> None:
         assert "0,675" in threshold and "0.675" not in threshold
         assert "2,5 s" in _plain(words.file_info_timed_out(2.5))
         assert "7,5" in words.home_rate(3, 40, 0.01, 0.2)
+
+
+async def test_a_danish_question_holding_english_terms_gets_danish_words(
+    make_bot: BotFactory,
+) -> None:
+    bot = await make_bot(default_language="en")
+    bot.slack.set_user(USER_ID, locale=None)
+    await bot.event(app_mention_event(DANISH_WITH_ENGLISH))
+    danish = words_for("da")
+    assert _feedback_labels(await bot.answer()) == (
+        danish.FEEDBACK_POSITIVE,
+        danish.FEEDBACK_NEGATIVE,
+    )

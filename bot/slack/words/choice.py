@@ -6,6 +6,11 @@ when a catalog has its language (``fr-FR`` -> ``fr``); else the language the
 text they wrote is in (``index.languages.detect_language`` among the catalogs'
 languages); else ``KB_DEFAULT_LANGUAGE``. Messages for several people (a
 channel, the approvals channel) are in the default language.
+
+A question the detector reads as Norwegian is Danish when a catalog has Danish and
+none has Norwegian: on a few words the two are told apart by little more than
+chance (a Danish question holding English terms, "adgang til VPN og SSO", reads
+as Norwegian), and a Norwegian reader reads Danish.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ __all__ = [
 # a modal still opens within its trigger's 3 s and no answer waits on a locale.
 LOCALE_TIMEOUT_SECONDS = 1.0
 _USER_ID_RE = re.compile(r"[UW][A-Z0-9]{2,}")
+# Languages written so alike that one's reader reads the other: the detector's reading
+# (left) is answered in the catalog's language (right) when no catalog has the first.
+_READ_AS = {"nb": "da", "nn": "da", "no": "da"}
 
 
 def words_for(code: str) -> Words:
@@ -57,6 +65,8 @@ def choose_language(
     found = language_of_locale(locale, available)
     if found is None and text.strip():
         detected = detect_language(text, among=sorted(available))
+        if detected not in available:
+            detected = _READ_AS.get(detected or "")
         found = detected if detected in available else None
     return found or default
 
