@@ -547,3 +547,28 @@ async def test_a_danish_question_holding_english_terms_gets_danish_words(
         danish.FEEDBACK_POSITIVE,
         danish.FEEDBACK_NEGATIVE,
     )
+
+
+# 2026-12-07 22:40:21 UTC
+MOMENT = 1796683221.0
+
+
+@pytest.mark.parametrize(
+    ("lang", "tz", "expected"),
+    [
+        ("cs", "Europe/Prague", "7. 12. 2026 23:40"),
+        ("da", "Europe/Copenhagen", "7. dec. 2026 23.40"),
+        ("fr", "Europe/Paris", "7 déc. 2026, 23:40"),
+        ("ro", "Europe/Bucharest", "8 dec. 2026, 00:40"),
+        ("en", "America/New_York", "Dec 7, 2026, 5:40 PM"),
+        ("cs", "Asia/Tokyo", "8. 12. 2026 7:40"),
+        # No time zone from Slack, or none known here: UTC, and said.
+        ("cs", None, "7. 12. 2026 22:40 UTC"),
+        ("fr", "Mars/Olympus_Mons", "7 déc. 2026, 22:40 UTC"),
+        ("fr", "../../etc/passwd", "7 déc. 2026, 22:40 UTC"),
+    ],
+)
+def test_a_moment_is_written_day_first_in_the_persons_time_zone(
+    lang: str, tz: str | None, expected: str
+) -> None:
+    assert _plain(words_for(lang, tz).when(MOMENT)) == expected

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Collection
+from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -43,13 +44,14 @@ _USER_ID_RE = re.compile(r"[UW][A-Z0-9]{2,}")
 _READ_AS = {"nb": "da", "nn": "da", "no": "da"}
 
 
-def words_for(code: str) -> Words:
-    """The bot's words in ``code`` (a catalog's language).
+def words_for(code: str, tz: str | None = None) -> Words:
+    """The bot's words in ``code`` (a catalog's language), moments in time zone ``tz``
+    (Slack's ``tz`` of the person, ``Europe/Prague``; ``None``: UTC).
 
     Raises:
         KeyError: no catalog has ``code``.
     """
-    return Words(code, translations(code))
+    return Words(code, translations(code), tz)
 
 
 def language_of_locale(locale: str | None, available: Collection[str]) -> str | None:
@@ -86,28 +88,37 @@ class Languages:
         self.default = words_for(default)
 
     async def of(self, client: AsyncWebClient, user_id: str | None, text: str = "") -> Words:
-        """The words for ``user_id``, who wrote ``text`` (a question; empty when none)."""
-        locale = await self.locale(client, user_id)
+        """The words for ``user_id``, who wrote ``text`` (a question; empty when none), their
+        moments in the person's Slack time zone."""
+        person = await self.person(client, user_id)
+        locale = _said(person, "locale")
         if language_of_locale(locale, self.available) is None and text.strip():
             # The detector is a small model: kept off the event loop.
             code = await asyncio.to_thread(self._choose, locale, text)
         else:
             code = self._choose(locale, "")
-        return words_for(code)
+        return words_for(code, _said(person, "tz"))
 
     async def locale(self, client: AsyncWebClient, user_id: str | None) -> str | None:
         """The person's Slack locale, or ``None`` when Slack does not say."""
+        return _said(await self.person(client, user_id), "locale")
+
+    async def person(self, client: AsyncWebClient, user_id: str | None) -> dict[str, Any]:
+        """What Slack says of the person (``users.info``); empty when it does not say in time."""
         if not user_id or not _USER_ID_RE.fullmatch(user_id):
-            return None  # nobody, or not a person of Slack (``cli``)
+            return {}  # nobody, or not a person of Slack (``cli``)
         try:
             async with asyncio.timeout(LOCALE_TIMEOUT_SECONDS):
-                user = await self.directory.user(client, user_id)
+                return await self.directory.user(client, user_id) or {}
         except TimeoutError:
-            return None
-        locale = (user or {}).get("locale")
-        return str(locale) if locale else None
+            return {}
 
     def _choose(self, locale: str | None, text: str) -> str:
         return choose_language(
             locale=locale, text=text, default=self.default.lang, available=self.available
         )
+
+
+def _said(person: dict[str, Any], key: str) -> str | None:
+    value = person.get(key)
+    return str(value) if value else None

@@ -22,9 +22,12 @@ sentences and stay English inside the translated frame around them.
 from __future__ import annotations
 
 import gettext
+from datetime import UTC, datetime, tzinfo
 from typing import overload
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from babel import Locale
+from babel.dates import format_date, format_time
 from babel.numbers import format_decimal, format_percent
 
 
@@ -59,16 +62,30 @@ class _Labels:
         return {code: obj._(label.msgid) for code, label in self.labels.items()}
 
 
+def _zone(tz: str | None) -> tzinfo:
+    """Slack's ``tz`` of a person (``Europe/Prague``), or UTC when it names no zone known here."""
+    if not tz:
+        return UTC
+    try:
+        return ZoneInfo(tz)
+    except (ValueError, OSError, ZoneInfoNotFoundError):  # not a zone name, or not one known
+        return UTC
+
+
 class Words:
-    """The bot's words in one language (``lang``, a catalog's code).
+    """The bot's words in one language (``lang``, a catalog's code), its moments shown in
+    the time zone ``tz`` (a person's, from Slack; ``None``: UTC).
 
     Constants read as translated text (``words.PLACEHOLDER``); methods fill
     their fields. Build one with :func:`bot.slack.words.words_for`.
     """
 
-    def __init__(self, lang: str, translations: gettext.NullTranslations) -> None:
+    def __init__(
+        self, lang: str, translations: gettext.NullTranslations, tz: str | None = None
+    ) -> None:
         self.lang = lang
         self._translations = translations
+        self.zone = _zone(tz)
 
     def __repr__(self) -> str:
         return f"Words({self.lang!r})"
@@ -95,6 +112,21 @@ class Words:
         if places:  # the language's own pattern (its space before %, or none), more decimals
             pattern = pattern.replace("#,##0", "#,##0." + "0" * places)
         return format_percent(share, format=pattern, locale=self.lang)
+
+    def when(self, at: float | None) -> str:
+        """A moment as the language writes it (``7. 12. 2026 23:40``), in the person's Slack
+        time zone; ``UTC`` said after it when Slack gave none."""
+        if not at:
+            return "—"
+        try:
+            moment = datetime.fromtimestamp(at, self.zone)
+        except (OverflowError, OSError, ValueError):  # a time no calendar holds
+            return "—"
+        joined = str(Locale.parse(self.lang).datetime_formats["medium"])
+        shown = joined.replace("{1}", format_date(moment, "medium", locale=self.lang)).replace(
+            "{0}", format_time(moment, "short", locale=self.lang)
+        )
+        return f"{shown} UTC" if self.zone is UTC else shown
 
     def _shown(self, fields: dict[str, object]) -> dict[str, object]:
         # Counts and measures are ints and floats; identifiers (a document's #id) come as str.
