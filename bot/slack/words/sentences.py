@@ -1001,7 +1001,7 @@ class Words:
 
     def home_gap_outcome(self, outcome: str, n: int) -> str:
         """How often a group of questions ended one way."""
-        return f"{self.HOME_GAP_OUTCOMES.get(outcome, outcome)} {n}"
+        return f"{self.HOME_GAP_OUTCOMES.get(outcome, outcome)} {self.number(n)}"
 
     def home_gap_examples(self, examples: list[str]) -> str:
         """Other wordings of the same question (each already escaped)."""
