@@ -139,6 +139,26 @@ def test_translations_are_not_english(lang: str) -> None:
     )
 
 
+# Each language speaks to a person one way throughout: Czech and French the polite plural
+# (vy, vous), Romanian the familiar singular (tu) most of its sentences use. These are forms
+# of the other way. (Danish "du" is the only everyday form; its "De", "Deres" read "they".)
+OTHER_ADDRESS = {
+    "cs": r"\b(tvůj|tvoje|tvé|tvá|tvých|tebe|tobě|máš|můžeš|zkus|přidej|zeptej)\b",
+    "fr": r"\b(tu|ton|ta|tes|toi|te)\b",
+    "ro": r"\b(dumneavoastră|voastră|vostru|puteți|vedeți|rulați|păstrați|întrebați|adăugați"
+    r"|încercați|verificați|Corectați|Puneți)\b",
+}
+
+
+@pytest.mark.parametrize("lang", sorted(OTHER_ADDRESS))
+def test_a_person_is_addressed_one_way_throughout(lang: str) -> None:
+    for entry in catalog(lang):
+        forms = entry.string if isinstance(entry.string, tuple) else (entry.string,)
+        for form in forms if entry.id else ():
+            found = re.findall(OTHER_ADDRESS[lang], form)
+            assert not found, f"{lang}: {found} in {form!r}"
+
+
 # ---------------------------------------------------------------- Slack's limits
 
 
