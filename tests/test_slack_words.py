@@ -159,6 +159,16 @@ def test_a_person_is_addressed_one_way_throughout(lang: str) -> None:
             assert not found, f"{lang}: {found} in {form!r}"
 
 
+def test_french_punctuation_never_starts_a_line() -> None:
+    # French sets a space before ":" (no-break), before ";", "?" and "!" (narrow no-break)
+    # and inside « »; a plain one lets Slack wrap the mark alone onto the next line.
+    loose = re.compile(r" (?::(?![a-z_]+:)|[;?!»])|« ")
+    for entry in catalog("fr"):
+        forms = entry.string if isinstance(entry.string, tuple) else (entry.string,)
+        for form in forms if entry.id else ():
+            assert not loose.search(form), f"fr: {form!r}"
+
+
 # ---------------------------------------------------------------- Slack's limits
 
 
