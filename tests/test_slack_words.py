@@ -348,6 +348,30 @@ def test_the_question_tells_the_language_when_the_locale_does_not(text: str, exp
     assert choose_language(locale="fr-FR", text=text, default="ro", available=available) == "fr"
 
 
+@pytest.mark.parametrize(
+    ("locale", "text", "expected"),
+    [
+        # English is Slack's default locale, and what a Czech, Danish or Romanian
+        # reader is left with: their question's language decides.
+        ("en-US", CZECH, "cs"),
+        ("en-GB", DANISH_WITH_ENGLISH, "da"),
+        ("en-US", "Câte zile am la dispoziţie pentru decontul cheltuielilor de deplasare?", "ro"),
+        ("en-US", "How many days do I have to file a travel expense claim?", "en"),
+        ("en-US", "VPN?", "en"),
+        ("en-US", "Ile dni mam na złożenie wniosku o zwrot kosztów podróży?", "en"),
+        ("en-US", "", "en"),
+        # Any other catalog's locale was chosen: it decides.
+        ("fr-FR", CZECH, "fr"),
+        ("fr-FR", "How many days do I have to file a travel expense claim?", "fr"),
+    ],
+)
+def test_an_english_locale_lets_the_question_tell_the_language(
+    locale: str, text: str, expected: str
+) -> None:
+    available = available_languages()
+    assert choose_language(locale=locale, text=text, default="ro", available=available) == expected
+
+
 def test_the_default_language_must_have_a_catalog() -> None:
     assert Settings(_env_file=None, KB_DEFAULT_LANGUAGE="FR").default_language == "fr"
     with pytest.raises(ValueError, match="KB_DEFAULT_LANGUAGE"):
@@ -606,3 +630,17 @@ def test_a_moment_is_written_day_first_in_the_persons_time_zone(
     lang: str, tz: str | None, expected: str
 ) -> None:
     assert _plain(words_for(lang, tz).when(MOMENT)) == expected
+
+
+async def test_a_czech_question_from_an_english_locale_gets_czech_words(bot: Bot) -> None:
+    bot.slack.set_user(USER_ID, locale="en-US")
+    await bot.event(app_mention_event(CZECH))
+    czech = words_for("cs")
+    assert _feedback_labels(await bot.answer()) == (
+        czech.FEEDBACK_POSITIVE,
+        czech.FEEDBACK_NEGATIVE,
+    )
+    await bot.event(app_mention_event("VPN?"))
+    english = words_for("en")
+    second = await bot.answer(count=2)
+    assert _feedback_labels(second) == (english.FEEDBACK_POSITIVE, english.FEEDBACK_NEGATIVE)

@@ -7,6 +7,11 @@ text they wrote is in (``index.languages.detect_language`` among the catalogs'
 languages); else ``KB_DEFAULT_LANGUAGE``. Messages for several people (a
 channel, the approvals channel) are in the default language.
 
+An English locale says little: it is Slack's default, and what a person whose language
+Slack's interface does not offer is left with. So for someone whose locale is English, a
+question clearly in another catalog's language is answered in it ("Kolik dní…" gets
+Czech words); a question too short to tell keeps English.
+
 A question the detector reads as Norwegian is Danish when a catalog has Danish and
 none has Norwegian: on a few words the two are told apart by little more than
 chance (a Danish question holding English terms, "adgang til VPN og SSO", reads
@@ -39,6 +44,8 @@ __all__ = [
 # a modal still opens within its trigger's 3 s and no answer waits on a locale.
 LOCALE_TIMEOUT_SECONDS = 1.0
 _USER_ID_RE = re.compile(r"[UW][A-Z0-9]{2,}")
+# Slack's default locale, and the one left to a person whose language its interface lacks.
+_ENGLISH = "en"
 # Languages written so alike that one's reader reads the other: the detector's reading
 # (left) is answered in the catalog's language (right) when no catalog has the first.
 _READ_AS = {"nb": "da", "nn": "da", "no": "da"}
@@ -65,12 +72,18 @@ def choose_language(
 ) -> str:
     """The language for a person of Slack ``locale`` who wrote ``text``."""
     found = language_of_locale(locale, available)
-    if found is None and text.strip():
-        detected = detect_language(text, among=sorted(available))
-        if detected not in available:
-            detected = _READ_AS.get(detected or "")
-        found = detected if detected in available else None
-    return found or default
+    if not _question_decides(found, text):
+        return found or default
+    detected = detect_language(text, among=sorted(available))
+    if detected not in available:
+        detected = _READ_AS.get(detected or "")
+    return detected if detected in available else found or default
+
+
+def _question_decides(locale_language: str | None, text: str) -> bool:
+    """Whether the language ``text`` is written in is asked: the locale names no catalog's
+    language, or names English, which says little (see the module)."""
+    return locale_language in (None, _ENGLISH) and bool(text.strip())
 
 
 class Languages:
@@ -92,7 +105,7 @@ class Languages:
         moments in the person's Slack time zone."""
         person = await self.person(client, user_id)
         locale = _said(person, "locale")
-        if language_of_locale(locale, self.available) is None and text.strip():
+        if _question_decides(language_of_locale(locale, self.available), text):
             # The detector is a small model: kept off the event loop.
             code = await asyncio.to_thread(self._choose, locale, text)
         else:
