@@ -584,6 +584,7 @@ def test_numbers_are_written_as_the_language_writes_them(lang: str) -> None:
     threshold = words.home_thresholds(0.675, 0.6)
     assert written(0.675, "0.000") in threshold and written(0.6, "0.000") in threshold
     assert written(0.675, "0.000") in words.home_no_rates(0.675)
+    assert written(0.25, "0.000") in words.home_gap_closest("x", 0.25)
     assert written(2.5) in words.download_timed_out(2.5)
     assert format_percent(0.05, locale=lang) in words.home_calibrated("w", "s", 0.05, "a", "b")
     # An identifier is never grouped like a number.

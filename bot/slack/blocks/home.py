@@ -493,7 +493,7 @@ def _closest(gap: Gap, links: Mapping[int, str], words: Words) -> str:
     row = gap.closest
     if row is None or gap.distance is None:
         return words.HOME_GAP_NO_PASSAGE
-    distance = f"{gap.distance:.3f}"
+    distance = gap.distance
     url = links.get(row.id)
     if url is None:
         # A channel's passage: where it is, never what it says or is called.

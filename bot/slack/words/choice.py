@@ -77,7 +77,9 @@ def choose_language(
     detected = detect_language(text, among=sorted(available))
     if detected not in available:
         detected = _READ_AS.get(detected or "")
-    return detected if detected in available else found or default
+    if detected is not None and detected in available:
+        return detected
+    return found or default
 
 
 def _question_decides(locale_language: str | None, text: str) -> bool:

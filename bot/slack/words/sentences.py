@@ -1008,10 +1008,12 @@ class Words:
         quoted = "; ".join(self._("“{example}”", example=e) for e in examples)
         return self._("Also asked as: {examples}", examples=quoted)
 
-    def home_gap_closest(self, passage: str, distance: str) -> str:
+    def home_gap_closest(self, passage: str, distance: float) -> str:
         """The passage that came closest (a link or a label, already escaped)."""
         return self._(
-            "Closest passage: {passage} (distance {distance})", passage=passage, distance=distance
+            "Closest passage: {passage} (distance {distance})",
+            passage=passage,
+            distance=self.number(distance, 3),
         )
 
     def home_gap_channel_passage(self, channel: str) -> str:
