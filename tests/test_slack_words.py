@@ -32,9 +32,11 @@ from core.answer import Answer, Outcome, SourceRef
 pytest.register_assert_rewrite("tests.conftest_bot")
 
 from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
+from tests.home_tab import open_home  # noqa: E402
 from tests.servers import USER_ID, app_mention_event  # noqa: E402
 
 LANGUAGES = ("cs", "da", "en", "fr", "ro")
+OTHER_ID = "U0OTHER001"
 SENTENCES = Path(__file__).resolve().parents[1] / "bot" / "slack" / "words" / "sentences.py"
 
 # Slack's documented limits (Block Kit reference: button element, header block, section
@@ -428,7 +430,10 @@ async def test_a_locale_without_a_catalog_falls_back_to_the_question_then_the_de
         czech.FEEDBACK_POSITIVE,
         czech.FEEDBACK_NEGATIVE,
     )
-    await bot.event(app_mention_event("ok?"))
+    # Someone else, whose locale and question tell nothing (the first asker's "ok?" would
+    # follow the Czech they asked in).
+    bot.slack.set_user(OTHER_ID, locale="ja-JP")
+    await bot.event(app_mention_event("ok?", user=OTHER_ID))
     danish = words_for("da")
     second = await bot.answer(count=2)
     assert _feedback_labels(second) == (danish.FEEDBACK_POSITIVE, danish.FEEDBACK_NEGATIVE)
@@ -641,7 +646,29 @@ async def test_a_czech_question_from_an_english_locale_gets_czech_words(bot: Bot
         czech.FEEDBACK_POSITIVE,
         czech.FEEDBACK_NEGATIVE,
     )
-    await bot.event(app_mention_event("VPN?"))
+    bot.slack.set_user(OTHER_ID, locale="en-US")
+    await bot.event(app_mention_event("VPN?", user=OTHER_ID))
     english = words_for("en")
     second = await bot.answer(count=2)
     assert _feedback_labels(second) == (english.FEEDBACK_POSITIVE, english.FEEDBACK_NEGATIVE)
+
+
+async def test_what_a_person_reads_without_writing_follows_the_language_they_asked_in(
+    bot: Bot,
+) -> None:
+    bot.slack.set_user(USER_ID, locale="en-US")
+    bot.slack.set_user(OTHER_ID, locale="en-US")
+    await bot.event(app_mention_event(CZECH))
+    await bot.answer()
+    czech, english = words_for("cs"), words_for("en")
+    home = json.dumps((await open_home(bot, USER_ID))["blocks"], ensure_ascii=False)
+    assert czech.HOME_TITLE in home and english.HOME_TITLE not in home
+    # Too short to tell: the language they asked in before.
+    await bot.event(app_mention_event("VPN?"))
+    assert _feedback_labels(await bot.answer(count=2)) == (
+        czech.FEEDBACK_POSITIVE,
+        czech.FEEDBACK_NEGATIVE,
+    )
+    # Someone who never asked: their locale's English.
+    other = json.dumps((await open_home(bot, OTHER_ID))["blocks"], ensure_ascii=False)
+    assert english.HOME_TITLE in other
