@@ -759,18 +759,25 @@ class MockSlackAPI(_LocalServer):
         deleted: bool = False,
         is_bot: bool = False,
         locale: str | None = "en-US",
+        tz: str | None = "Europe/Berlin",
     ) -> JSONDict:
         """Define what ``users.info`` says about ``user_id``; returns the user object.
 
         Users not defined here exist as ordinary members (not admin, not owner) of
-        locale ``en-US``. ``locale`` is in the answer only when the caller asks with
-        ``include_locale`` (as in Slack); ``None``: Slack knows none for this person.
+        locale ``en-US`` in ``Europe/Berlin``. ``locale`` is in the answer only when the
+        caller asks with ``include_locale`` (as in Slack); ``None``: Slack knows none for
+        this person. ``tz``: the person's time zone (``None``: Slack gives none, as for a bot).
         """
         user = self._user_object(user_id, name=name)
         user.update(is_admin=is_admin, is_owner=is_owner, deleted=deleted, is_bot=is_bot)
         user.pop("locale", None)
         if locale is not None:
             user["locale"] = locale
+        if tz is None:
+            for key in ("tz", "tz_label", "tz_offset"):
+                user.pop(key, None)
+        else:
+            user["tz"] = tz
         self._users[user_id] = user
         return user
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
+from babel.dates import format_date, format_time
 
 from bot.slack import messages
 from bot.slack.blocks import AdminHome, Calibration, MemberHome, home_view
@@ -65,7 +67,11 @@ def _sources_part(view: dict[str, Any]) -> str:
 
 
 def _at(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    """A moment as the admin reads it: English (``en-US``) in Slack's time zone for them."""
+    moment = datetime.fromtimestamp(seconds, ZoneInfo("Europe/Berlin"))
+    return (
+        f"{format_date(moment, 'medium', locale='en')}, {format_time(moment, 'short', locale='en')}"
+    )
 
 
 async def test_each_failing_source_shows_its_reason_and_last_good_sync_to_admins_only(

@@ -8,9 +8,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
+from babel.dates import format_date, format_time
 
 from bot.slack import messages
 from bot.slack.blocks import (
@@ -139,6 +142,22 @@ async def test_a_member_sees_how_to_use_it_the_counts_and_only_their_uploads(
     assert bot.slack.calls("views.publish", include_rejected=True) == bot.slack.calls(
         "views.publish"
     ), "Slack accepted every view"
+
+
+async def test_a_member_sees_their_uploads_times_in_their_language_and_time_zone(
+    make_bot: BotFactory,
+) -> None:
+    bot = await admin_bot(make_bot)
+    bot.slack.set_user(USER_ID, locale="cs-CZ", tz="Asia/Tokyo")
+    doc = bot.kb.ingest_bytes(GUIDE, "onboarding.md", uploader=USER_ID).document
+    text = _text(await open_home(bot, USER_ID))
+    moment = datetime.fromtimestamp(doc.created_at, ZoneInfo("Asia/Tokyo"))
+    # Czech writes the date day first, "7. 12. 2026", and the time on the 24-hour clock.
+    czech = (
+        f"{format_date(moment, 'medium', locale='cs')} {format_time(moment, 'short', locale='cs')}"
+    )
+    assert czech.startswith(f"{moment.day}. {moment.month}. {moment.year} ")
+    assert czech in text and "UTC" not in text
 
 
 async def test_the_messages_tab_still_greets_and_publishes_no_home(make_bot: BotFactory) -> None:

@@ -556,7 +556,7 @@ async def test_the_repeat_is_said_in_the_uploaders_language(make_bot: BotFactory
     bot = await make_bot(publishers=USER_ID)
     bot.slack.set_user(USER_ID, locale="fr-FR")
     bot.kb.ingest_bytes(GUIDE, "handbook.md", title="Manuel")
-    status = await _share(bot, "F0COPYFR01", "guide-fr.md", GUIDE_RESAVED, " : indexé,")
+    status = await _share(bot, "F0COPYFR01", "guide-fr.md", GUIDE_RESAVED, "\u00a0: indexé,")
     assert "Son texte est le même que celui de <" in status and "|*Manuel*>" in status
 
 

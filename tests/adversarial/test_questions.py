@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from babel.numbers import format_decimal
 
 pytest.register_assert_rewrite("tests.conftest_bot")
 
@@ -65,7 +66,8 @@ async def test_a_question_longer_than_the_bound_is_refused_in_the_askers_words(b
     french = words_for("fr").too_long(len(pasted), MAX_QUESTION_CHARS)
     [notice] = bot.slack.calls("chat.postMessage")
     assert notice["text"] == french
-    assert str(MAX_QUESTION_CHARS) in french and french != words_for("en").too_long(1, 2)
+    limit = format_decimal(MAX_QUESTION_CHARS, locale="fr")  # 4 000: French digit groups
+    assert limit in french and french != words_for("en").too_long(1, 2)
     assert bot.llm.requests == []
     assert list(bot.kb.store.db.query("SELECT id FROM query_log")) == []
 

@@ -7,7 +7,6 @@ its links inert; actors are shown as code, so a list of changes pings nobody.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from slack_sdk.models.blocks import Block, ConfirmObject
 
@@ -48,7 +47,7 @@ def audit_lines(entries: Sequence[AuditEntry], words: Words, named: frozenset[st
     """
     lines = []
     for e in entries:
-        when = datetime.fromtimestamp(e.at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        when = words.when(e.at)
         action = words.AUDIT_ACTIONS.get(str(e.action), str(e.action))
         document = _document_label(e, named, words)
         lines.append(words.audit_line(when, code(e.actor), action, document))

@@ -15,7 +15,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -260,15 +259,6 @@ def clip(raw: str, limit: int) -> str:
     return out
 
 
-def _when(at: float | None) -> str:
-    if not at:
-        return "—"
-    try:
-        return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
-    except (OverflowError, OSError, ValueError):  # a time no calendar holds
-        return "—"
-
-
 def _packed(lines: Sequence[str]) -> list[Block]:
     """Lines grouped into sections of at most 3000 characters (a longer line is cut)."""
     return [section_block(t) for t in pack(lines, clip_lines=True)]
@@ -366,7 +356,7 @@ def _upload_line(doc: DocumentRow, words: Words) -> str:
     return words.home_upload_line(
         clip(doc.name, NAME_CHARS),
         state,
-        _when(doc.created_at),
+        words.when(doc.created_at),
         scope_label(doc.scope, words),
         reason,
     )
@@ -394,7 +384,7 @@ def _failing_source_blocks(sources: Sequence[SourceRow], words: Words) -> list[B
             clip(s.name, NAME_CHARS),
             clip(s.kind, NAME_CHARS),
             clip(s.last_error or "", REASON_CHARS),
-            _when(s.last_good_at) if s.last_good_at is not None else words.HOME_NEVER,
+            words.when(s.last_good_at) if s.last_good_at is not None else words.HOME_NEVER,
         )
         for s in sources
     ]
@@ -430,7 +420,7 @@ def _failed_blocks(
         text = words.home_failed_line(
             document_label(doc, readable, words),
             mention(doc.uploader),
-            _when(doc.updated_at),
+            words.when(doc.updated_at),
             reason if readable_by(doc, readable) else words.HOME_REASON_WITHHELD,
         )
         retry = button(HOME_RETRY_ACTION_ID, words.HOME_RETRY, str(doc.id), "primary", emoji=True)
@@ -454,7 +444,7 @@ def _stale_blocks(
         words.home_stale_line(
             document_label(d, readable, words),
             "`" + clip(d.embedding_model or "?", NAME_CHARS).replace("`", "'") + "`",
-            _when(d.indexed_at),
+            words.when(d.indexed_at),
         )
         for d in shown
     ]
@@ -489,7 +479,7 @@ def _gap_text(gap: Gap, links: Mapping[int, str], words: Words) -> str:
             clip(gap.question, QUESTION_CHARS),
             gap.count,
             outcomes,
-            _when(gap.last_asked),
+            words.when(gap.last_asked),
             gap.people,
         )
     ]
@@ -503,7 +493,7 @@ def _closest(gap: Gap, links: Mapping[int, str], words: Words) -> str:
     row = gap.closest
     if row is None or gap.distance is None:
         return words.HOME_GAP_NO_PASSAGE
-    distance = f"{gap.distance:.3f}"
+    distance = gap.distance
     url = links.get(row.id)
     if url is None:
         # A channel's passage: where it is, never what it says or is called.
@@ -534,7 +524,7 @@ def _disliked_line(d: Disliked, words: Words) -> str:
     else:
         where = words.HOME_IN_A_DM if d.direct else "—"
     line = words.home_disliked_line(
-        clip(d.question, QUESTION_CHARS), clip(d.outcome, 40), d.dislikes, _when(d.at), where
+        clip(d.question, QUESTION_CHARS), clip(d.outcome, 40), d.dislikes, words.when(d.at), where
     )
     answer = words.HOME_ANSWER_WITHHELD if d.withheld else clip(d.answer, ANSWER_CHARS)
     return f"{line}\n> {answer}" if answer else line
@@ -558,11 +548,11 @@ def _calibration_blocks(calibration: Calibration, words: Words) -> list[Block]:
     else:
         lines.append(
             words.home_calibrated(
-                _when(record.at),
+                words.when(record.at),
                 "`" + clip(record.source, NAME_CHARS).replace("`", "'") + "`",
                 record.max_bluff_rate,
-                _threshold(record.proposed_threshold),
-                _threshold(record.proposed_related),
+                _threshold(record.proposed_threshold, words),
+                _threshold(record.proposed_related, words),
             )
         )
         row = record.rates_at(threshold)
@@ -570,8 +560,8 @@ def _calibration_blocks(calibration: Calibration, words: Words) -> list[Block]:
     return [header(words.HOME_CALIBRATION_HEADER, emoji=True), section_block("\n".join(lines))]
 
 
-def _threshold(value: float | None) -> str:
-    return f"{value:.3f}" if value is not None else "none"
+def _threshold(value: float | None, words: Words) -> str:
+    return words.number(value, 3) if value is not None else words.NO_THRESHOLD
 
 
 def _rates(threshold: float, row: RateRow, words: Words) -> str:

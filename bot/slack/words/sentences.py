@@ -5,7 +5,12 @@ English-speaking person sees, ``pybabel extract`` finds every id, and a
 sentence not yet translated shows in English rather than as a key. Every
 sentence is whole, with named ``{fields}`` (``str.format``) for what varies,
 and counted sentences are plural entries (``ngettext``: Czech and Romanian
-have three forms); no sentence is glued from translated fragments.
+have three forms); no sentence is glued from translated fragments, except that
+a sentence with more than one count takes each further counted phrase whole
+from its own plural entry (``"{count} passages"``), since one plural entry
+follows one number. Numbers are written as the language writes them (Babel:
+``1 234`` in Czech, ``1.234`` in Danish, ``0,675`` wherever the comma is the
+decimal mark), never with Python's defaults.
 
 Strings are Slack ``mrkdwn`` written by the server, never by a model or a
 document, so they may contain formatting; anything interpolated into them that
@@ -17,7 +22,13 @@ sentences and stay English inside the translated frame around them.
 from __future__ import annotations
 
 import gettext
+from datetime import UTC, datetime, tzinfo
 from typing import overload
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from babel import Locale
+from babel.dates import format_date, format_time
+from babel.numbers import format_decimal, format_percent
 
 
 class N_:  # noqa: N801 - gettext's name for "mark for translation", which extraction finds
@@ -51,28 +62,78 @@ class _Labels:
         return {code: obj._(label.msgid) for code, label in self.labels.items()}
 
 
+def _zone(tz: str | None) -> tzinfo:
+    """Slack's ``tz`` of a person (``Europe/Prague``), or UTC when it names no zone known here."""
+    if not tz:
+        return UTC
+    try:
+        return ZoneInfo(tz)
+    except (ValueError, OSError, ZoneInfoNotFoundError):  # not a zone name, or not one known
+        return UTC
+
+
 class Words:
-    """The bot's words in one language (``lang``, a catalog's code).
+    """The bot's words in one language (``lang``, a catalog's code), its moments shown in
+    the time zone ``tz`` (a person's, from Slack; ``None``: UTC).
 
     Constants read as translated text (``words.PLACEHOLDER``); methods fill
     their fields. Build one with :func:`bot.slack.words.words_for`.
     """
 
-    def __init__(self, lang: str, translations: gettext.NullTranslations) -> None:
+    def __init__(
+        self, lang: str, translations: gettext.NullTranslations, tz: str | None = None
+    ) -> None:
         self.lang = lang
         self._translations = translations
+        self.zone = _zone(tz)
 
     def __repr__(self) -> str:
         return f"Words({self.lang!r})"
 
     def _(self, msgid: str, **fields: object) -> str:
-        """The translation of ``msgid``, its ``{fields}`` filled."""
+        """The translation of ``msgid``, its ``{fields}`` filled (numbers as the language
+        writes them)."""
         text = self._translations.gettext(msgid)
-        return text.format(**fields) if fields else text
+        return text.format(**self._shown(fields)) if fields else text
 
     def ngettext(self, singular: str, plural: str, n: int, **fields: object) -> str:
-        """The form of a counted sentence for ``n``, its ``{fields}`` filled."""
-        return self._translations.ngettext(singular, plural, n).format(**fields)
+        """The form of a counted sentence for ``n``, its ``{fields}`` filled (numbers as the
+        language writes them)."""
+        return self._translations.ngettext(singular, plural, n).format(**self._shown(fields))
+
+    def number(self, value: float, places: int | None = None) -> str:
+        """``value`` as the language writes it; ``places``: exactly that many decimals."""
+        pattern = None if places is None else "#,##0." + "0" * places if places else "#,##0"
+        return format_decimal(value, format=pattern, locale=self.lang)
+
+    def percent(self, share: float, places: int = 0) -> str:
+        """``share`` (0.05) as the language writes a percentage (``5 %`` in Czech)."""
+        pattern = Locale.parse(self.lang).percent_formats[None].pattern
+        if places:  # the language's own pattern (its space before %, or none), more decimals
+            pattern = pattern.replace("#,##0", "#,##0." + "0" * places)
+        return format_percent(share, format=pattern, locale=self.lang)
+
+    def when(self, at: float | None) -> str:
+        """A moment as the language writes it (``7. 12. 2026 23:40``), in the person's Slack
+        time zone; ``UTC`` said after it when Slack gave none."""
+        if not at:
+            return "—"
+        try:
+            moment = datetime.fromtimestamp(at, self.zone)
+        except (OverflowError, OSError, ValueError):  # a time no calendar holds
+            return "—"
+        joined = str(Locale.parse(self.lang).datetime_formats["medium"])
+        shown = joined.replace("{1}", format_date(moment, "medium", locale=self.lang)).replace(
+            "{0}", format_time(moment, "short", locale=self.lang)
+        )
+        return f"{shown} UTC" if self.zone is UTC else shown
+
+    def _shown(self, fields: dict[str, object]) -> dict[str, object]:
+        # Counts and measures are ints and floats; identifiers (a document's #id) come as str.
+        return {
+            k: self.number(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+            for k, v in fields.items()
+        }
 
     # ------------------------------------------------------------ questions
 
@@ -154,11 +215,10 @@ class Words:
     def too_long(self, length: int, limit: int) -> str:
         """A question of ``length`` characters, over the ``limit`` read: refused, and what to do."""
         return self._(
-            "Your question is {length} characters long; I read questions of up to {limit} "
-            "characters. Ask it in fewer words, or add the text as a document with "
-            "`/kb-upload` and ask about it.",
-            length=length,
-            limit=limit,
+            "Your question is {length} long; I read questions of up to {limit}. Ask it in "
+            "fewer words, or add the text as a document with `/kb-upload` and ask about it.",
+            length=self.ngettext("{count} character", "{count} characters", length, count=length),
+            limit=self.ngettext("{count} character", "{count} characters", limit, count=limit),
         )
 
     # ------------------------------------------------------------ Slack's own messages (KB_SLACK_SEARCH)
@@ -556,7 +616,7 @@ class Words:
     def download_timed_out(self, seconds: float) -> str:
         """Reason for a download that did not finish within the deadline."""
         return self._(
-            "The download from Slack did not finish within {seconds:g} s (KB_DOWNLOAD_TIMEOUT); "
+            "The download from Slack did not finish within {seconds} s (KB_DOWNLOAD_TIMEOUT); "
             "Slack or the network is slow right now.",
             seconds=seconds,
         )
@@ -564,7 +624,7 @@ class Words:
     def file_info_timed_out(self, seconds: float) -> str:
         """Reason for a file whose details Slack did not send within the deadline."""
         return self._(
-            "Slack did not send the file's details within {seconds:g} s (KB_DOWNLOAD_TIMEOUT); "
+            "Slack did not send the file's details within {seconds} s (KB_DOWNLOAD_TIMEOUT); "
             "it may be having trouble right now.",
             seconds=seconds,
         )
@@ -603,12 +663,14 @@ class Words:
     ) -> str:
         """The final report of a reindex."""
         return self._(
-            "{mark} Reindex finished: {documents} documents, {chunks} chunks; "
-            "{failed} failed; stale documents before {stale_before}, after {stale_after}.",
+            "{mark} Reindex finished: {documents}, {chunks}; {failed}; stale documents "
+            "before {stale_before}, after {stale_after}.",
             mark=":warning:" if failed else ":white_check_mark:",
-            documents=documents,
-            chunks=chunks,
-            failed=failed,
+            documents=self.ngettext(
+                "{count} document", "{count} documents", documents, count=documents
+            ),
+            chunks=self.ngettext("{count} chunk", "{count} chunks", chunks, count=chunks),
+            failed=self.ngettext("{count} failed", "{count} failed", failed, count=failed),
             stale_before=stale_before,
             stale_after=stale_after,
         )
@@ -642,7 +704,9 @@ class Words:
 
     def reindex_more_failures(self, n: int) -> str:
         """How many failures the report leaves out."""
-        return self._("…and {n} more (see `kb docs`).", n=n)
+        return self.ngettext(
+            "…and {count} more (see `kb docs`).", "…and {count} more (see `kb docs`).", n, count=n
+        )
 
     def reindex_skipped_line(self, name: str, reason: str) -> str:
         """One document the reindex did not read again (both already escaped)."""
@@ -650,7 +714,12 @@ class Words:
 
     def reindex_more_skipped(self, n: int) -> str:
         """How many skipped documents the report leaves out."""
-        return self._("…and {n} more skipped (see `kb docs`).", n=n)
+        return self.ngettext(
+            "…and {count} more skipped (see `kb docs`).",
+            "…and {count} more skipped (see `kb docs`).",
+            n,
+            count=n,
+        )
 
     # ------------------------------------------------------------ approvals
 
@@ -693,7 +762,7 @@ class Words:
     def approval_version(self, name: str, doc_id: int, uploader: str) -> str:
         """A searchable document an approval would replace (every part already escaped)."""
         return self._(
-            "*{name}* #{doc_id} from {uploader}", name=name, doc_id=doc_id, uploader=uploader
+            "*{name}* #{doc_id} from {uploader}", name=name, doc_id=str(doc_id), uploader=uploader
         )
 
     def approval_replaces(self, names: list[str]) -> str:
@@ -816,6 +885,8 @@ class Words:
     HOME_DISLIKED_HEADER = N_("Answers marked not helpful")
     HOME_NO_DISLIKED = N_("No answer has been marked not helpful.")
     HOME_CALIBRATION_HEADER = N_("Calibration")
+    # A threshold `kb calibrate` could not propose.
+    NO_THRESHOLD = N_("none")
     HOME_NO_CALIBRATION = N_("No calibration recorded: run `kb calibrate` on the server.")
     HOME_NOT_ADMIN = N_("Sorry, only knowledge-base admins can do that. Nothing was changed.")
     HOME_SHORTENED = N_(
@@ -846,25 +917,29 @@ class Words:
 
     def home_counts(self, documents: int, chunks: int, channel_documents: int) -> str:
         """How much the knowledge base holds (searchable documents only)."""
+        passages = self.ngettext("{count} passage", "{count} passages", chunks, count=chunks)
         if channel_documents:
             return self.ngettext(
                 ":books: The knowledge base holds *{documents}* searchable document "
-                "({chunks} passages), {channel_documents} of them for one channel only.",
+                "({passages}), {channel_share}.",
                 ":books: The knowledge base holds *{documents}* searchable documents "
-                "({chunks} passages), {channel_documents} of them for one channel only.",
+                "({passages}), {channel_share}.",
                 documents,
                 documents=documents,
-                chunks=chunks,
-                channel_documents=channel_documents,
+                passages=passages,
+                channel_share=self.ngettext(
+                    "{count} of them for one channel only",
+                    "{count} of them for one channel only",
+                    channel_documents,
+                    count=channel_documents,
+                ),
             )
         return self.ngettext(
-            ":books: The knowledge base holds *{documents}* searchable document "
-            "({chunks} passages).",
-            ":books: The knowledge base holds *{documents}* searchable documents "
-            "({chunks} passages).",
+            ":books: The knowledge base holds *{documents}* searchable document ({passages}).",
+            ":books: The knowledge base holds *{documents}* searchable documents ({passages}).",
             documents,
             documents=documents,
-            chunks=chunks,
+            passages=passages,
         )
 
     def home_upload_line(self, name: str, state: str, when: str, scope: str, reason: str) -> str:
@@ -921,40 +996,41 @@ class Words:
     def home_gap(self, question: str, count: int, outcomes: str, when: str, people: int = 0) -> str:
         """A group of unanswered questions (``question`` already escaped); ``people``: how many
         asked, said when fewer than the askings."""
+        times = self.ngettext("once", "{count} times", count, count=count)
         if 0 < people < count:
             return self.ngettext(
-                "*“{question}”*\nAsked {count} times by {people} person ({outcomes}), last {when}",
-                "*“{question}”*\nAsked {count} times by {people} people ({outcomes}), last {when}",
+                "*“{question}”*\nAsked {times} by {people} person ({outcomes}), last {when}",
+                "*“{question}”*\nAsked {times} by {people} people ({outcomes}), last {when}",
                 people,
                 question=question,
-                count=count,
+                times=times,
                 people=people,
                 outcomes=outcomes,
                 when=when,
             )
-        return self.ngettext(
-            "*“{question}”*\nAsked once ({outcomes}), last {when}",
-            "*“{question}”*\nAsked {count} times ({outcomes}), last {when}",
-            count,
+        return self._(
+            "*“{question}”*\nAsked {times} ({outcomes}), last {when}",
             question=question,
-            count=count,
+            times=times,
             outcomes=outcomes,
             when=when,
         )
 
     def home_gap_outcome(self, outcome: str, n: int) -> str:
         """How often a group of questions ended one way."""
-        return f"{self.HOME_GAP_OUTCOMES.get(outcome, outcome)} {n}"
+        return f"{self.HOME_GAP_OUTCOMES.get(outcome, outcome)} {self.number(n)}"
 
     def home_gap_examples(self, examples: list[str]) -> str:
         """Other wordings of the same question (each already escaped)."""
         quoted = "; ".join(self._("“{example}”", example=e) for e in examples)
         return self._("Also asked as: {examples}", examples=quoted)
 
-    def home_gap_closest(self, passage: str, distance: str) -> str:
+    def home_gap_closest(self, passage: str, distance: float) -> str:
         """The passage that came closest (a link or a label, already escaped)."""
         return self._(
-            "Closest passage: {passage} (distance {distance})", passage=passage, distance=distance
+            "Closest passage: {passage} (distance {distance})",
+            passage=passage,
+            distance=self.number(distance, 3),
         )
 
     def home_gap_channel_passage(self, channel: str) -> str:
@@ -1014,15 +1090,15 @@ class Words:
         """The thresholds in force (settings)."""
         if related is None:
             return self._(
-                "Threshold in force: *{threshold:.3f}* (`KB_THRESHOLD`); related passages: "
+                "Threshold in force: *{threshold}* (`KB_THRESHOLD`); related passages: "
                 "*off* (`KB_RELATED_THRESHOLD`).",
-                threshold=threshold,
+                threshold=self.number(threshold, 3),
             )
         return self._(
-            "Threshold in force: *{threshold:.3f}* (`KB_THRESHOLD`); related passages: "
-            "*{related:.3f}* (`KB_RELATED_THRESHOLD`).",
-            threshold=threshold,
-            related=related,
+            "Threshold in force: *{threshold}* (`KB_THRESHOLD`); related passages: "
+            "*{related}* (`KB_RELATED_THRESHOLD`).",
+            threshold=self.number(threshold, 3),
+            related=self.number(related, 3),
         )
 
     def home_calibrated(
@@ -1030,11 +1106,11 @@ class Words:
     ) -> str:
         """The last `kb calibrate` (``source`` already escaped)."""
         return self._(
-            "Last `kb calibrate`: {when}, on {source}, bluff budget {budget:.0%}. "
+            "Last `kb calibrate`: {when}, on {source}, bluff budget {budget}. "
             "It proposed threshold *{proposed}*, related *{related}*.",
             when=when,
             source=source,
-            budget=budget,
+            budget=self.percent(budget),
             proposed=proposed,
             related=related,
         )
@@ -1042,9 +1118,9 @@ class Words:
     def home_rates(self, threshold: float, bluffs: str, refused: str) -> str:
         """The measured rates at the threshold in force."""
         return self._(
-            "At {threshold:.3f}: bluffs (off-topic questions answered) {bluffs}; "
+            "At {threshold}: bluffs (off-topic questions answered) {bluffs}; "
             "in-domain questions refused {refused}.",
-            threshold=threshold,
+            threshold=self.number(threshold, 3),
             bluffs=bluffs,
             refused=refused,
         )
@@ -1052,14 +1128,15 @@ class Words:
     def home_rate(self, n: int, of: int, low: float, high: float) -> str:
         """One rate with its 95 % interval (numbers only)."""
         share = n / of if of else 0.0
-        return f"{n}/{of} = {share:.1%} [{low:.1%}, {high:.1%}]"
+        shown = ", ".join(self.percent(p, 1) for p in (low, high))
+        return f"{self.number(n)}/{self.number(of)} = {self.percent(share, 1)} [{shown}]"
 
     def home_no_rates(self, threshold: float) -> str:
         """The record did not measure the threshold in force."""
         return self._(
-            "The last calibration measured no threshold near {threshold:.3f}: "
+            "The last calibration measured no threshold near {threshold}: "
             "run `kb calibrate` again.",
-            threshold=threshold,
+            threshold=self.number(threshold, 3),
         )
 
     def home_retrying(self, name: str, *, message: bool = True) -> str:
@@ -1074,7 +1151,7 @@ class Words:
 
     def home_channel_document(self, channel: str, doc_id: int) -> str:
         """A channel's document, to an admin not in that channel: where it is, not what it is called."""
-        return self._("a document in {channel} (#{doc_id})", channel=channel, doc_id=doc_id)
+        return self._("a document in {channel} (#{doc_id})", channel=channel, doc_id=str(doc_id))
 
     def home_retried(self, name: str, state: str, reason: str) -> str:
         """What a retry from the Home tab came to (every part already escaped)."""
@@ -1113,17 +1190,12 @@ class Words:
 
     def step_found(self, passages: int, documents: int) -> str:
         """The search step done: how many passages the answer is written from, in how many documents."""
-        if documents == 1:
-            return self.ngettext(
-                "Found {passages} passage in one document",
-                "Found {passages} passages in one document",
-                passages,
-                passages=passages,
-            )
         return self.ngettext(
-            "Found {passages} passage in {documents} documents",
-            "Found {passages} passages in {documents} documents",
+            "Found {passages} passage {in_documents}",
+            "Found {passages} passages {in_documents}",
             passages,
             passages=passages,
-            documents=documents,
+            in_documents=self.ngettext(
+                "in one document", "in {count} documents", documents, count=documents
+            ),
         )
