@@ -14,18 +14,20 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from bot.cli import main
-from bot.settings import Settings
-from bot.slack.blocks.home import AdminHome, Calibration, MemberHome, home_view
-from bot.slack.words import available_languages, words_for
-from core.thresholds import BUNDLED, MINILM
-from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig
-from index.embed import MULTILINGUAL_MODEL_NAME, load_embedder
-from index.kept_model import kept_model
-from tests.conftest import SAMPLE, TEST_EMBEDDING_MODEL
-from tests.conftest_bot import ADMIN_ID, Bot
-from tests.home_tab import open_home
-from tests.servers import MockSlackAPI, OpenAICompatServer, app_mention_event
+pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
+
+from bot.cli import main  # noqa: E402
+from bot.settings import Settings  # noqa: E402
+from bot.slack.blocks.home import AdminHome, Calibration, MemberHome, home_view  # noqa: E402
+from bot.slack.words import available_languages, words_for  # noqa: E402
+from core.thresholds import BUNDLED, MINILM  # noqa: E402
+from index.config import DEFAULT_EMBEDDING_MODEL, IndexConfig  # noqa: E402
+from index.embed import MULTILINGUAL_MODEL_NAME, load_embedder  # noqa: E402
+from index.kept_model import kept_model  # noqa: E402
+from tests.conftest import SAMPLE, TEST_EMBEDDING_MODEL  # noqa: E402
+from tests.conftest_bot import ADMIN_ID, Bot  # noqa: E402
+from tests.home_tab import open_home  # noqa: E402
+from tests.servers import MockSlackAPI, OpenAICompatServer, app_mention_event  # noqa: E402
 
 NOTE = "built on all-MiniLM-L6-v2 and answers on it; run `kb reindex` to move to multilingual"
 

@@ -29,7 +29,7 @@ from bot.slack.words import (
 from bot.slack.words.catalogs import catalog, translations
 from core.answer import Answer, Outcome, SourceRef
 
-pytest.register_assert_rewrite("tests.conftest_bot")
+pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab")
 
 from tests.conftest_bot import IN_DOMAIN, Bot, BotFactory  # noqa: E402
 from tests.home_tab import open_home  # noqa: E402
