@@ -404,6 +404,16 @@ class Words:
             name=name,
         )
 
+    def upload_reader_unknown(self, name: str) -> str:
+        """Final status of a file for everyone from someone Slack could not say now reads
+        those (``users.info`` failed): nothing was read or added, it may be sent again."""
+        return self._(
+            ":x: *{name}*: not added. Slack could not say just now whether you read the "
+            "documents for everyone, so nothing was read: upload it again with `/kb-upload` "
+            "in a minute.",
+            name=name,
+        )
+
     def upload_state(self, name: str, state: str) -> str:
         """Status of a document a retry leaves as it is (replaced meanwhile, say)."""
         shown = self.HOME_STATES.get(state, state.replace("_", " "))
