@@ -480,3 +480,19 @@ async def test_a_member_slack_cannot_tell_about_is_told_to_upload_again_not_that
     told = await _upload_in_channel(bot, USER_ID, "parking.md", PARKING, "everyone")
     assert told == messages.upload_reader_unknown("parking.md")
     assert len(bot.kb.store.documents()) == documents and not bot.slack.downloads
+
+
+async def test_a_request_no_admin_may_be_asked_for_where_a_guest_reads_says_nobody_was_asked(
+    make_bot: BotFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only an approvals channel, which a guest reads: the request goes nowhere. The operator's
+    # log line says nobody was asked (not that the admins were asked by DM), and the uploader
+    # is told no admin could be told, and what to do.
+    bot = await make_bot(approvals_channel=APPROVALS, admin_users="")
+    bot.slack.set_user(GUEST, name="gina").update(is_restricted=True)
+    bot.slack.set_members(APPROVALS, [ADMIN_ID, GUEST])
+    doc = await _dm_file(bot, USER_ID, "parking.md", PARKING, "D0DMUSER01")
+    assert doc.state == "awaiting_approval" and _requests(bot) == []
+    assert messages.UPLOAD_AWAITING_NOBODY in bot.statuses()[-1]
+    (line,) = [r.getMessage() for r in caplog.records if "not asked in" in r.getMessage()]
+    assert "nobody is asked" in line and "by DM" in line and "asking the admins" not in line

@@ -474,7 +474,9 @@ class Words:
     )
     UPLOAD_AWAITING_NOBODY = N_(
         "No admin could be told about it (no approvals channel or admin is configured, "
-        "or Slack refused the message): ask an admin to approve it with `kb approve`."
+        "Slack refused the message, or people who may not read it read the approvals "
+        "channel and no admin gets requests by direct message): ask an admin to approve "
+        "it with `kb approve`."
     )
 
     def upload_awaiting_duplicate(self, name: str) -> str:
