@@ -55,8 +55,9 @@ from tests.confluence_server import (
     Page,
     Space,
 )
-from tests.conftest_bot import BotFactory
+from tests.conftest_bot import ADMIN_ID, BotFactory
 from tests.docs_factory import text_pdf
+from tests.home_tab import admin_bot, open_home
 from tests.servers import (
     DEFAULT_CONFLUENCE_TOKEN,
     DEFAULT_OPENAI_API_KEY,
@@ -1142,3 +1143,20 @@ async def test_a_link_to_a_page_public_in_the_organisation_unfurls_in_a_channel_
         shown[item] = json.dumps(entity)
     assert "Office hours" in shown["101"] and HOME[:40] in shown["101"]
     assert "Nightjar" not in shown["102"] and SECRET[:40] not in shown["102"]
+
+
+async def test_an_admins_home_names_the_synced_pages_they_may_read_without_asking_slack_of_each(
+    make_bot: BotFactory, confluence: MockConfluence
+) -> None:
+    # After a change of model every synced page is stale, and the admin's Home lists them.
+    # Whether the admin may read each is the access rule's: a page public in the organisation
+    # is named, one the source restricts to others is not, and no page is taken for a Slack
+    # channel whose members Slack is asked for.
+    bot = await admin_bot(make_bot, documents=False)
+    await asyncio.to_thread(run, bot.kb, confluence)
+    for item in bot.kb.store.sources.items(SOURCE).values():
+        bot.kb.store.update_document(item.document_id or 0, pipeline_version="chunker-old")
+    text = json.dumps(await open_home(bot, ADMIN_ID))
+    assert "Office `hours.html`" in text and "Nightjar" not in text.replace("\\u", "")
+    asked = [c["channel"] for c in bot.slack.calls("conversations.members", include_rejected=True)]
+    assert not [c for c in asked if not c.startswith(("C", "G"))]

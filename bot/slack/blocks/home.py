@@ -227,9 +227,10 @@ class AdminHome:
     ``gap_links``: by chunk id, the viewer link of a gap's closest passage (only
     for documents for everyone; a channel's passage is named by its channel).
     ``disliked``: the page of them :func:`page_number` names, of ``disliked_total``.
-    ``readable``: the channels (scopes) the admin is a member of, among those of the
-    failed and stale documents shown: another channel's documents are listed without
-    their names or failure reasons, since an admin need not be a member.
+    ``readable``: the scopes whose documents the admin may read (the access rule), among
+    those of the failed and stale documents shown: another channel's documents, and synced
+    ones the admin's source permissions do not admit, are listed without their names or
+    failure reasons, since an admin need not be a member.
     ``failing_sources``: the synced sources whose last run failed (``index.sources``), by name.
     """
 
@@ -406,7 +407,8 @@ def _failing_source_blocks(sources: Sequence[SourceRow], words: Words) -> list[B
 
 
 def readable_by(doc: DocumentRow, readable: frozenset[str]) -> bool:
-    """Whether a person who is a member of the channels ``readable`` may read ``doc``'s name."""
+    """Whether a person who may read the documents of the scopes ``readable`` may read
+    ``doc``'s name."""
     return doc.scope == EVERYONE or doc.scope in readable
 
 
