@@ -39,6 +39,7 @@ from bot.slack.blocks.mrkdwn import (
     safe_url,
     scope_label,
     split_mrkdwn,
+    unnamed_document,
 )
 from bot.slack.words import Words
 from index.models import EVERYONE
@@ -416,7 +417,7 @@ def document_label(doc: DocumentRow, readable: frozenset[str], words: Words) -> 
     """``doc``'s name as shown (escaped), or only its channel for someone not in it."""
     if readable_by(doc, readable):
         return clip(doc.name, NAME_CHARS)
-    return words.home_channel_document(scope_label(doc.scope, words), doc.id)
+    return unnamed_document(doc.scope, doc.id, words)
 
 
 def _failed_blocks(
