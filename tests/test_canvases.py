@@ -47,6 +47,7 @@ from tests.test_slack_agent import channel_context  # noqa: E402
 
 MEMBER = "U0MEMBER01"  # in CHANNEL_ID
 OUTSIDER = "U0OUTSIDE1"  # of the workspace, not in CHANNEL_ID
+SECOND = "C0SECOND01"  # a second synced channel
 QUESTION = "When does the rollback drill run?"
 DRILL = "## Rollback drill\n\nThe rollback drill runs every Thursday at 16:00 in room Orca.\n"
 MOVED = "## Rollback drill\n\nThe rollback drill now runs every Friday at 09:30 in room Narwhal.\n"
@@ -192,6 +193,22 @@ async def test_a_canvas_shared_into_the_channel_is_read_and_unshared_leaves_it_a
     assert canvas_docs(bot.kb) == [] and doc.id not in [d.id for d in bot.kb.documents()]
     await bot.event(app_mention_event(QUESTION, channel=CHANNEL_ID, user=MEMBER))
     assert "Orca" not in json.dumps(await bot.answer(2))
+
+
+async def test_a_canvas_kept_in_one_synced_channel_and_shared_into_another_is_read_there(
+    make_bot: BotFactory,
+) -> None:
+    # Kept already for CHANNEL_ID, the canvas is shared into a second synced channel: that
+    # channel is synced with the event too (its members read it from then on), not only
+    # the one whose record already names the canvas.
+    bot = await make_bot(canvas_channels=f"{CHANNEL_ID},{SECOND}", canvas_sync_seconds=0)
+    slack = bot.slack
+    canvas = slack.add_canvas(CHANNEL_ID, "Release rota", DRILL)
+    await changed(bot, file_change_event(canvas["id"]))
+    assert [d.scope for d in canvas_docs(bot.kb)] == [CHANNEL_ID]
+    slack.share_canvas(canvas["id"], SECOND)
+    await changed(bot, file_shared_event(canvas["id"], SECOND))
+    assert sorted(d.scope for d in canvas_docs(bot.kb)) == sorted([CHANNEL_ID, SECOND])
 
 
 async def test_files_shared_elsewhere_or_unshared_unknown_look_nothing_up(canvas_bot: Bot) -> None:

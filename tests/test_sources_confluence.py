@@ -30,6 +30,7 @@ from bot.server import routes
 from bot.slack.blocks.answers import render_answer
 from bot.slack.words import words_for
 from core.answer import Engine
+from core.links import passage_url
 from index.config import IndexConfig
 from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
@@ -54,13 +55,15 @@ from tests.confluence_server import (
     Page,
     Space,
 )
-from tests.conftest_bot import BotFactory
+from tests.conftest_bot import ADMIN_ID, BotFactory
 from tests.docs_factory import text_pdf
+from tests.home_tab import admin_bot, open_home
 from tests.servers import (
     DEFAULT_CONFLUENCE_TOKEN,
     DEFAULT_OPENAI_API_KEY,
     MockSlackAPI,
     app_mention_event,
+    event_body,
     message_im_event,
 )
 from tests.sources_harness import (
@@ -79,6 +82,7 @@ from tests.sources_harness import (
     sync,
     titles_searched,
 )
+from tests.test_slack_unfurl import link_shared_event
 
 SOURCE = "confluence-eng"
 # alice is in group eng; bob is not; carol's email Confluence does not know.
@@ -1105,3 +1109,54 @@ def test_attachment_listings_and_downloads_wait_out_429s_and_5xx_in_the_budget(
     )
     assert report.removed == [] and waits.waits == [0.5, 1.0]
     assert "rota.txt" in live_titles(kb)
+
+
+async def test_a_link_to_a_page_public_in_the_organisation_unfurls_in_a_channel_as_answers_quote_it(
+    make_bot: BotFactory, confluence: MockConfluence
+) -> None:
+    # Everyone in a channel may read a page public in the organisation: an answer there
+    # quotes it, and so does its link's card, the same rule at the same place. A page the
+    # source restricts to some people stays a card without its words.
+    bot = await make_bot(documents=False)
+    await asyncio.to_thread(run, bot.kb, confluence)
+    items = bot.kb.store.sources.items(SOURCE)
+    shown = {}
+    for item in ("101", "102"):
+        doc = bot.kb.document(items[item].document_id or 0)
+        (chunk, *_) = bot.kb.chunks(doc.id)
+        token = bot.services.engine.signer.token(doc.id, doc.scope)
+        url = passage_url(
+            bot.settings.link_base_url,
+            doc.id,
+            token,
+            start=chunk["start"],
+            end=chunk["end"],
+            page=None,
+            is_pdf=False,
+        )
+        event = link_shared_event([url])
+        bot.slack.share_links(event)
+        calls = len(bot.slack.calls("chat.unfurl"))
+        assert (await bot.post(event_body(event))).status == 200
+        await bot.idle()
+        (entity,) = bot.slack.calls("chat.unfurl")[calls]["metadata"]["entities"]
+        shown[item] = json.dumps(entity)
+    assert "Office hours" in shown["101"] and HOME[:40] in shown["101"]
+    assert "Nightjar" not in shown["102"] and SECRET[:40] not in shown["102"]
+
+
+async def test_an_admins_home_names_the_synced_pages_they_may_read_without_asking_slack_of_each(
+    make_bot: BotFactory, confluence: MockConfluence
+) -> None:
+    # After a change of model every synced page is stale, and the admin's Home lists them.
+    # Whether the admin may read each is the access rule's: a page public in the organisation
+    # is named, one the source restricts to others is not, and no page is taken for a Slack
+    # channel whose members Slack is asked for.
+    bot = await admin_bot(make_bot, documents=False)
+    await asyncio.to_thread(run, bot.kb, confluence)
+    for item in bot.kb.store.sources.items(SOURCE).values():
+        bot.kb.store.update_document(item.document_id or 0, pipeline_version="chunker-old")
+    text = json.dumps(await open_home(bot, ADMIN_ID))
+    assert "Office `hours.html`" in text and "Nightjar" not in text.replace("\\u", "")
+    asked = [c["channel"] for c in bot.slack.calls("conversations.members", include_rejected=True)]
+    assert not [c for c in asked if not c.startswith(("C", "G"))]

@@ -149,9 +149,13 @@ class Approvals:
             else:
                 log.warning(
                     "document %s: not asked in %s, where people who may not read it read too "
-                    "(a guest of the workspace, another organisation); asking the admins by DM",
+                    "(a guest of the workspace, another organisation) or Slack cannot say "
+                    "who does; %s",
                     doc.id,
                     channel,
+                    "asking the admins by DM"
+                    if self.config.admin_user_ids
+                    else "no KB_ADMIN_USERS id to ask by DM, so nobody is asked",
                 )
         if posted is None:
             copies = []

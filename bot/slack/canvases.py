@@ -299,16 +299,21 @@ class Canvases:
             await asyncio.sleep(every)
 
     async def on_file_event(
-        self, client: AsyncWebClient, file_id: str, *, deleted: bool
+        self, client: AsyncWebClient, file_id: str, *, deleted: bool, shared_into: str = ""
     ) -> set[str]:
-        """The channels a ``file_change`` / ``file_deleted`` of ``file_id`` concerns, each synced again.
+        """The channels a ``file_change``, ``file_deleted``, ``file_shared`` or
+        ``file_unshared`` of ``file_id`` concerns, each synced again.
 
         A canvas already kept names its channel in that channel's record; a new
         one is looked up with ``files.info`` (never for a deletion: there is
         nothing to look up), and only a canvas shared in a synced channel counts.
+        ``shared_into``: the synced channel it was just shared into, synced too,
+        though another channel's record names it already.
         """
         channels = {c for c in self.channels if self._keeps(c, file_id)}
-        if not channels and not deleted:
+        if shared_into in self.channels and shared_into not in channels:
+            channels = channels | await self._channels_of(client, file_id)
+        elif not channels and not deleted:
             channels = await self._channels_of(client, file_id)
         for channel in channels:
             self.request(client, channel)

@@ -510,7 +510,7 @@ def _register_canvases(app: AsyncApp, services: Services) -> None:
     ) -> None:
         channel = event.get("channel_id")
         if isinstance(channel, str) and channel in services.canvases.channels:
-            await _canvas_changed(services, client, context, event, deleted=False)
+            await _canvas_changed(services, client, context, event, deleted=False, into=channel)
 
     @app.event("file_unshared")
     async def on_file_unshared(
@@ -532,17 +532,19 @@ async def _canvas_changed(
     event: dict[str, Any],
     *,
     deleted: bool,
+    into: str = "",
 ) -> None:
     """Sync again the synced channels a changed, shared, unshared or deleted canvas concerns.
 
     ``deleted``: the file left a channel or Slack; only the channels whose record
-    keeps it are synced, nothing is looked up.
+    keeps it are synced, nothing is looked up. ``into``: the synced channel it was
+    shared into (``files.info`` says whether it is a canvas there).
     """
     file_id = event.get("file_id") or (event.get("file") or {}).get("id")
     if not services.canvases.channels or not isinstance(file_id, str) or not file_id:
         return  # no channel's canvases are kept: a file's change concerns nothing here
     if await _claimed(services, context):
-        await services.canvases.on_file_event(client, file_id, deleted=deleted)
+        await services.canvases.on_file_event(client, file_id, deleted=deleted, shared_into=into)
 
 
 async def _serves(

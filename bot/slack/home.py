@@ -160,7 +160,7 @@ class Home:
         uploader: retries failed uploads (one indexing at a time, with the uploads).
         reindexer: the reindex ``/kb-reindex`` runs.
         languages: the words each person's Home tab is in.
-        access: which channels' documents an admin may see named.
+        access: which channels' and synced documents an admin may see named.
     """
 
     def __init__(
@@ -250,9 +250,11 @@ class Home:
         )
 
     async def _readable(self, user: str, docs: Sequence[DocumentRow]) -> frozenset[str]:
-        """The channels of ``docs`` that ``user`` is a member of (the access rule; unknown: none)."""
+        """The scopes of ``docs`` but everyone's whose documents ``user`` may read (the access
+        rule: a channel's to its members, a synced one to whom its source's permissions
+        admit; unknown: none)."""
         scopes = sorted({d.scope for d in docs} - {EVERYONE})
-        return await self.access.readable_channels(Person(user), scopes)
+        return await self.access.readable_among(scopes, person=Person(user))
 
     def _gaps_of_the_window(self) -> list[Gap]:
         return knowledge_gaps(self.kb, since=time.time() - GAP_DAYS * 86400, limit=MAX_GAPS)

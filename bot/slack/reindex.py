@@ -29,12 +29,12 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from bot.access import Access, Person
-from bot.slack.blocks import audit_lines, audited_scopes, escape, scope_label
+from bot.slack.blocks import audit_lines, audited_scopes, escape, unnamed_document
 from bot.slack.words import Words
 from core.switch import ModelSwitch
 from index.errors import KBError, ReindexInProgress
 from index.knowledge_base import KnowledgeBase, ReindexReport
-from index.records import AuditEntry
+from index.records import AuditEntry, DocumentRow
 
 log = logging.getLogger(__name__)
 
@@ -190,24 +190,22 @@ def render_reindex_report(
         else:
             lines.append(words.reindex_not_moved(built_on, default))
     for failure in report.failed[:MAX_REPORTED_FAILURES]:
-        doc = failure.document
-        if doc.scope not in named:
-            label = words.home_channel_document(scope_label(doc.scope, words), doc.id)
-            lines.append(words.reindex_failure_line(label, words.HOME_STATES["failed"]))
-            continue
-        reason = failure.reason or doc.failure_reason or ""
-        lines.append(words.reindex_failure_line(escape(doc.name), escape(reason)))
+        reason = failure.reason or failure.document.failure_reason or ""
+        lines.append(words.reindex_failure_line(*_listed(failure.document, reason, named, words)))
     if len(report.failed) > MAX_REPORTED_FAILURES:
         lines.append(words.reindex_more_failures(len(report.failed) - MAX_REPORTED_FAILURES))
     for skip in report.skipped[:MAX_REPORTED_FAILURES]:
-        doc = skip.document
-        if doc.scope not in named:
-            label = words.home_channel_document(scope_label(doc.scope, words), doc.id)
-            lines.append(words.reindex_skipped_line(label, words.HOME_STATES["failed"]))
-            continue
-        lines.append(words.reindex_skipped_line(escape(doc.name), escape(skip.reason)))
+        lines.append(words.reindex_skipped_line(*_listed(skip.document, skip.reason, named, words)))
     if len(report.skipped) > MAX_REPORTED_FAILURES:
         lines.append(words.reindex_more_skipped(len(report.skipped) - MAX_REPORTED_FAILURES))
     if recent:
         lines += ["", words.APPROVAL_RECENT_HEADER, *audit_lines(recent, words, named)]
     return "\n".join(lines)
+
+
+def _listed(doc: DocumentRow, reason: str, named: frozenset[str], words: Words) -> tuple[str, str]:
+    """``doc``'s name and ``reason`` as the report shows them (escaped); a document of a scope
+    not ``named`` by its scope and id only, and without the reason (the document's words)."""
+    if doc.scope in named:
+        return escape(doc.name), escape(reason)
+    return unnamed_document(doc.scope, doc.id, words), words.HOME_STATES["failed"]

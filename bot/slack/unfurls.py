@@ -21,7 +21,8 @@ Who reads an unfurl: everyone in the conversation, so its words follow the
 conversation. The person who posted must be of this workspace (unless
 ``KB_ALLOW_EXTERNAL``). A document for everyone shows its passage anywhere but
 in a conversation shared with another organisation; a channel's document only
-in that channel. Anywhere else the entity says it is a passage from a channel's
+in that channel; a synced page only when it is public in the organisation
+(``Access.readable_at``, the place part of the rule, as for an answer posted there). Anywhere else the entity says it is a passage from a channel's
 documents and shows nothing of it (no title, no text): the link itself still
 opens the viewer, which checks its reader again.
 
@@ -50,7 +51,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.models.metadata import EntityMetadata
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.access import AccessCheckUnavailable, Person, Where, visible
+from bot.access import AccessCheckUnavailable, Person, Where
 from bot.slack.blocks import (
     Passage,
     details_error,
@@ -286,8 +287,9 @@ class Unfurls:
         url = link.viewer_url(self.base_url)
         if resolved.passage is None:
             return unavailable_entity(link.ref, url, words, unfurl_url=link.posted)
-        # Everyone in the conversation reads the unfurl, a guest of the workspace too.
-        if not visible(await self.services.access.shown_to_all(where), resolved.scope):
+        # Everyone in the conversation reads the unfurl, a guest of the workspace too: the
+        # place part of the rule, as for an answer posted there.
+        if not (await self.services.access.readable_at(resolved.scope, where)).allowed:
             return restricted_entity(link.ref, url, words, unfurl_url=link.posted)
         return passage_entity(resolved.passage, words, unfurl_url=link.posted)
 

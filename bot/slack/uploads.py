@@ -802,24 +802,32 @@ class Uploader:
         await status.settle(await self._final_status(status, row, words))
         await _remember(self.kb, status, row.id)
 
-    async def _may_add(self, request: UploadRequest) -> bool:
-        """Whether the uploader may read what they add to (the access rule), before anything is
-        read: the same bytes already there would tell them of a document they may not read.
+    async def _check_adder(self, request: UploadRequest) -> None:
+        """Refuse, before anything is read, an uploader who may not read what they add to (the
+        access rule): the same bytes already there would tell them of a document they may not
+        read.
 
         A document for everyone is added only by someone who reads those (never a guest of
         the workspace); a channel's by one of its members, which Slack checked: only they
         run a command there.
+
+        Raises:
+            _NotAReader: they may not, or nobody can say now whether they may (unknown is
+                hidden: that is said, so that they send the file again, not told they are a
+                guest).
         """
         if request.scope != EVERYONE:
-            return True
+            return
         try:
             decision = await self.access.may_read(Person(request.user), EVERYONE)
         except AccessCheckUnavailable as exc:
             log.warning(
                 "whether %s reads the documents for everyone is unknown: %s", request.user, exc
             )
-            return False  # unknown is hidden
-        return decision.allowed
+            raise _NotAReader(unknown=True) from exc
+        if not decision.allowed:
+            log.info("%s may not add a document for everyone: %s", request.user, decision.reason)
+            raise _NotAReader(unknown=decision.unknown)
 
     async def _ingest_one(
         self,
@@ -838,8 +846,8 @@ class Uploader:
         document_id = upload.document_id
         attempts = await self._note(self.kb.uploads.started, upload)
         try:
-            if document_id is None and not await self._may_add(request):
-                raise _NotAReader
+            if document_id is None:
+                await self._check_adder(request)
             async with self._user_slot(place, status, file, words):
                 waiting = render_upload_status(words.upload_waiting(file.label(words)), words=words)
                 if document_id is None:
@@ -861,13 +869,9 @@ class Uploader:
                         again=again,
                         retry=retry,
                     )
-        except _NotAReader:
-            log.info(
-                "%s may not add a document to %r, which they may not read",
-                request.user,
-                request.scope,
-            )
-            final = render_upload_status(words.upload_not_a_reader(file.label(words)), words=words)
+        except _NotAReader as exc:
+            refused = words.upload_reader_unknown if exc.unknown else words.upload_not_a_reader
+            final = render_upload_status(refused(file.label(words)), words=words)
         except DownloadFailed as exc:
             log.info("download of %s failed: %s", file.id, exc.reason)
             text = words.upload_failed(file.label(words), escape(exc.reason))
@@ -1159,7 +1163,12 @@ class Uploader:
 
 
 class _NotAReader(Exception):
-    """The uploader may not read the scope their file would be added to."""
+    """The uploader may not read the scope their file would be added to; ``unknown``: nobody
+    can say now whether they may (Slack could not be asked)."""
+
+    def __init__(self, *, unknown: bool) -> None:
+        super().__init__()
+        self.unknown = unknown
 
 
 async def _remember(kb: KnowledgeBase, status: StatusMessage, document_id: int | None) -> None:

@@ -467,3 +467,32 @@ async def test_a_request_goes_to_the_admins_dms_where_a_guest_or_a_partner_reads
     assert [channel for channel, _, _ in _requests(bot)] == ["D" + ADMIN_ID[1:]]
     posted = [p for p in bot.slack.calls("chat.postMessage") if p.get("channel") == APPROVALS]
     assert posted == [] and "spaces marked V" in json.dumps(_requests(bot))
+
+
+async def test_a_member_slack_cannot_tell_about_is_told_to_upload_again_not_that_they_are_a_guest(
+    bot: Bot,
+) -> None:
+    # users.info fails: whether the uploader reads the documents for everyone is unknown. The
+    # file is not read (unknown is hidden), and the final status says so and what to do:
+    # upload it again, not that they are a guest of the workspace, which nobody said.
+    bot.slack.fail("users.info", "internal_error")
+    documents = len(bot.kb.store.documents())
+    told = await _upload_in_channel(bot, USER_ID, "parking.md", PARKING, "everyone")
+    assert told == messages.upload_reader_unknown("parking.md")
+    assert len(bot.kb.store.documents()) == documents and not bot.slack.downloads
+
+
+async def test_a_request_no_admin_may_be_asked_for_where_a_guest_reads_says_nobody_was_asked(
+    make_bot: BotFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only an approvals channel, which a guest reads: the request goes nowhere. The operator's
+    # log line says nobody was asked (not that the admins were asked by DM), and the uploader
+    # is told no admin could be told, and what to do.
+    bot = await make_bot(approvals_channel=APPROVALS, admin_users="")
+    bot.slack.set_user(GUEST, name="gina").update(is_restricted=True)
+    bot.slack.set_members(APPROVALS, [ADMIN_ID, GUEST])
+    doc = await _dm_file(bot, USER_ID, "parking.md", PARKING, "D0DMUSER01")
+    assert doc.state == "awaiting_approval" and _requests(bot) == []
+    assert messages.UPLOAD_AWAITING_NOBODY in bot.statuses()[-1]
+    (line,) = [r.getMessage() for r in caplog.records if "not asked in" in r.getMessage()]
+    assert "nobody is asked" in line and "by DM" in line and "asking the admins" not in line

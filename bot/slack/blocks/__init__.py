@@ -77,6 +77,7 @@ from bot.slack.blocks.mrkdwn import (
     mention,
     scope_label,
     stream_markdown,
+    unnamed_document,
 )
 from bot.slack.blocks.steps import STEP_DISPLAY_MODE, render_stopped, step_chunks
 from bot.slack.blocks.uploads import render_upload_status, upload_modal
@@ -143,5 +144,6 @@ __all__ = [
     "stream_markdown",
     "unavailable_entity",
     "unfurl_metadata",
+    "unnamed_document",
     "upload_modal",
 ]

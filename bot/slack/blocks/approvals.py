@@ -29,6 +29,7 @@ from bot.slack.blocks.mrkdwn import (
     quote,
     safe_url,
     scope_label,
+    unnamed_document,
 )
 from bot.slack.words import Words
 from index.names import display_name
@@ -63,7 +64,7 @@ def _document_label(entry: AuditEntry, named: frozenset[str], words: Words) -> s
     if entry.document_id is None:
         return ""
     if entry.scope not in named:
-        return words.home_channel_document(scope_label(entry.scope, words), entry.document_id)
+        return unnamed_document(entry.scope, entry.document_id, words)
     name = escape(display_name(entry.name))
     return f"*{name}* #{entry.document_id} ({scope_label(entry.scope, words)})"
 

@@ -38,6 +38,7 @@ from bot.slack.blocks.mrkdwn import (
     safe_url,
     scope_label,
     split_mrkdwn,
+    unnamed_document,
 )
 from bot.slack.words import Words
 from index.models import EVERYONE
@@ -226,9 +227,10 @@ class AdminHome:
     ``gap_links``: by chunk id, the viewer link of a gap's closest passage (only
     for documents for everyone; a channel's passage is named by its channel).
     ``disliked``: the page of them :func:`page_number` names, of ``disliked_total``.
-    ``readable``: the channels (scopes) the admin is a member of, among those of the
-    failed and stale documents shown: another channel's documents are listed without
-    their names or failure reasons, since an admin need not be a member.
+    ``readable``: the scopes whose documents the admin may read (the access rule), among
+    those of the failed and stale documents shown: another channel's documents, and synced
+    ones the admin's source permissions do not admit, are listed without their names or
+    failure reasons, since an admin need not be a member.
     ``failing_sources``: the synced sources whose last run failed (``index.sources``), by name.
     """
 
@@ -396,7 +398,8 @@ def _failing_source_blocks(sources: Sequence[SourceRow], words: Words) -> list[B
 
 
 def readable_by(doc: DocumentRow, readable: frozenset[str]) -> bool:
-    """Whether a person who is a member of the channels ``readable`` may read ``doc``'s name."""
+    """Whether a person who may read the documents of the scopes ``readable`` may read
+    ``doc``'s name."""
     return doc.scope == EVERYONE or doc.scope in readable
 
 
@@ -404,7 +407,7 @@ def document_label(doc: DocumentRow, readable: frozenset[str], words: Words) -> 
     """``doc``'s name as shown (escaped), or only its channel for someone not in it."""
     if readable_by(doc, readable):
         return clip(doc.name, NAME_CHARS)
-    return words.home_channel_document(scope_label(doc.scope, words), doc.id)
+    return unnamed_document(doc.scope, doc.id, words)
 
 
 def _failed_blocks(

@@ -302,3 +302,9 @@ def scope_label(scope: str, words: Words) -> str:
     if scope == EVERYONE:
         return words.EVERYONE_LABEL
     return f"<#{scope}>" if _CHANNEL_ID_RE.fullmatch(scope) else code(scope)
+
+
+def unnamed_document(scope: str, doc_id: int, words: Words) -> str:
+    """A document named only by its scope and id, for someone the access rule does not let
+    read it (its name, too, is the document's)."""
+    return words.home_channel_document(scope_label(scope, words), doc_id)

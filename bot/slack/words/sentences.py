@@ -464,6 +464,16 @@ class Words:
             name=name,
         )
 
+    def upload_reader_unknown(self, name: str) -> str:
+        """Final status of a file for everyone from someone Slack could not say now reads
+        those (``users.info`` failed): nothing was read or added, it may be sent again."""
+        return self._(
+            ":x: *{name}*: not added. Slack could not say just now whether you read the "
+            "documents for everyone, so nothing was read: upload it again with `/kb-upload` "
+            "in a minute.",
+            name=name,
+        )
+
     def upload_state(self, name: str, state: str) -> str:
         """Status of a document a retry leaves as it is (replaced meanwhile, say)."""
         shown = self.HOME_STATES.get(state, state.replace("_", " "))
@@ -528,7 +538,9 @@ class Words:
     )
     UPLOAD_AWAITING_NOBODY = N_(
         "No admin could be told about it (no approvals channel or admin is configured, "
-        "or Slack refused the message): ask an admin to approve it with `kb approve`."
+        "Slack refused the message, or people who may not read it read the approvals "
+        "channel and no admin gets requests by direct message): ask an admin to approve "
+        "it with `kb approve`."
     )
 
     def upload_awaiting_duplicate(self, name: str) -> str:
