@@ -25,7 +25,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _blas in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_blas, "1")
 
-# The helpers test modules share assert too: rewritten whichever test module imports them first.
+# Helpers several test modules share assert too: rewritten whichever module imports them first.
 pytest.register_assert_rewrite("tests.conftest_bot", "tests.home_tab", "tests.signin")
 
 from bot.logs import NOISY_LOGGERS, LogHandler, configure_logging  # noqa: E402
