@@ -15,6 +15,7 @@ its readers may read: tests/test_slack_upload.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from index.models import EVERYONE
 from index.normal_form import same_text
 from index.records import ChunkRow
 from tests.conftest import SAMPLE
+from tests.postgres import StoreImage, store_image
 
 QUESTION = "How long do I have to submit an expense claim?"
 HANDBOOK = (SAMPLE / "expenses.md").read_bytes()
@@ -76,20 +78,33 @@ def _kb(
     return kb
 
 
+COPIES = {
+    "expenses.md": (CHANNELS[0], HANDBOOK),
+    "expenses (1).md": (CHANNELS[1], RESAVED),
+    "Expenses handbook.md": (CHANNELS[2], HANDBOOK + b"\n\n"),
+}
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def copies_image(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
+) -> StoreImage:
+    """The travel policy and three byte-different copies of the handbook, each in a channel,
+    built once for the module on SQLite and on Postgres (``tests.postgres``)."""
+    data_dir = tmp_path_factory.mktemp("copies-kb")
+    return store_image(request, data_dir, lambda url: _kb(data_dir, embedder, COPIES, url))
+
+
 @pytest.fixture
-def copies_kb(index_dir: Path, embedder: Embedder, database_url: str) -> KnowledgeBase:
-    """The travel policy and three byte-different copies of the handbook, each in a channel;
-    on SQLite and on Postgres (``tests.postgres``)."""
-    return _kb(
-        index_dir,
-        embedder,
-        {
-            "expenses.md": (CHANNELS[0], HANDBOOK),
-            "expenses (1).md": (CHANNELS[1], RESAVED),
-            "Expenses handbook.md": (CHANNELS[2], HANDBOOK + b"\n\n"),
-        },
-        database_url,
-    )
+def copies_kb(
+    copies_image: StoreImage,
+    store_copy: Callable[[StoreImage], str],
+    index_dir: Path,
+    embedder: Embedder,
+) -> KnowledgeBase:
+    """A copy of ``copies_image`` in ``index_dir``: as if ``_kb`` had ingested ``COPIES`` here."""
+    url = store_copy(copies_image)
+    return KnowledgeBase(IndexConfig(data_dir=index_dir, database_url=url), embedder=embedder)
 
 
 def _shown(kb: KnowledgeBase, selection: Selection) -> list[tuple[str, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.near_copies import NEAR_COPY_THRESHOLD, signature, similarities, words
 from tests.conftest import SAMPLE
+from tests.postgres import StoreImage, store_image
 
 HANDBOOK = (SAMPLE / "expenses.md").read_text()
 OTHERS = ("oncall.md", "vpn.md", "deploys.md")
@@ -84,18 +86,36 @@ def _pdf_text() -> str:
     return extract(as_pdf(HANDBOOK), "expenses.pdf").text
 
 
-@pytest.fixture
-def formats_kb(index_dir: Path, embedder: Embedder, database_url: str) -> KnowledgeBase:
+def _formats(data_dir: Path, embedder: Embedder, database_url: str) -> KnowledgeBase:
     """The expenses page as a PDF, the other sample pages, then its Word file and HTML page."""
-    kb = KnowledgeBase(
-        IndexConfig(data_dir=index_dir, database_url=database_url), embedder=embedder
-    )
+    kb = KnowledgeBase(IndexConfig(data_dir=data_dir, database_url=database_url), embedder=embedder)
     files = {"expenses.pdf": as_pdf(HANDBOOK)}
     files |= {name: (SAMPLE / name).read_bytes() for name in OTHERS}
     files |= {"expenses.docx": as_docx(HANDBOOK), "expenses.html": as_html(HANDBOOK)}
     for name, data in files.items():
         assert kb.ingest_bytes(data, name).document.state == "indexed", name
     return kb
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def formats_image(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
+) -> StoreImage:
+    """``_formats`` built once for the module on SQLite and on Postgres (``tests.postgres``)."""
+    data_dir = tmp_path_factory.mktemp("formats-kb")
+    return store_image(request, data_dir, lambda url: _formats(data_dir, embedder, url))
+
+
+@pytest.fixture
+def formats_kb(
+    formats_image: StoreImage,
+    store_copy: Callable[[StoreImage], str],
+    index_dir: Path,
+    embedder: Embedder,
+) -> KnowledgeBase:
+    """A copy of ``formats_image`` in ``index_dir``: as if ``_formats`` had run in this test."""
+    url = store_copy(formats_image)
+    return KnowledgeBase(IndexConfig(data_dir=index_dir, database_url=url), embedder=embedder)
 
 
 def test_a_page_in_other_formats_is_told_and_the_other_pages_are_not(
@@ -130,11 +150,12 @@ def test_repeats_name_a_copy_once_as_a_copy_and_the_other_formats_as_near_copies
 
 
 def test_documents_indexed_before_signatures_are_signed_when_the_store_is_upgraded(
-    formats_kb: KnowledgeBase, index_dir: Path, embedder: Embedder, database_url: str
+    formats_kb: KnowledgeBase, index_dir: Path, embedder: Embedder
 ) -> None:
     """The store as the release before this one left it: no signature columns, the
     migration not recorded. Opening it adds them and signs every document from its text."""
     kb = formats_kb
+    database_url = kb.config.database_url
     ids = {d.name: d.id for d in kb.documents()}
     recorded = "_kb_migrations" if database_url else "_sqlite_migrations"
     with kb.store.transaction() as db:

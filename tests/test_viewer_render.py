@@ -12,6 +12,7 @@ its rectangle says (pixels of a screenshot).
 from __future__ import annotations
 
 import asyncio
+import functools
 import html
 import json
 import logging
@@ -144,11 +145,16 @@ def parsed(text: str, kind: str) -> _Spans:
     return parser
 
 
+@functools.lru_cache(maxsize=8)
+def _spans(text: str, kind: str) -> tuple[tuple[int, int, str], ...]:
+    """``parsed(text, kind).spans``, rendered once for the many ranges a test checks of one
+    document (rendering it again for each was most of such a test's time)."""
+    return tuple(parsed(text, kind).spans)
+
+
 def shown(text: str, kind: str, a: int, b: int) -> str:
     """``text[a:b]`` without the characters the viewer does not show (its syntax marks)."""
-    return "".join(
-        text[max(a, s) : min(b, e)] for s, e, _ in parsed(text, kind).spans if s < b and e > a
-    )
+    return "".join(text[max(a, s) : min(b, e)] for s, e, _ in _spans(text, kind) if s < b and e > a)
 
 
 def assert_span_contract(text: str, kind: str) -> _Spans:
