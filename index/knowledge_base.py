@@ -548,9 +548,11 @@ class KnowledgeBase:
         """Store an original and create its ``pending`` document row.
 
         The same bytes in the same scope give the same document (``duplicate``),
-        which keeps the publishing rule it was added with; a ``failed`` one gives way
-        to a new document instead: sent again, its bytes are the latest upload of
-        their name (versions are in upload order), named and published as sent now.
+        which keeps the publishing rule it was added with. A ``failed`` one its own
+        uploader sends again under its name gives way to a new document instead: its
+        bytes are then the latest upload of that name (versions are in upload order),
+        published as sent now. Anyone else's copy leaves the failure, and its
+        uploader's Retry, as they are.
 
         Args:
             publish: how it may become searchable; the operator's default is
@@ -570,7 +572,7 @@ class KnowledgeBase:
                 publish=publish,
             )
             with self.store.transaction():
-                failed = self._forget_failed_copy(digest, scope)
+                failed = self._forget_failed_copy(new)
                 row, existed = self.store.add_document(new)
                 if failed is not None:
                     entry = _entry(AuditAction.REMOVE, failed, uploader, old=failed)
@@ -581,11 +583,14 @@ class KnowledgeBase:
             raise
         return Added(row, duplicate=existed)
 
-    def _forget_failed_copy(self, digest: str, scope: str) -> DocumentRow | None:
-        """Inside the adding transaction: delete the ``failed`` document holding these bytes
-        in ``scope``, if one does (never searchable; its original stays for the new one)."""
-        failed = self.store.document_by_sha(digest, scope)
+    def _forget_failed_copy(self, new: NewDocument) -> DocumentRow | None:
+        """Inside the adding transaction: delete the ``failed`` document holding ``new``'s bytes
+        in its scope, if its uploader sends them again under its name (never searchable; its
+        original stays for the new one)."""
+        failed = self.store.document_by_sha(new.sha256, new.scope)
         if failed is None or failed.state != DocState.FAILED:
+            return None
+        if (failed.name, failed.uploader) != (new.name, new.uploader):
             return None
         log.info("document %s failed and is sent again: a new upload replaces it", failed.id)
         self.store.delete_rows(failed.id)
