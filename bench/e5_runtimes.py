@@ -119,25 +119,41 @@ def _pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--set", default="gimp-help-l10n")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--runtimes", default=",".join(RUNTIMES))
-    parser.add_argument("--questions", type=int, default=100)
-    parser.add_argument("--documents", type=int, default=0, help="the set's first N documents only")
-    parser.add_argument("--no-ingestion", action="store_true")
-    args = parser.parse_args()
-    runtimes = args.runtimes.split(",")
-    folder = bundled_sets()[args.set]
+def measure(
+    set_name: str,
+    runtimes: Sequence[str],
+    *,
+    rounds: int = 3,
+    questions: int = 100,
+    documents: int = 0,
+    ingestion: bool = True,
+) -> dict[str, dict[str, float]]:
+    """Per runtime: ``query_p50``/``query_p95`` (ms), ``bare``, ``everything``, ``ingestion``
+    (passages/s, medians of ``rounds``) and ``passages``, measured side by side."""
+    folder = bundled_sets()[set_name]
     work = Path(tempfile.mkdtemp(prefix="bench-e5-"))
+    try:
+        return _measure(folder, work, list(runtimes), rounds, questions, documents, ingestion)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(
+    folder: Path,
+    work: Path,
+    runtimes: list[str],
+    rounds: int,
+    n_questions: int,
+    documents: int,
+    ingestion: bool,
+) -> dict[str, dict[str, float]]:
     corpus = folder / "corpus"
-    if args.documents:
+    if documents:
         corpus = work / "corpus"
         corpus.mkdir()
-        for path in sorted((folder / "corpus").iterdir())[: args.documents]:
+        for path in sorted((folder / "corpus").iterdir())[:documents]:
             shutil.copy(path, corpus / path.name)
-    print(f"# {args.set} ({len(list(corpus.iterdir()))} documents); {machine()}", flush=True)
+    print(f"# {folder.name} ({len(list(corpus.iterdir()))} documents); {machine()}", flush=True)
     embedders = {r: _embedder(r, work / "encoders") for r in runtimes}
     for e in embedders.values():
         e.encode_query("warm up")
@@ -160,12 +176,12 @@ def main() -> None:
         json.loads(line)[f"{p}_phrasing"]
         for line in (folder / "questions.jsonl").read_text(encoding="utf-8").splitlines()
         for p in ("doc", "ticket")
-    ][: args.questions]
+    ][:n_questions]
     query: dict[str, list[float]] = {r: [] for r in runtimes}
     bare: dict[str, list[float]] = {r: [] for r in runtimes}
     every: dict[str, list[float]] = {r: [] for r in runtimes}
     ingest: dict[str, list[float]] = {r: [] for r in runtimes}
-    for round_ in range(args.rounds):
+    for round_ in range(rounds):
         for q in questions:
             for r in runtimes:
                 t = time.perf_counter()
@@ -179,7 +195,7 @@ def main() -> None:
             t = time.perf_counter()
             _everything(r, embedders[r], rows_of[r])
             every[r].append(len(texts) / (time.perf_counter() - t))
-            if not args.no_ingestion:
+            if ingestion:
                 spec = "bundled:all-MiniLM-L6-v2" if r == "minilm" else "multilingual"
                 config = IndexConfig(
                     data_dir=work / f"ingest-{r}-{round_}", embedding_model=spec, min_free_bytes=0
@@ -194,15 +210,45 @@ def main() -> None:
                 f"(load {os.getloadavg()[0]:.1f})",
                 flush=True,
             )
+    return {
+        r: {
+            "query_p50": _pct(query[r], 0.5),
+            "query_p95": _pct(query[r], 0.95),
+            "bare": statistics.median(bare[r]),
+            "everything": statistics.median(every[r]),
+            "ingestion": statistics.median(ingest[r]) if ingest[r] else 0.0,
+            "passages": float(len(rows_of[r])),
+        }
+        for r in runtimes
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--set", default="gimp-help-l10n")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES))
+    parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--documents", type=int, default=0, help="the set's first N documents only")
+    parser.add_argument("--no-ingestion", action="store_true")
+    args = parser.parse_args()
+    results = measure(
+        args.set,
+        args.runtimes.split(","),
+        rounds=args.rounds,
+        questions=args.questions,
+        documents=args.documents,
+        ingestion=not args.no_ingestion,
+    )
     print(
         f"\n{'runtime':<10} {'query p50':>9} {'p95':>7} {'bare/s':>7} {'every/s':>8} "
         f"{'ingest/s':>8} {'ingest/bare':>11}  passages"
     )
-    for r in runtimes:
-        b, i = statistics.median(bare[r]), statistics.median(ingest[r]) if ingest[r] else 0.0
+    for r, m in results.items():
         print(
-            f"{r:<10} {_pct(query[r], 0.5):8.1f}ms {_pct(query[r], 0.95):6.1f}ms {b:7.1f} "
-            f"{statistics.median(every[r]):8.1f} {i:8.1f} {i / b:10.2f}x  {len(rows_of[r])}"
+            f"{r:<10} {m['query_p50']:8.1f}ms {m['query_p95']:6.1f}ms {m['bare']:7.1f} "
+            f"{m['everything']:8.1f} {m['ingestion']:8.1f} {m['ingestion'] / m['bare']:10.2f}x  "
+            f"{int(m['passages'])}"
         )
     print(f"(1-minute load average {os.getloadavg()[0]:.1f} at the end)")
 

@@ -180,17 +180,11 @@ def index_memory(n: int) -> dict[str, float]:
     return result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--sizes", default="10000,100000")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--runtimes", default=",".join(RUNTIMES), help="of: " + ", ".join(RUNTIMES))
-    args = ap.parse_args()
-    sizes = [0, *(int(s) for s in args.sizes.split(","))]
-    runtimes = [r for r in args.runtimes.split(",") if r]
-    print(f"machine: {machine()}")
+def measure(
+    sizes: list[int], runtimes: list[str], rounds: int = 3
+) -> dict[tuple[str, int], tuple[float, float, int]]:
+    """Per ``(runtime, size)``: the medians of ``rounds`` warm starts, ``(ready s, RSS MB)``,
+    and the fewest chunks a start said it searches (a data dir it did not load shows 0)."""
     with tempfile.TemporaryDirectory(prefix="kb-bench-footprint-") as tmp:
         root = Path(tmp)
         cache = root / "encoders"
@@ -204,26 +198,43 @@ def main() -> None:
             for runtime in runtimes:  # first starts: index files and the export are made
                 serve_once(dirs[(CONFIGS[runtime][1], n)], runtime, cache)
         runs: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for n in sizes:
                 for runtime in runtimes:
                     folder = dirs[(CONFIGS[runtime][1], n)]
                     runs.setdefault((runtime, n), []).append(serve_once(folder, runtime, cache))
+    return {
+        key: (
+            statistics.median(r[0] for r in starts),
+            statistics.median(r[1] for r in starts),
+            min(r[2] for r in starts),
+        )
+        for key, starts in runs.items()
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runtimes", default=",".join(RUNTIMES), help="of: " + ", ".join(RUNTIMES))
+    args = ap.parse_args()
+    sizes = [0, *(int(s) for s in args.sizes.split(","))]
+    runtimes = [r for r in args.runtimes.split(",") if r]
+    print(f"machine: {machine()}")
+    starts = measure(sizes, runtimes, args.rounds)
     print(f"\nkb serve, warm start, medians of {args.rounds} rounds (Slack off)")
-    # "searched": the chunks the server said it searches (a data dir it did not load shows 0).
     print(f"{'chunks':>8} {'runtime':>13} {'ready s':>9} {'RSS MB':>8} {'searched':>9}")
     for n in sizes:
         for runtime in runtimes:
-            ready = statistics.median(r[0] for r in runs[(runtime, n)])
-            rss = statistics.median(r[1] for r in runs[(runtime, n)])
-            searched = min(r[2] for r in runs[(runtime, n)])
+            ready, rss, searched = starts[(runtime, n)]
             print(f"{n:>8,} {runtime:>13} {ready:>9.2f} {rss:>8.0f} {searched:>9,}")
     largest = sizes[-1]
     mem = index_memory(largest)
     for runtime in runtimes:
-        grown = statistics.median(r[1] for r in runs[(runtime, largest)]) - statistics.median(
-            r[1] for r in runs[(runtime, 0)]
-        )
+        grown = starts[(runtime, largest)][1] - starts[(runtime, 0)][1]
         print(f"server growth 0 -> {largest:,} chunks ({runtime}): {grown:.0f} MB")
     print(
         f"at {largest:,} chunks: FAISS flat {mem['faiss_rss']:.0f} MB resident "

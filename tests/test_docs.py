@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -159,3 +160,23 @@ def test_the_thresholds_check_reads_the_table() -> None:
         "| `some/model` | 0.475 | 0.6 | because |\n\n## Next\n| `other` | 1 | 2 |\n"
     )
     assert _thresholds_table(page) == {"some/model": (0.475, 0.6)}
+
+
+def test_the_current_benchmark_figures_are_those_of_the_saved_run() -> None:
+    from bench import current
+
+    results = json.loads(current.RESULTS.read_text(encoding="utf-8"))
+    assert current.shown() == current.render(results), "run python -m bench.current --write"
+    assert set(results["models"]) == set(current.MODELS)
+
+
+def test_the_benchmark_page_is_rewritten_only_between_its_markers(tmp_path: Path) -> None:
+    from bench import current
+
+    results = json.loads(current.RESULTS.read_text(encoding="utf-8"))
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"before\n{current.BEGIN}\nstale\n{current.END}\nafter\n", encoding="utf-8")
+    current.write_page(results, page)
+    assert current.shown(page) == current.render(results)
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("before\n") and text.endswith("\nafter\n") and "stale" not in text
