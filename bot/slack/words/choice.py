@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections import OrderedDict
 from collections.abc import Collection
 from typing import Any
 
+from cachetools import LRUCache
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.people import Directory
@@ -112,7 +112,7 @@ class Languages:
         # The language each person's questions were last told in, for what they read
         # without writing (the Home tab, an upload's status) while their locale says no more
         # than English; the oldest forgotten first.
-        self._told: OrderedDict[str, str] = OrderedDict()
+        self._told: LRUCache[str, str] = LRUCache(maxsize=TOLD_CAPACITY)
 
     async def of(self, client: AsyncWebClient, user_id: str | None, text: str = "") -> Words:
         """The words for ``user_id``, who wrote ``text`` (a question; empty when none), their
@@ -132,9 +132,6 @@ class Languages:
         if told is None:
             return self._told.get(user_id)
         self._told[user_id] = told
-        self._told.move_to_end(user_id)
-        while len(self._told) > TOLD_CAPACITY:
-            self._told.popitem(last=False)
         return told
 
     async def locale(self, client: AsyncWebClient, user_id: str | None) -> str | None:
