@@ -70,23 +70,12 @@ def file_deleted_event(file_id: str) -> dict[str, Any]:
     return {"type": "file_deleted", "file_id": file_id, "event_ts": slack_ts()}
 
 
-def file_shared_event(file_id: str, channel: str) -> dict[str, Any]:
-    """Slack's ``file_shared`` (docs.slack.dev/reference/events/file_shared)."""
+def file_shared_event(file_id: str, channel: str, *, shared: bool = True) -> dict[str, Any]:
+    """Slack's ``file_shared`` (docs.slack.dev/reference/events/file_shared), or with
+    ``shared=False`` its ``file_unshared`` (api.slack.com/events/file_unshared; the SDKs'
+    types add ``channel_id`` and ``user_id``)."""
     return {
-        "type": "file_shared",
-        "channel_id": channel,
-        "file_id": file_id,
-        "user_id": USER_ID,
-        "file": {"id": file_id},
-        "event_ts": slack_ts(),
-    }
-
-
-def file_unshared_event(file_id: str, channel: str) -> dict[str, Any]:
-    """Slack's ``file_unshared`` (api.slack.com/events/file_unshared; the SDKs' types add
-    ``channel_id`` and ``user_id``)."""
-    return {
-        "type": "file_unshared",
+        "type": "file_shared" if shared else "file_unshared",
         "channel_id": channel,
         "file_id": file_id,
         "user_id": USER_ID,
@@ -189,7 +178,7 @@ async def test_a_canvas_shared_into_the_channel_is_read_and_unshared_leaves_it_a
     # Taken out of the channel (its members must no longer read it): gone with the event,
     # not at the next periodic sync (canvas_sync_seconds=0: there is none).
     slack.share_canvas(canvas["id"], CHANNEL_ID, shared=False)
-    await changed(bot, file_unshared_event(canvas["id"], CHANNEL_ID))
+    await changed(bot, file_shared_event(canvas["id"], CHANNEL_ID, shared=False))
     assert canvas_docs(bot.kb) == [] and doc.id not in [d.id for d in bot.kb.documents()]
     await bot.event(app_mention_event(QUESTION, channel=CHANNEL_ID, user=MEMBER))
     assert "Orca" not in json.dumps(await bot.answer(2))
@@ -215,7 +204,7 @@ async def test_files_shared_elsewhere_or_unshared_unknown_look_nothing_up(canvas
     bot, slack = canvas_bot, canvas_bot.slack
     other = slack.add_canvas("C0OTHER001", "Another team", DRILL)
     await changed(bot, file_shared_event(other["id"], "C0OTHER001"))
-    await changed(bot, file_unshared_event("F0UNKNOWN1", CHANNEL_ID))
+    await changed(bot, file_shared_event("F0UNKNOWN1", CHANNEL_ID, shared=False))
     assert slack.calls("files.info") == [] and slack.calls("files.list") == []
     assert canvas_docs(bot.kb) == []
 

@@ -24,6 +24,7 @@ from index.embed import Embedder
 from index.knowledge_base import KnowledgeBase
 from index.models import DocState, Publish
 from index.names import MAX_NAME_CHARS, document_name
+from index.records import DocumentRow
 from index.storage import STATUS
 
 pytest.register_assert_rewrite("tests.conftest_bot")
@@ -46,6 +47,13 @@ def kb(index_dir: Path, embedder: Embedder) -> KnowledgeBase:
     return KnowledgeBase(IndexConfig(data_dir=index_dir), embedder=embedder)
 
 
+def _failed(kb: KnowledgeBase, data: bytes, name: str) -> DocumentRow:
+    """``data`` added as ``name`` by U1, and its indexing failed (the disk was full)."""
+    row = kb.add_bytes(data, name, uploader="U1").document
+    kb.store.update_document(row.id, state=DocState.FAILED.value, failure_reason="disk full")
+    return row
+
+
 def test_an_earlier_upload_indexed_last_does_not_replace_the_later_one(kb: KnowledgeBase) -> None:
     # The earlier upload's reading takes longer: the later one is indexed first.
     earlier = kb.add_bytes(OLD, "travel.md", uploader="U1").document
@@ -64,8 +72,7 @@ def test_an_earlier_upload_indexed_last_does_not_replace_the_later_one(kb: Knowl
 def test_a_retry_of_an_old_failure_does_not_replace_the_version_uploaded_since(
     kb: KnowledgeBase,
 ) -> None:
-    earlier = kb.add_bytes(OLD, "travel.md", uploader="U1").document
-    kb.store.update_document(earlier.id, state=DocState.FAILED.value, failure_reason="disk full")
+    earlier = _failed(kb, OLD, "travel.md")
     later = kb.ingest_bytes(NEW, "travel.md", uploader="U1").document
     assert later.state == DocState.INDEXED
 
@@ -78,8 +85,7 @@ def test_a_retry_of_an_old_failure_does_not_replace_the_version_uploaded_since(
 def test_a_reindex_does_not_put_an_old_failure_in_the_place_of_the_version_since(
     kb: KnowledgeBase,
 ) -> None:
-    earlier = kb.add_bytes(OLD, "travel.md", uploader="U1").document
-    kb.store.update_document(earlier.id, state=DocState.FAILED.value, failure_reason="disk full")
+    earlier = _failed(kb, OLD, "travel.md")
     later = kb.ingest_bytes(NEW, "travel.md", uploader="U1").document
 
     kb.reindex()
@@ -199,8 +205,7 @@ def test_an_old_failure_sent_again_after_a_newer_version_is_the_current_version(
     kb: KnowledgeBase,
 ) -> None:
     # The same bytes sent again are a new upload: the latest, whatever their earlier failure.
-    earlier = kb.add_bytes(OLD, "travel.md", uploader="U1").document
-    kb.store.update_document(earlier.id, state=DocState.FAILED.value, failure_reason="disk full")
+    _failed(kb, OLD, "travel.md")
     newer = kb.ingest_bytes(NEW, "travel.md", uploader="U1").document
 
     again = kb.ingest_bytes(OLD, "travel.md", uploader="U1")
